@@ -1,0 +1,19 @@
+"""The saved, re-renderable result. Imports nothing else of torchlens."""
+
+from .errors import FormatVersionError, InputError, TorchlensError
+from .profile import Profile, Trace
+from .store import FORMAT_VERSION, load_profile, save_profile
+from .table import Table, encode_text
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FormatVersionError",
+    "InputError",
+    "Profile",
+    "Table",
+    "TorchlensError",
+    "Trace",
+    "encode_text",
+    "load_profile",
+    "save_profile",
+]

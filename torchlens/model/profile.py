@@ -1,0 +1,80 @@
+"""The one object that capture produces, analysis reads and render draws.
+
+A ``Profile`` holds only data (numpy tables, JSON-able dicts), never live torch
+objects, so a file saved on a GPU box re-renders the same report on a laptop
+without torch's GPU build.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .table import Table
+
+#: What kind of capture made a profile; decides which report sections apply.
+KINDS = ("torchprof", "gpumem", "ddp_check", "trace")
+
+
+@dataclass
+class Trace:
+    """One process's Kineto trace as columnar events.
+
+    ``events`` has one row per trace event (see ``analysis.trace_ingest`` for
+    the columns). ``meta`` keeps the trace's top-level facts: ``t0_us`` (the
+    absolute time the relative ``ts`` column counts from), ``distributedInfo``,
+    ``deviceProperties``, process and thread names, and ``dropped`` (counts of
+    events the ingest could not use, by reason) so nothing is dropped silently.
+    """
+
+    events: Table
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Profile:
+    """A saved, re-renderable result of one capture.
+
+    ``traces`` and ``snapshots`` are keyed by a label such as ``"main"`` or
+    ``"rank0"``. ``tables`` holds derived or captured tables that cannot be
+    recomputed from the traces (memory series, collective records).
+    ``unmeasured`` lists, in plain words, what could not be measured on the
+    machine the capture ran on; reports show it.
+    """
+
+    kind: str
+    title: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    wall_time_s: float | None = None
+    source: str = ""
+    traces: dict[str, Trace] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unmeasured: list[str] = field(default_factory=list)
+    error: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown profile kind {self.kind!r}; one of {KINDS}")
+
+    @property
+    def trace(self) -> Trace | None:
+        """The single trace of a one-process capture (the first one otherwise)."""
+        return next(iter(self.traces.values()), None)
+
+    def save(self, path: str) -> str:
+        """Write to ``path`` (a ``.tlprof`` file); returns the path."""
+        from .store import save_profile
+
+        return save_profile(self, path)
+
+    @staticmethod
+    def load(path: str) -> "Profile":
+        """Read a ``.tlprof`` file written by this or an earlier torchlens."""
+        from .store import load_profile
+
+        return load_profile(path)

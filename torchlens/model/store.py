@@ -1,0 +1,167 @@
+"""The ``.tlprof`` file: a zip of JSON metadata and ``.npz`` tables.
+
+Layout (format version 1)::
+
+    manifest.json           {"format": "torchlens-profile", "format_version": 1,
+                             kind, title, environment, options, ...}
+    tables/<name>.npz       one Table (columns, and __categories__ as JSON)
+    traces/<key>.npz        a Trace's events Table
+    traces/<key>.json       its meta
+    snapshots/<key>.json    an allocator snapshot (builtins only)
+
+Compatibility rule: a reader accepts every ``format_version`` up to its own and
+fills keys an older writer did not know with defaults; a newer major version
+is refused with a message that says to upgrade. Loading never unpickles.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import FormatVersionError, InputError
+from .profile import Profile, Trace
+from .table import Table
+
+FORMAT = "torchlens-profile"
+FORMAT_VERSION = 1
+_CATEGORIES_KEY = "__categories__"
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return str(obj)
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, default=_json_default, allow_nan=True).encode()
+
+
+def _table_bytes(table: Table) -> bytes:
+    buf = io.BytesIO()
+    arrays = dict(table.columns)
+    cats = json.dumps(table.categories).encode()
+    arrays[_CATEGORIES_KEY] = np.frombuffer(cats, dtype=np.uint8)
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _table_from_bytes(data: bytes) -> Table:
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        columns = {k: npz[k] for k in npz.files if k != _CATEGORIES_KEY}
+        cats = (
+            json.loads(npz[_CATEGORIES_KEY].tobytes().decode())
+            if _CATEGORIES_KEY in npz.files
+            else {}
+        )
+    return Table(columns, cats)
+
+
+def save_profile(profile: Profile, path: str | Path) -> str:
+    """Write ``profile`` to ``path``; returns the path as a string."""
+    path = Path(path)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": profile.kind,
+        "title": profile.title,
+        "environment": profile.environment,
+        "options": profile.options,
+        "created_at": profile.created_at,
+        "wall_time_s": profile.wall_time_s,
+        "source": profile.source,
+        "unmeasured": profile.unmeasured,
+        "error": profile.error,
+        "extra": profile.extra,
+        "traces": list(profile.traces),
+        "tables": list(profile.tables),
+        "snapshots": list(profile.snapshots),
+    }
+    tmp = path.with_name(path.name + ".partial")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("manifest.json", _dumps(manifest))
+        for i, (key, trace) in enumerate(profile.traces.items()):
+            zf.writestr(f"traces/{i}.npz", _table_bytes(trace.events))
+            zf.writestr(f"traces/{i}.json", _dumps(trace.meta))
+        for i, table in enumerate(profile.tables.values()):
+            zf.writestr(f"tables/{i}.npz", _table_bytes(table))
+        for i, snap in enumerate(profile.snapshots.values()):
+            zf.writestr(f"snapshots/{i}.json", _dumps(snap))
+    tmp.replace(path)  # a crash mid-write never leaves a half file under the name
+    return str(path)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a ``.tlprof`` file; raises ``InputError`` with advice on bad input."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file. Check the path.")
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise InputError(
+            f"{path}: not a torchlens .tlprof file (not a zip archive); "
+            "for a Kineto trace use a .json or .json.gz file."
+        ) from None
+    with zf:
+        try:
+            manifest = json.loads(zf.read("manifest.json"))
+        except (KeyError, ValueError):
+            raise InputError(
+                f"{path}: not a torchlens .tlprof file (no readable manifest.json)."
+            ) from None
+        if manifest.get("format") != FORMAT:
+            raise InputError(f"{path}: not a torchlens .tlprof file.")
+        version = manifest.get("format_version", 0)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{path}: written in .tlprof format version {version}, newer than "
+                f"this torchlens reads ({FORMAT_VERSION}). Upgrade torchlens."
+            )
+        try:
+            traces = {
+                key: Trace(
+                    _table_from_bytes(zf.read(f"traces/{i}.npz")),
+                    json.loads(zf.read(f"traces/{i}.json")),
+                )
+                for i, key in enumerate(manifest.get("traces", []))
+            }
+            tables = {
+                key: _table_from_bytes(zf.read(f"tables/{i}.npz"))
+                for i, key in enumerate(manifest.get("tables", []))
+            }
+            snapshots = {
+                key: json.loads(zf.read(f"snapshots/{i}.json"))
+                for i, key in enumerate(manifest.get("snapshots", []))
+            }
+        except (KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise InputError(f"{path}: damaged .tlprof file ({exc}).") from None
+    return Profile(
+        kind=manifest.get("kind", "trace"),
+        title=manifest.get("title", ""),
+        environment=manifest.get("environment", {}),
+        options=manifest.get("options", {}),
+        created_at=manifest.get("created_at", 0.0),
+        wall_time_s=manifest.get("wall_time_s"),
+        source=manifest.get("source", str(path)),
+        traces=traces,
+        tables=tables,
+        snapshots=snapshots,
+        unmeasured=manifest.get("unmeasured", []),
+        error=manifest.get("error"),
+        extra=manifest.get("extra", {}),
+    )
