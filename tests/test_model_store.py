@@ -33,6 +33,7 @@ def _profile() -> Profile:
         tables={"mem": Table({"t": np.arange(3.0), "b": np.array([1, 2, 3])})},
         snapshots={"dev0": {"segments": [{"address": 1, "blocks": []}]}},
         unmeasured=["GPU kernels: no CUDA device"],
+        attachments={"trace.json.gz": b"\x1f\x8b raw"},
     )
 
 
@@ -47,6 +48,7 @@ def test_round_trip_keeps_everything(tmp_path):
     assert loaded.tables["mem"]["b"].tolist() == [1, 2, 3]
     assert loaded.snapshots["dev0"]["segments"][0]["address"] == 1
     assert loaded.unmeasured == ["GPU kernels: no CUDA device"]
+    assert loaded.attachments == {"trace.json.gz": b"\x1f\x8b raw"}
 
 
 def test_newer_format_is_refused_with_advice(tmp_path):

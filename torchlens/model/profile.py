@@ -39,6 +39,8 @@ class Profile:
     ``traces`` and ``snapshots`` are keyed by a label such as ``"main"`` or
     ``"rank0"``. ``tables`` holds derived or captured tables that cannot be
     recomputed from the traces (memory series, collective records).
+    ``attachments`` keeps raw files byte for byte (e.g. the gzipped Kineto
+    trace as exported, so a Perfetto export is exact, not rebuilt from columns).
     ``unmeasured`` lists, in plain words, what could not be measured on the
     machine the capture ran on; reports show it.
     """
@@ -56,6 +58,7 @@ class Profile:
     unmeasured: list[str] = field(default_factory=list)
     error: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    attachments: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

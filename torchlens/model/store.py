@@ -8,6 +8,7 @@ Layout (format version 1)::
     traces/<key>.npz        a Trace's events Table
     traces/<key>.json       its meta
     snapshots/<key>.json    an allocator snapshot (builtins only)
+    attachments/<i>         a raw file kept byte for byte
 
 Compatibility rule: a reader accepts every ``format_version`` up to its own and
 fills keys an older writer did not know with defaults; a newer major version
@@ -90,6 +91,7 @@ def save_profile(profile: Profile, path: str | Path) -> str:
         "traces": list(profile.traces),
         "tables": list(profile.tables),
         "snapshots": list(profile.snapshots),
+        "attachments": list(profile.attachments),
     }
     tmp = path.with_name(path.name + ".partial")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -101,6 +103,8 @@ def save_profile(profile: Profile, path: str | Path) -> str:
             zf.writestr(f"tables/{i}.npz", _table_bytes(table))
         for i, snap in enumerate(profile.snapshots.values()):
             zf.writestr(f"snapshots/{i}.json", _dumps(snap))
+        for i, blob in enumerate(profile.attachments.values()):
+            zf.writestr(f"attachments/{i}", blob)
     tmp.replace(path)  # a crash mid-write never leaves a half file under the name
     return str(path)
 
@@ -148,6 +152,10 @@ def load_profile(path: str | Path) -> Profile:
                 key: json.loads(zf.read(f"snapshots/{i}.json"))
                 for i, key in enumerate(manifest.get("snapshots", []))
             }
+            attachments = {
+                key: zf.read(f"attachments/{i}")
+                for i, key in enumerate(manifest.get("attachments", []))
+            }
         except (KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
             raise InputError(f"{path}: damaged .tlprof file ({exc}).") from None
     return Profile(
@@ -164,4 +172,5 @@ def load_profile(path: str | Path) -> Profile:
         unmeasured=manifest.get("unmeasured", []),
         error=manifest.get("error"),
         extra=manifest.get("extra", {}),
+        attachments=attachments,
     )
