@@ -18,6 +18,7 @@ __all__ = [
     "__version__",
     "load",
     "load_ipython_extension",
+    "step",
     "torchprof",
 ]
 
@@ -28,10 +29,24 @@ def load(path: str) -> Profile:
 
 
 def torchprof(**options: Any) -> Any:
-    """Context manager that profiles its body; see ``capture.profiler``."""
-    from .capture.profiler import torchprof as _torchprof
+    """Profile a block: ``with torchlens.torchprof(top=15) as result:``.
+
+    Same options as ``%%torchprof`` (see ``frontends.api.torchprof``).
+    """
+    from .frontends.api import torchprof as _torchprof
 
     return _torchprof(**options)
+
+
+def step() -> None:
+    """Mark the end of a training step inside ``%%torchprof`` / ``torchprof()``.
+
+    Drives ``--schedule`` and the per-step breakdown; does nothing outside a
+    capture, so the same training code runs unchanged without torchlens.
+    """
+    from .capture.profiler import step as _step
+
+    _step()
 
 
 def load_ipython_extension(ipython: Any) -> None:

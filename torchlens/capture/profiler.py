@@ -1,0 +1,204 @@
+"""The only code that drives ``torch.profiler``.
+
+``ProfilerCapture`` runs a block under the profiler and turns what it recorded
+into a ``Profile``. Tables are built from the exported Kineto trace, never from
+``prof.events()`` / ``key_averages()``: those cost 40-100 us per event in
+Python, while ``export_chrome_trace`` writes 100k events in about 0.2 s.
+
+Steps: code marks the end of each training step with ``torchlens.step()``
+(a no-op outside a capture, so the same code runs unchanged without the
+profiler). Each call advances ``prof.step()``, which makes the profiler emit
+``ProfilerStep#N`` ranges and drives ``--schedule WAIT,WARMUP,ACTIVE``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..analysis.trace_ingest import ingest_bytes
+from ..model import InputError, Profile
+from .environment import collect_environment
+
+_active: list[ProfilerCapture] = []
+
+
+@dataclass(frozen=True)
+class ProfilerOptions:
+    """What to record. ``cuda=None`` records CUDA activity when a GPU exists."""
+
+    record_shapes: bool = False
+    with_stack: bool = False
+    profile_memory: bool = False
+    with_flops: bool = False
+    schedule: tuple[int, int, int] | None = None
+    cuda: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.schedule is not None:
+            if len(self.schedule) != 3 or any(
+                not isinstance(n, int) or n < 0 for n in self.schedule
+            ):
+                raise InputError(
+                    f"schedule must be three whole numbers WAIT,WARMUP,ACTIVE, "
+                    f"got {self.schedule!r}"
+                )
+            if self.schedule[2] < 1:
+                raise InputError("schedule: ACTIVE must be at least 1 step")
+
+
+def step() -> None:
+    """Mark the end of one training step in the innermost running capture."""
+    if _active:
+        _active[-1].step()
+
+
+class ProfilerCapture:
+    """Context manager: profiles its body; ``.profile`` is set on exit.
+
+    The body's exception (or KeyboardInterrupt) is recorded in
+    ``profile.error`` and then propagates unchanged: what was captured up to
+    that point is kept.
+    """
+
+    def __init__(
+        self, options: ProfilerOptions | None = None, *, title: str = ""
+    ) -> None:
+        self.options = options or ProfilerOptions()
+        self.title = title
+        self.profile: Profile | None = None
+        self._prof: Any = None
+        self._traces: list[bytes] = []
+        self._steps = 0
+        self._timings: dict[str, float] = {}
+
+    def _activities(self) -> tuple[list[Any], list[str]]:
+        import torch
+        from torch.profiler import ProfilerActivity
+
+        activities = [ProfilerActivity.CPU]
+        unmeasured = []
+        want_cuda = self.options.cuda
+        has_cuda = torch.cuda.is_available()
+        if want_cuda is None:
+            want_cuda = has_cuda
+        if want_cuda and has_cuda:
+            activities.append(ProfilerActivity.CUDA)
+        else:
+            unmeasured.append(
+                "GPU kernels, memcpy/memset and device time: no CUDA device here; "
+                "the tables show CPU time only"
+            )
+        return activities, unmeasured
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        self._traces.append(_export(prof))
+
+    def __enter__(self) -> ProfilerCapture:
+        import torch.profiler as tp
+
+        activities, self._unmeasured = self._activities()
+        sched = None
+        if self.options.schedule is not None:
+            wait, warmup, active = self.options.schedule
+            sched = tp.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+        self._prof = tp.profile(
+            activities=activities,
+            record_shapes=self.options.record_shapes,
+            with_stack=self.options.with_stack,
+            profile_memory=self.options.profile_memory,
+            with_flops=self.options.with_flops,
+            schedule=sched,
+            on_trace_ready=self._on_trace_ready if sched is not None else None,
+        )
+        self._environment = collect_environment()
+        t0 = time.perf_counter()
+        self._prof.__enter__()
+        self._timings["start_s"] = time.perf_counter() - t0
+        self._wall0 = time.perf_counter()
+        self._created = time.time()
+        _active.append(self)
+        return self
+
+    def step(self) -> None:
+        self._steps += 1
+        self._prof.step()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        wall = time.perf_counter() - self._wall0
+        if _active and _active[-1] is self:
+            _active.pop()
+        t0 = time.perf_counter()
+        self._prof.__exit__(None, None, None)
+        t1 = time.perf_counter()
+        self._timings["stop_s"] = t1 - t0
+        if self.options.schedule is None:
+            self._traces.append(_export(self._prof))
+        self._timings["export_s"] = time.perf_counter() - t1
+        self.profile = self._build(wall, exc)
+        return False
+
+    def _build(self, wall: float, exc: BaseException | None) -> Profile:
+        unmeasured = list(self._unmeasured) + self._environment.pop("unmeasured", [])
+        traces = {}
+        attachments = {}
+        if self._traces:
+            raw = self._traces[-1]
+            attachments["trace.json"] = raw
+            t0 = time.perf_counter()
+            try:
+                traces["main"] = ingest_bytes(raw, source="torchprof capture")
+            except InputError as err:
+                # e.g. a cell that ran no torch op: say so, keep the cell's own error
+                unmeasured.append(f"no profiler events to show: {err}")
+            self._timings["ingest_s"] = time.perf_counter() - t0
+        elif self.options.schedule is not None:
+            wait, warmup, active = self.options.schedule
+            unmeasured.append(
+                f"no trace: the schedule waits {wait}, warms up {warmup} and records "
+                f"{active} steps ({wait + warmup + active} in all), but the cell "
+                f"marked {self._steps} step(s). Call torchlens.step() at the end of "
+                "each step, or lower the schedule."
+            )
+        error = None
+        if exc is not None:
+            error = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": "".join(traceback.format_exception(exc)),
+            }
+        return Profile(
+            kind="torchprof",
+            title=self.title,
+            environment=self._environment,
+            options=asdict(self.options),
+            created_at=self._created,
+            wall_time_s=wall,
+            source="torchprof capture",
+            traces=traces,
+            unmeasured=unmeasured,
+            error=error,
+            extra={
+                "timings": dict(self._timings),
+                "profiler_overhead_s": self._timings.get("start_s", 0.0)
+                + self._timings.get("stop_s", 0.0),
+                "steps_marked": self._steps,
+            },
+            attachments=attachments,
+        )
+
+
+def _export(prof: Any) -> bytes:
+    """The profiler's Kineto trace as JSON bytes (Kineto's own C++ writer)."""
+    fd, path = tempfile.mkstemp(prefix="torchlens-", suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as fh:
+            return fh.read()
+    finally:
+        os.unlink(path)
