@@ -1,0 +1,302 @@
+"""A zoomable Bokeh timeline of one trace: a lane per CPU thread and GPU stream.
+
+Why it decimates, and why that is safe
+--------------------------------------
+A 100k-event trace drawn glyph by glyph makes a report of tens of megabytes and
+a browser that stalls on every pan. At full zoom-out the plot is ``WIDTH_PX``
+pixels wide, so an event shorter than one pixel (``span / WIDTH_PX``) cannot be
+seen on its own anyway: a run of such events already paints as one solid bar.
+We therefore draw, per lane and nesting row:
+
+* every event at least one pixel wide, up to ``MAX_KEPT`` events over the whole
+  plot (the longest first; the rest join the merged bars below);
+* the other events as *busy bars*: events falling into neighbouring pixel
+  columns are merged into one bar from the first start to the last end, whose
+  hover says how many events it stands for and how much time they were busy.
+
+At full zoom-out this draws the same pixels as the raw events. Zoomed in, a busy
+bar stays a truthful "something ran here" with exact counts and busy time; the
+individual names remain in the op and kernel tables. The title says how many
+events were merged, so nothing is dropped silently. The number of glyphs is
+bounded by ``MAX_KEPT + rows * WIDTH_PX / 2`` whatever the trace size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from bokeh.models import (
+    ColumnDataSource,
+    FixedTicker,
+    HoverTool,
+    Range1d,
+    WheelZoomTool,
+)
+from bokeh.plotting import figure
+
+from ..model import Trace
+
+WIDTH_PX = 1200  # plot width at full zoom-out; the decimation grid
+MAX_KEPT = 8000  # individual events drawn over the whole plot
+MAX_ROWS_PER_LANE = 6  # nesting rows per lane; deeper events fold into the last
+ROW_PX = 16
+
+#: Colours per normalized category (colour-blind-friendly Okabe-Ito hues).
+CAT_COLORS = {
+    "cpu_op": "#0072B2",
+    "user_annotation": "#CC79A7",
+    "gpu_user_annotation": "#CC79A7",
+    "python_function": "#56B4E9",
+    "cuda_runtime": "#E69F00",
+    "cuda_driver": "#E69F00",
+    "cuda_sync": "#D55E00",
+    "kernel": "#009E73",
+    "gpu_memcpy": "#F0E442",
+    "gpu_memset": "#F0E442",
+}
+OTHER_COLOR = "#999999"
+MERGED_COLOR = "#555555"
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+_SKIP_CATS = {"trace", "ac2g", "fwdbwd"}  # whole-trace span and flow arrows
+
+
+@dataclass
+class TimelineStats:
+    """What the timeline drew, for the caption, tests and the size benchmark."""
+
+    events: int = 0  # timed events in the trace
+    drawn: int = 0  # events drawn as their own glyph
+    merged_events: int = 0  # events folded into busy bars
+    merged_bars: int = 0
+    lanes: int = 0
+
+    @property
+    def glyphs(self) -> int:
+        return self.drawn + self.merged_bars
+
+
+def _label(names: Any, pid: int, tid: int) -> str | None:
+    """A thread or process name from ``meta``; JSON round trips make keys str."""
+    if not isinstance(names, dict):
+        return None
+    for key in (f"{pid}:{tid}", f"{pid}/{tid}", (pid, tid), str(pid), pid):
+        value = names.get(key) if not isinstance(key, tuple) else names.get(key)
+        if isinstance(value, str) and value:
+            return value
+    inner = names.get(str(pid), names.get(pid))
+    if isinstance(inner, dict):
+        value = inner.get(str(tid), inner.get(tid))
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _lane_title(meta: dict[str, Any], key: tuple[str, int, int]) -> str:
+    kind, a, b = key
+    if kind == "gpu":
+        return f"GPU {a} stream {b}"
+    tid_labels = meta.get("tid_labels") or {}
+    tid_text = tid_labels.get(str(b), str(b)) if b < 0 else str(b)
+    thread = _label(meta.get("thread_names"), a, b)
+    return f"{thread} ({tid_text})" if thread else f"CPU thread {tid_text}"
+
+
+def _depths(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Nesting depth of each event of one lane (inputs sorted by ts, -dur)."""
+    depth = np.zeros(len(ts), dtype=np.int64)
+    stack: list[float] = []
+    for i in range(len(ts)):
+        t = ts[i]
+        while stack and stack[-1] <= t:
+            stack.pop()
+        depth[i] = len(stack)
+        stack.append(end[i])
+    return depth
+
+
+def _busy_bars(ts: np.ndarray, end: np.ndarray, px: float) -> tuple[np.ndarray, ...]:
+    """Merge events into bars over runs of occupied pixel columns.
+
+    Returns (left, right, count, busy_us) per bar.
+    """
+    col = np.floor(ts / px).astype(np.int64)
+    order = np.argsort(col, kind="stable")
+    col, ts, end = col[order], ts[order], end[order]
+    new_run = np.ones(len(col), dtype=bool)
+    new_run[1:] = np.diff(col) > 1  # adjacent columns belong to the same run
+    run = np.cumsum(new_run) - 1
+    n = run[-1] + 1
+    left = np.full(n, np.inf)
+    right = np.full(n, -np.inf)
+    np.minimum.at(left, run, ts)
+    np.maximum.at(right, run, end)
+    count = np.bincount(run, minlength=n)
+    busy = np.bincount(run, weights=end - ts, minlength=n)
+    return left, right, count, busy
+
+
+def _timed_events(trace: Trace) -> dict[str, np.ndarray]:
+    """The ``X`` events the timeline can draw, as plain numpy arrays."""
+    ev = trace.events
+    if len(ev) == 0:
+        return {}
+    ph = ev.text("ph")
+    cat = ev.text("cat")
+    keep = (ph == "X") & ~np.isin(cat, list(_SKIP_CATS))
+    out = {
+        "ts": ev["ts"][keep].astype(float),
+        "dur": np.maximum(ev["dur"][keep].astype(float), 0.0),
+        "pid": ev["pid"][keep],
+        "tid": ev["tid"][keep],
+        "device": ev["device"][keep] if "device" in ev else np.full(keep.sum(), -1),
+        "stream": ev["stream"][keep] if "stream" in ev else np.full(keep.sum(), -1),
+        "cat": cat[keep],
+        "name": ev.text("name")[keep],
+    }
+    out["shapes"] = (
+        ev.text("input_dims")[keep]
+        if "input_dims" in ev.categories
+        else np.full(keep.sum(), "", dtype=object)
+    )
+    gpu = (out["device"] >= 0) | np.isin(out["cat"], list(_GPU_CATS))
+    out["gpu"] = gpu
+    return out
+
+
+def _lanes(e: dict[str, np.ndarray]) -> list[tuple[tuple[str, int, int], np.ndarray]]:
+    """(lane key, event indices) with CPU threads first, then GPU streams."""
+    gpu = e["gpu"]
+    a = np.where(gpu, np.where(e["device"] >= 0, e["device"], e["pid"]), e["pid"])
+    b = np.where(gpu, np.where(e["stream"] >= 0, e["stream"], e["tid"]), e["tid"])
+    keys = np.stack([gpu.astype(np.int64), a, b], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    lanes = []
+    for i, (g, x, y) in enumerate(uniq):  # np.unique sorts: CPU (0) before GPU (1)
+        lanes.append((("gpu" if g else "cpu", int(x), int(y)), np.flatnonzero(inverse == i)))
+    return lanes
+
+
+def _layout_rows(
+    trace: Trace, e: dict[str, np.ndarray], end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[float], dict[float, str], int]:
+    """Give each event a y row: lanes stacked, nesting depth within a lane.
+
+    Returns (event index, row) arrays, lane tick positions and labels, rows used.
+    """
+    idx_parts, row_parts, ticks, labels, row = [], [], [], {}, 0
+    for key, idx in _lanes(e):
+        idx = idx[np.lexsort((-e["dur"][idx], e["ts"][idx]))]
+        depth = np.minimum(_depths(e["ts"][idx], end[idx]), MAX_ROWS_PER_LANE - 1)
+        n_rows = int(depth.max()) + 1
+        center = row + (n_rows - 1) / 2 + 0.5
+        ticks.append(center)
+        labels[center] = _lane_title(trace.meta, key)
+        idx_parts.append(idx)
+        row_parts.append(row + depth)
+        row += n_rows + 1  # one empty row between lanes
+    return np.concatenate(idx_parts), np.concatenate(row_parts), ticks, labels, row
+
+
+def build_timeline(trace: Trace, title: str = "Timeline") -> tuple[Any, TimelineStats]:
+    """The timeline figure for ``trace`` (None if it has no timed events) and
+    what it drew; see the module docstring for the decimation."""
+    e = _timed_events(trace)
+    stats = TimelineStats(events=len(e.get("ts", ())))
+    if not stats.events:
+        return None, stats
+    t_min = float(e["ts"].min())
+    start = e["ts"] - t_min
+    end = start + e["dur"]
+    span = max(float(end.max()), 1.0)
+    px = span / WIDTH_PX
+    all_idx, all_row, ticks, labels, n_rows = _layout_rows(trace, e, end)
+    stats.lanes = len(ticks)
+
+    # The longest events get their own glyph (all those wider than a pixel come
+    # first); the shortest, invisible one by one at full zoom-out, are merged.
+    keep = np.zeros(len(all_idx), dtype=bool)
+    keep[np.argsort(-e["dur"][all_idx], kind="stable")[:MAX_KEPT]] = True
+
+    # Busy bars first, so that the individual events are drawn over them.
+    cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+    rest_idx, rest_row = all_idx[~keep], all_row[~keep]
+    for r in np.unique(rest_row):
+        sel = rest_idx[rest_row == r]
+        left, right, count, busy = _busy_bars(start[sel], end[sel], px)
+        n = len(left)
+        stats.merged_bars += n
+        stats.merged_events += int(count.sum())
+        _extend(cols, left, np.maximum(right, left + px), np.full(n, r),
+                [f"{c:,} events merged" for c in count], ["merged"] * n,
+                [f"{b:,.1f} µs busy" for b in busy], [""] * n, [MERGED_COLOR] * n)
+    kept = all_idx[keep]
+    stats.drawn = len(kept)
+    _extend(cols, start[kept], end[kept], all_row[keep], list(e["name"][kept]),
+            list(e["cat"][kept]), [f"{d:,.1f} µs" for d in e["dur"][kept]],
+            list(e["shapes"][kept]), [CAT_COLORS.get(c, OTHER_COLOR) for c in e["cat"][kept]])
+    return _figure(cols, ticks, labels, n_rows, span, stats, title), stats
+
+
+_COLUMNS = ("left", "right", "bottom", "top", "name", "cat", "dur", "shapes", "color")
+
+
+def _extend(cols: dict[str, list[Any]], left: np.ndarray, right: np.ndarray,
+            row: np.ndarray, *text: list[str]) -> None:
+    """Append glyphs: x in ms since trace start, a row's bar filling 80 %."""
+    cols["left"] += list(left / 1e3)
+    cols["right"] += list(right / 1e3)
+    cols["bottom"] += list(row + 0.1)
+    cols["top"] += list(row + 0.9)
+    for name, values in zip(_COLUMNS[4:], text, strict=True):
+        cols[name] += values
+
+
+def _figure(
+    cols: dict[str, list[Any]],
+    ticks: list[float],
+    labels: dict[float, str],
+    n_rows: int,
+    span_us: float,
+    stats: TimelineStats,
+    title: str,
+) -> Any:
+    source = ColumnDataSource(
+        {k: (np.asarray(v, dtype=float) if k in ("left", "right", "bottom", "top") else v)
+         for k, v in cols.items()}
+    )
+    caption = f"{title}: {stats.events:,} events in {stats.lanes} lanes"
+    if stats.merged_events:
+        caption += (
+            f"; {stats.merged_events:,} short events merged into "
+            f"{stats.merged_bars:,} grey busy bars (zoom in, hover for counts)"
+        )
+    fig = figure(
+        title=caption,
+        width=WIDTH_PX,
+        height=max(160, 60 + ROW_PX * n_rows),
+        x_range=Range1d(0, span_us / 1e3, bounds=(0, span_us / 1e3)),
+        y_range=Range1d(n_rows, -0.5),
+        x_axis_label="time since trace start (ms)",
+        tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
+        toolbar_location="above",
+        sizing_mode="stretch_width",
+        output_backend="canvas",
+    )
+    fig.quad(
+        left="left", right="right", bottom="bottom", top="top",
+        color="color", line_color=None, source=source,
+    )
+    fig.add_tools(
+        HoverTool(
+            tooltips=[("name", "@name"), ("category", "@cat"), ("duration", "@dur"),
+                      ("input shapes", "@shapes")],
+        )
+    )
+    fig.toolbar.active_scroll = next(t for t in fig.tools if isinstance(t, WheelZoomTool))
+    fig.yaxis.ticker = FixedTicker(ticks=ticks)
+    fig.yaxis.major_label_overrides = labels
+    fig.ygrid.grid_line_color = None
+    return fig
