@@ -54,3 +54,8 @@ def load_ipython_extension(ipython: Any) -> None:
     from .frontends.magics import register
 
     register(ipython)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Tells jupyter_server where the GPU monitor extension lives (the sidebar's backend)."""
+    return [{"module": "torchlens.frontends.server"}]

@@ -1,0 +1,44 @@
+"""Host sampler: CPU and RAM of the machine the Jupyter server runs on.
+
+Why: the GPU monitor must stay useful on a laptop or CI box with no GPU, and a
+data-loader-bound step shows up as busy CPUs and idle GPUs, so the host numbers
+sit next to the GPU ones. Same interface as ``gpu_sampler.Sampler``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+
+
+class HostSampler:
+    """CPU percent (all cores, since the previous call), RAM and load average."""
+
+    def __init__(self) -> None:
+        # psutil measures CPU between two calls; the first call only sets the
+        # baseline, so make it here rather than report a meaningless 0.0.
+        psutil.cpu_percent(interval=None)
+        self.cpu_count = psutil.cpu_count() or 1
+
+    def sample(self) -> dict[str, Any]:
+        """One reading now; percentages are 0-100."""
+        mem = psutil.virtual_memory()
+        try:
+            load1: float | None = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows
+            load1 = None
+        return {
+            "t": time.time(),
+            "cpu_percent": psutil.cpu_percent(interval=None),
+            "cpu_count": self.cpu_count,
+            "ram_used": mem.total - mem.available,
+            "ram_total": mem.total,
+            "ram_percent": mem.percent,
+            "load1": load1,
+        }
+
+    def close(self) -> None:
+        """Nothing to release; present to satisfy the sampler interface."""

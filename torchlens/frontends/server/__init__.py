@@ -1,0 +1,56 @@
+"""Jupyter server extension: the GPU monitor behind the JupyterLab sidebar.
+
+Enabled at install by ``jupyter-config/server-config/torchlens.json``; jupyter
+server finds this module through ``torchlens._jupyter_server_extension_points``.
+One ``Monitor`` (one sampler thread) serves every browser tab; it is stopped
+when the server shuts down.
+
+Settings go through the server's ``tornado_settings`` (no config class to keep
+this small), e.g. ``--ServerApp.tornado_settings='{"torchlens_monitor_interval":
+0.5, "torchlens_monitor_idle_interval": 10, "torchlens_monitor_idle_after": 30}'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .handlers import handlers
+from .monitor import Monitor
+
+
+def make_monitor(settings: dict[str, Any]) -> Monitor:
+    """Build the monitor with the real NVML and psutil samplers."""
+    from ...capture.gpu_sampler import NvmlSampler
+    from ...capture.host_sampler import HostSampler
+
+    return Monitor(
+        HostSampler(),
+        NvmlSampler(),
+        interval=float(settings.get("torchlens_monitor_interval", 1.0)),
+        idle_interval=float(settings.get("torchlens_monitor_idle_interval", 10.0)),
+        idle_after=float(settings.get("torchlens_monitor_idle_after", 30.0)),
+    )
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Register the handlers and start the single sampler thread."""
+    web_app = serverapp.web_app
+    monitor = web_app.settings.get("torchlens_monitor")
+    if monitor is None:
+        monitor = make_monitor(web_app.settings)
+        web_app.settings["torchlens_monitor"] = monitor
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+        monitor.start(loop)
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
+    serverapp.log.info("torchlens GPU monitor: %s", monitor.gpu.status)
+
+
+def _unload_jupyter_server_extension(serverapp: Any) -> None:
+    """Stop the sampler thread when the server shuts down."""
+    monitor = serverapp.web_app.settings.pop("torchlens_monitor", None)
+    if monitor is not None:
+        monitor.stop()

@@ -1,0 +1,155 @@
+"""REST handlers of the GPU monitor, all behind the Jupyter server's own auth.
+
+Endpoints (relative to the server's base_url, e.g. ``/user/alice/``):
+
+* ``GET  torchlens/monitor/samples?since=T&wait=S`` - samples newer than T
+  (epoch seconds; 0 = the whole history) plus per-rank samples. With
+  ``wait`` the request is held up to S seconds until a new sample exists
+  (long polling): one round trip per sample, no WebSocket to keep alive
+  through proxies, and the shared history makes a reload cheap.
+* ``GET|PUT torchlens/monitor/config`` - read / set ``{"interval": s}``.
+* ``POST torchlens/monitor/ranks`` - a kernel publishes per-rank memory
+  (see ``publish.py`` for the channel).
+* ``GET  torchlens/monitor/history.csv`` - the history as CSV.
+
+Without the server's token (or login cookie) every one answers 403.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+
+from .monitor import Monitor
+
+MAX_WAIT = 30.0
+
+
+class _MonitorHandler(APIHandler):
+    """Common base: the monitor instance is in the tornado settings."""
+
+    @property
+    def monitor(self) -> Monitor:
+        return self.settings["torchlens_monitor"]
+
+    def kernel_pids(self) -> dict[int, str]:
+        """pid -> kernel id of this server's running kernels (to flag them in process lists)."""
+        km = self.settings.get("kernel_manager")
+        pids: dict[int, str] = {}
+        if km is None:
+            return pids
+        for kid in list(km.list_kernel_ids()):
+            try:
+                pid = getattr(km.get_kernel(kid).provisioner, "pid", None)
+            except (KeyError, AttributeError):
+                continue
+            if pid:
+                pids[int(pid)] = kid
+        return pids
+
+
+class SamplesHandler(_MonitorHandler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        mon = self.monitor
+        mon.touch()
+        since = _float_arg(self, "since", 0.0)
+        wait = min(MAX_WAIT, max(0.0, _float_arg(self, "wait", 0.0)))
+        await mon.wait_for_newer(since, wait)
+        samples = mon.history.since(since)
+        kernels = self.kernel_pids()
+        for s in samples[-1:]:
+            for gpu in s["gpu"].get("gpus", []):
+                for proc in gpu.get("processes", []):
+                    proc["kernel"] = kernels.get(proc["pid"])
+        self.finish(
+            {
+                "interval": mon.interval,
+                "samples": samples,
+                "ranks": mon.ranks.since(since),
+            }
+        )
+
+
+class ConfigHandler(_MonitorHandler):
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.finish(self._config())
+
+    @tornado.web.authenticated
+    def put(self) -> None:
+        body = self._json_body()
+        interval = body.get("interval")
+        if not isinstance(interval, int | float) or isinstance(interval, bool):
+            raise tornado.web.HTTPError(400, "expected {'interval': seconds}")
+        self.monitor.set_interval(interval)
+        self.finish(self._config())
+
+    def _config(self) -> dict[str, Any]:
+        mon = self.monitor
+        return {
+            "interval": mon.interval,
+            "idle_interval": mon.idle_interval,
+            "idle_after": mon.idle_after,
+            "history_seconds": mon.history.seconds,
+        }
+
+    def _json_body(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as err:
+            raise tornado.web.HTTPError(400, "body is not JSON") from err
+        if not isinstance(body, dict):
+            raise tornado.web.HTTPError(400, "body must be a JSON object")
+        return body
+
+
+class RanksHandler(ConfigHandler):
+    """Per-rank memory from a kernel: ``{"run": str, "samples": [{rank, t, device, allocated, reserved}]}``."""
+
+    @tornado.web.authenticated
+    def post(self) -> None:
+        body = self._json_body()
+        run, samples = body.get("run"), body.get("samples")
+        if not isinstance(run, str) or not isinstance(samples, list):
+            raise tornado.web.HTTPError(400, "expected {'run': str, 'samples': [...]}")
+        try:
+            stored = self.monitor.add_rank_samples(run[:200], samples)
+        except (KeyError, TypeError, ValueError) as err:
+            raise tornado.web.HTTPError(400, f"bad sample: {err}") from err
+        self.finish({"stored": stored})
+
+
+class CsvHandler(_MonitorHandler):
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header(
+            "Content-Disposition", 'attachment; filename="torchlens-gpu-monitor.csv"'
+        )
+        self.finish(self.monitor.to_csv())
+
+
+def handlers(base_url: str) -> list[tuple[str, type[APIHandler]]]:
+    """URL patterns under the server's base_url."""
+    root = url_path_join(base_url, "torchlens", "monitor")
+    return [
+        (url_path_join(root, "samples"), SamplesHandler),
+        (url_path_join(root, "config"), ConfigHandler),
+        (url_path_join(root, "ranks"), RanksHandler),
+        (url_path_join(root, "history.csv"), CsvHandler),
+    ]
+
+
+def _float_arg(handler: APIHandler, name: str, default: float) -> float:
+    raw = handler.get_query_argument(name, None)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as err:
+        raise tornado.web.HTTPError(400, f"{name} must be a number") from err

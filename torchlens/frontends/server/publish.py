@@ -1,0 +1,92 @@
+"""Kernel side of the per-rank memory channel: magics POST samples to the server.
+
+The channel, and why it is this simple:
+
+* A kernel started by a Jupyter server is a child process of that server, and
+  every running server writes ``jpserver-<pid>.json`` (url, base_url, token,
+  pid) into the Jupyter runtime dir - the same dir that holds the kernel's
+  connection file. ``find_server()`` picks the server whose pid is the
+  kernel's parent (or the one named by ``TORCHLENS_SERVER_URL`` /
+  ``TORCHLENS_SERVER_TOKEN``, for kernels started some other way; under
+  JupyterHub the kernel's ``JUPYTERHUB_API_TOKEN`` is accepted as the token).
+* The kernel then POSTs JSON to ``<url>torchlens/monitor/ranks`` with
+  ``Authorization: token <token>``: the same auth as every other request, so no
+  new port and no new secret. Token-authenticated API requests skip the XSRF
+  check, so no cookie dance is needed.
+* Publishing is best effort with a short timeout: a monitor that is down or
+  absent (classic notebook, VS Code) must never slow or break training.
+
+Body: ``{"run": "<label>", "samples": [{"rank": 0, "t": epoch_s, "device": 0,
+"allocated": bytes, "reserved": bytes}, ...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """Where the Jupyter server is and how to authenticate to it."""
+
+    url: str  # ends with "/", includes the base_url
+    token: str
+
+
+def find_server() -> ServerInfo | None:
+    """The Jupyter server that started this kernel, or None outside Jupyter."""
+    url = os.environ.get("TORCHLENS_SERVER_URL")
+    if url:
+        return ServerInfo(
+            url.rstrip("/") + "/", os.environ.get("TORCHLENS_SERVER_TOKEN", "")
+        )
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    parent = os.getppid()
+    for info in list_running_servers():
+        if info.get("pid") == parent:
+            token = info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
+            return ServerInfo(info["url"].rstrip("/") + "/", token)
+    return None
+
+
+class RankPublisher:
+    """Sends per-rank memory samples of one run to the server's GPU monitor."""
+
+    def __init__(
+        self, run: str, server: ServerInfo | None = None, timeout: float = 1.0
+    ) -> None:
+        self.run = run
+        self.server = server if server is not None else find_server()
+        self.timeout = timeout
+        self.failures = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.server is not None
+
+    def publish(self, samples: list[dict[str, Any]]) -> bool:
+        """POST ``samples``; returns False (and counts) on any failure, never raises."""
+        if self.server is None or not samples:
+            return False
+        request = urllib.request.Request(
+            self.server.url + "torchlens/monitor/ranks",
+            data=json.dumps({"run": self.run, "samples": samples}).encode(),
+            headers={
+                "Authorization": f"token {self.server.token}",
+                "Content-Type": "application/json",
+            },
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return 200 <= response.status < 300
+        except OSError:
+            self.failures += 1
+            return False
