@@ -77,30 +77,16 @@ class TimelineStats:
         return self.drawn + self.merged_bars
 
 
-def _label(names: Any, pid: int, tid: int) -> str | None:
-    """A thread or process name from ``meta``; JSON round trips make keys str."""
-    if not isinstance(names, dict):
-        return None
-    for key in (f"{pid}:{tid}", f"{pid}/{tid}", (pid, tid), str(pid), pid):
-        value = names.get(key) if not isinstance(key, tuple) else names.get(key)
-        if isinstance(value, str) and value:
-            return value
-    inner = names.get(str(pid), names.get(pid))
-    if isinstance(inner, dict):
-        value = inner.get(str(tid), inner.get(tid))
-        if isinstance(value, str):
-            return value
-    return None
-
-
 def _lane_title(meta: dict[str, Any], key: tuple[str, int, int]) -> str:
+    """A lane's label from the trace's own names (``meta`` keys are strings)."""
     kind, a, b = key
     if kind == "gpu":
         return f"GPU {a} stream {b}"
-    tid_labels = meta.get("tid_labels") or {}
-    tid_text = tid_labels.get(str(b), str(b)) if b < 0 else str(b)
-    thread = _label(meta.get("thread_names"), a, b)
-    return f"{thread} ({tid_text})" if thread else f"CPU thread {tid_text}"
+    thread = (meta.get("thread_names") or {}).get(f"{a}:{b}")
+    if not thread:
+        thread = f"thread {(meta.get('tid_labels') or {}).get(str(b), b)}"
+    process = (meta.get("process_labels") or {}).get(str(a)) or f"pid {a}"
+    return f"{thread.strip()} · {process}"
 
 
 def _depths(ts: np.ndarray, end: np.ndarray) -> np.ndarray:

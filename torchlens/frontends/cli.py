@@ -1,0 +1,113 @@
+"""The ``torchlens`` console script.
+
+Each subcommand is a small ``Command`` subclass registered in ``COMMANDS``: it
+adds its arguments to its own parser and runs with the parsed namespace. New
+ones (``demo``, ``simulate``) are one class and one line in ``COMMANDS``.
+
+Bad input is the user's to fix, not a crash: an ``InputError`` (or an OS error
+such as a missing folder) prints one line ``torchlens: error: ...`` on stderr
+and exits with status 2, the argparse convention for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..model import InputError, Profile, TorchlensError, load_profile
+
+EXIT_USAGE = 2
+
+
+def load_input(path: str) -> Profile:
+    """A saved ``.tlprof`` as is, or a Kineto trace wrapped in a Profile."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file. Check the path.")
+    if p.is_dir():
+        raise InputError(f"{path}: is a folder; give a .tlprof, .json or .json.gz file.")
+    if p.name.lower().endswith(".tlprof"):
+        return load_profile(p)
+    from ..analysis.trace_ingest import load_trace
+
+    trace = load_trace(p)
+    return Profile(kind="trace", title=p.name, source=str(path), traces={"main": trace},
+                   created_at=p.stat().st_mtime)
+
+
+class Command:
+    """One subcommand: ``name``, ``help``, its arguments and what it does."""
+
+    name = ""
+    help = ""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Declare this command's arguments on its own subparser."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Do the work; return the exit status. Raise InputError for bad input."""
+        raise NotImplementedError
+
+
+class ReportCommand(Command):
+    name = "report"
+    help = "turn a saved .tlprof or a Kineto trace (.json, .json.gz) into an HTML report"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("path", help="a .tlprof result or a Kineto trace .json/.json.gz")
+        parser.add_argument("-o", "--output", metavar="OUT.html",
+                            help="where to write the report (default: PATH with .html)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..render.report import render_report
+
+        profile = load_input(args.path)
+        out = Path(args.output) if args.output else _default_output(args.path)
+        if out.parent and not out.parent.resolve().is_dir():
+            raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
+        out.write_text(render_report(profile), encoding="utf-8")
+        print(f"torchlens: wrote {out}")
+        return 0
+
+
+def _default_output(path: str) -> Path:
+    name = Path(path).name
+    for suffix in (".json.gz", ".json", ".tlprof"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return Path(name + ".html")
+
+
+#: Subcommands in the order ``torchlens --help`` lists them. ``demo`` and
+#: ``simulate`` join here as further Command subclasses.
+COMMANDS: list[Command] = [ReportCommand()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchlens", description="torchlens: profile and debug PyTorch training."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.add_arguments(p)
+        p.set_defaults(_command=cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``torchlens`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors: argparse prints and exits 2
+    try:
+        return args._command.run(args)
+    except (TorchlensError, OSError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"torchlens: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The display bundle a magic shows: the report in an iframe, plus plain text.
+
+Why an iframe with ``srcdoc``: a notebook saves outputs as their MIME data, so
+HTML that needs a live kernel or the notebook's own BokehJS shows nothing
+after reopening. The full self-contained report (BokehJS inlined) placed in
+``srcdoc`` renders again from the saved file alone, and the iframe gives it its
+own page, so its BokehJS version and element ids cannot clash with Bokeh
+already loaded in the notebook (pyinstrument's magic does the same with a data
+URL). ``sandbox="allow-scripts"`` lets the plot and the sortable tables run
+while keeping the frame away from the notebook's origin, cookies and kernel.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..model import Profile
+from .report import render_report
+from .text import text_report
+
+IFRAME_HEIGHT_PX = 720  # enough for summary and top ops; resizable by the user
+
+
+def iframe_html(report: str, height: int = IFRAME_HEIGHT_PX) -> str:
+    """``report`` as an escaped, sandboxed, vertically resizable iframe."""
+    return (
+        f'<iframe srcdoc="{escape(report, quote=True)}" sandbox="allow-scripts" '
+        f'style="width: 100%; height: {int(height)}px; border: 1px solid #ddd; '
+        f'resize: vertical; overflow: auto;" title="torchlens report"></iframe>'
+    )
+
+
+def display_bundle(profile: Profile) -> dict[str, str]:
+    """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``."""
+    return {"text/html": iframe_html(render_report(profile)), "text/plain": text_report(profile)}

@@ -1,0 +1,154 @@
+"""The self-contained HTML report: one file that opens anywhere, offline.
+
+BokehJS is inlined (``bokeh.resources.INLINE``) so the file needs no network and
+can be mailed to a colleague. The page is assembled from small escaped
+fragments (``tables``) and the Bokeh timeline embedded with ``components``.
+
+The output is deterministic: Bokeh numbers its model ids from a process-wide
+counter and names documents with random UUIDs, so the same profile rendered
+twice would differ. ``stable_ids`` renames them in order of appearance, which
+makes a report from a saved ``.tlprof`` byte-identical to the one from the live
+result (and reports diffable). Renaming is safe because ids only need to be
+unique within the page, and the report is a page of its own (the notebook
+bundle puts it in an iframe).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from html import escape
+from typing import Any
+
+from bokeh.embed import components
+from bokeh.resources import INLINE
+
+from ..model import Profile
+from . import tables
+from ._data import TraceView, display_options, trace_views
+from .text import summary_line
+from .timeline import build_timeline
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: .4em 0; }
+th, td { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: left;
+         vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.tl-sort thead th { cursor: pointer; background: #f3f3f3; position: sticky; top: 0; }
+th[data-dir="asc"]::after { content: " \\25B2"; } th[data-dir="desc"]::after { content: " \\25BC"; }
+table.kv th { font-weight: 600; background: none; }
+.note { color: #666; } .summary { font-weight: 600; }
+.hint.warning b, .error { color: #b00; } .sev { color: #666; font-size: .9em; }
+pre { background: #f7f7f7; padding: .6em; overflow-x: auto; }
+"""
+
+# Bokeh ids: "p1234" model ids and UUID document/element ids.
+_BOKEH_ID = re.compile(r'"(p\d+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
+_DEFINED_ID = re.compile(r'"id":"(p\d+)"')
+_SPLIT = "<!--tl-split-->"  # cannot come from a trace: names are escaped
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def stable_ids(text: str) -> str:
+    """Rename Bokeh's model ids and UUIDs in order of first appearance.
+
+    Only strings Bokeh defined as ids (``"id":"pN"``) and UUIDs are renamed, and
+    only where they stand as a whole quoted string, so trace names are untouched.
+    """
+    ids = set(_DEFINED_ID.findall(text)) | set(_UUID.findall(text))
+    mapping: dict[str, str] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        token = m.group(1)
+        if token not in ids:
+            return m.group(0)
+        new = mapping.setdefault(token, f"tl{len(mapping) + 1}")
+        return f'"{new}"'
+
+    return _BOKEH_ID.sub(rename, text)
+
+
+def _section(title: str, body: str, anchor: str) -> str:
+    return f'<section id="{escape(anchor)}"><h2>{escape(title)}</h2>{body}</section>'
+
+
+def _trace_sections(view: TraceView, options: dict[str, Any], figures: list[Any],
+                    prefix: str) -> list[str]:
+    """Hints, ops, kernels, steps and the timeline of one trace."""
+    out = [
+        _section(f"{prefix}Hints", tables.hints_html(view.hints), f"hints-{view.key}"),
+        _section(f"{prefix}Ops", tables.op_table_html(view.ops, options, view.has_gpu),
+                 f"ops-{view.key}"),
+    ]
+    if view.has_gpu and len(view.kernels):
+        top = int(options.get("top") or tables.DEFAULT_TOP)
+        out.append(_section(f"{prefix}GPU kernels", tables.kernel_table_html(view.kernels, top),
+                            f"kernels-{view.key}"))
+    if len(view.steps):
+        out.append(_section(f"{prefix}Step breakdown", tables.step_table_html(view.steps),
+                            f"steps-{view.key}"))
+    fig, _ = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
+    if fig is None:
+        body = '<p class="note">This trace has no timed events to draw.</p>'
+    else:
+        body = f"<!--bokeh-{len(figures)}-->"
+        figures.append(fig)
+    out.append(_section(f"{prefix}Timeline", body, f"timeline-{view.key}"))
+    return out
+
+
+def _header(profile: Profile) -> str:
+    title = profile.title or f"torchlens {profile.kind} report"
+    when = dt.datetime.fromtimestamp(profile.created_at, dt.timezone.utc)
+    facts = f"{escape(profile.kind)} · taken {when:%Y-%m-%d %H:%M:%S} UTC"
+    if profile.source:
+        facts += f" · from {escape(profile.source)}"
+    return (
+        f"<h1>{escape(title)}</h1><p class=\"note\">{facts}</p>"
+        f'<p class="summary">{escape(summary_line(profile))}</p>'
+    )
+
+
+def render_body(profile: Profile) -> tuple[str, str]:
+    """The report's ``<body>`` content and the Bokeh ``<script>`` it needs."""
+    options = display_options(profile.options)
+    parts = [_header(profile)]
+    parts.append(_section("Environment",
+                          f"<details open>{tables.environment_html(profile.environment)}</details>",
+                          "environment"))
+    figures: list[Any] = []
+    views = trace_views(profile)
+    for view in views:
+        prefix = f"{view.key}: " if len(views) > 1 else ""
+        parts += _trace_sections(view, options, figures, prefix)
+    if not views:
+        parts.append('<p class="note">This profile holds no trace.</p>')
+    if profile.unmeasured:
+        parts.append(_section("Not measured", tables.unmeasured_html(profile.unmeasured),
+                              "unmeasured"))
+    if profile.error:
+        parts.append(_section("The profiled code raised an exception",
+                              tables.error_html(profile.error), "error"))
+    body, script = "".join(parts), ""
+    if figures:
+        script, divs = components(figures)
+        for i, div in enumerate(divs):
+            body = body.replace(f"<!--bokeh-{i}-->", div, 1)
+    # One renaming over both: the div and the script name the same ids.
+    body, script = stable_ids(body + _SPLIT + script).split(_SPLIT)
+    return body, script
+
+
+def render_report(profile: Profile) -> str:
+    """A self-contained HTML report of ``profile`` (no network needed to open)."""
+    body, script = render_body(profile)  # ids made stable there, not in BokehJS
+    title = escape(profile.title or f"torchlens {profile.kind} report")
+    html = (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{title}</title>{INLINE.render_js()}{INLINE.render_css()}"
+        f"<style>{_CSS}</style></head><body>{body}{script}"
+        f"<script>{tables.SORT_JS}</script></body></html>\n"
+    )
+    return html
