@@ -1,0 +1,86 @@
+"""HTML fragments: escaping, options, sorting markup."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from render_fixtures import HOSTILE, hostile_trace
+
+from torchlens.analysis import ops
+from torchlens.model import InputError
+from torchlens.render import tables
+
+
+def _ops() -> pd.DataFrame:
+    return pd.DataFrame({
+        "name": [HOSTILE, "aten::mm", "aten::add"],
+        "calls": [3, 10, 1],
+        "self_cpu_us": [50.0, 900.0, 5.0],
+        "total_cpu_us": [2000.0, 1000.0, 5.0],
+        "device_us": [0.0, 300.0, float("nan")],
+        "kernels": [0, 10, 0],
+        "input_shapes": [f"[[1]] {HOSTILE}", "[[4,4]]", ""],
+        "flops": [float("nan"), 2.5e9, 0.0],
+    })
+
+
+def test_op_table_escapes_names_and_shapes() -> None:
+    html = tables.op_table_html(_ops(), {"shapes": True, "flops": True}, has_gpu=True)
+    assert HOSTILE not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "input shapes" in html and "FLOPs" in html and "2.50 GFLOP" in html
+
+
+def test_op_table_columns_follow_options_and_gpu() -> None:
+    html = tables.op_table_html(_ops(), {}, has_gpu=False)
+    assert "device time" not in html and "input shapes" not in html and "FLOPs" not in html
+    assert "device time" in tables.op_table_html(_ops(), {}, has_gpu=True)
+
+
+@pytest.mark.parametrize("key, first", [("calls", "aten::mm"), ("self_cpu", "aten::mm"),
+                                        ("total_cpu_us", HOSTILE), (None, HOSTILE),
+                                        ("name", HOSTILE)])  # "<" sorts first
+def test_top_ops_sort_and_top(key: str | None, first: str) -> None:
+    shown = tables.top_ops(_ops(), {"sort": key, "top": 2})
+    assert len(shown) == 2 and shown.iloc[0]["name"] == first
+
+
+def test_unknown_sort_key_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="unknown sort key 'bogus'"):
+        tables.top_ops(_ops(), {"sort": "bogus"})
+
+
+def test_sortable_markup() -> None:
+    html = tables.op_table_html(_ops(), {}, has_gpu=False)
+    assert 'class="tl-sort ops"' in html and 'data-v="900.0"' in html
+    assert "addEventListener" in tables.SORT_JS and "http" not in tables.SORT_JS
+
+
+def test_op_table_from_analysis_on_hostile_trace() -> None:
+    df = ops.op_table(hostile_trace(), group_by_shapes=True)
+    html = tables.op_table_html(df, {"shapes": True}, has_gpu=True)
+    assert HOSTILE not in html and "k<b>" not in html
+
+
+def test_fragments_escape_everything() -> None:
+    env = {"host": HOSTILE, "gpus": [{"name": HOSTILE}], "env": {HOSTILE: HOSTILE}}
+    hint = {"severity": "warning", "title": HOSTILE, "detail": HOSTILE,
+            "evidence": {"op": HOSTILE}}
+    steps = pd.DataFrame({"step": [HOSTILE], "dur_us": [10.0], "kernel_us": [4.0]})
+    kernels = pd.DataFrame({"name": [HOSTILE], "calls": [1], "total_us": [3.0],
+                            "mean_us": [3.0], "max_us": [3.0], "streams": ["7"],
+                            "is_comm": [False]})
+    parts = [tables.environment_html(env), tables.hints_html([hint]),
+             tables.step_table_html(steps), tables.kernel_table_html(kernels),
+             tables.unmeasured_html([HOSTILE]),
+             tables.error_html({"type": "E", "message": HOSTILE, "traceback": HOSTILE})]
+    for html in parts:
+        assert HOSTILE not in html and "&lt;img" in html
+
+
+def test_formatters() -> None:
+    assert tables.fmt_us(950) == "950.0 µs"
+    assert tables.fmt_us(12_300) == "12.30 ms"
+    assert tables.fmt_us(1_250_000) == "1.250 s"
+    assert tables.fmt_us(float("nan")) == ""
+    assert tables.fmt_flops(float("nan")) == "" and tables.fmt_flops(3e12) == "3.00 TFLOP"
