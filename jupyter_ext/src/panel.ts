@@ -1,0 +1,269 @@
+/**
+ * The "GPU Monitor" sidebar panel.
+ *
+ * It holds no history of its own beyond what it draws: on start (and after a
+ * page reload) it asks the server for everything since t=0, then long-polls
+ * for newer samples. Pausing stops polling, so the server drops to its idle
+ * rate; resuming fetches the gap from the server's history.
+ */
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { fetchCsv, fetchSamples, IGpuSample, IRankSample, ISample, setInterval } from './api';
+import { RollingChart } from './chart';
+
+const WINDOW_SECONDS = 600;
+const LONG_POLL_SECONDS = 10;
+const INTERVALS = [0.5, 1, 2, 5, 10];
+const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+
+const GiB = 1024 ** 3;
+
+function na(value: number | null | undefined, fmt: (v: number) => string): string {
+  return value === null || value === undefined ? 'n/a' : fmt(value);
+}
+const pct = (v: number) => `${v.toFixed(0)}%`;
+const gib = (v: number) => `${(v / GiB).toFixed(1)} GiB`;
+const mbps = (v: number) => `${(v / 1e6).toFixed(0)} MB/s`;
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls: string, text = ''): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = cls;
+  node.textContent = text;
+  return node;
+}
+
+export class GpuMonitorPanel extends Widget {
+  constructor() {
+    super();
+    this.addClass('tl-monitor');
+    this.status = el('div', 'tl-status', 'connecting…');
+    const controls = el('div', 'tl-controls');
+    this.intervalSelect = el('select', 'tl-interval');
+    this.intervalSelect.title = 'Sampling interval (server-wide)';
+    for (const s of INTERVALS) {
+      const option = el('option', '', `${s} s`);
+      option.value = String(s);
+      this.intervalSelect.appendChild(option);
+    }
+    this.intervalSelect.onchange = () => void this.changeInterval();
+    this.pauseButton = el('button', 'tl-pause jp-mod-styled', 'Pause');
+    this.pauseButton.onclick = () => this.togglePause();
+    const exportButton = el('button', 'tl-export jp-mod-styled', 'Export CSV');
+    exportButton.onclick = () => void this.exportCsv();
+    controls.append(this.intervalSelect, this.pauseButton, exportButton);
+    this.hostText = el('div', 'tl-host');
+    this.hostCharts = el('div', 'tl-host-charts');
+    this.gpuBox = el('div', 'tl-gpus');
+    this.rankBox = el('div', 'tl-ranks');
+    this.footer = el('div', 'tl-footer');
+    this.node.append(this.status, controls, this.hostText, this.hostCharts, this.gpuBox, this.rankBox, this.footer);
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    if (!this.started) {
+      this.started = true;
+      void this.pollLoop();
+    }
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    const width = this.node.clientWidth;
+    [this.hostChart, ...this.gpuCharts.values(), this.rankChart].forEach(c => c?.resize(width));
+  }
+
+  dispose(): void {
+    this.stopped = true;
+    super.dispose();
+  }
+
+  private async pollLoop(): Promise<void> {
+    while (!this.stopped) {
+      if (this.paused) {
+        await new Promise(resolve => setTimeout(resolve, 250));
+        continue;
+      }
+      try {
+        const reply = await fetchSamples(this.since, this.since === 0 ? 0 : LONG_POLL_SECONDS);
+        if (this.paused || this.stopped) {
+          continue;
+        }
+        this.intervalSelect.value = String(reply.interval);
+        this.ingest(reply.samples, reply.ranks);
+      } catch (err) {
+        this.status.textContent = `monitor unreachable: ${err}`;
+        this.status.classList.add('tl-error');
+        await new Promise(resolve => setTimeout(resolve, 2000));
+      }
+    }
+  }
+
+  private ingest(samples: ISample[], ranks: IRankSample[]): void {
+    for (const s of samples) {
+      this.ensureHostChart();
+      const h = s.host;
+      this.hostChart!.append(s.t, [h.cpu_percent, h.ram_percent]);
+      for (const g of s.gpu.gpus) {
+        this.gpuChart(g).append(s.t, [g.util_gpu, g.mem_used !== null && g.mem_total ? (100 * g.mem_used) / g.mem_total : null]);
+      }
+      this.received++;
+      this.since = Math.max(this.since, s.t);
+    }
+    for (const r of ranks) {
+      this.rankSeries(r.run, r.rank);
+      this.rankLatest.set(r.rank, r);
+      this.rankChart?.append(r.t, this.rankValues());
+      this.since = Math.max(this.since, r.t);
+    }
+    const last = samples[samples.length - 1];
+    if (last) {
+      this.renderText(last);
+    }
+    [this.hostChart, ...this.gpuCharts.values(), this.rankChart].forEach(c => c?.redraw());
+    if (last) {
+      requestAnimationFrame(() => {
+        const latencyMs = Date.now() - last.t * 1000;
+        this.node.dataset.latencyMs = latencyMs.toFixed(0);
+      });
+    }
+  }
+
+  private renderText(s: ISample): void {
+    this.status.classList.remove('tl-error');
+    this.status.classList.toggle('tl-nogpu', !s.gpu.gpus.length);
+    this.status.textContent = s.gpu.status;
+    const h = s.host;
+    this.hostText.replaceChildren(
+      el('span', 'tl-host-cpu', `CPU ${na(h.cpu_percent, pct)} of ${h.cpu_count ?? 'n/a'} cores`),
+      el('span', 'tl-host-ram', `RAM ${na(h.ram_used, gib)} / ${na(h.ram_total, gib)}`)
+    );
+    this.gpuBox.replaceChildren(...s.gpu.gpus.map(g => this.gpuCard(g)));
+    const when = new Date(s.t * 1000).toLocaleTimeString();
+    this.footer.textContent = `${this.received} samples · last ${when}`;
+    this.footer.dataset.samples = String(this.received);
+  }
+
+  private gpuCard(g: IGpuSample): HTMLElement {
+    const card = el('div', 'tl-gpu');
+    const label = g.mig_parent !== null ? `GPU ${g.index} MIG ${g.mig_slot}` : `GPU ${g.index}`;
+    const cuda = g.cuda !== null ? ` (cuda:${g.cuda})` : '';
+    card.appendChild(el('div', 'tl-gpu-title', `${label}${cuda}: ${g.name}`));
+    const power = `${na(g.power_w, v => `${v.toFixed(0)} W`)} / ${na(g.power_limit_w, v => `${v.toFixed(0)} W`)}`;
+    const rows: [string, string][] = [
+      ['util', `${na(g.util_gpu, pct)} (mem ${na(g.util_mem, pct)})`],
+      ['memory', `${na(g.mem_used, gib)} / ${na(g.mem_total, gib)}`],
+      ['temp', na(g.temp_c, v => `${v} °C`)],
+      ['power', power],
+      ['PCIe', `tx ${na(g.pcie_tx_bps, mbps)} · rx ${na(g.pcie_rx_bps, mbps)}`]
+    ];
+    const table = el('table', 'tl-metrics');
+    for (const [k, v] of rows) {
+      const tr = el('tr', '');
+      tr.append(el('td', '', k), el('td', '', v));
+      table.appendChild(tr);
+    }
+    card.appendChild(table);
+    const procs = el('ul', 'tl-procs');
+    for (const p of g.processes) {
+      const who = p.kernel ? ' [this server\u2019s kernel]' : '';
+      procs.appendChild(el('li', '', `${p.pid} ${p.name ?? '?'}: ${na(p.mem_used, gib)}${who}`));
+    }
+    if (!g.processes.length) {
+      procs.appendChild(el('li', 'tl-dim', 'no processes'));
+    }
+    card.appendChild(procs);
+    return card;
+  }
+
+  private ensureHostChart(): void {
+    if (!this.hostChart) {
+      const series = [
+        { label: 'CPU %', stroke: COLORS[0] },
+        { label: 'RAM %', stroke: COLORS[1] }
+      ];
+      this.hostChart = new RollingChart(this.hostCharts, 'Host', series, [0, 100], WINDOW_SECONDS);
+    }
+  }
+
+  private gpuChart(g: IGpuSample): RollingChart {
+    let chart = this.gpuCharts.get(g.uuid);
+    if (!chart) {
+      const series = [
+        { label: 'util %', stroke: COLORS[2] },
+        { label: 'mem %', stroke: COLORS[3] }
+      ];
+      chart = new RollingChart(this.hostCharts, `GPU ${g.index}`, series, [0, 100], WINDOW_SECONDS);
+      this.gpuCharts.set(g.uuid, chart);
+    }
+    return chart;
+  }
+
+  /** One chart for the latest run that published per-rank memory; new run -> new chart. */
+  private rankSeries(run: string, rank: number): void {
+    if (run !== this.rankRun) {
+      this.rankChart?.dispose();
+      this.rankChart = null;
+      this.rankRun = run;
+      this.rankLatest.clear();
+    }
+    if (!this.rankChart || !this.rankChart.series.some(s => s.label === `rank ${rank} GiB`)) {
+      const ranks = new Set([...this.rankLatest.keys(), rank]);
+      const series = [...ranks].sort((a, b) => a - b).map(r => ({ label: `rank ${r} GiB`, stroke: COLORS[r % COLORS.length] }));
+      this.rankChart?.dispose();
+      this.rankChart = new RollingChart(this.rankBox, `Run ${run}: allocated per rank`, series, null, WINDOW_SECONDS);
+    }
+  }
+
+  private rankValues(): (number | null)[] {
+    return this.rankChart!.series.map(s => {
+      const rank = Number(s.label.split(' ')[1]);
+      const allocated = this.rankLatest.get(rank)?.allocated;
+      return allocated === null || allocated === undefined ? null : allocated / GiB;
+    });
+  }
+
+  private togglePause(): void {
+    this.paused = !this.paused;
+    this.pauseButton.textContent = this.paused ? 'Resume' : 'Pause';
+    this.node.classList.toggle('tl-paused', this.paused);
+  }
+
+  private async changeInterval(): Promise<void> {
+    try {
+      await setInterval(Number(this.intervalSelect.value));
+    } catch (err) {
+      this.status.textContent = `could not set interval: ${err}`;
+    }
+  }
+
+  private async exportCsv(): Promise<void> {
+    const csv = await fetchCsv();
+    const url = URL.createObjectURL(new Blob([csv], { type: 'text/csv' }));
+    const a = document.createElement('a');
+    a.href = url;
+    a.download = 'torchlens-gpu-monitor.csv';
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  }
+
+  private status: HTMLDivElement;
+  private intervalSelect: HTMLSelectElement;
+  private pauseButton: HTMLButtonElement;
+  private hostText: HTMLDivElement;
+  private hostCharts: HTMLDivElement;
+  private gpuBox: HTMLDivElement;
+  private rankBox: HTMLDivElement;
+  private footer: HTMLDivElement;
+  private hostChart: RollingChart | null = null;
+  private gpuCharts = new Map<string, RollingChart>();
+  private rankChart: RollingChart | null = null;
+  private rankRun = '';
+  private rankLatest = new Map<number, IRankSample>();
+  private since = 0;
+  private received = 0;
+  private started = false;
+  private stopped = false;
+  private paused = false;
+}
