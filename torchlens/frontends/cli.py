@@ -60,9 +60,9 @@ class ReportCommand(Command):
                             help="where to write the report (default: PATH with .html)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..render.report import render_report
-
         profile = load_input(args.path)
+        from ..render.report import render_report  # after the input is known good
+
         out = Path(args.output) if args.output else _default_output(args.path)
         if out.parent and not out.parent.resolve().is_dir():
             raise InputError(f"cannot write {out}: folder {out.parent} does not exist")

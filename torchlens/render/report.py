@@ -21,6 +21,7 @@ from html import escape
 from typing import Any
 
 from bokeh.embed import components
+from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
 
 from ..model import Profile
@@ -111,8 +112,24 @@ def _header(profile: Profile) -> str:
     )
 
 
+def _bokehjs(figures: list[Any]) -> str:
+    """The BokehJS the figures need, inlined.
+
+    Only the bundles the models use (core BokehJS, not widgets, tables, WebGL
+    or MathJax): 1.3 MB instead of the 3.9 MB of ``INLINE.render_js()``.
+    """
+    if not figures:
+        return ""
+    bundle = bundle_for_objs_and_resources(figures, INLINE)
+    if bundle.js_files or bundle.css_files:  # would need the network to open
+        raise RuntimeError("BokehJS resources are not inline")
+    js = "".join(f'<script type="text/javascript">{code}</script>' for code in bundle.js_raw)
+    return js + "".join(f"<style>{css}</style>" for css in bundle.css_raw)
+
+
 def render_body(profile: Profile) -> tuple[str, str]:
-    """The report's ``<body>`` content and the Bokeh ``<script>`` it needs."""
+    """The report's ``<body>`` content and the Bokeh ``<script>`` it needs
+    (BokehJS itself first, then the document)."""
     options = display_options(profile.options)
     parts = [_header(profile)]
     parts.append(_section("Environment",
@@ -136,9 +153,10 @@ def render_body(profile: Profile) -> tuple[str, str]:
         script, divs = components(figures)
         for i, div in enumerate(divs):
             body = body.replace(f"<!--bokeh-{i}-->", div, 1)
-    # One renaming over both: the div and the script name the same ids.
+    # One renaming over both: the div and the script name the same ids. BokehJS
+    # itself is left alone (it is prepended after the renaming).
     body, script = stable_ids(body + _SPLIT + script).split(_SPLIT)
-    return body, script
+    return body, _bokehjs(figures) + script
 
 
 def render_report(profile: Profile) -> str:
@@ -147,8 +165,7 @@ def render_report(profile: Profile) -> str:
     title = escape(profile.title or f"torchlens {profile.kind} report")
     html = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{title}</title>{INLINE.render_js()}{INLINE.render_css()}"
-        f"<style>{_CSS}</style></head><body>{body}{script}"
+        f"<title>{title}</title><style>{_CSS}</style></head><body>{body}{script}"
         f"<script>{tables.SORT_JS}</script></body></html>\n"
     )
     return html
