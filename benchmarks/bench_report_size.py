@@ -1,0 +1,44 @@
+"""Report size of the largest shared trace (issue 2): bytes, glyphs vs events, time.
+
+Run: python benchmarks/bench_report_size.py [TRACE]
+The target is a report under 10 MB whose timeline draws a bounded number of
+glyphs (see torchlens.render.timeline for why merging sub-pixel events is safe).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from torchlens.analysis.trace_ingest import load_trace
+from torchlens.model import Profile
+from torchlens.render import timeline
+from torchlens.render.report import render_report
+
+DEFAULT = (Path(__file__).resolve().parents[2] / "shared" / "testdata" / "traces"
+           / "v100_ddp_sgd_annotations_rank0.json.gz")
+
+
+def main(path: Path = DEFAULT) -> None:
+    t0 = time.perf_counter()
+    trace = load_trace(path)
+    t1 = time.perf_counter()
+    _, stats = timeline.build_timeline(trace)
+    t2 = time.perf_counter()
+    html = render_report(Profile(kind="trace", traces={"main": trace}))
+    t3 = time.perf_counter()
+    size = len(html.encode())
+    print(f"trace            {path.name}")
+    print(f"trace events     {len(trace.events):,} (timed X events {stats.events:,})")
+    print(f"lanes            {stats.lanes}")
+    print(f"glyphs drawn     {stats.glyphs:,} = {stats.drawn:,} events + "
+          f"{stats.merged_bars:,} busy bars ({stats.merged_events:,} events merged)")
+    print(f"report size      {size / 1e6:.2f} MB ({size:,} bytes; target < 10 MB)")
+    print(f"ingest           {t1 - t0:.2f} s")
+    print(f"timeline build   {t2 - t1:.2f} s")
+    print(f"render_report    {t3 - t2:.2f} s (analysis + tables + timeline + embed)")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
