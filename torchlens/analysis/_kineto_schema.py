@@ -1,0 +1,84 @@
+"""The typed shape of a Kineto JSON trace, as far as torchlens reads it.
+
+Decoding straight into these ``msgspec`` Structs (instead of into dicts) is what
+makes ingest fast and small: msgspec skips every key not named here without
+building a Python object for it, and an event costs one small object instead
+of a dict of dicts. Argument values are typed loosely (``_Val``) because real
+traces disagree about them (AMD writes ``"stream": "0x0"``, some tools write
+ids as strings); ``trace_ingest`` coerces them and counts what it could not use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+#: An argument value as it appears in real traces.
+_Val = int | float | str | None
+
+
+class Args(msgspec.Struct):
+    """The ``args`` keys that become columns (see docs/ARCHITECTURE.md)."""
+
+    external_id: _Val = msgspec.field(default=None, name="External id")
+    external_id_lc: _Val = msgspec.field(default=None, name="external id")
+    correlation: _Val = None
+    device: _Val = None
+    stream: _Val = None
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(
+        default=msgspec.Raw(), name="Input type"
+    )
+    call_stack: _Val = msgspec.field(default=None, name="Call stack")
+    flops: _Val = None
+    flops_uc: _Val = msgspec.field(default=None, name="FLOPs")
+    bytes: _Val = None
+    collective: _Val = msgspec.field(default=None, name="Collective name")
+    dtype: _Val = None
+    pg_name: _Val = msgspec.field(default=None, name="Process Group Name")
+    pg_id: _Val = msgspec.field(default=None, name="Process Group ID")
+    in_nelems: _Val = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: _Val = msgspec.field(default=None, name="Out msg nelems")
+    group_size: _Val = msgspec.field(default=None, name="Group size")
+    addr: _Val = msgspec.field(default=None, name="Addr")
+    mem_bytes: _Val = msgspec.field(default=None, name="Bytes")
+    total_allocated: _Val = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: _Val = msgspec.field(default=None, name="Total Reserved")
+    device_type: _Val = msgspec.field(default=None, name="Device Type")
+    device_id: _Val = msgspec.field(default=None, name="Device Id")
+    # only read from ``M`` metadata events
+    meta_name: _Val = msgspec.field(default=None, name="name")
+    labels: _Val = None
+
+
+EMPTY_ARGS = Args()
+
+
+class Event(msgspec.Struct):
+    """One entry of ``traceEvents``."""
+
+    ph: _Val = None
+    name: _Val = None
+    cat: _Val = None
+    ts: _Val = None
+    dur: _Val = None
+    pid: _Val = None
+    tid: _Val = None
+    id: _Val = None
+    args: Args | None = None
+
+
+class KinetoTrace(msgspec.Struct):
+    """The top-level object of a Kineto trace file."""
+
+    traceEvents: list[Event] | None = None
+    schemaVersion: Any = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+    displayTimeUnit: Any = None
+    traceName: Any = None
+    baseTimeNanoseconds: Any = None
+    INFO: Any = None
+    WARNING: Any = None
+    ERROR: Any = None

@@ -1,0 +1,205 @@
+"""Op and kernel tables from a ``Trace``: what the user reads first.
+
+Definitions (the ones ``torch.profiler``'s ``key_averages`` uses, so numbers
+agree with what users know):
+
+- an op is a ``cpu_op`` complete event, except ``ProfilerStep#N`` markers;
+- total CPU time of a call is its duration; self CPU time is that minus the
+  durations of its *direct* child ops on the same thread;
+- device time of a call is the sum of the GPU kernel / memcpy / memset
+  durations it launched itself: each GPU event is linked by ``correlation`` to
+  its CUDA runtime / driver call, and that call to the innermost op enclosing
+  it (by ``External id`` when the runtime call is missing). Children's device
+  time stays with the children, like the self time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from torchlens.model import Trace
+
+#: Communication kernels: NCCL's old (``ncclKernel*``) and new (``ncclDevKernel*``).
+COMM_KERNEL = re.compile(r"^nccl")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
+              "kernels", "input_shapes", "flops"]
+KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
+                  "is_comm"]
+
+
+def category_mask(trace: Trace, *names: str) -> np.ndarray:
+    """Rows whose normalized category is one of ``names``."""
+    labels = trace.events.categories["cat"]
+    codes = [labels.index(n) for n in names if n in labels]
+    return np.isin(trace.events["cat"], codes)
+
+
+def phase_mask(trace: Trace, ph: str) -> np.ndarray:
+    """Rows of one Chrome-trace phase (``X`` complete, ``i`` instant, ...)."""
+    labels = trace.events.categories["ph"]
+    return trace.events["ph"] == (labels.index(ph) if ph in labels else -2)
+
+
+def name_mask(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
+    """Rows whose name matches ``pattern`` (tested once per distinct name)."""
+    labels = trace.events.categories["name"]
+    hits = [i for i, lab in enumerate(labels) if pattern.search(lab)]
+    return np.isin(trace.events["name"], hits)
+
+
+def enclosing(ts: np.ndarray, dur: np.ndarray, group: np.ndarray,
+              can_contain: np.ndarray) -> np.ndarray:
+    """Index of the innermost interval enclosing each one, within its group.
+
+    A sweep over intervals sorted by (group, start, longest first) with a stack
+    of open intervals; only rows with ``can_contain`` are pushed, so leaves
+    such as runtime calls never parent anything. -1 where nothing encloses.
+    """
+    n = len(ts)
+    parent = np.full(n, -1, np.int64)
+    if n == 0:
+        return parent
+    order = np.lexsort((-dur, ts, group)).tolist()
+    starts, ends = ts.tolist(), (ts + dur).tolist()
+    groups, container = group.tolist(), can_contain.tolist()
+    stack: list[int] = []
+    current = None
+    for i in order:
+        g, s = groups[i], starts[i]
+        if g != current:
+            stack.clear()
+            current = g
+        while stack and ends[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        if container[i]:
+            stack.append(i)
+    return parent
+
+
+@dataclass(frozen=True)
+class OpCalls:
+    """Per-call arrays behind ``op_table``; hints and summaries reuse them."""
+
+    rows: np.ndarray  # event row of each op call
+    self_us: np.ndarray
+    device_us: np.ndarray
+    kernels: np.ndarray
+    #: device time launched outside every op (e.g. directly in an annotation)
+    unattributed_device_us: float
+
+
+def op_calls(trace: Trace) -> OpCalls:
+    """Self CPU time and launched device time of every op call."""
+    ev = trace.events
+    step_names = name_mask(trace, re.compile(r"^ProfilerStep#"))
+    is_x = phase_mask(trace, "X")
+    op_rows = np.flatnonzero(category_mask(trace, "cpu_op") & is_x & ~step_names)
+    rt_rows = np.flatnonzero(category_mask(trace, *LAUNCH_CATEGORIES) & is_x)
+    rows = np.concatenate([op_rows, rt_rows])
+    is_op = np.arange(len(rows)) < len(op_rows)
+    thread = ev["pid"][rows] * (1 << 32) + ev["tid"][rows]
+    parent = enclosing(ev["ts"][rows], ev["dur"][rows], thread, is_op)
+
+    n_ops = len(op_rows)
+    dur = ev["dur"][op_rows]
+    op_parent = parent[:n_ops]
+    child = op_parent >= 0
+    children_us = np.bincount(op_parent[child], weights=dur[child], minlength=n_ops)
+    self_us = np.maximum(dur - children_us[:n_ops], 0.0)
+
+    # GPU event -> runtime call (by correlation) -> enclosing op (position)
+    launcher_op = parent[n_ops:]  # op position for each runtime call, or -1
+    gpu_rows = np.flatnonzero(category_mask(trace, *DEVICE_CATEGORIES))
+    owner = _lookup(ev["correlation"][rt_rows], launcher_op,
+                    ev["correlation"][gpu_rows])
+    missing = owner < 0
+    if missing.any():
+        owner[missing] = _lookup(ev["external_id"][op_rows], np.arange(n_ops),
+                                 ev["external_id"][gpu_rows[missing]])
+    linked = owner >= 0
+    device_us = np.bincount(owner[linked], weights=ev["dur"][gpu_rows][linked],
+                            minlength=n_ops)[:n_ops]
+    is_kernel = category_mask(trace, "kernel")[gpu_rows]
+    kernels = np.bincount(owner[linked & is_kernel], minlength=n_ops)[:n_ops]
+    unattributed = float(ev["dur"][gpu_rows][~linked].sum())
+    return OpCalls(op_rows, self_us, device_us, kernels.astype(np.int64), unattributed)
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``values`` at the position of each query in ``keys`` (-1 if absent or < 0)."""
+    out = np.full(len(queries), -1, np.int64)
+    valid = keys >= 0
+    keys, values = keys[valid], values[valid]
+    if len(keys) == 0 or len(queries) == 0:
+        return out
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.clip(np.searchsorted(sorted_keys, queries), 0, len(keys) - 1)
+    hit = (sorted_keys[pos] == queries) & (queries >= 0)
+    out[hit] = values[order[pos[hit]]]
+    return out
+
+
+def op_table(trace: Trace, group_by_shapes: bool = False) -> pd.DataFrame:
+    """One row per op name (and input shapes): calls, CPU and device time.
+
+    Sorted by total CPU time, largest first. ``input_shapes`` is filled only
+    when grouping by shapes (the ``--shapes`` view); ``flops`` is the sum of
+    the profiler's estimates, NaN when it recorded none (``--flops`` off).
+    """
+    calls = op_calls(trace)
+    ev = trace.events
+    rows = calls.rows
+    frame = pd.DataFrame({
+        "name": ev.text("name")[rows],
+        "input_shapes": ev.text("input_dims")[rows] if group_by_shapes else "",
+        "self_cpu_us": calls.self_us,
+        "total_cpu_us": ev["dur"][rows],
+        "device_us": calls.device_us,
+        "kernels": calls.kernels,
+        "flops": ev["flops"][rows],
+    })
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in OP_COLUMNS})
+    grouped = frame.groupby(["name", "input_shapes"], sort=False)
+    table = grouped.agg(
+        calls=("self_cpu_us", "size"),
+        self_cpu_us=("self_cpu_us", "sum"),
+        total_cpu_us=("total_cpu_us", "sum"),
+        device_us=("device_us", "sum"),
+        kernels=("kernels", "sum"),
+        flops=("flops", lambda s: s.sum(min_count=1)),
+    ).reset_index()
+    table = table.sort_values("total_cpu_us", ascending=False, kind="stable")
+    return table[OP_COLUMNS].reset_index(drop=True)
+
+
+def kernel_table(trace: Trace) -> pd.DataFrame:
+    """One row per GPU kernel name: calls, time, streams, and whether it is NCCL.
+
+    ``streams`` lists the streams the kernel ran on (``"7,40"``), because a
+    compute kernel on the communication stream, or the reverse, is a finding.
+    """
+    ev = trace.events
+    rows = np.flatnonzero(category_mask(trace, "kernel"))
+    if len(rows) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in KERNEL_COLUMNS})
+    frame = pd.DataFrame({"name": ev.text("name")[rows], "dur": ev["dur"][rows],
+                          "stream": ev["stream"][rows]})
+    table = frame.groupby("name", sort=False).agg(
+        calls=("dur", "size"), total_us=("dur", "sum"), mean_us=("dur", "mean"),
+        max_us=("dur", "max"),
+        streams=("stream", lambda s: ",".join(str(x) for x in sorted(set(s)))),
+    ).reset_index()
+    table["is_comm"] = table["name"].str.match(COMM_KERNEL.pattern)
+    table = table.sort_values("total_us", ascending=False, kind="stable")
+    return table[KERNEL_COLUMNS].reset_index(drop=True)

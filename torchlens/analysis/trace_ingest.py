@@ -1,0 +1,434 @@
+"""Kineto JSON (plain or gzip) to the columnar ``Trace`` of docs/ARCHITECTURE.md.
+
+Why this shape: a 100k-event trace decoded into dicts costs seconds and hundreds
+of MB; decoded with msgspec into typed Structs holding only the fields we use,
+then poured into numpy columns with interned strings, it costs a fraction of
+that (see benchmarks/RESULTS.md). Every event the ingest cannot use is counted
+by reason in ``meta["dropped"]``, and the profiler's own record counts
+(out-of-range, blocklisted, ...) are kept in ``meta["trace_stats"]``, so a
+report can say what is missing instead of silently showing less.
+
+Bad input raises ``InputError`` with one line saying what was wrong and what to
+do; no parser traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+import zlib
+from collections import Counter
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from torchlens.model import InputError, Table, Trace
+
+from ._kineto_schema import EMPTY_ARGS, Event, KinetoTrace
+
+#: Kineto categories, old names and case variants -> the normalized name.
+_CATEGORIES = {
+    c: c
+    for c in (
+        "cpu_op user_annotation gpu_user_annotation cuda_runtime cuda_driver "
+        "kernel gpu_memcpy gpu_memset cuda_sync cpu_instant_event "
+        "python_function ac2g fwdbwd trace overhead"
+    ).split()
+}
+_CATEGORIES.update(
+    operator="cpu_op", runtime="cuda_runtime", memcpy="gpu_memcpy",
+    memset="gpu_memset",
+)
+#: Categories whose pid is a device and tid a stream.
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+_ROW_PHASES = ("X", "i", "I", "s", "f", "t")
+_FLOW_PHASES = ("s", "f", "t")
+_RECORD_COUNTS = re.compile(r"Record counts: (.*)")
+_STAT_ITEM = re.compile(r"\s*([^=,]+?)\s*=\s*(\d+)")
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a Kineto trace file (``.json`` or gzip, by content) into a ``Trace``."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file. Check the path.")
+    if path.is_dir():
+        raise InputError(
+            f"{path}: is a folder; give one trace file (.json or .json.gz)."
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror}).") from None
+    return ingest_bytes(data, str(path))
+
+
+def ingest_bytes(data: bytes, source: str) -> Trace:
+    """Parse trace bytes (plain JSON or gzip); ``source`` names them in messages."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise InputError(
+                f"{source}: truncated or damaged gzip file ({exc}); "
+                "copy or export the trace again."
+            ) from None
+    raw = _decode(data, source)
+    events, dropped = _usable_events(raw.traceEvents or [])
+    if not events:
+        raise InputError(
+            f"{source}: the trace has no events (traceEvents is empty"
+            + (f"; {sum(dropped.values())} unusable" if dropped else "")
+            + "). Profile code that runs inside the profiler's active steps."
+        )
+    events_table, meta = _columns(events)
+    meta.update(
+        source=source,
+        schemaVersion=raw.schemaVersion,
+        distributedInfo=raw.distributedInfo,
+        deviceProperties=raw.deviceProperties or [],
+        displayTimeUnit=raw.displayTimeUnit,
+        traceName=raw.traceName,
+        dropped=dict(dropped),
+        trace_stats=_trace_stats(raw.INFO),
+        profiler_messages=[
+            str(m) for key in ("WARNING", "ERROR") for m in (getattr(raw, key) or [])
+        ],
+    )
+    return Trace(events_table, meta)
+
+
+def _decode(data: bytes, source: str) -> KinetoTrace:
+    """Typed decode; on odd events fall back to event-by-event, counting losses."""
+    try:
+        top = msgspec.json.decode(data, type=KinetoTrace | list[msgspec.Raw])
+    except msgspec.ValidationError:
+        return _decode_leniently(data, source)
+    except msgspec.DecodeError as exc:
+        raise InputError(
+            f"{source}: not valid JSON ({exc}); the file may be cut short."
+        ) from None
+    if isinstance(top, list):
+        return _from_json_array(top, source)
+    if top.traceEvents is None:
+        raise InputError(f"{source}: {_what_is_it(data)}")
+    return top
+
+
+def _decode_leniently(data: bytes, source: str) -> KinetoTrace:
+    """Slow path for traces with values of unexpected types in some events."""
+    doc = msgspec.json.decode(data)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise InputError(f"{source}: {_what_is_it(data)}")
+    good, bad = [], 0
+    for ev in doc["traceEvents"]:
+        try:
+            good.append(msgspec.json.decode(msgspec.json.encode(ev), type=Event))
+        except msgspec.ValidationError:
+            bad += 1
+    doc["traceEvents"] = []
+    top = msgspec.convert(doc, KinetoTrace, strict=False)
+    top.traceEvents = good
+    if bad:
+        good.append(Event(ph="__malformed__", id=bad))
+    return top
+
+
+def _from_json_array(items: list[msgspec.Raw], source: str) -> KinetoTrace:
+    """Chrome's bare-array trace format, or say what else the list is."""
+    if items and bytes(items[0]).lstrip()[:1] == b"{":
+        events = [msgspec.json.decode(bytes(r), type=Event) for r in items]
+        return KinetoTrace(traceEvents=events)
+    if not items:
+        raise InputError(f"{source}: an empty JSON list, not a Kineto trace.")
+    raise InputError(
+        f"{source}: a JSON list of {len(items)} rows like {bytes(items[0])[:40]!r}: "
+        "this looks like an export_memory_timeline raw file, not a Kineto trace; "
+        "use prof.export_chrome_trace(...) for a trace."
+    )
+
+
+def _what_is_it(data: bytes) -> str:
+    """One phrase naming what a JSON object that is not a trace looks like."""
+    try:
+        keys = list(msgspec.json.decode(data, type=dict[str, msgspec.Raw]))
+    except msgspec.MsgspecError:
+        return "not a Kineto trace (no traceEvents)."
+    if {"segments", "device_traces"} & set(keys):
+        return (
+            "an allocator memory snapshot, not a Kineto trace; "
+            "open it with the memory tools (%gpumem / torchlens report)."
+        )
+    shown = ", ".join(keys[:6]) or "none"
+    return (
+        f"not a Kineto trace: no traceEvents list (top-level keys: {shown}). "
+        "Export one with prof.export_chrome_trace(path)."
+    )
+
+
+def _usable_events(events: list[Event]) -> tuple[list[Event], Counter]:
+    """Row events, with metadata (``M``) kept aside and the rest counted by reason."""
+    dropped: Counter = Counter()
+    rows = []
+    for ev in events:
+        ph = ev.ph
+        if ph in _ROW_PHASES:
+            ts = ev.ts
+            if type(ts) is not float and not _number_like(ts):
+                dropped["no usable ts"] += 1
+                continue
+            rows.append(ev)
+        elif ph == "M":
+            rows.append(ev)
+        elif ph == "__malformed__":
+            dropped["malformed event"] += int(ev.id or 0)
+        else:
+            dropped[f"unsupported ph {ph!r}"] += 1
+    if all(ev.ph == "M" for ev in rows):
+        return [], dropped
+    return rows, dropped
+
+
+def _number_like(v: Any) -> bool:
+    if isinstance(v, (int, float)):
+        return math.isfinite(v)
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
+    """Pour events into numpy columns; ``M`` events go into the returned meta.
+
+    Each column is pulled with ``map(attrgetter)`` and converted by numpy or
+    pandas in C; Python-level loops only run for the rare odd values.
+    """
+    meta_events = [e for e in events if e.ph == "M"]
+    evs = [e for e in events if e.ph != "M"]
+    args = [e.args or EMPTY_ARGS for e in evs]
+    unparsed: Counter = Counter()
+    pid_labels: dict[str, str] = {}
+    tid_labels: dict[str, str] = {}
+
+    def ev_field(name: str) -> list[Any]:
+        return list(map(attrgetter(name), evs))
+
+    def arg(name: str) -> list[Any]:
+        return list(map(attrgetter(name), args))
+
+    def either(first: str, second: str) -> list[Any]:
+        a, b = arg(first), arg(second)
+        return [x if x is not None else y for x, y in zip(a, b, strict=True)]
+
+    cols: dict[str, np.ndarray] = {}
+    cats: dict[str, list[str]] = {}
+
+    def text(name: str, values: list[Any]) -> None:
+        cols[name], cats[name] = _intern(values)
+
+    def ints(name: str, values: list[Any], default: int = -1) -> np.ndarray:
+        cols[name] = _int_column(values, default, name, unparsed)
+        return cols[name]
+
+    ts_abs = _float_column(ev_field("ts"), np.nan)
+    t0 = float(np.nanmin(ts_abs))
+    text("name", ev_field("name"))
+    raw_cats = ev_field("cat")
+    cols["cat"], cats["cat"] = _normalize_categories(raw_cats, ev_field("name"))
+    phases = ev_field("ph")
+    text("ph", ["i" if p == "I" else p for p in phases])
+    cols["ts"] = ts_abs - t0
+    cols["dur"] = _float_column(ev_field("dur"), 0.0)
+    cols["pid"] = _id_column(ev_field("pid"), pid_labels)
+    cols["tid"] = _id_column(ev_field("tid"), tid_labels)
+    ints("external_id", either("external_id", "external_id_lc"))
+    ints("correlation", arg("correlation"))
+    ints("flow_id", [i if p in _FLOW_PHASES else None
+                     for i, p in zip(ev_field("id"), phases, strict=True)])
+
+    gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
+    is_gpu = np.isin(cols["cat"], gpu_codes)
+    device = _int_column(arg("device"), -1, "device", unparsed)
+    stream = _int_column(arg("stream"), -1, "stream", unparsed)
+    cols["device"] = np.where(is_gpu, np.where(device >= 0, device, cols["pid"]), -1)
+    cols["stream"] = np.where(is_gpu, np.where(stream >= 0, stream, cols["tid"]), -1)
+
+    text("input_dims", [_compact(r) if r else None for r in arg("input_dims")])
+    text("input_types", [_compact(r) if r else None for r in arg("input_types")])
+    text("call_stack", arg("call_stack"))
+    cols["flops"] = _float_column(either("flops", "flops_uc"), np.nan)
+    ints("bytes", arg("bytes"))
+    text("collective", arg("collective"))
+    text("dtype", arg("dtype"))
+    text("pg_name", either("pg_name", "pg_id"))
+    for name in ("in_nelems", "out_nelems", "group_size", "addr"):
+        ints(name, arg(name))
+    ints("mem_bytes", arg("mem_bytes"), default=0)
+    for name in ("total_allocated", "total_reserved", "device_type", "device_id"):
+        ints(name, arg(name))
+
+    meta: dict[str, Any] = {"t0_us": t0, "pid_labels": pid_labels,
+                            "tid_labels": tid_labels}
+    meta.update(_metadata(meta_events, pid_labels, tid_labels))
+    meta["unparsed_values"] = dict(unparsed)
+    meta["raw_categories"] = dict(Counter(
+        str(c) for c in raw_cats if c is not None and str(c).lower() not in _CATEGORIES
+    ))
+    return Table(cols, cats), meta
+
+
+def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C)."""
+    if values.count(None) == len(values):
+        return np.full(len(values), -1, np.int32), []
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    return codes.astype(np.int32), [str(u) for u in uniques]
+
+
+def _normalize_categories(
+    raw: list[Any], names: list[Any]
+) -> tuple[np.ndarray, list[str]]:
+    """Map raw categories to the normalized set; unknown ones become ``other``.
+
+    An event without a category is a memory instant if named ``[memory]``
+    (older exports), else ``other``.
+    """
+    codes, labels = _intern(raw)
+    normalized = [_CATEGORIES.get(lab.lower(), "other") for lab in labels]
+    out_labels = sorted(set(normalized) | {"other", "cpu_instant_event"})
+    lut = np.asarray([out_labels.index(c) for c in normalized] + [-1], np.int32)
+    out = lut[codes]  # code -1 picks the trailing -1
+    missing = np.flatnonzero(out < 0)
+    if len(missing):
+        mem, other = out_labels.index("cpu_instant_event"), out_labels.index("other")
+        out[missing] = [mem if names[i] == "[memory]" else other for i in missing]
+    return out, out_labels
+
+
+def _int_column(values: list[Any], default: int, name: str,
+                unparsed: Counter) -> np.ndarray:
+    """Ints (None -> default); hex or decimal strings parsed; the rest counted."""
+    n = len(values)
+    if values.count(None) == n:
+        return np.full(n, default, np.int64)
+    try:
+        as_float = np.asarray(values, dtype=np.float64)  # None -> NaN, in C
+        if np.nanmax(np.abs(as_float), initial=0.0) < 2**53:
+            return np.where(np.isnan(as_float), default, as_float).astype(np.int64)
+    except (TypeError, ValueError):
+        pass
+    out = []
+    for v in values:
+        if type(v) is int:
+            out.append(v)
+        elif v is None:
+            out.append(default)
+        else:
+            parsed = _to_int(v)
+            if parsed is None:
+                unparsed[name] += 1
+                parsed = default
+            out.append(parsed)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _to_int(v: Any) -> int | None:
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) else None
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            try:
+                return int(float(v))
+            except ValueError:
+                return None
+    return None
+
+
+def _float_column(values: list[Any], default: float) -> np.ndarray:
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        out = np.asarray([_to_float(v) for v in values], dtype=np.float64)
+    if not math.isnan(default):
+        out[np.isnan(out)] = default
+    return out
+
+
+def _to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
+    """pid/tid: ints stay; other ids get negative ints, named in ``labels``."""
+    codes: dict[str, int] = {}
+
+    def code(v: Any) -> int:
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            return int(v)
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        key = "" if v is None else str(v)
+        if key not in codes:
+            codes[key] = -(len(codes) + 1)
+            labels[str(codes[key])] = key
+        return codes[key]
+
+    return np.asarray([v if type(v) is int else code(v) for v in values], np.int64)
+
+
+def _compact(raw: msgspec.Raw) -> str | None:
+    """``Input Dims`` / ``Input type`` as compact JSON text, without parsing it."""
+    if not raw:
+        return None
+    return bytes(raw).replace(b", ", b",").decode("utf-8", "replace")
+
+
+def _str_or_none(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _metadata(meta_events: list[Event], pid_labels: dict[str, str],
+              tid_labels: dict[str, str]) -> dict[str, Any]:
+    """Process and thread names (and process labels such as ``GPU 0``)."""
+    inverse_pid = {v: int(k) for k, v in pid_labels.items()}
+    inverse_tid = {v: int(k) for k, v in tid_labels.items()}
+
+    def key(v: Any, inverse: dict[str, int]) -> str:
+        return str(v if isinstance(v, int) else inverse.get(str(v), v))
+
+    process_names: dict[str, str] = {}
+    process_labels: dict[str, str] = {}
+    thread_names: dict[str, str] = {}
+    for e in meta_events:
+        a = e.args or EMPTY_ARGS
+        pid = key(e.pid, inverse_pid)
+        if e.name == "process_name" and a.meta_name is not None:
+            process_names[pid] = str(a.meta_name)
+        elif e.name == "process_labels" and a.labels is not None:
+            process_labels[pid] = str(a.labels)
+        elif e.name == "thread_name" and a.meta_name is not None:
+            thread_names[f"{pid}:{key(e.tid, inverse_tid)}"] = str(a.meta_name)
+    return {"process_names": process_names, "process_labels": process_labels,
+            "thread_names": thread_names}
+
+
+def _trace_stats(info: Any) -> dict[str, int]:
+    """The profiler's own counts, e.g. ``Out-of-range``, from its log lines."""
+    stats: dict[str, int] = {}
+    for line in info if isinstance(info, list) else []:
+        m = _RECORD_COUNTS.search(str(line))
+        if m:
+            for k, v in _STAT_ITEM.findall(m.group(1)):
+                stats[k] = int(v)
+    return stats
