@@ -59,3 +59,14 @@ def test_largest_shared_trace_is_bounded(traces_dir) -> None:
     assert stats.glyphs <= timeline.MAX_KEPT + 20 * timeline.WIDTH_PX
     assert len(_source(fig).data["left"]) == stats.glyphs
     assert np.all(np.asarray(_source(fig).data["right"]) >= np.asarray(_source(fig).data["left"]))
+
+
+def test_nested_events_get_their_own_rows() -> None:
+    rows = [{"name": "step", "cat": "user_annotation", "ts": 100.0, "dur": 100.0, "pid": 1, "tid": 1},
+            {"name": "op", "cat": "cpu_op", "ts": 110.0, "dur": 50.0, "pid": 1, "tid": 1},
+            {"name": "inner", "cat": "cpu_op", "ts": 120.0, "dur": 10.0, "pid": 1, "tid": 1},
+            {"name": "after", "cat": "cpu_op", "ts": 170.0, "dur": 10.0, "pid": 1, "tid": 1}]
+    fig, _ = timeline.build_timeline(make_trace(rows))
+    data = _source(fig).data
+    row = {n: b for n, b in zip(data["name"], data["bottom"], strict=True)}
+    assert row["step"] < row["op"] < row["inner"] and row["after"] == row["op"]

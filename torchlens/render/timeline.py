@@ -166,7 +166,7 @@ def _lanes(e: dict[str, np.ndarray]) -> list[tuple[tuple[str, int, int], np.ndar
 
 
 def _layout_rows(
-    trace: Trace, e: dict[str, np.ndarray], end: np.ndarray
+    trace: Trace, e: dict[str, np.ndarray], start: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, list[float], dict[float, str], int]:
     """Give each event a y row: lanes stacked, nesting depth within a lane.
 
@@ -174,8 +174,8 @@ def _layout_rows(
     """
     idx_parts, row_parts, ticks, labels, row = [], [], [], {}, 0
     for key, idx in _lanes(e):
-        idx = idx[np.lexsort((-e["dur"][idx], e["ts"][idx]))]
-        depth = np.minimum(_depths(e["ts"][idx], end[idx]), MAX_ROWS_PER_LANE - 1)
+        idx = idx[np.lexsort((-e["dur"][idx], start[idx]))]
+        depth = np.minimum(_depths(start[idx], end[idx]), MAX_ROWS_PER_LANE - 1)
         n_rows = int(depth.max()) + 1
         center = row + (n_rows - 1) / 2 + 0.5
         ticks.append(center)
@@ -198,7 +198,7 @@ def build_timeline(trace: Trace, title: str = "Timeline") -> tuple[Any, Timeline
     end = start + e["dur"]
     span = max(float(end.max()), 1.0)
     px = span / WIDTH_PX
-    all_idx, all_row, ticks, labels, n_rows = _layout_rows(trace, e, end)
+    all_idx, all_row, ticks, labels, n_rows = _layout_rows(trace, e, start, end)
     stats.lanes = len(ticks)
 
     # The longest events get their own glyph (all those wider than a pixel come
