@@ -2,7 +2,7 @@
 
 Each subcommand is a small ``Command`` subclass registered in ``COMMANDS``: it
 adds its arguments to its own parser and runs with the parsed namespace. New
-ones (``demo``, ``simulate``) are one class and one line in ``COMMANDS``.
+ones are one class and one line in ``COMMANDS``.
 
 Bad input is the user's to fix, not a crash: an ``InputError`` (or an OS error
 such as a missing folder) prints one line ``torchlens: error: ...`` on stderr
@@ -71,6 +71,29 @@ class ReportCommand(Command):
         return 0
 
 
+class DemoCommand(Command):
+    name = "demo"
+    help = "profile a few training steps of a small model and write an HTML report"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-o", "--output", default="demo-report.html",
+                            metavar="OUT.html", help="report path (default: %(default)s)")
+        parser.add_argument("--steps", type=int, default=8, help="training steps")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from .export import check_export_path
+
+        check_export_path(args.output)
+        if args.steps < 1:
+            raise InputError(f"--steps {args.steps}: expected a whole number >= 1")
+        from .demo import run_demo
+
+        result = run_demo(args.output, steps=args.steps)
+        print(repr(result))
+        print(f"torchlens: wrote {args.output}")
+        return 0
+
+
 def _default_output(path: str) -> Path:
     name = Path(path).name
     for suffix in (".json.gz", ".json", ".tlprof"):
@@ -80,9 +103,8 @@ def _default_output(path: str) -> Path:
     return Path(name + ".html")
 
 
-#: Subcommands in the order ``torchlens --help`` lists them. ``demo`` and
-#: ``simulate`` join here as further Command subclasses.
-COMMANDS: list[Command] = [ReportCommand()]
+#: Subcommands in the order ``torchlens --help`` lists them.
+COMMANDS: list[Command] = [ReportCommand(), DemoCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:
