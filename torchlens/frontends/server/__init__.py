@@ -12,8 +12,9 @@ this small), e.g. ``--ServerApp.tornado_settings='{"torchlens_monitor_interval":
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
+
+from tornado.ioloop import IOLoop
 
 from .handlers import handlers
 from .monitor import Monitor
@@ -40,11 +41,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     if monitor is None:
         monitor = make_monitor(web_app.settings)
         web_app.settings["torchlens_monitor"] = monitor
-        try:
-            loop = asyncio.get_event_loop()
-        except RuntimeError:
-            loop = None
-        monitor.start(loop)
+        # the loop the server's handlers run on (waiters are woken there)
+        monitor.start(IOLoop.current().asyncio_loop)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     serverapp.log.info("torchlens GPU monitor: %s", monitor.gpu.status)
 

@@ -127,11 +127,10 @@ class RanksHandler(ConfigHandler):
 class CsvHandler(_MonitorHandler):
     @tornado.web.authenticated
     def get(self) -> None:
-        self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header(
             "Content-Disposition", 'attachment; filename="torchlens-gpu-monitor.csv"'
         )
-        self.finish(self.monitor.to_csv())
+        self.finish(self.monitor.to_csv(), set_content_type="text/csv; charset=utf-8")
 
 
 def handlers(base_url: str) -> list[tuple[str, type[APIHandler]]]:
