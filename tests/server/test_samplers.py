@@ -6,11 +6,10 @@ import time
 
 import pynvml
 import pytest
+from fake_nvml import FakeNvml, gpu
 
 from torchlens.capture.gpu_sampler import NVML_FUNCTIONS, NvmlSampler, cuda_ordinals
 from torchlens.capture.host_sampler import HostSampler
-
-from fake_nvml import FakeNvml, gpu
 
 
 def sampler(fake: FakeNvml, **env: str) -> NvmlSampler:
