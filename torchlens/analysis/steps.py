@@ -151,7 +151,7 @@ def _role_spans(trace: Trace) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(ts[m], end[m]) for m in masks]
 
 
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted, disjoint (start, end) arrays."""
     if len(starts) == 0:
         return starts, ends
@@ -177,7 +177,7 @@ def _time_per_role(starts: np.ndarray, ends: np.ndarray,
     Cuts the timeline at every interval boundary; between two cuts the set of
     busy roles is constant, so testing one midpoint per piece is exact.
     """
-    merged = [_merge(s, e) for s, e in spans]
+    merged = [merge_intervals(s, e) for s, e in spans]
     cuts = np.unique(np.concatenate(
         [starts, ends] + [a for m in merged for a in m]))
     cuts = cuts[(cuts >= starts.min()) & (cuts <= ends.max())]

@@ -1,0 +1,99 @@
+"""Trace ingest: torchlens vs HolisticTraceAnalysis on every shared trace (issue 2).
+
+Each side runs in its own fresh subprocess per trace, so peak memory
+(``ru_maxrss``) is that side's alone. Timed: parse the file and build an op
+table (torchlens: ``load_trace`` + ``op_table``; HTA: ``TraceAnalysis`` on a
+folder holding just that trace, then a per-name groupby of its events, the
+nearest HTA equivalent). Imports are excluded from the time; memory is shown
+as peak RSS and as growth over the RSS after imports.
+
+Run: ``python benchmarks/bench_ingest.py [--repeat N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "testdata" / "traces"
+
+_CHILD = r"""
+import gc, json, resource, sys, time, logging
+side, path, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
+logging.disable(logging.CRITICAL)
+if side == "torchlens":
+    from torchlens.analysis.trace_ingest import load_trace
+    from torchlens.analysis.ops import op_table
+    def run():
+        return len(op_table(load_trace(path)))
+else:
+    import shutil, os, warnings
+    warnings.filterwarnings("ignore")
+    from hta.trace_analysis import TraceAnalysis
+    folder = os.path.join(tmp, "rank_traces")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(path, os.path.join(folder, "rank-0.json.gz"))
+    def run():
+        ta = TraceAnalysis(trace_dir=folder)
+        df = ta.t.get_trace(next(iter(ta.t.traces)))
+        names = ta.t.symbol_table.get_sym_table()
+        table = df.groupby("name")["dur"].agg(["count", "sum"])
+        return len(table) if names is not None else -1
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+rows = run()
+dt = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"s": dt, "peak_mb": peak / 1024, "base_mb": base / 1024, "rows": rows}))
+"""
+
+
+def measure(side: str, trace: Path) -> dict:
+    """Best time and its memory over one fresh process per repeat."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, side, str(trace), tmp],
+            capture_output=True, text=True, cwd=REPO, timeout=900,
+        )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": last[:80]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    files = sorted(p for p in TRACES.glob("*.json.gz"))
+    print(f"{'trace':42} {'MB':>5} | {'torchlens s':>11} {'HTA s':>8} {'x faster':>8} "
+          f"| {'TL peak/+MB':>13} {'HTA peak/+MB':>14}")
+    total = {"torchlens": 0.0, "hta": 0.0}
+    for trace in files:
+        best: dict[str, dict] = {}
+        for side in ("torchlens", "hta"):
+            runs = [measure(side, trace) for _ in range(args.repeat)]
+            ok = [r for r in runs if "error" not in r]
+            best[side] = min(ok, key=lambda r: r["s"]) if ok else runs[0]
+        size = trace.stat().st_size / 1e6
+        tl, hta = best["torchlens"], best["hta"]
+        if "error" in hta or "error" in tl:
+            print(f"{trace.name:42} {size:5.2f} | torchlens: {tl.get('error', 'ok')} "
+                  f"| HTA: {hta.get('error', 'ok')}")
+            continue
+        total["torchlens"] += tl["s"]
+        total["hta"] += hta["s"]
+        print(f"{trace.name:42} {size:5.2f} | {tl['s']:11.3f} {hta['s']:8.3f} "
+              f"{hta['s'] / tl['s']:8.1f} | {tl['peak_mb']:6.0f}/{tl['peak_mb'] - tl['base_mb']:<6.0f}"
+              f" {hta['peak_mb']:7.0f}/{hta['peak_mb'] - hta['base_mb']:<6.0f}")
+    print(f"{'total (traces both read)':42} {'':5} | {total['torchlens']:11.3f} "
+          f"{total['hta']:8.3f} {total['hta'] / max(total['torchlens'], 1e-9):8.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Hints fire on the problems they name, with the figure, and stay quiet otherwise."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchlens.analysis.hints import Hint, find_hints
+from torchlens.analysis.ops import op_table
+from torchlens.analysis.steps import step_breakdown
+from torchlens.analysis.summary import summarize
+from torchlens.analysis.trace_ingest import ingest_bytes, load_trace
+from torchlens.model import Profile
+
+
+def _x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
+            "ts": ts, "dur": dur, "args": args}
+
+
+def _hints(events):
+    trace = ingest_bytes(json.dumps({"traceEvents": events}).encode(), "h.json")
+    return {h.title.split(":")[0]: h for h in
+            find_hints(trace, op_table(trace), step_breakdown(trace))}
+
+
+def test_dataloader_share_hint_with_its_figure():
+    loader = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    hints = _hints([
+        _x("ProfilerStep#1", 0, 1000, "user_annotation"),
+        _x(loader, 0, 400, "user_annotation"),
+        _x("aten::mm", 400, 600),
+    ])
+    hint = hints["Input pipeline takes a large share of each step"]
+    assert hint.severity == "warning"
+    assert hint.evidence["dataloader_share"] == pytest.approx(0.4)
+    assert "40%" in hint.detail
+
+
+def test_gpu_idle_hint_and_no_hint_when_busy():
+    events = [_x("ProfilerStep#1", 0, 1000, "user_annotation"),
+              _x("cudaLaunchKernel", 10, 5, "cuda_runtime", correlation=1),
+              _x("k", 100, 100, "kernel", pid=0, tid=7, correlation=1, stream=7),
+              _x("cudaLaunchKernel", 20, 5, "cuda_runtime", correlation=2),
+              _x("k", 700, 100, "kernel", pid=0, tid=7, correlation=2, stream=7)]
+    hint = _hints(events)["GPU idle between launches"]
+    assert hint.evidence["gpu_idle_share"] == pytest.approx(0.8)
+    assert hint.evidence["largest_gap_us"] == pytest.approx(500)
+    busy = events[:3] + [_x("k", 200, 790, "kernel", pid=0, tid=7, stream=7)]
+    assert "GPU idle between launches" not in _hints(busy)
+
+
+def test_syncs_inside_steps_are_counted_once():
+    hints = _hints([
+        _x("ProfilerStep#1", 0, 1000, "user_annotation"),
+        _x("aten::item", 100, 50),
+        _x("aten::_local_scalar_dense", 101, 48),
+        _x("cudaStreamSynchronize", 300, 20, "cuda_runtime"),
+        _x("Stream Sync", 301, 19, "cuda_sync", pid=0, tid=7),
+        _x("aten::item", 2000, 50),  # after the loop: not counted
+        _x("aten::_local_scalar_dense", 2001, 48),
+    ])
+    hint = hints["Host-device synchronizations inside the loop"]
+    assert hint.evidence["syncs"] == 2
+    assert hint.evidence["by_name"] == {"aten::_local_scalar_dense": 1,
+                                        "cudaStreamSynchronize": 1}
+
+
+def test_dominant_op_hint():
+    hints = _hints([_x("aten::conv2d", 0, 3000), _x("aten::relu", 3000, 1000)])
+    hint = hints["One op dominates CPU time"]
+    assert hint.evidence["op"] == "aten::conv2d"
+    assert hint.evidence["self_cpu_share"] == pytest.approx(0.75)
+    assert "75%" in hint.detail
+    balanced = _hints([_x("aten::conv2d", 0, 2000), _x("aten::relu", 2000, 2000)])
+    assert "One op dominates CPU time" not in balanced
+
+
+def test_real_traces(traces_dir):
+    def hints(name):
+        trace = load_trace(traces_dir / name)
+        return find_hints(trace, op_table(trace), step_breakdown(trace))
+
+    # .item() in the step of no_distributed_info (5 aten::item calls, plain json)
+    found = {h.title: h for h in hints("no_distributed_info.json.gz")}
+    assert found["Host-device synchronizations inside the loop"].evidence["syncs"] == 5
+    # the A100 DDP step leaves the GPU idle most of the time (kernels ~ 24% busy)
+    a100 = {h.title: h for h in hints("a100_ddp_resnet_rank0_nccl.json.gz")}
+    idle = a100["GPU idle between launches"].evidence["gpu_idle_share"]
+    assert 0.6 < idle < 0.9
+    assert all(isinstance(h, Hint) and h.evidence for h in a100.values())
+    # CPU-only trace without GPU work: no GPU hint
+    gloo = {h.title for h in hints("cpu_only_gloo_rank34.json.gz")}
+    assert "GPU idle between launches" not in gloo
+
+
+def test_summary_of_a_real_trace(traces_dir, plain):
+    path = traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"
+    trace = load_trace(path)
+    profile = Profile(kind="trace", traces={"main": trace},
+                      extra={"profiler_overhead_s": 0.25})
+    s = summarize(profile)
+    raw = [e for e in plain(path)["traceEvents"] if e["ph"] != "M"]
+    assert s.n_events == len(raw)
+    assert s.n_ops == sum(1 for e in raw if e.get("cat") == "cpu_op")
+    assert s.n_kernels == 2700 and s.gpu_present
+    assert s.profiler_overhead_us == pytest.approx(250_000)
+    span = max(e["ts"] + e.get("dur", 0) for e in raw) - min(e["ts"] for e in raw)
+    assert s.wall_us == pytest.approx(span, abs=1e-3)
+    assert s.top_op == op_table(trace).groupby("name").self_cpu_us.sum().idxmax()
+    assert s.dropped == {}
+
+
+def test_summary_cpu_only_and_empty():
+    assert summarize(Profile(kind="torchprof", wall_time_s=1.5)).wall_us == 1.5e6
+    trace = ingest_bytes(json.dumps({"traceEvents": [_x("aten::add", 0, 10)]}).encode(),
+                         "x.json")
+    s = summarize(Profile(kind="torchprof", traces={"main": trace}))
+    assert (s.gpu_present, s.n_kernels, s.top_op, s.top_op_share) == (
+        False, 0, "aten::add", 1.0)
+    assert s.profiler_overhead_us is None
