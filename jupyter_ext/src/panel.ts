@@ -111,12 +111,15 @@ export class GpuMonitorPanel extends Widget {
       this.received++;
       this.since = Math.max(this.since, s.t);
     }
-    for (const r of ranks) {
+    // a kernel posts all ranks of one step together: one chart point per distinct time
+    ranks.forEach((r, i) => {
       this.rankSeries(r.run, r.rank);
       this.rankLatest.set(r.rank, r);
-      this.rankChart?.append(r.t, this.rankValues());
       this.since = Math.max(this.since, r.t);
-    }
+      if (i === ranks.length - 1 || ranks[i + 1].t !== r.t || ranks[i + 1].run !== r.run) {
+        this.rankChart?.append(r.t, this.rankValues());
+      }
+    });
     const last = samples[samples.length - 1];
     if (last) {
       this.renderText(last);
