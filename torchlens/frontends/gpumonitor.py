@@ -1,0 +1,182 @@
+"""``%gpumonitor``: the live GPU/host monitor inline, for front ends without the sidebar.
+
+Classic notebook and VS Code cannot load the JupyterLab sidebar, so this runs
+the same samplers inside the kernel and streams them into a Bokeh figure
+(``jupyter_bokeh.BokehModel``; only the new rows travel). Widgets are not
+saved with a notebook, so a plain-HTML summary (``display_id``, updated in
+place) is left beside the plot: the saved notebook still says what was seen.
+
+The magics module registers it: ``%gpumonitor [--interval S] [--minutes M]
+[--duration S]`` (duration 0 = until Stop is pressed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import shlex
+import threading
+import time
+from typing import Any
+
+from ..capture.gpu_sampler import NvmlSampler, Sampler
+from ..capture.host_sampler import HostSampler
+
+GiB = 1024**3
+COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+)
+
+
+def _parse(line: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="%gpumonitor", add_help=False)
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between samples"
+    )
+    parser.add_argument("--minutes", type=float, default=5.0, help="history shown")
+    parser.add_argument(
+        "--duration", type=float, default=0.0, help="stop after S s (0: Stop button)"
+    )
+    args = parser.parse_args(shlex.split(line))
+    args.interval = min(60.0, max(0.1, args.interval))
+    return args
+
+
+def _na(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def summary_html(sample: dict[str, Any], stopped: bool = False) -> str:
+    """Static text of one combined sample: what the saved notebook shows."""
+    host, gpu = sample["host"], sample["gpu"]
+    when = time.strftime("%H:%M:%S", time.localtime(sample["t"]))
+    lines = [
+        f"<b>{html.escape(gpu['status'])}</b>",
+        f"host CPU {_na(host.get('cpu_percent'), '{:.0f}%')} · RAM "
+        f"{_na(host.get('ram_used') and host['ram_used'] / GiB, '{:.1f}')} / "
+        f"{_na(host.get('ram_total') and host['ram_total'] / GiB, '{:.1f}')} GiB",
+    ]
+    for g in gpu["gpus"]:
+        mem = f"{_na(g['mem_used'] and g['mem_used'] / GiB, '{:.1f}')} / {_na(g['mem_total'] and g['mem_total'] / GiB, '{:.1f}')} GiB"
+        lines.append(
+            f"GPU {g['index']} {html.escape(g['name'])}: util {_na(g['util_gpu'], '{}%')}, mem {mem}, "
+            f"{_na(g['temp_c'], '{} °C')}, {_na(g['power_w'], '{:.0f} W')}, {len(g['processes'])} process(es)"
+        )
+    lines.append(f"<small>{'stopped' if stopped else 'last sample'} at {when}</small>")
+    return "<div class='torchlens-gpumonitor'>" + "<br>".join(lines) + "</div>"
+
+
+class InlineMonitor:
+    """Samples in a thread and streams into one Bokeh figure; ``step()`` is one tick."""
+
+    def __init__(
+        self, host: Sampler, gpu: Sampler, interval: float, minutes: float
+    ) -> None:
+        from bokeh.models import ColumnDataSource
+        from bokeh.plotting import figure
+
+        self.host, self.gpu, self.interval = host, gpu, interval
+        self.rollover = max(10, int(minutes * 60 / interval))
+        first = self._row(self._sample())
+        self.source = ColumnDataSource({k: [v] for k, v in first.items()})
+        self.figure = figure(
+            height=220, sizing_mode="stretch_width", x_axis_type="datetime", y_range=(0, 100),
+            title="GPU monitor (%)", tools="", toolbar_location=None,
+        )  # fmt: skip
+        for k, column in enumerate(c for c in first if c != "t"):
+            self.figure.line(
+                "t",
+                column,
+                source=self.source,
+                color=COLORS[k % len(COLORS)],
+                legend_label=column,
+            )
+        self.figure.legend.location = "top_left"
+        self._stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _sample(self) -> dict[str, Any]:
+        self.last = {
+            "t": time.time(),
+            "host": self.host.sample(),
+            "gpu": self.gpu.sample(),
+        }
+        return self.last
+
+    @staticmethod
+    def _row(sample: dict[str, Any]) -> dict[str, Any]:
+        host = sample["host"]
+        row: dict[str, Any] = {
+            "t": sample["t"] * 1000,
+            "host CPU": host["cpu_percent"],
+            "host RAM": host["ram_percent"],
+        }
+        for g in sample["gpu"]["gpus"]:
+            mem = (
+                g["mem_used"] / g["mem_total"] * 100
+                if g["mem_used"] is not None and g["mem_total"]
+                else float("nan")
+            )
+            row[f"GPU{g['index']} util"] = (
+                float("nan") if g["util_gpu"] is None else g["util_gpu"]
+            )
+            row[f"GPU{g['index']} mem"] = mem
+        return row
+
+    def step(self) -> dict[str, Any]:
+        """Take one sample and stream it (rows keep the first sample's columns)."""
+        row = self._row(self._sample())
+        self.source.stream(
+            {k: [row.get(k, float("nan"))] for k in self.source.data},
+            rollover=self.rollover,
+        )
+        return self.last
+
+    def run(self, duration: float, on_sample: Any) -> None:
+        """Sample until stopped (or ``duration`` s), calling ``on_sample(sample)`` each tick."""
+        end = time.monotonic() + duration if duration > 0 else float("inf")
+        while not self._stop.wait(self.interval) and time.monotonic() < end:
+            on_sample(self.step())
+        self.host.close()
+        self.gpu.close()
+        on_sample(self.last, stopped=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def gpumonitor_magic(line: str) -> InlineMonitor:
+    """``%gpumonitor``: show the live monitor inline; returns the running monitor."""
+    import ipywidgets
+    from bokeh.io import output_notebook
+    from bokeh.resources import INLINE
+    from IPython.display import HTML, display
+    from jupyter_bokeh import BokehModel
+
+    args = _parse(line)
+    output_notebook(
+        INLINE, hide_banner=True
+    )  # BokehModel needs window.Bokeh; no CDN here
+    monitor = InlineMonitor(HostSampler(), NvmlSampler(), args.interval, args.minutes)
+    stop = ipywidgets.Button(description="Stop", icon="stop")
+    stop.on_click(lambda _button: monitor.stop())
+    display(ipywidgets.VBox([BokehModel(monitor.figure), stop]))
+    handle = display(HTML(summary_html(monitor.last)), display_id=True)
+
+    def on_sample(sample: dict[str, Any], stopped: bool = False) -> None:
+        handle.update(HTML(summary_html(sample, stopped)))
+        if stopped:
+            stop.disabled = True
+
+    monitor.thread = threading.Thread(
+        target=monitor.run, args=(args.duration, on_sample), daemon=True
+    )
+    monitor.thread.start()
+    return monitor
