@@ -36,7 +36,15 @@ from .config import (
 )
 from .device import DeviceMemory
 from .pool import ADDR_MASK, KEY_SHIFT, Block, BlockPool
-from .stats import Stats, dec, inc
+from .stats import (
+    Stats,
+    count_alloc,
+    count_free_completed,
+    count_free_requested,
+    dec,
+    hot_tuples,
+    inc,
+)
 
 #: Address space reserved per expandable segment when no capacity is given.
 DEFAULT_DEVICE_TOTAL = 80 * 1024**3
@@ -86,6 +94,9 @@ class CachingAllocator:
         self.segments: dict[int, Block] = {}  # base address -> first block
         self.total_reserved = 0  # C++ total_allocated_memory
         self.stats = Stats()
+        self._hot = {True: hot_tuples(self.stats, 1), False: hot_tuples(self.stats, 2)}
+        # settings are read once, here (torch reads PYTORCH_CUDA_ALLOC_CONF at start)
+        self._plain_rounding = not any(self.cfg.roundup_power2_divisions)
         self.memory = DeviceMemory()
         self.record_history = record_history
         self.trace: list[tuple[str, int, int, int]] = []
@@ -112,12 +123,14 @@ class CachingAllocator:
     # ------------------------------------------------------------------ malloc
     def malloc(self, orig_size: int, stream: int = 0) -> Block | OOM:
         """C++ ``malloc``: find, or make room for, a block of ``orig_size`` bytes."""
-        cfg = self.cfg
-        size = round_size(orig_size, cfg)
+        if self._plain_rounding:  # no roundup_power2_divisions: round to 512 B
+            size = 512 if orig_size < 512 else (orig_size + 511) & ~511
+        else:
+            size = round_size(orig_size, self.cfg)
         pool = self.small if size <= SMALL_SIZE else self.large
-        alloc_size = allocation_size(size)
         block = self._get_free_block(pool, stream, size)
         if block is None:
+            alloc_size = allocation_size(size)
             if self.gc_enabled:
                 self._garbage_collect()
             block = self._alloc_block(pool, stream, size, alloc_size, False)
@@ -188,7 +201,6 @@ class CachingAllocator:
         """C++ ``alloc_found_block``: split off the remainder, mark allocated, count."""
         pool = b.pool
         small = pool.is_small
-        st = self.stats.arrays
         pi = 1 if small else 2
         already_split = b.prev is not None or b.next is not None
         if split:
@@ -203,42 +215,39 @@ class CachingAllocator:
             pool.insert(rem)
             if b.es is None:
                 if already_split:
-                    arr = st["inactive_split_bytes"]
-                    dec(arr[0], size)
-                    dec(arr[pi], size)
+                    # an already split free block shrinks by ``size``
+                    self._split_change(pi, 0, -size)
                 else:
-                    arr = st["inactive_split_bytes"]
-                    inc(arr[0], rem.size)
-                    inc(arr[pi], rem.size)
-                    arr = st["inactive_split"]
-                    inc(arr[0], 1)
-                    inc(arr[pi], 1)
+                    # a new split: the remainder becomes an inactive split block
+                    self._split_change(pi, 1, rem.size)
         elif already_split and b.es is None:
-            arr = st["inactive_split_bytes"]
-            dec(arr[0], b.size)
-            dec(arr[pi], b.size)
-            arr = st["inactive_split"]
-            dec(arr[0], 1)
-            dec(arr[pi], 1)
+            self._split_change(pi, -1, -b.size)
         b.allocated = True
         b.requested = orig_size
         if self.record_history:
             self.trace.append(("alloc", b.addr, orig_size, b.stream))
         self.active[b.addr] = b
         bsize = b.size
-        for name, amount in (
-            ("allocation", 1),
-            ("allocated_bytes", bsize),
-            ("active", 1),
-            ("active_bytes", bsize),
-            ("requested_bytes", orig_size),
-        ):
-            arr = st[name]
-            inc(arr[0], amount)
-            inc(arr[pi], amount)
+        count_alloc(self._hot[small], bsize, orig_size)
         if bsize >= self.cfg.max_split_size:
             inc(self.stats.oversize_allocations, 1)
         return b
+
+    def _split_change(self, pi: int, nblocks: int, nbytes: int) -> None:
+        """Apply a net change to inactive_split / inactive_split_bytes (all + pool)."""
+        st = self.stats.arrays
+        for name, amount in (
+            ("inactive_split", nblocks),
+            ("inactive_split_bytes", nbytes),
+        ):
+            if amount > 0:
+                arr = st[name]
+                inc(arr[0], amount)
+                inc(arr[pi], amount)
+            elif amount < 0:
+                arr = st[name]
+                dec(arr[0], -amount)
+                dec(arr[pi], -amount)
 
     # -------------------------------------------------------------------- free
     def free(self, b: Block, stream_uses: bool = False) -> None:
@@ -254,12 +263,9 @@ class CachingAllocator:
         b.allocated = False
         b.pending = True
         self.pending[b.addr] = b
-        st = self.stats.arrays
-        pi = 1 if b.pool.is_small else 2
-        for name, amount in (("allocation", 1), ("allocated_bytes", b.size)):
-            dec(st[name][0], amount)
-            dec(st[name][pi], amount)
-        self._record("free_requested", b.addr, b.requested, b.stream)
+        count_free_requested(self._hot[b.pool.is_small], b.size)
+        if self.record_history:
+            self.trace.append(("free_requested", b.addr, b.requested, b.stream))
         if b.size >= self.cfg.max_split_size:
             dec(self.stats.oversize_allocations, 1)
 
@@ -272,7 +278,8 @@ class CachingAllocator:
         self._free_block(b)
 
     def _free_block(self, b: Block) -> None:
-        self._record("free_completed", b.addr, b.requested, b.stream)
+        if self.record_history:
+            self.trace.append(("free_completed", b.addr, b.requested, b.stream))
         pool = b.pool
         orig_size = b.size
         requested = b.requested
@@ -297,25 +304,10 @@ class CachingAllocator:
         if b.prev is not None or b.next is not None:
             net_blocks += 1
             net_bytes += b.size
-        st = self.stats.arrays
-        pi = 1 if pool.is_small else 2
-        if b.es is None:
+        if b.es is None and (net_blocks or net_bytes):
             # C++ leaves expandable segments out of inactive_split
-            if net_blocks:
-                arr = st["inactive_split"]
-                (inc if net_blocks > 0 else dec)(arr[0], abs(net_blocks))
-                (inc if net_blocks > 0 else dec)(arr[pi], abs(net_blocks))
-            if net_bytes:
-                arr = st["inactive_split_bytes"]
-                (inc if net_bytes > 0 else dec)(arr[0], abs(net_bytes))
-                (inc if net_bytes > 0 else dec)(arr[pi], abs(net_bytes))
-        for name, amount in (
-            ("active", 1),
-            ("active_bytes", orig_size),
-            ("requested_bytes", requested),
-        ):
-            dec(st[name][0], amount)
-            dec(st[name][pi], amount)
+            self._split_change(1 if pool.is_small else 2, net_blocks, net_bytes)
+        count_free_completed(self._hot[pool.is_small], orig_size, requested)
 
     # ----------------------------------------------------- segments and retry
     def _alloc_block(

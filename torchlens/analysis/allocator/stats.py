@@ -99,3 +99,109 @@ class Stats:
         out["num_device_free"] = self.num_device_free
         out["max_split_size"] = max_split_size
         return dict(sorted(out.items()))
+
+
+def hot_tuples(stats: Stats, pi: int) -> tuple[list[int], ...]:
+    """The (all, pool) stat pairs the per-event paths update, in a fixed order.
+
+    allocation, allocated_bytes, active, active_bytes, requested_bytes: each as
+    (aggregate, pool ``pi``). Unpacked by ``count_alloc`` / ``count_free_*``,
+    which are unrolled because they run for every event of a replay.
+    """
+    a = stats.arrays
+    names = (
+        "allocation",
+        "allocated_bytes",
+        "active",
+        "active_bytes",
+        "requested_bytes",
+    )
+    return tuple(x for n in names for x in (a[n][0], a[n][pi]))
+
+
+def count_alloc(t: tuple[list[int], ...], size: int, req: int) -> None:
+    """Stats of C++ alloc_found_block: +1 allocation/active, +size bytes, +req requested.
+
+    Unrolled: it runs once per allocation of a replay.
+    """
+    a0, a1, b0, b1, c0, c1, d0, d1, e0, e1 = t
+    v = a0[0] + 1
+    a0[0] = v
+    if v > a0[1]:
+        a0[1] = v
+    a0[2] += 1
+    v = a1[0] + 1
+    a1[0] = v
+    if v > a1[1]:
+        a1[1] = v
+    a1[2] += 1
+    v = b0[0] + size
+    b0[0] = v
+    if v > b0[1]:
+        b0[1] = v
+    b0[2] += size
+    v = b1[0] + size
+    b1[0] = v
+    if v > b1[1]:
+        b1[1] = v
+    b1[2] += size
+    v = c0[0] + 1
+    c0[0] = v
+    if v > c0[1]:
+        c0[1] = v
+    c0[2] += 1
+    v = c1[0] + 1
+    c1[0] = v
+    if v > c1[1]:
+        c1[1] = v
+    c1[2] += 1
+    v = d0[0] + size
+    d0[0] = v
+    if v > d0[1]:
+        d0[1] = v
+    d0[2] += size
+    v = d1[0] + size
+    d1[0] = v
+    if v > d1[1]:
+        d1[1] = v
+    d1[2] += size
+    v = e0[0] + req
+    e0[0] = v
+    if v > e0[1]:
+        e0[1] = v
+    e0[2] += req
+    v = e1[0] + req
+    e1[0] = v
+    if v > e1[1]:
+        e1[1] = v
+    e1[2] += req
+
+
+def count_free_requested(t: tuple[list[int], ...], size: int) -> None:
+    """Stats of C++ free: -1 allocation, -size allocated bytes."""
+    a0, a1, b0, b1 = t[:4]
+    a0[0] -= 1
+    a0[3] += 1
+    a1[0] -= 1
+    a1[3] += 1
+    b0[0] -= size
+    b0[3] += size
+    b1[0] -= size
+    b1[3] += size
+
+
+def count_free_completed(t: tuple[list[int], ...], size: int, req: int) -> None:
+    """Stats of C++ free_block: -1 active, -size active bytes, -req requested."""
+    c0, c1, d0, d1, e0, e1 = t[4:]
+    c0[0] -= 1
+    c0[3] += 1
+    c1[0] -= 1
+    c1[3] += 1
+    d0[0] -= size
+    d0[3] += size
+    d1[0] -= size
+    d1[3] += size
+    e0[0] -= req
+    e0[3] += req
+    e1[0] -= req
+    e1[3] += req
