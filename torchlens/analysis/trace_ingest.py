@@ -29,7 +29,7 @@ import pandas as pd
 
 from torchlens.model import InputError, Table, Trace
 
-from ._kineto_schema import EMPTY_ARGS, Event, KinetoTrace
+from ._kineto_schema import EMPTY_ARGS, Args, Event, KinetoTrace
 
 #: Kineto categories, old names and case variants -> the normalized name.
 _CATEGORIES = {
@@ -79,6 +79,9 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
                 "copy or export the trace again."
             ) from None
     raw = _decode(data, source)
+    # an args key absent from the whole file needs no per-event pass (memchr-fast)
+    present = {f.name for f in msgspec.structs.fields(Args)
+               if f'"{f.encode_name}"'.encode() in data}
     events, dropped = _usable_events(raw.traceEvents or [])
     if not events:
         raise InputError(
@@ -86,7 +89,7 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
             + (f"; {sum(dropped.values())} unusable" if dropped else "")
             + "). Profile code that runs inside the profiler's active steps."
         )
-    events_table, meta = _columns(events)
+    events_table, meta = _columns(events, present)
     meta.update(
         source=source,
         schemaVersion=raw.schemaVersion,
@@ -203,7 +206,7 @@ def _number_like(v: Any) -> bool:
         return False
 
 
-def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
+def _columns(events: list[Event], present: set[str]) -> tuple[Table, dict[str, Any]]:
     """Pour events into numpy columns; ``M`` events go into the returned meta.
 
     Each column is pulled with ``map(attrgetter)`` and converted by numpy or
@@ -219,8 +222,10 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     def ev_field(name: str) -> list[Any]:
         return list(map(attrgetter(name), evs))
 
+    nothing = [None] * len(evs)
+
     def arg(name: str) -> list[Any]:
-        return list(map(attrgetter(name), args))
+        return list(map(attrgetter(name), args)) if name in present else nothing
 
     def either(first: str, second: str) -> list[Any]:
         a, b = arg(first), arg(second)
