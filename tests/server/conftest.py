@@ -30,8 +30,10 @@ class StepHost:
         return {
             "t": time.time(),
             "cpu_percent": float(self.n),
+            "cpu_count": 2,
             "ram_used": 1,
             "ram_total": 2,
+            "ram_percent": 50.0,
         }
 
     def close(self) -> None:
