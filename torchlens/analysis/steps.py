@@ -53,7 +53,21 @@ def step_rows(trace: Trace) -> np.ndarray:
         name_mask(trace, _STEP_NAME) & phase_mask(trace, "X")
         & category_mask(trace, "cpu_op", "user_annotation")
     )
-    return rows[np.argsort(ev["ts"][rows], kind="stable")]
+    rows = rows[np.argsort(ev["ts"][rows], kind="stable")]
+    if len(rows) > 1 and not _has_ops_inside(trace, rows[-1]):
+        # The profiler opens ProfilerStep#N+1 at the Nth step() call; a last span
+        # with no op inside is the tail after the final step, not a step.
+        rows = rows[:-1]
+    return rows
+
+
+def _has_ops_inside(trace: Trace, row: int) -> bool:
+    ev = trace.events
+    start, end = ev["ts"][row], ev["ts"][row] + ev["dur"][row]
+    ops = category_mask(trace, "cpu_op") & phase_mask(trace, "X")
+    ops &= (ev["ts"] >= start) & (ev["ts"] < end) & (ev["tid"] == ev["tid"][row])
+    ops[row] = False
+    return bool(ops.any())
 
 
 def step_breakdown(trace: Trace) -> pd.DataFrame:

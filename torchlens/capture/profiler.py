@@ -96,16 +96,21 @@ class ProfilerCapture:
         return activities, unmeasured
 
     def _on_trace_ready(self, prof: Any) -> None:
+        t0 = time.perf_counter()
         self._traces.append(_export(prof))
+        self._timings["export_s"] = time.perf_counter() - t0
 
     def __enter__(self) -> ProfilerCapture:
         import torch.profiler as tp
 
         activities, self._unmeasured = self._activities()
-        sched = None
         if self.options.schedule is not None:
             wait, warmup, active = self.options.schedule
             sched = tp.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+        else:
+            # Record throughout, but with a schedule: only then does torch mark
+            # ProfilerStep#N spans at each step() for the step breakdown.
+            sched = _record_always
         self._prof = tp.profile(
             activities=activities,
             record_shapes=self.options.record_shapes,
@@ -113,7 +118,7 @@ class ProfilerCapture:
             profile_memory=self.options.profile_memory,
             with_flops=self.options.with_flops,
             schedule=sched,
-            on_trace_ready=self._on_trace_ready if sched is not None else None,
+            on_trace_ready=self._on_trace_ready,
         )
         self._environment = collect_environment()
         t0 = time.perf_counter()
@@ -135,10 +140,7 @@ class ProfilerCapture:
         t0 = time.perf_counter()
         self._prof.__exit__(None, None, None)
         t1 = time.perf_counter()
-        self._timings["stop_s"] = t1 - t0
-        if self.options.schedule is None:
-            self._traces.append(_export(self._prof))
-        self._timings["export_s"] = time.perf_counter() - t1
+        self._timings["stop_s"] = t1 - t0 - self._timings.get("export_s", 0.0)
         self.profile = self._build(wall, exc)
         return False
 
@@ -190,6 +192,12 @@ class ProfilerCapture:
             },
             attachments=attachments,
         )
+
+
+def _record_always(step: int) -> Any:
+    from torch.profiler import ProfilerAction
+
+    return ProfilerAction.RECORD
 
 
 def _export(prof: Any) -> bytes:

@@ -76,7 +76,7 @@ class Profile:
         return save_profile(self, path)
 
     @staticmethod
-    def load(path: str) -> "Profile":
+    def load(path: str) -> Profile:
         """Read a ``.tlprof`` file written by this or an earlier torchlens."""
         from .store import load_profile
 

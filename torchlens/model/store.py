@@ -96,7 +96,7 @@ def save_profile(profile: Profile, path: str | Path) -> str:
     tmp = path.with_name(path.name + ".partial")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("manifest.json", _dumps(manifest))
-        for i, (key, trace) in enumerate(profile.traces.items()):
+        for i, trace in enumerate(profile.traces.values()):
             zf.writestr(f"traces/{i}.npz", _table_bytes(trace.events))
             zf.writestr(f"traces/{i}.json", _dumps(trace.meta))
         for i, table in enumerate(profile.tables.values()):

@@ -8,8 +8,9 @@ keeps 100k-event traces small in memory and lets them be saved with
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class Table:
         labels = np.asarray(list(self.categories[name]) + [""], dtype=object)
         return labels[np.where(codes < 0, len(labels) - 1, codes)]
 
-    def select(self, mask_or_index: np.ndarray) -> "Table":
+    def select(self, mask_or_index: np.ndarray) -> Table:
         """Rows picked by a boolean mask or an index array; categories shared."""
         return Table(
             {k: v[mask_or_index] for k, v in self.columns.items()},
@@ -66,7 +67,7 @@ class Table:
     @classmethod
     def from_records(
         cls, rows: Iterable[Mapping[str, Any]], text: Iterable[str] = ()
-    ) -> "Table":
+    ) -> Table:
         """Build a small table from dict rows; ``text`` names the string columns."""
         rows = list(rows)
         text = set(text)

@@ -15,17 +15,19 @@ from . import tables
 from ._data import TraceView, display_options, trace_views
 
 
-def _seconds(value: Any) -> str:
-    return "n/a" if value is None else tables.fmt_us(float(value) * 1e6)
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else tables.fmt_us(float(value))
 
 
 def summary_line(profile: Profile) -> str:
     """One line: wall time, events, profiler overhead, top op."""
     s = summary_mod.summarize(profile)
-    parts = [f"wall {_seconds(s.wall_time_s)}", f"{s.events:,} events",
-             f"profiler overhead {_seconds(s.overhead_s)}"]
+    parts = [f"wall {_us(s.wall_us)}", f"{s.n_events:,} events",
+             f"profiler start/stop {_us(s.profiler_overhead_us)}"]
     if s.top_op:
-        parts.append(f"top op {s.top_op} ({tables.fmt_us(s.top_op_us)})")
+        parts.append(f"top op {s.top_op} ({s.top_op_share:.0%} of self CPU)")
+    if not s.gpu_present:
+        parts.append("CPU only")
     if profile.error:
         parts.append(f"cell raised {profile.error.get('type', 'an exception')}")
     return "torchlens: " + ", ".join(parts)

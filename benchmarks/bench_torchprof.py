@@ -1,0 +1,102 @@
+"""%%torchprof overhead and result latency, side by side with bare torch.profiler.
+
+Overhead: the same cell of small training steps, timed inside the cell, under
+``%%torchprof`` (a real IPython shell) and under a bare
+``torch.profiler.profile`` with the same options. Rounds alternate so machine
+noise hits both; the first profiled run of a process is discarded (warm-up).
+
+Latency: a cell with about 100k profiler events; time from the cell's end to
+the display bundle (HTML + text) being ready, vs ``prof.key_averages().table()``
+on the same kind of profile.
+
+Run: .venv/bin/python benchmarks/bench_torchprof.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+from torch import nn
+
+import torchlens
+from torchlens.capture.profiler import ProfilerCapture, ProfilerOptions
+from torchlens.render.bundle import display_bundle
+
+torch.manual_seed(0)
+MODEL = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+OPT = torch.optim.SGD(MODEL.parameters(), lr=0.01)
+X, Y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+
+
+def train_step() -> None:
+    OPT.zero_grad()
+    nn.functional.cross_entropy(MODEL(X), Y).backward()
+    OPT.step()
+    torchlens.step()
+
+
+def body(steps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        train_step()
+    return time.perf_counter() - t0
+
+
+def overhead(rounds: int = 7, steps: int = 300) -> tuple[float, float]:
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext torchlens")
+    shell.user_ns.update(body=body, steps=steps)
+    ours, bare = [], []
+    for i in range(rounds + 1):
+        shell.run_cell("%%torchprof --quiet\n_t = body(steps)")
+        t_ours = shell.user_ns["_t"]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            t_bare = body(steps)
+        if i:  # round 0 is the warm-up
+            ours.append(t_ours)
+            bare.append(t_bare)
+    return statistics.median(ours), statistics.median(bare)
+
+
+def latency(steps: int = 250) -> tuple[int, float, float]:
+    cap = ProfilerCapture(ProfilerOptions())
+    with cap:
+        body(steps)
+    profile = cap.profile
+    assert profile is not None
+    t = profile.extra["timings"]
+    t0 = time.perf_counter()
+    display_bundle(profile)
+    ours = t["stop_s"] + t["export_s"] + t["ingest_s"] + (time.perf_counter() - t0)
+    n_events = len(profile.trace.events)
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    prof.__enter__()
+    body(steps)
+    t0 = time.perf_counter()  # the cell's end: both sides pay the profiler's stop
+    prof.__exit__(None, None, None)
+    prof.key_averages().table(sort_by="cpu_time_total", row_limit=20)
+    peer = time.perf_counter() - t0
+    return n_events, ours, peer
+
+
+def main() -> None:
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    ours, bare = overhead()
+    print("\nOverhead: cell of 300 small train steps, median of 7 rounds")
+    print(f"  %%torchprof            {ours * 1e3:8.1f} ms")
+    print(f"  bare torch.profiler    {bare * 1e3:8.1f} ms")
+    print(f"  ratio                  {ours / bare:8.3f}x   (target <= 1.05x)")
+    n, ours_l, peer_l = latency()
+    print(f"\nResult latency: cell with {n:,} profiler events")
+    print(f"  torchlens (stop+export+ingest+render) {ours_l:6.2f} s")
+    print(f"  key_averages().table()                {peer_l:6.2f} s")
+    print(f"  speed-up                              {peer_l / ours_l:6.1f}x "
+          "  (target >= 5x and < 1.5 s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""%%torchprof through a real IPython shell, as a user types it."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+SETUP = """
+import torch
+from torch import nn
+import torchlens
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 64), torch.randint(0, 4, (16,))
+def train_step():
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    torchlens.step()
+    return loss
+"""
+
+
+@pytest.fixture(scope="module")
+def shell():
+    ip = InteractiveShell.instance()
+    assert ip.run_cell("%load_ext torchlens").success
+    assert ip.run_cell(SETUP).success
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def test_cell_is_profiled_and_result_stored(shell, capsys):
+    res = shell.run_cell("%%torchprof --top 5 -o r\nfor _ in range(3):\n    train_step()")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    ops = r.ops()
+    names = set(ops["name"])
+    assert {"aten::addmm", "aten::relu"} <= names
+    # three marked steps -> three rows in the step breakdown
+    assert len(r.steps()) == 3
+    printed = capsys.readouterr().out
+    assert "aten::" in printed  # the text/plain fallback shows the top ops
+    bundle = r._repr_mimebundle_()
+    assert "<iframe" in bundle["text/html"] and "aten::addmm" in bundle["text/html"]
+
+
+def test_cell_sees_and_changes_user_namespace(shell):
+    shell.user_ns["counter"] = 1
+    assert shell.run_cell("%%torchprof --quiet\ncounter += 41\nz = torch.ones(3)").success
+    assert shell.user_ns["counter"] == 42 and shell.user_ns["z"].sum() == 3
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("--top x", "--top"),
+        ("--top 0", "--top"),
+        ("--sort bogus", "--sort"),
+        ("--schedule 1,2", "--schedule"),
+        ("--export out.txt", "unknown file type"),
+        ("--no-such-option", "unrecognized"),
+    ],
+)
+def test_bad_option_is_a_usage_error_and_nothing_runs(shell, capsys, line, needle):
+    shell.user_ns["ran"] = False
+    res = shell.run_cell(f"%%torchprof {line}\nran = True")
+    err = capsys.readouterr()
+    assert not res.success
+    assert shell.user_ns["ran"] is False
+    assert needle in (err.out + err.err + str(res.error_in_exec))
+
+
+def test_help_lists_every_option(shell, capsys):
+    shell.run_cell("%%torchprof?")
+    out = capsys.readouterr().out
+    for opt in ("-o", "--sort", "--top", "--shapes", "--stack", "--memory",
+                "--flops", "--schedule", "--export", "--quiet"):
+        assert opt in out, opt
+
+
+def test_failing_cell_shows_capture_then_reraises(shell, capsys):
+    cell = "%%torchprof -o failed\ntrain_step()\nraise KeyError('boom in cell')"
+    res = shell.run_cell(cell)
+    out = capsys.readouterr()
+    assert isinstance(res.error_in_exec, KeyError)
+    failed = shell.user_ns["failed"]
+    assert failed.profile.error["type"] == "KeyError"
+    assert "aten::addmm" in set(failed.ops()["name"])  # the step before the error
+    text = out.out + out.err
+    assert "boom in cell" in text
+    assert text.index("aten::") < text.index("KeyError")  # result shown first
+
+
+def test_interrupted_cell_keeps_capture(shell):
+    res = shell.run_cell(
+        "%%torchprof -o intr --quiet\ntrain_step()\nraise KeyboardInterrupt"
+    )
+    assert isinstance(res.error_in_exec, KeyboardInterrupt)
+    assert shell.user_ns["intr"].profile.error["type"] == "KeyboardInterrupt"
+
+
+def test_schedule_records_only_active_steps(shell):
+    res = shell.run_cell(
+        "%%torchprof --schedule 1,1,2 -o s --quiet\nfor _ in range(5):\n    train_step()"
+    )
+    assert res.success
+    assert len(shell.user_ns["s"].steps()) == 2
+
+
+def test_schedule_longer_than_cell_says_why(shell):
+    res = shell.run_cell("%%torchprof --schedule 2,1,3 -o s2 --quiet\ntrain_step()")
+    assert res.success
+    p = shell.user_ns["s2"].profile
+    assert p.traces == {}
+    assert any("marked 1 step" in u for u in p.unmeasured)
+
+
+def test_export_formats(shell, tmp_path):
+    for suffix in ("json", "json.gz", "html", "tlprof"):
+        path = tmp_path / f"out.{suffix}"
+        res = shell.run_cell(f"%%torchprof --quiet --export {path}\ntrain_step()")
+        assert res.success and path.stat().st_size > 0, suffix
+    from torchlens.analysis.trace_ingest import load_trace
+    from torchlens.model import load_profile
+
+    assert len(load_trace(tmp_path / "out.json").events) > 0
+    assert len(load_trace(tmp_path / "out.json.gz").events) > 0
+    assert load_profile(tmp_path / "out.tlprof").kind == "torchprof"
+    assert "aten::addmm" in (tmp_path / "out.html").read_text()
+
+
+def test_environment_recorded(shell):
+    shell.run_cell("%%torchprof -o e --quiet\ntrain_step()")
+    env = shell.user_ns["e"].profile.environment
+    import torch
+
+    assert env["torch"] == torch.__version__ and env["cpu_count"] >= 1
+    assert any("no CUDA device" in u for u in shell.user_ns["e"].profile.unmeasured)
+
+
+def test_python_api_context_manager(shell):
+    import torchlens
+
+    with torchlens.torchprof(top=3) as r:
+        shell.user_ns["train_step"]()
+    assert "aten::addmm" in set(r.ops()["name"])
+    assert "aten::" in repr(r)
