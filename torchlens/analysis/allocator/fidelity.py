@@ -94,19 +94,16 @@ def check_fidelity(
     snapshot: dict[str, Any], name: str = "snapshot"
 ) -> FidelityReport | None:
     """Replay ``snapshot``'s first device trace and compare; None if it has no trace."""
-    traces = [t for t in snapshot.get("device_traces", []) if t]
-    if not traces:
+    traced = [(i, t) for i, t in enumerate(snapshot.get("device_traces", [])) if t]
+    if not traced:
         return None
-    trace = traces[0]
+    device, trace = traced[0]  # device_traces holds one list per device, in order
+    real_segs = [s for s in snapshot["segments"] if s.get("device", 0) == device]
+    snapshot = {**snapshot, "segments": real_segs}
     cfg = AllocatorConfig.from_settings(snapshot.get("allocator_settings"))
     init = rebuild_initial_state(snapshot, trace, cfg)
     res = replay(trace, cfg, mode="follow", initial_segments=init.segments or None)
     model = res.allocator.snapshot()
-    real_segs = [
-        s
-        for s in snapshot["segments"]
-        if s.get("device", 0) == _device(trace, snapshot)
-    ]
     r_res, r_alloc, r_split = segment_bytes(real_segs)
     m_res, m_alloc, m_split = segment_bytes(model["segments"])
     model_seq = [(e[1], e[2]) for e in res.allocator.trace if e[0] == "segment_alloc"]
@@ -141,8 +138,3 @@ def check_fidelity(
         from_empty=init.from_empty,
         notes=notes,
     )
-
-
-def _device(trace: list[dict[str, Any]], snapshot: dict[str, Any]) -> int:
-    segs = snapshot["segments"]
-    return segs[0].get("device", 0) if segs else 0
