@@ -54,20 +54,12 @@ def step_rows(trace: Trace) -> np.ndarray:
         & category_mask(trace, "cpu_op", "user_annotation")
     )
     rows = rows[np.argsort(ev["ts"][rows], kind="stable")]
-    if len(rows) > 1 and not _has_ops_inside(trace, rows[-1]):
-        # The profiler opens ProfilerStep#N+1 at the Nth step() call; a last span
-        # with no op inside is the tail after the final step, not a step.
-        rows = rows[:-1]
+    tail = trace.meta.get("tail_step")
+    if tail is not None and len(rows):
+        # Set by the capture: the span the profiler opened at the last step()
+        # call covers only the code after the final step, so it is not a step.
+        rows = rows[ev.text("name")[rows] != tail]
     return rows
-
-
-def _has_ops_inside(trace: Trace, row: int) -> bool:
-    ev = trace.events
-    start, end = ev["ts"][row], ev["ts"][row] + ev["dur"][row]
-    ops = category_mask(trace, "cpu_op") & phase_mask(trace, "X")
-    ops &= (ev["ts"] >= start) & (ev["ts"] < end) & (ev["tid"] == ev["tid"][row])
-    ops[row] = False
-    return bool(ops.any())
 
 
 def step_breakdown(trace: Trace) -> pd.DataFrame:

@@ -154,6 +154,10 @@ class ProfilerCapture:
             t0 = time.perf_counter()
             try:
                 traces["main"] = ingest_bytes(raw, source="torchprof capture")
+                if self.options.schedule is None and self._steps:
+                    # torch opens ProfilerStep#N at the Nth step() call: that last
+                    # span is the code after the final step, not a step.
+                    traces["main"].meta["tail_step"] = f"ProfilerStep#{self._steps}"
             except InputError as err:
                 # e.g. a cell that ran no torch op: say so, keep the cell's own error
                 unmeasured.append(f"no profiler events to show: {err}")
