@@ -32,4 +32,10 @@ def iframe_html(report: str, height: int = IFRAME_HEIGHT_PX) -> str:
 
 def display_bundle(profile: Profile) -> dict[str, str]:
     """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``."""
-    return {"text/html": iframe_html(render_report(profile)), "text/plain": text_report(profile)}
+    if profile.kind == "gpumem":
+        from .memory import memory_text
+
+        text = memory_text(profile)
+    else:
+        text = text_report(profile)
+    return {"text/html": iframe_html(render_report(profile)), "text/plain": text}

@@ -130,6 +130,10 @@ def _bokehjs(figures: list[Any]) -> str:
 def render_body(profile: Profile) -> tuple[str, str]:
     """The report's ``<body>`` content and the Bokeh ``<script>`` it needs
     (BokehJS itself first, then the document)."""
+    if profile.kind == "gpumem":
+        from .memory import render_memory_body
+
+        return render_memory_body(profile)
     options = display_options(profile.options)
     parts = [_header(profile)]
     parts.append(_section("Environment",
