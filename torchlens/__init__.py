@@ -13,6 +13,7 @@ from .model import InputError, Profile, TorchlensError, load_profile
 
 __all__ = [
     "InputError",
+    "gpumem",
     "Profile",
     "TorchlensError",
     "__version__",
@@ -36,6 +37,16 @@ def torchprof(**options: Any) -> Any:
     from .frontends.api import torchprof as _torchprof
 
     return _torchprof(**options)
+
+
+def gpumem(**options: Any) -> Any:
+    """Record a block's allocations: ``with torchlens.gpumem(simulate=True) as result:``.
+
+    Same options as ``%%gpumem`` (see ``frontends.api.gpumem``).
+    """
+    from .frontends.api import gpumem as _gpumem
+
+    return _gpumem(**options)
 
 
 def step() -> None:

@@ -146,3 +146,131 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
         if self._export:
             self.result.export(self._export)
         return False
+
+
+def gpumem_options(
+    *, device: int = 0, stacks: int = 32, simulate: bool = False, capacity: str | int | None = None,
+    alloc_conf: str | None = None, repeat: int = 1, top: int = 15,
+) -> dict[str, Any]:
+    """Validated ``%%gpumem`` options (stored in the Profile); InputError on bad input.
+
+    Checked before anything runs: a typo in ``--alloc-conf`` or ``--capacity``
+    must not cost the user a long cell.
+    """
+    from ..analysis.allocator import AllocatorConfig
+    from ..analysis.memory_model import parse_size
+
+    for name, value, low in (("device", device, 0), ("stacks", stacks, 0), ("repeat", repeat, 1),
+                             ("top", top, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise InputError(f"{name} must be a whole number >= {low}, got {value!r}")
+    cap = None
+    if capacity is not None:
+        try:
+            cap = capacity if isinstance(capacity, int) else parse_size(capacity)
+        except ValueError as err:
+            raise InputError(f"capacity {err}") from None
+        if cap <= 0:
+            raise InputError(f"capacity must be positive, got {capacity!r}")
+    if alloc_conf:
+        AllocatorConfig.parse(alloc_conf)  # raises InputError with torch's wording
+    if (cap is not None or alloc_conf) and not simulate:
+        raise InputError("capacity and alloc_conf only apply with simulate (--simulate)")
+    return {"device": device, "stacks": stacks, "simulate": bool(simulate), "capacity": cap,
+            "alloc_conf": alloc_conf or "", "repeat": repeat, "top": top}
+
+
+class MemoryResult(Result):
+    """A ``gpumem`` result: the Profile plus the memory analysis as plain objects."""
+
+    def analysis(self) -> Any:
+        """The ``MemoryAnalysis`` (timeline, sites, survivors, fragmentation, diagnosis)."""
+        from ..render.memory import analysis_of
+
+        return analysis_of(self.profile)
+
+    def sites(self, n: int = 15) -> list[Any]:
+        """Top allocation sites (user file:line) by bytes allocated in the cell."""
+        from ..analysis.memory_timeline import top_sites
+
+        return top_sites(self.analysis().timeline, n)
+
+    def leaks(self) -> list[Any]:
+        """Sites that left memory behind on two or more passes (possible leaks)."""
+        return self.analysis().possible_leaks
+
+    def diagnosis(self) -> Any:
+        """The out-of-memory diagnosis, or None when nothing ran out of memory."""
+        return self.analysis().diagnosis
+
+    def snapshot(self) -> dict[str, Any]:
+        """The allocator snapshot in torch's format (CPU: the CPU allocator's trace)."""
+        return next(iter(self.profile.snapshots.values()))
+
+    def __repr__(self) -> str:
+        if self._profile is None:
+            return "<torchlens MemoryResult: capture running>"
+        from ..render.memory import summary_line
+
+        return summary_line(self.analysis(), self._profile.error)
+
+
+class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
+    """Record allocations of a block: ``with torchlens.gpumem(simulate=True) as r: ...``.
+
+    Options mirror ``%%gpumem``: ``device``, ``stacks`` (frames kept per
+    allocation), ``simulate`` with ``capacity`` ("24GiB") and ``alloc_conf``
+    (PYTORCH_CUDA_ALLOC_CONF syntax), ``top``, ``export``. Without CUDA the
+    CPU allocator's events are recorded and the allocator model stands in for
+    the GPU's reserved memory, which the result says.
+    """
+
+    def __init__(
+        self, *, device: int = 0, stacks: int = 32, simulate: bool = False,
+        capacity: str | int | None = None, alloc_conf: str | None = None, top: int = 15,
+        export: str | None = None, title: str = "", repeat: int = 1,
+    ) -> None:
+        from ..capture.memory import MemoryCapture, MemoryOptions
+        from .export import check_export_path
+
+        self._display = gpumem_options(device=device, stacks=stacks, simulate=simulate,
+                                       capacity=capacity, alloc_conf=alloc_conf, repeat=repeat,
+                                       top=top)
+        if export:
+            check_export_path(export)
+        self._export = export
+        self.capture = MemoryCapture(MemoryOptions(device=device, stacks=stacks), title=title)
+        self.result = MemoryResult()
+
+    def __enter__(self) -> MemoryResult:
+        self.capture.__enter__()
+        return self.result
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.capture.__exit__(exc_type, exc, tb)
+        profile = self.capture.profile
+        assert profile is not None
+        profile.options.update(self._display)
+        self.result._profile = profile
+        if self._export:
+            self.result.export(self._export)
+        return False
+
+
+def load_gpumem(path: str, **options: Any) -> MemoryResult:
+    """A snapshot file someone sent (``torch.cuda.memory._dump_snapshot``) as a result.
+
+    Loaded with ``load_snapshot``, which refuses every pickle global: the file
+    cannot run code. ``options`` as ``gpumem_options`` (simulate, capacity ...).
+    """
+    import os
+
+    from ..model.snapshot import load_snapshot
+
+    display = gpumem_options(**options)
+    snap = load_snapshot(path)
+    name = os.path.basename(str(path))
+    profile = Profile(kind="gpumem", title=name, source=str(path), options=display,
+                      snapshots={"file": snap}, extra={"measured_on": "snapshot",
+                                                      "device": display["device"]})
+    return MemoryResult(profile)

@@ -29,6 +29,10 @@ def load_input(path: str) -> Profile:
         raise InputError(f"{path}: is a folder; give a .tlprof, .json or .json.gz file.")
     if p.name.lower().endswith(".tlprof"):
         return load_profile(p)
+    if p.name.lower().endswith((".pickle", ".pkl")):
+        from .api import load_gpumem  # an allocator snapshot: kind gpumem
+
+        return load_gpumem(str(p)).profile
     from ..analysis.trace_ingest import load_trace
 
     trace = load_trace(p)
@@ -52,7 +56,8 @@ class Command:
 
 class ReportCommand(Command):
     name = "report"
-    help = "turn a saved .tlprof or a Kineto trace (.json, .json.gz) into an HTML report"
+    help = ("turn a saved .tlprof, a Kineto trace (.json, .json.gz) or an allocator "
+            "snapshot (.pickle) into an HTML report")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("path", help="a .tlprof result or a Kineto trace .json/.json.gz")
@@ -96,7 +101,7 @@ class DemoCommand(Command):
 
 def _default_output(path: str) -> Path:
     name = Path(path).name
-    for suffix in (".json.gz", ".json", ".tlprof"):
+    for suffix in (".json.gz", ".json", ".tlprof", ".pickle", ".pkl"):
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break
@@ -133,3 +138,52 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class SimulateCommand(Command):
+    name = "simulate"
+    help = ("replay an allocator snapshot's trace through the CUDA caching-allocator model "
+            "under other settings or a smaller card, and compare with what happened")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("path", help="a snapshot .pickle (torch.cuda.memory._dump_snapshot)")
+        parser.add_argument("--alloc-conf", default="", metavar="CONF",
+                            help='PYTORCH_CUDA_ALLOC_CONF to try, e.g. '
+                                 '"expandable_segments:True,max_split_size_mb:128"')
+        parser.add_argument("--capacity", metavar="SIZE", help="device memory, e.g. 24GiB")
+        parser.add_argument("-o", "--output", metavar="OUT.html",
+                            help="also write the HTML report with the comparison")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..analysis.oom import fmt_bytes
+        from .api import load_gpumem
+
+        if args.output:
+            from .export import check_export_path
+
+            check_export_path(args.output)
+        result = load_gpumem(args.path, simulate=True, capacity=args.capacity,
+                             alloc_conf=args.alloc_conf or None)
+        a = result.analysis()
+        if not a.trace:
+            raise InputError(f"{args.path}: the snapshot has no allocation trace to replay "
+                             "(record with torch.cuda.memory._record_memory_history)")
+        conf = args.alloc_conf or "the snapshot's own settings"
+        cap = args.capacity or "unlimited"
+        print(f"torchlens simulate: {Path(args.path).name}, {len(a.trace):,} events, "
+              f"alloc conf: {conf}, capacity: {cap}")
+        print(f"{'':<18} {'real':>14} {'simulated':>14}")
+        for label, real, sim, is_bytes in a.comparison:
+            r = "n/a" if real is None else (fmt_bytes(real) if is_bytes else f"{real:,}")
+            s = fmt_bytes(sim) if is_bytes else f"{sim:,}"
+            print(f"{label:<18} {r:>14} {s:>14}")
+        for note in a.notes:
+            print(f"note: {note}")
+        if a.diagnosis is not None:
+            print(f"simulated OOM ({a.diagnosis.cause}): {a.diagnosis.explanation}")
+        if args.output:
+            print(f"torchlens: wrote {result.export(args.output)}")
+        return 0
+
+
+COMMANDS.append(SimulateCommand())

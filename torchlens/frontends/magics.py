@@ -1,4 +1,4 @@
-"""IPython magics: ``%%torchprof`` (and the later ``%%gpumem``, ``%ddp_check``).
+"""IPython magics: ``%%torchprof``, ``%%gpumem`` / ``%gpumem --load`` (and later ``%ddp_check``).
 
 A magic parses its options completely before the cell runs: a bad option is a
 one-line usage error and nothing runs. The cell then runs in the user's
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
@@ -41,6 +41,16 @@ def _positive(text: str, option: str) -> int:
         value = 0
     if value < 1:
         raise UsageError(f"{option} {text!r}: expected a whole number >= 1")
+    return value
+
+
+def _whole(text: str, option: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise UsageError(f"{option} {text!r}: expected a whole number >= {low}")
     return value
 
 
@@ -102,6 +112,88 @@ class TorchlensMagics(Magics):
             display(result)
         if error is not None:
             raise error.with_traceback(_user_frames(error.__traceback__))
+
+    @magic_arguments()
+    @argument("-o", dest="output", metavar="VAR", help="store the result object in variable VAR")
+    @argument("--device", default="0", metavar="N", help="CUDA device ordinal (default 0)")
+    @argument("--stacks", default="32", metavar="DEPTH",
+              help="Python frames kept per allocation; 0 records no stacks (default 32)")
+    @argument("--export", metavar="PATH",
+              help="also write PATH: .pickle snapshot (torch's format, for memory_viz), "
+                   ".html report, .tlprof saved result")
+    @argument("--simulate", action="store_true",
+              help="replay the allocations through the CUDA caching-allocator model: on CPU "
+                   "what the GPU allocator would do, on a GPU a side-by-side what-if")
+    @argument("--capacity", metavar="SIZE", help="with --simulate: device memory, e.g. 24GiB")
+    @argument("--alloc-conf", dest="alloc_conf", metavar="CONF",
+              help='with --simulate: PYTORCH_CUDA_ALLOC_CONF to try, e.g. '
+                   '"expandable_segments:True,max_split_size_mb:128"')
+    @argument("--repeat", default="1", metavar="N",
+              help="run the cell N times and report the memory growth per run (leak test)")
+    @argument("--top", default="15", metavar="N", help="rows in the site and leak tables")
+    @argument("--load", metavar="SNAPSHOT",
+              help="line form: analyse a snapshot file (torch.cuda.memory._dump_snapshot) "
+                   "instead of running a cell; the file cannot run code")
+    @argument("--quiet", action="store_true", help="display nothing")
+    @line_cell_magic
+    def gpumem(self, line: str, cell: str | None = None) -> None:
+        """Record the cell's allocations: memory timeline, top sites, leaks, fragmentation.
+
+        If the cell runs out of memory, a diagnosis (fragmentation or real
+        exhaustion, and what to try with the figure behind it) is shown above
+        the re-raised error. Without CUDA, the CPU allocator's events are
+        recorded and the CUDA caching-allocator model supplies reserved memory
+        and fragmentation, which the report says.
+        """
+        from .api import gpumem as gpumem_ctx
+        from .api import gpumem_options, load_gpumem
+        from .export import check_export_path
+
+        args = parse_argstring(self.gpumem, line)
+        device = _whole(args.device, "--device", 0)
+        stacks = _whole(args.stacks, "--stacks", 0)
+        repeat = _positive(args.repeat, "--repeat")
+        top = _positive(args.top, "--top")
+        opts = {"device": device, "stacks": stacks, "simulate": args.simulate,
+                "capacity": args.capacity, "alloc_conf": args.alloc_conf, "top": top}
+        try:
+            gpumem_options(repeat=repeat, **opts)
+            if args.export:
+                check_export_path(args.export)
+            if cell is None:
+                if not args.load:
+                    raise InputError("%gpumem needs --load SNAPSHOT (or use %%gpumem on a cell)")
+                result = load_gpumem(args.load, **opts)
+                if args.export:
+                    result.export(args.export)
+            elif args.load:
+                raise InputError("--load analyses a file; use it as %gpumem --load FILE, not on a cell")
+        except InputError as err:
+            raise UsageError(str(err)) from None
+        if cell is None:
+            self._show(result, args)
+            return
+        ctx = gpumem_ctx(repeat=repeat, export=args.export, **opts)
+        error: BaseException | None = None
+        result = ctx.__enter__()
+        try:
+            for i in range(repeat):
+                if i:
+                    ctx.capture.mark_run()
+                self._run_cell(cell)
+        except BaseException as exc:  # an OOM or KeyboardInterrupt too: show, then re-raise
+            error = exc
+        ctx.__exit__(type(error) if error else None, error,
+                     error.__traceback__ if error else None)
+        self._show(result, args)
+        if error is not None:
+            raise error.with_traceback(_user_frames(error.__traceback__))
+
+    def _show(self, result: Any, args: Any) -> None:
+        if args.output:
+            self.shell.user_ns[args.output] = result
+        if not args.quiet:
+            display(result)
 
     def _run_cell(self, cell: str) -> None:
         # Compile through IPython's cache so tracebacks show the cell's lines.

@@ -1,0 +1,223 @@
+"""Memory over a cell, from a device trace in torch's snapshot format (pure, no torch).
+
+The same functions serve a real CUDA snapshot and the CPU stand-in trace: a
+list of entries with ``action`` (alloc, free_requested, free_completed,
+segment_alloc/free/map/unmap, oom ...), ``addr``, ``size``, ``time_us`` and
+``frames`` (innermost first). Allocated bytes change at ``alloc`` and at
+``free_completed`` (that is when the caching allocator can reuse the block),
+reserved bytes at the segment actions.
+
+Allocation sites are the innermost frame of *user* code: frames in torch,
+site-packages, torchlens, the standard library, IPython/ipykernel and C++
+frames are skipped, because "aten::addmm in linear.py" is the same for every
+model and says nothing about which line of the notebook to change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_NOT_USER = (
+    "/torch/", "site-packages/", "dist-packages/", "/torchlens/", "<frozen",
+    "/IPython/", "/ipykernel/", "/lib/python3", "<built-in", "/_pytest/",
+)
+_IPY_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
+_IPYKERNEL = re.compile(r"/ipykernel_\d+/\d+\.py$")
+SEG_ADD = ("segment_alloc", "segment_map")
+SEG_SUB = ("segment_free", "segment_unmap")
+
+
+def is_user_frame(frame: dict[str, Any]) -> bool:
+    """Whether a frame is the user's own code (a notebook cell or their files)."""
+    fn = str(frame.get("filename", ""))
+    if not fn or fn == "??":
+        return False
+    if not (fn.endswith(".py") or fn.startswith("<")):
+        return False  # a C++ frame ("RegisterCUDA.cpp", "")
+    if _IPYKERNEL.search(fn):
+        return True
+    return not any(part in fn for part in _NOT_USER)
+
+
+def frame_label(frame: dict[str, Any]) -> str:
+    """``file:line`` with notebook cells shown as ``cell [N] line L``."""
+    fn = str(frame.get("filename", ""))
+    line = frame.get("line", 0)
+    m = _IPY_INPUT.match(fn)
+    if m:
+        return f"cell [{m.group(1)}] line {line}"
+    if _IPYKERNEL.search(fn):
+        return f"cell line {line}"
+    return f"{fn}:{line}"
+
+
+def site_of(frames: list[dict[str, Any]]) -> tuple[str, str]:
+    """(site label, function name) of an allocation: innermost user frame."""
+    for f in frames:
+        if is_user_frame(f):
+            return frame_label(f), str(f.get("name", ""))
+    if frames:
+        return "(no user frame) " + frame_label(frames[0]), str(frames[0].get("name", ""))
+    return "(no Python stack)", ""
+
+
+@dataclass
+class Allocation:
+    """One allocation of the trace, paired with its free (``t_free`` None: still alive)."""
+
+    index: int
+    addr: int
+    size: int
+    t_alloc: int
+    t_free: int | None
+    frames: list[dict[str, Any]]
+    site: str
+    function: str
+
+
+@dataclass
+class MemoryTimeline:
+    """Allocated and reserved bytes after each event, with the cell's summary figures."""
+
+    t_us: list[int] = field(default_factory=list)  # since the first event
+    allocated: list[int] = field(default_factory=list)
+    reserved: list[int] = field(default_factory=list)
+    start_allocated: int = 0
+    start_reserved: int = 0
+    allocations: list[Allocation] = field(default_factory=list)
+    unknown_frees: int = 0  # frees of blocks allocated before the trace began
+    t0_us: int = 0
+
+    @property
+    def peak_allocated(self) -> int:
+        return max(self.allocated, default=self.start_allocated)
+
+    @property
+    def end_allocated(self) -> int:
+        return self.allocated[-1] if self.allocated else self.start_allocated
+
+    @property
+    def peak_reserved(self) -> int:
+        return max(self.reserved, default=self.start_reserved)
+
+    @property
+    def end_reserved(self) -> int:
+        return self.reserved[-1] if self.reserved else self.start_reserved
+
+
+def build_timeline(
+    trace: list[dict[str, Any]],
+    *,
+    start_allocated: int = 0,
+    start_reserved: int = 0,
+    reserved_steps: list[tuple[int, int]] | None = None,
+) -> MemoryTimeline:
+    """Walk the trace once: the allocated/reserved series and every allocation.
+
+    ``reserved_steps`` replaces the trace's own segment actions with
+    (event index, reserved bytes) pairs, e.g. from the allocator model when the
+    trace comes from the CPU allocator (which reserves nothing).
+    """
+    tl = MemoryTimeline(start_allocated=start_allocated, start_reserved=start_reserved)
+    live: dict[int, Allocation] = {}
+    allocated, reserved = start_allocated, start_reserved
+    steps = dict(reserved_steps or [])
+    t0 = next((int(e.get("time_us", 0)) for e in trace if e.get("time_us")), 0)
+    tl.t0_us = t0
+    for i, e in enumerate(trace):
+        action = e["action"]
+        t = int(e.get("time_us", 0) or t0)
+        if action == "alloc":
+            site, fn = site_of(e.get("frames") or [])
+            a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
+            live[e["addr"]] = a
+            tl.allocations.append(a)
+            allocated += e["size"]
+        elif action in ("free_completed", "free"):
+            a = live.pop(e["addr"], None)
+            if a is None:
+                tl.unknown_frees += 1
+                allocated -= e["size"]
+            else:
+                a.t_free = t
+                allocated -= a.size
+        elif reserved_steps is None and action in SEG_ADD:
+            reserved += e["size"]
+        elif reserved_steps is None and action in SEG_SUB:
+            reserved -= e["size"]
+        else:
+            if i not in steps:
+                continue
+        if i in steps:
+            reserved = steps[i]
+        tl.t_us.append(t - t0)
+        tl.allocated.append(allocated)
+        tl.reserved.append(reserved)
+    return tl
+
+
+def biggest_allocations(tl: MemoryTimeline, n: int = 10) -> list[Allocation]:
+    """The ``n`` largest allocations of the cell, largest first."""
+    return sorted(tl.allocations, key=lambda a: (-a.size, a.index))[:n]
+
+
+@dataclass
+class SiteRow:
+    """Bytes allocated from one source line over the cell."""
+
+    site: str
+    function: str
+    bytes: int
+    count: int
+    largest: int
+    alive_bytes: int  # of them, still allocated at the end
+    example: list[dict[str, Any]]
+
+
+def top_sites(tl: MemoryTimeline, n: int = 15) -> list[SiteRow]:
+    """Allocation sites by total bytes allocated in the cell (largest first)."""
+    rows: dict[str, SiteRow] = {}
+    for a in tl.allocations:
+        r = rows.get(a.site)
+        if r is None:
+            r = rows[a.site] = SiteRow(a.site, a.function, 0, 0, 0, 0, a.frames)
+        r.bytes += a.size
+        r.count += 1
+        r.largest = max(r.largest, a.size)
+        if a.t_free is None:
+            r.alive_bytes += a.size
+    return sorted(rows.values(), key=lambda r: (-r.bytes, r.site))[:n]
+
+
+def live_bytes_at(tl: MemoryTimeline, t_abs_us: int) -> int:
+    """Allocated bytes at absolute time ``t_abs_us`` (the last event at or before it)."""
+    rel = t_abs_us - tl.t0_us
+    value = tl.start_allocated
+    for t, v in zip(tl.t_us, tl.allocated, strict=True):
+        if t > rel:
+            break
+        value = v
+    return value
+
+
+def decimate(t: list[int], *series: list[int], max_points: int = 4000) -> tuple[list[int], ...]:
+    """At most ``max_points`` points per series, keeping each bucket's min and max.
+
+    A step plot of 100k events cannot show more than a few thousand distinct
+    x pixels; keeping the extremes of each bucket keeps every peak visible.
+    """
+    n = len(t)
+    if n <= max_points:
+        return (list(t), *(list(s) for s in series))
+    bucket = -(-n // (max_points // 2))
+    keep: list[int] = []
+    main = series[0] if series else t
+    for start in range(0, n, bucket):
+        end = min(n, start + bucket)
+        chunk = range(start, end)
+        lo = min(chunk, key=main.__getitem__)
+        hi = max(chunk, key=main.__getitem__)
+        keep += sorted({lo, hi})
+    return ([t[i] for i in keep], *([s[i] for i in keep] for s in series))

@@ -1,0 +1,122 @@
+"""Everything a ``gpumem`` report shows, computed once from a Profile (pure, no torch).
+
+The render layer and the result object both read a ``MemoryAnalysis``, so the
+HTML, the text fallback and ``result.leaks()`` can never disagree. Where the
+figures come from is decided here and recorded in ``reserved_source``: a real
+snapshot (CUDA capture or a loaded file) or the allocator model (a CPU
+capture, whose allocator reserves nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Profile
+from . import fragmentation, leaks, oom
+from .allocator import AllocatorConfig
+from .memory_model import ModelRun, compare, real_figures, run_model
+from .memory_timeline import MemoryTimeline, build_timeline, site_of
+
+
+@dataclass
+class MemoryAnalysis:
+    """The figures and tables of one gpumem profile."""
+
+    measured_on: str  # "cuda", "cpu" or "snapshot"
+    snapshot: dict[str, Any]
+    trace: list[dict[str, Any]]
+    timeline: MemoryTimeline
+    reserved_source: str
+    frag_snapshot: dict[str, Any]  # what the fragmentation panel draws
+    frag: fragmentation.FragmentationSummary
+    survivors: list[leaks.LeakRow]
+    growth: list[leaks.RunGrowth]
+    stats_after: dict[str, Any]
+    model: ModelRun | None = None  # CPU capture: the model behind reserved/fragmentation
+    simulated: ModelRun | None = None  # --simulate on a real snapshot: the "what if"
+    comparison: list[tuple[str, int | None, int, bool]] = field(default_factory=list)
+    diagnosis: oom.OomDiagnosis | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def possible_leaks(self) -> list[leaks.LeakRow]:
+        return [r for r in self.survivors if r.flagged]
+
+
+def _pick_trace(snap: dict[str, Any], device: int) -> list[dict[str, Any]]:
+    traces = snap.get("device_traces") or []
+    if device < len(traces) and traces[device]:
+        return traces[device]
+    return next((t for t in traces if t), [])
+
+
+def _config(options: dict[str, Any], snap: dict[str, Any]) -> AllocatorConfig:
+    conf = options.get("alloc_conf")
+    if conf:
+        return AllocatorConfig.parse(conf)
+    return AllocatorConfig.from_settings(snap.get("allocator_settings"))
+
+
+def analyze(profile: Profile) -> MemoryAnalysis:
+    """Build the analysis of a ``kind="gpumem"`` profile."""
+    snap = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
+    extra, options = profile.extra, profile.options
+    device = int(extra.get("device", options.get("device", 0)) or 0)
+    trace = _pick_trace(snap, device)
+    measured_on = extra.get("measured_on", "snapshot")
+    stats_before = extra.get("stats_before") or {}
+    stats_after = extra.get("stats_after") or {}
+    notes: list[str] = []
+    capacity = options.get("capacity")
+    model = simulated = None
+    if measured_on == "cpu":
+        model = run_model(trace, _config(options, snap), capacity=capacity)
+        tl = build_timeline(trace, reserved_steps=model.reserved_steps)
+        frag_snap, reserved_source = model.snapshot, "allocator model"
+        notes.append("Allocated bytes count from the start of the cell (CPU allocator).")
+    else:
+        start_alloc = stats_before.get("allocated_bytes.all.current")
+        start_res = stats_before.get("reserved_bytes.all.current")
+        if start_alloc is None or start_res is None:
+            # A loaded snapshot: work back from its final state over the trace.
+            probe = build_timeline(trace)
+            final = fragmentation.summarize(snap, device=None)
+            start_alloc = final.allocated - (probe.end_allocated - probe.start_allocated)
+            start_res = final.reserved - (probe.end_reserved - probe.start_reserved)
+        tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res)
+        frag_snap, reserved_source = snap, "snapshot"
+        if options.get("simulate"):
+            simulated = run_model(trace, _config(options, snap), capacity=capacity,
+                                  start_snapshot=snap)
+    frag = fragmentation.summarize(frag_snap)
+    surv = leaks.survivors(tl)
+    runs = [tuple(r) for r in extra.get("runs", [])]
+    growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
+    a = MemoryAnalysis(measured_on, snap, trace, tl, reserved_source, frag_snap, frag, surv,
+                       growth, stats_after, model, simulated, notes=notes)
+    what_if = simulated or (model if options.get("simulate") else None)
+    if what_if is not None:
+        real = real_figures(snap, trace, stats_after or None, peak_allocated=tl.peak_allocated,
+                            cpu=measured_on == "cpu")
+        a.comparison = compare(real, what_if)
+        notes += what_if.notes
+    a.diagnosis = _diagnose(profile, a, what_if)
+    return a
+
+
+def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> oom.OomDiagnosis | None:
+    error = profile.error
+    message = error.get("message") if oom.is_oom_error(error) else None
+    real = None
+    if message or any(e["action"] == "oom" for e in a.trace):
+        last = next((e for e in reversed(a.trace) if e["action"] == "alloc"), None)
+        real = oom.from_snapshot(a.snapshot, trace=a.trace, message=message,
+                                 leaks=a.survivors, site=site_of(last["frames"])[0] if last else None)
+    if real is not None and a.measured_on != "cpu":
+        return real
+    if what_if is not None and what_if.ooms:
+        idx, first = what_if.ooms[0]
+        site = site_of(a.trace[idx].get("frames") or [])[0] if idx < len(a.trace) else None
+        return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site)
+    return real

@@ -1,0 +1,319 @@
+"""The ``gpumem`` report: summary, OOM diagnosis, memory timeline, sites, leaks, fragmentation.
+
+Reads only a ``MemoryAnalysis`` (``analysis.memory_view``). Every string that
+came from a trace (file names, function names, the error text) is escaped:
+the HTML goes through ``tables.html_table`` or ``html.escape``, and Bokeh hover
+fields are plain ``@field`` references, which BokehJS shows as text. Big traces
+are decimated (``memory_timeline.decimate``, per-bucket min and max, so peaks
+survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.plotting import figure
+
+from ..analysis.memory_timeline import (
+    biggest_allocations,
+    decimate,
+    frame_label,
+    top_sites,
+)
+from ..analysis.memory_view import MemoryAnalysis
+from ..analysis.oom import OomDiagnosis, fmt_bytes
+from . import tables
+from .tables import Column
+
+MAX_POINTS = 4000  # timeline points per series after decimation
+MAX_MARKED = 12  # biggest allocations marked on the timeline
+MAX_SEGMENTS = 200  # segments drawn in the block map
+MIB = 1024 * 1024
+STATE_COLORS = {"active_allocated": "#0072B2", "inactive": "#cccccc",
+                "active_pending_free": "#E69F00"}
+STATE_NAMES = {"active_allocated": "allocated", "inactive": "cached free",
+               "active_pending_free": "in flight (freed, stream still using it)"}
+
+
+def _stack_text(frames: list[dict[str, Any]], n: int = 8) -> str:
+    return " <- ".join(f"{f.get('name', '')} ({frame_label(f)})" for f in frames[:n])
+
+
+def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
+    """(label, value) pairs of the summary box, shared by the HTML and text views."""
+    tl = a.timeline
+    src = a.reserved_source
+    rows = [
+        ("peak allocated", fmt_bytes(tl.peak_allocated)),
+        ("allocated at end", fmt_bytes(tl.end_allocated)),
+        ("change across the cell", fmt_bytes(tl.end_allocated - tl.start_allocated)),
+        (f"peak reserved ({src})", fmt_bytes(tl.peak_reserved)),
+        (f"reserved at end ({src})", fmt_bytes(tl.end_reserved)),
+        ("reserved change", fmt_bytes(tl.end_reserved - tl.start_reserved)),
+        ("allocations / frees in the trace", f"{len(tl.allocations):,} / "
+         f"{sum(1 for x in tl.allocations if x.t_free is not None):,}"),
+    ]
+    if a.growth:
+        from ..analysis.leaks import steady_growth
+
+        g = steady_growth(a.growth)
+        rows.append(("growth per run (after the first)", fmt_bytes(g)))
+    return rows
+
+
+def summary_line(a: MemoryAnalysis, error: dict[str, str] | None) -> str:
+    """One line for the text view and the report header."""
+    tl = a.timeline
+    parts = [f"peak {fmt_bytes(tl.peak_allocated)} allocated",
+             f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
+             "across the cell)",
+             f"reserved {fmt_bytes(tl.end_reserved)} ({a.reserved_source})"]
+    if a.possible_leaks:
+        parts.append(f"{len(a.possible_leaks)} possible leak site(s), first {a.possible_leaks[0].site}")
+    if a.measured_on == "cpu":
+        parts.append("CPU allocator")
+    if error:
+        parts.append(f"cell raised {error.get('type', 'an exception')}")
+    return "torchlens gpumem: " + ", ".join(parts)
+
+
+def _kv(rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{escape(k)}</th><td class=\"num\">{escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="kv">{body}</table>'
+
+
+def diagnosis_html(d: OomDiagnosis) -> str:
+    """The OOM box: cause, the figures, and advice each with its evidence."""
+    figs = [("requested", fmt_bytes(d.requested)), ("free on the device", fmt_bytes(d.device_free)),
+            ("reserved but free (cached)", fmt_bytes(d.free_cached)),
+            ("largest usable free block", fmt_bytes(d.largest_usable)),
+            ("allocated", fmt_bytes(d.allocated)), ("capacity", fmt_bytes(d.capacity)),
+            ("inactive_split", fmt_bytes(d.inactive_split))]
+    if d.unusable_share is not None:
+        figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
+    if d.site:
+        figs.append(("failing allocation at", d.site))
+    advice = "".join(f"<li><b>{escape(x.action)}</b><br><span class=\"note\">{escape(x.evidence)}</span></li>"
+                     for x in d.advice)
+    return (f'<div class="oom"><p class="error"><b>Out of memory: {escape(d.cause)}</b> '
+            f'<span class="note">(from the {escape(d.source)})</span></p><p>{escape(d.explanation)}</p>'
+            f"{_kv([f for f in figs if f[1] != 'n/a'])}"
+            + (f"<p>What to try:</p><ul>{advice}</ul>" if advice else "") + "</div>")
+
+
+def timeline_figure(a: MemoryAnalysis) -> Any:
+    """Allocated and reserved over the cell (ms), the biggest allocations marked."""
+    tl = a.timeline
+    if not tl.t_us:
+        return None
+    t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
+    ms = [x / 1000 for x in t]
+    p = figure(height=300, sizing_mode="stretch_width", x_axis_label="ms since the first event",
+               y_axis_label="MiB", title="Memory over the cell"
+               + (f" ({len(tl.t_us):,} events, {len(t):,} points drawn)" if len(t) < len(tl.t_us) else ""),
+               tools="xpan,xwheel_zoom,box_zoom,reset,save")
+    p.step(ms, [x / MIB for x in res], mode="after", color="#999999", line_width=2,
+           legend_label=f"reserved ({a.reserved_source})")
+    p.step(ms, [x / MIB for x in alloc], mode="after", color="#0072B2", line_width=2,
+           legend_label="allocated")
+    big = biggest_allocations(tl, MAX_MARKED)
+    level = dict(zip(tl.t_us, tl.allocated, strict=True))
+    src = ColumnDataSource({
+        "x": [(b.t_alloc - tl.t0_us) / 1000 for b in big],
+        "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
+        "size": [fmt_bytes(b.size) for b in big], "site": [b.site for b in big],
+        "stack": [_stack_text(b.frames) for b in big],
+        "freed": ["still alive at the end" if b.t_free is None else
+                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" for b in big],
+    })
+    r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
+                                                    ("", "@freed"), ("stack", "@stack")]))
+    p.legend.location = "top_left"
+    return p
+
+
+def segment_map_figure(a: MemoryAnalysis) -> Any:
+    """One row per segment, its blocks coloured by state (allocated / cached free / in flight)."""
+    from ..analysis.fragmentation import segment_map
+
+    segs = segment_map(a.frag_snapshot)
+    if not segs:
+        return None
+    shown = segs[:MAX_SEGMENTS]
+    cols: dict[str, list[Any]] = {k: [] for k in ("x", "y", "w", "color", "state", "size", "seg")}
+    for row, seg in enumerate(shown):
+        for b in seg["blocks"]:
+            cols["x"].append((b["offset"] + b["size"] / 2) / MIB)
+            cols["w"].append(b["size"] / MIB)
+            cols["y"].append(row)
+            cols["color"].append(STATE_COLORS.get(b["state"], "#999999"))
+            cols["state"].append(STATE_NAMES.get(b["state"], b["state"]))
+            cols["size"].append(fmt_bytes(b["size"]))
+            cols["seg"].append(f"{seg['segment_type']} segment of {fmt_bytes(seg['total_size'])}"
+                               f" at {seg['address']:#x}")
+    title = "Segments and blocks (blue allocated, grey cached free, orange in flight)"
+    if len(segs) > len(shown):
+        title += f": first {len(shown)} of {len(segs)} segments by address"
+    p = figure(height=min(700, 60 + 12 * len(shown)), sizing_mode="stretch_width",
+               x_axis_label="MiB from segment start", title=title,
+               tools="xpan,xwheel_zoom,box_zoom,reset,save", y_range=(len(shown), -1))
+    p.yaxis.visible = False
+    r = p.rect("x", "y", "w", 0.8, source=ColumnDataSource(cols), fill_color="color",
+               line_color="white", line_width=0.5)
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("block", "@size @state"), ("", "@seg")]))
+    return p
+
+
+def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
+    from ..analysis.fragmentation import unusable_free_share
+
+    f = a.frag
+    st = a.stats_after or (a.model.stats if a.model else {})
+    biggest = max((x.size for x in a.timeline.allocations), default=0)
+    rows = [("reserved", fmt_bytes(f.reserved)), ("allocated", fmt_bytes(f.allocated)),
+            ("cached free", f"{fmt_bytes(f.free_cached)} ({f.free_share:.0%} of reserved)"),
+            ("largest free block", f"{fmt_bytes(f.largest_free_block)} of {fmt_bytes(f.free_cached)} free"),
+            ("in flight (pending free)", fmt_bytes(f.pending_free)),
+            ("inactive_split", f"{fmt_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"),
+            ("segments", f"{f.n_segments} ({f.n_segments_by_pool['small']} small, "
+                         f"{f.n_segments_by_pool['large']} large)")]
+    if biggest:
+        share = unusable_free_share(a.frag_snapshot, biggest)
+        rows.append((f"free but unusable for the largest request ({fmt_bytes(biggest)})",
+                     f"{share:.0%} of reserved"))
+    for key, label in (("num_alloc_retries", "alloc retries"), ("num_ooms", "OOMs")):
+        if key in st:
+            rows.append((label, f"{st[key]:,}"))
+    return rows
+
+
+_SITE_COLS = [Column("site", "site", numeric=False), Column("function", "function", numeric=False),
+              Column("bytes", "bytes allocated", fmt_bytes), Column("count", "allocations", tables.fmt_int),
+              Column("largest", "largest", fmt_bytes), Column("alive_bytes", "alive at end", fmt_bytes)]
+_LEAK_COLS = [Column("flag", "possible leak", numeric=False), Column("site", "site", numeric=False),
+              Column("function", "function", numeric=False), Column("bytes", "bytes alive", fmt_bytes),
+              Column("count", "tensors", tables.fmt_int), Column("passes", "passes", tables.fmt_int)]
+_GROWTH_COLS = [Column("run", "run", tables.fmt_int), Column("end_allocated", "allocated at end", fmt_bytes),
+                Column("growth", "growth", fmt_bytes)]
+
+
+def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str, str, str]]:
+    """(title, body html, anchor) of every section; Bokeh figures go to ``figures``."""
+    out = []
+    if a.diagnosis is not None:
+        out.append(("Out-of-memory diagnosis", diagnosis_html(a.diagnosis), "oom"))
+    body = _kv(summary_rows(a)) + "".join(f'<p class="note">{escape(n)}</p>' for n in a.notes)
+    out.append(("Summary", body, "summary"))
+    if a.comparison:
+        rows = "".join(
+            f"<tr><th>{escape(label)}</th><td class=\"num\">{escape(fmt_bytes(r) if b else _n(r))}</td>"
+            f"<td class=\"num\">{escape(fmt_bytes(s) if b else _n(s))}</td></tr>"
+            for label, r, s, b in a.comparison)
+        what = "this machine's allocator" if a.measured_on == "cpu" else "what happened"
+        out.append(("Allocator model: what if", f'<table class="kv"><tr><th></th><th>{escape(what)}</th>'
+                    f"<th>simulated</th></tr>{rows}</table>", "simulate"))
+    for title, fig, anchor in (("Memory timeline", timeline_figure(a), "timeline"),):
+        out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
+    sites = top_sites(a.timeline, top)
+    out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
+                if sites else '<p class="note">No allocations.</p>', "sites"))
+    leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
+    out.append(("Still alive at the end of the cell (possible leaks)",
+                '<p class="note">Flagged: memory left behind on two or more passes over the same '
+                "line.</p>" + (tables.html_table(leak_rows, _LEAK_COLS) if leak_rows else
+                               "<p>Nothing allocated in the cell is still alive.</p>"), "leaks"))
+    if a.growth:
+        out.append(("Growth per run (--repeat)",
+                    tables.html_table([vars(g) for g in a.growth], _GROWTH_COLS), "growth"))
+    src = ("the allocator model replaying this cell's allocations (not a GPU)"
+           if a.reserved_source == "allocator model" else "the snapshot")
+    frag = f'<p class="note">From {escape(src)}.</p>' + _kv(fragmentation_rows(a))
+    frag += _fig(segment_map_figure(a), figures, "no segments")
+    out.append(("Fragmentation", frag, "fragmentation"))
+    return out
+
+
+def _n(v: int | None) -> str:
+    return "n/a" if v is None else f"{v:,}"
+
+
+def _fig(fig: Any, figures: list[Any], empty: str) -> str:
+    if fig is None:
+        return f'<p class="note">{escape(empty)}</p>'
+    figures.append(fig)
+    return f"<!--bokeh-{len(figures) - 1}-->"
+
+
+def text_report(a: MemoryAnalysis, error: dict[str, str] | None, unmeasured: list[str], top: int = 10) -> str:
+    """The text/plain view: summary, diagnosis, top sites and possible leaks."""
+    lines = [summary_line(a, error)]
+    d = a.diagnosis
+    if d is not None:
+        lines += ["", f"OUT OF MEMORY ({d.cause}): {d.explanation}"]
+        lines += [f"  try: {x.action}\n       because {x.evidence}" for x in d.advice]
+    lines += ["", "top allocation sites:"]
+    lines += [f"  {fmt_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
+              for s in top_sites(a.timeline, top)]
+    if a.possible_leaks:
+        lines += ["", "possible leaks (still alive, left behind on several passes):"]
+        lines += [f"  {fmt_bytes(r.bytes):>12}  {r.count:>6} tensors  {r.site}  {r.function}"
+                  for r in a.possible_leaks[:top]]
+    for label, r, s, b in a.comparison:
+        lines.append(f"  {label:<18} real {fmt_bytes(r) if b else _n(r):>12}   "
+                     f"simulated {fmt_bytes(s) if b else _n(s):>12}")
+    lines += [f"not measured: {u}" for u in unmeasured]
+    return "\n".join(lines)
+
+
+def analysis_of(profile: Any) -> MemoryAnalysis:
+    """The profile's analysis, computed once per profile object (HTML and text share it)."""
+    from ..analysis.memory_view import analyze
+
+    cached = getattr(profile, "_tl_memory_analysis", None)
+    if cached is None:
+        cached = analyze(profile)
+        profile._tl_memory_analysis = cached
+    return cached
+
+
+def memory_text(profile: Any) -> str:
+    """text/plain of a gpumem profile."""
+    top = int(profile.options.get("top") or 10)
+    return text_report(analysis_of(profile), profile.error, profile.unmeasured, top)
+
+
+def render_memory_body(profile: Any) -> tuple[str, str]:
+    """``<body>`` content and Bokeh script of a gpumem report (see ``report.render_body``)."""
+    import datetime as dt
+
+    from bokeh.embed import components
+
+    from .report import _SPLIT, _bokehjs, _section, stable_ids
+
+    a = analysis_of(profile)
+    top = int(profile.options.get("top") or 15)
+    title = profile.title or "torchlens gpumem report"
+    when = dt.datetime.fromtimestamp(profile.created_at, dt.timezone.utc)
+    facts = f"gpumem · taken {when:%Y-%m-%d %H:%M:%S} UTC"
+    if profile.source:
+        facts += f" · from {profile.source}"
+    parts = [f"<h1>{escape(title)}</h1><p class=\"note\">{escape(facts)}</p>"
+             f'<p class="summary">{escape(summary_line(a, profile.error))}</p>']
+    figures: list[Any] = []
+    parts += [_section(t, body, anchor) for t, body, anchor in sections(a, top, figures)]
+    if profile.unmeasured:
+        parts.append(_section("Not measured", tables.unmeasured_html(profile.unmeasured),
+                              "unmeasured"))
+    if profile.error:
+        parts.append(_section("The cell raised an exception", tables.error_html(profile.error),
+                              "error"))
+    body, script = "".join(parts), ""
+    if figures:
+        script, divs = components(figures)
+        for i, div in enumerate(divs):
+            body = body.replace(f"<!--bokeh-{i}-->", div, 1)
+    body, script = stable_ids(body + _SPLIT + script).split(_SPLIT)
+    return body, _bokehjs(figures) + script
