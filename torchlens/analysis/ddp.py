@@ -1,0 +1,408 @@
+"""The %ddp_check checklist, from the per-rank records a run left behind.
+
+Pure functions over plain dicts (what the workers sent through the store, as
+saved in ``Profile.extra["ddp"]``), so a saved ``.tlprof`` gives the same
+checklist on a machine without torch. Each line says passed / failed / not
+applicable, the evidence, and what to do: the user should never have to read
+the raw records to learn which rank did what.
+
+Record layout (``extra["ddp"]``): ``world_size``, ``backend``, ``steps``,
+``outcome`` (finished, hang, crashed, interrupted, startup_timeout),
+``ranks`` (one result dict per rank, or None if it sent none),
+``fingerprints`` (per rank, the collectives in issue order), ``exit_codes``,
+``hang`` (last status and Python stack per rank), ``memory_peak``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASSED, FAILED, NA = "passed", "failed", "not applicable"
+ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+#: Parameters may differ by float summation order across ranks; beyond this
+#: relative difference of their sums (or first values) they are out of sync.
+RTOL, ATOL = 1e-5, 1e-7
+MEMORY_IMBALANCE = 0.25  # 25% more tensor bytes on one rank than on another
+MEMORY_MIN_BYTES = 16 << 20  # below this, imbalance is noise
+
+
+@dataclass
+class CheckItem:
+    """One checklist line."""
+
+    name: str
+    status: str
+    evidence: str
+    advice: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_collective(fp: dict[str, Any] | None) -> str:
+    """One collective as a user reads it: ``#3 allreduce float32[4] at cell.py:7``."""
+    if not fp:
+        return "nothing"
+    tensors = ", ".join(
+        f"{d}[{'x'.join(str(s) for s in shape)}]"
+        for shape, d in zip(fp.get("shapes", []), fp.get("dtypes", []), strict=False)
+    )
+    text = f"#{fp.get('index')} {fp.get('op')}"
+    if tensors:
+        text += f" {tensors}"
+    if fp.get("line"):
+        text += f" at {fp['line']}"
+    return text
+
+
+def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
+    return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])))
+
+
+def first_difference(fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """How the fingerprints of one collective index differ across ranks, or None.
+
+    Compares op, shapes and dtypes (what must match for the collective to be
+    valid); the issuing line may legitimately differ between ranks.
+    """
+    ranks = sorted(fps)
+    if not ranks:
+        return None
+    ref = fps[ranks[0]]
+    for what in ("op", "shapes", "dtypes"):
+        values = {r: fps[r].get(what) for r in ranks}
+        if any(v != values[ranks[0]] for v in values.values()):
+            return {"what": what, "values": values, "reference_rank": ranks[0],
+                    "index": ref.get("index")}
+    return None
+
+
+def _rank_results(rec: dict[str, Any]) -> list[dict[str, Any] | None]:
+    ranks = rec.get("ranks") or []
+    return [r if isinstance(r, dict) else None for r in ranks]
+
+
+def check_environment(rec: dict[str, Any]) -> CheckItem:
+    results = _rank_results(rec)
+    n = int(rec.get("world_size", len(results)))
+    seen = [(i, r) for i, r in enumerate(results) if r]
+    if not seen:
+        return CheckItem("environment", NA, "no rank reported its environment",
+                         "see the crashed-worker line")
+    problems: list[str] = []
+    envs = {i: (r.get("env_end") or r.get("env_start") or {}) for i, r in seen}
+    for key in ("MASTER_ADDR", "MASTER_PORT"):
+        values = {i: e.get(key) for i, e in envs.items()}
+        if len(set(values.values())) > 1:
+            problems.append(f"{key} differs: " + ", ".join(f"rank {i}={v}" for i, v in values.items()))
+    for i, e in envs.items():
+        if e.get("WORLD_SIZE") != str(n):
+            problems.append(f"rank {i}: WORLD_SIZE={e.get('WORLD_SIZE')} but {n} ranks run")
+        if e.get("RANK") != str(i):
+            problems.append(f"rank {i}: RANK={e.get('RANK')}")
+    local = [e.get("LOCAL_RANK") for e in envs.values()]
+    if len(set(local)) != len(local):
+        problems.append(f"LOCAL_RANK repeats across ranks: {local}")
+    devices = {i: r.get("device") for i, r in seen}
+    cuda = [d for d in devices.values() if d and str(d).startswith("cuda")]
+    if len(set(cuda)) != len(cuda):
+        problems.append("two ranks use the same GPU: "
+                        + ", ".join(f"rank {i}={d}" for i, d in devices.items()))
+    versions = {i: r.get("versions", {}) for i, r in seen}
+    for key in ("torch", "cuda", "nccl"):
+        values = {i: v.get(key) for i, v in versions.items()}
+        if len({str(v) for v in values.values()}) > 1:
+            problems.append(f"{key} version differs: {values}")
+    first = versions[seen[0][0]]
+    evidence = (f"{len(seen)} of {n} ranks reported; devices "
+                + ", ".join(f"rank {i}: {d}" for i, d in devices.items())
+                + f"; torch {first.get('torch')}, CUDA {first.get('cuda') or 'none'}, "
+                f"NCCL {first.get('nccl') or 'none'}")
+    if problems:
+        return CheckItem("environment", FAILED, "; ".join(problems) + f". ({evidence})",
+                         "set the rendezvous variables once, identically on every rank "
+                         "(RANK/LOCAL_RANK per rank), and give each rank its own device",
+                         {"problems": problems})
+    return CheckItem("environment", PASSED, evidence)
+
+
+def check_communication(rec: dict[str, Any]) -> CheckItem:
+    results = [r for r in _rank_results(rec) if r and r.get("comm")]
+    if not results:
+        return CheckItem("communication", NA, "no rank got as far as the all_reduce test",
+                         "see the crashed-worker line")
+    wrong = []
+    for r in results:
+        comm = r["comm"]
+        if comm.get("error") or comm.get("got") != comm.get("expected"):
+            wrong.append(f"rank {r['rank']}: " + (comm.get("error") or
+                         f"got {comm.get('got')}, expected {comm.get('expected')}"))
+    bw = results[0]["comm"].get("bandwidth") or []
+    bw_text = ", ".join(f"{_bytes(b['bytes'])}: {b['busbw_gbps']:.2f} GB/s" for b in bw)
+    if wrong:
+        return CheckItem("communication", FAILED,
+                         "known-answer all_reduce (each rank sends rank+1) was wrong: "
+                         + "; ".join(wrong),
+                         "check the network interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME) "
+                         "and that every rank joined the same rendezvous")
+    expected = results[0]["comm"].get("expected")
+    return CheckItem("communication", PASSED,
+                     f"all_reduce of rank+1 gave {expected} on every rank; bus bandwidth "
+                     f"(rank 0) {bw_text or 'not measured'}", details={"bandwidth": bw})
+
+
+def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
+    """Does ``b`` look like ``a`` with collective ``i`` left out?"""
+    rest_a, rest_b = a[i + 1: i + 4], b[i: i + 3]
+    return bool(rest_b) and len(rest_a) >= len(rest_b) and all(
+        _signature(x) == _signature(y) for x, y in zip(rest_a, rest_b, strict=False))
+
+
+def sequence_divergence(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The first collective index where ranks differ, or None if they agree."""
+    seqs = [list(s or []) for s in (rec.get("fingerprints") or [])]
+    if len(seqs) < 2:
+        return None
+    longest = max(len(s) for s in seqs)
+    for i in range(longest):
+        have = {r: s[i] for r, s in enumerate(seqs) if i < len(s)}
+        missing = [r for r, s in enumerate(seqs) if i >= len(s)]
+        diff = first_difference(have)
+        if diff is None and not missing:
+            continue
+        skipped = []
+        if diff is not None:
+            ranks = sorted(have)
+            for r in ranks:
+                for q in ranks:
+                    if q != r and _skipped(seqs[q], seqs[r], i) and r not in skipped:
+                        skipped.append(r)
+        return {"index": i, "fingerprints": have, "missing": missing,
+                "difference": diff, "skipped": skipped}
+    return None
+
+
+def check_sequence(rec: dict[str, Any]) -> CheckItem:
+    seqs = rec.get("fingerprints") or []
+    if not any(seqs):
+        return CheckItem("collective sequence", NA, "no collective was issued")
+    div = sequence_divergence(rec)
+    counts = ", ".join(f"rank {r}: {len(s or [])}" for r, s in enumerate(seqs))
+    if div is None:
+        return CheckItem("collective sequence", PASSED,
+                         f"every rank issued the same collectives ({counts})")
+    i = div["index"]
+    lines = [f"rank {r}: {describe_collective(fp)}" for r, fp in sorted(div["fingerprints"].items())]
+    ended = _ended_how(rec)
+    for r in div["missing"]:
+        lines.append(f"rank {r}: never issued collective #{i} ({ended.get(r, 'it stopped first')})")
+    for r in div["skipped"]:
+        lines.append(f"rank {r} skipped a collective: its #{i} matches the other ranks' #{i + 1}")
+    what = div["difference"]["what"] if div["difference"] else "presence"
+    if div["difference"] is None and div["missing"] and rec.get("outcome") == "finished":
+        status_note = "ranks issued different numbers of collectives"
+    else:
+        status_note = f"{what} differs" if div["difference"] else "not every rank issued it"
+    return CheckItem(
+        "collective sequence", FAILED,
+        f"first divergence at collective #{i} ({status_note}): " + "; ".join(lines),
+        "make every rank issue the same collectives in the same order with the same "
+        "shapes and dtypes (look for rank-dependent branches around the lines above); "
+        "--strict stops the run there instead of a gloo SIGABRT or an NCCL hang",
+        {"index": i, "what": what, "missing": div["missing"], "skipped": div["skipped"],
+         "ranks": sorted(div["fingerprints"]),
+         "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
+
+
+def _ended_how(rec: dict[str, Any]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for r, res in enumerate(_rank_results(rec)):
+        if res and res.get("error"):
+            out[r] = f"it raised {res['error'].get('type')} first"
+        elif res:
+            out[r] = "it finished without it"
+    return out
+
+
+def check_hang(rec: dict[str, Any]) -> CheckItem:
+    hang = rec.get("hang")
+    if not hang:
+        if rec.get("outcome") == "interrupted":
+            return CheckItem("hang", NA, "the run was interrupted before it could be judged")
+        return CheckItem("hang", PASSED, "every rank kept making progress until it ended")
+    parts = []
+    for r, st in enumerate(hang.get("status") or []):
+        last = (st or {}).get("last")
+        where = describe_collective(last) if last else "no collective yet"
+        state = "waits in" if (st or {}).get("in_collective") else "last issued"
+        parts.append(f"rank {r} {state} {where} (phase {(st or {}).get('phase', '?')})")
+    return CheckItem(
+        "hang", FAILED,
+        f"no rank made progress for {hang.get('after_s', 0):.1f} s: " + "; ".join(parts),
+        "a rank waits for a peer that never joins the same collective: compare the "
+        "stacks below and the collective sequence line; rerun with --strict",
+        {"stacks": hang.get("stacks") or []})
+
+
+def _param_diff(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.get("sha1") == b.get("sha1"):
+        return False
+    if a.get("shape") != b.get("shape") or a.get("dtype") != b.get("dtype"):
+        return True
+    scale = max(abs(a.get("abs_sum") or 0.0), abs(b.get("abs_sum") or 0.0), 1.0)
+    if abs((a.get("sum") or 0.0) - (b.get("sum") or 0.0)) > ATOL + RTOL * scale:
+        return True
+    return any(not math.isclose(x, y, rel_tol=RTOL, abs_tol=ATOL)
+               for x, y in zip(a.get("head") or [], b.get("head") or [], strict=False))
+
+
+def _modules(res: dict[str, Any], step: int) -> list[dict[str, Any]]:
+    for s in res.get("steps") or []:
+        if s.get("step") == step:
+            return s.get("modules") or []
+    return []
+
+
+def check_parameter_sync(rec: dict[str, Any]) -> CheckItem:
+    results = [r for r in _rank_results(rec) if r]
+    steps = sorted({s["step"] for r in results for s in r.get("steps") or [] if s.get("modules")})
+    if len(results) < 2 or not steps:
+        return CheckItem("parameter sync", NA,
+                         "no DistributedDataParallel module was created and no nn.Module was returned",
+                         "return the model from the function to have its parameters compared")
+    checked = 0
+    for step in steps:
+        ref = _modules(results[0], step)
+        for m_i, mod in enumerate(ref):
+            for r in results[1:]:
+                other = _modules(r, step)
+                if m_i >= len(other):
+                    continue
+                for pa, pb in zip(mod["params"], other[m_i]["params"], strict=False):
+                    checked += 1
+                    if _param_diff(pa, pb):
+                        return CheckItem(
+                            "parameter sync", FAILED,
+                            f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
+                            f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
+                            f"rank {results[0]['rank']} sum {pa['sum']:.6g} first {pa['head']}, "
+                            f"rank {r['rank']} sum {pb['sum']:.6g} first {pb['head']}",
+                            "ranks must update parameters only through synchronized gradients: "
+                            "look for rank-dependent in-place updates, no_sync without a "
+                            "final synced step, or buffers (e.g. BatchNorm stats) not broadcast",
+                            {"step": step, "module": mod["name"], "parameter": pa["name"],
+                             "ranks": [results[0]["rank"], r["rank"]]})
+    names = sorted({m["name"] for r in results for s in steps for m in _modules(r, s)})
+    return CheckItem("parameter sync", PASSED,
+                     f"{checked} parameter/buffer comparisons across ranks agree "
+                     f"(rtol {RTOL:g}) in {', '.join(names)} after step(s) {steps}")
+
+
+def check_determinism(rec: dict[str, Any]) -> CheckItem:
+    results = [r for r in _rank_results(rec) if r]
+    if int(rec.get("steps") or 1) < 2:
+        return CheckItem("determinism", NA, "needs --steps 2 or more (the same step twice)")
+    done = [r for r in results if len([s for s in r.get("steps") or [] if s.get("end")]) >= 2]
+    if not done:
+        return CheckItem("determinism", NA, "no rank completed two steps")
+    for r in done:
+        op = (r.get("determinism") or {}).get("first_op")
+        first, second = _modules(r, 0), _modules(r, 1)
+        for ma, mb in zip(first, second, strict=False):
+            for pa, pb in zip(ma["params"], mb["params"], strict=False):
+                if pa.get("sha1") != pb.get("sha1"):
+                    where = (f"; first op whose result differed: {op['op']} at {op['line']}"
+                             if op else "")
+                    return CheckItem(
+                        "determinism", FAILED,
+                        f"rank {r['rank']}: the same step run twice with the same seeds gave "
+                        f"different {ma['name']} {pa['kind']} '{pa['name']}' (sum {pa['sum']:.6g} "
+                        f"vs {pb['sum']:.6g}){where}",
+                        "something outside the seeded RNGs feeds the step (time, os.urandom, "
+                        "unseeded generators, data order) or an op is nondeterministic; try "
+                        "torch.use_deterministic_algorithms(True)",
+                        {"rank": r["rank"], "parameter": pa["name"], "op": op})
+        if op and not first:
+            return CheckItem("determinism", FAILED,
+                             f"rank {r['rank']}: op {op['op']} at {op['line']} gave a different "
+                             "result in the second run with the same seeds",
+                             "see what feeds that line besides the seeded RNGs",
+                             {"rank": r["rank"], "op": op})
+    return CheckItem("determinism", PASSED,
+                     f"two runs with the same seeds gave bit-identical results on {len(done)} rank(s)")
+
+
+def _bytes(n: float | None) -> str:
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def check_memory(rec: dict[str, Any]) -> CheckItem:
+    peaks = rec.get("memory_peak") or []
+    if not any(p for p in peaks):
+        return CheckItem("memory", NA, "no memory sample arrived")
+    key = "cuda_allocated" if any((p or {}).get("cuda_allocated") for p in peaks) else "tensor_bytes"
+    values = [(r, (p or {}).get(key) or 0) for r, p in enumerate(peaks)]
+    text = "; ".join(f"rank {r}: RSS {_bytes((peaks[r] or {}).get('rss'))}, "
+                     f"{key.replace('_', ' ')} {_bytes(v)}" for r, v in values)
+    hi, lo = max(v for _, v in values), min(v for _, v in values)
+    if hi > MEMORY_MIN_BYTES and lo < hi / (1 + MEMORY_IMBALANCE):
+        worst = max(values, key=lambda x: x[1])[0]
+        return CheckItem("memory", FAILED, f"peak {text}: rank {worst} holds {hi / max(lo, 1):.1f}x",
+                         "rank-dependent data or model sizes: the largest rank sets the "
+                         "memory limit for all", {"key": key, "peaks": peaks})
+    return CheckItem("memory", PASSED, f"peak {text}", details={"key": key, "peaks": peaks})
+
+
+def check_crash(rec: dict[str, Any]) -> CheckItem:
+    results = _rank_results(rec)
+    codes = rec.get("exit_codes") or []
+    errors = [(r, res["error"]) for r, res in enumerate(results) if res and res.get("error")]
+    strict = [e for _, e in errors if e.get("type") == "CollectiveMismatch"]
+    if errors and len(strict) == len(errors):
+        return CheckItem("crashed worker", NA,
+                         "every rank was stopped by --strict (see the collective sequence line)")
+    deaths = [(r, c) for r, c in enumerate(codes)
+              if c is not None and c < 0 and not (results[r] if r < len(results) else None)]
+    if not errors and not deaths:
+        return CheckItem("crashed worker", PASSED, "no rank raised or died")
+    parts = []
+    first_tb = ""
+    for r, err in sorted(errors, key=lambda x: x[1].get("t") or 0):
+        parts.append(f"rank {r} raised {err.get('type')}: {err.get('message')}"
+                     f" (during {err.get('phase', 'its step')})")
+        first_tb = first_tb or err.get("traceback", "")
+    for r, c in deaths:
+        sig = {-6: "SIGABRT", -9: "SIGKILL", -11: "SIGSEGV"}.get(c, f"signal {-c}")
+        parts.append(f"rank {r} died with {sig}"
+                     + (" (gloo aborts on mismatched shapes/dtypes)" if c == -6 else ""))
+    return CheckItem("crashed worker", FAILED, "; ".join(parts),
+                     "the first rank listed failed first; the others usually fail because "
+                     "their peer went away. Fix the first one (traceback below)",
+                     {"traceback": first_tb, "ranks": [r for r, _ in errors] + [r for r, _ in deaths]})
+
+
+CHECKS = (check_environment, check_communication, check_sequence, check_hang,
+          check_parameter_sync, check_determinism, check_memory, check_crash)
+
+
+def checklist(rec: dict[str, Any]) -> list[CheckItem]:
+    """Every check, in the order the user reads them."""
+    return [check(rec) for check in CHECKS]
+
+
+def summary(items: list[CheckItem], rec: dict[str, Any]) -> str:
+    """One line: ranks, backend, how many checks passed, which failed."""
+    failed = [i.name for i in items if i.status == FAILED]
+    passed = sum(i.status == PASSED for i in items)
+    text = (f"ddp_check: {rec.get('world_size')} ranks ({rec.get('backend')}), "
+            f"{rec.get('outcome')}, {passed} passed, {len(failed)} failed")
+    return text + (f": {', '.join(failed)}" if failed else "")

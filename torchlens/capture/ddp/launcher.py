@@ -1,0 +1,277 @@
+"""The kernel side of %ddp_check: spawn the ranks, watch them, end them.
+
+Why ``subprocess.Popen([python, -m, worker])`` with ``start_new_session=True``
+rather than ``multiprocessing``'s spawn context: both fork+exec a fresh
+interpreter (no fork of the kernel's threads), but multiprocessing's spawn
+re-imports the parent's ``__main__`` in each child (the kernel's, or pytest's)
+and cannot put a child in its own process group atomically. A new session per
+worker means one ``killpg`` ends the worker and anything it started, and a
+SIGINT meant for the kernel never reaches the ranks.
+
+The kernel hosts a ``TCPStore`` on port 0 (a free port, never 29500): it is the
+rendezvous of the process group and the side channel for the job, heartbeats,
+fingerprints and results. Every exit path (success, crash, mismatch, hang,
+KeyboardInterrupt, interpreter exit) goes through ``_stop``, which kills each
+worker's process group and drops the store so its port is released.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import protocol
+
+POLL_S = 0.1
+CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
+STACK_WAIT_S = 0.6
+_RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
+
+
+@dataclass
+class DdpOptions:
+    """What the user chose (validated by the front end before anything starts)."""
+
+    world_size: int = 2
+    backend: str = "auto"
+    timeout_s: float = 30.0
+    steps: int = 2
+    strict: bool = False
+    seed: int = 0
+    startup_timeout_s: float = 180.0
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """auto: nccl when every rank can have its own GPU, else gloo."""
+    if backend != "auto":
+        return backend
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+class DdpLauncher:
+    """One %ddp_check run: ``run()`` returns the raw records and tables' rows."""
+
+    def __init__(self, job: dict[str, Any], options: DdpOptions,
+                 sink: Any | None = None) -> None:
+        self.job, self.options, self.sink = job, options, sink
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.store: Any = None
+        self.port: int | None = None
+        self.tmpdir = ""
+        self.heartbeats: list[dict[str, Any]] = []
+        self.last_hb: list[dict[str, Any] | None] = [None] * options.world_size
+        self.hang: dict[str, Any] | None = None
+        self.killed: set[int] = set()
+        self.t0 = 0.0
+
+    # -- lifecycle ---------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Spawn, monitor, stop; always stops the workers, even on KeyboardInterrupt."""
+        import cloudpickle
+        import torch.distributed as dist
+
+        n = self.options.world_size
+        self.t0 = time.time()
+        self.store = dist.TCPStore("127.0.0.1", 0, n, is_master=True,
+                                   wait_for_workers=False, timeout=timedelta(seconds=30))
+        self.port = int(self.store.port)
+        tl = dist.PrefixStore(protocol.PREFIX, self.store)
+        tl.set(protocol.PAYLOAD, cloudpickle.dumps(self.job))
+        self.tmpdir = tempfile.mkdtemp(prefix="torchlens-ddp-")
+        _RUNNING.add(self)
+        outcome = "interrupted"
+        try:
+            self._spawn()
+            outcome = self._monitor(tl)
+        finally:
+            self._kill_workers()
+            records = self._collect(tl, outcome)
+            self._release()
+        return records
+
+    def _spawn(self) -> None:
+        n = self.options.world_size
+        for rank in range(n):
+            env = dict(os.environ)
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port), WORLD_SIZE=str(n),
+                       RANK=str(rank), LOCAL_RANK=str(rank),
+                       TORCHLENS_SYS_PATH=os.pathsep.join(p for p in sys.path if p))
+            env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share the cores
+            env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d store-wait warnings
+            log = open(os.path.join(self.tmpdir, f"log-rank{rank}.txt"), "wb")  # noqa: SIM115
+            with log:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "torchlens.capture.ddp.worker", "127.0.0.1",
+                     str(self.port), str(rank), str(n), self.tmpdir],
+                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True))
+
+    def _monitor(self, tl: Any) -> str:
+        opts = self.options
+        n = opts.world_size
+        progress: list[Any] = [None] * n
+        last_progress = time.monotonic()
+        started = time.monotonic()
+        failed_at: float | None = None
+        while True:
+            for rank in range(n):
+                key = protocol.heartbeat_key(rank)
+                if tl.check([key]):
+                    hb = protocol.decode(tl.get(key))
+                    prev = self.last_hb[rank]
+                    if prev is None or hb["beat"] != prev["beat"]:
+                        hb["rank"], hb["t_rel"] = rank, hb["t"] - self.t0
+                        self.last_hb[rank] = hb
+                        self.heartbeats.append(hb)
+                        if self.sink is not None:
+                            self.sink.push(hb)
+                    sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"))
+                    if sig != progress[rank]:
+                        progress[rank], last_progress = sig, time.monotonic()
+            if self.sink is not None:
+                self.sink.flush()
+            codes = [p.poll() for p in self.procs]
+            results = [tl.check([protocol.result_key(r)]) for r in range(n)]
+            if all(c is not None for c in codes):
+                return "finished" if all(c == 0 for c in codes) else "crashed"
+            now = time.monotonic()
+            bad = any(c not in (None, 0) for c in codes) or any(
+                r and codes[i] not in (None, 0) for i, r in enumerate(results))
+            if bad or (any(results) and tl.check([protocol.stop_key()])):
+                failed_at = failed_at or now
+                if now - failed_at > CRASH_GRACE_S:
+                    return "crashed"
+            all_up = all(h is not None for h in self.last_hb)
+            if not all_up and now - started > opts.startup_timeout_s:
+                return "startup_timeout"
+            if all_up and now - last_progress > opts.timeout_s and failed_at is None:
+                self._dump_stacks(now - last_progress)
+                return "hang"
+            time.sleep(POLL_S)
+
+    def _dump_stacks(self, after_s: float) -> None:
+        """faulthandler in each live worker writes every thread's Python stack."""
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGUSR1)
+        time.sleep(STACK_WAIT_S)
+        stacks = []
+        for rank in range(self.options.world_size):
+            path = os.path.join(self.tmpdir, f"stack-rank{rank}.txt")
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    stacks.append(fh.read())
+            except OSError:
+                stacks.append("")
+        self.hang = {"after_s": after_s, "stacks": stacks,
+                     "status": [dict(h) if h else None for h in self.last_hb]}
+
+    def _kill_workers(self) -> None:
+        """End every worker's process group: TERM, then KILL what is left."""
+        for p in self.procs:
+            if p.poll() is None:
+                self.killed.add(p.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 2.0
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+
+    def _release(self) -> None:
+        self.store = None  # the TCPStore server stops and frees the port
+        _RUNNING.discard(self)
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    # -- records -------------------------------------------------------------
+    def _collect(self, tl: Any, outcome: str) -> dict[str, Any]:
+        n = self.options.world_size
+        ranks: list[dict[str, Any] | None] = []
+        fingerprints: list[list[dict[str, Any]]] = []
+        for rank in range(n):
+            res = protocol.decode(tl.get(protocol.result_key(rank))) if tl.check(
+                [protocol.result_key(rank)]) else None
+            ranks.append(res)
+            count = int(tl.add(protocol.count_key(rank), 0))
+            fps = [protocol.decode(tl.get(protocol.fingerprint_key(rank, i)))
+                   for i in range(count) if tl.check([protocol.fingerprint_key(rank, i)])]
+            timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
+            for fp in fps:
+                fp["call_s"] = timed.get(fp["index"], {}).get("call_s")
+            fingerprints.append(fps)
+            if res is not None:
+                res.pop("collectives", None)
+                res["log"] = self._log_tail(rank)
+        codes = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
+        errors = [r["error"] for r in ranks if r and r.get("error")]
+        if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
+            outcome = "mismatch"
+        peaks = []
+        for rank in range(n):
+            own = [h for h in self.heartbeats if h["rank"] == rank]
+            peak = dict((ranks[rank] or {}).get("peak") or {})
+            for key in ("rss", "tensor_bytes", "cuda_allocated", "cuda_reserved"):
+                vals = [h[key] for h in own if h.get(key) is not None]
+                if vals:
+                    peak[key] = max(vals + [peak.get(key) or 0])
+            peaks.append(peak)
+        return {
+            "world_size": n, "backend": self.job["backend"], "steps": self.options.steps,
+            "strict": self.options.strict, "timeout_s": self.options.timeout_s,
+            "seed": self.options.seed, "outcome": outcome, "t0": self.t0,
+            "wall_s": time.time() - self.t0, "port": self.port,
+            "ranks": ranks, "fingerprints": fingerprints,
+            "exit_codes": [None if p.pid in self.killed else c
+                           for p, c in zip(self.procs, codes, strict=False)],
+            "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
+            "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
+        }
+
+    def _log_tail(self, rank: int, limit: int = 4000) -> str:
+        path = os.path.join(self.tmpdir, f"log-rank{rank}.txt")
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return ""
+        return data[-limit:].decode("utf-8", "replace")
+
+
+def stop_all() -> None:
+    """Kill every running check's workers (atexit: the kernel shuts down)."""
+    for launcher in list(_RUNNING):
+        launcher._kill_workers()
+        launcher._release()
+
+
+atexit.register(stop_all)
+
+
+def run_check(job: dict[str, Any], options: DdpOptions,
+              sink: Any | None = None) -> dict[str, Any]:
+    """Run ``job`` on ``options.world_size`` ranks; returns the records dict."""
+    return DdpLauncher(job, options, sink).run()
+
+

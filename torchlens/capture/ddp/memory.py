@@ -1,0 +1,48 @@
+"""Per-rank memory samples: RSS and live tensor bytes on CPU, CUDA where present.
+
+Why a gc scan for tensor bytes: a CPU build keeps no allocator statistics
+outside the profiler, and the profiler's memory events cost far more than a
+scan of live tensors once a second. CUDA numbers come from the caching
+allocator's own counters and are None (not 0) where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any
+
+import psutil
+import torch
+
+_PROCESS = psutil.Process(os.getpid())
+
+
+def tensor_bytes() -> int:
+    """Bytes of CPU storage held by live tensors (each storage counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for obj in gc.get_objects():
+        try:
+            if not issubclass(type(obj), torch.Tensor) or obj.device.type != "cpu":
+                continue
+            storage = obj.untyped_storage()
+            ptr = storage.data_ptr()
+        except Exception:  # noqa: BLE001 - sparse, meta, fake tensors: no storage
+            continue
+        if ptr and ptr not in seen:
+            seen.add(ptr)
+            total += storage.nbytes()
+    return total
+
+
+def sample(with_tensors: bool) -> dict[str, Any]:
+    """One reading; ``tensor_bytes`` only when asked (the scan costs milliseconds)."""
+    out: dict[str, Any] = {"rss": _PROCESS.memory_info().rss, "tensor_bytes": None,
+                           "cuda_allocated": None, "cuda_reserved": None}
+    if with_tensors:
+        out["tensor_bytes"] = tensor_bytes()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda_allocated"] = torch.cuda.memory_allocated()
+        out["cuda_reserved"] = torch.cuda.memory_reserved()
+    return out

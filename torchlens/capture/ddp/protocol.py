@@ -1,0 +1,53 @@
+"""What the kernel and the workers say to each other through the TCPStore.
+
+One place for the key names and the JSON encoding, so the launcher (in the
+notebook kernel) and the workers (spawned interpreters) cannot drift apart.
+Values are JSON, never pickles, except the payload the kernel itself wrote:
+the parent only ever decodes data, so a broken worker cannot run code in the
+kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: Keys live under this prefix; the process group gets its own PrefixStore.
+PREFIX = "tl"
+PG_PREFIX = "pg"
+
+PAYLOAD = "payload"  # cloudpickle of the Job, written once by the kernel
+
+
+def heartbeat_key(rank: int) -> str:
+    """Latest heartbeat of ``rank`` (overwritten several times a second)."""
+    return f"hb/{rank}"
+
+
+def fingerprint_key(rank: int, index: int) -> str:
+    """Fingerprint of ``rank``'s collective number ``index``, set before it runs."""
+    return f"fp/{rank}/{index}"
+
+
+def count_key(rank: int) -> str:
+    """How many fingerprints ``rank`` has published (an atomic counter)."""
+    return f"fpcount/{rank}"
+
+
+def result_key(rank: int) -> str:
+    """``rank``'s final record, set once when its work ends (or fails)."""
+    return f"result/{rank}"
+
+
+def stop_key() -> str:
+    """Set by a rank that failed a --strict check, so peers stop waiting."""
+    return "stop"
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(value, default=str, allow_nan=True).encode()
+
+
+def decode(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8", "replace"))
+

@@ -1,0 +1,195 @@
+"""Sees every collective a worker issues, including DDP's own bucket all_reduces.
+
+Why a ``TorchDispatchMode``: torch 2.13 has no ``ProcessGroup.register_pre_hook``,
+and patching ``torch.distributed.all_reduce`` would miss the collectives DDP's
+C++ reducer issues during ``backward``. Every collective, from Python or C++,
+goes through the dispatcher as a ``c10d::`` op, and a dispatch mode sees it
+before it runs (checked on this machine: init broadcasts, bucket all_reduces,
+user calls). The same mode counts ops (the hang detector's notion of progress)
+and, during the determinism check, checksums each op's output so the first op
+whose result differs between two seeded runs can be named.
+
+``--strict``: before a collective runs, its fingerprint (op, shapes, dtypes) is
+compared with every other rank's through the store. A mismatch raises
+``CollectiveMismatch`` on every rank, before gloo can abort with SIGABRT or
+NCCL can hang.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ...analysis.ddp import describe_collective, first_difference
+from . import protocol
+
+_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
+
+
+class CollectiveMismatch(RuntimeError):
+    """Ranks were about to run different collectives (raised on every rank)."""
+
+    def __init__(self, message: str, diagnosis: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost frame outside torch and torchlens.
+
+    That is the line of the user's code that issued the collective: for DDP's
+    bucket all_reduces it is the ``loss.backward()`` line.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_TORCH_DIR) or name.startswith(_OUR_DIR)
+                or name.startswith("<frozen")):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _checksum(value: Any) -> float | None:
+    total = 0.0
+    found = False
+    for t in _tensors(value):
+        if t.is_complex() or t.device.type == "meta" or t.numel() == 0:
+            continue
+        found = True
+        total += float(torch.sum(t.detach(), dtype=torch.float64))
+    return total if found else None
+
+
+class CollectiveRecorder(TorchDispatchMode):
+    """Records collectives (and, optionally, per-op checksums) of one rank."""
+
+    def __init__(self, store: Any, rank: int, world_size: int, strict: bool,
+                 timeout_s: float) -> None:
+        super().__init__()
+        self.store, self.rank, self.world_size = store, rank, world_size
+        self.strict, self.timeout_s = strict, timeout_s
+        self.records: list[dict[str, Any]] = []
+        self.ops = 0
+        self.step = -1
+        self.in_flight: dict[str, Any] | None = None
+        self.lock = threading.Lock()
+        # determinism: checksums of step 0, compared live during step 1
+        self.reference: list[tuple[str, float | None]] | None = None
+        self.current: list[tuple[str, float | None]] | None = None
+        self.first_divergent_op: dict[str, Any] | None = None
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # The default wraps __torch_dispatch__ in torch._disable_dynamo, whose
+        # first call imports torch._dynamo: 2-6 s per worker on this machine.
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        self.ops += 1
+        if func.namespace in _COLLECTIVE_NAMESPACES:
+            return self._collective(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if self.current is not None and len(self.current) < _MAX_CHECKSUM_OPS:
+            self._track(str(func), out)
+        return out
+
+    def _track(self, name: str, out: Any) -> None:
+        value = _checksum(out)
+        index = len(self.current)  # type: ignore[arg-type]
+        self.current.append((name, value))  # type: ignore[union-attr]
+        ref = self.reference
+        if (ref is not None and self.first_divergent_op is None and index < len(ref)
+                and ref[index][0] == name and ref[index][1] != value):
+            self.first_divergent_op = {"op": name, "op_index": index,
+                                       "line": user_line(), "step": self.step,
+                                       "first": ref[index][1], "second": value}
+
+    def _collective(self, func: Any, args: Any, kwargs: Any) -> Any:
+        tensors = _tensors(list(args) + list(kwargs.values()))
+        fp = {
+            "index": len(self.records),
+            "op": func._schema.name.split("::")[-1].rstrip("_"),
+            "shapes": [list(t.shape) for t in tensors],
+            "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors],
+            "line": user_line(),
+            "step": self.step,
+            "t": time.time(),
+        }
+        self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
+        self.store.add(protocol.count_key(self.rank), 1)
+        with self.lock:
+            self.in_flight = fp
+            self.records.append(fp)
+        if self.strict:
+            self._compare(fp)
+        start = time.perf_counter()
+        out = func(*args, **kwargs)
+        fp["call_s"] = time.perf_counter() - start
+        with self.lock:
+            self.in_flight = None
+        return out
+
+    def _compare(self, fp: dict[str, Any]) -> None:
+        """Wait (bounded) for every rank's fingerprint of this index and compare."""
+        index = fp["index"]
+        others = [r for r in range(self.world_size) if r != self.rank]
+        keys = [protocol.fingerprint_key(r, index) for r in others]
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            if self.store.check(keys):
+                break
+            missing = [r for r, k in zip(others, keys, strict=True) if not self.store.check([k])]
+            finished = [r for r in missing if self.store.check([protocol.result_key(r)])]
+            if finished or self.store.check([protocol.stop_key()]) or time.monotonic() > deadline:
+                fps = {self.rank: fp}
+                self._raise(index, fps, missing, finished)
+            try:
+                self.store.wait(keys, timedelta(seconds=0.25))
+            except Exception:  # noqa: BLE001 - DistStoreError on timeout; loop re-checks
+                pass
+        fps = {self.rank: fp}
+        for r, key in zip(others, keys, strict=True):
+            fps[r] = protocol.decode(self.store.get(key))
+        if first_difference(fps) is not None:
+            self._raise(index, fps, [], [])
+
+    def _raise(self, index: int, fps: dict[int, dict[str, Any]], missing: list[int],
+               finished: list[int]) -> None:
+        self.store.set(protocol.stop_key(), str(self.rank))
+        lines = [f"rank {r}: {describe_collective(fps[r])}" for r in sorted(fps)]
+        for r in missing:
+            why = "finished without it" if r in finished else "did not reach it"
+            lines.append(f"rank {r}: never issued collective #{index} ({why})")
+        message = (f"--strict: ranks disagree at collective #{index}; it was stopped "
+                   "before it ran.\n  " + "\n  ".join(lines))
+        raise CollectiveMismatch(message, {"index": index, "fingerprints": fps,
+                                           "missing": missing})
+
+    def status(self) -> dict[str, Any]:
+        """What the heartbeat reports: op and collective counts, current collective."""
+        with self.lock:
+            last = self.in_flight or (self.records[-1] if self.records else None)
+            return {"ops": self.ops, "collectives": len(self.records), "step": self.step,
+                    "in_collective": self.in_flight is not None,
+                    "last": {k: last[k] for k in ("index", "op", "line")} if last else None}

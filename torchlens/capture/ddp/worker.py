@@ -1,0 +1,322 @@
+"""One spawned rank: ``python -m torchlens.capture.ddp.worker HOST PORT RANK WORLD``.
+
+Connects to the kernel's TCPStore, loads the job the kernel wrote there
+(cloudpickle: notebook functions travel by value), starts the process group on
+the same store, and then, each step from the same seeds, runs the user's code
+under the ``CollectiveRecorder``. A heartbeat thread publishes progress and
+memory several times a second; ``SIGUSR1`` makes faulthandler write every
+thread's Python stack to a per-rank file (the hang report). Everything the
+worker learns goes back as JSON in ``result/<rank>``.
+
+The user's code may call ``init_process_group`` / ``destroy_process_group``
+itself (as it would under torchrun): the group already exists, so those
+calls are made no-ops for the default group.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import inspect
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+from . import protocol
+
+ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+HEARTBEAT_S = 0.2
+TENSOR_SCAN_EVERY = 5  # heartbeats between live-tensor scans (about 1 s)
+BANDWIDTH_SIZES = (1 << 12, 1 << 16, 1 << 20)  # float32 elements: 16 KiB .. 4 MiB
+
+
+def _env() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in ENV_KEYS}
+
+
+def module_checksums(name: str, module: Any) -> dict[str, Any]:
+    """Sum, |sum|, sha1 and first values of every parameter and buffer."""
+    import torch
+
+    params = []
+    for kind, items in (("parameter", module.named_parameters()),
+                        ("buffer", module.named_buffers())):
+        for pname, t in items:
+            t = t.detach().cpu().contiguous()
+            flat = t.reshape(-1)
+            try:
+                digest = hashlib.sha1(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+            except (RuntimeError, TypeError):
+                digest = hashlib.sha1(repr(flat.tolist()).encode()).hexdigest()
+            as_f64 = flat.to(torch.float64) if not t.is_complex() else flat.abs().double()
+            params.append({"kind": kind, "name": pname, "shape": list(t.shape),
+                           "dtype": str(t.dtype).replace("torch.", ""),
+                           "sum": float(as_f64.sum()), "abs_sum": float(as_f64.abs().sum()),
+                           "sha1": digest, "head": as_f64[:3].tolist()})
+    return {"name": name, "params": params}
+
+
+def _seed_all(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+
+
+class Worker:
+    """Runs the job on this rank and reports through the store."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int) -> None:
+        import torch.distributed as dist
+
+        self.rank, self.world_size, self.host, self.port = rank, world_size, host, port
+        self.parent = os.getppid()
+        raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
+        self.store = dist.PrefixStore(protocol.PREFIX, raw)
+        self.raw_store = raw
+        self.phase = "starting"
+        self.recorder: Any = None
+        self.peak: dict[str, Any] = {}
+        self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
+                                       "steps": [], "error": None}
+
+    # -- heartbeat ---------------------------------------------------------
+    def _heartbeat(self) -> None:
+        import torch.distributed as dist
+
+        from .memory import sample
+
+        store = dist.PrefixStore(protocol.PREFIX, dist.TCPStore(
+            self.host, self.port, is_master=False, timeout=timedelta(seconds=30)))
+        beat = 0
+        while True:
+            if os.getppid() != self.parent:  # the kernel died: take our group down
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            mem = sample(with_tensors=beat % TENSOR_SCAN_EVERY == 0)
+            for k, v in mem.items():
+                if v is not None and v > (self.peak.get(k) or 0):
+                    self.peak[k] = v
+            status = self.recorder.status() if self.recorder else {}
+            hb = {"t": time.time(), "beat": beat, "phase": self.phase, **status, **mem}
+            try:
+                store.set(protocol.heartbeat_key(self.rank), protocol.encode(hb))
+            except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
+                pass
+            beat += 1
+            time.sleep(HEARTBEAT_S)
+
+    # -- phases --------------------------------------------------------------
+    def run(self) -> int:
+        import cloudpickle
+
+        threading.Thread(target=self._heartbeat, daemon=True, name="tl-heartbeat").start()
+        # DDP's constructor imports torch._dynamo (seconds); importing it under
+        # the dispatch mode fails, so import it now, overlapping the rendezvous.
+        preload = threading.Thread(target=_preload, daemon=True, name="tl-preload")
+        preload.start()
+        try:
+            job = cloudpickle.loads(self.store.get(protocol.PAYLOAD))
+            self.job = job
+            self._init_group(job)
+            self._comm_check()
+            self.phase = "preload"
+            preload.join()
+            self._steps(job)
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported, then the rank exits
+            self.result["error"] = {
+                "type": type(exc).__name__, "message": str(exc), "phase": self.phase,
+                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                "t": time.time(), "diagnosis": getattr(exc, "diagnosis", None)}
+            code = 1
+        self.phase = "done" if code == 0 else "failed"
+        self._publish()
+        return code
+
+    def _publish(self) -> None:
+        self.result["env_end"] = _env()
+        self.result["peak"] = self.peak
+        if self.recorder is not None:
+            self.result["collectives"] = self.recorder.records
+            self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
+        self.store.set(protocol.result_key(self.rank), protocol.encode(self.result))
+
+    def _init_group(self, job: dict[str, Any]) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.phase = "init"
+        backend = job["backend"]
+        if backend == "nccl":
+            torch.cuda.set_device(self.rank)
+            self.device = torch.device("cuda", self.rank)
+        else:
+            self.device = torch.device("cpu")
+        dist.init_process_group(
+            backend, store=dist.PrefixStore(protocol.PG_PREFIX, self.raw_store),
+            rank=self.rank, world_size=self.world_size,
+            timeout=timedelta(seconds=max(60.0, 3 * job["timeout_s"])))
+        real_init, real_destroy = dist.init_process_group, dist.destroy_process_group
+
+        def init_once(*args: Any, **kwargs: Any) -> None:
+            if not dist.is_initialized():
+                real_init(*args, **kwargs)
+
+        def destroy_others(group: Any = None) -> None:
+            if group is not None:
+                real_destroy(group)
+
+        dist.init_process_group = init_once  # type: ignore[assignment]
+        dist.destroy_process_group = destroy_others  # type: ignore[assignment]
+        cuda = torch.version.cuda
+        nccl = None
+        if torch.cuda.is_available():
+            try:
+                nccl = ".".join(map(str, torch.cuda.nccl.version()))
+            except Exception:  # noqa: BLE001 - NCCL not built in
+                nccl = None
+        self.result.update(device=str(self.device), hostname=os.uname().nodename,
+                           versions={"torch": torch.__version__, "cuda": cuda, "nccl": nccl,
+                                     "python": sys.version.split()[0]})
+
+    def _comm_check(self) -> None:
+        """Known-answer all_reduce, then bus bandwidth for a few sizes."""
+        import torch
+        import torch.distributed as dist
+
+        self.phase = "comm_check"
+        n = self.world_size
+        t = torch.tensor([float(self.rank + 1)], device=self.device)
+        dist.all_reduce(t)
+        comm: dict[str, Any] = {"sent": self.rank + 1, "got": float(t.item()),
+                                "expected": float(n * (n + 1) // 2), "bandwidth": []}
+        for size in BANDWIDTH_SIZES:
+            x = torch.ones(size, device=self.device)
+            dist.all_reduce(x)  # warm-up
+            reps = 3
+            start = time.perf_counter()
+            for _ in range(reps):
+                dist.all_reduce(x)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = (time.perf_counter() - start) / reps
+            nbytes = size * 4
+            busbw = nbytes / seconds * 2 * (n - 1) / n / 1e9
+            comm["bandwidth"].append({"bytes": nbytes, "seconds": seconds, "busbw_gbps": busbw})
+        self.result["comm"] = comm
+
+    def _steps(self, job: dict[str, Any]) -> None:
+        import torch
+
+        from .recorder import CollectiveRecorder
+
+        ddp_modules = _track_ddp()
+        call = self._callable(job)
+        rec = CollectiveRecorder(self.store, self.rank, self.world_size,
+                                 job["strict"], job["timeout_s"])
+        self.recorder = rec
+        steps = int(job["steps"])
+        for step in range(steps):
+            self.phase = f"step {step}"
+            _seed_all(job["seed"])
+            if steps >= 2 and step in (0, 1):
+                rec.reference, rec.current = (rec.current if step == 1 else None), []
+            else:
+                rec.current = None
+            rec.step = step
+            ddp_modules.clear()
+            record: dict[str, Any] = {"step": step, "start": time.time(), "end": None}
+            self.result["steps"].append(record)
+            with rec:
+                out = call()
+            record["end"] = time.time()
+            self.phase = f"checksums {step}"
+            modules = [module_checksums(f"DistributedDataParallel #{i} "
+                                        f"({type(m.module).__name__})", m.module)
+                       for i, m in enumerate(ddp_modules)]
+            for i, m in enumerate(_returned_modules(out)):
+                modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
+            record["modules"] = modules
+            record["returned"] = None if out is None else repr(out)[:200]
+            del out
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+        rec.current = None
+
+    def _callable(self, job: dict[str, Any]) -> Any:
+        """The user's code as a no-argument callable for one step."""
+        names = {"rank": self.rank, "world_size": self.world_size, "device": self.device}
+        if job["kind"] == "cell":
+            code = compile(job["source"], job["filename"], "exec")
+
+            def run_cell() -> None:
+                ns = {"__name__": "__main__", **job["globals"], **names}
+                exec(code, ns)  # noqa: S102 - the user's own cell
+
+            return run_cell
+        fn = job["fn"]
+        params = inspect.signature(fn).parameters
+        kwargs = {k: v for k, v in names.items() if k in params}
+        positional = [p for p in params.values() if p.name not in kwargs
+                      and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                      and p.default is p.empty]
+        args = [names[k] for k in ("rank", "world_size")][: len(positional)]
+        return lambda: fn(*args, **kwargs)
+
+
+def _preload() -> None:
+    import torch._dynamo  # noqa: F401
+
+
+def _track_ddp() -> list[Any]:
+    """Keep every DistributedDataParallel built during a step (for parameter sync)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    created: list[Any] = []
+    real = DDP.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        created.append(self)
+
+    DDP.__init__ = init  # type: ignore[method-assign]
+    return created
+
+
+def _returned_modules(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.nn.Module):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [m for v in out for m in _returned_modules(v)]
+    if isinstance(out, dict):
+        return [m for v in out.values() for m in _returned_modules(v)]
+    return []
+
+
+def main(argv: list[str]) -> int:
+    host, port, rank, world_size, stack_dir = argv
+    sys.path[:0] = [p for p in os.environ.get("TORCHLENS_SYS_PATH", "").split(os.pathsep) if p]
+    stack_file = open(os.path.join(stack_dir, f"stack-rank{rank}.txt"), "w")  # noqa: SIM115
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    code = Worker(host, int(port), int(rank), int(world_size)).run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown: gloo threads can stall it
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
