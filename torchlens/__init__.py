@@ -17,6 +17,7 @@ __all__ = [
     "Profile",
     "TorchlensError",
     "__version__",
+    "ddp_check",
     "load",
     "load_ipython_extension",
     "step",
@@ -47,6 +48,18 @@ def gpumem(**options: Any) -> Any:
     from .frontends.api import gpumem as _gpumem
 
     return _gpumem(**options)
+
+
+def ddp_check(fn: Any, **options: Any) -> Any:
+    """Run ``fn(rank, world_size)`` on spawned ranks and check it for DDP bugs.
+
+    Same options as ``%ddp_check`` (see ``frontends.ddp_api.ddp_check``):
+    ``world_size``, ``backend``, ``timeout``, ``steps``, ``strict``, ``live``,
+    ``export``. Returns a result whose ``checklist`` says what failed.
+    """
+    from .frontends.ddp_api import ddp_check as _ddp_check
+
+    return _ddp_check(fn, **options)
 
 
 def step() -> None:

@@ -189,6 +189,84 @@ class TorchlensMagics(Magics):
         if error is not None:
             raise error.with_traceback(_user_frames(error.__traceback__))
 
+    @magic_arguments()
+    @argument("func", nargs="?", metavar="FUNC",
+              help="line form: the notebook function to run on every rank, called as "
+                   "FUNC(rank, world_size) (or with keywords rank, world_size, device)")
+    @argument("--world-size", default="2", metavar="N", help="number of ranks (default 2)")
+    @argument("--backend", default="auto", metavar="auto|gloo|nccl",
+              help="auto: nccl when every rank has a GPU, else gloo")
+    @argument("--timeout", default="30", metavar="S",
+              help="seconds without progress on any rank before it counts as a hang")
+    @argument("--steps", default="2", metavar="N",
+              help="runs of the step from the same seeds (2 checks determinism)")
+    @argument("--strict", action="store_true",
+              help="compare each collective across ranks before it runs")
+    @argument("--no-live", dest="no_live", action="store_true",
+              help="no live per-rank plot while the ranks run")
+    @argument("-o", dest="output", metavar="VAR", help="store the result object in VAR")
+    @argument("--export", metavar="PATH", help="also write PATH: .html report or .tlprof")
+    @argument("--quiet", action="store_true", help="display nothing")
+    @line_cell_magic
+    def ddp_check(self, line: str, cell: str | None = None) -> None:
+        """Run a function (or this cell) on N spawned ranks and check it for DDP bugs.
+
+        The checklist names the first collective where ranks diverge (index,
+        op, shapes, dtypes, line), hangs with each rank's Python stack,
+        parameters out of sync, nondeterminism, memory imbalance, crashed
+        ranks and inconsistent rendezvous variables. In the cell form the
+        body runs on every rank with ``rank``, ``world_size`` and ``device``
+        defined. No worker outlives the check, also when interrupted.
+        """
+        from .ddp_api import check_options, run_ddp_check
+
+        args = parse_argstring(self.ddp_check, line)
+        world_size = _positive(args.world_size, "--world-size")
+        steps = _positive(args.steps, "--steps")
+        try:
+            timeout = float(args.timeout)
+        except ValueError:
+            timeout = -1.0
+        if not timeout > 0:
+            raise UsageError(f"--timeout {args.timeout!r}: expected seconds > 0")
+        export = args.export
+        if export and len(export) >= 2 and export[0] == export[-1] and export[0] in "\"'":
+            export = export[1:-1]  # IPython's splitter keeps the quotes
+        fn = None
+        try:
+            check_options(world_size, args.backend, timeout, steps, export)
+            if cell is None:
+                if not args.func:
+                    raise InputError("%ddp_check needs a function: %ddp_check FUNC --world-size 2 "
+                                     "(or use %%ddp_check on a cell)")
+                fn = self._lookup(args.func)
+            elif args.func:
+                raise InputError(f"%%ddp_check runs the cell; drop {args.func!r} from the line")
+        except InputError as err:
+            raise UsageError(str(err)) from None
+        filename = self.shell.compile.cache(cell) if cell is not None else "<ddp_check cell>"
+        try:
+            result, interrupted = run_ddp_check(
+                fn, world_size=world_size, backend=args.backend, timeout=timeout,
+                steps=steps, strict=args.strict, live=not (args.no_live or args.quiet),
+                export=export, show=not args.quiet, cell=cell, cell_filename=filename,
+                namespace=self.shell.user_ns)
+        except InputError as err:
+            raise UsageError(str(err)) from None
+        if args.output:
+            self.shell.user_ns[args.output] = result
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def _lookup(self, name: str) -> Any:
+        head, *rest = name.split(".")
+        if head not in self.shell.user_ns:
+            raise InputError(f"{name!r} is not defined in the notebook")
+        obj = self.shell.user_ns[head]
+        for attr in rest:
+            obj = getattr(obj, attr)
+        return obj
+
     def _show(self, result: Any, args: Any) -> None:
         if args.output:
             self.shell.user_ns[args.output] = result

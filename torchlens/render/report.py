@@ -134,6 +134,10 @@ def render_body(profile: Profile) -> tuple[str, str]:
         from .memory import render_memory_body
 
         return render_memory_body(profile)
+    if profile.kind == "ddp_check":
+        from .ddp import render_ddp_body
+
+        return render_ddp_body(profile)
     options = display_options(profile.options)
     parts = [_header(profile)]
     parts.append(_section("Environment",

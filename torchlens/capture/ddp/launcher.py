@@ -94,14 +94,19 @@ class DdpLauncher:
         tl.set(protocol.PAYLOAD, cloudpickle.dumps(self.job))
         self.tmpdir = tempfile.mkdtemp(prefix="torchlens-ddp-")
         _RUNNING.add(self)
-        outcome = "interrupted"
+        outcome, interrupted = "interrupted", False
         try:
             self._spawn()
             outcome = self._monitor(tl)
+        except KeyboardInterrupt:  # the caller shows what was seen, then re-raises
+            interrupted = True
         finally:
             self._kill_workers()
-            records = self._collect(tl, outcome)
-            self._release()
+            try:
+                records = self._collect(tl, outcome)
+            finally:
+                self._release()
+        records["interrupted"] = interrupted
         return records
 
     def _spawn(self) -> None:

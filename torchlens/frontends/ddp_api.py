@@ -1,0 +1,265 @@
+"""``torchlens.ddp_check(fn, world_size=2)``: the Python door to %ddp_check.
+
+Validates every option before a single process starts (a typo costs nothing),
+runs the check (``capture.ddp``), keeps the per-rank records and tables in a
+``Profile`` of kind ``ddp_check``, and returns a ``DdpResult`` whose checklist
+says what passed, what failed and what to do. In a notebook the per-rank plot
+is live while the ranks run and is replaced by the report when they end, so the
+saved notebook still shows it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..model import InputError, Profile, Table
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+class DdpResult:
+    """A finished %ddp_check: the Profile, the checklist, per-rank tables."""
+
+    def __init__(self, profile: Profile) -> None:
+        from ..analysis.ddp import checklist
+
+        self.profile = profile
+        self.checklist = checklist(self.records)
+
+    @property
+    def records(self) -> dict[str, Any]:
+        from ..render.ddp import records
+
+        return records(self.profile)
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return not self.failed()
+
+    def failed(self) -> list[Any]:
+        return [i for i in self.checklist if i.status == "failed"]
+
+    def item(self, name: str) -> Any:
+        """The checklist line called ``name`` (e.g. "collective sequence")."""
+        for it in self.checklist:
+            if it.name == name:
+                return it
+        raise KeyError(f"no check named {name!r}; one of {[i.name for i in self.checklist]}")
+
+    def collectives(self) -> Any:
+        """Every recorded collective of every rank (pandas DataFrame)."""
+        return self.profile.tables["collectives"].to_pandas()
+
+    def memory(self) -> Any:
+        """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes."""
+        return self.profile.tables["heartbeats"].to_pandas()
+
+    def save(self, path: str) -> str:
+        return self.profile.save(path)
+
+    def export(self, path: str) -> str:
+        """Write a .html report (every rank) or a .tlprof result."""
+        from .export import export_profile
+
+        return export_profile(self.profile, path)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
+        from ..render.bundle import iframe_html
+        from ..render.ddp import ddp_text
+        from ..render.report import render_report
+
+        return {"text/html": iframe_html(render_report(self.profile)),
+                "text/plain": ddp_text(self.profile)}
+
+    def __repr__(self) -> str:
+        from ..render.ddp import summary_text
+
+        return summary_text(self.profile)
+
+
+def _in_kernel() -> bool:
+    ip = sys.modules.get("IPython")
+    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def check_options(world_size: int, backend: str, timeout: float, steps: int,
+                  export: str | None) -> None:
+    """InputError naming the bad option; nothing has started yet."""
+    if not isinstance(world_size, int) or world_size < 1:
+        raise InputError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    if backend not in BACKENDS:
+        raise InputError(f"backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if not timeout > 0:
+        raise InputError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise InputError(f"steps must be a whole number >= 1, got {steps!r}")
+    if backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
+            raise InputError(f"backend nccl needs {world_size} GPUs; this machine has "
+                             f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
+                             " (use --backend gloo)")
+    if export:
+        from .export import FORMATS, check_export_path, export_format
+
+        check_export_path(export)
+        if export_format(export) not in (".html", ".tlprof"):
+            raise InputError(f"--export {export}: a ddp_check exports .html or .tlprof "
+                             f"(not {', '.join(k for k in FORMATS if k not in ('.html', '.tlprof'))})")
+
+
+def check_function(fn: Callable[..., Any]) -> None:
+    """The function must be callable with (rank, world_size, device) or fewer."""
+    if not callable(fn):
+        raise InputError(f"{fn!r} is not a function")
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    known = {"rank", "world_size", "device"}
+    required = [p for p in params if p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unnamed = [p for p in required if p.name not in known]
+    if len(unnamed) > 2 or any(p.kind == p.KEYWORD_ONLY for p in unnamed):
+        raise InputError(f"{getattr(fn, '__name__', fn)} needs arguments {[p.name for p in unnamed]}: "
+                         "it is called as fn(rank, world_size) or with keywords rank, "
+                         "world_size, device")
+
+
+def cell_globals(source: str, filename: str, namespace: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The notebook names a cell uses that can travel to the workers (by value)."""
+    import cloudpickle
+
+    code = compile(source, filename, "exec")
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack += [k for k in c.co_consts if inspect.iscode(k)]
+    sent, skipped = {}, []
+    for name in sorted(names - {"rank", "world_size", "device"}):
+        if name not in namespace or name.startswith("__"):
+            continue
+        try:
+            cloudpickle.dumps(namespace[name])
+        except Exception:  # noqa: BLE001 - anything unpicklable stays behind
+            skipped.append(name)
+            continue
+        sent[name] = namespace[name]
+    return sent, skipped
+
+
+def ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
+              backend: str = "auto", timeout: float = 30.0, steps: int = 2,
+              strict: bool = False, live: bool | None = None, export: str | None = None,
+              show: bool = False, seed: int = 0) -> DdpResult:
+    """Run ``fn`` on ``world_size`` spawned ranks and check it; returns the result.
+
+    ``fn(rank, world_size)`` is one training step from a fixed start; it runs
+    ``steps`` times per rank, each time from the same seeds (``seed``), so two
+    runs can be compared for determinism. ``strict`` compares each collective
+    across ranks before it runs. ``live`` (default: inside a Jupyter kernel)
+    shows the per-rank plot while the ranks run; it becomes the report when
+    they end. A KeyboardInterrupt stops every rank and is re-raised.
+    """
+    result, interrupted = run_ddp_check(
+        fn, world_size=world_size, backend=backend, timeout=timeout, steps=steps,
+        strict=strict, live=live, export=export, show=show, seed=seed)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
+                  backend: str = "auto", timeout: float = 30.0, steps: int = 2,
+                  strict: bool = False, live: bool | None = None,
+                  export: str | None = None, show: bool = True, seed: int = 0,
+                  cell: str | None = None, cell_filename: str = "<ddp_check cell>",
+                  namespace: dict[str, Any] | None = None) -> tuple[DdpResult, bool]:
+    """``ddp_check`` for front ends: also runs a cell; returns (result, interrupted).
+
+    With ``show``, the live view (if any) is replaced by the result's display,
+    and without a live view the result is displayed at the end.
+    """
+    from ..capture.ddp import DdpOptions, resolve_backend, run_check
+    from ..capture.environment import collect_environment
+
+    check_options(world_size, backend, timeout, steps, export)
+    skipped: list[str] = []
+    if cell is not None:
+        sent, skipped = cell_globals(cell, cell_filename, namespace or {})
+        job: dict[str, Any] = {"kind": "cell", "source": cell, "filename": cell_filename,
+                               "globals": sent}
+        source = "%%ddp_check cell"
+    else:
+        if fn is None:
+            raise InputError("give a function (or a cell) to run on every rank")
+        check_function(fn)
+        job = {"kind": "function", "fn": fn}
+        source = getattr(fn, "__qualname__", repr(fn))
+    backend = resolve_backend(backend, world_size)
+    job.update(backend=backend, strict=strict, timeout_s=float(timeout), steps=steps, seed=seed)
+    options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
+                         steps=steps, strict=strict, seed=seed)
+    live = _in_kernel() if live is None else live
+    plot, handle = None, None
+    if live:
+        from IPython.display import display
+
+        from ..render.live import LivePlot
+
+        plot = LivePlot(world_size)
+        handle = display(plot.widget, display_id=True)
+    rec = run_check(job, options, plot)
+    profile = build_profile(rec, source, collect_environment(), skipped)
+    result = DdpResult(profile)
+    if export:
+        result.export(export)
+    if handle is not None:
+        # the static copy the saved notebook keeps (or nothing, if not shown)
+        handle.update(result if show else _Empty())
+    elif show:
+        from IPython.display import display
+
+        display(result)
+    return result, bool(rec.get("interrupted"))
+
+
+class _Empty:
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
+        return {"text/plain": ""}
+
+
+def build_profile(rec: dict[str, Any], source: str, environment: dict[str, Any],
+                  skipped: list[str]) -> Profile:
+    """Records -> Profile: heartbeats and collectives as tables, the rest in extra."""
+    rec = dict(rec)
+    heartbeats = [{k: v for k, v in h.items() if k != "last"} for h in rec.pop("heartbeats", [])]
+    tables: dict[str, Table] = {}
+    if heartbeats:
+        tables["heartbeats"] = Table.from_records(heartbeats, text=("phase",))
+    rows = [{"rank": r, **{k: fp.get(k) for k in ("index", "op", "line", "step", "t", "call_s")},
+             "shapes": str(fp.get("shapes")), "dtypes": ",".join(fp.get("dtypes", []))}
+            for r, fps in enumerate(rec.get("fingerprints") or []) for fp in fps]
+    if rows:
+        tables["collectives"] = Table.from_records(rows, text=("op", "line", "shapes", "dtypes"))
+    unmeasured = ["collectives are seen by a TorchDispatchMode over c10d ops "
+                  "(this torch has no ProcessGroup.register_pre_hook)"]
+    if rec.get("backend") != "nccl":
+        unmeasured.append("CUDA memory: ranks run on CPU (gloo); RSS and live tensor "
+                          "bytes are shown instead")
+    if skipped:
+        unmeasured.append("notebook names the cell uses but that cannot be sent to the "
+                          "workers: " + ", ".join(skipped))
+    return Profile(kind="ddp_check", title=f"torchlens ddp_check: {source}",
+                   environment=environment, source=source, wall_time_s=rec.get("wall_s"),
+                   options={k: rec.get(k) for k in ("world_size", "backend", "steps", "strict",
+                                                     "timeout_s", "seed")},
+                   tables=tables, extra={"ddp": rec}, unmeasured=unmeasured)
