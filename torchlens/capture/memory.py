@@ -31,8 +31,8 @@ from .environment import collect_environment
 CPU_NOTE = (
     "GPU allocator: no CUDA device here. Allocations and frees are the CPU "
     "allocator's (profiler [memory] events); reserved memory, segments and "
-    "fragmentation figures come from torchlens' model of the CUDA caching "
-    "allocator replaying them, not from a GPU"
+    "fragmentation figures come from the allocator model (torchlens' replay of "
+    "the CUDA caching allocator), not from a GPU"
 )
 
 

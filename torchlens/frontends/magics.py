@@ -54,6 +54,13 @@ def _whole(text: str, option: str, low: int) -> int:
     return value
 
 
+def _unquote(text: str | None) -> str | None:
+    """IPython's argument splitter keeps the quotes around a value; drop them."""
+    if text and len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
 @magics_class
 class TorchlensMagics(Magics):
     """The torchlens magics, registered by ``%load_ext torchlens``."""
@@ -155,7 +162,8 @@ class TorchlensMagics(Magics):
         repeat = _positive(args.repeat, "--repeat")
         top = _positive(args.top, "--top")
         opts = {"device": device, "stacks": stacks, "simulate": args.simulate,
-                "capacity": args.capacity, "alloc_conf": args.alloc_conf, "top": top}
+                "capacity": _unquote(args.capacity), "alloc_conf": _unquote(args.alloc_conf),
+                "top": top}
         try:
             gpumem_options(repeat=repeat, **opts)
             if args.export:

@@ -1,0 +1,119 @@
+"""The CPU path end to end: profiler [memory] events with exact cell lines, through IPython."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+from gpumem_fixtures import CLEAN, LEAKY
+
+from torchlens.capture.memory import MemoryCapture, MemoryOptions
+from torchlens.model.snapshot import load_snapshot
+
+
+def test_capture_makes_a_torch_format_trace():
+    keep = []
+    with MemoryCapture(MemoryOptions(stacks=16)) as cap:
+        for _ in range(3):
+            keep.append(torch.ones(1000) * 2)  # line A
+    p = cap.profile
+    assert p.kind == "gpumem" and p.extra["measured_on"] == "cpu"
+    assert any("allocator model" in u for u in p.unmeasured)
+    trace = p.snapshots["device0"]["device_traces"][0]
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    assert {e["size"] for e in allocs} >= {4000}
+    here = [f for e in allocs for f in e["frames"] if f["filename"] == __file__]
+    assert here and all(f["name"] == "test_capture_makes_a_torch_format_trace" for f in here)
+    for e in trace:
+        assert set(e) >= {"action", "addr", "size", "stream", "time_us", "frames"}
+        assert len(e["frames"]) <= 16
+
+
+def test_stacks_zero_records_no_frames():
+    with MemoryCapture(MemoryOptions(stacks=0)) as cap:
+        torch.ones(100)
+    trace = cap.profile.snapshots["device0"]["device_traces"][0]
+    assert trace and all(e["frames"] == [] for e in trace)
+
+
+def test_leaky_cell_is_flagged_at_the_right_lines(shell, capsys):
+    res = shell.run_cell(LEAKY.format(opts=""))
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    flagged = {row.site for row in r.leaks()}
+    # line 2: out = model(x) (activations kept by the graph), line 3: the loss
+    assert any(s.endswith("line 2") for s in flagged), flagged
+    assert any(s.endswith("line 3") for s in flagged), flagged
+    assert not any(s.endswith("line 4") for s in flagged)
+    out = capsys.readouterr().out
+    assert "possible leaks" in out and "allocator model" in out
+
+
+def test_clean_cell_is_not_flagged(shell):
+    res = shell.run_cell(CLEAN.format(opts=""))
+    assert res.success, res.error_in_exec
+    assert shell.user_ns["r"].leaks() == []
+
+
+def test_repeat_reports_growth_per_run(shell):
+    shell.run_cell("history.clear()")
+    res = shell.run_cell(LEAKY.format(opts="--repeat 3 --quiet"))
+    assert res.success, res.error_in_exec
+    a = shell.user_ns["r"].analysis()
+    assert len(a.growth) == 3
+    assert all(g.growth > 4 * 64 * 256 * 4 for g in a.growth[1:])  # activations of 4 steps
+    shell.run_cell("history.clear()")
+    assert shell.run_cell(CLEAN.format(opts="--repeat 3 --quiet")).success
+    growth = shell.user_ns["r"].analysis().growth
+    assert all(abs(g.growth) < 4096 for g in growth[1:]), growth
+
+
+def test_simulate_on_cpu_compares_with_the_model(shell, capsys):
+    res = shell.run_cell(LEAKY.format(
+        opts='--simulate --capacity 24GiB --alloc-conf "expandable_segments:True"'))
+    assert res.success
+    a = shell.user_ns["r"].analysis()
+    labels = [row[0] for row in a.comparison]
+    assert labels[:2] == ["reserved at end", "allocated at end"]
+    assert a.model is not None and a.model.config.expandable_segments
+    assert "simulated" in capsys.readouterr().out
+
+
+def test_simulated_oom_on_a_small_card_is_diagnosed(shell):
+    shell.run_cell("history.clear()")
+    res = shell.run_cell(LEAKY.format(opts="--simulate --capacity 1MiB --quiet"))
+    assert res.success  # the CPU run itself does not fail
+    d = shell.user_ns["r"].diagnosis()
+    assert d is not None and d.source.startswith("allocator model")
+    assert d.cause in ("exhaustion", "fragmentation") and d.advice
+    html = shell.user_ns["r"]._repr_mimebundle_()["text/html"]
+    assert "Out-of-memory diagnosis" in html
+
+
+def test_export_pickle_is_accepted_by_memory_viz(shell, tmp_path):
+    out = tmp_path / "cell.pickle"
+    assert shell.run_cell(LEAKY.format(opts=f"--quiet --export {out}")).success
+    snap = load_snapshot(out)  # builtins only: the safe loader accepts it
+    assert snap["device_traces"][0] and snap["segments"]
+    with open(out, "rb") as fh:
+        assert pickle.load(fh)["device_traces"]
+    proc = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "segment" in proc.stdout.lower() or "total" in proc.stdout.lower()
+
+
+@pytest.mark.parametrize("suffix", [".html", ".tlprof"])
+def test_export_html_and_tlprof(shell, tmp_path, suffix):
+    out = tmp_path / f"cell{suffix}"
+    assert shell.run_cell(CLEAN.format(opts=f"--quiet --export {out}")).success
+    assert out.stat().st_size > 1000
+    if suffix == ".tlprof":
+        import torchlens
+        from torchlens.render.report import render_report
+
+        html = render_report(torchlens.load(str(out)))
+        assert "Top allocation sites" in html
