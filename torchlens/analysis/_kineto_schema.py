@@ -23,7 +23,7 @@ import msgspec
 _Val = int | float | str | None
 
 
-class Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
     """The ``args`` keys that become columns (see docs/ARCHITECTURE.md)."""
 
     external_id: _Val = msgspec.field(default=None, name="External id")

@@ -19,6 +19,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,12 @@ _CATEGORIES.update(
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 _ROW_PHASES = ("X", "i", "I", "s", "f", "t")
 _FLOW_PHASES = ("s", "f", "t")
+_KEPT_PHASES = frozenset(_ROW_PHASES + ("M",))
+_PH, _TS, _ARGS = attrgetter("ph"), attrgetter("ts"), attrgetter("args")
+#: ``Args`` field names and the JSON key each is encoded under.
+_ARG_KEYS = [(f.name, f'"{f.encode_name}":'.encode())
+             for f in msgspec.structs.fields(Args)]
+_ARGS_ENCODER = msgspec.json.Encoder()
 _RECORD_COUNTS = re.compile(r"Record counts: (.*)")
 _STAT_ITEM = re.compile(r"\s*([^=,]+?)\s*=\s*(\d+)")
 
@@ -79,9 +86,6 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
                 "copy or export the trace again."
             ) from None
     raw = _decode(data, source)
-    # an args key absent from the whole file needs no per-event pass (memchr-fast)
-    present = {f.name for f in msgspec.structs.fields(Args)
-               if f'"{f.encode_name}"'.encode() in data}
     events, dropped = _usable_events(raw.traceEvents or [])
     if not events:
         raise InputError(
@@ -89,7 +93,7 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
             + (f"; {sum(dropped.values())} unusable" if dropped else "")
             + "). Profile code that runs inside the profiler's active steps."
         )
-    events_table, meta = _columns(events, present)
+    events_table, meta = _columns(events)
     meta.update(
         source=source,
         schemaVersion=raw.schemaVersion,
@@ -175,8 +179,16 @@ def _what_is_it(data: bytes) -> str:
 
 
 def _usable_events(events: list[Event]) -> tuple[list[Event], Counter]:
-    """Row events, with metadata (``M``) kept aside and the rest counted by reason."""
+    """Row events, with metadata (``M``) kept too and the rest counted by reason.
+
+    The usual trace (only known phases, every ``ts`` a number) is recognised
+    from two C-level passes; only odd traces pay the per-event check.
+    """
     dropped: Counter = Counter()
+    phases = set(map(_PH, events))
+    ts_types = set(map(type, map(_TS, events)))
+    if phases <= _KEPT_PHASES and ts_types <= {float}:
+        return (events if phases - {"M"} else []), dropped
     rows = []
     for ev in events:
         ph = ev.ph
@@ -206,15 +218,34 @@ def _number_like(v: Any) -> bool:
         return False
 
 
-def _columns(events: list[Event], present: set[str]) -> tuple[Table, dict[str, Any]]:
+def _present_args(args: list[Args | None]) -> set[str]:
+    """Names of the ``Args`` fields set in at least one event.
+
+    ``Args`` omits its defaults when encoded, so one C-level encode of all the
+    decoded args (a few bytes per event) names exactly the keys in use; absent
+    fields then cost no per-event pass at all.
+    """
+    blob = _ARGS_ENCODER.encode(args)
+    return {name for name, key in _ARG_KEYS if key in blob}
+
+
+def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     """Pour events into numpy columns; ``M`` events go into the returned meta.
 
-    Each column is pulled with ``map(attrgetter)`` and converted by numpy or
-    pandas in C; Python-level loops only run for the rare odd values.
+    Each field is pulled once with ``map(attrgetter)`` and converted by numpy
+    or pandas in C; Python-level loops only run for the rare odd values.
     """
-    meta_events = [e for e in events if e.ph == "M"]
-    evs = [e for e in events if e.ph != "M"]
-    args = [e.args or EMPTY_ARGS for e in evs]
+    phases = list(map(_PH, events))
+    meta_events: list[Event] = []
+    if "M" in phases:
+        keep = [p != "M" for p in phases]
+        meta_events = [e for e in events if e.ph == "M"]
+        events, phases = list(compress(events, keep)), list(compress(phases, keep))
+    evs = events
+    n = len(evs)
+    raw_args = list(map(_ARGS, evs))
+    present = _present_args(raw_args)
+    args = [a if a is not None else EMPTY_ARGS for a in raw_args] if present else raw_args
     unparsed: Counter = Counter()
     pid_labels: dict[str, str] = {}
     tid_labels: dict[str, str] = {}
@@ -222,12 +253,16 @@ def _columns(events: list[Event], present: set[str]) -> tuple[Table, dict[str, A
     def ev_field(name: str) -> list[Any]:
         return list(map(attrgetter(name), evs))
 
-    nothing = [None] * len(evs)
+    nothing = [None] * n
 
     def arg(name: str) -> list[Any]:
         return list(map(attrgetter(name), args)) if name in present else nothing
 
     def either(first: str, second: str) -> list[Any]:
+        if second not in present:
+            return arg(first)
+        if first not in present:
+            return arg(second)
         a, b = arg(first), arg(second)
         return [x if x is not None else y for x, y in zip(a, b, strict=True)]
 
@@ -243,19 +278,21 @@ def _columns(events: list[Event], present: set[str]) -> tuple[Table, dict[str, A
 
     ts_abs = _float_column(ev_field("ts"), np.nan)
     t0 = float(np.nanmin(ts_abs))
-    text("name", ev_field("name"))
+    names = ev_field("name")
+    text("name", names)
     raw_cats = ev_field("cat")
-    cols["cat"], cats["cat"] = _normalize_categories(raw_cats, ev_field("name"))
-    phases = ev_field("ph")
-    text("ph", ["i" if p == "I" else p for p in phases])
+    cat_codes, cat_labels = _intern(raw_cats)
+    cols["cat"], cats["cat"] = _normalize_categories(cat_codes, cat_labels, names)
+    text("ph", phases if "I" not in phases else ["i" if p == "I" else p for p in phases])
     cols["ts"] = ts_abs - t0
     cols["dur"] = _float_column(ev_field("dur"), 0.0)
     cols["pid"] = _id_column(ev_field("pid"), pid_labels)
     cols["tid"] = _id_column(ev_field("tid"), tid_labels)
     ints("external_id", either("external_id", "external_id_lc"))
     ints("correlation", arg("correlation"))
-    ints("flow_id", [i if p in _FLOW_PHASES else None
-                     for i, p in zip(ev_field("id"), phases, strict=True)])
+    ids = ev_field("id")
+    ints("flow_id", ids if ids.count(None) == n else
+         [i if p in _FLOW_PHASES else None for i, p in zip(ids, phases, strict=True)])
 
     gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
     is_gpu = np.isin(cols["cat"], gpu_codes)
@@ -264,8 +301,8 @@ def _columns(events: list[Event], present: set[str]) -> tuple[Table, dict[str, A
     cols["device"] = np.where(is_gpu, np.where(device >= 0, device, cols["pid"]), -1)
     cols["stream"] = np.where(is_gpu, np.where(stream >= 0, stream, cols["tid"]), -1)
 
-    text("input_dims", [_compact(r) if r else None for r in arg("input_dims")])
-    text("input_types", [_compact(r) if r else None for r in arg("input_types")])
+    cols["input_dims"], cats["input_dims"] = _intern_raw(arg("input_dims"))
+    cols["input_types"], cats["input_types"] = _intern_raw(arg("input_types"))
     text("call_stack", arg("call_stack"))
     cols["flops"] = _float_column(either("flops", "flops_uc"), np.nan)
     ints("bytes", arg("bytes"))
@@ -282,29 +319,70 @@ def _columns(events: list[Event], present: set[str]) -> tuple[Table, dict[str, A
                             "tid_labels": tid_labels}
     meta.update(_metadata(meta_events, pid_labels, tid_labels))
     meta["unparsed_values"] = dict(unparsed)
-    meta["raw_categories"] = dict(Counter(
-        str(c) for c in raw_cats if c is not None and str(c).lower() not in _CATEGORIES
-    ))
+    counts = np.bincount(cat_codes[cat_codes >= 0], minlength=len(cat_labels))
+    meta["raw_categories"] = {
+        lab: int(c) for lab, c in zip(cat_labels, counts.tolist(), strict=True)
+        if lab.lower() not in _CATEGORIES
+    }
     return Table(cols, cats), meta
 
 
 def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C)."""
-    if values.count(None) == len(values):
-        return np.full(len(values), -1, np.int32), []
+    """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C).
+
+    A mostly empty column (NCCL or memory fields) is interned from its few
+    present values only.
+    """
+    n = len(values)
+    missing = values.count(None)
+    if missing == n:
+        return np.full(n, -1, np.int32), []
+    if missing > n // 2:
+        idx = _present(values)
+        codes = np.full(n, -1, np.int32)
+        codes[idx], labels = _intern([values[i] for i in idx])
+        return codes, labels
     codes, uniques = pd.factorize(np.asarray(values, dtype=object))
     return codes.astype(np.int32), [str(u) for u in uniques]
 
 
+def _present(values: list[Any]) -> list[int]:
+    return [i for i, v in enumerate(values) if v is not None]
+
+
+def _intern_raw(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """``Input Dims`` / ``Input type`` (raw JSON) interned as compact text.
+
+    Each distinct raw value is compacted once; values that differ only in
+    spacing share a label, in order of first appearance.
+    """
+    n = len(values)
+    if values.count(None) == n:
+        return np.full(n, -1, np.int32), []
+    idx = [i for i, r in enumerate(values) if r]
+    codes = np.full(n, -1, np.int64)
+    if not idx:
+        return codes.astype(np.int32), []
+    codes[idx], uniques = pd.factorize(np.asarray([bytes(values[i]) for i in idx],
+                                                  dtype=object))
+    return _relabel(codes, [_compact(u) for u in uniques])
+
+
+def _relabel(codes: np.ndarray, labels: list[str | None]) -> tuple[np.ndarray, list[str]]:
+    """Codes into ``labels`` re-coded so that equal labels share one code."""
+    new_codes, uniques = pd.factorize(np.asarray(labels + [None], dtype=object))
+    lut = np.append(new_codes[:-1], -1).astype(np.int32)
+    return lut[codes], [str(u) for u in uniques]
+
+
 def _normalize_categories(
-    raw: list[Any], names: list[Any]
+    codes: np.ndarray, labels: list[str], names: list[Any]
 ) -> tuple[np.ndarray, list[str]]:
     """Map raw categories to the normalized set; unknown ones become ``other``.
 
     An event without a category is a memory instant if named ``[memory]``
     (older exports), else ``other``.
     """
-    codes, labels = _intern(raw)
     normalized = [_CATEGORIES.get(lab.lower(), "other") for lab in labels]
     out_labels = sorted(set(normalized) | {"other", "cpu_instant_event"})
     lut = np.asarray([out_labels.index(c) for c in normalized] + [-1], np.int32)
@@ -318,15 +396,29 @@ def _normalize_categories(
 
 def _int_column(values: list[Any], default: int, name: str,
                 unparsed: Counter) -> np.ndarray:
-    """Ints (None -> default); hex or decimal strings parsed; the rest counted."""
+    """Ints (None -> default); hex or decimal strings parsed; the rest counted.
+
+    A mostly empty column is converted from its present values only.
+    """
     n = len(values)
-    if values.count(None) == n:
+    missing = values.count(None)
+    if missing == n:
         return np.full(n, default, np.int64)
-    try:
-        as_float = np.asarray(values, dtype=np.float64)  # None -> NaN, in C
-        if np.nanmax(np.abs(as_float), initial=0.0) < 2**53:
-            return np.where(np.isnan(as_float), default, as_float).astype(np.int64)
-    except (TypeError, ValueError):
+    if missing > n // 2:
+        idx = _present(values)
+        out = np.full(n, default, np.int64)
+        out[idx] = _int_values([values[i] for i in idx], default, name, unparsed)
+        return out
+    return _int_values(values if not missing else
+                       [default if v is None else v for v in values],
+                       default, name, unparsed)
+
+
+def _int_values(values: list[Any], default: int, name: str,
+                unparsed: Counter) -> np.ndarray:
+    try:  # ints (and decimal strings, floats truncated), in C
+        return np.fromiter(values, np.int64, len(values))
+    except (TypeError, ValueError, OverflowError):
         pass
     out = []
     for v in values:
@@ -359,9 +451,12 @@ def _to_int(v: Any) -> int | None:
 
 def _float_column(values: list[Any], default: float) -> np.ndarray:
     try:
-        out = np.asarray(values, dtype=np.float64)
+        out = np.fromiter(values, np.float64, len(values))  # all numbers: fastest
     except (TypeError, ValueError):
-        out = np.asarray([_to_float(v) for v in values], dtype=np.float64)
+        try:
+            out = np.asarray(values, dtype=np.float64)  # None -> NaN
+        except (TypeError, ValueError):
+            out = np.asarray([_to_float(v) for v in values], dtype=np.float64)
     if not math.isnan(default):
         out[np.isnan(out)] = default
     return out
@@ -375,10 +470,21 @@ def _to_float(v: Any) -> float:
 
 
 def _id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
-    """pid/tid: ints stay; other ids get negative ints, named in ``labels``."""
+    """pid/tid: ints stay; other ids get negative ints, named in ``labels``.
+
+    Each distinct id is coded once (in order of first appearance), then the
+    codes are spread over the rows in C.
+    """
+    if set(map(type, values)) == {int}:  # the usual case
+        try:
+            return np.fromiter(values, np.int64, len(values))
+        except OverflowError:
+            pass
     codes: dict[str, int] = {}
 
     def code(v: Any) -> int:
+        if type(v) is int:
+            return v
         if isinstance(v, str) and v.strip().lstrip("-").isdigit():
             return int(v)
         if isinstance(v, float) and v.is_integer():
@@ -389,10 +495,14 @@ def _id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
             labels[str(codes[key])] = key
         return codes[key]
 
-    return np.asarray([v if type(v) is int else code(v) for v in values], np.int64)
+    positions, uniques = pd.factorize(np.asarray(values, dtype=object))
+    if (positions < 0).any():  # None: factorize leaves it out
+        uniques = list(uniques) + [None]
+        positions = np.where(positions < 0, len(uniques) - 1, positions)
+    return np.asarray([code(v) for v in uniques], np.int64)[positions]
 
 
-def _compact(raw: msgspec.Raw) -> str | None:
+def _compact(raw: msgspec.Raw | bytes) -> str | None:
     """``Input Dims`` / ``Input type`` as compact JSON text, without parsing it."""
     if not raw:
         return None
