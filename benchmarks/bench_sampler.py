@@ -169,7 +169,7 @@ def measure(
 def browser_latency(seconds: float) -> list[float]:
     """sample->drawn latencies (ms) seen by the sidebar in Chromium."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
-    from conftest import CHROMIUM, CHROMIUM_FLAGS, start_lab, stop_lab
+    from lab_harness import CHROMIUM, CHROMIUM_FLAGS, start_lab, stop_lab
     from playwright.sync_api import sync_playwright
 
     values: list[float] = []

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Lab, start_lab, stop_lab
+from lab_harness import Lab, start_lab, stop_lab
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pynvml
-from conftest import NoGpu, StepHost
 from fake_nvml import FakeNvml, gpu
+from sampler_doubles import NoGpu, StepHost
 
 from torchlens.capture.gpu_sampler import NvmlSampler
 from torchlens.frontends.gpumonitor import (

@@ -6,8 +6,8 @@ import csv
 import io
 import time
 
-from conftest import NoGpu, StepHost
 from fake_nvml import FakeNvml, gpu
+from sampler_doubles import NoGpu, StepHost
 
 from torchlens.capture.gpu_sampler import NvmlSampler
 from torchlens.frontends.server.monitor import (

@@ -1,0 +1,40 @@
+"""Sampler doubles for monitor tests: deterministic host values, a machine without a GPU."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class StepHost:
+    """Host sampler double: deterministic CPU values 0, 1, 2, ..."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def sample(self) -> dict[str, Any]:
+        self.n += 1
+        return {
+            "t": time.time(),
+            "cpu_percent": float(self.n),
+            "cpu_count": 2,
+            "ram_used": 1,
+            "ram_total": 2,
+            "ram_percent": 50.0,
+        }
+
+    def close(self) -> None:
+        pass
+
+
+class NoGpu:
+    """GPU sampler double for a machine without a driver."""
+
+    closed = False
+
+    def sample(self) -> dict[str, Any]:
+        status = "no NVIDIA GPU found (NVIDIA driver not loaded)"
+        return {"t": time.time(), "available": False, "status": status, "gpus": []}
+
+    def close(self) -> None:
+        self.closed = True
