@@ -16,6 +16,7 @@ agree with what users know):
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,31 +59,76 @@ def enclosing(ts: np.ndarray, dur: np.ndarray, group: np.ndarray,
               can_contain: np.ndarray) -> np.ndarray:
     """Index of the innermost interval enclosing each one, within its group.
 
-    A sweep over intervals sorted by (group, start, longest first) with a stack
-    of open intervals; only rows with ``can_contain`` are pushed, so leaves
-    such as runtime calls never parent anything. -1 where nothing encloses.
+    Defined by a sweep over intervals sorted by (group, start, longest first)
+    with a stack of open intervals, popping those that ended at or before the
+    next start; only rows with ``can_contain`` are pushed, so leaves such as
+    runtime calls never parent anything. -1 where nothing encloses. Computed
+    without the Python loop by ``open_before``.
     """
     n = len(ts)
     parent = np.full(n, -1, np.int64)
     if n == 0:
         return parent
-    order = np.lexsort((-dur, ts, group)).tolist()
-    starts, ends = ts.tolist(), (ts + dur).tolist()
-    groups, container = group.tolist(), can_contain.tolist()
-    stack: list[int] = []
-    current = None
-    for i in order:
-        g, s = groups[i], starts[i]
-        if g != current:
-            stack.clear()
-            current = g
-        while stack and ends[stack[-1]] <= s:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        if container[i]:
-            stack.append(i)
+    order = sweep_order(ts, dur, group)
+    pos = open_before(ts[order], (ts + dur)[order], group[order], can_contain[order])
+    parent[order] = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
     return parent
+
+
+def sweep_order(ts: np.ndarray, dur: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-dur, ts, group))``, faster on traces (mostly in time order).
+
+    Sorting by start first is nearly linear on such data, only rows sharing a
+    start are then ordered by duration, and the stable sort by group is a
+    radix sort; ties keep row order at every stage, as in ``lexsort``.
+    """
+    order = np.argsort(ts, kind="stable")
+    t = ts[order]
+    tie = (t[1:] == t[:-1]) | (np.isnan(t[1:]) & np.isnan(t[:-1]))
+    if tie.any():
+        first = np.r_[True, ~tie]  # the first row of each run of equal starts
+        in_run = np.r_[tie, False] | np.r_[False, tie]
+        rows = np.flatnonzero(in_run)
+        run = np.cumsum(first)[rows]
+        order[rows] = order[rows][np.lexsort((-dur[order[rows]], run))]
+    return order[np.argsort(group[order], kind="stable")]
+
+
+def open_before(starts: np.ndarray, ends: np.ndarray, group: np.ndarray,
+                can_contain: np.ndarray) -> np.ndarray:
+    """For sorted intervals, the position of the sweep's stack top at each one.
+
+    Inputs are sorted by (group, start); the result is what the stack sweep of
+    ``enclosing`` would find on top when reaching each interval (-1: empty).
+    The top is always the latest earlier container of the same group that has
+    not ended by this start (``not end <= start``): every interval the sweep
+    popped ended at or before an earlier start. That "last earlier element
+    that is not skippable" is found for all rows at once by binary lifting
+    over a table of block maxima of the ends (non-containers count as ended).
+    """
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    ends = np.where(can_contain, ends, -np.inf)  # NaN ends stay open, as in the sweep
+    group_start = np.searchsorted(group, group, side="left")
+    pos = np.arange(-1, n - 1)
+    # most rows end the search at once: the previous row is open, or another group
+    todo = np.flatnonzero((pos >= group_start) & (ends[np.maximum(pos, 0)] <= starts))
+    levels = [ends]
+    longest = int((np.arange(n) - group_start).max()) + 1  # rows in the largest group
+    while len(todo) and 2 ** len(levels) <= longest:
+        prev, half = levels[-1], 2 ** (len(levels) - 1)  # max(ends[p - 2*half + 1 .. p])
+        levels.append(np.concatenate([prev[:half], np.maximum(prev[half:], prev[:-half])]))
+    at, floor, start = pos[todo], group_start[todo], starts[todo]
+    for k in range(len(levels) - 1, -1, -1):
+        step = 2**k
+        ok = at - (step - 1) >= floor
+        ok &= levels[k][np.maximum(at, 0)] <= start
+        at = np.where(ok, at - step, at)
+    pos[todo] = at
+    found = pos >= group_start
+    found &= ~(ends[np.maximum(pos, 0)] <= starts)
+    return np.where(found, pos, -1)
 
 
 @dataclass(frozen=True)
@@ -98,7 +144,27 @@ class OpCalls:
 
 
 def op_calls(trace: Trace) -> OpCalls:
-    """Self CPU time and launched device time of every op call."""
+    """Self CPU time and launched device time of every op call.
+
+    Computed once per trace: the summary, the op tables (with and without
+    shapes) and the hints all read the same calls. The memo is dropped with
+    the trace, and ignored if its events table was replaced.
+    """
+    key = id(trace)
+    hit = _OP_CALLS.get(key)
+    if hit is not None and hit[0]() is trace and hit[1] is trace.events.columns:
+        return hit[2]
+    calls = _op_calls(trace)
+    weakref.finalize(trace, _OP_CALLS.pop, key, None)
+    _OP_CALLS[key] = (weakref.ref(trace), trace.events.columns, calls)
+    return calls
+
+
+#: id(trace) -> (weak reference to it, its columns dict, its op calls)
+_OP_CALLS: dict[int, tuple[weakref.ref, dict, OpCalls]] = {}
+
+
+def _op_calls(trace: Trace) -> OpCalls:
     ev = trace.events
     step_names = name_mask(trace, re.compile(r"^ProfilerStep#"))
     is_x = phase_mask(trace, "X")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from torchlens.model import Profile
 
 from .ops import DEVICE_CATEGORIES, category_mask, op_calls
@@ -46,12 +48,14 @@ def summarize(profile: Profile) -> Summary:
     top, share = None, 0.0
     if len(calls.rows) and calls.self_us.sum() > 0:
         names = ev["name"][calls.rows]
-        per_name: dict[int, float] = {}
-        for code, us in zip(names.tolist(), calls.self_us.tolist(), strict=True):
-            per_name[code] = per_name.get(code, 0.0) + us
-        code = max(per_name, key=per_name.__getitem__)
+        # sums in row order, as a Python loop would add them
+        per_name = np.bincount(names + 1, weights=calls.self_us)  # +1: code -1
+        best = np.flatnonzero(per_name == per_name.max())
+        if len(best) > 1:  # a tie goes to the name met first
+            best = best[np.argsort([np.argmax(names + 1 == b) for b in best])]
+        code = int(best[0]) - 1
         top = ev.categories["name"][code]
-        share = per_name[code] / float(calls.self_us.sum())
+        share = float(per_name[code + 1]) / float(calls.self_us.sum())
     if profile.wall_time_s is not None:
         wall = profile.wall_time_s * 1e6
     else:
