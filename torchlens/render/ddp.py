@@ -9,6 +9,7 @@ messages, stacks, logs) is escaped.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from html import escape
 from typing import Any
 
@@ -27,7 +28,9 @@ def records(profile: Profile) -> dict[str, Any]:
     """The run's records with the heartbeats put back from their table."""
     rec = dict(profile.extra.get("ddp") or {})
     if "heartbeats" in profile.tables:
-        rec["heartbeats"] = profile.tables["heartbeats"].to_pandas().to_dict("records")
+        rec["heartbeats"] = [
+            {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+            for row in profile.tables["heartbeats"].to_pandas().to_dict("records")]
     return rec
 
 

@@ -36,6 +36,7 @@ from . import protocol
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
 STACK_WAIT_S = 0.6
+STARTUP_PHASES = ("starting", "preload", "init")
 _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
 
 
@@ -161,10 +162,16 @@ class DdpLauncher:
                 failed_at = failed_at or now
                 if now - failed_at > CRASH_GRACE_S:
                     return "crashed"
-            all_up = all(h is not None for h in self.last_hb)
+            # Importing torch and joining the group can take many seconds on a
+            # loaded machine: that is startup, bounded by startup_timeout_s; the
+            # hang clock runs once every rank is past it.
+            all_up = all(h is not None and h.get("phase") not in STARTUP_PHASES
+                         for h in self.last_hb)
             if not all_up and now - started > opts.startup_timeout_s:
                 return "startup_timeout"
-            if all_up and now - last_progress > opts.timeout_s and failed_at is None:
+            if not all_up:
+                last_progress = now
+            elif now - last_progress > opts.timeout_s and failed_at is None:
                 self._dump_stacks(now - last_progress)
                 return "hang"
             time.sleep(POLL_S)
@@ -247,6 +254,7 @@ class DdpLauncher:
             "strict": self.options.strict, "timeout_s": self.options.timeout_s,
             "seed": self.options.seed, "outcome": outcome, "t0": self.t0,
             "wall_s": time.time() - self.t0, "port": self.port,
+            "pids": [p.pid for p in self.procs],
             "ranks": ranks, "fingerprints": fingerprints,
             "exit_codes": [None if p.pid in self.killed else c
                            for p, c in zip(self.procs, codes, strict=False)],

@@ -122,17 +122,17 @@ class Worker:
         import cloudpickle
 
         threading.Thread(target=self._heartbeat, daemon=True, name="tl-heartbeat").start()
-        # DDP's constructor imports torch._dynamo (seconds); importing it under
-        # the dispatch mode fails, so import it now, overlapping the rendezvous.
-        preload = threading.Thread(target=_preload, daemon=True, name="tl-preload")
-        preload.start()
         try:
+            # init_process_group and DDP import torch._dynamo lazily (seconds);
+            # importing it later, under the dispatch mode, fails. Not in a
+            # thread either: a concurrent lazy import sees a half-built module.
+            self.phase = "preload"
+            import torch._dynamo  # noqa: F401
+
             job = cloudpickle.loads(self.store.get(protocol.PAYLOAD))
             self.job = job
             self._init_group(job)
             self._comm_check()
-            self.phase = "preload"
-            preload.join()
             self._steps(job)
             code = 0
         except BaseException as exc:  # noqa: BLE001 - reported, then the rank exits
@@ -242,6 +242,11 @@ class Worker:
             with rec:
                 out = call()
             record["end"] = time.time()
+            from .memory import sample  # live tensors at the step's end, before they go
+
+            for k, v in sample(with_tensors=True).items():
+                if v is not None and v > (self.peak.get(k) or 0):
+                    self.peak[k] = v
             self.phase = f"checksums {step}"
             modules = [module_checksums(f"DistributedDataParallel #{i} "
                                         f"({type(m.module).__name__})", m.module)
@@ -274,10 +279,6 @@ class Worker:
                       and p.default is p.empty]
         args = [names[k] for k in ("rank", "world_size")][: len(positional)]
         return lambda: fn(*args, **kwargs)
-
-
-def _preload() -> None:
-    import torch._dynamo  # noqa: F401
 
 
 def _track_ddp() -> list[Any]:

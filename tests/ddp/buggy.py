@@ -1,0 +1,90 @@
+"""One deliberately buggy step per check, and a correct DDP step.
+
+conftest registers this module with cloudpickle by value, so the functions
+travel to the workers the way notebook functions (which live in __main__) do.
+Each function is called as fn(rank, world_size).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def _ddp_step(rank: int) -> DDP:
+    model = DDP(torch.nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 8) + rank  # each rank its own data, as in real training
+    model(x).pow(2).mean().backward()
+    opt.step()
+    return model
+
+
+def correct_step(rank, world_size):
+    return _ddp_step(rank).module
+
+
+def op_mismatch(rank, world_size):
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t)
+    else:
+        dist.broadcast(t, src=0)
+
+
+def shape_mismatch(rank, world_size):
+    dist.all_reduce(torch.ones(4 if rank == 0 else 5))
+
+
+def dtype_mismatch(rank, world_size):
+    dist.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64))
+
+
+def skips_collective(rank, world_size):
+    if rank == 0:  # rank 1 skips this all_reduce
+        dist.all_reduce(torch.ones(4))
+    dist.broadcast(torch.ones(2), src=0)
+
+
+def hangs(rank, world_size):
+    if rank == 1:
+        time.sleep(600)  # e.g. a data loader stuck on one rank
+    dist.all_reduce(torch.ones(4))
+
+
+def drifts(rank, world_size):
+    model = _ddp_step(rank)
+    if rank == 1:  # a rank-dependent in-place update DDP cannot see
+        with torch.no_grad():
+            model.module.weight.add_(0.5)
+    return model.module
+
+
+def nondeterministic(rank, world_size):
+    """Adds noise from os.urandom: no seed controls it, so two seeded runs differ.
+
+    (torch.randn without a seed would not do: the check seeds every run.)
+    """
+    model = DDP(torch.nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    noise = torch.frombuffer(bytearray(os.urandom(16 * 8)), dtype=torch.uint8)
+    x = torch.randn(16, 8) + noise.reshape(16, 8).float() / 255
+    model(x).pow(2).mean().backward()
+    opt.step()
+    return model.module
+
+
+def raises(rank, world_size):
+    if rank == 1:
+        raise ValueError("bad batch on rank 1")
+    dist.all_reduce(torch.ones(4))
+
+
+def inconsistent_env(rank, world_size):
+    if rank == 1:
+        os.environ["MASTER_PORT"] = "29501"  # e.g. a hard-coded launcher setting
+    dist.all_reduce(torch.ones(4))
