@@ -10,9 +10,13 @@ import pytest
 from lab_harness import CHROMIUM, CHROMIUM_FLAGS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One headless Debian Chromium (fresh profile) for the whole session."""
+    """One headless Debian Chromium (fresh profile) per test module.
+
+    Not per session: Playwright's sync API keeps an event loop running while
+    it is open, which breaks every later asyncio test (tests/server).
+    """
     if not Path(CHROMIUM).exists():
         pytest.skip(
             f"{CHROMIUM} is absent: run scripts/setup-browser (apt-get install chromium)"
