@@ -92,7 +92,8 @@ def test_hang_names_the_waiting_rank_and_stacks():
     result = run(buggy.hangs, timeout=3)
     hang = result.item("hang")
     assert hang.status == "failed"
-    assert "rank 0 waits in #0 allreduce" in hang.evidence
+    assert "rank 0 is stuck at or after #0 allreduce" in hang.evidence
+    assert "rank 1 has issued no collective" in hang.evidence
     assert result.records["outcome"] == "hang"
     stacks = hang.details["stacks"]
     assert "hangs" in stacks[1] and "buggy.py" in stacks[1]  # rank 1 sits in time.sleep

@@ -251,9 +251,12 @@ def check_hang(rec: dict[str, Any]) -> CheckItem:
     parts = []
     for r, st in enumerate(hang.get("status") or []):
         last = (st or {}).get("last")
-        where = describe_collective(last) if last else "no collective yet"
-        state = "waits in" if (st or {}).get("in_collective") else "last issued"
-        parts.append(f"rank {r} {state} {where} (phase {(st or {}).get('phase', '?')})")
+        phase = (st or {}).get("phase", "?")
+        if last:
+            parts.append(f"rank {r} is stuck at or after {describe_collective(last)} "
+                         f"(phase {phase})")
+        else:
+            parts.append(f"rank {r} has issued no collective (phase {phase})")
     return CheckItem(
         "hang", FAILED,
         f"no rank made progress for {hang.get('after_s', 0):.1f} s: " + "; ".join(parts),

@@ -2,7 +2,8 @@
 
 Why a gc scan for tensor bytes: a CPU build keeps no allocator statistics
 outside the profiler, and the profiler's memory events cost far more than a
-scan of live tensors once a second. CUDA numbers come from the caching
+scan of live tensors at the end of each step. The scan must run on the main
+thread (see ``worker._heartbeat``). CUDA numbers come from the caching
 allocator's own counters and are None (not 0) where there is no GPU.
 """
 

@@ -32,7 +32,6 @@ from . import protocol
 
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 HEARTBEAT_S = 0.2
-TENSOR_SCAN_EVERY = 5  # heartbeats between live-tensor scans (about 1 s)
 BANDWIDTH_SIZES = (1 << 12, 1 << 16, 1 << 20)  # float32 elements: 16 KiB .. 4 MiB
 
 
@@ -104,7 +103,10 @@ class Worker:
         while True:
             if os.getppid() != self.parent:  # the kernel died: take our group down
                 os.killpg(os.getpgid(0), signal.SIGKILL)
-            mem = sample(with_tensors=beat % TENSOR_SCAN_EVERY == 0)
+            # No live-tensor scan here: gc.get_objects() from a second thread can
+            # grab a tuple under construction and make the main thread's
+            # _PyTuple_Resize fail (SystemError). Tensors are counted between steps.
+            mem = sample(with_tensors=False)
             for k, v in mem.items():
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
