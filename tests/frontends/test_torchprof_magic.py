@@ -148,3 +148,18 @@ def test_python_api_context_manager(shell):
         shell.user_ns["train_step"]()
     assert "aten::addmm" in set(r.ops()["name"])
     assert "aten::" in repr(r)
+
+
+def test_gpumonitor_magic_is_registered_and_rejects_bad_options(shell, capsys):
+    res = shell.run_cell("%gpumonitor --interval fast")
+    assert not res.success
+    assert "gpumonitor" in str(res.error_in_exec)
+    res = shell.run_cell("mon = %gpumonitor --interval 0.1 --duration 0.5")
+    assert res.success, res.error_in_exec
+    import time
+
+    time.sleep(1.0)
+    mon = shell.user_ns["mon"]
+    assert len(mon.source.data["t"]) >= 2  # it kept sampling after the cell returned
+    assert mon.last["host"]["cpu_percent"] is not None
+    assert "no NVIDIA GPU found" in mon.last["gpu"]["status"] or mon.last["gpu"]["gpus"]

@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class
+from IPython.core.magic import (
+    Magics,
+    cell_magic,
+    line_cell_magic,
+    line_magic,
+    magics_class,
+)
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
@@ -280,6 +286,21 @@ class TorchlensMagics(Magics):
             self.shell.user_ns[args.output] = result
         if not args.quiet:
             display(result)
+
+    @line_magic
+    def gpumonitor(self, line: str) -> Any:
+        """Live GPU and host monitor inline (for front ends without the sidebar).
+
+        ``%gpumonitor [--interval S] [--minutes M] [--duration S]``; duration 0
+        runs until Stop is pressed. Without a GPU it says why and still shows
+        the host's CPU and RAM.
+        """
+        from .gpumonitor import gpumonitor_magic
+
+        try:
+            return gpumonitor_magic(line)
+        except SystemExit:  # argparse already printed the usage error
+            raise UsageError(f"%gpumonitor {line}: bad option (see %gpumonitor?)") from None
 
     def _run_cell(self, cell: str) -> None:
         # Compile through IPython's cache so tracebacks show the cell's lines.
