@@ -8,6 +8,7 @@ from ever disagreeing.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -58,8 +59,31 @@ class TraceView:
 
 
 def trace_views(profile: Profile) -> list[TraceView]:
-    """One view per trace, in the profile's order (``main`` or ``rank0``...)."""
-    return [TraceView(k, t, dict(profile.options)) for k, t in profile.traces.items()]
+    """One view per trace, in the profile's order (``main`` or ``rank0``...).
+
+    The same views are returned while the profile's traces and options are
+    unchanged, so the HTML report and the text fallback of one display share
+    each analysis (computed on first use) instead of redoing it.
+    """
+    key = id(profile)
+    state = (list(profile.traces.items()), dict(profile.options))
+    hit = _VIEWS.get(key)
+    if hit is not None and hit[0]() is profile and _same(hit[1], state):
+        return hit[2]
+    views = [TraceView(k, t, dict(state[1])) for k, t in state[0]]
+    weakref.finalize(profile, _VIEWS.pop, key, None)
+    _VIEWS[key] = (weakref.ref(profile), state, views)
+    return views
+
+
+def _same(a: tuple[list, dict], b: tuple[list, dict]) -> bool:
+    return (len(a[0]) == len(b[0])
+            and all(k == j and t is u for (k, t), (j, u) in zip(a[0], b[0], strict=True))
+            and a[1] == b[1])
+
+
+#: id(profile) -> (weak reference to it, its traces and options, the views)
+_VIEWS: dict[int, tuple[weakref.ref, tuple[list, dict], list[TraceView]]] = {}
 
 
 def display_options(options: dict[str, Any]) -> dict[str, Any]:

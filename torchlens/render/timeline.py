@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from bokeh.core.serialization import Serializer
 from bokeh.models import (
     ColumnDataSource,
     FixedTicker,
@@ -36,6 +37,7 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
+from ..analysis.ops import open_before, sweep_order
 from ..model import Trace
 
 WIDTH_PX = 1200  # plot width at full zoom-out; the decimation grid
@@ -89,17 +91,23 @@ def _lane_title(meta: dict[str, Any], key: tuple[str, int, int]) -> str:
     return f"{thread.strip()} · {process}"
 
 
-def _depths(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Nesting depth of each event of one lane (inputs sorted by ts, -dur)."""
-    depth = np.zeros(len(ts), dtype=np.int64)
-    stack: list[float] = []
-    for i in range(len(ts)):
-        t = ts[i]
-        while stack and stack[-1] <= t:
-            stack.pop()
-        depth[i] = len(stack)
-        stack.append(end[i])
-    return depth
+def _depths(lane: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Nesting depth of each event in its lane, capped at the last lane row.
+
+    Inputs are sorted by (lane, ts, -dur). An event's depth is the number of
+    earlier events of its lane still open when it starts (a stack sweep);
+    that is one more than the depth of the innermost one (``open_before``),
+    so depths follow from parent links by pointer jumping, three rounds
+    being enough to tell every depth up to the cap.
+    """
+    parent = open_before(ts, end, lane, np.ones(len(ts), dtype=bool))
+    depth = (parent >= 0).astype(np.int64)
+    for _ in range(max(MAX_ROWS_PER_LANE - 1, 1).bit_length()):
+        up = parent >= 0
+        at = np.maximum(parent, 0)
+        depth = depth + np.where(up, depth[at], 0)
+        parent = np.where(up, parent[at], -1)
+    return np.minimum(depth, MAX_ROWS_PER_LANE - 1)
 
 
 def _busy_bars(ts: np.ndarray, end: np.ndarray, px: float) -> tuple[np.ndarray, ...]:
@@ -123,46 +131,61 @@ def _busy_bars(ts: np.ndarray, end: np.ndarray, px: float) -> tuple[np.ndarray, 
     return left, right, count, busy
 
 
+def _codes(trace: Trace, column: str, labels: Any) -> list[int]:
+    known = trace.events.categories.get(column, [])
+    return [known.index(lab) for lab in labels if lab in known]
+
+
+def _text(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
+    """A text column decoded for ``rows`` only ("" where missing)."""
+    ev = trace.events
+    if column not in ev.categories:
+        return np.full(len(rows), "", dtype=object)
+    labels = np.asarray(list(ev.categories[column]) + [""], dtype=object)
+    codes = ev[column][rows]
+    return labels[np.where(codes < 0, len(labels) - 1, codes)]
+
+
 def _timed_events(trace: Trace) -> dict[str, np.ndarray]:
-    """The ``X`` events the timeline can draw, as plain numpy arrays."""
+    """The ``X`` events the timeline can draw, as plain numpy arrays.
+
+    Text columns stay codes here (``rows`` are the event rows); names are
+    decoded only for the events that get their own glyph.
+    """
     ev = trace.events
     if len(ev) == 0:
         return {}
-    ph = ev.text("ph")
-    cat = ev.text("cat")
-    keep = (ph == "X") & ~np.isin(cat, list(_SKIP_CATS))
+    keep = np.isin(ev["ph"], _codes(trace, "ph", ["X"]))
+    keep &= ~np.isin(ev["cat"], _codes(trace, "cat", _SKIP_CATS))
+    rows = np.flatnonzero(keep)
     out = {
-        "ts": ev["ts"][keep].astype(float),
-        "dur": np.maximum(ev["dur"][keep].astype(float), 0.0),
-        "pid": ev["pid"][keep],
-        "tid": ev["tid"][keep],
-        "device": ev["device"][keep] if "device" in ev else np.full(keep.sum(), -1),
-        "stream": ev["stream"][keep] if "stream" in ev else np.full(keep.sum(), -1),
-        "cat": cat[keep],
-        "name": ev.text("name")[keep],
+        "rows": rows,
+        "ts": ev["ts"][rows].astype(float),
+        "dur": np.maximum(ev["dur"][rows].astype(float), 0.0),
+        "pid": ev["pid"][rows],
+        "tid": ev["tid"][rows],
+        "device": ev["device"][rows] if "device" in ev else np.full(len(rows), -1),
+        "stream": ev["stream"][rows] if "stream" in ev else np.full(len(rows), -1),
     }
-    out["shapes"] = (
-        ev.text("input_dims")[keep]
-        if "input_dims" in ev.categories
-        else np.full(keep.sum(), "", dtype=object)
-    )
-    gpu = (out["device"] >= 0) | np.isin(out["cat"], list(_GPU_CATS))
-    out["gpu"] = gpu
+    out["gpu"] = (out["device"] >= 0) | np.isin(ev["cat"][rows],
+                                                 _codes(trace, "cat", _GPU_CATS))
     return out
 
 
-def _lanes(e: dict[str, np.ndarray]) -> list[tuple[tuple[str, int, int], np.ndarray]]:
-    """(lane key, event indices) with CPU threads first, then GPU streams."""
+def _lanes(e: dict[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
+    """Lane number of each event and each lane's key, CPU threads first."""
     gpu = e["gpu"]
     a = np.where(gpu, np.where(e["device"] >= 0, e["device"], e["pid"]), e["pid"])
     b = np.where(gpu, np.where(e["stream"] >= 0, e["stream"], e["tid"]), e["tid"])
-    keys = np.stack([gpu.astype(np.int64), a, b], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    lanes = []
-    for i, (g, x, y) in enumerate(uniq):  # np.unique sorts: CPU (0) before GPU (1)
-        lanes.append((("gpu" if g else "cpu", int(x), int(y)), np.flatnonzero(inverse == i)))
-    return lanes
+    # one int per (gpu, a, b) in the same order as the triples (CPU first)
+    a_values, a_pos = np.unique(a, return_inverse=True)
+    b_values, b_pos = np.unique(b, return_inverse=True)
+    key = (gpu.astype(np.int64) * len(a_values) + a_pos) * len(b_values) + b_pos
+    uniq, inverse = np.unique(key, return_inverse=True)
+    g, rest = np.divmod(uniq, len(a_values) * len(b_values))
+    x, y = np.divmod(rest, len(b_values))
+    return inverse.ravel(), [("gpu" if gi else "cpu", int(a_values[xi]), int(b_values[yi]))
+                             for gi, xi, yi in zip(g, x, y, strict=True)]
 
 
 def _layout_rows(
@@ -172,18 +195,22 @@ def _layout_rows(
 
     Returns (event index, row) arrays, lane tick positions and labels, rows used.
     """
-    idx_parts, row_parts, ticks, labels, row = [], [], [], {}, 0
-    for key, idx in _lanes(e):
-        idx = idx[np.lexsort((-e["dur"][idx], start[idx]))]
-        depth = np.minimum(_depths(start[idx], end[idx]), MAX_ROWS_PER_LANE - 1)
-        n_rows = int(depth.max()) + 1
+    lane, keys = _lanes(e)
+    order = sweep_order(start, e["dur"], lane)  # by lane, start, longest first
+    lane_of = lane[order]
+    depth = _depths(lane_of, start[order], end[order])
+    lane_rows = np.zeros(len(keys), np.int64)
+    np.maximum.at(lane_rows, lane_of, depth + 1)
+    first_row = np.zeros(len(keys), np.int64)
+    ticks, labels, row = [], {}, 0
+    for i, key in enumerate(keys):
+        n_rows = int(lane_rows[i])
+        first_row[i] = row
         center = row + (n_rows - 1) / 2 + 0.5
         ticks.append(center)
         labels[center] = _lane_title(trace.meta, key)
-        idx_parts.append(idx)
-        row_parts.append(row + depth)
         row += n_rows + 1  # one empty row between lanes
-    return np.concatenate(idx_parts), np.concatenate(row_parts), ticks, labels, row
+    return order, first_row[lane_of] + depth, ticks, labels, row
 
 
 def build_timeline(trace: Trace, title: str = "Timeline") -> tuple[Any, TimelineStats]:
@@ -220,24 +247,46 @@ def build_timeline(trace: Trace, title: str = "Timeline") -> tuple[Any, Timeline
                 [f"{b:,.1f} µs busy" for b in busy], [""] * n, [MERGED_COLOR] * n)
     kept = all_idx[keep]
     stats.drawn = len(kept)
-    _extend(cols, start[kept], end[kept], all_row[keep], list(e["name"][kept]),
-            list(e["cat"][kept]), [f"{d:,.1f} µs" for d in e["dur"][kept]],
-            list(e["shapes"][kept]), [CAT_COLORS.get(c, OTHER_COLOR) for c in e["cat"][kept]])
+    rows = e["rows"][kept]
+    cat = _text(trace, "cat", rows)
+    _extend(cols, start[kept], end[kept], all_row[keep], _text(trace, "name", rows),
+            cat, [f"{d:,.1f} µs" for d in e["dur"][kept]], _text(trace, "input_dims", rows),
+            [CAT_COLORS.get(c, OTHER_COLOR) for c in cat])
     return _figure(cols, ticks, labels, n_rows, span, stats, title), stats
 
 
+class _Texts(list):
+    """A text column of the glyph source, sent to BokehJS as the plain list it is.
+
+    Bokeh would encode a list item by item (tens of thousands of Python calls
+    for a large trace; numbers go as binary buffers already); every item here
+    is a ``str``, which needs no encoding, so the JSON is the same.
+    """
+
+
+def _encode_texts(obj: _Texts, serializer: Any) -> list[str]:
+    return list(obj)
+
+
+try:
+    Serializer.register(_Texts, _encode_texts)
+except AssertionError:  # already registered (module reloaded)
+    pass
+
+
 _COLUMNS = ("left", "right", "bottom", "top", "name", "cat", "dur", "shapes", "color")
+_NUMERIC = _COLUMNS[:4]
 
 
 def _extend(cols: dict[str, list[Any]], left: np.ndarray, right: np.ndarray,
-            row: np.ndarray, *text: list[str]) -> None:
+            row: np.ndarray, *text: Any) -> None:
     """Append glyphs: x in ms since trace start, a row's bar filling 80 %."""
-    cols["left"] += list(left / 1e3)
-    cols["right"] += list(right / 1e3)
-    cols["bottom"] += list(row + 0.1)
-    cols["top"] += list(row + 0.9)
+    cols["left"].append(left / 1e3)
+    cols["right"].append(right / 1e3)
+    cols["bottom"].append(row + 0.1)
+    cols["top"].append(row + 0.9)
     for name, values in zip(_COLUMNS[4:], text, strict=True):
-        cols[name] += values
+        cols[name].append(np.asarray(values, dtype=object))
 
 
 def _figure(
@@ -249,10 +298,10 @@ def _figure(
     stats: TimelineStats,
     title: str,
 ) -> Any:
-    source = ColumnDataSource(
-        {k: (np.asarray(v, dtype=float) if k in ("left", "right", "bottom", "top") else v)
-         for k, v in cols.items()}
-    )
+    source = ColumnDataSource({
+        k: np.concatenate(v).astype(float) if k in _NUMERIC else _Texts(np.concatenate(v))
+        for k, v in cols.items()
+    })
     caption = f"{title}: {stats.events:,} events in {stats.lanes} lanes"
     if stats.merged_events:
         caption += (
