@@ -84,6 +84,7 @@ class OomDiagnosis:
     largest_usable: int | None = None  # largest cached block the request could use
     inactive_split: int | None = None
     unusable_share: float | None = None
+    segment_size: int | None = None  # the new segment the allocator tried to reserve
     cause: str = "unknown"
     explanation: str = ""
     site: str | None = None
@@ -96,7 +97,10 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None) -> OomDiagnosi
     if req is None:
         d.explanation = "The request size is unknown; no diagnosis."
         return d
-    total_free = (d.free_cached or 0) + (d.device_free or 0)
+    device_free = d.device_free or 0
+    if d.segment_size is not None and device_free < d.segment_size:
+        device_free = 0  # too little for the segment a request of this size gets
+    total_free = (d.free_cached or 0) + device_free
     largest = d.largest_usable or 0
     if d.free_cached is not None and total_free >= req and largest < req:
         d.cause = "fragmentation"
@@ -126,6 +130,10 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None) -> OomDiagnosi
             + (f"; {fmt_bytes(d.allocated)} is allocated by tensors" if d.allocated is not None else "")
             + ": the memory is really used, not fragmented."
         )
+        if d.segment_size is not None and (d.device_free or 0) < d.segment_size:
+            d.explanation += (
+                f" A request of this size needs a new {fmt_bytes(d.segment_size)} segment "
+                f"and the device had {fmt_bytes(d.device_free)} left.")
         if d.allocated:
             cut = min(0.9, (short + d.allocated * 0.05) / d.allocated) if short > 0 else 0.1
             d.advice.append(Advice(
@@ -194,5 +202,6 @@ def from_model_oom(oom: Any, snapshot: dict[str, Any], *, leaks: list[LeakRow] |
         source="allocator model (simulated)", requested=oom.requested,
         device_free=oom.device_free, capacity=oom.capacity, reserved=oom.reserved,
         allocated=oom.allocated, free_cached=oom.free_cached,
-        largest_usable=oom.largest_free_in_pool, inactive_split=s.inactive_split, site=site)
+        largest_usable=oom.largest_free_in_pool, inactive_split=s.inactive_split, site=site,
+        segment_size=oom.alloc_size)
     return diagnose(d, leaks)
