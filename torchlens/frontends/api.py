@@ -7,6 +7,7 @@ offers the tables as pandas DataFrames.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..capture.profiler import ProfilerCapture, ProfilerOptions
@@ -241,12 +242,21 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         self._export = export
         self.capture = MemoryCapture(MemoryOptions(device=device, stacks=stacks), title=title)
         self.result = MemoryResult()
+        self._device = device
+        self._title = title
 
     def __enter__(self) -> MemoryResult:
+        from ..capture.process_memory import memory_sampler
+        from .live_publish import LivePublisher
+
         self.capture.__enter__()
+        # the GPU Monitor sidebar shows this run's memory while the cell runs
+        self._live = LivePublisher(self._title or f"%%gpumem {time.strftime('%H:%M:%S')}",
+                                   memory_sampler(self._device)).__enter__()
         return self.result
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self._live.__exit__(exc_type, exc, tb)
         self.capture.__exit__(exc_type, exc, tb)
         profile = self.capture.profile
         assert profile is not None

@@ -1,0 +1,63 @@
+"""A running %%gpumem publishes its memory to the GPU Monitor's rank channel."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import torchlens
+from torchlens.frontends.live_publish import LivePublisher
+from torchlens.frontends.server.publish import RankPublisher, ServerInfo
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    """Stands in for the Jupyter server's POST <base>/torchlens/monitor/ranks."""
+    posts: list[tuple[str, str, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            posts.append((self.path, self.headers.get("Authorization"), body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("TORCHLENS_SERVER_URL", f"http://127.0.0.1:{server.server_port}/user/a/")
+    monkeypatch.setenv("TORCHLENS_SERVER_TOKEN", "sekrit")
+    yield posts
+    server.shutdown()
+    server.server_close()
+
+
+def test_gpumem_cell_publishes_rank_memory_while_running(fake_server):
+    with torchlens.gpumem(stacks=0, title="leaky run"):
+        time.sleep(1.3)
+    assert len(fake_server) >= 2
+    path, auth, body = fake_server[0]
+    assert path == "/user/a/torchlens/monitor/ranks" and auth == "token sekrit"
+    assert body["run"] == "leaky run"
+    sample = body["samples"][0]
+    assert sample["rank"] == 0 and sample["allocated"] > 0  # resident memory on CPU
+    n = len(fake_server)
+    time.sleep(0.8)
+    assert len(fake_server) == n  # stopped with the cell
+
+
+def test_no_server_no_thread_and_a_failing_probe_is_harmless():
+    live = LivePublisher("x", lambda: 1 / 0, publisher=RankPublisher("x", server=None))
+    with live:
+        assert live._thread is None
+    dead = RankPublisher("x", server=ServerInfo("http://127.0.0.1:9/", ""), timeout=0.2)
+    with LivePublisher("x", lambda: 1 / 0, interval=0.05, publisher=dead) as live:
+        time.sleep(0.2)
+    assert live.sent == 0 and not live._thread.is_alive()
