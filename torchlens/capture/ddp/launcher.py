@@ -226,9 +226,9 @@ class DdpLauncher:
             res = protocol.decode(tl.get(protocol.result_key(rank))) if tl.check(
                 [protocol.result_key(rank)]) else None
             ranks.append(res)
-            count = int(tl.add(protocol.count_key(rank), 0))
-            fps = [protocol.decode(tl.get(protocol.fingerprint_key(rank, i)))
-                   for i in range(count) if tl.check([protocol.fingerprint_key(rank, i)])]
+            fps = []  # published in order, so they end at the first missing index
+            while tl.check([protocol.fingerprint_key(rank, len(fps))]):
+                fps.append(protocol.decode(tl.get(protocol.fingerprint_key(rank, len(fps)))))
             timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
             for fp in fps:
                 fp["call_s"] = timed.get(fp["index"], {}).get("call_s")

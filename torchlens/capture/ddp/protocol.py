@@ -29,11 +29,6 @@ def fingerprint_key(rank: int, index: int) -> str:
     return f"fp/{rank}/{index}"
 
 
-def count_key(rank: int) -> str:
-    """How many fingerprints ``rank`` has published (an atomic counter)."""
-    return f"fpcount/{rank}"
-
-
 def result_key(rank: int) -> str:
     """``rank``'s final record, set once when its work ends (or fails)."""
     return f"result/{rank}"

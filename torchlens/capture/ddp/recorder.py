@@ -137,7 +137,6 @@ class CollectiveRecorder(TorchDispatchMode):
             "t": time.time(),
         }
         self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
-        self.store.add(protocol.count_key(self.rank), 1)
         with self.lock:
             self.in_flight = fp
             self.records.append(fp)
@@ -157,6 +156,11 @@ class CollectiveRecorder(TorchDispatchMode):
         keys = [protocol.fingerprint_key(r, index) for r in others]
         deadline = time.monotonic() + self.timeout_s
         while True:
+            try:  # one round trip when the peers are already there (the usual case)
+                self.store.wait(keys, timedelta(seconds=0.25))
+                break
+            except Exception:  # noqa: BLE001 - DistStoreError on timeout: see why
+                pass
             if self.store.check(keys):
                 break
             missing = [r for r, k in zip(others, keys, strict=True) if not self.store.check([k])]
@@ -164,13 +168,10 @@ class CollectiveRecorder(TorchDispatchMode):
             if finished or self.store.check([protocol.stop_key()]) or time.monotonic() > deadline:
                 fps = {self.rank: fp}
                 self._raise(index, fps, missing, finished)
-            try:
-                self.store.wait(keys, timedelta(seconds=0.25))
-            except Exception:  # noqa: BLE001 - DistStoreError on timeout; loop re-checks
-                pass
         fps = {self.rank: fp}
-        for r, key in zip(others, keys, strict=True):
-            fps[r] = protocol.decode(self.store.get(key))
+        values = self.store.multi_get(keys)
+        for r, value in zip(others, values, strict=True):
+            fps[r] = protocol.decode(bytes(value))
         if first_difference(fps) is not None:
             self._raise(index, fps, [], [])
 
