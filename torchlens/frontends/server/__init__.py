@@ -18,6 +18,7 @@ from tornado.ioloop import IOLoop
 
 from .handlers import handlers
 from .monitor import Monitor
+from .stream import Broadcaster
 
 
 def make_monitor(settings: dict[str, Any]) -> Monitor:
@@ -41,14 +42,21 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     if monitor is None:
         monitor = make_monitor(web_app.settings)
         web_app.settings["torchlens_monitor"] = monitor
-        # the loop the server's handlers run on (waiters are woken there)
-        monitor.start(IOLoop.current().asyncio_loop)
+        # every socket shares one encode of each sample (see stream.py)
+        web_app.settings["torchlens_broadcaster"] = Broadcaster(
+            monitor, web_app.settings
+        )
+        # the loop the server's handlers run on: the thread hands samples to it
+        monitor.start(IOLoop.current())
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     serverapp.log.info("torchlens GPU monitor: %s", monitor.gpu.status)
 
 
 def _unload_jupyter_server_extension(serverapp: Any) -> None:
     """Stop the sampler thread when the server shuts down."""
+    broadcaster = serverapp.web_app.settings.pop("torchlens_broadcaster", None)
+    if broadcaster is not None:
+        broadcaster.close()
     monitor = serverapp.web_app.settings.pop("torchlens_monitor", None)
     if monitor is not None:
         monitor.stop()

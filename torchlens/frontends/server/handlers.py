@@ -2,11 +2,15 @@
 
 Endpoints (relative to the server's base_url, e.g. ``/user/alice/``):
 
+* ``WS   torchlens/monitor/ws`` - the sidebar's live feed (``stream.py``):
+  history on connect, then each new sample pushed, encoded once for all
+  sockets.
 * ``GET  torchlens/monitor/samples?since=T&wait=S`` - samples newer than T
   (epoch seconds; 0 = the whole history) plus per-rank samples. With
   ``wait`` the request is held up to S seconds until a new sample exists
-  (long polling): one round trip per sample, no WebSocket to keep alive
-  through proxies, and the shared history makes a reload cheap.
+  (long polling). The sidebar's fallback when no WebSocket gets through
+  (some proxies), and simple to script against; it costs the server about
+  1 ms per answer, which is why the sidebar prefers the socket.
 * ``GET|PUT torchlens/monitor/config`` - read / set ``{"interval": s}``.
 * ``POST torchlens/monitor/ranks`` - a kernel publishes per-rank memory
   (see ``publish.py`` for the channel).
@@ -21,10 +25,11 @@ import json
 from typing import Any
 
 import tornado.web
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 
 from .monitor import Monitor
+from .stream import SamplesSocket, tag_kernels
 
 MAX_WAIT = 30.0
 
@@ -36,21 +41,6 @@ class _MonitorHandler(APIHandler):
     def monitor(self) -> Monitor:
         return self.settings["torchlens_monitor"]
 
-    def kernel_pids(self) -> dict[int, str]:
-        """pid -> kernel id of this server's running kernels (to flag them in process lists)."""
-        km = self.settings.get("kernel_manager")
-        pids: dict[int, str] = {}
-        if km is None:
-            return pids
-        for kid in list(km.list_kernel_ids()):
-            try:
-                pid = getattr(km.get_kernel(kid).provisioner, "pid", None)
-            except (KeyError, AttributeError):
-                continue
-            if pid:
-                pids[int(pid)] = kid
-        return pids
-
 
 class SamplesHandler(_MonitorHandler):
     @tornado.web.authenticated
@@ -61,11 +51,7 @@ class SamplesHandler(_MonitorHandler):
         wait = min(MAX_WAIT, max(0.0, _float_arg(self, "wait", 0.0)))
         await mon.wait_for_newer(since, wait)
         samples = mon.history.since(since)
-        kernels = self.kernel_pids()
-        for s in samples[-1:]:
-            for gpu in s["gpu"].get("gpus", []):
-                for proc in gpu.get("processes", []):
-                    proc["kernel"] = kernels.get(proc["pid"])
+        tag_kernels(samples, self.settings)
         self.finish(
             {
                 "interval": mon.interval,
@@ -133,10 +119,11 @@ class CsvHandler(_MonitorHandler):
         self.finish(self.monitor.to_csv(), set_content_type="text/csv; charset=utf-8")
 
 
-def handlers(base_url: str) -> list[tuple[str, type[APIHandler]]]:
+def handlers(base_url: str) -> list[tuple[str, type[JupyterHandler]]]:
     """URL patterns under the server's base_url."""
     root = url_path_join(base_url, "torchlens", "monitor")
     return [
+        (url_path_join(root, "ws"), SamplesSocket),
         (url_path_join(root, "samples"), SamplesHandler),
         (url_path_join(root, "config"), ConfigHandler),
         (url_path_join(root, "ranks"), RanksHandler),

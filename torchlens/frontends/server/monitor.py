@@ -3,11 +3,12 @@
 Why one thread for the whole server: N browser tabs must not mean N NVML
 pollers. Every tab reads the same ring buffer, so reloading a page (or opening
 a second one) shows the same last ten minutes. The thread sleeps on an Event,
-so the server's event loop never waits on NVML; new samples wake waiting
-handlers through ``loop.call_soon_threadsafe``.
+so the server's event loop never waits on NVML; it hands each new sample to
+the loop with ``IOLoop.add_callback`` (thread-safe), where long-poll waiters
+are woken and listeners (the WebSocket broadcaster) push it to clients.
 
-Sampling slows to ``idle_interval`` when no client has asked for data for
-``idle_after`` seconds: a server nobody watches costs almost nothing.
+Sampling slows to ``idle_interval`` when no socket is open and no client has
+polled for ``idle_after`` seconds: a server nobody watches costs almost nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import io
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any
 
 from ...capture.gpu_sampler import Sampler
@@ -34,11 +36,13 @@ class History:
         self.seconds = seconds
         self._items: deque[dict[str, Any]] = deque(maxlen=max_items)
         self._lock = threading.Lock()
+        self._seq = 0  # items ever appended: a cursor that, unlike ``t``, never repeats
 
     def append(self, item: dict[str, Any]) -> None:
         """Add one sample and drop those older than ``seconds`` before it."""
         with self._lock:
             self._items.append(item)
+            self._seq += 1
             horizon = item["t"] - self.seconds
             while self._items and self._items[0]["t"] < horizon:
                 self._items.popleft()
@@ -49,6 +53,32 @@ class History:
             if not self._items or self._items[-1]["t"] <= t:
                 return []
             return [s for s in self._items if s["t"] > t]
+
+    def tail(
+        self, after: int, upto: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Items appended after sequence number ``after`` (up to ``upto``), and the newest number.
+
+        Why sequence numbers: the WebSocket broadcaster must send every item
+        exactly once, and timestamps cannot promise that (rank samples carry
+        the kernels' clocks; the wall clock can step back).
+        """
+        with self._lock:
+            seq = self._seq
+            end = seq if upto is None else min(upto, seq)
+            stop = max(
+                0, len(self._items) - (seq - end)
+            )  # index just past item ``end``
+            count = min(stop, max(0, end - after))  # evicted items are simply gone
+            if count > 64:  # history on connect: one pass over the deque
+                return list(islice(self._items, stop - count, stop)), seq
+            # a broadcast tick: the newest item(s), O(1) from the deque's right end
+            return [self._items[i] for i in range(stop - count, stop)], seq
+
+    @property
+    def seq(self) -> int:
+        with self._lock:
+            return self._seq
 
     def last_time(self) -> float:
         with self._lock:
@@ -79,16 +109,18 @@ class Monitor:
         self.history = History(history_seconds, max_items)
         self.ranks = History(history_seconds, max_items)
         self.samples_taken = 0
+        self.watchers = 0  # open, unpaused WebSockets: full rate while > 0
         self._last_request = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None  # tornado IOLoop (or asyncio loop in tests)
         self._new = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
 
     # -- lifecycle -------------------------------------------------------
-    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Start the sampling thread; ``loop`` is where waiting handlers live."""
+    def start(self, loop: Any = None) -> None:
+        """Start the sampling thread; ``loop`` (the server's IOLoop) is where handlers live."""
         self._loop = loop
         self._thread = threading.Thread(
             target=self._run, name="torchlens-monitor", daemon=True
@@ -112,8 +144,19 @@ class Monitor:
         if was_idle:
             self._wake.set()
 
+    def watch(self, delta: int) -> None:
+        """A socket started (+1) or stopped (-1) watching; on the loop thread only."""
+        was_idle = self.idle
+        self.watchers = max(0, self.watchers + delta)
+        # counts as a request: after the last socket closes, idle_after runs from now
+        self._last_request = time.monotonic()
+        if was_idle:
+            self._wake.set()  # a new watcher must not wait out an idle-rate sleep
+
     @property
     def idle(self) -> bool:
+        if self.watchers > 0:
+            return False
         return time.monotonic() - self._last_request > self.idle_after
 
     def current_interval(self) -> float:
@@ -132,9 +175,31 @@ class Monitor:
         sample = {"t": time.time(), "host": self.host.sample(), "gpu": gpu}
         self.history.append(sample)
         self.samples_taken += 1
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._notify)
+        self._handoff()
         return sample
+
+    def _handoff(self) -> None:
+        """From any thread: run ``_notify`` on the server's loop, never blocking either side."""
+        loop = self._loop
+        if loop is None:
+            return
+        if hasattr(
+            loop, "add_callback"
+        ):  # tornado IOLoop: thread-safe, logs callback errors
+            try:
+                loop.add_callback(self._notify)
+            except RuntimeError:  # loop closed during shutdown
+                pass
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self._notify)
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the loop after each new sample or rank batch."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -151,6 +216,8 @@ class Monitor:
         """On the event loop: wake every waiter, arm a fresh event for the next ones."""
         self._new.set()
         self._new = asyncio.Event()
+        for callback in list(self._listeners):
+            callback()
 
     async def wait_for_newer(self, since: float, timeout: float) -> None:
         """Return when a sample newer than ``since`` exists, or after ``timeout`` s."""
@@ -177,8 +244,7 @@ class Monitor:
                 }
             )
             count += 1
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._notify)
+        self._handoff()
         return count
 
     # -- export ----------------------------------------------------------
