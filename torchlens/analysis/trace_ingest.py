@@ -245,7 +245,9 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     n = len(evs)
     raw_args = list(map(_ARGS, evs))
     present = _present_args(raw_args)
-    args = [a if a is not None else EMPTY_ARGS for a in raw_args] if present else raw_args
+    args = raw_args
+    if present and raw_args.count(None):
+        args = [a if a is not None else EMPTY_ARGS for a in raw_args]
     unparsed: Counter = Counter()
     pid_labels: dict[str, str] = {}
     tid_labels: dict[str, str] = {}
@@ -253,7 +255,7 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     def ev_field(name: str) -> list[Any]:
         return list(map(attrgetter(name), evs))
 
-    nothing = [None] * n
+    nothing = _Absent([None] * n)
 
     def arg(name: str) -> list[Any]:
         return list(map(attrgetter(name), args)) if name in present else nothing
@@ -291,8 +293,10 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     ints("external_id", either("external_id", "external_id_lc"))
     ints("correlation", arg("correlation"))
     ids = ev_field("id")
-    ints("flow_id", ids if ids.count(None) == n else
-         [i if p in _FLOW_PHASES else None for i, p in zip(ids, phases, strict=True)])
+    flows = [i for i in _present(ids) if phases[i] in _FLOW_PHASES]
+    cols["flow_id"] = np.full(n, -1, np.int64)
+    if flows:
+        cols["flow_id"][flows] = _int_column([ids[i] for i in flows], -1, "flow_id", unparsed)
 
     gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
     is_gpu = np.isin(cols["cat"], gpu_codes)
@@ -327,6 +331,14 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     return Table(cols, cats), meta
 
 
+class _Absent(list):
+    """A column of ``None`` for an args key no event has (no need to count)."""
+
+
+def _all_none(values: list[Any]) -> bool:
+    return type(values) is _Absent or values.count(None) == len(values)
+
+
 def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
     """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C).
 
@@ -334,6 +346,8 @@ def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
     present values only.
     """
     n = len(values)
+    if type(values) is _Absent:
+        return np.full(n, -1, np.int32), []
     missing = values.count(None)
     if missing == n:
         return np.full(n, -1, np.int32), []
@@ -357,7 +371,7 @@ def _intern_raw(values: list[Any]) -> tuple[np.ndarray, list[str]]:
     spacing share a label, in order of first appearance.
     """
     n = len(values)
-    if values.count(None) == n:
+    if _all_none(values):
         return np.full(n, -1, np.int32), []
     idx = [i for i, r in enumerate(values) if r]
     codes = np.full(n, -1, np.int64)
@@ -401,6 +415,8 @@ def _int_column(values: list[Any], default: int, name: str,
     A mostly empty column is converted from its present values only.
     """
     n = len(values)
+    if type(values) is _Absent:
+        return np.full(n, default, np.int64)
     missing = values.count(None)
     if missing == n:
         return np.full(n, default, np.int64)
@@ -450,6 +466,8 @@ def _to_int(v: Any) -> int | None:
 
 
 def _float_column(values: list[Any], default: float) -> np.ndarray:
+    if type(values) is _Absent:
+        return np.full(len(values), default, np.float64)
     try:
         out = np.fromiter(values, np.float64, len(values))  # all numbers: fastest
     except (TypeError, ValueError):
