@@ -61,3 +61,23 @@ def test_no_server_no_thread_and_a_failing_probe_is_harmless():
     with LivePublisher("x", lambda: 1 / 0, interval=0.05, publisher=dead) as live:
         time.sleep(0.2)
     assert live.sent == 0 and not live._thread.is_alive()
+
+
+def _two_rank_step(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(4) * (rank + 1)
+    dist.all_reduce(t)
+    return None
+
+
+@pytest.mark.slow
+def test_ddp_check_publishes_every_ranks_memory(fake_server):
+    result = torchlens.ddp_check(_two_rank_step, world_size=2, live=False, steps=1,
+                                 timeout=60)
+    assert result.profile.kind == "ddp_check"
+    ranks = {s["rank"] for _, _, body in fake_server for s in body["samples"]}
+    assert ranks == {0, 1}
+    assert all(s["allocated"] > 0 for _, _, b in fake_server for s in b["samples"])
+    assert fake_server[0][2]["run"].startswith("%ddp_check")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -217,7 +218,11 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
 
         plot = LivePlot(world_size)
         handle = display(plot.widget, display_id=True)
-    rec = run_check(job, options, plot)
+    from .live_publish import RankSink
+
+    # the GPU Monitor sidebar shows every rank's memory too, while they run
+    sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}", plot)
+    rec = run_check(job, options, sink)
     profile = build_profile(rec, source, collect_environment(), skipped)
     result = DdpResult(profile)
     if export:

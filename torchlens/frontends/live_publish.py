@@ -11,6 +11,7 @@ absent sidebar must never slow or break the user's cell.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,3 +54,38 @@ class LivePublisher:
         if self._thread is not None:
             self._thread.join(timeout=2 * self.interval + self.publisher.timeout)
         return False
+
+
+class RankSink:
+    """A heartbeat sink for ``%ddp_check``: forwards every rank's memory to the
+    sidebar (at most every ``interval`` s) and passes heartbeats on to ``inner``
+    (the live plot, or None)."""
+
+    def __init__(self, run: str, inner: Any | None = None, interval: float = 0.5,
+                 publisher: RankPublisher | None = None) -> None:
+        self.inner = inner
+        self.publisher = publisher if publisher is not None else RankPublisher(run)
+        self.interval = interval
+        self._pending: list[dict[str, Any]] = []
+        self._last = 0.0
+
+    def push(self, hb: dict[str, Any]) -> None:
+        if self.inner is not None:
+            self.inner.push(hb)
+        if self.publisher.enabled:
+            cuda = hb.get("cuda_allocated")
+            self._pending.append({
+                "rank": int(hb["rank"]), "t": float(hb.get("t", 0.0)),
+                "device": hb.get("device") if cuda is not None else None,
+                "allocated": cuda if cuda is not None else hb.get("rss"),
+                "reserved": hb.get("cuda_reserved"),
+            })
+
+    def flush(self, force: bool = False) -> None:
+        if self.inner is not None:
+            self.inner.flush(force) if force else self.inner.flush()
+        now = time.monotonic()
+        if self._pending and (force or now - self._last >= self.interval):
+            self._last = now
+            samples, self._pending = self._pending, []
+            self.publisher.publish(samples)
