@@ -225,9 +225,11 @@ def op_table(trace: Trace, group_by_shapes: bool = False) -> pd.DataFrame:
     calls = op_calls(trace)
     ev = trace.events
     rows = calls.rows
+    # grouped on codes (one per distinct text, so the same groups in the same
+    # order as grouping the texts), decoded once per group afterwards
     frame = pd.DataFrame({
-        "name": ev.text("name")[rows],
-        "input_shapes": ev.text("input_dims")[rows] if group_by_shapes else "",
+        "name": _text_codes(trace, "name", rows),
+        "input_shapes": _text_codes(trace, "input_dims", rows) if group_by_shapes else 0,
         "self_cpu_us": calls.self_us,
         "total_cpu_us": ev["dur"][rows],
         "device_us": calls.device_us,
@@ -245,8 +247,29 @@ def op_table(trace: Trace, group_by_shapes: bool = False) -> pd.DataFrame:
         kernels=("kernels", "sum"),
         flops=("flops", lambda s: s.sum(min_count=1)),
     ).reset_index()
+    table["name"] = _decode(trace, "name", table["name"])
+    table["input_shapes"] = (_decode(trace, "input_dims", table["input_shapes"])
+                             if group_by_shapes else "")
     table = table.sort_values("total_cpu_us", ascending=False, kind="stable")
     return table[OP_COLUMNS].reset_index(drop=True)
+
+
+def _text_codes(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
+    """Codes of a text column at ``rows``, one code per distinct text.
+
+    Missing values (-1) read as "", and a label repeated in the category list
+    maps to its first code, exactly as if the decoded texts were compared.
+    """
+    labels = list(trace.events.categories[column]) + [""]
+    first: dict[str, int] = {}
+    lut = np.asarray([first.setdefault(lab, i) for i, lab in enumerate(labels)], np.int64)
+    codes = trace.events[column][rows]
+    return lut[np.where(codes < 0, len(labels) - 1, codes)]
+
+
+def _decode(trace: Trace, column: str, codes: pd.Series) -> np.ndarray:
+    labels = np.asarray(list(trace.events.categories[column]) + [""], dtype=object)
+    return labels[codes.to_numpy()]
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:

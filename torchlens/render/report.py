@@ -58,12 +58,13 @@ def stable_ids(text: str) -> str:
     Only strings Bokeh defined as ids (``"id":"pN"``) and UUIDs are renamed, and
     only where they stand as a whole quoted string, so trace names are untouched.
     """
-    ids = set(_DEFINED_ID.findall(text)) | set(_UUID.findall(text))
+    ids = set(_DEFINED_ID.findall(text))  # a literal prefix: a fast scan
     mapping: dict[str, str] = {}
 
     def rename(m: re.Match[str]) -> str:
         token = m.group(1)
-        if token not in ids:
+        # a quoted UUID is always renamed (so no separate, slow scan for them)
+        if token[0] == "p" and token not in ids:
             return m.group(0)
         new = mapping.setdefault(token, f"tl{len(mapping) + 1}")
         return f'"{new}"'
