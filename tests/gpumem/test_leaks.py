@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from torchlens.analysis.frames import is_user_frame, site_of
 from torchlens.analysis.leaks import (
     growth_per_run,
     possible_leaks,
     steady_growth,
     survivors,
 )
-from torchlens.analysis.memory_timeline import build_timeline, is_user_frame, site_of
+from torchlens.analysis.memory_timeline import build_timeline
 
 CELL = "<ipython-input-7-0123abcd>"
 

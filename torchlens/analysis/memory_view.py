@@ -15,8 +15,9 @@ from typing import Any
 from ..model import Profile
 from . import fragmentation, leaks, oom
 from .allocator import AllocatorConfig
+from .frames import site_of
 from .memory_model import ModelRun, compare, real_figures, run_model
-from .memory_timeline import MemoryTimeline, build_timeline, site_of
+from .memory_timeline import MemoryTimeline, build_timeline
 
 
 @dataclass

@@ -16,12 +16,8 @@ from typing import Any
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ..analysis.memory_timeline import (
-    biggest_allocations,
-    decimate,
-    frame_label,
-    top_sites,
-)
+from ..analysis.frames import frame_label
+from ..analysis.memory_timeline import biggest_allocations, decimate, top_sites
 from ..analysis.memory_view import MemoryAnalysis
 from ..analysis.oom import OomDiagnosis, fmt_bytes
 from . import tables
