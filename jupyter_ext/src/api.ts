@@ -2,6 +2,11 @@
  * Talking to the torchlens server extension. Every request goes through
  * ServerConnection, so it carries the server's token/XSRF cookie and the
  * base_url (JupyterHub's /user/<name>/) without this code knowing either.
+ *
+ * Live samples come over one WebSocket (`torchlens/monitor/ws`): the server
+ * encodes each sample once for all tabs, where a long-poll answer costs it a
+ * full request each. `fetchSamples` (long polling) is the fallback when no
+ * socket gets through.
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -63,6 +68,12 @@ export interface ISamplesReply {
   ranks: IRankSample[];
 }
 
+/** What the socket sends: the history (or the gap since `?since=`) first, then each new sample. */
+export interface IFeedMessage extends ISamplesReply {
+  type: 'samples';
+  history: boolean;
+}
+
 const settings = ServerConnection.makeSettings();
 
 function endpoint(path: string): string {
@@ -95,4 +106,19 @@ export async function setInterval(seconds: number): Promise<number> {
 /** The server-side history as CSV text. */
 export async function fetchCsv(): Promise<string> {
   return (await request('history.csv')).text();
+}
+
+/**
+ * Open the monitor's WebSocket, authenticated the way @jupyterlab/services
+ * opens kernel and terminal sockets: the browser sends the login cookie, and
+ * `?token=` is added only when ServerConnection says so (`appendToken`, i.e.
+ * the socket goes to another host than the page) and a token is set.
+ */
+export function openFeed(since: number): WebSocket {
+  const query: Record<string, string> = { since: String(since) };
+  if (settings.appendToken && settings.token !== '') {
+    query.token = settings.token;
+  }
+  const url = URLExt.join(settings.wsUrl, 'torchlens', 'monitor', 'ws') + URLExt.objectToQueryString(query);
+  return new settings.WebSocket(url);
 }

@@ -2,18 +2,24 @@
  * The "GPU Monitor" sidebar panel.
  *
  * It holds no history of its own beyond what it draws: on start (and after a
- * page reload) it asks the server for everything since t=0, then long-polls
- * for newer samples. Pausing stops polling, so the server drops to its idle
+ * page reload) it opens the server's WebSocket, which sends the history first
+ * and then pushes each new sample. If the socket closes or cannot be opened
+ * (a proxy without WebSocket support), the panel long-polls the REST endpoint
+ * meanwhile and retries the socket with exponential backoff; a reconnect asks
+ * only for what it has not drawn (`?since=`). Pausing tells the server to stop
+ * sending (or stops polling), so with no other watcher it drops to its idle
  * rate; resuming fetches the gap from the server's history.
  */
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { fetchCsv, fetchSamples, IGpuSample, IRankSample, ISample, setInterval } from './api';
+import { fetchCsv, fetchSamples, IFeedMessage, IGpuSample, IRankSample, ISample, openFeed, setInterval } from './api';
 import { RollingChart } from './chart';
 
 const WINDOW_SECONDS = 600;
 const LONG_POLL_SECONDS = 10;
+const BACKOFF_MIN_SECONDS = 1;
+const BACKOFF_MAX_SECONDS = 30;
 const INTERVALS = [0.5, 1, 2, 5, 10];
 const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 
@@ -64,7 +70,7 @@ export class GpuMonitorPanel extends Widget {
     super.onAfterShow(msg);
     if (!this.started) {
       this.started = true;
-      void this.pollLoop();
+      this.connect();
     }
   }
 
@@ -76,18 +82,87 @@ export class GpuMonitorPanel extends Widget {
 
   dispose(): void {
     this.stopped = true;
+    window.clearTimeout(this.reconnectTimer);
+    this.socket?.close();
     super.dispose();
   }
 
+  /** Open the push socket; on failure poll meanwhile and retry with backoff. */
+  private connect(): void {
+    if (this.stopped) {
+      return;
+    }
+    let opened = false;
+    let ws: WebSocket;
+    try {
+      ws = openFeed(this.since);
+    } catch (err) {
+      this.socketClosed(false);
+      return;
+    }
+    this.socket = ws;
+    ws.onopen = () => {
+      opened = true;
+      this.backoff = BACKOFF_MIN_SECONDS;
+      this.node.dataset.transport = 'websocket';
+      if (this.paused) {
+        ws.send(JSON.stringify({ pause: true }));
+      }
+    };
+    ws.onmessage = event => {
+      if (this.paused || this.stopped) {
+        return; // `since` stays put: resuming asks the server for the gap
+      }
+      const message = JSON.parse(event.data as string) as IFeedMessage;
+      this.intervalSelect.value = String(message.interval);
+      this.ingest(message.samples, message.ranks);
+    };
+    // an error is always followed by close
+    ws.onclose = () => {
+      if (this.socket === ws) {
+        this.socket = null;
+        this.socketClosed(opened);
+      }
+    };
+  }
+
+  private socketClosed(wasOpen: boolean): void {
+    if (this.stopped) {
+      return;
+    }
+    this.node.dataset.transport = 'polling';
+    if (!this.polling) {
+      void this.pollLoop();
+    }
+    // a socket that worked is retried soon (server restart); one that never opened, ever later
+    const delay = wasOpen ? BACKOFF_MIN_SECONDS : this.backoff;
+    this.backoff = Math.min(BACKOFF_MAX_SECONDS, this.backoff * 2);
+    this.reconnectTimer = window.setTimeout(() => this.connect(), delay * 1000 * (0.8 + 0.4 * Math.random()));
+  }
+
+  private get socketOpen(): boolean {
+    return this.socket !== null && this.socket.readyState === WebSocket.OPEN;
+  }
+
+  /** Long polling: the fallback while the socket is down; stops once it is up. */
   private async pollLoop(): Promise<void> {
-    while (!this.stopped) {
+    this.polling = true;
+    try {
+      await this.poll();
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  private async poll(): Promise<void> {
+    while (!this.stopped && !this.socketOpen) {
       if (this.paused) {
         await new Promise(resolve => setTimeout(resolve, 250));
         continue;
       }
       try {
         const reply = await fetchSamples(this.since, this.since === 0 ? 0 : LONG_POLL_SECONDS);
-        if (this.paused || this.stopped) {
+        if (this.paused || this.stopped || this.socketOpen) {
           continue;
         }
         this.intervalSelect.value = String(reply.interval);
@@ -101,7 +176,13 @@ export class GpuMonitorPanel extends Widget {
   }
 
   private ingest(samples: ISample[], ranks: IRankSample[]): void {
+    let last: ISample | undefined;
     for (const s of samples) {
+      if (s.t <= this.lastSampleT) {
+        continue; // already drawn: a poll answer overlapping the socket's first message
+      }
+      this.lastSampleT = s.t;
+      last = s;
       this.ensureHostChart();
       const h = s.host;
       this.hostChart!.append(s.t, [h.cpu_percent, h.ram_percent]);
@@ -120,7 +201,6 @@ export class GpuMonitorPanel extends Widget {
         this.rankChart?.append(r.t, this.rankValues());
       }
     });
-    const last = samples[samples.length - 1];
     if (last) {
       this.renderText(last);
     }
@@ -231,9 +311,16 @@ export class GpuMonitorPanel extends Widget {
     this.paused = !this.paused;
     this.pauseButton.textContent = this.paused ? 'Resume' : 'Pause';
     this.node.classList.toggle('tl-paused', this.paused);
+    if (this.socketOpen) {
+      this.socket!.send(JSON.stringify(this.paused ? { pause: true } : { pause: false, since: this.since }));
+    }
   }
 
   private async changeInterval(): Promise<void> {
+    if (this.socketOpen) {
+      this.socket!.send(JSON.stringify({ interval: Number(this.intervalSelect.value) }));
+      return;
+    }
     try {
       await setInterval(Number(this.intervalSelect.value));
     } catch (err) {
@@ -265,7 +352,12 @@ export class GpuMonitorPanel extends Widget {
   private rankRun = '';
   private rankLatest = new Map<number, IRankSample>();
   private since = 0;
+  private lastSampleT = 0;
   private received = 0;
+  private socket: WebSocket | null = null;
+  private backoff = BACKOFF_MIN_SECONDS;
+  private reconnectTimer = 0;
+  private polling = false;
   private started = false;
   private stopped = false;
   private paused = false;

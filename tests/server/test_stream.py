@@ -198,6 +198,20 @@ async def test_open_socket_keeps_full_rate_closing_lets_it_idle(
     assert monitor.current_interval() == monitor.idle_interval
 
 
+async def test_reconnect_with_since_gets_only_the_gap(
+    jp_ws_fetch: Any, monitor: Any
+) -> None:
+    ws = await jp_ws_fetch(*WS)
+    history = (await read(ws))["samples"]
+    ws.close()
+    await wait_until(lambda: len(monitor.history) >= len(history) + 2)
+    since = history[-1]["t"]
+    ws = await jp_ws_fetch(*WS, params={"since": str(since)})
+    gap = (await read(ws))["samples"]
+    assert gap and all(s["t"] > since for s in gap)
+    ws.close()
+
+
 def test_history_tail_by_sequence_number() -> None:
     h = History(seconds=100, max_items=4)
     assert h.tail(0) == ([], 0)

@@ -14,8 +14,9 @@ user -> 403; a foreign ``Origin`` -> 403).
 Server -> client (text frames, JSON):
 
 * ``{"type": "samples", "history": true, "interval": s, "samples": [...],
-  "ranks": [...]}`` right after connect: the whole history, so a reloaded page
-  keeps it; then the same shape with ``"history": false`` per new sample (or
+  "ranks": [...]}`` right after connect: the whole history (or, with
+  ``?since=t`` in the URL, what is newer than ``t``), so a reloaded page keeps
+  it and a reconnecting one gets just the gap; then the same shape with ``"history": false`` per new sample (or
   batch of rank samples a kernel posted).
 
 Client -> server:
@@ -183,7 +184,12 @@ class SamplesSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         super().open(*args, **kwargs)  # starts the keep-alive pings
-        self.hub.attach(self)
+        # ?since=t: a reconnecting sidebar only needs what it has not drawn yet
+        try:
+            since = float(self.get_argument("since", "0"))
+        except ValueError:
+            since = 0.0
+        self.hub.attach(self, since)
 
     def on_message(self, message: str | bytes) -> None:
         try:
