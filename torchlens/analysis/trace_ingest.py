@@ -86,14 +86,14 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
                 "copy or export the trace again."
             ) from None
     raw = _decode(data, source)
-    events, dropped = _usable_events(raw.traceEvents or [])
+    events, dropped, pulled = _usable_events(raw.traceEvents or [])
     if not events:
         raise InputError(
             f"{source}: the trace has no events (traceEvents is empty"
             + (f"; {sum(dropped.values())} unusable" if dropped else "")
             + "). Profile code that runs inside the profiler's active steps."
         )
-    events_table, meta = _columns(events)
+    events_table, meta = _columns(events, pulled or {})
     meta.update(
         source=source,
         schemaVersion=raw.schemaVersion,
@@ -178,17 +178,22 @@ def _what_is_it(data: bytes) -> str:
     )
 
 
-def _usable_events(events: list[Event]) -> tuple[list[Event], Counter]:
+def _usable_events(
+    events: list[Event],
+) -> tuple[list[Event], Counter, dict[str, list[Any]] | None]:
     """Row events, with metadata (``M``) kept too and the rest counted by reason.
 
     The usual trace (only known phases, every ``ts`` a number) is recognised
-    from two C-level passes; only odd traces pay the per-event check.
+    from two C-level passes, whose pulled fields are returned for reuse; only
+    odd traces pay the per-event check (and return None for them).
     """
     dropped: Counter = Counter()
-    phases = set(map(_PH, events))
-    ts_types = set(map(type, map(_TS, events)))
-    if phases <= _KEPT_PHASES and ts_types <= {float}:
-        return (events if phases - {"M"} else []), dropped
+    ph, ts = list(map(_PH, events)), list(map(_TS, events))
+    phases = set(ph)
+    if phases <= _KEPT_PHASES and set(map(type, ts)) <= {float}:
+        if not phases - {"M"}:
+            return [], dropped, None
+        return events, dropped, {"ph": ph, "ts": ts}
     rows = []
     for ev in events:
         ph = ev.ph
@@ -205,8 +210,8 @@ def _usable_events(events: list[Event]) -> tuple[list[Event], Counter]:
         else:
             dropped[f"unsupported ph {ph!r}"] += 1
     if all(ev.ph == "M" for ev in rows):
-        return [], dropped
-    return rows, dropped
+        return [], dropped, None
+    return rows, dropped, None
 
 
 def _number_like(v: Any) -> bool:
@@ -229,18 +234,28 @@ def _present_args(args: list[Args | None]) -> set[str]:
     return {name for name, key in _ARG_KEYS if key in blob}
 
 
-def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
+def _columns(events: list[Event],
+             pulled: dict[str, list[Any]]) -> tuple[Table, dict[str, Any]]:
     """Pour events into numpy columns; ``M`` events go into the returned meta.
 
-    Each field is pulled once with ``map(attrgetter)`` and converted by numpy
-    or pandas in C; Python-level loops only run for the rare odd values.
+    Each field is pulled once with ``map(attrgetter)`` (``pulled`` holds the
+    ones already pulled) and converted by numpy or pandas in C; Python-level
+    loops only run for the rare odd values.
     """
-    phases = list(map(_PH, events))
+    phases = pulled.get("ph") or list(map(_PH, events))
+    ts_list = pulled.get("ts")
     meta_events: list[Event] = []
     if "M" in phases:
-        keep = [p != "M" for p in phases]
-        meta_events = [e for e in events if e.ph == "M"]
-        events, phases = list(compress(events, keep)), list(compress(phases, keep))
+        at = [i for i, p in enumerate(phases) if p == "M"]
+        meta_events = [events[i] for i in at]
+        if at[-1] - at[0] + 1 == len(at):  # one block (usually the head or tail)
+            cut = slice(at[0], at[-1] + 1)
+            events, phases = _without(events, cut), _without(phases, cut)
+            ts_list = None if ts_list is None else _without(ts_list, cut)
+        else:
+            keep = [p != "M" for p in phases]
+            events, phases = list(compress(events, keep)), list(compress(phases, keep))
+            ts_list = None if ts_list is None else list(compress(ts_list, keep))
     evs = events
     n = len(evs)
     raw_args = list(map(_ARGS, evs))
@@ -278,14 +293,15 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
         cols[name] = _int_column(values, default, name, unparsed)
         return cols[name]
 
-    ts_abs = _float_column(ev_field("ts"), np.nan)
+    ts_abs = _float_column(ev_field("ts") if ts_list is None else ts_list, np.nan)
     t0 = float(np.nanmin(ts_abs))
     names = ev_field("name")
-    text("name", names)
+    cols["name"], cats["name"] = _intern_dense(names)
     raw_cats = ev_field("cat")
-    cat_codes, cat_labels = _intern(raw_cats)
+    cat_codes, cat_labels = _intern_dense(raw_cats)
     cols["cat"], cats["cat"] = _normalize_categories(cat_codes, cat_labels, names)
-    text("ph", phases if "I" not in phases else ["i" if p == "I" else p for p in phases])
+    cols["ph"], cats["ph"] = _intern_dense(
+        phases if "I" not in phases else ["i" if p == "I" else p for p in phases])
     cols["ts"] = ts_abs - t0
     cols["dur"] = _float_column(ev_field("dur"), 0.0)
     cols["pid"] = _id_column(ev_field("pid"), pid_labels)
@@ -331,6 +347,10 @@ def _columns(events: list[Event]) -> tuple[Table, dict[str, Any]]:
     return Table(cols, cats), meta
 
 
+def _without(items: list[Any], cut: slice) -> list[Any]:
+    return items[:cut.start] + items[cut.stop:]
+
+
 class _Absent(list):
     """A column of ``None`` for an args key no event has (no need to count)."""
 
@@ -356,7 +376,12 @@ def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
         codes = np.full(n, -1, np.int32)
         codes[idx], labels = _intern([values[i] for i in idx])
         return codes, labels
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    return _intern_dense(values)
+
+
+def _intern_dense(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """``_intern`` for columns set on (nearly) every event: no counting first."""
+    codes, uniques = pd.factorize(np.fromiter(values, object, len(values)))
     return codes.astype(np.int32), [str(u) for u in uniques]
 
 
