@@ -163,3 +163,20 @@ def test_gpumonitor_magic_is_registered_and_rejects_bad_options(shell, capsys):
     assert len(mon.source.data["t"]) >= 2  # it kept sampling after the cell returned
     assert mon.last["host"]["cpu_percent"] is not None
     assert "no NVIDIA GPU found" in mon.last["gpu"]["status"] or mon.last["gpu"]["gpus"]
+
+
+def test_stack_names_the_function_of_the_cell_that_issued_each_op(shell):
+    cell = ("%%torchprof --stack -o st --quiet\n"
+            "def make():\n"
+            "    return torch.randn(32, 32)\n"
+            "def square(a):\n"
+            "    return a @ a\n"
+            "c = torch.relu(square(make()))\n")
+    assert shell.run_cell(cell).success
+    ops = shell.user_ns["st"].ops()
+    by_name = {r["name"]: r["stack"] for r in ops.to_dict("records")}
+    assert by_name["aten::mm"].startswith("square · cell") and "line 3" in by_name["aten::mm"]
+    assert by_name["aten::randn"].startswith("make · cell")
+    assert by_name["aten::relu"].startswith("cell")  # top-level code of the cell
+    html = shell.user_ns["st"]._repr_mimebundle_()["text/html"]
+    assert "source (your code)" in html

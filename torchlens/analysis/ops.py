@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
-              "kernels", "input_shapes", "flops"]
+              "kernels", "input_shapes", "flops", "stack"]
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
                   "is_comm"]
 
@@ -215,12 +216,16 @@ def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.nda
     return out
 
 
-def op_table(trace: Trace, group_by_shapes: bool = False) -> pd.DataFrame:
-    """One row per op name (and input shapes): calls, CPU and device time.
+def op_table(trace: Trace, group_by_shapes: bool = False,
+             group_by_source: bool = False) -> pd.DataFrame:
+    """One row per op name (and input shapes, and source line): calls, CPU and
+    device time.
 
     Sorted by total CPU time, largest first. ``input_shapes`` is filled only
-    when grouping by shapes (the ``--shapes`` view); ``flops`` is the sum of
-    the profiler's estimates, NaN when it recorded none (``--flops`` off).
+    when grouping by shapes (the ``--shapes`` view), ``stack`` (the user code
+    line that issued the op, see ``sources``) only when grouping by source
+    (``--stack``); ``flops`` is the sum of the profiler's estimates, NaN when
+    it recorded none (``--flops`` off).
     """
     calls = op_calls(trace)
     ev = trace.events
@@ -235,10 +240,16 @@ def op_table(trace: Trace, group_by_shapes: bool = False) -> pd.DataFrame:
         "device_us": calls.device_us,
         "kernels": calls.kernels,
         "flops": ev["flops"][rows],
+        "stack": 0,
     })
+    source_labels: Any = None
+    if group_by_source:
+        from .sources import op_sources  # sources builds on this module
+
+        frame["stack"], source_labels = pd.factorize(op_sources(trace, rows))
     if frame.empty:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in OP_COLUMNS})
-    grouped = frame.groupby(["name", "input_shapes"], sort=False)
+    grouped = frame.groupby(["name", "input_shapes", "stack"], sort=False)
     table = grouped.agg(
         calls=("self_cpu_us", "size"),
         self_cpu_us=("self_cpu_us", "sum"),
@@ -250,6 +261,8 @@ def op_table(trace: Trace, group_by_shapes: bool = False) -> pd.DataFrame:
     table["name"] = _decode(trace, "name", table["name"])
     table["input_shapes"] = (_decode(trace, "input_dims", table["input_shapes"])
                              if group_by_shapes else "")
+    table["stack"] = (np.asarray(source_labels, dtype=object)[table["stack"].to_numpy()]
+                      if group_by_source else "")
     table = table.sort_values("total_cpu_us", ascending=False, kind="stable")
     return table[OP_COLUMNS].reset_index(drop=True)
 

@@ -51,11 +51,14 @@ class Result:
         return self._profile
 
     def ops(self) -> Any:
-        """Per-op table (pandas DataFrame), grouped by input shapes with --shapes."""
+        """Per-op table (pandas DataFrame), grouped by input shapes with --shapes
+        and by the line of your code that issued the op with --stack."""
         from ..analysis.ops import op_table
 
         trace = self._require_trace()
-        return op_table(trace, group_by_shapes=bool(self.profile.options.get("shapes")))
+        options = self.profile.options
+        return op_table(trace, group_by_shapes=bool(options.get("shapes")),
+                        group_by_source=bool(options.get("stack")))
 
     def kernels(self) -> Any:
         """Per-kernel table (empty without a GPU)."""

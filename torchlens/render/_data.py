@@ -41,9 +41,9 @@ class TraceView:
 
     @cached_property
     def ops(self) -> Any:
-        return ops_mod.op_table(
-            self.trace, group_by_shapes=bool(display_options(self.options)["shapes"])
-        )
+        shown = display_options(self.options)
+        return ops_mod.op_table(self.trace, group_by_shapes=bool(shown["shapes"]),
+                                group_by_source=bool(shown["stack"]))
 
     @cached_property
     def kernels(self) -> Any:

@@ -156,7 +156,7 @@ def op_columns(options: Mapping[str, Any], has_gpu: bool) -> list[Column]:
     if options.get("flops"):
         cols.append(Column("flops", "FLOPs", fmt_flops))
     if options.get("stack"):
-        cols.append(Column("stack", "call stack", str, numeric=False))
+        cols.append(Column("stack", "source (your code)", str, numeric=False))
     return cols
 
 
@@ -174,8 +174,9 @@ def op_table_html(ops: Any, options: Mapping[str, Any], has_gpu: bool) -> str:
     shown = top_ops(ops, options)
     cols = [c for c in op_columns(options, has_gpu) if c.key in shown.columns]
     note = ""
-    if options.get("stack") and "stack" not in shown.columns:
-        note = '<p class="note">Call stacks are not in this op table.</p>'
+    if options.get("stack") and not any(shown.get("stack", [])):
+        note = ('<p class="note">No op was issued from your own code in a recorded '
+                "Python stack (with_stack records python_function events).</p>")
     caption = f'<p class="note">Top {len(shown)} of {len(ops)} ops; click a header to sort.</p>'
     return caption + html_table(shown.to_dict("records"), cols, "ops") + note
 
