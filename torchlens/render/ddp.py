@@ -8,7 +8,6 @@ messages, stacks, logs) is escaped.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from html import escape
 from typing import Any
@@ -144,28 +143,9 @@ def ddp_text(profile: Profile) -> str:
     return "\n".join(lines)
 
 
-def render_ddp_body(profile: Profile) -> tuple[str, str]:
-    """``<body>`` content and Bokeh script of a ddp_check report (see ``report.render_body``)."""
-    from bokeh.embed import components
+def report_parts(profile: Profile, figures: list[Any]) -> tuple[str, list[str]]:
+    """Summary line and sections of a ddp_check report (``report.render_body``)."""
+    from .report import _section
 
-    from .report import _SPLIT, _bokehjs, _section, stable_ids
-
-    title = profile.title or "torchlens ddp_check report"
-    when = dt.datetime.fromtimestamp(profile.created_at, dt.timezone.utc)
-    facts = f"ddp_check · taken {when:%Y-%m-%d %H:%M:%S} UTC"
-    if profile.source:
-        facts += f" · from {profile.source}"
-    parts = [f"<h1>{escape(title)}</h1><p class=\"note\">{escape(facts)}</p>"
-             f'<p class="summary">{escape(summary_text(profile))}</p>']
-    figures: list[Any] = []
-    parts += [_section(t, body, anchor) for t, body, anchor in sections(profile, figures)]
-    if profile.unmeasured:
-        parts.append(_section("Not measured", tables.unmeasured_html(profile.unmeasured),
-                              "unmeasured"))
-    body, script = "".join(parts), ""
-    if figures:
-        script, divs = components(figures)
-        for i, div in enumerate(divs):
-            body = body.replace(f"<!--bokeh-{i}-->", div, 1)
-    body, script = stable_ids(body + _SPLIT + script).split(_SPLIT)
-    return body, _bokehjs(figures) + script
+    return summary_text(profile), [_section(t, body, anchor)
+                                   for t, body, anchor in sections(profile, figures)]

@@ -281,35 +281,11 @@ def memory_text(profile: Any) -> str:
     return text_report(analysis_of(profile), profile.error, profile.unmeasured, top)
 
 
-def render_memory_body(profile: Any) -> tuple[str, str]:
-    """``<body>`` content and Bokeh script of a gpumem report (see ``report.render_body``)."""
-    import datetime as dt
-
-    from bokeh.embed import components
-
-    from .report import _SPLIT, _bokehjs, _section, stable_ids
+def report_parts(profile: Any, figures: list[Any]) -> tuple[str, list[str]]:
+    """Summary line and sections of a gpumem report (``report.render_body``)."""
+    from .report import _section
 
     a = analysis_of(profile)
     top = int(profile.options.get("top") or 15)
-    title = profile.title or "torchlens gpumem report"
-    when = dt.datetime.fromtimestamp(profile.created_at, dt.timezone.utc)
-    facts = f"gpumem · taken {when:%Y-%m-%d %H:%M:%S} UTC"
-    if profile.source:
-        facts += f" · from {profile.source}"
-    parts = [f"<h1>{escape(title)}</h1><p class=\"note\">{escape(facts)}</p>"
-             f'<p class="summary">{escape(summary_line(a, profile.error))}</p>']
-    figures: list[Any] = []
-    parts += [_section(t, body, anchor) for t, body, anchor in sections(a, top, figures)]
-    if profile.unmeasured:
-        parts.append(_section("Not measured", tables.unmeasured_html(profile.unmeasured),
-                              "unmeasured"))
-    if profile.error:
-        parts.append(_section("The cell raised an exception", tables.error_html(profile.error),
-                              "error"))
-    body, script = "".join(parts), ""
-    if figures:
-        script, divs = components(figures)
-        for i, div in enumerate(divs):
-            body = body.replace(f"<!--bokeh-{i}-->", div, 1)
-    body, script = stable_ids(body + _SPLIT + script).split(_SPLIT)
-    return body, _bokehjs(figures) + script
+    return summary_line(a, profile.error), [_section(t, body, anchor)
+                                            for t, body, anchor in sections(a, top, figures)]

@@ -101,7 +101,7 @@ def _trace_sections(view: TraceView, options: dict[str, Any], figures: list[Any]
     return out
 
 
-def _header(profile: Profile) -> str:
+def _header(profile: Profile, summary: str) -> str:
     title = profile.title or f"torchlens {profile.kind} report"
     when = dt.datetime.fromtimestamp(profile.created_at, dt.timezone.utc)
     facts = f"{escape(profile.kind)} · taken {when:%Y-%m-%d %H:%M:%S} UTC"
@@ -109,7 +109,7 @@ def _header(profile: Profile) -> str:
         facts += f" · from {escape(profile.source)}"
     return (
         f"<h1>{escape(title)}</h1><p class=\"note\">{facts}</p>"
-        f'<p class="summary">{escape(summary_line(profile))}</p>'
+        f'<p class="summary">{escape(summary)}</p>'
     )
 
 
@@ -130,27 +130,40 @@ def _bokehjs(figures: list[Any]) -> str:
 
 def render_body(profile: Profile) -> tuple[str, str]:
     """The report's ``<body>`` content and the Bokeh ``<script>`` it needs
-    (BokehJS itself first, then the document)."""
-    if profile.kind == "gpumem":
-        from .memory import render_memory_body
-
-        return render_memory_body(profile)
-    if profile.kind == "ddp_check":
-        from .ddp import render_ddp_body
-
-        return render_ddp_body(profile)
-    options = display_options(profile.options)
-    parts = [_header(profile)]
-    parts.append(_section("Environment",
-                          f"<details open>{tables.environment_html(profile.environment)}</details>",
-                          "environment"))
+    (BokehJS itself first, then the document). Each kind of profile supplies
+    its summary line and sections; the page around them is the same for all."""
     figures: list[Any] = []
+    if profile.kind == "gpumem":
+        from .memory import report_parts
+    elif profile.kind == "ddp_check":
+        from .ddp import report_parts
+    else:
+        report_parts = _trace_report_parts
+    summary, sections = report_parts(profile, figures)
+    return assemble_page(profile, summary, sections, figures)
+
+
+def _trace_report_parts(profile: Profile, figures: list[Any]) -> tuple[str, list[str]]:
+    options = display_options(profile.options)
+    parts: list[str] = []
     views = trace_views(profile)
     for view in views:
         prefix = f"{view.key}: " if len(views) > 1 else ""
         parts += _trace_sections(view, options, figures, prefix)
     if not views:
         parts.append('<p class="note">This profile holds no trace.</p>')
+    return summary_line(profile), parts
+
+
+def assemble_page(profile: Profile, summary: str, sections: list[str],
+                  figures: list[Any]) -> tuple[str, str]:
+    """Header, environment, the kind's sections, what was not measured and the
+    error, with the figures embedded and their ids made stable."""
+    parts = [_header(profile, summary)]
+    parts.append(_section("Environment",
+                          f"<details>{tables.environment_html(profile.environment)}</details>",
+                          "environment"))
+    parts += sections
     if profile.unmeasured:
         parts.append(_section("Not measured", tables.unmeasured_html(profile.unmeasured),
                               "unmeasured"))
