@@ -92,12 +92,17 @@ class DdpLauncher:
                                    wait_for_workers=False, timeout=timedelta(seconds=30))
         self.port = int(self.store.port)
         tl = dist.PrefixStore(protocol.PREFIX, self.store)
-        tl.set(protocol.PAYLOAD, cloudpickle.dumps(self.job))
         self.tmpdir = tempfile.mkdtemp(prefix="torchlens-ddp-")
         _RUNNING.add(self)
         outcome, interrupted = "interrupted", False
         try:
+            # Heartbeat keys exist from the start so the monitor reads them all
+            # with one multi_get (it would block on a missing key).
+            tl.multi_set([protocol.heartbeat_key(r) for r in range(n)], [b""] * n)
             self._spawn()
+            # Workers spend seconds importing torch before they ask for the
+            # payload (store.get waits for it): pickle it while they start.
+            tl.set(protocol.PAYLOAD, cloudpickle.dumps(self.job))
             outcome = self._monitor(tl)
         except KeyboardInterrupt:  # the caller shows what was seen, then re-raises
             interrupted = True
@@ -128,37 +133,44 @@ class DdpLauncher:
                     start_new_session=True, close_fds=True))
 
     def _monitor(self, tl: Any) -> str:
+        """Poll heartbeats and exit codes until the ranks end, fail or hang.
+
+        The kernel shares the machine's cores with the ranks, so a poll is
+        cheap: one ``multi_get`` for every heartbeat, one ``add(done, 0)`` for
+        "has any rank finished", a ``waitpid`` per worker, and a decode only of
+        heartbeats whose bytes changed.
+        """
         opts = self.options
         n = opts.world_size
+        hb_keys = [protocol.heartbeat_key(r) for r in range(n)]
+        raw: list[bytes] = [b""] * n
         progress: list[Any] = [None] * n
         last_progress = time.monotonic()
         started = time.monotonic()
         failed_at: float | None = None
         while True:
-            for rank in range(n):
-                key = protocol.heartbeat_key(rank)
-                if tl.check([key]):
-                    hb = protocol.decode(tl.get(key))
-                    prev = self.last_hb[rank]
-                    if prev is None or hb["beat"] != prev["beat"]:
-                        hb["rank"], hb["t_rel"] = rank, hb["t"] - self.t0
-                        self.last_hb[rank] = hb
-                        self.heartbeats.append(hb)
-                        if self.sink is not None:
-                            self.sink.push(hb)
-                    sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"))
-                    if sig != progress[rank]:
-                        progress[rank], last_progress = sig, time.monotonic()
+            for rank, value in enumerate(tl.multi_get(hb_keys)):
+                value = bytes(value)
+                if not value or value == raw[rank]:
+                    continue
+                raw[rank] = value
+                hb = protocol.decode(value)
+                hb["rank"], hb["t_rel"] = rank, hb["t"] - self.t0
+                self.last_hb[rank] = hb
+                self.heartbeats.append(hb)
+                if self.sink is not None:
+                    self.sink.push(hb)
+                sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"))
+                if sig != progress[rank]:
+                    progress[rank], last_progress = sig, time.monotonic()
             if self.sink is not None:
                 self.sink.flush()
             codes = [p.poll() for p in self.procs]
-            results = [tl.check([protocol.result_key(r)]) for r in range(n)]
             if all(c is not None for c in codes):
                 return "finished" if all(c == 0 for c in codes) else "crashed"
             now = time.monotonic()
-            bad = any(c not in (None, 0) for c in codes) or any(
-                r and codes[i] not in (None, 0) for i, r in enumerate(results))
-            if bad or (any(results) and tl.check([protocol.stop_key()])):
+            bad = any(c not in (None, 0) for c in codes)
+            if bad or (tl.add(protocol.done_key(), 0) and tl.check([protocol.stop_key()])):
                 failed_at = failed_at or now
                 if now - failed_at > CRASH_GRACE_S:
                     return "crashed"
@@ -226,9 +238,9 @@ class DdpLauncher:
             res = protocol.decode(tl.get(protocol.result_key(rank))) if tl.check(
                 [protocol.result_key(rank)]) else None
             ranks.append(res)
-            fps = []  # published in order, so they end at the first missing index
-            while tl.check([protocol.fingerprint_key(rank, len(fps))]):
-                fps.append(protocol.decode(tl.get(protocol.fingerprint_key(rank, len(fps)))))
+            count = _published(tl, rank, len((res or {}).get("collectives") or []))
+            keys = [protocol.fingerprint_key(rank, i) for i in range(count)]
+            fps = [protocol.decode(bytes(v)) for v in tl.multi_get(keys)] if keys else []
             timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
             for fp in fps:
                 fp["call_s"] = timed.get(fp["index"], {}).get("call_s")
@@ -270,6 +282,31 @@ class DdpLauncher:
         except OSError:
             return ""
         return data[-limit:].decode("utf-8", "replace")
+
+
+def _published(tl: Any, rank: int, hint: int) -> int:
+    """How many fingerprints ``rank`` published (keys 0..count-1, set in order).
+
+    Existence is monotone in the index, so a doubling then bisecting search
+    over ``check`` of one key costs O(log n) round trips instead of two per
+    fingerprint; ``hint`` (the rank's own record count) usually makes it 2.
+    """
+    def has(i: int) -> bool:
+        return bool(tl.check([protocol.fingerprint_key(rank, i)]))
+
+    lo = hint if hint and has(hint - 1) else 0  # every index < lo exists
+    step = 1
+    while has(lo + step - 1):  # gallop: then every index < lo + step exists
+        lo += step
+        step *= 2
+    hi = lo + step - 1  # missing
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if has(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def stop_all() -> None:

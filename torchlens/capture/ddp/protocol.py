@@ -34,6 +34,15 @@ def result_key(rank: int) -> str:
     return f"result/{rank}"
 
 
+def done_key() -> str:
+    """Counter each rank bumps (``store.add``) right after setting its result.
+
+    One ``add(key, 0)`` tells the kernel whether any rank has finished, instead
+    of one ``check`` per rank on every poll.
+    """
+    return "done"
+
+
 def stop_key() -> str:
     """Set by a rank that failed a --strict check, so peers stop waiting."""
     return "stop"

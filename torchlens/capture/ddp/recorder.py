@@ -21,7 +21,6 @@ import os
 import sys
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -83,9 +82,12 @@ class CollectiveRecorder(TorchDispatchMode):
     """Records collectives (and, optionally, per-op checksums) of one rank."""
 
     def __init__(self, store: Any, rank: int, world_size: int, strict: bool,
-                 timeout_s: float) -> None:
+                 timeout_s: float, wait_store: Any | None = None) -> None:
         super().__init__()
         self.store, self.rank, self.world_size = store, rank, world_size
+        # --strict publishes and waits on a connection whose timeout is short,
+        # so one blocking multi_get both waits for and fetches the peers' keys.
+        self.wait_store = wait_store if wait_store is not None else store
         self.strict, self.timeout_s = strict, timeout_s
         self.records: list[dict[str, Any]] = []
         self.ops = 0
@@ -136,7 +138,11 @@ class CollectiveRecorder(TorchDispatchMode):
             "step": self.step,
             "t": time.time(),
         }
-        self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
+        # TCPStore.set does not wait for a reply (microseconds) and the bytes
+        # are in the kernel's socket before the collective runs, so the
+        # fingerprint survives a gloo SIGABRT on a shape mismatch.
+        (self.wait_store if self.strict else self.store).set(
+            protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
         with self.lock:
             self.in_flight = fp
             self.records.append(fp)
@@ -150,26 +156,32 @@ class CollectiveRecorder(TorchDispatchMode):
         return out
 
     def _compare(self, fp: dict[str, Any]) -> None:
-        """Wait (bounded) for every rank's fingerprint of this index and compare."""
+        """Wait (bounded) for every rank's fingerprint of this index and compare.
+
+        The usual case is one round trip: ``multi_get`` blocks until the peers'
+        keys exist (they are a barrier's width away) and returns them. Only
+        when it times out (``wait_store``'s short timeout) does the rank look
+        at why: a peer finished without this collective, a peer stopped on a
+        mismatch, or --timeout passed.
+        """
         index = fp["index"]
         others = [r for r in range(self.world_size) if r != self.rank]
         keys = [protocol.fingerprint_key(r, index) for r in others]
+        store = self.wait_store
         deadline = time.monotonic() + self.timeout_s
         while True:
-            try:  # one round trip when the peers are already there (the usual case)
-                self.store.wait(keys, timedelta(seconds=0.25))
+            try:
+                values = store.multi_get(keys)
                 break
             except Exception:  # noqa: BLE001 - DistStoreError on timeout: see why
                 pass
-            if self.store.check(keys):
-                break
-            missing = [r for r, k in zip(others, keys, strict=True) if not self.store.check([k])]
-            finished = [r for r in missing if self.store.check([protocol.result_key(r)])]
-            if finished or self.store.check([protocol.stop_key()]) or time.monotonic() > deadline:
-                fps = {self.rank: fp}
-                self._raise(index, fps, missing, finished)
+            if store.check(keys):
+                continue
+            missing = [r for r, k in zip(others, keys, strict=True) if not store.check([k])]
+            finished = [r for r in missing if store.check([protocol.result_key(r)])]
+            if finished or store.check([protocol.stop_key()]) or time.monotonic() > deadline:
+                self._raise(index, {self.rank: fp}, missing, finished)
         fps = {self.rank: fp}
-        values = self.store.multi_get(keys)
         for r, value in zip(others, values, strict=True):
             fps[r] = protocol.decode(bytes(value))
         if first_difference(fps) is not None:
@@ -177,7 +189,7 @@ class CollectiveRecorder(TorchDispatchMode):
 
     def _raise(self, index: int, fps: dict[int, dict[str, Any]], missing: list[int],
                finished: list[int]) -> None:
-        self.store.set(protocol.stop_key(), str(self.rank))
+        self.wait_store.set(protocol.stop_key(), str(self.rank))
         lines = [f"rank {r}: {describe_collective(fps[r])}" for r in sorted(fps)]
         for r in missing:
             why = "finished without it" if r in finished else "did not reach it"

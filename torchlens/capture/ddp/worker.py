@@ -30,9 +30,19 @@ from typing import Any
 
 from . import protocol
 
+_T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 HEARTBEAT_S = 0.2
-BANDWIDTH_SIZES = (1 << 12, 1 << 16, 1 << 20)  # float32 elements: 16 KiB .. 4 MiB
+# float32 elements: 16 KiB (latency-bound) and 1 MiB (bandwidth-bound). Two
+# sizes x BANDWIDTH_REPS timed calls, no warm-up (the known-answer all_reduce
+# already opened the pairs): enough for an order of magnitude, and the probe
+# costs milliseconds instead of a 4 MiB x 4 run on the critical path.
+BANDWIDTH_SIZES = (1 << 12, 1 << 18)
+BANDWIDTH_REPS = 2
+# --strict blocks in multi_get for at most this long before it looks at why a
+# peer is late (finished, stopped, past --timeout): short, so a dead peer is
+# noticed quickly, long enough that the usual case is a single round trip.
+STRICT_POLL_S = 0.25
 
 
 def _env() -> dict[str, str | None]:
@@ -80,11 +90,13 @@ class Worker:
     def __init__(self, host: str, port: int, rank: int, world_size: int) -> None:
         import torch.distributed as dist
 
+        self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
         self.rank, self.world_size, self.host, self.port = rank, world_size, host, port
         self.parent = os.getppid()
         raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
         self.store = dist.PrefixStore(protocol.PREFIX, raw)
         self.raw_store = raw
+        self.timings["store"] = time.time()
         self.phase = "starting"
         self.recorder: Any = None
         self.peak: dict[str, Any] = {}
@@ -131,11 +143,16 @@ class Worker:
             self.phase = "preload"
             import torch._dynamo  # noqa: F401
 
+            self.timings["dynamo"] = time.time()
             job = cloudpickle.loads(self.store.get(protocol.PAYLOAD))
             self.job = job
+            self.timings["payload"] = time.time()
             self._init_group(job)
+            self.timings["group"] = time.time()
             self._comm_check()
+            self.timings["comm_check"] = time.time()
             self._steps(job)
+            self.timings["steps"] = time.time()
             code = 0
         except BaseException as exc:  # noqa: BLE001 - reported, then the rank exits
             self.result["error"] = {
@@ -150,10 +167,12 @@ class Worker:
     def _publish(self) -> None:
         self.result["env_end"] = _env()
         self.result["peak"] = self.peak
+        self.result["timings"] = self.timings
         if self.recorder is not None:
             self.result["collectives"] = self.recorder.records
             self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
         self.store.set(protocol.result_key(self.rank), protocol.encode(self.result))
+        self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
     def _init_group(self, job: dict[str, Any]) -> None:
         import torch
@@ -206,14 +225,13 @@ class Worker:
                                 "expected": float(n * (n + 1) // 2), "bandwidth": []}
         for size in BANDWIDTH_SIZES:
             x = torch.ones(size, device=self.device)
-            dist.all_reduce(x)  # warm-up
-            reps = 3
-            start = time.perf_counter()
-            for _ in range(reps):
+            seconds = float("inf")
+            for _ in range(BANDWIDTH_REPS):  # the fastest call: the least disturbed
+                start = time.perf_counter()
                 dist.all_reduce(x)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds = (time.perf_counter() - start) / reps
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds = min(seconds, time.perf_counter() - start)
             nbytes = size * 4
             busbw = nbytes / seconds * 2 * (n - 1) / n / 1e9
             comm["bandwidth"].append({"bytes": nbytes, "seconds": seconds, "busbw_gbps": busbw})
@@ -226,8 +244,19 @@ class Worker:
 
         ddp_modules = _track_ddp()
         call = self._callable(job)
+        wait_store = None
+        if job["strict"]:
+            # A connection of its own whose timeout bounds one blocking
+            # multi_get: the peers' fingerprints come back in the round trip
+            # that waits for them (no separate wait, no polling).
+            import torch.distributed as dist
+
+            raw = dist.TCPStore(self.host, self.port, is_master=False,
+                                timeout=timedelta(seconds=30))  # connecting may be slow
+            raw.set_timeout(timedelta(seconds=STRICT_POLL_S))
+            wait_store = dist.PrefixStore(protocol.PREFIX, raw)
         rec = CollectiveRecorder(self.store, self.rank, self.world_size,
-                                 job["strict"], job["timeout_s"])
+                                 job["strict"], job["timeout_s"], wait_store=wait_store)
         self.recorder = rec
         steps = int(job["steps"])
         for step in range(steps):
