@@ -55,7 +55,6 @@ _PH, _TS, _ARGS = attrgetter("ph"), attrgetter("ts"), attrgetter("args")
 _ARG_KEYS = [(f.name, f'"{f.encode_name}":'.encode())
              for f in msgspec.structs.fields(Args)]
 _ARGS_ENCODER = msgspec.json.Encoder()
-_RAW_FIELDS = {"input_dims", "input_types"}  # msgspec.Raw, never None
 _RECORD_COUNTS = re.compile(r"Record counts: (.*)")
 _STAT_ITEM = re.compile(r"\s*([^=,]+?)\s*=\s*(\d+)")
 
@@ -224,43 +223,15 @@ def _number_like(v: Any) -> bool:
         return False
 
 
-def _present_args(args: list[Args | None]) -> dict[str, int]:
-    """The ``Args`` fields set in at least one event, with about how many.
+def _present_args(args: list[Args | None]) -> set[str]:
+    """Names of the ``Args`` fields set in at least one event.
 
     ``Args`` omits its defaults when encoded, so one C-level encode of all the
     decoded args (a few bytes per event) names exactly the keys in use; absent
-    fields then cost no per-event pass at all. The counts (occurrences of the
-    key in that text) only decide which columns are read sparsely.
+    fields then cost no per-event pass at all.
     """
     blob = _ARGS_ENCODER.encode(args)
-    return {name: blob.count(key) for name, key in _ARG_KEYS if key in blob}
-
-
-class _Sparse(list):
-    """The values of one args field at ``rows`` only; the other rows are None."""
-
-    def __init__(self, values: Any, rows: np.ndarray, size: int) -> None:
-        super().__init__(values)
-        self.rows, self.size = rows, size
-
-
-def _sparse_columns(args: list[Args], names: list[str]) -> dict[str, _Sparse]:
-    """Fields that few events set, read together in one pass over the events.
-
-    The pass keeps the rows where any of them is set; the per-field values are
-    then transposed from those rows in C, so a field costs nothing per event.
-    """
-    get = attrgetter(*names)
-    values = list(map(get, args))
-    if len(names) == 1:
-        rows = [i for i, v in enumerate(values) if v is not None]
-        per_field: list[Any] = [[values[i] for i in rows]]
-    else:
-        empty = (None,) * len(names)
-        rows = [i for i, v in enumerate(values) if v != empty]
-        per_field = list(zip(*[values[i] for i in rows], strict=True)) if rows else [()] * len(names)
-    at = np.asarray(rows, np.int64)
-    return {name: _Sparse(col, at, len(args)) for name, col in zip(names, per_field, strict=True)}
+    return {name for name, key in _ARG_KEYS if key in blob}
 
 
 def _columns(events: list[Event],
@@ -288,13 +259,10 @@ def _columns(events: list[Event],
     evs = events
     n = len(evs)
     raw_args = list(map(_ARGS, evs))
-    counts = _present_args(raw_args)
-    present = set(counts)
+    present = _present_args(raw_args)
     args = raw_args
     if present and raw_args.count(None):
         args = [a if a is not None else EMPTY_ARGS for a in raw_args]
-    few = [f for f, c in counts.items() if c <= n // 2 and f not in _RAW_FIELDS]
-    sparse = _sparse_columns(args, few) if few else {}
     unparsed: Counter = Counter()
     pid_labels: dict[str, str] = {}
     tid_labels: dict[str, str] = {}
@@ -305,9 +273,7 @@ def _columns(events: list[Event],
     nothing = _Absent([None] * n)
 
     def arg(name: str) -> list[Any]:
-        if name not in present:
-            return nothing
-        return sparse.get(name) or list(map(attrgetter(name), args))
+        return list(map(attrgetter(name), args)) if name in present else nothing
 
     def either(first: str, second: str) -> list[Any]:
         if second not in present:
@@ -315,11 +281,7 @@ def _columns(events: list[Event],
         if first not in present:
             return arg(second)
         a, b = arg(first), arg(second)
-        pairs = zip(a, b, strict=True)
-        if type(a) is _Sparse and type(b) is _Sparse:  # the same rows
-            return _Sparse([x if x is not None else y for x, y in pairs], a.rows, n)
-        pairs = zip(_full(a), _full(b), strict=True)
-        return [x if x is not None else y for x, y in pairs]
+        return [x if x is not None else y for x, y in zip(a, b, strict=True)]
 
     cols: dict[str, np.ndarray] = {}
     cats: dict[str, list[str]] = {}
@@ -397,26 +359,12 @@ def _all_none(values: list[Any]) -> bool:
     return type(values) is _Absent or values.count(None) == len(values)
 
 
-def _full(values: list[Any]) -> list[Any]:
-    """A ``_Sparse`` column as a plain list over all rows."""
-    if type(values) is not _Sparse:
-        return values
-    out: list[Any] = [None] * values.size
-    for i, v in zip(values.rows.tolist(), values, strict=True):
-        out[i] = v
-    return out
-
-
 def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
     """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C).
 
     A mostly empty column (NCCL or memory fields) is interned from its few
     present values only.
     """
-    if type(values) is _Sparse:
-        codes = np.full(values.size, -1, np.int32)
-        codes[values.rows], labels = _intern(list(values))
-        return codes, labels
     n = len(values)
     if type(values) is _Absent:
         return np.full(n, -1, np.int32), []
@@ -491,10 +439,6 @@ def _int_column(values: list[Any], default: int, name: str,
 
     A mostly empty column is converted from its present values only.
     """
-    if type(values) is _Sparse:
-        out = np.full(values.size, default, np.int64)
-        out[values.rows] = _int_column(list(values), default, name, unparsed)
-        return out
     n = len(values)
     if type(values) is _Absent:
         return np.full(n, default, np.int64)
@@ -549,12 +493,6 @@ def _to_int(v: Any) -> int | None:
 def _float_column(values: list[Any], default: float) -> np.ndarray:
     if type(values) is _Absent:
         return np.full(len(values), default, np.float64)
-    if type(values) is _Sparse:
-        out = np.full(values.size, np.nan)
-        out[values.rows] = _float_column(list(values), np.nan)
-        if not math.isnan(default):
-            out[np.isnan(out)] = default
-        return out
     try:
         out = np.fromiter(values, np.float64, len(values))  # all numbers: fastest
     except (TypeError, ValueError):
