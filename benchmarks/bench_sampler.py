@@ -2,10 +2,13 @@
 
 Why measured this way: the cost that matters is what the Jupyter server
 process pays, so the script starts a real ``jupyter server`` with the torchlens
-extension, attaches 3 clients that do exactly what the sidebar does (long-poll
-``torchlens/monitor/samples?since=..&wait=10``) and reads the server
-process's CPU time (user+system, psutil) over a window. A server without the
-extension, with no clients, is the baseline.
+extension, attaches 3 clients that do exactly what the sidebar does (hold
+the monitor's WebSocket ``torchlens/monitor/ws`` open, authenticated with the
+server's token, and read every pushed sample) and reads the server process's
+CPU time (user+system, psutil) over a window. A server without the
+extension, with no clients, is the baseline. ``--compare-poll`` also
+measures 3 long-polling clients (``samples?since=..&wait=10``, the sidebar's
+fallback and the previous transport) at the same rates.
 
 Latency: a real JupyterLab in Debian Chromium; the panel stamps
 ``data-latency-ms`` (now - sample time) in the animation frame after drawing.
@@ -14,7 +17,7 @@ Latency: a real JupyterLab in Debian Chromium; the panel stamps
 server (installed in its own venv, never the project's) with 3 WebSocket
 clients on its CPU endpoint (the only one it registers without a GPU).
 
-    python benchmarks/bench_sampler.py [--seconds 20] [--nvd-python PY] [--no-latency]
+    python benchmarks/bench_sampler.py [--seconds 20] [--compare-poll] [--nvd-python PY] [--no-latency]
 """
 
 from __future__ import annotations
@@ -98,10 +101,36 @@ def cpu_percent(pid: int, seconds: float) -> float:
     return 100.0 * used / seconds
 
 
-def torchlens_clients(
+def torchlens_ws_clients(
     url: str, token: str, done: threading.Event
 ) -> list[threading.Thread]:
-    """3 long-polling clients, like 3 sidebar tabs."""
+    """3 WebSocket clients, like 3 sidebar tabs: history on connect, then every push."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.ioloop import IOLoop
+    from tornado.websocket import websocket_connect
+
+    ws_url = url.replace("http", "ws", 1) + "torchlens/monitor/ws"
+
+    async def client() -> None:
+        request = HTTPRequest(ws_url, headers={"Authorization": f"token {token}"})
+        conn = await websocket_connect(request, max_message_size=64 * 2**20)
+        while not done.is_set() and await conn.read_message() is not None:
+            pass
+        conn.close()
+
+    threads = [
+        threading.Thread(target=lambda: IOLoop().run_sync(client), daemon=True)
+        for _ in range(CLIENTS)
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def torchlens_poll_clients(
+    url: str, token: str, done: threading.Event
+) -> list[threading.Thread]:
+    """3 long-polling clients: the sidebar's fallback when no socket gets through."""
 
     def client() -> None:
         since = 0.0
@@ -219,6 +248,11 @@ def main() -> None:
     )
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument(
+        "--compare-poll",
+        action="store_true",
+        help="also measure 3 long-polling clients (the fallback)",
+    )
+    parser.add_argument(
         "--skip-torchlens", action="store_true", help="only nvdashboard / latency"
     )
     args = parser.parse_args()
@@ -229,14 +263,16 @@ def main() -> None:
     if not args.skip_torchlens:
         base = measure(py, {"torchlens": False}, {}, None, args.seconds)
         print(f"jupyter server, no extension, no clients: {base:.2f}% of one core")
-        for hz in (1, 2, 10):
-            settings = {"torchlens_monitor_interval": 1 / hz}
-            cpu = measure(
-                py, {"torchlens": True}, settings, torchlens_clients, args.seconds
-            )
-            print(
-                f"torchlens {hz:>2} Hz, {CLIENTS} clients: {cpu:.2f}% of one core (server total; {cpu - base:+.2f} over baseline)"
-            )
+        kinds = [("WebSocket", torchlens_ws_clients)]
+        if args.compare_poll:
+            kinds.append(("long-poll", torchlens_poll_clients))
+        for kind, clients in kinds:
+            for hz in (1, 2, 10):
+                settings = {"torchlens_monitor_interval": 1 / hz}
+                cpu = measure(py, {"torchlens": True}, settings, clients, args.seconds)
+                print(
+                    f"torchlens {hz:>2} Hz, {CLIENTS} {kind} clients: {cpu:.2f}% of one core (server total; {cpu - base:+.2f} over baseline)"
+                )
         busy = {"torchlens_monitor_interval": 0.5, "torchlens_monitor_idle_after": 1e9}
         sampling = measure(py, {"torchlens": True}, busy, None, args.seconds)
         print(
