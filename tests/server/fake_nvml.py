@@ -3,6 +3,12 @@
 Each fake device is a dict of metric values; a value that is an exception class
 is raised instead (e.g. ``pynvml.NVMLError_NotSupported``), which is what real
 drivers do for metrics a card or a MIG slice lacks.
+
+NVLink counters (``nvlink_kib``: field id -> cumulative KiB) follow
+``nvmlDeviceGetFieldValues``: the call succeeds and each value carries its own
+``nvmlReturn``; a field mapped to an ``NVML_ERROR_*`` code (int wrapped in
+``FieldError``) comes back with that code, as real drivers answer for GPUs
+without NVLink.
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+
+
+class FieldError(int):
+    """An ``nvmlReturn`` code for one field of ``nvmlDeviceGetFieldValues``."""
 
 
 def gpu(
@@ -28,6 +38,10 @@ def gpu(
         "pcie_kb": {
             pynvml.NVML_PCIE_UTIL_TX_BYTES: 1000,
             pynvml.NVML_PCIE_UTIL_RX_BYTES: 2000,
+        },
+        "nvlink_kib": {
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 5000,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 7000,
         },
         "compute": [SimpleNamespace(pid=1234, usedGpuMemory=2 * 2**30)],
         "graphics": [],
@@ -111,6 +125,26 @@ class FakeNvml:
 
     def nvmlDeviceGetPcieThroughput(self, handle: dict[str, Any], counter: int) -> int:
         return self._value(handle, "pcie_kb")[counter]
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: dict[str, Any], field_ids: list[Any]
+    ) -> list[Any]:
+        """Values shaped like pynvml's ``c_nvmlFieldValue_t`` (``fieldId``, ``nvmlReturn``, ``value.ullVal``)."""
+        counters = self._value(handle, "nvlink_kib")
+        out = []
+        for item in field_ids:
+            field, scope = item if isinstance(item, tuple) else (item, 0)
+            value = counters.get(field, FieldError(pynvml.NVML_ERROR_NOT_SUPPORTED))
+            failed = isinstance(value, FieldError)
+            out.append(
+                SimpleNamespace(
+                    fieldId=field,
+                    scopeId=scope,
+                    nvmlReturn=int(value) if failed else pynvml.NVML_SUCCESS,
+                    value=SimpleNamespace(ullVal=0 if failed else value),
+                )
+            )
+        return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: dict[str, Any]) -> list[Any]:
         return self._value(handle, "compute")

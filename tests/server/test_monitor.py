@@ -99,3 +99,6 @@ def test_csv_has_one_row_per_sample_and_empty_cells_for_na() -> None:
     assert len(rows) == 3
     assert rows[2]["host_cpu_percent"] == "3.0"
     assert rows[0]["gpu0_util_gpu"] == "42" and rows[0]["gpu0_temp_c"] == ""
+    # NVLink is a rate of counters: n/a on the first row, then a number (idle fake: 0)
+    assert rows[0]["gpu0_nvlink_tx_bps"] == "" and rows[0]["gpu0_nvlink_rx_bps"] == ""
+    assert float(rows[2]["gpu0_nvlink_tx_bps"]) == 0.0

@@ -6,7 +6,7 @@ import time
 
 import pynvml
 import pytest
-from fake_nvml import FakeNvml, gpu
+from fake_nvml import FakeNvml, FieldError, gpu
 
 from torchlens.capture.gpu_sampler import NVML_FUNCTIONS, NvmlSampler, cuda_ordinals
 from torchlens.capture.host_sampler import HostSampler
@@ -77,6 +77,60 @@ def test_each_unsupported_metric_is_none_and_the_rest_still_read() -> None:
     assert g["temp_c"] is None and g["power_w"] is None and g["power_limit_w"] is None
     assert g["pcie_tx_bps"] is None and g["pcie_rx_bps"] is None
     assert g["util_gpu"] == 42 and len(g["processes"]) == 1
+
+
+TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_nvlink_field_ids_are_the_installed_pynvml_ones() -> None:
+    assert (TX, RX) == (138, 139)  # KiB counters summed over links (scope UINT_MAX)
+
+
+def test_nvlink_rate_from_two_samples_and_counter_reset() -> None:
+    dev = gpu("GPU-aaa", nvlink_kib={TX: 1000, RX: 4000})
+    clock = Clock()
+    s = NvmlSampler(api=FakeNvml([dev]), environ={}, clock=clock)
+    first = s.sample()["gpus"][0]
+    assert first["nvlink_tx_bps"] is None and first["nvlink_rx_bps"] is None
+    clock.now += 2.0
+    dev["nvlink_kib"] = {TX: 1000 + 2 * 500_000, RX: 4000 + 2 * 250}
+    g = s.sample()["gpus"][0]
+    assert g["nvlink_tx_bps"] == 500_000 * 1024 and g["nvlink_rx_bps"] == 250 * 1024
+    clock.now += 1.0
+    dev["nvlink_kib"] = {TX: 10, RX: 4000 + 2 * 250}  # tx counter reset: no rate
+    g = s.sample()["gpus"][0]
+    assert g["nvlink_tx_bps"] is None and g["nvlink_rx_bps"] == 0.0
+    clock.now += 1.0
+    # and from the reset on, rates again
+    dev["nvlink_kib"] = {TX: 10 + 100, RX: 4000 + 2 * 250}
+    assert s.sample()["gpus"][0]["nvlink_tx_bps"] == 100 * 1024
+
+
+def test_nvlink_not_supported_per_field_or_whole_call_is_none() -> None:
+    ns = FieldError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    per_field = gpu("GPU-aaa", nvlink_kib={TX: ns, RX: 100})
+    whole_call = gpu("GPU-bbb", nvlink_kib=pynvml.NVMLError_NotSupported)
+    clock = Clock()
+    s = NvmlSampler(api=FakeNvml([per_field, whole_call]), environ={}, clock=clock)
+    s.sample()
+    clock.now += 1.0
+    per_field["nvlink_kib"] = {TX: ns, RX: 200}
+    a, b = s.sample()["gpus"]
+    assert a["nvlink_tx_bps"] is None and a["nvlink_rx_bps"] == 100 * 1024
+    assert b["nvlink_tx_bps"] is None and b["nvlink_rx_bps"] is None
+    # the rest of the device is still read
+    assert b["util_gpu"] == 42 and b["pcie_tx_bps"] == 1000 * 1024
 
 
 def test_processes_merge_compute_and_graphics_and_missing_memory() -> None:

@@ -14,6 +14,10 @@ Rules the samplers follow (see DESIGN.md, "NVML"):
 * every metric is read on its own; any ``NVMLError`` (NotSupported on consumer
   cards and MIG slices, NoPermission in containers, ...) gives ``None``, which
   the UI shows as "n/a".
+* NVLink throughput comes from NVML field values (cumulative KiB counters,
+  summed over all links), so it is a rate only from the second sample on;
+  a field the driver does not give (no NVLink, MIG slice, old driver) has
+  its own non-zero ``nvmlReturn`` and is ``None`` like any other metric.
 * CUDA ordinals are mapped to NVML devices by UUID, honouring
   ``CUDA_VISIBLE_DEVICES`` (which may list indices, GPU-/MIG- UUIDs or their
   unique prefixes), because CUDA and NVML number devices differently once that
@@ -47,9 +51,18 @@ NVML_FUNCTIONS = (
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
 )
+
+#: NVLink counters read per sample: result key -> NVML field id (cumulative KiB).
+NVLINK_FIELDS = (
+    ("nvlink_tx_bps", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+    ("nvlink_rx_bps", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+)
+#: ``scopeId`` UINT_MAX: NVML sums the throughput counter over all of a GPU's links.
+ALL_LINKS = 0xFFFFFFFF
 
 
 class Sampler(Protocol):
@@ -131,9 +144,13 @@ class NvmlSampler:
         api: Any = None,
         environ: Mapping[str, str] | None = None,
         process_name: Callable[[int], str | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = pynvml if api is None else api
         self._process_name = process_name or _psutil_process_name
+        self._clock = clock  # monotonic: NVLink rates must not jump with the wall clock
+        # uuid -> {key: (clock, KiB)}: the previous NVLink counters, to turn them into rates
+        self._nvlink_prev: dict[str, dict[str, tuple[float, int]]] = {}
         self.available = False
         self.status = ""
         self.driver: str | None = None
@@ -204,7 +221,7 @@ class NvmlSampler:
             return None
 
     def sample(self) -> dict[str, Any]:
-        """One reading of every device: utilization, memory, temperature, power, PCIe, processes."""
+        """One reading of every device: utilization, memory, temperature, power, PCIe, NVLink, processes."""
         now = time.time()
         gpus = [self._sample_device(dev) for dev in self.devices]
         return {
@@ -240,8 +257,39 @@ class NvmlSampler:
             "power_limit_w": None if limit is None else limit / 1000.0,
             "pcie_tx_bps": None if tx is None else tx * 1024,  # NVML gives KB/s
             "pcie_rx_bps": None if rx is None else rx * 1024,
+            **self._nvlink(dev["uuid"], handle),
             "processes": self._processes(handle),
         }
+
+    def _nvlink(self, uuid: str, handle: Any) -> dict[str, float | None]:
+        """NVLink tx/rx in bytes/s from the change of NVML's cumulative counters.
+
+        Why counters and not a rate: NVML only exposes NVLink traffic as KiB
+        totals, so a rate needs the previous sample (the first one is None).
+        A counter that went down (reset by a driver reload or
+        ``nvmlDeviceClearFieldValues``, or wrapped) gives None for that
+        sample rather than a huge or negative rate.
+        """
+        now = self._clock()
+        ids = [(field, ALL_LINKS) for _, field in NVLINK_FIELDS]
+        values = self._read(self._api.nvmlDeviceGetFieldValues, handle, ids) or []
+        by_id = {v.fieldId: v for v in values}
+        prev = self._nvlink_prev.get(uuid, {})
+        counters: dict[str, tuple[float, int]] = {}
+        out: dict[str, float | None] = {}
+        for key, field in NVLINK_FIELDS:
+            value = by_id.get(field)
+            out[key] = None
+            if value is None or value.nvmlReturn != pynvml.NVML_SUCCESS:
+                continue  # per-field NVML_ERROR_NOT_SUPPORTED etc.: n/a
+            kib = int(value.value.ullVal)
+            counters[key] = (now, kib)
+            if key in prev:
+                then, before = prev[key]
+                if now > then and kib >= before:
+                    out[key] = (kib - before) * 1024 / (now - then)
+        self._nvlink_prev[uuid] = counters
+        return out
 
     def _processes(self, handle: Any) -> list[dict[str, Any]]:
         """Compute and graphics processes on one device, merged by pid."""

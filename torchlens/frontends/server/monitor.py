@@ -283,6 +283,8 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
             "power_w",
             "pcie_tx_bps",
             "pcie_rx_bps",
+            "nvlink_tx_bps",
+            "nvlink_rx_bps",
         ):
             row[f"{prefix}_{key}"] = gpu.get(key)
     return row
