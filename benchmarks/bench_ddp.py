@@ -1,10 +1,19 @@
 """%ddp_check figures (issue 4): time to checklist vs the bare spawn+gloo floor,
 time from a mismatched collective to the named diagnosis, per-collective overhead.
 
-Run: ``python benchmarks/bench_ddp.py [--repeat 2] [--collectives 300]``.
+Run: ``python benchmarks/bench_ddp.py [--repeat 3] [--collectives 300]``.
 The floor is two fresh interpreters that import torch, join a gloo group on a
 TCPStore the parent hosts on port 0, run one all_reduce and exit: what any
-2-rank check must pay before it learns anything.
+2-rank check must pay before it learns anything. "floor + DDP" also builds a
+DistributedDataParallel and runs the same step as ``correct_step``: on torch
+2.13 ``DDP.__init__`` imports torch._dynamo (seconds), a cost the user's own
+step pays under torchrun too.
+
+The machine is shared, so floor and check alternate within each repeat (the
+ratio is per repeat; the best ratio and the median are printed), and the
+per-collective overhead is measured inside one check: blocks of calls with the
+recorder's dispatch mode switched off alternate with blocks under it, on the
+same ranks, and the median block is kept.
 """
 
 from __future__ import annotations
@@ -24,6 +33,12 @@ store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seco
 dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=2)
 t = torch.ones(4)
 dist.all_reduce(t)
+if os.environ.get("BENCH_DDP_STEP"):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(torch.nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(16, 8) + rank).pow(2).mean().backward()
+    opt.step()
 if n:
     for _ in range(10):
         dist.all_reduce(t)
@@ -35,7 +50,8 @@ os._exit(0)
 """
 
 
-def bare(collectives: int = 0, detail: bool = False) -> tuple[float, float | None]:
+def bare(collectives: int = 0, detail: bool = False,
+         ddp_step: bool = False) -> tuple[float, float | None]:
     """(wall seconds, seconds per all_reduce or None) of the bare 2-rank floor."""
     import torch.distributed as dist
 
@@ -44,6 +60,8 @@ def bare(collectives: int = 0, detail: bool = False) -> tuple[float, float | Non
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
     if detail:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    if ddp_step:
+        env["BENCH_DDP_STEP"] = "1"
     procs = [subprocess.Popen([sys.executable, "-c", BARE, str(r), str(store.port),
                                str(collectives)], env=env, start_new_session=True)
              for r in range(2)]
@@ -76,19 +94,36 @@ def op_mismatch(rank, world_size):
         dist.broadcast(t, src=0)
 
 
-def many_collectives(rank, world_size, n=300):
+def many_collectives(rank, world_size, n=300, block=20):
+    """(seconds per all_reduce without checks, with them): alternating blocks.
+
+    ``_disable_current_modes`` takes the recorder off the dispatch stack for
+    the plain blocks, so both figures come from the same processes, the same
+    gloo pairs and the same moments of machine load. Both ranks run the same
+    schedule, so every block is matched across ranks.
+    """
+    import statistics
     import time
 
     import torch
     import torch.distributed as dist
+    from torch.utils._python_dispatch import _disable_current_modes
 
     t = torch.ones(4)
     for _ in range(10):
         dist.all_reduce(t)
-    start = time.perf_counter()
-    for _ in range(n):
-        dist.all_reduce(t)
-    return (time.perf_counter() - start) / n
+    plain, checked = [], []
+    for _ in range(max(1, n // block)):
+        with _disable_current_modes():
+            start = time.perf_counter()
+            for _ in range(block):
+                dist.all_reduce(t)
+            plain.append((time.perf_counter() - start) / block)
+        start = time.perf_counter()
+        for _ in range(block):
+            dist.all_reduce(t)
+        checked.append((time.perf_counter() - start) / block)
+    return statistics.median(plain), statistics.median(checked)
 
 
 def check(fn, **kw):
@@ -108,17 +143,34 @@ def to_diagnosis(result) -> float:
 
 
 def main() -> None:
+    import statistics
+
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--collectives", type=int, default=300)
     args = ap.parse_args()
-    best = min
-    floor = best(bare()[0] for _ in range(args.repeat))
-    plain = best(check(correct_step, steps=1)[0] for _ in range(args.repeat))
-    full = best(check(correct_step, steps=2, strict=True)[0] for _ in range(args.repeat))
-    print(f"floor (spawn 2 + gloo init + 1 all_reduce): {floor:.2f} s")
-    print(f"checklist, correct DDP step, --steps 1:        {plain:.2f} s  ({plain / floor:.2f}x)")
-    print(f"checklist, --steps 2 --strict:                 {full:.2f} s  ({full / floor:.2f}x)")
+    rows = []
+    for _ in range(args.repeat):  # interleaved: each ratio compares neighbours in time
+        floor = bare()[0]
+        plain = check(correct_step, steps=1)[0]
+        floor_ddp = bare(ddp_step=True)[0]
+        full = check(correct_step, steps=2, strict=True)[0]
+        rows.append((floor, plain, floor_ddp, full))
+        print(f"  repeat: floor {floor:.2f} s, check {plain:.2f} s ({plain / floor:.2f}x), "
+              f"floor+DDP {floor_ddp:.2f} s ({plain / floor_ddp:.2f}x), "
+              f"--steps 2 --strict {full:.2f} s ({full / floor:.2f}x)  "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+
+    def stat(i, j):
+        ratios = [r[i] / r[j] for r in rows]
+        return f"best {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x"
+
+    print(f"floor (spawn 2 + gloo init + 1 all_reduce): best {min(r[0] for r in rows):.2f} s")
+    print(f"floor + DDP step (imports torch._dynamo):    best {min(r[2] for r in rows):.2f} s")
+    print(f"checklist, correct DDP step, --steps 1:      best {min(r[1] for r in rows):.2f} s  "
+          f"vs floor {stat(1, 0)}; vs floor+DDP {stat(1, 2)}")
+    print(f"checklist, --steps 2 --strict:               best {min(r[3] for r in rows):.2f} s  "
+          f"vs floor {stat(3, 0)}")
     _, strict = check(op_mismatch, steps=1, strict=True)
     print(f"mismatch -> diagnosis, --strict:               {to_diagnosis(strict):.2f} s")
     _, loose = check(op_mismatch, steps=1, timeout=3)
@@ -126,15 +178,16 @@ def main() -> None:
     n = args.collectives
     per_bare = bare(n)[1]
     per_detail = bare(n, detail=True)[1]
-    per = {}
+    print(f"per all_reduce (float32[4], rank 0), same-run blocks of 20, median of {n // 20}:")
     for strict_flag in (False, True):
         _, r = check(many_collectives, steps=1, strict=strict_flag)
-        per[strict_flag] = float(r.records["ranks"][0]["steps"][0]["returned"])
-    print(f"per all_reduce (float32[4], {n} calls, rank 0):")
-    print(f"  no checks                     {per_bare * 1e3:.3f} ms")
-    print(f"  recorded (%ddp_check)         {per[False] * 1e3:.3f} ms  (+{(per[False] - per_bare) * 1e3:.3f})")
-    print(f"  --strict                      {per[True] * 1e3:.3f} ms  (+{(per[True] - per_bare) * 1e3:.3f})")
-    print(f"  TORCH_DISTRIBUTED_DEBUG=DETAIL {per_detail * 1e3:.3f} ms  (+{(per_detail - per_bare) * 1e3:.3f})")
+        returned = r.records["ranks"][0]["steps"][0]["returned"]
+        off, on = (float(v) for v in returned.strip("()").split(","))
+        label = "--strict (publish, wait, compare)" if strict_flag else "recorded (%ddp_check)"
+        print(f"  {label:<34} {off * 1e3:.3f} ms -> {on * 1e3:.3f} ms  (+{(on - off) * 1e3:.3f})")
+    print(f"separate runs: bare {per_bare * 1e3:.3f} ms, TORCH_DISTRIBUTED_DEBUG=DETAIL "
+          f"{per_detail * 1e3:.3f} ms  (+{(per_detail - per_bare) * 1e3:.3f})")
+    print(f"load average {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
+_OP_NAMES: dict[Any, str] = {}  # OpOverload -> "allreduce": parsed once, not per call
 
 
 class CollectiveMismatch(RuntimeError):
@@ -131,7 +132,8 @@ class CollectiveRecorder(TorchDispatchMode):
         tensors = _tensors(list(args) + list(kwargs.values()))
         fp = {
             "index": len(self.records),
-            "op": func._schema.name.split("::")[-1].rstrip("_"),
+            "op": _OP_NAMES.get(func) or _OP_NAMES.setdefault(
+                func, func._schema.name.split("::")[-1].rstrip("_")),
             "shapes": [list(t.shape) for t in tensors],
             "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors],
             "line": user_line(),
