@@ -34,6 +34,7 @@ support), and kernels POST rank samples there.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -63,14 +64,75 @@ def kernel_pids(settings: dict[str, Any]) -> dict[int, str]:
     return pids
 
 
-def tag_kernels(samples: list[dict[str, Any]], settings: dict[str, Any]) -> None:
-    """Mark the newest sample's GPU processes that are this server's kernels."""
+#: How many parents up a GPU process may be from its kernel (kernel -> launcher -> rank ...).
+MAX_PARENT_DEPTH = 8
+
+
+def psutil_parent(pid: int) -> int | None:
+    """Parent pid of ``pid``, or None when it is gone or not visible (other container, no access)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).ppid()
+    except Exception:  # noqa: BLE001 - any failure just means "not ours"
+        return None
+
+
+def kernel_of(
+    pid: int,
+    kernels: dict[int, str],
+    parent_of: Callable[[int], int | None] = psutil_parent,
+    max_depth: int = MAX_PARENT_DEPTH,
+) -> tuple[str, bool] | None:
+    """(kernel id, is a descendant) if ``pid`` is one of ``kernels`` or started by one, else None.
+
+    Why the parent chain: DDP ranks (``%ddp_check``, torchrun, mp.spawn) are
+    started by the kernel, often with ``start_new_session``, so neither their
+    pid nor their process group is the kernel's; their ancestry still is. The
+    walk is bounded and stops at init (pid 1 adopts orphans: an orphan is no
+    longer any kernel's) or on any lookup failure.
+    """
+    if pid in kernels:
+        return kernels[pid], False
+    seen, current = {pid}, pid
+    for _ in range(max_depth):
+        parent = parent_of(current)
+        if parent is None or parent <= 1 or parent in seen:
+            return None
+        if parent in kernels:
+            return kernels[parent], True
+        seen.add(parent)
+        current = parent
+    return None
+
+
+def tag_kernels(
+    samples: list[dict[str, Any]],
+    settings: dict[str, Any],
+    parent_of: Callable[[int], int | None] = psutil_parent,
+) -> None:
+    """Mark the newest sample's GPU processes that are this server's kernels or their children.
+
+    Each process gets ``kernel`` (the kernel id, or None) and ``kernel_child``
+    (True for a process the kernel started, e.g. a DDP rank). Only the newest
+    sample is tagged because only it is drawn as text; parent lookups are
+    shared across GPUs (one rank may hold memory on several).
+    """
     if not samples:
         return
     kernels = kernel_pids(settings)
+    parents: dict[int, int | None] = {}
+
+    def cached_parent(pid: int) -> int | None:
+        if pid not in parents:
+            parents[pid] = parent_of(pid)
+        return parents[pid]
+
     for gpu in samples[-1]["gpu"].get("gpus", []):
         for proc in gpu.get("processes", []):
-            proc["kernel"] = kernels.get(proc["pid"])
+            found = kernel_of(proc["pid"], kernels, cached_parent) if kernels else None
+            proc["kernel"] = None if found is None else found[0]
+            proc["kernel_child"] = found is not None and found[1]
 
 
 class Broadcaster:
