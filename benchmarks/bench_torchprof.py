@@ -61,7 +61,7 @@ def overhead(rounds: int = 7, steps: int = 300) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(bare)
 
 
-def latency(steps: int = 250) -> tuple[int, float, float]:
+def latency(steps: int = 800) -> tuple[int, float, float]:
     cap = ProfilerCapture(ProfilerOptions())
     with cap:
         body(steps)
