@@ -25,7 +25,10 @@ export interface IGpuProcess {
   pid: number;
   name: string | null;
   mem_used: number | null;
+  /** id of this server's kernel that is this process or started it (set on the newest sample) */
   kernel?: string | null;
+  /** true when the process is not the kernel itself but one it started (e.g. a DDP rank) */
+  kernel_child?: boolean;
 }
 
 export interface IGpuSample {
@@ -44,6 +47,9 @@ export interface IGpuSample {
   power_limit_w: number | null;
   pcie_tx_bps: number | null;
   pcie_rx_bps: number | null;
+  /** bytes/s over all NVLinks since the previous sample; null on the first sample or without NVLink */
+  nvlink_tx_bps?: number | null;
+  nvlink_rx_bps?: number | null;
   processes: IGpuProcess[];
 }
 

@@ -239,7 +239,8 @@ export class GpuMonitorPanel extends Widget {
       ['memory', `${na(g.mem_used, gib)} / ${na(g.mem_total, gib)}`],
       ['temp', na(g.temp_c, v => `${v} °C`)],
       ['power', power],
-      ['PCIe', `tx ${na(g.pcie_tx_bps, mbps)} · rx ${na(g.pcie_rx_bps, mbps)}`]
+      ['PCIe', `tx ${na(g.pcie_tx_bps, mbps)} · rx ${na(g.pcie_rx_bps, mbps)}`],
+      ['NVLink', `tx ${na(g.nvlink_tx_bps, mbps)} · rx ${na(g.nvlink_rx_bps, mbps)}`]
     ];
     const table = el('table', 'tl-metrics');
     for (const [k, v] of rows) {
@@ -250,8 +251,16 @@ export class GpuMonitorPanel extends Widget {
     card.appendChild(table);
     const procs = el('ul', 'tl-procs');
     for (const p of g.processes) {
-      const who = p.kernel ? ' [this server\u2019s kernel]' : '';
-      procs.appendChild(el('li', '', `${p.pid} ${p.name ?? '?'}: ${na(p.mem_used, gib)}${who}`));
+      const item = el('li', '', `${p.pid} ${p.name ?? '?'}: ${na(p.mem_used, gib)}`);
+      if (p.kernel) {
+        // a kernel's own process, or one it started (DDP rank): say which kernel
+        const who = `kernel ${p.kernel.slice(0, 8)}${p.kernel_child ? ' (child)' : ''}`;
+        const tag = el('span', 'tl-kernel', ` [${who}]`);
+        tag.title = `this server\u2019s kernel ${p.kernel}`;
+        item.appendChild(tag);
+        item.dataset.kernel = p.kernel;
+      }
+      procs.appendChild(item);
     }
     if (!g.processes.length) {
       procs.appendChild(el('li', 'tl-dim', 'no processes'));
