@@ -26,10 +26,20 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from torchlens.model import InputError, Table, Trace
 
+from ._column_values import (
+    Absent,
+    float_column,
+    id_column,
+    int_column,
+    intern,
+    intern_dense,
+    intern_raw,
+    present_rows,
+    without,
+)
 from ._kineto_schema import EMPTY_ARGS, Args, Event, KinetoTrace
 
 #: Kineto categories, old names and case variants -> the normalized name.
@@ -250,8 +260,8 @@ def _columns(events: list[Event],
         meta_events = [events[i] for i in at]
         if at[-1] - at[0] + 1 == len(at):  # one block (usually the head or tail)
             cut = slice(at[0], at[-1] + 1)
-            events, phases = _without(events, cut), _without(phases, cut)
-            ts_list = None if ts_list is None else _without(ts_list, cut)
+            events, phases = without(events, cut), without(phases, cut)
+            ts_list = None if ts_list is None else without(ts_list, cut)
         else:
             keep = [p != "M" for p in phases]
             events, phases = list(compress(events, keep)), list(compress(phases, keep))
@@ -270,7 +280,7 @@ def _columns(events: list[Event],
     def ev_field(name: str) -> list[Any]:
         return list(map(attrgetter(name), evs))
 
-    nothing = _Absent([None] * n)
+    nothing = Absent([None] * n)
 
     def arg(name: str) -> list[Any]:
         return list(map(attrgetter(name), args)) if name in present else nothing
@@ -287,44 +297,44 @@ def _columns(events: list[Event],
     cats: dict[str, list[str]] = {}
 
     def text(name: str, values: list[Any]) -> None:
-        cols[name], cats[name] = _intern(values)
+        cols[name], cats[name] = intern(values)
 
     def ints(name: str, values: list[Any], default: int = -1) -> np.ndarray:
-        cols[name] = _int_column(values, default, name, unparsed)
+        cols[name] = int_column(values, default, name, unparsed)
         return cols[name]
 
-    ts_abs = _float_column(ev_field("ts") if ts_list is None else ts_list, np.nan)
+    ts_abs = float_column(ev_field("ts") if ts_list is None else ts_list, np.nan)
     t0 = float(np.nanmin(ts_abs))
     names = ev_field("name")
-    cols["name"], cats["name"] = _intern_dense(names)
+    cols["name"], cats["name"] = intern_dense(names)
     raw_cats = ev_field("cat")
-    cat_codes, cat_labels = _intern_dense(raw_cats)
+    cat_codes, cat_labels = intern_dense(raw_cats)
     cols["cat"], cats["cat"] = _normalize_categories(cat_codes, cat_labels, names)
-    cols["ph"], cats["ph"] = _intern_dense(
+    cols["ph"], cats["ph"] = intern_dense(
         phases if "I" not in phases else ["i" if p == "I" else p for p in phases])
     cols["ts"] = ts_abs - t0
-    cols["dur"] = _float_column(ev_field("dur"), 0.0)
-    cols["pid"] = _id_column(ev_field("pid"), pid_labels)
-    cols["tid"] = _id_column(ev_field("tid"), tid_labels)
+    cols["dur"] = float_column(ev_field("dur"), 0.0)
+    cols["pid"] = id_column(ev_field("pid"), pid_labels)
+    cols["tid"] = id_column(ev_field("tid"), tid_labels)
     ints("external_id", either("external_id", "external_id_lc"))
     ints("correlation", arg("correlation"))
     ids = ev_field("id")
-    flows = [i for i in _present(ids) if phases[i] in _FLOW_PHASES]
+    flows = [i for i in present_rows(ids) if phases[i] in _FLOW_PHASES]
     cols["flow_id"] = np.full(n, -1, np.int64)
     if flows:
-        cols["flow_id"][flows] = _int_column([ids[i] for i in flows], -1, "flow_id", unparsed)
+        cols["flow_id"][flows] = int_column([ids[i] for i in flows], -1, "flow_id", unparsed)
 
     gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
     is_gpu = np.isin(cols["cat"], gpu_codes)
-    device = _int_column(arg("device"), -1, "device", unparsed)
-    stream = _int_column(arg("stream"), -1, "stream", unparsed)
+    device = int_column(arg("device"), -1, "device", unparsed)
+    stream = int_column(arg("stream"), -1, "stream", unparsed)
     cols["device"] = np.where(is_gpu, np.where(device >= 0, device, cols["pid"]), -1)
     cols["stream"] = np.where(is_gpu, np.where(stream >= 0, stream, cols["tid"]), -1)
 
-    cols["input_dims"], cats["input_dims"] = _intern_raw(arg("input_dims"))
-    cols["input_types"], cats["input_types"] = _intern_raw(arg("input_types"))
+    cols["input_dims"], cats["input_dims"] = intern_raw(arg("input_dims"))
+    cols["input_types"], cats["input_types"] = intern_raw(arg("input_types"))
     text("call_stack", arg("call_stack"))
-    cols["flops"] = _float_column(either("flops", "flops_uc"), np.nan)
+    cols["flops"] = float_column(either("flops", "flops_uc"), np.nan)
     ints("bytes", arg("bytes"))
     text("collective", arg("collective"))
     text("dtype", arg("dtype"))
@@ -347,73 +357,6 @@ def _columns(events: list[Event],
     return Table(cols, cats), meta
 
 
-def _without(items: list[Any], cut: slice) -> list[Any]:
-    return items[:cut.start] + items[cut.stop:]
-
-
-class _Absent(list):
-    """A column of ``None`` for an args key no event has (no need to count)."""
-
-
-def _all_none(values: list[Any]) -> bool:
-    return type(values) is _Absent or values.count(None) == len(values)
-
-
-def _intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C).
-
-    A mostly empty column (NCCL or memory fields) is interned from its few
-    present values only.
-    """
-    n = len(values)
-    if type(values) is _Absent:
-        return np.full(n, -1, np.int32), []
-    missing = values.count(None)
-    if missing == n:
-        return np.full(n, -1, np.int32), []
-    if missing > n // 2:
-        idx = _present(values)
-        codes = np.full(n, -1, np.int32)
-        codes[idx], labels = _intern([values[i] for i in idx])
-        return codes, labels
-    return _intern_dense(values)
-
-
-def _intern_dense(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """``_intern`` for columns set on (nearly) every event: no counting first."""
-    codes, uniques = pd.factorize(np.fromiter(values, object, len(values)))
-    return codes.astype(np.int32), [str(u) for u in uniques]
-
-
-def _present(values: list[Any]) -> list[int]:
-    return [i for i, v in enumerate(values) if v is not None]
-
-
-def _intern_raw(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """``Input Dims`` / ``Input type`` (raw JSON) interned as compact text.
-
-    Each distinct raw value is compacted once; values that differ only in
-    spacing share a label, in order of first appearance.
-    """
-    n = len(values)
-    if _all_none(values):
-        return np.full(n, -1, np.int32), []
-    idx = [i for i, r in enumerate(values) if r]
-    codes = np.full(n, -1, np.int64)
-    if not idx:
-        return codes.astype(np.int32), []
-    codes[idx], uniques = pd.factorize(np.asarray([bytes(values[i]) for i in idx],
-                                                  dtype=object))
-    return _relabel(codes, [_compact(u) for u in uniques])
-
-
-def _relabel(codes: np.ndarray, labels: list[str | None]) -> tuple[np.ndarray, list[str]]:
-    """Codes into ``labels`` re-coded so that equal labels share one code."""
-    new_codes, uniques = pd.factorize(np.asarray(labels + [None], dtype=object))
-    lut = np.append(new_codes[:-1], -1).astype(np.int32)
-    return lut[codes], [str(u) for u in uniques]
-
-
 def _normalize_categories(
     codes: np.ndarray, labels: list[str], names: list[Any]
 ) -> tuple[np.ndarray, list[str]]:
@@ -431,129 +374,6 @@ def _normalize_categories(
         mem, other = out_labels.index("cpu_instant_event"), out_labels.index("other")
         out[missing] = [mem if names[i] == "[memory]" else other for i in missing]
     return out, out_labels
-
-
-def _int_column(values: list[Any], default: int, name: str,
-                unparsed: Counter) -> np.ndarray:
-    """Ints (None -> default); hex or decimal strings parsed; the rest counted.
-
-    A mostly empty column is converted from its present values only.
-    """
-    n = len(values)
-    if type(values) is _Absent:
-        return np.full(n, default, np.int64)
-    missing = values.count(None)
-    if missing == n:
-        return np.full(n, default, np.int64)
-    if missing > n // 2:
-        idx = _present(values)
-        out = np.full(n, default, np.int64)
-        out[idx] = _int_values([values[i] for i in idx], default, name, unparsed)
-        return out
-    return _int_values(values if not missing else
-                       [default if v is None else v for v in values],
-                       default, name, unparsed)
-
-
-def _int_values(values: list[Any], default: int, name: str,
-                unparsed: Counter) -> np.ndarray:
-    try:  # ints (and decimal strings, floats truncated), in C
-        return np.fromiter(values, np.int64, len(values))
-    except (TypeError, ValueError, OverflowError):
-        pass
-    out = []
-    for v in values:
-        if type(v) is int:
-            out.append(v)
-        elif v is None:
-            out.append(default)
-        else:
-            parsed = _to_int(v)
-            if parsed is None:
-                unparsed[name] += 1
-                parsed = default
-            out.append(parsed)
-    return np.asarray(out, dtype=np.int64)
-
-
-def _to_int(v: Any) -> int | None:
-    if isinstance(v, float):
-        return int(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            return int(v, 0)
-        except ValueError:
-            try:
-                return int(float(v))
-            except ValueError:
-                return None
-    return None
-
-
-def _float_column(values: list[Any], default: float) -> np.ndarray:
-    if type(values) is _Absent:
-        return np.full(len(values), default, np.float64)
-    try:
-        out = np.fromiter(values, np.float64, len(values))  # all numbers: fastest
-    except (TypeError, ValueError):
-        try:
-            out = np.asarray(values, dtype=np.float64)  # None -> NaN
-        except (TypeError, ValueError):
-            out = np.asarray([_to_float(v) for v in values], dtype=np.float64)
-    if not math.isnan(default):
-        out[np.isnan(out)] = default
-    return out
-
-
-def _to_float(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
-    """pid/tid: ints stay; other ids get negative ints, named in ``labels``.
-
-    Each distinct id is coded once (in order of first appearance), then the
-    codes are spread over the rows in C.
-    """
-    if set(map(type, values)) == {int}:  # the usual case
-        try:
-            return np.fromiter(values, np.int64, len(values))
-        except OverflowError:
-            pass
-    codes: dict[str, int] = {}
-
-    def code(v: Any) -> int:
-        if type(v) is int:
-            return v
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-            return int(v)
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        key = "" if v is None else str(v)
-        if key not in codes:
-            codes[key] = -(len(codes) + 1)
-            labels[str(codes[key])] = key
-        return codes[key]
-
-    positions, uniques = pd.factorize(np.asarray(values, dtype=object))
-    if (positions < 0).any():  # None: factorize leaves it out
-        uniques = list(uniques) + [None]
-        positions = np.where(positions < 0, len(uniques) - 1, positions)
-    return np.asarray([code(v) for v in uniques], np.int64)[positions]
-
-
-def _compact(raw: msgspec.Raw | bytes) -> str | None:
-    """``Input Dims`` / ``Input type`` as compact JSON text, without parsing it."""
-    if not raw:
-        return None
-    return bytes(raw).replace(b", ", b",").decode("utf-8", "replace")
-
-
-def _str_or_none(v: Any) -> str | None:
-    return None if v is None else str(v)
 
 
 def _metadata(meta_events: list[Event], pid_labels: dict[str, str],

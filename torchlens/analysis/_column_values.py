@@ -1,0 +1,208 @@
+"""Python values of one trace field -> a numpy column (used by ``trace_ingest``).
+
+Kineto writes the same field with different types across traces and
+versions (ints as strings, hex stream ids on AMD, floats in int fields): these
+helpers convert the common case in C (``np.fromiter``, ``pd.factorize``) and
+fall back to a per-value path only for odd values, counting what they could
+not use instead of dropping it silently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+
+def without(items: list[Any], cut: slice) -> list[Any]:
+    return items[:cut.start] + items[cut.stop:]
+
+
+class Absent(list):
+    """A column of ``None`` for an args key no event has (no need to count)."""
+
+
+def _all_none(values: list[Any]) -> bool:
+    return type(values) is Absent or values.count(None) == len(values)
+
+
+def intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """Strings to int32 codes into a label list; ``None`` to -1 (hashing in C).
+
+    A mostly empty column (NCCL or memory fields) is interned from its few
+    present values only.
+    """
+    n = len(values)
+    if type(values) is Absent:
+        return np.full(n, -1, np.int32), []
+    missing = values.count(None)
+    if missing == n:
+        return np.full(n, -1, np.int32), []
+    if missing > n // 2:
+        idx = present_rows(values)
+        codes = np.full(n, -1, np.int32)
+        codes[idx], labels = intern([values[i] for i in idx])
+        return codes, labels
+    return intern_dense(values)
+
+
+def intern_dense(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """``intern`` for columns set on (nearly) every event: no counting first."""
+    codes, uniques = pd.factorize(np.fromiter(values, object, len(values)))
+    return codes.astype(np.int32), [str(u) for u in uniques]
+
+
+def present_rows(values: list[Any]) -> list[int]:
+    return [i for i, v in enumerate(values) if v is not None]
+
+
+def intern_raw(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """``Input Dims`` / ``Input type`` (raw JSON) interned as compact text.
+
+    Each distinct raw value is compacted once; values that differ only in
+    spacing share a label, in order of first appearance.
+    """
+    n = len(values)
+    if _all_none(values):
+        return np.full(n, -1, np.int32), []
+    idx = [i for i, r in enumerate(values) if r]
+    codes = np.full(n, -1, np.int64)
+    if not idx:
+        return codes.astype(np.int32), []
+    codes[idx], uniques = pd.factorize(np.asarray([bytes(values[i]) for i in idx],
+                                                  dtype=object))
+    return _relabel(codes, [_compact(u) for u in uniques])
+
+
+def _relabel(codes: np.ndarray, labels: list[str | None]) -> tuple[np.ndarray, list[str]]:
+    """Codes into ``labels`` re-coded so that equal labels share one code."""
+    new_codes, uniques = pd.factorize(np.asarray(labels + [None], dtype=object))
+    lut = np.append(new_codes[:-1], -1).astype(np.int32)
+    return lut[codes], [str(u) for u in uniques]
+
+
+def int_column(values: list[Any], default: int, name: str,
+                unparsed: Counter) -> np.ndarray:
+    """Ints (None -> default); hex or decimal strings parsed; the rest counted.
+
+    A mostly empty column is converted from its present values only.
+    """
+    n = len(values)
+    if type(values) is Absent:
+        return np.full(n, default, np.int64)
+    missing = values.count(None)
+    if missing == n:
+        return np.full(n, default, np.int64)
+    if missing > n // 2:
+        idx = present_rows(values)
+        out = np.full(n, default, np.int64)
+        out[idx] = _int_values([values[i] for i in idx], default, name, unparsed)
+        return out
+    return _int_values(values if not missing else
+                       [default if v is None else v for v in values],
+                       default, name, unparsed)
+
+
+def _int_values(values: list[Any], default: int, name: str,
+                unparsed: Counter) -> np.ndarray:
+    try:  # ints (and decimal strings, floats truncated), in C
+        return np.fromiter(values, np.int64, len(values))
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = []
+    for v in values:
+        if type(v) is int:
+            out.append(v)
+        elif v is None:
+            out.append(default)
+        else:
+            parsed = _to_int(v)
+            if parsed is None:
+                unparsed[name] += 1
+                parsed = default
+            out.append(parsed)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _to_int(v: Any) -> int | None:
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) else None
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            try:
+                return int(float(v))
+            except ValueError:
+                return None
+    return None
+
+
+def float_column(values: list[Any], default: float) -> np.ndarray:
+    if type(values) is Absent:
+        return np.full(len(values), default, np.float64)
+    try:
+        out = np.fromiter(values, np.float64, len(values))  # all numbers: fastest
+    except (TypeError, ValueError):
+        try:
+            out = np.asarray(values, dtype=np.float64)  # None -> NaN
+        except (TypeError, ValueError):
+            out = np.asarray([_to_float(v) for v in values], dtype=np.float64)
+    if not math.isnan(default):
+        out[np.isnan(out)] = default
+    return out
+
+
+def _to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
+    """pid/tid: ints stay; other ids get negative ints, named in ``labels``.
+
+    Each distinct id is coded once (in order of first appearance), then the
+    codes are spread over the rows in C.
+    """
+    if set(map(type, values)) == {int}:  # the usual case
+        try:
+            return np.fromiter(values, np.int64, len(values))
+        except OverflowError:
+            pass
+    codes: dict[str, int] = {}
+
+    def code(v: Any) -> int:
+        if type(v) is int:
+            return v
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            return int(v)
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        key = "" if v is None else str(v)
+        if key not in codes:
+            codes[key] = -(len(codes) + 1)
+            labels[str(codes[key])] = key
+        return codes[key]
+
+    positions, uniques = pd.factorize(np.asarray(values, dtype=object))
+    if (positions < 0).any():  # None: factorize leaves it out
+        uniques = list(uniques) + [None]
+        positions = np.where(positions < 0, len(uniques) - 1, positions)
+    return np.asarray([code(v) for v in uniques], np.int64)[positions]
+
+
+def _compact(raw: msgspec.Raw | bytes) -> str | None:
+    """``Input Dims`` / ``Input type`` as compact JSON text, without parsing it."""
+    if not raw:
+        return None
+    return bytes(raw).replace(b", ", b",").decode("utf-8", "replace")
+
+
+def _str_or_none(v: Any) -> str | None:
+    return None if v is None else str(v)
