@@ -143,13 +143,18 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._capture.__exit__(exc_type, exc, tb)
-        profile = self._capture.profile
-        assert profile is not None
-        profile.options.update(self._display)
-        self.result._profile = profile
-        if self._export:
-            self.result.export(self._export)
+        _finish(self.result, self._capture.profile, self._display, self._export)
         return False
+
+
+def _finish(result: Result, profile: Profile | None, display: dict[str, Any],
+            export: str | None) -> None:
+    """Hand a finished capture to its result: display options, then --export."""
+    assert profile is not None
+    profile.options.update(display)
+    result._profile = profile
+    if export:
+        result.export(export)
 
 
 def gpumem_options(
@@ -261,12 +266,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._live.__exit__(exc_type, exc, tb)
         self.capture.__exit__(exc_type, exc, tb)
-        profile = self.capture.profile
-        assert profile is not None
-        profile.options.update(self._display)
-        self.result._profile = profile
-        if self._export:
-            self.result.export(self._export)
+        _finish(self.result, self.capture.profile, self._display, self._export)
         return False
 
 
