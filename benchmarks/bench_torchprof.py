@@ -74,13 +74,18 @@ def latency(steps: int = 800, rounds: int = 3) -> tuple[int, float, float]:
     """Median over ``rounds`` alternating rounds of each side."""
     ours, peer = [], []
     for _ in range(rounds):
-        n_events, a = _latency_ours(steps)
-        ours.append(a)
+        n_events, stages = _latency_ours(steps)
+        STAGES.append(stages)
+        ours.append(sum(stages.values()))
         peer.append(_latency_peer(steps))
     return n_events, statistics.median(ours), statistics.median(peer)
 
 
-def _latency_ours(steps: int) -> tuple[int, float]:
+#: Per-stage seconds of each of our latency rounds (printed as medians).
+STAGES: list[dict[str, float]] = []
+
+
+def _latency_ours(steps: int) -> tuple[int, dict[str, float]]:
     cap = ProfilerCapture(ProfilerOptions())
     with cap:
         body(steps)
@@ -89,8 +94,9 @@ def _latency_ours(steps: int) -> tuple[int, float]:
     t = profile.extra["timings"]
     t0 = time.perf_counter()
     display_bundle(profile)
-    ours = t["stop_s"] + t["export_s"] + t["ingest_s"] + (time.perf_counter() - t0)
-    return len(profile.trace.events), ours
+    stages = {"stop": t["stop_s"], "export": t["export_s"], "ingest": t["ingest_s"],
+              "analysis+render": time.perf_counter() - t0}
+    return len(profile.trace.events), stages
 
 
 def _latency_peer(steps: int) -> float:
@@ -113,6 +119,8 @@ def main() -> None:
     n, ours_l, peer_l = latency()
     print(f"\nResult latency: cell with {n:,} profiler events, median of 3 rounds")
     print(f"  torchlens (stop+export+ingest+render) {ours_l:6.2f} s")
+    for stage in STAGES[0]:
+        print(f"    {stage:<20} {statistics.median(s[stage] for s in STAGES):6.2f} s")
     print(f"  key_averages().table()                {peer_l:6.2f} s")
     print(f"  speed-up                              {peer_l / ours_l:6.1f}x "
           "  (target >= 5x and < 1.5 s)")

@@ -14,8 +14,8 @@ level torch call, a ``CapturedTraceback`` (the C++ stack walker torch's own
 memory history uses, about 3.5 us) with exact current lines, and the call's
 start/end wall clock. A function mode, not a dispatch mode: it is entered once
 per torch call made from Python (``F.linear``, ``loss.backward()``), not once
-per aten op, which costs ~30 us each in a Python dispatch mode (1.8x on the
-benchmark's training step, against ~1.4x). The user line is the same either
+per aten op (benchmarks/bench_gpumem.py: 1.8x on its training step with a
+dispatch mode, 1.35-1.45x with this one). The user line is the same either
 way: what C++ runs inside a call (all of backward, say) has no Python frame,
 so its allocations belong to the line that made the call. (Caching one
 traceback per call path was tried: walking Python frames to build the key
