@@ -51,9 +51,22 @@ def intern(values: list[Any]) -> tuple[np.ndarray, list[str]]:
 
 
 def intern_dense(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """``intern`` for columns set on (nearly) every event: no counting first."""
-    codes, uniques = pd.factorize(np.fromiter(values, object, len(values)))
-    return codes.astype(np.int32), [str(u) for u in uniques]
+    """``intern`` for columns set on (nearly) every event: no counting first.
+
+    A dict keyed by the values (insertion order = first appearance) and one
+    C-level lookup per row: about twice as fast as ``pd.factorize`` on an
+    object array for the few hundred distinct names of a trace.
+    """
+    lut: dict[Any, int] = dict.fromkeys(values)  # type: ignore[assignment]
+    missing = None in lut
+    if missing:
+        del lut[None]
+    for code, key in enumerate(lut):
+        lut[key] = code
+    labels = [str(k) for k in lut]
+    if missing:
+        lut[None] = -1
+    return np.fromiter(map(lut.__getitem__, values), np.int32, len(values)), labels
 
 
 def present_rows(values: list[Any]) -> list[int]:
@@ -190,11 +203,10 @@ def id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
             labels[str(codes[key])] = key
         return codes[key]
 
-    positions, uniques = pd.factorize(np.asarray(values, dtype=object))
-    if (positions < 0).any():  # None: factorize leaves it out
-        uniques = list(uniques) + [None]
-        positions = np.where(positions < 0, len(uniques) - 1, positions)
-    return np.asarray([code(v) for v in uniques], np.int64)[positions]
+    distinct: dict[Any, int] = dict.fromkeys(values)  # type: ignore[assignment]
+    for v in distinct:
+        distinct[v] = code(v)
+    return np.fromiter(map(distinct.__getitem__, values), np.int64, len(values))
 
 
 def _compact(raw: msgspec.Raw | bytes) -> str | None:

@@ -57,9 +57,6 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     labels: _Val = None
 
 
-EMPTY_ARGS = Args()
-
-
 class Event(msgspec.Struct, gc=False):
     """One entry of ``traceEvents``."""
 
@@ -71,7 +68,9 @@ class Event(msgspec.Struct, gc=False):
     pid: _Val = None
     tid: _Val = None
     id: _Val = None
-    args: Args | None = None
+    # A fresh empty record (made in C) rather than None, so that ingest pulls
+    # args fields without a per-event None check.
+    args: Args = msgspec.field(default_factory=Args)
 
 
 class KinetoTrace(msgspec.Struct):

@@ -20,7 +20,6 @@ import re
 import zlib
 from collections import Counter
 from itertools import compress
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from ._column_values import (
     present_rows,
     without,
 )
-from ._kineto_schema import EMPTY_ARGS, Args, Event, KinetoTrace
+from ._kineto_schema import Args, Event, KinetoTrace
 
 #: Kineto categories, old names and case variants -> the normalized name.
 _CATEGORIES = {
@@ -60,7 +59,26 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 _ROW_PHASES = ("X", "i", "I", "s", "f", "t")
 _FLOW_PHASES = ("s", "f", "t")
 _KEPT_PHASES = frozenset(_ROW_PHASES + ("M",))
-_PH, _TS, _ARGS = attrgetter("ph"), attrgetter("ts"), attrgetter("args")
+_FLOW_PHASES_SET = frozenset(_FLOW_PHASES)
+
+
+def _puller(field: str) -> Any:
+    """``rows -> [row.<field> for row in rows]`` for one fixed field.
+
+    Written out per field because Python 3.11 specializes a literal attribute
+    load inside a comprehension: about 1.5x faster than ``map(attrgetter)``
+    on a trace's 100k records. ``field`` comes from our own Struct
+    definitions, never from input.
+    """
+    assert field.isidentifier()
+    scope: dict[str, Any] = {}
+    exec(f"def pull(rows):\n    return [r.{field} for r in rows]", scope)  # noqa: S102
+    return scope["pull"]
+
+
+#: One puller per ``Event`` and ``Args`` field.
+_PULL = {f.name: _puller(f.name)
+         for struct in (Event, Args) for f in msgspec.structs.fields(struct)}
 #: ``Args`` field names and the JSON key each is encoded under.
 _ARG_KEYS = [(f.name, f'"{f.encode_name}":'.encode())
              for f in msgspec.structs.fields(Args)]
@@ -198,7 +216,7 @@ def _usable_events(
     odd traces pay the per-event check (and return None for them).
     """
     dropped: Counter = Counter()
-    ph, ts = list(map(_PH, events)), list(map(_TS, events))
+    ph, ts = _PULL["ph"](events), _PULL["ts"](events)
     phases = set(ph)
     if phases <= _KEPT_PHASES and set(map(type, ts)) <= {float}:
         if not phases - {"M"}:
@@ -233,7 +251,7 @@ def _number_like(v: Any) -> bool:
         return False
 
 
-def _present_args(args: list[Args | None]) -> set[str]:
+def _present_args(args: list[Args]) -> set[str]:
     """Names of the ``Args`` fields set in at least one event.
 
     ``Args`` omits its defaults when encoded, so one C-level encode of all the
@@ -248,11 +266,11 @@ def _columns(events: list[Event],
              pulled: dict[str, list[Any]]) -> tuple[Table, dict[str, Any]]:
     """Pour events into numpy columns; ``M`` events go into the returned meta.
 
-    Each field is pulled once with ``map(attrgetter)`` (``pulled`` holds the
+    Each field is pulled once with ``_PULL`` (``pulled`` holds the
     ones already pulled) and converted by numpy or pandas in C; Python-level
     loops only run for the rare odd values.
     """
-    phases = pulled.get("ph") or list(map(_PH, events))
+    phases = pulled.get("ph") or _PULL["ph"](events)
     ts_list = pulled.get("ts")
     meta_events: list[Event] = []
     if "M" in phases:
@@ -268,22 +286,19 @@ def _columns(events: list[Event],
             ts_list = None if ts_list is None else list(compress(ts_list, keep))
     evs = events
     n = len(evs)
-    raw_args = list(map(_ARGS, evs))
-    present = _present_args(raw_args)
-    args = raw_args
-    if present and raw_args.count(None):
-        args = [a if a is not None else EMPTY_ARGS for a in raw_args]
+    args = _PULL["args"](evs)
+    present = _present_args(args)
     unparsed: Counter = Counter()
     pid_labels: dict[str, str] = {}
     tid_labels: dict[str, str] = {}
 
     def ev_field(name: str) -> list[Any]:
-        return list(map(attrgetter(name), evs))
+        return _PULL[name](evs)
 
     nothing = Absent([None] * n)
 
     def arg(name: str) -> list[Any]:
-        return list(map(attrgetter(name), args)) if name in present else nothing
+        return _PULL[name](args) if name in present else nothing
 
     def either(first: str, second: str) -> list[Any]:
         if second not in present:
@@ -318,11 +333,13 @@ def _columns(events: list[Event],
     cols["tid"] = id_column(ev_field("tid"), tid_labels)
     ints("external_id", either("external_id", "external_id_lc"))
     ints("correlation", arg("correlation"))
-    ids = ev_field("id")
-    flows = [i for i in present_rows(ids) if phases[i] in _FLOW_PHASES]
     cols["flow_id"] = np.full(n, -1, np.int64)
-    if flows:
-        cols["flow_id"][flows] = int_column([ids[i] for i in flows], -1, "flow_id", unparsed)
+    if not _FLOW_PHASES_SET.isdisjoint(cats["ph"]):  # else no event has a flow id
+        ids = ev_field("id")
+        flows = [i for i in present_rows(ids) if phases[i] in _FLOW_PHASES]
+        if flows:
+            cols["flow_id"][flows] = int_column([ids[i] for i in flows], -1, "flow_id",
+                                                unparsed)
 
     gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
     is_gpu = np.isin(cols["cat"], gpu_codes)
@@ -389,7 +406,7 @@ def _metadata(meta_events: list[Event], pid_labels: dict[str, str],
     process_labels: dict[str, str] = {}
     thread_names: dict[str, str] = {}
     for e in meta_events:
-        a = e.args or EMPTY_ARGS
+        a = e.args
         pid = key(e.pid, inverse_pid)
         if e.name == "process_name" and a.meta_name is not None:
             process_names[pid] = str(a.meta_name)
