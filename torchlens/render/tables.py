@@ -126,13 +126,17 @@ def html_table(
         cells = []
         for c in columns:
             value = row.get(c.key)
-            text = escape(c.fmt(value)) if value is not None else ""
-            if c.numeric:
-                raw = float(value) if value is not None else math.nan
+            if value is None:
+                cells.append('<td class="num" data-v="-1e308"></td>' if c.numeric
+                             else "<td></td>")
+            elif c.numeric:
+                # float() has accepted the value, so its formatted text is
+                # digits and units: nothing to escape (thousands of cells).
+                raw = float(value)
                 sort_v = repr(raw) if math.isfinite(raw) else "-1e308"
-                cells.append(f'<td class="num" data-v="{sort_v}">{text}</td>')
+                cells.append(f'<td class="num" data-v="{sort_v}">{c.fmt(value)}</td>')
             else:
-                cells.append(f"<td>{text}</td>")
+                cells.append(f"<td>{escape(c.fmt(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     classes = escape(f"tl-sort {css_class}".strip())
     return (
