@@ -1,0 +1,84 @@
+"""JSON bytes to the typed ``KinetoTrace``, or an ``InputError`` saying what they are.
+
+The fast path is one typed ``msgspec`` decode. A trace whose events carry
+values of unexpected types is decoded event by event (dropping and counting
+only the odd ones), Chrome's bare-array format is accepted, and JSON that is
+not a trace (an allocator snapshot, a memory-timeline export, any object
+without ``traceEvents``) is named in the error instead of failing deep inside.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from torchlens.model import InputError
+
+from ._kineto_schema import Event, KinetoTrace
+
+
+def decode(data: bytes, source: str) -> KinetoTrace:
+    """Typed decode; on odd events fall back to event-by-event, counting losses."""
+    try:
+        top = msgspec.json.decode(data, type=KinetoTrace | list[msgspec.Raw])
+    except msgspec.ValidationError:
+        return _decode_leniently(data, source)
+    except msgspec.DecodeError as exc:
+        raise InputError(
+            f"{source}: not valid JSON ({exc}); the file may be cut short."
+        ) from None
+    if isinstance(top, list):
+        return _from_json_array(top, source)
+    if top.traceEvents is None:
+        raise InputError(f"{source}: {_what_is_it(data)}")
+    return top
+
+
+def _decode_leniently(data: bytes, source: str) -> KinetoTrace:
+    """Slow path for traces with values of unexpected types in some events."""
+    doc = msgspec.json.decode(data)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise InputError(f"{source}: {_what_is_it(data)}")
+    good, bad = [], 0
+    for ev in doc["traceEvents"]:
+        try:
+            good.append(msgspec.json.decode(msgspec.json.encode(ev), type=Event))
+        except msgspec.ValidationError:
+            bad += 1
+    doc["traceEvents"] = []
+    top = msgspec.convert(doc, KinetoTrace, strict=False)
+    top.traceEvents = good
+    if bad:
+        good.append(Event(ph="__malformed__", id=bad))
+    return top
+
+
+def _from_json_array(items: list[msgspec.Raw], source: str) -> KinetoTrace:
+    """Chrome's bare-array trace format, or say what else the list is."""
+    if items and bytes(items[0]).lstrip()[:1] == b"{":
+        events = [msgspec.json.decode(bytes(r), type=Event) for r in items]
+        return KinetoTrace(traceEvents=events)
+    if not items:
+        raise InputError(f"{source}: an empty JSON list, not a Kineto trace.")
+    raise InputError(
+        f"{source}: a JSON list of {len(items)} rows like {bytes(items[0])[:40]!r}: "
+        "this looks like an export_memory_timeline raw file, not a Kineto trace; "
+        "use prof.export_chrome_trace(...) for a trace."
+    )
+
+
+def _what_is_it(data: bytes) -> str:
+    """One phrase naming what a JSON object that is not a trace looks like."""
+    try:
+        keys = list(msgspec.json.decode(data, type=dict[str, msgspec.Raw]))
+    except msgspec.MsgspecError:
+        return "not a Kineto trace (no traceEvents)."
+    if {"segments", "device_traces"} & set(keys):
+        return (
+            "an allocator memory snapshot, not a Kineto trace; "
+            "open it with the memory tools (%gpumem / torchlens report)."
+        )
+    shown = ", ".join(keys[:6]) or "none"
+    return (
+        f"not a Kineto trace: no traceEvents list (top-level keys: {shown}). "
+        "Export one with prof.export_chrome_trace(path)."
+    )
