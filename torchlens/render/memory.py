@@ -10,6 +10,7 @@ survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
 
 from __future__ import annotations
 
+import weakref
 from html import escape
 from typing import Any
 
@@ -265,14 +266,25 @@ def text_report(a: MemoryAnalysis, error: dict[str, str] | None, unmeasured: lis
 
 
 def analysis_of(profile: Any) -> MemoryAnalysis:
-    """The profile's analysis, computed once per profile object (HTML and text share it)."""
+    """The profile's analysis, computed once per profile object (HTML and text share it).
+
+    Kept beside the profile (dropped with it), not on it: the model object
+    carries no render-layer state.
+    """
     from ..analysis.memory_view import analyze
 
-    cached = getattr(profile, "_tl_memory_analysis", None)
-    if cached is None:
-        cached = analyze(profile)
-        profile._tl_memory_analysis = cached
-    return cached
+    key = id(profile)
+    hit = _ANALYSES.get(key)
+    if hit is not None and hit[0]() is profile:
+        return hit[1]
+    analysis = analyze(profile)
+    weakref.finalize(profile, _ANALYSES.pop, key, None)
+    _ANALYSES[key] = (weakref.ref(profile), analysis)
+    return analysis
+
+
+#: id(profile) -> (weak reference to it, its analysis)
+_ANALYSES: dict[int, tuple[weakref.ref, MemoryAnalysis]] = {}
 
 
 def memory_text(profile: Any) -> str:
