@@ -117,3 +117,67 @@ def test_export_html_and_tlprof(shell, tmp_path, suffix):
 
         html = render_report(torchlens.load(str(out)))
         assert "Top allocation sites" in html
+
+
+def test_backward_and_optimizer_step_allocations_get_their_lines():
+    # SiteRecorder skips metadata-only torch calls; backward() and the optimizer's
+    # in-place ops return None but allocate, and must keep their user lines.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(128, 128)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(32, 128)
+    lines = {}
+    with MemoryCapture(MemoryOptions(stacks=32)) as cap:
+        opt.zero_grad()
+        loss = model(x).square().sum()
+        lines["backward"] = sys._getframe().f_lineno + 1
+        loss.backward()  # allocates the grads
+        lines["step"] = sys._getframe().f_lineno + 1
+        opt.step()  # first step: allocates the momentum buffers
+    trace = cap.profile.snapshots["device0"]["device_traces"][0]
+    weight = 128 * 128 * 4
+
+    def at(line):
+        return [e for e in trace if e["action"] == "alloc" and any(
+            f["filename"] == __file__ and f["line"] == line for f in e["frames"])]
+
+    assert any(e["size"] >= weight for e in at(lines["backward"])), lines
+    assert any(e["size"] >= weight for e in at(lines["step"])), lines
+    unattributed = [e for e in trace if e["action"] == "alloc" and not e["frames"]]
+    assert not [e for e in unattributed if e["size"] >= weight], unattributed
+
+
+def test_calls_skipped_by_the_recorder_do_not_allocate():
+    # If one of these allocated, its allocation would get no frames: check on a
+    # leaf with a grad, a non-leaf and a view that none allocates.
+    import warnings
+
+    from torchlens.capture.cpu_memory import (
+        _NO_ALLOC_ATTRS,
+        _NO_ALLOC_METHODS,
+        NO_ALLOC,
+    )
+
+    leaf = torch.nn.Parameter(torch.randn(64, 64))
+    leaf.grad = torch.randn(64, 64)
+    nonleaf = leaf * 2
+    view = leaf.detach()[:, :8]
+    assert torch.Tensor.backward not in NO_ALLOC and torch.Tensor.add_ not in NO_ALLOC
+    with warnings.catch_warnings(), MemoryCapture(MemoryOptions(stacks=0)) as cap:
+        warnings.simplefilter("ignore")
+        for t in (leaf, nonleaf, view):
+            for name in _NO_ALLOC_ATTRS:
+                try:
+                    getattr(t, name)
+                except (AttributeError, RuntimeError):
+                    pass
+            for name in _NO_ALLOC_METHODS:
+                if name in ("requires_grad_", "retain_grad") and t is not leaf:
+                    continue
+                getattr(t, name)()
+        leaf.grad = leaf.grad
+        leaf.data = leaf.data
+        leaf.requires_grad = True
+        leaf.grad = None
+    trace = cap.profile.snapshots["device0"]["device_traces"][0]
+    assert [e for e in trace if e["action"] == "alloc"] == []
