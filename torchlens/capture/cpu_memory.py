@@ -1,10 +1,16 @@
 """The CPU stand-in for allocator history: profiler ``[memory]`` events plus stacks.
 
-On a machine without CUDA, ``torch.profiler.profile(profile_memory=True)``
-records every CPU allocation and free (``[memory]`` instant events with
-``Addr`` and ``Bytes``, negative on free). They are turned here into a device
-trace in torch's snapshot format (``alloc`` / ``free_completed`` entries with
-``addr``, ``size``, ``time_us``, ``frames``), so one analysis path serves both.
+On a machine without CUDA, the profiler with ``profile_memory`` records every
+CPU allocation and free (``[memory]`` instant events with ``Addr`` and
+``Bytes``, negative on free). They are turned here into a device trace in
+torch's snapshot format (``alloc`` / ``free_completed`` entries with ``addr``,
+``size``, ``time_us``, ``frames``), so one analysis path serves both.
+``MemoryEvents`` enables it for ``RecordScope.USER_SCOPE`` only: the
+allocator reports to the profiler's thread state without any op event, so the
+allocations and frees are the same as ``torch.profiler.profile``'s, while
+aten ops, with no callback observing them, stay on RecordFunction's fast path
+(the profiler's own cost on a 16-wide MLP training step, process time: +49 ms
+per 100 steps for ``torch.profiler.profile``, +18 ms this way).
 
 Why stacks come from a function mode and not from ``with_stack=True``: the
 profiler's ``python_function`` events name each function with the line it was
@@ -47,6 +53,9 @@ put on the same unix-microsecond axis.
 from __future__ import annotations
 
 import bisect
+import json
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -141,6 +150,65 @@ class SiteRecorder(TorchFunctionMode):
         self.starts.append(t0)
         self.tbs.append(tb)
         return out
+
+
+class MemoryEvents:
+    """The profiler with ``profile_memory`` and no per-op events.
+
+    ``torch.profiler.profile`` observes every aten op through RecordFunction
+    callbacks; [memory] events do not need them (the allocator reports to the
+    profiler's thread state). Enabling the profiler for ``USER_SCOPE`` only
+    leaves aten ops with no active callback, so they take RecordFunction's fast
+    path, and the same allocations and frees are recorded.
+    """
+
+    def __init__(self) -> None:
+        self._prof: Any = None
+        self._result: Any = None
+
+    def __enter__(self) -> MemoryEvents:
+        try:
+            from torch._C._profiler import RecordScope, _ExperimentalConfig
+            from torch.autograd import (
+                ProfilerActivity,
+                ProfilerConfig,
+                ProfilerState,
+                _enable_profiler,
+                _prepare_profiler,
+            )
+        except ImportError:  # another torch: the public profiler, with op events
+            import torch.profiler as tp
+
+            self._prof = tp.profile(activities=[tp.ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+            return self
+        config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False,
+                                _ExperimentalConfig(), "")
+        _prepare_profiler(config, {ProfilerActivity.CPU})
+        _enable_profiler(config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._prof is not None:
+            self._prof.__exit__(None, None, None)
+            self._result = self._prof.profiler.kineto_results
+        else:
+            from torch.autograd import _disable_profiler
+
+            self._result = _disable_profiler()
+
+    def events(self) -> tuple[list[dict[str, Any]], int]:
+        """The ``[memory]`` events of the chrome trace and its ``baseTimeNanoseconds``."""
+        fd, path = tempfile.mkstemp(prefix="torchlens-mem-", suffix=".json")
+        os.close(fd)
+        try:
+            self._result.save(path)
+            with open(path, "rb") as fh:
+                raw = json.load(fh)
+        finally:
+            os.unlink(path)
+        events = [e for e in raw.get("traceEvents", []) if e.get("name") == "[memory]"]
+        return events, int(raw.get("baseTimeNanoseconds", 0))
 
 
 def _symbolize(tbs: list[Any], depth: int) -> list[list[dict[str, Any]]]:

@@ -16,9 +16,6 @@ propagates unchanged; what was captured up to then is kept.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -92,12 +89,10 @@ class MemoryCapture:
         return self
 
     def _start_cpu(self) -> None:
-        import torch.profiler as tp
-
-        from .cpu_memory import SiteRecorder
+        from .cpu_memory import MemoryEvents, SiteRecorder
 
         self._stats_before = {}
-        self._prof = tp.profile(activities=[tp.ProfilerActivity.CPU], profile_memory=True)
+        self._prof = MemoryEvents()
         self._recorder = SiteRecorder() if self.options.stacks > 0 else None
         self._prof.__enter__()
         if self._recorder is not None:
@@ -155,16 +150,7 @@ class MemoryCapture:
         if self._recorder is not None:
             self._recorder.__exit__(None, None, None)
         self._prof.__exit__(None, None, None)
-        fd, path = tempfile.mkstemp(prefix="torchlens-mem-", suffix=".json")
-        os.close(fd)
-        try:
-            self._prof.export_chrome_trace(path)
-            with open(path, "rb") as fh:
-                raw = json.load(fh)
-        finally:
-            os.unlink(path)
-        events = [e for e in raw.get("traceEvents", []) if e.get("name") == "[memory]"]
-        base_ns = int(raw.get("baseTimeNanoseconds", 0))
+        events, base_ns = self._prof.events()
         trace = device_trace_from_events(events, base_ns, self._recorder, self.options.stacks)
         return {"segments": [], "device_traces": [trace], "allocator_settings": {},
                 "external_annotations": []}
