@@ -10,9 +10,12 @@ SIGINT meant for the kernel never reaches the ranks.
 
 The kernel hosts a ``TCPStore`` on port 0 (a free port, never 29500): it is the
 rendezvous of the process group and the side channel for the job, heartbeats,
-fingerprints and results. Every exit path (success, crash, mismatch, hang,
-KeyboardInterrupt, interpreter exit) goes through ``_stop``, which kills each
-worker's process group and drops the store so its port is released.
+fingerprints and results. With --strict it also creates the ranks' shared
+fingerprint board (``board``), a small file in /dev/shm. Every exit path
+(success, crash, mismatch, hang, KeyboardInterrupt, interpreter exit) goes
+through ``_kill_workers`` and ``_release``, which kill each worker's process
+group, drop the store so its port is released, and delete the board and the
+temp dir.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import protocol
+from . import board, protocol
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -74,6 +77,7 @@ class DdpLauncher:
         self.store: Any = None
         self.port: int | None = None
         self.tmpdir = ""
+        self.board_path = ""
         self.heartbeats: list[dict[str, Any]] = []
         self.last_hb: list[dict[str, Any] | None] = [None] * options.world_size
         self.hang: dict[str, Any] | None = None
@@ -99,10 +103,12 @@ class DdpLauncher:
             # Heartbeat keys exist from the start so the monitor reads them all
             # with one multi_get (it would block on a missing key).
             tl.multi_set([protocol.heartbeat_key(r) for r in range(n)], [b""] * n)
+            if self.options.strict:
+                self.board_path = board.create(n, self.tmpdir)
             self._spawn()
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
-            tl.set(protocol.PAYLOAD, cloudpickle.dumps(self.job))
+            tl.set(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=self.board_path)))
             outcome = self._monitor(tl)
         except KeyboardInterrupt:  # the caller shows what was seen, then re-raises
             interrupted = True
@@ -226,6 +232,7 @@ class DdpLauncher:
     def _release(self) -> None:
         self.store = None  # the TCPStore server stops and frees the port
         _RUNNING.discard(self)
+        board.remove(self.board_path)
         if self.tmpdir:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -265,7 +272,7 @@ class DdpLauncher:
             "world_size": n, "backend": self.job["backend"], "steps": self.options.steps,
             "strict": self.options.strict, "timeout_s": self.options.timeout_s,
             "seed": self.options.seed, "outcome": outcome, "t0": self.t0,
-            "wall_s": time.time() - self.t0, "port": self.port,
+            "wall_s": time.time() - self.t0, "port": self.port, "board": self.board_path,
             "pids": [p.pid for p in self.procs],
             "ranks": ranks, "fingerprints": fingerprints,
             "exit_codes": [None if p.pid in self.killed else c

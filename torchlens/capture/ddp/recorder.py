@@ -10,9 +10,12 @@ and, during the determinism check, checksums each op's output so the first op
 whose result differs between two seeded runs can be named.
 
 ``--strict``: before a collective runs, its fingerprint (op, shapes, dtypes) is
-compared with every other rank's through the store. A mismatch raises
-``CollectiveMismatch`` on every rank, before gloo can abort with SIGABRT or
-NCCL can hang.
+compared with every other rank's. A mismatch raises ``CollectiveMismatch`` on
+every rank, before gloo can abort with SIGABRT or NCCL can hang. The usual
+case goes through shared memory (``board``: a 64-bit digest per rank and
+collective); the store is consulted only when digests differ (the full
+fingerprints there name the difference) or a peer is late (did it finish,
+stop, or pass --timeout?).
 """
 
 from __future__ import annotations
@@ -28,12 +31,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...analysis.ddp import describe_collective, first_difference
 from . import protocol
+from .board import FingerprintBoard, digest
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
 _OP_NAMES: dict[Any, str] = {}  # OpOverload -> "allreduce": parsed once, not per call
+# --strict: how long a rank waits on the board for a late peer before it asks
+# the store why (finished? stopped? --timeout?): short, so a peer that ended
+# is noticed quickly; long enough that a merely slow peer costs no round trip.
+LATE_S = 0.25
 
 
 class CollectiveMismatch(RuntimeError):
@@ -83,13 +91,15 @@ class CollectiveRecorder(TorchDispatchMode):
     """Records collectives (and, optionally, per-op checksums) of one rank."""
 
     def __init__(self, store: Any, rank: int, world_size: int, strict: bool,
-                 timeout_s: float, wait_store: Any | None = None) -> None:
+                 timeout_s: float, board: FingerprintBoard | None = None) -> None:
         super().__init__()
+        if strict and board is None:
+            raise ValueError("--strict needs the launcher's fingerprint board")
         self.store, self.rank, self.world_size = store, rank, world_size
-        # --strict publishes and waits on a connection whose timeout is short,
-        # so one blocking multi_get both waits for and fetches the peers' keys.
-        self.wait_store = wait_store if wait_store is not None else store
-        self.strict, self.timeout_s = strict, timeout_s
+        self.strict, self.timeout_s, self.board = strict, timeout_s, board
+        self.peers = [r for r in range(world_size) if r != rank]
+        # how the --strict comparisons went; tests and the benchmark read it
+        self.strict_stats = {"compared": 0, "late": 0, "via_store": 0}
         self.records: list[dict[str, Any]] = []
         self.ops = 0
         self.step = -1
@@ -143,8 +153,7 @@ class CollectiveRecorder(TorchDispatchMode):
         # TCPStore.set does not wait for a reply (microseconds) and the bytes
         # are in the kernel's socket before the collective runs, so the
         # fingerprint survives a gloo SIGABRT on a shape mismatch.
-        (self.wait_store if self.strict else self.store).set(
-            protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
+        self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
         with self.lock:
             self.in_flight = fp
             self.records.append(fp)
@@ -160,38 +169,44 @@ class CollectiveRecorder(TorchDispatchMode):
     def _compare(self, fp: dict[str, Any]) -> None:
         """Wait (bounded) for every rank's fingerprint of this index and compare.
 
-        The usual case is one round trip: ``multi_get`` blocks until the peers'
-        keys exist (they are a barrier's width away) and returns them. Only
-        when it times out (``wait_store``'s short timeout) does the rank look
-        at why: a peer finished without this collective, a peer stopped on a
-        mismatch, or --timeout passed.
+        The usual case never leaves this process: the digest goes on the
+        board and the peers' digests of the same index are read back from
+        it. A differing digest is checked against the full fingerprints in
+        the store (they name what differs). A peer still absent after
+        ``LATE_S`` makes the rank look at why, through the store: a peer
+        finished without this collective, a peer stopped on a mismatch, or
+        --timeout passed; otherwise it goes back to waiting.
         """
-        index = fp["index"]
-        others = [r for r in range(self.world_size) if r != self.rank]
-        keys = [protocol.fingerprint_key(r, index) for r in others]
-        store = self.wait_store
+        index, board = fp["index"], self.board
+        assert board is not None  # __init__ refuses --strict without one
+        value = digest(index, fp["op"], fp["shapes"], fp["dtypes"])
+        board.publish(index, value)
+        self.strict_stats["compared"] += 1
+        store = self.store
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                values = store.multi_get(keys)
-                break
-            except Exception:  # noqa: BLE001 - DistStoreError on timeout: see why
-                pass
-            if store.check(keys):
-                continue
-            missing = [r for r, k in zip(others, keys, strict=True) if not store.check([k])]
-            finished = [r for r in missing if store.check([protocol.result_key(r)])]
+        pending, differ = board.wait(index, value, self.peers, LATE_S)
+        if pending:
+            self.strict_stats["late"] += 1
+        while pending:
+            finished = [r for r in pending if store.check([protocol.result_key(r)])]
             if finished or store.check([protocol.stop_key()]) or time.monotonic() > deadline:
-                self._raise(index, {self.rank: fp}, missing, finished)
+                self._raise(index, {self.rank: fp}, pending, finished)
+            pending, more = board.wait(index, value, pending, LATE_S)
+            differ += more
+        if not differ:
+            return
+        self.strict_stats["via_store"] += 1
+        keys = [protocol.fingerprint_key(r, index) for r in self.peers]
         fps = {self.rank: fp}
-        for r, value in zip(others, values, strict=True):
-            fps[r] = protocol.decode(bytes(value))
+        # set before the peers' board entries, so these keys exist or are in flight
+        for r, raw in zip(self.peers, store.multi_get(keys), strict=True):
+            fps[r] = protocol.decode(bytes(raw))
         if first_difference(fps) is not None:
             self._raise(index, fps, [], [])
 
     def _raise(self, index: int, fps: dict[int, dict[str, Any]], missing: list[int],
                finished: list[int]) -> None:
-        self.wait_store.set(protocol.stop_key(), str(self.rank))
+        self.store.set(protocol.stop_key(), str(self.rank))
         lines = [f"rank {r}: {describe_collective(fps[r])}" for r in sorted(fps)]
         for r in missing:
             why = "finished without it" if r in finished else "did not reach it"

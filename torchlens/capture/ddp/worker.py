@@ -39,10 +39,6 @@ HEARTBEAT_S = 0.2
 # costs milliseconds instead of a 4 MiB x 4 run on the critical path.
 BANDWIDTH_SIZES = (1 << 12, 1 << 18)
 BANDWIDTH_REPS = 2
-# --strict blocks in multi_get for at most this long before it looks at why a
-# peer is late (finished, stopped, past --timeout): short, so a dead peer is
-# noticed quickly, long enough that the usual case is a single round trip.
-STRICT_POLL_S = 0.25
 
 
 def _env() -> dict[str, str | None]:
@@ -171,6 +167,8 @@ class Worker:
         if self.recorder is not None:
             self.result["collectives"] = self.recorder.records
             self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
+            if self.recorder.board is not None:
+                self.result["strict"] = dict(self.recorder.strict_stats)
         self.store.set(protocol.result_key(self.rank), protocol.encode(self.result))
         self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
@@ -244,19 +242,13 @@ class Worker:
 
         ddp_modules = _track_ddp()
         call = self._callable(job)
-        wait_store = None
+        board = None
         if job["strict"]:
-            # A connection of its own whose timeout bounds one blocking
-            # multi_get: the peers' fingerprints come back in the round trip
-            # that waits for them (no separate wait, no polling).
-            import torch.distributed as dist
+            from .board import FingerprintBoard
 
-            raw = dist.TCPStore(self.host, self.port, is_master=False,
-                                timeout=timedelta(seconds=30))  # connecting may be slow
-            raw.set_timeout(timedelta(seconds=STRICT_POLL_S))
-            wait_store = dist.PrefixStore(protocol.PREFIX, raw)
+            board = FingerprintBoard(job["board"], self.rank, self.world_size)
         rec = CollectiveRecorder(self.store, self.rank, self.world_size,
-                                 job["strict"], job["timeout_s"], wait_store=wait_store)
+                                 job["strict"], job["timeout_s"], board=board)
         self.recorder = rec
         steps = int(job["steps"])
         for step in range(steps):
