@@ -88,3 +88,9 @@ def inconsistent_env(rank, world_size):
     if rank == 1:
         os.environ["MASTER_PORT"] = "29501"  # e.g. a hard-coded launcher setting
     dist.all_reduce(torch.ones(4))
+
+
+def stops_early(rank, world_size):
+    dist.all_reduce(torch.ones(4))
+    if rank == 0:
+        dist.all_reduce(torch.ones(4))  # rank 1 returns without this one

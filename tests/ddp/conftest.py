@@ -39,6 +39,8 @@ def assert_clean(result_or_records) -> None:
     for pid in rec["pids"]:
         assert not group_alive(pid), f"process group {pid} of a worker is still alive"
     assert port_free(rec["port"]), f"store port {rec['port']} still in use"
+    if rec.get("board"):  # --strict's shared-memory file
+        assert not os.path.exists(rec["board"]), f"board file {rec['board']} left behind"
 
 
 @pytest.fixture

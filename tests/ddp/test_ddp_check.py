@@ -7,6 +7,7 @@ process group survives and the store port is free again.
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import pytest
@@ -24,8 +25,18 @@ def run(fn, **kw):
     kw.setdefault("steps", 1)
     kw.setdefault("timeout", 20)
     result = ddp_check(fn, world_size=2, live=False, **kw)
+    if kw.get("strict"):  # so that assert_clean's "board file removed" means something
+        assert result.records["board"], "--strict ran without a shared-memory board"
     assert_clean(result)
     return result
+
+
+def line_of(fn, text: str) -> str:
+    """``buggy.py:N`` of the line in ``fn`` that contains ``text``."""
+    lines, first = inspect.getsourcelines(fn)
+    hits = [first + i for i, line in enumerate(lines) if text in line]
+    assert len(hits) == 1, hits
+    return f"{inspect.getsourcefile(fn)}:{hits[0]}"
 
 
 def test_correct_ddp_step_passes_every_check(tmp_path):
@@ -38,6 +49,10 @@ def test_correct_ddp_step_passes_every_check(tmp_path):
     coll = result.collectives()
     assert {"allreduce", "broadcast"} <= set(coll["op"])  # DDP's own bucket all_reduce too
     assert (coll["line"].str.contains("buggy.py")).all()
+    for r in (0, 1):  # every comparison stayed in shared memory: no digest differed
+        stats = result.records["ranks"][r]["strict"]
+        assert stats["compared"] == len(result.records["fingerprints"][r]) > 0
+        assert stats["via_store"] == 0, stats
     html = (tmp_path / "r.html").read_text()
     assert "Checklist" in html and "bokeh" in html.lower()
     saved = load(result.save(str(tmp_path / "r.tlprof")))
@@ -61,6 +76,17 @@ def test_strict_names_the_mismatch_on_every_rank(fn, what):
         err = result.records["ranks"][r]["error"]
         assert err["type"] == "CollectiveMismatch"
         assert "collective #0" in err["message"] and f"rank {1 - r}:" in err["message"]
+    for r in (0, 1):  # each rank names both ranks' lines, its own and its peer's
+        err = result.records["ranks"][r]["error"]
+        assert err["diagnosis"]["index"] == 0 and err["diagnosis"]["missing"] == []
+        assert result.records["ranks"][r]["strict"]["via_store"] == 1
+        if what == "op":
+            assert (f"rank 0: #0 allreduce float32[4] at "
+                    f"{line_of(fn, 'dist.all_reduce(t)')}") in err["message"]
+            assert (f"rank 1: #0 broadcast float32[4] at "
+                    f"{line_of(fn, 'dist.broadcast(t')}") in err["message"]
+        else:
+            assert f"at {line_of(fn, 'dist.all_reduce(')}" in err["message"]
     if what == "op":
         assert item.details["ops"] == {0: "allreduce", 1: "broadcast"}
         assert "rank 0: #0 allreduce float32[4]" in item.evidence
@@ -84,6 +110,39 @@ def test_rank_skipping_a_collective():
     assert item.status == "failed"
     assert item.details["index"] == 0 and item.details["skipped"] == [1]
     assert "rank 1 skipped a collective" in item.evidence
+
+
+def test_strict_peer_that_finished_without_a_collective():
+    """Rank 1 never writes #1 on the board: rank 0 asks the store why, and says so."""
+    result = run(buggy.stops_early, strict=True, timeout=60)
+    err = result.records["ranks"][0]["error"]
+    assert err["type"] == "CollectiveMismatch"
+    assert "collective #1" in err["message"]
+    assert "rank 1: never issued collective #1 (finished without it)" in err["message"]
+    line = line_of(buggy.stops_early, "rank 1 returns without")
+    assert f"rank 0: #1 allreduce float32[4] at {line}" in err["message"]
+    assert result.records["ranks"][0]["strict"]["late"] >= 1
+    assert result.records["ranks"][1]["error"] is None
+    # named as soon as rank 1's result appeared, not when --timeout (60 s) ran out
+    issued = result.records["fingerprints"][0][1]["t"]
+    assert err["t"] - issued < 20
+    item = result.item("collective sequence")
+    assert item.status == "failed" and item.details["index"] == 1
+    assert item.details["missing"] == [1]
+    assert "rank 1: never issued collective #1 (it finished without it)" in item.evidence
+    assert result.records["outcome"] == "mismatch"
+
+
+@pytest.mark.slow
+def test_strict_hang_removes_the_board():
+    """A peer that never arrives: the run ends at --timeout and leaves no file."""
+    result = run(buggy.hangs, strict=True, timeout=3)
+    assert result.records["outcome"] in ("hang", "mismatch", "crashed")
+    err = result.records["ranks"][0]["error"] if result.records["ranks"][0] else None
+    if err is not None:  # --strict's own deadline fired before the hang detector
+        assert "rank 1: never issued collective #0 (did not reach it)" in err["message"]
+    else:
+        assert "rank 0 is stuck at or after #0 allreduce" in result.item("hang").evidence
 
 
 @pytest.mark.slow
