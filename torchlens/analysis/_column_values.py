@@ -189,24 +189,26 @@ def id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
         except OverflowError:
             pass
     codes: dict[str, int] = {}
-
-    def code(v: Any) -> int:
-        if type(v) is int:
-            return v
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-            return int(v)
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        key = "" if v is None else str(v)
-        if key not in codes:
-            codes[key] = -(len(codes) + 1)
-            labels[str(codes[key])] = key
-        return codes[key]
-
     distinct: dict[Any, int] = dict.fromkeys(values)  # type: ignore[assignment]
     for v in distinct:
-        distinct[v] = code(v)
+        distinct[v] = id_code(v, codes, labels)
     return np.fromiter(map(distinct.__getitem__, values), np.int64, len(values))
+
+
+def id_code(v: Any, codes: dict[str, int], labels: dict[str, str]) -> int:
+    """One pid/tid value as an int: numeric ids as themselves, any other id
+    (a name, or a missing id) as the next negative code, named in ``labels``."""
+    if type(v) is int:
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    key = "" if v is None else str(v)
+    if key not in codes:
+        codes[key] = -(len(codes) + 1)
+        labels[str(codes[key])] = key
+    return codes[key]
 
 
 def _compact(raw: msgspec.Raw | bytes) -> str | None:

@@ -1,0 +1,132 @@
+"""The last step of trace ingest, shared by its Python and native paths.
+
+Both paths hand over every column of docs/ARCHITECTURE.md already converted
+(text as codes into labels, numbers as numpy), with timestamps still absolute,
+categories still as written in the file and ``device``/``stream`` as raw
+``args`` values. ``finish`` does what depends on the whole table: the time
+origin, the normalized categories, which rows are GPU activity, and the
+metadata (process and thread names) of the ``M`` events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from torchlens.model import Table
+
+from ._kineto_schema import Event
+
+#: Kineto categories, old names and case variants -> the normalized name.
+CATEGORIES = {
+    c: c
+    for c in (
+        "cpu_op user_annotation gpu_user_annotation cuda_runtime cuda_driver "
+        "kernel gpu_memcpy gpu_memset cuda_sync cpu_instant_event "
+        "python_function ac2g fwdbwd trace overhead"
+    ).split()
+}
+CATEGORIES.update(
+    operator="cpu_op", runtime="cuda_runtime", memcpy="gpu_memcpy",
+    memset="gpu_memset",
+)
+#: Categories whose pid is a device and tid a stream.
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+ROW_PHASES = ("X", "i", "I", "s", "f", "t")
+FLOW_PHASES = ("s", "f", "t")
+KEPT_PHASES = frozenset(ROW_PHASES + ("M",))
+#: Column order of the events table (the same whichever path built it).
+ORDER = (
+    "name cat ph ts dur pid tid external_id correlation flow_id device stream "
+    "input_dims input_types call_stack flops bytes collective dtype pg_name "
+    "in_nelems out_nelems group_size addr mem_bytes total_allocated "
+    "total_reserved device_type device_id"
+).split()
+
+
+@dataclass
+class RawColumns:
+    """What a path hands to ``finish``: rows are the non-``M`` events."""
+
+    cols: dict[str, np.ndarray]
+    cats: dict[str, list[str]]
+    #: ``names[i]``: row i's name (only read for rows without a category)
+    names: Any
+    meta_events: list[Event]
+    pid_labels: dict[str, str] = field(default_factory=dict)
+    tid_labels: dict[str, str] = field(default_factory=dict)
+    unparsed: Counter = field(default_factory=Counter)
+
+
+def finish(raw: RawColumns) -> tuple[Table, dict[str, Any]]:
+    """The events table and its meta from one path's converted columns."""
+    cols, cats = dict(raw.cols), dict(raw.cats)
+    ts_abs = cols["ts"]
+    t0 = float(np.nanmin(ts_abs))
+    cols["ts"] = ts_abs - t0
+    cat_codes, cat_labels = cols["cat"], cats["cat"]
+    cols["cat"], cats["cat"] = _normalize_categories(cat_codes, cat_labels, raw.names)
+    gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
+    is_gpu = np.isin(cols["cat"], gpu_codes)
+    device, stream = cols["device"], cols["stream"]
+    cols["device"] = np.where(is_gpu, np.where(device >= 0, device, cols["pid"]), -1)
+    cols["stream"] = np.where(is_gpu, np.where(stream >= 0, stream, cols["tid"]), -1)
+
+    meta: dict[str, Any] = {"t0_us": t0, "pid_labels": raw.pid_labels,
+                            "tid_labels": raw.tid_labels}
+    meta.update(_metadata(raw.meta_events, raw.pid_labels, raw.tid_labels))
+    meta["unparsed_values"] = dict(raw.unparsed)
+    counts = np.bincount(cat_codes[cat_codes >= 0], minlength=len(cat_labels))
+    meta["raw_categories"] = {
+        lab: int(c) for lab, c in zip(cat_labels, counts.tolist(), strict=True)
+        if lab.lower() not in CATEGORIES
+    }
+    table = Table({k: cols[k] for k in ORDER}, {k: cats[k] for k in ORDER if k in cats})
+    return table, meta
+
+
+def _normalize_categories(
+    codes: np.ndarray, labels: list[str], names: Any
+) -> tuple[np.ndarray, list[str]]:
+    """Map raw categories to the normalized set; unknown ones become ``other``.
+
+    An event without a category is a memory instant if named ``[memory]``
+    (older exports), else ``other``.
+    """
+    normalized = [CATEGORIES.get(lab.lower(), "other") for lab in labels]
+    out_labels = sorted(set(normalized) | {"other", "cpu_instant_event"})
+    lut = np.asarray([out_labels.index(c) for c in normalized] + [-1], np.int32)
+    out = lut[codes]  # code -1 picks the trailing -1
+    missing = np.flatnonzero(out < 0)
+    if len(missing):
+        mem, other = out_labels.index("cpu_instant_event"), out_labels.index("other")
+        out[missing] = [mem if names[i] == "[memory]" else other for i in missing]
+    return out, out_labels
+
+
+def _metadata(meta_events: list[Event], pid_labels: dict[str, str],
+              tid_labels: dict[str, str]) -> dict[str, Any]:
+    """Process and thread names (and process labels such as ``GPU 0``)."""
+    inverse_pid = {v: int(k) for k, v in pid_labels.items()}
+    inverse_tid = {v: int(k) for k, v in tid_labels.items()}
+
+    def key(v: Any, inverse: dict[str, int]) -> str:
+        return str(v if isinstance(v, int) else inverse.get(str(v), v))
+
+    process_names: dict[str, str] = {}
+    process_labels: dict[str, str] = {}
+    thread_names: dict[str, str] = {}
+    for e in meta_events:
+        a = e.args
+        pid = key(e.pid, inverse_pid)
+        if e.name == "process_name" and a.meta_name is not None:
+            process_names[pid] = str(a.meta_name)
+        elif e.name == "process_labels" and a.labels is not None:
+            process_labels[pid] = str(a.labels)
+        elif e.name == "thread_name" and a.meta_name is not None:
+            thread_names[f"{pid}:{key(e.tid, inverse_tid)}"] = str(a.meta_name)
+    return {"process_names": process_names, "process_labels": process_labels,
+            "thread_names": thread_names}
