@@ -275,3 +275,12 @@ def test_events_with_odd_values_are_counted_not_fatal():
     trace = ingest_bytes(json.dumps(doc).encode(), "odd.json")
     assert list(trace.events.text("name")) == ["ok"]
     assert trace.meta["dropped"] == {"malformed event": 1, "no usable ts": 1}
+
+
+def test_an_id_beyond_64_bits_is_counted_not_fatal():
+    event = {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1.0,
+             "args": {"Addr": 2**64 + 1, "Bytes": 64}}
+    trace = ingest_bytes(json.dumps({"traceEvents": [event]}).encode(), "t")
+    assert trace.meta["unparsed_values"] == {"addr": 1}
+    assert trace.events.columns["addr"].tolist() == [-1]
+    assert trace.events.columns["mem_bytes"].tolist() == [64]

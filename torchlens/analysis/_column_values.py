@@ -128,17 +128,18 @@ def _int_values(values: list[Any], default: int, name: str,
         pass
     out = []
     for v in values:
-        if type(v) is int:
-            out.append(v)
-        elif v is None:
+        if v is None:
             out.append(default)
-        else:
-            parsed = _to_int(v)
-            if parsed is None:
-                unparsed[name] += 1
-                parsed = default
-            out.append(parsed)
+            continue
+        parsed = v if type(v) is int else _to_int(v)
+        if parsed is None or not _INT64_MIN <= parsed <= _INT64_MAX:
+            unparsed[name] += 1  # e.g. an id beyond 64 bits: counted, not fatal
+            parsed = default
+        out.append(parsed)
     return np.asarray(out, dtype=np.int64)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _to_int(v: Any) -> int | None:
