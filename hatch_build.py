@@ -28,7 +28,7 @@ class NativeScannerHook(BuildHookInterface):
             return
         root = Path(self.root)
         cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-        cmd = [*shlex.split(cc), "-O2", "-shared", "-fPIC",
+        cmd = [*shlex.split(cc), "-O3", "-shared", "-fPIC",
                "-o", str(root / LIBRARY), str(root / SOURCE)]
         try:
             subprocess.run(cmd, check=True, capture_output=True, text=True)

@@ -87,8 +87,7 @@ def native_columns(data: bytes) -> tuple[RawColumns, KinetoTrace] | None:
             return None
         scan = _copy_out(handle, _LIB.tl_rows(handle))
         n_top = _LIB.tl_top_count(handle)
-        top = (np.ctypeslib.as_array(_LIB.tl_top(handle), shape=(n_top, 4)).tolist()
-               if n_top else [])
+        top = _copy(_LIB.tl_top(handle), 4 * n_top, np.int64).reshape(-1, 4).tolist()
     finally:
         _LIB.tl_free(handle)
     try:
@@ -101,12 +100,16 @@ def native_columns(data: bytes) -> tuple[RawColumns, KinetoTrace] | None:
     return (columns, rest) if columns is not None else None
 
 
-def _copy_out(handle: int, n: int) -> dict[str, Any]:
-    def arr(ptr: Any, size: int, dtype: Any) -> np.ndarray:
-        if size == 0:
-            return np.empty(0, dtype)
-        return np.ctypeslib.as_array(ptr, shape=(size,)).astype(dtype, copy=True)
+def _copy(ptr: Any, size: int, dtype: Any) -> np.ndarray:
+    """One copy out of the scanner's buffer (freed right after)."""
+    out = np.empty(size, dtype)
+    if size:
+        ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
+    return out
 
+
+def _copy_out(handle: int, n: int) -> dict[str, Any]:
+    arr = _copy
     out: dict[str, Any] = {"n": n, "text": {}, "int": {}, "float": {}}
     for k, name in enumerate(_TEXT):
         count = _LIB.tl_text_count(handle, k)
@@ -114,8 +117,7 @@ def _copy_out(handle: int, n: int) -> dict[str, Any]:
             arr(_LIB.tl_text(handle, k), n, np.int32) if count else np.full(n, -1, np.int32),
             arr(_LIB.tl_text_off(handle, k), count, np.int64),
             arr(_LIB.tl_text_len(handle, k), count, np.int64),
-            arr(ctypes.cast(_LIB.tl_text_tag(handle, k), ctypes.POINTER(ctypes.c_uint8)),
-                count, np.uint8),
+            arr(_LIB.tl_text_tag(handle, k), count, np.uint8),
         )
     # A column no event set is not copied: its mask is all False.
     unset = np.zeros(n, bool)
