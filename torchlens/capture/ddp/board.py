@@ -20,6 +20,15 @@ not rest on that: the digest mixes in the index, so a stale or torn digest
 reads as a difference, and every difference is checked again against the
 full fingerprints in the store before anything is reported.
 
+Waiting: a rank whose peer has not written yet blocks in ``select`` on its
+own wake FIFO (in the launcher's private temp dir), and every rank, after
+writing an entry, puts a byte in each peer's FIFO. The waiter drains its FIFO
+before it looks at the board one last time and blocks, so a wake-up cannot be
+lost (the write syscall comes after the entry's stores). Measured on the
+2-core machine: spinning (even with ``sched_yield``) or napping made the
+late peer later, since the waiter took the CPU the peer needed or slept past
+its arrival.
+
 Why not ``multiprocessing.shared_memory``: on Python 3.11 its resource
 tracker also tracks segments that other processes merely attach to, and
 unlinks or warns about them when those processes exit.
@@ -31,6 +40,7 @@ import contextlib
 import hashlib
 import mmap
 import os
+import select
 import struct
 import tempfile
 import time
@@ -39,25 +49,29 @@ from typing import Any
 RING = 4
 ENTRY = struct.Struct("QQ")  # native: aligned 8-byte stores and loads
 RANK_BYTES = 64  # one cache line per rank: a writer does not disturb other ranks' lines
-SPIN_S = 50e-6  # peers usually arrive within tens of microseconds of each other
-FIRST_NAP_S = 50e-6
-MAX_NAP_S = 500e-6  # bounds how late a waiting rank notices a peer that was slow
 
 
-def create(world_size: int, fallback_dir: str) -> str:
-    """A zeroed board file for ``world_size`` ranks (mode 0600); returns its path.
+def create(world_size: int, tmpdir: str) -> dict[str, Any]:
+    """A zeroed board file (mode 0600) and one wake FIFO per rank.
 
-    ``/dev/shm`` keeps it in memory; elsewhere the launcher's private temp
-    dir does (the file is tiny and its pages stay in the page cache).
+    The file goes to ``/dev/shm`` when it exists (in memory), else to
+    ``tmpdir``, the launcher's private temp dir, where the FIFOs always go.
+    Returns what a worker needs to attach: ``{"file": ..., "wake": [...]}``.
     """
+    wake = [os.path.join(tmpdir, f"wake-rank{r}") for r in range(world_size)]
+    for fifo in wake:  # first: if this fails, there is no file outside tmpdir to leak
+        os.mkfifo(fifo, 0o600)
     shm = "/dev/shm"
-    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else fallback_dir
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tmpdir
     fd, path = tempfile.mkstemp(prefix="torchlens-ddp-", suffix=".board", dir=where)
     try:
         os.ftruncate(fd, world_size * RANK_BYTES)
+    except BaseException:
+        remove(path)
+        raise
     finally:
         os.close(fd)
-    return path
+    return {"file": path, "wake": wake}
 
 
 def remove(path: str) -> None:
@@ -76,10 +90,16 @@ def digest(index: int, op: str, shapes: Any, dtypes: Any) -> int:
 class FingerprintBoard:
     """One rank's view of the mapped board: publish own digests, wait for peers'."""
 
-    def __init__(self, path: str, rank: int, world_size: int) -> None:
-        with open(path, "r+b") as fh:
+    def __init__(self, spec: dict[str, Any], rank: int, world_size: int) -> None:
+        with open(spec["file"], "r+b") as fh:
             self.map = mmap.mmap(fh.fileno(), world_size * RANK_BYTES)
         self.rank, self.world_size = rank, world_size
+        # O_RDWR on a FIFO never blocks and never fails for want of a reader
+        # (Linux), and holding the own FIFO open for writing means select never
+        # sees an end-of-file when peers close theirs.
+        self.wake = [os.open(path, os.O_RDWR | os.O_NONBLOCK) for path in spec["wake"]]
+        self.own = self.wake[rank]
+        self.peer_wake = [fd for r, fd in enumerate(self.wake) if r != rank]
 
     @staticmethod
     def _offset(rank: int, index: int) -> int:
@@ -90,41 +110,55 @@ class FingerprintBoard:
         # digest first, tag second: the tag is what peers wait for (see module doc)
         struct.pack_into("Q", self.map, off + 8, value)
         struct.pack_into("Q", self.map, off, index + 1)
+        for fd in self.peer_wake:
+            try:
+                os.write(fd, b"\0")
+            except BlockingIOError:  # full: the peer has wake-ups pending anyway
+                pass
+
+    def _look(self, index: int, value: int, pending: list[int],
+              differ: list[int]) -> list[int]:
+        """Peers of ``pending`` still absent; those whose digest differs go to ``differ``."""
+        tag = index + 1
+        waiting = []
+        for r in pending:
+            off = self._offset(r, index)
+            seen, other = ENTRY.unpack_from(self.map, off)
+            if seen == tag and other != value:
+                seen, other = ENTRY.unpack_from(self.map, off)  # a digest in flight
+            if seen < tag:
+                waiting.append(r)
+            elif seen != tag or other != value:
+                differ.append(r)
+        return waiting
 
     def wait(self, index: int, value: int, peers: list[int],
              budget_s: float) -> tuple[list[int], list[int]]:
         """Wait up to ``budget_s`` for ``peers``' entries of ``index``.
 
-        Returns (peers still absent, peers whose digest differs). Spins with
-        ``sched_yield`` first, then naps that grow to ``MAX_NAP_S``, so a
-        long wait (a peer still computing) costs little CPU.
+        Returns (peers still absent, peers whose digest differs).
         """
-        tag = index + 1
-        pending, differ = list(peers), []
-        now = time.perf_counter()
-        spin_until, end, nap = now + SPIN_S, now + budget_s, FIRST_NAP_S
+        differ: list[int] = []
+        pending = self._look(index, value, peers, differ)
+        if not pending:
+            return [], differ
+        end = time.monotonic() + budget_s
         while True:
-            waiting = []
-            for r in pending:
-                off = self._offset(r, index)
-                seen, other = ENTRY.unpack_from(self.map, off)
-                if seen == tag and other != value:
-                    seen, other = ENTRY.unpack_from(self.map, off)  # a digest in flight
-                if seen < tag:
-                    waiting.append(r)
-                elif seen != tag or other != value:
-                    differ.append(r)
-            pending = waiting
-            if not pending:
-                return [], differ
-            now = time.perf_counter()
-            if now >= end:
+            self._drain()  # before the last look: a byte written after it wakes select
+            pending = self._look(index, value, pending, differ)
+            left = end - time.monotonic()
+            if not pending or left <= 0:
                 return pending, differ
-            if now < spin_until:
-                os.sched_yield()
-            else:
-                time.sleep(nap)
-                nap = min(2 * nap, MAX_NAP_S)
+            select.select([self.own], [], [], left)
+
+    def _drain(self) -> None:
+        try:
+            while len(os.read(self.own, 4096)) == 4096:
+                pass
+        except BlockingIOError:  # empty
+            pass
 
     def close(self) -> None:
+        for fd in self.wake:
+            os.close(fd)
         self.map.close()

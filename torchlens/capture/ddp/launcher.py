@@ -103,12 +103,14 @@ class DdpLauncher:
             # Heartbeat keys exist from the start so the monitor reads them all
             # with one multi_get (it would block on a missing key).
             tl.multi_set([protocol.heartbeat_key(r) for r in range(n)], [b""] * n)
+            spec = None
             if self.options.strict:
-                self.board_path = board.create(n, self.tmpdir)
+                spec = board.create(n, self.tmpdir)
+                self.board_path = spec["file"]
             self._spawn()
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
-            tl.set(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=self.board_path)))
+            tl.set(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=spec)))
             outcome = self._monitor(tl)
         except KeyboardInterrupt:  # the caller shows what was seen, then re-raises
             interrupted = True
