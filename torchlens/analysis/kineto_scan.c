@@ -170,7 +170,7 @@ static int32_t intern_key(Scan *s, int col, const char *p, int64_t n, char tag) 
 static int add_row(Scan *s) {
     if (s->rows == s->cap) {
         /* Kineto writes 150-300 bytes per event: start near the final size. */
-        int64_t cap = s->cap ? s->cap * 2 : 4096 + s->size / 256;
+        int64_t cap = s->cap ? s->cap * 2 : 256 + s->size / 192;
         for (int k = 0; k < N_TEXT; k++) {
             void *p = realloc(s->text[k], (size_t)cap * sizeof(int32_t));
             if (!p) return -1;
