@@ -1,6 +1,8 @@
 """Trace ingest: torchlens vs HolisticTraceAnalysis on every shared trace (issue 2).
 
-Each side runs in its own fresh subprocess per trace, so peak memory
+torchlens is timed twice: with its C scanner (the default when it was built)
+and with the Python reader alone (``TORCHLENS_NO_NATIVE=1``, what a machine
+without a C compiler gets). Each side runs in its own fresh subprocess per trace, so peak memory
 (``ru_maxrss``) is that side's alone. Timed: parse the file and build an op
 table (torchlens: ``load_trace`` + ``op_table``; HTA: ``TraceAnalysis`` on a
 folder holding just that trace, then a per-name groupby of its events, the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ _CHILD = r"""
 import gc, json, resource, sys, time, logging
 side, path, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
 logging.disable(logging.CRITICAL)
-if side == "torchlens":
+if side.startswith("torchlens"):
     from torchlens.analysis.trace_ingest import load_trace
     from torchlens.analysis.ops import op_table
     def run():
@@ -54,11 +57,15 @@ print(json.dumps({"s": dt, "peak_mb": peak / 1024, "base_mb": base / 1024, "rows
 
 
 def measure(side: str, trace: Path) -> dict:
-    """Best time and its memory over one fresh process per repeat."""
+    """Time and memory of one fresh process."""
+    env = dict(os.environ)
+    env.pop("TORCHLENS_NO_NATIVE", None)
+    if side == "torchlens-py":
+        env["TORCHLENS_NO_NATIVE"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, side, str(trace), tmp],
-            capture_output=True, text=True, cwd=REPO, timeout=900,
+            capture_output=True, text=True, cwd=REPO, timeout=900, env=env,
         )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -70,29 +77,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    from torchlens.analysis._kineto_native import available
+
+    print(f"C scanner built: {available()}")
     files = sorted(p for p in TRACES.glob("*.json.gz"))
-    print(f"{'trace':42} {'MB':>5} | {'torchlens s':>11} {'HTA s':>8} {'x faster':>8} "
-          f"| {'TL peak/+MB':>13} {'HTA peak/+MB':>14}")
-    total = {"torchlens": 0.0, "hta": 0.0}
+    sides = ("torchlens", "torchlens-py", "hta")
+    print(f"{'trace':40} {'MB':>5} | {'TL s':>7} {'TL-py s':>8} {'HTA s':>7} "
+          f"{'x vs HTA':>8} {'py/C':>5} | {'TL peak/+MB':>12} {'HTA peak/+MB':>13}")
+    total = dict.fromkeys(sides, 0.0)
     for trace in files:
         best: dict[str, dict] = {}
-        for side in ("torchlens", "hta"):
+        for side in sides:
             runs = [measure(side, trace) for _ in range(args.repeat)]
             ok = [r for r in runs if "error" not in r]
             best[side] = min(ok, key=lambda r: r["s"]) if ok else runs[0]
         size = trace.stat().st_size / 1e6
-        tl, hta = best["torchlens"], best["hta"]
-        if "error" in hta or "error" in tl:
-            print(f"{trace.name:42} {size:5.2f} | torchlens: {tl.get('error', 'ok')} "
-                  f"| HTA: {hta.get('error', 'ok')}")
+        tl, py, hta = (best[s] for s in sides)
+        if any("error" in r for r in (tl, py, hta)):
+            print(f"{trace.name:40} {size:5.2f} | " + " | ".join(
+                f"{s}: {best[s].get('error', 'ok')}" for s in sides))
             continue
-        total["torchlens"] += tl["s"]
-        total["hta"] += hta["s"]
-        print(f"{trace.name:42} {size:5.2f} | {tl['s']:11.3f} {hta['s']:8.3f} "
-              f"{hta['s'] / tl['s']:8.1f} | {tl['peak_mb']:6.0f}/{tl['peak_mb'] - tl['base_mb']:<6.0f}"
-              f" {hta['peak_mb']:7.0f}/{hta['peak_mb'] - hta['base_mb']:<6.0f}")
-    print(f"{'total (traces both read)':42} {'':5} | {total['torchlens']:11.3f} "
-          f"{total['hta']:8.3f} {total['hta'] / max(total['torchlens'], 1e-9):8.1f}")
+        for side in sides:
+            total[side] += best[side]["s"]
+        print(f"{trace.name:40} {size:5.2f} | {tl['s']:7.3f} {py['s']:8.3f} {hta['s']:7.3f} "
+              f"{hta['s'] / tl['s']:8.1f} {py['s'] / tl['s']:5.1f} | "
+              f"{tl['peak_mb']:5.0f}/{tl['peak_mb'] - tl['base_mb']:<6.0f} "
+              f"{hta['peak_mb']:6.0f}/{hta['peak_mb'] - hta['base_mb']:<6.0f}")
+    t = total
+    print(f"{'total (traces all sides read)':40} {'':5} | {t['torchlens']:7.3f} "
+          f"{t['torchlens-py']:8.3f} {t['hta']:7.3f} "
+          f"{t['hta'] / max(t['torchlens'], 1e-9):8.1f} "
+          f"{t['torchlens-py'] / max(t['torchlens'], 1e-9):5.1f}")
 
 
 if __name__ == "__main__":
