@@ -50,7 +50,7 @@ def body(steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def overhead(rounds: int = 7, steps: int = 300) -> tuple[float, float]:
+def overhead(rounds: int = 15, steps: int = 300) -> tuple[float, float]:
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext torchlens")
     shell.user_ns.update(body=body, steps=steps)
@@ -110,9 +110,12 @@ def _latency_peer(steps: int) -> float:
 
 
 def main() -> None:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    from torchlens.analysis._kineto_native import available
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"C trace scanner: {available()}")
     ours, bare = overhead()
-    print("\nOverhead: cell of 300 small train steps, median of 7 rounds")
+    print("\nOverhead: cell of 300 small train steps, median of 15 rounds")
     print(f"  %%torchprof            {ours * 1e3:8.1f} ms")
     print(f"  bare torch.profiler    {bare * 1e3:8.1f} ms")
     print(f"  ratio                  {ours / bare:8.3f}x   (target <= 1.05x)")
