@@ -11,14 +11,19 @@ step pays under torchrun too.
 
 The machine is shared, so floor and check alternate within each repeat (the
 ratio is per repeat; the best ratio and the median are printed), and the
-per-collective overhead is measured inside one check: blocks of calls with the
-recorder's dispatch mode switched off alternate with blocks under it, on the
-same ranks, and the median block is kept.
+per-collective figures come from one ``--strict`` check: on the same two
+ranks, blocks of all_reduces alternate between no checks (the recorder's
+dispatch mode switched off), recorded (the recorder with ``strict`` off),
+``--strict`` and a second process group created under
+``set_debug_level(DETAIL)`` (gloo wrapped as ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
+does); the median block of each kind is kept. The DETAIL figure of two
+separate bare runs (environment variable set at start) is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -94,36 +99,57 @@ def op_mismatch(rank, world_size):
         dist.broadcast(t, src=0)
 
 
-def many_collectives(rank, world_size, n=300, block=20):
-    """(seconds per all_reduce without checks, with them): alternating blocks.
+KINDS = ("no checks", "recorded", "--strict", "DETAIL group")
 
-    ``_disable_current_modes`` takes the recorder off the dispatch stack for
-    the plain blocks, so both figures come from the same processes, the same
-    gloo pairs and the same moments of machine load. Both ranks run the same
-    schedule, so every block is matched across ranks.
+
+def many_collectives(rank, world_size, n=300, block=20):
+    """Seconds per all_reduce for each of ``KINDS``, from alternating blocks.
+
+    Runs under a --strict check: the recorder is the current dispatch mode,
+    and flipping its ``strict`` flag between blocks gives recorded and
+    --strict on the same processes, gloo pairs and moments of machine load.
+    Both ranks run the same schedule, so every block is matched across ranks.
     """
     import statistics
     import time
 
     import torch
     import torch.distributed as dist
-    from torch.utils._python_dispatch import _disable_current_modes
+    from torch.distributed import DebugLevel, get_debug_level, set_debug_level
+    from torch.utils._python_dispatch import (
+        _disable_current_modes,
+        _get_current_dispatch_mode,
+    )
 
+    rec = _get_current_dispatch_mode()
+    assert rec is not None and rec.board is not None, "run under ddp_check(strict=True)"
+    with _disable_current_modes():
+        before = get_debug_level()
+        set_debug_level(DebugLevel.DETAIL)  # only the group created now is wrapped
+        try:
+            detail = dist.new_group(list(range(world_size)))
+        finally:
+            set_debug_level(before)
     t = torch.ones(4)
-    for _ in range(10):
-        dist.all_reduce(t)
-    plain, checked = [], []
-    for _ in range(max(1, n // block)):
-        with _disable_current_modes():
-            start = time.perf_counter()
-            for _ in range(block):
-                dist.all_reduce(t)
-            plain.append((time.perf_counter() - start) / block)
+
+    def timed(group=None):
         start = time.perf_counter()
         for _ in range(block):
-            dist.all_reduce(t)
-        checked.append((time.perf_counter() - start) / block)
-    return statistics.median(plain), statistics.median(checked)
+            dist.all_reduce(t, group=group)
+        return (time.perf_counter() - start) / block
+
+    for _ in range(10):
+        dist.all_reduce(t)
+    times = {k: [] for k in KINDS}
+    for _ in range(max(1, n // block)):
+        with _disable_current_modes():
+            times["no checks"].append(timed())
+            times["DETAIL group"].append(timed(detail))
+        rec.strict = False
+        times["recorded"].append(timed())
+        rec.strict = True
+        times["--strict"].append(timed())
+    return tuple(statistics.median(times[k]) for k in KINDS)
 
 
 def check(fn, **kw):
@@ -176,17 +202,33 @@ def main() -> None:
     _, loose = check(op_mismatch, steps=1, timeout=3)
     print(f"mismatch -> diagnosis, no --strict, --timeout 3: {to_diagnosis(loose):.2f} s")
     n = args.collectives
+    print(f"per all_reduce float32[4] (rank 0): {args.repeat} --strict runs; in each, "
+          f"alternating blocks of 20, median of {n // 20} blocks per kind; "
+          "(+ms, ratio) vs no checks of the same run:")
+    runs = []
+    for i in range(args.repeat):
+        _, r = check(functools.partial(many_collectives, n=n), steps=1, strict=True)
+        returned = r.records["ranks"][0]["steps"][0]["returned"]
+        per = dict(zip(KINDS, (float(v) for v in returned.strip("()").split(",")),
+                       strict=True))
+        runs.append(per)
+        base = per["no checks"]
+        cells = [f"no checks {base * 1e3:.3f} ms"] + [
+            f"{kind} {per[kind] * 1e3:.3f} ({(per[kind] - base) * 1e3:+.3f}, "
+            f"{per[kind] / base:.2f}x)" for kind in KINDS[1:]]
+        print(f"  run {i + 1}: " + " | ".join(cells) + f"  comparisons (rank 0): "
+              f"{r.records['ranks'][0].get('strict')}  load {os.getloadavg()[0]:.2f}",
+              flush=True)
+    for kind in KINDS[1:]:
+        added = [(p[kind] - p["no checks"]) * 1e3 for p in runs]
+        print(f"  {kind:<13} adds median {statistics.median(added):+.3f} ms "
+              f"(runs: {', '.join(f'{a:+.3f}' for a in added)})")
+    extra = [(p["--strict"] - p["recorded"]) * 1e3 for p in runs]
+    print(f"  --strict over recorded: median {statistics.median(extra):+.3f} ms")
     per_bare = bare(n)[1]
     per_detail = bare(n, detail=True)[1]
-    print(f"per all_reduce (float32[4], rank 0), same-run blocks of 20, median of {n // 20}:")
-    for strict_flag in (False, True):
-        _, r = check(many_collectives, steps=1, strict=strict_flag)
-        returned = r.records["ranks"][0]["steps"][0]["returned"]
-        off, on = (float(v) for v in returned.strip("()").split(","))
-        label = "--strict (publish, wait, compare)" if strict_flag else "recorded (%ddp_check)"
-        print(f"  {label:<34} {off * 1e3:.3f} ms -> {on * 1e3:.3f} ms  (+{(on - off) * 1e3:.3f})")
     print(f"separate runs: bare {per_bare * 1e3:.3f} ms, TORCH_DISTRIBUTED_DEBUG=DETAIL "
-          f"{per_detail * 1e3:.3f} ms  (+{(per_detail - per_bare) * 1e3:.3f})")
+          f"{per_detail * 1e3:.3f} ms  ({(per_detail - per_bare) * 1e3:+.3f})")
     print(f"load average {os.getloadavg()}")
 
 

@@ -3,8 +3,8 @@
 Every rank of a %ddp_check is a process the launcher spawned on this host, so
 they can all map one small file (in ``/dev/shm`` when it exists). Going
 through the kernel-hosted TCPStore instead costs a round trip through the
-kernel process per collective (about 2 ms on a loaded 2-core machine); a look
-at a mapped page costs microseconds.
+kernel process per collective (--strict added about 2 ms per all_reduce that
+way on the shared 2-core machine); a look at a mapped page costs microseconds.
 
 Layout: one 64-byte line per rank, holding a ring of ``RING`` entries, each
 ``(tag, digest)`` as native 64-bit words; the entry of collective ``i`` is
