@@ -94,3 +94,12 @@ def stops_early(rank, world_size):
     dist.all_reduce(torch.ones(4))
     if rank == 0:
         dist.all_reduce(torch.ones(4))  # rank 1 returns without this one
+
+
+def last_rank_diverges(rank, world_size):
+    t = torch.ones(4)
+    dist.all_reduce(t)  # every rank agrees on #0
+    if rank == world_size - 1:
+        dist.broadcast(t, src=0)  # the last rank alone broadcasts at #1
+    else:
+        dist.all_reduce(t)

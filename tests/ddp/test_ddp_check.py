@@ -1,4 +1,4 @@
-"""%ddp_check end to end: real spawned ranks, gloo on CPU, 2 ranks.
+"""%ddp_check end to end: real spawned ranks, gloo on CPU, 2 ranks (3 in two tests).
 
 Each buggy function asserts what the user is told (rank, collective index,
 op) and, via ``no_leftovers`` and ``assert_clean``, that no worker process or
@@ -21,10 +21,10 @@ from .conftest import assert_clean
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
-def run(fn, **kw):
+def run(fn, world_size=2, **kw):
     kw.setdefault("steps", 1)
     kw.setdefault("timeout", 20)
-    result = ddp_check(fn, world_size=2, live=False, **kw)
+    result = ddp_check(fn, world_size=world_size, live=False, **kw)
     if kw.get("strict"):  # so that assert_clean's "board file removed" means something
         assert result.records["board"], "--strict ran without a shared-memory board"
     assert_clean(result)
@@ -196,3 +196,26 @@ def test_inconsistent_env():
     item = result.item("environment")
     assert item.status == "failed"
     assert "MASTER_PORT differs" in item.evidence and "rank 1=29501" in item.evidence
+
+
+@pytest.mark.slow
+def test_three_ranks_correct_step_passes_every_check():
+    result = run(buggy.correct_step, world_size=3, steps=2, strict=True, timeout=60)
+    status = {i.name: i.status for i in result.checklist}
+    assert status == {name: "passed" for name in status}, result.checklist
+    assert len(result.records["ranks"]) == 3 and all(result.records["ranks"])
+    for r in (0, 1, 2):
+        assert result.records["ranks"][r]["strict"]["via_store"] == 0
+
+
+@pytest.mark.slow
+def test_three_ranks_only_the_last_diverges_and_is_named_on_every_rank():
+    result = run(buggy.last_rank_diverges, world_size=3, strict=True, timeout=60)
+    item = result.item("collective sequence")
+    assert item.status == "failed" and item.details["index"] == 1
+    assert item.details["ops"] == {0: "allreduce", 1: "allreduce", 2: "broadcast"}
+    line = line_of(buggy.last_rank_diverges, "the last rank alone broadcasts")
+    for r in (0, 1, 2):
+        err = result.records["ranks"][r]["error"]
+        assert err["type"] == "CollectiveMismatch" and "collective #1" in err["message"]
+        assert f"rank 2: #1 broadcast float32[4] at {line}" in err["message"]
