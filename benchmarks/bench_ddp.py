@@ -88,6 +88,28 @@ def correct_step(rank, world_size):
     return model.module
 
 
+def correct_gloo_step(rank, world_size):
+    """A correct data-parallel step without DDP: gradients averaged by all_reduce.
+
+    The issue's floor has no DDP in it, and ``DDP.__init__`` alone imports
+    torch._dynamo (seconds on this machine); this step measures the check
+    against that floor with nothing but gloo in the user's code.
+    """
+    import torch
+    import torch.distributed as dist
+
+    model = torch.nn.Linear(8, 4)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(16, 8) + rank).pow(2).mean().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+    opt.step()
+    return model
+
+
 def op_mismatch(rank, world_size):
     import torch
     import torch.distributed as dist
@@ -178,11 +200,14 @@ def main() -> None:
     rows = []
     for _ in range(args.repeat):  # interleaved: each ratio compares neighbours in time
         floor = bare()[0]
+        gloo, result = check(correct_gloo_step, steps=1)
+        assert result.ok, result.checklist  # the whole checklist ran and passed
         plain = check(correct_step, steps=1)[0]
         floor_ddp = bare(ddp_step=True)[0]
         full = check(correct_step, steps=2, strict=True)[0]
-        rows.append((floor, plain, floor_ddp, full))
-        print(f"  repeat: floor {floor:.2f} s, check {plain:.2f} s ({plain / floor:.2f}x), "
+        rows.append((floor, plain, floor_ddp, full, gloo))
+        print(f"  repeat: floor {floor:.2f} s, gloo step {gloo:.2f} s ({gloo / floor:.2f}x), "
+              f"DDP step {plain:.2f} s ({plain / floor:.2f}x), "
               f"floor+DDP {floor_ddp:.2f} s ({plain / floor_ddp:.2f}x), "
               f"--steps 2 --strict {full:.2f} s ({full / floor:.2f}x)  "
               f"load {os.getloadavg()[0]:.2f}", flush=True)
@@ -193,6 +218,8 @@ def main() -> None:
 
     print(f"floor (spawn 2 + gloo init + 1 all_reduce): best {min(r[0] for r in rows):.2f} s")
     print(f"floor + DDP step (imports torch._dynamo):    best {min(r[2] for r in rows):.2f} s")
+    print(f"checklist, correct gloo step (no DDP):       best {min(r[4] for r in rows):.2f} s  "
+          f"vs floor {stat(4, 0)}")
     print(f"checklist, correct DDP step, --steps 1:      best {min(r[1] for r in rows):.2f} s  "
           f"vs floor {stat(1, 0)}; vs floor+DDP {stat(1, 2)}")
     print(f"checklist, --steps 2 --strict:               best {min(r[3] for r in rows):.2f} s  "

@@ -219,3 +219,11 @@ def test_three_ranks_only_the_last_diverges_and_is_named_on_every_rank():
         err = result.records["ranks"][r]["error"]
         assert err["type"] == "CollectiveMismatch" and "collective #1" in err["message"]
         assert f"rank 2: #1 broadcast float32[4] at {line}" in err["message"]
+
+
+def test_lazy_torch_dynamo_import_is_not_a_hang():
+    """DDP.__init__ imports torch._dynamo (2-3 s on this machine, no op runs):
+    with --timeout 1.5 that is still progress, because modules keep loading."""
+    result = run(buggy.correct_step, timeout=1.5)
+    assert result.item("hang").status == "passed", result.item("hang").evidence
+    assert result.ok, result.checklist

@@ -27,7 +27,7 @@ from bokeh.plotting import figure
 FLUSH_S = 0.4  # at least twice a second
 ROLLOVER = 5000  # points kept per source in the live view
 PHASE_COLORS = {"init": "#bbbbbb", "starting": "#bbbbbb", "comm_check": "#9ecae1",
-                "preload": "#dddddd", "step": "#74c476", "checksums": "#fdae6b",
+                "step": "#74c476", "checksums": "#fdae6b",
                 "done": "#eeeeee", "failed": "#d62728"}
 MIB = 1 << 20
 

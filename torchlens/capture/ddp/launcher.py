@@ -39,7 +39,7 @@ from . import board, protocol
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
 STACK_WAIT_S = 0.6
-STARTUP_PHASES = ("starting", "preload", "init")
+STARTUP_PHASES = ("starting", "init")
 _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
 
 
@@ -168,7 +168,8 @@ class DdpLauncher:
                 self.heartbeats.append(hb)
                 if self.sink is not None:
                     self.sink.push(hb)
-                sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"))
+                sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"),
+                       hb.get("modules"))
                 if sig != progress[rank]:
                     progress[rank], last_progress = sig, time.monotonic()
             if self.sink is not None:

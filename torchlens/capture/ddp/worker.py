@@ -119,7 +119,10 @@ class Worker:
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
             status = self.recorder.status() if self.recorder else {}
-            hb = {"t": time.time(), "beat": beat, "phase": self.phase, **status, **mem}
+            # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
+            # but is not hung: the growing module count says so.
+            hb = {"t": time.time(), "beat": beat, "phase": self.phase,
+                  "modules": len(sys.modules), **status, **mem}
             try:
                 store.set(protocol.heartbeat_key(self.rank), protocol.encode(hb))
             except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
@@ -133,13 +136,9 @@ class Worker:
 
         threading.Thread(target=self._heartbeat, daemon=True, name="tl-heartbeat").start()
         try:
-            # init_process_group and DDP import torch._dynamo lazily (seconds);
-            # importing it later, under the dispatch mode, fails. Not in a
-            # thread either: a concurrent lazy import sees a half-built module.
-            self.phase = "preload"
-            import torch._dynamo  # noqa: F401
-
-            self.timings["dynamo"] = time.time()
+            # torch._dynamo is not imported up front: only user code that
+            # needs it (DDP.__init__ does) pays its seconds. Meanwhile the
+            # heartbeat's module count shows the rank is busy importing.
             job = cloudpickle.loads(self.store.get(protocol.PAYLOAD))
             self.job = job
             self.timings["payload"] = time.time()
