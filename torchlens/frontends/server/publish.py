@@ -26,6 +26,7 @@ import json
 import os
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -44,16 +45,34 @@ def find_server() -> ServerInfo | None:
         return ServerInfo(
             url.rstrip("/") + "/", os.environ.get("TORCHLENS_SERVER_TOKEN", "")
         )
-    try:
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:
-        return None
     parent = os.getppid()
-    for info in list_running_servers():
+    for info in _server_files():
         if info.get("pid") == parent:
             token = info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
             return ServerInfo(info["url"].rstrip("/") + "/", token)
     return None
+
+
+def _server_files() -> list[dict[str, Any]]:
+    """The ``jpserver-<pid>.json`` files of the Jupyter runtime dir.
+
+    Read directly rather than through ``jupyter_server.serverapp``'s
+    ``list_running_servers``: importing that module costs seconds (its
+    jsonschema formats compile grammars), paid by the first ``%ddp_check``.
+    """
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:
+        return []
+    found = []
+    for path in Path(jupyter_runtime_dir()).glob("jpserver-*.json"):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict) and "url" in info:
+            found.append(info)
+    return found
 
 
 class RankPublisher:
