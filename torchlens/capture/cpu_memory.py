@@ -9,8 +9,8 @@ torch's snapshot format (``alloc`` / ``free_completed`` entries with ``addr``,
 allocator reports to the profiler's thread state without any op event, so the
 allocations and frees are the same as ``torch.profiler.profile``'s, while
 aten ops, with no callback observing them, stay on RecordFunction's fast path
-(the profiler's own cost on a 16-wide MLP training step, process time: +49 ms
-per 100 steps for ``torch.profiler.profile``, +18 ms this way).
+(same ``--micro`` runs, per step: ``torch.profiler.profile`` +194 to +351 us,
+this way -35 to +101 us, i.e. within the noise).
 
 Why stacks come from a function mode and not from ``with_stack=True``: the
 profiler's ``python_function`` events name each function with the line it was
@@ -27,23 +27,23 @@ so its allocations belong to the line that made the call. (Caching one
 traceback per call path was tried: walking Python frames to build the key
 costs more than the C++ walker it saves.)
 
-What a call costs (microbenchmarks, torch 2.13 CPU, on a shared 2-core
-machine, so to +-20%): the mode alone, with an empty ``__torch_function__``,
-turns a ``p.grad`` read from 0.14 us into 2.8 us, ``x.add_(0)`` from 5.4 into
-12 us and ``F.relu(x)`` (a Python function: ``handle_torch_function``) from 5
-into 20 us; that is the floor of any function mode. On top of it the
-recorder: ``gather_traceback(True, False, False)`` 0.7 us, where
-``CapturedTraceback.extract`` spends 3.6 us on the same walk (an ``import``
-statement, keyword arguments and a wrapper object per call); ``time.time_ns``
-0.2 us (``perf_counter_ns`` is no cheaper); an append 0.04 us. The benchmark's
-training step makes 68 torch calls from Python; 43 of them cannot allocate
-(37 reads and writes of ``.grad``, ``.is_sparse``, ``.device``;
-``_set_grad_enabled``; the optimizer's ``record_function``) and go straight through (``NO_ALLOC``, a
-skip-list: anything not in it is recorded, whether or not it returns a
-tensor, as ``backward()`` and in-place optimizer ops allocate and return
-None). Per call of that step, measured in process time with a 16-wide MLP so
-that Python dominates: empty mode +3.6 us, the recorder with ``extract`` and
-no skip-list +10.8 us, this one +5.2 us.
+What a call costs (``benchmarks/bench_gpumem.py --micro``, two runs on a quiet
+2-core machine): the mode alone, with an empty ``__torch_function__``, turns a
+``p.grad`` read from ~0.1 us into 1.5-1.8 us, ``x.add_(0)`` from ~4 into 6.5-7.4
+us and ``F.relu(x)`` (a Python function: ``handle_torch_function``) from 1.6
+into 6-7 us; that is the floor of any function mode. On top of it, the
+recorder: ``gather_traceback(True, False, False)`` 0.4-0.6 us, where
+``CapturedTraceback.extract`` spends 3.1-3.3 us on the same walk (an
+``import`` statement, keyword arguments and a wrapper object per call);
+``time.time_ns`` 0.1 us (``perf_counter_ns`` is no cheaper). The training step
+makes 68 torch calls from Python; 43 cannot allocate (37 reads and writes of
+``.grad``, ``.is_sparse``, ``.device``; ``_set_grad_enabled``; the
+optimizer's ``record_function``) and go straight through: ``NO_ALLOC``, a
+skip-list, so anything not in it is recorded whether or not it returns a
+tensor (``backward()`` and in-place optimizer ops allocate and return None).
+Per torch call of a 16-wide MLP step (process time, so Python dominates):
+empty mode +4.6 to +6.1 us, the recorder as first built (``extract`` and an
+interval on every call) +20.5 to +20.8 us, this one +6.9 to +8.2 us.
 
 An allocation event lies inside the op that made it; the profiler's timestamps
 are wall-clock microseconds since ``baseTimeNanoseconds``, so both sides are
