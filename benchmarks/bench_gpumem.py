@@ -41,7 +41,7 @@ def body(steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def overhead(rounds: int = 7, steps: int = 100) -> dict[str, float]:
+def overhead(rounds: int = 15, steps: int = 100) -> dict[str, float]:
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext torchlens")
     shell.user_ns.update(body=body, steps=steps)
@@ -175,7 +175,7 @@ def main() -> None:
         micro()
         return
     r = overhead()
-    print("\nOverhead: cell of 100 train steps (MLP 512-512-512-10, batch 64), median of 7 rounds")
+    print("\nOverhead: cell of 100 train steps (MLP 512-512-512-10, batch 64), median of 15 rounds")
     print(f"  plain                 {r['plain'] * 1e3:8.1f} ms")
     for name in ("gpumem", "gpumem --stacks 0"):
         print(f"  %%{name:<19} {r[name] * 1e3:8.1f} ms   ratio {r[name] / r['plain']:.3f}x"
