@@ -265,37 +265,63 @@ static int literal(Cur *c, const char *word, int n) {
     return 0;
 }
 
-static int skip_value(Cur *c, int depth);
-
-static int skip_container(Cur *c, char close, int depth) {
+/* At '{' or '[': steps in; 1 = a member follows, 0 = empty (closed), -1 = not there. */
+static int open_container(Cur *c, char open, char close) {
+    if (c->p >= c->e || *c->p != open) return -1;
     c->p++;
     ws(c);
     if (c->p < c->e && *c->p == close) { c->p++; return 0; }
-    for (;;) {
-        if (close == '}') {
-            const char *b; int64_t n; int esc;
-            if (c->p >= c->e || *c->p != '"') return -1;
-            c->p++;
-            if (string_body(c, &b, &n, &esc)) return -1;
-            ws(c);
-            if (c->p >= c->e || *c->p != ':') return -1;
-            c->p++;
-            ws(c);
-        }
+    return 1;
+}
+
+/* An object member's `"key" :`; *escaped tells whether the key had escapes
+   (which the field tables cannot match: the caller decides). */
+static int member_key(Cur *c, const char **k, int64_t *kn, int *escaped) {
+    if (c->p >= c->e || *c->p != '"') return -1;
+    c->p++;
+    if (string_body(c, k, kn, escaped)) return -1;
+    ws(c);
+    if (c->p >= c->e || *c->p != ':') return -1;
+    c->p++;
+    ws(c);
+    return 0;
+}
+
+/* After a member: 1 = another follows, 0 = the container closed, -1 = malformed. */
+static int member_end(Cur *c, char close) {
+    ws(c);
+    if (c->p >= c->e) return -1;
+    if (*c->p == ',') { c->p++; ws(c); return 1; }
+    if (*c->p == close) { c->p++; return 0; }
+    return -1;
+}
+
+static const Field *find_field(const Field *fields, size_t n, const char *k, int64_t kn) {
+    for (size_t j = 0; j < n; j++)
+        if (fields[j].klen == kn && fields[j].key[0] == k[0] &&
+            memcmp(fields[j].key, k, (size_t)kn) == 0)
+            return &fields[j];
+    return NULL;
+}
+
+static int skip_value(Cur *c, int depth);
+
+static int skip_container(Cur *c, char open, char close, int depth) {
+    int more = open_container(c, open, close);
+    while (more > 0) {
+        const char *k; int64_t kn; int esc;
+        if (close == '}' && member_key(c, &k, &kn, &esc)) return -1;
         if (skip_value(c, depth + 1)) return -1;
-        ws(c);
-        if (c->p >= c->e) return -1;
-        if (*c->p == ',') { c->p++; ws(c); continue; }
-        if (*c->p == close) { c->p++; return 0; }
-        return -1;
+        more = member_end(c, close);
     }
+    return more;
 }
 
 static int skip_value(Cur *c, int depth) {
     if (depth > 64 || c->p >= c->e) return -1;
     char ch = *c->p;
-    if (ch == '{') return skip_container(c, '}', depth);
-    if (ch == '[') return skip_container(c, ']', depth);
+    if (ch == '{') return skip_container(c, '{', '}', depth);
+    if (ch == '[') return skip_container(c, '[', ']', depth);
     if (ch == '"') {
         const char *b; int64_t n; int esc;
         c->p++;
@@ -355,33 +381,15 @@ static int fast_double(const char *p, int64_t n, double *out) {
 static int field_value(Cur *c, const Field *f, int64_t r);
 
 static int args_object(Cur *c, int64_t r) {
-    if (c->p >= c->e || *c->p != '{') return -1;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
-    for (;;) {
+    int more = open_container(c, '{', '}');
+    while (more > 0) {
         const char *k; int64_t kn; int esc;
-        if (c->p >= c->e || *c->p != '"') return -1;
-        c->p++;
-        if (string_body(c, &k, &kn, &esc) || esc) return -1;
-        ws(c);
-        if (c->p >= c->e || *c->p != ':') return -1;
-        c->p++;
-        ws(c);
-        const Field *f = NULL;
-        for (size_t j = 0; j < N_ARG_FIELDS; j++)
-            if (ARG_FIELDS[j].klen == kn && ARG_FIELDS[j].key[0] == k[0] &&
-                memcmp(ARG_FIELDS[j].key, k, (size_t)kn) == 0) {
-                f = &ARG_FIELDS[j];
-                break;
-            }
+        if (member_key(c, &k, &kn, &esc) || esc) return -1;
+        const Field *f = find_field(ARG_FIELDS, N_ARG_FIELDS, k, kn);
         if (f ? field_value(c, f, r) : skip_value(c, 0)) return -1;
-        ws(c);
-        if (c->p >= c->e) return -1;
-        if (*c->p == ',') { c->p++; ws(c); continue; }
-        if (*c->p == '}') { c->p++; return 0; }
-        return -1;
+        more = member_end(c, '}');
     }
+    return more;
 }
 
 static int field_value(Cur *c, const Field *f, int64_t r) {
@@ -455,35 +463,18 @@ static int field_value(Cur *c, const Field *f, int64_t r) {
 
 static int event_object(Cur *c) {
     Scan *s = c->s;
-    if (c->p >= c->e || *c->p != '{') return -1;
+    int more = open_container(c, '{', '}');
+    if (more <= 0) return -1;  /* not an object, or {} without ph: odd */
     if (add_row(s)) { s->status = TL_NOMEM; return -1; }
     int64_t r = s->rows - 1;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') { c->p++; return -1; }  /* no ph: odd */
-    for (;;) {
+    while (more > 0) {
         const char *k; int64_t kn; int esc;
-        if (c->p >= c->e || *c->p != '"') return -1;
-        c->p++;
-        if (string_body(c, &k, &kn, &esc) || esc) return -1;
-        ws(c);
-        if (c->p >= c->e || *c->p != ':') return -1;
-        c->p++;
-        ws(c);
-        const Field *f = NULL;
-        for (size_t j = 0; j < N_EVENT_FIELDS; j++)
-            if (EVENT_FIELDS[j].klen == kn && EVENT_FIELDS[j].key[0] == k[0] &&
-                memcmp(EVENT_FIELDS[j].key, k, (size_t)kn) == 0) {
-                f = &EVENT_FIELDS[j];
-                break;
-            }
+        if (member_key(c, &k, &kn, &esc) || esc) return -1;
+        const Field *f = find_field(EVENT_FIELDS, N_EVENT_FIELDS, k, kn);
         if (f ? field_value(c, f, r) : skip_value(c, 0)) return -1;
-        ws(c);
-        if (c->p >= c->e) return -1;
-        if (*c->p == ',') { c->p++; ws(c); continue; }
-        if (*c->p == '}') { c->p++; break; }
-        return -1;
+        more = member_end(c, '}');
     }
+    if (more < 0) return -1;
     /* The phases the ingest keeps, and a numeric ts: else the Python path
        decides (and counts) what to drop. */
     int32_t ph = s->text[T_PH][r];
@@ -494,37 +485,22 @@ static int event_object(Cur *c) {
 }
 
 static int events_array(Cur *c) {
-    if (c->p >= c->e || *c->p != '[') return -1;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == ']') { c->p++; return 0; }
-    for (;;) {
+    int more = open_container(c, '[', ']');
+    while (more > 0) {
         if (event_object(c)) return -1;
-        ws(c);
-        if (c->p >= c->e) return -1;
-        if (*c->p == ',') { c->p++; ws(c); continue; }
-        if (*c->p == ']') { c->p++; return 0; }
-        return -1;
+        more = member_end(c, ']');
     }
+    return more;
 }
 
 static int top_object(Cur *c) {
     Scan *s = c->s;
     int seen = 0;
     ws(c);
-    if (c->p >= c->e || *c->p != '{') return -1;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') return -1;
-    for (;;) {
+    int more = open_container(c, '{', '}');
+    while (more > 0) {
         const char *k; int64_t kn; int esc;
-        if (c->p >= c->e || *c->p != '"') return -1;
-        c->p++;
-        if (string_body(c, &k, &kn, &esc) || esc) return -1;
-        ws(c);
-        if (c->p >= c->e || *c->p != ':') return -1;
-        c->p++;
-        ws(c);
+        if (member_key(c, &k, &kn, &esc) || esc) return -1;
         if (kn == 11 && memcmp(k, "traceEvents", 11) == 0) {
             if (seen++) return -1;
             s->events_start = c->p - s->buf;
@@ -539,12 +515,9 @@ static int top_object(Cur *c) {
             t[2] = v - s->buf;
             t[3] = c->p - v;
         }
-        ws(c);
-        if (c->p >= c->e) return -1;
-        if (*c->p == ',') { c->p++; ws(c); continue; }
-        if (*c->p == '}') { c->p++; break; }
-        return -1;
+        more = member_end(c, '}');
     }
+    if (more < 0) return -1;
     ws(c);
     return (seen && c->p == c->e) ? 0 : -1;
 }
