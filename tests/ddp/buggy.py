@@ -103,3 +103,9 @@ def last_rank_diverges(rank, world_size):
         dist.broadcast(t, src=0)  # the last rank alone broadcasts at #1
     else:
         dist.all_reduce(t)
+
+
+def one_rank_skips(rank, world_size):
+    if rank != 1:  # rank 1 alone skips this all_reduce
+        dist.all_reduce(torch.ones(4))
+    dist.broadcast(torch.ones(2), src=0)

@@ -227,3 +227,13 @@ def test_lazy_torch_dynamo_import_is_not_a_hang():
     result = run(buggy.correct_step, timeout=1.5)
     assert result.item("hang").status == "passed", result.item("hang").evidence
     assert result.ok, result.checklist
+
+
+@pytest.mark.slow
+def test_four_ranks_one_skipping_a_collective_is_named():
+    result = run(buggy.one_rank_skips, world_size=4, strict=True, timeout=90)
+    item = result.item("collective sequence")
+    assert item.status == "failed"
+    assert item.details["index"] == 0 and item.details["skipped"] == [1]
+    assert "rank 1 skipped a collective" in item.evidence
+    assert len(result.records["ranks"]) == 4
