@@ -19,6 +19,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .collectives import describe_collective, sequence_divergence
+
 PASSED, FAILED, NA = "passed", "failed", "not applicable"
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 #: Parameters may differ by float summation order across ranks; beyond this
@@ -40,44 +42,6 @@ class CheckItem:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def describe_collective(fp: dict[str, Any] | None) -> str:
-    """One collective as a user reads it: ``#3 allreduce float32[4] at cell.py:7``."""
-    if not fp:
-        return "nothing"
-    tensors = ", ".join(
-        f"{d}[{'x'.join(str(s) for s in shape)}]"
-        for shape, d in zip(fp.get("shapes", []), fp.get("dtypes", []), strict=False)
-    )
-    text = f"#{fp.get('index')} {fp.get('op')}"
-    if tensors:
-        text += f" {tensors}"
-    if fp.get("line"):
-        text += f" at {fp['line']}"
-    return text
-
-
-def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
-    return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])))
-
-
-def first_difference(fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-    """How the fingerprints of one collective index differ across ranks, or None.
-
-    Compares op, shapes and dtypes (what must match for the collective to be
-    valid); the issuing line may legitimately differ between ranks.
-    """
-    ranks = sorted(fps)
-    if not ranks:
-        return None
-    ref = fps[ranks[0]]
-    for what in ("op", "shapes", "dtypes"):
-        values = {r: fps[r].get(what) for r in ranks}
-        if any(v != values[ranks[0]] for v in values.values()):
-            return {"what": what, "values": values, "reference_rank": ranks[0],
-                    "index": ref.get("index")}
-    return None
 
 
 def _rank_results(rec: dict[str, Any]) -> list[dict[str, Any] | None]:
@@ -152,51 +116,6 @@ def check_communication(rec: dict[str, Any]) -> CheckItem:
     return CheckItem("communication", PASSED,
                      f"all_reduce of rank+1 gave {expected} on every rank; bus bandwidth "
                      f"(rank 0) {bw_text or 'not measured'}", details={"bandwidth": bw})
-
-
-def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
-    """Does ``b`` look like ``a`` with collective ``i`` left out?"""
-    rest_a, rest_b = a[i + 1: i + 4], b[i: i + 3]
-    return bool(rest_b) and len(rest_a) >= len(rest_b) and all(
-        _signature(x) == _signature(y) for x, y in zip(rest_a, rest_b, strict=False))
-
-
-def _went_ahead(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    """Did this rank issue its collective from a later line of the same file?
-
-    When a rank skips a collective, its next one comes from further down the
-    code than the peer's, which is all a --strict run (stopped at the first
-    divergence) can show.
-    """
-    a, b = str(mine.get("line") or ""), str(theirs.get("line") or "")
-    fa, _, la = a.rpartition(":")
-    fb, _, lb = b.rpartition(":")
-    return bool(fa) and fa == fb and la.isdigit() and lb.isdigit() and int(la) > int(lb)
-
-
-def sequence_divergence(rec: dict[str, Any]) -> dict[str, Any] | None:
-    """The first collective index where ranks differ, or None if they agree."""
-    seqs = [list(s or []) for s in (rec.get("fingerprints") or [])]
-    if len(seqs) < 2:
-        return None
-    longest = max(len(s) for s in seqs)
-    for i in range(longest):
-        have = {r: s[i] for r, s in enumerate(seqs) if i < len(s)}
-        missing = [r for r, s in enumerate(seqs) if i >= len(s)]
-        diff = first_difference(have)
-        if diff is None and not missing:
-            continue
-        skipped = []
-        if diff is not None:
-            ranks = sorted(have)
-            for r in ranks:
-                for q in ranks:
-                    if q != r and r not in skipped and (
-                            _skipped(seqs[q], seqs[r], i) or _went_ahead(have[r], have[q])):
-                        skipped.append(r)
-        return {"index": i, "fingerprints": have, "missing": missing,
-                "difference": diff, "skipped": skipped}
-    return None
 
 
 def check_sequence(rec: dict[str, Any]) -> CheckItem:

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from ..analysis import ddp as ddp_analysis
+from ..analysis.collectives import describe_collective
 from ..model import Profile
 from . import tables
 from .live import rank_figures
@@ -82,7 +83,7 @@ def _collective_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for r, fps in enumerate(rec.get("fingerprints") or []):
         for fp in (fps or [])[:MAX_COLLECTIVE_ROWS]:
-            tensors = ddp_analysis.describe_collective({**fp, "line": "", "op": ""})
+            tensors = describe_collective({**fp, "line": "", "op": ""})
             rows.append({"rank": r, "index": fp.get("index"), "op": fp.get("op"),
                          "tensors": tensors.split(" ", 1)[-1].strip(), "line": fp.get("line"),
                          "call_ms": None if fp.get("call_s") is None else fp["call_s"] * 1e3})
