@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
-import tempfile
 import time
 from typing import Any
 
@@ -199,14 +197,9 @@ class MemoryEvents:
 
     def events(self) -> tuple[list[dict[str, Any]], int]:
         """The ``[memory]`` events of the chrome trace and its ``baseTimeNanoseconds``."""
-        fd, path = tempfile.mkstemp(prefix="torchlens-mem-", suffix=".json")
-        os.close(fd)
-        try:
-            self._result.save(path)
-            with open(path, "rb") as fh:
-                raw = json.load(fh)
-        finally:
-            os.unlink(path)
+        from .profiler import trace_json
+
+        raw = json.loads(trace_json(self._result.save))
         events = [e for e in raw.get("traceEvents", []) if e.get("name") == "[memory]"]
         return events, int(raw.get("baseTimeNanoseconds", 0))
 

@@ -17,11 +17,10 @@ propagates unchanged; what was captured up to then is kept.
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..model import InputError, Profile
+from ..model import InputError, Profile, error_record
 from . import cuda_memory
 from .environment import collect_environment
 
@@ -48,13 +47,6 @@ class MemoryOptions:
                 raise InputError(f"{name} must be a whole number >= 0, got {v!r}")
         if not isinstance(self.max_entries, int) or self.max_entries < 1:
             raise InputError(f"max_entries must be >= 1, got {self.max_entries!r}")
-
-
-def _error_dict(exc: BaseException | None) -> dict[str, str] | None:
-    if exc is None:
-        return None
-    return {"type": type(exc).__name__, "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc))}
 
 
 class MemoryCapture:
@@ -121,7 +113,7 @@ class MemoryCapture:
             source="gpumem capture" + ("" if self._cuda else " (CPU allocator events)"),
             snapshots={f"device{self.options.device}": snap},
             unmeasured=unmeasured,
-            error=_error_dict(exc),
+            error=error_record(exc),
             extra={
                 "measured_on": "cuda" if self._cuda else "cpu",
                 "device": self.options.device,

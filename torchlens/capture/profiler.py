@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..analysis.trace_ingest import ingest_bytes
-from ..model import InputError, Profile
+from ..model import InputError, Profile, error_record
 from .environment import collect_environment
 
 _active: list[ProfilerCapture] = []
@@ -170,13 +169,6 @@ class ProfilerCapture:
                 f"marked {self._steps} step(s). Call torchlens.step() at the end of "
                 "each step, or lower the schedule."
             )
-        error = None
-        if exc is not None:
-            error = {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": "".join(traceback.format_exception(exc)),
-            }
         return Profile(
             kind="torchprof",
             title=self.title,
@@ -187,7 +179,7 @@ class ProfilerCapture:
             source="torchprof capture",
             traces=traces,
             unmeasured=unmeasured,
-            error=error,
+            error=error_record(exc),
             extra={
                 "timings": dict(self._timings),
                 "profiler_overhead_s": self._timings.get("start_s", 0.0)
@@ -206,10 +198,16 @@ def _record_always(step: int) -> Any:
 
 def _export(prof: Any) -> bytes:
     """The profiler's Kineto trace as JSON bytes (Kineto's own C++ writer)."""
+    return trace_json(prof.export_chrome_trace)
+
+
+def trace_json(write: Any) -> bytes:
+    """What ``write(path)`` puts in a private temp file: Kineto writes only to
+    paths, so its traces reach us through one."""
     fd, path = tempfile.mkstemp(prefix="torchlens-", suffix=".json")
     os.close(fd)
     try:
-        prof.export_chrome_trace(path)
+        write(path)
         with open(path, "rb") as fh:
             return fh.read()
     finally:

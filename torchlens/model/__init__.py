@@ -1,7 +1,7 @@
 """The saved, re-renderable result. Imports nothing else of torchlens."""
 
 from .errors import FormatVersionError, InputError, TorchlensError
-from .profile import Profile, Trace
+from .profile import Profile, Trace, error_record
 from .store import FORMAT_VERSION, load_profile, save_profile
 from .table import Table, encode_text
 
@@ -14,6 +14,7 @@ __all__ = [
     "TorchlensError",
     "Trace",
     "encode_text",
+    "error_record",
     "load_profile",
     "save_profile",
 ]

@@ -8,6 +8,7 @@ without torch's GPU build.
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,3 +82,12 @@ class Profile:
         from .store import load_profile
 
         return load_profile(path)
+
+
+def error_record(exc: BaseException | None) -> dict[str, str] | None:
+    """``Profile.error`` for an exception: its type, message and full traceback."""
+    if exc is None:
+        return None
+    return {"type": type(exc).__name__, "message": str(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc,
+                                                            exc.__traceback__))}

@@ -24,10 +24,10 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from datetime import timedelta
 from typing import Any
 
+from ...model import error_record
 from . import protocol
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
@@ -151,8 +151,7 @@ class Worker:
             code = 0
         except BaseException as exc:  # noqa: BLE001 - reported, then the rank exits
             self.result["error"] = {
-                "type": type(exc).__name__, "message": str(exc), "phase": self.phase,
-                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                **error_record(exc), "phase": self.phase,  # type: ignore[dict-item]
                 "t": time.time(), "diagnosis": getattr(exc, "diagnosis", None)}
             code = 1
         self.phase = "done" if code == 0 else "failed"
