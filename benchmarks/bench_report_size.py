@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from torchlens.analysis.trace_ingest import load_trace
+from torchlens.frontends.kinds import report_html as render_report
 from torchlens.model import Profile
 from torchlens.render import timeline
-from torchlens.render.report import render_report
 
 DEFAULT = (Path(__file__).resolve().parents[2] / "shared" / "testdata" / "traces"
            / "v100_ddp_sgd_annotations_rank0.json.gz")

@@ -23,7 +23,7 @@ from torch import nn
 
 import torchlens
 from torchlens.capture.profiler import ProfilerCapture, ProfilerOptions, _record_always
-from torchlens.render.bundle import display_bundle
+from torchlens.frontends.kinds import display_bundle
 
 torch.manual_seed(0)
 MODEL = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
@@ -91,7 +91,7 @@ def _latency_ours(steps: int) -> tuple[int, dict[str, float]]:
         body(steps)
     profile = cap.profile
     assert profile is not None
-    t = profile.extra["timings"]
+    t = profile.payload.timings
     t0 = time.perf_counter()
     display_bundle(profile)
     stages = {"stop": t["stop_s"], "export": t["export_s"], "ingest": t["ingest_s"],

@@ -12,8 +12,10 @@ from torchlens.model import (
     FORMAT_VERSION,
     FormatVersionError,
     InputError,
+    OpDisplay,
     Profile,
     Table,
+    TorchprofPayload,
     Trace,
     load_profile,
 )
@@ -28,7 +30,8 @@ def _profile() -> Profile:
         kind="torchprof",
         title="t",
         environment={"torch": "2.13.0", "cpu_count": 2},
-        options={"top": 5},
+        payload=TorchprofPayload(display=OpDisplay(top=5), schedule=(1, 1, 2),
+                                 timings={"stop_s": 0.5}),
         traces={"main": Trace(events, {"t0_us": 123.0, "dropped": {}})},
         tables={"mem": Table({"t": np.arange(3.0), "b": np.array([1, 2, 3])})},
         snapshots={"dev0": {"segments": [{"address": 1, "blocks": []}]}},
@@ -40,7 +43,7 @@ def _profile() -> Profile:
 def test_round_trip_keeps_everything(tmp_path):
     p = _profile()
     loaded = load_profile(p.save(str(tmp_path / "a.tlprof")))
-    assert loaded.kind == "torchprof" and loaded.options == {"top": 5}
+    assert loaded.kind == "torchprof" and loaded.payload == p.payload
     ev = loaded.trace.events
     assert list(ev.text("name")) == ["aten::mm", "<b>x</b>"]
     assert np.isnan(ev["dur"][1]) and ev["ts"][0] == 1.5

@@ -11,7 +11,7 @@ from torchlens.analysis.ops import op_table
 from torchlens.analysis.steps import step_breakdown
 from torchlens.analysis.summary import summarize
 from torchlens.analysis.trace_ingest import ingest_bytes, load_trace
-from torchlens.model import Profile
+from torchlens.model import Profile, TorchprofPayload
 
 
 def _x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):
@@ -98,8 +98,8 @@ def test_real_traces(traces_dir):
 def test_summary_of_a_real_trace(traces_dir, plain):
     path = traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"
     trace = load_trace(path)
-    profile = Profile(kind="trace", traces={"main": trace},
-                      extra={"profiler_overhead_s": 0.25})
+    profile = Profile(kind="torchprof", traces={"main": trace},
+                      payload=TorchprofPayload(profiler_overhead_s=0.25))
     s = summarize(profile)
     raw = [e for e in plain(path)["traceEvents"] if e["ph"] != "M"]
     assert s.n_events == len(raw)

@@ -36,11 +36,11 @@ def port_free(port: int) -> bool:
 
 def assert_clean(result_or_records) -> None:
     rec = getattr(result_or_records, "records", result_or_records)
-    for pid in rec["pids"]:
+    for pid in rec.pids:
         assert not group_alive(pid), f"process group {pid} of a worker is still alive"
-    assert port_free(rec["port"]), f"store port {rec['port']} still in use"
-    if rec.get("board"):  # --strict's shared-memory file
-        assert not os.path.exists(rec["board"]), f"board file {rec['board']} left behind"
+    assert port_free(rec.port), f"store port {rec.port} still in use"
+    if rec.board:  # --strict's shared-memory file
+        assert not os.path.exists(rec.board), f"board file {rec.board} left behind"
 
 
 @pytest.fixture

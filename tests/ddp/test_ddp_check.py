@@ -26,7 +26,7 @@ def run(fn, world_size=2, **kw):
     kw.setdefault("timeout", 20)
     result = ddp_check(fn, world_size=world_size, live=False, **kw)
     if kw.get("strict"):  # so that assert_clean's "board file removed" means something
-        assert result.records["board"], "--strict ran without a shared-memory board"
+        assert result.records.board, "--strict ran without a shared-memory board"
     assert_clean(result)
     return result
 
@@ -50,8 +50,8 @@ def test_correct_ddp_step_passes_every_check(tmp_path):
     assert {"allreduce", "broadcast"} <= set(coll["op"])  # DDP's own bucket all_reduce too
     assert (coll["line"].str.contains("buggy.py")).all()
     for r in (0, 1):  # every comparison stayed in shared memory: no digest differed
-        stats = result.records["ranks"][r]["strict"]
-        assert stats["compared"] == len(result.records["fingerprints"][r]) > 0
+        stats = result.records.ranks[r]["strict"]
+        assert stats["compared"] == len(result.records.fingerprints[r]) > 0
         assert stats["via_store"] == 0, stats
     html = (tmp_path / "r.html").read_text()
     assert "Checklist" in html and "bokeh" in html.lower()
@@ -73,13 +73,13 @@ def test_strict_names_the_mismatch_on_every_rank(fn, what):
     assert item.details["index"] == 0 and item.details["what"] == what
     assert "collective #0" in item.evidence
     for r in (0, 1):
-        err = result.records["ranks"][r]["error"]
+        err = result.records.ranks[r]["error"]
         assert err["type"] == "CollectiveMismatch"
         assert "collective #0" in err["message"] and f"rank {1 - r}:" in err["message"]
     for r in (0, 1):  # each rank names both ranks' lines, its own and its peer's
-        err = result.records["ranks"][r]["error"]
+        err = result.records.ranks[r]["error"]
         assert err["diagnosis"]["index"] == 0 and err["diagnosis"]["missing"] == []
-        assert result.records["ranks"][r]["strict"]["via_store"] == 1
+        assert result.records.ranks[r]["strict"]["via_store"] == 1
         if what == "op":
             assert (f"rank 0: #0 allreduce float32[4] at "
                     f"{line_of(fn, 'dist.all_reduce(t)')}") in err["message"]
@@ -91,7 +91,7 @@ def test_strict_names_the_mismatch_on_every_rank(fn, what):
         assert item.details["ops"] == {0: "allreduce", 1: "broadcast"}
         assert "rank 0: #0 allreduce float32[4]" in item.evidence
         assert "rank 1: #0 broadcast float32[4]" in item.evidence
-    assert result.records["outcome"] == "mismatch"
+    assert result.records.outcome == "mismatch"
     assert result.item("crashed worker").status == "not applicable"
     assert time.monotonic() - start < 120
 
@@ -115,30 +115,30 @@ def test_rank_skipping_a_collective():
 def test_strict_peer_that_finished_without_a_collective():
     """Rank 1 never writes #1 on the board: rank 0 asks the store why, and says so."""
     result = run(buggy.stops_early, strict=True, timeout=60)
-    err = result.records["ranks"][0]["error"]
+    err = result.records.ranks[0]["error"]
     assert err["type"] == "CollectiveMismatch"
     assert "collective #1" in err["message"]
     assert "rank 1: never issued collective #1 (finished without it)" in err["message"]
     line = line_of(buggy.stops_early, "rank 1 returns without")
     assert f"rank 0: #1 allreduce float32[4] at {line}" in err["message"]
-    assert result.records["ranks"][0]["strict"]["late"] >= 1
-    assert result.records["ranks"][1]["error"] is None
+    assert result.records.ranks[0]["strict"]["late"] >= 1
+    assert result.records.ranks[1]["error"] is None
     # named as soon as rank 1's result appeared, not when --timeout (60 s) ran out
-    issued = result.records["fingerprints"][0][1]["t"]
+    issued = result.records.fingerprints[0][1]["t"]
     assert err["t"] - issued < 20
     item = result.item("collective sequence")
     assert item.status == "failed" and item.details["index"] == 1
     assert item.details["missing"] == [1]
     assert "rank 1: never issued collective #1 (it finished without it)" in item.evidence
-    assert result.records["outcome"] == "mismatch"
+    assert result.records.outcome == "mismatch"
 
 
 @pytest.mark.slow
 def test_strict_hang_removes_the_board():
     """A peer that never arrives: the run ends at --timeout and leaves no file."""
     result = run(buggy.hangs, strict=True, timeout=3)
-    assert result.records["outcome"] in ("hang", "mismatch", "crashed")
-    err = result.records["ranks"][0]["error"] if result.records["ranks"][0] else None
+    assert result.records.outcome in ("hang", "mismatch", "crashed")
+    err = result.records.ranks[0]["error"] if result.records.ranks[0] else None
     if err is not None:  # --strict's own deadline fired before the hang detector
         assert "rank 1: never issued collective #0 (did not reach it)" in err["message"]
     else:
@@ -153,7 +153,7 @@ def test_hang_names_the_waiting_rank_and_stacks():
     assert hang.status == "failed"
     assert "rank 0 is stuck at or after #0 allreduce" in hang.evidence
     assert "rank 1 has issued no collective" in hang.evidence
-    assert result.records["outcome"] == "hang"
+    assert result.records.outcome == "hang"
     stacks = hang.details["stacks"]
     assert "hangs" in stacks[1] and "buggy.py" in stacks[1]  # rank 1 sits in time.sleep
     assert time.monotonic() - start < 60
@@ -203,9 +203,9 @@ def test_three_ranks_correct_step_passes_every_check():
     result = run(buggy.correct_step, world_size=3, steps=2, strict=True, timeout=60)
     status = {i.name: i.status for i in result.checklist}
     assert status == {name: "passed" for name in status}, result.checklist
-    assert len(result.records["ranks"]) == 3 and all(result.records["ranks"])
+    assert len(result.records.ranks) == 3 and all(result.records.ranks)
     for r in (0, 1, 2):
-        assert result.records["ranks"][r]["strict"]["via_store"] == 0
+        assert result.records.ranks[r]["strict"]["via_store"] == 0
 
 
 @pytest.mark.slow
@@ -216,7 +216,7 @@ def test_three_ranks_only_the_last_diverges_and_is_named_on_every_rank():
     assert item.details["ops"] == {0: "allreduce", 1: "allreduce", 2: "broadcast"}
     line = line_of(buggy.last_rank_diverges, "the last rank alone broadcasts")
     for r in (0, 1, 2):
-        err = result.records["ranks"][r]["error"]
+        err = result.records.ranks[r]["error"]
         assert err["type"] == "CollectiveMismatch" and "collective #1" in err["message"]
         assert f"rank 2: #1 broadcast float32[4] at {line}" in err["message"]
 
@@ -236,4 +236,4 @@ def test_four_ranks_one_skipping_a_collective_is_named():
     assert item.status == "failed"
     assert item.details["index"] == 0 and item.details["skipped"] == [1]
     assert "rank 1 skipped a collective" in item.evidence
-    assert len(result.records["ranks"]) == 4
+    assert len(result.records.ranks) == 4

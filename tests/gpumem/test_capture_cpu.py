@@ -20,7 +20,7 @@ def test_capture_makes_a_torch_format_trace():
         for _ in range(3):
             keep.append(torch.ones(1000) * 2)  # line A
     p = cap.profile
-    assert p.kind == "gpumem" and p.extra["measured_on"] == "cpu"
+    assert p.kind == "gpumem" and p.payload.measured_on == "cpu"
     assert any("allocator model" in u for u in p.unmeasured)
     trace = p.snapshots["device0"]["device_traces"][0]
     allocs = [e for e in trace if e["action"] == "alloc"]
@@ -113,7 +113,7 @@ def test_export_html_and_tlprof(shell, tmp_path, suffix):
     assert out.stat().st_size > 1000
     if suffix == ".tlprof":
         import torchlens
-        from torchlens.render.report import render_report
+        from torchlens.frontends.kinds import report_html as render_report
 
         html = render_report(torchlens.load(str(out)))
         assert "Top allocation sites" in html

@@ -49,7 +49,7 @@ def test_capture_uses_only_the_boundary(fake_cuda):
         pass
     p = cap.profile
     assert fake_cuda == [("start", 32), ("stop",)]
-    assert p.extra["measured_on"] == "cuda"
+    assert p.payload.measured_on == "cuda"
     assert not any("allocator model" in u for u in p.unmeasured)
     trace = p.snapshots["device0"]["device_traces"][0]
     assert len(trace) == 5803

@@ -7,7 +7,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from torchlens.model import Profile, Table, Trace, encode_text
+from torchlens.model import (
+    OpDisplay,
+    Profile,
+    Table,
+    TorchprofPayload,
+    Trace,
+    encode_text,
+)
 
 TEXT = ("name", "cat", "ph", "input_dims", "input_types", "call_stack",
         "collective", "dtype", "pg_name")
@@ -57,8 +64,8 @@ def hostile_profile() -> Profile:
         kind="torchprof", title=f"title {HOSTILE}", created_at=1_700_000_000.0,
         wall_time_s=0.01,
         environment={"torch": "2.13.0+cpu", "host": HOSTILE, "env": {"X": HOSTILE}},
-        options={"top": 10, "sort": "total_cpu_us", "shapes": True, "flops": True,
-                 "stack": True},
+        payload=TorchprofPayload(display=OpDisplay(top=10, sort="total_cpu_us", shapes=True,
+                                                   flops=True, stack=True)),
         traces={"main": hostile_trace()},
         unmeasured=[f"CUDA memory {HOSTILE}"],
         error={"type": "RuntimeError", "message": HOSTILE, "traceback": HOSTILE},

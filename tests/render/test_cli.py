@@ -24,7 +24,7 @@ def test_report_from_trace(traces_dir, tmp_path, capsys) -> None:
 
 
 def test_report_from_tlprof_equals_live_profile(traces_dir, tmp_path) -> None:
-    from torchlens.render.report import render_report
+    from torchlens.frontends.kinds import report_html as render_report
 
     profile = Profile(kind="trace", title=TRACE, created_at=5.0,
                       traces={"main": load_trace(traces_dir / TRACE)})

@@ -9,10 +9,12 @@ import pytest
 from render_fixtures import HOSTILE
 
 from torchlens.analysis.trace_ingest import load_trace
+from torchlens.frontends.kinds import display_bundle
+from torchlens.frontends.kinds import report_html as render_report
+from torchlens.frontends.kinds import summary as summary_line
+from torchlens.frontends.kinds import text as text_report
 from torchlens.model import Profile, load_profile, save_profile
-from torchlens.render.bundle import display_bundle
-from torchlens.render.report import render_report, stable_ids
-from torchlens.render.text import summary_line, text_report
+from torchlens.render.report import stable_ids
 
 TRACES = sorted(
     [

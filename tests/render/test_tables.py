@@ -7,7 +7,7 @@ import pytest
 from render_fixtures import HOSTILE, hostile_trace
 
 from torchlens.analysis import ops
-from torchlens.model import InputError
+from torchlens.model import InputError, OpDisplay
 from torchlens.render import tables
 
 
@@ -24,41 +24,45 @@ def _ops() -> pd.DataFrame:
     })
 
 
+def _html(df: pd.DataFrame, display: OpDisplay, has_gpu: bool) -> str:
+    return tables.op_table_html(df, ops.top_ops(df, display.sort, display.top), display, has_gpu)
+
+
 def test_op_table_escapes_names_and_shapes() -> None:
-    html = tables.op_table_html(_ops(), {"shapes": True, "flops": True}, has_gpu=True)
+    html = _html(_ops(), OpDisplay(shapes=True, flops=True), has_gpu=True)
     assert HOSTILE not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "input shapes" in html and "FLOPs" in html and "2.50 GFLOP" in html
 
 
 def test_op_table_columns_follow_options_and_gpu() -> None:
-    html = tables.op_table_html(_ops(), {}, has_gpu=False)
+    html = _html(_ops(), OpDisplay(), has_gpu=False)
     assert "device time" not in html and "input shapes" not in html and "FLOPs" not in html
-    assert "device time" in tables.op_table_html(_ops(), {}, has_gpu=True)
+    assert "device time" in _html(_ops(), OpDisplay(), has_gpu=True)
 
 
 @pytest.mark.parametrize("key, first", [("calls", "aten::mm"), ("self_cpu", "aten::mm"),
                                         ("total_cpu_us", HOSTILE), (None, HOSTILE),
                                         ("name", HOSTILE)])  # "<" sorts first
 def test_top_ops_sort_and_top(key: str | None, first: str) -> None:
-    shown = tables.top_ops(_ops(), {"sort": key, "top": 2})
+    shown = ops.top_ops(_ops(), key, 2)
     assert len(shown) == 2 and shown.iloc[0]["name"] == first
 
 
 def test_unknown_sort_key_is_an_input_error() -> None:
     with pytest.raises(InputError, match="unknown sort key 'bogus'"):
-        tables.top_ops(_ops(), {"sort": "bogus"})
+        ops.top_ops(_ops(), "bogus", 20)
 
 
 def test_sortable_markup() -> None:
-    html = tables.op_table_html(_ops(), {}, has_gpu=False)
+    html = _html(_ops(), OpDisplay(), has_gpu=False)
     assert 'class="tl-sort ops"' in html and 'data-v="900.0"' in html
     assert "addEventListener" in tables.SORT_JS and "http" not in tables.SORT_JS
 
 
 def test_op_table_from_analysis_on_hostile_trace() -> None:
     df = ops.op_table(hostile_trace(), group_by_shapes=True)
-    html = tables.op_table_html(df, {"shapes": True}, has_gpu=True)
+    html = _html(df, OpDisplay(shapes=True), has_gpu=True)
     assert HOSTILE not in html and "k<b>" not in html
 
 

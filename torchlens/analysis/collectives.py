@@ -70,9 +70,10 @@ def _went_ahead(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
     return bool(fa) and fa == fb and la.isdigit() and lb.isdigit() and int(la) > int(lb)
 
 
-def sequence_divergence(rec: dict[str, Any]) -> dict[str, Any] | None:
-    """The first collective index where ranks differ, or None if they agree."""
-    seqs = [list(s or []) for s in (rec.get("fingerprints") or [])]
+def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The first collective index where ranks' sequences (one list per rank, in
+    issue order) differ, or None if they agree."""
+    seqs = [list(s or []) for s in fingerprints]
     if len(seqs) < 2:
         return None
     longest = max(len(s) for s in seqs)

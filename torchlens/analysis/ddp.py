@@ -1,16 +1,10 @@
 """The %ddp_check checklist, from the per-rank records a run left behind.
 
-Pure functions over plain dicts (what the workers sent through the store, as
-saved in ``Profile.extra["ddp"]``), so a saved ``.tlprof`` gives the same
+Pure functions over the run's ``DdpRun`` payload (what the launcher and the
+workers recorded; its docstring gives the layout), so a saved ``.tlprof`` gives the same
 checklist on a machine without torch. Each line says passed / failed / not
 applicable, the evidence, and what to do: the user should never have to read
 the raw records to learn which rank did what.
-
-Record layout (``extra["ddp"]``): ``world_size``, ``backend``, ``steps``,
-``outcome`` (finished, hang, crashed, interrupted, startup_timeout),
-``ranks`` (one result dict per rank, or None if it sent none),
-``fingerprints`` (per rank, the collectives in issue order), ``exit_codes``,
-``hang`` (last status and Python stack per rank), ``memory_peak``.
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..model import DdpRun
 from .collectives import describe_collective, sequence_divergence
 
 PASSED, FAILED, NA = "passed", "failed", "not applicable"
@@ -44,14 +39,14 @@ class CheckItem:
         return asdict(self)
 
 
-def _rank_results(rec: dict[str, Any]) -> list[dict[str, Any] | None]:
-    ranks = rec.get("ranks") or []
+def _rank_results(rec: DdpRun) -> list[dict[str, Any] | None]:
+    ranks = rec.ranks or []
     return [r if isinstance(r, dict) else None for r in ranks]
 
 
-def check_environment(rec: dict[str, Any]) -> CheckItem:
+def check_environment(rec: DdpRun) -> CheckItem:
     results = _rank_results(rec)
-    n = int(rec.get("world_size", len(results)))
+    n = rec.world_size or len(results)
     seen = [(i, r) for i, r in enumerate(results) if r]
     if not seen:
         return CheckItem("environment", NA, "no rank reported its environment",
@@ -93,7 +88,7 @@ def check_environment(rec: dict[str, Any]) -> CheckItem:
     return CheckItem("environment", PASSED, evidence)
 
 
-def check_communication(rec: dict[str, Any]) -> CheckItem:
+def check_communication(rec: DdpRun) -> CheckItem:
     results = [r for r in _rank_results(rec) if r and r.get("comm")]
     if not results:
         return CheckItem("communication", NA, "no rank got as far as the all_reduce test",
@@ -118,11 +113,11 @@ def check_communication(rec: dict[str, Any]) -> CheckItem:
                      f"(rank 0) {bw_text or 'not measured'}", details={"bandwidth": bw})
 
 
-def check_sequence(rec: dict[str, Any]) -> CheckItem:
-    seqs = rec.get("fingerprints") or []
+def check_sequence(rec: DdpRun) -> CheckItem:
+    seqs = rec.fingerprints or []
     if not any(seqs):
         return CheckItem("collective sequence", NA, "no collective was issued")
-    div = sequence_divergence(rec)
+    div = sequence_divergence(rec.fingerprints)
     counts = ", ".join(f"rank {r}: {len(s or [])}" for r, s in enumerate(seqs))
     if div is None:
         return CheckItem("collective sequence", PASSED,
@@ -136,7 +131,7 @@ def check_sequence(rec: dict[str, Any]) -> CheckItem:
         lines.append(f"rank {r} skipped a collective: its #{i} comes from later in the code "
                      "than the other ranks' (or matches their next one)")
     what = div["difference"]["what"] if div["difference"] else "presence"
-    if div["difference"] is None and div["missing"] and rec.get("outcome") == "finished":
+    if div["difference"] is None and div["missing"] and rec.outcome == "finished":
         status_note = "ranks issued different numbers of collectives"
     else:
         status_note = f"{what} differs" if div["difference"] else "not every rank issued it"
@@ -151,7 +146,7 @@ def check_sequence(rec: dict[str, Any]) -> CheckItem:
          "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
 
 
-def _ended_how(rec: dict[str, Any]) -> dict[int, str]:
+def _ended_how(rec: DdpRun) -> dict[int, str]:
     out: dict[int, str] = {}
     for r, res in enumerate(_rank_results(rec)):
         if res and res.get("error"):
@@ -161,10 +156,10 @@ def _ended_how(rec: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-def check_hang(rec: dict[str, Any]) -> CheckItem:
-    hang = rec.get("hang")
+def check_hang(rec: DdpRun) -> CheckItem:
+    hang = rec.hang
     if not hang:
-        if rec.get("outcome") == "interrupted":
+        if rec.outcome == "interrupted":
             return CheckItem("hang", NA, "the run was interrupted before it could be judged")
         return CheckItem("hang", PASSED, "every rank kept making progress until it ended")
     parts = []
@@ -203,7 +198,7 @@ def _modules(res: dict[str, Any], step: int) -> list[dict[str, Any]]:
     return []
 
 
-def check_parameter_sync(rec: dict[str, Any]) -> CheckItem:
+def check_parameter_sync(rec: DdpRun) -> CheckItem:
     results = [r for r in _rank_results(rec) if r]
     steps = sorted({s["step"] for r in results for s in r.get("steps") or [] if s.get("modules")})
     if len(results) < 2 or not steps:
@@ -238,9 +233,9 @@ def check_parameter_sync(rec: dict[str, Any]) -> CheckItem:
                      f"(rtol {RTOL:g}) in {', '.join(names)} after step(s) {steps}")
 
 
-def check_determinism(rec: dict[str, Any]) -> CheckItem:
+def check_determinism(rec: DdpRun) -> CheckItem:
     results = [r for r in _rank_results(rec) if r]
-    if int(rec.get("steps") or 1) < 2:
+    if (rec.steps or 1) < 2:
         return CheckItem("determinism", NA, "needs --steps 2 or more (the same step twice)")
     done = [r for r in results if len([s for s in r.get("steps") or [] if s.get("end")]) >= 2]
     if not done:
@@ -282,8 +277,8 @@ def _bytes(n: float | None) -> str:
     return f"{n:.1f} GiB"
 
 
-def check_memory(rec: dict[str, Any]) -> CheckItem:
-    peaks = rec.get("memory_peak") or []
+def check_memory(rec: DdpRun) -> CheckItem:
+    peaks = rec.memory_peak or []
     if not any(p for p in peaks):
         return CheckItem("memory", NA, "no memory sample arrived")
     key = "cuda_allocated" if any((p or {}).get("cuda_allocated") for p in peaks) else "tensor_bytes"
@@ -299,9 +294,9 @@ def check_memory(rec: dict[str, Any]) -> CheckItem:
     return CheckItem("memory", PASSED, f"peak {text}", details={"key": key, "peaks": peaks})
 
 
-def check_crash(rec: dict[str, Any]) -> CheckItem:
+def check_crash(rec: DdpRun) -> CheckItem:
     results = _rank_results(rec)
-    codes = rec.get("exit_codes") or []
+    codes = rec.exit_codes or []
     errors = [(r, res["error"]) for r, res in enumerate(results) if res and res.get("error")]
     strict = [e for _, e in errors if e.get("type") == "CollectiveMismatch"]
     if errors and len(strict) == len(errors):
@@ -331,15 +326,15 @@ CHECKS = (check_environment, check_communication, check_sequence, check_hang,
           check_parameter_sync, check_determinism, check_memory, check_crash)
 
 
-def checklist(rec: dict[str, Any]) -> list[CheckItem]:
+def checklist(rec: DdpRun) -> list[CheckItem]:
     """Every check, in the order the user reads them."""
     return [check(rec) for check in CHECKS]
 
 
-def summary(items: list[CheckItem], rec: dict[str, Any]) -> str:
+def summary(items: list[CheckItem], rec: DdpRun) -> str:
     """One line: ranks, backend, how many checks passed, which failed."""
     failed = [i.name for i in items if i.status == FAILED]
     passed = sum(i.status == PASSED for i in items)
-    text = (f"ddp_check: {rec.get('world_size')} ranks ({rec.get('backend')}), "
-            f"{rec.get('outcome')}, {passed} passed, {len(failed)} failed")
+    text = (f"ddp_check: {rec.world_size} ranks ({rec.backend}), "
+            f"{rec.outcome}, {passed} passed, {len(failed)} failed")
     return text + (f": {', '.join(failed)}" if failed else "")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torchlens.model import Trace
+from torchlens.model import InputError, Trace
 
 #: Communication kernels: NCCL's old (``ncclKernel*``) and new (``ncclDevKernel*``).
 COMM_KERNEL = re.compile(r"^nccl")
@@ -34,6 +34,45 @@ OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
               "kernels", "input_shapes", "flops", "stack"]
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
                   "is_comm"]
+
+#: ``--sort`` keys the op table accepts, mapped to its columns. torch's
+#: ``key_averages().table(sort_by=...)`` spellings are accepted too.
+SORT_KEYS = {
+    "total_cpu": "total_cpu_us",
+    "self_cpu": "self_cpu_us",
+    "device": "device_us",
+    "calls": "calls",
+    "kernels": "kernels",
+    "flops": "flops",
+    "name": "name",
+    "count": "calls",
+    "self_cpu_time_total": "self_cpu_us",
+    "cpu_time_total": "total_cpu_us",
+    "cuda": "device_us",
+    "cuda_time_total": "device_us",
+    "device_time_total": "device_us",
+}
+
+
+def sort_column(key: str | None) -> str:
+    """The op-table column for a ``--sort`` key (or a column name itself);
+    InputError names the valid keys."""
+    if key is None:
+        return "total_cpu_us"
+    norm = str(key).strip().lower().replace("-", "_")
+    if norm in SORT_KEYS.values():
+        return norm
+    if norm not in SORT_KEYS:
+        raise InputError(f"unknown sort key {key!r}; use one of {', '.join(SORT_KEYS)}")
+    return SORT_KEYS[norm]
+
+
+def top_ops(ops: pd.DataFrame, sort: str | None, top: int) -> pd.DataFrame:
+    """The ``top`` rows of an op table in ``sort`` order (descending; names ascending)."""
+    column = sort_column(sort)
+    if column not in ops.columns or len(ops) == 0:
+        return ops.head(top)
+    return ops.sort_values(column, ascending=column == "name", kind="stable").head(top)
 
 
 def category_mask(trace: Trace, *names: str) -> np.ndarray:

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from torchlens.model import Profile
-
+from ..model import Profile
 from .ops import DEVICE_CATEGORIES, category_mask, op_calls
 
 
@@ -38,7 +37,7 @@ def summarize(profile: Profile) -> Summary:
     user can change.
     """
     trace = profile.trace
-    overhead_s = profile.extra.get("profiler_overhead_s")
+    overhead_s = getattr(profile.payload, "profiler_overhead_s", None)
     overhead = None if overhead_s is None else float(overhead_s) * 1e6
     if trace is None or len(trace.events) == 0:
         wall = (profile.wall_time_s or 0.0) * 1e6

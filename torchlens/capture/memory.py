@@ -17,10 +17,10 @@ propagates unchanged; what was captured up to then is kept.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from ..model import InputError, Profile, error_record
+from ..model import GpumemPayload, InputError, Profile, error_record
 from . import cuda_memory
 from .environment import collect_environment
 
@@ -107,23 +107,18 @@ class MemoryCapture:
             kind="gpumem",
             title=self.title,
             environment=self._environment,
-            options=asdict(self.options),
+            payload=GpumemPayload(
+                measured_on="cuda" if self._cuda else "cpu", device=self.options.device,
+                stacks=self.options.stacks, max_entries=self.options.max_entries,
+                stats_before=self._stats_before, stats_after=stats_after,
+                start_us=self._start_us, end_us=end_us, runs=list(self.runs),
+                capture_stop_s=time.perf_counter() - t0),
             created_at=self._created,
             wall_time_s=wall,
             source="gpumem capture" + ("" if self._cuda else " (CPU allocator events)"),
             snapshots={f"device{self.options.device}": snap},
             unmeasured=unmeasured,
             error=error_record(exc),
-            extra={
-                "measured_on": "cuda" if self._cuda else "cpu",
-                "device": self.options.device,
-                "stats_before": self._stats_before,
-                "stats_after": stats_after,
-                "start_us": self._start_us,
-                "end_us": end_us,
-                "runs": [list(r) for r in self.runs],
-                "capture_stop_s": time.perf_counter() - t0,
-            },
         )
         return False
 

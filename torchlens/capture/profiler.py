@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.trace_ingest import ingest_bytes
-from ..model import InputError, Profile, error_record
+from ..model import InputError, OpDisplay, Profile, TorchprofPayload, error_record
 from .environment import collect_environment
 
 _active: list[ProfilerCapture] = []
@@ -169,23 +169,26 @@ class ProfilerCapture:
                 f"marked {self._steps} step(s). Call torchlens.step() at the end of "
                 "each step, or lower the schedule."
             )
+        o = self.options
+        payload = TorchprofPayload(
+            # a column the user asked the profiler to record is one they want to see
+            display=OpDisplay(shapes=o.record_shapes, stack=o.with_stack, flops=o.with_flops),
+            record_shapes=o.record_shapes, with_stack=o.with_stack,
+            profile_memory=o.profile_memory, with_flops=o.with_flops, schedule=o.schedule,
+            cuda=o.cuda, timings=dict(self._timings),
+            profiler_overhead_s=self._timings.get("start_s", 0.0) + self._timings.get("stop_s", 0.0),
+            steps_marked=self._steps)
         return Profile(
             kind="torchprof",
             title=self.title,
             environment=self._environment,
-            options=asdict(self.options),
+            payload=payload,
             created_at=self._created,
             wall_time_s=wall,
             source="torchprof capture",
             traces=traces,
             unmeasured=unmeasured,
             error=error_record(exc),
-            extra={
-                "timings": dict(self._timings),
-                "profiler_overhead_s": self._timings.get("start_s", 0.0)
-                + self._timings.get("stop_s", 0.0),
-                "steps_marked": self._steps,
-            },
             attachments=attachments,
         )
 

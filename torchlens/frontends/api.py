@@ -7,42 +7,31 @@ offers the tables as pandas DataFrames.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
+from ..analysis.ops import sort_column
 from ..capture.profiler import ProfilerCapture, ProfilerOptions
-from ..model import InputError, Profile
-
-#: User-facing sort keys -> op table columns.
-SORT_KEYS = {
-    "total_cpu": "total_cpu_us",
-    "self_cpu": "self_cpu_us",
-    "device": "device_us",
-    "calls": "calls",
-    "kernels": "kernels",
-    "flops": "flops",
-    "name": "name",
-}
+from ..model import GpumemPayload, InputError, OpDisplay, Profile
+from . import kinds
 
 
-def display_options(
-    top: int = 20, sort: str = "total_cpu", shapes: bool = False,
-    stack: bool = False, flops: bool = False, memory: bool = False,
-) -> dict[str, Any]:
-    """Validated options that decide what the render shows (stored in the Profile)."""
-    if not isinstance(top, int) or top < 1:
+def torchprof_display(top: int = 20, sort: str = "total_cpu", shapes: bool = False,
+                      stack: bool = False, flops: bool = False) -> OpDisplay:
+    """What the op table shows, validated (InputError names the bad option)."""
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise InputError(f"top must be a whole number >= 1, got {top!r}")
-    if sort not in SORT_KEYS:
-        raise InputError(f"unknown sort key {sort!r}; use one of {', '.join(SORT_KEYS)}")
-    return {"top": top, "sort": SORT_KEYS[sort], "shapes": shapes, "stack": stack,
-            "flops": flops, "memory": memory}
+    return OpDisplay(top=top, sort=sort_column(sort), shapes=shapes, stack=stack, flops=flops)
 
 
 class Result:
-    """A finished (or still running) capture: the Profile plus convenient views."""
+    """A finished (or still running) capture: the Profile, its analysis (made
+    once, on first use) and convenient views of it."""
 
     def __init__(self, profile: Profile | None = None) -> None:
         self._profile = profile
+        self._analysis: Any = None
 
     @property
     def profile(self) -> Profile:
@@ -50,63 +39,54 @@ class Result:
             raise RuntimeError("the capture is still running; use the result after it")
         return self._profile
 
+    def analysis(self) -> Any:
+        """The kind's analysis of the profile (``frontends.kinds``), made once."""
+        if self._analysis is None:
+            self._analysis = kinds.analyze(self.profile)
+        return self._analysis
+
     def ops(self) -> Any:
         """Per-op table (pandas DataFrame), grouped by input shapes with --shapes
         and by the line of your code that issued the op with --stack."""
-        from ..analysis.ops import op_table
-
-        trace = self._require_trace()
-        options = self.profile.options
-        return op_table(trace, group_by_shapes=bool(options.get("shapes")),
-                        group_by_source=bool(options.get("stack")))
+        return self._trace_view().ops
 
     def kernels(self) -> Any:
         """Per-kernel table (empty without a GPU)."""
-        from ..analysis.ops import kernel_table
-
-        return kernel_table(self._require_trace())
+        return self._trace_view().kernels
 
     def steps(self) -> Any:
         """Per-ProfilerStep breakdown (TensorBoard profiler plugin definitions)."""
-        from ..analysis.steps import step_breakdown
-
-        return step_breakdown(self._require_trace())
+        return self._trace_view().steps
 
     def hints(self) -> list[Any]:
         """Known problems the trace shows, each with its supporting figure."""
-        from ..analysis.hints import find_hints
-
-        trace = self._require_trace()
-        return find_hints(trace, self.ops(), self.steps())
+        return self._trace_view().hints
 
     def save(self, path: str) -> str:
         return self.profile.save(path)
 
     def export(self, path: str) -> str:
-        """Write a .json/.json.gz trace, .html report or .tlprof result."""
+        """Write the formats of ``kinds.export_suffixes``: .html report, .tlprof
+        result, and the kind's own (.json/.json.gz trace, .pickle snapshot)."""
         from .export import export_profile
 
-        return export_profile(self.profile, path)
+        return export_profile(self.profile, path, self.analysis())
 
-    def _require_trace(self) -> Any:
-        trace = self.profile.trace
-        if trace is None:
+    def _trace_view(self) -> Any:
+        views = getattr(self.analysis(), "views", None)
+        if not views:
             raise InputError(
                 "this result has no trace: " + "; ".join(self.profile.unmeasured)
             )
-        return trace
+        return views[0]
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
-        from ..render.bundle import display_bundle
-
-        return display_bundle(self.profile)
+        return kinds.display_bundle(self.profile, self.analysis())
 
     def __repr__(self) -> str:
         if self._profile is None:
-            return "<torchlens Result: capture running>"
-        from ..render.text import summary_line
-
-        return summary_line(self._profile)
+            return f"<torchlens {type(self).__name__}: capture running>"
+        return kinds.summary(self._profile, self.analysis())
 
 
 class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchprof():`
@@ -125,7 +105,7 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
     ) -> None:
         from .export import check_export_path
 
-        self._display = display_options(top, sort, shapes, stack, flops, memory)
+        self._display = torchprof_display(top, sort, shapes, stack, flops)
         self._capture = ProfilerCapture(
             ProfilerOptions(record_shapes=shapes, with_stack=stack,
                             profile_memory=memory, with_flops=flops,
@@ -133,7 +113,7 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
             title=title,
         )
         if export:
-            check_export_path(export)
+            check_export_path(export, "torchprof")
         self._export = export
         self.result = Result()
 
@@ -143,15 +123,15 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._capture.__exit__(exc_type, exc, tb)
-        _finish(self.result, self._capture.profile, self._display, self._export)
+        profile = self._capture.profile
+        profile.payload = dataclasses.replace(profile.payload, display=self._display)
+        _finish(self.result, profile, self._export)
         return False
 
 
-def _finish(result: Result, profile: Profile | None, display: dict[str, Any],
-            export: str | None) -> None:
-    """Hand a finished capture to its result: display options, then --export."""
+def _finish(result: Result, profile: Profile | None, export: str | None) -> None:
+    """Hand a finished capture to its result, then write ``--export``."""
     assert profile is not None
-    profile.options.update(display)
     result._profile = profile
     if export:
         result.export(export)
@@ -190,13 +170,8 @@ def gpumem_options(
 
 
 class MemoryResult(Result):
-    """A ``gpumem`` result: the Profile plus the memory analysis as plain objects."""
-
-    def analysis(self) -> Any:
-        """The ``MemoryAnalysis`` (timeline, sites, survivors, fragmentation, diagnosis)."""
-        from ..render.memory import analysis_of
-
-        return analysis_of(self.profile)
+    """A ``gpumem`` result: the Profile plus its ``MemoryAnalysis`` (timeline,
+    sites, survivors, fragmentation, diagnosis) as plain objects."""
 
     def sites(self, n: int = 15) -> list[Any]:
         """Top allocation sites (user file:line) by bytes allocated in the cell."""
@@ -215,13 +190,6 @@ class MemoryResult(Result):
     def snapshot(self) -> dict[str, Any]:
         """The allocator snapshot in torch's format (CPU: the CPU allocator's trace)."""
         return next(iter(self.profile.snapshots.values()))
-
-    def __repr__(self) -> str:
-        if self._profile is None:
-            return "<torchlens MemoryResult: capture running>"
-        from ..render.memory import summary_line
-
-        return summary_line(self.analysis(), self._profile.error)
 
 
 class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
@@ -246,7 +214,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
                                        capacity=capacity, alloc_conf=alloc_conf, repeat=repeat,
                                        top=top)
         if export:
-            check_export_path(export)
+            check_export_path(export, "gpumem")
         self._export = export
         self.capture = MemoryCapture(MemoryOptions(device=device, stacks=stacks), title=title)
         self.result = MemoryResult()
@@ -266,7 +234,9 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._live.__exit__(exc_type, exc, tb)
         self.capture.__exit__(exc_type, exc, tb)
-        _finish(self.result, self.capture.profile, self._display, self._export)
+        profile = self.capture.profile
+        profile.payload = dataclasses.replace(profile.payload, **self._display)
+        _finish(self.result, profile, self._export)
         return False
 
 
@@ -283,7 +253,6 @@ def load_gpumem(path: str, **options: Any) -> MemoryResult:
     display = gpumem_options(**options)
     snap = load_snapshot(path)
     name = os.path.basename(str(path))
-    profile = Profile(kind="gpumem", title=name, source=str(path), options=display,
-                      snapshots={"file": snap}, extra={"measured_on": "snapshot",
-                                                      "device": display["device"]})
+    profile = Profile(kind="gpumem", title=name, source=str(path), snapshots={"file": snap},
+                      payload=GpumemPayload(measured_on="snapshot", **display))
     return MemoryResult(profile)

@@ -66,12 +66,12 @@ class ReportCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         profile = load_input(args.path)
-        from ..render.report import render_report  # after the input is known good
+        from . import kinds  # after the input is known good
 
         out = Path(args.output) if args.output else _default_output(args.path)
         if out.parent and not out.parent.resolve().is_dir():
             raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
-        out.write_text(render_report(profile), encoding="utf-8")
+        out.write_text(kinds.report_html(profile, kinds.analyze(profile)), encoding="utf-8")
         print(f"torchlens: wrote {out}")
         return 0
 
@@ -88,7 +88,7 @@ class DemoCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from .export import check_export_path
 
-        check_export_path(args.output)
+        check_export_path(args.output, "torchprof")
         if args.steps < 1:
             raise InputError(f"--steps {args.steps}: expected a whole number >= 1")
         from .demo import run_demo
@@ -161,7 +161,7 @@ class SimulateCommand(Command):
         if args.output:
             from .export import check_export_path
 
-            check_export_path(args.output)
+            check_export_path(args.output, "gpumem")
         result = load_gpumem(args.path, simulate=True, capacity=args.capacity,
                              alloc_conf=args.alloc_conf or None)
         a = result.analysis()

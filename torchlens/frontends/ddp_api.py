@@ -16,25 +16,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..model import InputError, Profile, Table
+from ..analysis.ddp_run import collective_rows
+from ..model import DdpRun, InputError, Profile
+from .api import Result
 
 BACKENDS = ("auto", "gloo", "nccl")
 
 
-class DdpResult:
+class DdpResult(Result):
     """A finished %ddp_check: the Profile, the checklist, per-rank tables."""
 
     def __init__(self, profile: Profile) -> None:
-        from ..analysis.ddp import checklist
-
-        self.profile = profile
-        self.checklist = checklist(self.records)
+        super().__init__(profile)
+        self.checklist = self.analysis().checklist
 
     @property
-    def records(self) -> dict[str, Any]:
-        from ..render.ddp import records
-
-        return records(self.profile)
+    def records(self) -> DdpRun:
+        """What the run recorded (``model.payloads.DdpRun``)."""
+        return self.profile.payload  # type: ignore[return-value]
 
     @property
     def ok(self) -> bool:
@@ -46,40 +45,20 @@ class DdpResult:
 
     def item(self, name: str) -> Any:
         """The checklist line called ``name`` (e.g. "collective sequence")."""
-        for it in self.checklist:
-            if it.name == name:
-                return it
-        raise KeyError(f"no check named {name!r}; one of {[i.name for i in self.checklist]}")
+        found = self.analysis().item(name)
+        if found is None:
+            raise KeyError(f"no check named {name!r}; one of {[i.name for i in self.checklist]}")
+        return found
 
     def collectives(self) -> Any:
         """Every recorded collective of every rank (pandas DataFrame)."""
-        return self.profile.tables["collectives"].to_pandas()
+        import pandas as pd
+
+        return pd.DataFrame(collective_rows(self.records, limit=None))
 
     def memory(self) -> Any:
         """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes."""
         return self.profile.tables["heartbeats"].to_pandas()
-
-    def save(self, path: str) -> str:
-        return self.profile.save(path)
-
-    def export(self, path: str) -> str:
-        """Write a .html report (every rank) or a .tlprof result."""
-        from .export import export_profile
-
-        return export_profile(self.profile, path)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
-        from ..render.bundle import iframe_html
-        from ..render.ddp import ddp_text
-        from ..render.report import render_report
-
-        return {"text/html": iframe_html(render_report(self.profile)),
-                "text/plain": ddp_text(self.profile)}
-
-    def __repr__(self) -> str:
-        from ..render.ddp import summary_text
-
-        return summary_text(self.profile)
 
 
 def _in_kernel() -> bool:
@@ -107,12 +86,9 @@ def check_options(world_size: int, backend: str, timeout: float, steps: int,
                              f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
                              " (use --backend gloo)")
     if export:
-        from .export import FORMATS, check_export_path, export_format
+        from .export import check_export_path
 
-        check_export_path(export)
-        if export_format(export) not in (".html", ".tlprof"):
-            raise InputError(f"--export {export}: a ddp_check exports .html or .tlprof "
-                             f"(not {', '.join(k for k in FORMATS if k not in ('.html', '.tlprof'))})")
+        check_export_path(export, "ddp_check")
 
 
 def check_function(fn: Callable[..., Any]) -> None:
@@ -189,8 +165,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     With ``show``, the live view (if any) is replaced by the result's display,
     and without a live view the result is displayed at the end.
     """
-    from ..capture.ddp import DdpOptions, resolve_backend, run_check
-    from ..capture.environment import collect_environment
+    from ..capture.ddp import DdpOptions, build_profile, resolve_backend, run_check
 
     check_options(world_size, backend, timeout, steps, export)
     skipped: list[str] = []
@@ -223,7 +198,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     # the GPU Monitor sidebar shows every rank's memory too, while they run
     sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}", plot)
     rec = run_check(job, options, sink)
-    profile = build_profile(rec, source, collect_environment(), skipped)
+    profile = build_profile(rec, source, skipped)
     result = DdpResult(profile)
     if export:
         result.export(export)
@@ -240,31 +215,3 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
 class _Empty:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
         return {"text/plain": ""}
-
-
-def build_profile(rec: dict[str, Any], source: str, environment: dict[str, Any],
-                  skipped: list[str]) -> Profile:
-    """Records -> Profile: heartbeats and collectives as tables, the rest in extra."""
-    rec = dict(rec)
-    heartbeats = [{k: v for k, v in h.items() if k != "last"} for h in rec.pop("heartbeats", [])]
-    tables: dict[str, Table] = {}
-    if heartbeats:
-        tables["heartbeats"] = Table.from_records(heartbeats, text=("phase",))
-    rows = [{"rank": r, **{k: fp.get(k) for k in ("index", "op", "line", "step", "t", "call_s")},
-             "shapes": str(fp.get("shapes")), "dtypes": ",".join(fp.get("dtypes", []))}
-            for r, fps in enumerate(rec.get("fingerprints") or []) for fp in fps]
-    if rows:
-        tables["collectives"] = Table.from_records(rows, text=("op", "line", "shapes", "dtypes"))
-    unmeasured = ["collectives are seen by a TorchDispatchMode over c10d ops "
-                  "(this torch has no ProcessGroup.register_pre_hook)"]
-    if rec.get("backend") != "nccl":
-        unmeasured.append("CUDA memory: ranks run on CPU (gloo); RSS and live tensor "
-                          "bytes are shown instead")
-    if skipped:
-        unmeasured.append("notebook names the cell uses but that cannot be sent to the "
-                          "workers: " + ", ".join(skipped))
-    return Profile(kind="ddp_check", title=f"torchlens ddp_check: {source}",
-                   environment=environment, source=source, wall_time_s=rec.get("wall_s"),
-                   options={k: rec.get(k) for k in ("world_size", "backend", "steps", "strict",
-                                                     "timeout_s", "seed")},
-                   tables=tables, extra={"ddp": rec}, unmeasured=unmeasured)

@@ -1,7 +1,8 @@
 """Writing a result to a file: the one place that maps a suffix to a format.
 
 Magics (``--export``), the Python API (``result.export``) and the CLI all go
-through ``export_profile`` so the formats stay the same everywhere.
+through ``export_profile`` so the formats stay the same everywhere; which
+suffixes a kind has, and the writer of each, come from ``kinds``.
 """
 
 from __future__ import annotations
@@ -12,57 +13,59 @@ from pathlib import Path
 from typing import Any
 
 from ..model import InputError, Profile
+from . import kinds
 
-#: Suffix -> what it writes. Checked before a cell runs, so a typo costs nothing.
-FORMATS = {
-    ".json": "Chrome/Perfetto trace (Kineto JSON as the profiler wrote it)",
-    ".json.gz": "Chrome/Perfetto trace, gzipped",
-    ".html": "self-contained HTML report (opens with no network)",
-    ".tlprof": "saved torchlens result (re-render later with `torchlens report`)",
-    ".pickle": "allocator snapshot in torch's format (memory_viz, torch.cuda._memory_viz)",
-}
+#: Suffix -> what it writes (which suffixes a kind accepts: ``kinds.export_suffixes``).
+FORMATS = kinds.EXPORT_FORMATS
 
 
-def export_format(path: str | Path) -> str:
-    """The suffix key of ``path`` in FORMATS, or an InputError naming the choices."""
+def export_format(path: str | Path, kind: str | None = None) -> str:
+    """The suffix key of ``path`` in FORMATS, or an InputError naming the choices
+    (those of ``kind`` when given)."""
     name = str(path).lower()
+    choices = kinds.export_suffixes(kind) if kind else list(FORMATS)
     for suffix in sorted(FORMATS, key=len, reverse=True):
         if name.endswith(suffix):
+            if suffix not in choices:
+                raise InputError(f"cannot export {kind} results to {path!s}; use one of "
+                                 + ", ".join(choices))
             return suffix
-    raise InputError(
-        f"cannot export to {path!s}: unknown file type; use one of "
-        + ", ".join(FORMATS)
-    )
+    raise InputError(f"cannot export to {path!s}: unknown file type; use one of "
+                     + ", ".join(choices))
 
 
-def check_export_path(path: str | Path) -> None:
+def check_export_path(path: str | Path, kind: str | None = None) -> None:
     """Fail early (before any capture) on a bad suffix or a missing folder."""
-    export_format(path)
+    export_format(path, kind)
     parent = Path(path).expanduser().resolve().parent
     if not parent.is_dir():
         raise InputError(f"cannot export to {path!s}: folder {parent} does not exist")
 
 
-def export_profile(profile: Profile, path: str | Path) -> str:
-    """Write ``profile`` to ``path`` in the format its suffix names."""
-    fmt = export_format(path)
+def export_profile(profile: Profile, path: str | Path, analysis: Any = None) -> str:
+    """Write ``profile`` to ``path`` in the format its suffix names. ``analysis``
+    is the profile's analysis when the caller has it (it is made if needed)."""
+    fmt = export_format(path, profile.kind)
     path = Path(path).expanduser()
     if fmt == ".tlprof":
         return profile.save(str(path))
     if fmt == ".html":
-        from ..render.report import render_report
-
-        path.write_text(render_report(profile), encoding="utf-8")
+        analysis = kinds.analyze(profile) if analysis is None else analysis
+        path.write_text(kinds.report_html(profile, analysis), encoding="utf-8")
         return str(path)
-    if fmt == ".pickle":
-        return _write_snapshot(profile, path)
+    return kinds.exporter(profile, fmt)(profile, analysis, path)
+
+
+def write_trace(profile: Profile, analysis: Any, path: Path) -> str:
+    """The Kineto JSON as the profiler wrote it (gzipped for ``.json.gz``).
+    Writers take the analysis when the caller has one, else None."""
     raw = profile.attachments.get("trace.json")
     if raw is None:
         raise InputError(
             f"cannot export {path!s}: this result holds no profiler trace "
             "(export .html or .tlprof instead)"
         )
-    path.write_bytes(gzip.compress(raw) if fmt == ".json.gz" else raw)
+    path.write_bytes(gzip.compress(raw) if str(path).lower().endswith(".gz") else raw)
     return str(path)
 
 
@@ -79,7 +82,7 @@ def _builtins_only(obj: Any) -> Any:
     return str(obj)
 
 
-def _write_snapshot(profile: Profile, path: Path) -> str:
+def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
     """The profile's snapshot as torch writes it (``_dump_snapshot``: a pickled dict).
 
     A CPU capture has no CUDA segments: its file holds the CPU allocator's
@@ -89,10 +92,8 @@ def _write_snapshot(profile: Profile, path: Path) -> str:
     if not profile.snapshots:
         raise InputError(f"cannot export {path!s}: this result holds no allocator snapshot")
     snap = dict(next(iter(profile.snapshots.values())))
-    if profile.kind == "gpumem" and profile.extra.get("measured_on") == "cpu":
-        from ..render.memory import analysis_of
-
-        model = analysis_of(profile).model
+    if profile.payload.measured_on == "cpu":  # type: ignore[union-attr]
+        model = (analysis or kinds.analyze(profile)).model
         if model is not None:
             snap["segments"] = model.snapshot["segments"]
             snap["allocator_settings"] = model.snapshot["allocator_settings"]

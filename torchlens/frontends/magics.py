@@ -22,8 +22,9 @@ from IPython.core.magic import (
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from ..analysis.ops import SORT_KEYS
 from ..model import InputError
-from .api import SORT_KEYS, torchprof
+from .api import torchprof
 
 
 def _schedule(text: str) -> tuple[int, int, int]:
@@ -173,7 +174,7 @@ class TorchlensMagics(Magics):
         try:
             gpumem_options(repeat=repeat, **opts)
             if args.export:
-                check_export_path(args.export)
+                check_export_path(args.export, "gpumem")
             if cell is None:
                 if not args.load:
                     raise InputError("%gpumem needs --load SNAPSHOT (or use %%gpumem on a cell)")

@@ -12,10 +12,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from .payloads import PAYLOADS, Payload
 from .table import Table
 
-#: What kind of capture made a profile; decides which report sections apply.
-KINDS = ("torchprof", "gpumem", "ddp_check", "trace")
+#: What kind of capture made a profile; decides its payload and report.
+KINDS = tuple(PAYLOADS)
 
 
 @dataclass
@@ -43,13 +44,15 @@ class Profile:
     ``attachments`` keeps raw files byte for byte (e.g. the gzipped Kineto
     trace as exported, so a Perfetto export is exact, not rebuilt from columns).
     ``unmeasured`` lists, in plain words, what could not be measured on the
-    machine the capture ran on; reports show it.
+    machine the capture ran on; reports show it. ``payload`` holds the kind's
+    own facts (``model.payloads``: one typed object per kind); left out, it is
+    the kind's defaults.
     """
 
     kind: str
     title: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    payload: Payload | None = None
     created_at: float = field(default_factory=time.time)
     wall_time_s: float | None = None
     source: str = ""
@@ -58,12 +61,17 @@ class Profile:
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
     unmeasured: list[str] = field(default_factory=list)
     error: dict[str, str] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     attachments: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown profile kind {self.kind!r}; one of {KINDS}")
+        expected = PAYLOADS[self.kind]
+        if self.payload is None:
+            self.payload = expected()
+        elif not isinstance(self.payload, expected):
+            raise TypeError(f"a {self.kind} profile takes a {expected.__name__} payload, "
+                            f"not {type(self.payload).__name__}")
 
     @property
     def trace(self) -> Trace | None:

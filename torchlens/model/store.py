@@ -1,9 +1,9 @@
 """The ``.tlprof`` file: a zip of JSON metadata and ``.npz`` tables.
 
-Layout (format version 1)::
+Layout (format version 2)::
 
-    manifest.json           {"format": "torchlens-profile", "format_version": 1,
-                             kind, title, environment, options, ...}
+    manifest.json           {"format": "torchlens-profile", "format_version": 2,
+                             kind, title, environment, payload, ...}
     tables/<name>.npz       one Table (columns, and __categories__ as JSON)
     traces/<key>.npz        a Trace's events Table
     traces/<key>.json       its meta
@@ -13,6 +13,9 @@ Layout (format version 1)::
 Compatibility rule: a reader accepts every ``format_version`` up to its own and
 fills keys an older writer did not know with defaults; a newer major version
 is refused with a message that says to upgrade. Loading never unpickles.
+Version 1 kept each kind's facts in untyped ``options`` and ``extra`` dicts
+(and a DDP run's collectives twice); ``payloads.upgrade_v1`` reads them into
+the typed payload.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from .errors import FormatVersionError, InputError
+from .payloads import PAYLOADS, from_json, to_json, upgrade_v1
 from .profile import Profile, Trace
 from .table import Table
 
 FORMAT = "torchlens-profile"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _CATEGORIES_KEY = "__categories__"
 
 
@@ -81,13 +85,12 @@ def save_profile(profile: Profile, path: str | Path) -> str:
         "kind": profile.kind,
         "title": profile.title,
         "environment": profile.environment,
-        "options": profile.options,
+        "payload": to_json(profile.payload),
         "created_at": profile.created_at,
         "wall_time_s": profile.wall_time_s,
         "source": profile.source,
         "unmeasured": profile.unmeasured,
         "error": profile.error,
-        "extra": profile.extra,
         "traces": list(profile.traces),
         "tables": list(profile.tables),
         "snapshots": list(profile.snapshots),
@@ -158,11 +161,20 @@ def load_profile(path: str | Path) -> Profile:
             }
         except (KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
             raise InputError(f"{path}: damaged .tlprof file ({exc}).") from None
+    kind = manifest.get("kind", "trace")
+    if kind not in PAYLOADS:
+        raise InputError(f"{path}: holds a result of kind {kind!r}, which this torchlens "
+                         f"does not know ({', '.join(PAYLOADS)}). Upgrade torchlens.")
+    if version < 2:
+        payload = upgrade_v1(kind, manifest.get("options") or {}, manifest.get("extra") or {})
+        tables.pop("collectives", None)  # version 1 kept a copy of the fingerprints
+    else:
+        payload = from_json(kind, manifest.get("payload"))
     return Profile(
-        kind=manifest.get("kind", "trace"),
+        kind=kind,
         title=manifest.get("title", ""),
         environment=manifest.get("environment", {}),
-        options=manifest.get("options", {}),
+        payload=payload,
         created_at=manifest.get("created_at", 0.0),
         wall_time_s=manifest.get("wall_time_s"),
         source=manifest.get("source", str(path)),
@@ -171,6 +183,5 @@ def load_profile(path: str | Path) -> Profile:
         snapshots=snapshots,
         unmeasured=manifest.get("unmeasured", []),
         error=manifest.get("error"),
-        extra=manifest.get("extra", {}),
         attachments=attachments,
     )

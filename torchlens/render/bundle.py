@@ -1,4 +1,4 @@
-"""The display bundle a magic shows: the report in an iframe, plus plain text.
+"""How a report sits in a notebook output: in an iframe (``frontends.kinds.display_bundle``).
 
 Why an iframe with ``srcdoc``: a notebook saves outputs as their MIME data, so
 HTML that needs a live kernel or the notebook's own BokehJS shows nothing
@@ -14,10 +14,6 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model import Profile
-from .report import render_report
-from .text import text_report
-
 IFRAME_HEIGHT_PX = 720  # enough for summary and top ops; resizable by the user
 
 
@@ -28,14 +24,3 @@ def iframe_html(report: str, height: int = IFRAME_HEIGHT_PX) -> str:
         f'style="width: 100%; height: {int(height)}px; border: 1px solid #ddd; '
         f'resize: vertical; overflow: auto;" title="torchlens report"></iframe>'
     )
-
-
-def display_bundle(profile: Profile) -> dict[str, str]:
-    """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``."""
-    if profile.kind == "gpumem":
-        from .memory import memory_text
-
-        text = memory_text(profile)
-    else:
-        text = text_report(profile)
-    return {"text/html": iframe_html(render_report(profile)), "text/plain": text}

@@ -1,6 +1,6 @@
 """The ``gpumem`` report: summary, OOM diagnosis, memory timeline, sites, leaks, fragmentation.
 
-Reads only a ``MemoryAnalysis`` (``analysis.memory_view``). Every string that
+Draws only a ``MemoryAnalysis`` (``analysis.memory``); computes nothing itself. Every string that
 came from a trace (file names, function names, the error text) is escaped:
 the HTML goes through ``tables.html_table`` or ``html.escape``, and Bokeh hover
 fields are plain ``@field`` references, which BokehJS shows as text. Big traces
@@ -10,7 +10,6 @@ survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
 
 from __future__ import annotations
 
-import weakref
 from html import escape
 from typing import Any
 
@@ -18,10 +17,12 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from ..analysis.frames import frame_label
-from ..analysis.memory_timeline import biggest_allocations, decimate, top_sites
-from ..analysis.memory_view import MemoryAnalysis
+from ..analysis.memory import MemoryAnalysis
+from ..analysis.memory_timeline import biggest_allocations, decimate
 from ..analysis.oom import OomDiagnosis, fmt_bytes
+from ..model import Profile
 from . import tables
+from .report import section
 from .tables import Column
 
 MAX_POINTS = 4000  # timeline points per series after decimation
@@ -52,16 +53,14 @@ def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
         ("allocations / frees in the trace", f"{len(tl.allocations):,} / "
          f"{sum(1 for x in tl.allocations if x.t_free is not None):,}"),
     ]
-    if a.growth:
-        from ..analysis.leaks import steady_growth
-
-        g = steady_growth(a.growth)
-        rows.append(("growth per run (after the first)", fmt_bytes(g)))
+    if a.steady_growth is not None:
+        rows.append(("growth per run (after the first)", fmt_bytes(a.steady_growth)))
     return rows
 
 
-def summary_line(a: MemoryAnalysis, error: dict[str, str] | None) -> str:
+def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
     """One line for the text view and the report header."""
+    error = profile.error
     tl = a.timeline
     parts = [f"peak {fmt_bytes(tl.peak_allocated)} allocated",
              f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
@@ -134,9 +133,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
 
 def segment_map_figure(a: MemoryAnalysis) -> Any:
     """One row per segment, its blocks coloured by state (allocated / cached free / in flight)."""
-    from ..analysis.fragmentation import segment_map
-
-    segs = segment_map(a.frag_snapshot)
+    segs = a.segments
     if not segs:
         return None
     shown = segs[:MAX_SEGMENTS]
@@ -165,11 +162,8 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
 
 
 def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
-    from ..analysis.fragmentation import unusable_free_share
-
     f = a.frag
     st = a.stats_after or (a.model.stats if a.model else {})
-    biggest = max((x.size for x in a.timeline.allocations), default=0)
     rows = [("reserved", fmt_bytes(f.reserved)), ("allocated", fmt_bytes(f.allocated)),
             ("cached free", f"{fmt_bytes(f.free_cached)} ({f.free_share:.0%} of reserved)"),
             ("largest free block", f"{fmt_bytes(f.largest_free_block)} of {fmt_bytes(f.free_cached)} free"),
@@ -177,8 +171,8 @@ def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
             ("inactive_split", f"{fmt_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"),
             ("segments", f"{f.n_segments} ({f.n_segments_by_pool['small']} small, "
                          f"{f.n_segments_by_pool['large']} large)")]
-    if biggest:
-        share = unusable_free_share(a.frag_snapshot, biggest)
+    if a.unusable_for_largest is not None:
+        biggest, share = a.unusable_for_largest
         rows.append((f"free but unusable for the largest request ({fmt_bytes(biggest)})",
                      f"{share:.0%} of reserved"))
     for key, label in (("num_alloc_retries", "alloc retries"), ("num_ooms", "OOMs")):
@@ -214,7 +208,7 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
                     f"<th>simulated</th></tr>{rows}</table>", "simulate"))
     for title, fig, anchor in (("Memory timeline", timeline_figure(a), "timeline"),):
         out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
-    sites = top_sites(a.timeline, top)
+    sites = a.sites[:top]
     out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
                 if sites else '<p class="note">No allocations.</p>', "sites"))
     leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
@@ -244,16 +238,17 @@ def _fig(fig: Any, figures: list[Any], empty: str) -> str:
     return f"<!--bokeh-{len(figures) - 1}-->"
 
 
-def text_report(a: MemoryAnalysis, error: dict[str, str] | None, unmeasured: list[str], top: int = 10) -> str:
+def text_report(profile: Profile, a: MemoryAnalysis) -> str:
     """The text/plain view: summary, diagnosis, top sites and possible leaks."""
-    lines = [summary_line(a, error)]
+    top = profile.payload.top  # type: ignore[union-attr]
+    lines = [summary_line(profile, a)]
     d = a.diagnosis
     if d is not None:
         lines += ["", f"OUT OF MEMORY ({d.cause}): {d.explanation}"]
         lines += [f"  try: {x.action}\n       because {x.evidence}" for x in d.advice]
     lines += ["", "top allocation sites:"]
     lines += [f"  {fmt_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
-              for s in top_sites(a.timeline, top)]
+              for s in a.sites[:top]]
     if a.possible_leaks:
         lines += ["", "possible leaks (still alive, left behind on several passes):"]
         lines += [f"  {fmt_bytes(r.bytes):>12}  {r.count:>6} tensors  {r.site}  {r.function}"
@@ -261,43 +256,12 @@ def text_report(a: MemoryAnalysis, error: dict[str, str] | None, unmeasured: lis
     for label, r, s, b in a.comparison:
         lines.append(f"  {label:<18} real {fmt_bytes(r) if b else _n(r):>12}   "
                      f"simulated {fmt_bytes(s) if b else _n(s):>12}")
-    lines += [f"not measured: {u}" for u in unmeasured]
+    lines += [f"not measured: {u}" for u in profile.unmeasured]
     return "\n".join(lines)
 
 
-def analysis_of(profile: Any) -> MemoryAnalysis:
-    """The profile's analysis, computed once per profile object (HTML and text share it).
-
-    Kept beside the profile (dropped with it), not on it: the model object
-    carries no render-layer state.
-    """
-    from ..analysis.memory_view import analyze
-
-    key = id(profile)
-    hit = _ANALYSES.get(key)
-    if hit is not None and hit[0]() is profile:
-        return hit[1]
-    analysis = analyze(profile)
-    weakref.finalize(profile, _ANALYSES.pop, key, None)
-    _ANALYSES[key] = (weakref.ref(profile), analysis)
-    return analysis
-
-
-#: id(profile) -> (weak reference to it, its analysis)
-_ANALYSES: dict[int, tuple[weakref.ref, MemoryAnalysis]] = {}
-
-
-def memory_text(profile: Any) -> str:
-    """text/plain of a gpumem profile."""
-    top = int(profile.options.get("top") or 10)
-    return text_report(analysis_of(profile), profile.error, profile.unmeasured, top)
-
-
-def report_parts(profile: Any, figures: list[Any]) -> tuple[str, list[str]]:
-    """Summary line and sections of a gpumem report (``report.render_body``)."""
-    from .report import _section
-
-    a = analysis_of(profile)
-    top = int(profile.options.get("top") or 15)
-    return summary_line(a, profile.error), [_section(t, body, anchor)
-                                            for t, body, anchor in sections(a, top, figures)]
+def report_parts(profile: Profile, a: MemoryAnalysis, figures: list[Any]) -> tuple[str, list[str]]:
+    """Summary line and sections of a gpumem report."""
+    top = profile.payload.top  # type: ignore[union-attr]
+    return summary_line(profile, a), [section(t, body, anchor)
+                                      for t, body, anchor in sections(a, top, figures)]

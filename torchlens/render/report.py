@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -26,9 +27,9 @@ from bokeh.resources import INLINE
 
 from ..model import Profile
 from . import tables
-from ._data import TraceView, display_options, trace_views
-from .text import summary_line
-from .timeline import build_timeline
+
+#: A kind's ``(profile, analysis, figures) -> (summary line, [section html])``.
+ReportParts = Callable[[Profile, Any, list[Any]], tuple[str, list[str]]]
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -49,7 +50,6 @@ pre { background: #f7f7f7; padding: .6em; overflow-x: auto; }
 _BOKEH_ID = re.compile(r'"(p\d+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
 _DEFINED_ID = re.compile(r'"id":"(p\d+)"')
 _SPLIT = "<!--tl-split-->"  # cannot come from a trace: names are escaped
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def stable_ids(text: str) -> str:
@@ -72,33 +72,9 @@ def stable_ids(text: str) -> str:
     return _BOKEH_ID.sub(rename, text)
 
 
-def _section(title: str, body: str, anchor: str) -> str:
+def section(title: str, body: str, anchor: str) -> str:
+    """One report section: a heading and its (already escaped) body."""
     return f'<section id="{escape(anchor)}"><h2>{escape(title)}</h2>{body}</section>'
-
-
-def _trace_sections(view: TraceView, options: dict[str, Any], figures: list[Any],
-                    prefix: str) -> list[str]:
-    """Hints, ops, kernels, steps and the timeline of one trace."""
-    out = [
-        _section(f"{prefix}Hints", tables.hints_html(view.hints), f"hints-{view.key}"),
-        _section(f"{prefix}Ops", tables.op_table_html(view.ops, options, view.has_gpu),
-                 f"ops-{view.key}"),
-    ]
-    if view.has_gpu and len(view.kernels):
-        top = int(options.get("top") or tables.DEFAULT_TOP)
-        out.append(_section(f"{prefix}GPU kernels", tables.kernel_table_html(view.kernels, top),
-                            f"kernels-{view.key}"))
-    if len(view.steps):
-        out.append(_section(f"{prefix}Step breakdown", tables.step_table_html(view.steps),
-                            f"steps-{view.key}"))
-    fig, _ = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
-    if fig is None:
-        body = '<p class="note">This trace has no timed events to draw.</p>'
-    else:
-        body = f"<!--bokeh-{len(figures)}-->"
-        figures.append(fig)
-    out.append(_section(f"{prefix}Timeline", body, f"timeline-{view.key}"))
-    return out
 
 
 def _header(profile: Profile, summary: str) -> str:
@@ -128,47 +104,20 @@ def _bokehjs(figures: list[Any]) -> str:
     return js + "".join(f"<style>{css}</style>" for css in bundle.css_raw)
 
 
-def render_body(profile: Profile) -> tuple[str, str]:
-    """The report's ``<body>`` content and the Bokeh ``<script>`` it needs
-    (BokehJS itself first, then the document). Each kind of profile supplies
-    its summary line and sections; the page around them is the same for all."""
-    figures: list[Any] = []
-    if profile.kind == "gpumem":
-        from .memory import report_parts
-    elif profile.kind == "ddp_check":
-        from .ddp import report_parts
-    else:
-        report_parts = _trace_report_parts
-    summary, sections = report_parts(profile, figures)
-    return assemble_page(profile, summary, sections, figures)
-
-
-def _trace_report_parts(profile: Profile, figures: list[Any]) -> tuple[str, list[str]]:
-    options = display_options(profile.options)
-    parts: list[str] = []
-    views = trace_views(profile)
-    for view in views:
-        prefix = f"{view.key}: " if len(views) > 1 else ""
-        parts += _trace_sections(view, options, figures, prefix)
-    if not views:
-        parts.append('<p class="note">This profile holds no trace.</p>')
-    return summary_line(profile), parts
-
-
 def assemble_page(profile: Profile, summary: str, sections: list[str],
                   figures: list[Any]) -> tuple[str, str]:
     """Header, environment, the kind's sections, what was not measured and the
     error, with the figures embedded and their ids made stable."""
     parts = [_header(profile, summary)]
-    parts.append(_section("Environment",
+    parts.append(section("Environment",
                           f"<details>{tables.environment_html(profile.environment)}</details>",
                           "environment"))
     parts += sections
     if profile.unmeasured:
-        parts.append(_section("Not measured", tables.unmeasured_html(profile.unmeasured),
+        parts.append(section("Not measured", tables.unmeasured_html(profile.unmeasured),
                               "unmeasured"))
     if profile.error:
-        parts.append(_section("The profiled code raised an exception",
+        parts.append(section("The profiled code raised an exception",
                               tables.error_html(profile.error), "error"))
     body, script = "".join(parts), ""
     if figures:
@@ -181,9 +130,16 @@ def assemble_page(profile: Profile, summary: str, sections: list[str],
     return body, _bokehjs(figures) + script
 
 
-def render_report(profile: Profile) -> str:
-    """A self-contained HTML report of ``profile`` (no network needed to open)."""
-    body, script = render_body(profile)  # ids made stable there, not in BokehJS
+def render_report(profile: Profile, analysis: Any, report_parts: ReportParts) -> str:
+    """A self-contained HTML report of ``profile`` (no network needed to open).
+
+    ``report_parts(profile, analysis, figures)`` is the kind's own: it returns
+    the summary line and the sections, and appends the Bokeh figures it drew
+    to ``figures``; the page around them is the same for every kind.
+    """
+    figures: list[Any] = []
+    summary, sections = report_parts(profile, analysis, figures)
+    body, script = assemble_page(profile, summary, sections, figures)
     title = escape(profile.title or f"torchlens {profile.kind} report")
     html = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from ..model import InputError
+from ..model import OpDisplay
 
 SORT_JS = """
 document.querySelectorAll("table.tl-sort").forEach(function (t) {
@@ -41,24 +41,6 @@ document.querySelectorAll("table.tl-sort").forEach(function (t) {
 });
 """
 
-#: ``--sort`` keys the op table accepts, mapped to its columns. The columns
-#: themselves and torch's ``key_averages().table(sort_by=...)`` spellings are
-#: accepted too, so a profile saved by any front end renders.
-SORT_KEYS = {
-    "name": "name",
-    "calls": "calls",
-    "count": "calls",
-    "self_cpu": "self_cpu_us",
-    "self_cpu_time_total": "self_cpu_us",
-    "total_cpu": "total_cpu_us",
-    "cpu_time_total": "total_cpu_us",
-    "device": "device_us",
-    "cuda": "device_us",
-    "cuda_time_total": "device_us",
-    "device_time_total": "device_us",
-    "kernels": "kernels",
-    "flops": "flops",
-}
 DEFAULT_TOP = 20
 
 
@@ -99,21 +81,6 @@ class Column:
     numeric: bool = True
 
 
-def resolve_sort(key: str | None) -> str:
-    """The op-table column for a ``--sort`` key; InputError names the valid ones."""
-    if key is None:
-        return "total_cpu_us"
-    key_norm = str(key).strip().lower().replace("-", "_")
-    if key_norm in SORT_KEYS.values():  # the magic stores the column itself
-        return key_norm
-    column = SORT_KEYS.get(key_norm)
-    if column is None:
-        raise InputError(
-            f"unknown sort key {key!r}; use one of: {', '.join(sorted(SORT_KEYS))}"
-        )
-    return column
-
-
 def html_table(
     rows: Iterable[Mapping[str, Any]], columns: list[Column], css_class: str = ""
 ) -> str:
@@ -145,8 +112,8 @@ def html_table(
     )
 
 
-def op_columns(options: Mapping[str, Any], has_gpu: bool) -> list[Column]:
-    """The op table's columns as chosen by ``profile.options`` and the trace."""
+def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
+    """The op table's columns as chosen by the profile's display options and the trace."""
     cols = [
         Column("name", "op", str, numeric=False),
         Column("calls", "calls", fmt_int),
@@ -155,30 +122,20 @@ def op_columns(options: Mapping[str, Any], has_gpu: bool) -> list[Column]:
     ]
     if has_gpu:
         cols += [Column("device_us", "device time", fmt_us), Column("kernels", "kernels", fmt_int)]
-    if options.get("shapes"):
+    if display.shapes:
         cols.append(Column("input_shapes", "input shapes", str, numeric=False))
-    if options.get("flops"):
+    if display.flops:
         cols.append(Column("flops", "FLOPs", fmt_flops))
-    if options.get("stack"):
+    if display.stack:
         cols.append(Column("stack", "source (your code)", str, numeric=False))
     return cols
 
 
-def top_ops(ops: Any, options: Mapping[str, Any]) -> Any:
-    """The ``--top`` rows of the op table in ``--sort`` order (descending)."""
-    column = resolve_sort(options.get("sort"))
-    top = int(options.get("top") or DEFAULT_TOP)
-    if column not in ops.columns or len(ops) == 0:
-        return ops.head(top)
-    return ops.sort_values(column, ascending=column == "name", kind="stable").head(top)
-
-
-def op_table_html(ops: Any, options: Mapping[str, Any], has_gpu: bool) -> str:
-    """The op table (an ``ops.op_table`` DataFrame) honouring the options."""
-    shown = top_ops(ops, options)
-    cols = [c for c in op_columns(options, has_gpu) if c.key in shown.columns]
+def op_table_html(ops: Any, shown: Any, display: OpDisplay, has_gpu: bool) -> str:
+    """The ``shown`` rows (``TraceView.top_ops``) of the op table ``ops`` as ``display`` asks."""
+    cols = [c for c in op_columns(display, has_gpu) if c.key in shown.columns]
     note = ""
-    if options.get("stack") and not any(shown.get("stack", [])):
+    if display.stack and not any(shown.get("stack", [])):
         note = ('<p class="note">No op was issued from your own code in a recorded '
                 "Python stack (with_stack records python_function events).</p>")
     caption = f'<p class="note">Top {len(shown)} of {len(ops)} ops; click a header to sort.</p>'

@@ -7,21 +7,18 @@ HTML report, as fixed-width columns.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..analysis import summary as summary_mod
+from ..analysis.traces import TraceAnalysis, TraceView
 from ..model import Profile
 from . import tables
-from ._data import TraceView, display_options, trace_views
 
 
 def _us(value: float | None) -> str:
     return "n/a" if value is None else tables.fmt_us(float(value))
 
 
-def summary_line(profile: Profile) -> str:
+def summary_line(profile: Profile, analysis: TraceAnalysis) -> str:
     """One line: wall time, events, profiler overhead, top op."""
-    s = summary_mod.summarize(profile)
+    s = analysis.summary
     parts = [f"wall {_us(s.wall_us)}", f"{s.n_events:,} events",
              f"profiler start/stop {_us(s.profiler_overhead_us)}"]
     if s.top_op:
@@ -46,12 +43,12 @@ def _fixed_width(rows: list[list[str]], numeric: list[bool]) -> list[str]:
 _MAX_NAME = 60  # long templated op names would push the numbers off screen
 
 
-def op_table_text(view: TraceView, options: dict[str, Any]) -> list[str]:
+def op_table_text(view: TraceView) -> list[str]:
     """The top ops as fixed-width text, the same rows and order as the HTML."""
-    shown = tables.top_ops(view.ops, options)
+    shown = view.top_ops
     if len(shown) == 0:
         return ["(no ops in this trace)"]
-    cols = [c for c in tables.op_columns(options, view.has_gpu) if c.key in shown.columns]
+    cols = [c for c in tables.op_columns(view.display, view.has_gpu) if c.key in shown.columns]
     rows = [[c.label for c in cols]]
     for rec in shown.to_dict("records"):
         cells = []
@@ -64,16 +61,15 @@ def op_table_text(view: TraceView, options: dict[str, Any]) -> list[str]:
     return _fixed_width(rows, [c.numeric for c in cols])
 
 
-def text_report(profile: Profile) -> str:
+def text_report(profile: Profile, analysis: TraceAnalysis) -> str:
     """The text/plain fallback: summary, then each trace's top ops."""
-    options = display_options(profile.options)
-    lines = [summary_line(profile)]
-    views = trace_views(profile)
+    lines = [summary_line(profile, analysis)]
+    views = analysis.views
     for view in views:
         lines.append("")
         if len(views) > 1:
             lines.append(f"[{view.key}]")
-        lines += op_table_text(view, options)
+        lines += op_table_text(view)
     for item in profile.unmeasured:
         lines.append(f"not measured: {item}")
     return "\n".join(lines)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Profile
+from ..model import GpumemPayload, Profile
 from . import fragmentation, leaks, oom
 from .allocator import AllocatorConfig
 from .frames import site_of
 from .memory_model import ModelRun, compare, real_figures, run_model
-from .memory_timeline import MemoryTimeline, build_timeline
+from .memory_timeline import MemoryTimeline, SiteRow, build_timeline, top_sites
 
 
 @dataclass
@@ -39,6 +39,11 @@ class MemoryAnalysis:
     comparison: list[tuple[str, int | None, int, bool]] = field(default_factory=list)
     diagnosis: oom.OomDiagnosis | None = None
     notes: list[str] = field(default_factory=list)
+    sites: list[SiteRow] = field(default_factory=list)  # top allocation sites
+    segments: list[dict[str, Any]] = field(default_factory=list)  # the block map
+    #: share of reserved memory free but too small for the cell's largest request
+    unusable_for_largest: tuple[int, float] | None = None
+    steady_growth: int | None = None  # bytes per run after the first (--repeat)
 
     @property
     def possible_leaks(self) -> list[leaks.LeakRow]:
@@ -52,27 +57,23 @@ def _pick_trace(snap: dict[str, Any], device: int) -> list[dict[str, Any]]:
     return next((t for t in traces if t), [])
 
 
-def _config(options: dict[str, Any], snap: dict[str, Any]) -> AllocatorConfig:
-    conf = options.get("alloc_conf")
-    if conf:
-        return AllocatorConfig.parse(conf)
+def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
+    if p.alloc_conf:
+        return AllocatorConfig.parse(p.alloc_conf)
     return AllocatorConfig.from_settings(snap.get("allocator_settings"))
 
 
 def analyze(profile: Profile) -> MemoryAnalysis:
     """Build the analysis of a ``kind="gpumem"`` profile."""
+    p: GpumemPayload = profile.payload  # type: ignore[assignment]
     snap = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
-    extra, options = profile.extra, profile.options
-    device = int(extra.get("device", options.get("device", 0)) or 0)
-    trace = _pick_trace(snap, device)
-    measured_on = extra.get("measured_on", "snapshot")
-    stats_before = extra.get("stats_before") or {}
-    stats_after = extra.get("stats_after") or {}
+    trace = _pick_trace(snap, p.device)
+    measured_on, stats_before, stats_after = p.measured_on, p.stats_before, p.stats_after
     notes: list[str] = []
-    capacity = options.get("capacity")
+    capacity = p.capacity
     model = simulated = None
     if measured_on == "cpu":
-        model = run_model(trace, _config(options, snap), capacity=capacity)
+        model = run_model(trace, _config(p, snap), capacity=capacity)
         tl = build_timeline(trace, reserved_steps=model.reserved_steps)
         frag_snap, reserved_source = model.snapshot, "allocator model"
         notes.append("Allocated bytes count from the start of the cell (CPU allocator).")
@@ -87,16 +88,21 @@ def analyze(profile: Profile) -> MemoryAnalysis:
             start_res = final.reserved - (probe.end_reserved - probe.start_reserved)
         tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res)
         frag_snap, reserved_source = snap, "snapshot"
-        if options.get("simulate"):
-            simulated = run_model(trace, _config(options, snap), capacity=capacity,
+        if p.simulate:
+            simulated = run_model(trace, _config(p, snap), capacity=capacity,
                                   start_snapshot=snap)
     frag = fragmentation.summarize(frag_snap)
     surv = leaks.survivors(tl)
-    runs = [tuple(r) for r in extra.get("runs", [])]
+    runs = [tuple(r) for r in p.runs]
     growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
     a = MemoryAnalysis(measured_on, snap, trace, tl, reserved_source, frag_snap, frag, surv,
-                       growth, stats_after, model, simulated, notes=notes)
-    what_if = simulated or (model if options.get("simulate") else None)
+                       growth, stats_after, model, simulated, notes=notes,
+                       sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
+                       steady_growth=leaks.steady_growth(growth) if growth else None)
+    biggest = max((x.size for x in tl.allocations), default=0)
+    if biggest:
+        a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))
+    what_if = simulated or (model if p.simulate else None)
     if what_if is not None:
         real = real_figures(snap, trace, stats_after or None, peak_allocated=tl.peak_allocated,
                             cpu=measured_on == "cpu")

@@ -1,0 +1,35 @@
+"""A finished run's records as a ``ddp_check`` Profile.
+
+The launcher's records become the typed ``DdpRun`` payload; the heartbeats,
+the one long series, become the ``heartbeats`` table. The fingerprints are
+kept once, in the payload (``analysis.ddp_run`` builds the collective table).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model import DdpRun, Profile, Table
+from ...model.payloads import from_json
+from ..environment import collect_environment
+
+
+def build_profile(rec: dict[str, Any], source: str, skipped: list[str]) -> Profile:
+    """Records (``DdpLauncher.run``) -> Profile of kind ``ddp_check``."""
+    rec = dict(rec)
+    heartbeats = [{k: v for k, v in h.items() if k != "last"} for h in rec.pop("heartbeats", [])]
+    tables: dict[str, Table] = {}
+    if heartbeats:
+        tables["heartbeats"] = Table.from_records(heartbeats, text=("phase",))
+    run: DdpRun = from_json("ddp_check", rec)
+    unmeasured = ["collectives are seen by a TorchDispatchMode over c10d ops "
+                  "(this torch has no ProcessGroup.register_pre_hook)"]
+    if run.backend != "nccl":
+        unmeasured.append("CUDA memory: ranks run on CPU (gloo); RSS and live tensor "
+                          "bytes are shown instead")
+    if skipped:
+        unmeasured.append("notebook names the cell uses but that cannot be sent to the "
+                          "workers: " + ", ".join(skipped))
+    return Profile(kind="ddp_check", title=f"torchlens ddp_check: {source}",
+                   environment=collect_environment(), source=source, wall_time_s=run.wall_s,
+                   payload=run, tables=tables, unmeasured=unmeasured)

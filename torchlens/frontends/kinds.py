@@ -1,0 +1,133 @@
+"""The registry of result kinds: for each, how it is analysed, drawn, told in
+text and written to files. The report, the display bundle, ``repr`` and
+``export`` all dispatch through ``KINDS``; adding a kind is one entry here
+(beside its payload in ``model.payloads``, its analysis and its render module).
+
+Each function below takes the analysis when the caller has one (a result
+object keeps its own), and makes it otherwise.
+
+Entries name their functions as ``"module:function"`` strings, imported on
+first use: asking for numbers (``analyze``) must not import Bokeh, and a
+``.pickle`` export must not import the HTML renderer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import InputError, Profile
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of Profile is analysed and shown.
+
+    ``analyze(profile) -> analysis``; ``report(profile, analysis, figures) ->
+    (summary line, [section html])``; ``text(profile, analysis) -> str``;
+    ``summary(profile, analysis) -> str``; ``exports`` maps a file suffix to
+    ``write(profile, analysis, path) -> str`` beyond the ``.html`` report and
+    the ``.tlprof`` file every kind has.
+    """
+
+    analyze: str
+    report: str
+    text: str
+    summary: str
+    exports: dict[str, str] = field(default_factory=dict)
+
+
+_TRACE_EXPORTS = {".json": "torchlens.frontends.export:write_trace",
+                  ".json.gz": "torchlens.frontends.export:write_trace"}
+_TRACE = Kind(analyze="torchlens.analysis.traces:analyze",
+              report="torchlens.render.trace_report:report_parts",
+              text="torchlens.render.text:text_report",
+              summary="torchlens.render.text:summary_line",
+              exports=_TRACE_EXPORTS)
+
+KINDS: dict[str, Kind] = {
+    "torchprof": _TRACE,
+    "trace": _TRACE,
+    "gpumem": Kind(analyze="torchlens.analysis.memory:analyze",
+                   report="torchlens.render.memory:report_parts",
+                   text="torchlens.render.memory:text_report",
+                   summary="torchlens.render.memory:summary_line",
+                   exports={".pickle": "torchlens.frontends.export:write_snapshot"}),
+    "ddp_check": Kind(analyze="torchlens.analysis.ddp_run:analyze",
+                      report="torchlens.render.ddp:report_parts",
+                      text="torchlens.render.ddp:text_report",
+                      summary="torchlens.render.ddp:summary_line"),
+}
+
+
+def _resolve(ref: str) -> Any:
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def kind_of(profile: Profile) -> Kind:
+    return KINDS[profile.kind]
+
+
+def analyze(profile: Profile) -> Any:
+    """The kind's analysis of ``profile`` (callers keep it: it is not cached here)."""
+    return _resolve(kind_of(profile).analyze)(profile)
+
+
+def _or_analyze(profile: Profile, analysis: Any) -> Any:
+    return analyze(profile) if analysis is None else analysis
+
+
+def summary(profile: Profile, analysis: Any = None) -> str:
+    """The one-line summary (``repr`` of a result, the report's header line)."""
+    return _resolve(kind_of(profile).summary)(profile, _or_analyze(profile, analysis))
+
+
+def text(profile: Profile, analysis: Any = None) -> str:
+    """The text/plain view."""
+    return _resolve(kind_of(profile).text)(profile, _or_analyze(profile, analysis))
+
+
+def report_html(profile: Profile, analysis: Any = None) -> str:
+    """The self-contained HTML report."""
+    from ..render.report import render_report
+
+    return render_report(profile, _or_analyze(profile, analysis),
+                         _resolve(kind_of(profile).report))
+
+
+def display_bundle(profile: Profile, analysis: Any = None) -> dict[str, str]:
+    """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``."""
+    from ..render.bundle import iframe_html
+
+    analysis = _or_analyze(profile, analysis)
+    return {"text/html": iframe_html(report_html(profile, analysis)),
+            "text/plain": text(profile, analysis)}
+
+
+#: Every kind writes these; ``Kind.exports`` adds its own.
+COMMON_EXPORTS = {
+    ".html": "self-contained HTML report (opens with no network)",
+    ".tlprof": "saved torchlens result (re-render later with `torchlens report`)",
+}
+EXPORT_FORMATS = {
+    **COMMON_EXPORTS,
+    ".json": "Chrome/Perfetto trace (Kineto JSON as the profiler wrote it)",
+    ".json.gz": "Chrome/Perfetto trace, gzipped",
+    ".pickle": "allocator snapshot in torch's format (memory_viz, torch.cuda._memory_viz)",
+}
+
+
+def export_suffixes(kind: str) -> list[str]:
+    """The file suffixes a result of ``kind`` can be written to."""
+    return [*COMMON_EXPORTS, *KINDS[kind].exports]
+
+
+def exporter(profile: Profile, suffix: str) -> Any:
+    """``write(profile, analysis, path)`` for a kind-specific suffix."""
+    ref = kind_of(profile).exports.get(suffix)
+    if ref is None:
+        raise InputError(f"a {profile.kind} result cannot be written as {suffix}; use one of "
+                         + ", ".join(export_suffixes(profile.kind)))
+    return _resolve(ref)

@@ -1,0 +1,189 @@
+"""One typed payload per kind of Profile: what a capture knew that the traces,
+tables and snapshots do not say.
+
+Why typed: each kind's facts used to live in two untyped dicts (``options`` and
+``extra``) read through ``.get()`` chains, with capture names (``record_shapes``)
+and display names (``shapes``) mixed and reconciled in render. A payload names
+every field once, with its type and default, and is the only place a reader
+looks. Capture builds it; the ``.tlprof`` file stores it as JSON under
+``payload`` (format version 2); ``upgrade_v1`` turns a version-1 file's
+``options``/``extra`` into the same objects.
+
+Adding a kind: a dataclass here, an entry in ``PAYLOADS``, and a line in
+``frontends.kinds``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class OpDisplay:
+    """What the op table shows: rows, order and the optional columns.
+
+    ``sort`` is an op-table column (``analysis.ops.SORT_KEYS`` maps the
+    user's keys to columns). A column the user asked the profiler to record is
+    a column they want to see, so capture sets ``shapes``/``stack``/``flops``
+    from the recording options.
+    """
+
+    top: int = 20
+    sort: str = "total_cpu_us"
+    shapes: bool = False
+    stack: bool = False
+    flops: bool = False
+
+
+@dataclass
+class TracePayload:
+    """``kind="trace"``: a Kineto trace file read as it is."""
+
+    display: OpDisplay = field(default_factory=OpDisplay)
+
+
+@dataclass
+class TorchprofPayload:
+    """``kind="torchprof"``: what ``torch.profiler`` was asked to record, and how
+    long the capture's own parts took (``timings``, seconds by part)."""
+
+    display: OpDisplay = field(default_factory=OpDisplay)
+    record_shapes: bool = False
+    with_stack: bool = False
+    profile_memory: bool = False
+    with_flops: bool = False
+    schedule: tuple[int, int, int] | None = None
+    cuda: bool | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    profiler_overhead_s: float | None = None
+    steps_marked: int = 0
+
+
+@dataclass
+class GpumemPayload:
+    """``kind="gpumem"``: where the allocator history came from and what the
+    user asked the analysis to do with it.
+
+    ``measured_on`` is ``"cuda"`` (a CUDA snapshot), ``"cpu"`` (the CPU
+    allocator's events; the allocator model supplies reserved memory) or
+    ``"snapshot"`` (a file someone sent). ``stats_*`` are
+    ``torch.cuda.memory_stats()`` around the cell (empty on CPU). ``runs`` are
+    the (start_us, end_us) of each ``--repeat`` run.
+    """
+
+    measured_on: str = "snapshot"
+    device: int = 0
+    stacks: int = 32
+    max_entries: int = 1_000_000
+    stats_before: dict[str, Any] = field(default_factory=dict)
+    stats_after: dict[str, Any] = field(default_factory=dict)
+    start_us: int | None = None
+    end_us: int | None = None
+    runs: list[tuple[int, int]] = field(default_factory=list)
+    capture_stop_s: float | None = None
+    simulate: bool = False
+    capacity: int | None = None
+    alloc_conf: str = ""
+    repeat: int = 1
+    top: int = 15
+
+
+@dataclass
+class DdpRun:
+    """``kind="ddp_check"``: one run of a function on spawned ranks.
+
+    ``outcome`` is finished, mismatch, hang, crashed, interrupted or
+    startup_timeout. Per rank, in rank order: ``ranks`` (the report the rank
+    sent: pid, device, env_start/env_end, steps, error, params, peak, comm,
+    determinism, strict, timings, versions, log; None if it sent none),
+    ``fingerprints`` (its collectives in issue order: index, op, shapes,
+    dtypes, line, step, t, call_s), ``exit_codes`` and ``memory_peak``.
+    ``hang`` holds the last status and Python stack per rank when a hang was
+    detected. Heartbeats are the Profile's ``heartbeats`` table.
+    """
+
+    world_size: int = 0
+    backend: str = ""
+    steps: int = 0
+    strict: bool = False
+    timeout_s: float = 0.0
+    seed: int = 0
+    outcome: str = ""
+    interrupted: bool = False
+    t0: float = 0.0
+    wall_s: float | None = None
+    port: int | None = None
+    board: str | None = None
+    pids: list[int] = field(default_factory=list)
+    ranks: list[dict[str, Any] | None] = field(default_factory=list)
+    fingerprints: list[list[dict[str, Any]]] = field(default_factory=list)
+    exit_codes: list[int | None] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+    hang: dict[str, Any] | None = None
+    memory_peak: list[dict[str, Any]] = field(default_factory=list)
+
+
+Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun
+
+#: kind -> its payload type; the kinds a Profile can be.
+PAYLOADS: dict[str, type] = {
+    "torchprof": TorchprofPayload,
+    "gpumem": GpumemPayload,
+    "ddp_check": DdpRun,
+    "trace": TracePayload,
+}
+
+
+def to_json(payload: Any) -> dict[str, Any]:
+    """The payload as JSON-able builtins (tuples become lists)."""
+    return dataclasses.asdict(payload)
+
+
+def from_json(kind: str, data: dict[str, Any] | None) -> Any:
+    """The payload of ``kind`` from ``to_json``'s output; missing keys take
+    their defaults and unknown keys are ignored (files from other versions)."""
+    return _build(PAYLOADS[kind], data or {})
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, kind = data[f.name], hints[f.name]
+        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+            value = _build(kind, value)  # type: ignore[arg-type]
+        elif f.name == "schedule" and value is not None:
+            value = tuple(value)
+        elif f.name == "runs":
+            value = [tuple(r) for r in value]
+        values[f.name] = value
+    return cls(**values)
+
+
+def upgrade_v1(kind: str, options: dict[str, Any], extra: dict[str, Any]) -> Any:
+    """The payload of a format-version-1 file, from its ``options`` and ``extra``.
+
+    Version 1 stored the capture's options (torch's names) and, after the
+    magic ran, the display options (``top``, ``sort``, ``shapes`` ...) in one
+    dict; a display option the user did not set falls back to the recording
+    option of the same meaning, as version 1's renderer did.
+    """
+    display = OpDisplay(
+        top=int(options.get("top") or 20), sort=str(options.get("sort") or "total_cpu_us"),
+        shapes=bool(options.get("shapes", options.get("record_shapes"))),
+        stack=bool(options.get("stack", options.get("with_stack"))),
+        flops=bool(options.get("flops", options.get("with_flops"))))
+    if kind == "trace":
+        return TracePayload(display)
+    if kind == "torchprof":
+        return from_json(kind, {**{k: v for k, v in options.items()
+                                   if k in TorchprofPayload.__dataclass_fields__},
+                                **extra, "display": dataclasses.asdict(display)})
+    if kind == "gpumem":
+        return from_json(kind, {**options, **extra})
+    return from_json(kind, dict(extra.get("ddp") or {}))

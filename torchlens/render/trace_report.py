@@ -1,0 +1,51 @@
+"""The ``torchprof`` / ``trace`` report: per trace, hints, ops, kernels, steps, timeline.
+
+Draws a ``TraceAnalysis`` (``analysis.traces``); computes nothing itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..analysis.traces import TraceAnalysis, TraceView
+from ..model import Profile
+from . import tables
+from .report import section
+from .text import summary_line
+from .timeline import build_timeline
+
+
+def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[str]:
+    """Hints, ops, kernels, steps and the timeline of one trace."""
+    out = [
+        section(f"{prefix}Hints", tables.hints_html(view.hints), f"hints-{view.key}"),
+        section(f"{prefix}Ops", tables.op_table_html(view.ops, view.top_ops, view.display,
+                                                       view.has_gpu), f"ops-{view.key}"),
+    ]
+    if view.has_gpu and len(view.kernels):
+        out.append(section(f"{prefix}GPU kernels",
+                           tables.kernel_table_html(view.kernels, view.display.top),
+                           f"kernels-{view.key}"))
+    if len(view.steps):
+        out.append(section(f"{prefix}Step breakdown", tables.step_table_html(view.steps),
+                           f"steps-{view.key}"))
+    fig, _ = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
+    if fig is None:
+        body = '<p class="note">This trace has no timed events to draw.</p>'
+    else:
+        body = f"<!--bokeh-{len(figures)}-->"
+        figures.append(fig)
+    out.append(section(f"{prefix}Timeline", body, f"timeline-{view.key}"))
+    return out
+
+
+def report_parts(profile: Profile, analysis: TraceAnalysis,
+                 figures: list[Any]) -> tuple[str, list[str]]:
+    """Summary line and sections of a torchprof or trace report."""
+    parts: list[str] = []
+    for view in analysis.views:
+        prefix = f"{view.key}: " if len(analysis.views) > 1 else ""
+        parts += trace_sections(view, figures, prefix)
+    if not analysis.views:
+        parts.append('<p class="note">This profile holds no trace.</p>')
+    return summary_line(profile, analysis), parts
