@@ -8,7 +8,7 @@ from html import unescape
 import pytest
 from render_fixtures import HOSTILE
 
-from torchlens.analysis.trace_ingest import load_trace
+from torchlens.formats.kineto import load_trace
 from torchlens.model import Profile, load_profile, save_profile
 from torchlens.render.bundle import display_bundle
 from torchlens.render.report import render_report, stable_ids
