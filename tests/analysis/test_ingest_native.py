@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchlens.formats.kineto import native as kineto_native
 from torchlens.formats.kineto import ingest_bytes
+from torchlens.formats.kineto import native as kineto_native
 from torchlens.model import InputError
 
 #: Every shared trace (the list test_ingest.py checks against plain json).

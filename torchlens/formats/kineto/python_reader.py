@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from .columns import FLOW_PHASES, KEPT_PHASES, ROW_PHASES, RawColumns
+from .schema import Args, Event
 from .values import (
     Absent,
     float_column,
@@ -28,8 +30,6 @@ from .values import (
     present_rows,
     without,
 )
-from .columns import FLOW_PHASES, KEPT_PHASES, ROW_PHASES, RawColumns
-from .schema import Args, Event
 
 _FLOW_PHASES_SET = frozenset(FLOW_PHASES)
 
