@@ -1,6 +1,9 @@
-"""Readers of the file formats torchlens takes in, each producing model objects.
+"""The shapes of data torchlens reads from outside, each turned into plain values.
 
-A format package imports only ``torchlens.model`` (plus numpy, msgspec and the
-standard library), so capture, analysis and the CLI can all read files without
-importing each other. ``tests/test_layers.py`` holds that rule.
+``kineto``: torch.profiler trace files (JSON, plain or gzip) to a ``Trace``.
+``fingerprints``: the per-collective record DDP workers exchange and save.
+
+A format module imports only ``torchlens.model`` (plus numpy, msgspec and the
+standard library), so capture, analysis and the CLI can all use it without
+importing each other; ``tests/test_layers.py`` holds that rule.
 """
