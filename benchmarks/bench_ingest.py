@@ -30,7 +30,7 @@ import gc, json, resource, sys, time, logging
 side, path, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
 logging.disable(logging.CRITICAL)
 if side.startswith("torchlens"):
-    from torchlens.analysis.trace_ingest import load_trace
+    from torchlens.formats.kineto import load_trace
     from torchlens.analysis.ops import op_table
     def run():
         return len(op_table(load_trace(path)))
@@ -77,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from torchlens.analysis._kineto_native import available
+    from torchlens.formats.kineto import native_available as available
 
     print(f"C scanner built: {available()}")
     files = sorted(p for p in TRACES.glob("*.json.gz"))

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from torchlens.analysis.trace_ingest import load_trace
+from torchlens.formats.kineto import load_trace
 from torchlens.frontends.kinds import report_html as render_report
 from torchlens.model import Profile
 from torchlens.render import timeline

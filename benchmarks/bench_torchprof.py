@@ -110,7 +110,7 @@ def _latency_peer(steps: int) -> float:
 
 
 def main() -> None:
-    from torchlens.analysis._kineto_native import available
+    from torchlens.formats.kineto import native_available as available
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"C trace scanner: {available()}")

@@ -10,7 +10,7 @@ from torchlens.analysis.hints import Hint, find_hints
 from torchlens.analysis.ops import op_table
 from torchlens.analysis.steps import step_breakdown
 from torchlens.analysis.summary import summarize
-from torchlens.analysis.trace_ingest import ingest_bytes, load_trace
+from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.model import Profile, TorchprofPayload
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from torchlens.analysis.trace_ingest import ingest_bytes, load_trace
+from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.model import InputError
 
 TRACE_FILES = [

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchlens.analysis import _kineto_native
-from torchlens.analysis.trace_ingest import ingest_bytes
+from torchlens.formats.kineto import ingest_bytes
+from torchlens.formats.kineto import native as kineto_native
 from torchlens.model import InputError
 
 #: Every shared trace (the list test_ingest.py checks against plain json).
@@ -57,7 +57,7 @@ def _assert_same(expected, got) -> None:
 
 def test_scanner_is_built_here():
     # Without it every equality below would compare the Python path to itself.
-    assert _kineto_native.available(), (
+    assert kineto_native.available(), (
         "the C trace scanner was not built: is a C compiler (cc) installed? "
         "(pip install -e . compiles it through hatch_build.py)")
 
@@ -65,7 +65,7 @@ def test_scanner_is_built_here():
 @pytest.mark.parametrize("name", TRACE_FILES)
 def test_shared_traces_equal_on_both_paths(traces_dir, name, monkeypatch):
     data = gzip.decompress((traces_dir / name).read_bytes())
-    took = _kineto_native.native_columns(data) is not None
+    took = kineto_native.native_columns(data) is not None
     # AMD writes hex stream ids ("0x0"): only the Python path parses those.
     assert took == (name != "amd_mi250_rocm.json.gz")
     _assert_same(*_both(data, monkeypatch))
@@ -82,7 +82,7 @@ def test_fresh_cpu_trace_equal_on_both_paths(tmp_path, monkeypatch):
     path = tmp_path / "t.json"
     prof.export_chrome_trace(str(path))
     data = path.read_bytes()
-    assert _kineto_native.native_columns(data) is not None
+    assert kineto_native.native_columns(data) is not None
     expected, got = _both(data, monkeypatch)
     _assert_same(expected, got)
     assert "aten::linear" in got.events.categories["name"]
@@ -151,7 +151,7 @@ VARIANTS = {
 def test_odd_variants_equal_or_declined(label, monkeypatch):
     takes, events = VARIANTS[label]
     data = _trace(*events, deviceProperties=[{"id": 0}], distributedInfo={"rank": 0})
-    assert (_kineto_native.native_columns(data) is not None) == takes
+    assert (kineto_native.native_columns(data) is not None) == takes
     _assert_same(*_both(data, monkeypatch))
 
 
@@ -163,5 +163,5 @@ def test_odd_variants_equal_or_declined(label, monkeypatch):
     b"[" + json.dumps(OK_EVENT).encode() + b"]",  # Chrome's bare array
 ])
 def test_malformed_or_other_shapes_go_to_the_python_path(data, monkeypatch):
-    assert _kineto_native.native_columns(data) is None
+    assert kineto_native.native_columns(data) is None
     _assert_same(*_both(data, monkeypatch))

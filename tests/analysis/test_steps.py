@@ -7,7 +7,7 @@ import json
 import pytest
 
 from torchlens.analysis.steps import STEP_COLUMNS, step_breakdown
-from torchlens.analysis.trace_ingest import ingest_bytes, load_trace
+from torchlens.formats.kineto import ingest_bytes, load_trace
 
 ROLE_COLUMNS = STEP_COLUMNS[3:]
 

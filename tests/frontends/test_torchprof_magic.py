@@ -123,7 +123,7 @@ def test_export_formats(shell, tmp_path):
         path = tmp_path / f"out.{suffix}"
         res = shell.run_cell(f"%%torchprof --quiet --export {path}\ntrain_step()")
         assert res.success and path.stat().st_size > 0, suffix
-    from torchlens.analysis.trace_ingest import load_trace
+    from torchlens.formats.kineto import load_trace
     from torchlens.model import load_profile
 
     assert len(load_trace(tmp_path / "out.json").events) > 0

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from torchlens.analysis.trace_ingest import load_trace
+from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli import main
 from torchlens.model import Profile, save_profile
 

@@ -8,7 +8,7 @@ from html import unescape
 import pytest
 from render_fixtures import HOSTILE
 
-from torchlens.analysis.trace_ingest import load_trace
+from torchlens.formats.kineto import load_trace
 from torchlens.frontends.kinds import display_bundle
 from torchlens.frontends.kinds import report_html as render_report
 from torchlens.frontends.kinds import summary as summary_line

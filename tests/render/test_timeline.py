@@ -6,7 +6,7 @@ import numpy as np
 from bokeh.models import ColumnDataSource
 from render_fixtures import HOSTILE, hostile_trace, make_trace
 
-from torchlens.analysis.trace_ingest import load_trace
+from torchlens.formats.kineto import load_trace
 from torchlens.render import timeline
 
 LARGEST = "v100_ddp_sgd_annotations_rank0.json.gz"

@@ -1,53 +1,21 @@
-"""Collective fingerprints across ranks: how one is shown, and where ranks diverge.
+"""Where the collective sequences of ranks diverge (read by the DDP checklist).
 
-A fingerprint is what a worker records per collective (``index``, ``op``,
-``shapes``, ``dtypes``, the issuing ``line``). ``first_difference`` is what
-``--strict`` checks before a collective runs; ``sequence_divergence`` is what
-the checklist reads afterwards from every rank's whole sequence. Plain dicts
-in, plain dicts out: no torch here.
+A fingerprint is what a worker records per collective (see
+``torchlens.formats.fingerprints``, which also words one and compares one
+index across ranks, as ``--strict`` does while the job runs);
+``sequence_divergence`` reads every rank's whole sequence afterwards. Plain
+dicts in, plain dicts out: no torch here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-
-def describe_collective(fp: dict[str, Any] | None) -> str:
-    """One collective as a user reads it: ``#3 allreduce float32[4] at cell.py:7``."""
-    if not fp:
-        return "nothing"
-    tensors = ", ".join(
-        f"{d}[{'x'.join(str(s) for s in shape)}]"
-        for shape, d in zip(fp.get("shapes", []), fp.get("dtypes", []), strict=False)
-    )
-    text = f"#{fp.get('index')} {fp.get('op')}"
-    if tensors:
-        text += f" {tensors}"
-    if fp.get("line"):
-        text += f" at {fp['line']}"
-    return text
+from ..formats.fingerprints import first_difference
 
 
 def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
     return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])))
-
-
-def first_difference(fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-    """How the fingerprints of one collective index differ across ranks, or None.
-
-    Compares op, shapes and dtypes (what must match for the collective to be
-    valid); the issuing line may legitimately differ between ranks.
-    """
-    ranks = sorted(fps)
-    if not ranks:
-        return None
-    ref = fps[ranks[0]]
-    for what in ("op", "shapes", "dtypes"):
-        values = {r: fps[r].get(what) for r in ranks}
-        if any(v != values[ranks[0]] for v in values.values()):
-            return {"what": what, "values": values, "reference_rank": ranks[0],
-                    "index": ref.get("index")}
-    return None
 
 
 def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:

@@ -13,8 +13,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..formats.fingerprints import describe_collective
 from ..model import DdpRun
-from .collectives import describe_collective, sequence_divergence
+from .collectives import sequence_divergence
 
 PASSED, FAILED, NA = "passed", "failed", "not applicable"
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")

@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..formats.fingerprints import describe_collective
 from ..model import DdpRun, Profile
 from . import ddp
-from .collectives import describe_collective
 
 MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
 

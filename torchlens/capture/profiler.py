@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.trace_ingest import ingest_bytes
+from ..formats.kineto import ingest_bytes
 from ..model import InputError, OpDisplay, Profile, TorchprofPayload, error_record
 from .environment import collect_environment
 

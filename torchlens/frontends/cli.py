@@ -33,7 +33,7 @@ def load_input(path: str) -> Profile:
         from .api import load_gpumem  # an allocator snapshot: kind gpumem
 
         return load_gpumem(str(p)).profile
-    from ..analysis.trace_ingest import load_trace
+    from ..formats.kineto import load_trace
 
     trace = load_trace(p)
     return Profile(kind="trace", title=p.name, source=str(path), traces={"main": trace},

@@ -23,7 +23,7 @@ KINDS = tuple(PAYLOADS)
 class Trace:
     """One process's Kineto trace as columnar events.
 
-    ``events`` has one row per trace event (see ``analysis.trace_ingest`` for
+    ``events`` has one row per trace event (see ``formats.kineto`` for
     the columns). ``meta`` keeps the trace's top-level facts: ``t0_us`` (the
     absolute time the relative ``ts`` column counts from), ``distributedInfo``,
     ``deviceProperties``, process and thread names, and ``dropped`` (counts of

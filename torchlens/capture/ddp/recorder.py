@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...analysis.collectives import describe_collective, first_difference
+from ...formats.fingerprints import describe_collective, first_difference
 from . import protocol
 from .board import FingerprintBoard, digest
 

@@ -1,8 +1,8 @@
-"""The native path of trace ingest: ``kineto_scan.c`` through ctypes.
+"""The native path of trace ingest: ``scan.c`` through ctypes.
 
 The scanner returns numbers as columns with a "present" mask, and strings as
 codes into per-column tables of keys (spans of the input). This module turns
-them into exactly what the Python path produces (``_kineto_python``): the
+them into exactly what the Python path produces (``python_reader``): the
 same codes in the same first-appearance order, the same labels, the same
 defaults for absent values; ``tests/analysis/test_ingest_native.py`` checks
 that on every shared trace. It returns None whenever the scanner declines a
@@ -14,33 +14,50 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from ._column_values import _compact, id_code
-from ._kineto_columns import FLOW_PHASES, RawColumns
-from ._kineto_schema import Args, Event, KinetoTrace
+from . import scanner_file
+from .columns import FLOW_PHASES, RawColumns
+from .schema import SCANNER_COLUMNS, Args, Event, KinetoTrace, scanner_layout
+from .values import compact_raw, id_code
 
-#: Column order of the C enums.
-_TEXT = ("ph name cat pid tid input_dims input_types call_stack collective dtype "
-         "pg_name pg_id meta_name labels").split()
-_INT = ("pid tid id external_id external_id_lc correlation device stream bytes "
-        "in_nelems out_nelems group_size addr mem_bytes total_allocated "
-        "total_reserved device_type device_id").split()
-_FLOAT = "ts dur flops flops_uc".split()
-#: Where hatch_build.py puts the compiled scanner.
-LIBRARY = Path(__file__).with_name("_kineto_scan.so")
+_TEXT, _INT, _FLOAT = (SCANNER_COLUMNS[k] for k in ("text", "int", "float"))
 
 
-def _load() -> Any:
-    if not LIBRARY.exists():
+def _load(path: Path | None = None, expected: list[str] | None = None) -> Any:
+    """The scanner library, or None (with a warning when one is there but unusable).
+
+    A file that does not load, or reports a layout other than ``schema``'s
+    (another build, another project's library), is refused: reading its
+    arrays with the wrong column order would give wrong tables silently.
+    """
+    path = path or scanner_file.library_path()
+    if path is None or not path.exists():
+        stale = sorted(scanner_file.SOURCE.parent.glob(scanner_file.PATTERN))
+        if stale:
+            _refuse(stale[0], "it was built from another version of scan.c")
         return None
     try:
-        lib = ctypes.CDLL(str(LIBRARY))
-    except OSError:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        _refuse(path, f"it is not a loadable shared library ({exc})")
+        return None
+    try:
+        layout = _layout(lib)
+    except AttributeError:
+        _refuse(path, "it does not report a layout (tl_layout): a foreign or older library")
+        return None
+    want = scanner_layout() if expected is None else expected
+    if layout != want:
+        diff = next((f"{have!r} where {need!r} expected"
+                     for have, need in zip(layout, want, strict=False) if have != need),
+                    f"{len(layout)} layout lines where {len(want)} expected")
+        _refuse(path, f"its column layout differs ({diff})")
         return None
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.tl_scan.restype, lib.tl_scan.argtypes = p, [ctypes.c_char_p, i64]
@@ -61,6 +78,28 @@ def _load() -> Any:
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = ctypes.POINTER(ctype), [p, ctypes.c_int]
     return lib
+
+
+def _layout(lib: Any) -> list[str]:
+    """What ``tl_layout`` reports, as ``schema.scanner_layout`` words it."""
+    fn = lib.tl_layout  # AttributeError: no such symbol
+    fn.restype, fn.argtypes = ctypes.c_int64, [ctypes.c_char_p, ctypes.c_int64]
+    size = 4096
+    for _ in range(2):
+        buf = ctypes.create_string_buffer(size)
+        n = fn(buf, size)
+        if 0 <= n < size:
+            lines = buf.value.decode("utf-8", "replace").splitlines()
+            return lines[:4] + sorted(lines[4:])
+        size = n + 1
+    return []
+
+
+def _refuse(path: Path, why: str) -> None:
+    warnings.warn(
+        f"torchlens: not using the C trace scanner {path}: {why}. Traces are read by "
+        "the slower Python path; reinstall torchlens (pip install -e . in a "
+        "checkout) to rebuild it.", RuntimeWarning, stacklevel=2)
 
 
 _LIB = _load()
@@ -153,7 +192,7 @@ class _Keys:
         if tag == "i":
             value: Any = int(body)
         elif tag == "r":
-            value = _compact(body)
+            value = compact_raw(body)
         elif b"\\" in body:
             value = msgspec.json.decode(b'"' + body + b'"')
         else:
@@ -189,7 +228,7 @@ def _text(codes: np.ndarray, keys: Any, in_order: bool,
 
 def _ids(v: np.ndarray, has: np.ndarray, codes: np.ndarray, keys: _Keys,
          labels: dict[str, str]) -> np.ndarray:
-    """pid/tid as ``_column_values.id_column`` codes them."""
+    """pid/tid as ``values.id_column`` codes them."""
     if has.all():
         return v
     rows = np.flatnonzero(~has)
@@ -295,7 +334,7 @@ class _Either:
 
 def _meta_events(rows: np.ndarray, scan: dict[str, Any],
                  text: dict[str, tuple[np.ndarray, _Keys]]) -> list[Event]:
-    """The ``M`` events as the records ``_kineto_columns._metadata`` reads."""
+    """The ``M`` events as the records ``columns._metadata`` reads."""
     def value(name: str, r: int) -> Any:
         codes, keys = text[name]
         return keys[int(codes[r])]

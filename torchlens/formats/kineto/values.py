@@ -1,8 +1,8 @@
-"""Python values of one trace field -> a numpy column (used by ``trace_ingest``).
+"""Python values of one trace field -> a numpy column (both reader paths).
 
 Kineto writes the same field with different types across traces and
 versions (ints as strings, hex stream ids on AMD, floats in int fields): these
-helpers convert the common case in C (``np.fromiter``, ``pd.factorize``) and
+helpers convert the common case in C (``np.fromiter``, dict lookups) and
 fall back to a per-value path only for odd values, counting what they could
 not use instead of dropping it silently.
 """
@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 
 def without(items: list[Any], cut: slice) -> list[Any]:
@@ -80,22 +79,19 @@ def intern_raw(values: list[Any]) -> tuple[np.ndarray, list[str]]:
     spacing share a label, in order of first appearance.
     """
     n = len(values)
+    codes = np.full(n, -1, np.int32)
     if _all_none(values):
-        return np.full(n, -1, np.int32), []
+        return codes, []
     idx = [i for i, r in enumerate(values) if r]
-    codes = np.full(n, -1, np.int64)
     if not idx:
-        return codes.astype(np.int32), []
-    codes[idx], uniques = pd.factorize(np.asarray([bytes(values[i]) for i in idx],
-                                                  dtype=object))
-    return _relabel(codes, [_compact(u) for u in uniques])
-
-
-def _relabel(codes: np.ndarray, labels: list[str | None]) -> tuple[np.ndarray, list[str]]:
-    """Codes into ``labels`` re-coded so that equal labels share one code."""
-    new_codes, uniques = pd.factorize(np.asarray(labels + [None], dtype=object))
-    lut = np.append(new_codes[:-1], -1).astype(np.int32)
-    return lut[codes], [str(u) for u in uniques]
+        return codes, []
+    raws = [bytes(values[i]) for i in idx]
+    lut: dict[bytes, int] = dict.fromkeys(raws)  # type: ignore[assignment]
+    labels: dict[str, int] = {}
+    for raw in lut:
+        lut[raw] = labels.setdefault(compact_raw(raw), len(labels))
+    codes[idx] = np.fromiter(map(lut.__getitem__, raws), np.int32, len(raws))
+    return codes, list(labels)
 
 
 def int_column(values: list[Any], default: int, name: str,
@@ -212,12 +208,9 @@ def id_code(v: Any, codes: dict[str, int], labels: dict[str, str]) -> int:
     return codes[key]
 
 
-def _compact(raw: msgspec.Raw | bytes) -> str | None:
+def compact_raw(raw: msgspec.Raw | bytes) -> str | None:
     """``Input Dims`` / ``Input type`` as compact JSON text, without parsing it."""
     if not raw:
         return None
     return bytes(raw).replace(b", ", b",").decode("utf-8", "replace")
 
-
-def _str_or_none(v: Any) -> str | None:
-    return None if v is None else str(v)

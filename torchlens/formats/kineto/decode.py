@@ -13,7 +13,7 @@ import msgspec
 
 from torchlens.model import InputError
 
-from ._kineto_schema import Event, KinetoTrace
+from .schema import Event, KinetoTrace
 
 
 def decode(data: bytes, source: str) -> KinetoTrace:

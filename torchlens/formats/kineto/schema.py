@@ -5,7 +5,7 @@ makes ingest fast and small: msgspec skips every key not named here without
 building a Python object for it, and an event costs one small object instead
 of a dict of dicts. Argument values are typed loosely (``_Val``) because real
 traces disagree about them (AMD writes ``"stream": "0x0"``, some tools write
-ids as strings); ``trace_ingest`` coerces them and counts what it could not use.
+ids as strings); ``values`` coerces them and counts what it could not use.
 An event whose top-level fields have other types sends the whole file to the
 slower event-by-event path, which drops (and counts) only that event.
 
@@ -86,3 +86,36 @@ class KinetoTrace(msgspec.Struct):
     INFO: Any = None
     WARNING: Any = None
     ERROR: Any = None
+
+
+#: The columns the C scanner (``scan.c``) fills, by kind, in the order of its
+#: arrays. Each is named after the ``Event``/``Args`` field that fills it.
+SCANNER_COLUMNS = {
+    "text": ("ph name cat pid tid input_dims input_types call_stack collective "
+             "dtype pg_name pg_id meta_name labels").split(),
+    "int": ("pid tid id external_id external_id_lc correlation device stream bytes "
+            "in_nelems out_nelems group_size addr mem_bytes total_allocated "
+            "total_reserved device_type device_id").split(),
+    "float": "ts dur flops flops_uc".split(),
+}
+#: Version of the scanner's function signatures (``TL_ABI`` in ``scan.c``).
+SCANNER_ABI = "1"
+
+
+def scanner_layout() -> list[str]:
+    """The layout the scanner must report (``tl_layout`` in ``scan.c``), as lines.
+
+    Columns in array order, then one line per JSON key of ``Event`` and
+    ``Args`` with the columns it fills; key lines are sorted, since only the
+    column order is positional.
+    """
+    head = [f"abi\t{SCANNER_ABI}"]
+    head += ["\t".join((kind, *names)) for kind, names in SCANNER_COLUMNS.items()]
+    keys = []
+    for where, struct in (("event", Event), ("arg", Args)):
+        for f in msgspec.structs.fields(struct):
+            filled = ["args"] if f.name == "args" else sorted(
+                f"{kind}:{f.name}" for kind, names in SCANNER_COLUMNS.items()
+                if f.name in names)
+            keys.append("\t".join((where, f.encode_name, *filled)))
+    return head + sorted(keys)

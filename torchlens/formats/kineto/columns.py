@@ -18,7 +18,7 @@ import numpy as np
 
 from torchlens.model import Table
 
-from ._kineto_schema import Event
+from .schema import Event
 
 #: Kineto categories, old names and case variants -> the normalized name.
 CATEGORIES = {

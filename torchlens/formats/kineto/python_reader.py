@@ -17,7 +17,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ._column_values import (
+from .columns import FLOW_PHASES, KEPT_PHASES, ROW_PHASES, RawColumns
+from .schema import Args, Event
+from .values import (
     Absent,
     float_column,
     id_column,
@@ -28,8 +30,6 @@ from ._column_values import (
     present_rows,
     without,
 )
-from ._kineto_columns import FLOW_PHASES, KEPT_PHASES, ROW_PHASES, RawColumns
-from ._kineto_schema import Args, Event
 
 _FLOW_PHASES_SET = frozenset(FLOW_PHASES)
 

@@ -2,7 +2,7 @@
 
 Why this shape: a 100k-event trace decoded into dicts costs seconds and hundreds
 of MB. Two paths avoid that and give equal tables: a small C scanner
-(``kineto_scan.c``, used when it was built) writes the columns without a Python
+(``scan.c``, used when it was built) writes the columns without a Python
 object per event; the Python path decodes with msgspec into typed Structs
 holding only the fields we use and pours them into numpy. Traces the scanner
 does not take (odd types, unknown phases) go the Python path, which counts by
@@ -26,10 +26,10 @@ from typing import Any
 
 from torchlens.model import InputError, Trace
 
-from ._kineto_columns import finish
-from ._kineto_decode import decode
-from ._kineto_native import native_columns
-from ._kineto_python import python_columns, usable_events
+from .columns import finish
+from .decode import decode
+from .native import native_columns
+from .python_reader import python_columns, usable_events
 
 _RECORD_COUNTS = re.compile(r"Record counts: (.*)")
 _STAT_ITEM = re.compile(r"\s*([^=,]+?)\s*=\s*(\d+)")

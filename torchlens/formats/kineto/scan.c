@@ -10,7 +10,7 @@
  * anything else (a value of an unexpected type, an escaped key, a phase the
  * ingest drops, a number that does not fit) returns TL_ODD and the caller uses
  * the Python path, which knows every odd case and counts what it drops. So
- * this file decides nothing about meaning; trace_ingest stays the reference
+ * this file decides nothing about meaning; the Python reader stays the reference
  * and the tests check both paths give equal tables on every shared trace.
  *
  * Loaded with ctypes (no Python C API): built by hatch_build.py with the
@@ -25,14 +25,37 @@
 #define TL_ODD 1
 #define TL_NOMEM 2
 
+/*
+ * The column layout, written once per language: here as X(ENUM, "name"),
+ * in Python as schema.SCANNER_COLUMNS (names equal to the Event/Args fields
+ * that fill them). tl_layout() reports this side, and the Python loader
+ * refuses a library whose layout differs from its own. Bump TL_ABI when a
+ * tl_* function's signature changes.
+ */
+#define TL_ABI "1"
 /* Text columns: values interned; the tag tells how a key's bytes are read. */
-enum { T_PH, T_NAME, T_CAT, T_PID, T_TID, T_INPUT_DIMS, T_INPUT_TYPES,
-       T_CALL_STACK, T_COLLECTIVE, T_DTYPE, T_PG_NAME, T_PG_ID, T_META_NAME,
-       T_LABELS, N_TEXT };
-enum { I_PID, I_TID, I_ID, I_EXT, I_EXT_LC, I_CORR, I_DEVICE, I_STREAM,
-       I_BYTES, I_IN_NELEMS, I_OUT_NELEMS, I_GROUP_SIZE, I_ADDR, I_MEM_BYTES,
-       I_TOTAL_ALLOC, I_TOTAL_RES, I_DEVICE_TYPE, I_DEVICE_ID, N_INT };
-enum { F_TS, F_DUR, F_FLOPS, F_FLOPS_UC, N_FLOAT };
+#define TEXT_COLUMNS(X) X(T_PH, "ph") X(T_NAME, "name") X(T_CAT, "cat") \
+    X(T_PID, "pid") X(T_TID, "tid") X(T_INPUT_DIMS, "input_dims") \
+    X(T_INPUT_TYPES, "input_types") X(T_CALL_STACK, "call_stack") \
+    X(T_COLLECTIVE, "collective") X(T_DTYPE, "dtype") X(T_PG_NAME, "pg_name") \
+    X(T_PG_ID, "pg_id") X(T_META_NAME, "meta_name") X(T_LABELS, "labels")
+#define INT_COLUMNS(X) X(I_PID, "pid") X(I_TID, "tid") X(I_ID, "id") \
+    X(I_EXT, "external_id") X(I_EXT_LC, "external_id_lc") X(I_CORR, "correlation") \
+    X(I_DEVICE, "device") X(I_STREAM, "stream") X(I_BYTES, "bytes") \
+    X(I_IN_NELEMS, "in_nelems") X(I_OUT_NELEMS, "out_nelems") \
+    X(I_GROUP_SIZE, "group_size") X(I_ADDR, "addr") X(I_MEM_BYTES, "mem_bytes") \
+    X(I_TOTAL_ALLOC, "total_allocated") X(I_TOTAL_RES, "total_reserved") \
+    X(I_DEVICE_TYPE, "device_type") X(I_DEVICE_ID, "device_id")
+#define FLOAT_COLUMNS(X) X(F_TS, "ts") X(F_DUR, "dur") X(F_FLOPS, "flops") \
+    X(F_FLOPS_UC, "flops_uc")
+#define COLUMN_ENUM(e, name) e,
+#define COLUMN_NAME(e, name) name,
+enum { TEXT_COLUMNS(COLUMN_ENUM) N_TEXT };
+enum { INT_COLUMNS(COLUMN_ENUM) N_INT };
+enum { FLOAT_COLUMNS(COLUMN_ENUM) N_FLOAT };
+static const char *const TEXT_NAMES[] = { TEXT_COLUMNS(COLUMN_NAME) };
+static const char *const INT_NAMES[] = { INT_COLUMNS(COLUMN_NAME) };
+static const char *const FLOAT_NAMES[] = { FLOAT_COLUMNS(COLUMN_NAME) };
 
 /* How a field's value is taken. */
 enum {
@@ -566,3 +589,71 @@ int64_t *tl_int(Scan *s, int k) { return s->ints[k]; }
 uint8_t *tl_int_has(Scan *s, int k) { return s->ihas[k]; }
 double *tl_float(Scan *s, int k) { return s->floats[k]; }
 uint8_t *tl_float_has(Scan *s, int k) { return s->fhas[k]; }
+
+/* Append s to out (only if it fits whole); returns the length so far. */
+static int64_t put(char *out, int64_t cap, int64_t n, const char *s) {
+    int64_t len = (int64_t)strlen(s);
+    if (n + len < cap) memcpy(out + n, s, (size_t)len);
+    return n + len;
+}
+
+static int64_t put_columns(char *out, int64_t cap, int64_t n, const char *kind,
+                           const char *const *names, int count) {
+    n = put(out, cap, n, kind);
+    for (int k = 0; k < count; k++) {
+        n = put(out, cap, n, "\t");
+        n = put(out, cap, n, names[k]);
+    }
+    return put(out, cap, n, "\n");
+}
+
+static int64_t put_fields(char *out, int64_t cap, int64_t n, const char *where,
+                          const Field *fields, size_t count) {
+    for (size_t k = 0; k < count; k++) {
+        const Field *f = &fields[k];
+        n = put(out, cap, n, where);
+        n = put(out, cap, n, "\t");
+        n = put(out, cap, n, f->key);
+        switch (f->kind) {
+        case K_ID:
+            n = put(out, cap, n, "\tint:");
+            n = put(out, cap, n, INT_NAMES[f->col]);
+            n = put(out, cap, n, "\ttext:");
+            n = put(out, cap, n, TEXT_NAMES[f->col2]);
+            break;
+        case K_INT:
+            n = put(out, cap, n, "\tint:");
+            n = put(out, cap, n, INT_NAMES[f->col]);
+            break;
+        case K_FLOAT:
+            n = put(out, cap, n, "\tfloat:");
+            n = put(out, cap, n, FLOAT_NAMES[f->col]);
+            break;
+        case K_ARGS:
+            n = put(out, cap, n, "\targs");
+            break;
+        default: /* K_STR, K_VALTXT, K_RAW */
+            n = put(out, cap, n, "\ttext:");
+            n = put(out, cap, n, TEXT_NAMES[f->col]);
+        }
+        n = put(out, cap, n, "\n");
+    }
+    return n;
+}
+
+/*
+ * The layout this library was built with, one tab-separated line per item:
+ * "abi", the text/int/float column names in array order, then each event and
+ * args key with the columns it fills. Writes it NUL-ended into out when cap
+ * is large enough; returns its length either way (call again with more room).
+ */
+int64_t tl_layout(char *out, int64_t cap) {
+    int64_t n = put(out, cap, 0, "abi\t" TL_ABI "\n");
+    n = put_columns(out, cap, n, "text", TEXT_NAMES, N_TEXT);
+    n = put_columns(out, cap, n, "int", INT_NAMES, N_INT);
+    n = put_columns(out, cap, n, "float", FLOAT_NAMES, N_FLOAT);
+    n = put_fields(out, cap, n, "event", EVENT_FIELDS, N_EVENT_FIELDS);
+    n = put_fields(out, cap, n, "arg", ARG_FIELDS, N_ARG_FIELDS);
+    if (cap > 0) out[n < cap ? n : cap - 1] = '\0';
+    return n;
+}

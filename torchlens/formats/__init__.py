@@ -1,0 +1,9 @@
+"""The shapes of data torchlens reads from outside, each turned into plain values.
+
+``kineto``: torch.profiler trace files (JSON, plain or gzip) to a ``Trace``.
+``fingerprints``: the per-collective record DDP workers exchange and save.
+
+A format module imports only ``torchlens.model`` (plus numpy, msgspec and the
+standard library), so capture, analysis and the CLI can all use it without
+importing each other; ``tests/test_layers.py`` holds that rule.
+"""
