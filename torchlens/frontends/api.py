@@ -10,31 +10,24 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..analysis.ops import SORT_KEYS, sort_column  # noqa: F401 - SORT_KEYS re-exported
 from ..capture.profiler import ProfilerCapture, ProfilerOptions
 from ..model import InputError, Profile
 
-#: User-facing sort keys -> op table columns.
-SORT_KEYS = {
-    "total_cpu": "total_cpu_us",
-    "self_cpu": "self_cpu_us",
-    "device": "device_us",
-    "calls": "calls",
-    "kernels": "kernels",
-    "flops": "flops",
-    "name": "name",
-}
 
-
-def display_options(
+def torchprof_display(
     top: int = 20, sort: str = "total_cpu", shapes: bool = False,
     stack: bool = False, flops: bool = False, memory: bool = False,
 ) -> dict[str, Any]:
-    """Validated options that decide what the render shows (stored in the Profile)."""
-    if not isinstance(top, int) or top < 1:
+    """The validated ``torchprof`` options that decide what the result shows.
+
+    Stored in the Profile's options: ``top`` rows of the op table ordered by
+    the column ``sort`` names (``SORT_KEYS``), and which optional columns to
+    show. InputError, starting with the parameter's name, on bad input.
+    """
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise InputError(f"top must be a whole number >= 1, got {top!r}")
-    if sort not in SORT_KEYS:
-        raise InputError(f"unknown sort key {sort!r}; use one of {', '.join(SORT_KEYS)}")
-    return {"top": top, "sort": SORT_KEYS[sort], "shapes": shapes, "stack": stack,
+    return {"top": top, "sort": sort_column(sort), "shapes": shapes, "stack": stack,
             "flops": flops, "memory": memory}
 
 
@@ -125,7 +118,7 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
     ) -> None:
         from .export import check_export_path
 
-        self._display = display_options(top, sort, shapes, stack, flops, memory)
+        self._display = torchprof_display(top, sort, shapes, stack, flops, memory)
         self._capture = ProfilerCapture(
             ProfilerOptions(record_shapes=shapes, with_stack=stack,
                             profile_memory=memory, with_flops=flops,
