@@ -3,6 +3,7 @@ runs a cell, a failing cell's traceback names its In[N], one option parser."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 
@@ -53,6 +54,25 @@ def test_cell_is_transformed_and_may_await(shell, capfd, magic):
     assert shell.user_ns["u"].sum() == 100_000  # the lines after the await ran
     r = shell.user_ns["r"]
     assert r.profile.error is None and _captured_work(magic, r)
+
+
+@pytest.mark.parametrize("magic", MAGICS)
+def test_await_inside_a_running_event_loop_as_in_a_kernel(shell, magic):
+    """ipykernel calls the shell from inside its own running loop."""
+
+    async def kernel():
+        res = shell.run_cell(f"{magic} -o r --quiet\nawait asyncio.sleep(0.01)\n"
+                             "t = torch.ones(50_000) * 2")
+        return res, asyncio.get_running_loop()
+
+    loop = asyncio.new_event_loop()
+    try:
+        res, running = loop.run_until_complete(kernel())
+    finally:
+        loop.close()
+    assert res.success, res.error_in_exec
+    assert running is loop  # the kernel's loop is back in place after the cell
+    assert _captured_work(magic, shell.user_ns["r"])  # recorded on the kernel's thread
 
 
 @pytest.mark.parametrize("magic", MAGICS)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
-import threading
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -149,38 +148,31 @@ def _run_coroutine(shell: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     """Run a cell with top-level ``await`` to its end, as the shell would.
 
     Outside a running event loop (terminal IPython, tests) the shell's own
-    ``loop_runner`` runs it. In a kernel the cell is itself running inside the
-    kernel's loop, which cannot be waited on from here: the coroutine gets an
-    event loop of its own in a helper thread (cancelled if interrupted).
+    ``loop_runner`` runs it. In a kernel the magic is itself called from
+    inside the kernel's running loop, which cannot be waited on from here: the
+    cell gets an event loop of its own on this thread (the captures record
+    this thread), with the kernel's set aside until the cell ends.
     """
     try:
-        asyncio.get_running_loop()
+        outer = asyncio.get_running_loop()
     except RuntimeError:
         return shell.loop_runner(coro)
     loop = asyncio.new_event_loop()
     task = loop.create_task(coro)
-    outcome: dict[str, Any] = {}
-
-    def main() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            outcome["value"] = loop.run_until_complete(task)
-        except BaseException as exc:  # the cell's error, re-raised in the magic's thread
-            outcome["error"] = exc
-        finally:
-            loop.close()
-
-    thread = threading.Thread(target=main, name="torchlens cell (await)")
-    thread.start()
+    asyncio._set_running_loop(None)
     try:
-        thread.join()
-    except BaseException:  # KeyboardInterrupt: stop the cell, then report it
-        loop.call_soon_threadsafe(task.cancel)
-        thread.join()
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():  # interrupted: cancel what the cell awaits, then report it
+            task.cancel()
+            with suppress(BaseException):
+                loop.run_until_complete(task)
         raise
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    finally:
+        with suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        asyncio._set_running_loop(outer)
 
 
 def _under(ctx: Any, cell: _Cell, repeat: int = 1,
