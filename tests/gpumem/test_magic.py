@@ -116,3 +116,41 @@ def test_api_context_manager(shell):
         kept = [torch.ones(1000) for _ in range(3)]
     assert r.sites() and kept
     assert "torchlens gpumem" in repr(r)
+
+
+def test_load_and_export_quoted_paths_with_spaces(shell, tmp_path, capsys):
+    snap = tmp_path / "my snapshot.pickle"
+    snap.write_bytes(SNAPSHOT_FILES[0].read_bytes())
+    report = tmp_path / "my report.html"
+    res = shell.run_cell(f"%gpumem --load \"{snap}\" --export '{report}' -o s --quiet")
+    assert res.success, res.error_in_exec
+    assert shell.user_ns["s"].profile.title == "my snapshot.pickle"
+    assert report.stat().st_size > 0
+
+
+def test_cell_with_ipython_syntax_runs_under_gpumem(shell, capfd):
+    res = shell.run_cell("%%gpumem -o r --quiet\n%time big = torch.ones(50_000)\n"
+                         "!echo shell says hi\nimport asyncio\nawait asyncio.sleep(0)\n"
+                         "after = big + 1")
+    assert res.success, res.error_in_exec
+    out = capfd.readouterr().out
+    assert "Wall time" in out and "shell says hi" in out
+    assert shell.user_ns["after"].shape == (50_000,)
+    assert any(s.bytes >= 200_000 for s in shell.user_ns["r"].sites())
+
+
+def test_failing_cell_traceback_names_its_cell(shell, capsys):
+    import os
+    import re
+
+    import torchlens
+
+    for _ in range(2):
+        shell.run_cell("pass", store_history=True)
+    n = shell.execution_count
+    res = shell.run_cell("%%gpumem --quiet\nkeep = torch.ones(10)\nraise ValueError('boom')",
+                         store_history=True)
+    assert isinstance(res.error_in_exec, ValueError)
+    tb = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert f"Cell In[{n}], line 2" in tb and "In[0]" not in tb
+    assert os.path.dirname(torchlens.__file__) not in tb

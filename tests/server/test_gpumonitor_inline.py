@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 
 import pynvml
+import pytest
 from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
 
 from torchlens.capture.gpu_sampler import NvmlSampler
 from torchlens.frontends.gpumonitor import (
     InlineMonitor,
-    _parse,
     gpumonitor_magic,
+    monitor_options,
     summary_html,
 )
+from torchlens.model import InputError
 
 
 def test_streams_one_row_per_step_with_nan_for_unsupported() -> None:
@@ -39,10 +41,19 @@ def test_summary_says_no_gpu_and_escapes() -> None:
 
 
 def test_magic_runs_for_its_duration_and_stops() -> None:
-    mon = gpumonitor_magic("--interval 0.1 --duration 0.5")
+    mon = gpumonitor_magic(interval=0.1, duration=0.5)
     mon.thread.join(10)
     assert not mon.thread.is_alive() and len(mon.source.data["t"]) >= 3
 
 
 def test_arguments_are_clamped() -> None:
-    assert _parse("--interval 0").interval == 0.1 and _parse("").duration == 0.0
+    assert monitor_options(interval=0)["interval"] == 0.1
+    assert monitor_options(interval=1e6)["interval"] == 60.0
+    assert monitor_options()["duration"] == 0.0
+
+
+def test_bad_arguments_name_the_parameter() -> None:
+    with pytest.raises(InputError, match="^duration must be >= 0"):
+        monitor_options(duration=-1)
+    with pytest.raises(InputError, match="^minutes must be > 0"):
+        monitor_options(minutes=0)

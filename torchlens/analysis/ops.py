@@ -35,8 +35,11 @@ OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
                   "is_comm"]
 
-#: ``--sort`` keys the op table accepts, mapped to its columns. torch's
-#: ``key_averages().table(sort_by=...)`` spellings are accepted too.
+#: ``--sort`` keys -> the op-table column (``OP_COLUMNS``) they order by. The
+#: first key of each column is the one to document (``SORT_NAMES``); the
+#: others are torch's ``key_averages().table(sort_by=...)`` spellings, accepted
+#: so that a profile saved by any front end renders. The columns themselves
+#: are accepted too (``sort_column``): a Profile stores the column.
 SORT_KEYS = {
     "total_cpu": "total_cpu_us",
     "self_cpu": "self_cpu_us",
@@ -45,25 +48,31 @@ SORT_KEYS = {
     "kernels": "kernels",
     "flops": "flops",
     "name": "name",
-    "count": "calls",
-    "self_cpu_time_total": "self_cpu_us",
     "cpu_time_total": "total_cpu_us",
+    "self_cpu_time_total": "self_cpu_us",
     "cuda": "device_us",
     "cuda_time_total": "device_us",
     "device_time_total": "device_us",
+    "count": "calls",
 }
+#: The documented sort keys, one per column, in the order help texts list them.
+SORT_NAMES = tuple(key for i, (key, column) in enumerate(SORT_KEYS.items())
+                   if column not in list(SORT_KEYS.values())[:i])
 
 
 def sort_column(key: str | None) -> str:
-    """The op-table column for a ``--sort`` key (or a column name itself);
-    InputError names the valid keys."""
+    """The op-table column a sort key orders by; InputError names the valid keys.
+
+    ``None`` is the default order (total CPU time). Case, surrounding blanks
+    and ``-`` for ``_`` do not matter.
+    """
     if key is None:
         return "total_cpu_us"
     norm = str(key).strip().lower().replace("-", "_")
     if norm in SORT_KEYS.values():
         return norm
     if norm not in SORT_KEYS:
-        raise InputError(f"unknown sort key {key!r}; use one of {', '.join(SORT_KEYS)}")
+        raise InputError(f"sort: unknown sort key {key!r}; use one of: {', '.join(SORT_NAMES)}")
     return SORT_KEYS[norm]
 
 

@@ -38,16 +38,16 @@ class ProfilerOptions:
     cuda: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.schedule is not None:
-            if len(self.schedule) != 3 or any(
-                not isinstance(n, int) or n < 0 for n in self.schedule
-            ):
-                raise InputError(
-                    f"schedule must be three whole numbers WAIT,WARMUP,ACTIVE, "
-                    f"got {self.schedule!r}"
-                )
-            if self.schedule[2] < 1:
-                raise InputError("schedule: ACTIVE must be at least 1 step")
+        schedule = self.schedule
+        if schedule is not None and (
+            len(schedule) != 3
+            or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in schedule)
+            or schedule[2] < 1
+        ):
+            raise InputError(
+                "schedule must be WAIT,WARMUP,ACTIVE: three whole numbers >= 0 with "
+                f"ACTIVE >= 1, e.g. 1,1,3; got {','.join(map(str, schedule))}"
+            )
 
 
 def step() -> None:

@@ -6,21 +6,22 @@ the same samplers inside the kernel and streams them into a Bokeh figure
 saved with a notebook, so a plain-HTML summary (``display_id``, updated in
 place) is left beside the plot: the saved notebook still says what was seen.
 
-The magics module registers it: ``%gpumonitor [--interval S] [--minutes M]
-[--duration S]`` (duration 0 = until Stop is pressed).
+The magics module registers it and parses its options (``%gpumonitor
+[--interval S] [--minutes M] [--duration S]``, duration 0 = until Stop is
+pressed); ``monitor_options`` checks them.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
-import shlex
+import math
 import threading
 import time
 from typing import Any
 
 from ..capture.gpu_sampler import NvmlSampler, Sampler
 from ..capture.host_sampler import HostSampler
+from ..model import InputError
 
 GiB = 1024**3
 COLORS = (
@@ -35,18 +36,23 @@ COLORS = (
 )
 
 
-def _parse(line: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="%gpumonitor", add_help=False)
-    parser.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between samples"
-    )
-    parser.add_argument("--minutes", type=float, default=5.0, help="history shown")
-    parser.add_argument(
-        "--duration", type=float, default=0.0, help="stop after S s (0: Stop button)"
-    )
-    args = parser.parse_args(shlex.split(line))
-    args.interval = min(60.0, max(0.1, args.interval))
-    return args
+def monitor_options(
+    interval: float = 1.0, minutes: float = 5.0, duration: float = 0.0
+) -> dict[str, float]:
+    """Validated monitor options; InputError (starting with the parameter's name).
+
+    ``interval`` (seconds between samples) is clamped to 0.1 .. 60; ``minutes``
+    of history are shown; ``duration`` 0 runs until Stop is pressed.
+    """
+    for name, value in (("interval", interval), ("minutes", minutes), ("duration", duration)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            raise InputError(f"{name} must be a number, got {value!r}")
+    if minutes <= 0:
+        raise InputError(f"minutes must be > 0, got {minutes!r}")
+    if duration < 0:
+        raise InputError(f"duration must be >= 0 seconds (0: until Stop), got {duration!r}")
+    return {"interval": min(60.0, max(0.1, float(interval))), "minutes": float(minutes),
+            "duration": float(duration)}
 
 
 def _na(value: float | None, fmt: str) -> str:
@@ -152,7 +158,9 @@ class InlineMonitor:
         self._stop.set()
 
 
-def gpumonitor_magic(line: str) -> InlineMonitor:
+def gpumonitor_magic(
+    interval: float = 1.0, minutes: float = 5.0, duration: float = 0.0
+) -> InlineMonitor:
     """``%gpumonitor``: show the live monitor inline; returns the running monitor."""
     import ipywidgets
     from bokeh.io import output_notebook
@@ -160,11 +168,11 @@ def gpumonitor_magic(line: str) -> InlineMonitor:
     from IPython.display import HTML, display
     from jupyter_bokeh import BokehModel
 
-    args = _parse(line)
+    opts = monitor_options(interval, minutes, duration)
     output_notebook(
         INLINE, hide_banner=True
     )  # BokehModel needs window.Bokeh; no CDN here
-    monitor = InlineMonitor(HostSampler(), NvmlSampler(), args.interval, args.minutes)
+    monitor = InlineMonitor(HostSampler(), NvmlSampler(), opts["interval"], opts["minutes"])
     stop = ipywidgets.Button(description="Stop", icon="stop")
     stop.on_click(lambda _button: monitor.stop())
     display(ipywidgets.VBox([BokehModel(monitor.figure), stop]))
@@ -176,7 +184,7 @@ def gpumonitor_magic(line: str) -> InlineMonitor:
             stop.disabled = True
 
     monitor.thread = threading.Thread(
-        target=monitor.run, args=(args.duration, on_sample), daemon=True
+        target=monitor.run, args=(opts["duration"], on_sample), daemon=True
     )
     monitor.thread.start()
     return monitor

@@ -1,14 +1,26 @@
-"""IPython magics: ``%%torchprof``, ``%%gpumem`` / ``%gpumem --load`` (and later ``%ddp_check``).
+"""IPython magics: ``%%torchprof``, ``%%gpumem`` / ``%gpumem --load``, ``%ddp_check``, ``%gpumonitor``.
 
 A magic parses its options completely before the cell runs: a bad option is a
-one-line usage error and nothing runs. The cell then runs in the user's
-namespace under the capture; if it raises (or is interrupted), what was
-captured is shown first and the original exception is re-raised with the
-magic's own frames cut from its traceback.
+one-line usage error and nothing runs. Options are parsed one way for every
+magic (``_parse``: IPython's ``magic_arguments``, quotes dropped from every
+value); the magic only turns text into numbers (``_number``) and leaves the
+checking to the API it calls, whose InputError becomes the UsageError
+(``_usage_errors``).
+
+The cell runs as IPython runs a cell (``_Cell``): transformed (``%time``,
+``!cmd``), compiled under the cell's own ``In[N]`` name, top-level ``await``
+allowed, in the user's namespace under the capture. If it raises (or is
+interrupted), what was captured is shown first and the original exception is
+re-raised with the frames before the cell's own cut from its traceback.
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import inspect
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -22,50 +34,162 @@ from IPython.core.magic import (
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from ..analysis.ops import SORT_KEYS
+from ..analysis.ops import SORT_NAMES
 from ..model import InputError
 from .api import torchprof
 
-
-def _schedule(text: str) -> tuple[int, int, int]:
-    parts = text.split(",")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 3 or min(values) < 0 or values[2] < 1:
-        raise UsageError(
-            f"--schedule {text!r}: expected WAIT,WARMUP,ACTIVE as three whole "
-            "numbers with ACTIVE >= 1, e.g. --schedule 1,1,3"
-        )
-    return values  # type: ignore[return-value]
+#: API parameters whose InputError message starts with their name; the magic
+#: spells them as its option (``top must be ...`` -> ``--top must be ...``).
+_PARAMETERS = frozenset({
+    "top", "sort", "schedule", "device", "stacks", "repeat", "capacity", "alloc_conf",
+    "world_size", "backend", "timeout", "steps", "interval", "minutes", "duration",
+})
 
 
-def _positive(text: str, option: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UsageError(f"{option} {text!r}: expected a whole number >= 1")
-    return value
-
-
-def _whole(text: str, option: str, low: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if value < low:
-        raise UsageError(f"{option} {text!r}: expected a whole number >= {low}")
-    return value
-
-
-def _unquote(text: str | None) -> str | None:
+def _unquote(text: str) -> str:
     """IPython's argument splitter keeps the quotes around a value; drop them."""
-    if text and len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         return text[1:-1]
     return text
+
+
+def _parse(magic: Callable[..., Any], line: str, name: str) -> Any:
+    """A magic's options (its ``magic_arguments``), every string without its quotes.
+
+    So ``--export "my file.html"`` is the path ``my file.html``. A usage error
+    names the magic: ``%%torchprof: unrecognized arguments: --bogus``.
+    """
+    try:
+        args = parse_argstring(magic, line)
+    except UsageError as err:
+        raise UsageError(f"{name}: {err}") from None
+    for key, value in vars(args).items():
+        if isinstance(value, str):
+            setattr(args, key, _unquote(value))
+    return args
+
+
+def _number(text: str, option: str, kind: type = int) -> Any:
+    """An option's text as ``kind`` (int or float); its range is the API's to check."""
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise InputError(f"{option} {text!r}: expected {what}") from None
+
+
+def _schedule(text: str | None) -> tuple[int, ...] | None:
+    """``--schedule 1,1,3`` as numbers; ProfilerOptions checks their count and range."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise InputError(f"--schedule {text!r}: expected WAIT,WARMUP,ACTIVE as three whole "
+                         "numbers, e.g. --schedule 1,1,3") from None
+
+
+@contextmanager
+def _usage_errors(name: str) -> Iterator[None]:
+    """The API's InputError as the magic's UsageError, with option spellings."""
+    try:
+        yield
+    except InputError as err:
+        message = str(err)
+        head = message.split(" ", 1)[0].rstrip(":")
+        if head in _PARAMETERS:
+            message = "--" + head.replace("_", "-") + message[len(head):]
+        raise UsageError(f"{name}: {message}") from None
+
+
+def _execution_count(shell: Any) -> int:
+    """The ``In[N]`` of the cell being run (the shell's counter moved on already)."""
+    running = getattr(shell.displayhook, "exec_result", None)
+    count = getattr(running, "execution_count", None)
+    return shell.execution_count if count is None else count
+
+
+class _Cell:
+    """A cell body compiled as IPython compiles a cell.
+
+    ``shell.transform_cell`` first (magics, ``!cmd``), then the shell's
+    compiler and AST transformers, named ``In[N]`` after the cell being run,
+    with top-level ``await`` when the shell's ``autoawait`` is on. A
+    SyntaxError is raised here, before any capture starts.
+    """
+
+    def __init__(self, shell: Any, raw: str) -> None:
+        self.shell = shell
+        source = shell.transform_cell(raw)
+        self.filename = shell.compile.cache(source, _execution_count(shell), raw_code=raw)
+        tree = shell.transform_ast(shell.compile.ast_parse(source, filename=self.filename))
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if shell.autoawait else 0
+        with shell.compile.extra_flags(flags):
+            self.code = shell.compile(tree, self.filename, "exec")
+        self.is_async = bool(self.code.co_flags & inspect.CO_COROUTINE)
+
+    def run(self) -> None:
+        """Run once in the user's namespace."""
+        shell = self.shell
+        if self.is_async:
+            _run_coroutine(shell, eval(self.code, shell.user_global_ns, shell.user_ns))  # noqa: S307
+        else:
+            exec(self.code, shell.user_global_ns, shell.user_ns)  # noqa: S102 - the user's own cell
+
+    def user_error(self, error: BaseException) -> BaseException:
+        """``error`` with the frames before the cell's own cut from its traceback."""
+        tb = error.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != self.filename:
+            tb = tb.tb_next
+        return error.with_traceback(tb if tb is not None else _user_frames(error.__traceback__))
+
+
+def _run_coroutine(shell: Any, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a cell with top-level ``await`` to its end, as the shell would.
+
+    Outside a running event loop (terminal IPython, tests) the shell's own
+    ``loop_runner`` runs it. In a kernel the magic is itself called from
+    inside the kernel's running loop, which cannot be waited on from here: the
+    cell gets an event loop of its own on this thread (the captures record
+    this thread), with the kernel's set aside until the cell ends.
+    """
+    try:
+        outer = asyncio.get_running_loop()
+    except RuntimeError:
+        return shell.loop_runner(coro)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    asyncio._set_running_loop(None)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():  # interrupted: cancel what the cell awaits, then report it
+            task.cancel()
+            with suppress(BaseException):
+                loop.run_until_complete(task)
+        raise
+    finally:
+        with suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        asyncio._set_running_loop(outer)
+
+
+def _under(ctx: Any, cell: _Cell, repeat: int = 1,
+           between: Callable[[], None] | None = None) -> tuple[Any, BaseException | None]:
+    """Run ``cell`` (``repeat`` times) inside the capture ``ctx``; its result and error."""
+    error: BaseException | None = None
+    result = ctx.__enter__()
+    try:
+        for i in range(repeat):
+            if i and between is not None:
+                between()
+            cell.run()
+    except BaseException as exc:  # KeyboardInterrupt too: show, then re-raise
+        error = exc
+    ctx.__exit__(type(error) if error else None, error,
+                 error.__traceback__ if error else None)
+    return result, error
 
 
 @magics_class
@@ -76,7 +200,7 @@ class TorchlensMagics(Magics):
     @argument("-o", dest="output", metavar="VAR",
               help="store the result object in variable VAR")
     @argument("--sort", default="total_cpu", metavar="KEY",
-              help="op table order: " + ", ".join(SORT_KEYS) + " (default total_cpu)")
+              help="op table order: " + ", ".join(SORT_NAMES) + " (default total_cpu)")
     @argument("--top", default="20", metavar="N", help="rows in the op table (default 20)")
     @argument("--shapes", action="store_true",
               help="record input shapes; one table row per op and shape")
@@ -99,33 +223,17 @@ class TorchlensMagics(Magics):
         the cell calls ``torchlens.step()``, and hints. Without a GPU, only
         CPU activity is recorded and the report says so.
         """
-        args = parse_argstring(self.torchprof, line)
-        top = _positive(args.top, "--top")
-        schedule = _schedule(args.schedule) if args.schedule else None
-        if args.sort not in SORT_KEYS:
-            raise UsageError(
-                f"--sort {args.sort!r}: use one of {', '.join(SORT_KEYS)}"
-            )
-        try:
-            ctx = torchprof(top=top, sort=args.sort, shapes=args.shapes,
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        args = _parse(self.torchprof, line, "%%torchprof")
+        with _usage_errors("%%torchprof"):
+            ctx = torchprof(top=_number(args.top, "--top"), sort=args.sort, shapes=args.shapes,
                             stack=args.stack, memory=args.memory, flops=args.flops,
-                            schedule=schedule, export=args.export)
-        except InputError as err:
-            raise UsageError(str(err)) from None
-        error: BaseException | None = None
-        result = ctx.__enter__()
-        try:
-            self._run_cell(cell)
-        except BaseException as exc:  # KeyboardInterrupt too: show, then re-raise
-            error = exc
-        ctx.__exit__(type(error) if error else None, error,
-                     error.__traceback__ if error else None)
-        if args.output:
-            self.shell.user_ns[args.output] = result
-        if not args.quiet:
-            display(result)
+                            schedule=_schedule(args.schedule), export=args.export)
+        code = _Cell(self.shell, cell)
+        result, error = _under(ctx, code)
+        self._show(result, args)
         if error is not None:
-            raise error.with_traceback(_user_frames(error.__traceback__))
+            raise code.user_error(error)
 
     @magic_arguments()
     @argument("-o", dest="output", metavar="VAR", help="store the result object in variable VAR")
@@ -159,50 +267,40 @@ class TorchlensMagics(Magics):
         recorded and the CUDA caching-allocator model supplies reserved memory
         and fragmentation, which the report says.
         """
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
         from .api import gpumem as gpumem_ctx
         from .api import gpumem_options, load_gpumem
         from .export import check_export_path
 
-        args = parse_argstring(self.gpumem, line)
-        device = _whole(args.device, "--device", 0)
-        stacks = _whole(args.stacks, "--stacks", 0)
-        repeat = _positive(args.repeat, "--repeat")
-        top = _positive(args.top, "--top")
-        opts = {"device": device, "stacks": stacks, "simulate": args.simulate,
-                "capacity": _unquote(args.capacity), "alloc_conf": _unquote(args.alloc_conf),
-                "top": top}
-        try:
+        name = "%gpumem" if cell is None else "%%gpumem"
+        args = _parse(self.gpumem, line, name)
+        with _usage_errors(name):
+            repeat = _number(args.repeat, "--repeat")
+            opts = {"device": _number(args.device, "--device"),
+                    "stacks": _number(args.stacks, "--stacks"), "simulate": args.simulate,
+                    "capacity": args.capacity, "alloc_conf": args.alloc_conf,
+                    "top": _number(args.top, "--top")}
             gpumem_options(repeat=repeat, **opts)
-            if args.export:
-                check_export_path(args.export, "gpumem")
             if cell is None:
                 if not args.load:
-                    raise InputError("%gpumem needs --load SNAPSHOT (or use %%gpumem on a cell)")
+                    raise InputError("needs --load SNAPSHOT (or use %%gpumem on a cell)")
+                if args.export:
+                    check_export_path(args.export, "gpumem")
                 result = load_gpumem(args.load, **opts)
                 if args.export:
                     result.export(args.export)
             elif args.load:
                 raise InputError("--load analyses a file; use it as %gpumem --load FILE, not on a cell")
-        except InputError as err:
-            raise UsageError(str(err)) from None
+            else:
+                ctx = gpumem_ctx(repeat=repeat, export=args.export, **opts)
         if cell is None:
             self._show(result, args)
             return
-        ctx = gpumem_ctx(repeat=repeat, export=args.export, **opts)
-        error: BaseException | None = None
-        result = ctx.__enter__()
-        try:
-            for i in range(repeat):
-                if i:
-                    ctx.capture.mark_run()
-                self._run_cell(cell)
-        except BaseException as exc:  # an OOM or KeyboardInterrupt too: show, then re-raise
-            error = exc
-        ctx.__exit__(type(error) if error else None, error,
-                     error.__traceback__ if error else None)
+        code = _Cell(self.shell, cell)
+        result, error = _under(ctx, code, repeat, ctx.capture.mark_run)
         self._show(result, args)
         if error is not None:
-            raise error.with_traceback(_user_frames(error.__traceback__))
+            raise code.user_error(error)
 
     @magic_arguments()
     @argument("func", nargs="?", metavar="FUNC",
@@ -235,39 +333,31 @@ class TorchlensMagics(Magics):
         """
         from .ddp_api import check_options, run_ddp_check
 
-        args = parse_argstring(self.ddp_check, line)
-        world_size = _positive(args.world_size, "--world-size")
-        steps = _positive(args.steps, "--steps")
-        try:
-            timeout = float(args.timeout)
-        except ValueError:
-            timeout = -1.0
-        if not timeout > 0:
-            raise UsageError(f"--timeout {args.timeout!r}: expected seconds > 0")
-        export = args.export
-        if export and len(export) >= 2 and export[0] == export[-1] and export[0] in "\"'":
-            export = export[1:-1]  # IPython's splitter keeps the quotes
+        name = "%ddp_check" if cell is None else "%%ddp_check"
+        args = _parse(self.ddp_check, line, name)
         fn = None
-        try:
-            check_options(world_size, args.backend, timeout, steps, export)
+        with _usage_errors(name):
+            world_size = _number(args.world_size, "--world-size")
+            steps = _number(args.steps, "--steps")
+            timeout = _number(args.timeout, "--timeout", float)
+            check_options(world_size, args.backend, timeout, steps, args.export)
             if cell is None:
                 if not args.func:
-                    raise InputError("%ddp_check needs a function: %ddp_check FUNC --world-size 2 "
+                    raise InputError("needs a function: %ddp_check FUNC --world-size 2 "
                                      "(or use %%ddp_check on a cell)")
                 fn = self._lookup(args.func)
             elif args.func:
                 raise InputError(f"%%ddp_check runs the cell; drop {args.func!r} from the line")
-        except InputError as err:
-            raise UsageError(str(err)) from None
-        filename = self.shell.compile.cache(cell) if cell is not None else "<ddp_check cell>"
-        try:
+        if cell is None:
+            filename = "<ddp_check cell>"
+        else:  # the ranks run the cell as written, named after this cell's In[N]
+            filename = self.shell.compile.cache(cell, _execution_count(self.shell))
+        with _usage_errors(name):
             result, interrupted = run_ddp_check(
                 fn, world_size=world_size, backend=args.backend, timeout=timeout,
                 steps=steps, strict=args.strict, live=not (args.no_live or args.quiet),
-                export=export, show=not args.quiet, cell=cell, cell_filename=filename,
+                export=args.export, show=not args.quiet, cell=cell, cell_filename=filename,
                 namespace=self.shell.user_ns)
-        except InputError as err:
-            raise UsageError(str(err)) from None
         if args.output:
             self.shell.user_ns[args.output] = result
         if interrupted:
@@ -288,26 +378,27 @@ class TorchlensMagics(Magics):
         if not args.quiet:
             display(result)
 
+    @magic_arguments()
+    @argument("--interval", default="1", metavar="S",
+              help="seconds between samples, 0.1 to 60 (default 1)")
+    @argument("--minutes", default="5", metavar="M", help="minutes of history shown (default 5)")
+    @argument("--duration", default="0", metavar="S",
+              help="stop after S seconds; 0 runs until Stop is pressed (default 0)")
     @line_magic
     def gpumonitor(self, line: str) -> Any:
         """Live GPU and host monitor inline (for front ends without the sidebar).
 
-        ``%gpumonitor [--interval S] [--minutes M] [--duration S]``; duration 0
-        runs until Stop is pressed. Without a GPU it says why and still shows
-        the host's CPU and RAM.
+        Without a GPU it says why and still shows the host's CPU and RAM.
+        Returns the running monitor (``mon = %gpumonitor``; ``mon.stop()``).
         """
-        from .gpumonitor import gpumonitor_magic
+        from .gpumonitor import gpumonitor_magic, monitor_options
 
-        try:
-            return gpumonitor_magic(line)
-        except SystemExit:  # argparse already printed the usage error
-            raise UsageError(f"%gpumonitor {line}: bad option (see %gpumonitor?)") from None
-
-    def _run_cell(self, cell: str) -> None:
-        # Compile through IPython's cache so tracebacks show the cell's lines.
-        filename = self.shell.compile.cache(cell)
-        code = self.shell.compile(cell, filename, "exec")
-        exec(code, self.shell.user_ns)  # noqa: S102 - the user's own cell
+        args = _parse(self.gpumonitor, line, "%gpumonitor")
+        with _usage_errors("%gpumonitor"):
+            opts = monitor_options(interval=_number(args.interval, "--interval", float),
+                                   minutes=_number(args.minutes, "--minutes", float),
+                                   duration=_number(args.duration, "--duration", float))
+        return gpumonitor_magic(**opts)
 
 
 def _user_frames(tb: Any) -> Any:
