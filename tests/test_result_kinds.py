@@ -25,6 +25,7 @@ from torchlens.model import (
     InputError,
     OpDisplay,
     Profile,
+    ProfilerOptions,
     TorchprofPayload,
     TracePayload,
     load_profile,
@@ -54,7 +55,7 @@ def test_version_1_options_become_the_typed_payload() -> None:
     tp = load_profile(V1 / "torchprof.tlprof").payload
     # captured with top=5 and shapes: the display and the recording option both kept
     assert tp.display == OpDisplay(top=5, sort="total_cpu_us", shapes=True)
-    assert tp.record_shapes and tp.steps_marked == 3 and tp.timings["stop_s"] > 0
+    assert tp.recorded.record_shapes and tp.steps_marked == 3 and tp.timings["stop_s"] > 0
     gm = load_profile(V1 / "gpumem.tlprof").payload
     assert gm.measured_on == "cpu" and gm.simulate and gm.top == 5 and len(gm.runs) == 1
     run = load_profile(V1 / "ddp_check.tlprof")
@@ -65,7 +66,8 @@ def test_version_1_options_become_the_typed_payload() -> None:
 
 @pytest.mark.parametrize("payload", [
     TracePayload(OpDisplay(top=3, sort="self_cpu_us", stack=True)),
-    TorchprofPayload(display=OpDisplay(flops=True), with_flops=True, schedule=(1, 2, 3),
+    TorchprofPayload(display=OpDisplay(flops=True),
+                     recorded=ProfilerOptions(with_flops=True, schedule=(1, 2, 3)),
                      timings={"start_s": 0.1}, profiler_overhead_s=0.2, steps_marked=6),
     GpumemPayload(measured_on="cuda", device=1, stats_before={"num_ooms": 0},
                   runs=[(1, 2), (2, 5)], simulate=True, capacity=1 << 30,

@@ -16,38 +16,20 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..formats.kineto import ingest_bytes
-from ..model import InputError, OpDisplay, Profile, TorchprofPayload, error_record
+from ..model import (
+    InputError,
+    OpDisplay,
+    Profile,
+    ProfilerOptions,
+    TorchprofPayload,
+    error_record,
+)
 from .environment import collect_environment
 
 _active: list[ProfilerCapture] = []
-
-
-@dataclass(frozen=True)
-class ProfilerOptions:
-    """What to record. ``cuda=None`` records CUDA activity when a GPU exists."""
-
-    record_shapes: bool = False
-    with_stack: bool = False
-    profile_memory: bool = False
-    with_flops: bool = False
-    schedule: tuple[int, int, int] | None = None
-    cuda: bool | None = None
-
-    def __post_init__(self) -> None:
-        schedule = self.schedule
-        if schedule is not None and (
-            len(schedule) != 3
-            or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in schedule)
-            or schedule[2] < 1
-        ):
-            raise InputError(
-                "schedule must be WAIT,WARMUP,ACTIVE: three whole numbers >= 0 with "
-                f"ACTIVE >= 1, e.g. 1,1,3; got {','.join(map(str, schedule))}"
-            )
 
 
 def step() -> None:
@@ -173,9 +155,7 @@ class ProfilerCapture:
         payload = TorchprofPayload(
             # a column the user asked the profiler to record is one they want to see
             display=OpDisplay(shapes=o.record_shapes, stack=o.with_stack, flops=o.with_flops),
-            record_shapes=o.record_shapes, with_stack=o.with_stack,
-            profile_memory=o.profile_memory, with_flops=o.with_flops, schedule=o.schedule,
-            cuda=o.cuda, timings=dict(self._timings),
+            recorded=o, timings=dict(self._timings),
             profiler_overhead_s=self._timings.get("start_s", 0.0) + self._timings.get("stop_s", 0.0),
             steps_marked=self._steps)
         return Profile(

@@ -7,6 +7,7 @@ from .payloads import (
     GpumemPayload,
     OpDisplay,
     Payload,
+    ProfilerOptions,
     TorchprofPayload,
     TracePayload,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "GpumemPayload",
     "OpDisplay",
     "Payload",
+    "ProfilerOptions",
     "TorchprofPayload",
     "TracePayload",
     "FORMAT_VERSION",

@@ -20,6 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InputError
+
 
 @dataclass
 class OpDisplay:
@@ -38,6 +40,32 @@ class OpDisplay:
     flops: bool = False
 
 
+@dataclass(frozen=True)
+class ProfilerOptions:
+    """What ``torch.profiler`` is asked to record. ``cuda=None`` records CUDA
+    activity when a GPU exists. Checked on creation: a bad schedule is an
+    InputError before anything runs."""
+
+    record_shapes: bool = False
+    with_stack: bool = False
+    profile_memory: bool = False
+    with_flops: bool = False
+    schedule: tuple[int, int, int] | None = None
+    cuda: bool | None = None
+
+    def __post_init__(self) -> None:
+        schedule = self.schedule
+        if schedule is not None and (
+            len(schedule) != 3
+            or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in schedule)
+            or schedule[2] < 1
+        ):
+            raise InputError(
+                "schedule must be WAIT,WARMUP,ACTIVE: three whole numbers >= 0 with "
+                f"ACTIVE >= 1, e.g. 1,1,3; got {','.join(map(str, schedule))}"
+            )
+
+
 @dataclass
 class TracePayload:
     """``kind="trace"``: a Kineto trace file read as it is."""
@@ -51,12 +79,7 @@ class TorchprofPayload:
     long the capture's own parts took (``timings``, seconds by part)."""
 
     display: OpDisplay = field(default_factory=OpDisplay)
-    record_shapes: bool = False
-    with_stack: bool = False
-    profile_memory: bool = False
-    with_flops: bool = False
-    schedule: tuple[int, int, int] | None = None
-    cuda: bool | None = None
+    recorded: ProfilerOptions = field(default_factory=ProfilerOptions)
     timings: dict[str, float] = field(default_factory=dict)
     profiler_overhead_s: float | None = None
     steps_marked: int = 0
@@ -181,9 +204,8 @@ def upgrade_v1(kind: str, options: dict[str, Any], extra: dict[str, Any]) -> Any
     if kind == "trace":
         return TracePayload(display)
     if kind == "torchprof":
-        return from_json(kind, {**{k: v for k, v in options.items()
-                                   if k in TorchprofPayload.__dataclass_fields__},
-                                **extra, "display": dataclasses.asdict(display)})
+        return from_json(kind, {**extra, "display": dataclasses.asdict(display),
+                                "recorded": options})
     if kind == "gpumem":
         return from_json(kind, {**options, **extra})
     return from_json(kind, dict(extra.get("ddp") or {}))
