@@ -1,4 +1,4 @@
-"""Small synthetic traces built to the events-table contract (docs/ARCHITECTURE.md)."""
+"""Small synthetic traces built to the events-table contract (docs/TRACE_TABLE.md)."""
 
 from __future__ import annotations
 

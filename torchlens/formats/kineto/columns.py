@@ -1,6 +1,6 @@
 """The last step of trace ingest, shared by its Python and native paths.
 
-Both paths hand over every column of docs/ARCHITECTURE.md already converted
+Both paths hand over every column of docs/TRACE_TABLE.md already converted
 (text as codes into labels, numbers as numpy), with timestamps still absolute,
 categories still as written in the file and ``device``/``stream`` as raw
 ``args`` values. ``finish`` does what depends on the whole table: the time

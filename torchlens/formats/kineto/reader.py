@@ -1,4 +1,4 @@
-"""Kineto JSON (plain or gzip) to the columnar ``Trace`` of docs/ARCHITECTURE.md.
+"""Kineto JSON (plain or gzip) to the columnar ``Trace`` of docs/TRACE_TABLE.md.
 
 Why this shape: a 100k-event trace decoded into dicts costs seconds and hundreds
 of MB. Two paths avoid that and give equal tables: a small C scanner

@@ -24,7 +24,7 @@ _Val = int | float | str | None
 
 
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
-    """The ``args`` keys that become columns (see docs/ARCHITECTURE.md)."""
+    """The ``args`` keys that become columns (see docs/TRACE_TABLE.md)."""
 
     external_id: _Val = msgspec.field(default=None, name="External id")
     external_id_lc: _Val = msgspec.field(default=None, name="external id")
