@@ -11,7 +11,7 @@ import pytest
 
 import torchlens
 from torchlens.frontends.live_publish import LivePublisher
-from torchlens.frontends.server.publish import RankPublisher, ServerInfo
+from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 While ``%%gpumem`` (one process) or ``%ddp_check`` (spawned ranks) runs, a
 background thread calls a sample function every ``interval`` seconds and posts
-what it returns through the server channel in ``server.publish`` (the
+what it returns through the rank channel in ``rank_channel`` (the
 kernel's own Jupyter server, its own token). Outside a Jupyter server (a
 script, VS Code) nothing is started. Publishing is best effort: a slow or
 absent sidebar must never slow or break the user's cell.
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .server.publish import RankPublisher
+from .rank_channel import RankPublisher
 
 Sample = list[dict[str, Any]]
 
