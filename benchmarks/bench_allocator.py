@@ -25,9 +25,12 @@ from pathlib import Path
 
 from torchlens.analysis.allocator import AllocatorConfig, rebuild_initial_state, replay
 from torchlens.analysis.allocator.fidelity import check_fidelity
-from torchlens.analysis.allocator.synthetic import training_trace
 from torchlens.analysis.fragmentation import summarize
 from torchlens.model.snapshot import load_snapshot
+
+# the synthetic 1M-event trace generator is a test helper, not part of the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "allocator"))
+from synthetic_traces import training_trace  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "snapshots"
 

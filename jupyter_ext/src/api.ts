@@ -101,7 +101,7 @@ export async function fetchSamples(since: number, wait: number): Promise<ISample
 }
 
 /** Set the server's sampling interval (seconds); returns the value it applied. */
-export async function setInterval(seconds: number): Promise<number> {
+export async function setSamplingInterval(seconds: number): Promise<number> {
   const response = await request('config', {
     method: 'PUT',
     body: JSON.stringify({ interval: seconds })

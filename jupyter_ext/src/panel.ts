@@ -13,7 +13,7 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { fetchCsv, fetchSamples, IFeedMessage, IGpuSample, IRankSample, ISample, openFeed, setInterval } from './api';
+import { fetchCsv, fetchSamples, IFeedMessage, IGpuSample, IRankSample, ISample, openFeed, setSamplingInterval } from './api';
 import { RollingChart } from './chart';
 
 const WINDOW_SECONDS = 600;
@@ -331,7 +331,7 @@ export class GpuMonitorPanel extends Widget {
       return;
     }
     try {
-      await setInterval(Number(this.intervalSelect.value));
+      await setSamplingInterval(Number(this.intervalSelect.value));
     } catch (err) {
       this.status.textContent = `could not set interval: ${err}`;
     }

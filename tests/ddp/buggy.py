@@ -28,6 +28,11 @@ def correct_step(rank, world_size):
     return _ddp_step(rank).module
 
 
+def all_reduce_once(rank, world_size):
+    """Correct and quick: one all_reduce, no DDP (so no torch._dynamo import)."""
+    dist.all_reduce(torch.ones(4))
+
+
 def op_mismatch(rank, world_size):
     t = torch.ones(4)
     if rank == 0:

@@ -237,3 +237,35 @@ def test_four_ranks_one_skipping_a_collective_is_named():
     assert item.details["index"] == 0 and item.details["skipped"] == [1]
     assert "rank 1 skipped a collective" in item.evidence
     assert len(result.records.ranks) == 4
+
+
+def test_the_live_view_is_built_once_the_ranks_are_spawned():
+    """A sink's ``start()`` runs after the workers exist, so a cold kernel's
+    live-plot set-up (bokeh imports) overlaps their torch import."""
+    import psutil
+
+    from torchlens.capture.ddp import DdpOptions, run_check
+    from torchlens.frontends.live_publish import RankSink
+
+    seen: list[int] = []
+
+    class Inner:
+        def push(self, hb):
+            pass
+
+        def flush(self, force=False):
+            pass
+
+    def make_inner():
+        seen.append(sum("torchlens.capture.ddp.worker" in " ".join(p.cmdline())
+                        for p in psutil.Process().children()))
+        return Inner()
+
+    sink = RankSink("t", make_inner=make_inner)
+    job = {"kind": "function", "fn": buggy.all_reduce_once, "backend": "gloo", "strict": False,
+           "timeout_s": 20.0, "steps": 1, "seed": 0}
+    rec = run_check(job, DdpOptions(world_size=2, backend="gloo", timeout_s=20.0, steps=1),
+                    sink)
+    assert rec["outcome"] == "finished"
+    assert seen == [2] and isinstance(sink.inner, Inner)
+    assert_clean(rec)

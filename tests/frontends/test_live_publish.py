@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import torchlens
-from torchlens.frontends.live_publish import LivePublisher
-from torchlens.frontends.server.publish import RankPublisher, ServerInfo
+from torchlens.frontends.live_publish import LivePublisher, RankSink
+from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
 
 
 @pytest.fixture
@@ -81,3 +81,29 @@ def test_ddp_check_publishes_every_ranks_memory(fake_server):
     assert ranks == {0, 1}
     assert all(s["allocated"] > 0 for _, _, b in fake_server for s in b["samples"])
     assert fake_server[0][2]["run"].startswith("%ddp_check")
+
+
+def test_rank_sink_builds_its_live_view_on_start():
+    made = []
+
+    class Inner:
+        def __init__(self):
+            self.pushed = []
+
+        def push(self, hb):
+            self.pushed.append(hb)
+
+        def flush(self, force=False):
+            pass
+
+    def make():
+        made.append(Inner())
+        return made[-1]
+
+    sink = RankSink("r", make_inner=make, publisher=RankPublisher("r", server=None))
+    assert sink.inner is None and not made
+    sink.start()
+    sink.start()  # once only
+    sink.push({"rank": 0, "t": 1.0, "rss": 5})
+    sink.flush(force=True)
+    assert len(made) == 1 and made[0].pushed == [{"rank": 0, "t": 1.0, "rss": 5}]

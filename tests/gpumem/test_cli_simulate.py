@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from gpumem_fixtures import SNAPSHOTS
 
 from torchlens.frontends.cli import main
@@ -41,3 +44,12 @@ def test_report_accepts_a_snapshot(tmp_path, capsys):
     html = out.read_text()
     assert "Fragmentation" in html and "Top allocation sites" in html
     assert "<script" in html and "cdn.bokeh.org" not in html
+
+
+def test_simulate_through_python_dash_m():
+    """``python -m torchlens.frontends.cli simulate`` knows the command (it once ran
+    ``main()`` before ``simulate`` was registered)."""
+    proc = subprocess.run([sys.executable, "-m", "torchlens.frontends.cli", "simulate", "--help"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--alloc-conf" in proc.stdout

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from torchlens.frontends.server.publish import RankPublisher, ServerInfo
+from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
 
 ENDPOINTS = [
     ("GET", "samples", None),
     ("GET", "config", None),
     ("PUT", "config", b'{"interval": 1}'),
     ("POST", "ranks", b'{"run": "x", "samples": []}'),
+    ("GET", "ranks", None),
     ("GET", "history.csv", None),
 ]
 
@@ -101,6 +102,24 @@ async def test_ranks_posted_show_up_in_samples(jp_fetch: Any, monitor: Any) -> N
     assert json.loads(response.body) == {"stored": 2}
     reply = json.loads((await jp_fetch("torchlens", "monitor", "samples")).body)
     assert [(r["run"], r["rank"]) for r in reply["ranks"]] == [("ddp", 0), ("ddp", 1)]
+
+
+async def test_ranks_get_returns_the_ranks_and_put_is_refused(
+    jp_fetch: Any, monitor: Any
+) -> None:
+    """``/ranks`` is the per-rank channel, not a second ``/config``: GET lists the
+    ranks (not the interval) and PUT cannot change the sampling interval."""
+    body = {"run": "r", "samples": [{"rank": 1, "t": time.time(), "allocated": 5}]}
+    await jp_fetch("torchlens", "monitor", "ranks", method="POST", body=json.dumps(body))
+    reply = json.loads((await jp_fetch("torchlens", "monitor", "ranks")).body)
+    assert set(reply) == {"ranks"}
+    assert [(r["run"], r["rank"]) for r in reply["ranks"]] == [("r", 1)]
+    before = monitor.interval
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch(
+            "torchlens", "monitor", "ranks", method="PUT", body=b'{"interval": 7}'
+        )
+    assert err.value.code == 405 and monitor.interval == before
 
 
 async def test_csv_export(jp_fetch: Any, monitor: Any) -> None:

@@ -208,8 +208,12 @@ def _symbolize(tbs: list[Any], depth: int) -> list[list[dict[str, Any]]]:
     """Frames innermost first, as torch writes them in snapshots."""
     from torch._C._profiler import symbolize_tracebacks
 
+    from .profiler import without_inductor_import
+
+    with without_inductor_import():  # else its first call imports inductor: seconds
+        symbolized = symbolize_tracebacks(tbs)
     out = []
-    for frames in symbolize_tracebacks(tbs):
+    for frames in symbolized:
         kept = [f for f in frames if not f["filename"].endswith("capture/cpu_memory.py")]
         out.append(kept[:depth])
     return out

@@ -6,7 +6,11 @@ boundary is the handful of ``pynvml`` functions listed in ``NVML_FUNCTIONS``,
 reached through an injectable ``api`` object (the real module by default, a
 fake in tests); the error *classes* always come from the real ``pynvml``.
 
-Rules the samplers follow (see DESIGN.md, "NVML"):
+Rules the samplers follow, from how NVML (``nvidia-ml-py``'s ``pynvml``)
+behaves: ``nvmlInit`` raises ``NVMLError_LibraryNotFound`` or
+``NVMLError_DriverNotLoaded`` on a machine without a GPU, and any metric may
+raise ``NVMLError_NotSupported`` (or ``NoPermission``) on a device that has a
+driver:
 
 * ``nvmlInit`` failing (no library, driver not loaded, ...) is not an error:
   the sampler reports ``available=False`` and a status line

@@ -14,8 +14,11 @@ profiler). Each call advances ``prof.step()``, which makes the profiler emit
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
+from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from ..formats.kineto import ingest_bytes
@@ -92,7 +95,7 @@ class ProfilerCapture:
             # Record throughout, but with a schedule: only then does torch mark
             # ProfilerStep#N spans at each step() for the step breakdown.
             sched = _record_always
-        self._prof = tp.profile(
+        self._prof = _profile_class()(
             activities=activities,
             record_shapes=self.options.record_shapes,
             with_stack=self.options.with_stack,
@@ -171,6 +174,64 @@ class ProfilerCapture:
             error=error_record(exc),
             attachments=attachments,
         )
+
+
+@cache
+def _profile_class() -> type:
+    """``torch.profiler.profile`` that does not import torch._inductor to start.
+
+    Its ``prepare_trace`` asks ``hasattr(torch, "_inductor")``, and torch's lazy
+    module ``__getattr__`` answers by importing torch._inductor and with it
+    torch._dynamo: 2-5 s on the first ``%%torchprof`` of a kernel (most of its
+    cold start), only to read ``inductor_config.triton.cudagraphs``. Until
+    something imports inductor that flag cannot have been set, so while
+    ``torch._inductor`` is not in ``sys.modules`` the check is answered "no"
+    without the import. The price: a cell that calls ``torch.compile`` for the
+    first time under the profiler also records inductor's own import and lazy
+    set-up (torch imports it up front to keep those ops out of the trace), next
+    to a first compile that takes far longer anyway.
+    """
+    import torch.profiler as tp
+
+    class Profile(tp.profile):
+        def prepare_trace(self) -> None:
+            if "torch._inductor" in sys.modules:
+                super().prepare_trace()
+                return
+            with without_inductor_import():
+                super().prepare_trace()
+
+    return Profile
+
+
+@contextmanager
+def without_inductor_import() -> Any:
+    """While inside, ``torch._inductor`` is an AttributeError instead of a lazy import.
+
+    For torch calls that look at inductor only in case it is in use: the
+    profiler's ``prepare_trace`` (above) and ``symbolize_tracebacks`` (the
+    allocation sites of ``%%gpumem``, which would map inductor-generated code
+    back to its source). Wraps the ``torch`` module's ``__getattr__`` for the
+    duration of that call; every other name goes to torch's own hook, and once
+    inductor is imported its attribute is found before any hook is asked.
+    """
+    import torch
+
+    lazy = torch.__dict__.get("__getattr__")
+    if lazy is None:  # a torch without lazy submodules: nothing to avoid
+        yield
+        return
+
+    def getattr_(name: str) -> Any:
+        if name == "_inductor":
+            raise AttributeError(name)
+        return lazy(name)
+
+    torch.__getattr__ = getattr_
+    try:
+        yield
+    finally:
+        torch.__getattr__ = lazy
 
 
 def _record_always(step: int) -> Any:

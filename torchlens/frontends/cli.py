@@ -99,47 +99,6 @@ class DemoCommand(Command):
         return 0
 
 
-def _default_output(path: str) -> Path:
-    name = Path(path).name
-    for suffix in (".json.gz", ".json", ".tlprof", ".pickle", ".pkl"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return Path(name + ".html")
-
-
-#: Subcommands in the order ``torchlens --help`` lists them.
-COMMANDS: list[Command] = [ReportCommand(), DemoCommand()]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="torchlens", description="torchlens: profile and debug PyTorch training."
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for cmd in COMMANDS:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
-        cmd.add_arguments(p)
-        p.set_defaults(_command=cmd)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``torchlens`` console script; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors: argparse prints and exits 2
-    try:
-        return args._command.run(args)
-    except (TorchlensError, OSError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"torchlens: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 class SimulateCommand(Command):
     name = "simulate"
     help = ("replay an allocator snapshot's trace through the CUDA caching-allocator model "
@@ -186,4 +145,42 @@ class SimulateCommand(Command):
         return 0
 
 
-COMMANDS.append(SimulateCommand())
+def _default_output(path: str) -> Path:
+    name = Path(path).name
+    for suffix in (".json.gz", ".json", ".tlprof", ".pickle", ".pkl"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return Path(name + ".html")
+
+
+#: Subcommands in the order ``torchlens --help`` lists them.
+COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchlens", description="torchlens: profile and debug PyTorch training."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.add_arguments(p)
+        p.set_defaults(_command=cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``torchlens`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors: argparse prints and exits 2
+    try:
+        return args._command.run(args)
+    except (TorchlensError, OSError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"torchlens: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -185,18 +185,25 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
                          steps=steps, strict=strict, seed=seed)
     live = _in_kernel() if live is None else live
-    plot, handle = None, None
-    if live:
+    handle = None
+
+    def live_plot() -> Any:
+        # built once the ranks are spawned (RankSink.start): its Bokeh imports
+        # overlap the workers' own torch import in a cold kernel
+        nonlocal handle
         from IPython.display import display
 
         from ..render.live import LivePlot
 
         plot = LivePlot(world_size)
         handle = display(plot.widget, display_id=True)
+        return plot
+
     from .live_publish import RankSink
 
     # the GPU Monitor sidebar shows every rank's memory too, while they run
-    sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}", plot)
+    sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}",
+                    make_inner=live_plot if live else None)
     rec = run_check(job, options, sink)
     profile = build_profile(rec, source, skipped)
     result = DdpResult(profile)

@@ -2,7 +2,7 @@
 
 While ``%%gpumem`` (one process) or ``%ddp_check`` (spawned ranks) runs, a
 background thread calls a sample function every ``interval`` seconds and posts
-what it returns through the server channel in ``server.publish`` (the
+what it returns through the rank channel in ``rank_channel`` (the
 kernel's own Jupyter server, its own token). Outside a Jupyter server (a
 script, VS Code) nothing is started. Publishing is best effort: a slow or
 absent sidebar must never slow or break the user's cell.
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .server.publish import RankPublisher
+from .rank_channel import RankPublisher
 
 Sample = list[dict[str, Any]]
 
@@ -59,15 +59,27 @@ class LivePublisher:
 class RankSink:
     """A heartbeat sink for ``%ddp_check``: forwards every rank's memory to the
     sidebar (at most every ``interval`` s) and passes heartbeats on to ``inner``
-    (the live plot, or None)."""
+    (the live plot, or None).
+
+    ``make_inner`` builds ``inner`` in ``start()``, which the launcher calls
+    once the ranks are spawned: a cold kernel's live plot costs about a second
+    of bokeh imports, which then overlaps the ranks' own torch import instead
+    of delaying their start."""
 
     def __init__(self, run: str, inner: Any | None = None, interval: float = 0.5,
-                 publisher: RankPublisher | None = None) -> None:
+                 publisher: RankPublisher | None = None,
+                 make_inner: Callable[[], Any] | None = None) -> None:
         self.inner = inner
+        self._make_inner = make_inner
         self.publisher = publisher if publisher is not None else RankPublisher(run)
         self.interval = interval
         self._pending: list[dict[str, Any]] = []
         self._last = 0.0
+
+    def start(self) -> None:
+        """The ranks are starting: build the live view now (see the class doc)."""
+        if self._make_inner is not None and self.inner is None:
+            self.inner = self._make_inner()
 
     def push(self, hb: dict[str, Any]) -> None:
         if self.inner is not None:

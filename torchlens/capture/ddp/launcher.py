@@ -111,7 +111,14 @@ class DdpLauncher:
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
             tl.set(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=spec)))
+            # The kernel's own set-up for the run (a live plot: bokeh imports)
+            # overlaps the ranks' torch import instead of delaying their start.
+            start = getattr(self.sink, "start", None)
+            if start is not None:
+                start()
             outcome = self._monitor(tl)
+            if self.sink is not None:  # the last heartbeats, held back by the rate limit
+                self.sink.flush(force=True)
         except KeyboardInterrupt:  # the caller shows what was seen, then re-raises
             interrupted = True
         finally:

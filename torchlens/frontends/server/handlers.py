@@ -13,7 +13,8 @@ Endpoints (relative to the server's base_url, e.g. ``/user/alice/``):
   1 ms per answer, which is why the sidebar prefers the socket.
 * ``GET|PUT torchlens/monitor/config`` - read / set ``{"interval": s}``.
 * ``POST torchlens/monitor/ranks`` - a kernel publishes per-rank memory
-  (see ``publish.py`` for the channel).
+  (see ``torchlens/frontends/rank_channel.py`` for the channel);
+  ``GET torchlens/monitor/ranks?since=T`` - the per-rank samples newer than T.
 * ``GET  torchlens/monitor/history.csv`` - the history as CSV.
 
 Without the server's token (or login cookie) every one answers 403.
@@ -40,6 +41,15 @@ class _MonitorHandler(APIHandler):
     @property
     def monitor(self) -> Monitor:
         return self.settings["torchlens_monitor"]
+
+    def _json_body(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as err:
+            raise tornado.web.HTTPError(400, "body is not JSON") from err
+        if not isinstance(body, dict):
+            raise tornado.web.HTTPError(400, "body must be a JSON object")
+        return body
 
 
 class SamplesHandler(_MonitorHandler):
@@ -84,18 +94,16 @@ class ConfigHandler(_MonitorHandler):
             "history_seconds": mon.history.seconds,
         }
 
-    def _json_body(self) -> dict[str, Any]:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError as err:
-            raise tornado.web.HTTPError(400, "body is not JSON") from err
-        if not isinstance(body, dict):
-            raise tornado.web.HTTPError(400, "body must be a JSON object")
-        return body
 
+class RanksHandler(_MonitorHandler):
+    """Per-rank memory: a kernel POSTs ``{"run": str, "samples": [{rank, t, device,
+    allocated, reserved}]}``; GET answers ``{"ranks": [...]}`` newer than ``since``.
+    Any other method (PUT, DELETE) is 405, tornado's answer for a method the
+    class does not define."""
 
-class RanksHandler(ConfigHandler):
-    """Per-rank memory from a kernel: ``{"run": str, "samples": [{rank, t, device, allocated, reserved}]}``."""
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.finish({"ranks": self.monitor.ranks.since(_float_arg(self, "since", 0.0))})
 
     @tornado.web.authenticated
     def post(self) -> None:

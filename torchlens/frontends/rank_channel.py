@@ -1,5 +1,11 @@
 """Kernel side of the per-rank memory channel: magics POST samples to the server.
 
+This module runs in the user's kernel (``%%gpumem``, ``%ddp_check``), not in the
+Jupyter server, so it lives beside the other kernel-side front ends rather than
+in ``frontends/server`` (importing that package pulls in tornado and
+jupyter_server, seconds on a cold kernel). It uses the standard library only;
+the server's half is ``RanksHandler`` in ``frontends/server/handlers.py``.
+
 The channel, and why it is this simple:
 
 * A kernel started by a Jupyter server is a child process of that server, and

@@ -1,4 +1,7 @@
-"""Synthetic allocator traces shaped like training loops (for benchmarks and demos).
+"""Synthetic allocator traces shaped like training loops (for tests and benchmarks).
+
+A test helper, not shipped in the package: ``benchmarks/bench_allocator.py``
+imports it by putting this folder on ``sys.path``.
 
 Real snapshots hold a few thousand to tens of thousands of entries; the replay
 must handle a million. This generator produces a deterministic trace of
