@@ -36,6 +36,7 @@ _ENV.tests["listlike"] = lambda value: isinstance(value, (list, tuple))
 
 def render(template: str, **context: Any) -> Markup:
     """``template`` (a name under ``templates/``) rendered with ``context``, escaped."""
+    # Markup: autoescaped template output (every {{ value }} escaped unless Markup)
     return Markup(_ENV.get_template(template).render(**context))
 
 
