@@ -25,7 +25,7 @@ class Kind:
     """How one kind of Profile is analysed and shown.
 
     ``analyze(profile) -> analysis``; ``report(profile, analysis, figures) ->
-    (summary line, [section html])``; ``text(profile, analysis) -> str``;
+    (summary line, [section Markup])``; ``text(profile, analysis) -> str``;
     ``summary(profile, analysis) -> str``; ``exports`` maps a file suffix to
     ``write(profile, analysis, path) -> str`` beyond the ``.html`` report and
     the ``.tlprof`` file every kind has.

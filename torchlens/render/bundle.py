@@ -12,15 +12,11 @@ while keeping the frame away from the notebook's origin, cookies and kernel.
 
 from __future__ import annotations
 
-from html import escape
+from . import html
 
 IFRAME_HEIGHT_PX = 720  # enough for summary and top ops; resizable by the user
 
 
 def iframe_html(report: str, height: int = IFRAME_HEIGHT_PX) -> str:
     """``report`` as an escaped, sandboxed, vertically resizable iframe."""
-    return (
-        f'<iframe srcdoc="{escape(report, quote=True)}" sandbox="allow-scripts" '
-        f'style="width: 100%; height: {int(height)}px; border: 1px solid #ddd; '
-        f'resize: vertical; overflow: auto;" title="torchlens report"></iframe>'
-    )
+    return str(html.render("iframe.html.j2", report=report, height=int(height)))

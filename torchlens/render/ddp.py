@@ -2,18 +2,20 @@
 
 Draws a ``DdpAnalysis`` (``analysis.ddp_run``), so a saved ``.tlprof``
 renders the same report on a machine without torch. Every string from the
-workers (file paths, exception messages, stacks, logs) is escaped.
+workers (file paths, exception messages, stacks, logs) is escaped by the
+templates (``render.html``).
 """
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
+
+from markupsafe import Markup
 
 from ..analysis import ddp as ddp_analysis
 from ..analysis.ddp_run import DdpAnalysis
 from ..model import Profile
-from . import tables
+from . import html, tables
 from .live import rank_figures
 from .report import section
 from .tables import Column
@@ -22,14 +24,8 @@ _STATUS_STYLE = {"passed": "color:#1a7f37", "failed": "color:#b00;font-weight:60
                  "not applicable": "color:#777"}
 
 
-def checklist_html(items: list[ddp_analysis.CheckItem]) -> str:
-    rows = []
-    for it in items:
-        style = _STATUS_STYLE.get(it.status, "")
-        rows.append(f'<tr><td style="{style}">{escape(it.status)}</td><th>{escape(it.name)}</th>'
-                    f"<td>{escape(it.evidence)}</td><td>{escape(it.advice)}</td></tr>")
-    return ('<table class="checklist"><thead><tr><th>status</th><th>check</th><th>evidence</th>'
-            f"<th>what to do</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+def checklist_html(items: list[ddp_analysis.CheckItem]) -> Markup:
+    return html.render("checklist.html.j2", items=items, styles=_STATUS_STYLE)
 
 
 def _mib(v: Any) -> str:
@@ -48,14 +44,14 @@ COLLECTIVE_COLUMNS = [Column("rank", "rank", str), Column("index", "#", str),
                       Column("call_ms", "call", lambda v: f"{v:.3f} ms")]
 
 
-def _pre_blocks(title: str, texts: list[str]) -> str:
-    blocks = [f"<details><summary>rank {r}</summary><pre>{escape(t)}</pre></details>"
-              for r, t in enumerate(texts) if t]
-    return f"<p>{escape(title)}</p>" + "".join(blocks) if blocks else ""
+def _pre_blocks(title: str, texts: list[str]) -> Markup:
+    """A folded ``<pre>`` per rank with text under ``title``; nothing if none has."""
+    blocks = [(r, t) for r, t in enumerate(texts) if t]
+    return html.render("pre_blocks.html.j2", title=title, blocks=blocks) if blocks else Markup("")
 
 
-def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple[str, str, str]]:
-    """(title, html, anchor) of each report section."""
+def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple[str, Markup, str]]:
+    """(title, body, anchor) of each report section."""
     run = a.run
     out = [("Checklist", checklist_html(a.checklist), "checklist")]
     hang = run.hang or {}
@@ -63,13 +59,14 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
                         hang.get("stacks") or [])
     crash = a.item("crashed worker")
     if crash and crash.status == "failed" and crash.details.get("traceback"):
-        extra += f"<p>Traceback of the first failing rank:</p><pre>{escape(crash.details['traceback'])}</pre>"
+        extra += html.render("pre.html.j2", title="Traceback of the first failing rank:",
+                             text=crash.details["traceback"])
     if extra:
         out.append(("Stacks and tracebacks", extra, "stacks"))
     if a.heartbeats:
         figures.append(rank_figures(a.heartbeats, run.world_size or 1, run.fingerprints, run.t0))
         out.append(("Per-rank memory, collectives and timeline",
-                    f"<!--bokeh-{len(figures) - 1}-->", "ranks-plot"))
+                    html.figure_slot(len(figures) - 1), "ranks-plot"))
     out.append(("Ranks", tables.html_table(a.rank_rows, RANK_COLUMNS), "ranks"))
     if a.collective_rows:
         out.append(("Collectives", tables.html_table(a.collective_rows, COLLECTIVE_COLUMNS),
@@ -96,6 +93,7 @@ def text_report(profile: Profile, a: DdpAnalysis) -> str:
     return "\n".join(lines)
 
 
-def report_parts(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> tuple[str, list[str]]:
+def report_parts(profile: Profile, a: DdpAnalysis,
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
     """Summary line and sections of a ddp_check report."""
     return a.summary, [section(t, body, anchor) for t, body, anchor in sections(profile, a, figures)]

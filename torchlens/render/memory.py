@@ -2,7 +2,7 @@
 
 Draws only a ``MemoryAnalysis`` (``analysis.memory``); computes nothing itself. Every string that
 came from a trace (file names, function names, the error text) is escaped:
-the HTML goes through ``tables.html_table`` or ``html.escape``, and Bokeh hover
+the HTML comes from autoescaped templates (``render.html``), and Bokeh hover
 fields are plain ``@field`` references, which BokehJS shows as text. Big traces
 are decimated (``memory_timeline.decimate``, per-bucket min and max, so peaks
 survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
@@ -10,18 +10,18 @@ survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
+from markupsafe import Markup
 
 from ..analysis.frames import frame_label
 from ..analysis.memory import MemoryAnalysis
 from ..analysis.memory_timeline import biggest_allocations, decimate
 from ..analysis.oom import OomDiagnosis, fmt_bytes
 from ..model import Profile
-from . import tables
+from . import html, tables
 from .report import section
 from .tables import Column
 
@@ -75,12 +75,11 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
     return "torchlens gpumem: " + ", ".join(parts)
 
 
-def _kv(rows: list[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><th>{escape(k)}</th><td class=\"num\">{escape(v)}</td></tr>" for k, v in rows)
-    return f'<table class="kv">{body}</table>'
+def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Markup:
+    return html.render("kv.html.j2", rows=rows, head=head)
 
 
-def diagnosis_html(d: OomDiagnosis) -> str:
+def diagnosis_html(d: OomDiagnosis) -> Markup:
     """The OOM box: cause, the figures, and advice each with its evidence."""
     figs = [("requested", fmt_bytes(d.requested)), ("free on the device", fmt_bytes(d.device_free)),
             ("reserved but free (cached)", fmt_bytes(d.free_cached)),
@@ -91,12 +90,7 @@ def diagnosis_html(d: OomDiagnosis) -> str:
         figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
     if d.site:
         figs.append(("failing allocation at", d.site))
-    advice = "".join(f"<li><b>{escape(x.action)}</b><br><span class=\"note\">{escape(x.evidence)}</span></li>"
-                     for x in d.advice)
-    return (f'<div class="oom"><p class="error"><b>Out of memory: {escape(d.cause)}</b> '
-            f'<span class="note">(from the {escape(d.source)})</span></p><p>{escape(d.explanation)}</p>'
-            f"{_kv([f for f in figs if f[1] != 'n/a'])}"
-            + (f"<p>What to try:</p><ul>{advice}</ul>" if advice else "") + "</div>")
+    return html.render("oom.html.j2", d=d, rows=[f for f in figs if f[1] != "n/a"])
 
 
 def timeline_figure(a: MemoryAnalysis) -> Any:
@@ -191,37 +185,34 @@ _GROWTH_COLS = [Column("run", "run", tables.fmt_int), Column("end_allocated", "a
                 Column("growth", "growth", fmt_bytes)]
 
 
-def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str, str, str]]:
-    """(title, body html, anchor) of every section; Bokeh figures go to ``figures``."""
+def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str, Markup, str]]:
+    """(title, body, anchor) of every section; Bokeh figures go to ``figures``."""
     out = []
     if a.diagnosis is not None:
         out.append(("Out-of-memory diagnosis", diagnosis_html(a.diagnosis), "oom"))
-    body = _kv(summary_rows(a)) + "".join(f'<p class="note">{escape(n)}</p>' for n in a.notes)
+    body = _kv(summary_rows(a)) + html.join([html.note(n) for n in a.notes])
     out.append(("Summary", body, "summary"))
     if a.comparison:
-        rows = "".join(
-            f"<tr><th>{escape(label)}</th><td class=\"num\">{escape(fmt_bytes(r) if b else _n(r))}</td>"
-            f"<td class=\"num\">{escape(fmt_bytes(s) if b else _n(s))}</td></tr>"
-            for label, r, s, b in a.comparison)
+        rows = [(label, fmt_bytes(r) if b else _n(r), fmt_bytes(s) if b else _n(s))
+                for label, r, s, b in a.comparison]
         what = "this machine's allocator" if a.measured_on == "cpu" else "what happened"
-        out.append(("Allocator model: what if", f'<table class="kv"><tr><th></th><th>{escape(what)}</th>'
-                    f"<th>simulated</th></tr>{rows}</table>", "simulate"))
+        out.append(("Allocator model: what if", _kv(rows, head=("", what, "simulated")),
+                    "simulate"))
     for title, fig, anchor in (("Memory timeline", timeline_figure(a), "timeline"),):
         out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
     sites = a.sites[:top]
     out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
-                if sites else '<p class="note">No allocations.</p>', "sites"))
+                if sites else html.note("No allocations."), "sites"))
     leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
     out.append(("Still alive at the end of the cell (possible leaks)",
-                '<p class="note">Flagged: memory left behind on two or more passes over the same '
-                "line.</p>" + (tables.html_table(leak_rows, _LEAK_COLS) if leak_rows else
-                               "<p>Nothing allocated in the cell is still alive.</p>"), "leaks"))
+                html.render("leaks.html.j2", table=tables.html_table(leak_rows, _LEAK_COLS)
+                            if leak_rows else None), "leaks"))
     if a.growth:
         out.append(("Growth per run (--repeat)",
                     tables.html_table([vars(g) for g in a.growth], _GROWTH_COLS), "growth"))
     src = ("the allocator model replaying this cell's allocations (not a GPU)"
            if a.reserved_source == "allocator model" else "the snapshot")
-    frag = f'<p class="note">From {escape(src)}.</p>' + _kv(fragmentation_rows(a))
+    frag = html.note(f"From {src}.") + _kv(fragmentation_rows(a))
     frag += _fig(segment_map_figure(a), figures, "no segments")
     out.append(("Fragmentation", frag, "fragmentation"))
     return out
@@ -231,11 +222,11 @@ def _n(v: int | None) -> str:
     return "n/a" if v is None else f"{v:,}"
 
 
-def _fig(fig: Any, figures: list[Any], empty: str) -> str:
+def _fig(fig: Any, figures: list[Any], empty: str) -> Markup:
     if fig is None:
-        return f'<p class="note">{escape(empty)}</p>'
+        return html.note(empty)
     figures.append(fig)
-    return f"<!--bokeh-{len(figures) - 1}-->"
+    return html.figure_slot(len(figures) - 1)
 
 
 def text_report(profile: Profile, a: MemoryAnalysis) -> str:
@@ -260,7 +251,8 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
     return "\n".join(lines)
 
 
-def report_parts(profile: Profile, a: MemoryAnalysis, figures: list[Any]) -> tuple[str, list[str]]:
+def report_parts(profile: Profile, a: MemoryAnalysis,
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
     """Summary line and sections of a gpumem report."""
     top = profile.payload.top  # type: ignore[union-attr]
     return summary_line(profile, a), [section(t, body, anchor)

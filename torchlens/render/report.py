@@ -1,8 +1,9 @@
 """The self-contained HTML report: one file that opens anywhere, offline.
 
 BokehJS is inlined (``bokeh.resources.INLINE``) so the file needs no network and
-can be mailed to a colleague. The page is assembled from small escaped
-fragments (``tables``) and the Bokeh timeline embedded with ``components``.
+can be mailed to a colleague. The page is assembled from autoescaped template
+fragments (``render.html``, ``templates/``) and the Bokeh figures embedded with
+``components``.
 
 The output is deterministic: Bokeh numbers its model ids from a process-wide
 counter and names documents with random UUIDs, so the same profile rendered
@@ -18,33 +19,18 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
-from html import escape
 from typing import Any
 
 from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
+from markupsafe import Markup
 
 from ..model import Profile
-from . import tables
+from . import html, tables
 
-#: A kind's ``(profile, analysis, figures) -> (summary line, [section html])``.
-ReportParts = Callable[[Profile, Any, list[Any]], tuple[str, list[str]]]
-
-_CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table { border-collapse: collapse; margin: .4em 0; }
-th, td { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: left;
-         vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-table.tl-sort thead th { cursor: pointer; background: #f3f3f3; position: sticky; top: 0; }
-th[data-dir="asc"]::after { content: " \\25B2"; } th[data-dir="desc"]::after { content: " \\25BC"; }
-table.kv th { font-weight: 600; background: none; }
-.note { color: #666; } .summary { font-weight: 600; }
-.hint.warning b, .error { color: #b00; } .sev { color: #666; font-size: .9em; }
-pre { background: #f7f7f7; padding: .6em; overflow-x: auto; }
-"""
+#: A kind's ``(profile, analysis, figures) -> (summary line, [section Markup])``.
+ReportParts = Callable[[Profile, Any, list[Any]], tuple[str, list[Markup]]]
 
 # Bokeh ids: "p1234" model ids and UUID document/element ids.
 _BOKEH_ID = re.compile(r'"(p\d+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
@@ -72,62 +58,68 @@ def stable_ids(text: str) -> str:
     return _BOKEH_ID.sub(rename, text)
 
 
-def section(title: str, body: str, anchor: str) -> str:
-    """One report section: a heading and its (already escaped) body."""
-    return f'<section id="{escape(anchor)}"><h2>{escape(title)}</h2>{body}</section>'
+def section(title: str, body: Markup, anchor: str) -> Markup:
+    """One report section: a heading and its body (a template's ``Markup``;
+    a plain string would be escaped and shown as text)."""
+    return html.render("section.html.j2", title=title, body=body, anchor=anchor)
 
 
-def _header(profile: Profile, summary: str) -> str:
-    title = profile.title or f"torchlens {profile.kind} report"
+def _header(profile: Profile, summary: str) -> Markup:
     when = dt.datetime.fromtimestamp(profile.created_at, dt.timezone.utc)
-    facts = f"{escape(profile.kind)} · taken {when:%Y-%m-%d %H:%M:%S} UTC"
-    if profile.source:
-        facts += f" · from {escape(profile.source)}"
-    return (
-        f"<h1>{escape(title)}</h1><p class=\"note\">{facts}</p>"
-        f'<p class="summary">{escape(summary)}</p>'
-    )
+    return html.render("header.html.j2", title=_title(profile), kind=profile.kind,
+                       when=f"{when:%Y-%m-%d %H:%M:%S}", source=profile.source or "",
+                       summary=summary)
 
 
-def _bokehjs(figures: list[Any]) -> str:
+def _title(profile: Profile) -> str:
+    return profile.title or f"torchlens {profile.kind} report"
+
+
+def _bokehjs(figures: list[Any]) -> Markup:
     """The BokehJS the figures need, inlined.
 
     Only the bundles the models use (core BokehJS, not widgets, tables, WebGL
     or MathJax): 1.3 MB instead of the 3.9 MB of ``INLINE.render_js()``.
     """
     if not figures:
-        return ""
+        return Markup("")
     bundle = bundle_for_objs_and_resources(figures, INLINE)
     if bundle.js_files or bundle.css_files:  # would need the network to open
         raise RuntimeError("BokehJS resources are not inline")
-    js = "".join(f'<script type="text/javascript">{code}</script>' for code in bundle.js_raw)
-    return js + "".join(f"<style>{css}</style>" for css in bundle.css_raw)
+    # Markup: BokehJS's own code and CSS from the installed bokeh package, not
+    # user data; escaping would break it (<script> and <style> are raw text).
+    return html.render("bokehjs.html.j2", js=[Markup(code) for code in bundle.js_raw],
+                       css=[Markup(css) for css in bundle.css_raw])
 
 
-def assemble_page(profile: Profile, summary: str, sections: list[str],
-                  figures: list[Any]) -> tuple[str, str]:
+def assemble_page(profile: Profile, summary: str, sections: list[Markup],
+                  figures: list[Any]) -> tuple[Markup, Markup]:
     """Header, environment, the kind's sections, what was not measured and the
     error, with the figures embedded and their ids made stable."""
     parts = [_header(profile, summary)]
     parts.append(section("Environment",
-                          f"<details>{tables.environment_html(profile.environment)}</details>",
-                          "environment"))
+                         html.render("details.html.j2", summary="",
+                                     body=tables.environment_html(profile.environment)),
+                         "environment"))
     parts += sections
     if profile.unmeasured:
         parts.append(section("Not measured", tables.unmeasured_html(profile.unmeasured),
-                              "unmeasured"))
+                             "unmeasured"))
     if profile.error:
         parts.append(section("The profiled code raised an exception",
-                              tables.error_html(profile.error), "error"))
-    body, script = "".join(parts), ""
+                             tables.error_html(profile.error), "error"))
+    body, script = str(html.join(parts)), ""
     if figures:
         script, divs = components(figures)
         for i, div in enumerate(divs):
-            body = body.replace(f"<!--bokeh-{i}-->", div, 1)
+            body = body.replace(str(html.figure_slot(i)), div, 1)
     # One renaming over both: the div and the script name the same ids. BokehJS
     # itself is left alone (it is prepended after the renaming).
     body, script = stable_ids(body + _SPLIT + script).split(_SPLIT)
-    return body, _bokehjs(figures) + script
+    # Markup: the body is escaped template output with Bokeh's own divs put in
+    # the figure slots, the script is Bokeh's ``components`` script (figure
+    # data serialized and escaped by Bokeh); the renaming touches only ids.
+    return Markup(body), _bokehjs(figures) + Markup(script)
 
 
 def render_report(profile: Profile, analysis: Any, report_parts: ReportParts) -> str:
@@ -140,10 +132,6 @@ def render_report(profile: Profile, analysis: Any, report_parts: ReportParts) ->
     figures: list[Any] = []
     summary, sections = report_parts(profile, analysis, figures)
     body, script = assemble_page(profile, summary, sections, figures)
-    title = escape(profile.title or f"torchlens {profile.kind} report")
-    html = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{title}</title><style>{_CSS}</style></head><body>{body}{script}"
-        f"<script>{tables.SORT_JS}</script></body></html>\n"
-    )
-    return html
+    # a plain str: whoever embeds the page (the iframe's srcdoc) must escape it
+    return str(html.render("page.html.j2", title=_title(profile), body=body,
+                           script=script)) + "\n"

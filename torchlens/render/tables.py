@@ -1,10 +1,11 @@
 """HTML fragments of the report: op, kernel and step tables, hints, environment.
 
 Every function takes analysis output (DataFrames, dicts, lists) rather than a
-Profile, so each fragment can be tested on a hand-made table. Every string that
-came from a trace or the user's machine goes through ``html.escape``: op names,
-file paths and annotations are user-controlled text, and the report is opened
-in a browser (and inside notebooks) where unescaped text would run as markup.
+Profile, so each fragment can be tested on a hand-made table. The markup is in
+``templates/`` and autoescaped (``render.html``): op names, file paths and
+annotations are user-controlled text, and the report is opened in a browser
+(and inside notebooks) where unescaped text would run as markup. Each function
+returns ``Markup``.
 
 Tables are sortable by clicking a header, with a few lines of inline vanilla
 JavaScript (``SORT_JS``): the report must work offline and inside a sandboxed
@@ -16,30 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
-from ..model import OpDisplay
+from markupsafe import Markup
 
-SORT_JS = """
-document.querySelectorAll("table.tl-sort").forEach(function (t) {
-  t.querySelectorAll("thead th").forEach(function (th, i) {
-    th.addEventListener("click", function () {
-      var asc = th.getAttribute("data-dir") !== "asc";
-      t.querySelectorAll("thead th").forEach(function (h) { h.removeAttribute("data-dir"); });
-      th.setAttribute("data-dir", asc ? "asc" : "desc");
-      var body = t.tBodies[0], rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {
-        var x = a.cells[i], y = b.cells[i], vx = x.getAttribute("data-v"), vy = y.getAttribute("data-v");
-        var r = (vx !== null && vy !== null) ? Number(vx) - Number(vy)
-                                             : x.textContent.localeCompare(y.textContent);
-        return asc ? r : -r;
-      });
-      rows.forEach(function (r) { body.appendChild(r); });
-    });
-  });
-});
-"""
+from ..model import OpDisplay
+from . import html
+
+#: The few lines that sort a table when a header is clicked (also in the page).
+SORT_JS = html.source("sort.js")
 
 DEFAULT_TOP = 20
 
@@ -83,33 +69,23 @@ class Column:
 
 def html_table(
     rows: Iterable[Mapping[str, Any]], columns: list[Column], css_class: str = ""
-) -> str:
+) -> Markup:
     """A sortable table; numeric cells carry their raw value in ``data-v``."""
-    head = "".join(
-        f'<th title="click to sort">{escape(c.label)}</th>' for c in columns
-    )
-    body = []
+    cells = []
     for row in rows:
-        cells = []
+        out = []
         for c in columns:
             value = row.get(c.key)
             if value is None:
-                cells.append('<td class="num" data-v="-1e308"></td>' if c.numeric
-                             else "<td></td>")
+                out.append((c.numeric, "-1e308", ""))
             elif c.numeric:
-                # float() has accepted the value, so its formatted text is
-                # digits and units: nothing to escape (thousands of cells).
                 raw = float(value)
-                sort_v = repr(raw) if math.isfinite(raw) else "-1e308"
-                cells.append(f'<td class="num" data-v="{sort_v}">{c.fmt(value)}</td>')
+                out.append((True, repr(raw) if math.isfinite(raw) else "-1e308", c.fmt(value)))
             else:
-                cells.append(f"<td>{escape(c.fmt(value))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    classes = escape(f"tl-sort {css_class}".strip())
-    return (
-        f'<table class="{classes}"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
-    )
+                out.append((False, None, c.fmt(value)))
+        cells.append(out)
+    return html.render("table.html.j2", classes=f"tl-sort {css_class}".strip(),
+                       labels=[c.label for c in columns], rows=cells)
 
 
 def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
@@ -131,15 +107,12 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     return cols
 
 
-def op_table_html(ops: Any, shown: Any, display: OpDisplay, has_gpu: bool) -> str:
+def op_table_html(ops: Any, shown: Any, display: OpDisplay, has_gpu: bool) -> Markup:
     """The ``shown`` rows (``TraceView.top_ops``) of the op table ``ops`` as ``display`` asks."""
     cols = [c for c in op_columns(display, has_gpu) if c.key in shown.columns]
-    note = ""
-    if display.stack and not any(shown.get("stack", [])):
-        note = ('<p class="note">No op was issued from your own code in a recorded '
-                "Python stack (with_stack records python_function events).</p>")
-    caption = f'<p class="note">Top {len(shown)} of {len(ops)} ops; click a header to sort.</p>'
-    return caption + html_table(shown.to_dict("records"), cols, "ops") + note
+    return html.render("ops.html.j2", shown=len(shown), total=len(ops),
+                       table=html_table(shown.to_dict("records"), cols, "ops"),
+                       no_stack=display.stack and not any(shown.get("stack", [])))
 
 
 KERNEL_COLUMNS = [
@@ -153,12 +126,12 @@ KERNEL_COLUMNS = [
 ]
 
 
-def kernel_table_html(kernels: Any, top: int = DEFAULT_TOP) -> str:
+def kernel_table_html(kernels: Any, top: int = DEFAULT_TOP) -> Markup:
     """The kernels taking most GPU time (an ``ops.kernel_table`` DataFrame)."""
     shown = kernels.sort_values("total_us", ascending=False, kind="stable").head(top)
     cols = [c for c in KERNEL_COLUMNS if c.key in shown.columns]
-    caption = f'<p class="note">Top {len(shown)} of {len(kernels)} kernels by total time.</p>'
-    return caption + html_table(shown.to_dict("records"), cols, "kernels")
+    return html.render("kernels.html.j2", shown=len(shown), total=len(kernels),
+                       table=html_table(shown.to_dict("records"), cols, "kernels"))
 
 
 STEP_COLUMNS = [
@@ -175,77 +148,43 @@ STEP_COLUMNS = [
 ]
 
 
-def step_table_html(steps: Any) -> str:
+def step_table_html(steps: Any) -> Markup:
     """Per-step time breakdown (TensorBoard profiler plugin definitions)."""
     cols = [c for c in STEP_COLUMNS if c.key in steps.columns]
-    note = (
-        '<p class="note">Per ProfilerStep: time in GPU kernels, memcpy, memset, CUDA '
-        "runtime, DataLoader, CPU-only execution and other, as the TensorBoard profiler "
-        "overview defines them; communication kernels are counted apart.</p>"
-    )
-    return note + html_table(steps.to_dict("records"), cols, "steps")
+    return html.render("steps.html.j2",
+                       table=html_table(steps.to_dict("records"), cols, "steps"))
 
 
 def _field(hint: Any, name: str) -> Any:
     return hint.get(name) if isinstance(hint, Mapping) else getattr(hint, name, None)
 
 
-def hints_html(hints: list[Any]) -> str:
+def hints_html(hints: list[Any]) -> Markup:
     """Plain-language hints, most severe first as analysis ordered them."""
-    if not hints:
-        return '<p class="note">No known problem found in this trace.</p>'
-    items = []
-    for h in hints:
-        severity = escape(str(_field(h, "severity") or "info"))
-        evidence = _field(h, "evidence")
-        items.append(
-            f'<li class="hint {severity}"><b>{escape(str(_field(h, "title") or ""))}</b> '
-            f'<span class="sev">[{severity}]</span><br>{escape(str(_field(h, "detail") or ""))}'
-            + (f'<div class="evidence">{value_html(evidence)}</div>' if evidence else "")
-            + "</li>"
-        )
-    return f'<ul class="hints">{"".join(items)}</ul>'
+    return html.render("hints.html.j2", hints=[
+        {"severity": str(_field(h, "severity") or "info"), "title": str(_field(h, "title") or ""),
+         "detail": str(_field(h, "detail") or ""), "evidence": _field(h, "evidence")}
+        for h in hints])
 
 
-def value_html(value: Any) -> str:
-    """Any JSON-like value as escaped HTML (nested dicts become definition lists)."""
-    if isinstance(value, Mapping):
-        if not value:
-            return '<span class="note">none</span>'
-        rows = "".join(
-            f"<tr><th>{escape(str(k))}</th><td>{value_html(v)}</td></tr>"
-            for k, v in value.items()
-        )
-        return f'<table class="kv">{rows}</table>'
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return '<span class="note">none</span>'
-        return "<ul>" + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ul>"
-    if value is None:
-        return '<span class="note">n/a</span>'
-    return escape(str(value))
+def value_html(value: Any) -> Markup:
+    """Any JSON-like value as HTML (nested dicts become key/value tables)."""
+    return html.render("value.html.j2", value=value)
 
 
-def environment_html(environment: Mapping[str, Any]) -> str:
+def environment_html(environment: Mapping[str, Any]) -> Markup:
     """Where the profile was taken, so two runs can be compared honestly."""
-    if not environment:
-        return '<p class="note">No environment was recorded with this profile.</p>'
-    return value_html(environment)
+    return html.render("environment.html.j2", environment=environment, value=environment)
 
 
-def unmeasured_html(unmeasured: list[str]) -> str:
+def unmeasured_html(unmeasured: list[str]) -> Markup:
     """What could not be measured on the capturing machine, said plainly."""
-    items = "".join(f"<li>{escape(str(u))}</li>" for u in unmeasured)
-    return f'<p>Could not be measured on this machine:</p><ul class="unmeasured">{items}</ul>'
+    return html.render("unmeasured.html.j2", unmeasured=[str(u) for u in unmeasured])
 
 
-def error_html(error: Mapping[str, Any]) -> str:
+def error_html(error: Mapping[str, Any]) -> Markup:
     """The exception that ended the profiled cell (what was captured is above)."""
-    head = escape(": ".join(str(error[k]) for k in ("type", "message") if error.get(k)))
+    head = ": ".join(str(error[k]) for k in ("type", "message") if error.get(k))
     tb = error.get("traceback")
     rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback")}
-    return (
-        f'<p class="error">The profiled code raised {head or "an exception"}.</p>'
-        + (f"<pre>{escape(str(tb))}</pre>" if tb else "")
-        + (value_html(rest) if rest else "")
-    )
+    return html.render("error.html.j2", head=head, traceback=str(tb) if tb else "", rest=rest)

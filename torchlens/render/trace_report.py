@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from markupsafe import Markup
+
 from ..analysis.traces import TraceAnalysis, TraceView
 from ..model import Profile
-from . import tables
+from . import html, tables
 from .report import section
 from .text import summary_line
 from .timeline import build_timeline
 
 
-def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[str]:
+def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[Markup]:
     """Hints, ops, kernels, steps and the timeline of one trace."""
     out = [
         section(f"{prefix}Hints", tables.hints_html(view.hints), f"hints-{view.key}"),
@@ -31,21 +33,21 @@ def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[str
                            f"steps-{view.key}"))
     fig, _ = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
     if fig is None:
-        body = '<p class="note">This trace has no timed events to draw.</p>'
+        body = html.note("This trace has no timed events to draw.")
     else:
-        body = f"<!--bokeh-{len(figures)}-->"
+        body = html.figure_slot(len(figures))
         figures.append(fig)
     out.append(section(f"{prefix}Timeline", body, f"timeline-{view.key}"))
     return out
 
 
 def report_parts(profile: Profile, analysis: TraceAnalysis,
-                 figures: list[Any]) -> tuple[str, list[str]]:
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
     """Summary line and sections of a torchprof or trace report."""
-    parts: list[str] = []
+    parts: list[Markup] = []
     for view in analysis.views:
         prefix = f"{view.key}: " if len(analysis.views) > 1 else ""
         parts += trace_sections(view, figures, prefix)
     if not analysis.views:
-        parts.append('<p class="note">This profile holds no trace.</p>')
+        parts.append(html.note("This profile holds no trace."))
     return summary_line(profile, analysis), parts
