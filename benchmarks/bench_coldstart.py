@@ -10,6 +10,13 @@ goes through the shell's own display publisher, replaced by one that records
 the time and the bundle's MIME types, so the whole bundle (HTML + text) is
 built as in a notebook.
 
+``--gap S`` (default 2) adds a second fresh process per kind in notebook
+order: ``%load_ext torchlens`` in one cell, S seconds of the user's own work
+(a sleep), then the magic cell, timed alone ("first cell"): what a user
+waits for when the extension was loaded in an earlier cell, as notebooks do.
+``%load_ext`` starts importing the report's modules in the background
+(``torchlens.frontends.preload``); the immediate figure includes them.
+
 ``%ddp_check`` is also set against the bare floor of ``bench_ddp.bare``: a
 fresh process (torch already imported, like the kernel) that starts two
 fresh interpreters, joins them in a gloo group and runs one all_reduce. The
@@ -50,7 +57,7 @@ CELL = {
 
 CHILD = r"""
 import json, sys, time
-kind, setup, cell = sys.argv[1], sys.argv[2], sys.argv[3]
+kind, setup, cell, gap = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 import torch  # the user's first cell: not timed
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -78,7 +85,12 @@ def run(code, load=False):
     return end - start
 
 
-cold = run(cell, load=True)
+if gap:
+    ip.run_line_magic("load_ext", "torchlens")
+    time.sleep(gap)  # the user's next cells
+    cold = run(cell)
+else:
+    cold = run(cell, load=True)
 warm = run(cell)
 print(json.dumps({"cold": cold, "warm": warm}))
 """
@@ -99,9 +111,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def one_magic(kind: str) -> dict[str, float]:
+def one_magic(kind: str, gap: float = 0.0) -> dict[str, float]:
     """Cold and warm seconds of one fresh process."""
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, SETUP[kind], CELL[kind]],
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, SETUP[kind], CELL[kind], str(gap)],
                          capture_output=True, text=True, env=_env(), check=False,
                          timeout=300)
     if out.returncode:
@@ -120,10 +132,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="fresh processes per kind")
     ap.add_argument("--only", default="torchprof,gpumem,ddp",
                     help="comma-separated kinds: torchprof, gpumem, ddp")
+    ap.add_argument("--gap", type=float, default=2.0,
+                    help="seconds between the %%load_ext cell and the magic cell in the "
+                         "notebook-order run (0: skip it)")
     args = ap.parse_args()
     kinds = [k for k in args.only.split(",") if k]
     cold: dict[str, list[float]] = {k: [] for k in kinds}
     warm: dict[str, list[float]] = {k: [] for k in kinds}
+    first: dict[str, list[float]] = {k: [] for k in kinds}
     floor: list[float] = []
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  load {os.getloadavg()[0]:.2f}  "
           f"cpus {os.cpu_count()}")
@@ -132,19 +148,27 @@ def main() -> None:
             r = one_magic(kind)
             cold[kind].append(r["cold"])
             warm[kind].append(r["warm"])
+            if args.gap:
+                first[kind].append(one_magic(kind, args.gap)["cold"])
         if "ddp" in kinds:
             floor.append(one_floor())
-        row = "  ".join(f"{k} {cold[k][-1]:.2f}/{warm[k][-1]:.2f}" for k in kinds)
+        row = "  ".join(f"{k} {cold[k][-1]:.2f}/{warm[k][-1]:.2f}"
+                        + (f" first cell {first[k][-1]:.2f}" if args.gap else "") for k in kinds)
         print(f"round {i + 1}: cold/warm s  {row}" + (f"  floor {floor[-1]:.2f}" if floor else ""),
               flush=True)
     med = statistics.median
     print(f"\nmedians of {args.repeat} fresh processes (s)")
-    print(f"{'magic':<14} {'cold':>7} {'warm':>7} {'cold/warm':>10} {'floor':>7} {'cold/floor':>11}")
+    print("cold: %load_ext then the magic at once; first cell: the magic cell alone, "
+          f"{args.gap:g} s after the %load_ext cell")
+    print(f"{'magic':<14} {'cold':>7} {'warm':>7} {'cold/warm':>10} {'first cell':>11} "
+          f"{'first/warm':>11} {'floor':>7} {'cold/floor':>11} {'first/floor':>12}")
     for kind in kinds:
         c, w = med(cold[kind]), med(warm[kind])
-        extra = f" {med(floor):>7.2f} {c / med(floor):>11.2f}" if kind == "ddp" else ""
+        f = med(first[kind]) if first[kind] else float("nan")
+        extra = (f" {med(floor):>7.2f} {c / med(floor):>11.2f} {f / med(floor):>12.2f}"
+                 if kind == "ddp" else "")
         name = {"ddp": "%ddp_check"}.get(kind, f"%%{kind}")
-        print(f"{name:<14} {c:>7.2f} {w:>7.2f} {c / w:>10.2f}{extra}")
+        print(f"{name:<14} {c:>7.2f} {w:>7.2f} {c / w:>10.2f} {f:>11.2f} {f / w:>11.2f}{extra}")
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  load {os.getloadavg()[0]:.2f}")
 
 

@@ -74,10 +74,13 @@ def step() -> None:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Called by ``%load_ext torchlens``: registers the magics."""
+    """Called by ``%load_ext torchlens``: registers the magics and starts
+    importing what the first report needs (``frontends.preload``)."""
+    from .frontends import preload
     from .frontends.magics import register
 
     register(ipython)
+    preload.warm_up()
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

@@ -48,3 +48,41 @@ def test_profiler_and_memory_captures_do_not_import_inductor():
 
 def test_captures_still_work_once_inductor_is_imported():
     assert _run("import torch._inductor") == str(sorted(HEAVY))
+
+
+PRELOAD = """
+import sys, threading, time
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_cell("import torch; x = torch.randn(32, 32)")
+ip.run_line_magic("load_ext", "torchlens")
+from torchlens.frontends import preload
+started = preload._thread is not None
+# a profiled cell right away: the import thread must be done before the profiler starts
+from torchlens.frontends import api
+seen = []
+real_enter = api.ProfilerCapture.__enter__
+def enter(self):
+    seen.append(preload._thread is not None and preload._thread.is_alive())
+    return real_enter(self)
+api.ProfilerCapture.__enter__ = enter
+ip.run_cell_magic("torchprof", "--quiet -o r", "y = (x @ x).sum()")
+print(started, seen, "bokeh" in sys.modules)
+"""
+
+
+def test_load_ext_warms_the_report_and_profiled_cells_wait_for_it():
+    out = subprocess.run([sys.executable, "-c", PRELOAD], capture_output=True, text=True,
+                         check=False, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True [False] True"
+
+
+def test_no_preload_when_switched_off():
+    env = {**__import__("os").environ, "TORCHLENS_NO_PRELOAD": "1"}
+    code = PRELOAD.replace('print(started, seen, "bokeh" in sys.modules)', "print(started)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

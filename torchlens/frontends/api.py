@@ -14,7 +14,7 @@ from typing import Any
 from ..analysis.ops import sort_column
 from ..capture.profiler import ProfilerCapture, ProfilerOptions
 from ..model import GpumemPayload, InputError, OpDisplay, Profile
-from . import kinds
+from . import kinds, preload
 
 
 def torchprof_display(top: int = 20, sort: str = "total_cpu", shapes: bool = False,
@@ -118,6 +118,7 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
         self.result = Result()
 
     def __enter__(self) -> Result:
+        preload.wait()  # no import thread may run while the block is profiled
         self._capture.__enter__()
         return self.result
 
@@ -225,6 +226,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         from ..capture.process_memory import memory_sampler
         from .live_publish import LivePublisher
 
+        preload.wait()  # an import thread would allocate inside the recorded block
         self.capture.__enter__()
         # the GPU Monitor sidebar shows this run's memory while the cell runs
         self._live = LivePublisher(self._title or f"%%gpumem {time.strftime('%H:%M:%S')}",

@@ -185,6 +185,10 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
                          steps=steps, strict=strict, seed=seed)
     live = _in_kernel() if live is None else live
+    if live or show or export:
+        from . import preload
+
+        preload.warm_up()  # the report's imports overlap the ranks' start-up
     handle = None
 
     def live_plot() -> Any:
