@@ -22,6 +22,19 @@ def test_simulate_prints_the_comparison(capsys):
     assert "expandable_segments:True" in out
 
 
+def test_simulate_and_the_text_view_show_the_same_comparison(capsys):
+    """One formatting of real vs simulated: the CLI prints the text view's lines."""
+    from torchlens.frontends import kinds
+    from torchlens.frontends.api import load_gpumem
+
+    path = str(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle")
+    assert main(["simulate", path, "--capacity", "24GiB"]) == 0
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if " real " in ln]
+    result = load_gpumem(path, simulate=True, capacity="24GiB")
+    text = kinds.text(result.profile, result.analysis())
+    assert len(printed) == 7 and printed == [ln for ln in text.splitlines() if " real " in ln]
+
+
 def test_simulate_small_card_reports_the_oom(capsys):
     rc = main(["simulate", str(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle"),
                "--capacity", "64MiB"])

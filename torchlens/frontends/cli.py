@@ -114,7 +114,7 @@ class SimulateCommand(Command):
                             help="also write the HTML report with the comparison")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..analysis.oom import fmt_bytes
+        from ..render.memory import comparison_lines
         from .api import load_gpumem
 
         if args.output:
@@ -131,11 +131,7 @@ class SimulateCommand(Command):
         cap = args.capacity or "unlimited"
         print(f"torchlens simulate: {Path(args.path).name}, {len(a.trace):,} events, "
               f"alloc conf: {conf}, capacity: {cap}")
-        print(f"{'':<18} {'real':>14} {'simulated':>14}")
-        for label, real, sim, is_bytes in a.comparison:
-            r = "n/a" if real is None else (fmt_bytes(real) if is_bytes else f"{real:,}")
-            s = fmt_bytes(sim) if is_bytes else f"{sim:,}"
-            print(f"{label:<18} {r:>14} {s:>14}")
+        print("\n".join(comparison_lines(a)))
         for note in a.notes:
             print(f"note: {note}")
         if a.diagnosis is not None:

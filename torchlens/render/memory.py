@@ -193,8 +193,7 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
     body = _kv(summary_rows(a)) + html.join([html.note(n) for n in a.notes])
     out.append(("Summary", body, "summary"))
     if a.comparison:
-        rows = [(label, fmt_bytes(r) if b else _n(r), fmt_bytes(s) if b else _n(s))
-                for label, r, s, b in a.comparison]
+        rows = comparison_cells(a)
         what = "this machine's allocator" if a.measured_on == "cpu" else "what happened"
         out.append(("Allocator model: what if", _kv(rows, head=("", what, "simulated")),
                     "simulate"))
@@ -218,8 +217,19 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
     return out
 
 
-def _n(v: int | None) -> str:
-    return "n/a" if v is None else f"{v:,}"
+def comparison_cells(a: MemoryAnalysis) -> list[tuple[str, str, str]]:
+    """(figure, real, simulated) of the what-if comparison, as text: the one
+    formatting of it that the HTML, the text view and ``torchlens simulate`` show."""
+    def cell(v: int | None, is_bytes: bool) -> str:
+        return "n/a" if v is None else fmt_bytes(v) if is_bytes else f"{v:,}"
+
+    return [(label, cell(r, b), cell(s, b)) for label, r, s, b in a.comparison]
+
+
+def comparison_lines(a: MemoryAnalysis) -> list[str]:
+    """The comparison as fixed-width lines (text view, ``torchlens simulate``)."""
+    return [f"  {label:<18} real {r:>12}   simulated {s:>12}"
+            for label, r, s in comparison_cells(a)]
 
 
 def _fig(fig: Any, figures: list[Any], empty: str) -> Markup:
@@ -244,9 +254,7 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
         lines += ["", "possible leaks (still alive, left behind on several passes):"]
         lines += [f"  {fmt_bytes(r.bytes):>12}  {r.count:>6} tensors  {r.site}  {r.function}"
                   for r in a.possible_leaks[:top]]
-    for label, r, s, b in a.comparison:
-        lines.append(f"  {label:<18} real {fmt_bytes(r) if b else _n(r):>12}   "
-                     f"simulated {fmt_bytes(s) if b else _n(s):>12}")
+    lines += comparison_lines(a)
     lines += [f"not measured: {u}" for u in profile.unmeasured]
     return "\n".join(lines)
 
