@@ -166,3 +166,19 @@ def test_gpumonitor_help_lists_its_options(shell, capsys):
     for opt, text in (("--interval", "seconds between samples"), ("--minutes", "history"),
                       ("--duration", "Stop is pressed")):
         assert opt in out and text in out, opt
+
+
+def test_export_help_lists_only_the_kinds_own_formats():
+    """--export's help comes from the kinds registry: a format a kind cannot
+    write is never offered."""
+    from torchlens.frontends.magics import TorchlensMagics
+
+    def export_help(doc: str) -> str:
+        return doc.split("--export PATH", 1)[1].split("--quiet", 1)[0]
+
+    ddp = export_help(TorchlensMagics.ddp_check.__doc__)
+    mem = export_help(TorchlensMagics.gpumem.__doc__)
+    prof = export_help(TorchlensMagics.torchprof.__doc__)
+    assert ".html" in ddp and ".tlprof" in ddp and ".json" not in ddp and ".pickle" not in ddp
+    assert ".pickle" in mem and ".json" not in mem
+    assert ".json.gz" in prof and ".pickle" not in prof

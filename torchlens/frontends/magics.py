@@ -36,6 +36,7 @@ from IPython.display import display
 
 from ..analysis.ops import SORT_NAMES
 from ..model import InputError
+from . import kinds
 from .api import torchprof
 
 #: API parameters whose InputError message starts with their name; the magic
@@ -192,13 +193,30 @@ def _under(ctx: Any, cell: _Cell, repeat: int = 1,
     return result, error
 
 
+def _outputs(kind: str) -> Callable[[Any], Any]:
+    """``-o VAR``, ``--export PATH`` and ``--quiet``: where a magic's result goes.
+    The formats ``--export`` lists are the kind's own (``kinds.export_suffixes``)."""
+    formats = "; ".join(f"{suffix} {kinds.EXPORT_FORMATS[suffix]}"
+                        for suffix in kinds.export_suffixes(kind))
+    options = (argument("-o", dest="output", metavar="VAR",
+                        help="store the result object in variable VAR"),
+               argument("--export", metavar="PATH", help=f"also write PATH: {formats}"),
+               argument("--quiet", action="store_true", help="display nothing"))
+
+    def apply(magic: Any) -> Any:
+        for option in reversed(options):
+            magic = option(magic)
+        return magic
+
+    return apply
+
+
 @magics_class
 class TorchlensMagics(Magics):
     """The torchlens magics, registered by ``%load_ext torchlens``."""
 
     @magic_arguments()
-    @argument("-o", dest="output", metavar="VAR",
-              help="store the result object in variable VAR")
+    @_outputs("torchprof")
     @argument("--sort", default="total_cpu", metavar="KEY",
               help="op table order: " + ", ".join(SORT_NAMES) + " (default total_cpu)")
     @argument("--top", default="20", metavar="N", help="rows in the op table (default 20)")
@@ -210,10 +228,6 @@ class TorchlensMagics(Magics):
     @argument("--schedule", metavar="WAIT,WARMUP,ACTIVE",
               help="profile only some steps; the cell calls torchlens.step() at "
                    "the end of each step")
-    @argument("--export", metavar="PATH",
-              help="also write PATH: .json/.json.gz Chrome/Perfetto trace, .html "
-                   "report, .tlprof saved result")
-    @argument("--quiet", action="store_true", help="display nothing")
     @cell_magic
     def torchprof(self, line: str, cell: str) -> None:
         """Run the cell under the PyTorch profiler and show what it spent time on.
@@ -236,13 +250,10 @@ class TorchlensMagics(Magics):
             raise code.user_error(error)
 
     @magic_arguments()
-    @argument("-o", dest="output", metavar="VAR", help="store the result object in variable VAR")
+    @_outputs("gpumem")
     @argument("--device", default="0", metavar="N", help="CUDA device ordinal (default 0)")
     @argument("--stacks", default="32", metavar="DEPTH",
               help="Python frames kept per allocation; 0 records no stacks (default 32)")
-    @argument("--export", metavar="PATH",
-              help="also write PATH: .pickle snapshot (torch's format, for memory_viz), "
-                   ".html report, .tlprof saved result")
     @argument("--simulate", action="store_true",
               help="replay the allocations through the CUDA caching-allocator model: on CPU "
                    "what the GPU allocator would do, on a GPU a side-by-side what-if")
@@ -256,7 +267,6 @@ class TorchlensMagics(Magics):
     @argument("--load", metavar="SNAPSHOT",
               help="line form: analyse a snapshot file (torch.cuda.memory._dump_snapshot) "
                    "instead of running a cell; the file cannot run code")
-    @argument("--quiet", action="store_true", help="display nothing")
     @line_cell_magic
     def gpumem(self, line: str, cell: str | None = None) -> None:
         """Record the cell's allocations: memory timeline, top sites, leaks, fragmentation.
@@ -317,9 +327,7 @@ class TorchlensMagics(Magics):
               help="compare each collective across ranks before it runs")
     @argument("--no-live", dest="no_live", action="store_true",
               help="no live per-rank plot while the ranks run")
-    @argument("-o", dest="output", metavar="VAR", help="store the result object in VAR")
-    @argument("--export", metavar="PATH", help="also write PATH: .html report or .tlprof")
-    @argument("--quiet", action="store_true", help="display nothing")
+    @_outputs("ddp_check")
     @line_cell_magic
     def ddp_check(self, line: str, cell: str | None = None) -> None:
         """Run a function (or this cell) on N spawned ranks and check it for DDP bugs.
