@@ -174,7 +174,7 @@ def test_export_help_lists_only_the_kinds_own_formats():
     from torchlens.frontends.magics import TorchlensMagics
 
     def export_help(doc: str) -> str:
-        return doc.split("--export PATH", 1)[1].split("--quiet", 1)[0]
+        return doc.rsplit("--export PATH", 1)[1].split("--quiet", 1)[0]
 
     ddp = export_help(TorchlensMagics.ddp_check.__doc__)
     mem = export_help(TorchlensMagics.gpumem.__doc__)
