@@ -15,7 +15,8 @@ HEAVY = ("torch._inductor", "torch._dynamo")
 CAPTURES = """
 import sys, torch
 import torchlens
-from torchlens.capture.memory import MemoryCapture, MemoryOptions
+from torchlens.capture.memory import MemoryCapture
+from torchlens.model import MemoryOptions
 from torchlens.capture.profiler import ProfilerCapture, ProfilerOptions
 {before}
 with ProfilerCapture() as p:

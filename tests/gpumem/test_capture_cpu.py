@@ -10,7 +10,8 @@ import pytest
 import torch
 from gpumem_fixtures import CLEAN, LEAKY
 
-from torchlens.capture.memory import MemoryCapture, MemoryOptions
+from torchlens.capture.memory import MemoryCapture
+from torchlens.model import MemoryOptions
 from torchlens.model.snapshot import load_snapshot
 
 

@@ -67,7 +67,7 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     """Build the analysis of a ``kind="gpumem"`` profile."""
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
     snap = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
-    trace = _pick_trace(snap, p.device)
+    trace = _pick_trace(snap, p.recorded.device)
     measured_on, stats_before, stats_after = p.measured_on, p.stats_before, p.stats_after
     notes: list[str] = []
     capacity = p.capacity

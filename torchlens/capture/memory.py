@@ -17,10 +17,9 @@ propagates unchanged; what was captured up to then is kept.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from ..model import GpumemPayload, InputError, Profile, error_record
+from ..model import GpumemPayload, MemoryOptions, Profile, error_record
 from . import cuda_memory
 from .environment import collect_environment
 
@@ -30,23 +29,6 @@ CPU_NOTE = (
     "fragmentation figures come from the allocator model (torchlens' replay of "
     "the CUDA caching allocator), not from a GPU"
 )
-
-
-@dataclass(frozen=True)
-class MemoryOptions:
-    """What to record: device ordinal, Python frames kept per event, history size."""
-
-    device: int = 0
-    stacks: int = 32
-    max_entries: int = 1_000_000
-
-    def __post_init__(self) -> None:
-        for name in ("device", "stacks"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise InputError(f"{name} must be a whole number >= 0, got {v!r}")
-        if not isinstance(self.max_entries, int) or self.max_entries < 1:
-            raise InputError(f"max_entries must be >= 1, got {self.max_entries!r}")
 
 
 class MemoryCapture:
@@ -108,8 +90,7 @@ class MemoryCapture:
             title=self.title,
             environment=self._environment,
             payload=GpumemPayload(
-                measured_on="cuda" if self._cuda else "cpu", device=self.options.device,
-                stacks=self.options.stacks, max_entries=self.options.max_entries,
+                measured_on="cuda" if self._cuda else "cpu", recorded=self.options,
                 stats_before=self._stats_before, stats_after=stats_after,
                 start_us=self._start_us, end_us=end_us, runs=list(self.runs),
                 capture_stop_s=time.perf_counter() - t0),

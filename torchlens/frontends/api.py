@@ -13,7 +13,7 @@ from typing import Any
 
 from ..analysis.ops import sort_column
 from ..capture.profiler import ProfilerCapture, ProfilerOptions
-from ..model import GpumemPayload, InputError, OpDisplay, Profile
+from ..model import GpumemPayload, InputError, MemoryOptions, OpDisplay, Profile
 from . import kinds, preload
 
 
@@ -141,8 +141,9 @@ def _finish(result: Result, profile: Profile | None, export: str | None) -> None
 def gpumem_options(
     *, device: int = 0, stacks: int = 32, simulate: bool = False, capacity: str | int | None = None,
     alloc_conf: str | None = None, repeat: int = 1, top: int = 15,
-) -> dict[str, Any]:
-    """Validated ``%%gpumem`` options (stored in the Profile); InputError on bad input.
+) -> GpumemPayload:
+    """The ``%%gpumem`` options, validated, as the payload the user asked for
+    (capture fills in what it measured); InputError on bad input.
 
     Checked before anything runs: a typo in ``--alloc-conf`` or ``--capacity``
     must not cost the user a long cell.
@@ -150,8 +151,8 @@ def gpumem_options(
     from ..analysis.allocator import AllocatorConfig
     from ..analysis.memory_model import parse_size
 
-    for name, value, low in (("device", device, 0), ("stacks", stacks, 0), ("repeat", repeat, 1),
-                             ("top", top, 1)):
+    recorded = MemoryOptions(device=device, stacks=stacks)  # checks device and stacks
+    for name, value, low in (("repeat", repeat, 1), ("top", top, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise InputError(f"{name} must be a whole number >= {low}, got {value!r}")
     cap = None
@@ -166,8 +167,14 @@ def gpumem_options(
         AllocatorConfig.parse(alloc_conf)  # raises InputError with torch's wording
     if (cap is not None or alloc_conf) and not simulate:
         raise InputError("capacity and alloc_conf only apply with simulate (--simulate)")
-    return {"device": device, "stacks": stacks, "simulate": bool(simulate), "capacity": cap,
-            "alloc_conf": alloc_conf or "", "repeat": repeat, "top": top}
+    return GpumemPayload(recorded=recorded, simulate=bool(simulate), capacity=cap,
+                         alloc_conf=alloc_conf or "", repeat=repeat, top=top)
+
+
+def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
+    """What capture measured, with what the user asked the analysis to do."""
+    return dataclasses.replace(captured, simulate=asked.simulate, capacity=asked.capacity,
+                               alloc_conf=asked.alloc_conf, repeat=asked.repeat, top=asked.top)
 
 
 class MemoryResult(Result):
@@ -208,16 +215,16 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         capacity: str | int | None = None, alloc_conf: str | None = None, top: int = 15,
         export: str | None = None, title: str = "", repeat: int = 1,
     ) -> None:
-        from ..capture.memory import MemoryCapture, MemoryOptions
+        from ..capture.memory import MemoryCapture
         from .export import check_export_path
 
-        self._display = gpumem_options(device=device, stacks=stacks, simulate=simulate,
+        self._asked = gpumem_options(device=device, stacks=stacks, simulate=simulate,
                                        capacity=capacity, alloc_conf=alloc_conf, repeat=repeat,
                                        top=top)
         if export:
             check_export_path(export, "gpumem")
         self._export = export
-        self.capture = MemoryCapture(MemoryOptions(device=device, stacks=stacks), title=title)
+        self.capture = MemoryCapture(self._asked.recorded, title=title)
         self.result = MemoryResult()
         self._device = device
         self._title = title
@@ -237,7 +244,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         self._live.__exit__(exc_type, exc, tb)
         self.capture.__exit__(exc_type, exc, tb)
         profile = self.capture.profile
-        profile.payload = dataclasses.replace(profile.payload, **self._display)
+        profile.payload = _as_asked(profile.payload, self._asked)
         _finish(self.result, profile, self._export)
         return False
 
@@ -256,5 +263,5 @@ def load_gpumem(path: str, **options: Any) -> MemoryResult:
     snap = load_snapshot(path)
     name = os.path.basename(str(path))
     profile = Profile(kind="gpumem", title=name, source=str(path), snapshots={"file": snap},
-                      payload=GpumemPayload(measured_on="snapshot", **display))
+                      payload=dataclasses.replace(display, measured_on="snapshot"))
     return MemoryResult(profile)

@@ -85,6 +85,24 @@ class TorchprofPayload:
     steps_marked: int = 0
 
 
+@dataclass(frozen=True)
+class MemoryOptions:
+    """What allocator history to record: the CUDA device, Python frames kept
+    per allocation, the history's size. Checked on creation (InputError)."""
+
+    device: int = 0
+    stacks: int = 32
+    max_entries: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("device", "stacks"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InputError(f"{name} must be a whole number >= 0, got {v!r}")
+        if not isinstance(self.max_entries, int) or self.max_entries < 1:
+            raise InputError(f"max_entries must be >= 1, got {self.max_entries!r}")
+
+
 @dataclass
 class GpumemPayload:
     """``kind="gpumem"``: where the allocator history came from and what the
@@ -92,15 +110,14 @@ class GpumemPayload:
 
     ``measured_on`` is ``"cuda"`` (a CUDA snapshot), ``"cpu"`` (the CPU
     allocator's events; the allocator model supplies reserved memory) or
-    ``"snapshot"`` (a file someone sent). ``stats_*`` are
+    ``"snapshot"`` (a file someone sent); ``recorded`` is what was asked of
+    the recording (for a file: the device whose trace to read). ``stats_*`` are
     ``torch.cuda.memory_stats()`` around the cell (empty on CPU). ``runs`` are
     the (start_us, end_us) of each ``--repeat`` run.
     """
 
     measured_on: str = "snapshot"
-    device: int = 0
-    stacks: int = 32
-    max_entries: int = 1_000_000
+    recorded: MemoryOptions = field(default_factory=MemoryOptions)
     stats_before: dict[str, Any] = field(default_factory=dict)
     stats_after: dict[str, Any] = field(default_factory=dict)
     start_us: int | None = None
@@ -207,5 +224,8 @@ def upgrade_v1(kind: str, options: dict[str, Any], extra: dict[str, Any]) -> Any
         return from_json(kind, {**extra, "display": dataclasses.asdict(display),
                                 "recorded": options})
     if kind == "gpumem":
-        return from_json(kind, {**options, **extra})
+        merged = {**options, **extra}
+        merged["recorded"] = {k: merged[k] for k in ("device", "stacks", "max_entries")
+                              if k in merged}
+        return from_json(kind, merged)
     return from_json(kind, dict(extra.get("ddp") or {}))
