@@ -7,7 +7,7 @@ value); the magic only turns text into numbers (``_number``) and leaves the
 checking to the API it calls, whose InputError becomes the UsageError
 (``_usage_errors``).
 
-The cell runs as IPython runs a cell (``_Cell``): transformed (``%time``,
+The cell runs as IPython runs a cell (``cells.Cell``): transformed (``%time``,
 ``!cmd``), compiled under the cell's own ``In[N]`` name, top-level ``await``
 allowed, in the user's namespace under the capture. If it raises (or is
 interrupted), what was captured is shown first and the original exception is
@@ -16,11 +16,8 @@ re-raised with the frames before the cell's own cut from its traceback.
 
 from __future__ import annotations
 
-import ast
-import asyncio
-import inspect
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -38,6 +35,7 @@ from ..analysis.ops import SORT_NAMES
 from ..model import InputError
 from . import kinds
 from .api import torchprof
+from .cells import Cell, execution_count, run_under
 
 #: API parameters whose InputError message starts with their name; the magic
 #: spells them as its option (``top must be ...`` -> ``--top must be ...``).
@@ -103,96 +101,6 @@ def _usage_errors(name: str) -> Iterator[None]:
         raise UsageError(f"{name}: {message}") from None
 
 
-def _execution_count(shell: Any) -> int:
-    """The ``In[N]`` of the cell being run (the shell's counter moved on already)."""
-    running = getattr(shell.displayhook, "exec_result", None)
-    count = getattr(running, "execution_count", None)
-    return shell.execution_count if count is None else count
-
-
-class _Cell:
-    """A cell body compiled as IPython compiles a cell.
-
-    ``shell.transform_cell`` first (magics, ``!cmd``), then the shell's
-    compiler and AST transformers, named ``In[N]`` after the cell being run,
-    with top-level ``await`` when the shell's ``autoawait`` is on. A
-    SyntaxError is raised here, before any capture starts.
-    """
-
-    def __init__(self, shell: Any, raw: str) -> None:
-        self.shell = shell
-        source = shell.transform_cell(raw)
-        self.filename = shell.compile.cache(source, _execution_count(shell), raw_code=raw)
-        tree = shell.transform_ast(shell.compile.ast_parse(source, filename=self.filename))
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if shell.autoawait else 0
-        with shell.compile.extra_flags(flags):
-            self.code = shell.compile(tree, self.filename, "exec")
-        self.is_async = bool(self.code.co_flags & inspect.CO_COROUTINE)
-
-    def run(self) -> None:
-        """Run once in the user's namespace."""
-        shell = self.shell
-        if self.is_async:
-            _run_coroutine(shell, eval(self.code, shell.user_global_ns, shell.user_ns))  # noqa: S307
-        else:
-            exec(self.code, shell.user_global_ns, shell.user_ns)  # noqa: S102 - the user's own cell
-
-    def user_error(self, error: BaseException) -> BaseException:
-        """``error`` with the frames before the cell's own cut from its traceback."""
-        tb = error.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != self.filename:
-            tb = tb.tb_next
-        return error.with_traceback(tb if tb is not None else _user_frames(error.__traceback__))
-
-
-def _run_coroutine(shell: Any, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a cell with top-level ``await`` to its end, as the shell would.
-
-    Outside a running event loop (terminal IPython, tests) the shell's own
-    ``loop_runner`` runs it. In a kernel the magic is itself called from
-    inside the kernel's running loop, which cannot be waited on from here: the
-    cell gets an event loop of its own on this thread (the captures record
-    this thread), with the kernel's set aside until the cell ends.
-    """
-    try:
-        outer = asyncio.get_running_loop()
-    except RuntimeError:
-        return shell.loop_runner(coro)
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(coro)
-    asyncio._set_running_loop(None)
-    try:
-        return loop.run_until_complete(task)
-    except BaseException:
-        if not task.done():  # interrupted: cancel what the cell awaits, then report it
-            task.cancel()
-            with suppress(BaseException):
-                loop.run_until_complete(task)
-        raise
-    finally:
-        with suppress(Exception):
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-        asyncio._set_running_loop(outer)
-
-
-def _under(ctx: Any, cell: _Cell, repeat: int = 1,
-           between: Callable[[], None] | None = None) -> tuple[Any, BaseException | None]:
-    """Run ``cell`` (``repeat`` times) inside the capture ``ctx``; its result and error."""
-    error: BaseException | None = None
-    result = ctx.__enter__()
-    try:
-        for i in range(repeat):
-            if i and between is not None:
-                between()
-            cell.run()
-    except BaseException as exc:  # KeyboardInterrupt too: show, then re-raise
-        error = exc
-    ctx.__exit__(type(error) if error else None, error,
-                 error.__traceback__ if error else None)
-    return result, error
-
-
 def _outputs(kind: str) -> Callable[[Any], Any]:
     """``-o VAR``, ``--export PATH`` and ``--quiet``: where a magic's result goes.
     The formats ``--export`` lists are the kind's own (``kinds.export_suffixes``)."""
@@ -243,8 +151,8 @@ class TorchlensMagics(Magics):
             ctx = torchprof(top=_number(args.top, "--top"), sort=args.sort, shapes=args.shapes,
                             stack=args.stack, memory=args.memory, flops=args.flops,
                             schedule=_schedule(args.schedule), export=args.export)
-        code = _Cell(self.shell, cell)
-        result, error = _under(ctx, code)
+        code = Cell(self.shell, cell)
+        result, error = run_under(ctx, code)
         self._show(result, args)
         if error is not None:
             raise code.user_error(error)
@@ -306,8 +214,8 @@ class TorchlensMagics(Magics):
         if cell is None:
             self._show(result, args)
             return
-        code = _Cell(self.shell, cell)
-        result, error = _under(ctx, code, repeat, ctx.capture.mark_run)
+        code = Cell(self.shell, cell)
+        result, error = run_under(ctx, code, repeat, ctx.capture.mark_run)
         self._show(result, args)
         if error is not None:
             raise code.user_error(error)
@@ -359,7 +267,7 @@ class TorchlensMagics(Magics):
         if cell is None:
             filename = "<ddp_check cell>"
         else:  # the ranks run the cell as written, named after this cell's In[N]
-            filename = self.shell.compile.cache(cell, _execution_count(self.shell))
+            filename = self.shell.compile.cache(cell, execution_count(self.shell))
         with _usage_errors(name):
             result, interrupted = run_ddp_check(
                 fn, world_size=world_size, backend=args.backend, timeout=timeout,
@@ -407,13 +315,6 @@ class TorchlensMagics(Magics):
                                    minutes=_number(args.minutes, "--minutes", float),
                                    duration=_number(args.duration, "--duration", float))
         return gpumonitor_magic(**opts)
-
-
-def _user_frames(tb: Any) -> Any:
-    """Drop the leading frames that belong to this module (the magic itself)."""
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    return tb
 
 
 def register(ipython: Any) -> None:
