@@ -22,6 +22,7 @@ from typing import Any
 from ..model import GpumemPayload, MemoryOptions, Profile, error_record
 from . import cuda_memory
 from .environment import collect_environment
+from .native_output import quiet_native_noise
 
 CPU_NOTE = (
     "GPU allocator: no CUDA device here. Allocations and frees are the CPU "
@@ -68,7 +69,15 @@ class MemoryCapture:
         self._stats_before = {}
         self._prof = MemoryEvents()
         self._recorder = SiteRecorder() if self.options.stacks > 0 else None
-        self._prof.__enter__()
+        # the profiler's start/stop lines and its "block of unknown size" warning
+        # for every pre-cell tensor the cell frees are torch's, not the user's
+        self._quiet = quiet_native_noise()
+        self._quiet.__enter__()
+        try:
+            self._prof.__enter__()
+        except BaseException:
+            self._quiet.__exit__(None, None, None)
+            raise
         if self._recorder is not None:
             self._recorder.__enter__()
 
@@ -117,7 +126,10 @@ class MemoryCapture:
 
         if self._recorder is not None:
             self._recorder.__exit__(None, None, None)
-        self._prof.__exit__(None, None, None)
+        try:
+            self._prof.__exit__(None, None, None)
+        finally:
+            self._quiet.__exit__(None, None, None)
         events, base_ns = self._prof.events()
         trace = device_trace_from_events(events, base_ns, self._recorder, self.options.stacks)
         return {"segments": [], "device_traces": [trace], "allocator_settings": {},

@@ -31,6 +31,7 @@ from ..model import (
     error_record,
 )
 from .environment import collect_environment
+from .native_output import quiet_native_noise
 
 _active: list[ProfilerCapture] = []
 
@@ -105,8 +106,14 @@ class ProfilerCapture:
             on_trace_ready=self._on_trace_ready,
         )
         self._environment = collect_environment()
+        self._quiet = quiet_native_noise()  # torch's own start/stop lines, not the user's
+        self._quiet.__enter__()
         t0 = time.perf_counter()
-        self._prof.__enter__()
+        try:
+            self._prof.__enter__()
+        except BaseException:
+            self._quiet.__exit__(None, None, None)
+            raise
         self._timings["start_s"] = time.perf_counter() - t0
         self._wall0 = time.perf_counter()
         self._created = time.time()
@@ -122,7 +129,10 @@ class ProfilerCapture:
         if _active and _active[-1] is self:
             _active.pop()
         t0 = time.perf_counter()
-        self._prof.__exit__(None, None, None)
+        try:
+            self._prof.__exit__(None, None, None)
+        finally:
+            self._quiet.__exit__(None, None, None)
         t1 = time.perf_counter()
         self._timings["stop_s"] = t1 - t0 - self._timings.get("export_s", 0.0)
         self.profile = self._build(wall, exc)

@@ -38,7 +38,7 @@ def train_steps(steps: int = 8, batch: int = 64, width: int = 256) -> Any:
             loss.backward()
             opt.step()
             torchlens.step()
-        return float(loss)
+        return float(loss.detach())
 
     return run
 
