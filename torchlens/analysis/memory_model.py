@@ -37,8 +37,9 @@ def parse_size(text: str) -> int:
         value = float(num)
     except ValueError:
         value = -1.0
-    if unit not in _UNITS or value <= 0:
-        raise ValueError(f"{text!r}: expected a size such as 24GiB, 512MiB or 8e9")
+    if unit not in _UNITS or not 0 < value * _UNITS.get(unit, 1) < 2**63:  # nan fails too
+        raise ValueError(f"{text!r}: expected a size such as 24GiB, 512MiB or 8e9 "
+                         "(a finite number of bytes below 8 EiB)")
     return int(value * _UNITS[unit])
 
 

@@ -59,6 +59,27 @@ class TraceView:
         return steps_mod.step_breakdown(self.trace)
 
     @cached_property
+    def not_understood(self) -> list[str]:
+        """What the trace holds that no table counts, in plain words: events of
+        categories torchlens does not know (another accelerator's device
+        activity, say) and events the reader had to drop, by reason."""
+        meta = self.trace.meta
+        unknown = meta.get("raw_categories") or {}
+        out = []
+        if unknown:
+            listed = ", ".join(f"{cat!r} ({n:,})" for cat, n in
+                               sorted(unknown.items(), key=lambda kv: -kv[1]))
+            out.append(f"{sum(unknown.values()):,} events of categories torchlens does not "
+                       f"know: {listed}. They are drawn on the timeline but counted in no "
+                       "table: not as device time (only CUDA/ROCm kernels, memcpy and memset "
+                       "are), so the CPU share shown is too high if they are device work.")
+        dropped = meta.get("dropped") or {}
+        if dropped:
+            out.append(f"{sum(dropped.values()):,} events could not be read and were left "
+                       "out: " + ", ".join(f"{why} ({n:,})" for why, n in dropped.items()) + ".")
+        return out
+
+    @cached_property
     def hints(self) -> list[Any]:
         return list(hints_mod.find_hints(self.trace, self.ops, self.steps))
 

@@ -70,6 +70,7 @@ def text_report(profile: Profile, analysis: TraceAnalysis) -> str:
         if len(views) > 1:
             lines.append(f"[{view.key}]")
         lines += op_table_text(view)
+        lines += [f"not understood: {text}" for text in view.not_understood]
     for item in profile.unmeasured:
         lines.append(f"not measured: {item}")
     return "\n".join(lines)

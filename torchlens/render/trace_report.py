@@ -38,6 +38,9 @@ def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[Mar
         body = html.figure_slot(len(figures))
         figures.append(fig)
     out.append(section(f"{prefix}Timeline", body, f"timeline-{view.key}"))
+    if view.not_understood:
+        out.append(section(f"{prefix}Not understood", html.join(
+            [html.note(text) for text in view.not_understood]), f"not-understood-{view.key}"))
     return out
 
 

@@ -9,6 +9,8 @@ without ``traceEvents``) is named in the error instead of failing deep inside.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from torchlens.model import InputError
@@ -35,7 +37,10 @@ def decode(data: bytes, source: str) -> KinetoTrace:
 
 def _decode_leniently(data: bytes, source: str) -> KinetoTrace:
     """Slow path for traces with values of unexpected types in some events."""
-    doc = msgspec.json.decode(data)
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.ValidationError as exc:  # a number no float or 64-bit int holds
+        raise InputError(f"{source}: {_out_of_range(data, exc)}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise InputError(f"{source}: {_what_is_it(data)}")
     good, bad = [], 0
@@ -50,6 +55,21 @@ def _decode_leniently(data: bytes, source: str) -> KinetoTrace:
     if bad:
         good.append(Event(ph="__malformed__", id=bad))
     return top
+
+
+#: A JSON member whose number has 20+ digits or a 3-digit exponent.
+_HUGE_NUMBER = re.compile(rb'"([^"\\]{1,64})"\s*:\s*(-?\d{20,}|-?[\d.]+[eE][+-]?\d{3,})')
+
+
+def _out_of_range(data: bytes, exc: Exception) -> str:
+    """Name the field whose number is out of range (msgspec's path elides it)."""
+    for m in _HUGE_NUMBER.finditer(data):
+        text = m.group(2)
+        if len(text.lstrip(b"-")) >= 20 or float(text) in (float("inf"), float("-inf")):
+            shown = text[:24].decode() + ("..." if len(text) > 24 else "")
+            return (f'field "{m.group(1).decode("utf-8", "replace")}" holds {shown}, a number '
+                    "too large for a float or a 64-bit integer; fix or remove that value.")
+    return f"a number out of range ({exc}); fix or remove that value."
 
 
 def _from_json_array(items: list[msgspec.Raw], source: str) -> KinetoTrace:
