@@ -15,6 +15,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
+    before = set((tmp_path).iterdir())
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [
@@ -23,6 +24,8 @@ def test_notebook_runs(path, tmp_path):
         for out in cell.get("outputs", []) if out.output_type == "error"
     ]
     assert not errors, errors
+    left = set(tmp_path.iterdir()) - before
+    assert not left, f"the tutorial leaves files beside itself: {sorted(p.name for p in left)}"
     # every magic cell left HTML that a saved notebook shows without a kernel
     magic_cells = [c for c in nb.cells if c.cell_type == "code"
                    and c.source.startswith("%%") and "--quiet" not in c.source]
