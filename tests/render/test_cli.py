@@ -70,3 +70,12 @@ def test_usage_errors_exit_2(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["report"])
     assert exc.value.code == 2
+
+
+def test_report_help_names_every_input(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["report", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    for kind in (".tlprof", ".json.gz", ".pickle"):
+        assert kind in out

@@ -60,7 +60,8 @@ class ReportCommand(Command):
             "snapshot (.pickle) into an HTML report")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("path", help="a .tlprof result or a Kineto trace .json/.json.gz")
+        parser.add_argument("path", help="a .tlprof result, a Kineto trace .json/.json.gz or an "
+                                         "allocator snapshot .pickle")
         parser.add_argument("-o", "--output", metavar="OUT.html",
                             help="where to write the report (default: PATH with .html)")
 
