@@ -89,20 +89,21 @@ def text(profile: Profile, analysis: Any = None) -> str:
     return _resolve(kind_of(profile).text)(profile, _or_analyze(profile, analysis))
 
 
-def report_html(profile: Profile, analysis: Any = None) -> str:
-    """The self-contained HTML report."""
+def report_html(profile: Profile, analysis: Any = None, packed: bool = False) -> str:
+    """The self-contained HTML report (``packed``: BokehJS gzipped, for notebooks)."""
     from ..render.report import render_report
 
     return render_report(profile, _or_analyze(profile, analysis),
-                         _resolve(kind_of(profile).report))
+                         _resolve(kind_of(profile).report), packed)
 
 
 def display_bundle(profile: Profile, analysis: Any = None) -> dict[str, str]:
-    """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``."""
+    """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``: the
+    report with BokehJS packed (each notebook output carries its own copy)."""
     from ..render.bundle import iframe_html
 
     analysis = _or_analyze(profile, analysis)
-    return {"text/html": iframe_html(report_html(profile, analysis)),
+    return {"text/html": iframe_html(report_html(profile, analysis, packed=True)),
             "text/plain": text(profile, analysis)}
 
 

@@ -16,7 +16,9 @@ bundle puts it in an iframe).
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import gzip
 import re
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +37,8 @@ ReportParts = Callable[[Profile, Any, list[Any]], tuple[str, list[Markup]]]
 # Bokeh ids: "p1234" model ids and UUID document/element ids.
 _BOKEH_ID = re.compile(r'"(p\d+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
 _DEFINED_ID = re.compile(r'"id":"(p\d+)"')
+_SCRIPT_TAG = re.compile(r'<script(?: type="text/javascript")?>')  # Bokeh's own tags
+_AFTER = "text/x-torchlens-after-bokehjs"  # the script type the packed loader runs
 _SPLIT = "<!--tl-split-->"  # cannot come from a trace: names are escaped
 
 
@@ -75,11 +79,15 @@ def _title(profile: Profile) -> str:
     return profile.title or f"torchlens {profile.kind} report"
 
 
-def _bokehjs(figures: list[Any]) -> Markup:
+def _bokehjs(figures: list[Any], packed: bool) -> Markup:
     """The BokehJS the figures need, inlined.
 
     Only the bundles the models use (core BokehJS, not widgets, tables, WebGL
     or MathJax): 1.3 MB instead of the 3.9 MB of ``INLINE.render_js()``.
+    ``packed`` stores it gzipped and base64-encoded (about 0.45 MB), unpacked
+    by the browser's ``DecompressionStream`` when the page opens: every result
+    shown in a notebook carries its own copy (``bundle.iframe_html``), so ten
+    profiled cells would otherwise add about 15 MB to the saved notebook.
     """
     if not figures:
         return Markup("")
@@ -88,12 +96,16 @@ def _bokehjs(figures: list[Any]) -> Markup:
         raise RuntimeError("BokehJS resources are not inline")
     # Markup: BokehJS's own code and CSS from the installed bokeh package, not
     # user data; escaping would break it (<script> and <style> are raw text).
-    return html.render("bokehjs.html.j2", js=[Markup(code) for code in bundle.js_raw],
-                       css=[Markup(css) for css in bundle.css_raw])
+    css = [Markup(code) for code in bundle.css_raw]
+    if packed:
+        code = ";\n".join(bundle.js_raw).encode()
+        blob = base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
+        return html.render("bokehjs_packed.html.j2", blob=blob, css=css)
+    return html.render("bokehjs.html.j2", js=[Markup(code) for code in bundle.js_raw], css=css)
 
 
 def assemble_page(profile: Profile, summary: str, sections: list[Markup],
-                  figures: list[Any]) -> tuple[Markup, Markup]:
+                  figures: list[Any], packed: bool = False) -> tuple[Markup, Markup]:
     """Header, environment, the kind's sections, what was not measured and the
     error, with the figures embedded and their ids made stable."""
     parts = [_header(profile, summary)]
@@ -119,19 +131,24 @@ def assemble_page(profile: Profile, summary: str, sections: list[Markup],
     # Markup: the body is escaped template output with Bokeh's own divs put in
     # the figure slots, the script is Bokeh's ``components`` script (figure
     # data serialized and escaped by Bokeh); the renaming touches only ids.
-    return Markup(body), _bokehjs(figures) + Markup(script)
+    if packed:  # Bokeh's embedding script runs once the packed BokehJS is unpacked
+        script = _SCRIPT_TAG.sub(f'<script type="{_AFTER}">', script)
+    return Markup(body), _bokehjs(figures, packed) + Markup(script)
 
 
-def render_report(profile: Profile, analysis: Any, report_parts: ReportParts) -> str:
+def render_report(profile: Profile, analysis: Any, report_parts: ReportParts,
+                  packed: bool = False) -> str:
     """A self-contained HTML report of ``profile`` (no network needed to open).
 
     ``report_parts(profile, analysis, figures)`` is the kind's own: it returns
     the summary line and the sections, and appends the Bokeh figures it drew
     to ``figures``; the page around them is the same for every kind.
+    ``packed``: BokehJS gzipped (see ``_bokehjs``), for the notebook's copy;
+    a report file keeps it plain, so it opens in any browser.
     """
     figures: list[Any] = []
     summary, sections = report_parts(profile, analysis, figures)
-    body, script = assemble_page(profile, summary, sections, figures)
+    body, script = assemble_page(profile, summary, sections, figures, packed)
     # a plain str: whoever embeds the page (the iframe's srcdoc) must escape it
     return str(html.render("page.html.j2", title=_title(profile), body=body,
                            script=script)) + "\n"
