@@ -177,7 +177,8 @@ def gpumonitor_magic(
     handle = display(HTML(summary_html(monitor.last)), display_id=True)
 
     def on_sample(sample: dict[str, Any], stopped: bool = False) -> None:
-        handle.update(HTML(summary_html(sample, stopped)))
+        if handle is not None:  # None outside IPython (a script)
+            handle.update(HTML(summary_html(sample, stopped)))
         if stopped:
             stop.disabled = True
             loaded.drop()
