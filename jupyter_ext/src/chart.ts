@@ -15,35 +15,109 @@ export interface ISeriesSpec {
   stroke: string;
 }
 
+export interface IChartOptions {
+  /** fixed y range (percentages); null: fit the data */
+  yRange: [number, number] | null;
+  /** y tick labels: bytes (with MiB/GiB picked from the range) or percent */
+  yUnit: 'bytes' | '%';
+  height?: number;
+}
+
+const FONT_PX = 11;
+const FONT = `${FONT_PX}px system-ui, -apple-system, "Segoe UI", sans-serif`;
+const TICK = 4;
+const GAP = 4;
+const MiB = 1024 ** 2;
+const GiB = 1024 ** 3;
+
+/**
+ * A CSS custom property's value: canvas colours cannot be `var(--...)` (the
+ * context silently keeps its previous colour, which drew faint labels).
+ */
+function themeColor(name: string, fallback: string): string {
+  const value = getComputedStyle(document.body).getPropertyValue(name).trim();
+  return value || fallback;
+}
+
+let measureCtx: CanvasRenderingContext2D | null = null;
+function textWidth(text: string): number {
+  measureCtx = measureCtx ?? document.createElement('canvas').getContext('2d');
+  if (!measureCtx) {
+    return text.length * FONT_PX * 0.6;
+  }
+  measureCtx.font = FONT;
+  return measureCtx.measureText(text).width;
+}
+
+/** Tick labels in one unit for the whole axis, with as many decimals as the step needs. */
+export function formatTicks(splits: number[], unit: 'bytes' | '%'): string[] {
+  if (unit === '%') {
+    return splits.map(v => `${v.toFixed(0)}%`);
+  }
+  const top = Math.max(...splits.map(Math.abs), 0);
+  const [div, name] = top >= GiB ? [GiB, 'GiB'] : [MiB, 'MiB'];
+  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) / div : 1;
+  const decimals = step > 0 ? Math.min(3, Math.max(0, -Math.floor(Math.log10(step)))) : 0;
+  return splits.map(v => `${(v / div).toFixed(decimals)} ${name}`);
+}
+
+function clockTime(t: number): string {
+  return new Date(t * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
+}
+
 export class RollingChart {
-  constructor(
-    parent: HTMLElement,
-    title: string,
-    series: ISeriesSpec[],
-    yRange: [number, number] | null,
-    windowSeconds: number
-  ) {
+  constructor(parent: HTMLElement, title: string, series: ISeriesSpec[], options: IChartOptions, windowSeconds: number) {
     this.windowSeconds = windowSeconds;
     this.series = series;
+    this.height = options.height ?? 130;
     this.data = [[], ...series.map(() => [])];
     this.host = document.createElement('div');
     this.host.className = 'tl-chart';
     parent.appendChild(this.host);
-    const width = Math.max(200, parent.clientWidth - 8);
+    const width = Math.max(200, parent.clientWidth);
+    const text = themeColor('--jp-ui-font-color1', '#222');
+    const grid = themeColor('--jp-border-color2', '#e0e0e0');
+    const yUnit = options.yUnit;
     this.plot = new uPlot(
       {
         title,
         width,
-        height: 120,
+        height: this.height,
         legend: { show: true, live: false },
         cursor: { show: false },
         scales: {
           x: { time: true },
-          y: yRange ? { range: yRange } : { auto: true }
+          y: options.yRange ? { range: options.yRange } : { auto: true }
         },
         axes: [
-          { size: 24, stroke: 'var(--jp-ui-font-color2)', grid: { stroke: 'var(--jp-border-color2)' } },
-          { size: 36, stroke: 'var(--jp-ui-font-color2)', grid: { stroke: 'var(--jp-border-color2)' } }
+          {
+            font: FONT,
+            stroke: text,
+            grid: { stroke: grid, width: 1 },
+            ticks: { stroke: grid, width: 1, size: TICK },
+            gap: GAP,
+            space: 64,
+            size: FONT_PX + TICK + GAP + 6,
+            values: (_u, splits) => splits.map(clockTime)
+          },
+          {
+            font: FONT,
+            stroke: text,
+            grid: { stroke: grid, width: 1 },
+            ticks: { stroke: grid, width: 1, size: TICK },
+            gap: GAP,
+            space: 24,
+            values: (_u, splits) => {
+              const labels = formatTicks(splits, yUnit);
+              this.host.dataset.yTicks = labels.join('|');
+              return labels;
+            },
+            // as wide as the widest tick label: labels are never cut at the left edge
+            size: (_u, values) => {
+              const widest = Math.max(0, ...(values ?? []).map(v => textWidth(String(v))));
+              return Math.ceil(widest + TICK + GAP + 4);
+            }
+          }
         ],
         series: [{}, ...series.map(s => ({ label: s.label, stroke: s.stroke, width: 1.5, spanGaps: false }))]
       },
@@ -75,12 +149,23 @@ export class RollingChart {
     }
   }
 
-  resize(width: number): void {
-    this.plot.setSize({ width: Math.max(200, width - 8), height: 120 });
+  /** New size in CSS pixels; the height stays unless given. */
+  resize(width: number, height?: number): void {
+    this.height = height ?? this.height;
+    this.plot.setSize({ width: Math.max(200, width), height: this.height });
   }
 
   get length(): number {
     return this.data[0].length;
+  }
+
+  /** The whole chart's height (title, plot, legend) as laid out. */
+  get outerHeight(): number {
+    return this.host.offsetHeight;
+  }
+
+  get plotHeight(): number {
+    return this.height;
   }
 
   dispose(): void {
@@ -90,6 +175,7 @@ export class RollingChart {
 
   readonly series: ISeriesSpec[];
   private windowSeconds: number;
+  private height: number;
   private data: (number | null)[][];
   private host: HTMLDivElement;
   private plot: uPlot;

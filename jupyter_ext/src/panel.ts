@@ -24,6 +24,8 @@ const INTERVALS = [0.5, 1, 2, 5, 10];
 const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 
 const GiB = 1024 ** 3;
+const RANK_CHART_MIN = 160;
+const RANK_CHART_MAX = 900;
 
 function na(value: number | null | undefined, fmt: (v: number) => string): string {
   return value === null || value === undefined ? 'n/a' : fmt(value);
@@ -76,8 +78,32 @@ export class GpuMonitorPanel extends Widget {
 
   protected onResize(msg: Widget.ResizeMessage): void {
     super.onResize(msg);
-    const width = this.node.clientWidth;
+    const width = this.chartWidth;
     [this.hostChart, ...this.gpuCharts.values(), this.rankChart].forEach(c => c?.resize(width));
+    this.fitRankChart();
+  }
+
+  /** The panel's inner width (its padding is 6 px a side). */
+  private get chartWidth(): number {
+    return this.node.clientWidth - 12;
+  }
+
+  /**
+   * The rank chart takes the panel's spare height (what the host and GPU
+   * blocks leave), so a DDP run's memory is drawn large, not in a strip
+   * above an empty panel.
+   */
+  private fitRankChart(): void {
+    const chart = this.rankChart;
+    if (!chart || !this.node.clientHeight) {
+      return;
+    }
+    const used = this.footer.getBoundingClientRect().bottom - this.node.getBoundingClientRect().top + this.node.scrollTop + 6;
+    const spare = this.node.clientHeight - used;
+    const height = Math.round(Math.min(RANK_CHART_MAX, Math.max(RANK_CHART_MIN, chart.plotHeight + spare)));
+    if (Math.abs(height - chart.plotHeight) > 4) {
+      chart.resize(this.chartWidth, height);
+    }
   }
 
   dispose(): void {
@@ -205,6 +231,7 @@ export class GpuMonitorPanel extends Widget {
       this.renderText(last);
     }
     [this.hostChart, ...this.gpuCharts.values(), this.rankChart].forEach(c => c?.redraw());
+    this.fitRankChart();
     if (last) {
       requestAnimationFrame(() => {
         const latencyMs = Date.now() - last.t * 1000;
@@ -275,7 +302,7 @@ export class GpuMonitorPanel extends Widget {
         { label: 'CPU %', stroke: COLORS[0] },
         { label: 'RAM %', stroke: COLORS[1] }
       ];
-      this.hostChart = new RollingChart(this.hostCharts, 'Host', series, [0, 100], WINDOW_SECONDS);
+      this.hostChart = new RollingChart(this.hostCharts, 'Host', series, { yRange: [0, 100], yUnit: '%' }, WINDOW_SECONDS);
     }
   }
 
@@ -286,7 +313,7 @@ export class GpuMonitorPanel extends Widget {
         { label: 'util %', stroke: COLORS[2] },
         { label: 'mem %', stroke: COLORS[3] }
       ];
-      chart = new RollingChart(this.hostCharts, `GPU ${g.index}`, series, [0, 100], WINDOW_SECONDS);
+      chart = new RollingChart(this.hostCharts, `GPU ${g.index}`, series, { yRange: [0, 100], yUnit: '%' }, WINDOW_SECONDS);
       this.gpuCharts.set(g.uuid, chart);
     }
     return chart;
@@ -300,11 +327,17 @@ export class GpuMonitorPanel extends Widget {
       this.rankRun = run;
       this.rankLatest.clear();
     }
-    if (!this.rankChart || !this.rankChart.series.some(s => s.label === `rank ${rank} GiB`)) {
+    if (!this.rankChart || !this.rankChart.series.some(s => s.label === `rank ${rank}`)) {
       const ranks = new Set([...this.rankLatest.keys(), rank]);
-      const series = [...ranks].sort((a, b) => a - b).map(r => ({ label: `rank ${r} GiB`, stroke: COLORS[r % COLORS.length] }));
+      const series = [...ranks].sort((a, b) => a - b).map(r => ({ label: `rank ${r}`, stroke: COLORS[r % COLORS.length] }));
       this.rankChart?.dispose();
-      this.rankChart = new RollingChart(this.rankBox, `Run ${run}: allocated per rank`, series, null, WINDOW_SECONDS);
+      this.rankChart = new RollingChart(
+        this.rankBox,
+        `Run ${run}: memory allocated per rank`,
+        series,
+        { yRange: null, yUnit: 'bytes', height: RANK_CHART_MIN },
+        WINDOW_SECONDS
+      );
     }
   }
 
@@ -312,7 +345,7 @@ export class GpuMonitorPanel extends Widget {
     return this.rankChart!.series.map(s => {
       const rank = Number(s.label.split(' ')[1]);
       const allocated = this.rankLatest.get(rank)?.allocated;
-      return allocated === null || allocated === undefined ? null : allocated / GiB;
+      return allocated === null || allocated === undefined ? null : allocated;
     });
   }
 

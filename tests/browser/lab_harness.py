@@ -68,6 +68,17 @@ def start_lab(tmp: Path, base_url: str = "/", extra: list[str] | None = None) ->
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
         "JUPYTER_CONFIG_DIR": str(tmp / "config"),
     }
+    # Serve the sidebar built in this checkout (torchlens/labextension), not
+    # whichever copy `pip install` left in the environment: JUPYTER_PATH comes
+    # first when JupyterLab looks for labextensions.
+    import torchlens
+
+    built = Path(torchlens.__file__).resolve().parent / "labextension"
+    if (built / "package.json").exists():
+        (tmp / "jupyter_path" / "labextensions").mkdir(parents=True)
+        (tmp / "jupyter_path" / "labextensions" / "torchlens").symlink_to(built)
+        env["JUPYTER_PATH"] = os.pathsep.join(
+            p for p in (str(tmp / "jupyter_path"), os.environ.get("JUPYTER_PATH", "")) if p)
     log = tmp / "lab.log"
     cmd = [
         sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",

@@ -190,16 +190,23 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
 
         preload.warm_up()  # the report's imports overlap the ranks' start-up
     handle = None
+    loaded = None
 
     def live_plot() -> Any:
         # built once the ranks are spawned (RankSink.start): its Bokeh imports
         # overlap the workers' own torch import in a cold kernel
-        nonlocal handle
+        nonlocal handle, loaded
+        if not _in_kernel():  # a terminal IPython: no widgets, one progress line
+            from ..render.progress import TextProgress
+
+            return TextProgress(world_size)
         from IPython.display import display
 
         from ..render.live import LivePlot
+        from .bokeh_page import load_bokehjs
 
         plot = LivePlot(world_size)
+        loaded = load_bokehjs([plot.layout])  # the widget draws with the page's BokehJS
         handle = display(plot.widget, display_id=True)
         return plot
 
@@ -209,6 +216,9 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}",
                     make_inner=live_plot if live else None)
     rec = run_check(job, options, sink)
+    close = getattr(sink.inner, "close", None)
+    if close is not None:  # the terminal's progress line
+        close()
     profile = build_profile(rec, source, skipped)
     result = DdpResult(profile)
     if export:
@@ -216,6 +226,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     if handle is not None:
         # the static copy the saved notebook keeps (or nothing, if not shown)
         handle.update(result if show else _Empty())
+        loaded.drop()  # BokehJS stays in the page; the notebook file drops its 1 MB
     elif show:
         from IPython.display import display
 

@@ -163,25 +163,25 @@ def gpumonitor_magic(
 ) -> InlineMonitor:
     """``%gpumonitor``: show the live monitor inline; returns the running monitor."""
     import ipywidgets
-    from bokeh.io import output_notebook
-    from bokeh.resources import INLINE
     from IPython.display import HTML, display
     from jupyter_bokeh import BokehModel
 
+    from .bokeh_page import load_bokehjs
+
     opts = monitor_options(interval, minutes, duration)
-    output_notebook(
-        INLINE, hide_banner=True
-    )  # BokehModel needs window.Bokeh; no CDN here
     monitor = InlineMonitor(HostSampler(), NvmlSampler(), opts["interval"], opts["minutes"])
+    loaded = load_bokehjs([monitor.figure])  # BokehModel draws with the page's BokehJS
     stop = ipywidgets.Button(description="Stop", icon="stop")
     stop.on_click(lambda _button: monitor.stop())
     display(ipywidgets.VBox([BokehModel(monitor.figure), stop]))
     handle = display(HTML(summary_html(monitor.last)), display_id=True)
 
     def on_sample(sample: dict[str, Any], stopped: bool = False) -> None:
-        handle.update(HTML(summary_html(sample, stopped)))
+        if handle is not None:  # None outside IPython (a script)
+            handle.update(HTML(summary_html(sample, stopped)))
         if stopped:
             stop.disabled = True
+            loaded.drop()
 
     monitor.thread = threading.Thread(
         target=monitor.run, args=(opts["duration"], on_sample), daemon=True

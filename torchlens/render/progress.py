@@ -1,0 +1,71 @@
+"""A one-line text progress of a %ddp_check run, for a terminal IPython.
+
+Why: without a widgets front end a live Bokeh widget prints as its raw repr
+(``BokehModel(render_bundle=...)``). A terminal user wants the same thing the
+plot says in one line: how many ranks, each rank's phase, time elapsed.
+
+On a terminal the line is rewritten in place (``\\r``) at most once a
+``interval``; anywhere else (a log file) a new line is written only when a
+rank's phase changes. Same sink protocol as the live plot: ``push`` heartbeats,
+``flush`` from the launcher's loop, ``flush(force=True)`` at the end; ``close``
+ends the line (also after an interrupt).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+class TextProgress:
+    def __init__(self, world_size: int, stream: TextIO | None = None,
+                 interval: float = 1.0) -> None:
+        self.world_size = world_size
+        self.stream = stream if stream is not None else sys.stdout
+        self.interval = interval
+        self.phases: list[str] = ["starting"] * world_size
+        self.started = time.monotonic()
+        self._last_write = 0.0
+        self._last_phases: list[str] | None = None
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._width = 0
+        self._open = False  # a \r line waiting for its newline
+        self.lines = 0
+
+    def push(self, hb: dict[str, Any]) -> None:
+        rank = int(hb["rank"])
+        if 0 <= rank < self.world_size:
+            self.phases[rank] = str(hb.get("phase") or "?")
+
+    def line(self) -> str:
+        ranks = ", ".join(f"rank {r} {p}" for r, p in enumerate(self.phases))
+        elapsed = time.monotonic() - self.started
+        return f"%ddp_check: {self.world_size} ranks · {ranks} · {elapsed:.1f} s"
+
+    def flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        changed = self.phases != self._last_phases
+        if self._tty:
+            if not force and now - self._last_write < self.interval:
+                return
+        elif not (force or changed):
+            return
+        self._last_write, self._last_phases = now, list(self.phases)
+        text = self.line()
+        if self._tty:
+            pad = " " * max(0, self._width - len(text))
+            self._width = len(text)
+            self.stream.write("\r" + text + pad)
+            self._open = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+        self.lines += 1
+
+    def close(self) -> None:
+        """End the progress line, so what follows starts on its own line."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
