@@ -82,9 +82,10 @@ def test_real_traces(traces_dir):
         trace = load_trace(traces_dir / name)
         return find_hints(trace, op_table(trace), step_breakdown(trace))
 
-    # .item() in the step of no_distributed_info (5 aten::item calls, plain json)
+    # .item() in the step of no_distributed_info (5 aten::item calls), but the
+    # trace has no GPU at all: reading a CPU tensor stalls nothing, no sync hint
     found = {h.title: h for h in hints("no_distributed_info.json.gz")}
-    assert found["Host-device synchronizations inside the loop"].evidence["syncs"] == 5
+    assert "Host-device synchronizations inside the loop" not in found
     # the A100 DDP step leaves the GPU idle most of the time (kernels ~ 24% busy)
     a100 = {h.title: h for h in hints("a100_ddp_resnet_rank0_nccl.json.gz")}
     idle = a100["GPU idle between launches"].evidence["gpu_idle_share"]
@@ -93,6 +94,27 @@ def test_real_traces(traces_dir):
     # CPU-only trace without GPU work: no GPU hint
     gloo = {h.title for h in hints("cpu_only_gloo_rank34.json.gz")}
     assert "GPU idle between launches" not in gloo
+    assert "Host-device synchronizations inside the loop" not in gloo
+
+
+def test_sync_hint_on_gpu_traces_only(traces_dir, plain):
+    """.item() syncs count on a GPU trace (sampled rank: kernels and
+    aten::_local_scalar_dense calls inside its steps), never on a CPU one."""
+    sync = "Host-device synchronizations inside the loop"
+    path = traces_dir / "sampled_rank-0.json.gz"
+    raw = [e for e in plain(path)["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in raw
+             if e["name"].startswith("ProfilerStep#")]
+    reads = [e for e in raw if e["name"] == "aten::_local_scalar_dense"
+             and any(s <= e["ts"] < t for s, t in steps)]
+    assert any(e.get("cat") == "kernel" for e in raw) and len(reads) >= 1
+    trace = load_trace(path)
+    found = {h.title: h for h in find_hints(trace, op_table(trace), step_breakdown(trace))}
+    assert found[sync].evidence["syncs"] == len(reads)
+    assert "until the GPU catches up" in found[sync].detail
+    cpu = _hints([_x("ProfilerStep#1", 0, 1000, "user_annotation"),
+                  _x("aten::item", 100, 50), _x("aten::_local_scalar_dense", 101, 48)])
+    assert sync not in cpu
 
 
 def test_summary_of_a_real_trace(traces_dir, plain):

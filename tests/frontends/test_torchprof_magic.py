@@ -180,3 +180,16 @@ def test_stack_names_the_function_of_the_cell_that_issued_each_op(shell):
     assert by_name["aten::relu"].startswith("cell")  # top-level code of the cell
     html = shell.user_ns["st"]._repr_mimebundle_()["text/html"]
     assert "source (your code)" in html
+
+
+def test_cpu_item_calls_give_no_gpu_sync_hint(shell):
+    """On a CPU-only machine .item() waits for no GPU: the report must not say so
+    (issue 11: a demo said "1 syncs ... stall the CPU until the GPU catches up")."""
+    res = shell.run_cell("%%torchprof --quiet -o r\nfor _ in range(3):\n"
+                         "    train_step().item()")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    assert "aten::_local_scalar_dense" in set(r.ops()["name"])  # .item() was traced
+    assert not [h for h in r.hints() if "synchroniz" in h.title.lower()]
+    html = r._repr_mimebundle_()["text/html"]
+    assert "GPU catches up" not in html and "syncs" not in html

@@ -16,7 +16,13 @@ import pandas as pd
 
 from torchlens.model import Trace
 
-from .ops import DEVICE_CATEGORIES, category_mask, name_mask, phase_mask
+from .ops import (
+    DEVICE_CATEGORIES,
+    LAUNCH_CATEGORIES,
+    category_mask,
+    name_mask,
+    phase_mask,
+)
 from .steps import merge_intervals, step_rows
 
 DATALOADER_SHARE = 0.05  # the TensorBoard plugin's own threshold
@@ -54,6 +60,15 @@ def find_hints(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame) -> list[Hin
         _dominant_op(ops),
     ) if h is not None]
     return sorted(hints, key=lambda h: h.severity != "warning")
+
+
+def has_gpu(trace: Trace) -> bool:
+    """Whether the trace saw a GPU: device work, CUDA/HIP runtime calls or syncs.
+
+    The GPU hints fire only then: a CPU-only trace has none of these.
+    """
+    return bool(category_mask(trace, *DEVICE_CATEGORIES, *LAUNCH_CATEGORIES,
+                              "cuda_sync").any())
 
 
 def _dataloader(steps: pd.DataFrame) -> Hint | None:
@@ -111,12 +126,17 @@ def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Hint | None:
 def _syncs(trace: Trace) -> Hint | None:
     """Host-device synchronizations inside the steps (anywhere if no steps).
 
-    Each sync is counted once: the runtime call (``cudaStreamSynchronize``...),
+    Only where the trace saw a GPU (``has_gpu``): without one, ``.item()``
+    reads a CPU tensor and waits for nothing, so a hint about stalling "until
+    the GPU catches up" would be false. Each sync is counted once: the runtime
+    call (``cudaStreamSynchronize``...),
     or the GPU-side ``cuda_sync`` record when runtime calls were not traced
     (``Stream Wait Event`` is a device-side wait and does not block the host);
     and each ``.item()`` once, by its ``aten::_local_scalar_dense`` call.
     """
     ev = trace.events
+    if not has_gpu(trace):
+        return None
     x = phase_mask(trace, "X")
     runtime = x & category_mask(trace, "cuda_runtime") & name_mask(trace, _SYNC_RUNTIME)
     if not runtime.any():
