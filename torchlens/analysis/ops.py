@@ -1,11 +1,17 @@
 """Op and kernel tables from a ``Trace``: what the user reads first.
 
-Definitions (the ones ``torch.profiler``'s ``key_averages`` uses, so numbers
-agree with what users know):
+Definitions (the ones ``torch.profiler``'s ``key_averages`` and the
+TensorBoard profiler plugin use, so numbers agree with what users know):
 
 - an op is a ``cpu_op`` complete event, except ``ProfilerStep#N`` markers;
 - total CPU time of a call is its duration; self CPU time is that minus the
-  durations of its *direct* child ops on the same thread;
+  durations of its *direct* child ops and of its *direct* CUDA runtime /
+  driver calls (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cuLaunchKernel``
+  ...: ``cuda_runtime`` / ``cuda_driver`` events whose innermost enclosing op
+  on the same thread is this one). This is the plugin's ``self_host_duration``
+  (tb_plugin ``OperatorNode.fill_stats``: "From PyTorch 1.8 RC1, cpu_self_time
+  does not include runtime's time"); the runtime time is shown nowhere in the
+  op table, it is the step breakdown's ``runtime_us``;
 - device time of a call is the sum of the GPU kernel / memcpy / memset
   durations it launched itself: each GPU event is linked by ``correlation`` to
   its CUDA runtime / driver call, and that call to the innermost op enclosing
@@ -226,9 +232,10 @@ def _op_calls(trace: Trace) -> OpCalls:
 
     n_ops = len(op_rows)
     dur = ev["dur"][op_rows]
-    op_parent = parent[:n_ops]
-    child = op_parent >= 0
-    children_us = np.bincount(op_parent[child], weights=dur[child], minlength=n_ops)
+    # a child op's or runtime call's duration leaves its innermost enclosing op
+    child = parent >= 0
+    children_us = np.bincount(parent[child], weights=ev["dur"][rows][child],
+                              minlength=n_ops)
     self_us = np.maximum(dur - children_us[:n_ops], 0.0)
 
     # GPU event -> runtime call (by correlation) -> enclosing op (position)
