@@ -53,6 +53,12 @@ def fmt_flops(value: Any) -> str:
     return f"{v:,.0f} FLOP"
 
 
+def fmt_flop_rate(value: Any) -> str:
+    """Achieved FLOP/s with an SI prefix; blank where unknown."""
+    text = fmt_flops(value)
+    return f"{text}/s" if text else ""
+
+
 def fmt_int(value: Any) -> str:
     return f"{int(value):,}"
 
@@ -101,7 +107,10 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     if display.shapes:
         cols.append(Column("input_shapes", "input shapes", str, numeric=False))
     if display.flops:
-        cols.append(Column("flops", "FLOPs", fmt_flops))
+        # the time FLOP/s divide by (analysis.ops.flops_basis), named in the header
+        basis = "device time" if has_gpu else "total CPU"
+        cols += [Column("flops", "FLOPs", fmt_flops),
+                 Column("flops_per_s", f"FLOP/s ({basis})", fmt_flop_rate)]
     if display.stack:
         cols.append(Column("stack", "source (your code)", str, numeric=False))
     return cols
