@@ -226,3 +226,17 @@ def test_flops_asked_but_none_counted_is_said(shell):
     r = shell.user_ns["r"]
     assert any(u.startswith("FLOPs:") for u in r.profile.unmeasured)
     assert "FLOPs: torch estimated none" in r._repr_mimebundle_()["text/html"]
+
+
+def test_profiler_start_stop_time_with_a_schedule_is_not_negative(shell):
+    """Issue 11: with --schedule the trace is exported inside a step() call, and
+    its export time was taken off the stop time: "profiler start/stop -1.67 ms"."""
+    res = shell.run_cell("%%torchprof --schedule 1,1,2 --flops --quiet -o r\n"
+                         "for _ in range(6):\n    train_step()")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    timings = r.profile.payload.timings
+    assert all(v >= 0 for v in timings.values()), timings
+    assert r.profile.payload.profiler_overhead_s > 0
+    assert "start/stop -" not in repr(r) and "start/stop n/a" not in repr(r)
+    assert r.ops().flops.notna().any()  # FLOPs read under a schedule too

@@ -68,6 +68,7 @@ class ProfilerCapture:
         self._steps = 0
         self._timings: dict[str, float] = {}
         self._flops: dict[int, float] = {}  # External id -> FLOPs, last trace
+        self._own_s = 0.0  # time our on_trace_ready took, since it was last read
 
     def _activities(self) -> tuple[list[Any], list[str]]:
         import torch
@@ -91,11 +92,14 @@ class ProfilerCapture:
     def _on_trace_ready(self, prof: Any) -> None:
         t0 = time.perf_counter()
         self._traces.append(_export(prof))
-        self._timings["export_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self._timings["export_s"] = t1 - t0
         if self.options.with_flops:
-            t0 = time.perf_counter()
             self._flops = op_flops(prof.profiler.kineto_results.events())
-            self._timings["flops_s"] = time.perf_counter() - t0
+            self._timings["flops_s"] = time.perf_counter() - t1
+        # ours, not the profiler's: left out of the start/stop time of the
+        # step() or __exit__ call it ran inside (with a schedule, a step())
+        self._own_s += time.perf_counter() - t0
 
     def __enter__(self) -> ProfilerCapture:
         import torch.profiler as tp
@@ -127,18 +131,23 @@ class ProfilerCapture:
         return self
 
     def step(self) -> None:
+        """``prof.step()``; with a schedule, this is where the profiler starts
+        and stops recording, so its time counts as profiler start/stop time."""
         self._steps += 1
+        self._own_s = 0.0
+        t0 = time.perf_counter()
         self._prof.step()
+        spent = time.perf_counter() - t0 - self._own_s
+        self._timings["steps_s"] = self._timings.get("steps_s", 0.0) + spent
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         wall = time.perf_counter() - self._wall0
         if _active and _active[-1] is self:
             _active.pop()
+        self._own_s = 0.0
         t0 = time.perf_counter()
         self._prof.__exit__(None, None, None)
-        t1 = time.perf_counter()
-        self._timings["stop_s"] = (t1 - t0 - self._timings.get("export_s", 0.0)
-                                   - self._timings.get("flops_s", 0.0))
+        self._timings["stop_s"] = time.perf_counter() - t0 - self._own_s
         self.profile = self._build(wall, exc)
         return False
 
@@ -180,7 +189,8 @@ class ProfilerCapture:
             # a column the user asked the profiler to record is one they want to see
             display=OpDisplay(shapes=o.record_shapes, stack=o.with_stack, flops=o.with_flops),
             recorded=o, timings=dict(self._timings),
-            profiler_overhead_s=self._timings.get("start_s", 0.0) + self._timings.get("stop_s", 0.0),
+            profiler_overhead_s=sum(self._timings.get(k, 0.0)
+                                    for k in ("start_s", "stop_s", "steps_s")),
             steps_marked=self._steps)
         return Profile(
             kind="torchprof",
