@@ -157,10 +157,21 @@ STEP_COLUMNS = [
 ]
 
 
-def step_table_html(steps: Any) -> Markup:
-    """Per-step time breakdown (TensorBoard profiler plugin definitions)."""
-    cols = [c for c in STEP_COLUMNS if c.key in steps.columns]
-    return html.render("steps.html.j2",
+#: Step columns only a trace with GPU activity can fill: hidden on a CPU trace,
+#: where they would be zero in every row.
+GPU_STEP_COLUMNS = ("kernel_us", "memcpy_us", "memset_us", "runtime_us", "comm_us")
+
+
+def step_columns(has_gpu: bool) -> list[Column]:
+    """The step table's columns: without GPU activity, not the GPU roles."""
+    return [c for c in STEP_COLUMNS if has_gpu or c.key not in GPU_STEP_COLUMNS]
+
+
+def step_table_html(steps: Any, has_gpu: bool = True, chart: Markup | None = None) -> Markup:
+    """Per-step time breakdown (TensorBoard profiler plugin definitions), under
+    ``chart`` (the slot of its stacked bar chart) when given."""
+    cols = [c for c in step_columns(has_gpu) if c.key in steps.columns]
+    return html.render("steps.html.j2", has_gpu=has_gpu, chart=chart,
                        table=html_table(steps.to_dict("records"), cols, "steps"))
 
 
@@ -168,11 +179,36 @@ def _field(hint: Any, name: str) -> Any:
     return hint.get(name) if isinstance(hint, Mapping) else getattr(hint, name, None)
 
 
+def evidence_text(evidence: Any) -> Any:
+    """A hint's figures as people read them: ``*_share`` as a percentage,
+    ``*_us`` as a duration (the suffix dropped from the name), counts with
+    thousands separators; nested mappings (counts by name) likewise."""
+    if not isinstance(evidence, Mapping):
+        return evidence
+    out: dict[str, Any] = {}
+    for key, value in evidence.items():
+        name = str(key)
+        if isinstance(value, Mapping):
+            out[name.replace("_", " ")] = evidence_text(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            out[name.replace("_", " ")] = value
+        elif name.endswith("_share"):
+            out[name.replace("_", " ")] = f"{float(value):.1%}"
+        elif name.endswith("_us"):
+            out[name[:-3].replace("_", " ")] = fmt_us(value)
+        elif isinstance(value, int) or float(value).is_integer():
+            out[name.replace("_", " ")] = fmt_int(value)
+        else:
+            out[name.replace("_", " ")] = f"{float(value):,.3g}"
+    return out
+
+
 def hints_html(hints: list[Any]) -> Markup:
     """Plain-language hints, most severe first as analysis ordered them."""
     return html.render("hints.html.j2", hints=[
         {"severity": str(_field(h, "severity") or "info"), "title": str(_field(h, "title") or ""),
-         "detail": str(_field(h, "detail") or ""), "evidence": _field(h, "evidence")}
+         "detail": str(_field(h, "detail") or ""),
+         "evidence": evidence_text(_field(h, "evidence"))}
         for h in hints])
 
 
