@@ -139,3 +139,21 @@ def test_step_chart_stacks_the_roles_of_each_step(traces_dir) -> None:
     cpu = build_step_chart(steps.assign(**{k: 0.0 for k in tables.GPU_STEP_COLUMNS}), False)
     assert len([r for r in cpu.renderers if r.glyph.__class__.__name__ == "VBar"]) == 3
     assert build_step_chart(steps.head(0), True) is None
+
+
+def test_long_kernel_names_are_cut_with_the_whole_name_on_hover() -> None:
+    """Issue 11: 300-character CUDA kernel names made the report 13,700 px wide."""
+    from html import unescape
+
+    name = "void cutlass::Kernel<" + ", ".join(["float"] * 60) + ">(" + HOSTILE + ")"
+    kernels = pd.DataFrame({"name": [name, "short_k"], "calls": [1, 2],
+                            "total_us": [3.0, 1.0], "mean_us": [3.0, 0.5],
+                            "max_us": [3.0, 0.5], "streams": ["7", "7"],
+                            "is_comm": [False, False]})
+    html = tables.kernel_table_html(kernels)
+    cells = re.findall(r'<td title="([^"]*)">([^<]*)</td>', html)
+    assert len(cells) == 1  # only the long name is cut
+    full, shown = (unescape(x) for x in cells[0])
+    assert full == name and len(shown) == tables.NAME_CHARS and shown.endswith("…")
+    assert name.startswith(shown[:-1])
+    assert HOSTILE not in html and "<td>short_k</td>" in html

@@ -71,6 +71,18 @@ class Column:
     label: str
     fmt: Callable[[Any], str] = str
     numeric: bool = True
+    #: text longer than this is cut, with the whole text on hover (``title``)
+    max_chars: int | None = None
+
+
+#: Where long names are cut: C++ kernel names run to 300+ characters and once
+#: made the report 13,700 px wide; the cut ones keep their text on hover.
+NAME_CHARS = 90
+
+
+def shorten(text: str, limit: int | None) -> str:
+    """``text``, or its first ``limit - 1`` characters and "…" when longer."""
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def html_table(
@@ -83,12 +95,15 @@ def html_table(
         for c in columns:
             value = row.get(c.key)
             if value is None:
-                out.append((c.numeric, "-1e308", ""))
+                out.append((c.numeric, "-1e308", "", ""))
             elif c.numeric:
                 raw = float(value)
-                out.append((True, repr(raw) if math.isfinite(raw) else "-1e308", c.fmt(value)))
+                out.append((True, repr(raw) if math.isfinite(raw) else "-1e308",
+                            c.fmt(value), ""))
             else:
-                out.append((False, None, c.fmt(value)))
+                text = c.fmt(value)
+                short = shorten(text, c.max_chars)
+                out.append((False, None, short, text if short != text else ""))
         cells.append(out)
     return html.render("table.html.j2", classes=f"tl-sort {css_class}".strip(),
                        labels=[c.label for c in columns], rows=cells)
@@ -97,7 +112,7 @@ def html_table(
 def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     """The op table's columns as chosen by the profile's display options and the trace."""
     cols = [
-        Column("name", "op", str, numeric=False),
+        Column("name", "op", str, numeric=False, max_chars=NAME_CHARS),
         Column("calls", "calls", fmt_int),
         Column("self_cpu_us", "self CPU", fmt_us),
         Column("total_cpu_us", "total CPU", fmt_us),
@@ -105,7 +120,8 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     if has_gpu:
         cols += [Column("device_us", "device time", fmt_us), Column("kernels", "kernels", fmt_int)]
     if display.shapes:
-        cols.append(Column("input_shapes", "input shapes", str, numeric=False))
+        cols.append(Column("input_shapes", "input shapes", str, numeric=False,
+                           max_chars=NAME_CHARS))
     if display.flops:
         # the time FLOP/s divide by (analysis.ops.flops_basis), named in the header
         basis = "device time" if has_gpu else "total CPU"
@@ -125,7 +141,7 @@ def op_table_html(ops: Any, shown: Any, display: OpDisplay, has_gpu: bool) -> Ma
 
 
 KERNEL_COLUMNS = [
-    Column("name", "kernel", str, numeric=False),
+    Column("name", "kernel", str, numeric=False, max_chars=NAME_CHARS),
     Column("calls", "calls", fmt_int),
     Column("total_us", "total", fmt_us),
     Column("mean_us", "mean", fmt_us),
