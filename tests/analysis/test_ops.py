@@ -42,7 +42,9 @@ def test_self_time_and_device_time_by_hand():
     assert list(op_table(trace).columns) == OP_COLUMNS
     assert table.loc["aten::linear", "self_cpu_us"] == pytest.approx(100 - 50 - 20)
     assert table.loc["aten::linear", "device_us"] == 0
-    assert table.loc["aten::addmm", "self_cpu_us"] == pytest.approx(50)
+    # its cudaLaunchKernel (5 us) is not the op's own time (key_averages, TB plugin)
+    assert table.loc["aten::addmm", "self_cpu_us"] == pytest.approx(50 - 5)
+    assert table.loc["aten::relu", "self_cpu_us"] == pytest.approx(20 - 3 - 1 + 10)
     assert table.loc["aten::addmm", "device_us"] == pytest.approx(4)
     assert table.loc["aten::relu", "calls"] == 2
     assert table.loc["aten::relu", "total_cpu_us"] == pytest.approx(30)
@@ -106,6 +108,54 @@ def test_device_time_matches_plain_json_correlation(traces_dir, plain):
     for op, us in expected.items():
         assert table.loc[op, "device_us"] >= us - 1e-6
     assert "record_param_comms" in expected
+
+
+def _plain_self_times(raw):
+    """Self time per op name, by the TensorBoard plugin's rule, in plain Python.
+
+    Per thread, a sweep over the op (``cpu_op`` but ``ProfilerStep#``) and
+    CUDA runtime / driver calls sorted by (start, longest first) with a stack
+    of open ops: each event's duration leaves the innermost open op. Times
+    count from the first event, as in the trace table: epoch microseconds
+    near 1.6e15 keep only quarter-microsecond steps in a float, too coarse to
+    tell a call ending from the next one starting.
+    """
+    kinds = {"cpu_op", "cuda_runtime", "cuda_driver", "Operator", "Runtime"}
+    t0 = min(float(e["ts"]) for e in raw if "ts" in e and e.get("ph") != "M")
+    events = [e for e in raw if e.get("ph") == "X" and e.get("cat") in kinds
+              and not e["name"].startswith("ProfilerStep#")]
+    by_thread = defaultdict(list)
+    for i, e in enumerate(events):
+        by_thread[(e["pid"], e["tid"])].append((float(e["ts"]) - t0, -float(e["dur"]), i))
+    own, end = {}, {}
+    for items in by_thread.values():
+        stack = []
+        for ts, neg_dur, i in sorted(items):
+            while stack and end[stack[-1]] <= ts:
+                stack.pop()
+            if stack:
+                own[stack[-1]] -= -neg_dur
+            if events[i]["cat"] in ("cpu_op", "Operator"):
+                own[i], end[i] = -neg_dur, ts - neg_dur
+                stack.append(i)
+    per_name = defaultdict(float)
+    for i, us in own.items():
+        per_name[events[i]["name"]] += max(us, 0.0)
+    return per_name
+
+
+@pytest.mark.parametrize("name", [A100, "v100_ddp_sgd_annotations_rank0.json.gz",
+                                  "sampled_rank-0.json.gz", "amd_mi250_rocm.json.gz"])
+def test_self_time_leaves_out_runtime_calls(traces_dir, plain, name):
+    """Issue 11: an op's self time excludes its cudaLaunchKernel & co, as
+    key_averages and the TensorBoard plugin count it; on GPU traces those
+    calls are most of many ops' host time."""
+    path = traces_dir / name
+    expected = _plain_self_times(plain(path)["traceEvents"])
+    table = op_table(load_trace(path)).groupby("name").self_cpu_us.sum()
+    assert set(table.index) == set(expected)
+    for op, us in expected.items():
+        assert table[op] == pytest.approx(us, rel=1e-9, abs=1e-3), op
 
 
 def test_self_times_sum_to_top_level_time(traces_dir):

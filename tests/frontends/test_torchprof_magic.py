@@ -180,3 +180,63 @@ def test_stack_names_the_function_of_the_cell_that_issued_each_op(shell):
     assert by_name["aten::relu"].startswith("cell")  # top-level code of the cell
     html = shell.user_ns["st"]._repr_mimebundle_()["text/html"]
     assert "source (your code)" in html
+
+
+def test_cpu_item_calls_give_no_gpu_sync_hint(shell):
+    """On a CPU-only machine .item() waits for no GPU: the report must not say so
+    (issue 11: a demo said "1 syncs ... stall the CPU until the GPU catches up")."""
+    res = shell.run_cell("%%torchprof --quiet -o r\nfor _ in range(3):\n"
+                         "    train_step().item()")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    assert "aten::_local_scalar_dense" in set(r.ops()["name"])  # .item() was traced
+    assert not [h for h in r.hints() if "synchroniz" in h.title.lower()]
+    html = r._repr_mimebundle_()["text/html"]
+    assert "GPU catches up" not in html and "syncs" not in html
+
+
+def test_flops_of_a_known_matmul_reach_the_tables(shell):
+    """Issue 11: --flops showed NaN everywhere on torch 2.13 (the exported trace
+    has no FLOPs). A (M x K) @ (K x N) product is 2*M*N*K FLOPs per call."""
+    m, k, n = 64, 96, 32
+    res = shell.run_cell(
+        f"%%torchprof --flops --quiet -o r\na, b = torch.randn({m}, {k}), torch.randn({k}, {n})\n"
+        f"lin = nn.Linear({k}, {n})\nfor _ in range(3):\n    torch.mm(a, b)\n    lin(a)")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    ops = r.ops().set_index("name")
+    for op in ("aten::mm", "aten::addmm"):
+        assert ops.loc[op, "calls"] == 3
+        assert ops.loc[op, "flops"] == 3 * 2 * m * n * k
+        # achieved FLOP/s: over the op's total CPU time on a machine without a GPU
+        assert ops.loc[op, "flops_per_s"] == pytest.approx(
+            ops.loc[op, "flops"] / (ops.loc[op, "total_cpu_us"] / 1e6))
+    assert not any("FLOPs" in u for u in r.profile.unmeasured)
+    html = r._repr_mimebundle_()["text/html"]
+    assert "FLOP/s (total CPU)" in html and f"{3 * 2 * m * n * k / 1e6:,.2f} MFLOP" in html
+    rate = ops.loc["aten::mm", "flops_per_s"]
+    assert f"{rate / 1e9:,.2f} GFLOP/s" in html or f"{rate / 1e6:,.2f} MFLOP/s" in html
+    text = repr(r) + r._repr_mimebundle_()["text/plain"]
+    assert "nan" not in text.lower() and "FLOP/s" in text
+
+
+def test_flops_asked_but_none_counted_is_said(shell):
+    res = shell.run_cell("%%torchprof --flops --quiet -o r\ntorch.relu(torch.randn(8))")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    assert any(u.startswith("FLOPs:") for u in r.profile.unmeasured)
+    assert "FLOPs: torch estimated none" in r._repr_mimebundle_()["text/html"]
+
+
+def test_profiler_start_stop_time_with_a_schedule_is_not_negative(shell):
+    """Issue 11: with --schedule the trace is exported inside a step() call, and
+    its export time was taken off the stop time: "profiler start/stop -1.67 ms"."""
+    res = shell.run_cell("%%torchprof --schedule 1,1,2 --flops --quiet -o r\n"
+                         "for _ in range(6):\n    train_step()")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    timings = r.profile.payload.timings
+    assert all(v >= 0 for v in timings.values()), timings
+    assert r.profile.payload.profiler_overhead_s > 0
+    assert "start/stop -" not in repr(r) and "start/stop n/a" not in repr(r)
+    assert r.ops().flops.notna().any()  # FLOPs read under a schedule too

@@ -92,3 +92,24 @@ def test_text_views(hostile_profile) -> None:
     assert "\n" not in line and "events" in line
     text = text_report(hostile_profile)
     assert text.splitlines()[0] == line and "self CPU" in text
+
+
+def _section(html: str, anchor: str) -> str:
+    start = html.index(f'id="{anchor}"')
+    return html[start:html.index("</section>", start)]
+
+
+def test_cpu_trace_steps_without_gpu_columns_with_a_chart(traces_dir) -> None:
+    """Issue 11: six always-zero GPU columns in the step table of a CPU trace;
+    the step breakdown is also drawn as a stacked bar chart; "1 lanes"."""
+    html = render_report(_profile(traces_dir, "no_distributed_info.json.gz"))
+    steps = _section(html, "steps-main")
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", steps)
+    assert headers[:2] == ["step", "step time"]
+    assert not {"kernel", "memcpy", "memset", "runtime", "communication"} & set(headers)
+    assert "time per role in each step" in html  # the chart's title, in the Bokeh document
+    assert "data-root-id" in steps  # the chart's slot, above the table
+    assert " in 1 lanes" not in html and " in 1 lane" in html
+    gpu = render_report(_profile(traces_dir, "a100_ddp_resnet_rank0_nccl.json.gz"))
+    assert {"kernel", "memcpy", "runtime", "communication"} <= set(
+        re.findall(r"<th[^>]*>([^<]*)</th>", _section(gpu, "steps-main")))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 from render_fixtures import HOSTILE, hostile_trace
@@ -88,3 +90,70 @@ def test_formatters() -> None:
     assert tables.fmt_us(1_250_000) == "1.250 s"
     assert tables.fmt_us(float("nan")) == ""
     assert tables.fmt_flops(float("nan")) == "" and tables.fmt_flops(3e12) == "3.00 TFLOP"
+
+
+def test_hint_figures_are_formatted(traces_dir) -> None:
+    """Issue 11: hint tables showed raw floats (0.7639053309591854)."""
+    from torchlens.analysis.hints import find_hints
+    from torchlens.analysis.steps import step_breakdown
+    from torchlens.formats.kineto import load_trace
+
+    trace = load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz")
+    found = find_hints(trace, ops.op_table(trace), step_breakdown(trace))
+    idle = next(h for h in found if h.title == "GPU idle between launches")
+    html = tables.hints_html(found)
+    assert not re.search(r"\d\.\d{5,}", html)
+    assert f"{idle.evidence['gpu_idle_share']:.1%}" in html
+    assert tables.fmt_us(idle.evidence["largest_gap_us"]) in html
+    assert "largest_gap_us" not in html and "largest gap" in html
+    assert tables.evidence_text({"sync_us": 1500.0, "syncs": 24, "by_name": {"a": 3},
+                                 "ratio": 5.51234}) == {
+        "sync": "1.50 ms", "syncs": "24", "by name": {"a": "3"}, "ratio": "5.51"}
+
+
+def test_step_table_hides_gpu_columns_on_a_cpu_trace() -> None:
+    steps = pd.DataFrame({"step": [1, 2], "start_us": [0.0, 10.0], "dur_us": [10.0, 10.0],
+                          **{k: [0.0, 0.0] for k in ("kernel_us", "memcpy_us", "memset_us",
+                                                     "runtime_us", "dataloader_us", "comm_us")},
+                          "cpu_exec_us": [8.0, 9.0], "other_us": [2.0, 1.0]})
+    cpu = tables.step_table_html(steps, has_gpu=False)
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", cpu)
+    assert headers == ["step", "step time", "dataloader", "CPU exec", "other"]
+    gpu = re.findall(r"<th[^>]*>([^<]*)</th>", tables.step_table_html(steps, has_gpu=True))
+    assert {"kernel", "memcpy", "memset", "runtime", "communication"} <= set(gpu)
+
+
+def test_step_chart_stacks_the_roles_of_each_step(traces_dir) -> None:
+    from torchlens.analysis.steps import step_breakdown
+    from torchlens.formats.kineto import load_trace
+    from torchlens.render.steps_chart import build_step_chart
+
+    steps = step_breakdown(load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"))
+    fig = build_step_chart(steps, has_gpu=True)
+    bars = [r for r in fig.renderers if r.glyph.__class__.__name__ == "VBar"]
+    data = bars[0].data_source.data
+    assert len(bars) == 8 and data["step"]  # one bar renderer per role == [f"step {s}" for s in steps.step]
+    stacked = sum(pd.Series(data[k]) for k in tables.GPU_STEP_COLUMNS
+                  + ("dataloader_us", "cpu_exec_us", "other_us"))
+    assert list(stacked) == pytest.approx(list(steps.dur_us / 1e3))  # a bar is its step
+    cpu = build_step_chart(steps.assign(**{k: 0.0 for k in tables.GPU_STEP_COLUMNS}), False)
+    assert len([r for r in cpu.renderers if r.glyph.__class__.__name__ == "VBar"]) == 3
+    assert build_step_chart(steps.head(0), True) is None
+
+
+def test_long_kernel_names_are_cut_with_the_whole_name_on_hover() -> None:
+    """Issue 11: 300-character CUDA kernel names made the report 13,700 px wide."""
+    from html import unescape
+
+    name = "void cutlass::Kernel<" + ", ".join(["float"] * 60) + ">(" + HOSTILE + ")"
+    kernels = pd.DataFrame({"name": [name, "short_k"], "calls": [1, 2],
+                            "total_us": [3.0, 1.0], "mean_us": [3.0, 0.5],
+                            "max_us": [3.0, 0.5], "streams": ["7", "7"],
+                            "is_comm": [False, False]})
+    html = tables.kernel_table_html(kernels)
+    cells = re.findall(r'<td title="([^"]*)">([^<]*)</td>', html)
+    assert len(cells) == 1  # only the long name is cut
+    full, shown = (unescape(x) for x in cells[0])
+    assert full == name and len(shown) == tables.NAME_CHARS and shown.endswith("…")
+    assert name.startswith(shown[:-1])
+    assert HOSTILE not in html and "<td>short_k</td>" in html

@@ -15,8 +15,15 @@ import numpy as np
 import pandas as pd
 
 from torchlens.model import Trace
+from torchlens.model.words import plural
 
-from .ops import DEVICE_CATEGORIES, category_mask, name_mask, phase_mask
+from .ops import (
+    DEVICE_CATEGORIES,
+    LAUNCH_CATEGORIES,
+    category_mask,
+    name_mask,
+    phase_mask,
+)
 from .steps import merge_intervals, step_rows
 
 DATALOADER_SHARE = 0.05  # the TensorBoard plugin's own threshold
@@ -29,6 +36,8 @@ _SCALAR_READ = re.compile(r"^aten::_local_scalar_dense$")  # what .item() runs
 _ITEM = re.compile(r"^aten::item$")
 _HOST_SYNC_KINDS = re.compile(r"^(Stream Sync|Event Sync|Context Sync|Device Sync)")
 MIN_SELF_CPU_US = 1000.0  # below this, "dominant" is noise
+SLOW_STEP_RATIO = 5.0  # a step this many times the median step is an outlier
+MIN_STEPS_FOR_MEDIAN = 3  # fewer steps have no meaningful median to compare with
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,19 @@ def find_hints(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame) -> list[Hin
         _dataloader(steps),
         _gpu_idle(trace, steps),
         _syncs(trace),
+        _slow_steps(steps),
         _dominant_op(ops),
     ) if h is not None]
     return sorted(hints, key=lambda h: h.severity != "warning")
+
+
+def has_gpu(trace: Trace) -> bool:
+    """Whether the trace saw a GPU: device work, CUDA/HIP runtime calls or syncs.
+
+    The GPU hints fire only then: a CPU-only trace has none of these.
+    """
+    return bool(category_mask(trace, *DEVICE_CATEGORIES, *LAUNCH_CATEGORIES,
+                              "cuda_sync").any())
 
 
 def _dataloader(steps: pd.DataFrame) -> Hint | None:
@@ -65,7 +84,7 @@ def _dataloader(steps: pd.DataFrame) -> Hint | None:
     return Hint(
         "warning" if share >= 0.2 else "info",
         "Input pipeline takes a large share of each step",
-        f"DataLoader time is {share:.0%} of step time over {len(steps)} steps. "
+        f"DataLoader time is {share:.0%} of step time over {plural(len(steps), 'step')}. "
         "Try DataLoader(num_workers=..., pin_memory=True, persistent_workers=True) "
         "or prefetching.",
         {"dataloader_share": share, "dataloader_us": float(steps.dataloader_us.sum()),
@@ -111,12 +130,17 @@ def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Hint | None:
 def _syncs(trace: Trace) -> Hint | None:
     """Host-device synchronizations inside the steps (anywhere if no steps).
 
-    Each sync is counted once: the runtime call (``cudaStreamSynchronize``...),
+    Only where the trace saw a GPU (``has_gpu``): without one, ``.item()``
+    reads a CPU tensor and waits for nothing, so a hint about stalling "until
+    the GPU catches up" would be false. Each sync is counted once: the runtime
+    call (``cudaStreamSynchronize``...),
     or the GPU-side ``cuda_sync`` record when runtime calls were not traced
     (``Stream Wait Event`` is a device-side wait and does not block the host);
     and each ``.item()`` once, by its ``aten::_local_scalar_dense`` call.
     """
     ev = trace.events
+    if not has_gpu(trace):
+        return None
     x = phase_mask(trace, "X")
     runtime = x & category_mask(trace, "cuda_runtime") & name_mask(trace, _SYNC_RUNTIME)
     if not runtime.any():
@@ -137,16 +161,53 @@ def _syncs(trace: Trace) -> Hint | None:
     names = pd.Series(ev.text("name")[rows])
     counts = names.value_counts()
     total = float(ev["dur"][rows].sum())
-    where = f"inside {len(srows)} steps" if len(srows) else "in the trace"
+    where = f"inside {plural(len(srows), 'step')}" if len(srows) else "in the trace"
     top = ", ".join(f"{n} x{c}" for n, c in counts.head(3).items())
     return Hint(
         "warning" if len(srows) else "info",
         "Host-device synchronizations inside the loop",
-        f"{len(rows)} syncs {where} ({top}), {total / 1000:.2f} ms of host time "
+        f"{plural(len(rows), 'sync')} {where} ({top}), {total / 1000:.2f} ms of host time "
         "blocked. .item(), .cpu(), printing tensors and torch.cuda.synchronize() "
         "stall the CPU until the GPU catches up; keep values on the device or "
         "read them every N steps.",
         {"syncs": int(len(rows)), "sync_us": total, "by_name": counts.to_dict()},
+    )
+
+
+def _slow_steps(steps: pd.DataFrame) -> Hint | None:
+    """Steps taking ``SLOW_STEP_RATIO`` times the median step or more, named.
+
+    A first step is often the slow one (warm-up: lazy initialisation, cuDNN
+    autotuning, torch.compile); later ones point at a periodic cost
+    (checkpointing, logging, evaluation, a garbage collection).
+    """
+    if len(steps) < MIN_STEPS_FOR_MEDIAN:
+        return None
+    median = float(np.median(steps.dur_us))
+    if median <= 0:
+        return None
+    slow = steps[steps.dur_us >= SLOW_STEP_RATIO * median]
+    if slow.empty:
+        return None
+    worst = slow.loc[slow.dur_us.idxmax()]
+    names = ", ".join(f"#{int(s)}" for s in slow.step.head(5))
+    if len(slow) > 5:
+        names += f" and {len(slow) - 5} more"
+    first = int(steps.step.iloc[0]) in set(slow.step.astype(int))
+    why = (" The first step often pays one-time costs (lazy initialisation, cuDNN "
+           "autotuning, compilation): profile from a later step (--schedule) to "
+           "see the steady state." if first else
+           " Look in the timeline for what only that step does (checkpointing, "
+           "evaluation, logging, garbage collection).")
+    return Hint(
+        "warning",
+        f"Slow {plural(len(slow), 'step')}: {names}",
+        f"Step {names} took up to {worst.dur_us / median:.1f}x the median step "
+        f"({worst.dur_us / 1000:.2f} ms against {median / 1000:.2f} ms over "
+        f"{plural(len(steps), 'step')}).{why}",
+        {"slow_steps": [int(s) for s in slow.step], "worst_step": int(worst.step),
+         "worst_step_us": float(worst.dur_us), "median_step_us": median,
+         "ratio": float(worst.dur_us / median)},
     )
 
 

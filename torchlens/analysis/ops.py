@@ -1,16 +1,27 @@
 """Op and kernel tables from a ``Trace``: what the user reads first.
 
-Definitions (the ones ``torch.profiler``'s ``key_averages`` uses, so numbers
-agree with what users know):
+Definitions (the ones ``torch.profiler``'s ``key_averages`` and the
+TensorBoard profiler plugin use, so numbers agree with what users know):
 
 - an op is a ``cpu_op`` complete event, except ``ProfilerStep#N`` markers;
 - total CPU time of a call is its duration; self CPU time is that minus the
-  durations of its *direct* child ops on the same thread;
+  durations of its *direct* child ops and of its *direct* CUDA runtime /
+  driver calls (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cuLaunchKernel``
+  ...: ``cuda_runtime`` / ``cuda_driver`` events whose innermost enclosing op
+  on the same thread is this one). This is the plugin's ``self_host_duration``
+  (tb_plugin ``OperatorNode.fill_stats``: "From PyTorch 1.8 RC1, cpu_self_time
+  does not include runtime's time"); the runtime time is shown nowhere in the
+  op table, it is the step breakdown's ``runtime_us``;
 - device time of a call is the sum of the GPU kernel / memcpy / memset
   durations it launched itself: each GPU event is linked by ``correlation`` to
   its CUDA runtime / driver call, and that call to the innermost op enclosing
   it (by ``External id`` when the runtime call is missing). Children's device
-  time stays with the children, like the self time.
+  time stays with the children, like the self time;
+- achieved FLOP/s of a row is its FLOPs (torch's estimate, ``--flops``) over
+  the time that did them: the row's device time when the trace has GPU work
+  (the kernels the op launched itself), else its total CPU time (the whole
+  call: the arithmetic may run in a child op or library call). ``flops_basis``
+  says which.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
-              "kernels", "input_shapes", "flops", "stack"]
+              "kernels", "input_shapes", "flops", "flops_per_s", "stack"]
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
                   "is_comm"]
 
@@ -47,6 +58,7 @@ SORT_KEYS = {
     "calls": "calls",
     "kernels": "kernels",
     "flops": "flops",
+    "flops_per_s": "flops_per_s",
     "name": "name",
     "cpu_time_total": "total_cpu_us",
     "self_cpu_time_total": "self_cpu_us",
@@ -226,9 +238,10 @@ def _op_calls(trace: Trace) -> OpCalls:
 
     n_ops = len(op_rows)
     dur = ev["dur"][op_rows]
-    op_parent = parent[:n_ops]
-    child = op_parent >= 0
-    children_us = np.bincount(op_parent[child], weights=dur[child], minlength=n_ops)
+    # a child op's or runtime call's duration leaves its innermost enclosing op
+    child = parent >= 0
+    children_us = np.bincount(parent[child], weights=ev["dur"][rows][child],
+                              minlength=n_ops)
     self_us = np.maximum(dur - children_us[:n_ops], 0.0)
 
     # GPU event -> runtime call (by correlation) -> enclosing op (position)
@@ -303,8 +316,17 @@ def op_table(trace: Trace, group_by_shapes: bool = False,
                              if group_by_shapes else "")
     table["stack"] = (np.asarray(source_labels, dtype=object)[table["stack"].to_numpy()]
                       if group_by_source else "")
+    seconds = table[flops_basis(trace)].to_numpy(dtype=float) / 1e6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["flops_per_s"] = np.where(seconds > 0, table["flops"] / seconds, np.nan)
     table = table.sort_values("total_cpu_us", ascending=False, kind="stable")
     return table[OP_COLUMNS].reset_index(drop=True)
+
+
+def flops_basis(trace: Trace) -> str:
+    """The op-table column FLOP/s divide by: ``device_us`` on a GPU trace,
+    else ``total_cpu_us`` (see the module docstring)."""
+    return "device_us" if category_mask(trace, *DEVICE_CATEGORIES).any() else "total_cpu_us"
 
 
 def _aggregate(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

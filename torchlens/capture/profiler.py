@@ -5,6 +5,14 @@ into a ``Profile``. Tables are built from the exported Kineto trace, never from
 ``prof.events()`` / ``key_averages()``: those cost 40-100 us per event in
 Python, while ``export_chrome_trace`` writes 100k events in about 0.2 s.
 
+FLOPs (``with_flops``): torch estimates them per op call (matmul, addmm,
+conv, add, mul...: ``torch.autograd.profiler_util`` / the op's flop formula)
+but the Kineto JSON that torch 2.x exports leaves them out. They are read from
+the profiler's raw results instead (``kineto_results.events()``, about 10 us
+per event, only when FLOPs were asked for; ``prof.events()`` would cost
+40-100 us per event) and written into the trace table's ``flops`` column,
+matched by the op's correlation id, which is the trace's ``External id``.
+
 Steps: code marks the end of each training step with ``torchlens.step()``
 (a no-op outside a capture, so the same code runs unchanged without the
 profiler). Each call advances ``prof.step()``, which makes the profiler emit
@@ -60,6 +68,8 @@ class ProfilerCapture:
         self._traces: list[bytes] = []
         self._steps = 0
         self._timings: dict[str, float] = {}
+        self._flops: dict[int, float] = {}  # External id -> FLOPs, last trace
+        self._own_s = 0.0  # time our on_trace_ready took, since it was last read
 
     def _activities(self) -> tuple[list[Any], list[str]]:
         import torch
@@ -83,7 +93,14 @@ class ProfilerCapture:
     def _on_trace_ready(self, prof: Any) -> None:
         t0 = time.perf_counter()
         self._traces.append(_export(prof))
-        self._timings["export_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self._timings["export_s"] = t1 - t0
+        if self.options.with_flops:
+            self._flops = op_flops(prof.profiler.kineto_results.events())
+            self._timings["flops_s"] = time.perf_counter() - t1
+        # ours, not the profiler's: left out of the start/stop time of the
+        # step() or __exit__ call it ran inside (with a schedule, a step())
+        self._own_s += time.perf_counter() - t0
 
     def __enter__(self) -> ProfilerCapture:
         import torch.profiler as tp
@@ -121,20 +138,26 @@ class ProfilerCapture:
         return self
 
     def step(self) -> None:
+        """``prof.step()``; with a schedule, this is where the profiler starts
+        and stops recording, so its time counts as profiler start/stop time."""
         self._steps += 1
+        self._own_s = 0.0
+        t0 = time.perf_counter()
         self._prof.step()
+        spent = time.perf_counter() - t0 - self._own_s
+        self._timings["steps_s"] = self._timings.get("steps_s", 0.0) + spent
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         wall = time.perf_counter() - self._wall0
         if _active and _active[-1] is self:
             _active.pop()
+        self._own_s = 0.0
         t0 = time.perf_counter()
         try:
             self._prof.__exit__(None, None, None)
         finally:
             self._quiet.__exit__(None, None, None)
-        t1 = time.perf_counter()
-        self._timings["stop_s"] = t1 - t0 - self._timings.get("export_s", 0.0)
+        self._timings["stop_s"] = time.perf_counter() - t0 - self._own_s
         self.profile = self._build(wall, exc)
         return False
 
@@ -152,6 +175,13 @@ class ProfilerCapture:
                     # torch opens ProfilerStep#N at the Nth step() call: that last
                     # span is the code after the final step, not a step.
                     traces["main"].meta["tail_step"] = f"ProfilerStep#{self._steps}"
+                if self.options.with_flops:
+                    n = fill_flops(traces["main"], self._flops)
+                    if n == 0:
+                        unmeasured.append(
+                            "FLOPs: torch estimated none for the ops this cell ran "
+                            "(it counts matrix multiplies, convolutions and a few "
+                            "elementwise ops); the FLOPs and FLOP/s columns are empty")
             except InputError as err:
                 # e.g. a cell that ran no torch op: say so, keep the cell's own error
                 unmeasured.append(f"no profiler events to show: {err}")
@@ -169,7 +199,8 @@ class ProfilerCapture:
             # a column the user asked the profiler to record is one they want to see
             display=OpDisplay(shapes=o.record_shapes, stack=o.with_stack, flops=o.with_flops),
             recorded=o, timings=dict(self._timings),
-            profiler_overhead_s=self._timings.get("start_s", 0.0) + self._timings.get("stop_s", 0.0),
+            profiler_overhead_s=sum(self._timings.get(k, 0.0)
+                                    for k in ("start_s", "stop_s", "steps_s")),
             steps_marked=self._steps)
         return Profile(
             kind="torchprof",
@@ -184,6 +215,47 @@ class ProfilerCapture:
             error=error_record(exc),
             attachments=attachments,
         )
+
+
+def op_flops(events: Any) -> dict[int, float]:
+    """External id -> FLOPs of each op call torch estimated FLOPs for.
+
+    ``events`` are the profiler's raw ``_KinetoEvent`` objects: their
+    ``correlation_id()`` is the ``External id`` the exported trace gives the op.
+    """
+    out = {}
+    for e in events:
+        flops = e.flops()
+        if flops:
+            out[int(e.correlation_id())] = float(flops)
+    return out
+
+
+def fill_flops(trace: Any, flops: dict[int, float]) -> int:
+    """Write ``flops`` (External id -> FLOPs) into the ops of ``trace``'s table.
+
+    Only ``cpu_op`` rows take them (runtime calls and kernels carry their op's
+    External id too) and only where the trace itself has none. Returns the
+    number of op calls given FLOPs.
+    """
+    import numpy as np
+
+    ev = trace.events
+    column = ev["flops"].copy()
+    if not flops:
+        return int(np.isfinite(column).sum())
+    cats = ev.categories["cat"]
+    is_op = ev["cat"] == (cats.index("cpu_op") if "cpu_op" in cats else -2)
+    keys = np.fromiter(flops, np.int64, len(flops))
+    values = np.fromiter(flops.values(), np.float64, len(flops))
+    order = np.argsort(keys)
+    keys, values = keys[order], values[order]
+    ext = ev["external_id"]
+    pos = np.clip(np.searchsorted(keys, ext), 0, len(keys) - 1)
+    hit = is_op & (ext >= 0) & (keys[pos] == ext) & np.isnan(column)
+    column[hit] = values[pos[hit]]
+    ev.columns["flops"] = column
+    return int(np.isfinite(column).sum())
 
 
 @cache

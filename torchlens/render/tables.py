@@ -53,6 +53,12 @@ def fmt_flops(value: Any) -> str:
     return f"{v:,.0f} FLOP"
 
 
+def fmt_flop_rate(value: Any) -> str:
+    """Achieved FLOP/s with an SI prefix; blank where unknown."""
+    text = fmt_flops(value)
+    return f"{text}/s" if text else ""
+
+
 def fmt_int(value: Any) -> str:
     return f"{int(value):,}"
 
@@ -65,6 +71,18 @@ class Column:
     label: str
     fmt: Callable[[Any], str] = str
     numeric: bool = True
+    #: text longer than this is cut, with the whole text on hover (``title``)
+    max_chars: int | None = None
+
+
+#: Where long names are cut: C++ kernel names run to 300+ characters and once
+#: made the report 13,700 px wide; the cut ones keep their text on hover.
+NAME_CHARS = 90
+
+
+def shorten(text: str, limit: int | None) -> str:
+    """``text``, or its first ``limit - 1`` characters and "…" when longer."""
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def html_table(
@@ -77,12 +95,15 @@ def html_table(
         for c in columns:
             value = row.get(c.key)
             if value is None:
-                out.append((c.numeric, "-1e308", ""))
+                out.append((c.numeric, "-1e308", "", ""))
             elif c.numeric:
                 raw = float(value)
-                out.append((True, repr(raw) if math.isfinite(raw) else "-1e308", c.fmt(value)))
+                out.append((True, repr(raw) if math.isfinite(raw) else "-1e308",
+                            c.fmt(value), ""))
             else:
-                out.append((False, None, c.fmt(value)))
+                text = c.fmt(value)
+                short = shorten(text, c.max_chars)
+                out.append((False, None, short, text if short != text else ""))
         cells.append(out)
     return html.render("table.html.j2", classes=f"tl-sort {css_class}".strip(),
                        labels=[c.label for c in columns], rows=cells)
@@ -91,7 +112,7 @@ def html_table(
 def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     """The op table's columns as chosen by the profile's display options and the trace."""
     cols = [
-        Column("name", "op", str, numeric=False),
+        Column("name", "op", str, numeric=False, max_chars=NAME_CHARS),
         Column("calls", "calls", fmt_int),
         Column("self_cpu_us", "self CPU", fmt_us),
         Column("total_cpu_us", "total CPU", fmt_us),
@@ -99,9 +120,13 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     if has_gpu:
         cols += [Column("device_us", "device time", fmt_us), Column("kernels", "kernels", fmt_int)]
     if display.shapes:
-        cols.append(Column("input_shapes", "input shapes", str, numeric=False))
+        cols.append(Column("input_shapes", "input shapes", str, numeric=False,
+                           max_chars=NAME_CHARS))
     if display.flops:
-        cols.append(Column("flops", "FLOPs", fmt_flops))
+        # the time FLOP/s divide by (analysis.ops.flops_basis), named in the header
+        basis = "device time" if has_gpu else "total CPU"
+        cols += [Column("flops", "FLOPs", fmt_flops),
+                 Column("flops_per_s", f"FLOP/s ({basis})", fmt_flop_rate)]
     if display.stack:
         cols.append(Column("stack", "source (your code)", str, numeric=False))
     return cols
@@ -116,7 +141,7 @@ def op_table_html(ops: Any, shown: Any, display: OpDisplay, has_gpu: bool) -> Ma
 
 
 KERNEL_COLUMNS = [
-    Column("name", "kernel", str, numeric=False),
+    Column("name", "kernel", str, numeric=False, max_chars=NAME_CHARS),
     Column("calls", "calls", fmt_int),
     Column("total_us", "total", fmt_us),
     Column("mean_us", "mean", fmt_us),
@@ -148,10 +173,21 @@ STEP_COLUMNS = [
 ]
 
 
-def step_table_html(steps: Any) -> Markup:
-    """Per-step time breakdown (TensorBoard profiler plugin definitions)."""
-    cols = [c for c in STEP_COLUMNS if c.key in steps.columns]
-    return html.render("steps.html.j2",
+#: Step columns only a trace with GPU activity can fill: hidden on a CPU trace,
+#: where they would be zero in every row.
+GPU_STEP_COLUMNS = ("kernel_us", "memcpy_us", "memset_us", "runtime_us", "comm_us")
+
+
+def step_columns(has_gpu: bool) -> list[Column]:
+    """The step table's columns: without GPU activity, not the GPU roles."""
+    return [c for c in STEP_COLUMNS if has_gpu or c.key not in GPU_STEP_COLUMNS]
+
+
+def step_table_html(steps: Any, has_gpu: bool = True, chart: Markup | None = None) -> Markup:
+    """Per-step time breakdown (TensorBoard profiler plugin definitions), under
+    ``chart`` (the slot of its stacked bar chart) when given."""
+    cols = [c for c in step_columns(has_gpu) if c.key in steps.columns]
+    return html.render("steps.html.j2", has_gpu=has_gpu, chart=chart,
                        table=html_table(steps.to_dict("records"), cols, "steps"))
 
 
@@ -159,11 +195,36 @@ def _field(hint: Any, name: str) -> Any:
     return hint.get(name) if isinstance(hint, Mapping) else getattr(hint, name, None)
 
 
+def evidence_text(evidence: Any) -> Any:
+    """A hint's figures as people read them: ``*_share`` as a percentage,
+    ``*_us`` as a duration (the suffix dropped from the name), counts with
+    thousands separators; nested mappings (counts by name) likewise."""
+    if not isinstance(evidence, Mapping):
+        return evidence
+    out: dict[str, Any] = {}
+    for key, value in evidence.items():
+        name = str(key)
+        if isinstance(value, Mapping):
+            out[name.replace("_", " ")] = evidence_text(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            out[name.replace("_", " ")] = value
+        elif name.endswith("_share"):
+            out[name.replace("_", " ")] = f"{float(value):.1%}"
+        elif name.endswith("_us"):
+            out[name[:-3].replace("_", " ")] = fmt_us(value)
+        elif isinstance(value, int) or float(value).is_integer():
+            out[name.replace("_", " ")] = fmt_int(value)
+        else:
+            out[name.replace("_", " ")] = f"{float(value):,.3g}"
+    return out
+
+
 def hints_html(hints: list[Any]) -> Markup:
     """Plain-language hints, most severe first as analysis ordered them."""
     return html.render("hints.html.j2", hints=[
         {"severity": str(_field(h, "severity") or "info"), "title": str(_field(h, "title") or ""),
-         "detail": str(_field(h, "detail") or ""), "evidence": _field(h, "evidence")}
+         "detail": str(_field(h, "detail") or ""),
+         "evidence": evidence_text(_field(h, "evidence"))}
         for h in hints])
 
 

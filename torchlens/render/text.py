@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..analysis.traces import TraceAnalysis, TraceView
 from ..model import Profile
+from ..model.words import plural
 from . import tables
 
 
@@ -19,7 +20,7 @@ def _us(value: float | None) -> str:
 def summary_line(profile: Profile, analysis: TraceAnalysis) -> str:
     """One line: wall time, events, profiler overhead, top op."""
     s = analysis.summary
-    parts = [f"wall {_us(s.wall_us)}", f"{s.n_events:,} events",
+    parts = [f"wall {_us(s.wall_us)}", plural(s.n_events, "event"),
              f"profiler start/stop {_us(s.profiler_overhead_us)}"]
     if s.top_op:
         parts.append(f"top op {s.top_op} ({s.top_op_share:.0%} of self CPU)")

@@ -39,6 +39,7 @@ from bokeh.plotting import figure
 
 from ..analysis.ops import open_before, sweep_order
 from ..model import Trace
+from ..model.words import plural
 
 WIDTH_PX = 1200  # plot width at full zoom-out; the decimation grid
 MAX_KEPT = 8000  # individual events drawn over the whole plot
@@ -302,7 +303,7 @@ def _figure(
         k: np.concatenate(v).astype(float) if k in _NUMERIC else _Texts(np.concatenate(v))
         for k, v in cols.items()
     })
-    caption = f"{title}: {stats.events:,} events in {stats.lanes} lanes"
+    caption = f"{title}: {plural(stats.events, 'event')} in {plural(stats.lanes, 'lane')}"
     if stats.merged_events:
         caption += (
             f"; {stats.merged_events:,} short events merged into "

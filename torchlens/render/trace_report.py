@@ -13,6 +13,7 @@ from ..analysis.traces import TraceAnalysis, TraceView
 from ..model import Profile
 from . import html, tables
 from .report import section
+from .steps_chart import build_step_chart
 from .text import summary_line
 from .timeline import build_timeline
 
@@ -29,7 +30,11 @@ def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[Mar
                            tables.kernel_table_html(view.kernels, view.display.top),
                            f"kernels-{view.key}"))
     if len(view.steps):
-        out.append(section(f"{prefix}Step breakdown", tables.step_table_html(view.steps),
+        chart = build_step_chart(view.steps, view.has_gpu, f"{prefix}Step breakdown".strip())
+        slot = html.figure_slot(len(figures))
+        figures.append(chart)
+        out.append(section(f"{prefix}Step breakdown",
+                           tables.step_table_html(view.steps, view.has_gpu, slot),
                            f"steps-{view.key}"))
     fig, _ = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
     if fig is None:
