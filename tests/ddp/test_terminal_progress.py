@@ -16,7 +16,8 @@ SESSION = """\
 %load_ext torchlens
 import torch.distributed as dist, torch
 def step(rank, world_size):
-    t = torch.ones(2); dist.all_reduce(t)
+    import time
+    t = torch.ones(2); dist.all_reduce(t); time.sleep(1.5)  # long enough for a heartbeat
 
 %ddp_check step --world-size 2 --backend gloo --steps 1 --timeout 60
 print("DONE")
