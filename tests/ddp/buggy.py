@@ -114,3 +114,18 @@ def one_rank_skips(rank, world_size):
     if rank != 1:  # rank 1 alone skips this all_reduce
         dist.all_reduce(torch.ones(4))
     dist.broadcast(torch.ones(2), src=0)
+
+
+def gathers_and_scatters(rank, world_size):
+    """Correct: the tensor forms of all_gather and reduce_scatter (c10d calls
+    them _allgather_base / _reduce_scatter_base, behind deprecation wrappers)."""
+    out = torch.empty(4 * world_size)
+    dist.all_gather_into_tensor(out, torch.ones(4))  # gathered here
+    dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world_size))  # scattered here
+
+
+def gather_or_scatter(rank, world_size):
+    if rank == 0:
+        dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.ones(4))  # rank 0
+    else:
+        dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))  # rank 1

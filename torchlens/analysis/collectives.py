@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..formats.fingerprints import first_difference
+from ..formats.locations import split_location
 
 
 def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
@@ -26,16 +27,15 @@ def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
 
 
 def _went_ahead(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    """Did this rank issue its collective from a later line of the same file?
+    """Did this rank issue its collective from a later line of the same file (or cell)?
 
     When a rank skips a collective, its next one comes from further down the
     code than the peer's, which is all a --strict run (stopped at the first
     divergence) can show.
     """
-    a, b = str(mine.get("line") or ""), str(theirs.get("line") or "")
-    fa, _, la = a.rpartition(":")
-    fb, _, lb = b.rpartition(":")
-    return bool(fa) and fa == fb and la.isdigit() and lb.isdigit() and int(la) > int(lb)
+    fa, la = split_location(str(mine.get("line") or ""))
+    fb, lb = split_location(str(theirs.get("line") or ""))
+    return bool(fa) and fa == fb and la is not None and lb is not None and la > lb
 
 
 def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
