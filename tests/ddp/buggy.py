@@ -111,9 +111,20 @@ def last_rank_diverges(rank, world_size):
 
 
 def one_rank_skips(rank, world_size):
+    t = torch.ones(4)
     if rank != 1:  # rank 1 alone skips this all_reduce
-        dist.all_reduce(torch.ones(4))
-    dist.broadcast(torch.ones(2), src=0)
+        dist.all_reduce(t)
+    dist.all_reduce(t)  # gloo pairs rank 1's with the others' skipped one
+    dist.broadcast(t, src=0)
+
+
+def skips_lookalike(rank, world_size):
+    """A skip the sequences show: rank 1's first all_reduce is rank 0's second."""
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t)  # rank 1 skips this all_reduce
+    dist.all_reduce(t)  # gloo pairs rank 1's with rank 0's skipped one
+    dist.broadcast(t, src=0)
 
 
 def gathers_and_scatters(rank, world_size):

@@ -91,6 +91,9 @@ def test_strict_names_the_mismatch_on_every_rank(fn, what):
         assert item.details["ops"] == {0: "all_reduce", 1: "broadcast"}
         assert "rank 0: #0 all_reduce float32[4]" in item.evidence
         assert "rank 1: #0 broadcast float32[4]" in item.evidence
+        # a plain op mismatch: the ops differ, nobody is said to have skipped one
+        assert "the ranks issued different ops" in item.evidence
+        assert "skipped" not in item.evidence and item.details["skipped"] == []
     assert result.records.outcome == "mismatch"
     assert result.item("crashed worker").status == "not applicable"
     assert time.monotonic() - start < 120
@@ -105,11 +108,26 @@ def test_shape_mismatch_without_strict_is_still_named():
 
 
 def test_rank_skipping_a_collective():
+    """The skip shows in the next collectives: rank 1's #0 is rank 0's #1."""
+    result = run(buggy.skips_lookalike, strict=True)
+    item = result.item("collective sequence")
+    assert item.status == "failed"
+    assert item.details["index"] == 1 and item.details["skipped"] == [1]
+    assert item.details["skips"][1]["index"] == 0
+    fn = buggy.skips_lookalike
+    assert (f"rank 1 skipped a collective: it never issued rank 0's #0 all_reduce float32[4] "
+            f"at {line_of(fn, 'rank 1 skips this')}; its own #0 is rank 0's #1") in item.evidence
+
+
+def test_a_skip_that_only_looks_like_an_op_mismatch_is_not_called_one():
+    """--strict stops skips_collective at #0: all the evidence says is that the
+    ops differ (as for op_mismatch), not which rank skipped what."""
     result = run(buggy.skips_collective, strict=True)
     item = result.item("collective sequence")
     assert item.status == "failed"
-    assert item.details["index"] == 0 and item.details["skipped"] == [1]
-    assert "rank 1 skipped a collective" in item.evidence
+    assert item.details["index"] == 0 and item.details["skipped"] == []
+    assert "the ranks issued different ops" in item.evidence
+    assert "skipped" not in item.evidence
 
 
 def test_strict_peer_that_finished_without_a_collective():
@@ -156,6 +174,15 @@ def test_hang_names_the_waiting_rank_and_stacks():
     assert result.records.outcome == "hang"
     stacks = hang.details["stacks"]
     assert "hangs" in stacks[1] and "buggy.py" in stacks[1]  # rank 1 sits in time.sleep
+    # the hang points at the rank holding the others up, and where it is
+    assert hang.details["behind"] == [1] and hang.details["waiting"] == [0]
+    assert f"now at {line_of(buggy.hangs, 'time.sleep(600)')} in hangs" in hang.evidence
+    assert hang.advice.startswith("rank 1 never reached the collective that rank 0 wait")
+    for name in ("environment", "communication"):  # stopped, not crashed: see the hang
+        item = result.item(name)
+        assert item.status == "not applicable" and item.advice == "see the hang line"
+        assert "stopped by the hang detector" in item.evidence
+    assert "before the hang detector stopped them" in result.item("crashed worker").evidence
     assert time.monotonic() - start < 60
 
 
@@ -234,8 +261,9 @@ def test_four_ranks_one_skipping_a_collective_is_named():
     result = run(buggy.one_rank_skips, world_size=4, strict=True, timeout=90)
     item = result.item("collective sequence")
     assert item.status == "failed"
-    assert item.details["index"] == 0 and item.details["skipped"] == [1]
-    assert "rank 1 skipped a collective" in item.evidence
+    assert item.details["index"] == 1 and item.details["skipped"] == [1]
+    assert item.details["skips"][1]["index"] == 0
+    assert "rank 1 skipped a collective: it never issued rank 0's #0 all_reduce" in item.evidence
     assert len(result.records.ranks) == 4
 
 

@@ -26,7 +26,6 @@ _NOT_USER = (
 )
 _IPY_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
 _IPYKERNEL = re.compile(r"/ipykernel_\d+/\d+\.py$")
-_CELL_LABEL = re.compile(r"^(cell(?: \[\d+\])?) line (\d+)$")
 
 #: file name -> execution count of the cell compiled under that name
 CellNames = Mapping[str, int]
@@ -71,12 +70,3 @@ def location_label(filename: str, line: int | str | None,
     if _IPYKERNEL.search(fn):
         return f"cell line {line}"
     return f"{fn}:{line}"
-
-
-def split_location(label: str) -> tuple[str, int | None]:
-    """(where, line) of a ``location_label``: ``("cell [3]", 7)``, ``("a.py", 12)``."""
-    m = _CELL_LABEL.match(label or "")
-    if m:
-        return m.group(1), int(m.group(2))
-    where, _, line = (label or "").rpartition(":")
-    return (where, int(line)) if where and line.isdigit() else (label or "", None)
