@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..formats.fingerprints import describe_collective
-from ..formats.locations import is_user_file, location_label
+from ..formats.locations import CellNames, is_user_file, label_cells_in, location_label
 from ..model import DdpRun
 from .collectives import sequence_divergence
 
@@ -204,7 +204,7 @@ def _ended_how(rec: DdpRun) -> dict[int, str]:
 _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
-def _user_frame_in(stack: str) -> str:
+def _user_frame_in(stack: str, cells: CellNames | None = None) -> str:
     """The innermost frame of the user's own code in a faulthandler dump, or ''.
 
     faulthandler writes the most recent call first; the worker's own threads
@@ -213,7 +213,7 @@ def _user_frame_in(stack: str) -> str:
     """
     for m in _STACK_FRAME.finditer(stack or ""):
         if is_user_file(m.group(1)):
-            return f"{location_label(m.group(1), m.group(2))} in {m.group(3)}"
+            return f"{location_label(m.group(1), m.group(2), cells)} in {m.group(3)}"
     return ""
 
 
@@ -224,7 +224,7 @@ def check_hang(rec: DdpRun) -> CheckItem:
             return CheckItem("hang", NA, "the run was interrupted before it could be judged")
         return CheckItem("hang", PASSED, "every rank kept making progress until it ended")
     statuses = [st or {} for st in hang.get("status") or []]
-    stacks = hang.get("stacks") or []
+    stacks = [label_cells_in(st, rec.cells) for st in hang.get("stacks") or []]
     counts = [int(st.get("collectives") or 0) for st in statuses]
     # The rank(s) holding the others up have issued fewer collectives than
     # the rest, which wait in the one the laggards never reached. (Whether a
@@ -237,7 +237,8 @@ def check_hang(rec: DdpRun) -> CheckItem:
     for r, st in enumerate(statuses):
         last = st.get("last")
         phase = st.get("phase", "?")
-        where = _user_frame_in(stacks[r] if r < len(stacks) else "")
+        where = _user_frame_in((hang.get("stacks") or [])[r] if r < len(stacks) else "",
+                               rec.cells)
         at = f", now at {where}" if where else ""
         if last:
             parts.append(f"rank {r} is stuck at or after {describe_collective(last)} "
@@ -425,7 +426,7 @@ def check_crash(rec: DdpRun) -> CheckItem:
         advice = ("which rank failed first is not known (a rank's time is missing): fix the "
                   "error that is not about a closed connection or a timeout first")
     return CheckItem("crashed worker", FAILED, "; ".join(parts), advice,
-                     {"traceback": tb, "first": first if timed else None,
+                     {"traceback": label_cells_in(tb, rec.cells), "first": first if timed else None,
                       "ranks": [r for _, r, _ in failures]})
 
 

@@ -70,3 +70,16 @@ def location_label(filename: str, line: int | str | None,
     if _IPYKERNEL.search(fn):
         return f"cell line {line}"
     return f"{fn}:{line}"
+
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def label_cells_in(text: str, cells: CellNames | None = None) -> str:
+    """A traceback or faulthandler dump with each cell's ``File "<temp>", line L``
+    written ``cell [N] line L``; other files are left as they are."""
+    def label(m: re.Match[str]) -> str:
+        fn = m.group(1)
+        return location_label(fn, m.group(2), cells) if is_cell(fn) else m.group(0)
+
+    return _FILE_LINE.sub(label, text or "")

@@ -166,6 +166,8 @@ class DdpRun:
     killed: list[int] = field(default_factory=list)
     hang: dict[str, Any] | None = None
     memory_peak: list[dict[str, Any]] = field(default_factory=list)
+    #: the kernel's cell file names -> In[N], to name cells in stacks and tracebacks
+    cells: dict[str, int] = field(default_factory=dict)
 
 
 Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun

@@ -294,6 +294,7 @@ class DdpLauncher:
             "ended_at": list(self.ended_at),
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
             "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
+            "cells": dict(self.job.get("cells") or {}),
         }
 
     def _log_tail(self, rank: int, limit: int = 4000) -> str:
