@@ -111,6 +111,32 @@ def last_rank_diverges(rank, world_size):
 
 
 def one_rank_skips(rank, world_size):
+    t = torch.ones(4)
     if rank != 1:  # rank 1 alone skips this all_reduce
-        dist.all_reduce(torch.ones(4))
-    dist.broadcast(torch.ones(2), src=0)
+        dist.all_reduce(t)
+    dist.all_reduce(t)  # gloo pairs rank 1's with the others' skipped one
+    dist.broadcast(t, src=0)
+
+
+def skips_lookalike(rank, world_size):
+    """A skip the sequences show: rank 1's first all_reduce is rank 0's second."""
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t)  # rank 1 skips this all_reduce
+    dist.all_reduce(t)  # gloo pairs rank 1's with rank 0's skipped one
+    dist.broadcast(t, src=0)
+
+
+def gathers_and_scatters(rank, world_size):
+    """Correct: the tensor forms of all_gather and reduce_scatter (c10d calls
+    them _allgather_base / _reduce_scatter_base, behind deprecation wrappers)."""
+    out = torch.empty(4 * world_size)
+    dist.all_gather_into_tensor(out, torch.ones(4))  # gathered here
+    dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world_size))  # scattered here
+
+
+def gather_or_scatter(rank, world_size):
+    if rank == 0:
+        dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.ones(4))  # rank 0
+    else:
+        dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))  # rank 1

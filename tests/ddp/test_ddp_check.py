@@ -47,7 +47,7 @@ def test_correct_ddp_step_passes_every_check(tmp_path):
     seq = result.item("collective sequence")
     assert "every rank issued the same collectives" in seq.evidence
     coll = result.collectives()
-    assert {"allreduce", "broadcast"} <= set(coll["op"])  # DDP's own bucket all_reduce too
+    assert {"all_reduce", "broadcast"} <= set(coll["op"])  # DDP's own bucket all_reduce too
     assert (coll["line"].str.contains("buggy.py")).all()
     for r in (0, 1):  # every comparison stayed in shared memory: no digest differed
         stats = result.records.ranks[r]["strict"]
@@ -81,16 +81,19 @@ def test_strict_names_the_mismatch_on_every_rank(fn, what):
         assert err["diagnosis"]["index"] == 0 and err["diagnosis"]["missing"] == []
         assert result.records.ranks[r]["strict"]["via_store"] == 1
         if what == "op":
-            assert (f"rank 0: #0 allreduce float32[4] at "
+            assert (f"rank 0: #0 all_reduce float32[4] at "
                     f"{line_of(fn, 'dist.all_reduce(t)')}") in err["message"]
             assert (f"rank 1: #0 broadcast float32[4] at "
                     f"{line_of(fn, 'dist.broadcast(t')}") in err["message"]
         else:
             assert f"at {line_of(fn, 'dist.all_reduce(')}" in err["message"]
     if what == "op":
-        assert item.details["ops"] == {0: "allreduce", 1: "broadcast"}
-        assert "rank 0: #0 allreduce float32[4]" in item.evidence
+        assert item.details["ops"] == {0: "all_reduce", 1: "broadcast"}
+        assert "rank 0: #0 all_reduce float32[4]" in item.evidence
         assert "rank 1: #0 broadcast float32[4]" in item.evidence
+        # a plain op mismatch: the ops differ, nobody is said to have skipped one
+        assert "the ranks issued different ops" in item.evidence
+        assert "skipped" not in item.evidence and item.details["skipped"] == []
     assert result.records.outcome == "mismatch"
     assert result.item("crashed worker").status == "not applicable"
     assert time.monotonic() - start < 120
@@ -105,11 +108,26 @@ def test_shape_mismatch_without_strict_is_still_named():
 
 
 def test_rank_skipping_a_collective():
+    """The skip shows in the next collectives: rank 1's #0 is rank 0's #1."""
+    result = run(buggy.skips_lookalike, strict=True)
+    item = result.item("collective sequence")
+    assert item.status == "failed"
+    assert item.details["index"] == 1 and item.details["skipped"] == [1]
+    assert item.details["skips"][1]["index"] == 0
+    fn = buggy.skips_lookalike
+    assert (f"rank 1 skipped a collective: it never issued rank 0's #0 all_reduce float32[4] "
+            f"at {line_of(fn, 'rank 1 skips this')}; its own #0 is rank 0's #1") in item.evidence
+
+
+def test_a_skip_that_only_looks_like_an_op_mismatch_is_not_called_one():
+    """--strict stops skips_collective at #0: all the evidence says is that the
+    ops differ (as for op_mismatch), not which rank skipped what."""
     result = run(buggy.skips_collective, strict=True)
     item = result.item("collective sequence")
     assert item.status == "failed"
-    assert item.details["index"] == 0 and item.details["skipped"] == [1]
-    assert "rank 1 skipped a collective" in item.evidence
+    assert item.details["index"] == 0 and item.details["skipped"] == []
+    assert "the ranks issued different ops" in item.evidence
+    assert "skipped" not in item.evidence
 
 
 def test_strict_peer_that_finished_without_a_collective():
@@ -120,7 +138,7 @@ def test_strict_peer_that_finished_without_a_collective():
     assert "collective #1" in err["message"]
     assert "rank 1: never issued collective #1 (finished without it)" in err["message"]
     line = line_of(buggy.stops_early, "rank 1 returns without")
-    assert f"rank 0: #1 allreduce float32[4] at {line}" in err["message"]
+    assert f"rank 0: #1 all_reduce float32[4] at {line}" in err["message"]
     assert result.records.ranks[0]["strict"]["late"] >= 1
     assert result.records.ranks[1]["error"] is None
     # named as soon as rank 1's result appeared, not when --timeout (60 s) ran out
@@ -142,7 +160,7 @@ def test_strict_hang_removes_the_board():
     if err is not None:  # --strict's own deadline fired before the hang detector
         assert "rank 1: never issued collective #0 (did not reach it)" in err["message"]
     else:
-        assert "rank 0 is stuck at or after #0 allreduce" in result.item("hang").evidence
+        assert "rank 0 is stuck at or after #0 all_reduce" in result.item("hang").evidence
 
 
 @pytest.mark.slow
@@ -151,11 +169,20 @@ def test_hang_names_the_waiting_rank_and_stacks():
     result = run(buggy.hangs, timeout=3)
     hang = result.item("hang")
     assert hang.status == "failed"
-    assert "rank 0 is stuck at or after #0 allreduce" in hang.evidence
+    assert "rank 0 is stuck at or after #0 all_reduce" in hang.evidence
     assert "rank 1 has issued no collective" in hang.evidence
     assert result.records.outcome == "hang"
     stacks = hang.details["stacks"]
     assert "hangs" in stacks[1] and "buggy.py" in stacks[1]  # rank 1 sits in time.sleep
+    # the hang points at the rank holding the others up, and where it is
+    assert hang.details["behind"] == [1] and hang.details["waiting"] == [0]
+    assert f"now at {line_of(buggy.hangs, 'time.sleep(600)')} in hangs" in hang.evidence
+    assert hang.advice.startswith("rank 1 never reached the collective that rank 0 wait")
+    for name in ("environment", "communication"):  # stopped, not crashed: see the hang
+        item = result.item(name)
+        assert item.status == "not applicable" and item.advice == "see the hang line"
+        assert "stopped by the hang detector" in item.evidence
+    assert "before the hang detector stopped them" in result.item("crashed worker").evidence
     assert time.monotonic() - start < 60
 
 
@@ -164,7 +191,7 @@ def test_op_mismatch_without_strict_hangs_and_is_named():
     result = run(buggy.op_mismatch, timeout=3)
     assert result.item("hang").status == "failed"
     item = result.item("collective sequence")
-    assert item.status == "failed" and item.details["ops"] == {0: "allreduce", 1: "broadcast"}
+    assert item.status == "failed" and item.details["ops"] == {0: "all_reduce", 1: "broadcast"}
 
 
 def test_drifting_parameters():
@@ -213,7 +240,7 @@ def test_three_ranks_only_the_last_diverges_and_is_named_on_every_rank():
     result = run(buggy.last_rank_diverges, world_size=3, strict=True, timeout=60)
     item = result.item("collective sequence")
     assert item.status == "failed" and item.details["index"] == 1
-    assert item.details["ops"] == {0: "allreduce", 1: "allreduce", 2: "broadcast"}
+    assert item.details["ops"] == {0: "all_reduce", 1: "all_reduce", 2: "broadcast"}
     line = line_of(buggy.last_rank_diverges, "the last rank alone broadcasts")
     for r in (0, 1, 2):
         err = result.records.ranks[r]["error"]
@@ -234,8 +261,9 @@ def test_four_ranks_one_skipping_a_collective_is_named():
     result = run(buggy.one_rank_skips, world_size=4, strict=True, timeout=90)
     item = result.item("collective sequence")
     assert item.status == "failed"
-    assert item.details["index"] == 0 and item.details["skipped"] == [1]
-    assert "rank 1 skipped a collective" in item.evidence
+    assert item.details["index"] == 1 and item.details["skipped"] == [1]
+    assert item.details["skips"][1]["index"] == 0
+    assert "rank 1 skipped a collective: it never issued rank 0's #0 all_reduce" in item.evidence
     assert len(result.records.ranks) == 4
 
 
@@ -269,3 +297,53 @@ def test_the_live_view_is_built_once_the_ranks_are_spawned():
     assert rec["outcome"] == "finished"
     assert seen == [2] and isinstance(sink.inner, Inner)
     assert_clean(rec)
+
+
+def test_tensor_gather_and_scatter_read_as_the_user_wrote_them():
+    """torch 2.13 routes them through c10d::_allgather_base_ / _reduce_scatter_base_
+    and typing_extensions' deprecation wrapper: the user sees neither."""
+    result = run(buggy.gathers_and_scatters, strict=True)
+    assert result.ok, result.checklist
+    coll = result.collectives()
+    for r in (0, 1):
+        mine = coll[coll["rank"] == r]
+        user = mine[mine["line"].str.contains("buggy.py")]
+        assert list(user["op"]) == ["all_gather_into_tensor", "reduce_scatter_tensor"]
+        assert list(user["line"]) == [line_of(buggy.gathers_and_scatters, "# gathered here"),
+                                      line_of(buggy.gathers_and_scatters, "# scattered here")]
+    assert not coll["line"].str.contains("typing_extensions|site-packages").any()
+    assert not coll["op"].str.startswith("_").any()
+
+
+def test_gather_against_scatter_names_both_public_calls_and_lines():
+    result = run(buggy.gather_or_scatter, strict=True)
+    item = result.item("collective sequence")
+    assert item.details["ops"] == {0: "all_gather_into_tensor", 1: "reduce_scatter_tensor"}
+    fn = buggy.gather_or_scatter
+    assert (f"rank 0: #0 all_gather_into_tensor float32[8], float32[4] at "
+            f"{line_of(fn, '# rank 0')}") in item.evidence
+    assert (f"rank 1: #0 reduce_scatter_tensor float32[4], float32[8] at "
+            f"{line_of(fn, '# rank 1')}") in item.evidence
+    for r in (0, 1):
+        assert "_base" not in result.records.ranks[r]["error"]["message"]
+        assert "typing_extensions" not in result.records.ranks[r]["error"]["message"]
+
+
+def test_every_c10d_collective_has_its_public_name():
+    import torch
+
+    from torchlens.capture.ddp.recorder import public_name
+
+    assert public_name("c10d::_allgather_base_") == "all_gather_into_tensor"
+    assert public_name("c10d::_reduce_scatter_base_") == "reduce_scatter_tensor"
+    assert public_name("c10d::allreduce_") == "all_reduce"
+    assert public_name("c10d::alltoall_base_") == "all_to_all_single"
+    assert public_name("_c10d_functional::all_gather_into_tensor") == "all_gather_into_tensor"
+    import torch.distributed as dist
+
+    ops = sorted({s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("c10d::")})
+    assert "c10d::_allgather_base_" in ops
+    for op in ops:  # each c10d collective a user can call is named after its dist function
+        if "coalesced" in op or op == "c10d::check_for_nan":
+            continue  # issued by _coalescing_manager / NCCL's NaN check, no dist function
+        assert hasattr(dist, public_name(op)), op

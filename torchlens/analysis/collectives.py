@@ -25,17 +25,23 @@ def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
         _signature(x) == _signature(y) for x, y in zip(rest_a, rest_b, strict=False))
 
 
-def _went_ahead(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    """Did this rank issue its collective from a later line of the same file?
+def _left_out(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], upto: int) -> int | None:
+    """The index ``j <= upto`` of ``theirs`` that ``mine`` left out, or None.
 
-    When a rank skips a collective, its next one comes from further down the
-    code than the peer's, which is all a --strict run (stopped at the first
-    divergence) can show.
+    The evidence of a skip is in the next collectives: at ``j`` the two ranks
+    issue from different lines, and my ``#j`` is the peer's ``#j+1`` (same op,
+    tensors and line). That survives --strict, which stops the run at the
+    first *signature* difference: a skipped collective that looked like the
+    next one (gloo paired them) shows up there one index late. Without it, a
+    mismatch is only a mismatch: the ops (or shapes) differ.
     """
-    a, b = str(mine.get("line") or ""), str(theirs.get("line") or "")
-    fa, _, la = a.rpartition(":")
-    fb, _, lb = b.rpartition(":")
-    return bool(fa) and fa == fb and la.isdigit() and lb.isdigit() and int(la) > int(lb)
+    for j in range(min(upto + 1, len(mine), len(theirs) - 1)):
+        a, b, after = mine[j], theirs[j], theirs[j + 1]
+        line = a.get("line")
+        if (line and line != b.get("line") and line == after.get("line")
+                and _signature(a) == _signature(after)):
+            return j
+    return None
 
 
 def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
@@ -51,14 +57,18 @@ def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, A
         diff = first_difference(have)
         if diff is None and not missing:
             continue
-        skipped = []
-        if diff is not None:
-            ranks = sorted(have)
-            for r in ranks:
-                for q in ranks:
-                    if q != r and r not in skipped and (
-                            _skipped(seqs[q], seqs[r], i) or _went_ahead(have[r], have[q])):
-                        skipped.append(r)
+        skipped: list[int] = []
+        skips: dict[int, dict[str, Any]] = {}  # rank -> which peer's collective it left out
+        for r in sorted(have):
+            for q in range(len(seqs)):
+                if q == r or r in skips:
+                    continue
+                j = _left_out(seqs[r], seqs[q], i)
+                if j is None and diff is not None and q in have and _skipped(seqs[q], seqs[r], i):
+                    j = i
+                if j is not None:
+                    skips[r] = {"peer": q, "index": j, "fingerprint": seqs[q][j]}
+                    skipped.append(r)
         return {"index": i, "fingerprints": have, "missing": missing,
-                "difference": diff, "skipped": skipped}
+                "difference": diff, "skipped": skipped, "skips": skips}
     return None

@@ -10,10 +10,12 @@ the raw records to learn which rank did what.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..formats.fingerprints import describe_collective
+from ..formats.locations import CellNames, is_user_file, label_cells_in, location_label
 from ..model import DdpRun
 from .collectives import sequence_divergence
 
@@ -45,13 +47,34 @@ def _rank_results(rec: DdpRun) -> list[dict[str, Any] | None]:
     return [r if isinstance(r, dict) else None for r in ranks]
 
 
+def _why_silent(rec: DdpRun, silent: list[int]) -> tuple[str, str]:
+    """Why ranks sent no report, and which checklist line tells more.
+
+    A rank reports when its step ends or raises; it says nothing when the
+    hang detector or an interrupt stopped it, or when it died of a signal.
+    """
+    codes = rec.exit_codes or []
+    died = [r for r in silent if r < len(codes) and codes[r] is not None and codes[r] < 0]
+    who = ", ".join(f"rank {r}" for r in silent)
+    if rec.hang or rec.outcome == "hang":
+        return f"{who} stopped by the hang detector before reporting", "see the hang line"
+    if rec.outcome == "interrupted" or rec.interrupted:
+        return f"{who} stopped by the interrupt before reporting", "run the check to its end"
+    if rec.outcome == "startup_timeout":
+        return f"{who} did not start in time", "see the ranks' logs in the rank table"
+    if died:
+        return f"{who} died before reporting", "see the crashed-worker line"
+    return f"{who} sent no report", "see the crashed-worker line"
+
+
 def check_environment(rec: DdpRun) -> CheckItem:
     results = _rank_results(rec)
     n = rec.world_size or len(results)
     seen = [(i, r) for i, r in enumerate(results) if r]
+    silent = [i for i in range(n) if i >= len(results) or not results[i]]
     if not seen:
-        return CheckItem("environment", NA, "no rank reported its environment",
-                         "see the crashed-worker line")
+        why, look = _why_silent(rec, silent)
+        return CheckItem("environment", NA, f"no rank reported its environment ({why})", look)
     problems: list[str] = []
     envs = {i: (r.get("env_end") or r.get("env_start") or {}) for i, r in seen}
     for key in ("MASTER_ADDR", "MASTER_PORT"):
@@ -85,13 +108,26 @@ def check_environment(rec: DdpRun) -> CheckItem:
         return CheckItem("environment", FAILED, "; ".join(problems) + f". ({evidence})",
                          "set the rendezvous variables once, identically on every rank "
                          "(RANK/LOCAL_RANK per rank), and give each rank its own device",
-                         {"problems": problems})
+                         {"problems": problems, "silent": silent})
+    if silent:  # the ranks that reported agree, but the others were never checked
+        why, look = _why_silent(rec, silent)
+        return CheckItem("environment", NA,
+                         f"only {len(seen)} of {n} ranks reported ({why}), so the environment "
+                         f"of every rank could not be compared. ({evidence})", look,
+                         {"silent": silent})
     return CheckItem("environment", PASSED, evidence)
 
 
 def check_communication(rec: DdpRun) -> CheckItem:
-    results = [r for r in _rank_results(rec) if r and r.get("comm")]
+    all_results = _rank_results(rec)
+    results = [r for r in all_results if r and r.get("comm")]
     if not results:
+        silent = [i for i in range(rec.world_size or len(all_results))
+                  if i >= len(all_results) or not all_results[i]]
+        if silent:
+            why, look = _why_silent(rec, silent)
+            return CheckItem("communication", NA,
+                             f"no rank reported its known-answer all_reduce ({why})", look)
         return CheckItem("communication", NA, "no rank got as far as the all_reduce test",
                          "see the crashed-worker line")
     wrong = []
@@ -128,14 +164,21 @@ def check_sequence(rec: DdpRun) -> CheckItem:
     ended = _ended_how(rec)
     for r in div["missing"]:
         lines.append(f"rank {r}: never issued collective #{i} ({ended.get(r, 'it stopped first')})")
-    for r in div["skipped"]:
-        lines.append(f"rank {r} skipped a collective: its #{i} comes from later in the code "
-                     "than the other ranks' (or matches their next one)")
+    for r, skip in sorted((div.get("skips") or {}).items()):
+        q, j = skip["peer"], skip["index"]
+        lines.append(f"rank {r} skipped a collective: it never issued rank {q}'s "
+                     f"{describe_collective(skip['fingerprint'])}; its own #{j} is rank {q}'s "
+                     f"#{j + 1} (same op and tensors"
+                     + (", same line)" if seqs[r][j].get("line") == seqs[q][j + 1].get("line")
+                        else ")"))
     what = div["difference"]["what"] if div["difference"] else "presence"
     if div["difference"] is None and div["missing"] and rec.outcome == "finished":
         status_note = "ranks issued different numbers of collectives"
+    elif div["difference"]:
+        status_note = {"op": "the ranks issued different ops", "shapes": "shapes differ",
+                       "dtypes": "dtypes differ"}.get(what, f"{what} differs")
     else:
-        status_note = f"{what} differs" if div["difference"] else "not every rank issued it"
+        status_note = "not every rank issued it"
     return CheckItem(
         "collective sequence", FAILED,
         f"first divergence at collective #{i} ({status_note}): " + "; ".join(lines),
@@ -143,6 +186,7 @@ def check_sequence(rec: DdpRun) -> CheckItem:
         "shapes and dtypes (look for rank-dependent branches around the lines above); "
         "--strict stops the run there instead of a gloo SIGABRT or an NCCL hang",
         {"index": i, "what": what, "missing": div["missing"], "skipped": div["skipped"],
+         "skips": div.get("skips") or {},
          "ranks": sorted(div["fingerprints"]),
          "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
 
@@ -157,27 +201,64 @@ def _ended_how(rec: DdpRun) -> dict[int, str]:
     return out
 
 
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def _user_frame_in(stack: str, cells: CellNames | None = None) -> str:
+    """The innermost frame of the user's own code in a faulthandler dump, or ''.
+
+    faulthandler writes the most recent call first; the worker's own threads
+    (heartbeat) hold no user frame, so the first user frame is where the
+    user's code is now.
+    """
+    for m in _STACK_FRAME.finditer(stack or ""):
+        if is_user_file(m.group(1)):
+            return f"{location_label(m.group(1), m.group(2), cells)} in {m.group(3)}"
+    return ""
+
+
 def check_hang(rec: DdpRun) -> CheckItem:
     hang = rec.hang
     if not hang:
         if rec.outcome == "interrupted":
             return CheckItem("hang", NA, "the run was interrupted before it could be judged")
         return CheckItem("hang", PASSED, "every rank kept making progress until it ended")
+    statuses = [st or {} for st in hang.get("status") or []]
+    stacks = [label_cells_in(st, rec.cells) for st in hang.get("stacks") or []]
+    counts = [int(st.get("collectives") or 0) for st in statuses]
+    # The rank(s) holding the others up have issued fewer collectives than
+    # the rest, which wait in the one the laggards never reached. (Whether a
+    # rank is *inside* a collective the heartbeat cannot say: gloo's ops
+    # return at once and the wait is in Python, outside the dispatch.)
+    most = max(counts, default=0)
+    behind = [r for r in range(len(statuses)) if counts[r] < most]
+    waiting = [r for r in range(len(statuses)) if counts[r] == most] if behind else []
     parts = []
-    for r, st in enumerate(hang.get("status") or []):
-        last = (st or {}).get("last")
-        phase = (st or {}).get("phase", "?")
+    for r, st in enumerate(statuses):
+        last = st.get("last")
+        phase = st.get("phase", "?")
+        where = _user_frame_in((hang.get("stacks") or [])[r] if r < len(stacks) else "",
+                               rec.cells)
+        at = f", now at {where}" if where else ""
         if last:
             parts.append(f"rank {r} is stuck at or after {describe_collective(last)} "
-                         f"(phase {phase})")
+                         f"(phase {phase}){at}")
         else:
-            parts.append(f"rank {r} has issued no collective (phase {phase})")
+            parts.append(f"rank {r} has issued no collective (phase {phase}){at}")
+    if behind and waiting:
+        who = ", ".join(f"rank {r}" for r in behind)
+        waits = ", ".join(f"rank {r}" for r in waiting)
+        advice = (f"{who} never reached the collective that {waits} wait(s) in: look at "
+                  f"where {who} is (its stack below), not at the collective; a rank-dependent "
+                  "branch, loop or data loader keeps it away")
+    else:
+        advice = (f"every rank issued {most} collective(s): they wait in a collective their "
+                  "peers do not join, or all block in their own code; compare the ranks' "
+                  "lines and stacks below and the collective sequence line; rerun with --strict")
     return CheckItem(
         "hang", FAILED,
         f"no rank made progress for {hang.get('after_s', 0):.1f} s: " + "; ".join(parts),
-        "a rank waits for a peer that never joins the same collective: compare the "
-        "stacks below and the collective sequence line; rerun with --strict",
-        {"stacks": hang.get("stacks") or []})
+        advice, {"stacks": stacks, "behind": behind, "waiting": waiting})
 
 
 def _param_diff(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -295,9 +376,13 @@ def check_memory(rec: DdpRun) -> CheckItem:
     return CheckItem("memory", PASSED, f"peak {text}", details={"key": key, "peaks": peaks})
 
 
+_SIGNALS = {-6: "SIGABRT", -9: "SIGKILL", -11: "SIGSEGV"}
+
+
 def check_crash(rec: DdpRun) -> CheckItem:
     results = _rank_results(rec)
     codes = rec.exit_codes or []
+    ended = rec.ended_at or []
     errors = [(r, res["error"]) for r, res in enumerate(results) if res and res.get("error")]
     strict = [e for _, e in errors if e.get("type") == "CollectiveMismatch"]
     if errors and len(strict) == len(errors):
@@ -306,21 +391,43 @@ def check_crash(rec: DdpRun) -> CheckItem:
     deaths = [(r, c) for r, c in enumerate(codes)
               if c is not None and c < 0 and not (results[r] if r < len(results) else None)]
     if not errors and not deaths:
+        if rec.hang:
+            return CheckItem("crashed worker", PASSED,
+                             "no rank raised or died before the hang detector stopped them")
         return CheckItem("crashed worker", PASSED, "no rank raised or died")
-    parts = []
-    first_tb = ""
-    for r, err in sorted(errors, key=lambda x: x[1].get("t") or 0):
-        parts.append(f"rank {r} raised {err.get('type')}: {err.get('message')}"
-                     f" (during {err.get('phase', 'its step')})")
-        first_tb = first_tb or err.get("traceback", "")
+    # Every failure with its time: a rank's error carries ``t``; a rank that
+    # died of a signal sent nothing, its time is when the launcher saw it end.
+    failures: list[tuple[float | None, int, str]] = []
+    for r, err in errors:
+        failures.append((err.get("t"), r, f"rank {r} raised {err.get('type')}: "
+                         f"{err.get('message')} (during {err.get('phase', 'its step')})"))
     for r, c in deaths:
-        sig = {-6: "SIGABRT", -9: "SIGKILL", -11: "SIGSEGV"}.get(c, f"signal {-c}")
-        parts.append(f"rank {r} died with {sig}"
-                     + (" (gloo aborts on mismatched shapes/dtypes)" if c == -6 else ""))
-    return CheckItem("crashed worker", FAILED, "; ".join(parts),
-                     "the first rank listed failed first; the others usually fail because "
-                     "their peer went away. Fix the first one (traceback below)",
-                     {"traceback": first_tb, "ranks": [r for r, _ in errors] + [r for r, _ in deaths]})
+        sig = _SIGNALS.get(c, f"signal {-c}")
+        failures.append((ended[r] if r < len(ended) else None, r, f"rank {r} died with {sig}"
+                         + (" (gloo aborts on mismatched shapes/dtypes)" if c == -6 else "")))
+    timed = all(t is not None for t, _, _ in failures)
+    if timed:
+        failures.sort(key=lambda f: (f[0], f[1]))
+        t0 = rec.t0 or failures[0][0]
+        parts = [f"{text} at +{t - t0:.1f} s" for t, _, text in failures]
+    else:
+        parts = [text for _, _, text in failures]
+    first = failures[0][1]
+    err = dict(errors).get(first) or {}
+    tb = err.get("traceback", "") or next((e.get("traceback", "") for _, e in errors), "")
+    if len(failures) == 1:
+        advice = "fix this rank first (traceback below)" if err else (
+            "the rank was killed by a signal: see its log in the rank table")
+    elif timed:
+        advice = (f"rank {first} failed first; the others failed after it, usually because "
+                  f"their peer went away. Fix rank {first} first"
+                  + (" (traceback below)" if err else " (see its log in the rank table)"))
+    else:
+        advice = ("which rank failed first is not known (a rank's time is missing): fix the "
+                  "error that is not about a closed connection or a timeout first")
+    return CheckItem("crashed worker", FAILED, "; ".join(parts), advice,
+                     {"traceback": label_cells_in(tb, rec.cells), "first": first if timed else None,
+                      "ranks": [r for _, r, _ in failures]})
 
 
 CHECKS = (check_environment, check_communication, check_sequence, check_hang,

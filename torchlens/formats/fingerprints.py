@@ -14,7 +14,7 @@ from typing import Any
 
 
 def describe_collective(fp: dict[str, Any] | None) -> str:
-    """One collective as a user reads it: ``#3 allreduce float32[4] at cell.py:7``."""
+    """One collective as a user reads it: ``#3 all_reduce float32[4] at cell [2] line 7``."""
     if not fp:
         return "nothing"
     tensors = ", ".join(

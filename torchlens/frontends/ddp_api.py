@@ -67,6 +67,19 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def cell_names() -> dict[str, int]:
+    """The running shell's cell file names -> In[N] (empty outside IPython).
+
+    A kernel compiles each cell as ``/tmp/ipykernel_<pid>/<hash>.py``; only
+    the shell knows which In[N] that was, and the ranks, in processes of
+    their own, get this table with the job to name lines ``cell [N] line L``.
+    """
+    ip = sys.modules.get("IPython")
+    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return {str(k): int(v) for k, v in names.items()} if isinstance(names, dict) else {}
+
+
 def check_options(world_size: int, backend: str, timeout: float, steps: int,
                   export: str | None) -> None:
     """InputError naming the bad option; nothing has started yet."""
@@ -181,7 +194,8 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         job = {"kind": "function", "fn": fn}
         source = getattr(fn, "__qualname__", repr(fn))
     backend = resolve_backend(backend, world_size)
-    job.update(backend=backend, strict=strict, timeout_s=float(timeout), steps=steps, seed=seed)
+    job.update(backend=backend, strict=strict, timeout_s=float(timeout), steps=steps, seed=seed,
+               cells=cell_names())
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
                          steps=steps, strict=strict, seed=seed)
     live = _in_kernel() if live is None else live

@@ -140,7 +140,8 @@ class DdpRun:
     sent: pid, device, env_start/env_end, steps, error, params, peak, comm,
     determinism, strict, timings, versions, log; None if it sent none),
     ``fingerprints`` (its collectives in issue order: index, op, shapes,
-    dtypes, line, step, t, call_s), ``exit_codes`` and ``memory_peak``.
+    dtypes, line, step, t, call_s), ``exit_codes``, ``ended_at`` (when the
+    launcher saw the process end, epoch seconds) and ``memory_peak``.
     ``hang`` holds the last status and Python stack per rank when a hang was
     detected. Heartbeats are the Profile's ``heartbeats`` table.
     """
@@ -161,9 +162,12 @@ class DdpRun:
     ranks: list[dict[str, Any] | None] = field(default_factory=list)
     fingerprints: list[list[dict[str, Any]]] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
+    ended_at: list[float | None] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
     hang: dict[str, Any] | None = None
     memory_peak: list[dict[str, Any]] = field(default_factory=list)
+    #: the kernel's cell file names -> In[N], to name cells in stacks and tracebacks
+    cells: dict[str, int] = field(default_factory=dict)
 
 
 Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun

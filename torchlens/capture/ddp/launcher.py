@@ -82,6 +82,7 @@ class DdpLauncher:
         self.last_hb: list[dict[str, Any] | None] = [None] * options.world_size
         self.hang: dict[str, Any] | None = None
         self.killed: set[int] = set()
+        self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
 
     # -- lifecycle ---------------------------------------------------------
@@ -182,6 +183,9 @@ class DdpLauncher:
             if self.sink is not None:
                 self.sink.flush()
             codes = [p.poll() for p in self.procs]
+            for rank, code in enumerate(codes):  # the time of a death that sends no report
+                if code is not None and self.ended_at[rank] is None:
+                    self.ended_at[rank] = time.time()
             if all(c is not None for c in codes):
                 return "finished" if all(c == 0 for c in codes) else "crashed"
             now = time.monotonic()
@@ -287,8 +291,10 @@ class DdpLauncher:
             "ranks": ranks, "fingerprints": fingerprints,
             "exit_codes": [None if p.pid in self.killed else c
                            for p, c in zip(self.procs, codes, strict=False)],
+            "ended_at": list(self.ended_at),
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
             "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
+            "cells": dict(self.job.get("cells") or {}),
         }
 
     def _log_tail(self, rank: int, limit: int = 4000) -> str:

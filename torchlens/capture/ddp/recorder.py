@@ -30,6 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...formats.fingerprints import describe_collective, first_difference
+from ...formats.locations import CellNames, is_user_file, location_label
 from . import protocol
 from .board import FingerprintBoard, digest
 
@@ -37,7 +38,7 @@ _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
-_OP_NAMES: dict[Any, str] = {}  # OpOverload -> "allreduce": parsed once, not per call
+_OP_NAMES: dict[Any, str] = {}  # OpOverload -> "all_reduce": named once, not per call
 # --strict: how long a rank waits on the board for a late peer before it asks
 # the store why (finished? stopped? --timeout?): short, so a peer that ended
 # is noticed quickly; long enough that a merely slow peer costs no round trip.
@@ -52,18 +53,58 @@ class CollectiveMismatch(RuntimeError):
         self.diagnosis = diagnosis
 
 
-def user_line() -> str:
-    """``file:line`` of the innermost frame outside torch and torchlens.
+#: c10d's internal op names (``c10d::_allgather_base_`` ...) -> the public
+#: ``torch.distributed`` function a user calls for that collective. The c10d
+#: op, not the Python function, decides what runs (``all_gather_single`` and
+#: ``all_gather_into_tensor`` are the same ``_allgather_base_``), so ranks are
+#: compared by it; only its name is the public one.
+PUBLIC_NAMES = {
+    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_coalesced",
+    "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
+    "allgather_coalesced": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
+    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+    "barrier": "barrier", "monitored_barrier": "monitored_barrier",
+    "send": "send", "recv": "recv", "recv_any_source": "recv",
+}
 
-    That is the line of the user's code that issued the collective: for DDP's
-    bucket all_reduces it is the ``loss.backward()`` line.
+
+def public_name(schema_name: str) -> str:
+    """``c10d::_allgather_base_`` -> ``all_gather_into_tensor``.
+
+    The functional ops (``_c10d_functional::all_reduce``) already carry the
+    public name; an op this table does not know keeps its own name.
     """
-    frame = sys._getframe(1)
+    name = schema_name.split("::")[-1].rstrip("_")
+    if schema_name.startswith("c10d::"):
+        return PUBLIC_NAMES.get(name, name)
+    return name
+
+
+_USER_FILES: dict[str, bool] = {}  # co_filename -> is the user's: decided once per file
+
+
+def user_line(cells: CellNames | None = None, frame: Any = None) -> str:
+    """Where the user's code issued the call: the innermost frame of their own.
+
+    Frames of torch, torchlens, site-packages (typing_extensions' deprecation
+    wrapper around ``all_gather_into_tensor``), the standard library and
+    IPython are skipped (``formats.locations``). For DDP's bucket
+    all_reduces it is the ``loss.backward()`` line. A notebook cell reads
+    ``cell [N] line L`` (``cells``: the kernel's file name -> N).
+    """
+    frame = sys._getframe(1) if frame is None else frame
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith(_TORCH_DIR) or name.startswith(_OUR_DIR)
-                or name.startswith("<frozen")):
-            return f"{name}:{frame.f_lineno}"
+        mine = _USER_FILES.get(name)
+        if mine is None:
+            mine = _USER_FILES[name] = is_user_file(name) and not (
+                name.startswith(_TORCH_DIR) or name.startswith(_OUR_DIR))
+        if mine:
+            return location_label(name, frame.f_lineno, cells)
         frame = frame.f_back
     return ""
 
@@ -91,12 +132,14 @@ class CollectiveRecorder(TorchDispatchMode):
     """Records collectives (and, optionally, per-op checksums) of one rank."""
 
     def __init__(self, store: Any, rank: int, world_size: int, strict: bool,
-                 timeout_s: float, board: FingerprintBoard | None = None) -> None:
+                 timeout_s: float, board: FingerprintBoard | None = None,
+                 cells: CellNames | None = None) -> None:
         super().__init__()
         if strict and board is None:
             raise ValueError("--strict needs the launcher's fingerprint board")
         self.store, self.rank, self.world_size = store, rank, world_size
         self.strict, self.timeout_s, self.board = strict, timeout_s, board
+        self.cells = dict(cells or {})  # the kernel's cell file names -> In[N]
         self.peers = [r for r in range(world_size) if r != rank]
         # how the --strict comparisons went; tests and the benchmark read it
         self.strict_stats = {"compared": 0, "late": 0, "via_store": 0}
@@ -135,7 +178,7 @@ class CollectiveRecorder(TorchDispatchMode):
         if (ref is not None and self.first_divergent_op is None and index < len(ref)
                 and ref[index][0] == name and ref[index][1] != value):
             self.first_divergent_op = {"op": name, "op_index": index,
-                                       "line": user_line(), "step": self.step,
+                                       "line": user_line(self.cells), "step": self.step,
                                        "first": ref[index][1], "second": value}
 
     def _collective(self, func: Any, args: Any, kwargs: Any) -> Any:
@@ -143,10 +186,10 @@ class CollectiveRecorder(TorchDispatchMode):
         fp = {
             "index": len(self.records),
             "op": _OP_NAMES.get(func) or _OP_NAMES.setdefault(
-                func, func._schema.name.split("::")[-1].rstrip("_")),
+                func, public_name(func._schema.name)),
             "shapes": [list(t.shape) for t in tensors],
             "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors],
-            "line": user_line(),
+            "line": user_line(self.cells),
             "step": self.step,
             "t": time.time(),
         }

@@ -246,7 +246,8 @@ class Worker:
 
             board = FingerprintBoard(job["board"], self.rank, self.world_size)
         rec = CollectiveRecorder(self.store, self.rank, self.world_size,
-                                 job["strict"], job["timeout_s"], board=board)
+                                 job["strict"], job["timeout_s"], board=board,
+                                 cells=job.get("cells"))
         self.recorder = rec
         steps = int(job["steps"])
         for step in range(steps):
