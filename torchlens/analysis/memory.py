@@ -18,6 +18,7 @@ from .allocator import AllocatorConfig
 from .frames import site_of
 from .memory_model import ModelRun, compare, real_figures, run_model
 from .memory_timeline import MemoryTimeline, SiteRow, build_timeline, top_sites
+from .oom import fmt_bytes
 
 
 @dataclass
@@ -63,6 +64,15 @@ def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
     return AllocatorConfig.from_settings(snap.get("allocator_settings"))
 
 
+def _cpu_start_note(tl: MemoryTimeline) -> str:
+    if not tl.start_inferred:
+        return "Allocated bytes count from the start of the cell (CPU allocator)."
+    return (f"Allocated bytes include {fmt_bytes(tl.start_allocated)} alive at the start of the "
+            f"cell, inferred from {tl.unknown_frees:,} frees of memory allocated before it (the "
+            "CPU allocator reports no total; more may have been alive). Reserved memory (the "
+            "allocator model) counts only the cell's own allocations.")
+
+
 def analyze(profile: Profile) -> MemoryAnalysis:
     """Build the analysis of a ``kind="gpumem"`` profile."""
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
@@ -74,9 +84,9 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     model = simulated = None
     if measured_on == "cpu":
         model = run_model(trace, _config(p, snap), capacity=capacity)
-        tl = build_timeline(trace, reserved_steps=model.reserved_steps)
+        tl = build_timeline(trace, reserved_steps=model.reserved_steps, infer_start=True)
         frag_snap, reserved_source = model.snapshot, "allocator model"
-        notes.append("Allocated bytes count from the start of the cell (CPU allocator).")
+        notes.append(_cpu_start_note(tl))
     else:
         start_alloc = stats_before.get("allocated_bytes.all.current")
         start_res = stats_before.get("reserved_bytes.all.current")
@@ -105,7 +115,7 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     what_if = simulated or (model if p.simulate else None)
     if what_if is not None:
         real = real_figures(snap, trace, stats_after or None, peak_allocated=tl.peak_allocated,
-                            cpu=measured_on == "cpu")
+                            end_allocated=tl.end_allocated, cpu=measured_on == "cpu")
         a.comparison = compare(real, what_if)
         notes += what_if.notes
     a.diagnosis = _diagnose(profile, a, what_if)

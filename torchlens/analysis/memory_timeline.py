@@ -49,11 +49,15 @@ class MemoryTimeline:
     start_reserved: int = 0
     allocations: list[Allocation] = field(default_factory=list)
     unknown_frees: int = 0  # frees of blocks allocated before the trace began
+    unknown_freed_bytes: int = 0  # their bytes: alive at the start, proven by those frees
+    start_inferred: bool = False  # start_allocated was inferred from those frees
     t0_us: int = 0
 
     @property
     def peak_allocated(self) -> int:
-        return max(self.allocated, default=self.start_allocated)
+        """The most allocated at any point, the start included (a cell that only frees
+        peaks at its start)."""
+        return max(self.start_allocated, max(self.allocated, default=0))
 
     @property
     def end_allocated(self) -> int:
@@ -61,7 +65,7 @@ class MemoryTimeline:
 
     @property
     def peak_reserved(self) -> int:
-        return max(self.reserved, default=self.start_reserved)
+        return max(self.start_reserved, max(self.reserved, default=0))
 
     @property
     def end_reserved(self) -> int:
@@ -74,12 +78,19 @@ def build_timeline(
     start_allocated: int = 0,
     start_reserved: int = 0,
     reserved_steps: list[tuple[int, int]] | None = None,
+    infer_start: bool = False,
 ) -> MemoryTimeline:
     """Walk the trace once: the allocated/reserved series and every allocation.
 
     ``reserved_steps`` replaces the trace's own segment actions with
     (event index, reserved bytes) pairs, e.g. from the allocator model when the
     trace comes from the CPU allocator (which reserves nothing).
+
+    ``infer_start``: the trace gives no starting total (the CPU allocator's
+    events), so the bytes alive at the start are inferred as the sum of the
+    frees of blocks never allocated in the trace: each of them was alive when
+    it began. Without that, a cell that frees tensors made before it would
+    show negative allocated memory.
     """
     tl = MemoryTimeline(start_allocated=start_allocated, start_reserved=start_reserved)
     live: dict[int, Allocation] = {}
@@ -100,6 +111,7 @@ def build_timeline(
             a = live.pop(e["addr"], None)
             if a is None:
                 tl.unknown_frees += 1
+                tl.unknown_freed_bytes += e["size"]
                 allocated -= e["size"]
             else:
                 a.t_free = t
@@ -116,6 +128,11 @@ def build_timeline(
         tl.t_us.append(t - t0)
         tl.allocated.append(allocated)
         tl.reserved.append(reserved)
+    if infer_start and tl.unknown_freed_bytes:
+        base = tl.unknown_freed_bytes
+        tl.start_allocated += base
+        tl.allocated = [v + base for v in tl.allocated]
+        tl.start_inferred = True
     return tl
 
 

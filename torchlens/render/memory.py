@@ -53,6 +53,8 @@ def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
         ("allocations / frees in the trace", f"{len(tl.allocations):,} / "
          f"{sum(1 for x in tl.allocations if x.t_free is not None):,}"),
     ]
+    if tl.start_inferred:
+        rows.insert(0, ("alive at the start (inferred from frees)", fmt_bytes(tl.start_allocated)))
     if a.steady_growth is not None:
         rows.append(("growth per run (after the first)", fmt_bytes(a.steady_growth)))
     return rows
@@ -66,6 +68,9 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
              f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
              "across the cell)",
              f"reserved {fmt_bytes(tl.end_reserved)} ({a.reserved_source})"]
+    if tl.start_inferred:
+        parts.insert(2, f"allocated counts {fmt_bytes(tl.start_allocated)} alive at the start "
+                        "(inferred from frees)")
     if a.possible_leaks:
         parts.append(f"{len(a.possible_leaks)} possible leak site(s), first {a.possible_leaks[0].site}")
     if a.measured_on == "cpu":
@@ -99,6 +104,8 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     if not tl.t_us:
         return None
     t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
+    # the state at the start comes first, so a cell that begins by freeing starts high
+    t, alloc, res = [0, *t], [tl.start_allocated, *alloc], [tl.start_reserved, *res]
     ms = [x / 1000 for x in t]
     p = figure(height=300, sizing_mode="stretch_width", x_axis_label="ms since the first event",
                y_axis_label="MiB", title="Memory over the cell"
@@ -108,6 +115,9 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
            legend_label=f"reserved ({a.reserved_source})")
     p.step(ms, [x / MIB for x in alloc], mode="after", color="#0072B2", line_width=2,
            legend_label="allocated")
+    if tl.start_inferred:
+        p.line([ms[0], ms[-1]], [tl.start_allocated / MIB] * 2, color="#0072B2", line_dash="dashed",
+               legend_label="alive at the start (inferred from frees)")
     big = biggest_allocations(tl, MAX_MARKED)
     level = dict(zip(tl.t_us, tl.allocated, strict=True))
     src = ColumnDataSource({
