@@ -28,6 +28,8 @@ from .tables import Column
 MAX_POINTS = 4000  # timeline points per series after decimation
 MAX_MARKED = 12  # biggest allocations marked on the timeline
 MAX_SEGMENTS = 200  # segments drawn in the block map
+SEGMENT_FRAME_PX = 100  # the block map's title, x axis and borders
+SEGMENT_ROW_PX = 16  # and its height per segment (down to 3 px past 37 segments)
 MIB = 1024 * 1024
 STATE_COLORS = {"active_allocated": "#0072B2", "inactive": "#cccccc",
                 "active_pending_free": "#E69F00"}
@@ -155,9 +157,12 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
     title = "Segments and blocks (blue allocated, grey cached free, orange in flight)"
     if len(segs) > len(shown):
         title += f": first {len(shown)} of {len(segs)} segments by address"
-    p = figure(height=min(700, 60 + 12 * len(shown)), sizing_mode="stretch_width",
-               x_axis_label="MiB from segment start", title=title,
-               tools="xpan,xwheel_zoom,box_zoom,reset,save", y_range=(len(shown), -1))
+    # The title and the x axis take about 80 px whatever the rows: the height is
+    # that plus a band per row, so one segment still gets a visible row.
+    p = figure(height=min(700, SEGMENT_FRAME_PX + SEGMENT_ROW_PX * len(shown)),
+               sizing_mode="stretch_width", x_axis_label="MiB from segment start", title=title,
+               tools="xpan,xwheel_zoom,box_zoom,reset,save",
+               y_range=(len(shown) - 0.5, -0.5))
     p.yaxis.visible = False
     r = p.rect("x", "y", "w", 0.8, source=ColumnDataSource(cols), fill_color="color",
                line_color="white", line_width=0.5)
