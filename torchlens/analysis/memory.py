@@ -47,6 +47,12 @@ class MemoryAnalysis:
     steady_growth: int | None = None  # bytes per run after the first (--repeat)
 
     @property
+    def scope(self) -> str:
+        """What the figures span, for the wording: a cell, or a loaded snapshot's recorded
+        window (whose start and end are wherever recording started and the dump was made)."""
+        return "the recorded window" if self.measured_on == "snapshot" else "the cell"
+
+    @property
     def possible_leaks(self) -> list[leaks.LeakRow]:
         return [r for r in self.survivors if r.flagged]
 
@@ -102,7 +108,7 @@ def analyze(profile: Profile) -> MemoryAnalysis:
             simulated = run_model(trace, _config(p, snap), capacity=capacity,
                                   start_snapshot=snap)
     frag = fragmentation.summarize(frag_snap)
-    surv = leaks.survivors(tl)
+    surv = leaks.survivors(tl, repeated_only=measured_on == "snapshot")
     runs = [tuple(r) for r in p.runs]
     growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
     a = MemoryAnalysis(measured_on, snap, trace, tl, reserved_source, frag_snap, frag, surv,

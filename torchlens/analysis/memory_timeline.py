@@ -36,13 +36,21 @@ class Allocation:
     frames: list[dict[str, Any]]
     site: str
     function: str
+    i_free: int | None = None  # trace index of the free (orders frees when times tie)
 
 
 @dataclass
 class MemoryTimeline:
-    """Allocated and reserved bytes after each event, with the cell's summary figures."""
+    """Allocated and reserved bytes after each event, with the cell's summary figures.
+
+    ``clock`` says what ``t_us``, ``t0_us`` and the allocations' ``t_alloc`` /
+    ``t_free`` count: ``"us"``, microseconds of the trace's ``time_us``; or
+    ``"entry"``, the trace entry's index, when the trace has no times or all
+    its times are equal (older snapshots), so events still spread out in order.
+    """
 
     t_us: list[int] = field(default_factory=list)  # since the first event
+    clock: str = "us"
     allocated: list[int] = field(default_factory=list)
     reserved: list[int] = field(default_factory=list)
     start_allocated: int = 0
@@ -96,11 +104,14 @@ def build_timeline(
     live: dict[int, Allocation] = {}
     allocated, reserved = start_allocated, start_reserved
     steps = dict(reserved_steps or [])
-    t0 = next((int(e.get("time_us", 0)) for e in trace if e.get("time_us")), 0)
+    times = [int(e.get("time_us") or 0) for e in trace]
+    t0 = next((t for t in times if t), 0)
+    if len(trace) > 1 and (not t0 or max(times) == min(t for t in times if t)):
+        tl.clock, times, t0 = "entry", list(range(len(trace))), 0
     tl.t0_us = t0
     for i, e in enumerate(trace):
         action = e["action"]
-        t = int(e.get("time_us", 0) or t0)
+        t = times[i] or t0
         if action == "alloc":
             site, fn = site_of(e.get("frames") or [])
             a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
@@ -114,7 +125,7 @@ def build_timeline(
                 tl.unknown_freed_bytes += e["size"]
                 allocated -= e["size"]
             else:
-                a.t_free = t
+                a.t_free, a.i_free = t, i
                 allocated -= a.size
         elif reserved_steps is None and action in SEG_ADD:
             reserved += e["size"]

@@ -16,6 +16,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 from markupsafe import Markup
 
+from ..analysis import leaks
 from ..analysis.frames import frame_label
 from ..analysis.memory import MemoryAnalysis
 from ..analysis.memory_timeline import biggest_allocations, decimate
@@ -48,7 +49,7 @@ def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     rows = [
         ("peak allocated", fmt_bytes(tl.peak_allocated)),
         ("allocated at end", fmt_bytes(tl.end_allocated)),
-        ("change across the cell", fmt_bytes(tl.end_allocated - tl.start_allocated)),
+        (f"change across {a.scope}", fmt_bytes(tl.end_allocated - tl.start_allocated)),
         (f"peak reserved ({src})", fmt_bytes(tl.peak_reserved)),
         (f"reserved at end ({src})", fmt_bytes(tl.end_reserved)),
         ("reserved change", fmt_bytes(tl.end_reserved - tl.start_reserved)),
@@ -68,7 +69,7 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
     tl = a.timeline
     parts = [f"peak {fmt_bytes(tl.peak_allocated)} allocated",
              f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
-             "across the cell)",
+             f"across {a.scope})",
              f"reserved {fmt_bytes(tl.end_reserved)} ({a.reserved_source})"]
     if tl.start_inferred:
         parts.insert(2, f"allocated counts {fmt_bytes(tl.start_allocated)} alive at the start "
@@ -101,16 +102,21 @@ def diagnosis_html(d: OomDiagnosis) -> Markup:
 
 
 def timeline_figure(a: MemoryAnalysis) -> Any:
-    """Allocated and reserved over the cell (ms), the biggest allocations marked."""
+    """Allocated and reserved over the cell or window (ms, or trace entries when the
+    trace has no times), the biggest allocations marked."""
     tl = a.timeline
     if not tl.t_us:
         return None
+    timed = tl.clock == "us"
+    scale = 1000 if timed else 1
     t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
     # the state at the start comes first, so a cell that begins by freeing starts high
     t, alloc, res = [0, *t], [tl.start_allocated, *alloc], [tl.start_reserved, *res]
-    ms = [x / 1000 for x in t]
-    p = figure(height=300, sizing_mode="stretch_width", x_axis_label="ms since the first event",
-               y_axis_label="MiB", title="Memory over the cell"
+    ms = [x / scale for x in t]
+    p = figure(height=300, sizing_mode="stretch_width",
+               x_axis_label="ms since the first event" if timed else
+               "trace entry (the snapshot records no times)",
+               y_axis_label="MiB", title=f"Memory over {a.scope}"
                + (f" ({len(tl.t_us):,} events, {len(t):,} points drawn)" if len(t) < len(tl.t_us) else ""),
                tools="xpan,xwheel_zoom,box_zoom,reset,save")
     p.step(ms, [x / MIB for x in res], mode="after", color="#999999", line_width=2,
@@ -123,12 +129,13 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     big = biggest_allocations(tl, MAX_MARKED)
     level = dict(zip(tl.t_us, tl.allocated, strict=True))
     src = ColumnDataSource({
-        "x": [(b.t_alloc - tl.t0_us) / 1000 for b in big],
+        "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
         "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
         "size": [fmt_bytes(b.size) for b in big], "site": [b.site for b in big],
         "stack": [_stack_text(b.frames) for b in big],
         "freed": ["still alive at the end" if b.t_free is None else
-                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" for b in big],
+                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" if timed else
+                  f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
     })
     r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
     p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
@@ -218,9 +225,10 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
     out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
                 if sites else html.note("No allocations."), "sites"))
     leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
-    out.append(("Still alive at the end of the cell (possible leaks)",
+    out.append((f"Still alive at the end of {a.scope} (possible leaks)",
                 html.render("leaks.html.j2", table=tables.html_table(leak_rows, _LEAK_COLS)
-                            if leak_rows else None), "leaks"))
+                            if leak_rows else None, scope=a.scope,
+                            rule=leaks.FLAG_RULE[a.measured_on == "snapshot"]), "leaks"))
     if a.growth:
         out.append(("Growth per run (--repeat)",
                     tables.html_table([vars(g) for g in a.growth], _GROWTH_COLS), "growth"))
