@@ -17,7 +17,14 @@ from . import fragmentation, leaks, oom
 from .allocator import AllocatorConfig
 from .frames import site_of
 from .memory_model import ModelRun, compare, real_figures, run_model
-from .memory_timeline import MemoryTimeline, SiteRow, build_timeline, top_sites
+from .memory_timeline import (
+    MemoryTimeline,
+    SiteRow,
+    alive_at,
+    build_timeline,
+    top_sites,
+    x_of,
+)
 from .oom import fmt_bytes
 
 
@@ -45,6 +52,8 @@ class MemoryAnalysis:
     #: share of reserved memory free but too small for the cell's largest request
     unusable_for_largest: tuple[int, float] | None = None
     steady_growth: int | None = None  # bytes per run after the first (--repeat)
+    #: where the diagnosed OOM happened on the timeline's x axis (``timeline.t_us`` units)
+    oom_x: int | None = None
 
     @property
     def scope(self) -> str:
@@ -128,18 +137,41 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     return a
 
 
+def _is_training(tl: MemoryTimeline) -> bool:
+    """Whether the trace shows a backward pass (so batch-size advice can apply)."""
+    return any("backward" in (f.get("name") or "") or "autograd::Engine" in (f.get("name") or "")
+               for a in tl.allocations for f in a.frames)
+
+
 def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> oom.OomDiagnosis | None:
+    """The OOM diagnosis and where it lies on the timeline (``a.oom_x``)."""
     error = profile.error
     message = error.get("message") if oom.is_oom_error(error) else None
+    tl, trace = a.timeline, a.trace
+    scope = "this recorded window" if a.measured_on == "snapshot" else "this cell"
+
+    def context(idx: int) -> dict[str, Any]:
+        alive = [oom.AliveSite(*x) for x in alive_at(tl, idx)]
+        return {"alive": alive, "training": _is_training(tl), "scope": scope}
+
     real = None
-    if message or any(e["action"] == "oom" for e in a.trace):
-        last = next((e for e in reversed(a.trace) if e["action"] == "alloc"), None)
-        real = oom.from_snapshot(a.snapshot, trace=a.trace, message=message,
-                                 leaks=a.survivors, site=site_of(last["frames"])[0] if last else None)
+    if message or any(e["action"] == "oom" for e in trace):
+        idx = next((i for i in range(len(trace) - 1, -1, -1) if trace[i]["action"] == "oom"),
+                   len(trace))
+        entry = trace[idx] if idx < len(trace) else None
+        last = entry if entry and entry.get("frames") else next(
+            (e for e in reversed(trace) if e["action"] == "alloc"), None)
+        real = oom.from_snapshot(a.snapshot, trace=trace, message=message, leaks=a.survivors,
+                                 site=site_of(last["frames"])[0] if last else None,
+                                 **context(idx))
+        if real is not None:
+            a.oom_x = x_of(tl, trace, idx) if trace else None
     if real is not None and a.measured_on != "cpu":
         return real
     if what_if is not None and what_if.ooms:
         idx, first = what_if.ooms[0]
-        site = site_of(a.trace[idx].get("frames") or [])[0] if idx < len(a.trace) else None
-        return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site)
+        site = site_of(trace[idx].get("frames") or [])[0] if idx < len(trace) else None
+        a.oom_x = x_of(tl, trace, idx)
+        return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site,
+                                  expandable=what_if.config.expandable_segments, **context(idx))
     return real

@@ -180,6 +180,28 @@ def top_sites(tl: MemoryTimeline, n: int = 15) -> list[SiteRow]:
     return sorted(rows.values(), key=lambda r: (-r.bytes, r.site))[:n]
 
 
+def alive_at(tl: MemoryTimeline, index: int, n: int = 3) -> list[tuple[str, int, int]]:
+    """(site, bytes, tensors) of the ``n`` sites holding the most memory just before
+    trace entry ``index`` (allocated before it and not yet freed)."""
+    rows: dict[str, list[int]] = {}
+    for a in tl.allocations:
+        if a.index >= index:
+            break
+        if a.i_free is None or a.i_free >= index:
+            r = rows.setdefault(a.site, [0, 0])
+            r[0] += a.size
+            r[1] += 1
+    return sorted(((s, b, c) for s, (b, c) in rows.items()), key=lambda x: (-x[1], x[0]))[:n]
+
+
+def x_of(tl: MemoryTimeline, trace: list[dict[str, Any]], index: int) -> int:
+    """Where trace entry ``index`` lies on the timeline's x axis (``t_us``'s units)."""
+    if tl.clock == "entry" or not trace:
+        return index
+    e = trace[min(index, len(trace) - 1)]
+    return max(0, int(e.get("time_us") or tl.t0_us) - tl.t0_us)
+
+
 def live_bytes_at(tl: MemoryTimeline, t_abs_us: int) -> int:
     """Allocated bytes at absolute time ``t_abs_us`` (the last event at or before it)."""
     rel = t_abs_us - tl.t0_us

@@ -87,18 +87,29 @@ def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Mar
     return html.render("kv.html.j2", rows=rows, head=head)
 
 
-def diagnosis_html(d: OomDiagnosis) -> Markup:
-    """The OOM box: cause, the figures, and advice each with its evidence."""
-    figs = [("requested", fmt_bytes(d.requested)), ("free on the device", fmt_bytes(d.device_free)),
+def diagnosis_rows(d: OomDiagnosis) -> list[tuple[str, str]]:
+    """The OOM box's figures: the same fields its explanation is written from."""
+    figs = [("requested", fmt_bytes(d.requested)),
+            ("free on the device", fmt_bytes(d.device_free)),
             ("reserved but free (cached)", fmt_bytes(d.free_cached)),
-            ("largest usable free block", fmt_bytes(d.largest_usable)),
-            ("allocated", fmt_bytes(d.allocated)), ("capacity", fmt_bytes(d.capacity)),
+            ("free in total", fmt_bytes(d.total_free)),
+            ("largest piece this request could use", fmt_bytes(d.usable_free)),
+            ("largest usable cached block", fmt_bytes(d.largest_usable)),
+            ("new segment a request of this size needs", fmt_bytes(d.segment_size)),
+            ("short by", fmt_bytes(d.shortfall)),
+            ("allocated", fmt_bytes(d.allocated)), ("reserved", fmt_bytes(d.reserved)),
+            ("capacity", fmt_bytes(d.capacity)),
             ("inactive_split", fmt_bytes(d.inactive_split))]
     if d.unusable_share is not None:
         figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
     if d.site:
         figs.append(("failing allocation at", d.site))
-    return html.render("oom.html.j2", d=d, rows=[f for f in figs if f[1] != "n/a"])
+    return [f for f in figs if f[1] != "n/a"]
+
+
+def diagnosis_html(d: OomDiagnosis) -> Markup:
+    """The OOM box: cause, the figures, and advice each with its evidence."""
+    return html.render("oom.html.j2", d=d, rows=diagnosis_rows(d))
 
 
 def timeline_figure(a: MemoryAnalysis) -> Any:
@@ -119,10 +130,23 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
                y_axis_label="MiB", title=f"Memory over {a.scope}"
                + (f" ({len(tl.t_us):,} events, {len(t):,} points drawn)" if len(t) < len(tl.t_us) else ""),
                tools="xpan,xwheel_zoom,box_zoom,reset,save")
-    p.step(ms, [x / MIB for x in res], mode="after", color="#999999", line_width=2,
+    d = a.diagnosis
+    # A simulated OOM on a CPU capture: a GPU would have raised there, so the
+    # model's reserved memory ends there and what the CPU went on to allocate is
+    # drawn faded, not above a reserved line it could never have fit under.
+    cut = len(ms)
+    if d is not None and a.oom_x is not None and a.measured_on == "cpu":
+        cut = next((i for i, x in enumerate(t) if x >= a.oom_x), len(t))
+    p.step(ms[:cut], [x / MIB for x in res[:cut]], mode="after", color="#999999", line_width=2,
            legend_label=f"reserved ({a.reserved_source})")
-    p.step(ms, [x / MIB for x in alloc], mode="after", color="#0072B2", line_width=2,
+    p.step(ms[:cut], [x / MIB for x in alloc[:cut]], mode="after", color="#0072B2", line_width=2,
            legend_label="allocated")
+    if cut < len(ms):
+        p.step(ms[cut - 1:], [x / MIB for x in alloc[cut - 1:]], mode="after", color="#0072B2",
+               alpha=0.3, line_width=2, legend_label="allocated after the simulated OOM (on a GPU "
+               "the cell would have raised)")
+    if d is not None and a.oom_x is not None:
+        _mark_oom(p, d, a.oom_x / scale, [ms[0], ms[-1]])
     if tl.start_inferred:
         p.line([ms[0], ms[-1]], [tl.start_allocated / MIB] * 2, color="#0072B2", line_dash="dashed",
                legend_label="alive at the start (inferred from frees)")
@@ -142,6 +166,24 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
                                                     ("", "@freed"), ("stack", "@stack")]))
     p.legend.location = "top_left"
     return p
+
+
+def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float]) -> None:
+    """The failing request at its place on the timeline, from the diagnosis' own figures:
+    a bar from what was allocated to allocated + requested, and the card's capacity."""
+    if d.capacity:
+        p.line(x_span, [d.capacity / MIB] * 2, color="#CC0000", line_dash="dotted",
+               legend_label=f"capacity {fmt_bytes(d.capacity)}")
+    base = (d.allocated or 0) / MIB
+    src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / MIB],
+                            "what": [f"{d.cause}: {fmt_bytes(d.requested)} requested, "
+                                     f"{fmt_bytes(d.shortfall)} short" if d.shortfall is not None
+                                     else f"{d.cause}: {fmt_bytes(d.requested)} requested"],
+                            "free": [f"{fmt_bytes(d.total_free)} free in total, "
+                                     f"{fmt_bytes(d.usable_free)} usable"]})
+    r = p.segment("x", "y0", "x", "y1", source=src, color="#CC0000", line_width=4,
+                  legend_label=f"out of memory ({d.source})")
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@what"), ("", "@free")]))
 
 
 def segment_map_figure(a: MemoryAnalysis) -> Any:
