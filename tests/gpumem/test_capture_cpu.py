@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 
@@ -182,3 +183,36 @@ def test_calls_skipped_by_the_recorder_do_not_allocate():
         leaf.grad = None
     trace = cap.profile.snapshots["device0"]["device_traces"][0]
     assert [e for e in trace if e["action"] == "alloc"] == []
+
+
+def _sizes(text: str) -> list[float]:
+    """Every byte figure in ``text`` ("1.53 MiB", "-4 B"), in bytes, sign kept."""
+    mult = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+    return [float(n) * mult[u] for n, u in re.findall(r"(-?[\d.]+) (B|KiB|MiB|GiB)\b", text)]
+
+
+def test_cell_that_frees_tensors_made_before_it_is_never_negative(shell):
+    """Issue 11 item 3: frees of memory allocated before the cell made its peak and
+    end negative ("peak -4 B allocated") and the chart dip below zero."""
+    from torchlens.render.memory import summary_rows, timeline_figure
+
+    # Made under a capture, as in the tutorial: torch's CPU allocator reports the
+    # free of a block only if it saw the block's size while profiling.
+    assert shell.run_cell("%%gpumem -o r0\npre = [torch.randn(256, 256) for _ in range(4)]").success
+    res = shell.run_cell("%%gpumem -o r\npre.clear()\nsmall = torch.randn(16, 16)\n")
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["r"]
+    a = r.analysis()
+    before = 4 * 256 * 256 * 4
+    line = repr(r)
+    peak, end = _sizes(line.split("peak ", 1)[1])[:2]
+    assert peak >= before and end >= 0, line
+    assert "alive at the start (inferred from frees)" in line
+    rows = dict(summary_rows(a))
+    assert _sizes(rows["alive at the start (inferred from frees)"])[0] >= before
+    assert _sizes(rows["peak allocated"])[0] >= before
+    assert _sizes(rows["allocated at end"])[0] >= 0
+    assert any("alive at the start" in n for n in a.notes)
+    fig = timeline_figure(a)
+    ys = [y for rr in fig.renderers for y in rr.data_source.data.get("y", [])]
+    assert ys and min(ys) >= 0 and max(ys) >= before / 2**20

@@ -17,7 +17,15 @@ from . import fragmentation, leaks, oom
 from .allocator import AllocatorConfig
 from .frames import site_of
 from .memory_model import ModelRun, compare, real_figures, run_model
-from .memory_timeline import MemoryTimeline, SiteRow, build_timeline, top_sites
+from .memory_timeline import (
+    MemoryTimeline,
+    SiteRow,
+    alive_at,
+    build_timeline,
+    top_sites,
+    x_of,
+)
+from .oom import fmt_bytes
 
 
 @dataclass
@@ -44,6 +52,14 @@ class MemoryAnalysis:
     #: share of reserved memory free but too small for the cell's largest request
     unusable_for_largest: tuple[int, float] | None = None
     steady_growth: int | None = None  # bytes per run after the first (--repeat)
+    #: where the diagnosed OOM happened on the timeline's x axis (``timeline.t_us`` units)
+    oom_x: int | None = None
+
+    @property
+    def scope(self) -> str:
+        """What the figures span, for the wording: a cell, or a loaded snapshot's recorded
+        window (whose start and end are wherever recording started and the dump was made)."""
+        return "the recorded window" if self.measured_on == "snapshot" else "the cell"
 
     @property
     def possible_leaks(self) -> list[leaks.LeakRow]:
@@ -63,6 +79,15 @@ def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
     return AllocatorConfig.from_settings(snap.get("allocator_settings"))
 
 
+def _cpu_start_note(tl: MemoryTimeline) -> str:
+    if not tl.start_inferred:
+        return "Allocated bytes count from the start of the cell (CPU allocator)."
+    return (f"Allocated bytes include {fmt_bytes(tl.start_allocated)} alive at the start of the "
+            f"cell, inferred from {tl.unknown_frees:,} frees of memory allocated before it (the "
+            "CPU allocator reports no total; more may have been alive). Reserved memory (the "
+            "allocator model) counts only the cell's own allocations.")
+
+
 def analyze(profile: Profile) -> MemoryAnalysis:
     """Build the analysis of a ``kind="gpumem"`` profile."""
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
@@ -74,9 +99,9 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     model = simulated = None
     if measured_on == "cpu":
         model = run_model(trace, _config(p, snap), capacity=capacity)
-        tl = build_timeline(trace, reserved_steps=model.reserved_steps)
+        tl = build_timeline(trace, reserved_steps=model.reserved_steps, infer_start=True)
         frag_snap, reserved_source = model.snapshot, "allocator model"
-        notes.append("Allocated bytes count from the start of the cell (CPU allocator).")
+        notes.append(_cpu_start_note(tl))
     else:
         start_alloc = stats_before.get("allocated_bytes.all.current")
         start_res = stats_before.get("reserved_bytes.all.current")
@@ -92,7 +117,7 @@ def analyze(profile: Profile) -> MemoryAnalysis:
             simulated = run_model(trace, _config(p, snap), capacity=capacity,
                                   start_snapshot=snap)
     frag = fragmentation.summarize(frag_snap)
-    surv = leaks.survivors(tl)
+    surv = leaks.survivors(tl, repeated_only=measured_on == "snapshot")
     runs = [tuple(r) for r in p.runs]
     growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
     a = MemoryAnalysis(measured_on, snap, trace, tl, reserved_source, frag_snap, frag, surv,
@@ -105,25 +130,48 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     what_if = simulated or (model if p.simulate else None)
     if what_if is not None:
         real = real_figures(snap, trace, stats_after or None, peak_allocated=tl.peak_allocated,
-                            cpu=measured_on == "cpu")
+                            end_allocated=tl.end_allocated, cpu=measured_on == "cpu")
         a.comparison = compare(real, what_if)
         notes += what_if.notes
     a.diagnosis = _diagnose(profile, a, what_if)
     return a
 
 
+def _is_training(tl: MemoryTimeline) -> bool:
+    """Whether the trace shows a backward pass (so batch-size advice can apply)."""
+    return any("backward" in (f.get("name") or "") or "autograd::Engine" in (f.get("name") or "")
+               for a in tl.allocations for f in a.frames)
+
+
 def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> oom.OomDiagnosis | None:
+    """The OOM diagnosis and where it lies on the timeline (``a.oom_x``)."""
     error = profile.error
     message = error.get("message") if oom.is_oom_error(error) else None
+    tl, trace = a.timeline, a.trace
+    scope = "this recorded window" if a.measured_on == "snapshot" else "this cell"
+
+    def context(idx: int) -> dict[str, Any]:
+        alive = [oom.AliveSite(*x) for x in alive_at(tl, idx)]
+        return {"alive": alive, "training": _is_training(tl), "scope": scope}
+
     real = None
-    if message or any(e["action"] == "oom" for e in a.trace):
-        last = next((e for e in reversed(a.trace) if e["action"] == "alloc"), None)
-        real = oom.from_snapshot(a.snapshot, trace=a.trace, message=message,
-                                 leaks=a.survivors, site=site_of(last["frames"])[0] if last else None)
+    if message or any(e["action"] == "oom" for e in trace):
+        idx = next((i for i in range(len(trace) - 1, -1, -1) if trace[i]["action"] == "oom"),
+                   len(trace))
+        entry = trace[idx] if idx < len(trace) else None
+        last = entry if entry and entry.get("frames") else next(
+            (e for e in reversed(trace) if e["action"] == "alloc"), None)
+        real = oom.from_snapshot(a.snapshot, trace=trace, message=message, leaks=a.survivors,
+                                 site=site_of(last["frames"])[0] if last else None,
+                                 **context(idx))
+        if real is not None:
+            a.oom_x = x_of(tl, trace, idx) if trace else None
     if real is not None and a.measured_on != "cpu":
         return real
     if what_if is not None and what_if.ooms:
         idx, first = what_if.ooms[0]
-        site = site_of(a.trace[idx].get("frames") or [])[0] if idx < len(a.trace) else None
-        return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site)
+        site = site_of(trace[idx].get("frames") or [])[0] if idx < len(trace) else None
+        a.oom_x = x_of(tl, trace, idx)
+        return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site,
+                                  expandable=what_if.config.expandable_segments, **context(idx))
     return real

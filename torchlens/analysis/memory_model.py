@@ -121,17 +121,19 @@ def run_model(
 
 def real_figures(snapshot: dict[str, Any], trace: list[dict[str, Any]],
                  stats: dict[str, Any] | None = None, *, peak_allocated: int | None = None,
-                 cpu: bool = False) -> dict[str, int | None]:
+                 end_allocated: int | None = None, cpu: bool = False) -> dict[str, int | None]:
     """The same comparison row for what really happened (stats when captured live).
 
     ``cpu``: the trace is the CPU allocator's, which caches nothing: only the
-    allocated figures exist, counted from the start of the capture.
+    allocated figures exist, as the timeline counts them (``end_allocated``,
+    ``peak_allocated``: what was alive at the start included).
     """
     if stats:
         return dict(_stat_figures(stats))
     s = fragmentation.summarize(snapshot)
     if cpu:
-        live = sum(e["size"] for e in trace if e["action"] == "alloc") - sum(
+        live = end_allocated if end_allocated is not None else sum(
+            e["size"] for e in trace if e["action"] == "alloc") - sum(
             e["size"] for e in trace if e["action"] in ("free_completed", "free"))
         return {"reserved": None, "allocated": live, "peak_reserved": None,
                 "peak_allocated": peak_allocated, "inactive_split": None, "ooms": 0,

@@ -36,24 +36,36 @@ class Allocation:
     frames: list[dict[str, Any]]
     site: str
     function: str
+    i_free: int | None = None  # trace index of the free (orders frees when times tie)
 
 
 @dataclass
 class MemoryTimeline:
-    """Allocated and reserved bytes after each event, with the cell's summary figures."""
+    """Allocated and reserved bytes after each event, with the cell's summary figures.
+
+    ``clock`` says what ``t_us``, ``t0_us`` and the allocations' ``t_alloc`` /
+    ``t_free`` count: ``"us"``, microseconds of the trace's ``time_us``; or
+    ``"entry"``, the trace entry's index, when the trace has no times or all
+    its times are equal (older snapshots), so events still spread out in order.
+    """
 
     t_us: list[int] = field(default_factory=list)  # since the first event
+    clock: str = "us"
     allocated: list[int] = field(default_factory=list)
     reserved: list[int] = field(default_factory=list)
     start_allocated: int = 0
     start_reserved: int = 0
     allocations: list[Allocation] = field(default_factory=list)
     unknown_frees: int = 0  # frees of blocks allocated before the trace began
+    unknown_freed_bytes: int = 0  # their bytes: alive at the start, proven by those frees
+    start_inferred: bool = False  # start_allocated was inferred from those frees
     t0_us: int = 0
 
     @property
     def peak_allocated(self) -> int:
-        return max(self.allocated, default=self.start_allocated)
+        """The most allocated at any point, the start included (a cell that only frees
+        peaks at its start)."""
+        return max(self.start_allocated, max(self.allocated, default=0))
 
     @property
     def end_allocated(self) -> int:
@@ -61,7 +73,7 @@ class MemoryTimeline:
 
     @property
     def peak_reserved(self) -> int:
-        return max(self.reserved, default=self.start_reserved)
+        return max(self.start_reserved, max(self.reserved, default=0))
 
     @property
     def end_reserved(self) -> int:
@@ -74,22 +86,32 @@ def build_timeline(
     start_allocated: int = 0,
     start_reserved: int = 0,
     reserved_steps: list[tuple[int, int]] | None = None,
+    infer_start: bool = False,
 ) -> MemoryTimeline:
     """Walk the trace once: the allocated/reserved series and every allocation.
 
     ``reserved_steps`` replaces the trace's own segment actions with
     (event index, reserved bytes) pairs, e.g. from the allocator model when the
     trace comes from the CPU allocator (which reserves nothing).
+
+    ``infer_start``: the trace gives no starting total (the CPU allocator's
+    events), so the bytes alive at the start are inferred as the sum of the
+    frees of blocks never allocated in the trace: each of them was alive when
+    it began. Without that, a cell that frees tensors made before it would
+    show negative allocated memory.
     """
     tl = MemoryTimeline(start_allocated=start_allocated, start_reserved=start_reserved)
     live: dict[int, Allocation] = {}
     allocated, reserved = start_allocated, start_reserved
     steps = dict(reserved_steps or [])
-    t0 = next((int(e.get("time_us", 0)) for e in trace if e.get("time_us")), 0)
+    times = [int(e.get("time_us") or 0) for e in trace]
+    t0 = next((t for t in times if t), 0)
+    if len(trace) > 1 and (not t0 or max(times) == min(t for t in times if t)):
+        tl.clock, times, t0 = "entry", list(range(len(trace))), 0
     tl.t0_us = t0
     for i, e in enumerate(trace):
         action = e["action"]
-        t = int(e.get("time_us", 0) or t0)
+        t = times[i] or t0
         if action == "alloc":
             site, fn = site_of(e.get("frames") or [])
             a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
@@ -100,9 +122,10 @@ def build_timeline(
             a = live.pop(e["addr"], None)
             if a is None:
                 tl.unknown_frees += 1
+                tl.unknown_freed_bytes += e["size"]
                 allocated -= e["size"]
             else:
-                a.t_free = t
+                a.t_free, a.i_free = t, i
                 allocated -= a.size
         elif reserved_steps is None and action in SEG_ADD:
             reserved += e["size"]
@@ -116,6 +139,11 @@ def build_timeline(
         tl.t_us.append(t - t0)
         tl.allocated.append(allocated)
         tl.reserved.append(reserved)
+    if infer_start and tl.unknown_freed_bytes:
+        base = tl.unknown_freed_bytes
+        tl.start_allocated += base
+        tl.allocated = [v + base for v in tl.allocated]
+        tl.start_inferred = True
     return tl
 
 
@@ -150,6 +178,28 @@ def top_sites(tl: MemoryTimeline, n: int = 15) -> list[SiteRow]:
         if a.t_free is None:
             r.alive_bytes += a.size
     return sorted(rows.values(), key=lambda r: (-r.bytes, r.site))[:n]
+
+
+def alive_at(tl: MemoryTimeline, index: int, n: int = 3) -> list[tuple[str, int, int]]:
+    """(site, bytes, tensors) of the ``n`` sites holding the most memory just before
+    trace entry ``index`` (allocated before it and not yet freed)."""
+    rows: dict[str, list[int]] = {}
+    for a in tl.allocations:
+        if a.index >= index:
+            break
+        if a.i_free is None or a.i_free >= index:
+            r = rows.setdefault(a.site, [0, 0])
+            r[0] += a.size
+            r[1] += 1
+    return sorted(((s, b, c) for s, (b, c) in rows.items()), key=lambda x: (-x[1], x[0]))[:n]
+
+
+def x_of(tl: MemoryTimeline, trace: list[dict[str, Any]], index: int) -> int:
+    """Where trace entry ``index`` lies on the timeline's x axis (``t_us``'s units)."""
+    if tl.clock == "entry" or not trace:
+        return index
+    e = trace[min(index, len(trace) - 1)]
+    return max(0, int(e.get("time_us") or tl.t0_us) - tl.t0_us)
 
 
 def live_bytes_at(tl: MemoryTimeline, t_abs_us: int) -> int:

@@ -7,9 +7,12 @@ figures), the snapshot (cached free blocks per pool), or an OOM of the
 allocator model (``--simulate --capacity``). Every piece of advice carries the
 figure that supports it, so the user can judge it rather than trust it.
 
-Fragmentation: reserved-but-free plus device-free memory would hold the
-request, but no single usable block or new segment does. Exhaustion: the
-request does not fit even if every free byte could be used.
+Fragmentation: the cached free memory, plus the device's free memory when it
+is enough for the new segment a request of this size gets, would hold the
+request, but no single usable cached block does. Exhaustion: otherwise; the
+shortfall is what the request lacks (when it needs a new segment: the
+segment's size minus the device's free bytes, e.g. a 4 MiB request needs a new
+20 MiB segment, so 4 MiB free on the device leaves it 16 MiB short).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fragmentation
-from .allocator.config import SMALL_SIZE, AllocatorConfig, round_size
+from .allocator.config import SMALL_SIZE, AllocatorConfig, allocation_size, round_size
 from .leaks import LeakRow
 
 _SIZE = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
@@ -71,8 +74,22 @@ class Advice:
 
 
 @dataclass
+class AliveSite:
+    """Bytes one site kept alive when the failing allocation ran."""
+
+    site: str
+    bytes: int
+    count: int
+
+
+@dataclass
 class OomDiagnosis:
-    """The failed request, the free memory around it, the cause and advice."""
+    """The failed request, the free memory around it, the cause and advice.
+
+    ``total_free``, ``usable_free``, ``shortfall`` are derived once here
+    (``diagnose``); the explanation, the table and the chart all read them, so
+    they cannot disagree.
+    """
 
     source: str
     requested: int | None
@@ -89,31 +106,59 @@ class OomDiagnosis:
     explanation: str = ""
     site: str | None = None
     advice: list[Advice] = field(default_factory=list)
+    total_free: int | None = None  # free_cached + device_free
+    usable_free: int | None = None  # the largest single piece of it this request could use
+    shortfall: int | None = None  # exhaustion: bytes missing for the request to succeed
+    alive: list[AliveSite] = field(default_factory=list)  # biggest sites alive at the failure
+    training: bool = False  # the trace shows a backward pass (batch advice applies)
+    expandable: bool = False  # expandable_segments was on
 
 
-def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None) -> OomDiagnosis:
-    """Fill ``cause``, ``explanation`` and ``advice`` from the figures in ``d``."""
+def _derive(d: OomDiagnosis, req: int) -> None:
+    """The free figures every view shows, and the cause they imply."""
+    cached = d.free_cached or 0
+    device = d.device_free or 0
+    d.total_free = cached + device
+    # Device memory serves this request only as a whole new segment.
+    device_usable = device if d.segment_size is None or device >= d.segment_size else 0
+    largest = d.largest_usable or 0
+    d.usable_free = max(largest, device_usable)
+    if d.free_cached is not None and cached + device_usable >= req and largest < req:
+        d.cause = "fragmentation"  # the pieces would hold it, none does alone
+        return
+    d.cause = "exhaustion"
+    if d.segment_size is not None and device < d.segment_size and largest < req:
+        d.shortfall = d.segment_size - device
+    else:
+        d.shortfall = max(0, req - cached - device_usable)
+
+
+def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
+             scope: str = "this cell") -> OomDiagnosis:
+    """Fill the derived figures, ``cause``, ``explanation`` and ``advice`` from ``d``."""
     req = d.requested
     if req is None:
         d.explanation = "The request size is unknown; no diagnosis."
         return d
-    device_free = d.device_free or 0
-    if d.segment_size is not None and device_free < d.segment_size:
-        device_free = 0  # too little for the segment a request of this size gets
-    total_free = (d.free_cached or 0) + device_free
+    _derive(d, req)
     largest = d.largest_usable or 0
-    if d.free_cached is not None and total_free >= req and largest < req:
-        d.cause = "fragmentation"
+    free_text = (f"{fmt_bytes(d.total_free)} was free in total ({fmt_bytes(d.free_cached or 0)} "
+                 f"cached by the allocator, {fmt_bytes(d.device_free or 0)} on the device"
+                 + (f" of {fmt_bytes(d.capacity)}" if d.capacity else "") + ")")
+    needs_segment = (d.segment_size is not None and (d.device_free or 0) < d.segment_size)
+    segment_text = (f"a request of this size needs a new {fmt_bytes(d.segment_size)} segment "
+                    f"and the device had {fmt_bytes(d.device_free or 0)} free"
+                    if needs_segment else "")
+    if d.cause == "fragmentation":
         d.explanation = (
-            f"{fmt_bytes(req)} was requested while {fmt_bytes(total_free)} was free in total "
-            f"({fmt_bytes(d.free_cached)} cached by the allocator, {fmt_bytes(d.device_free)} "
-            f"on the device), but the largest usable free block was {fmt_bytes(largest)}: "
-            "the free memory is in pieces too small for the request."
-        )
+            f"{fmt_bytes(req)} was requested while {free_text}, but the largest usable cached "
+            f"block was {fmt_bytes(largest)}"
+            + (f" and {segment_text}" if segment_text else "")
+            + ": the free memory is in pieces too small for the request.")
         d.advice.append(Advice(
             "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts",
-            f"{fmt_bytes(d.free_cached)} is reserved but free in blocks no larger than "
-            f"{fmt_bytes(largest)}; expandable segments grow one mapping instead of "
+            f"{fmt_bytes(d.free_cached)} is reserved but free in blocks none of which can "
+            f"hold {fmt_bytes(req)}; expandable segments grow one mapping instead of "
             "stranding free pieces between segments."))
         if d.inactive_split:
             mb = max(20, min(512, 1 << max(0, (req // (1024 * 1024)).bit_length() - 1)))
@@ -122,33 +167,50 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None) -> OomDiagnosi
                 f"{fmt_bytes(d.inactive_split)} is free inside split segments "
                 "(inactive_split), which only a request that fits the gap can reuse."))
     else:
-        d.cause = "exhaustion"
-        short = req - total_free
         d.explanation = (
-            f"{fmt_bytes(req)} was requested but only {fmt_bytes(total_free)} was free in total"
-            + (f" on a {fmt_bytes(d.capacity)} device" if d.capacity else "")
+            f"{fmt_bytes(req)} was requested; {free_text}, and the largest piece this request "
+            f"could use was {fmt_bytes(d.usable_free)}"
+            + (f" ({segment_text})" if segment_text else "")
             + (f"; {fmt_bytes(d.allocated)} is allocated by tensors" if d.allocated is not None else "")
-            + ": the memory is really used, not fragmented."
-        )
-        if d.segment_size is not None and (d.device_free or 0) < d.segment_size:
-            d.explanation += (
-                f" A request of this size needs a new {fmt_bytes(d.segment_size)} segment "
-                f"and the device had {fmt_bytes(d.device_free)} left.")
-        if d.allocated:
-            cut = min(0.9, (short + d.allocated * 0.05) / d.allocated) if short > 0 else 0.1
-            d.advice.append(Advice(
-                f"Use a smaller batch (about {cut:.0%} smaller) or activation checkpointing",
-                f"{fmt_bytes(d.allocated)} is allocated and the request is "
-                f"{fmt_bytes(max(short, 0))} short of fitting."))
+            + ": the memory is really used, not fragmented. "
+            + (f"The device is {fmt_bytes(d.shortfall)} short of that segment."
+               if needs_segment else f"The request is {fmt_bytes(d.shortfall)} short of fitting."))
+        _exhaustion_advice(d, req, needs_segment)
     for leak in (leaks or [])[:3]:
         if not leak.flagged:
             continue
         d.advice.append(Advice(
             f"Free what {leak.site} keeps alive ({leak.function})",
-            f"{fmt_bytes(leak.bytes)} allocated there in {leak.passes} passes of this cell is "
+            f"{fmt_bytes(leak.bytes)} allocated there in {leak.passes} passes of {scope} is "
             f"still alive ({leak.count} tensors), e.g. losses kept with their graphs; keep "
             "loss.item() or .detach() instead."))
     return d
+
+
+def _exhaustion_advice(d: OomDiagnosis, req: int, needs_segment: bool) -> None:
+    short = d.shortfall or 0
+    action = "Keep less alive when this allocation runs"
+    if d.training:
+        action += " (in training: a smaller batch or activation checkpointing)"
+    held = ", ".join(f"{x.site} {fmt_bytes(x.bytes)} in {x.count} tensors" for x in d.alive)
+    evidence = (f"{fmt_bytes(d.allocated)} is allocated at that point"
+                if d.allocated is not None else "At that point")
+    evidence += f", the most by: {held}" if held else ""
+    need = (f"one free block of {fmt_bytes(req)} among it, or {fmt_bytes(short)} more free on "
+            "the device, would serve the request" if needs_segment else
+            f"the request is {fmt_bytes(short)} short of fitting")
+    d.advice.append(Advice(action, f"{evidence}; {need}."))
+    pages = -(-req // (2 * 1024 * 1024)) * 2 * 1024 * 1024
+    if needs_segment and not d.expandable and pages <= (d.device_free or 0):
+        d.advice.append(Advice(
+            "Or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts",
+            f"segments then grow in 2 MiB pages: this request needs {fmt_bytes(pages)} of the "
+            f"{fmt_bytes(d.device_free)} free instead of a new {fmt_bytes(d.segment_size)} "
+            "segment."))
+    if d.capacity:
+        d.advice.append(Advice(
+            f"Or run on a device with at least {fmt_bytes(d.capacity + short)}",
+            f"this one has {fmt_bytes(d.capacity)} and the request is {fmt_bytes(short)} short."))
 
 
 def _pool_figures(snapshot: dict[str, Any], req: int, cfg: AllocatorConfig) -> dict[str, Any]:
@@ -171,6 +233,9 @@ def from_snapshot(
     message: str | None = None,
     leaks: list[LeakRow] | None = None,
     site: str | None = None,
+    alive: list[AliveSite] | None = None,
+    training: bool = False,
+    scope: str = "this cell",
 ) -> OomDiagnosis | None:
     """Diagnose the last OOM recorded in ``trace`` and/or ``message``; None if neither has one."""
     entry = next((e for e in reversed(trace or []) if e["action"] == "oom"), None)
@@ -184,6 +249,9 @@ def from_snapshot(
     if d.device_free is None:
         d.device_free = parsed.get("device_free")
     d.capacity = parsed.get("capacity")
+    d.alive, d.training, d.expandable = alive or [], training, cfg.expandable_segments
+    if not cfg.expandable_segments:
+        d.segment_size = allocation_size(round_size(req, cfg))
     if snapshot.get("segments"):
         for k, v in _pool_figures(snapshot, req, cfg).items():
             setattr(d, k, v)
@@ -191,11 +259,13 @@ def from_snapshot(
         d.allocated = parsed.get("allocated")
         d.free_cached = parsed.get("free_cached")
     d.site = site
-    return diagnose(d, leaks)
+    return diagnose(d, leaks, scope=scope)
 
 
 def from_model_oom(oom: Any, snapshot: dict[str, Any], *, leaks: list[LeakRow] | None = None,
-                   site: str | None = None) -> OomDiagnosis:
+                   site: str | None = None, alive: list[AliveSite] | None = None,
+                   training: bool = False, expandable: bool = False,
+                   scope: str = "this cell") -> OomDiagnosis:
     """Diagnose an OOM of the allocator model (``allocator.OOM`` figures + its snapshot)."""
     s = fragmentation.summarize(snapshot)
     d = OomDiagnosis(
@@ -203,5 +273,6 @@ def from_model_oom(oom: Any, snapshot: dict[str, Any], *, leaks: list[LeakRow] |
         device_free=oom.device_free, capacity=oom.capacity, reserved=oom.reserved,
         allocated=oom.allocated, free_cached=oom.free_cached,
         largest_usable=oom.largest_free_in_pool, inactive_split=s.inactive_split, site=site,
-        segment_size=oom.alloc_size)
-    return diagnose(d, leaks)
+        segment_size=None if expandable else oom.alloc_size, alive=alive or [],
+        training=training, expandable=expandable)
+    return diagnose(d, leaks, scope=scope)

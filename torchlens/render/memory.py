@@ -16,6 +16,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 from markupsafe import Markup
 
+from ..analysis import leaks
 from ..analysis.frames import frame_label
 from ..analysis.memory import MemoryAnalysis
 from ..analysis.memory_timeline import biggest_allocations, decimate
@@ -28,6 +29,8 @@ from .tables import Column
 MAX_POINTS = 4000  # timeline points per series after decimation
 MAX_MARKED = 12  # biggest allocations marked on the timeline
 MAX_SEGMENTS = 200  # segments drawn in the block map
+SEGMENT_FRAME_PX = 100  # the block map's title, x axis and borders
+SEGMENT_ROW_PX = 16  # and its height per segment (down to 3 px past 37 segments)
 MIB = 1024 * 1024
 STATE_COLORS = {"active_allocated": "#0072B2", "inactive": "#cccccc",
                 "active_pending_free": "#E69F00"}
@@ -46,13 +49,15 @@ def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     rows = [
         ("peak allocated", fmt_bytes(tl.peak_allocated)),
         ("allocated at end", fmt_bytes(tl.end_allocated)),
-        ("change across the cell", fmt_bytes(tl.end_allocated - tl.start_allocated)),
+        (f"change across {a.scope}", fmt_bytes(tl.end_allocated - tl.start_allocated)),
         (f"peak reserved ({src})", fmt_bytes(tl.peak_reserved)),
         (f"reserved at end ({src})", fmt_bytes(tl.end_reserved)),
         ("reserved change", fmt_bytes(tl.end_reserved - tl.start_reserved)),
         ("allocations / frees in the trace", f"{len(tl.allocations):,} / "
          f"{sum(1 for x in tl.allocations if x.t_free is not None):,}"),
     ]
+    if tl.start_inferred:
+        rows.insert(0, ("alive at the start (inferred from frees)", fmt_bytes(tl.start_allocated)))
     if a.steady_growth is not None:
         rows.append(("growth per run (after the first)", fmt_bytes(a.steady_growth)))
     return rows
@@ -64,8 +69,11 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
     tl = a.timeline
     parts = [f"peak {fmt_bytes(tl.peak_allocated)} allocated",
              f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
-             "across the cell)",
+             f"across {a.scope})",
              f"reserved {fmt_bytes(tl.end_reserved)} ({a.reserved_source})"]
+    if tl.start_inferred:
+        parts.insert(2, f"allocated counts {fmt_bytes(tl.start_allocated)} alive at the start "
+                        "(inferred from frees)")
     if a.possible_leaks:
         parts.append(f"{len(a.possible_leaks)} possible leak site(s), first {a.possible_leaks[0].site}")
     if a.measured_on == "cpu":
@@ -79,50 +87,103 @@ def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Mar
     return html.render("kv.html.j2", rows=rows, head=head)
 
 
-def diagnosis_html(d: OomDiagnosis) -> Markup:
-    """The OOM box: cause, the figures, and advice each with its evidence."""
-    figs = [("requested", fmt_bytes(d.requested)), ("free on the device", fmt_bytes(d.device_free)),
+def diagnosis_rows(d: OomDiagnosis) -> list[tuple[str, str]]:
+    """The OOM box's figures: the same fields its explanation is written from."""
+    figs = [("requested", fmt_bytes(d.requested)),
+            ("free on the device", fmt_bytes(d.device_free)),
             ("reserved but free (cached)", fmt_bytes(d.free_cached)),
-            ("largest usable free block", fmt_bytes(d.largest_usable)),
-            ("allocated", fmt_bytes(d.allocated)), ("capacity", fmt_bytes(d.capacity)),
+            ("free in total", fmt_bytes(d.total_free)),
+            ("largest piece this request could use", fmt_bytes(d.usable_free)),
+            ("largest usable cached block", fmt_bytes(d.largest_usable)),
+            ("new segment a request of this size needs", fmt_bytes(d.segment_size)),
+            ("short by", fmt_bytes(d.shortfall)),
+            ("allocated", fmt_bytes(d.allocated)), ("reserved", fmt_bytes(d.reserved)),
+            ("capacity", fmt_bytes(d.capacity)),
             ("inactive_split", fmt_bytes(d.inactive_split))]
     if d.unusable_share is not None:
         figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
     if d.site:
         figs.append(("failing allocation at", d.site))
-    return html.render("oom.html.j2", d=d, rows=[f for f in figs if f[1] != "n/a"])
+    return [f for f in figs if f[1] != "n/a"]
+
+
+def diagnosis_html(d: OomDiagnosis) -> Markup:
+    """The OOM box: cause, the figures, and advice each with its evidence."""
+    return html.render("oom.html.j2", d=d, rows=diagnosis_rows(d))
 
 
 def timeline_figure(a: MemoryAnalysis) -> Any:
-    """Allocated and reserved over the cell (ms), the biggest allocations marked."""
+    """Allocated and reserved over the cell or window (ms, or trace entries when the
+    trace has no times), the biggest allocations marked."""
     tl = a.timeline
     if not tl.t_us:
         return None
+    timed = tl.clock == "us"
+    scale = 1000 if timed else 1
     t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
-    ms = [x / 1000 for x in t]
-    p = figure(height=300, sizing_mode="stretch_width", x_axis_label="ms since the first event",
-               y_axis_label="MiB", title="Memory over the cell"
+    # the state at the start comes first, so a cell that begins by freeing starts high
+    t, alloc, res = [0, *t], [tl.start_allocated, *alloc], [tl.start_reserved, *res]
+    ms = [x / scale for x in t]
+    p = figure(height=300, sizing_mode="stretch_width",
+               x_axis_label="ms since the first event" if timed else
+               "trace entry (the snapshot records no times)",
+               y_axis_label="MiB", title=f"Memory over {a.scope}"
                + (f" ({len(tl.t_us):,} events, {len(t):,} points drawn)" if len(t) < len(tl.t_us) else ""),
                tools="xpan,xwheel_zoom,box_zoom,reset,save")
-    p.step(ms, [x / MIB for x in res], mode="after", color="#999999", line_width=2,
+    d = a.diagnosis
+    # A simulated OOM on a CPU capture: a GPU would have raised there, so the
+    # model's reserved memory ends there and what the CPU went on to allocate is
+    # drawn faded, not above a reserved line it could never have fit under.
+    cut = len(ms)
+    if d is not None and a.oom_x is not None and a.measured_on == "cpu":
+        cut = next((i for i, x in enumerate(t) if x >= a.oom_x), len(t))
+    p.step(ms[:cut], [x / MIB for x in res[:cut]], mode="after", color="#999999", line_width=2,
            legend_label=f"reserved ({a.reserved_source})")
-    p.step(ms, [x / MIB for x in alloc], mode="after", color="#0072B2", line_width=2,
+    p.step(ms[:cut], [x / MIB for x in alloc[:cut]], mode="after", color="#0072B2", line_width=2,
            legend_label="allocated")
+    if cut < len(ms):
+        p.step(ms[cut - 1:], [x / MIB for x in alloc[cut - 1:]], mode="after", color="#0072B2",
+               alpha=0.3, line_width=2, legend_label="allocated after the simulated OOM (on a GPU "
+               "the cell would have raised)")
+    if d is not None and a.oom_x is not None:
+        _mark_oom(p, d, a.oom_x / scale, [ms[0], ms[-1]])
+    if tl.start_inferred:
+        p.line([ms[0], ms[-1]], [tl.start_allocated / MIB] * 2, color="#0072B2", line_dash="dashed",
+               legend_label="alive at the start (inferred from frees)")
     big = biggest_allocations(tl, MAX_MARKED)
     level = dict(zip(tl.t_us, tl.allocated, strict=True))
     src = ColumnDataSource({
-        "x": [(b.t_alloc - tl.t0_us) / 1000 for b in big],
+        "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
         "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
         "size": [fmt_bytes(b.size) for b in big], "site": [b.site for b in big],
         "stack": [_stack_text(b.frames) for b in big],
         "freed": ["still alive at the end" if b.t_free is None else
-                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" for b in big],
+                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" if timed else
+                  f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
     })
     r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
     p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
                                                     ("", "@freed"), ("stack", "@stack")]))
     p.legend.location = "top_left"
     return p
+
+
+def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float]) -> None:
+    """The failing request at its place on the timeline, from the diagnosis' own figures:
+    a bar from what was allocated to allocated + requested, and the card's capacity."""
+    if d.capacity:
+        p.line(x_span, [d.capacity / MIB] * 2, color="#CC0000", line_dash="dotted",
+               legend_label=f"capacity {fmt_bytes(d.capacity)}")
+    base = (d.allocated or 0) / MIB
+    src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / MIB],
+                            "what": [f"{d.cause}: {fmt_bytes(d.requested)} requested, "
+                                     f"{fmt_bytes(d.shortfall)} short" if d.shortfall is not None
+                                     else f"{d.cause}: {fmt_bytes(d.requested)} requested"],
+                            "free": [f"{fmt_bytes(d.total_free)} free in total, "
+                                     f"{fmt_bytes(d.usable_free)} usable"]})
+    r = p.segment("x", "y0", "x", "y1", source=src, color="#CC0000", line_width=4,
+                  legend_label=f"out of memory ({d.source})")
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@what"), ("", "@free")]))
 
 
 def segment_map_figure(a: MemoryAnalysis) -> Any:
@@ -145,9 +206,12 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
     title = "Segments and blocks (blue allocated, grey cached free, orange in flight)"
     if len(segs) > len(shown):
         title += f": first {len(shown)} of {len(segs)} segments by address"
-    p = figure(height=min(700, 60 + 12 * len(shown)), sizing_mode="stretch_width",
-               x_axis_label="MiB from segment start", title=title,
-               tools="xpan,xwheel_zoom,box_zoom,reset,save", y_range=(len(shown), -1))
+    # The title and the x axis take about 80 px whatever the rows: the height is
+    # that plus a band per row, so one segment still gets a visible row.
+    p = figure(height=min(700, SEGMENT_FRAME_PX + SEGMENT_ROW_PX * len(shown)),
+               sizing_mode="stretch_width", x_axis_label="MiB from segment start", title=title,
+               tools="xpan,xwheel_zoom,box_zoom,reset,save",
+               y_range=(len(shown) - 0.5, -0.5))
     p.yaxis.visible = False
     r = p.rect("x", "y", "w", 0.8, source=ColumnDataSource(cols), fill_color="color",
                line_color="white", line_width=0.5)
@@ -203,9 +267,10 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
     out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
                 if sites else html.note("No allocations."), "sites"))
     leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
-    out.append(("Still alive at the end of the cell (possible leaks)",
+    out.append((f"Still alive at the end of {a.scope} (possible leaks)",
                 html.render("leaks.html.j2", table=tables.html_table(leak_rows, _LEAK_COLS)
-                            if leak_rows else None), "leaks"))
+                            if leak_rows else None, scope=a.scope,
+                            rule=leaks.FLAG_RULE[a.measured_on == "snapshot"]), "leaks"))
     if a.growth:
         out.append(("Growth per run (--repeat)",
                     tables.html_table([vars(g) for g in a.growth], _GROWTH_COLS), "growth"))
