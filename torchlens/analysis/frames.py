@@ -26,11 +26,14 @@ def frame_label(frame: dict[str, Any], cells: CellNames | None = None) -> str:
     return location_label(str(frame.get("filename", "")), frame.get("line", 0), cells)
 
 
-def site_of(frames: list[dict[str, Any]]) -> tuple[str, str]:
-    """(site label, function name) of an allocation: innermost user frame."""
+def site_of(frames: list[dict[str, Any]], cells: CellNames | None = None) -> tuple[str, str]:
+    """(site label, function name) of an allocation: innermost user frame.
+
+    ``cells``: the shell's cell file names -> In[N] (``GpumemPayload.cells``)."""
     for f in frames:
         if is_user_frame(f):
-            return frame_label(f), str(f.get("name", ""))
+            return frame_label(f, cells), str(f.get("name", ""))
     if frames:
-        return "(no user frame) " + frame_label(frames[0]), str(frames[0].get("name", ""))
+        return ("(no user frame) " + frame_label(frames[0], cells),
+                str(frames[0].get("name", "")))
     return "(no Python stack)", ""

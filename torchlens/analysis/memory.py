@@ -54,6 +54,8 @@ class MemoryAnalysis:
     steady_growth: int | None = None  # bytes per run after the first (--repeat)
     #: where the diagnosed OOM happened on the timeline's x axis (``timeline.t_us`` units)
     oom_x: int | None = None
+    #: the shell's cell file names -> In[N] (``GpumemPayload.cells``), for stacks
+    cells: dict[str, int] = field(default_factory=dict)
 
     @property
     def scope(self) -> str:
@@ -99,7 +101,8 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     model = simulated = None
     if measured_on == "cpu":
         model = run_model(trace, _config(p, snap), capacity=capacity)
-        tl = build_timeline(trace, reserved_steps=model.reserved_steps, infer_start=True)
+        tl = build_timeline(trace, reserved_steps=model.reserved_steps, infer_start=True,
+                            cells=p.cells)
         frag_snap, reserved_source = model.snapshot, "allocator model"
         notes.append(_cpu_start_note(tl))
     else:
@@ -111,7 +114,8 @@ def analyze(profile: Profile) -> MemoryAnalysis:
             final = fragmentation.summarize(snap, device=None)
             start_alloc = final.allocated - (probe.end_allocated - probe.start_allocated)
             start_res = final.reserved - (probe.end_reserved - probe.start_reserved)
-        tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res)
+        tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res,
+                            cells=p.cells)
         frag_snap, reserved_source = snap, "snapshot"
         if p.simulate:
             simulated = run_model(trace, _config(p, snap), capacity=capacity,
@@ -123,7 +127,8 @@ def analyze(profile: Profile) -> MemoryAnalysis:
     a = MemoryAnalysis(measured_on, snap, trace, tl, reserved_source, frag_snap, frag, surv,
                        growth, stats_after, model, simulated, notes=notes,
                        sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
-                       steady_growth=leaks.steady_growth(growth) if growth else None)
+                       steady_growth=leaks.steady_growth(growth) if growth else None,
+                       cells=dict(p.cells))
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))
@@ -162,7 +167,7 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
         last = entry if entry and entry.get("frames") else next(
             (e for e in reversed(trace) if e["action"] == "alloc"), None)
         real = oom.from_snapshot(a.snapshot, trace=trace, message=message, leaks=a.survivors,
-                                 site=site_of(last["frames"])[0] if last else None,
+                                 site=site_of(last["frames"], a.cells)[0] if last else None,
                                  **context(idx))
         if real is not None:
             a.oom_x = x_of(tl, trace, idx) if trace else None
@@ -170,7 +175,7 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
         return real
     if what_if is not None and what_if.ooms:
         idx, first = what_if.ooms[0]
-        site = site_of(trace[idx].get("frames") or [])[0] if idx < len(trace) else None
+        site = site_of(trace[idx].get("frames") or [], a.cells)[0] if idx < len(trace) else None
         a.oom_x = x_of(tl, trace, idx)
         return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site,
                                   expandable=what_if.config.expandable_segments, **context(idx))

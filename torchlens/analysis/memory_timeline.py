@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..formats.locations import CellNames
 from .frames import site_of
 
 SEG_ADD = ("segment_alloc", "segment_map")
@@ -87,6 +88,7 @@ def build_timeline(
     start_reserved: int = 0,
     reserved_steps: list[tuple[int, int]] | None = None,
     infer_start: bool = False,
+    cells: CellNames | None = None,
 ) -> MemoryTimeline:
     """Walk the trace once: the allocated/reserved series and every allocation.
 
@@ -99,6 +101,8 @@ def build_timeline(
     frees of blocks never allocated in the trace: each of them was alive when
     it began. Without that, a cell that frees tensors made before it would
     show negative allocated memory.
+
+    ``cells`` names notebook cells in the sites (``frames.site_of``).
     """
     tl = MemoryTimeline(start_allocated=start_allocated, start_reserved=start_reserved)
     live: dict[int, Allocation] = {}
@@ -113,7 +117,7 @@ def build_timeline(
         action = e["action"]
         t = times[i] or t0
         if action == "alloc":
-            site, fn = site_of(e.get("frames") or [])
+            site, fn = site_of(e.get("frames") or [], cells)
             a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
             live[e["addr"]] = a
             tl.allocations.append(a)

@@ -172,9 +172,13 @@ def gpumem_options(
 
 
 def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
-    """What capture measured, with what the user asked the analysis to do."""
+    """What capture measured, with what the user asked the analysis to do, and the
+    shell's cell numbers (a kernel's cells compile under temp names that lack them)."""
+    from .cells import cell_names
+
     return dataclasses.replace(captured, simulate=asked.simulate, capacity=asked.capacity,
-                               alloc_conf=asked.alloc_conf, repeat=asked.repeat, top=asked.top)
+                               alloc_conf=asked.alloc_conf, repeat=asked.repeat, top=asked.top,
+                               cells=cell_names())
 
 
 class MemoryResult(Result):

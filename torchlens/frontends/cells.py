@@ -11,12 +11,27 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import sys
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
+def cell_names() -> dict[str, int]:
+    """The running shell's cell file names -> In[N] (empty outside IPython).
+
+    A kernel compiles each cell as ``/tmp/ipykernel_<pid>/<hash>.py``; only
+    the shell knows which In[N] that was. Captures keep this table with what
+    they record (``GpumemPayload.cells``; ``DdpRun.cells``, sent to the ranks
+    in processes of their own) to name lines ``cell [N] line L``.
+    """
+    ip = sys.modules.get("IPython")
+    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return {str(k): int(v) for k, v in names.items()} if isinstance(names, dict) else {}
 
 
 def execution_count(shell: Any) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 from ..analysis.ddp_run import collective_rows
 from ..model import DdpRun, InputError, Profile
 from .api import Result
+from .cells import cell_names
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -65,19 +66,6 @@ def _in_kernel() -> bool:
     ip = sys.modules.get("IPython")
     shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def cell_names() -> dict[str, int]:
-    """The running shell's cell file names -> In[N] (empty outside IPython).
-
-    A kernel compiles each cell as ``/tmp/ipykernel_<pid>/<hash>.py``; only
-    the shell knows which In[N] that was, and the ranks, in processes of
-    their own, get this table with the job to name lines ``cell [N] line L``.
-    """
-    ip = sys.modules.get("IPython")
-    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
-    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
-    return {str(k): int(v) for k, v in names.items()} if isinstance(names, dict) else {}
 
 
 def check_options(world_size: int, backend: str, timeout: float, steps: int,

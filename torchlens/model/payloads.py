@@ -129,6 +129,8 @@ class GpumemPayload:
     alloc_conf: str = ""
     repeat: int = 1
     top: int = 15
+    #: the kernel's cell file names -> In[N], to name sites ``cell [N] line L``
+    cells: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -38,8 +38,9 @@ STATE_NAMES = {"active_allocated": "allocated", "inactive": "cached free",
                "active_pending_free": "in flight (freed, stream still using it)"}
 
 
-def _stack_text(frames: list[dict[str, Any]], n: int = 8) -> str:
-    return " <- ".join(f"{f.get('name', '')} ({frame_label(f)})" for f in frames[:n])
+def _stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
+                n: int = 8) -> str:
+    return " <- ".join(f"{f.get('name', '')} ({frame_label(f, cells)})" for f in frames[:n])
 
 
 def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
@@ -156,7 +157,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
         "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
         "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
         "size": [fmt_bytes(b.size) for b in big], "site": [b.site for b in big],
-        "stack": [_stack_text(b.frames) for b in big],
+        "stack": [_stack_text(b.frames, a.cells) for b in big],
         "freed": ["still alive at the end" if b.t_free is None else
                   f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" if timed else
                   f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
