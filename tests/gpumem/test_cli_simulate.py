@@ -66,3 +66,69 @@ def test_simulate_through_python_dash_m():
                           capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--alloc-conf" in proc.stdout
+
+
+# ---- issue 11 item 12: what-ifs that cannot mean what they seem say so
+
+def _window_after_last_segment(tmp_path, name: str):
+    """The shared snapshot cut to the events after its last ``segment_alloc``: a window
+    whose memory was all reserved before it."""
+    import pickle
+
+    from torchlens.model.snapshot import load_snapshot
+
+    snap = load_snapshot(SNAPSHOTS / f"{name}.pickle")
+    trace = snap["device_traces"][0]
+    last = max(i for i, e in enumerate(trace) if e["action"] == "segment_alloc")
+    snap["device_traces"] = [trace[last + 1:]]
+    path = tmp_path / f"{name}_window.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    return path
+
+
+def test_simulate_capacity_below_the_starting_reserved_says_so(capsys):
+    """ctx128_forward's window starts with 12.82 GiB reserved; an 8 GiB card cannot
+    hold that, and the report used to show reserved above the capacity without a word."""
+    assert main(["simulate", str(SNAPSHOTS / "ctx128_forward.pickle"),
+                 "--capacity", "8GiB"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: the window starts with 12.82 GiB reserved, above the 8.00 GiB capacity"
+            in out)
+
+
+def test_simulate_capacity_below_the_start_with_no_new_segment(tmp_path, capsys):
+    """No OOM can happen (no segment is made): the note is the only sign."""
+    path = _window_after_last_segment(tmp_path, "eor_nn_with_snapshot_actions")
+    assert main(["simulate", str(path), "--capacity", "64MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the window starts with 128.00 MiB reserved, above the 64.00 MiB capacity" in out
+
+
+def test_simulate_never_reports_reserved_above_capacity_silently():
+    from torchlens.frontends.api import load_gpumem
+
+    for name, cap in (("ctx128_forward", "8GiB"), ("ftcourse_older_format", "2GiB"),
+                      ("eor_nn_with_snapshot_actions", "64MiB")):
+        a = load_gpumem(str(SNAPSHOTS / f"{name}.pickle"), simulate=True,
+                        capacity=cap).analysis()
+        sim = {row[0]: row[2] for row in a.comparison}
+        cap_bytes = a.simulated.capacity
+        over = sim["reserved at end"] > cap_bytes or sim["peak reserved"] > cap_bytes
+        assert not over or any("capacity" in n for n in a.notes), (name, a.notes)
+
+
+def test_expandable_segments_on_a_window_with_no_new_segment_says_it_cannot_act(
+        tmp_path, capsys):
+    from torchlens.frontends.api import load_gpumem
+
+    path = _window_after_last_segment(tmp_path, "eor_nn_with_snapshot_actions")
+    assert main(["simulate", str(path), "--alloc-conf", "expandable_segments:True"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the window makes no new segment" in out
+    assert "expandable_segments applies only to segments made after the setting" in out
+    a = load_gpumem(str(path), simulate=True, alloc_conf="expandable_segments:True").analysis()
+    assert any(n.startswith("the window makes no new segment") for n in a.notes)
+    # the whole recording does make segments: no such note there
+    whole = load_gpumem(str(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle"), simulate=True,
+                        alloc_conf="expandable_segments:True").analysis()
+    assert not any("makes no new segment" in n for n in whole.notes)

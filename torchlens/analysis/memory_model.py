@@ -20,8 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fragmentation
-from .allocator import OOM, AllocatorConfig, rebuild_initial_state, replay
+from .allocator import (
+    OOM,
+    AllocatorConfig,
+    CachingAllocator,
+    rebuild_initial_state,
+    replay,
+)
+from .allocator.replay import ReplayResult
 from .memory_timeline import SEG_ADD, SEG_SUB
+from .oom import fmt_bytes
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
           "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4,
@@ -99,7 +107,7 @@ def run_model(
     # path), so walking the model's history beside the trace's allocs gives the
     # reserved bytes after each of them.
     alloc_idx = [i for i, e in enumerate(trace) if e["action"] == "alloc"]
-    reserved = sum(s["total_size"] for s in (initial or []))
+    start_reserved = reserved = sum(s["total_size"] for s in (initial or []))
     steps: list[tuple[int, int]] = []
     k = 0
     for action, _addr, size, _stream in alloc.trace:
@@ -112,11 +120,43 @@ def run_model(
             k += 1
     snap = alloc.snapshot()
     snap["device_traces"] = []  # the model's own history is not the program's
+    notes += _what_if_notes(alloc, res, cfg, capacity, start_reserved, len(initial or []),
+                            len(alloc_idx))
     if res.unknown_frees:
         notes.append(f"{res.unknown_frees} frees of blocks allocated before the trace began "
                      "were skipped")
     return ModelRun(cfg, capacity, snap, alloc.memory_stats(), list(res.ooms), steps,
                     res.unknown_frees, notes)
+
+
+def _what_if_notes(alloc: CachingAllocator, res: ReplayResult, cfg: AllocatorConfig, capacity: int | None,
+                   start_reserved: int, n_start: int, n_allocs: int) -> list[str]:
+    """Where the what-if cannot mean what it seems: a card smaller than the memory the
+    window starts with, or a window that never makes a segment (settings cannot act)."""
+    notes: list[str] = []
+    peak = alloc.stats.peak("reserved_bytes")
+    if capacity is not None and start_reserved > capacity:
+        notes.append(
+            f"the window starts with {fmt_bytes(start_reserved)} reserved, above the "
+            f"{fmt_bytes(capacity)} capacity: that memory was reserved before the recording "
+            "began, so the model starts from it as it was (a card of that size would have run "
+            "out of memory earlier); the simulated reserved figures can exceed the capacity, and "
+            "only a new segment needed inside the window is refused (an OOM after the cached "
+            "blocks are freed)")
+    elif capacity is not None and peak > capacity:
+        notes.append(f"the simulated peak reserved {fmt_bytes(peak)} is above the "
+                     f"{fmt_bytes(capacity)} capacity")
+    made = any(a in SEG_ADD for a, _addr, _size, _stream in alloc.trace)
+    if n_start and n_allocs and not made and not res.ooms:
+        what = ("expandable_segments applies only to segments made after the setting, "
+                "so it changes nothing here; " if cfg.expandable_segments else "")
+        notes.append(
+            f"the window makes no new segment: every one of its {n_allocs:,} requests was "
+            f"served from the {n_start:,} segments ({fmt_bytes(start_reserved)}) reserved "
+            f"before it, so the what-if cannot change reserved memory; {what}record from "
+            "before the memory is reserved (e.g. from the start of the program) to see what "
+            "another setting or card would do")
+    return notes
 
 
 def real_figures(snapshot: dict[str, Any], trace: list[dict[str, Any]],

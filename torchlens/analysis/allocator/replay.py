@@ -12,7 +12,10 @@ Two modes:
 - ``"simulate"``: "what if". Only the program's requests (alloc, free) are
   taken from the trace; the model decides everything else under its own
   settings and capacity, inventing addresses, releasing caches and running
-  out of memory by itself.
+  out of memory by itself. The one release it takes from the trace is the
+  program's own ``torch.cuda.empty_cache()``: a run of ``segment_free`` /
+  ``segment_unmap`` entries (not ending in an ``oom``) releases every fully
+  free cached segment, as ``emptyCache`` does (see ``empty_cache_points``).
 
 Allocations are identified by their real address in the trace; frees of an
 allocation the model could not place (an OOM in simulate mode) are skipped.
@@ -45,6 +48,7 @@ class ReplayResult:
     real_segment_allocs: list[tuple[int, int]] = field(default_factory=list)
     unused_hints: int = 0  # real segment_allocs the model did not need
     forced_segment_frees: int = 0  # segment_free entries applied in follow mode
+    empty_caches: int = 0  # the program's empty_cache calls applied in simulate mode
 
     @property
     def first_oom(self) -> OOM | None:
@@ -71,6 +75,10 @@ def replay(
         record_history=record_history,
     )
     live: dict[int, Block] = {}
+    empty_cache_at: set[int] = set()
+    if mode == "simulate":
+        events = events if isinstance(events, list) else list(events)
+        empty_cache_at = empty_cache_points(events)
     if initial_segments:
         live.update(load_segments(alloc, initial_segments))
     res = ReplayResult(alloc, mode)
@@ -122,12 +130,42 @@ def replay(
         elif follow and action in ("segment_free", "segment_unmap"):
             if _apply_segment_release(alloc, e["addr"], e["size"]):
                 res.forced_segment_frees += 1
+        elif i in empty_cache_at:
+            alloc.empty_cache()
+            res.empty_caches += 1
         elif follow and action == "oom":
             alloc.stats.num_ooms += 1
     res.n_events = n
     res.allocs_total = total
     res.allocs_matched = matched
     return res
+
+
+def empty_cache_points(events: list[dict[str, Any]]) -> set[int]:
+    """Indices of the trace entries where the program called ``empty_cache``.
+
+    The first entry of each run of ``segment_free`` / ``segment_unmap`` not
+    followed at once by an ``oom``. A run followed by a new segment may also
+    be the allocator's own release-and-retry inside one malloc, which releases
+    the same (every fully free cached segment); only garbage collection and
+    max_split_size releases free fewer, so there the model releases more.
+    A run that ends in an ``oom`` is the failing retry: the model decides
+    that one by itself.
+    """
+    out: set[int] = set()
+    start: int | None = None
+    for i, e in enumerate(events):
+        a = e["action"]
+        if a == "segment_free" or a == "segment_unmap":
+            if start is None:
+                start = i
+        elif start is not None:
+            if a != "oom":
+                out.add(start)
+            start = None
+    if start is not None:
+        out.add(start)
+    return out
 
 
 def _apply_segment_release(alloc: CachingAllocator, addr: int, size: int) -> bool:
