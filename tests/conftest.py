@@ -24,3 +24,17 @@ def snapshots_dir() -> Path:
     if not SNAPSHOTS.is_dir():
         pytest.fail(f"shared test data missing: {SNAPSHOTS}")
     return SNAPSHOTS
+
+
+@pytest.fixture
+def kernel_like_shell():
+    """An IPython shell that compiles cells as ipykernel does (files named
+    ``/tmp/ipykernel_<pid>/<hash>.py``), with torchlens loaded, no kernel."""
+    from ipykernel.compiler import XCachingCompiler
+    from IPython.core.interactiveshell import InteractiveShell
+
+    InteractiveShell.clear_instance()
+    ip = InteractiveShell.instance(compiler_class=XCachingCompiler)
+    assert ip.run_cell("%load_ext torchlens", store_history=True).success
+    yield ip
+    InteractiveShell.clear_instance()

@@ -9,8 +9,6 @@ the ranks, which have no IPython of their own, must be told the cell numbers.
 from __future__ import annotations
 
 import pytest
-from ipykernel.compiler import XCachingCompiler
-from IPython.core.interactiveshell import InteractiveShell
 
 from .conftest import assert_clean
 
@@ -26,15 +24,6 @@ def mismatch(rank, world_size):
     else:
         dist.broadcast(t, src=0)
 """
-
-
-@pytest.fixture
-def kernel_like_shell():
-    InteractiveShell.clear_instance()
-    ip = InteractiveShell.instance(compiler_class=XCachingCompiler)
-    assert ip.run_cell("%load_ext torchlens", store_history=True).success
-    yield ip
-    InteractiveShell.clear_instance()
 
 
 def test_ddp_check_of_a_cell_function_names_the_cell(kernel_like_shell):

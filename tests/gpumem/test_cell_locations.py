@@ -9,25 +9,12 @@ a function defined in an earlier cell reads ``cell [N] line L``, not
 
 from __future__ import annotations
 
-import pytest
-from ipykernel.compiler import XCachingCompiler
-from IPython.core.interactiveshell import InteractiveShell
-
 DEFS = """import torch
 
 def make(n):
     big = torch.ones(n)
     return big
 """
-
-
-@pytest.fixture
-def kernel_like_shell():
-    InteractiveShell.clear_instance()
-    ip = InteractiveShell.instance(compiler_class=XCachingCompiler)
-    assert ip.run_cell("%load_ext torchlens", store_history=True).success
-    yield ip
-    InteractiveShell.clear_instance()
 
 
 def test_sites_in_an_earlier_cell_are_named_by_its_number(kernel_like_shell, tmp_path):
