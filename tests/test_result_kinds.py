@@ -130,3 +130,14 @@ assert not loaded, loaded
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "snap.pickle").stat().st_size > 0
+
+
+def test_ddp_bytes_read_the_same_in_checklist_and_ranks_table() -> None:
+    """Issue 11 item 14: tensor bytes said "16 B" in the checklist but "0.0 MiB"
+    in the ranks table of the same report."""
+    profile = load_profile(V1 / "ddp_check.tlprof")
+    memory = next(i for i in kinds.analyze(profile).checklist if i.name == "memory")
+    assert "tensor bytes 16 B" in memory.evidence
+    html = kinds.report_html(profile)
+    ranks = html[html.index('id="ranks"'):html.index('id="collectives"')]
+    assert ">16 B<" in ranks and "0.0 MiB" not in ranks

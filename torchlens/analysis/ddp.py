@@ -137,7 +137,7 @@ def check_communication(rec: DdpRun) -> CheckItem:
             wrong.append(f"rank {r['rank']}: " + (comm.get("error") or
                          f"got {comm.get('got')}, expected {comm.get('expected')}"))
     bw = results[0]["comm"].get("bandwidth") or []
-    bw_text = ", ".join(f"{_bytes(b['bytes'])}: {b['busbw_gbps']:.3g} GB/s" for b in bw)
+    bw_text = ", ".join(f"{format_bytes(b['bytes'])}: {b['busbw_gbps']:.3g} GB/s" for b in bw)
     if wrong:
         return CheckItem("communication", FAILED,
                          "known-answer all_reduce (each rank sends rank+1) was wrong: "
@@ -349,7 +349,8 @@ def check_determinism(rec: DdpRun) -> CheckItem:
                      f"two runs with the same seeds gave bit-identical results on {len(done)} rank(s)")
 
 
-def _bytes(n: float | None) -> str:
+def format_bytes(n: float | None) -> str:
+    """Bytes as the checklist and the ranks table both write them (1 decimal)."""
     if n is None or (isinstance(n, float) and math.isnan(n)):
         return "n/a"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -365,8 +366,8 @@ def check_memory(rec: DdpRun) -> CheckItem:
         return CheckItem("memory", NA, "no memory sample arrived")
     key = "cuda_allocated" if any((p or {}).get("cuda_allocated") for p in peaks) else "tensor_bytes"
     values = [(r, (p or {}).get(key) or 0) for r, p in enumerate(peaks)]
-    text = "; ".join(f"rank {r}: RSS {_bytes((peaks[r] or {}).get('rss'))}, "
-                     f"{key.replace('_', ' ')} {_bytes(v)}" for r, v in values)
+    text = "; ".join(f"rank {r}: RSS {format_bytes((peaks[r] or {}).get('rss'))}, "
+                     f"{key.replace('_', ' ')} {format_bytes(v)}" for r, v in values)
     hi, lo = max(v for _, v in values), min(v for _, v in values)
     if hi > MEMORY_MIN_BYTES and lo < hi / (1 + MEMORY_IMBALANCE):
         worst = max(values, key=lambda x: x[1])[0]

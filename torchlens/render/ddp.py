@@ -28,15 +28,12 @@ def checklist_html(items: list[ddp_analysis.CheckItem]) -> Markup:
     return html.render("checklist.html.j2", items=items, styles=_STATUS_STYLE)
 
 
-def _mib(v: Any) -> str:
-    return f"{float(v) / (1 << 20):,.1f} MiB"
-
-
 RANK_COLUMNS = [Column("rank", "rank", str), Column("pid", "pid", str),
                 Column("device", "device", str, False), Column("exit", "exit", str, False),
                 Column("collectives", "collectives", tables.fmt_int),
                 Column("steps_s", "step time", lambda v: f"{v:.3f} s"),
-                Column("rss", "peak RSS", _mib), Column("tensor", "peak tensor bytes", _mib),
+                Column("rss", "peak RSS", ddp_analysis.format_bytes),
+                Column("tensor", "peak tensor bytes", ddp_analysis.format_bytes),
                 Column("error", "error", str, False)]
 COLLECTIVE_COLUMNS = [Column("rank", "rank", str), Column("index", "#", str),
                       Column("op", "op", str, False), Column("tensors", "tensors", str, False),
