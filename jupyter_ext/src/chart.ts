@@ -78,6 +78,14 @@ export class RollingChart {
     const text = themeColor('--jp-ui-font-color1', '#222');
     const grid = themeColor('--jp-border-color2', '#e0e0e0');
     const yUnit = options.yUnit;
+    // what both axes share: readable labels in the theme's colours
+    const axis = {
+      font: FONT,
+      stroke: text,
+      grid: { stroke: grid, width: 1 },
+      ticks: { stroke: grid, width: 1, size: TICK },
+      gap: GAP
+    };
     this.plot = new uPlot(
       {
         title,
@@ -91,21 +99,13 @@ export class RollingChart {
         },
         axes: [
           {
-            font: FONT,
-            stroke: text,
-            grid: { stroke: grid, width: 1 },
-            ticks: { stroke: grid, width: 1, size: TICK },
-            gap: GAP,
+            ...axis,
             space: 64,
             size: FONT_PX + TICK + GAP + 6,
             values: (_u, splits) => splits.map(clockTime)
           },
           {
-            font: FONT,
-            stroke: text,
-            grid: { stroke: grid, width: 1 },
-            ticks: { stroke: grid, width: 1, size: TICK },
-            gap: GAP,
+            ...axis,
             space: 24,
             values: (_u, splits) => {
               const labels = formatTicks(splits, yUnit);
