@@ -16,6 +16,7 @@ Adding a kind: a dataclass here, an entry in ``PAYLOADS``, and a line in
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,6 +135,30 @@ class GpumemPayload:
 
 
 @dataclass
+class RankProfiling:
+    """What ``%ddp_check --profile`` measured on each rank (docs/RANK_PROFILE.md).
+
+    ``every``: one step in ``every`` ran under torch.profiler. ``steps`` per
+    rank: every step record (phases, memory); ``summaries`` per rank: the
+    profiled-step summaries the kernel kept (the newest ``keep`` of each rank;
+    every raw trace stays in ``run_dir``). ``windows``: the function never
+    called ``torchlens.step()`` and fixed windows of ``window_s`` were cut
+    instead. ``max_steps``: the run stopped each rank after that many steps.
+    """
+
+    every: int = 5
+    window_s: float = 1.0
+    run_dir: str = ""
+    max_steps: int | None = None
+    keep: int = 50
+    windows: bool = False
+    steps: list[list[dict[str, Any]]] = field(default_factory=list)
+    summaries: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: per rank: summaries received but not kept in memory (older than ``keep``)
+    dropped_summaries: list[int] = field(default_factory=list)
+
+
+@dataclass
 class DdpRun:
     """``kind="ddp_check"``: one run of a function on spawned ranks.
 
@@ -170,6 +195,8 @@ class DdpRun:
     memory_peak: list[dict[str, Any]] = field(default_factory=list)
     #: the kernel's cell file names -> In[N], to name cells in stacks and tracebacks
     cells: dict[str, int] = field(default_factory=dict)
+    #: ``--profile`` runs only: per-rank steps, memory and profiled-step summaries
+    profiling: RankProfiling | None = None
 
 
 Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun
@@ -201,6 +228,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
         if f.name not in data:
             continue
         value, kind = data[f.name], hints[f.name]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+            kind = next((a for a in typing.get_args(kind) if dataclasses.is_dataclass(a)), kind)
         if dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = _build(kind, value)  # type: ignore[arg-type]
         elif f.name == "schedule" and value is not None:
