@@ -11,6 +11,7 @@ saved notebook still shows it.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -61,6 +62,41 @@ class DdpResult(Result):
         """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes."""
         return self.profile.tables["heartbeats"].to_pandas()
 
+    @property
+    def run_dir(self) -> str | None:
+        """--profile: the run folder (manifest.json, every rank's traces and steps)."""
+        profiling = self.records.profiling
+        return profiling.run_dir if profiling is not None else None
+
+    def steps(self) -> Any:
+        """--profile: one row per rank and step (ms per phase, profiled, window)."""
+        import pandas as pd
+
+        from ..analysis.rank_steps import step_rows
+
+        profiling = self._profiling()
+        return pd.DataFrame(step_rows(profiling.steps))
+
+    def slow_rank(self) -> Any:
+        """--profile: the rank the others waited for, and why (``analysis.rank_steps.SlowRank``)."""
+        from ..analysis.rank_steps import slow_rank
+
+        return slow_rank(self._profiling().steps)
+
+    def rank_memory(self) -> Any:
+        """--profile: per rank and step: allocated, reserved, fragmentation (DataFrame)."""
+        import pandas as pd
+
+        from ..analysis.rank_steps import memory_rows
+
+        profiling = self._profiling()
+        return pd.DataFrame(memory_rows(profiling.steps, profiling.summaries))
+
+    def _profiling(self) -> Any:
+        if self.records.profiling is None:
+            raise InputError("this run was not profiled: run %ddp_check with --profile")
+        return self.records.profiling
+
 
 def _in_kernel() -> bool:
     ip = sys.modules.get("IPython")
@@ -68,8 +104,10 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def check_options(world_size: int, backend: str, timeout: float, steps: int,
-                  export: str | None) -> None:
+def check_options(world_size: int, backend: str, timeout: float, steps: int | None,
+                  export: str | None, *, profile: bool = False,
+                  profile_every: int | None = None, profile_window: float = 1.0,
+                  run_dir: str | None = None) -> None:
     """InputError naming the bad option; nothing has started yet."""
     if not isinstance(world_size, int) or world_size < 1:
         raise InputError(f"world_size must be a whole number >= 1, got {world_size!r}")
@@ -77,8 +115,18 @@ def check_options(world_size: int, backend: str, timeout: float, steps: int,
         raise InputError(f"backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if not timeout > 0:
         raise InputError(f"timeout must be > 0 seconds, got {timeout!r}")
-    if not isinstance(steps, int) or steps < 1:
+    if steps is not None and (not isinstance(steps, int) or steps < 1):
         raise InputError(f"steps must be a whole number >= 1, got {steps!r}")
+    if profile_every is not None and (not isinstance(profile_every, int) or profile_every < 1):
+        raise InputError(f"profile_every must be a whole number >= 1, got {profile_every!r}")
+    if not (isinstance(profile_window, (int, float)) and 0.05 <= profile_window <= 3600):
+        raise InputError(f"profile_window must be 0.05 to 3600 seconds, got {profile_window!r}")
+    if run_dir is not None and not profile:
+        raise InputError("run_dir keeps the profiled ranks' traces: add --profile")
+    if run_dir is not None and os.path.exists(run_dir) and (
+            not os.path.isdir(run_dir) or os.listdir(run_dir)):
+        raise InputError(f"run folder {run_dir!r} exists and is not an empty folder: "
+                         "name a new one (nothing is overwritten)")
     if backend == "nccl":
         import torch
 
@@ -135,32 +183,48 @@ def cell_globals(source: str, filename: str, namespace: dict[str, Any]) -> tuple
 
 
 def ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
-              backend: str = "auto", timeout: float = 30.0, steps: int = 2,
+              backend: str = "auto", timeout: float = 30.0, steps: int | None = None,
               strict: bool = False, live: bool | None = None, export: str | None = None,
-              show: bool = False, seed: int = 0) -> DdpResult:
+              show: bool = False, seed: int = 0, profile: bool = False,
+              profile_every: int | None = None, profile_window: float = 1.0,
+              run_dir: str | None = None) -> DdpResult:
     """Run ``fn`` on ``world_size`` spawned ranks and check it; returns the result.
 
     ``fn(rank, world_size)`` is one training step from a fixed start; it runs
-    ``steps`` times per rank, each time from the same seeds (``seed``), so two
-    runs can be compared for determinism. ``strict`` compares each collective
-    across ranks before it runs. ``live`` (default: inside a Jupyter kernel)
+    ``steps`` times per rank (default 2), each time from the same seeds
+    (``seed``), so two runs can be compared for determinism. ``strict``
+    compares each collective across ranks before it runs.
+
+    ``profile``: ``fn`` is the training loop instead, run once per rank; it
+    calls ``torchlens.step()`` at the end of each step. Every step's phases
+    (data, forward, backward, optimizer, collectives) and memory are measured
+    on every rank, one step in ``profile_every`` (default: chosen so the
+    profiler costs at most 3% of step time, at least every 5th) runs under
+    torch.profiler, and the ranks' traces go to ``run_dir`` (default
+    ``./torchlens-runs/<name>-<time>``). ``steps`` then stops every rank after
+    that many steps (and is passed to ``fn`` if it takes ``steps``). Code
+    that never calls ``torchlens.step()`` is cut into ``profile_window``-second
+    windows. ``live`` (default: inside a Jupyter kernel)
     shows the per-rank plot while the ranks run; it becomes the report when
     they end. A KeyboardInterrupt stops every rank and is re-raised.
     """
     result, interrupted = run_ddp_check(
         fn, world_size=world_size, backend=backend, timeout=timeout, steps=steps,
-        strict=strict, live=live, export=export, show=show, seed=seed)
+        strict=strict, live=live, export=export, show=show, seed=seed, profile=profile,
+        profile_every=profile_every, profile_window=profile_window, run_dir=run_dir)
     if interrupted:
         raise KeyboardInterrupt
     return result
 
 
 def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
-                  backend: str = "auto", timeout: float = 30.0, steps: int = 2,
+                  backend: str = "auto", timeout: float = 30.0, steps: int | None = None,
                   strict: bool = False, live: bool | None = None,
                   export: str | None = None, show: bool = True, seed: int = 0,
                   cell: str | None = None, cell_filename: str = "<ddp_check cell>",
-                  namespace: dict[str, Any] | None = None) -> tuple[DdpResult, bool]:
+                  namespace: dict[str, Any] | None = None, profile: bool = False,
+                  profile_every: int | None = None, profile_window: float = 1.0,
+                  run_dir: str | None = None) -> tuple[DdpResult, bool]:
     """``ddp_check`` for front ends: also runs a cell; returns (result, interrupted).
 
     With ``show``, the live view (if any) is replaced by the result's display,
@@ -168,7 +232,9 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     """
     from ..capture.ddp import DdpOptions, build_profile, resolve_backend, run_check
 
-    check_options(world_size, backend, timeout, steps, export)
+    profile = profile or profile_every is not None
+    check_options(world_size, backend, timeout, steps, export, profile=profile,
+                  profile_every=profile_every, profile_window=profile_window, run_dir=run_dir)
     skipped: list[str] = []
     if cell is not None:
         sent, skipped = cell_globals(cell, cell_filename, namespace or {})
@@ -182,10 +248,21 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         job = {"kind": "function", "fn": fn}
         source = getattr(fn, "__qualname__", repr(fn))
     backend = resolve_backend(backend, world_size)
-    job.update(backend=backend, strict=strict, timeout_s=float(timeout), steps=steps, seed=seed,
-               cells=cell_names())
+    profiling = None
+    if profile:
+        if run_dir is None:
+            name = "cell" if cell is not None else getattr(fn, "__name__", "run")
+            run_dir = os.path.join("torchlens-runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+                                   f"-{os.getpid()}")
+        profiling = {"every": profile_every, "budget": 0.03, "window_s": float(profile_window),
+                     "max_steps": steps, "run_dir": os.path.abspath(run_dir), "keep": 50}
+    runs = 1 if profile else (2 if steps is None else steps)
+    job.update(backend=backend, strict=strict, timeout_s=float(timeout), steps=runs, seed=seed,
+               cells=cell_names(), profile=profiling)
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
-                         steps=steps, strict=strict, seed=seed)
+                         steps=runs, strict=strict, seed=seed, profile=profiling,
+                         entry="torchlens.frontends.rank_worker" if profile
+                         else "torchlens.capture.ddp.worker")
     live = _in_kernel() if live is None else live
     if live or show or export:
         from . import preload

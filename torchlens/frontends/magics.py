@@ -229,10 +229,24 @@ class TorchlensMagics(Magics):
               help="auto: nccl when every rank has a GPU, else gloo")
     @argument("--timeout", default="30", metavar="S",
               help="seconds without progress on any rank before it counts as a hang")
-    @argument("--steps", default="2", metavar="N",
-              help="runs of the step from the same seeds (2 checks determinism)")
+    @argument("--steps", default=None, metavar="N",
+              help="runs of the step from the same seeds (default 2: checks determinism); "
+                   "with --profile: stop every rank after N torchlens.step() calls")
     @argument("--strict", action="store_true",
               help="compare each collective across ranks before it runs")
+    @argument("--profile", action="store_true",
+              help="profile the ranks while they run: FUNC is the training loop and calls "
+                   "torchlens.step() after each step; step times, the slow rank, memory "
+                   "and fragmentation every step, torch.profiler on one step in N (N chosen "
+                   "to cost at most 3%% of step time, at least 5)")
+    @argument("--profile-every", dest="profile_every", default=None, metavar="N",
+              help="with --profile: profile exactly one step in N")
+    @argument("--profile-window", dest="profile_window", default="1", metavar="S",
+              help="with --profile, for code that never calls torchlens.step(): "
+                   "seconds per window (default 1)")
+    @argument("--run-dir", dest="run_dir", default=None, metavar="DIR",
+              help="with --profile: the run folder for every rank's traces "
+                   "(default ./torchlens-runs/<name>-<time>)")
     @argument("--no-live", dest="no_live", action="store_true",
               help="no live per-rank plot while the ranks run")
     @_outputs("ddp_check")
@@ -254,9 +268,15 @@ class TorchlensMagics(Magics):
         fn = None
         with _usage_errors(name):
             world_size = _number(args.world_size, "--world-size")
-            steps = _number(args.steps, "--steps")
+            steps = None if args.steps is None else _number(args.steps, "--steps")
             timeout = _number(args.timeout, "--timeout", float)
-            check_options(world_size, args.backend, timeout, steps, args.export)
+            every = (None if args.profile_every is None
+                     else _number(args.profile_every, "--profile-every"))
+            window = _number(args.profile_window, "--profile-window", float)
+            profile = args.profile or every is not None
+            check_options(world_size, args.backend, timeout, steps, args.export,
+                          profile=profile, profile_every=every, profile_window=window,
+                          run_dir=args.run_dir)
             if cell is None:
                 if not args.func:
                     raise InputError("needs a function: %ddp_check FUNC --world-size 2 "
@@ -272,6 +292,8 @@ class TorchlensMagics(Magics):
             result, interrupted = run_ddp_check(
                 fn, world_size=world_size, backend=args.backend, timeout=timeout,
                 steps=steps, strict=args.strict, live=not (args.no_live or args.quiet),
+                profile=profile, profile_every=every, profile_window=window,
+                run_dir=args.run_dir,
                 export=args.export, show=not args.quiet, cell=cell, cell_filename=filename,
                 namespace=self.shell.user_ns)
         if args.output:

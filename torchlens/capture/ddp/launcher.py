@@ -54,6 +54,10 @@ class DdpOptions:
     strict: bool = False
     seed: int = 0
     startup_timeout_s: float = 180.0
+    #: --profile: {"every", "budget", "window_s", "max_steps", "run_dir", "keep"}
+    profile: dict[str, Any] | None = None
+    #: the module a rank runs (``python -m``); a profiled rank's entry also summarises
+    entry: str = "torchlens.capture.ddp.worker"
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -84,6 +88,11 @@ class DdpLauncher:
         self.killed: set[int] = set()
         self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
+        n = options.world_size
+        self.step_records: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        self.summaries: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        self.dropped_summaries = [0] * n
+        self._read = [[0, 0] for _ in range(n)]  # step batches, summaries read per rank
 
     # -- lifecycle ---------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -104,6 +113,11 @@ class DdpLauncher:
             # Heartbeat keys exist from the start so the monitor reads them all
             # with one multi_get (it would block on a missing key).
             tl.multi_set([protocol.heartbeat_key(r) for r in range(n)], [b""] * n)
+            if self.options.profile:  # counters exist before the first multi_get
+                for r in range(n):
+                    tl.add(protocol.steps_count_key(r), 0)
+                    tl.add(protocol.summary_count_key(r), 0)
+                os.makedirs(self.options.profile["run_dir"], exist_ok=True)
             spec = None
             if self.options.strict:
                 spec = board.create(n, self.tmpdir)
@@ -143,7 +157,7 @@ class DdpLauncher:
             log = open(os.path.join(self.tmpdir, f"log-rank{rank}.txt"), "wb")  # noqa: SIM115
             with log:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "torchlens.capture.ddp.worker", "127.0.0.1",
+                    [sys.executable, "-m", self.options.entry, "127.0.0.1",
                      str(self.port), str(rank), str(n), self.tmpdir],
                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True))
@@ -177,9 +191,11 @@ class DdpLauncher:
                 if self.sink is not None:
                     self.sink.push(hb)
                 sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"),
-                       hb.get("modules"))
+                       hb.get("modules"), hb.get("steps_done"), hb.get("phase_calls"))
                 if sig != progress[rank]:
                     progress[rank], last_progress = sig, time.monotonic()
+            if opts.profile:
+                self._read_profiling(tl)
             if self.sink is not None:
                 self.sink.flush()
             codes = [p.poll() for p in self.procs]
@@ -207,6 +223,49 @@ class DdpLauncher:
                 self._dump_stacks(now - last_progress)
                 return "hang"
             time.sleep(POLL_S)
+
+    def _read_profiling(self, tl: Any) -> None:
+        """New step batches and summaries of every rank, then delete their keys.
+
+        One ``multi_get`` for the counters, one for the new values; deleting
+        what was read keeps the store (it lives in this process) flat.
+        """
+        n = self.options.world_size
+        counts = [int(bytes(v)) for v in tl.multi_get(
+            [protocol.steps_count_key(r) for r in range(n)]
+            + [protocol.summary_count_key(r) for r in range(n)])]
+        wanted: list[tuple[int, int, str]] = []
+        for r in range(n):
+            for kind, count in ((0, counts[r]), (1, counts[n + r])):
+                for i in range(self._read[r][kind], count):
+                    key = protocol.steps_key(r, i) if kind == 0 else protocol.summary_key(r, i)
+                    wanted.append((r, kind, key))
+                self._read[r][kind] = max(self._read[r][kind], count)
+        if not wanted:
+            return
+        values = tl.multi_get([key for _, _, key in wanted])
+        keep = int(self.options.profile.get("keep", 50))
+        push_steps = getattr(self.sink, "push_steps", None)
+        push_summary = getattr(self.sink, "push_summary", None)
+        for (rank, kind, key), value in zip(wanted, values, strict=True):
+            tl.delete_key(key)
+            try:
+                data = protocol.decode(bytes(value))
+            except ValueError:  # a broken message costs its rows, not the run
+                continue
+            if kind == 0 and isinstance(data, list):
+                records = [d for d in data if isinstance(d, dict)]
+                self.step_records[rank].extend(records)
+                if push_steps is not None:
+                    push_steps(rank, records)
+            elif kind == 1 and isinstance(data, dict):
+                kept = self.summaries[rank]
+                kept.append(data)
+                if len(kept) > keep:
+                    del kept[0]
+                    self.dropped_summaries[rank] += 1
+                if push_summary is not None:
+                    push_summary(rank, data)
 
     def _dump_stacks(self, after_s: float) -> None:
         """faulthandler in each live worker writes every thread's Python stack."""
@@ -269,6 +328,7 @@ class DdpLauncher:
             if res is not None:
                 res.pop("collectives", None)
                 res["log"] = self._log_tail(rank)
+        profiling = self._profiling(tl, ranks) if self.options.profile else None
         codes = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
@@ -295,7 +355,30 @@ class DdpLauncher:
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
             "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
             "cells": dict(self.job.get("cells") or {}),
+            "profiling": profiling,
         }
+
+    def _profiling(self, tl: Any, ranks: list[dict[str, Any] | None]) -> dict[str, Any]:
+        """What --profile measured, and the run folder's manifest and step files."""
+        with contextlib.suppress(Exception):  # the store may be gone after a crash
+            self._read_profiling(tl)
+        opts = self.options.profile or {}
+        told = [(r or {}).get("profile") or {} for r in ranks]
+        everies = [t["every"] for t in told if t.get("every")]
+        run_dir = opts["run_dir"]
+        for rank, records in enumerate(self.step_records):
+            # windows cut before a late first step() are set-up, not steps
+            if any(not r.get("window") for r in records):
+                self.step_records[rank] = [r for r in records if not r.get("window")]
+        out = {"every": max(everies) if everies else (opts.get("every") or 5),
+               "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
+               "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),
+               "windows": any(t.get("windows") and not t.get("real_steps") for t in told),
+               "steps": self.step_records, "summaries": self.summaries,
+               "dropped_summaries": self.dropped_summaries}
+        with contextlib.suppress(OSError):
+            write_run_folder(run_dir, self.job, self.options, ranks, self.step_records)
+        return out
 
     def _log_tail(self, rank: int, limit: int = 4000) -> str:
         path = os.path.join(self.tmpdir, f"log-rank{rank}.txt")
@@ -305,6 +388,35 @@ class DdpLauncher:
         except OSError:
             return ""
         return data[-limit:].decode("utf-8", "replace")
+
+
+def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
+                     ranks: list[dict[str, Any] | None],
+                     steps: list[list[dict[str, Any]]]) -> None:
+    """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already)."""
+    import json
+
+    per_rank = []
+    for rank in range(options.world_size):
+        folder = os.path.join(run_dir, f"rank{rank}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
+            for record in steps[rank]:
+                fh.write(json.dumps(record) + "\n")
+        res = ranks[rank] or {}
+        per_rank.append({"rank": rank, "pid": res.get("pid"), "host": res.get("hostname"),
+                         "device": res.get("device"),
+                         "traces": sorted(os.path.join(f"rank{rank}", f)
+                                          for f in os.listdir(folder) if f.endswith(".json")),
+                         "oom_snapshot": (os.path.join(f"rank{rank}", "oom.pickle")
+                                          if os.path.exists(os.path.join(folder, "oom.pickle"))
+                                          else None)})
+    manifest = {"format": "torchlens-run", "version": 1, "world_size": options.world_size,
+                "backend": job.get("backend"), "created": time.time(),
+                "profile": {k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
+                "ranks": per_rank}
+    with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
 
 
 def _published(tl: Any, rank: int, hint: int) -> int:

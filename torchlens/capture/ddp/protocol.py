@@ -60,3 +60,28 @@ def encode(value: Any) -> bytes:
 def decode(data: bytes) -> Any:
     return json.loads(data.decode("utf-8", "replace"))
 
+
+
+# --profile (docs/RANK_PROFILE.md): batches of step records and profiled-step
+# summaries, each under its own numbered key with a counter beside it, so
+# nothing is overwritten before the kernel has read it; the kernel deletes
+# what it has read.
+def steps_key(rank: int, index: int) -> str:
+    return f"steps/{rank}/{index}"
+
+
+def steps_count_key(rank: int) -> str:
+    return f"steps/{rank}/n"
+
+
+def summary_key(rank: int, index: int) -> str:
+    return f"prof/{rank}/{index}"
+
+
+def summary_count_key(rank: int) -> str:
+    return f"prof/{rank}/n"
+
+
+def every_key(rank: int) -> str:
+    """The profiling interval ``rank`` proposes after its first profiled step."""
+    return f"every/{rank}"

@@ -15,6 +15,7 @@ calls are made no-ops for the default group.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import hashlib
 import inspect
@@ -83,7 +84,8 @@ def _seed_all(seed: int) -> None:
 class Worker:
     """Runs the job on this rank and reports through the store."""
 
-    def __init__(self, host: str, port: int, rank: int, world_size: int) -> None:
+    def __init__(self, host: str, port: int, rank: int, world_size: int,
+                 summarize: Any = None) -> None:
         import torch.distributed as dist
 
         self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
@@ -95,6 +97,10 @@ class Worker:
         self.timings["store"] = time.time()
         self.phase = "starting"
         self.recorder: Any = None
+        self.stepper: Any = None  # --profile: the RankProfiler
+        self.summarize = summarize
+        self._send_lock = threading.Lock()
+        self._sent = [0, 0]  # step batches, summaries
         self.peak: dict[str, Any] = {}
         self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
                                        "steps": [], "error": None}
@@ -119,6 +125,10 @@ class Worker:
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
             status = self.recorder.status() if self.recorder else {}
+            if self.stepper is not None:
+                status.update(self.stepper.status())
+                with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
+                    self._send_profiling(store)
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
             # but is not hung: the growing module count says so.
             hb = {"t": time.time(), "beat": beat, "phase": self.phase,
@@ -158,7 +168,23 @@ class Worker:
         self._publish()
         return code
 
+    def _send_profiling(self, store: Any) -> None:
+        """New step records (one batch) and summaries, each under a numbered key."""
+        with self._send_lock:
+            records, summaries = self.stepper.drain()
+            if records:
+                store.set(protocol.steps_key(self.rank, self._sent[0]), protocol.encode(records))
+                self._sent[0] += 1
+                store.add(protocol.steps_count_key(self.rank), 1)
+            for summary in summaries:
+                store.set(protocol.summary_key(self.rank, self._sent[1]), protocol.encode(summary))
+                self._sent[1] += 1
+                store.add(protocol.summary_count_key(self.rank), 1)
+
     def _publish(self) -> None:
+        if self.stepper is not None:
+            with contextlib.suppress(Exception):
+                self._send_profiling(self.store)
         self.result["env_end"] = _env()
         self.result["peak"] = self.peak
         self.result["timings"] = self.timings
@@ -239,6 +265,9 @@ class Worker:
         from .recorder import CollectiveRecorder
 
         ddp_modules = _track_ddp()
+        if job.get("profile"):
+            self._profiled_run(job, ddp_modules)
+            return
         call = self._callable(job)
         board = None
         if job["strict"]:
@@ -282,9 +311,71 @@ class Worker:
                 torch.cuda.synchronize()
         rec.current = None
 
-    def _callable(self, job: dict[str, Any]) -> Any:
-        """The user's code as a no-argument callable for one step."""
+    def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any]) -> None:
+        """--profile: the function is the training loop; it runs once, timed per step."""
+        from .stepper import RankProfiler, StepLimit, save_oom_snapshot
+
+        opts = job["profile"]
+        rec = None
+        if job["strict"]:
+            from .board import FingerprintBoard
+            from .recorder import CollectiveRecorder
+
+            rec = CollectiveRecorder(self.store, self.rank, self.world_size, True,
+                                     job["timeout_s"],
+                                     board=FingerprintBoard(job["board"], self.rank,
+                                                            self.world_size),
+                                     cells=job.get("cells"))
+            self.recorder = rec
+        call = self._callable(job, steps=opts.get("max_steps"))
+        stepper = RankProfiler(
+            rank=self.rank, run_dir=opts["run_dir"], device=self.device,
+            every=opts.get("every"), budget=opts.get("budget", 0.03),
+            window_s=opts.get("window_s", 1.0), max_steps=opts.get("max_steps"),
+            summarize=self.summarize, agree=self._agree)
+        self.stepper = stepper
+        record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
+        self.result["steps"].append(record)
+        self.phase = "training"
+        stepper.start()
+        try:
+            with rec if rec is not None else contextlib.nullcontext():
+                try:
+                    out = call()
+                except StepLimit:
+                    out = None
+        except BaseException as exc:
+            save_oom_snapshot(exc, opts["run_dir"], self.rank)
+            raise
+        finally:
+            stepper.finish()
+            self.result["profile"] = {"every": stepper.every, "steps": stepper.index,
+                                      "windows": stepper.windows, "real_steps": stepper.real_steps,
+                                      "errors": stepper.errors[:20], "own_s": stepper.own_s}
+        record["end"] = time.time()
+        self.phase = "checksums 0"
+        modules = [module_checksums(f"DistributedDataParallel #{i} "
+                                    f"({type(m.module).__name__})", m.module)
+                   for i, m in enumerate(ddp_modules)]
+        for i, m in enumerate(_returned_modules(out)):
+            modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
+        record["modules"] = modules
+        record["returned"] = None if out is None else repr(out)[:200]
+
+    def _agree(self, mine: int) -> int:
+        """Every rank's proposed profiling interval, through the store; the largest wins."""
+        from .stepper import AGREE_WAIT_S
+
+        self.store.set(protocol.every_key(self.rank), str(mine))
+        keys = [protocol.every_key(r) for r in range(self.world_size)]
+        self.store.wait(keys, timedelta(seconds=AGREE_WAIT_S))
+        return max(int(bytes(v)) for v in self.store.multi_get(keys))
+
+    def _callable(self, job: dict[str, Any], steps: int | None = None) -> Any:
+        """The user's code as a no-argument callable (one step, or with --profile the loop)."""
         names = {"rank": self.rank, "world_size": self.world_size, "device": self.device}
+        if steps is not None:
+            names["steps"] = steps
         if job["kind"] == "cell":
             code = compile(job["source"], job["filename"], "exec")
 
@@ -330,12 +421,12 @@ def _returned_modules(out: Any) -> list[Any]:
     return []
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], summarize: Any = None) -> int:
     host, port, rank, world_size, stack_dir = argv
     sys.path[:0] = [p for p in os.environ.get("TORCHLENS_SYS_PATH", "").split(os.pathsep) if p]
     stack_file = open(os.path.join(stack_dir, f"stack-rank{rank}.txt"), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    code = Worker(host, int(port), int(rank), int(world_size)).run()
+    code = Worker(host, int(port), int(rank), int(world_size), summarize).run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: gloo threads can stall it

@@ -1,0 +1,25 @@
+"""The entry point of a ``%ddp_check --profile`` rank: ``python -m torchlens.frontends.rank_worker``.
+
+Why here and not in ``capture.ddp.worker``: a profiled rank summarises its own
+traces (``analysis.rank_summary``), and capture may not import analysis; this
+front end wires the two, the way the notebook's front ends do.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def summarize_file(path: str, **where: Any) -> dict[str, Any]:
+    """Read one exported Kineto trace (C scanner) and summarise it (<= 64 KB)."""
+    from ..analysis.rank_summary import summarize
+    from ..formats.kineto import load_trace
+
+    return summarize(load_trace(path), **where)
+
+
+if __name__ == "__main__":
+    from ..capture.ddp.worker import main
+
+    main(sys.argv[1:], summarize=summarize_file)
