@@ -11,9 +11,10 @@ import pytest
 
 from torchlens.model.payloads import from_json
 
-from . import buggy
+from . import buggy, profiled
 
 cloudpickle.register_pickle_by_value(buggy)
+cloudpickle.register_pickle_by_value(profiled)
 
 
 def group_alive(pgid: int) -> bool:

@@ -218,7 +218,8 @@ class RankProfiler:
         self._worker.start()
         _profiler._active.append(self)  # type: ignore[arg-type]
         self.t_mark = time.time()
-        self.window_end = self.t_mark + max(self.window_s, FIRST_WINDOW_S)
+        self.window_end = self.t_mark + max(self.window_s,
+                                            min(FIRST_WINDOW_S, 5 * self.window_s))
         if self.next_profiled == 0:
             self._start_profiler()
 

@@ -1,0 +1,102 @@
+"""``%ddp_check --profile`` on real gloo ranks: what a user reads afterwards.
+
+Each test spawns real ranks (CPU, gloo) running a training loop from
+``profiled`` that calls ``torchlens.step()``. They check the per-step records
+every rank sent, the run folder, the checklist's slow-rank and memory lines,
+and that no process outlives the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from torchlens.frontends.ddp_api import ddp_check
+from torchlens.model import InputError
+
+from . import profiled
+from .conftest import assert_clean
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def _run(fn, tmp_path, **kw):
+    kw.setdefault("world_size", 2)
+    kw.setdefault("backend", "gloo")
+    kw.setdefault("live", False)
+    return ddp_check(fn, profile=True, run_dir=str(tmp_path / "run"), **kw)
+
+
+def test_every_rank_reports_every_step_and_the_slow_rank_is_named(tmp_path):
+    res = _run(profiled.straggler, tmp_path, world_size=4, steps=24, profile_every=6)
+    assert res.records.outcome == "finished"
+    prof = res.records.profiling
+    assert [len(s) for s in prof.steps] == [24] * 4
+    # the timers saw where the time went: rank 2 waited for its batches
+    data = [sum(r["phases"]["data"] for r in s[4:]) for s in prof.steps]
+    assert data[2] > 3 * max(data[0], data[1], data[3])
+    slow = res.item("slow rank")
+    assert slow.status != "passed"
+    assert "rank 2" in slow.evidence and "data" in slow.evidence
+    assert res.slow_rank().rank == 2 and res.slow_rank().cause == "data"
+    assert_clean(res)
+
+
+def test_run_folder_holds_each_ranks_profiled_traces_and_steps(tmp_path):
+    res = _run(profiled.balanced, tmp_path, steps=12, profile_every=4)
+    run = tmp_path / "run"
+    assert res.run_dir == str(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    for rank in (0, 1):
+        traces = manifest["ranks"][rank]["traces"]
+        assert traces == [f"rank{rank}/step{i:05d}.pt.trace.json" for i in (3, 7, 11)]
+        for t in traces:
+            assert json.loads((run / t).read_text())["traceEvents"]
+        lines = (run / f"rank{rank}" / "steps.jsonl").read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == list(range(12))
+    # the profiled steps are the same on every rank, so their timelines line up
+    profiled_steps = [[r["step"] for r in s if r["profiled"]] for s in res.records.profiling.steps]
+    assert profiled_steps == [[3, 7, 11]] * 2
+    assert_clean(res)
+
+
+def test_a_rank_that_dies_keeps_the_others_data_and_the_report(tmp_path):
+    res = _run(profiled.crashing, tmp_path, steps=20, profile_every=3)
+    assert res.records.outcome == "crashed"
+    steps = res.records.profiling.steps
+    assert len(steps[1]) == 6  # steps 0-5 ended before the raise at step 6
+    assert len(steps[0]) >= 6
+    assert res.item("crashed worker").status == "failed"
+    report = res.export(str(tmp_path / "r.html"))
+    assert "failed on purpose" in open(report, encoding="utf-8").read()
+    assert_clean(res)
+
+
+def test_code_without_torchlens_step_is_cut_into_windows_and_said(tmp_path):
+    res = _run(profiled.no_steps, tmp_path, profile_window=0.2, profile_every=2)
+    prof = res.records.profiling
+    assert prof.windows
+    assert all(len(s) >= 3 and all(r["window"] for r in s) for s in prof.steps)
+    assert any("torchlens.step()" in (i.evidence + i.advice) for i in res.checklist)
+    assert_clean(res)
+
+
+def test_steps_stops_every_rank_at_the_same_step(tmp_path):
+    res = _run(profiled.balanced, tmp_path, steps=5)
+    assert [len(s) for s in res.records.profiling.steps] == [5, 5]
+    assert res.records.outcome == "finished"
+
+
+def test_bad_profile_options_are_refused_before_anything_starts(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(InputError, match="not an empty folder"):
+        ddp_check(profiled.balanced, profile=True, run_dir=str(tmp_path / "full"))
+    with pytest.raises(InputError, match="profile_every"):
+        ddp_check(profiled.balanced, profile_every=0)
+    with pytest.raises(InputError, match="add --profile"):
+        ddp_check(profiled.balanced, run_dir=str(tmp_path / "new"))
+    assert not os.path.exists(tmp_path / "new")
