@@ -100,3 +100,28 @@ def test_bad_profile_options_are_refused_before_anything_starts(tmp_path):
     with pytest.raises(InputError, match="add --profile"):
         ddp_check(profiled.balanced, run_dir=str(tmp_path / "new"))
     assert not os.path.exists(tmp_path / "new")
+
+
+PROFILED_CELL = """import torch, torchlens
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(torch.nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(steps):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    torchlens.step()
+"""
+
+
+def test_profiled_cell_runs_once_per_rank_with_steps_defined(kernel_like_shell, tmp_path):
+    ip = kernel_like_shell
+    res = ip.run_cell(f"%%ddp_check --world-size 2 --backend gloo --profile --steps 7 "
+                      f"--profile-every 3 --run-dir {tmp_path / 'cellrun'} --no-live --quiet "
+                      f"-o r\n" + PROFILED_CELL, store_history=True)
+    assert res.success, res.error_in_exec
+    r = ip.user_ns["r"]
+    assert [len(s) for s in r.records.profiling.steps] == [7, 7]
+    assert r.run_dir == str(tmp_path / "cellrun")
+    assert r.item("parameter sync").status == "passed"
+    assert_clean(r)

@@ -55,7 +55,7 @@ BUDGET = 0.03
 MAX_EVERY = 10_000
 #: Before the first window is cut: set-up (building the model, DDP's first
 #: broadcast, importing torch._dynamo) can take seconds before a first step()
-FIRST_WINDOW_S = 5.0
+FIRST_WINDOW_S = 10.0
 AGREE_WAIT_S = 10.0
 _PROCESS = psutil.Process(os.getpid())
 
@@ -219,7 +219,7 @@ class RankProfiler:
         _profiler._active.append(self)  # type: ignore[arg-type]
         self.t_mark = time.time()
         self.window_end = self.t_mark + max(self.window_s,
-                                            min(FIRST_WINDOW_S, 5 * self.window_s))
+                                            min(FIRST_WINDOW_S, 10 * self.window_s))
         if self.next_profiled == 0:
             self._start_profiler()
 
@@ -260,8 +260,8 @@ class RankProfiler:
         """The end of step ``self.index``: record it, drive the profiler."""
         t1 = time.time()
         if not window:
-            if not self.real_steps and self.windows:  # windows so far; steps from now on
-                self.clock.tick = None
+            if not self.real_steps and self.windows:
+                self._windows_were_set_up()
             self.real_steps = True
         else:
             self.windows = True
@@ -285,6 +285,22 @@ class RankProfiler:
             self._start_profiler()
         self.t_mark = time.time()
         self.own_s += self.t_mark - t1
+
+    def _windows_were_set_up(self) -> None:
+        """A first step() after windows were cut: those windows were set-up.
+
+        Steps count from 0 again (``--steps`` counts real steps, and profiled
+        steps line up with the other ranks'); the kernel drops the window
+        records of a rank that has real steps.
+        """
+        self.clock.tick = None
+        if self.prof is not None:
+            with contextlib.suppress(Exception):
+                self.prof.stop()
+            self.prof = None
+        self.index = 0
+        self.next_profiled = self.every - 1 if self.fixed_every else MIN_EVERY - 1
+        self.every = self.fixed_every or MIN_EVERY
 
     # -- the profiler --------------------------------------------------------
     def _start_profiler(self) -> None:
