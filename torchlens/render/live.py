@@ -147,16 +147,24 @@ class LivePlot:
     """The live view: ``push`` heartbeats as they arrive, ``flush`` from the same thread."""
 
     def __init__(self, world_size: int) -> None:
-        from jupyter_bokeh import BokehModel
-
         self.world_size = world_size
         self.layout, self.mem, self.coll, self.quads, self.ticks = _figures(world_size, False)
-        self.widget = BokehModel(self.layout)
+        self._widget: Any = None
         self._rows = _Rows(world_size)
         self._pending: list[dict[str, Any]] = []
         self._last_count = [0] * world_size
         self._last_flush = 0.0
         self.flushes = 0
+
+    @property
+    def widget(self) -> Any:
+        """The notebook widget (made on first use: a layout can be in one document only,
+        so a view that embeds ``layout`` in a bigger one never asks for it)."""
+        if self._widget is None:
+            from jupyter_bokeh import BokehModel
+
+            self._widget = BokehModel(self.layout)
+        return self._widget
 
     def push(self, hb: dict[str, Any]) -> None:
         self._pending.append(hb)

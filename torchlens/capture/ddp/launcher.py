@@ -202,6 +202,7 @@ class DdpLauncher:
             for rank, code in enumerate(codes):  # the time of a death that sends no report
                 if code is not None and self.ended_at[rank] is None:
                     self.ended_at[rank] = time.time()
+                    self._tell_ended(tl, rank, code)
             if all(c is not None for c in codes):
                 return "finished" if all(c == 0 for c in codes) else "crashed"
             now = time.monotonic()
@@ -223,6 +224,22 @@ class DdpLauncher:
                 self._dump_stacks(now - last_progress)
                 return "hang"
             time.sleep(POLL_S)
+
+    def _tell_ended(self, tl: Any, rank: int, code: int) -> None:
+        """The live view marks where a rank's lanes end, and why."""
+        ended = getattr(self.sink, "rank_ended", None)
+        if ended is None:
+            return
+        if self.options.profile:
+            self._read_profiling(tl)  # its last steps first, then the marker
+        reason = "finished" if code == 0 else (f"killed by signal {-code}" if code < 0
+                                               else f"exit code {code}")
+        if code != 0 and tl.check([protocol.result_key(rank)]):
+            error = (protocol.decode(tl.get(protocol.result_key(rank))) or {}).get("error") or {}
+            if error:
+                first = str(error.get("message") or "").strip().splitlines()[:1]
+                reason = f"{error.get('type', 'error')}: {first[0] if first else ''}"[:200]
+        ended(rank, reason, self.ended_at[rank])
 
     def _read_profiling(self, tl: Any) -> None:
         """New step batches and summaries of every rank, then delete their keys.
