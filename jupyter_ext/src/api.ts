@@ -59,6 +59,9 @@ export interface ISample {
   gpu: { available: boolean; status: string; driver: string | null; gpus: IGpuSample[] };
 }
 
+/** Where a rank's memory figures come from (docs/RANK_PROFILE.md `mem.source`). */
+export type MemorySource = 'cuda' | 'modelled' | 'rss';
+
 export interface IRankSample {
   t: number;
   run: string;
@@ -66,6 +69,12 @@ export interface IRankSample {
   device: number | null;
   allocated: number | null;
   reserved: number | null;
+  /** `%ddp_check --profile` only (absent or null otherwise): bytes the allocator holds in split blocks nobody uses */
+  inactive_split?: number | null;
+  /** the largest free block in reserved memory, bytes (null: not known, e.g. CUDA without a snapshot) */
+  largest_free?: number | null;
+  /** cuda: the allocator's counters; modelled: a CPU run replayed through torchlens' allocator model; rss: resident memory */
+  source?: MemorySource | null;
 }
 
 export interface ISamplesReply {

@@ -13,7 +13,17 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { fetchCsv, fetchSamples, IFeedMessage, IGpuSample, IRankSample, ISample, openFeed, setSamplingInterval } from './api';
+import {
+  fetchCsv,
+  fetchSamples,
+  IFeedMessage,
+  IGpuSample,
+  IRankSample,
+  ISample,
+  MemorySource,
+  openFeed,
+  setSamplingInterval
+} from './api';
 import { RollingChart } from './chart';
 
 const WINDOW_SECONDS = 600;
@@ -33,6 +43,45 @@ function na(value: number | null | undefined, fmt: (v: number) => string): strin
 const pct = (v: number) => `${v.toFixed(0)}%`;
 const gib = (v: number) => `${(v / GiB).toFixed(1)} GiB`;
 const mbps = (v: number) => `${(v / 1e6).toFixed(0)} MB/s`;
+
+/** Bytes in the unit that suits them: a rank's allocator may hold KiB or tens of GiB. */
+function bytesText(v: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v.toFixed(0)} B` : `${v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0)} ${units[i]}`;
+}
+
+/**
+ * How each memory source is named in the rank section: a short tag per rank,
+ * and one plain sentence under the section's title for each source shown.
+ */
+const SOURCE_TEXT: Record<MemorySource, { tag: string; note: string }> = {
+  cuda: {
+    tag: 'CUDA',
+    note: 'CUDA: measured, the caching allocator\u2019s own counters (largest free needs a snapshot).'
+  },
+  modelled: {
+    tag: 'modelled (CPU)',
+    note:
+      'Modelled, not measured: a CPU run has no CUDA allocator, so torchlens replayed each step\u2019s ' +
+      'allocations through its model of one. These are what it would hold.'
+  },
+  rss: { tag: 'RSS (CPU)', note: 'RSS: the process\u2019s resident memory; no allocator figures.' }
+};
+
+/** A sample that carries allocator figures (`%ddp_check --profile`), not just a memory total. */
+function hasAllocatorFigures(r: IRankSample): boolean {
+  return (
+    (r.inactive_split !== null && r.inactive_split !== undefined) ||
+    (r.largest_free !== null && r.largest_free !== undefined) ||
+    r.source === 'cuda' ||
+    r.source === 'modelled'
+  );
+}
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls: string, text = ''): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -64,8 +113,9 @@ export class GpuMonitorPanel extends Widget {
     this.hostCharts = el('div', 'tl-host-charts');
     this.gpuBox = el('div', 'tl-gpus');
     this.rankBox = el('div', 'tl-ranks');
+    this.rankMemBox = el('div', 'tl-rank-mem');
     this.footer = el('div', 'tl-footer');
-    this.node.append(this.status, controls, this.hostText, this.hostCharts, this.gpuBox, this.rankBox, this.footer);
+    this.node.append(this.status, controls, this.hostText, this.hostCharts, this.gpuBox, this.rankBox, this.rankMemBox, this.footer);
   }
 
   protected onAfterShow(msg: Message): void {
@@ -219,14 +269,34 @@ export class GpuMonitorPanel extends Widget {
       this.since = Math.max(this.since, s.t);
     }
     // a kernel posts all ranks of one step together: one chart point per distinct time
+    let memChanged = false;
+    let toDraw = false;
     ranks.forEach((r, i) => {
       this.rankSeries(r.run, r.rank);
-      this.rankLatest.set(r.rank, r);
+      if (hasAllocatorFigures(r)) {
+        this.rankMemory.set(r.rank, r);
+        memChanged = true;
+      }
+      // the line is the memory the rank holds; a modelled figure (a CPU run
+      // replayed through the allocator model) is another quantity: text only
+      if (r.source !== 'modelled') {
+        this.rankLatest.set(r.rank, r);
+        toDraw = true;
+      }
       this.since = Math.max(this.since, r.t);
-      if (i === ranks.length - 1 || ranks[i + 1].t !== r.t || ranks[i + 1].run !== r.run) {
-        this.rankChart?.append(r.t, this.rankValues());
+      const endOfGroup = i === ranks.length - 1 || ranks[i + 1].t !== r.t || ranks[i + 1].run !== r.run;
+      if (endOfGroup) {
+        // a step record ends before the heartbeat posted with it: x must only grow
+        if (toDraw && r.t > this.rankChartT) {
+          this.rankChartT = r.t;
+          this.rankChart?.append(r.t, this.rankValues());
+        }
+        toDraw = false;
       }
     });
+    if (memChanged) {
+      this.renderRankMemory();
+    }
     if (last) {
       this.renderText(last);
     }
@@ -324,11 +394,15 @@ export class GpuMonitorPanel extends Widget {
     if (run !== this.rankRun) {
       this.rankChart?.dispose();
       this.rankChart = null;
+      this.rankChartT = 0;
       this.rankRun = run;
       this.rankLatest.clear();
+      this.rankMemory.clear();
+      this.rankMemBox.replaceChildren();
     }
     if (!this.rankChart || !this.rankChart.series.some(s => s.label === `rank ${rank}`)) {
-      const ranks = new Set([...this.rankLatest.keys(), rank]);
+      const drawn = (this.rankChart?.series ?? []).map(s => Number(s.label.split(' ')[1]));
+      const ranks = new Set([...drawn, rank]);
       const series = [...ranks].sort((a, b) => a - b).map(r => ({ label: `rank ${r}`, stroke: COLORS[r % COLORS.length] }));
       this.rankChart?.dispose();
       this.rankChart = new RollingChart(
@@ -339,6 +413,94 @@ export class GpuMonitorPanel extends Widget {
         WINDOW_SECONDS
       );
     }
+  }
+
+  /**
+   * Under the chart, each rank's latest allocator figures (`%ddp_check
+   * --profile`): allocated and reserved, fragmentation (inactive split bytes as
+   * a share of reserved) and the largest free block, a bar of reserved memory,
+   * and where the numbers come from. Built with textContent only: nothing a
+   * kernel posted is ever parsed as markup. Empty (and hidden) without such
+   * figures, so a run without --profile looks as before.
+   */
+  private renderRankMemory(): void {
+    const rows = [...this.rankMemory.values()].sort((a, b) => a.rank - b.rank);
+    const title = el('div', 'tl-rank-mem-title', 'Allocator memory per rank (latest step)');
+    const sources = (Object.keys(SOURCE_TEXT) as MemorySource[]).filter(k => rows.some(r => r.source === k));
+    const notes = sources.map(k => {
+      const note = el('div', `tl-rank-mem-note tl-source-${k}`, SOURCE_TEXT[k].note);
+      note.dataset.source = k;
+      return note;
+    });
+    const legend = el('div', 'tl-rank-mem-legend');
+    legend.append(
+      el('span', 'tl-key tl-key-alloc', 'allocated'),
+      el('span', 'tl-key tl-key-split', 'inactive split'),
+      el('span', 'tl-key tl-key-free', 'free')
+    );
+    legend.title = 'Each bar is the rank\u2019s reserved memory.';
+    this.rankMemBox.replaceChildren(title, ...notes, legend, ...rows.map(r => this.rankMemoryRow(r)));
+  }
+
+  private rankMemoryRow(r: IRankSample): HTMLElement {
+    const row = el('div', 'tl-rank-mem-row');
+    row.dataset.rank = String(r.rank);
+    const head = el('div', 'tl-rank-mem-head');
+    const name = el('span', 'tl-rank-name', `rank ${r.rank}`);
+    name.style.borderLeftColor = COLORS[r.rank % COLORS.length];
+    head.appendChild(name);
+    const known = r.source ? SOURCE_TEXT[r.source] : undefined; // the server passes these three only
+    if (r.source && known) {
+      const source = el('span', `tl-rank-source tl-source-${r.source}`, known.tag);
+      source.title = known.note;
+      head.appendChild(source);
+      row.dataset.source = r.source;
+    }
+    row.appendChild(head);
+    const reserved = r.reserved ?? null;
+    const split = r.inactive_split ?? null;
+    if (reserved !== null && reserved > 0) {
+      const bar = el('div', 'tl-rank-bar');
+      const share = (v: number | null) => `${Math.max(0, Math.min(100, (100 * (v ?? 0)) / reserved)).toFixed(2)}%`;
+      const alloc = el('span', 'tl-bar-alloc');
+      alloc.style.width = share(r.allocated);
+      const splitBar = el('span', 'tl-bar-split');
+      splitBar.style.width = share(split);
+      bar.append(alloc, splitBar);
+      bar.title = 'reserved memory: allocated, inactive split, free';
+      row.appendChild(bar);
+    }
+    // a number and its unit never part at a line break
+    const size = (v: number) => el('span', 'tl-nowrap', bytesText(v));
+    const allocated = el('td', '');
+    allocated.append(r.allocated === null ? 'n/a' : size(r.allocated));
+    if (reserved !== null) {
+      allocated.append(' of ', size(reserved), ' reserved');
+    }
+    const fragmentation = el('td', '');
+    if (split === null) {
+      fragmentation.append('n/a');
+    } else {
+      if (reserved !== null && reserved > 0) {
+        fragmentation.append(el('span', 'tl-nowrap', `${((100 * split) / reserved).toFixed(1)}%`), ' · ');
+      }
+      fragmentation.append(size(split), ' inactive split');
+    }
+    const largest = el('td', '');
+    largest.append(r.largest_free === null || r.largest_free === undefined ? 'n/a' : size(r.largest_free));
+    const table = el('table', 'tl-metrics tl-rank-metrics');
+    for (const [key, label, cell] of [
+      ['allocated', 'allocated', allocated],
+      ['fragmentation', 'fragmentation', fragmentation],
+      ['largest_free', 'largest free', largest]
+    ] as [string, string, HTMLElement][]) {
+      const tr = el('tr', '');
+      tr.dataset.metric = key;
+      tr.append(el('td', '', label), cell);
+      table.appendChild(tr);
+    }
+    row.appendChild(table);
+    return row;
   }
 
   private rankValues(): (number | null)[] {
@@ -387,12 +549,17 @@ export class GpuMonitorPanel extends Widget {
   private hostCharts: HTMLDivElement;
   private gpuBox: HTMLDivElement;
   private rankBox: HTMLDivElement;
+  private rankMemBox: HTMLDivElement;
   private footer: HTMLDivElement;
   private hostChart: RollingChart | null = null;
   private gpuCharts = new Map<string, RollingChart>();
   private rankChart: RollingChart | null = null;
   private rankRun = '';
+  /** the latest sample per rank that the chart draws (measured memory) */
   private rankLatest = new Map<number, IRankSample>();
+  /** the latest sample per rank with allocator figures (--profile) */
+  private rankMemory = new Map<number, IRankSample>();
+  private rankChartT = 0;
   private since = 0;
   private lastSampleT = 0;
   private received = 0;

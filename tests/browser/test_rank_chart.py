@@ -2,7 +2,10 @@
 
 What a user sees: the chart fills the panel's width and a good part of its
 height, its y-axis tick labels (with units) are drawn whole (no clipped
-".225"), it has a time axis, and its labels are dark enough to read.
+".225"), it has a time axis, and its labels are dark enough to read. With
+``%ddp_check --profile`` each rank's allocator figures (allocated, reserved,
+fragmentation, largest free block) are listed under the chart, their source
+said plainly ("modelled" on CPU).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import os
 import re
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,5 +113,111 @@ def test_rank_chart_fills_the_panel_with_whole_labels_and_a_time_axis(
         assert len(ticks) >= 2 and all(re.fullmatch(r"\d+(\.\d+)? (MiB|GiB)", t) for t in ticks), ticks
         # height: the chart takes the panel's spare height, not a 120 px strip
         assert box["y"] + box["height"] >= panel["y"] + 0.75 * panel["height"], (box, panel)
+        # without --profile's allocator figures there is no per-rank memory block
+        mem = page.locator(f"{PANEL} .tl-rank-mem")
+        assert mem.locator("*").count() == 0 and not mem.is_visible()
+    finally:
+        page.close()
+
+
+MiB = 1024**2
+
+
+def profiled_cpu_samples(now: float) -> list[dict[str, Any]]:
+    """A CPU ``--profile`` run: heartbeats (resident memory, the line) every
+    half second, and each rank's profiled-step summary (the allocator model)."""
+    out = []
+    for i in range(20):
+        t = now - 10 + i / 2
+        out += [{"rank": r, "t": t, "device": None, "allocated": (400 + 10 * r + i) * MiB,
+                 "reserved": None} for r in (0, 1)]
+    t = now - 0.2
+    out += [
+        {"rank": 0, "t": t, "device": None, "allocated": 180 * MiB, "reserved": 256 * MiB,
+         "inactive_split": 18 * MiB, "largest_free": 40 * MiB, "source": "modelled"},
+        {"rank": 1, "t": t, "device": None, "allocated": 96 * MiB, "reserved": 128 * MiB,
+         "inactive_split": 1536 * 1024, "largest_free": 30 * MiB, "source": "modelled"},
+    ]
+    return out
+
+
+def metrics(row: Any) -> dict[str, str]:
+    """A rank row's figures: metric -> the text of its value cell."""
+    cells = row.locator("tr[data-metric]")
+    return {cells.nth(i).get_attribute("data-metric"): cells.nth(i).locator("td").nth(1)
+            .inner_text().strip() for i in range(cells.count())}
+
+
+def test_profiled_ranks_show_allocator_memory_and_fragmentation(
+    lab: Lab, chromium: Any
+) -> None:
+    page = chromium.new_page()
+    try:
+        page.goto(f"{lab.url}lab?token={lab.token}", timeout=60_000)
+        open_panel(page)
+        post_ranks(lab, "%ddp_check step --profile", profiled_cpu_samples(time.time()))
+        rows = page.locator(f"{PANEL} .tl-rank-mem .tl-rank-mem-row")
+        rows.nth(1).wait_for(timeout=30_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(SHOTS / "rank-memory-modelled.png"))
+        # the block itself, scrolled into view (the panel scrolls below the chart)
+        page.locator(f"{PANEL} .tl-rank-mem").screenshot(
+            path=str(SHOTS / "rank-memory-modelled-block.png"))
+        assert rows.count() == 2
+        zero = rows.nth(0)
+        assert zero.get_attribute("data-rank") == "0"
+        assert zero.get_attribute("data-source") == "modelled"
+        # the source said plainly: a tag on each rank, a sentence under the title
+        assert zero.locator(".tl-rank-source").inner_text() == "modelled (CPU)"
+        note = page.locator(f"{PANEL} .tl-rank-mem-note").inner_text()
+        assert note.startswith("Modelled, not measured: a CPU run has no CUDA allocator"), note
+        # every figure with its unit
+        assert metrics(zero) == {
+            "allocated": "180 MiB of 256 MiB reserved",
+            "fragmentation": "7.0% · 18.0 MiB inactive split",
+            "largest_free": "40.0 MiB"}
+        assert metrics(rows.nth(1)) == {
+            "allocated": "96.0 MiB of 128 MiB reserved",
+            "fragmentation": "1.2% · 1.50 MiB inactive split",
+            "largest_free": "30.0 MiB"}
+        # the bar: allocated and inactive split as shares of reserved
+        alloc = zero.locator(".tl-bar-alloc").bounding_box()
+        split = zero.locator(".tl-bar-split").bounding_box()
+        bar = zero.locator(".tl-rank-bar").bounding_box()
+        assert alloc and split and bar
+        assert abs(alloc["width"] / bar["width"] - 180 / 256) < 0.03, (alloc, bar)
+        assert abs(split["width"] / bar["width"] - 18 / 256) < 0.03, (split, bar)
+        # the modelled figures are text only: the line is still resident memory
+        ticks = (page.locator(f"{PANEL} .tl-ranks .tl-chart").get_attribute(
+            "data-y-ticks") or "")
+        values = [float(v.split()[0]) for v in ticks.split("|") if v.endswith(" MiB")]
+        assert values and min(values) > 300, ticks  # 400-430 MiB, never down to 96
+
+        # a posted value is never markup: the server refuses it, the page has no <img>
+        bad = {"rank": 0, "t": time.time(), "allocated": 1,
+               "source": '<img src=x onerror="document.title=1">'}
+        with pytest.raises(urllib.error.HTTPError) as err:
+            post_ranks(lab, "%ddp_check step --profile", [bad])
+        assert err.value.code == 400
+        assert page.locator(f"{PANEL} .tl-rank-mem img").count() == 0
+
+        # a CUDA run: measured, no largest free block without a snapshot
+        now = time.time()
+        post_ranks(lab, "%ddp_check cuda --profile", [
+            {"rank": r, "t": now, "device": r, "allocated": int((3 + 0.5 * r) * GiB),
+             "reserved": 4 * GiB, "inactive_split": 300 * MiB, "largest_free": None,
+             "source": "cuda"} for r in (0, 1)])
+        page.locator(f"{PANEL} .tl-rank-mem-row[data-source='cuda']").nth(1).wait_for(
+            timeout=30_000)
+        assert rows.count() == 2  # a new run: the modelled rows are gone
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "rank-memory-cuda.png"))
+        assert rows.nth(0).locator(".tl-rank-source").inner_text() == "CUDA"
+        notes = page.locator(f"{PANEL} .tl-rank-mem-note")
+        assert notes.count() == 1 and notes.get_attribute("data-source") == "cuda"
+        assert metrics(rows.nth(0)) == {
+            "allocated": "3.00 GiB of 4.00 GiB reserved",
+            "fragmentation": "7.3% · 300 MiB inactive split",
+            "largest_free": "n/a"}
     finally:
         page.close()

@@ -107,3 +107,59 @@ def test_rank_sink_builds_its_live_view_on_start():
     sink.push({"rank": 0, "t": 1.0, "rss": 5})
     sink.flush(force=True)
     assert len(made) == 1 and made[0].pushed == [{"rank": 0, "t": 1.0, "rss": 5}]
+
+
+STEP_MEM = {"rss": 412000000, "allocated": None, "reserved": None,
+            "inactive_split": None, "largest_free": None, "source": "rss"}
+SUMMARY_MEM = {"allocated": 1048576, "reserved": 2097152, "inactive_split": 4096,
+               "largest_free": 1044480, "peak_allocated": 3145728, "source": "modelled"}
+
+
+def test_push_memory_sends_a_steps_allocator_figures(fake_server):
+    """``--profile``: a step record's ``mem`` and a profiled-step summary's
+    ``memory`` (docs/RANK_PROFILE.md) become rank samples with the optional
+    fragmentation fields, beside the heartbeats ``push`` still sends as before."""
+    sink = RankSink("prof", interval=0.0)
+    sink.push({"rank": 0, "t": 10.0, "rss": 5, "cuda_allocated": None})
+    sink.push_memory(0, STEP_MEM, 10.5)
+    sink.push_memory(1, SUMMARY_MEM, 11.0)
+    sink.push_memory(1, {"allocated": 7, "reserved": 9, "inactive_split": 2,
+                         "largest_free": None, "source": "cuda"}, 12.0, device=1)
+    sink.flush(force=True)
+    (_, _, body), = fake_server
+    heartbeat, step, summary, cuda = body["samples"]
+    # push(hb) is unchanged: no new keys
+    assert heartbeat == {"rank": 0, "t": 10.0, "device": None, "allocated": 5,
+                         "reserved": None}
+    # CPU step record: resident memory is the line's "allocated", labelled rss
+    assert step == {"rank": 0, "t": 10.5, "device": None, "allocated": 412000000,
+                    "reserved": None, "inactive_split": None, "largest_free": None,
+                    "source": "rss"}
+    # profiled-step summary: the allocator model's figures, labelled modelled
+    assert summary == {"rank": 1, "t": 11.0, "device": None, "allocated": 1048576,
+                       "reserved": 2097152, "inactive_split": 4096,
+                       "largest_free": 1044480, "source": "modelled"}
+    assert cuda["device"] == 1 and cuda["source"] == "cuda" and cuda["largest_free"] is None
+
+
+def test_push_memory_sends_odd_values_as_null_and_nothing_without_a_server():
+    """One odd field must not make the server refuse the batch (and the
+    heartbeats in it): non-numbers and unknown sources travel as null."""
+    sent = []
+
+    class Recorder(RankPublisher):
+        def publish(self, samples):
+            sent.extend(samples)
+            return True
+
+    sink = RankSink("r", publisher=Recorder("r", server=ServerInfo("http://x/", "")))
+    sink.push_memory(2, {"allocated": "1 MiB", "reserved": float("nan"),
+                         "inactive_split": True, "largest_free": -3,
+                         "source": "<b>gpu</b>"}, 1.0, device="cuda:0")
+    sink.flush(force=True)
+    assert sent == [{"rank": 2, "t": 1.0, "device": None, "allocated": None,
+                     "reserved": None, "inactive_split": None, "largest_free": None,
+                     "source": None}]
+    off = RankSink("r", publisher=RankPublisher("r", server=None))
+    off.push_memory(0, SUMMARY_MEM, 1.0)
+    assert off._pending == []

@@ -122,6 +122,42 @@ async def test_ranks_get_returns_the_ranks_and_put_is_refused(
     assert err.value.code == 405 and monitor.interval == before
 
 
+async def test_ranks_carry_fragmentation_fields_and_bad_ones_are_400(
+    jp_fetch: Any, monitor: Any
+) -> None:
+    """``%ddp_check --profile``'s allocator figures go in and come back out; a
+    sample with a value that is not a number (or a source outside the fixed
+    set) is refused whole, and nothing of its batch is kept."""
+    now = time.time()
+    profiled = {"rank": 0, "t": now, "device": None, "allocated": 1048576,
+                "reserved": 2097152, "inactive_split": 4096,
+                "largest_free": 1044480, "source": "modelled"}
+    body = {"run": "prof", "samples": [profiled, {"rank": 1, "t": now, "allocated": 7}]}
+    response = await jp_fetch(
+        "torchlens", "monitor", "ranks", method="POST", body=json.dumps(body)
+    )
+    assert json.loads(response.body) == {"stored": 2}
+    reply = json.loads((await jp_fetch("torchlens", "monitor", "ranks")).body)
+    first, second = reply["ranks"]
+    assert first == {**profiled, "run": "prof"}
+    assert (second["inactive_split"], second["largest_free"], second["source"]) == (
+        None, None, None)
+    for bad in ({"source": "<script>alert(1)</script>"}, {"inactive_split": "4 KiB"},
+                {"largest_free": -5}, {"reserved": True}):
+        body = {"run": "bad", "samples": [profiled, {**profiled, **bad}]}
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch(
+                "torchlens", "monitor", "ranks", method="POST", body=json.dumps(body)
+            )
+        assert err.value.code == 400
+    # NaN is valid to Python's json.loads but not to the browser's JSON.parse
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("torchlens", "monitor", "ranks", method="POST",
+                       body=b'{"run": "nan", "samples": [{"rank": 0, "largest_free": NaN}]}')
+    assert err.value.code == 400
+    assert {r["run"] for r in monitor.ranks.since(0)} == {"prof"}
+
+
 async def test_csv_export(jp_fetch: Any, monitor: Any) -> None:
     response = await jp_fetch("torchlens", "monitor", "history.csv")
     assert response.headers["Content-Type"].startswith("text/csv")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import time
 
+import pytest
 from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
 
@@ -81,10 +83,64 @@ def test_rank_samples_are_kept_per_run() -> None:
         "device": None,
         "allocated": 10,
         "reserved": 20,
+        "inactive_split": None,
+        "largest_free": None,
+        "source": None,
     }
     assert second["rank"] == 0 and second["allocated"] is None and second["t"] >= now
     mon.add_rank_samples("run1", [{"rank": 0, "t": now + 1000}])  # ten minutes later
     assert [r["t"] for r in mon.ranks.since(0)] == [now + 1000]
+
+
+PROFILED = {"rank": 1, "t": 100.0, "device": None, "allocated": 1048576,
+            "reserved": 2097152, "inactive_split": 4096, "largest_free": 1044480,
+            "source": "modelled"}
+
+
+def test_rank_samples_keep_the_allocator_figures_of_a_profiled_run() -> None:
+    mon = Monitor(StepHost(), NoGpu())
+    cuda = {"rank": 0, "t": 100.0, "device": 0, "allocated": 5.0, "reserved": 8,
+            "inactive_split": 2, "largest_free": None, "source": "cuda"}
+    assert mon.add_rank_samples("p", [PROFILED, cuda]) == 2
+    got = mon.ranks.since(0)
+    assert got[0] == {**PROFILED, "run": "p"}
+    assert got[1]["allocated"] == 5 and isinstance(got[1]["allocated"], int)
+    assert got[1]["source"] == "cuda" and got[1]["device"] == 0
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("source", "<img src=x onerror=alert(1)>"),
+    ("source", "CUDA"),
+    ("source", 1),
+    ("inactive_split", "4096"),
+    ("inactive_split", -1),
+    ("inactive_split", True),
+    ("largest_free", math.nan),
+    ("largest_free", math.inf),
+    ("largest_free", [1]),
+    ("allocated", "<b>1</b>"),
+    ("reserved", {"v": 1}),
+    ("device", "cuda:0"),
+    ("device", 0.5),
+    ("rank", "1"),
+    ("rank", -1),
+    ("rank", False),
+    ("t", "now"),
+    ("t", math.nan),
+])
+def test_a_bad_rank_field_refuses_the_whole_batch(key: str, value: object) -> None:
+    mon = Monitor(StepHost(), NoGpu())
+    with pytest.raises((TypeError, ValueError)):
+        mon.add_rank_samples("p", [PROFILED, {**PROFILED, key: value}])
+    assert mon.ranks.since(0) == []
+
+
+def test_a_rank_sample_must_be_an_object_with_a_rank() -> None:
+    mon = Monitor(StepHost(), NoGpu())
+    for bad in (["rank", 0], "rank 0", {"t": 1.0}):
+        with pytest.raises((KeyError, TypeError)):
+            mon.add_rank_samples("p", [bad])
+    assert mon.ranks.since(0) == []
 
 
 def test_csv_has_one_row_per_sample_and_empty_cells_for_na() -> None:
@@ -102,3 +158,23 @@ def test_csv_has_one_row_per_sample_and_empty_cells_for_na() -> None:
     # NVLink is a rate of counters: n/a on the first row, then a number (idle fake: 0)
     assert rows[0]["gpu0_nvlink_tx_bps"] == "" and rows[0]["gpu0_nvlink_rx_bps"] == ""
     assert float(rows[2]["gpu0_nvlink_tx_bps"]) == 0.0
+
+
+def test_what_the_rank_sink_sends_the_server_keeps() -> None:
+    """The two halves of the channel agree: every sample ``RankSink`` queues
+    (heartbeats and ``--profile`` memory, odd values included) passes the
+    server's checks unchanged."""
+    from torchlens.frontends.live_publish import RankSink
+    from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
+
+    sink = RankSink("r", publisher=RankPublisher("r", server=ServerInfo("http://x/", "")))
+    sink.push({"rank": 0, "t": 1.0, "rss": 5, "cuda_allocated": None})
+    sink.push({"rank": 1, "t": 1.0, "device": 1, "cuda_allocated": 3, "cuda_reserved": 4})
+    sink.push_memory(0, {"rss": 9, "allocated": None, "source": "rss"}, 2.0)
+    sink.push_memory(1, {k: v for k, v in PROFILED.items() if k not in ("rank", "t")}, 2.0)
+    sink.push_memory(1, {"allocated": "x", "largest_free": math.nan, "source": "?"}, 3.0)
+    mon = Monitor(StepHost(), NoGpu())
+    assert mon.add_rank_samples("r", sink._pending) == 5
+    kept = mon.ranks.since(0)
+    assert [(r["allocated"], r["source"]) for r in kept] == [
+        (5, None), (3, None), (9, "rss"), (1048576, "modelled"), (None, None)]

@@ -141,14 +141,24 @@ async def test_three_sockets_share_one_encoding(
 async def test_ranks_are_pushed(jp_ws_fetch: Any, jp_fetch: Any, monitor: Any) -> None:
     ws = await jp_ws_fetch(*WS)
     await read(ws)
-    body = {"run": "ddp", "samples": [{"rank": 1, "t": time.time(), "allocated": 5}]}
+    body = {"run": "ddp", "samples": [
+        {"rank": 1, "t": time.time(), "allocated": 5},
+        {"rank": 0, "t": time.time(), "allocated": 5, "reserved": 8,
+         "inactive_split": 2, "largest_free": 1, "source": "cuda"}]}
     await jp_fetch(
         "torchlens", "monitor", "ranks", method="POST", body=json.dumps(body)
     )
     for _ in range(20):
         message = await read(ws)
         if message["ranks"]:
-            assert [(r["run"], r["rank"]) for r in message["ranks"]] == [("ddp", 1)]
+            plain, profiled = message["ranks"]
+            assert [(r["run"], r["rank"]) for r in (plain, profiled)] == [
+                ("ddp", 1), ("ddp", 0)]
+            # the allocator figures travel to the sidebar; absent ones as null
+            assert [plain[k] for k in ("inactive_split", "largest_free", "source")] == [
+                None, None, None]
+            assert [profiled[k] for k in ("inactive_split", "largest_free", "source")] == [
+                2, 1, "cuda"]
             break
     else:
         pytest.fail("the posted rank sample never arrived")

@@ -10,12 +10,13 @@ absent sidebar must never slow or break the user's cell.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from .rank_channel import RankPublisher
+from .rank_channel import MEMORY_SOURCES, RankPublisher
 
 Sample = list[dict[str, Any]]
 
@@ -93,6 +94,35 @@ class RankSink:
                 "reserved": hb.get("cuda_reserved"),
             })
 
+    def push_memory(self, rank: int, mem: dict[str, Any], t: float,
+                    device: int | None = None) -> None:
+        """Queue one rank's allocator figures for the sidebar (``--profile``).
+
+        ``mem`` is a step record's ``mem`` or a profiled-step summary's
+        ``memory`` (docs/RANK_PROFILE.md): ``allocated``, ``reserved``,
+        ``inactive_split``, ``largest_free`` and ``source`` (``cuda``,
+        ``modelled`` or ``rss``) travel as they are, ``t`` is the step's end.
+        On ``rss`` the resident memory is sent as ``allocated``, as ``push``
+        does on CPU, so the chart's line stays one quantity. A value that is not
+        a number (or a source outside that set) is sent as null: one odd field
+        must not make the server refuse the batch it travels in.
+        """
+        if not self.publisher.enabled:
+            return
+        source = mem.get("source")
+        source = source if source in MEMORY_SOURCES else None
+        allocated = mem.get("allocated")
+        if allocated is None and source == "rss":
+            allocated = mem.get("rss")
+        self._pending.append({
+            "rank": int(rank), "t": float(t),
+            "device": device if isinstance(device, int) and not isinstance(device, bool) else None,
+            "allocated": _bytes(allocated), "reserved": _bytes(mem.get("reserved")),
+            "inactive_split": _bytes(mem.get("inactive_split")),
+            "largest_free": _bytes(mem.get("largest_free")),
+            "source": source,
+        })
+
     def flush(self, force: bool = False) -> None:
         if self.inner is not None:
             self.inner.flush(force) if force else self.inner.flush()
@@ -101,3 +131,12 @@ class RankSink:
             self._last = now
             samples, self._pending = self._pending, []
             self.publisher.publish(samples)
+
+
+def _bytes(value: Any) -> int | None:
+    """A byte count as an int, or None for null or anything that is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)

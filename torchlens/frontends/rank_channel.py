@@ -23,7 +23,10 @@ The channel, and why it is this simple:
   absent (classic notebook, VS Code) must never slow or break training.
 
 Body: ``{"run": "<label>", "samples": [{"rank": 0, "t": epoch_s, "device": 0,
-"allocated": bytes, "reserved": bytes}, ...]}``.
+"allocated": bytes, "reserved": bytes}, ...]}``. A ``%ddp_check --profile``
+sample may add ``"inactive_split": bytes, "largest_free": bytes`` and
+``"source": "cuda" | "modelled" | "rss"`` (see docs/RANK_PROFILE.md); every
+byte count is a number or null, and the server refuses anything else.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+#: Where a rank's memory figures come from (docs/RANK_PROFILE.md ``mem.source``):
+#: the CUDA caching allocator's own counters, torchlens' model of that allocator
+#: replayed over a CPU run's allocations, or the process's resident memory.
+#: The server accepts these values of ``source`` only.
+MEMORY_SOURCES = ("cuda", "modelled", "rss")
 
 
 @dataclass(frozen=True)

@@ -97,9 +97,12 @@ class ConfigHandler(_MonitorHandler):
 
 class RanksHandler(_MonitorHandler):
     """Per-rank memory: a kernel POSTs ``{"run": str, "samples": [{rank, t, device,
-    allocated, reserved}]}``; GET answers ``{"ranks": [...]}`` newer than ``since``.
-    Any other method (PUT, DELETE) is 405, tornado's answer for a method the
-    class does not define."""
+    allocated, reserved, inactive_split, largest_free, source}]}`` (the last
+    three optional: ``%ddp_check --profile``'s allocator figures); GET answers
+    ``{"ranks": [...]}`` newer than ``since``. A sample that is not what
+    ``monitor.rank_sample`` accepts (numbers or null, ``source`` from a fixed
+    set) refuses the whole batch with 400. Any other method (PUT, DELETE) is
+    405, tornado's answer for a method the class does not define."""
 
     @tornado.web.authenticated
     def get(self) -> None:

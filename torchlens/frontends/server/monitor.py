@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import math
 import threading
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from itertools import islice
 from typing import Any
 
 from ...capture.gpu_sampler import Sampler
+from ..rank_channel import MEMORY_SOURCES
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0
@@ -229,23 +231,18 @@ class Monitor:
             pass
 
     # -- per-rank memory from kernels -----------------------------------
-    def add_rank_samples(self, run: str, samples: Iterable[dict[str, Any]]) -> int:
-        """Store per-rank memory samples published by a kernel's magic."""
-        count = 0
-        for s in samples:
-            self.ranks.append(
-                {
-                    "t": float(s.get("t", time.time())),
-                    "run": run,
-                    "rank": int(s["rank"]),
-                    "device": s.get("device"),
-                    "allocated": _opt_int(s.get("allocated")),
-                    "reserved": _opt_int(s.get("reserved")),
-                }
-            )
-            count += 1
+    def add_rank_samples(self, run: str, samples: Iterable[Any]) -> int:
+        """Store per-rank memory samples published by a kernel's magic.
+
+        Every sample is checked (``rank_sample``) before any is stored, so a
+        bad one refuses the whole batch (ValueError/TypeError/KeyError) and
+        leaves the history as it was.
+        """
+        checked = [rank_sample(run, s) for s in samples]
+        for sample in checked:
+            self.ranks.append(sample)
         self._handoff()
-        return count
+        return len(checked)
 
     # -- export ----------------------------------------------------------
     def to_csv(self) -> str:
@@ -290,5 +287,56 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+#: Byte counts a rank sample may carry, each a number or null.
+RANK_BYTES = ("allocated", "reserved", "inactive_split", "largest_free")
+
+
+def rank_sample(run: str, s: Any) -> dict[str, Any]:
+    """One posted rank sample, checked and reduced to the fields the sidebar reads.
+
+    ``rank`` is a non-negative integer, ``device`` an integer or null, ``t`` a
+    finite number (absent: now), the byte counts (``RANK_BYTES``) non-negative
+    finite numbers or null, ``source`` null or one of ``MEMORY_SOURCES``. Anything
+    else raises (the handler answers 400): nothing posted is passed on
+    unchecked, so no string a kernel sends can reach the page as markup.
+    """
+    if not isinstance(s, dict):
+        raise TypeError("a sample must be an object")
+    rank = s["rank"]
+    if not _is_int(rank) or rank < 0:
+        raise ValueError("rank must be a non-negative integer")
+    t = s.get("t")
+    if t is None:
+        t = time.time()
+    elif not _is_number(t):
+        raise ValueError("t must be a finite number")
+    device = s.get("device")
+    if device is not None and not _is_int(device):
+        raise ValueError("device must be an integer or null")
+    source = s.get("source")
+    if source is not None and source not in MEMORY_SOURCES:
+        raise ValueError(f"source must be null or one of {', '.join(MEMORY_SOURCES)}")
+    out: dict[str, Any] = {"t": float(t), "run": run, "rank": rank, "device": device}
+    for key in RANK_BYTES:
+        out[key] = _opt_bytes(key, s.get(key))
+    out["source"] = source
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    # json.loads accepts NaN and Infinity, which json.dumps would send on as
+    # tokens the browser's JSON.parse rejects
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _opt_bytes(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if not _is_number(value) or value < 0:
+        raise ValueError(f"{key} must be a non-negative number or null")
+    return int(value)
