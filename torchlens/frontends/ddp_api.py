@@ -284,7 +284,12 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         from ..render.live import LivePlot
         from .bokeh_page import load_bokehjs
 
-        plot = LivePlot(world_size)
+        if profile:  # one view: step times, slow rank, memory, timeline, then heartbeats
+            from .ddp_live import ProfiledLiveView
+
+            plot: Any = ProfiledLiveView(world_size, profile_every, modelled=backend != "nccl")
+        else:
+            plot = LivePlot(world_size)
         loaded = load_bokehjs([plot.layout])  # the widget draws with the page's BokehJS
         handle = display(plot.widget, display_id=True)
         return plot

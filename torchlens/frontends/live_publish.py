@@ -123,6 +123,29 @@ class RankSink:
             "source": source,
         })
 
+    def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
+        """``--profile`` step records: all to the live view, the newest one's memory
+        to the sidebar (a batch can hold hundreds of short steps)."""
+        push = getattr(self.inner, "push_steps", None)
+        if push is not None:
+            push(rank, records)
+        last = next((r for r in reversed(records) if isinstance(r.get("mem"), dict)), None)
+        if last is not None:
+            self.push_memory(rank, last["mem"], float(last.get("t1") or 0.0))
+
+    def push_summary(self, rank: int, summary: dict[str, Any]) -> None:
+        """A profiled step's summary: to the live view; its (modelled) memory to the sidebar."""
+        push = getattr(self.inner, "push_summary", None)
+        if push is not None:
+            push(rank, summary)
+        if isinstance(summary.get("memory"), dict):
+            self.push_memory(rank, summary["memory"], float(summary.get("t1") or 0.0))
+
+    def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
+        ended = getattr(self.inner, "rank_ended", None)
+        if ended is not None:
+            ended(rank, reason, t)
+
     def flush(self, force: bool = False) -> None:
         if self.inner is not None:
             self.inner.flush(force) if force else self.inner.flush()
