@@ -1,10 +1,11 @@
 """The %ddp_check checklist, from the per-rank records a run left behind.
 
 Pure functions over the run's ``DdpRun`` payload (what the launcher and the
-workers recorded; its docstring gives the layout), so a saved ``.tlprof`` gives the same
-checklist on a machine without torch. Each line says passed / failed / not
-applicable, the evidence, and what to do: the user should never have to read
-the raw records to learn which rank did what.
+workers recorded; its docstring gives the layout), so a saved ``.tlprof`` gives
+the same checklist on a machine without torch. Each line says passed / failed /
+not applicable (or warning, for a profiled run's slow rank or memory creep: the
+run works but wastes time or memory), the evidence, and what to do: the user
+should never have to read the raw records to learn which rank did what.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from typing import Any
 from ..formats.fingerprints import describe_collective
 from ..formats.locations import CellNames, is_user_file, label_cells_in, location_label
 from ..model import DdpRun
+from ..model.words import format_bytes
 from .collectives import sequence_divergence
+from .rank_steps import memory_creep, rank_table, slow_rank
 
-PASSED, FAILED, NA = "passed", "failed", "not applicable"
+#: ``warning``: the run works but wastes time or memory (profiled runs only).
+PASSED, FAILED, NA, WARNING = "passed", "failed", "not applicable", "warning"
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 #: Parameters may differ by float summation order across ranks; beyond this
 #: relative difference of their sums (or first values) they are out of sync.
@@ -349,17 +353,6 @@ def check_determinism(rec: DdpRun) -> CheckItem:
                      f"two runs with the same seeds gave bit-identical results on {len(done)} rank(s)")
 
 
-def format_bytes(n: float | None) -> str:
-    """Bytes as the checklist and the ranks table both write them (1 decimal)."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
 def check_memory(rec: DdpRun) -> CheckItem:
     peaks = rec.memory_peak or []
     if not any(p for p in peaks):
@@ -431,19 +424,92 @@ def check_crash(rec: DdpRun) -> CheckItem:
                       "ranks": [r for _, r, _ in failures]})
 
 
+_SLOW_ADVICE = {
+    "data": "rank {r} waits for its next batch while the others wait for it in the next "
+            "all_reduce: give its DataLoader more workers or faster storage, or check whether "
+            "its shard holds larger samples",
+    "compute": "rank {r} does more work per step: look for unequal batch or sequence sizes, "
+               "another process on its device or cores, or a slower device; its profiled "
+               "steps show which ops",
+    "collective": "rank {r} spends longer in its own collectives (a gather to it, a subgroup "
+                  "or point-to-point call) and reaches DDP's all_reduce last: move that work "
+                  "out of the step or share it",
+    None: "the extra time is in no timed phase of rank {r}: open its profiled steps on the "
+          "timeline to see where it goes",
+}
+
+
+def check_slow_rank(rec: DdpRun) -> CheckItem | None:
+    """The rank the others wait for, over every step all ranks finished
+    (``analysis.rank_steps``); None when the run was not profiled."""
+    prof = rec.profiling
+    if prof is None:
+        return None
+    verdict = slow_rank(prof.steps, window=None)
+    evidence = verdict.words
+    if prof.windows:
+        evidence += (f" (the function never called torchlens.step(), so the steps are "
+                     f"{prof.window_s:g} s windows)")
+    if verdict.rank is None:
+        return CheckItem("slow rank", PASSED if verdict.steps else NA, evidence,
+                         details=asdict(verdict))
+    return CheckItem("slow rank", WARNING, evidence,
+                     _SLOW_ADVICE[verdict.cause].format(r=verdict.rank), asdict(verdict))
+
+
+def _rank_memory_words(row: dict[str, Any]) -> str:
+    if row["allocated"] is None:
+        return f"rank {row['rank']}: RSS {format_bytes(row['rss'])} (peak {format_bytes(row['peak_rss'])})"
+    text = (f"rank {row['rank']}{' (modelled)' if row['source'] == 'modelled' else ''}: "
+            f"allocated {format_bytes(row['allocated'])} (peak {format_bytes(row['peak_allocated'])}), "
+            f"reserved {format_bytes(row['reserved'])} (peak {format_bytes(row['peak_reserved'])})")
+    if row["frag"] is not None:
+        text += f", fragmentation {row['frag']:.0%}"
+    if row["largest_free"] is not None:
+        text += f", largest free block {format_bytes(row['largest_free'])}"
+    return text
+
+
+def check_rank_memory(rec: DdpRun) -> CheckItem | None:
+    """Each rank's latest and peak memory and fragmentation, and any creep;
+    None when the run was not profiled."""
+    prof = rec.profiling
+    if prof is None:
+        return None
+    table = rank_table(prof.steps, prof.summaries)
+    parts = [_rank_memory_words(row) for row in table if row["source"] is not None]
+    if not parts:
+        return CheckItem("rank memory", NA, "no rank reported its memory")
+    creep = memory_creep(prof.steps, prof.summaries)
+    details = {"ranks": table, "creep": [asdict(c) for c in creep]}
+    if not creep:
+        return CheckItem("rank memory", PASSED, "; ".join(parts), details=details)
+    return CheckItem("rank memory", WARNING,
+                     "; ".join(c.words for c in creep) + ". Latest: " + "; ".join(parts),
+                     "memory that grows every step after warm-up is something kept across "
+                     "steps: a loss or output appended to a list without .item() or "
+                     ".detach(), a growing cache, retain_graph=True; %%gpumem on a few steps "
+                     "names the allocation sites that stay alive", details)
+
+
 CHECKS = (check_environment, check_communication, check_sequence, check_hang,
-          check_parameter_sync, check_determinism, check_memory, check_crash)
+          check_parameter_sync, check_determinism, check_memory, check_slow_rank,
+          check_rank_memory, check_crash)
 
 
 def checklist(rec: DdpRun) -> list[CheckItem]:
-    """Every check, in the order the user reads them."""
-    return [check(rec) for check in CHECKS]
+    """Every check, in the order the user reads them; the profiled-run lines
+    only when the run was profiled."""
+    return [item for check in CHECKS if (item := check(rec)) is not None]
 
 
 def summary(items: list[CheckItem], rec: DdpRun) -> str:
-    """One line: ranks, backend, how many checks passed, which failed."""
+    """One line: ranks, backend, how many checks passed, which failed and
+    which warn."""
     failed = [i.name for i in items if i.status == FAILED]
     passed = sum(i.status == PASSED for i in items)
     text = (f"ddp_check: {rec.world_size} ranks ({rec.backend}), "
             f"{rec.outcome}, {passed} passed, {len(failed)} failed")
-    return text + (f": {', '.join(failed)}" if failed else "")
+    warned = [i.name for i in items if i.status == WARNING]
+    return (text + (f": {', '.join(failed)}" if failed else "")
+            + (f"; warning: {', '.join(warned)}" if warned else ""))
