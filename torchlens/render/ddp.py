@@ -14,9 +14,13 @@ from markupsafe import Markup
 
 from ..analysis import ddp as ddp_analysis
 from ..analysis.ddp_run import DdpAnalysis
-from ..model import Profile
+from ..analysis.rank_steps import rank_table
+from ..model import DdpRun, Profile
+from ..model.payloads import RankProfiling
+from ..model.words import plural
 from . import html, tables
 from .live import rank_figures
+from .rank_live import rank_profile_figures
 from .report import section
 from .tables import Column
 
@@ -47,6 +51,80 @@ def _pre_blocks(title: str, texts: list[str]) -> Markup:
     return html.render("pre_blocks.html.j2", title=title, blocks=blocks) if blocks else Markup("")
 
 
+#: how the per-rank table shows the keys ``rank_table`` is known to return;
+#: any other key is shown by its suffix (``_ms``, ``_pct``, bytes) or as text
+RANK_TABLE_KEYS = {"rank": "rank", "steps": "steps", "median_step_ms": "median step",
+                   "profiled": "profiled steps"}
+_BYTES = ("allocated", "reserved", "rss", "inactive_split", "largest_free", "bytes")
+
+
+def _rank_table_column(key: str, values: list[Any]) -> Column:
+    label = RANK_TABLE_KEYS.get(key) or key.removesuffix("_ms").removesuffix("_pct").replace(
+        "_", " ")
+    present = [v for v in values if v is not None]
+    if not present or not all(isinstance(v, (int, float)) for v in present):
+        return Column(key, label, str, False)
+    if key.endswith("_ms"):
+        return Column(key, label, lambda v: f"{v:,.1f} ms")
+    if key.endswith("_pct"):
+        return Column(key, label, lambda v: f"{v:.0f} %")
+    if key == "frag" or key.endswith("_frag"):  # a share (0..1)
+        return Column(key, label, lambda v: f"{100 * v:.0f} %")
+    if any(key.endswith(b) for b in _BYTES):
+        return Column(key, label, ddp_analysis.format_bytes)
+    if all(isinstance(v, int) for v in present):
+        return Column(key, label, tables.fmt_int)
+    return Column(key, label, lambda v: f"{v:,.3g}")
+
+
+def rank_table_html(rows: list[dict[str, Any]]) -> Markup:
+    """``analysis.rank_steps.rank_table`` as a sortable table, one row per rank."""
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    return tables.html_table(rows, [_rank_table_column(k, [row.get(k) for row in rows])
+                                    for k in keys])
+
+
+def _ended(run: DdpRun, a: DdpAnalysis) -> tuple[dict[int, str], dict[int, float]]:
+    """Ranks that stopped early: why (rank -> words) and when (rank -> unix s)."""
+    reasons: dict[int, str] = {}
+    times: dict[int, float] = {}
+    for row in a.rank_rows:
+        r = int(row["rank"])
+        exit_ = row.get("exit") or ""
+        if not row.get("error") and exit_ in ("", "0"):
+            continue
+        reasons[r] = row.get("error") or ("killed" if exit_ == "killed" else f"exit code {exit_}")
+        err = ((run.ranks[r] if r < len(run.ranks) else None) or {}).get("error") or {}
+        t = err.get("t") or (run.ended_at[r] if r < len(run.ended_at) else None)
+        if t is not None:
+            times[r] = float(t)
+    return reasons, times
+
+
+def _profiling_html(run: DdpRun, prof: RankProfiling, a: DdpAnalysis,
+                    figures: list[Any]) -> Markup:
+    reasons, times = _ended(run, a)
+    figures.append(rank_profile_figures(prof, run.world_size or 1, run.t0, reasons, times))
+    unit = "window" if prof.windows else "step"
+    notes = [f"One {unit} in {prof.every} of each rank ran under torch.profiler"
+             + (f"; raw traces in {prof.run_dir}." if prof.run_dir else ".")]
+    if prof.windows:
+        notes.append(f"The function never called torchlens.step(): {unit}s are fixed "
+                     f"windows of {prof.window_s:g} s.")
+    if any((s.get("memory") or {}).get("source") == "modelled"
+           for sums in prof.summaries for s in sums):
+        notes.append("CPU run: allocated, reserved and fragmentation are modelled, what a "
+                     "CUDA caching allocator would hold for the same requests.")
+    dropped = sum(prof.dropped_summaries or [])
+    if dropped:
+        older = plural(dropped, "older summary", "older summaries")
+        notes.append(f"The timeline and table read the newest {prof.keep} profiled "
+                     f"{unit}s of each rank ({older} left out; their traces are kept).")
+    table = rank_table(prof.steps, prof.summaries)
+    return html.join([html.figure_slot(len(figures) - 1), *(html.note(n) for n in notes),
+                      rank_table_html(table)])
+
+
 def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple[str, Markup, str]]:
     """(title, body, anchor) of each report section."""
     run = a.run
@@ -60,6 +138,9 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
                              text=crash.details["traceback"])
     if extra:
         out.append(("Stacks and tracebacks", extra, "stacks"))
+    if run.profiling is not None:
+        out.append(("Per-rank steps, memory and timeline (--profile)",
+                    _profiling_html(run, run.profiling, a, figures), "rank-profile"))
     if a.heartbeats:
         figures.append(rank_figures(a.heartbeats, run.world_size or 1, run.fingerprints, run.t0))
         out.append(("Per-rank memory, collectives and timeline",
