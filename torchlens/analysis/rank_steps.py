@@ -284,12 +284,22 @@ def _memory(recs: list[dict[str, Any]], summaries: list[dict[str, Any]]) -> list
         else:
             source = mem.get("source") or "rss"
         out.append((rec.get("step"), rec.get("t1"), *values, mem.get("rss"), source))
+    # a summary whose step record is not here (yet): the live view gets a
+    # profiled step's summary apart from its step's record
+    recorded = {rec.get("step") for rec in recs}
+    for s in summaries:
+        extra = s.get("memory") or {}
+        if s.get("step") not in recorded and extra.get("allocated") is not None:
+            out.append((s.get("step"), s.get("t1"), *(extra.get(k) for k in MEMORY_KEYS),
+                        None, extra.get("source") or "modelled"))
     return out
 
 
 def _per_rank(steps: Steps, summaries: Steps) -> list[list[_Memory]]:
-    return [_memory(recs or [], (summaries[r] if r < len(summaries) else None) or [])
-            for r, recs in enumerate(steps)]
+    n = max(len(steps), len(summaries))
+    return [_memory((steps[r] if r < len(steps) else None) or [],
+                    (summaries[r] if r < len(summaries) else None) or [])
+            for r in range(n)]
 
 
 def _frag(inactive: Any, reserved: Any) -> float | None:

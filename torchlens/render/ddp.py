@@ -53,7 +53,7 @@ def _pre_blocks(title: str, texts: list[str]) -> Markup:
 
 #: how the per-rank table shows the keys ``rank_table`` is known to return;
 #: any other key is shown by its suffix (``_ms``, ``_pct``, bytes) or as text
-RANK_TABLE_KEYS = {"rank": "rank", "steps": "steps", "median_step_ms": "median step",
+RANK_TABLE_KEYS = {"rank": "rank", "steps": "steps", "step_ms": "median step",
                    "profiled": "profiled steps"}
 _BYTES = ("allocated", "reserved", "rss", "inactive_split", "largest_free", "bytes")
 

@@ -551,7 +551,7 @@ class RankProfileView:
             line.glyph.line_width = 3.0 if r == sr.rank else 1.5
         table = rank_table(self.records, [list(s) for s in self.summaries])
         data: dict[str, list[Any]] = {"rank": [f"rank {row['rank']}" for row in table],
-                                      "median_step_ms": [_num(row.get("median_step_ms"))
+                                      "median_step_ms": [_num(row.get("step_ms"))
                                                          for row in table]}
         for part in PARTS:
             data[f"{part}_ms"] = [row.get(f"{part}_ms") or 0.0 for row in table]
