@@ -83,6 +83,8 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
         deviceProperties=raw.deviceProperties or [],
         displayTimeUnit=raw.displayTimeUnit,
         traceName=raw.traceName,
+        # ts + this (as µs) is unix time; rank summaries align lanes by it
+        baseTimeNanoseconds=raw.baseTimeNanoseconds,
         dropped=dict(dropped),
         trace_stats=_trace_stats(raw.INFO),
         profiler_messages=[
