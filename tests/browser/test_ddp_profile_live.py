@@ -47,7 +47,7 @@ CELLS = [
     "        torch.nn.functional.cross_entropy(model(x), y).backward()\n"
     "        opt.step()\n"
     "        torchlens.step()",
-    "%ddp_check train --world-size 2 --backend gloo --profile --steps 150 --profile-every 10 "
+    "%ddp_check train --world-size 2 --backend gloo --profile --steps 300 --profile-every 10 "
     "--run-dir run1 --timeout 60",
 ]
 
@@ -78,6 +78,27 @@ PANEL_POINTS_JS = """
 """
 
 
+# The text of every Bokeh Div on the page (Bokeh draws them in a shadow DOM,
+# which the page's innerText does not reach).
+DIV_TEXT_JS = """
+() => {
+  const B = window.Bokeh;
+  if (!B || !B.index) return '';
+  const texts = [];
+  const seen = new Set();
+  const visit = (view) => {
+    if (!view || seen.has(view)) return;
+    seen.add(view);
+    if (view.model && typeof view.model.text === 'string') texts.push(view.el ? view.el.shadowRoot ? view.el.shadowRoot.textContent : view.el.textContent : view.model.text);
+    for (const k of (view.child_views || [])) visit(k);
+  };
+  const roots = B.index.roots ? [...B.index.roots] : Object.values(B.index);
+  for (const r of roots) visit(r);
+  return texts.join(' | ');
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp: Path = tmp_path_factory.mktemp("lab-ddp-profile")
@@ -92,7 +113,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 def test_profile_view_draws_every_panel_live_and_the_report_survives_reload(
     lab: Lab, chromium: Any
 ) -> None:
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page = chromium.new_page()
+    page.set_viewport_size({"width": 1400, "height": 1000})
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -116,10 +138,9 @@ def test_profile_view_draws_every_panel_live_and_the_report_survives_reload(
             counts = page.evaluate(PANEL_POINTS_JS) or {}
             if counts and (not snapshots or counts != snapshots[-1]):
                 snapshots.append(counts)
-                verdicts.append(cell.inner_text())
-                if len(snapshots) == 4:
-                    page.screenshot(path=str(SHOTS / "ddp-profile-live-running.png"),
-                                    full_page=True)
+                verdicts.append(page.evaluate(DIV_TEXT_JS))
+                if len(snapshots) in (4, 8):
+                    cell.screenshot(path=str(SHOTS / f"ddp-profile-live-{len(snapshots)}.png"))
             page.wait_for_timeout(500)
         assert len(snapshots) >= 3, snapshots
         first, last = snapshots[0], snapshots[-1]
@@ -138,7 +159,7 @@ def test_profile_view_draws_every_panel_live_and_the_report_survives_reload(
         frame = cell.frame_locator(".jp-OutputArea-output iframe")
         frame.locator("text=Per-rank steps, memory and timeline").first.wait_for(timeout=30_000)
         frame.locator("text=slow rank").first.wait_for(timeout=30_000)
-        page.screenshot(path=str(SHOTS / "ddp-profile-live-done.png"), full_page=True)
+        cell.screenshot(path=str(SHOTS / "ddp-profile-live-done.png"))
         assert not errors, errors
 
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")

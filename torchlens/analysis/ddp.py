@@ -156,6 +156,11 @@ def check_communication(rec: DdpRun) -> CheckItem:
 
 def check_sequence(rec: DdpRun) -> CheckItem:
     seqs = rec.fingerprints or []
+    if rec.profiling is not None and not rec.strict:
+        return CheckItem("collective sequence", NA,
+                         "not recorded with --profile: the per-op recorder is off (it costs "
+                         "about 11 µs per op)", "add --strict to compare every collective "
+                         "across ranks before it runs")
     if not any(seqs):
         return CheckItem("collective sequence", NA, "no collective was issued")
     div = sequence_divergence(rec.fingerprints)
@@ -321,6 +326,10 @@ def check_parameter_sync(rec: DdpRun) -> CheckItem:
 
 def check_determinism(rec: DdpRun) -> CheckItem:
     results = [r for r in _rank_results(rec) if r]
+    if rec.profiling is not None:
+        return CheckItem("determinism", NA, "not run with --profile: the function is the "
+                         "training loop and runs once", "run it without --profile (one step "
+                         "per call) to compare two runs from the same seeds")
     if (rec.steps or 1) < 2:
         return CheckItem("determinism", NA, "needs --steps 2 or more (the same step twice)")
     done = [r for r in results if len([s for s in r.get("steps") or [] if s.get("end")]) >= 2]
@@ -358,9 +367,12 @@ def check_memory(rec: DdpRun) -> CheckItem:
     if not any(p for p in peaks):
         return CheckItem("memory", NA, "no memory sample arrived")
     key = "cuda_allocated" if any((p or {}).get("cuda_allocated") for p in peaks) else "tensor_bytes"
+    if key == "tensor_bytes" and not any((p or {}).get(key) is not None for p in peaks):
+        key = "rss"  # --profile scans no live tensors (milliseconds per step)
     values = [(r, (p or {}).get(key) or 0) for r, p in enumerate(peaks)]
-    text = "; ".join(f"rank {r}: RSS {format_bytes((peaks[r] or {}).get('rss'))}, "
-                     f"{key.replace('_', ' ')} {format_bytes(v)}" for r, v in values)
+    text = "; ".join(f"rank {r}: RSS {format_bytes((peaks[r] or {}).get('rss'))}"
+                     + ("" if key == "rss" else f", {key.replace('_', ' ')} {format_bytes(v)}")
+                     for r, v in values)
     hi, lo = max(v for _, v in values), min(v for _, v in values)
     if hi > MEMORY_MIN_BYTES and lo < hi / (1 + MEMORY_IMBALANCE):
         worst = max(values, key=lambda x: x[1])[0]

@@ -25,7 +25,7 @@ from .report import section
 from .tables import Column
 
 _STATUS_STYLE = {"passed": "color:#1a7f37", "failed": "color:#b00;font-weight:600",
-                 "not applicable": "color:#777"}
+                 "not applicable": "color:#777", "warning": "color:#b35900;font-weight:600"}
 
 
 def checklist_html(items: list[ddp_analysis.CheckItem]) -> Markup:
@@ -166,7 +166,7 @@ def text_report(profile: Profile, a: DdpAnalysis) -> str:
     lines = [a.summary]
     for it in a.checklist:
         lines.append(f"[{it.status}] {it.name}: {it.evidence}")
-        if it.status == "failed" and it.advice:
+        if it.status in ("failed", "warning") and it.advice:
             lines.append(f"    what to do: {it.advice}")
     return "\n".join(lines)
 

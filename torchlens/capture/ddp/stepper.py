@@ -73,6 +73,7 @@ class PhaseClock:
         self.spent = [0.0] * len(PHASES)
         self.active = -1
         self.entries = 0  # progress for the hang detector: grows inside long steps
+        self.first: float | None = None  # when the first phase began (unix s)
         self.tick: Callable[[], None] | None = None
         self._undo: list[Callable[[], None]] = []
         self._opt_t0 = 0.0
@@ -89,6 +90,8 @@ class PhaseClock:
             if clock.active >= 0:
                 return fn(*args, **kwargs)
             clock.active, clock.entries = index, clock.entries + 1
+            if clock.first is None:
+                clock.first = time.time()
             t = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -132,6 +135,8 @@ class PhaseClock:
 
         def pre(*_: Any) -> None:
             if self.active < 0:
+                if self.first is None:
+                    self.first = time.time()
                 self.active, self.entries, self._opt_t0 = optimizer, self.entries + 1, time.perf_counter()
 
         def post(*_: Any) -> None:
@@ -219,7 +224,7 @@ class RankProfiler:
         _profiler._active.append(self)  # type: ignore[arg-type]
         self.t_mark = time.time()
         self.window_end = self.t_mark + max(self.window_s,
-                                            min(FIRST_WINDOW_S, 10 * self.window_s))
+                                            min(FIRST_WINDOW_S, 5 * self.window_s))
         if self.next_profiled == 0:
             self._start_profiler()
 
@@ -269,6 +274,10 @@ class RankProfiler:
         i = self.index
         profiled = self.prof is not None
         phases = self.clock.take()
+        if i == 0 and not window and self.clock.first is not None:
+            # building the model and DDP's first broadcast come before step 0's
+            # first phase: set-up, not the step
+            self.t_mark = max(self.t_mark, min(self.clock.first, t1))
         record = {"step": i, "t0": self.t_mark, "t1": t1, "phases": phases,
                   "profiled": profiled, "window": window, "mem": memory_now(self.device)}
         if profiled:
