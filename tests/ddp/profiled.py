@@ -82,3 +82,14 @@ def no_steps(rank, world_size):
         t = torch.tanh(t @ t / 256)
         dist.all_reduce(t)
         t /= world_size
+
+
+def huge_steps(rank, world_size, steps=4):
+    """Each step runs 150k tiny ops (about 300k profiler events when profiled)."""
+    x = torch.zeros(1)
+    t = torch.ones(4)
+    for _ in range(steps):
+        for _ in range(150_000):
+            x.add_(1)
+        dist.all_reduce(t)
+        torchlens.step()

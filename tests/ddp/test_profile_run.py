@@ -125,3 +125,54 @@ def test_profiled_cell_runs_once_per_rank_with_steps_defined(kernel_like_shell, 
     assert r.run_dir == str(tmp_path / "cellrun")
     assert r.item("parameter sync").status == "passed"
     assert_clean(r)
+
+
+def test_memory_creep_is_named_on_the_rank_that_keeps_more_each_step(tmp_path):
+    res = _run(profiled.creeping, tmp_path, steps=24, profile_every=4)
+    item = res.item("rank memory")
+    assert item.status == "warning", item
+    assert "rank 1" in item.evidence and "creep" in item.evidence
+    assert "rank 0: memory creep" not in item.evidence
+
+
+def test_run_folder_traces_read_back_with_torchlens_report_give_the_live_step_times(tmp_path):
+    """What the live view drew for a profiled step is what ``torchlens report`` says
+    of that step's trace in the run folder."""
+    from torchlens.frontends.api import Result
+    from torchlens.frontends.cli import load_input, main
+
+    res = _run(profiled.balanced, tmp_path, steps=9, profile_every=3)
+    prof = res.records.profiling
+    run = tmp_path / "run"
+    checked = 0
+    for rank in (0, 1):
+        records = {r["step"]: r for r in prof.steps[rank]}
+        for summary in prof.summaries[rank]:
+            trace = run / summary["trace"]
+            report = Result(load_input(str(trace))).steps()
+            row = report[report["step"] == summary["step"]].iloc[0]
+            # the summary the live view drew: the report's own figure (to the µs)
+            assert summary["step_ms"] == pytest.approx(row["dur_us"] / 1000, abs=0.001)
+            # and the step's timer on the rank agrees (the span opens inside step())
+            timed = records[summary["step"]]
+            assert (timed["t1"] - timed["t0"]) * 1000 == pytest.approx(summary["step_ms"],
+                                                                       rel=0.02, abs=1.0)
+            checked += 1
+        assert main(["report", str(run / prof.summaries[rank][0]["trace"]), "-o",
+                     str(tmp_path / f"r{rank}.html")]) == 0
+    assert checked == 6
+
+
+def test_a_rank_with_huge_steps_sends_bounded_summaries_and_the_kernel_stays_small(tmp_path):
+    """~300k profiler events per profiled step: each summary stays under 64 KB and
+    what the kernel keeps is a few hundred KB, while the traces on disk are large."""
+    res = _run(profiled.huge_steps, tmp_path, steps=4, profile_every=2)
+    prof = res.records.profiling
+    assert res.records.outcome == "finished"
+    sizes = [s["bytes"] for rank in prof.summaries for s in rank]
+    assert len(sizes) == 4 and max(sizes) <= 64 * 1024
+    assert min(s["events"] for rank in prof.summaries for s in rank) > 250_000
+    on_disk = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
+    kept = len(json.dumps({"steps": prof.steps, "summaries": prof.summaries}))
+    assert on_disk > 30 * kept, (on_disk, kept)
+    assert [len(s) for s in prof.steps] == [4, 4]  # every step still reported

@@ -62,7 +62,9 @@ profiled-step summary of the same step (``modelled``). ``frag`` =
 inactive_split / reserved. Creep: per rank with at least ``min_steps`` steps,
 after the first 20% of its steps (warm-up), the least-squares slope of
 allocated bytes over the step index (of RSS when fewer than 3 of those steps
-have allocated bytes). A rank creeps when the slope is positive, the growth
+have measured allocated bytes: a modelled figure replays one profiled step from
+an empty allocator, so it cannot show growth between steps, and CPU creep is
+judged on RSS). A rank creeps when the slope is positive, the growth
 over the fitted steps (slope x their span) is at least 1 MiB and the slope is
 at least twice the median slope of the other ranks (always, when their median
 is 0 or less or there are no others).
@@ -328,8 +330,11 @@ def _fit(memory: list[_Memory]) -> tuple[float, list[tuple[float, float]], str] 
     """(slope, points, source) of one rank after its warm-up."""
     rows = sorted((m for m in memory if m[0] is not None), key=lambda m: m[0])
     rows = rows[int(len(rows) * WARMUP):]
-    points = [(float(m[0]), float(m[2])) for m in rows if m[2] is not None]
-    source = next((m[7] for m in rows if m[2] is not None), "rss")
+    # modelled figures come from one profiled step replayed from an empty
+    # allocator: they cannot show growth from one step to the next
+    counted = [m for m in rows if m[2] is not None and m[7] != "modelled"]
+    points = [(float(m[0]), float(m[2])) for m in counted]
+    source = next((m[7] for m in counted), "rss")
     if len(points) < MIN_FIT_POINTS:
         points = [(float(m[0]), float(m[6])) for m in rows if m[6] is not None]
         source = "rss"

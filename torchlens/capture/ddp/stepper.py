@@ -208,6 +208,7 @@ class RankProfiler:
         self.windows = False
         self.own_s = 0.0  # torchlens' own time inside step() calls
         self.prof: Any = None
+        self._prof_stopped = False
         self._prof_t0 = 0.0
         self._walls: list[float] = []
         self._work: queue.Queue[tuple[str, int, dict[str, Any] | None] | None] = queue.Queue()
@@ -264,6 +265,7 @@ class RankProfiler:
     def step(self, window: bool = False) -> None:
         """The end of step ``self.index``: record it, drive the profiler."""
         t1 = time.time()
+        stopped = self._stop_recording()  # the trace's ProfilerStep span ends next to t1
         if not window:
             if not self.real_steps and self.windows:
                 self._windows_were_set_up()
@@ -272,7 +274,7 @@ class RankProfiler:
             self.windows = True
             self.window_end = t1 + self.window_s
         i = self.index
-        profiled = self.prof is not None
+        profiled = self.prof is not None and stopped
         phases = self.clock.take()
         if i == 0 and not window and self.clock.first is not None:
             # building the model and DDP's first broadcast come before step 0's
@@ -303,10 +305,8 @@ class RankProfiler:
         records of a rank that has real steps.
         """
         self.clock.tick = None
-        if self.prof is not None:
-            with contextlib.suppress(Exception):
-                self.prof.stop()
-            self.prof = None
+        self._stop_recording()
+        self.prof, self._prof_stopped = None, False
         self.index = 0
         self.next_profiled = self.every - 1 if self.fixed_every else MIN_EVERY - 1
         self.every = self.fixed_every or MIN_EVERY
@@ -330,11 +330,27 @@ class RankProfiler:
             return
         self.prof = prof
 
+    def _stop_recording(self) -> bool:
+        """Stop the running profiler (if any); True when it stopped cleanly."""
+        if self.prof is None or self._prof_stopped:
+            return self._prof_stopped
+        try:
+            self.prof.stop()
+        except Exception as exc:  # noqa: BLE001 - reported; the run goes on unprofiled
+            self.errors.append(f"step {self.index}: torch.profiler did not stop: {exc}")
+            self.prof, self.next_profiled = None, -1
+            return False
+        self._prof_stopped = True
+        return True
+
     def _stop_profiler(self, i: int, partial: bool = False) -> None:
+        self._stop_recording()
         prof, self.prof = self.prof, None
+        self._prof_stopped = False
+        if prof is None:
+            return
         path = os.path.join(self.run_dir, f"rank{self.rank}", f"step{i:05d}.pt.trace.json")
         try:
-            prof.stop()
             prof.export_chrome_trace(path)
         except Exception as exc:  # noqa: BLE001 - reported; the run goes on unprofiled
             self.errors.append(f"step {i}: the trace could not be written: {exc}")
