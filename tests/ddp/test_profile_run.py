@@ -60,6 +60,13 @@ def test_run_folder_holds_each_ranks_profiled_traces_and_steps(tmp_path):
     # the profiled steps are the same on every rank, so their timelines line up
     profiled_steps = [[r["step"] for r in s if r["profiled"]] for s in res.records.profiling.steps]
     assert profiled_steps == [[3, 7, 11]] * 2
+    # --export DIR/ copies the folder with the result beside the traces
+    copy = res.export(str(tmp_path / "copy") + "/")
+    assert (tmp_path / "copy" / "rank1" / "step00007.pt.trace.json").exists()
+    from torchlens import load
+
+    assert load(str(tmp_path / "copy" / "result.tlprof")).payload.profiling.every == 4
+    assert copy.rstrip("/") == str(tmp_path / "copy")
     assert_clean(res)
 
 
@@ -99,6 +106,8 @@ def test_bad_profile_options_are_refused_before_anything_starts(tmp_path):
         ddp_check(profiled.balanced, profile_every=0)
     with pytest.raises(InputError, match="add --profile"):
         ddp_check(profiled.balanced, run_dir=str(tmp_path / "new"))
+    with pytest.raises(InputError, match="add --profile"):
+        ddp_check(profiled.balanced, export=str(tmp_path / "new") + "/")
     assert not os.path.exists(tmp_path / "new")
 
 

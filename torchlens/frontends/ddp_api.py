@@ -138,6 +138,9 @@ def check_options(world_size: int, backend: str, timeout: float, steps: int | No
         from .export import check_export_path
 
         check_export_path(export, "ddp_check")
+        if str(export).endswith("/") and not profile:
+            raise InputError(f"--export {export}: a folder holds a --profile run's traces; "
+                             "add --profile (or export to .html or .tlprof)")
 
 
 def check_function(fn: Callable[..., Any]) -> None:

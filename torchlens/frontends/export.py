@@ -36,10 +36,14 @@ def export_format(path: str | Path, kind: str | None = None) -> str:
 
 def check_export_path(path: str | Path, kind: str | None = None) -> None:
     """Fail early (before any capture) on a bad suffix or a missing folder."""
-    export_format(path, kind)
+    fmt = export_format(path, kind)
     parent = Path(path).expanduser().resolve().parent
     if not parent.is_dir():
         raise InputError(f"cannot export to {path!s}: folder {parent} does not exist")
+    target = Path(path).expanduser()
+    if fmt == "/" and target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InputError(f"cannot export the run folder to {path!s}: it exists and is not "
+                         "an empty folder (nothing is overwritten)")
 
 
 def export_profile(profile: Profile, path: str | Path, analysis: Any = None) -> str:
@@ -98,4 +102,24 @@ def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
             snap["segments"] = model.snapshot["segments"]
             snap["allocator_settings"] = model.snapshot["allocator_settings"]
     path.write_bytes(pickle.dumps(_builtins_only(snap), protocol=4))
+    return str(path)
+
+
+def write_run_folder(profile: Profile, analysis: Any, path: Path) -> str:
+    """A --profile run's folder (traces, steps, manifest) copied to ``path``, with
+    the result itself as ``result.tlprof``, so the folder alone re-renders the report."""
+    import shutil
+
+    profiling = getattr(profile.payload, "profiling", None)
+    if profiling is None or not profiling.run_dir:
+        raise InputError(f"cannot export {path!s}: this run was not profiled (no run folder); "
+                         "run %ddp_check with --profile")
+    source = Path(profiling.run_dir)
+    if not source.is_dir():
+        raise InputError(f"cannot export {path!s}: the run folder {source} is gone")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise InputError(f"cannot export the run folder to {path!s}: it exists and is not "
+                         "an empty folder (nothing is overwritten)")
+    shutil.copytree(source, path, dirs_exist_ok=True)
+    profile.save(str(path / "result.tlprof"))
     return str(path)

@@ -57,7 +57,8 @@ KINDS: dict[str, Kind] = {
     "ddp_check": Kind(analyze="torchlens.analysis.ddp_run:analyze",
                       report="torchlens.render.ddp:report_parts",
                       text="torchlens.render.ddp:text_report",
-                      summary="torchlens.render.ddp:summary_line"),
+                      summary="torchlens.render.ddp:summary_line",
+                      exports={"/": "torchlens.frontends.export:write_run_folder"}),
 }
 
 
@@ -117,6 +118,8 @@ EXPORT_FORMATS = {
     ".json": "Chrome/Perfetto trace (Kineto JSON as the profiler wrote it)",
     ".json.gz": "Chrome/Perfetto trace, gzipped",
     ".pickle": "allocator snapshot in torch's format (memory_viz, torch.cuda._memory_viz)",
+    "/": "the run folder of a --profile run (a path ending in /): every rank's traces, "
+         "steps.jsonl, manifest.json, plus result.tlprof",
 }
 
 
