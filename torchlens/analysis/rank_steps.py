@@ -65,7 +65,9 @@ allocated bytes over the step index (of RSS when fewer than 3 of those steps
 have measured allocated bytes: a modelled figure replays one profiled step from
 an empty allocator, so it cannot show growth between steps, and CPU creep is
 judged on RSS). A rank creeps when the slope is positive, the growth
-over the fitted steps (slope x their span) is at least 1 MiB and the slope is
+over the fitted steps (slope x their span) is at least 1 MiB (8 MiB for RSS,
+which moves with the C allocator too), the line explains at least 70% of the
+variance (R^2 >= 0.7: a leak is steady, warm-up stairs are not) and the slope is
 at least twice the median slope of the other ranks (always, when their median
 is 0 or less or there are no others).
 """
@@ -92,6 +94,12 @@ TIE_MS = 1e-3  # below the clocks' resolution: nobody arrived last
 EXPLAINS = 0.5  # share of the gap a part's excess must reach to be the cause
 WARMUP = 0.2
 MIN_CREEP_BYTES = 1 << 20
+#: RSS moves with the C allocator's arenas and page reuse, not only with
+#: tensors: its growth must be larger before it counts
+MIN_RSS_CREEP_BYTES = 8 << 20
+#: a creep is steady: the straight line explains most of the variation
+#: (warm-up stairs and allocator noise do not)
+MIN_CREEP_R2 = 0.7
 CREEP_VS_OTHERS = 2.0
 MIN_FIT_POINTS = 3
 
@@ -343,6 +351,18 @@ def _fit(memory: list[_Memory]) -> tuple[float, list[tuple[float, float]], str] 
     return _slope(points), points, source
 
 
+def _r2(points: list[tuple[float, float]], slope: float) -> float:
+    """Share of the variance of ``points`` the least-squares line explains."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    total = sum((y - my) ** 2 for _, y in points)
+    if not total:
+        return 0.0
+    residual = sum((y - (my + slope * (x - mx))) ** 2 for x, y in points)
+    return 1.0 - residual / total
+
+
 def memory_creep(steps: Steps, summaries: Steps, min_steps: int = 8) -> list[MemoryCreep]:
     """The ranks whose memory creeps (definition: the module docstring)."""
     fits = {r: f for r, memory in enumerate(_per_rank(steps, summaries))
@@ -351,7 +371,8 @@ def memory_creep(steps: Steps, summaries: Steps, min_steps: int = 8) -> list[Mem
     for r, (slope, points, source) in sorted(fits.items()):
         others = [f[0] for q, f in fits.items() if q != r]
         total = slope * (points[-1][0] - points[0][0])
-        if slope <= 0 or total < MIN_CREEP_BYTES:
+        floor = MIN_RSS_CREEP_BYTES if source == "rss" else MIN_CREEP_BYTES
+        if slope <= 0 or total < floor or _r2(points, slope) < MIN_CREEP_R2:
             continue
         if others and median(others) > 0 and slope < CREEP_VS_OTHERS * median(others):
             continue
