@@ -22,11 +22,19 @@ def build_profile(rec: dict[str, Any], source: str, skipped: list[str]) -> Profi
     if heartbeats:
         tables["heartbeats"] = Table.from_records(heartbeats, text=("phase",))
     run: DdpRun = from_json("ddp_check", rec)
-    unmeasured = ["collectives are seen by a TorchDispatchMode over c10d ops "
-                  "(this torch has no ProcessGroup.register_pre_hook)"]
+    profiled = run.profiling is not None
+    if profiled and not run.strict:
+        unmeasured = ["collectives one by one: --profile leaves the per-op recorder off "
+                      "(about 11 µs per op); the profiled steps' timelines show them, "
+                      "--strict compares every one"]
+    else:
+        unmeasured = ["collectives are seen by a TorchDispatchMode over c10d ops "
+                      "(this torch has no ProcessGroup.register_pre_hook)"]
     if run.backend != "nccl":
-        unmeasured.append("CUDA memory: ranks run on CPU (gloo); RSS and live tensor "
-                          "bytes are shown instead")
+        unmeasured.append(
+            "CUDA memory: ranks run on CPU (gloo); RSS every step, and allocator figures "
+            "modelled from the profiled steps' allocations" if profiled else
+            "CUDA memory: ranks run on CPU (gloo); RSS and live tensor bytes are shown instead")
     if skipped:
         unmeasured.append("notebook names the cell uses but that cannot be sent to the "
                           "workers: " + ", ".join(skipped))
