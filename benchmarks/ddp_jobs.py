@@ -12,7 +12,9 @@ The step time is measured here, with ``time.perf_counter``, from the end of
 one step to the end of the next (batch fetch, forward, backward with DDP's
 all_reduce, optimizer step, and the tool's own per-step hook: ``mark_step()``
 or the ``step_context`` around the compute), and written per rank to
-``<out>/rank<r>.json``. No tool's own number is trusted.
+``<out>/rank<r>.json``, with the rank process's CPU time per step
+(``time.process_time``, every thread of the process: a tool's in-process
+threads count, its other processes do not). No tool's own number is trusted.
 
 Three ways to run it:
 
@@ -37,9 +39,19 @@ Three ways to run it:
 
       train(rank, world_size, steps=300, mark_step=torchlens.step)
 
-Defaults give ~6.5 ms CPU-bound steps on the project's 2-core machine with
-one intra-op thread per rank (``OMP_NUM_THREADS=1``; ``train`` also calls
-``torch.set_num_threads``).
+Defaults give ~6.5 ms steps on the project's 2-core machine with one
+intra-op thread per rank (``OMP_NUM_THREADS=1``; ``train`` also calls
+``torch.set_num_threads``): median 6.5 ms (5.2-7.2 over 5 runs) at load ~1.3,
+of which ~4 ms is the rank's own CPU (forward/backward/SGD ~1.5 ms, the rest
+gloo's all_reduce of 0.22 M parameters); the other rank's process and gloo's
+threads share the two cores. Expect 8-10 ms on a busy machine. With
+``--slow-ms 5`` on one rank the step becomes ~10 ms (the sleep frees a core,
+so not the full +5 ms).
+
+For torchlens: ``%ddp_check`` runs ``fn`` ``steps`` times per rank (default
+2), and ``train`` is a whole training loop, so run it with ``steps=1``;
+cloudpickle sends ``train`` by reference, so the ranks need ``benchmarks/`` on
+``sys.path``.
 """
 
 from __future__ import annotations
@@ -102,16 +114,19 @@ def make_model() -> Any:
     return torch.nn.Sequential(*layers)
 
 
-def summarise(step_s: list[float], warmup: int) -> dict[str, Any]:
-    """Median / mean / p90 in ms of the steps after ``warmup``."""
+def summarise(step_s: list[float], warmup: int, cpu_s: list[float] | None = None) -> dict[str, Any]:
+    """Median / mean / p90 in ms of the steps after ``warmup`` (and median CPU ms)."""
     kept = sorted(step_s[warmup:]) or sorted(step_s)
     ms = [s * 1000.0 for s in kept]
-    return {
+    out = {
         "median_ms": statistics.median(ms),
         "mean_ms": statistics.fmean(ms),
         "p90_ms": ms[min(len(ms) - 1, int(0.9 * len(ms)))],
         "kept_steps": len(ms),
     }
+    if cpu_s:
+        out["cpu_median_ms"] = statistics.median(c * 1000.0 for c in (cpu_s[warmup:] or cpu_s))
+    return out
 
 
 def train(rank: int, world_size: int, steps: int = 300, mark_step: Callable[[], Any] | None = None,
@@ -144,8 +159,9 @@ def train(rank: int, world_size: int, steps: int = 300, mark_step: Callable[[], 
     wrap = step_context or (lambda _m: contextlib.nullcontext())
 
     step_s: list[float] = []
+    cpu_s: list[float] = []  # this process's CPU time per step, all its threads
     dist.barrier()  # both ranks start the clock together
-    t_prev = time.perf_counter()
+    t_prev, c_prev = time.perf_counter(), time.process_time()
     for x, y in loader:
         with wrap(model.module):
             opt.zero_grad(set_to_none=True)
@@ -154,13 +170,15 @@ def train(rank: int, world_size: int, steps: int = 300, mark_step: Callable[[], 
             opt.step()
         if mark_step is not None:
             mark_step()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         step_s.append(t - t_prev)
-        t_prev = t
+        cpu_s.append(c - c_prev)
+        t_prev, c_prev = t, c
 
     record = {"rank": rank, "world_size": world_size, "steps": len(step_s), "warmup": warmup,
               "slow_rank": slow_rank, "slow_ms": slow_ms, "delay_ms_this_rank": delay,
-              "threads": threads, "step_s": step_s, **summarise(step_s, warmup)}
+              "threads": threads, "step_s": step_s, "cpu_s": cpu_s,
+              **summarise(step_s, warmup, cpu_s)}
     if out:
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, f"rank{rank}.json")
