@@ -205,9 +205,50 @@ def torchlens_profile_support(a: argparse.Namespace) -> str | None:
     return None
 
 
+# Run in torchlens' own venv: the job's train() under ddp_check(profile=True) at
+# its defaults (--profile alone: the 3% budget), the verdict from the result.
+TORCHLENS_DRIVER = """
+import functools, json, sys
+sys.path.insert(0, sys.argv[1])
+import ddp_jobs, torchlens
+from torchlens.frontends.ddp_api import ddp_check
+kw = json.loads(sys.argv[2])
+run_dir = kw.pop("run_dir")
+fn = functools.partial(ddp_jobs.train, mark_step=torchlens.step, **kw)
+res = ddp_check(fn, world_size=2, backend="gloo", profile=True, run_dir=run_dir, live=False,
+                timeout=120)
+sr = res.slow_rank()
+prof = res.records.profiling
+print("TORCHLENS " + json.dumps({"outcome": res.records.outcome, "rank": sr.rank,
+      "cause": sr.cause, "words": sr.words, "every": prof.every,
+      "profiled": sum(len(s) for s in prof.summaries)}))
+"""
+
+
 def run_torchlens(a: argparse.Namespace, variant: str, work: Path, tag: str) -> dict[str, Any]:
     """Same job under ``%ddp_check --profile``; returns the same keys as ``run_traceml``."""
-    raise NotImplementedError("wire torchlens.ddp_check(train, profile=True) here (issue 12)")
+    out = work / f"torchlens-{tag}"
+    kw: dict[str, Any] = {"steps": a.steps, "warmup": a.warmup, "out": str(out),
+                          "run_dir": str(work / f"torchlens-run-{tag}")}
+    if variant == "straggler":
+        kw.update(slow_rank=a.slow_rank, slow_ms=a.slow_ms)
+    cmd = [torchlens_python(a) or "python", "-c", TORCHLENS_DRIVER, str(HERE), json.dumps(kw)]
+    e = dict(env(), PYTHONPATH=str(REPO))
+    start, cpu0 = time.perf_counter(), children_cpu()
+    proc = subprocess.run(cmd, cwd=work, env=e, capture_output=True, text=True,
+                          timeout=a.timeout)
+    wall, cpu = time.perf_counter() - start, children_cpu() - cpu0
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("TORCHLENS ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"torchlens side exited {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    got = json.loads(line.removeprefix("TORCHLENS "))
+    kind = f"STRAGGLER ({got['cause']})" if got["rank"] is not None else "NO SLOW RANK"
+    return {**read_steps(out), "wall_s": wall, "cpu_s": cpu, "profiled_every": got["every"],
+            "verdict": {"kind": kind, "culprit_rank": got["rank"], "cause": got["cause"],
+                        "verdict_line": got["words"],
+                        "why_line": f"one step in {got['every']} profiled "
+                                    f"({got['profiled']} summaries)"}}
 
 
 SIDES = {"bare": run_bare, "traceml": run_traceml, "torchlens": run_torchlens}
@@ -309,8 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             named = "-"
             verdicts = [r["verdict"] for r in rows if r.get("verdict")]
             if verdicts:
+                # the rank and its cause: TraceML's INPUT_STRAGGLER, torchlens' cause "data"
                 hits = sum(1 for v in verdicts if v["kind"] and "STRAGGLER" in v["kind"]
-                           and v["culprit_rank"] == a.slow_rank)
+                           and v["culprit_rank"] == a.slow_rank
+                           and ("INPUT" in v["kind"] or v.get("cause") == "data"))
                 named = (f"{hits}/{len(verdicts)}" if variant == "straggler"
                          else f"false alarms {hits}/{len(verdicts)}")
             def med(key: str, rows: list[dict[str, Any]] = rows) -> float:

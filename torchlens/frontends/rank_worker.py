@@ -20,6 +20,10 @@ def summarize_file(path: str, **where: Any) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    # Imported before the user's code runs: the summariser's imports (numpy,
+    # pandas) would otherwise take a second of CPU from the first steps.
+    from ..analysis import rank_summary  # noqa: F401
     from ..capture.ddp.worker import main
+    from ..formats import kineto  # noqa: F401
 
     main(sys.argv[1:], summarize=summarize_file)

@@ -15,12 +15,13 @@ interval between profiled steps is decided after the first one (the budget
 below), which a schedule fixes up front. ``step_num`` is set so the trace's
 ``ProfilerStep#N`` is the step's own index.
 
-The budget: ``--profile`` alone profiles step ``MIN_EVERY - 1`` and then one
-step in ``every``, where every rank proposes the smallest interval that keeps
-its measured profiling cost (the profiled step's extra time plus the export)
-under ``budget`` of its step time, and all ranks take the largest proposal
-(through the store, once), so they profile the same steps and the joint
-timeline lines up. ``--profile-every N`` fixes the interval instead.
+The budget: ``--profile`` alone profiles steps ``MIN_EVERY - 1`` and
+``2 * MIN_EVERY - 1``, then one step in ``every``, where every rank proposes
+the smallest interval that keeps its measured profiling cost (the second
+profiled step's extra time, start, stop and export, plus the CPU its summary
+took) under ``budget`` of its step time, and all ranks take the largest
+proposal (through the store, once), so they profile the same steps and the
+joint timeline lines up. ``--profile-every N`` fixes the interval instead.
 
 The profiled step's trace is exported by the training thread (about 1 ms;
 the profiler's data lives there) and read and summarised by a background
@@ -155,16 +156,31 @@ class PhaseClock:
             self._undo.pop()()
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_STATM: int | None = None
+
+
+def rss_bytes() -> int:
+    """Resident set size from ``/proc/self/statm`` (a few µs; psutil takes ~16 µs)."""
+    global _STATM
+    try:
+        if _STATM is None:
+            _STATM = os.open("/proc/self/statm", os.O_RDONLY)
+        return int(os.pread(_STATM, 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):  # not Linux
+        return _PROCESS.memory_info().rss
+
+
 def memory_now(device: torch.device) -> dict[str, Any]:
     """The step's memory: CUDA allocator counters, or RSS alone on CPU."""
     if device.type == "cuda":
         st = torch.cuda.memory_stats(device)
-        return {"rss": _PROCESS.memory_info().rss,
+        return {"rss": rss_bytes(),
                 "allocated": st.get("allocated_bytes.all.current"),
                 "reserved": st.get("reserved_bytes.all.current"),
                 "inactive_split": st.get("inactive_split_bytes.all.current"),
                 "largest_free": None, "source": "cuda"}
-    return {"rss": _PROCESS.memory_info().rss, "allocated": None, "reserved": None,
+    return {"rss": rss_bytes(), "allocated": None, "reserved": None,
             "inactive_split": None, "largest_free": None, "source": "rss"}
 
 
@@ -209,6 +225,10 @@ class RankProfiler:
         self.own_s = 0.0  # torchlens' own time inside step() calls
         self.prof: Any = None
         self._prof_stopped = False
+        self._profiled = 0  # profiled steps so far
+        self._summary_cpu: list[float] = []  # CPU seconds of each summary (ingest thread)
+        self._summarised = threading.Event()
+        self.budget_figures: dict[str, Any] = {}
         self._prof_t0 = 0.0
         self._walls: list[float] = []
         self._work: queue.Queue[tuple[str, int, dict[str, Any] | None] | None] = queue.Queue()
@@ -310,6 +330,7 @@ class RankProfiler:
         self.index = 0
         self.next_profiled = self.every - 1 if self.fixed_every else MIN_EVERY - 1
         self.every = self.fixed_every or MIN_EVERY
+        self._profiled = 0
 
     # -- the profiler --------------------------------------------------------
     def _start_profiler(self) -> None:
@@ -363,15 +384,28 @@ class RankProfiler:
         self._work.put((path, i, cuda))
         if partial:
             return
-        if self.fixed_every is None and self.next_profiled == self.every - 1:
+        self._profiled += 1
+        if self.fixed_every is None and self._profiled == 2:
             self.every = self._agreed_every(cost)
         self.next_profiled = i + self.every
 
     def _agreed_every(self, cost_s: float) -> int:
+        """The interval that keeps this rank's profiling under the budget.
+
+        Measured at the second profiled step (the first pays one-time costs:
+        Kineto's start-up): the profiled step's extra wall time, start, stop
+        and export, plus the CPU time its summary took in the background
+        thread (the next steps pay that, on a machine whose cores the ranks
+        share), over ``budget`` x the median unprofiled step.
+        """
         typical = statistics.median(self._walls) if self._walls else cost_s
-        extra = max(0.0, cost_s - typical)
+        self._summarised.wait(timeout=2.0)  # the first summary's CPU time
+        summary_cpu = statistics.median(self._summary_cpu) if self._summary_cpu else 0.0
+        extra = max(0.0, cost_s - typical) + summary_cpu
         mine = MIN_EVERY if typical <= 0 else math.ceil(extra / (self.budget * typical))
         mine = min(MAX_EVERY, max(MIN_EVERY, mine))
+        self.budget_figures = {"typical_step_s": typical, "profiled_extra_s": extra,
+                               "summary_cpu_s": summary_cpu, "proposed_every": mine}
         if self.agree is None:
             return mine
         try:
@@ -387,6 +421,7 @@ class RankProfiler:
             path, step, cuda = job
             if self.summarize is None:
                 continue
+            cpu0 = time.thread_time()
             try:
                 summary = self.summarize(
                     path, rank=self.rank, step=step,
@@ -394,6 +429,9 @@ class RankProfiler:
             except Exception as exc:  # noqa: BLE001 - one bad step must not end the run
                 self.errors.append(f"step {step}: summary failed: {type(exc).__name__}: {exc}")
                 continue
+            finally:
+                self._summary_cpu.append(time.thread_time() - cpu0)
+                self._summarised.set()
             self.summaries.put(summary)
 
 

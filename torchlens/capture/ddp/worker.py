@@ -351,7 +351,8 @@ class Worker:
             stepper.finish()
             self.result["profile"] = {"every": stepper.every, "steps": stepper.index,
                                       "windows": stepper.windows, "real_steps": stepper.real_steps,
-                                      "errors": stepper.errors[:20], "own_s": stepper.own_s}
+                                      "errors": stepper.errors[:20], "own_s": stepper.own_s,
+                                      "budget": stepper.budget_figures}
         record["end"] = time.time()
         self.phase = "checksums 0"
         modules = [module_checksums(f"DistributedDataParallel #{i} "
