@@ -119,7 +119,7 @@ EXPORT_FORMATS = {
     ".json.gz": "Chrome/Perfetto trace, gzipped",
     ".pickle": "allocator snapshot in torch's format (memory_viz, torch.cuda._memory_viz)",
     "/": "the run folder of a --profile run (a path ending in /): every rank's traces, "
-         "steps.jsonl, manifest.json, plus result.tlprof",
+         "step records and manifest, plus the result itself",
 }
 
 
