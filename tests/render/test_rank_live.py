@@ -343,3 +343,30 @@ def test_ddp_report_with_hostile_names_is_clean() -> None:
     for part in ("<img src=x", "<svg onload", "alert(2)</script>"):
         assert part not in html
     assert str(escape(HOSTILE)) in _section(html, "rank-profile")
+
+
+def test_profiled_steps_breakdown_panel_shows_torchprof_roles_per_rank() -> None:
+    """The %%torchprof breakdown of each rank's profiled steps: the panel's bars are
+    the median over that rank's summaries, role by role."""
+    from torchlens.render.rank_live import RankProfileView
+
+    steps, sums = make_run(world=2, steps=20)
+    for r, rank_sums in enumerate(sums):
+        for i, s in enumerate(rank_sums):
+            s["breakdown"] = {"cpu_exec_us": 1000.0 * (r + 1) + i, "dataloader_us": 500.0 * r,
+                              "other_us": 100.0}
+    view = RankProfileView(2, 5, True)
+    for r in range(2):
+        view.push_steps(r, steps[r])
+        for s in sums[r]:
+            view.push_summary(r, s)
+    view.flush(force=True)
+    data = view.panels.roles.data
+    for r in range(2):
+        cpu = sorted(1000.0 * (r + 1) + i for i in range(len(sums[r])))
+        mid = len(cpu) // 2
+        expected = cpu[mid] if len(cpu) % 2 else (cpu[mid - 1] + cpu[mid]) / 2
+        assert data["cpu_exec_ms"][r] == pytest.approx(expected / 1000)
+        assert data["dataloader_ms"][r] == pytest.approx(0.5 * r)
+        assert data["profiled"][r] == len(sums[r])
+    assert "%%torchprof" in view.panels.roles_fig.title.text

@@ -394,6 +394,27 @@ def _peak(values: list[Any]) -> Any:
     return max(present) if present else None
 
 
+#: the %%torchprof step breakdown's roles (analysis.steps, the TensorBoard
+#: plugin's definitions), as a profiled-step summary carries them
+ROLES = ("kernel", "memcpy", "memset", "comm", "runtime", "dataloader", "cpu_exec", "other")
+
+
+def profiled_breakdown(summaries: Steps) -> list[dict[str, Any]]:
+    """One row per rank: the median over its profiled steps of the ``%%torchprof``
+    step breakdown (``<role>_ms`` for each of ``ROLES``, and ``step_ms``), and how
+    many profiled steps it rests on. Ranks without a summary yet have None."""
+    out = []
+    for r, sums in enumerate(summaries):
+        sums = [s for s in sums or [] if isinstance(s.get("breakdown"), dict)]
+        row: dict[str, Any] = {"rank": r, "profiled": len(sums),
+                               "step_ms": _median([s.get("step_ms") for s in sums])}
+        for role in ROLES:
+            us = _median([s["breakdown"].get(f"{role}_us") for s in sums])
+            row[f"{role}_ms"] = None if us is None else us / 1000
+        out.append(row)
+    return out
+
+
 def rank_table(steps: Steps, summaries: Steps) -> list[dict[str, Any]]:
     """One row per rank: median step and phase times over all its steps, the
     latest and peak allocator figures, fragmentation and RSS."""

@@ -37,7 +37,15 @@ from bokeh.models import (
 from bokeh.plotting import figure
 
 from ..analysis.rank_arrivals import collective_arrivals
-from ..analysis.rank_steps import PHASES, memory_rows, rank_table, slow_rank, step_rows
+from ..analysis.rank_steps import (
+    PHASES,
+    ROLES,
+    memory_rows,
+    profiled_breakdown,
+    rank_table,
+    slow_rank,
+    step_rows,
+)
 from ..model.payloads import RankProfiling
 from ..model.words import plural
 from . import html
@@ -58,6 +66,9 @@ REASON_CHARS = 80
 TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
 
 PARTS = (*PHASES, "other")
+ROLE_COLORS = {"kernel": "#31a354", "memcpy": "#fd8d3c", "memset": "#bcbd22",
+               "comm": "#d62728", "runtime": "#9467bd", "dataloader": "#8c564b",
+               "cpu_exec": "#1f77b4", "other": "#c7c7c7"}
 PART_COLORS = {"data": "#8c564b", "forward": "#1f77b4", "backward": "#ff7f0e",
                "optimizer": "#2ca02c", "collective": "#9467bd", "other": "#c7c7c7"}
 KIND_COLORS = {"op": "#6baed6", "kernel": "#31a354", "memcpy": "#fd8d3c",
@@ -168,14 +179,17 @@ class _Panels:
         self._memory_panels(modelled)
         self._timeline_panel()
         self._breakdown_panel()
+        self._roles_panel()
         self.layout = column(self.verdict, self.step_fig, self.mem_fig,
                              row(self.frag_fig, self.free_fig, sizing_mode="stretch_width"),
-                             self.tl_fig, self.bd_fig, sizing_mode="stretch_width")
+                             self.tl_fig, self.bd_fig, self.roles_fig,
+                             sizing_mode="stretch_width")
 
     def _step_panel(self, every: int) -> None:
         n = self.world_size
         step = figure(height=240, sizing_mode="stretch_width", tools=TOOLS,
-                      title=f"Step time per rank (ms); circles: profiled steps (1 in {every})",
+                      title="Step time per rank (ms); circles: profiled steps"
+                            + (f" (1 in {every})" if every else ""),
                       x_axis_label="step", y_axis_label="ms")
         self.step_fig = step
         self.steps = [ColumnDataSource({k: [] for k in STEP_KEYS}) for _ in range(n)]
@@ -287,6 +301,33 @@ class _Panels:
             HoverTool(renderers=[arr, last], tooltips=[
                 ("", "@name #@seq, step @step"), ("last", "@last"),
                 ("spread", "@spread_ms{0,0.0} ms after the first")]))
+
+    def _roles_panel(self) -> None:
+        """The profiled steps' breakdown with %%torchprof's definitions (one role per instant)."""
+        n = self.world_size
+        labels = [f"rank {r}" for r in range(n)]
+        self.roles = ColumnDataSource({"rank": labels, "step_ms": [NAN] * n,
+                                       "profiled": [0] * n,
+                                       **{f"{role}_ms": [0.0] * n for role in ROLES}})
+        fig = figure(height=max(190, 70 + 30 * n), sizing_mode="stretch_width", tools="save",
+                     toolbar_location=None, y_range=FactorRange(*reversed(labels)),
+                     x_axis_label="ms (median of the profiled steps)",
+                     title="Profiled steps as %%torchprof breaks them down (TensorBoard "
+                           "profiler plugin's definitions): median ms per role")
+        self.roles_fig = fig
+        bars = fig.hbar_stack([f"{role}_ms" for role in ROLES], y="rank", height=0.7,
+                              source=self.roles, color=[ROLE_COLORS[r] for r in ROLES],
+                              legend_label=list(ROLES))
+        for bar, role in zip(bars, ROLES, strict=True):
+            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
+                ("", "@rank"), (role, f"@{role}_ms{{0,0.00}} ms"),
+                ("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")]))
+        fig.x_range.start = 0
+        fig.ygrid.grid_line_color = None
+        fig.legend.label_text_font_size = "8pt"
+        fig.legend.spacing = 0
+        fig.legend.padding = 4
+        fig.add_layout(fig.legend[0], "right")
 
     def _breakdown_panel(self) -> None:
         n = self.world_size
@@ -556,6 +597,12 @@ class RankProfileView:
         for part in PARTS:
             data[f"{part}_ms"] = [row.get(f"{part}_ms") or 0.0 for row in table]
         p.breakdown.data = data
+        roles = profiled_breakdown([list(s) for s in self.summaries])
+        p.roles.data = {"rank": [f"rank {row['rank']}" for row in roles],
+                        "step_ms": [_num(row["step_ms"]) for row in roles],
+                        "profiled": [row["profiled"] for row in roles],
+                        **{f"{role}_ms": [row[f"{role}_ms"] or 0.0 for row in roles]
+                           for role in ROLES}}
         self._dirty = False
         self._last_analysis = time.monotonic()
         # a long run makes the analysis slower: keep it a small share of the kernel's time
