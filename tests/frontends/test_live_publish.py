@@ -163,3 +163,55 @@ def test_push_memory_sends_odd_values_as_null_and_nothing_without_a_server():
     off = RankSink("r", publisher=RankPublisher("r", server=None))
     off.push_memory(0, SUMMARY_MEM, 1.0)
     assert off._pending == []
+
+
+def test_profiled_run_memory_reaches_the_sidebar_and_the_live_view(fake_server, tmp_path):
+    """A real 2-rank ``--profile`` run through ``RankSink``: the sidebar's channel
+    gets each rank's step memory (RSS) and the profiled steps' modelled
+    allocator figures; the live view gets every step record and summary."""
+    import cloudpickle
+
+    from tests.ddp import profiled
+    from torchlens.frontends.ddp_api import ddp_check
+
+    cloudpickle.register_pickle_by_value(profiled)
+    seen = {"steps": 0, "summaries": 0, "ended": []}
+
+    class View:
+        def push(self, hb):
+            pass
+
+        def push_steps(self, rank, records):
+            seen["steps"] += len(records)
+
+        def push_summary(self, rank, summary):
+            seen["summaries"] += 1
+
+        def rank_ended(self, rank, reason, t):
+            seen["ended"].append((rank, reason))
+
+        def flush(self, force=False):
+            pass
+
+    import torchlens.frontends.live_publish as lp
+
+    real = lp.RankSink
+
+    class Sink(real):
+        def __init__(self, run, make_inner=None, **kw):
+            super().__init__(run, inner=View(), interval=0.0, **kw)
+
+    lp.RankSink = Sink
+    try:
+        res = ddp_check(profiled.balanced, world_size=2, backend="gloo", profile=True,
+                        profile_every=3, steps=9, run_dir=str(tmp_path / "run"), live=False)
+    finally:
+        lp.RankSink = real
+    assert res.records.outcome == "finished"
+    assert seen["steps"] == 18 and seen["summaries"] == 6
+    assert sorted(seen["ended"]) == [(0, "finished"), (1, "finished")]
+    samples = [s for _, _, body in fake_server for s in body["samples"]]
+    sources = {(s["rank"], s.get("source")) for s in samples}
+    assert {(0, "rss"), (1, "rss"), (0, "modelled"), (1, "modelled")} <= sources
+    modelled = [s for s in samples if s.get("source") == "modelled"]
+    assert all(s["reserved"] and s["inactive_split"] is not None for s in modelled)
