@@ -2,6 +2,8 @@
 
 ``kineto``: torch.profiler trace files (JSON, plain or gzip) to a ``Trace``.
 ``fingerprints``: the per-collective record DDP workers exchange and save.
+``run_folder``: a run's per-rank traces (folder or files), each rank placed
+and every bad input named, without parsing the traces.
 
 A format module imports only ``torchlens.model`` (plus numpy, msgspec and the
 standard library), so capture, analysis and the CLI can all use it without
