@@ -25,8 +25,15 @@ __all__ = [
 ]
 
 
-def load(path: str) -> Profile:
-    """Load a saved ``.tlprof`` result."""
+def load(path: Any) -> Any:
+    """A saved ``.tlprof`` result (a ``Profile``), or, for a folder or a list of
+    per-rank traces, the run as one result (``frontends.run_api.RunResult``)."""
+    import os
+
+    if isinstance(path, (list, tuple)) or os.path.isdir(path):
+        from .frontends.run_api import load_run
+
+        return load_run(path)
     return load_profile(path)
 
 

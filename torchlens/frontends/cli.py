@@ -152,7 +152,40 @@ def _default_output(path: str) -> Path:
 
 
 #: Subcommands in the order ``torchlens --help`` lists them.
-COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand()]
+class AnalyzeCommand(Command):
+    name = "analyze"
+    help = ("analyse a run's per-rank Kineto traces together (a folder, or files): HTA's "
+            "temporal breakdown, idle time, communication overlap and kernels per rank")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("paths", nargs="+", metavar="RUN_DIR_OR_FILE",
+                            help="a folder of per-rank traces (plain or .gz; a --profile "
+                                 "run folder too) or the trace files")
+        parser.add_argument("--json", action="store_true",
+                            help="print every table as one JSON document (schema: see "
+                                 "torchlens.frontends.run_api.JSON_SCHEMA)")
+        parser.add_argument("--workers", type=int, default=None, metavar="N",
+                            help="processes reading ranks in parallel (default: CPU count)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        import json
+
+        from .run_api import load_run
+
+        inputs = args.paths if len(args.paths) > 1 else args.paths[0]
+        run = load_run(inputs, workers=args.workers)
+        if args.json:
+            print(json.dumps(run.to_json(), indent=1, allow_nan=False, default=str))
+        else:
+            print(repr(run))
+            for p in run.problems:
+                print(f"  {p.kind}: {p.path}: {p.message}")
+            if run.ranks:
+                print(run.temporal().to_string(index=False))
+        return 0 if run.ranks else EXIT_USAGE
+
+
+COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

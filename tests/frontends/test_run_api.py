@@ -1,0 +1,78 @@
+"""A folder of per-rank traces as one result: ``torchlens.load(RUN_DIR)`` and
+``torchlens analyze RUN_DIR --json`` (issue 13, first part)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+import torchlens
+from torchlens.frontends.cli import main
+from torchlens.frontends.run_api import load_run
+
+
+@pytest.fixture
+def two_ranks(tmp_path, traces_dir):
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in (0, 1):
+        (run / f"sampled_rank-{r}.json.gz").symlink_to(traces_dir / f"sampled_rank-{r}.json.gz")
+    return run
+
+
+def test_analyze_json_has_every_rank_and_names_what_it_could_not_use(two_ranks, capsys,
+                                                                     traces_dir):
+    (two_ranks / "notes.json").write_text('{"lr": 0.1}')
+    cut = (traces_dir / "sampled_rank-1.json.gz").read_bytes()
+    (two_ranks / "rank_5.json.gz").write_bytes(gzip.compress(gzip.decompress(cut)[:200_000]))
+    assert main(["analyze", str(two_ranks), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # strict JSON: no NaN
+    assert doc["schema"] == 1 and doc["ranks"] == [0, 1] and doc["world_size"] == 128
+    kinds = {(p["kind"], p["path"].rsplit("/", 1)[-1]) for p in doc["problems"]}
+    assert ("not a trace", "notes.json") in kinds and ("truncated", "rank_5.json.gz") in kinds
+    assert any(k == "missing rank" for k, _ in kinds)
+    from torchlens.analysis.multirank import temporal_breakdown
+    from torchlens.formats.kineto import load_trace
+
+    for row in doc["temporal"]:
+        # one trace per rank: the run's row is that trace's own breakdown (whose
+        # figures tests/analysis/test_multirank.py checks against the raw JSON)
+        own = temporal_breakdown(load_trace(traces_dir / f"sampled_rank-{row['rank']}.json.gz"))
+        assert row["compute_us"] == pytest.approx(own["compute_us"], rel=1e-12)
+        assert row["idle_pct"] == pytest.approx(own["idle_pct"], rel=1e-12)
+        assert row["idle_pct"] + row["compute_pct"] + row["non_compute_pct"] == \
+            pytest.approx(100.0)
+    assert {r["rank"] for r in doc["overlap"]} == {0, 1}
+    assert {r["kind"] for r in doc["kernels"]} >= {"compute", "communication"}
+
+
+def test_load_of_a_folder_is_a_run_with_dataframes_and_workers_change_nothing(two_ranks):
+    run = torchlens.load(str(two_ranks))
+    one = load_run(str(two_ranks), workers=1)
+    assert run.ranks == [0, 1]
+    assert run.to_json() == one.to_json()  # the process pool gives what one process gives
+    temporal = run.temporal()
+    assert list(temporal["rank"]) == [0, 1] and temporal["gpu"].all()
+    assert set(run.idle()["rank"]) == {0, 1}
+    assert run.top_kernels()["total_us"].is_monotonic_decreasing or len(run.top_kernels())
+    assert "2 ranks" in repr(run)
+
+
+def test_a_folder_with_nothing_usable_exits_non_zero_and_says_why(tmp_path, capsys):
+    (tmp_path / "a.json").write_text("[1, 2")
+    assert main(["analyze", str(tmp_path)]) != 0
+    out = capsys.readouterr().out
+    assert "a.json" in out
+
+
+def test_a_cpu_only_run_folder_has_ranks_with_no_gpu_figures(tmp_path, traces_dir):
+    run = tmp_path / "cpu"
+    run.mkdir()
+    shutil.copy(traces_dir / "cpu_only_gloo_rank34.json.gz", run / "trace.json.gz")
+    res = load_run(str(run))
+    (row,) = res.to_json()["temporal"]
+    assert row["gpu"] is False and row["compute_us"] is None and row["idle_pct"] is None
+    json.dumps(res.to_json(), allow_nan=False)

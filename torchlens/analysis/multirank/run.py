@@ -1,0 +1,111 @@
+"""A run's tables from its ranks' figures (``rank_figures`` of each rank's traces).
+
+Input: ``{rank: [figures of trace 1, figures of trace 2, ...]}``; a torchlens
+run folder has one trace per profiled step, a torchrun job usually one per
+rank. Per rank, times (µs) add up over its traces and shares are taken of the
+sums, so a rank's temporal breakdown over three profiled steps is the
+breakdown of the three together (HTA analyses one trace per rank; with one
+trace the figures are HTA's). Ranks or traces without GPU work contribute
+``None`` figures, never zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RankFigures = dict[int, list[dict[str, Any]]]
+TEMPORAL_US = ("span_us", "busy_us", "idle_us", "compute_us", "non_compute_us")
+IDLE_US = ("idle_us", "host_wait_us", "kernel_wait_us", "other_us")
+
+
+def _sum(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(sum(present)) if present else None
+
+
+def _pct(part: float | None, whole: float | None) -> float | None:
+    return 100.0 * part / whole if part is not None and whole else None
+
+
+def temporal_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank: span, idle, compute and non-compute µs (summed over its traces)
+    and their shares of the span (HTA's temporal breakdown)."""
+    rows = []
+    for rank in sorted(ranks):
+        parts = [f["temporal"] for f in ranks[rank]]
+        row: dict[str, Any] = {"rank": rank, "traces": len(parts),
+                               "gpu": any(p.get("gpu") for p in parts)}
+        for key in TEMPORAL_US:
+            row[key] = _sum([p.get(key) for p in parts])
+        for key in ("idle", "compute", "non_compute"):
+            row[f"{key}_pct"] = _pct(row[f"{key}_us"], row["span_us"])
+        rows.append(row)
+    return rows
+
+
+def idle_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank and stream: idle µs split into host wait, kernel wait and other."""
+    rows = []
+    for rank in sorted(ranks):
+        merged: dict[tuple[Any, Any], dict[str, Any]] = {}
+        for figures in ranks[rank]:
+            for s in figures["idle"]:
+                key = (s.get("device"), s.get("stream"))
+                row = merged.setdefault(key, {"rank": rank, "device": key[0], "stream": key[1],
+                                              "events": 0, **dict.fromkeys(IDLE_US, 0.0)})
+                row["events"] += s.get("events") or 0
+                for k in IDLE_US:
+                    row[k] += s.get(k) or 0.0
+        for row in merged.values():
+            for k in ("host_wait", "kernel_wait", "other"):
+                row[f"{k}_pct"] = _pct(row[f"{k}_us"], row["idle_us"])
+            rows.append(row)
+    return rows
+
+
+def overlap_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank: communication µs, the part overlapped by compute, and the share
+    (HTA's communication/computation overlap)."""
+    rows = []
+    for rank in sorted(ranks):
+        parts = [f["overlap"] for f in ranks[rank]]
+        comm = _sum([p.get("communication_us") for p in parts])
+        over = _sum([p.get("overlapped_us") for p in parts])
+        rows.append({"rank": rank, "communication_us": comm, "overlapped_us": over,
+                     "overlap_pct": _pct(over, comm)})
+    return rows
+
+
+def kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank and kernel kind (compute, communication, memory, other): µs and count."""
+    rows = []
+    for rank in sorted(ranks):
+        kinds: dict[str, dict[str, Any]] = {}
+        for figures in ranks[rank]:
+            for kind, k in (figures["kernels"].get("kinds") or {}).items():
+                row = kinds.setdefault(kind, {"rank": rank, "kind": kind, "us": 0.0, "count": 0})
+                row["us"] += k.get("us") or 0.0
+                row["count"] += k.get("count") or 0
+        total = sum(r["us"] for r in kinds.values())
+        for row in kinds.values():
+            row["pct"] = _pct(row["us"], total)
+            rows.append(row)
+    return rows
+
+
+def top_kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank, kind and kernel name: count and total µs over the rank's traces
+    (each trace's top kernels; the names outside each trace's top are its ``rest``)."""
+    rows = []
+    for rank in sorted(ranks):
+        names: dict[tuple[str, str], dict[str, Any]] = {}
+        for figures in ranks[rank]:
+            for kind, tops in (figures["kernels"].get("top") or {}).items():
+                for t in (tops or {}).get("kernels") or []:
+                    key = (kind, str(t.get("name")))
+                    row = names.setdefault(key, {"rank": rank, "kind": kind, "name": key[1],
+                                                 "count": 0, "total_us": 0.0})
+                    row["count"] += t.get("count") or 0
+                    row["total_us"] += t.get("total_us") or 0.0
+        rows += sorted(names.values(), key=lambda r: -r["total_us"])
+    return rows

@@ -1,0 +1,133 @@
+"""``torchlens.load(RUN_DIR)``: a folder (or list) of per-rank traces as one result.
+
+Why worker processes: a rank's trace is parsed and summarised where it is
+read (``analysis.multirank.rank_figures``: a few KB per rank), so the
+notebook never holds more than one rank's events per worker, and ranks are
+read in parallel. ``forkserver`` (``spawn`` where it is missing) rather than
+fork: a notebook kernel has threads, and forking it is unsafe.
+
+A file that cannot be read is a named problem, never a traceback; the other
+ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
+--json`` prints (schema: ``JSON_SCHEMA`` below, versioned).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..analysis.multirank import run as tables
+from ..formats.run_folder import Problem, RunSources, discover
+
+SCHEMA_VERSION = 1
+#: The ``--json`` document, key by key (docs: this dict is printed by ``torchlens analyze --help-json``)
+JSON_SCHEMA = {
+    "schema": "torchlens-run, integer version",
+    "root": "the folder or first file analysed",
+    "world_size": "from the traces' distributedInfo (null when none says)",
+    "ranks": "rank numbers analysed",
+    "problems": "[{kind, path, message}]: every input that could not be used, and why",
+    "temporal": "per rank: span_us, busy_us, idle_us, compute_us, non_compute_us and "
+                "idle/compute/non_compute_pct (HTA's temporal breakdown)",
+    "idle": "per rank and stream: idle_us split into host_wait, kernel_wait, other (us, pct)",
+    "overlap": "per rank: communication_us, overlapped_us, overlap_pct",
+    "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
+    "top_kernels": "per rank, kind and name: count, total_us",
+}
+
+
+def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
+    """In a worker: read each trace of one rank and keep only its figures."""
+    from ..analysis.multirank import rank_figures
+    from ..formats.kineto import load_trace
+
+    figures, problems = [], []
+    for path in paths:
+        try:
+            figures.append(rank_figures(load_trace(path), top=top))
+        except Exception as exc:  # noqa: BLE001 - named, the other traces go on
+            problems.append({"kind": "unreadable", "path": path,
+                             "message": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    return {"rank": rank, "figures": figures, "problems": problems}
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class RunResult:
+    """The ranks of one run: tables as DataFrames, ``to_json()``, and ``problems``."""
+
+    def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
+                 problems: list[Problem]) -> None:
+        self.sources = sources
+        self.figures = figures
+        self.problems = problems
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.figures)
+
+    def _frame(self, rows: list[dict[str, Any]]) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(rows)
+
+    def temporal(self) -> Any:
+        """Per rank: compute, non-compute and idle time and shares (HTA's definitions)."""
+        return self._frame(tables.temporal_rows(self.figures))
+
+    def idle(self) -> Any:
+        """Per rank and stream: idle time as host wait, kernel wait and other."""
+        return self._frame(tables.idle_rows(self.figures))
+
+    def overlap(self) -> Any:
+        """Per rank: communication time overlapped by computation."""
+        return self._frame(tables.overlap_rows(self.figures))
+
+    def kernels(self) -> Any:
+        """Per rank and kernel kind: time, count and share."""
+        return self._frame(tables.kernel_rows(self.figures))
+
+    def top_kernels(self) -> Any:
+        """Per rank: the kernels that took the most time, by kind."""
+        return self._frame(tables.top_kernel_rows(self.figures))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_VERSION, "root": self.sources.root,
+                "world_size": self.sources.world_size, "ranks": self.ranks,
+                "problems": [vars(p) for p in self.problems],
+                "temporal": tables.temporal_rows(self.figures),
+                "idle": tables.idle_rows(self.figures),
+                "overlap": tables.overlap_rows(self.figures),
+                "kernels": tables.kernel_rows(self.figures),
+                "top_kernels": tables.top_kernel_rows(self.figures)}
+
+    def __repr__(self) -> str:
+        bad = f", {len(self.problems)} problem(s)" if self.problems else ""
+        return f"<torchlens run: {len(self.ranks)} ranks from {self.sources.root}{bad}>"
+
+
+def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
+             top: int = 10) -> RunResult:
+    """Discover a run's per-rank traces and summarise each rank in a worker process."""
+    sources = discover(inputs)
+    problems = list(sources.problems)
+    figures: dict[int, list[dict[str, Any]]] = {}
+    jobs = [(r.rank, list(r.paths)) for r in sources.ranks]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    if workers == 1 or len(jobs) <= 1:
+        done = [_rank_job(rank, paths, top) for rank, paths in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+            done = list(pool.map(_rank_job, *zip(*jobs, strict=True),
+                                 [top] * len(jobs)))
+    for res in done:
+        problems += [Problem(**p) for p in res["problems"]]
+        if res["figures"]:
+            figures[res["rank"]] = res["figures"]
+    return RunResult(sources, figures, problems)
