@@ -76,3 +76,22 @@ def test_a_cpu_only_run_folder_has_ranks_with_no_gpu_figures(tmp_path, traces_di
     (row,) = res.to_json()["temporal"]
     assert row["gpu"] is False and row["compute_us"] is None and row["idle_pct"] is None
     json.dumps(res.to_json(), allow_nan=False)
+
+
+def test_steps_and_skew_use_the_torchprof_breakdown_of_each_rank(two_ranks, traces_dir):
+    from torchlens.analysis.steps import step_breakdown
+    from torchlens.formats.kineto import load_trace
+
+    run = load_run(str(two_ranks), workers=1)
+    own = {r: step_breakdown(load_trace(traces_dir / f"sampled_rank-{r}.json.gz"))
+           for r in (0, 1)}
+    steps = run.steps()
+    for r in (0, 1):
+        mine = steps[steps["rank"] == r]
+        assert list(mine["step"]) == list(own[r]["step"])
+        assert list(mine["dur_us"]) == pytest.approx(list(own[r]["dur_us"]))
+    for row in run.to_json()["step_skew"]:
+        t = {r: float(own[r].set_index("step").loc[row["step"], "dur_us"]) for r in (0, 1)}
+        median = (t[0] + t[1]) / 2
+        assert row["slowest_rank"] == max(t, key=t.get)
+        assert row["skew_pct"] == pytest.approx(100 * (max(t.values()) - median) / median)

@@ -36,18 +36,27 @@ JSON_SCHEMA = {
     "overlap": "per rank: communication_us, overlapped_us, overlap_pct",
     "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
     "top_kernels": "per rank, kind and name: count, total_us",
+    "steps": "per rank and ProfilerStep: dur_us and us per role (kernel, memcpy, memset, "
+             "runtime, dataloader, cpu_exec, other, comm): the %%torchprof breakdown",
+    "step_skew": "per step number present on every rank: median_us, max_us, slowest rank, "
+                 "skew_pct = (max - median) / median",
 }
 
 
 def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
     """In a worker: read each trace of one rank and keep only its figures."""
     from ..analysis.multirank import rank_figures
+    from ..analysis.steps import step_breakdown
     from ..formats.kineto import load_trace
 
     figures, problems = [], []
     for path in paths:
         try:
-            figures.append(rank_figures(load_trace(path), top=top))
+            trace = load_trace(path)
+            one = rank_figures(trace, top=top)
+            # the %%torchprof step breakdown (TensorBoard plugin's definitions)
+            one["steps"] = step_breakdown(trace).to_dict("records")
+            figures.append(one)
         except Exception as exc:  # noqa: BLE001 - named, the other traces go on
             problems.append({"kind": "unreadable", "path": path,
                              "message": f"{type(exc).__name__}: {str(exc)[:300]}"})
@@ -97,6 +106,14 @@ class RunResult:
         """Per rank: the kernels that took the most time, by kind."""
         return self._frame(tables.top_kernel_rows(self.figures))
 
+    def steps(self) -> Any:
+        """Per rank and step: the ``%%torchprof`` step breakdown (µs per role)."""
+        return self._frame(tables.step_rows(self.figures))
+
+    def step_skew(self) -> Any:
+        """Per step index: median and slowest rank's step time, skew in %."""
+        return self._frame(tables.step_skew_rows(self.figures))
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
@@ -105,7 +122,9 @@ class RunResult:
                 "idle": tables.idle_rows(self.figures),
                 "overlap": tables.overlap_rows(self.figures),
                 "kernels": tables.kernel_rows(self.figures),
-                "top_kernels": tables.top_kernel_rows(self.figures)}
+                "top_kernels": tables.top_kernel_rows(self.figures),
+                "steps": tables.step_rows(self.figures),
+                "step_skew": tables.step_skew_rows(self.figures)}
 
     def __repr__(self) -> str:
         bad = f", {len(self.problems)} problem(s)" if self.problems else ""

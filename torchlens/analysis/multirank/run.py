@@ -109,3 +109,33 @@ def top_kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
                     row["total_us"] += t.get("total_us") or 0.0
         rows += sorted(names.values(), key=lambda r: -r["total_us"])
     return rows
+
+
+def step_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank and ``ProfilerStep#N`` of its traces: the ``%%torchprof`` step
+    breakdown (``analysis.steps``: the TensorBoard plugin's definitions)."""
+    return [{"rank": rank, **{k: (int(v) if k == "step" else float(v)) for k, v in row.items()}}
+            for rank in sorted(ranks) for figures in ranks[rank]
+            for row in figures.get("steps") or []]
+
+
+def step_skew_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per step number that every rank has: the median and the slowest rank's
+    step time, and the skew = (slowest - median) / median in %. A step number a
+    rank lacks is left out (ranks profiled different steps)."""
+    by_step: dict[int, dict[int, float]] = {}
+    for row in step_rows(ranks):
+        by_step.setdefault(row["step"], {})[row["rank"]] = row["dur_us"]
+    everyone = set(ranks)
+    out = []
+    for step in sorted(by_step):
+        times = by_step[step]
+        if set(times) != everyone:
+            continue
+        ordered = sorted(times.values())
+        n = len(ordered)
+        median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+        slowest = max(times, key=lambda r: times[r])
+        out.append({"step": step, "ranks": n, "median_us": median, "max_us": times[slowest],
+                    "slowest_rank": slowest, "skew_pct": _pct(times[slowest] - median, median)})
+    return out
