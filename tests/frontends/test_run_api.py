@@ -95,3 +95,28 @@ def test_steps_and_skew_use_the_torchprof_breakdown_of_each_rank(two_ranks, trac
         median = (t[0] + t[1]) / 2
         assert row["slowest_rank"] == max(t, key=t.get)
         assert row["skew_pct"] == pytest.approx(100 * (max(t.values()) - median) / median)
+
+
+def test_report_of_a_folder_is_one_page_with_findings_tables_and_named_bad_files(
+        two_ranks, tmp_path):
+    (two_ranks / "<img src=x onerror=alert(1)>.json").write_text('{"not": "a trace"}')
+    out = tmp_path / "run.html"
+    assert main(["report", str(two_ranks), "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    for heading in ("Findings", "GPU time per rank", "Step time across ranks",
+                    "Communication overlapped by compute", "Kernels by kind",
+                    "Idle time per stream", "Inputs that could not be used"):
+        assert heading in page, heading
+    assert "<img src=x" not in page and "&lt;img src=x" in page
+    assert "https://" not in page.split("<script", 1)[0]  # opens offline
+
+
+def test_a_run_saves_and_reloads_as_a_tlprof_with_the_same_text(two_ranks, tmp_path):
+    from torchlens.frontends import kinds
+
+    run = load_run(str(two_ranks), workers=1)
+    path = run.save(str(tmp_path / "run.tlprof"))
+    again = torchlens.load(path)
+    assert again.kind == "run"
+    assert kinds.text(again) == kinds.text(run.profile)
+    assert "rank 0: compute" in kinds.text(again)

@@ -25,8 +25,10 @@ def load_input(path: str) -> Profile:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{path}: no such file. Check the path.")
-    if p.is_dir():
-        raise InputError(f"{path}: is a folder; give a .tlprof, .json or .json.gz file.")
+    if p.is_dir():  # per-rank traces: the run as one result
+        from .run_api import load_run
+
+        return load_run(str(p)).profile
     if p.name.lower().endswith(".tlprof"):
         return load_profile(p)
     if p.name.lower().endswith((".pickle", ".pkl")):
@@ -56,8 +58,8 @@ class Command:
 
 class ReportCommand(Command):
     name = "report"
-    help = ("turn a saved .tlprof, a Kineto trace (.json, .json.gz) or an allocator "
-            "snapshot (.pickle) into an HTML report")
+    help = ("turn a saved .tlprof, a Kineto trace (.json, .json.gz), a folder of per-rank "
+            "traces or an allocator snapshot (.pickle) into an HTML report")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("path", help="a .tlprof result, a Kineto trace .json/.json.gz or an "
@@ -151,7 +153,6 @@ def _default_output(path: str) -> Path:
     return Path(name + ".html")
 
 
-#: Subcommands in the order ``torchlens --help`` lists them.
 class AnalyzeCommand(Command):
     name = "analyze"
     help = ("analyse a run's per-rank Kineto traces together (a folder, or files): HTA's "
@@ -185,6 +186,7 @@ class AnalyzeCommand(Command):
         return 0 if run.ranks else EXIT_USAGE
 
 
+#: Subcommands in the order ``torchlens --help`` lists them.
 COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand()]
 
 

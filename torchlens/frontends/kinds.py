@@ -59,6 +59,10 @@ KINDS: dict[str, Kind] = {
                       text="torchlens.render.ddp:text_report",
                       summary="torchlens.render.ddp:summary_line",
                       exports={"/": "torchlens.frontends.export:write_run_folder"}),
+    "run": Kind(analyze="torchlens.analysis.multirank.analyze:analyze",
+                report="torchlens.render.run_report:report_parts",
+                text="torchlens.render.run_report:text_report",
+                summary="torchlens.render.run_report:summary_line"),
 }
 
 

@@ -21,6 +21,9 @@ from typing import Any
 
 from ..analysis.multirank import run as tables
 from ..formats.run_folder import Problem, RunSources, discover
+from ..model import Profile
+from ..model.payloads import RunPayload
+from .api import Result
 
 SCHEMA_VERSION = 1
 #: The ``--json`` document, key by key (docs: this dict is printed by ``torchlens analyze --help-json``)
@@ -68,11 +71,17 @@ def _context() -> Any:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-class RunResult:
-    """The ranks of one run: tables as DataFrames, ``to_json()``, and ``problems``."""
+class RunResult(Result):
+    """The ranks of one run: tables as DataFrames, ``to_json()``, ``problems``;
+    displayed, the report (a ``run`` Profile, saved as ``.tlprof`` like any)."""
 
     def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
                  problems: list[Problem]) -> None:
+        payload = RunPayload(root=sources.root, world_size=sources.world_size,
+                             problems=[vars(p) for p in problems],
+                             figures={str(r): f for r, f in sorted(figures.items())})
+        super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
+                                 source=sources.root, payload=payload))
         self.sources = sources
         self.figures = figures
         self.problems = problems
@@ -126,9 +135,9 @@ class RunResult:
                 "steps": tables.step_rows(self.figures),
                 "step_skew": tables.step_skew_rows(self.figures)}
 
-    def __repr__(self) -> str:
-        bad = f", {len(self.problems)} problem(s)" if self.problems else ""
-        return f"<torchlens run: {len(self.ranks)} ranks from {self.sources.root}{bad}>"
+    def findings(self) -> list[str]:
+        """The report's findings: plain sentences with their figures."""
+        return list(self.analysis().findings)
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,

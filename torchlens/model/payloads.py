@@ -199,7 +199,24 @@ class DdpRun:
     profiling: RankProfiling | None = None
 
 
-Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun
+@dataclass
+class RunPayload:
+    """``kind="run"``: a run's per-rank traces analysed together (``torchlens.load(RUN_DIR)``).
+
+    ``figures``: rank (as a string, JSON keys) -> one dict of figures per trace
+    of that rank (``analysis.multirank.rank_figures`` plus ``steps``);
+    ``problems``: every input that could not be used, ``{kind, path, message}``.
+    The traces themselves stay in the run folder: a run of 128 ranks is a few
+    MB of figures, not GBs of events.
+    """
+
+    root: str = ""
+    world_size: int | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload
 
 #: kind -> its payload type; the kinds a Profile can be.
 PAYLOADS: dict[str, type] = {
@@ -207,6 +224,7 @@ PAYLOADS: dict[str, type] = {
     "gpumem": GpumemPayload,
     "ddp_check": DdpRun,
     "trace": TracePayload,
+    "run": RunPayload,
 }
 
 

@@ -1,0 +1,85 @@
+"""``analyze(profile)`` of a ``run`` Profile: every table of the run, computed once.
+
+The kinds registry calls it for the report, the text view and ``repr``; the
+result object (``frontends.run_api.RunResult``) hands its tables out as
+DataFrames and ``--json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchlens.model import Profile
+
+from . import run as tables
+
+
+@dataclass
+class RunAnalysis:
+    """The run's tables (lists of row dicts) and its findings in words."""
+
+    ranks: list[int]
+    world_size: int | None
+    problems: list[dict[str, Any]]
+    temporal: list[dict[str, Any]]
+    idle: list[dict[str, Any]]
+    overlap: list[dict[str, Any]]
+    kernels: list[dict[str, Any]]
+    top_kernels: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    step_skew: list[dict[str, Any]]
+    findings: list[str] = field(default_factory=list)
+
+
+def figures_by_rank(profile: Profile) -> tables.RankFigures:
+    return {int(r): f for r, f in profile.payload.figures.items()}  # type: ignore[union-attr]
+
+
+def findings(a: RunAnalysis) -> list[str]:
+    """Plain sentences with their figures, most telling first.
+
+    - the rank with the most idle GPU time, when it idles at least 10 points
+      more than the median rank;
+    - the largest step-time skew, when a step's slowest rank took at least 5%
+      longer than the median;
+    - communication that compute barely hides (median overlap under 20%);
+    - what could not be read.
+    """
+    out: list[str] = []
+    gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
+    if len(gpu) >= 2:
+        ordered = sorted(r["idle_pct"] for r in gpu)
+        median = ordered[len(ordered) // 2]
+        worst = max(gpu, key=lambda r: r["idle_pct"])
+        if worst["idle_pct"] - median >= 10:
+            out.append(f"rank {worst['rank']}'s GPU was idle {worst['idle_pct']:.1f}% of its "
+                       f"timeline, against {median:.1f}% for the median rank")
+    if a.step_skew:
+        worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
+        if (worst_step["skew_pct"] or 0) >= 5:
+            out.append(f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
+                       f"{worst_step['max_us'] / 1000:.1f} ms, {worst_step['skew_pct']:.0f}% "
+                       f"longer than the median rank ({worst_step['median_us'] / 1000:.1f} ms)")
+    overlaps = sorted(r["overlap_pct"] for r in a.overlap if r.get("overlap_pct") is not None)
+    if overlaps and overlaps[len(overlaps) // 2] < 20:
+        out.append(f"compute hides little of the communication: median overlap "
+                   f"{overlaps[len(overlaps) // 2]:.1f}% of communication time")
+    if a.problems:
+        kinds = sorted({p["kind"] for p in a.problems})
+        out.append(f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "
+                   "below; the other ranks were analysed")
+    return out
+
+
+def analyze(profile: Profile) -> RunAnalysis:
+    ranks = figures_by_rank(profile)
+    payload = profile.payload
+    a = RunAnalysis(ranks=sorted(ranks), world_size=payload.world_size,  # type: ignore[union-attr]
+                    problems=list(payload.problems),  # type: ignore[union-attr]
+                    temporal=tables.temporal_rows(ranks), idle=tables.idle_rows(ranks),
+                    overlap=tables.overlap_rows(ranks), kernels=tables.kernel_rows(ranks),
+                    top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
+                    step_skew=tables.step_skew_rows(ranks))
+    a.findings = findings(a)
+    return a

@@ -1,0 +1,122 @@
+"""The report of a ``run`` (per-rank traces analysed together): findings first,
+then one chart of every rank's GPU time and the per-rank tables.
+
+The chart and tables stay small at any world size: one bar and one row per
+rank (idle time: one row per rank and stream), whatever each trace held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.plotting import figure
+from markupsafe import Markup
+
+from ..analysis.multirank.analyze import RunAnalysis
+from ..model import Profile
+from ..model.words import plural
+from . import html, tables
+from .report import section
+from .tables import Column
+
+PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7"))
+
+
+def _ms(v: Any) -> str:
+    return f"{v / 1000:,.1f} ms"
+
+
+def _pct(v: Any) -> str:
+    return f"{v:.1f} %"
+
+
+TEMPORAL = [Column("rank", "rank", str), Column("traces", "traces", str),
+            Column("span_us", "GPU timeline", _ms), Column("compute_pct", "compute", _pct),
+            Column("non_compute_pct", "non-compute", _pct), Column("idle_pct", "idle", _pct)]
+OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", _ms),
+           Column("overlapped_us", "overlapped by compute", _ms),
+           Column("overlap_pct", "overlap", _pct)]
+KERNELS = [Column("rank", "rank", str), Column("kind", "kind", str, False),
+           Column("count", "kernels", tables.fmt_int), Column("us", "time", _ms),
+           Column("pct", "share", _pct)]
+IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
+        Column("idle_us", "idle", _ms), Column("host_wait_pct", "host wait", _pct),
+        Column("kernel_wait_pct", "kernel wait", _pct), Column("other_pct", "other", _pct)]
+SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
+        Column("median_us", "median step", _ms), Column("max_us", "slowest", _ms),
+        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", _pct)]
+PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
+            Column("message", "what", str, False)]
+
+
+def summary_line(profile: Profile, a: RunAnalysis) -> str:
+    n = len(a.ranks)
+    of = f" of {a.world_size}" if a.world_size else ""
+    bad = f", {plural(len(a.problems), 'input problem')}" if a.problems else ""
+    return f"run: {plural(n, 'rank')}{of} analysed{bad}"
+
+
+def text_report(profile: Profile, a: RunAnalysis) -> str:
+    lines = [summary_line(profile, a), *(f"- {f}" for f in a.findings)]
+    for r in a.temporal:
+        if r.get("idle_pct") is None:
+            lines.append(f"rank {r['rank']}: no GPU work in its trace(s)")
+        else:
+            lines.append(f"rank {r['rank']}: compute {r['compute_pct']:.1f}%, non-compute "
+                         f"{r['non_compute_pct']:.1f}%, idle {r['idle_pct']:.1f}%")
+    lines += [f"problem: {p['kind']}: {p['path']}: {p['message']}" for p in a.problems]
+    return "\n".join(lines)
+
+
+def _temporal_chart(a: RunAnalysis) -> Any:
+    rows = [r for r in a.temporal if r.get("idle_pct") is not None]
+    labels = [f"rank {r['rank']}" for r in rows]
+    src = ColumnDataSource({"rank": labels, **{f"{p}_pct": [r[f"{p}_pct"] for r in rows]
+                                               for p, _ in PARTS}})
+    fig = figure(height=min(900, 80 + 18 * max(1, len(rows))), sizing_mode="stretch_width",
+                 y_range=FactorRange(*reversed(labels)), x_range=(0, 100),
+                 tools="save", toolbar_location=None, x_axis_label="% of the rank's GPU timeline",
+                 title="Where each rank's GPU time goes (HTA's temporal breakdown)")
+    bars = fig.hbar_stack([f"{p}_pct" for p, _ in PARTS], y="rank", height=0.8, source=src,
+                          color=[c for _, c in PARTS], legend_label=[p.replace("_", "-")
+                                                                     for p, _ in PARTS])
+    for bar, (p, _) in zip(bars, PARTS, strict=True):
+        fig.add_tools(HoverTool(renderers=[bar], tooltips=[("", "@rank"),
+                                                           (p, f"@{p}_pct{{0.0}} %")]))
+    fig.ygrid.grid_line_color = None
+    fig.add_layout(fig.legend[0], "right")
+    return fig
+
+
+def report_parts(profile: Profile, a: RunAnalysis,
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
+    """Summary line and sections of a run report."""
+    out = []
+    if a.findings:
+        out.append(section("Findings", html.join([html.note(f) for f in a.findings]),
+                           "findings"))
+    if any(r.get("idle_pct") is not None for r in a.temporal):
+        figures.append(_temporal_chart(a))
+        out.append(section("GPU time per rank", html.join(
+            [html.figure_slot(len(figures) - 1), tables.html_table(a.temporal, TEMPORAL)]),
+            "temporal"))
+    else:
+        out.append(section("GPU time per rank", html.join(
+            [html.note("No rank's trace holds GPU work (CPU-only traces): there is no GPU "
+                       "timeline to break down."), tables.html_table(a.temporal, TEMPORAL)]),
+            "temporal"))
+    if a.step_skew:
+        out.append(section("Step time across ranks", tables.html_table(a.step_skew, SKEW),
+                           "steps"))
+    if any(r.get("communication_us") for r in a.overlap):
+        out.append(section("Communication overlapped by compute",
+                           tables.html_table(a.overlap, OVERLAP), "overlap"))
+    if a.kernels:
+        out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
+    if a.idle:
+        out.append(section("Idle time per stream", tables.html_table(a.idle, IDLE), "idle"))
+    if a.problems:
+        out.append(section("Inputs that could not be used",
+                           tables.html_table(a.problems, PROBLEMS), "problems"))
+    return summary_line(profile, a), out
