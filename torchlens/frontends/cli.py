@@ -28,7 +28,11 @@ def load_input(path: str) -> Profile:
     if p.is_dir():  # per-rank traces: the run as one result
         from .run_api import load_run
 
-        return load_run(str(p)).profile
+        run = load_run(str(p))
+        if not run.ranks:
+            why = "; ".join(f"{q.kind}: {Path(q.path).name}" for q in run.problems[:5])
+            raise InputError(f"{path}: no usable per-rank trace in this folder ({why or 'empty'})")
+        return run.profile
     if p.name.lower().endswith(".tlprof"):
         return load_profile(p)
     if p.name.lower().endswith((".pickle", ".pkl")):
