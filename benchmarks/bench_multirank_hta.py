@@ -53,24 +53,26 @@ process only), "workers" its ``RUSAGE_CHILDREN`` (the largest single worker).
 Measured (2026-11-24, 2-core shared machine, no GPU, HolisticTraceAnalysis
 0.5.0, pandas 3.1.1, Python 3.11; HTA's parse pool had 2 processes; the
 ``a100`` rank sets, 0.8 MB gzip / 9.8 MB JSON and ~18k kept events per rank;
-torchlens skipped, no ``analyze`` command yet):
+torchlens skipped, no ``analyze`` command yet). Two runs at a quiet moment,
+"a / b":
 
-====== ======== ====== =========== ============= ================ ========
-ranks  load avg wall s load s      analyses s    peak PSS (RSS)   maxrss
-====== ======== ====== =========== ============= ================ ========
-8      0.75     4.8    3.0         1.0           294 (398) MiB    155 MiB
-32     0.77     22.9   17.8        4.4           540 (686) MiB    317 MiB
-128    1.40     105.7  82.7        22.1          967 (1098) MiB   941 MiB
-1024*  2.53     289.5  144.5       142.6         3253 (3263) MiB  3263 MiB
-====== ======== ====== =========== ============= ================ ========
+====== =========== ============ =========== =========== ============ ========
+ranks  load avg    wall s       load s      analyses s  peak PSS MiB maxrss
+====== =========== ============ =========== =========== ============ ========
+8      0.75 / 0.57 4.8 / 5.6    3.0 / 3.4   1.0 / 1.0   294 / 290    155 MiB
+32     0.77 / 0.92 22.9 / 20.4  17.8 / 15.7 4.4 / 4.0   540 / 543    317 MiB
+128    1.40 / 1.09 105.7 / 70.7 82.7 / 52.5 22.1 / 17.3 967 / 970    941 MiB
+1024*  2.53        289.5        144.5       142.6       3253         3263 MiB
+====== =========== ============ =========== =========== ============ ========
 
 (* the ``sampled`` source: ~2.4k kept events per rank, 1.7 MB JSON, so 1024
-of them hold about as many events as 136 ``a100`` ranks.) At 128 ranks the
-analyses took: temporal 3.0 s, overlap 3.4, idle 1.4, kernels 10.0, queue
-3.0, launch 1.3. A repeat at load average 3-7 (other jobs on the machine)
-gave 15.1 / 70.3 / 156.9 s wall for 8 / 32 / 128 ranks with the same memory
-(285 / 536 / 955 MiB PSS): the wall time moves 2-3x with the machine's load,
-the memory does not; compare sides only within one run (``--repeat``).
+of them hold about as many events as 136 ``a100`` ranks.) Peak RSS (sum over
+the tree) was 398 / 686 / 1098 / 3263 MiB. At 128 ranks (run b) the analyses
+took: temporal 3.0 s, overlap 3.9, idle 1.1, kernels 5.9, queue 2.4, launch
+1.0. A run at load average 3-7 (other jobs on the machine) gave 15.1 / 70.3 /
+156.9 s wall for 8 / 32 / 128 ranks with the same memory (285 / 536 / 955
+MiB PSS): the wall time moves 1.5-3x with the machine's load, the memory does
+not; compare the sides only within one invocation (``--repeat``).
 
 ``--figures PATH`` runs HTA, the same six analyses, on each shared trace in
 ``/work/shared/testdata/traces`` on its own (a folder holding one symlink, all
