@@ -6,6 +6,11 @@ notebook never holds more than one rank's events per worker, and ranks are
 read in parallel. ``forkserver`` (``spawn`` where it is missing) rather than
 fork: a notebook kernel has threads, and forking it is unsafe.
 
+Each worker also lists its traces' collectives (``analysis.multirank.
+collectives.collective_table``: columns, about 40 bytes a collective), which
+the run matches across ranks: ``collectives()``, ``stragglers()`` and
+``findings()``.
+
 A file that cannot be read is a named problem, never a traceback; the other
 ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 --json`` prints (schema: ``JSON_SCHEMA`` below, versioned).
@@ -19,10 +24,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..analysis.multirank import collectives as colls
 from ..analysis.multirank import run as tables
 from ..formats.run_folder import Problem, RunSources, discover
 
 SCHEMA_VERSION = 1
+#: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
+#: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
+MAX_JSON_COLLECTIVES = 256
 #: The ``--json`` document, key by key (docs: this dict is printed by ``torchlens analyze --help-json``)
 JSON_SCHEMA = {
     "schema": "torchlens-run, integer version",
@@ -36,18 +45,35 @@ JSON_SCHEMA = {
     "overlap": "per rank: communication_us, overlapped_us, overlap_pct",
     "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
     "top_kernels": "per rank, kind and name: count, total_us",
+    "collectives": "per collective matched across ranks by (trace, seq), at most "
+                   f"{MAX_JSON_COLLECTIVES}: trace, seq, name, mismatch (null, or what the "
+                   "ranks disagree on: then nothing is paired), ranks, missing, bytes, n, "
+                   "arrivals {rank: unix s}, last_rank, waits_us {rank: us}, max_wait_us, "
+                   "total_wait_us, dur_us, timed_by (kernel|host), span_us, algbw_GBps, "
+                   "busbw_GBps (nccl-tests' conventions; definitions: "
+                   "torchlens.analysis.multirank.collectives)",
+    "collectives_left_out": "how many collective rows did not fit in collectives",
+    "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
+                  "last), last_pct, caused_us, caused_mean_us, waited_us",
+    "findings": "plain sentences: ranks that arrived last far more often than chance "
+                "with at least 1 ms of others' wait, and collective sequences that disagree",
 }
 
 
 def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
     """In a worker: read each trace of one rank and keep only its figures."""
     from ..analysis.multirank import rank_figures
+    from ..analysis.multirank.collectives import collective_table
     from ..formats.kineto import load_trace
 
     figures, problems = [], []
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
-            figures.append(rank_figures(load_trace(path), top=top))
+            trace = load_trace(path)
+            one = rank_figures(trace, top=top)
+            one["collectives"] = collective_table(trace)
+            one["trace"] = i  # the trace's place among the rank's, for matching steps
+            figures.append(one)
         except Exception as exc:  # noqa: BLE001 - named, the other traces go on
             problems.append({"kind": "unreadable", "path": path,
                              "message": f"{type(exc).__name__}: {str(exc)[:300]}"})
@@ -67,6 +93,7 @@ class RunResult:
         self.sources = sources
         self.figures = figures
         self.problems = problems
+        self._collective_rows: list[dict[str, Any]] | None = None
 
     @property
     def ranks(self) -> list[int]:
@@ -97,7 +124,26 @@ class RunResult:
         """Per rank: the kernels that took the most time, by kind."""
         return self._frame(tables.top_kernel_rows(self.figures))
 
+    def _rows(self) -> list[dict[str, Any]]:
+        if self._collective_rows is None:
+            self._collective_rows = colls.collective_rows(self.figures, self.sources.world_size)
+        return self._collective_rows
+
+    def collectives(self) -> Any:
+        """Per collective matched across ranks by (trace, seq): arrivals, the last rank,
+        each rank's wait, duration and bandwidths, or what the ranks disagree on."""
+        return self._frame(self._rows())
+
+    def stragglers(self) -> Any:
+        """Per rank: how often it arrived last and how long the others waited for it."""
+        return self._frame(colls.straggler_rows(self.figures, rows=self._rows()))
+
+    def findings(self) -> list[str]:
+        """Sentences about ranks that stand out as late and sequences that disagree."""
+        return colls.findings(self.figures, rows=self._rows())
+
     def to_json(self) -> dict[str, Any]:
+        rows = self._rows()
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
                 "problems": [vars(p) for p in self.problems],
@@ -105,7 +151,11 @@ class RunResult:
                 "idle": tables.idle_rows(self.figures),
                 "overlap": tables.overlap_rows(self.figures),
                 "kernels": tables.kernel_rows(self.figures),
-                "top_kernels": tables.top_kernel_rows(self.figures)}
+                "top_kernels": tables.top_kernel_rows(self.figures),
+                "collectives": rows[:MAX_JSON_COLLECTIVES],
+                "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
+                "stragglers": colls.straggler_rows(self.figures, rows=rows),
+                "findings": colls.findings(self.figures, rows=rows)}
 
     def __repr__(self) -> str:
         bad = f", {len(self.problems)} problem(s)" if self.problems else ""
