@@ -24,7 +24,7 @@ attached through their launch), over the whole trace rather than one step:
   for the gathering kinds, else ``In msg nelems``, times its ``dtype``'s
   size); else, with ``record_shapes``, the largest tensor argument of any of
   its events (``_allgather_base_``'s output, ``_reduce_scatter_base_``'s
-  input); else ``None``;
+  input, the larger of ``alltoall_base_``'s two); else ``None``;
 - ``kernel_us``: the summed duration of its NCCL kernels, ``None`` when it
   has none (gloo, CPU);
 - ``group``: ``record_param_comms``' ``Group size``, ``None`` when not
