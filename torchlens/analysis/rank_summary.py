@@ -348,8 +348,21 @@ def _canonical(text: str) -> str:
     return ""
 
 
-def _collectives(trace: Trace, host: np.ndarray, member: np.ndarray) -> list[dict]:
-    """Every collective of the step, in host order (module docstring)."""
+def collective_events(trace: Trace, host: np.ndarray | None = None) -> list[dict]:
+    """Every collective of the whole trace by the module docstring's rules, by ``ts``.
+
+    One dict per collective: ``row`` (its outermost event: the issuing host op,
+    an unpaired backend span, or a NCCL kernel launched outside any host
+    collective), ``name`` (the canonical kind, e.g. ``allreduce``), ``ts`` (its
+    issue time, table µs; a lone kernel's launch time when known), ``end``
+    (table µs: the end of its last host span, paired backend span or kernel)
+    and ``members`` (every row of it: host spans, backend spans, kernels).
+    ``host`` is ``_candidates``' host mask (computed when not given).
+    ``analysis.multirank.collectives`` reads a whole trace's collectives
+    through this; ``summarize`` keeps those of its step.
+    """
+    if host is None:
+        host = _candidates(trace)[0]
     ev = trace.events
     hrows = np.flatnonzero(host & name_mask(trace, _HOST_COLLECTIVE))
     kernels = np.flatnonzero(name_mask(trace, COMM_KERNEL) & category_mask(trace, "kernel")
@@ -426,8 +439,14 @@ def _collectives(trace: Trace, host: np.ndarray, member: np.ndarray) -> list[dic
             counted.append(span)
 
     _attach_kernels(trace, kernels, counted, thread, end_of)
-    chosen = [c for c in counted if member[c["row"]]]
-    chosen.sort(key=lambda c: c["ts"])
+    counted.sort(key=lambda c: c["ts"])
+    return counted
+
+
+def _collectives(trace: Trace, host: np.ndarray, member: np.ndarray) -> list[dict]:
+    """Every collective of the step, in host order (module docstring)."""
+    # collective_events is sorted (stably) by ts: filtering keeps that order
+    chosen = [c for c in collective_events(trace, host) if member[c["row"]]]
     for seq, c in enumerate(chosen):
         c["seq"] = seq
         c["lane"] = _lane_key(trace, c["row"])

@@ -187,6 +187,8 @@ class AnalyzeCommand(Command):
                 print(f"  {p.kind}: {p.path}: {p.message}")
             if run.ranks:
                 print(run.temporal().to_string(index=False))
+                for line in run.findings():
+                    print(f"- {line}")
         return 0 if run.ranks else EXIT_USAGE
 
 

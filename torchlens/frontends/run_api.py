@@ -6,6 +6,11 @@ notebook never holds more than one rank's events per worker, and ranks are
 read in parallel. ``forkserver`` (``spawn`` where it is missing) rather than
 fork: a notebook kernel has threads, and forking it is unsafe.
 
+Each worker also lists its traces' collectives (``analysis.multirank.
+collectives.collective_table``: columns, about 40 bytes a collective), which
+the run matches across ranks: ``collectives()``, ``stragglers()`` and
+``findings()``.
+
 A file that cannot be read is a named problem, never a traceback; the other
 ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 --json`` prints (schema: ``JSON_SCHEMA`` below, versioned).
@@ -26,6 +31,9 @@ from ..model.payloads import RunPayload
 from .api import Result
 
 SCHEMA_VERSION = 1
+#: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
+#: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
+MAX_JSON_COLLECTIVES = 256
 #: The ``--json`` document, key by key (docs: this dict is printed by ``torchlens analyze --help-json``)
 JSON_SCHEMA = {
     "schema": "torchlens-run, integer version",
@@ -43,22 +51,37 @@ JSON_SCHEMA = {
              "runtime, dataloader, cpu_exec, other, comm): the %%torchprof breakdown",
     "step_skew": "per step number present on every rank: median_us, max_us, slowest rank, "
                  "skew_pct = (max - median) / median",
+    "collectives": "per collective matched across ranks by (trace, seq), at most "
+                   f"{MAX_JSON_COLLECTIVES}: trace, seq, name, mismatch (null, or what the "
+                   "ranks disagree on: then nothing is paired), ranks, missing, bytes, n, "
+                   "arrivals {rank: unix s}, last_rank, waits_us {rank: us}, max_wait_us, "
+                   "total_wait_us, dur_us, timed_by (kernel|host), span_us, algbw_GBps, "
+                   "busbw_GBps (nccl-tests' conventions; definitions: "
+                   "torchlens.analysis.multirank.collectives)",
+    "collectives_left_out": "how many collective rows did not fit in collectives",
+    "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
+                  "last), last_pct, caused_us, caused_mean_us, waited_us",
+    "findings": "plain sentences: ranks that arrived last far more often than chance "
+                "with at least 1 ms of others' wait, and collective sequences that disagree",
 }
 
 
 def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
     """In a worker: read each trace of one rank and keep only its figures."""
     from ..analysis.multirank import rank_figures
+    from ..analysis.multirank.collectives import collective_table
     from ..analysis.steps import step_breakdown
     from ..formats.kineto import load_trace
 
     figures, problems = [], []
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
             trace = load_trace(path)
             one = rank_figures(trace, top=top)
             # the %%torchprof step breakdown (TensorBoard plugin's definitions)
             one["steps"] = step_breakdown(trace).to_dict("records")
+            one["collectives"] = collective_table(trace)
+            one["trace"] = i  # the trace's place among the rank's, for matching steps
             figures.append(one)
         except Exception as exc:  # noqa: BLE001 - named, the other traces go on
             problems.append({"kind": "unreadable", "path": path,
@@ -123,7 +146,20 @@ class RunResult(Result):
         """Per step index: median and slowest rank's step time, skew in %."""
         return self._frame(tables.step_skew_rows(self.figures))
 
+    def _rows(self) -> list[dict[str, Any]]:
+        return self.analysis().collectives
+
+    def collectives(self) -> Any:
+        """Per collective matched across ranks by (trace, seq): arrivals, the last rank,
+        each rank's wait, duration and bandwidths, or what the ranks disagree on."""
+        return self._frame(self._rows())
+
+    def stragglers(self) -> Any:
+        """Per rank: how often it arrived last and how long the others waited for it."""
+        return self._frame(self.analysis().stragglers)
+
     def to_json(self) -> dict[str, Any]:
+        rows = self._rows()
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
                 "problems": [vars(p) for p in self.problems],
@@ -133,7 +169,11 @@ class RunResult(Result):
                 "kernels": tables.kernel_rows(self.figures),
                 "top_kernels": tables.top_kernel_rows(self.figures),
                 "steps": tables.step_rows(self.figures),
-                "step_skew": tables.step_skew_rows(self.figures)}
+                "step_skew": tables.step_skew_rows(self.figures),
+                "collectives": rows[:MAX_JSON_COLLECTIVES],
+                "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
+                "stragglers": self.analysis().stragglers,
+                "findings": self.findings()}
 
     def findings(self) -> list[str]:
         """The report's findings: plain sentences with their figures."""

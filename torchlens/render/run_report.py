@@ -46,6 +46,19 @@ IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
 SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
         Column("median_us", "median step", _ms), Column("max_us", "slowest", _ms),
         Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", _pct)]
+STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", tables.fmt_int),
+              Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", _pct),
+              Column("caused_us", "others waited for it", _ms),
+              Column("caused_mean_us", "per such collective", _ms),
+              Column("waited_us", "it waited for others", _ms)]
+COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
+               Column("mismatch", "ranks disagree", str, False, 80),
+               Column("bytes", "bytes", tables.fmt_int), Column("last_rank", "last rank", str),
+               Column("max_wait_us", "first to last arrival", _ms),
+               Column("dur_us", "duration", _ms), Column("busbw_GBps", "bus bandwidth",
+                                                         lambda v: f"{v:,.2f} GB/s")]
+#: a report of a long run lists the first collectives; --json and the DataFrame hold all
+MAX_COLLECTIVE_ROWS = 200
 PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
             Column("message", "what", str, False)]
 
@@ -106,6 +119,17 @@ def report_parts(profile: Profile, a: RunAnalysis,
             [html.note("No rank's trace holds GPU work (CPU-only traces): there is no GPU "
                        "timeline to break down."), tables.html_table(a.temporal, TEMPORAL)]),
             "temporal"))
+    if a.stragglers:
+        out.append(section("Who the others waited for (stragglers)",
+                           tables.html_table(a.stragglers, STRAGGLERS), "stragglers"))
+    if a.collectives:
+        shown = a.collectives[:MAX_COLLECTIVE_ROWS]
+        more = len(a.collectives) - len(shown)
+        parts = [tables.html_table(shown, COLLECTIVES)]
+        if more:
+            parts.append(html.note(f"{more:,} more collectives: run.collectives() or "
+                                   "torchlens analyze --json list them all"))
+        out.append(section("Collectives across ranks", html.join(parts), "collectives"))
     if a.step_skew:
         out.append(section("Step time across ranks", tables.html_table(a.step_skew, SKEW),
                            "steps"))

@@ -5,9 +5,19 @@
 JSON-able dicts and lists, so each rank's trace can be summarised in its own
 worker process and only the small result travels. Definitions, and where they
 differ from HTA's: ``gpu`` (which GPU work, its kinds, the window) and
-``figures`` (each figure).
+``figures`` (each figure). ``collectives`` lists each rank's collectives
+(``rank_collectives``) and matches them across ranks (``collective_rows``,
+``straggler_rows``, ``findings``); ``run`` turns every rank's figures into
+the run's tables.
 """
 
+from .collectives import (
+    collective_rows,
+    collective_table,
+    findings,
+    rank_collectives,
+    straggler_rows,
+)
 from .figures import (
     comm_comp_overlap,
     idle_time,
@@ -17,5 +27,6 @@ from .figures import (
 )
 from .gpu import KINDS, GpuWork, gpu_work, kind_of
 
-__all__ = ["KINDS", "GpuWork", "comm_comp_overlap", "gpu_work", "idle_time",
-           "kernel_breakdown", "kind_of", "rank_figures", "temporal_breakdown"]
+__all__ = ["KINDS", "GpuWork", "collective_rows", "collective_table", "comm_comp_overlap",
+           "findings", "gpu_work", "idle_time", "kernel_breakdown", "kind_of",
+           "rank_collectives", "rank_figures", "straggler_rows", "temporal_breakdown"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from torchlens.model import Profile
 
+from . import collectives as colls
 from . import run as tables
 
 
@@ -29,6 +30,8 @@ class RunAnalysis:
     top_kernels: list[dict[str, Any]]
     steps: list[dict[str, Any]]
     step_skew: list[dict[str, Any]]
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
 
 
@@ -36,17 +39,20 @@ def figures_by_rank(profile: Profile) -> tables.RankFigures:
     return {int(r): f for r, f in profile.payload.figures.items()}  # type: ignore[union-attr]
 
 
-def findings(a: RunAnalysis) -> list[str]:
+def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
     """Plain sentences with their figures, most telling first.
 
+    - the ranks that arrived last at collectives far more often than chance,
+      and collective sequences that disagree (``collectives.findings``);
     - the rank with the most idle GPU time, when it idles at least 10 points
       more than the median rank;
     - the largest step-time skew, when a step's slowest rank took at least 5%
       longer than the median;
-    - communication that compute barely hides (median overlap under 20%);
+    - communication that compute barely hides (median overlap under 20%, over
+      the ranks with compute and at least 10% non-compute time);
     - what could not be read.
     """
-    out: list[str] = []
+    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
     if len(gpu) >= 2:
         ordered = sorted(r["idle_pct"] for r in gpu)
@@ -61,7 +67,11 @@ def findings(a: RunAnalysis) -> list[str]:
             out.append(f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
                        f"{worst_step['max_us'] / 1000:.1f} ms, {worst_step['skew_pct']:.0f}% "
                        f"longer than the median rank ({worst_step['median_us'] / 1000:.1f} ms)")
-    overlaps = sorted(r["overlap_pct"] for r in a.overlap if r.get("overlap_pct") is not None)
+    # only where there is compute that could hide it and communication worth hiding
+    busy = {r["rank"] for r in a.temporal
+            if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
+    overlaps = sorted(r["overlap_pct"] for r in a.overlap
+                      if r.get("overlap_pct") is not None and r["rank"] in busy)
     if overlaps and overlaps[len(overlaps) // 2] < 20:
         out.append(f"compute hides little of the communication: median overlap "
                    f"{overlaps[len(overlaps) // 2]:.1f}% of communication time")
@@ -81,5 +91,7 @@ def analyze(profile: Profile) -> RunAnalysis:
                     overlap=tables.overlap_rows(ranks), kernels=tables.kernel_rows(ranks),
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
-    a.findings = findings(a)
+    a.collectives = colls.collective_rows(ranks, a.world_size)
+    a.stragglers = colls.straggler_rows(ranks, a.world_size, rows=a.collectives)
+    a.findings = findings(a, ranks)
     return a

@@ -1,0 +1,323 @@
+"""Collectives across ranks (``analysis.multirank.collectives``, issue 13).
+
+The shared traces are checked against a plain-json reading written here from
+the module docstring's definitions (each collective of these traces is one
+outermost ``c10d::`` host op); a synthetic run built from minimal Kineto
+JSON has a deliberately late rank.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchlens.analysis.multirank.collectives import (
+    SAME_SIZE,
+    busbw_factor,
+    collective_rows,
+    collective_table,
+    findings,
+    rank_collectives,
+    records,
+    straggler_rows,
+)
+from torchlens.formats.kineto import load_trace
+from torchlens.frontends import run_api
+from torchlens.frontends.cli import main
+from torchlens.frontends.run_api import load_run
+
+#: c10d op -> canonical kind, for the ops the shared traces hold
+KIND = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadcast",
+        "c10d::alltoall_base_": "alltoall", "c10d::_allgather_base_": "allgather"}
+SIZE = {"float": 4, "long": 8, "byte": 1, "signed char": 1}
+
+
+def _issues(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The outermost ``c10d::`` ops of a trace, by start: one per collective here."""
+    c10d = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+            and e["name"].startswith("c10d::")]
+    outer = [e for e in c10d if not any(
+        o is not e and o["tid"] == e["tid"] and o["ts"] <= e["ts"] < o["ts"] + o["dur"]
+        for o in c10d)]
+    return sorted(outer, key=lambda e: e["ts"])
+
+
+def _inside(doc: dict[str, Any], op: dict[str, Any]) -> list[dict[str, Any]]:
+    """Host events nested in ``op`` on its thread."""
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e is not op
+            and e["pid"] == op["pid"] and e["tid"] == op["tid"]
+            and op["ts"] <= e["ts"] < op["ts"] + op["dur"]]
+
+
+def _nccl_kernels(doc: dict[str, Any], op: dict[str, Any]) -> list[dict[str, Any]]:
+    """NCCL kernels whose launch (same correlation) lies in ``op``."""
+    launched = {(e.get("args") or {}).get("correlation") for e in _inside(doc, op)
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    return [e for e in doc["traceEvents"] if e.get("cat") == "kernel"
+            and e["name"].startswith("nccl") and (e.get("args") or {}).get("correlation")
+            in launched]
+
+
+# --------------------------------------------------------------- shared traces
+def test_a100_ddp_collectives_agree_with_the_raw_json(traces_dir, plain):
+    path = traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"
+    doc = plain(path)
+    got = rank_collectives(load_trace(path))
+    want = _issues(doc)
+    assert len(got) == len(want) == 21
+    assert [c["name"] for c in got] == [KIND[e["name"]] for e in want]
+    assert [c["name"] for c in got].count("allreduce") == 15
+    assert [c["seq"] for c in got] == list(range(21))
+    base_s = doc["baseTimeNanoseconds"] / 1e9
+    for c, op in zip(got, want, strict=True):
+        comms = [e for e in _inside(doc, op) if e["name"] == "record_param_comms"]
+        args = comms[0]["args"]
+        assert c["bytes"] == args["In msg nelems"] * SIZE[args["dtype"].lower()]
+        kernels = _nccl_kernels(doc, op)
+        assert len(kernels) == 1
+        assert c["kernel_us"] == pytest.approx(kernels[0]["dur"])
+        assert c["t0"] == pytest.approx(base_s + op["ts"] / 1e6, abs=1e-6)
+        end = max(op["ts"] + op["dur"], kernels[0]["ts"] + kernels[0]["dur"])
+        assert c["dur_us"] == pytest.approx(end - op["ts"], abs=1e-3)
+        assert c["t1"] == pytest.approx(base_s + end / 1e6, abs=1e-6)
+        assert (c["group"], c["pg"]) == (2, "0")
+    # the first bucket allreduce of DDP: 2049000 floats, its kernel 3.3 ms
+    assert got[2]["bytes"] == 2049000 * 4 and got[2]["kernel_us"] > 1000
+
+
+def test_a_cpu_gloo_trace_has_no_kernel_time(traces_dir):
+    got = rank_collectives(load_trace(traces_dir / "cpu_only_gloo_rank34.json.gz"))
+    assert len(got) == 10 and {c["name"] for c in got} == {"allreduce"}
+    assert all(c["kernel_us"] is None and c["bytes"] for c in got)
+    assert all(c["dur_us"] > 100_000 for c in got)  # the gloo exchange, not the enqueue
+
+
+def _expected_size(doc: dict[str, Any], op: dict[str, Any]) -> int | None:
+    """Bytes by the docstring for the sampled traces (shapes only): the largest
+    tensor argument of the op and the events in it."""
+    best = None
+    for e in [op] + _inside(doc, op):
+        args = e.get("args") or {}
+        for shape, dtype in zip(args.get("Input Dims") or [], args.get("Input type") or [],
+                                strict=False):
+            if dtype in SIZE and shape and all(isinstance(d, int) for d in shape):
+                best = max(best or 0, math.prod(shape) * SIZE[dtype])
+    return best
+
+
+def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir, plain):
+    """Two ranks of a 128-rank job: their sequences pair by seq, except where they
+    disagree (then the row says so and pairs nothing)."""
+    figures, raw = {}, {}
+    for r in (0, 1):
+        path = traces_dir / f"sampled_rank-{r}.json.gz"
+        figures[r] = [{"collectives": collective_table(load_trace(path)), "trace": 0}]
+        doc = plain(path)
+        assert "baseTimeNanoseconds" not in doc  # ts are unix µs
+        raw[r] = [(KIND[e["name"]], e["ts"], _expected_size(doc, e)) for e in _issues(doc)]
+    assert len(raw[0]) == len(raw[1]) == 10
+    rows = collective_rows(figures, world_size=128)
+    assert [(r["trace"], r["seq"]) for r in rows] == [(0, s) for s in range(10)]
+    last_count = {0: 0, 1: 0}
+    caused = {0: 0.0, 1: 0.0}
+    mismatched = []
+    for seq, row in enumerate(rows):
+        (n0, ts0, b0), (n1, ts1, b1) = raw[0][seq], raw[1][seq]
+        if n0 != n1 or (n0 in SAME_SIZE and b0 != b1):
+            mismatched.append(seq)
+            assert row["mismatch"] and row["last_rank"] is None and row["waits_us"] is None
+            assert "rank 0" in row["mismatch"] and "rank 1" in row["mismatch"]
+            continue
+        assert row["mismatch"] is None and row["name"] == n0 and row["n"] == 128
+        last = 0 if ts0 >= ts1 else 1
+        assert row["last_rank"] == last
+        assert row["waits_us"][0] == pytest.approx(max(ts0, ts1) - ts0, abs=1.0)
+        assert row["waits_us"][1] == pytest.approx(max(ts0, ts1) - ts1, abs=1.0)
+        assert row["arrivals"] == {0: pytest.approx(ts0 / 1e6, abs=1e-6),
+                                   1: pytest.approx(ts1 / 1e6, abs=1e-6)}
+        last_count[last] += 1
+        caused[last] += abs(ts0 - ts1)
+    assert mismatched == [3, 6, 7]  # a size at 3, then alltoall and allreduce swapped
+    assert rows[6]["mismatch"] == "names differ: alltoall on rank 0; allreduce on rank 1"
+    assert rows[6]["name"] is None and rows[3]["name"] == "allreduce"
+    stragglers = {s["rank"]: s for s in straggler_rows(figures, 128)}
+    for r in (0, 1):
+        assert stragglers[r]["last"] == last_count[r] and stragglers[r]["collectives"] == 7
+        assert stragglers[r]["caused_us"] == pytest.approx(caused[r], abs=10.0)
+        assert stragglers[r]["waited_us"] == pytest.approx(caused[1 - r], abs=10.0)
+    assert last_count == {0: 5, 1: 2}
+    # 5 of 7 for one of two ranks is no standout (binomial chance 23%)
+    (sentence,) = findings(figures, 128)
+    assert "disagree at 3 of 10" in sentence and "seq 3" in sentence
+
+
+# ---------------------------------------------------------------- synthetic run
+BASE_NS = 1_700_000_000 * 10**9
+STEP_US = 100_000.0
+LATE_US = 5_000.0
+XFER_US = 1_000.0
+NELEMS = 1 << 20  # floats: 4 MiB
+
+
+def _collective(kind: str, t: float, end: float, corr: int, world: int) -> list[dict]:
+    op = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce", "AllReduce"),
+          "broadcast": ("c10d::broadcast_", "nccl:broadcast", "Broadcast")}[kind]
+    host = {"pid": 1, "tid": 1, "ph": "X"}
+    return [
+        {**host, "cat": "cpu_op", "name": op[0], "ts": t, "dur": 50},
+        {**host, "cat": "cpu_op", "name": "record_param_comms", "ts": t + 1, "dur": 45,
+         "args": {"Collective name": kind, "In msg nelems": NELEMS, "Out msg nelems": NELEMS,
+                  "dtype": "Float", "Group size": world, "Process Group Name": "0"}},
+        {**host, "cat": "user_annotation", "name": op[1], "ts": t + 2, "dur": 40},
+        {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + 10, "dur": 5,
+         "args": {"correlation": corr}},
+        {"ph": "X", "pid": 0, "tid": 7, "cat": "kernel",
+         "name": f"ncclKernel_{op[2]}_RING_LL_Sum_float(ncclDevComm*)", "ts": t + 20,
+         "dur": end - (t + 20), "args": {"correlation": corr, "device": 0, "stream": 7}},
+    ]
+
+
+def _write_run(folder: Path, world: int = 4, steps: int = 8, late_rank: int = 2,
+               odd: tuple[int, int] | None = None) -> Path:
+    """Per-rank traces: every rank issues an allreduce per step, ``late_rank``
+    ``LATE_US`` after the others; each kernel ends ``XFER_US`` after the last
+    rank's began. ``odd=(rank, step)``: that rank issues a broadcast there."""
+    folder.mkdir()
+    for rank in range(world):
+        events = []
+        for step in range(steps):
+            t0 = 1_000.0 + step * STEP_US
+            t = t0 + (LATE_US if rank == late_rank else 0.0)
+            end = t0 + LATE_US + 20 + XFER_US
+            kind = "broadcast" if odd == (rank, step) else "allreduce"
+            events += _collective(kind, t, end, 100 + step, world)
+            events.append({"ph": "X", "pid": 0, "tid": 7, "cat": "kernel", "name": "gemm",
+                           "ts": t0 - 900, "dur": 800,
+                           "args": {"correlation": 10_000 + step, "device": 0, "stream": 7}})
+        doc = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+               "baseTimeNanoseconds": BASE_NS, "traceEvents": events}
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_a_late_rank_is_named_by_stragglers_and_findings(tmp_path):
+    run = load_run(str(_write_run(tmp_path / "run")), workers=1)
+    rows = run.collectives()
+    assert len(rows) == 8 and rows["mismatch"].isna().all()
+    assert (rows["last_rank"] == 2).all() and (rows["name"] == "allreduce").all()
+    first = rows.iloc[0]
+    assert first["arrivals"][0] == pytest.approx(BASE_NS / 1e9 + 1_000 / 1e6)
+    assert first["waits_us"] == {0: pytest.approx(LATE_US, abs=0.5),
+                                 1: pytest.approx(LATE_US, abs=0.5),
+                                 2: 0.0, 3: pytest.approx(LATE_US, abs=0.5)}
+    assert first["total_wait_us"] == pytest.approx(3 * LATE_US, abs=2)
+    # the late rank's kernel is the exchange alone: 1 ms for 4 MiB
+    assert first["timed_by"] == "kernel" and first["dur_us"] == pytest.approx(XFER_US)
+    assert first["bytes"] == NELEMS * 4 and first["n"] == 4
+    algbw = NELEMS * 4 / 1e9 / (XFER_US / 1e6)
+    assert first["algbw_GBps"] == pytest.approx(algbw)
+    assert first["busbw_GBps"] == pytest.approx(algbw * 2 * 3 / 4)
+    stragglers = run.stragglers()
+    top = stragglers.iloc[0]
+    assert top["rank"] == 2 and top["last"] == 8 and top["last_pct"] == 100.0
+    assert top["caused_us"] == pytest.approx(8 * 3 * LATE_US, abs=20)
+    assert top["caused_mean_us"] == pytest.approx(3 * LATE_US, abs=2)
+    assert list(stragglers.set_index("rank").loc[[0, 1, 3], "waited_us"]) == \
+        pytest.approx([8 * LATE_US] * 3, abs=5)
+    (sentence,) = run.findings()
+    assert sentence.startswith("rank 2 arrived last at 100% of allreduces (8 of 8)")
+    assert "120.0 ms in total" in sentence and "15.0 ms per allreduce" in sentence
+
+
+def test_a_mismatch_at_one_seq_is_reported_not_paired(tmp_path):
+    run = load_run(str(_write_run(tmp_path / "run", odd=(1, 3))), workers=1)
+    rows = run.to_json()["collectives"]
+    bad = [r for r in rows if r["mismatch"]]
+    assert [r["seq"] for r in bad] == [3]
+    assert bad[0]["mismatch"] == ("names differ: allreduce on ranks 0, 2-3; "
+                                  "broadcast on rank 1")
+    assert bad[0]["name"] is None and bad[0]["last_rank"] is None
+    assert bad[0]["algbw_GBps"] is None and bad[0]["waits_us"] is None
+    assert all(r["last_rank"] == 2 for r in rows if not r["mismatch"])
+    top = run.stragglers().iloc[0]
+    assert top["rank"] == 2 and top["last"] == 7 and top["collectives"] == 7
+    found = run.findings()
+    assert found[0].startswith("rank 2 arrived last at 100% of allreduces (7 of 7)")
+    assert "disagree at 1 of 8" in found[1] and "seq 3" in found[1]
+
+
+def test_analyze_json_carries_collectives_stragglers_and_findings(tmp_path, capsys,
+                                                                  monkeypatch):
+    folder = _write_run(tmp_path / "run")
+    monkeypatch.setattr(run_api, "MAX_JSON_COLLECTIVES", 5)
+    assert main(["analyze", str(folder), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # strict JSON
+    assert doc["ranks"] == [0, 1, 2, 3] and doc["world_size"] == 4
+    assert len(doc["collectives"]) == 5 and doc["collectives_left_out"] == 3
+    assert doc["collectives"][0]["waits_us"]["2"] == 0.0
+    assert doc["stragglers"][0]["rank"] == 2
+    assert len(doc["findings"]) == 1 and doc["findings"][0].startswith("rank 2 ")
+    assert {"collectives", "collectives_left_out", "stragglers", "findings"} <= set(
+        run_api.JSON_SCHEMA)
+    assert main(["analyze", str(folder)]) == 0
+    assert "- rank 2 arrived last" in capsys.readouterr().out
+
+
+def test_an_even_run_has_no_findings(tmp_path):
+    """Every rank issues at the same µs: ties go to the lowest rank, whose
+    'lateness' made nobody wait, so nothing stands out."""
+    run = load_run(str(_write_run(tmp_path / "run", late_rank=-1)), workers=1)
+    assert (run.collectives()["total_wait_us"] == 0).all()
+    assert run.findings() == []
+    assert run.stragglers().iloc[0]["caused_us"] == 0
+
+
+# ---------------------------------------------------------------- units
+def test_busbw_factors_are_nccl_tests():
+    n = 8
+    assert busbw_factor("allreduce", n) == pytest.approx(2 * 7 / 8)
+    for kind in ("allgather", "reducescatter", "alltoall"):
+        assert busbw_factor(kind, n) == pytest.approx(7 / 8)
+    assert busbw_factor("broadcast", n) == busbw_factor("reduce", n) == 1.0
+    assert busbw_factor("barrier", n) is None
+    assert busbw_factor("allreduce", 1) == 0.0
+
+
+def _rec(seq: int, name: str, t0: float, nbytes: int | None = 1000) -> dict[str, Any]:
+    return {"seq": seq, "name": name, "t0": t0, "t1": t0 + 1e-3, "dur_us": 1000.0,
+            "bytes": nbytes, "kernel_us": None, "group": None, "pg": None}
+
+
+def test_traces_pair_by_their_place_and_short_ranks_are_missing():
+    """Rank 1's first trace was unreadable: its second pairs with rank 0's second."""
+    ranks = {0: [{"collectives": [_rec(0, "broadcast", 1.0)], "trace": 0},
+                 {"collectives": [_rec(0, "allreduce", 2.0), _rec(1, "allreduce", 3.0)],
+                  "trace": 1}],
+             1: [{"collectives": [_rec(0, "allreduce", 2.001)], "trace": 1}]}
+    rows = collective_rows(ranks, world_size=2)
+    assert [(r["trace"], r["seq"], r["ranks"], r["missing"]) for r in rows] == [
+        (0, 0, 1, []), (1, 0, 2, []), (1, 1, 1, [1])]
+    assert rows[0]["last_rank"] is None and rows[0]["algbw_GBps"] == pytest.approx(1e-3)
+    assert rows[1]["last_rank"] == 1 and rows[1]["waits_us"][0] == pytest.approx(1000.0)
+    assert rows[1]["timed_by"] == "host"
+    # a size that differs where every rank must pass the same count is a mismatch
+    ranks[1][0]["collectives"][0]["bytes"] = 999
+    assert collective_rows(ranks)[1]["mismatch"] == (
+        "sizes differ: 1000 B on rank 0; 999 B on rank 1")
+
+
+def test_the_columns_travel_smaller_than_dicts(traces_dir):
+    trace = load_trace(traces_dir / "v100_ddp_sgd_annotations_rank0.json.gz")
+    table = collective_table(trace)
+    assert records(table) == rank_collectives(trace)
+    assert len(table["name"]) == 35 and table["names"] == ["broadcast", "allreduce"]
+    sent = len(pickle.dumps(table))
+    assert sent < len(pickle.dumps(records(table))) and sent / 35 < 40
+    json.dumps(table, allow_nan=False)  # plain lists, JSON-able like the other figures
+    assert all(re.fullmatch(r"[a-z]+", n) for n in table["names"])
