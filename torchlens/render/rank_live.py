@@ -164,6 +164,28 @@ class _Timeline:
         return row
 
 
+def _stacked_bars(source: ColumnDataSource, parts: tuple[str, ...], colors: dict[str, str],
+                  ranks: int, x_label: str, title: str, number: str,
+                  extra_tips: list[tuple[str, str]]) -> Any:
+    """One horizontal stacked bar per rank, a ``<part>_ms`` column per part."""
+    labels = [f"rank {r}" for r in range(ranks)]
+    fig = figure(height=max(190, 70 + 30 * ranks), sizing_mode="stretch_width", tools="save",
+                 toolbar_location=None, y_range=FactorRange(*reversed(labels)),
+                 x_axis_label=x_label, title=title)
+    bars = fig.hbar_stack([f"{p}_ms" for p in parts], y="rank", height=0.7, source=source,
+                          color=[colors[p] for p in parts], legend_label=list(parts))
+    for bar, p in zip(bars, parts, strict=True):
+        fig.add_tools(HoverTool(renderers=[bar], tooltips=[
+            ("", "@rank"), (p, f"@{p}_ms{{{number}}} ms"), *extra_tips]))
+    fig.x_range.start = 0
+    fig.ygrid.grid_line_color = None
+    fig.legend.label_text_font_size = "8pt"
+    fig.legend.spacing = 0
+    fig.legend.padding = 4
+    fig.add_layout(fig.legend[0], "right")
+    return fig
+
+
 class _Panels:
     """The figures and their (empty) sources.
 
@@ -305,53 +327,24 @@ class _Panels:
     def _roles_panel(self) -> None:
         """The profiled steps' breakdown with %%torchprof's definitions (one role per instant)."""
         n = self.world_size
-        labels = [f"rank {r}" for r in range(n)]
-        self.roles = ColumnDataSource({"rank": labels, "step_ms": [NAN] * n,
-                                       "profiled": [0] * n,
+        self.roles = ColumnDataSource({"rank": [f"rank {r}" for r in range(n)],
+                                       "step_ms": [NAN] * n, "profiled": [0] * n,
                                        **{f"{role}_ms": [0.0] * n for role in ROLES}})
-        fig = figure(height=max(190, 70 + 30 * n), sizing_mode="stretch_width", tools="save",
-                     toolbar_location=None, y_range=FactorRange(*reversed(labels)),
-                     x_axis_label="ms (median of the profiled steps)",
-                     title="Profiled steps as %%torchprof breaks them down (TensorBoard "
-                           "profiler plugin's definitions): median ms per role")
-        self.roles_fig = fig
-        bars = fig.hbar_stack([f"{role}_ms" for role in ROLES], y="rank", height=0.7,
-                              source=self.roles, color=[ROLE_COLORS[r] for r in ROLES],
-                              legend_label=list(ROLES))
-        for bar, role in zip(bars, ROLES, strict=True):
-            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
-                ("", "@rank"), (role, f"@{role}_ms{{0,0.00}} ms"),
-                ("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")]))
-        fig.x_range.start = 0
-        fig.ygrid.grid_line_color = None
-        fig.legend.label_text_font_size = "8pt"
-        fig.legend.spacing = 0
-        fig.legend.padding = 4
-        fig.add_layout(fig.legend[0], "right")
+        self.roles_fig = _stacked_bars(
+            self.roles, ROLES, ROLE_COLORS, n, "ms (median of the profiled steps)",
+            "Profiled steps as %%torchprof breaks them down (TensorBoard profiler plugin's "
+            "definitions): median ms per role", "0,0.00",
+            [("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")])
 
     def _breakdown_panel(self) -> None:
         n = self.world_size
-        labels = [f"rank {r}" for r in range(n)]
-        self.breakdown = ColumnDataSource({"rank": labels, "median_step_ms": [NAN] * n,
+        self.breakdown = ColumnDataSource({"rank": [f"rank {r}" for r in range(n)],
+                                           "median_step_ms": [NAN] * n,
                                            **{f"{p}_ms": [0.0] * n for p in PARTS}})
-        bd = figure(height=max(190, 70 + 30 * n), sizing_mode="stretch_width", tools="save",
-                    toolbar_location=None, y_range=FactorRange(*reversed(labels)),
-                    x_axis_label="ms (median per step)",
-                    title="Where each rank's step goes: median ms per phase")
-        self.bd_fig = bd
-        bars = bd.hbar_stack([f"{p}_ms" for p in PARTS], y="rank", height=0.7,
-                             source=self.breakdown, color=[PART_COLORS[p] for p in PARTS],
-                             legend_label=list(PARTS))
-        for bar, p in zip(bars, PARTS, strict=True):
-            bd.add_tools(HoverTool(renderers=[bar], tooltips=[
-                ("", "@rank"), (p, f"@{p}_ms{{0,0.0}} ms"),
-                ("median step", "@median_step_ms{0,0.0} ms")]))
-        bd.x_range.start = 0
-        bd.ygrid.grid_line_color = None
-        bd.legend.label_text_font_size = "8pt"
-        bd.legend.spacing = 0
-        bd.legend.padding = 4
-        bd.add_layout(bd.legend[0], "right")
+        self.bd_fig = _stacked_bars(
+            self.breakdown, PARTS, PART_COLORS, n, "ms (median per step)",
+            "Where each rank's step goes: median ms per phase", "0,0.0",
+            [("median step", "@median_step_ms{0,0.0} ms")])
 
     def set_memory_titles(self, sources: set[str]) -> None:
         """Titles that say where the numbers come from (the sources seen so far)."""

@@ -299,13 +299,7 @@ class Worker:
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
             self.phase = f"checksums {step}"
-            modules = [module_checksums(f"DistributedDataParallel #{i} "
-                                        f"({type(m.module).__name__})", m.module)
-                       for i, m in enumerate(ddp_modules)]
-            for i, m in enumerate(_returned_modules(out)):
-                modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
-            record["modules"] = modules
-            record["returned"] = None if out is None else repr(out)[:200]
+            _record_modules(record, ddp_modules, out)
             del out
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -355,13 +349,7 @@ class Worker:
                                       "budget": stepper.budget_figures}
         record["end"] = time.time()
         self.phase = "checksums 0"
-        modules = [module_checksums(f"DistributedDataParallel #{i} "
-                                    f"({type(m.module).__name__})", m.module)
-                   for i, m in enumerate(ddp_modules)]
-        for i, m in enumerate(_returned_modules(out)):
-            modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
-        record["modules"] = modules
-        record["returned"] = None if out is None else repr(out)[:200]
+        _record_modules(record, ddp_modules, out)
 
     def _agree(self, mine: int) -> int:
         """Every rank's proposed profiling interval, through the store; the largest wins."""
@@ -408,6 +396,17 @@ def _track_ddp() -> list[Any]:
 
     DDP.__init__ = init  # type: ignore[method-assign]
     return created
+
+
+def _record_modules(record: dict[str, Any], ddp_modules: list[Any], out: Any) -> None:
+    """Checksums of every DDP module built and every module returned (parameter sync)."""
+    modules = [module_checksums(f"DistributedDataParallel #{i} "
+                                f"({type(m.module).__name__})", m.module)
+               for i, m in enumerate(ddp_modules)]
+    for i, m in enumerate(_returned_modules(out)):
+        modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
+    record["modules"] = modules
+    record["returned"] = None if out is None else repr(out)[:200]
 
 
 def _returned_modules(out: Any) -> list[Any]:
