@@ -511,22 +511,30 @@ def _text(trace: Trace, column: str, row: int) -> str:
     return trace.events.categories[column][code] if code >= 0 else ""
 
 
-def _shape_bytes(dims: str, types: str) -> int | None:
-    """Bytes of the first argument when it is a tensor of a known dtype."""
+def argument_bytes(dims: str, types: str) -> list[int | None]:
+    """Bytes of each argument of an op (its ``input_dims`` / ``input_types``
+    text): ``None`` where it is not a tensor of a known dtype."""
     if not dims or not types:
-        return None
+        return []
     try:
         dims_v, types_v = json.loads(dims), json.loads(types)
     except ValueError:
-        return None
-    if not (isinstance(dims_v, list) and isinstance(types_v, list) and dims_v and types_v):
-        return None
-    size = _DTYPE_BYTES.get(str(types_v[0]).lower())
-    shape = dims_v[0]
-    if size is None or not isinstance(shape, list) or not all(
-            isinstance(d, int) for d in shape):
-        return None
-    return math.prod(shape) * size
+        return []
+    if not isinstance(dims_v, list) or not isinstance(types_v, list):
+        return []
+    out: list[int | None] = []
+    for shape, dtype in zip(dims_v, types_v, strict=False):
+        size = _DTYPE_BYTES.get(str(dtype).lower())
+        ok = size is not None and isinstance(shape, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in shape)
+        out.append(math.prod(shape) * size if ok else None)  # type: ignore[operator]
+    return out
+
+
+def _shape_bytes(dims: str, types: str) -> int | None:
+    """Bytes of the first argument when it is a tensor of a known dtype."""
+    sizes = argument_bytes(dims, types)
+    return sizes[0] if sizes else None
 
 
 # ---------------------------------------------------------------- op and memory

@@ -92,7 +92,6 @@ first); mismatches get one sentence naming the first and how many.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -101,7 +100,13 @@ import numpy as np
 
 from torchlens.model import Trace
 
-from ..rank_summary import _DTYPE_BYTES, _text, _unix_origin, collective_events
+from ..rank_summary import (
+    _DTYPE_BYTES,
+    _text,
+    _unix_origin,
+    argument_bytes,
+    collective_events,
+)
 
 RankFigures = dict[int, list[dict[str, Any]]]
 
@@ -187,23 +192,7 @@ def _message_bytes(trace: Trace, name: str, members: list[int]) -> int | None:
 
 def _largest_argument(dims: str, types: str) -> int | None:
     """Bytes of the largest tensor argument of a known dtype, ``None`` if none."""
-    if not dims or not types:
-        return None
-    try:
-        dims_v, types_v = json.loads(dims), json.loads(types)
-    except ValueError:
-        return None
-    if not isinstance(dims_v, list) or not isinstance(types_v, list):
-        return None
-    best = None
-    for shape, dtype in zip(dims_v, types_v, strict=False):
-        size = _DTYPE_BYTES.get(str(dtype).lower())
-        if size is None or not isinstance(shape, list) or not all(
-                isinstance(d, int) and not isinstance(d, bool) for d in shape):
-            continue
-        n = math.prod(shape) * size
-        best = n if best is None else max(best, n)
-    return best
+    return max((n for n in argument_bytes(dims, types) if n is not None), default=None)
 
 
 # ---------------------------------------------------------------- the run
