@@ -1,0 +1,51 @@
+"""What ``%ddp_check --profile`` costs per step on a rank, outside profiled steps.
+
+Times, in one process, ``RankProfiler.step()`` alone (the step record, RSS,
+phase totals) and a small forward/backward/optimizer step with and without
+the phase wrappers installed (``PhaseClock``), as medians of repeated timeit
+runs. No process group: the figures are the rank side's own cost.
+
+    .venv/bin/python benchmarks/bench_rank_step_cost.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import timeit
+
+import torch
+
+from torchlens.capture.ddp.stepper import RankProfiler, rss_bytes
+
+
+def _median_us(fn, number: int, repeat: int = 7) -> float:
+    return statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(2, 8)
+
+    def train_step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    bare = _median_us(train_step, 2000)
+    with tempfile.TemporaryDirectory() as tmp:
+        rp = RankProfiler(rank=0, run_dir=tmp, device=torch.device("cpu"), every=10**9)
+        rp.start()
+        wrapped = _median_us(train_step, 2000)
+        step = _median_us(rp.step, 2000)
+        rp.finish()
+    print(f"RSS read (/proc/self/statm): {_median_us(rss_bytes, 5000):.1f} µs")
+    print(f"torchlens.step() (no profiling): {step:.1f} µs")
+    print(f"forward+backward+SGD step: bare {bare:.1f} µs, with phase wrappers {wrapped:.1f} µs "
+          f"(+{wrapped - bare:.1f} µs)")
+
+
+if __name__ == "__main__":
+    main()
