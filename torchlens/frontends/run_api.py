@@ -60,9 +60,14 @@ JSON_SCHEMA = {
                    "torchlens.analysis.multirank.collectives)",
     "collectives_left_out": "how many collective rows did not fit in collectives",
     "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
-                  "last), last_pct, caused_us, caused_mean_us, waited_us",
+                  "last), last_pct, caused_us, caused_mean_us, waited_us, wait_per_step_us; "
+                  "for a rank that arrived last: cause (the step-breakdown role that stands "
+                  "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
+                  "cause_us and cause_others_us (its and the other ranks' median us per step), "
+                  "cause_words (torchlens.analysis.multirank.causes)",
     "findings": "plain sentences: ranks that arrived last far more often than chance "
-                "with at least 1 ms of others' wait, and collective sequences that disagree",
+                "with at least 1 ms of others' wait and their likely cause, and collective "
+                "sequences that disagree",
 }
 
 

@@ -50,7 +50,8 @@ STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", 
               Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", _pct),
               Column("caused_us", "others waited for it", _ms),
               Column("caused_mean_us", "per such collective", _ms),
-              Column("waited_us", "it waited for others", _ms)]
+              Column("waited_us", "it waited for others", _ms),
+              Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
 COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
                Column("mismatch", "ranks disagree", str, False, 80),
                Column("bytes", "bytes", tables.fmt_int), Column("last_rank", "last rank", str),

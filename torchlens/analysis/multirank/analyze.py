@@ -12,6 +12,7 @@ from typing import Any
 
 from torchlens.model import Profile
 
+from . import causes as why
 from . import collectives as colls
 from . import run as tables
 
@@ -43,6 +44,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
     """Plain sentences with their figures, most telling first.
 
     - the ranks that arrived last at collectives far more often than chance,
+      with the part of their step breakdown that stands out (``causes``),
       and collective sequences that disagree (``collectives.findings``);
     - the rank with the most idle GPU time, when it idles at least 10 points
       more than the median rank;
@@ -52,7 +54,12 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
       the ranks with compute and at least 10% non-compute time);
     - what could not be read.
     """
-    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives)
+    causes = {s["rank"]: s["cause_words"] for s in a.stragglers if s.get("cause_words")}
+    steps: dict[int, int] = {}
+    for row in a.steps:
+        steps[row["rank"]] = steps.get(row["rank"], 0) + 1
+    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
+                                    steps=steps)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
     if len(gpu) >= 2:
         ordered = sorted(r["idle_pct"] for r in gpu)
@@ -92,6 +99,7 @@ def analyze(profile: Profile) -> RunAnalysis:
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
     a.collectives = colls.collective_rows(ranks, a.world_size)
-    a.stragglers = colls.straggler_rows(ranks, a.world_size, rows=a.collectives)
+    a.stragglers = why.with_causes(
+        colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
     a.findings = findings(a, ranks)
     return a
