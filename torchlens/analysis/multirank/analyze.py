@@ -12,6 +12,7 @@ from typing import Any
 
 from torchlens.model import Profile
 
+from . import clock
 from . import collectives as colls
 from . import run as tables
 
@@ -33,6 +34,7 @@ class RunAnalysis:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    clocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -42,6 +44,7 @@ def figures_by_rank(profile: Profile) -> tables.RankFigures:
 def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
     """Plain sentences with their figures, most telling first.
 
+    - clocks that had to be aligned (``clock.findings``);
     - the ranks that arrived last at collectives far more often than chance,
       and collective sequences that disagree (``collectives.findings``);
     - the rank with the most idle GPU time, when it idles at least 10 points
@@ -53,6 +56,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
     - what could not be read.
     """
     out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives)
+    out += clock.findings(a.clocks)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
     if len(gpu) >= 2:
         ordered = sorted(r["idle_pct"] for r in gpu)
@@ -92,6 +96,9 @@ def analyze(profile: Profile) -> RunAnalysis:
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
     a.collectives = colls.collective_rows(ranks, a.world_size)
+    # stragglers and findings read arrivals on aligned clocks (clock's docstring)
+    a.clocks = clock.clock_rows(ranks, a.collectives)
+    a.collectives = clock.align_rows(a.collectives, a.clocks)
     a.stragglers = colls.straggler_rows(ranks, a.world_size, rows=a.collectives)
     a.findings = findings(a, ranks)
     return a
