@@ -38,7 +38,7 @@ from .tables import Column
 MAX_BARS = 24_000
 #: fewest bars a (rank, lane) keeps however many ranks there are
 MIN_PER_LANE = 8
-ROW_PX = 13
+ROW_PX = 18
 COLORS = {"compute": "#0072B2", "communication": "#D55E00", "memory": "#E69F00",
           "cpu": "#009E73", "other": "#999999"}
 
@@ -85,6 +85,8 @@ def timeline_source(profile: Profile, a: RunAnalysis) -> tuple[dict[str, list], 
         names: list[str] = []
         for f in fs:
             names += [n for n in f["lanes"]["lanes"] if n not in names]
+        # the collectives lane last in each group, whichever trace added lanes after it
+        names.sort(key=lambda n: n == COLLECTIVES_LANE)
         factors += [(f"rank {r}", n) for n in names]
     quota = max(MIN_PER_LANE, MAX_BARS // max(1, len(factors)))
     # the run's time zero: the earliest aligned trace start
@@ -145,7 +147,7 @@ def timeline_figure(profile: Profile, a: RunAnalysis) -> tuple[Any, str] | None:
         return None
     src = ColumnDataSource(ev, name="run-timeline-events")
     busy_src = ColumnDataSource(busy, name="run-timeline-busy")
-    fig = figure(height=min(30_000, 60 + ROW_PX * len(factors)), sizing_mode="stretch_width",
+    fig = figure(height=min(30_000, 120 + ROW_PX * len(factors)), sizing_mode="stretch_width",
                  y_range=FactorRange(*reversed(factors), group_padding=0.6),
                  tools="xpan,xwheel_zoom,box_zoom,reset,save", active_scroll="xwheel_zoom",
                  x_axis_label="ms from the run's first event (clocks aligned)",
@@ -156,7 +158,10 @@ def timeline_figure(profile: Profile, a: RunAnalysis) -> tuple[Any, str] | None:
     bars = fig.hbar(y="y", left="left", right="right", height=0.8, source=src, color="color",
                     line_color=None, selection_line_color="black",
                     selection_fill_alpha=1.0, nonselection_fill_alpha=0.35,
-                    nonselection_line_alpha=0)
+                    nonselection_line_alpha=0, legend_field="kind")
+    fig.legend.orientation = "horizontal"
+    fig.legend.location = "top_left"
+    fig.add_layout(fig.legend[0], "above")
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
         ("op", "@name"), ("rank", "@rank"), ("lane", "@lane"), ("duration", "@dur"),
         ("kind", "@kind"), ("collective", "@key")]))
@@ -164,13 +169,13 @@ def timeline_figure(profile: Profile, a: RunAnalysis) -> tuple[Any, str] | None:
     src.selected.js_on_change("indices", CustomJS(args={"src": src}, code=TAP_JS))
     fig.yaxis.major_label_text_font_size = "8pt"
     fig.yaxis.group_text_font_size = "9pt"
+    fig.yaxis.group_label_orientation = "horizontal"
     fig.ygrid.grid_line_color = None
     offsets = applied_offsets(a.clocks)
     moved = (f"clocks of {len(offsets)} rank(s) moved by their offsets (table below)"
              if offsets else "no clock offset applied (table below)")
     note = (f"{len(ev['y']):,} bars: each lane's longest events and every collective; "
-            f"{merged:,} shorter events are drawn as grey busy bars (darker = busier); {moved}. "
-            + ", ".join(f"{k}: {c}" for k, c in COLORS.items()))
+            f"{merged:,} shorter events are drawn as grey busy bars (darker = busier); {moved}.")
     return fig, note
 
 
