@@ -65,6 +65,13 @@ JSON_SCHEMA = {
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
                   "cause_words (torchlens.analysis.multirank.causes)",
+    "clocks": "per rank: reference (the lowest rank), offset_us (median of its collective "
+              "ends minus the reference's), collectives (shared with the reference), "
+              "residual_median_us, residual_max_us (|end difference - offset|), applied "
+              "(offset used to align arrivals and waits: |offset| > 20 us and > 3x "
+              "residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
+              "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
+              "keep the raw ones; definitions: torchlens.analysis.multirank.clock)",
     "findings": "plain sentences: ranks that arrived last far more often than chance "
                 "with at least 1 ms of others' wait and their likely cause, and collective "
                 "sequences that disagree",
@@ -75,6 +82,7 @@ def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
     """In a worker: read each trace of one rank and keep only its figures."""
     from ..analysis.multirank import rank_figures
     from ..analysis.multirank.collectives import collective_table
+    from ..analysis.multirank.lanes import lane_summary
     from ..analysis.steps import step_breakdown
     from ..formats.kineto import load_trace
 
@@ -86,6 +94,7 @@ def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
             # the %%torchprof step breakdown (TensorBoard plugin's definitions)
             one["steps"] = step_breakdown(trace).to_dict("records")
             one["collectives"] = collective_table(trace)
+            one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
             one["trace"] = i  # the trace's place among the rank's, for matching steps
             figures.append(one)
         except Exception as exc:  # noqa: BLE001 - named, the other traces go on
@@ -163,6 +172,11 @@ class RunResult(Result):
         """Per rank: how often it arrived last and how long the others waited for it."""
         return self._frame(self.analysis().stragglers)
 
+    def clocks(self) -> Any:
+        """Per rank: its clock's offset to the lowest rank's, from the ends of the
+        collectives they share, the residual skew, and whether it was applied."""
+        return self._frame(self.analysis().clocks)
+
     def to_json(self) -> dict[str, Any]:
         rows = self._rows()
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
@@ -178,6 +192,7 @@ class RunResult(Result):
                 "collectives": rows[:MAX_JSON_COLLECTIVES],
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
                 "stragglers": self.analysis().stragglers,
+                "clocks": self.analysis().clocks,
                 "findings": self.findings()}
 
     def findings(self) -> list[str]:

@@ -16,7 +16,7 @@ from markupsafe import Markup
 from ..analysis.multirank.analyze import RunAnalysis
 from ..model import Profile
 from ..model.words import plural
-from . import html, tables
+from . import html, run_timeline, tables
 from .report import section
 from .tables import Column
 
@@ -110,6 +110,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if a.findings:
         out.append(section("Findings", html.join([html.note(f) for f in a.findings]),
                            "findings"))
+    out += run_timeline.sections(profile, a, figures)
     if any(r.get("idle_pct") is not None for r in a.temporal):
         figures.append(_temporal_chart(a))
         out.append(section("GPU time per rank", html.join(

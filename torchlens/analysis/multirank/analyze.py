@@ -13,6 +13,7 @@ from typing import Any
 from torchlens.model import Profile
 
 from . import causes as why
+from . import clock
 from . import collectives as colls
 from . import run as tables
 
@@ -34,6 +35,7 @@ class RunAnalysis:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    clocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -46,6 +48,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
     - the ranks that arrived last at collectives far more often than chance,
       with the part of their step breakdown that stands out (``causes``),
       and collective sequences that disagree (``collectives.findings``);
+    - clocks that had to be aligned (``clock.findings``);
     - the rank with the most idle GPU time, when it idles at least 10 points
       more than the median rank;
     - the largest step-time skew, when a step's slowest rank took at least 5%
@@ -60,6 +63,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
         steps[row["rank"]] = steps.get(row["rank"], 0) + 1
     out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
                                     steps=steps)
+    out += clock.findings(a.clocks)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
     if len(gpu) >= 2:
         ordered = sorted(r["idle_pct"] for r in gpu)
@@ -99,6 +103,9 @@ def analyze(profile: Profile) -> RunAnalysis:
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
     a.collectives = colls.collective_rows(ranks, a.world_size)
+    # stragglers and findings read arrivals on aligned clocks (clock's docstring)
+    a.clocks = clock.clock_rows(ranks, a.collectives)
+    a.collectives = clock.align_rows(a.collectives, a.clocks)
     a.stragglers = why.with_causes(
         colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
     a.findings = findings(a, ranks)
