@@ -70,6 +70,8 @@ HTA_LAUNCH_STATS_NAMES = (
 RUNTIME_CUTOFF_US = 50.0
 #: HTA's default ``launch_delay_cutoff`` (µs).
 LAUNCH_DELAY_CUTOFF_US = 100.0
+#: Longest kernel name kept in ``outliers`` and ``by_name`` (cut with "…").
+MAX_NAME = 160
 STAT_KEYS = ("count", "mean", "std", "min", "p25", "p50", "p75", "max")
 
 
@@ -170,7 +172,9 @@ def _launch_stats(trace: Trace, work: GpuWork, top: int = 10,
     gpu_name = work.name[pairs.work]
 
     def label(code: int) -> str:
-        return labels[code] if code >= 0 else ""
+        # kernel names can be kB-long templates: keep a rank's figure a few kB
+        text = labels[code] if code >= 0 else ""
+        return text if len(text) <= MAX_NAME else text[:MAX_NAME - 1] + "…"
 
     worst = np.lexsort((gpu_start, -delay))[:top]
     out["outliers"] = [{"name": label(int(gpu_name[i])), "api": label(int(pairs.api[i])),
