@@ -20,6 +20,7 @@ from .collectives import (
     rank_collectives,
     straggler_rows,
 )
+from .counters import memory_bandwidth, queue_length
 from .figures import (
     comm_comp_overlap,
     idle_time,
@@ -27,7 +28,6 @@ from .figures import (
     rank_figures,
     temporal_breakdown,
 )
-from .counters import memory_bandwidth, queue_length
 from .gpu import KINDS, GpuWork, gpu_work, kind_of
 from .launches import launch_stats
 

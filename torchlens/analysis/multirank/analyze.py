@@ -14,6 +14,7 @@ from torchlens.model import Profile
 
 from . import collectives as colls
 from . import run as tables
+from . import run_launches
 
 
 @dataclass
@@ -33,6 +34,10 @@ class RunAnalysis:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    launch_outliers: list[dict[str, Any]] = field(default_factory=list)
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    memory_bw: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -93,5 +98,9 @@ def analyze(profile: Profile) -> RunAnalysis:
                     step_skew=tables.step_skew_rows(ranks))
     a.collectives = colls.collective_rows(ranks, a.world_size)
     a.stragglers = colls.straggler_rows(ranks, a.world_size, rows=a.collectives)
+    a.launches = run_launches.launch_rows(ranks)
+    a.launch_outliers = run_launches.launch_outlier_rows(ranks)
+    a.queues = run_launches.queue_rows(ranks)
+    a.memory_bw = run_launches.memory_bw_rows(ranks)
     a.findings = findings(a, ranks)
     return a
