@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.multirank import run as tables
+from ..analysis.multirank import run_launches
 from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
 from ..model.payloads import RunPayload
@@ -72,6 +73,26 @@ JSON_SCHEMA = {
               "residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
               "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
               "keep the raw ones; definitions: torchlens.analysis.multirank.clock)",
+    "launches": "per rank: CUDA kernel launch statistics (HTA's get_cuda_kernel_launch_stats): "
+                "launches (GPU work paired with its launch call), delay/cpu/gpu_{mean,std,min,"
+                "p25,p50,p75,max}_us (launch delay = GPU start - launch call end, clipped at 0; "
+                "cpu = launch call; gpu = GPU event), gpu_shorter_than_cpu (+_pct), "
+                "short_kernels (gpu < cpu and cpu <= runtime_cutoff_us), runtime_outliers "
+                "(cpu > runtime_cutoff_us), delay_outliers (delay > launch_delay_cutoff_us), "
+                "the cutoffs (HTA's 50 and 100 us), apis {name: launches}; null figures "
+                "without GPU work (definitions: torchlens.analysis.multirank.launches)",
+    "launch_outliers": "per rank, the launches with the longest launch delay: trace, name, "
+                       "api, ts_us, cpu_us, gpu_us, delay_us",
+    "launch_kernels": "per rank and GPU name (the top names by total launch delay): count, "
+                      "delay_total_us, delay_mean_us, delay_max_us, cpu_mean_us, gpu_mean_us, "
+                      "gpu_shorter_than_cpu",
+    "queues": "per rank and GPU stream: launches and the queue length (operations launched, "
+              "not yet started) over its change points: count, mean, std, min, p25, p50, p75, "
+              "max (HTA's get_queue_length_summary); full_us, full_pct: time with 1024 or more "
+              "queued (definitions: torchlens.analysis.multirank.counters)",
+    "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
+                 "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
+                 "(HTA's get_memory_bw_summary)",
     "findings": "plain sentences: ranks that arrived last far more often than chance "
                 "with at least 1 ms of others' wait and their likely cause, and collective "
                 "sequences that disagree",
@@ -160,6 +181,27 @@ class RunResult(Result):
         """Per step index: median and slowest rank's step time, skew in %."""
         return self._frame(tables.step_skew_rows(self.figures))
 
+    def launches(self) -> Any:
+        """Per rank: CUDA kernel launch statistics (launch delay, launch call vs GPU
+        time, short kernels, outliers; HTA's definitions, ``analysis.multirank.launches``)."""
+        return self._frame(run_launches.launch_rows(self.figures))
+
+    def launch_outliers(self) -> Any:
+        """Per rank: the launches with the longest launch delay."""
+        return self._frame(run_launches.launch_outlier_rows(self.figures))
+
+    def launch_kernels(self) -> Any:
+        """Per rank and GPU name: launch delay and launch call vs GPU time."""
+        return self._frame(run_launches.launch_kernel_rows(self.figures))
+
+    def queues(self) -> Any:
+        """Per rank and GPU stream: queue length summary and time at the full queue."""
+        return self._frame(run_launches.queue_rows(self.figures))
+
+    def memory_bw(self) -> Any:
+        """Per rank and memory kind: memcpy/memset bandwidth summary in GB/s."""
+        return self._frame(run_launches.memory_bw_rows(self.figures))
+
     def _rows(self) -> list[dict[str, Any]]:
         return self.analysis().collectives
 
@@ -193,6 +235,11 @@ class RunResult(Result):
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
                 "stragglers": self.analysis().stragglers,
                 "clocks": self.analysis().clocks,
+                "launches": run_launches.launch_rows(self.figures),
+                "launch_outliers": run_launches.launch_outlier_rows(self.figures),
+                "launch_kernels": run_launches.launch_kernel_rows(self.figures),
+                "queues": run_launches.queue_rows(self.figures),
+                "memory_bw": run_launches.memory_bw_rows(self.figures),
                 "findings": self.findings()}
 
     def findings(self) -> list[str]:

@@ -18,6 +18,7 @@ from ..model import Profile
 from ..model.words import plural
 from . import html, run_timeline, tables
 from .report import section
+from .run_launches_report import launch_sections
 from .tables import Column
 
 PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7"))
@@ -142,6 +143,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
         out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
     if a.idle:
         out.append(section("Idle time per stream", tables.html_table(a.idle, IDLE), "idle"))
+    out += launch_sections(a)
     if a.problems:
         out.append(section("Inputs that could not be used",
                            tables.html_table(a.problems, PROBLEMS), "problems"))

@@ -13,7 +13,7 @@ from typing import Any
 from torchlens.model import Profile
 
 from . import causes as why
-from . import clock
+from . import clock, run_launches
 from . import collectives as colls
 from . import run as tables
 
@@ -36,6 +36,10 @@ class RunAnalysis:
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     clocks: list[dict[str, Any]] = field(default_factory=list)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    launch_outliers: list[dict[str, Any]] = field(default_factory=list)
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    memory_bw: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -108,5 +112,9 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.collectives = clock.align_rows(a.collectives, a.clocks)
     a.stragglers = why.with_causes(
         colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
+    a.launches = run_launches.launch_rows(ranks)
+    a.launch_outliers = run_launches.launch_outlier_rows(ranks)
+    a.queues = run_launches.queue_rows(ranks)
+    a.memory_bw = run_launches.memory_bw_rows(ranks)
     a.findings = findings(a, ranks)
     return a
