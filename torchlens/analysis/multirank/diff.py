@@ -68,7 +68,7 @@ def diff_runs(a: RankFigures, b: RankFigures, *, same_pct: float = SAME_PCT,
     kernels = [r for r in rows if r["kind"] in GPU_KINDS]
     step_time = _step_time(a, b)
     rank_steps = _rank_steps(a, b, notes)
-    for label, run in (("A", a), ("B", b)):
+    for label in ("A", "B"):
         if step_time[f"{label.lower()}_steps"] == 0:
             notes.append(f"{label} has no ProfilerStep#N spans: no step time (mark steps "
                          "with torch.profiler's schedule and prof.step(), or torchlens.step())")
