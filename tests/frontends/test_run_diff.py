@@ -105,7 +105,7 @@ def _row(frame, kind: str, name: str) -> dict:
 
 def test_added_removed_and_slower_ops_are_named_with_their_figures(runs) -> None:
     a, b = runs
-    d = torchlens.load([str(a)]).diff(str(b))
+    d = torchlens.load(str(a)).diff(str(b))  # one trace file: a run of one rank
     ops = d.ops()
     ea, eb = _events(a), _events(b)
     mm = _row(ops, "cpu_op", "aten::mm")
@@ -214,3 +214,58 @@ def test_diff_result_saves_and_renders_again(runs, tmp_path) -> None:
     again = torchlens.load(saved)
     assert again.kind == "diff" and kinds.text(again) == kinds.text(d.profile)
     assert d.verdict in repr(d)
+
+
+def _x(name, ts, dur, cat, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
+            "ts": ts, "dur": dur, "args": args}
+
+
+def _gpu(name, ts, dur, corr):
+    return _x(name, ts, dur, "kernel", pid=0, tid=7, correlation=corr, stream=7, device=0)
+
+
+def _synthetic(path: Path, gemm_us: float) -> Path:
+    """Two steps [100, 200) and [200, 300); work before, between and after them."""
+    path.write_text(json.dumps({"traceEvents": [
+        _x("ProfilerStep#1", 100, 100, "user_annotation"),
+        _x("ProfilerStep#2", 200, 100, "user_annotation"),
+        _x("aten::mm", 50, 20, "cpu_op"),                    # before the steps: left out
+        _x("aten::mm", 110, 30, "cpu_op"),
+        _x("aten::mm", 210, 40, "cpu_op"),
+        _x("aten::add", 305, 9, "cpu_op"),                   # after them: left out
+        _x("cudaLaunchKernel", 120, 5, "cuda_runtime", correlation=1),
+        _gpu("gemm", 130, gemm_us, 1),                        # runs past its step: counts
+        _x("cudaLaunchKernel", 310, 5, "cuda_runtime", correlation=2),
+        _gpu("gemm", 320, 1000, 2),                          # launched after: left out
+        _gpu("orphan", 150, 500, 3),                         # no launch in the trace
+    ]}))
+    return path
+
+
+def test_only_work_launched_inside_steps_counts(tmp_path) -> None:
+    a = _synthetic(tmp_path / "a.json", 100)
+    b = _synthetic(tmp_path / "b.json", 160)
+    d = torchlens.load(str(a)).diff(str(b))
+    assert d.diff["units"] == {"a": 2, "b": 2}
+    mm = _row(d.ops(), "cpu_op", "aten::mm")
+    assert (mm["a_us"], mm["a_calls"], mm["status"]) == ((30 + 40) / 2, 1.0, "same")
+    assert "aten::add" not in set(d.ops()["name"])
+    gemm = _row(d.kernels(), "kernel", "gemm")
+    # one gemm in two steps: 50 -> 80 µs per step, +60%, +30 µs: slower
+    assert (gemm["a_us"], gemm["b_us"], gemm["a_calls"]) == (50.0, 80.0, 0.5)
+    assert gemm["status"] == "slower" and gemm["delta_pct"] == pytest.approx(60.0)
+    assert set(d.kernels()["name"]) == {"gemm"}
+    assert "gemm +30 µs per step" in d.verdict
+
+
+def test_per_trace_totals_keep_the_top_names_and_sum_the_rest(tmp_path) -> None:
+    from torchlens.analysis.multirank.op_totals import op_totals
+    from torchlens.formats.kineto import load_trace
+
+    t = op_totals(load_trace(_synthetic(tmp_path / "a.json", 100)), top=1)
+    assert t["steps"] == 2
+    assert t["kinds"]["cpu_op"] == {"names": ["aten::mm"], "count": [2], "us": [70.0],
+                                    "rest": None}
+    t = op_totals(load_trace(tmp_path / "a.json"), top=0)
+    assert t["kinds"]["cpu_op"]["rest"] == {"names": 1, "count": 2, "us": 70.0}
