@@ -269,3 +269,25 @@ def test_per_trace_totals_keep_the_top_names_and_sum_the_rest(tmp_path) -> None:
                                     "rest": None}
     t = op_totals(load_trace(tmp_path / "a.json"), top=0)
     assert t["kinds"]["cpu_op"]["rest"] == {"names": 1, "count": 2, "us": 70.0}
+
+
+def test_run_folders_compare_rank_by_rank_and_name_missing_ranks(tmp_path, traces_dir) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in (0, 1):
+        (run / f"sampled_rank-{r}.json.gz").symlink_to(traces_dir / f"sampled_rank-{r}.json.gz")
+    same = torchlens.load(str(run)).diff(str(run))
+    assert same.diff["step_time"]["regression_pct"] == 0
+    assert same.steps()[["rank_a", "rank_b"]].values.tolist() == [[0, 0], [1, 1]]
+    assert set(same.ops()["status"]) | set(same.kernels()["status"]) == {"same"}
+    assert same.regressed(0) is False and "no op or kernel got slower" in same.verdict
+    # per step and rank: the mean over both ranks' steps
+    ea, eb = (_events(traces_dir / f"sampled_rank-{r}.json.gz") for r in (0, 1))
+    us = (_host_per_step(ea, "cpu_op", "aten::_foreach_mul_")[0]
+          + _host_per_step(eb, "cpu_op", "aten::_foreach_mul_")[0]) / 2
+    assert _row(same.ops(), "cpu_op", "aten::_foreach_mul_")["a_us"] == pytest.approx(us)
+    fewer = torchlens.load(str(run)).diff(str(traces_dir / "sampled_rank-0.json.gz"))
+    assert any("only A has rank(s) 1" in n for n in fewer.diff["notes"])
+    assert fewer.steps()["rank_a"].tolist() == [0]
+    html = fewer._repr_mimebundle_()["text/html"]
+    assert "only A has rank(s) 1" in html
