@@ -79,7 +79,7 @@ class RankFile:
     rank: int
     paths: list[str]
     world_size: int | None
-    source: str  # "distributedInfo" | "file name" | "manifest"
+    source: str  # "distributedInfo" | "file name" | "manifest" | "single file"
 
 
 @dataclass
@@ -410,8 +410,10 @@ def discover(inputs: str | Path | list[str | Path]) -> RunSources:
     root = _root(paths)
 
     placed: list[_Placed] = []
+    # one trace file given alone is a run of one process: rank 0 when it names none
+    lone = len(paths) == 1 and len(candidates) == 1 and not runs and paths[0].is_file()
     for c in candidates:
-        found = _place(c, problems)
+        found = _place(c, problems, default_rank=0 if lone else None)
         if found is not None:
             placed.append(found)
     ranks, kept = _group(placed, problems)
@@ -531,7 +533,8 @@ def rank_from_name(path: str | Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _place(c: _Candidate, problems: list[Problem]) -> _Placed | None:
+def _place(c: _Candidate, problems: list[Problem],
+           default_rank: int | None = None) -> _Placed | None:
     try:
         result = peek(c.path)
     except Exception as exc:  # noqa: BLE001 - one odd file must not stop the whole run
@@ -557,6 +560,9 @@ def _place(c: _Candidate, problems: list[Problem]) -> _Placed | None:
     if rank is not None:
         return _Placed(rank, c.path, c.order, "file name", trace_world, trace_world,
                            group, step)
+    if default_rank is not None:
+        return _Placed(default_rank, c.path, c.order, "single file", trace_world,
+                       trace_world, group, step)
     problems.append(Problem("no rank", c.path, (
         "the trace has no distributedInfo.rank and its name gives none (rank3, "
         "rank-3, rank_3 or a _3 before the extension); rename it, e.g. to "

@@ -104,6 +104,7 @@ def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
     from ..analysis.multirank import rank_figures
     from ..analysis.multirank.collectives import collective_table
     from ..analysis.multirank.lanes import lane_summary
+    from ..analysis.multirank.op_totals import op_totals
     from ..analysis.steps import step_breakdown
     from ..formats.kineto import load_trace
 
@@ -116,6 +117,7 @@ def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
             one["steps"] = step_breakdown(trace).to_dict("records")
             one["collectives"] = collective_table(trace)
             one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
+            one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
             one["trace"] = i  # the trace's place among the rank's, for matching steps
             figures.append(one)
         except Exception as exc:  # noqa: BLE001 - named, the other traces go on
@@ -241,6 +243,14 @@ class RunResult(Result):
                 "queues": run_launches.queue_rows(self.figures),
                 "memory_bw": run_launches.memory_bw_rows(self.figures),
                 "findings": self.findings()}
+
+    def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:
+        """This run (A) against ``other`` (B: a RunResult, or what ``load_run``
+        reads): ops and kernels added, removed, slower and faster per step, and
+        the step time (``frontends.diff_api.DiffResult``)."""
+        from .diff_api import DiffResult
+
+        return DiffResult.of(self, other if isinstance(other, RunResult) else load_run(other))
 
     def findings(self) -> list[str]:
         """The report's findings: plain sentences with their figures."""
