@@ -66,11 +66,12 @@ JSON_SCHEMA = {
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
                   "cause_words (torchlens.analysis.multirank.causes)",
-    "clocks": "per rank: reference (the lowest rank), offset_us (median of its collective "
+    "clocks": "per rank: host (the trace's host_name, null when not recorded), "
+              "reference (the lowest rank), offset_us (median of its collective "
               "ends minus the reference's), collectives (shared with the reference), "
               "residual_median_us, residual_max_us (|end difference - offset|), applied "
-              "(offset used to align arrivals and waits: |offset| > 20 us and > 3x "
-              "residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
+              "(offset used to align arrivals and waits: never when every trace names one "
+              "host; else when |offset| > 20 us and > 3x residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
               "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
               "keep the raw ones; definitions: torchlens.analysis.multirank.clock)",
     "launches": "per rank: CUDA kernel launch statistics (HTA's get_cuda_kernel_launch_stats): "
@@ -119,6 +120,7 @@ def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
             one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
             one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
             one["trace"] = i  # the trace's place among the rank's, for matching steps
+            one["host"] = trace.meta.get("host_name")  # one host: one clock (clock.py)
             figures.append(one)
         except Exception as exc:  # noqa: BLE001 - named, the other traces go on
             problems.append({"kind": "unreadable", "path": path,
