@@ -6,6 +6,7 @@ from Python as context managers, e.g. ``with torchlens.torchprof() as result:``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ._version import __version__
@@ -69,12 +70,24 @@ def ddp_check(fn: Any, **options: Any) -> Any:
     return _ddp_check(fn, **options)
 
 
+_attach_checked = False
+
+
 def step() -> None:
     """Mark the end of a training step inside ``%%torchprof`` / ``torchprof()``.
 
     Drives ``--schedule`` and the per-step breakdown; does nothing outside a
     capture, so the same training code runs unchanged without torchlens.
+    Under ``torchlens run`` (``TORCHLENS_COLLECTOR`` set), the first call
+    attaches this rank to the collector (docs/MULTINODE.md).
     """
+    global _attach_checked
+    if not _attach_checked:  # one environment look-up per process
+        _attach_checked = True
+        if os.environ.get("TORCHLENS_COLLECTOR"):
+            from .frontends.run_rank import attach
+
+            attach()
     from .capture.profiler import step as _step
 
     _step()
