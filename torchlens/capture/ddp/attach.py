@@ -211,10 +211,11 @@ class Attachment:
             self._flush()
             if self._error and reason == "exit":
                 reason = "exception"
-            self._put(self._key("bye"), {"t": time.time(), "reason": reason,
-                                         "error": self._error,
-                                         "steps": self.profiler.index,
-                                         "errors": self.profiler.errors[:20]})
+            # the bye rides on the last heartbeat, after the last counters: the
+            # collector reads both in one multi_get
+            bye = {"t": time.time(), "reason": reason, "error": self._error,
+                   "steps": self.profiler.index, "errors": self.profiler.errors[:20]}
+            self._put(self._key("hb"), {**self._heartbeat(), "bye": bye})
 
 
 def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment | None:

@@ -102,7 +102,8 @@ def slots_key(run_id: str) -> str:
 
 
 def slot_key(run_id: str, slot: int, what: str) -> str:
-    """``hello``, ``hb``, ``bye``, ``steps/n``, ``steps/<i>``, ``prof/n``, ``prof/<i>``, ``every``."""
+    """``hello``, ``hb`` (its last one carries the ``bye``), ``steps/n``, ``steps/<i>``,
+    ``prof/n``, ``prof/<i>``."""
     return f"{run_prefix(run_id)}/s/{slot}/{what}"
 
 
