@@ -101,5 +101,5 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.collectives = colls.collective_rows(ranks, a.world_size)
     a.stragglers = why.with_causes(
         colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
-    a.findings = findings(a, ranks)
+    a.findings = list(getattr(payload, "notes", None) or []) + findings(a, ranks)
     return a
