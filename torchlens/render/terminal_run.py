@@ -29,7 +29,7 @@ def _ms(v: Any) -> str:
 def _mem(row: dict[str, Any]) -> str:
     if row.get("allocated") is not None:
         tag = "" if row.get("source") == "cuda" else f" ({row.get('source')})"
-        return f"{format_bytes(row['allocated'])}{tag}"
+        return f"{format_bytes(row['allocated'])}{tag}"[:14]
     return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
 
 
@@ -42,15 +42,15 @@ def lines(view: RunView, header: str = "") -> list[str]:
                f"; slow rank: {'none' if slow is None else slow}"
                f"; dropped messages: {view.dropped}"
                + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
-    out.append(f"{'rank':>4} {'node':>4} {'host':<16} {'state':<18} {'steps':>6} "
-               f"{'step ms':>8} {'data ms':>8} {'memory':>16}")
+    out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<14} {'steps':>5} "
+               f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
     for row in view.ranks:
         node = "-" if row.get("node") is None else str(row["node"])
         mark = " <- slow" if row["rank"] == slow else ""
-        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:16]:<16} "
-                   f"{row['state'][:18]:<18} {row.get('steps') or 0:>6} "
+        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
+                   f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
                    f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
-                   f"{_mem(row):>16}{mark}")
+                   f"{_mem(row):>14}{mark}")
     for node in view.lost:
         out.append(f"lost: {node.words}")
     for c in view.creep:
