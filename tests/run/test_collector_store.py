@@ -120,3 +120,15 @@ def test_step_with_unreachable_collector_warns_and_trains_on() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "trained"
     assert "not reporting to the collector" in done.stderr
+
+
+def test_cli_run_help_and_bad_command(tmp_path) -> None:
+    helped = subprocess.run([sys.executable, "-m", "torchlens", "run", "--help"], cwd=REPO,
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "torchrun --nnodes" in helped.stdout
+    assert "--host IFACE" in helped.stdout
+    bad = subprocess.run([sys.executable, "-m", "torchlens", "run", "--out", str(tmp_path / "d"),
+                          "--", "no-such-torchrun-here"], cwd=REPO, env=env(),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "torchlens: error: no-such-torchrun-here: command not found"
