@@ -153,3 +153,25 @@ def test_lost_node(tmp_path: Path) -> None:
         assert (r["state"] == "lost") == (r["rank"] in victim_ranks)
     time.sleep(1.0)
     assert not processes_of_run(run_id), [p.cmdline() for p in processes_of_run(run_id)]
+
+
+def test_ctrl_c_ends_the_job_and_writes_the_folder(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    c = Collector(out, torchrun_args(1, 2, free_port()), TL_STEPS="1000", TL_SLOW_S="0.0",
+                  TL_STEP_SLEEP="0.05")
+    try:
+        run_id = _run_id(c)
+        deadline = time.monotonic() + 120
+        while not all(any((out / f"rank{r}").glob("step*.pt.trace.json")) for r in (0, 1)):
+            assert time.monotonic() < deadline, c.output
+            time.sleep(0.5)
+        os.kill(c.proc.pid, signal.SIGINT)  # what Ctrl-C sends
+        assert c.wait(timeout=90) == 130, c.output
+    finally:
+        c.kill()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["interrupted"] is True
+    assert manifest["stopped"].startswith("interrupted after")
+    for r in (0, 1):
+        assert len(_steps(out, r)) >= 5
+    assert not processes_of_run(run_id), [p.cmdline() for p in processes_of_run(run_id)]
