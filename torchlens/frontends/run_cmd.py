@@ -33,6 +33,8 @@ POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
 FINAL_POLLS = 3
 SECRET_FILE = "run.secret"
+LOG_FILE = "command.log"
+TAIL_LINES = 20
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -101,7 +103,12 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
              f"the collector listens on {collector.host}; copy {secret_path} to the same "
              "path on every other node (mode 0600), then run there")
     summary.say(f"other nodes: {where}:\n  {other}")
-    proc = child.start(command, env)
+    # on a terminal the command's own output would break the in-place redraw:
+    # it goes to a file, and its tail is shown when the command fails
+    log = os.path.join(run_dir, LOG_FILE) if summary.tty else None
+    if log:
+        summary.say(f"the command's output: {log}")
+    proc = child.start(command, env, log)
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -127,12 +134,23 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
             os.remove(secret_path)
         collector.close()
     summary.final(view, "")
+    if log and code != 0:
+        summary.say(_tail(log))
     if leftovers:
         summary.say(f"torchlens run: killed {len(leftovers)} rank process(es) their agent "
                     f"left behind: {', '.join(map(str, leftovers))}")
     summary.say(f"torchlens run: {manifest['stopped']}; exit code {_exit_code(code)}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
     return 130 if interrupted else _exit_code(code)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()[-TAIL_LINES:]
+    except OSError:
+        return ""
+    return "\n".join([f"the last lines of {path}:", *lines])
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -28,8 +28,8 @@ def _ms(v: Any) -> str:
 
 def _mem(row: dict[str, Any]) -> str:
     if row.get("allocated") is not None:
-        tag = "" if row.get("source") == "cuda" else f" ({row.get('source')})"
-        return f"{format_bytes(row['allocated'])}{tag}"[:14]
+        mark = "~" if row.get("source") == "modelled" else ""
+        return f"{mark}{format_bytes(row['allocated'])}"
     return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
 
 
@@ -51,6 +51,10 @@ def lines(view: RunView, header: str = "") -> list[str]:
                    f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
                    f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
                    f"{_mem(row):>14}{mark}")
+    if any(row.get("source") == "modelled" and row.get("allocated") is not None
+           for row in view.ranks):
+        out.append("~ memory modelled: the profiled steps' CPU allocations replayed through "
+                   "the CUDA caching-allocator model")
     for node in view.lost:
         out.append(f"lost: {node.words}")
     for c in view.creep:

@@ -22,10 +22,17 @@ from typing import Any
 GRACE_S = 15.0
 
 
-def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Start ``command`` in its own session with ``env`` added to this environment."""
-    return subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                            start_new_session=True, close_fds=True)
+def start(command: list[str], env: dict[str, str],
+          log: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session with ``env`` added to this environment;
+    its output goes to the file ``log`` when given, else to ours."""
+    if log is None:
+        return subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    with open(log, "wb") as fh:
+        return subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                                stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
 
 
 def end(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> int | None:
