@@ -252,9 +252,38 @@ class DiffCommand(Command):
         return 0
 
 
+class RunCommand(Command):
+    name = "run"
+    help = ("run a torchrun job (one node or several) under a live collector: a terminal "
+            "summary that names the slow rank, lost nodes and memory creep, and a run "
+            "folder for `torchlens report` (the training loop calls torchlens.step())")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] -- "
+                        "torchrun --nnodes ... train.py ARGS")
+        parser.epilog = ("Each rank attaches at its first torchlens.step(); everything it "
+                         "sends is signed with a per-run secret (never in argv). Other nodes: "
+                         "run the command printed at the start. docs/MULTINODE.md")
+        parser.add_argument("--out", metavar="RUN_DIR",
+                            help="run folder (default: torchlens-run-DATE-TIME)")
+        parser.add_argument("--host", default="127.0.0.1", metavar="IFACE",
+                            help="address or interface name the collector listens on "
+                                 "(default: %(default)s, this machine only; name one for "
+                                 "several nodes)")
+        parser.add_argument("--port", type=int, default=0, metavar="P",
+                            help="collector port (default: a free one)")
+        parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                            help="the command to run, usually torchrun ... train.py ARGS")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from .run_cmd import run
+
+        return run(args.command, out=args.out, host=args.host, port=args.port)
+
+
 #: Subcommands in the order ``torchlens --help`` lists them.
 COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand(),
-                           DiffCommand()]
+                           DiffCommand(), RunCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

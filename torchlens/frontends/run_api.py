@@ -26,6 +26,7 @@ from typing import Any
 
 from ..analysis.multirank import run as tables
 from ..analysis.multirank import run_launches
+from ..formats.collected import collector_notes
 from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
 from ..model.payloads import RunPayload
@@ -141,7 +142,8 @@ class RunResult(Result):
                  problems: list[Problem]) -> None:
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
-                             figures={str(r): f for r, f in sorted(figures.items())})
+                             figures={str(r): f for r, f in sorted(figures.items())},
+                             notes=collector_notes(sources.root))
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
         self.sources = sources

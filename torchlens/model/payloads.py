@@ -214,6 +214,9 @@ class RunPayload:
     world_size: int | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: what ``torchlens run``'s collector found (its verdict, lost nodes, where
+    #: the run stopped), from the run folder's manifest; shown first in findings
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -85,3 +85,28 @@ def summary_count_key(rank: int) -> str:
 def every_key(rank: int) -> str:
     """The profiling interval ``rank`` proposes after its first profiled step."""
     return f"every/{rank}"
+
+
+# ``torchlens run`` (docs/MULTINODE.md): ranks of a torchrun job report to the
+# collector's TCPStore. Every key sits under the run id, so ranks of another
+# run (or job) on the same port never touch this run's keys. Each attaching
+# process takes a *slot* (``store.add(slots)``): a restarted rank gets a new
+# slot, so its numbered keys never collide with its earlier incarnation's.
+def run_prefix(run_id: str) -> str:
+    return f"tlrun/{run_id}"
+
+
+def slots_key(run_id: str) -> str:
+    """Counter: slots taken so far (each attaching process adds 1)."""
+    return f"{run_prefix(run_id)}/slots"
+
+
+def slot_key(run_id: str, slot: int, what: str) -> str:
+    """``hello``, ``hb`` (its last one carries the ``bye``), ``steps/n``, ``steps/<i>``,
+    ``prof/n``, ``prof/<i>``."""
+    return f"{run_prefix(run_id)}/s/{slot}/{what}"
+
+
+def run_every_key(run_id: str, restart: int, rank: int) -> str:
+    """The profiling interval ``rank`` proposes (one agreement per restart of the world)."""
+    return f"{run_prefix(run_id)}/every/{restart}/{rank}"
