@@ -160,10 +160,14 @@ def _default_output(path: str) -> Path:
 class AnalyzeCommand(Command):
     name = "analyze"
     help = ("analyse a run's per-rank Kineto traces together (a folder, or files): HTA's "
-            "temporal breakdown, idle time, communication overlap and kernels per rank")
+            "temporal breakdown, idle time, overlap, kernels, launches, queues and memory "
+            "bandwidth per rank; collectives, stragglers and their likely cause, step skew, "
+            "clock offsets (docs/RUNS.md)")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("paths", nargs="+", metavar="RUN_DIR_OR_FILE",
+        parser.add_argument("--schema", action="store_true",
+                            help="print what each key of the --json document holds, and exit")
+        parser.add_argument("paths", nargs="*", metavar="RUN_DIR_OR_FILE",
                             help="a folder of per-rank traces (plain or .gz; a --profile "
                                  "run folder too) or the trace files")
         parser.add_argument("--json", action="store_true",
@@ -175,8 +179,14 @@ class AnalyzeCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from .run_api import load_run
+        from .run_api import JSON_SCHEMA, SCHEMA_VERSION, load_run
 
+        if args.schema:
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "keys": JSON_SCHEMA}, indent=1))
+            return 0
+        if not args.paths:
+            raise InputError("torchlens analyze: name a run folder or trace files "
+                             "(or --schema for the --json keys)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
         run = load_run(inputs, workers=args.workers)
         if args.json:

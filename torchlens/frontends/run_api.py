@@ -36,7 +36,7 @@ SCHEMA_VERSION = 1
 #: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
 #: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
 MAX_JSON_COLLECTIVES = 256
-#: The ``--json`` document, key by key (docs: this dict is printed by ``torchlens analyze --help-json``)
+#: The ``--json`` document, key by key (printed by ``torchlens analyze --schema``)
 JSON_SCHEMA = {
     "schema": "torchlens-run, integer version",
     "root": "the folder or first file analysed",
