@@ -3,9 +3,9 @@
 Pure functions over the run's ``DdpRun`` payload (what the launcher and the
 workers recorded; its docstring gives the layout), so a saved ``.tlprof`` gives
 the same checklist on a machine without torch. Each line says passed / failed /
-not applicable (or warning, for a profiled run's slow rank or memory creep, or messages
-dropped for a bad signature: the
-run works but wastes time or memory), the evidence, and what to do: the user
+not applicable (or warning, for a profiled run's slow rank or memory creep, or
+messages dropped for a bad signature: the run works, but something is off),
+the evidence, and what to do: the user
 should never have to read the raw records to learn which rank did what.
 """
 
