@@ -3,8 +3,9 @@
 Pure functions over the run's ``DdpRun`` payload (what the launcher and the
 workers recorded; its docstring gives the layout), so a saved ``.tlprof`` gives
 the same checklist on a machine without torch. Each line says passed / failed /
-not applicable (or warning, for a profiled run's slow rank or memory creep: the
-run works but wastes time or memory), the evidence, and what to do: the user
+not applicable (or warning, for a profiled run's slow rank or memory creep, or
+messages dropped for a bad signature: the run works, but something is off),
+the evidence, and what to do: the user
 should never have to read the raw records to learn which rank did what.
 """
 
@@ -504,9 +505,27 @@ def check_rank_memory(rec: DdpRun) -> CheckItem | None:
                      "names the allocation sites that stay alive", details)
 
 
+def check_signatures(rec: DdpRun) -> CheckItem | None:
+    """Messages dropped for a bad signature; None when there were none (the usual case)."""
+    dropped = {k: v for k, v in (rec.dropped or {}).items() if v}
+    if not dropped:
+        return None
+    total = sum(dropped.values())
+    kinds = ", ".join(f"{v} {k}" for k, v in sorted(dropped.items()))
+    port = f" port {rec.port}" if rec.port else " port"
+    return CheckItem(
+        "signed messages", WARNING,
+        f"{total} message{'s' if total != 1 else ''} with a bad signature "
+        f"{'were' if total != 1 else 'was'} dropped ({kinds}): something other than this "
+        f"run's ranks wrote to its store{port}",
+        "the results above come only from this run's ranks; the writer was a leftover rank "
+        "of an earlier run or another process that can reach the port: look for stray "
+        "python processes on this machine (docs/SECURITY.md)", {"dropped": dropped})
+
+
 CHECKS = (check_environment, check_communication, check_sequence, check_hang,
           check_parameter_sync, check_determinism, check_memory, check_slow_rank,
-          check_rank_memory, check_crash)
+          check_rank_memory, check_crash, check_signatures)
 
 
 def checklist(rec: DdpRun) -> list[CheckItem]:

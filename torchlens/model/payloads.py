@@ -197,6 +197,9 @@ class DdpRun:
     cells: dict[str, int] = field(default_factory=dict)
     #: ``--profile`` runs only: per-rank steps, memory and profiled-step summaries
     profiling: RankProfiling | None = None
+    #: messages that failed their signature and were dropped, per key kind
+    #: (heartbeat, result, step batch, ...): someone else wrote to the run's store
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -8,6 +8,12 @@ memory several times a second; ``SIGUSR1`` makes faulthandler write every
 thread's Python stack to a per-rank file (the hang report). Everything the
 worker learns goes back as JSON in ``result/<rank>``.
 
+Everything it writes is sealed with the run's key and everything it reads is
+opened first (``protocol.Channel``); the key comes from the environment the
+launcher set (``signing.RunKey.from_env``), never from argv. The payload is
+unpickled only after its signature checks out: anyone who can reach the
+store's port could otherwise make every rank run their code.
+
 The user's code may call ``init_process_group`` / ``destroy_process_group``
 itself (as it would under torchrun): the group already exists, so those
 calls are made no-ops for the default group.
@@ -30,6 +36,7 @@ from typing import Any
 
 from ...model import error_record
 from . import protocol
+from .signing import ENV_SECRET, Forged, RunKey
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -40,6 +47,10 @@ HEARTBEAT_S = 0.2
 # costs milliseconds instead of a 4 MiB x 4 run on the critical path.
 BANDWIDTH_SIZES = (1 << 12, 1 << 18)
 BANDWIDTH_REPS = 2
+
+
+class PayloadRefused(Forged):
+    """The job in the store is not signed with this run's key: it is not unpickled."""
 
 
 def _env() -> dict[str, str | None]:
@@ -85,14 +96,15 @@ class Worker:
     """Runs the job on this rank and reports through the store."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int,
-                 summarize: Any = None) -> None:
+                 summarize: Any = None, *, key: RunKey) -> None:
         import torch.distributed as dist
 
         self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
         self.rank, self.world_size, self.host, self.port = rank, world_size, host, port
         self.parent = os.getppid()
         raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
-        self.store = dist.PrefixStore(protocol.PREFIX, raw)
+        self.key = key
+        self.store = protocol.Channel(dist.PrefixStore(protocol.PREFIX, raw), key)
         self.raw_store = raw
         self.timings["store"] = time.time()
         self.phase = "starting"
@@ -111,8 +123,8 @@ class Worker:
 
         from .memory import sample
 
-        store = dist.PrefixStore(protocol.PREFIX, dist.TCPStore(
-            self.host, self.port, is_master=False, timeout=timedelta(seconds=30)))
+        store = protocol.Channel(dist.PrefixStore(protocol.PREFIX, dist.TCPStore(
+            self.host, self.port, is_master=False, timeout=timedelta(seconds=30))), self.key)
         beat = 0
         while True:
             if os.getppid() != self.parent:  # the kernel died: take our group down
@@ -134,7 +146,7 @@ class Worker:
             hb = {"t": time.time(), "beat": beat, "phase": self.phase,
                   "modules": len(sys.modules), **status, **mem}
             try:
-                store.set(protocol.heartbeat_key(self.rank), protocol.encode(hb))
+                store.set(protocol.heartbeat_key(self.rank), hb)
             except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
                 pass
             beat += 1
@@ -149,7 +161,7 @@ class Worker:
             # torch._dynamo is not imported up front: only user code that
             # needs it (DDP.__init__ does) pays its seconds. Meanwhile the
             # heartbeat's module count shows the rank is busy importing.
-            job = cloudpickle.loads(self.store.get(protocol.PAYLOAD))
+            job = cloudpickle.loads(self._payload())
             self.job = job
             self.timings["payload"] = time.time()
             self._init_group(job)
@@ -168,16 +180,27 @@ class Worker:
         self._publish()
         return code
 
-    def _send_profiling(self, store: Any) -> None:
+    def _payload(self) -> bytes:
+        """The launcher's pickled job, after its signature is checked (before unpickling)."""
+        try:
+            return self.store.get_bytes(protocol.PAYLOAD)
+        except Forged as exc:
+            raise PayloadRefused(
+                f"rank {self.rank} refused the job in the store at {self.host}:{self.port}: "
+                f"{exc}. Nothing was unpickled. Only the launcher of this run holds its "
+                "secret; something else (a leftover of an earlier run, or another user "
+                "who can reach this port) wrote the payload.") from None
+
+    def _send_profiling(self, store: protocol.Channel) -> None:
         """New step records (one batch) and summaries, each under a numbered key."""
         with self._send_lock:
             records, summaries = self.stepper.drain()
             if records:
-                store.set(protocol.steps_key(self.rank, self._sent[0]), protocol.encode(records))
+                store.set(protocol.steps_key(self.rank, self._sent[0]), records)
                 self._sent[0] += 1
                 store.add(protocol.steps_count_key(self.rank), 1)
             for summary in summaries:
-                store.set(protocol.summary_key(self.rank, self._sent[1]), protocol.encode(summary))
+                store.set(protocol.summary_key(self.rank, self._sent[1]), summary)
                 self._sent[1] += 1
                 store.add(protocol.summary_count_key(self.rank), 1)
 
@@ -193,7 +216,8 @@ class Worker:
             self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
             if self.recorder.board is not None:
                 self.result["strict"] = dict(self.recorder.strict_stats)
-        self.store.set(protocol.result_key(self.rank), protocol.encode(self.result))
+        self.result["dropped"] = dict(self.store.dropped)  # peers' values that failed
+        self.store.set(protocol.result_key(self.rank), self.result)
         self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
     def _init_group(self, job: dict[str, Any]) -> None:
@@ -355,10 +379,11 @@ class Worker:
         """Every rank's proposed profiling interval, through the store; the largest wins."""
         from .stepper import AGREE_WAIT_S
 
-        self.store.set(protocol.every_key(self.rank), str(mine))
+        self.store.set(protocol.every_key(self.rank), mine)
         keys = [protocol.every_key(r) for r in range(self.world_size)]
-        self.store.wait(keys, timedelta(seconds=AGREE_WAIT_S))
-        return max(int(bytes(v)) for v in self.store.multi_get(keys))
+        self.store.store.wait(keys, timedelta(seconds=AGREE_WAIT_S))
+        proposals = [v for v in self.store.multi_get(keys) if isinstance(v, int)]
+        return max(proposals + [mine])  # a forged proposal is dropped, not taken
 
     def _callable(self, job: dict[str, Any], steps: int | None = None) -> Any:
         """The user's code as a no-argument callable (one step, or with --profile the loop)."""
@@ -424,9 +449,22 @@ def _returned_modules(out: Any) -> list[Any]:
 def main(argv: list[str], summarize: Any = None) -> int:
     host, port, rank, world_size, stack_dir = argv
     sys.path[:0] = [p for p in os.environ.get("TORCHLENS_SYS_PATH", "").split(os.pathsep) if p]
+    try:
+        key = RunKey.from_env()
+    except (OSError, ValueError) as exc:
+        key, why = None, str(exc)
+    else:
+        why = f"{ENV_SECRET} is not set: ranks are started by %ddp_check, which sets it"
+    if key is None:  # nothing can be signed or checked: do not even fetch the payload
+        print(f"torchlens rank {rank}: no run key ({why}); refusing to run", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)
+    # The user's code runs in this process and may print or pass on its
+    # environment (a subprocess, a logged os.environ): the secret leaves it.
+    os.environ.pop(ENV_SECRET, None)
     stack_file = open(os.path.join(stack_dir, f"stack-rank{rank}.txt"), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    code = Worker(host, int(port), int(rank), int(world_size), summarize).run()
+    code = Worker(host, int(port), int(rank), int(world_size), summarize, key=key).run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: gloo threads can stall it
