@@ -200,6 +200,17 @@ class DdpRun:
     #: messages that failed their signature and were dropped, per key kind
     #: (heartbeat, result, step batch, ...): someone else wrote to the run's store
     dropped: dict[str, int] = field(default_factory=dict)
+    #: ``--nnodes`` runs only: nnodes, nproc_per_node, rdzv_endpoint and per rank
+    #: ``{node, host}`` (ranks started by torch's elastic agent on several nodes)
+    nodes: dict[str, Any] | None = None
+
+    def where(self, rank: int) -> str:
+        """``rank 3 (node 1, host gpu7)`` on a multi-node run, else ``rank 3``."""
+        per_rank = (self.nodes or {}).get("ranks") or []
+        if rank < len(per_rank) and per_rank[rank].get("node") is not None:
+            host = per_rank[rank].get("host")
+            return f"rank {rank} (node {per_rank[rank]['node']}" + (f", host {host})" if host else ")")
+        return f"rank {rank}"
 
 
 @dataclass

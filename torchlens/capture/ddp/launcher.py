@@ -19,6 +19,11 @@ fingerprint board (``board``), a small file in /dev/shm. Every exit path
 through ``_kill_workers`` and ``_release``, which kill each worker's process
 group, drop the store so its port is released, and delete the board and the
 temp dir.
+
+With ``DdpOptions.elastic`` (``--nnodes``) the ranks start under torch's
+elastic agent instead, the kernel's store bound as ``torchlens run``'s
+collector binds it; ``elastic`` says how, and the monitor reads each rank's
+state from its result instead of an exit code.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import board, protocol
+from . import board, child, elastic, protocol
 from .signing import RunKey
 
 POLL_S = 0.1
@@ -62,6 +67,10 @@ class DdpOptions:
     profile: dict[str, Any] | None = None
     #: the module a rank runs (``python -m``); a profiled rank's entry also summarises
     entry: str = "torchlens.capture.ddp.worker"
+    #: --nnodes: the ranks start under torch's elastic agent (``elastic.ElasticSpec``)
+    elastic: Any = None
+    #: called with (argv, env additions) of the command every other node runs
+    on_other_nodes: Any = None
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -98,6 +107,10 @@ class DdpLauncher:
         self.dropped_summaries = [0] * n
         self._read = [[0, 0] for _ in range(n)]  # step batches, summaries read per rank
         self.key = RunKey.new()  # a fresh secret per run: an earlier run's ranks fail its MAC
+        self.sock: Any = None
+        self.results: dict[int, dict[str, Any]] = {}  # --nnodes: the results read so far
+        self._done_seen = 0
+        self.other_nodes: tuple[list[str], dict[str, str]] | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -107,8 +120,17 @@ class DdpLauncher:
 
         n = self.options.world_size
         self.t0 = time.time()
-        self.store = dist.TCPStore("127.0.0.1", 0, n, is_master=True,
-                                   wait_for_workers=False, timeout=timedelta(seconds=30))
+        if self.options.elastic is not None:  # listening where the user said, not everywhere
+            from .collector import listen_socket
+
+            self.sock = listen_socket(self.options.elastic.host, 0)
+            self.store = dist.TCPStore(self.sock.getsockname()[0], self.sock.getsockname()[1],
+                                       None, True, timedelta(seconds=30),
+                                       wait_for_workers=False,
+                                       master_listen_fd=self.sock.fileno())
+        else:
+            self.store = dist.TCPStore("127.0.0.1", 0, n, is_master=True,
+                                       wait_for_workers=False, timeout=timedelta(seconds=30))
         self.port = int(self.store.port)
         tl = protocol.Channel(dist.PrefixStore(protocol.PREFIX, self.store), self.key)
         self.tmpdir = tempfile.mkdtemp(prefix="torchlens-ddp-")
@@ -128,7 +150,10 @@ class DdpLauncher:
             if self.options.strict:
                 spec = board.create(n, self.tmpdir)
                 self.board_path = spec["file"]
-            self._spawn()
+            if self.options.elastic is not None:
+                self._start_agent()
+            else:
+                self._spawn()
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
             # Sealed: a worker unpickles only a payload this run's key signed.
@@ -172,6 +197,35 @@ class DdpLauncher:
                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True))
 
+    def _start_agent(self) -> None:
+        """--nnodes: the local node's elastic agent, and the command for the others."""
+        spec = self.options.elastic
+        bound = self.sock.getsockname()[0]
+        argv = elastic.agent_command(spec, self.key.run_id, self.options.entry,
+                                     elastic.store_address(bound), int(self.port), self.tmpdir)
+        secret = self.key.write_secret(os.path.join(self.tmpdir, "run.secret"))
+        self.other_nodes = elastic.other_nodes(self.key, secret, argv)
+        self.procs.append(child.start(argv, elastic.agent_env(self.key),
+                                      log=os.path.join(self.tmpdir, "log-agent.txt")))
+        print(elastic.hint(spec, bound, *self.other_nodes), file=sys.stderr, flush=True)
+        if self.options.on_other_nodes is not None:
+            self.options.on_other_nodes(*self.other_nodes)
+
+    def _codes(self, tl: protocol.Channel) -> list[int | None]:
+        """Per rank: its exit code; under the agent, from the results that came in."""
+        if self.options.elastic is None:
+            return [p.poll() for p in self.procs]
+        done = int(tl.add(protocol.done_key(), 0))
+        if done != self._done_seen:
+            self._done_seen = done
+            for r in range(self.options.world_size):
+                key = protocol.result_key(r)
+                if r not in self.results and tl.store.check([key]):
+                    res = tl.get(key)
+                    if isinstance(res, dict):  # a forged result: no report
+                        self.results[r] = res
+        return elastic.rank_codes(self.results, self.options.world_size)
+
     def _monitor(self, tl: protocol.Channel) -> str:
         """Poll heartbeats and exit codes until the ranks end, fail or hang.
 
@@ -210,7 +264,7 @@ class DdpLauncher:
                 self._read_profiling(tl)
             if self.sink is not None:
                 self.sink.flush()
-            codes = [p.poll() for p in self.procs]
+            codes = self._codes(tl)
             for rank, code in enumerate(codes):  # the time of a death that sends no report
                 if code is not None and self.ended_at[rank] is None:
                     self.ended_at[rank] = time.time()
@@ -219,6 +273,8 @@ class DdpLauncher:
                 return "finished" if all(c == 0 for c in codes) else "crashed"
             now = time.monotonic()
             bad = any(c not in (None, 0) for c in codes)
+            if opts.elastic is not None and self.procs[0].poll() not in (None, 0):
+                bad = True  # the local agent failed: its ranks are gone
             if bad or (tl.add(protocol.done_key(), 0) and tl.check(protocol.stop_key())):
                 failed_at = failed_at or now
                 if now - failed_at > CRASH_GRACE_S:
@@ -310,10 +366,11 @@ class DdpLauncher:
 
     def _dump_stacks(self, after_s: float) -> None:
         """faulthandler in each live worker writes every thread's Python stack."""
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGUSR1)
+        pids = ([p.pid for p in self.procs] if self.options.elastic is None
+                else [h["pid"] for h in elastic.local_ranks(self.last_hb)])  # not the agent
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
         time.sleep(STACK_WAIT_S)
         stacks = []
         for rank in range(self.options.world_size):
@@ -328,6 +385,13 @@ class DdpLauncher:
 
     def _kill_workers(self) -> None:
         """End every worker's process group: TERM, then KILL what is left."""
+        if self.options.elastic is not None:
+            for p in self.procs:
+                if p.poll() is None:
+                    self.killed.add(p.pid)
+                child.end(p, grace_s=5.0)  # the agent ends its workers on SIGTERM
+            child.end_leftovers(elastic.local_ranks(self.last_hb), wait_s=1.0)
+            return
         for p in self.procs:
             if p.poll() is None:
                 self.killed.add(p.pid)
@@ -345,6 +409,9 @@ class DdpLauncher:
 
     def _release(self) -> None:
         self.store = None  # the TCPStore server stops and frees the port
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
         _RUNNING.discard(self)
         board.remove(self.board_path)
         if self.tmpdir:
@@ -375,7 +442,9 @@ class DdpLauncher:
         for res in ranks:
             for kind, count in ((res or {}).get("dropped") or {}).items():
                 dropped[kind] = dropped.get(kind, 0) + int(count)
-        codes = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
+        codes: list[int | None] = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
+        if self.options.elastic is not None:  # per rank, from its result
+            codes = elastic.rank_codes({r: res for r, res in enumerate(ranks) if res}, n)
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
@@ -395,13 +464,15 @@ class DdpLauncher:
             "wall_s": time.time() - self.t0, "port": self.port, "board": self.board_path,
             "pids": [p.pid for p in self.procs],
             "ranks": ranks, "fingerprints": fingerprints,
-            "exit_codes": [None if p.pid in self.killed else c
-                           for p, c in zip(self.procs, codes, strict=False)],
+            "exit_codes": (codes if self.options.elastic is not None else
+                           [None if p.pid in self.killed else c
+                            for p, c in zip(self.procs, codes, strict=False)]),
             "ended_at": list(self.ended_at),
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
             "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
             "cells": dict(self.job.get("cells") or {}),
             "profiling": profiling, "dropped": dropped,
+            "nodes": _nodes(ranks, self.last_hb, self.options.elastic),
         }
 
     def _profiling(self, tl: protocol.Channel, ranks: list[dict[str, Any] | None]) -> dict[str, Any]:
@@ -463,6 +534,20 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                 "ranks": per_rank}
     with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1)
+
+
+def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],
+           spec: Any) -> dict[str, Any] | None:
+    """--nnodes: the run's nodes and, per rank, its node and host (None: one machine)."""
+    if spec is None:
+        return None
+    where = []
+    for res, hb in zip(ranks, last_hb, strict=True):
+        src = res if res and res.get("node") is not None else (hb or {})
+        where.append({"node": src.get("node"),
+                      "host": src.get("hostname") or src.get("host")})
+    return {"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
+            "rdzv_endpoint": spec.rdzv_endpoint, "ranks": where}
 
 
 def _published(store: Any, rank: int, hint: int) -> int:

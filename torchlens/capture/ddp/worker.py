@@ -14,6 +14,13 @@ launcher set (``signing.RunKey.from_env``), never from argv. The payload is
 unpickled only after its signature checks out: anyone who can reach the
 store's port could otherwise make every rank run their code.
 
+Under torch's elastic agent (``%ddp_check --nnodes``: ``torchrun ... -m
+torchlens.capture.ddp.worker --elastic HOST PORT DIR``) the rank, world size,
+local rank, node (``GROUP_RANK``) and restart count come from the agent's
+environment and the process group from ``init_method="env://"`` (the agent's
+MASTER_ADDR/PORT); the kernel's store carries only the torchlens channel.
+Heartbeats and the result then say which node and host the rank is on.
+
 The user's code may call ``init_process_group`` / ``destroy_process_group``
 itself (as it would under torchrun): the group already exists, so those
 calls are made no-ops for the default group.
@@ -96,7 +103,8 @@ class Worker:
     """Runs the job on this rank and reports through the store."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int,
-                 summarize: Any = None, *, key: RunKey) -> None:
+                 summarize: Any = None, *, key: RunKey,
+                 elastic: dict[str, Any] | None = None) -> None:
         import torch.distributed as dist
 
         self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
@@ -116,6 +124,13 @@ class Worker:
         self.peak: dict[str, Any] = {}
         self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
                                        "steps": [], "error": None}
+        #: --nnodes: node, local_rank, restart, hostname (from the agent's environment)
+        self.elastic = elastic
+        self.where: dict[str, Any] = {}
+        if elastic is not None:
+            self.where = {"node": elastic["node"], "host": elastic["hostname"],
+                          "pid": os.getpid()}
+            self.result.update(elastic)
 
     # -- heartbeat ---------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -144,7 +159,7 @@ class Worker:
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
             # but is not hung: the growing module count says so.
             hb = {"t": time.time(), "beat": beat, "phase": self.phase,
-                  "modules": len(sys.modules), **status, **mem}
+                  "modules": len(sys.modules), **status, **mem, **self.where}
             try:
                 store.set(protocol.heartbeat_key(self.rank), hb)
             except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
@@ -226,15 +241,20 @@ class Worker:
 
         self.phase = "init"
         backend = job["backend"]
+        local = self.elastic["local_rank"] if self.elastic is not None else self.rank
         if backend == "nccl":
-            torch.cuda.set_device(self.rank)
-            self.device = torch.device("cuda", self.rank)
+            torch.cuda.set_device(local)
+            self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
-        dist.init_process_group(
-            backend, store=dist.PrefixStore(protocol.PG_PREFIX, self.raw_store),
-            rank=self.rank, world_size=self.world_size,
-            timeout=timedelta(seconds=max(60.0, 3 * job["timeout_s"])))
+        timeout = timedelta(seconds=max(60.0, 3 * job["timeout_s"]))
+        if self.elastic is not None:  # the agent's rendezvous: MASTER_ADDR/PORT
+            dist.init_process_group(backend, init_method="env://", rank=self.rank,
+                                    world_size=self.world_size, timeout=timeout)
+        else:
+            dist.init_process_group(
+                backend, store=dist.PrefixStore(protocol.PG_PREFIX, self.raw_store),
+                rank=self.rank, world_size=self.world_size, timeout=timeout)
         real_init, real_destroy = dist.init_process_group, dist.destroy_process_group
 
         def init_once(*args: Any, **kwargs: Any) -> None:
@@ -446,7 +466,27 @@ def _returned_modules(out: Any) -> list[Any]:
     return []
 
 
+def elastic_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``--elastic HOST PORT DIR`` -> the usual argv and where the rank runs, from
+    the environment torch's elastic agent gives each worker."""
+    import socket
+
+    host, port, stack_dir = argv
+    env = os.environ
+    where = {"node": int(env.get("GROUP_RANK", "0")), "local_rank": int(env["LOCAL_RANK"]),
+             "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+             "hostname": socket.gethostname()}
+    if not os.path.isdir(stack_dir):  # another node: the kernel's folder is not here
+        import tempfile
+
+        stack_dir = tempfile.mkdtemp(prefix="torchlens-rank-")
+    return [host, port, env["RANK"], env["WORLD_SIZE"], stack_dir], where
+
+
 def main(argv: list[str], summarize: Any = None) -> int:
+    elastic = None
+    if argv and argv[0] == "--elastic":
+        argv, elastic = elastic_args(argv[1:])
     host, port, rank, world_size, stack_dir = argv
     sys.path[:0] = [p for p in os.environ.get("TORCHLENS_SYS_PATH", "").split(os.pathsep) if p]
     try:
@@ -464,7 +504,8 @@ def main(argv: list[str], summarize: Any = None) -> int:
     os.environ.pop(ENV_SECRET, None)
     stack_file = open(os.path.join(stack_dir, f"stack-rank{rank}.txt"), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    code = Worker(host, int(port), int(rank), int(world_size), summarize, key=key).run()
+    code = Worker(host, int(port), int(rank), int(world_size), summarize, key=key,
+                  elastic=elastic).run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: gloo threads can stall it
