@@ -91,11 +91,15 @@ def check_environment(rec: DdpRun) -> CheckItem:
             problems.append(f"rank {i}: WORLD_SIZE={e.get('WORLD_SIZE')} but {n} ranks run")
         if e.get("RANK") != str(i):
             problems.append(f"rank {i}: RANK={e.get('RANK')}")
-    local = [e.get("LOCAL_RANK") for e in envs.values()]
+    # LOCAL_RANK and GPUs are per node (on one machine every rank is node None)
+    node = {i: r.get("node") for i, r in seen}
+    local = [(node[i], e.get("LOCAL_RANK")) for i, e in envs.items()]
     if len(set(local)) != len(local):
-        problems.append(f"LOCAL_RANK repeats across ranks: {local}")
+        problems.append("LOCAL_RANK repeats across ranks"
+                        + (" of one node" if rec.nodes else "")
+                        + f": {[lr for _, lr in local]}")
     devices = {i: r.get("device") for i, r in seen}
-    cuda = [d for d in devices.values() if d and str(d).startswith("cuda")]
+    cuda = [(node[i], d) for i, d in devices.items() if d and str(d).startswith("cuda")]
     if len(set(cuda)) != len(cuda):
         problems.append("two ranks use the same GPU: "
                         + ", ".join(f"rank {i}={d}" for i, d in devices.items()))
@@ -530,8 +534,29 @@ CHECKS = (check_environment, check_communication, check_sequence, check_hang,
 
 def checklist(rec: DdpRun) -> list[CheckItem]:
     """Every check, in the order the user reads them; the profiled-run lines
-    only when the run was profiled."""
-    return [item for check in CHECKS if (item := check(rec)) is not None]
+    only when the run was profiled. On a multi-node run each rank a line names
+    is named with its node and host (the first time in each text)."""
+    items = [item for check in CHECKS if (item := check(rec)) is not None]
+    if rec.nodes:
+        for item in items:
+            item.evidence, item.advice = _with_nodes(item.evidence, rec), _with_nodes(item.advice, rec)
+    return items
+
+
+_RANK = re.compile(r"\brank (\d+)\b(?! \(node)")
+
+
+def _with_nodes(text: str, rec: DdpRun) -> str:
+    """``rank 3`` -> ``rank 3 (node 1, host X)``, once per rank in ``text``."""
+    named: set[str] = set()
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) in named:
+            return m.group(0)
+        named.add(m.group(1))
+        return rec.where(int(m.group(1)))
+
+    return _RANK.sub(sub, text)
 
 
 def summary(items: list[CheckItem], rec: DdpRun) -> str:
