@@ -89,8 +89,8 @@ def hint(spec: ElasticSpec, bound: str, argv: list[str], env: dict[str, str]) ->
              "machines cannot reach it; name an interface with --host (e.g. --host eth0)"
              if bound.startswith("127.") or bound == "::1"
              else f"the kernel's store listens on {bound}")
-    return (f"%ddp_check --nnodes {spec.nnodes}: this kernel runs node ranks of "
-            f"{spec.nproc_per_node} ranks each, world size {spec.world_size}; {where}.\n"
+    return (f"%ddp_check --nnodes {spec.nnodes}: this machine is one of {spec.nnodes} nodes "
+            f"of {spec.nproc_per_node} ranks each (world size {spec.world_size}); {where}.\n"
             f"Copy {env[ENV_SECRET_FILE]} to the same path on every other node (mode 0600; "
             "on a shared file system it is already there), then run there:\n  " + line)
 

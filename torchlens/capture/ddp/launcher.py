@@ -49,6 +49,7 @@ POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
 STACK_WAIT_S = 0.6
 STARTUP_PHASES = ("starting", "init")
+AGENT_EXIT_S = 20.0  # --nnodes: how long a finished run's agent gets to end by itself
 _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
 
 
@@ -387,6 +388,12 @@ class DdpLauncher:
         """End every worker's process group: TERM, then KILL what is left."""
         if self.options.elastic is not None:
             for p in self.procs:
+                if len(self.results) == self.options.world_size:
+                    # Every rank reported: the agent meets the other agents at
+                    # their exit barrier and ends by itself. Killed before it,
+                    # the other nodes' agents would wait out the barrier (300 s).
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(timeout=AGENT_EXIT_S)
                 if p.poll() is None:
                     self.killed.add(p.pid)
                 child.end(p, grace_s=5.0)  # the agent ends its workers on SIGTERM
