@@ -159,3 +159,14 @@ def test_secret_in_no_cmdline(monkeypatch):
 def test_bad_node_options_start_nothing(kw, words):
     with pytest.raises(InputError, match=words):
         ddp_check(buggy.correct_step, live=False, **kw)
+
+
+def test_live_lanes_name_the_node():
+    from torchlens.render.live import LivePlot
+
+    plot = LivePlot(4)
+    for r in range(4):
+        plot.push({"rank": r, "t_rel": 0.1 * r, "phase": "init", "node": r // 2, "host": "h"})
+    plot.flush(force=True)
+    labels = plot.layout.children[2].yaxis.major_label_overrides
+    assert labels[3] == "rank 3 (node 1)" and labels[0] == "rank 0 (node 0)"
