@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..model import InputError
@@ -112,11 +113,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        while proc.poll() is None:
-            collector.poll()
-            if summary.due():
-                summary.draw(run_view(collector.snapshot()), "")
-            time.sleep(POLL_S)
+        watch(collector, summary, lambda: proc.poll() is None)
     except KeyboardInterrupt:
         interrupted = True
         summary.say("torchlens run: interrupted, ending the command's processes")
@@ -142,6 +139,21 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     summary.say(f"torchlens run: {manifest['stopped']}; exit code {_exit_code(code)}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
     return 130 if interrupted else _exit_code(code)
+
+
+def watch(collector: Any, summary: Any, running: Callable[[], bool]) -> None:
+    """The live loop: poll the collector, redraw the summary when due, while ``running()``.
+
+    One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
+    benchmark measures the loop a user gets.
+    """
+    from ..analysis.run_verdict import run_view
+
+    while running():
+        collector.poll()
+        if summary.due():
+            summary.draw(run_view(collector.snapshot()), "")
+        time.sleep(POLL_S)
 
 
 def _tail(path: str) -> str:
