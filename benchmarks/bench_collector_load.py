@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import resource
@@ -146,7 +147,13 @@ def simulate(spec: dict[str, Any]) -> dict[str, Any]:
     key = RunKey(spec["run_id"], bytes.fromhex(spec["secret"]))
     with open(spec["summary_path"], "rb") as fh:
         summary = fh.read()
-    sims = [SimRank(key, spec["host"], spec["port"], r, spec["world"]) for r in spec["ranks"]]
+    # one simulator connects at a time: the store's server takes serial connects
+    # in well under a millisecond each, concurrent ones in up to seconds each
+    with open(spec["lock"], "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sims = [SimRank(key, spec["host"], spec["port"], r, spec["world"])
+                for r in spec["ranks"]]
+        fcntl.flock(lock, fcntl.LOCK_UN)
     print("ready", flush=True)
     spec.update(json.loads(sys.stdin.readline()))  # the common start and end
     while time.time() < spec["start"]:
@@ -216,12 +223,15 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
     book = {"cpu": 0.0}
     arrived: list[tuple[float, float]] = []  # (bench_t, when the collector held it)
     read = {"steps": 0, "prof": 0, "hb": 0}
+    polls: list[float] = []
 
     class Timed(Collector):
         """The collector, with the benchmark's bookkeeping after each poll (timed apart)."""
 
         def poll(self) -> None:
+            t = time.perf_counter()
             super().poll()
+            polls.append(time.perf_counter() - t)
             now, c0 = time.time(), time.thread_time()
             seen = self.__dict__.setdefault("_seen", {})
             for s in self.slots.values():
@@ -254,7 +264,8 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         for ranks in per:
             spec = {"run_id": key.run_id, "secret": key.secret.hex(), "host": collector.host,
                     "port": collector.port, "ranks": ranks, "world": n,
-                    "steps_per_s": args.steps_per_s, "summary_path": summary_path}
+                    "steps_per_s": args.steps_per_s, "summary_path": summary_path,
+                    "lock": summary_path + ".lock"}
             procs.append(subprocess.Popen(
                 [sys.executable, HERE, "--simulate", json.dumps(spec)], stdout=subprocess.PIPE,
                 stdin=subprocess.PIPE, text=True,
@@ -273,11 +284,13 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         cpu0, w0, rss0 = sum(os.times()[:2]), time.time(), me.memory_info().rss
         book["cpu"] = 0.0
         del arrived[:]
+        del polls[:]
         read.update(steps=0, prof=0, hb=0)
         frames0 = len(terminal.frames)
         watch(collector, summary, lambda: time.time() < end)
         cpu1, w1 = sum(os.times()[:2]), time.time()
         in_window = dict(read)
+        poll_s = list(polls)
         bench_cpu = book["cpu"]
         got = list(arrived)
         frames = terminal.frames[frames0:]
@@ -315,7 +328,7 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         "rss_end_mb": me.memory_info().rss / 2**20,
         "lat_state": [_pct(state, 0.5), _pct(state, 0.95), max(state, default=None)],
         "lat_view": [_pct(view, 0.5), _pct(view, 0.95), max(view, default=None)],
-        "frames": len(frames), "sim_late_max_s": max(o["late_max_s"] for o in outs),
+        "frames": len(frames), "poll_ms": [_pct(poll_s, 0.5), max(poll_s, default=None)], "sim_late_max_s": max(o["late_max_s"] for o in outs),
         "sim_cores": sum(o["cpu_s"] for o in outs) / wall,
         "dropped": collector.dropped}
 
@@ -342,7 +355,7 @@ def _ms(v: float | None) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'ranks':>5} {'msg/s sent':>10} {'msg/s in':>9} {'backlog':>7} {'cores':>6} "
             f"{'rss MB':>7} {'peak MB':>7} {'growth MB':>9} {'state ms p50/p95/max':>21} "
-            f"{'view ms p50/p95/max':>20} {'sim cores':>9}")
+            f"{'view ms p50/p95/max':>20} {'poll ms p50/max':>15} {'sim cores':>9}")
     out = [head]
     for r in rows:
         growth = r["rss_growth_mb_2nd_half"]
@@ -351,7 +364,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['backlog_prof']:>7} {r['cores']:>6.2f} {r['rss0_mb']:>7.0f} "
             f"{r['peak_rss_mb']:>7.0f} {'-' if growth is None else f'{growth:.0f}':>9} "
             f"{'/'.join(_ms(v) for v in r['lat_state']):>21} "
-            f"{'/'.join(_ms(v) for v in r['lat_view']):>20} {r['sim_cores']:>9.2f}")
+            f"{'/'.join(_ms(v) for v in r['lat_view']):>20} "
+            f"{'/'.join(_ms(v) for v in r['poll_ms']):>15} {r['sim_cores']:>9.2f}")
     return "\n".join(out)
 
 
@@ -396,6 +410,8 @@ def main() -> None:
     finally:
         with contextlib.suppress(OSError):
             os.remove(path)
+        with contextlib.suppress(OSError):
+            os.remove(path + ".lock")
     print(f"collector load: {args.seconds:.0f} s, {args.procs} simulator processes, "
           f"summary {size / 1024:.0f} KB JSON, {args.steps_per_s:g} steps/s a rank, "
           f"{os.cpu_count()} cores")
