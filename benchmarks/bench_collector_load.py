@@ -224,15 +224,24 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
     arrived: list[tuple[float, float]] = []  # (bench_t, when the collector held it)
     read = {"steps": 0, "prof": 0, "hb": 0}
     polls: list[float] = []
+    sent_t: list[float] = []
 
     class Timed(Collector):
         """The collector, with the benchmark's bookkeeping after each poll (timed apart)."""
+
+        def _open(self, name: str, value: Any) -> Any:
+            data = super()._open(name, value)
+            if "/prof/" in name and isinstance(data, dict) and "bench_t" in data:
+                sent_t.append(data["bench_t"])  # the collector keeps only SUMMARY_KEYS
+            return data
 
         def poll(self) -> None:
             t = time.perf_counter()
             super().poll()
             polls.append(time.perf_counter() - t)
             now, c0 = time.time(), time.thread_time()
+            arrived.extend((x, now) for x in sent_t)
+            del sent_t[:]
             seen = self.__dict__.setdefault("_seen", {})
             for s in self.slots.values():
                 last = seen.get(s.slot, (0, 0, 0))
@@ -240,9 +249,6 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
                 read["steps"] += s.read[0] - last[0]
                 read["prof"] += s.read[1] - last[1]
                 read["hb"] += beat > last[2]
-                new = s.read[1] - last[1]
-                arrived.extend((x["bench_t"], now) for x in s.summaries[len(s.summaries) - new:]
-                               if new and "bench_t" in x)
                 seen[s.slot] = (s.read[0], s.read[1], max(beat, last[2]))
             book["cpu"] += time.thread_time() - c0
 
