@@ -170,6 +170,8 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
                "error": (info.get("bye") or {}).get("error")}
         if r < len(table):
             row.update({k: v for k, v in table[r].items() if k != "rank"})
+        if isinstance(info.get("steps_sent"), int):  # the collector keeps only the newest
+            row["steps"] = info["steps_sent"]
         rows.append(row)
     attached = sum(i is not None for i in ranks)
     failed = [row for row in rows if row["state"] == "failed"]

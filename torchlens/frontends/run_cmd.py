@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..model import InputError
@@ -33,6 +34,8 @@ POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
 FINAL_POLLS = 3
 SECRET_FILE = "run.secret"
+#: where the collector appends what every slot sent, until the folder is written
+SPOOL_DIR = ".spool"
 LOG_FILE = "command.log"
 TAIL_LINES = 20
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -85,7 +88,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     stream = stream or sys.stdout
     key = RunKey.new()
     try:
-        collector = Collector(key, host, port)
+        collector = Collector(key, host, port, spool=os.path.join(run_dir, SPOOL_DIR))
     except OSError as exc:
         raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     address = f"{_reachable_address(collector.host)}:{collector.port}"
@@ -112,11 +115,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        while proc.poll() is None:
-            collector.poll()
-            if summary.due():
-                summary.draw(run_view(collector.snapshot()), "")
-            time.sleep(POLL_S)
+        watch(collector, summary, lambda: proc.poll() is None)
     except KeyboardInterrupt:
         interrupted = True
         summary.say("torchlens run: interrupted, ending the command's processes")
@@ -142,6 +141,21 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     summary.say(f"torchlens run: {manifest['stopped']}; exit code {_exit_code(code)}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
     return 130 if interrupted else _exit_code(code)
+
+
+def watch(collector: Any, summary: Any, running: Callable[[], bool]) -> None:
+    """The live loop: poll the collector, redraw the summary when due, while ``running()``.
+
+    One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
+    benchmark measures the loop a user gets.
+    """
+    from ..analysis.run_verdict import run_view
+
+    while running():
+        collector.poll()
+        if summary.due():
+            summary.draw(run_view(collector.snapshot()), "")
+        time.sleep(POLL_S)
 
 
 def _tail(path: str) -> str:
@@ -188,12 +202,14 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         slots = by_rank.get(r, [])
         with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
             for s in slots:  # every incarnation, in order: a restart shows in the records
-                for rec in s.steps:
-                    fh.write(json.dumps({**rec, "restart": s.hello.get("restart") or 0}) + "\n")
-        with open(os.path.join(folder, "summaries.jsonl"), "w", encoding="utf-8") as fh:
+                for batch in collector.spool_lines(s.slot, 0):
+                    for rec in json.loads(batch):
+                        if isinstance(rec, dict):
+                            fh.write(json.dumps({**rec, "restart": s.hello.get("restart") or 0})
+                                     + "\n")
+        with open(os.path.join(folder, "summaries.jsonl"), "wb") as fb:
             for s in slots:
-                for summary in s.summaries:
-                    fh.write(json.dumps(summary) + "\n")
+                fb.writelines(line + b"\n" for line in collector.spool_lines(s.slot, 1))
         last = slots[-1] if slots else None
         hb = last.heartbeat if last else {}
         ranks.append({
@@ -203,8 +219,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
             "device": last.hello.get("device") if last else None,
             "restart": row.get("restart"), "state": row["state"], "error": row.get("error"),
             "stopped_at_step": hb.get("steps_done"), "last_heartbeat": hb.get("t"),
-            "steps": sum(len(s.steps) for s in slots),
-            "summaries": sum(len(s.summaries) for s in slots),
+            "steps": sum(s.counts[0] for s in slots),
+            "summaries": sum(s.counts[1] for s in slots),
             "traces": sorted(os.path.join(f"rank{r}", f) for f in os.listdir(folder)
                              if f.endswith(".json"))})
     nodes: dict[Any, dict[str, Any]] = {}
@@ -225,4 +241,5 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         "memory_creep": [dataclasses.asdict(c) for c in view.creep], "notes": view.notes}
     with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1, default=str)
+    shutil.rmtree(os.path.join(run_dir, SPOOL_DIR), ignore_errors=True)
     return manifest

@@ -13,6 +13,14 @@ fails (forged, or of another run) is dropped and counted, never decoded.
 Counters cannot be signed (``store.add``): a forged counter costs at most
 ``MAX_READ`` reads of keys that are not there, each counted as dropped.
 
+Memory stays bounded however long the run and however many ranks: each slot
+keeps its newest ``KEEP_STEPS`` step records and ``KEEP_SUMMARIES`` summaries
+(cut to ``SUMMARY_KEYS``, what the live view reads: a full summary decodes to
+~200 KB of Python objects), with counts of all it sent. Everything, in full,
+goes to the spool folder when there is one (``torchlens run``'s run folder):
+each value's JSON body as received, one line per value, appended as it
+arrives (``spool_lines``). benchmarks/bench_collector_load.py measures it.
+
 Clocks: a rank's heartbeat age is measured on the collector's clock (when
 its bytes last changed), so hosts with skewed clocks are judged alike.
 """
@@ -20,6 +28,7 @@ its bytes last changed), so hosts with skewed clocks are judged alike.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -27,7 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import protocol
-from .signing import Forged, RunKey
+from .signing import MAC_BYTES, MAGIC, Forged, RunKey
 
 #: a slot whose heartbeat has not changed for this long stopped sending
 LOST_S = 10.0
@@ -35,8 +44,12 @@ LOST_S = 10.0
 MAX_READ = 64
 #: how long a read of a key that is not there blocks (only forged counters do)
 STORE_TIMEOUT_S = 2.0
-#: summaries kept per rank (the step records are all kept: ~300 bytes a step)
-KEEP_SUMMARIES = 50
+#: step records and summaries kept in memory per slot (all of them go to the spool)
+KEEP_STEPS = 256
+KEEP_SUMMARIES = 16
+#: the parts of a summary kept in memory (``analysis.rank_steps`` reads these)
+SUMMARY_KEYS = ("rank", "step", "trace", "t0", "t1", "step_ms", "breakdown", "memory",
+                "events", "bytes")
 
 
 @dataclass
@@ -53,6 +66,7 @@ class Slot:
     superseded: bool = False  # a later restart of the same rank took over
     read: list[int] = field(default_factory=lambda: [0, 0])
     raw_hb: bytes = b""
+    counts: list[int] = field(default_factory=lambda: [0, 0])  # step records, summaries
 
     @property
     def rank(self) -> int:
@@ -83,10 +97,14 @@ def interface_address(host: str) -> str:
 class Collector:
     """Hosts the store and keeps what each slot sent."""
 
-    def __init__(self, key: RunKey, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, key: RunKey, host: str = "127.0.0.1", port: int = 0,
+                 spool: str | None = None) -> None:
         import torch.distributed as dist
 
         self.key = key
+        self.spool = spool
+        if spool:
+            os.makedirs(spool, exist_ok=True)
         self.sock = listen_socket(host, port)
         self.host = self.sock.getsockname()[0]
         self.port = int(self.sock.getsockname()[1])
@@ -183,6 +201,20 @@ class Collector:
                                           "after_step": len(old.steps)})
         self.slots[new.slot] = new
 
+    def spool_path(self, slot: int, kind: int) -> str | None:
+        """The spool file of ``slot``'s step batches (kind 0) or summaries (kind 1)."""
+        if not self.spool:
+            return None
+        return os.path.join(self.spool, f"slot{slot}.{('steps', 'summaries')[kind]}.jsonl")
+
+    def spool_lines(self, slot: int, kind: int) -> list[bytes]:
+        """Everything ``slot`` sent of one kind, one JSON body a line (a step batch is a list)."""
+        path = self.spool_path(slot, kind)
+        if path is None or not os.path.exists(path):
+            return []
+        with open(path, "rb") as fh:
+            return [line for line in fh.read().split(b"\n") if line]
+
     def _read_values(self, wanted: list[tuple[Slot, int, str]]) -> None:
         if not wanted:
             return
@@ -191,6 +223,7 @@ class Collector:
         except Exception:  # noqa: BLE001 - a key that is not there (a forged counter)
             values = [bytes(self.store.get(k)) if self.store.check([k]) else b""
                       for _, _, k in wanted]
+        spooled: dict[tuple[int, int], list[bytes]] = {}
         for (s, kind, name), value in zip(wanted, values, strict=True):
             if not value:
                 self._drop("missing value")
@@ -198,10 +231,22 @@ class Collector:
             self.store.delete_key(name)
             data = self._open(name, value)
             if kind == 0 and isinstance(data, list):
-                s.steps += [d for d in data if isinstance(d, dict)]
+                records = [d for d in data if isinstance(d, dict)]
+                s.counts[0] += len(records)
+                s.steps += records
+                del s.steps[:-KEEP_STEPS]
             elif kind == 1 and isinstance(data, dict):
-                s.summaries.append(data)
+                s.counts[1] += 1
+                s.summaries.append({k: data[k] for k in SUMMARY_KEYS if k in data})
                 del s.summaries[:-KEEP_SUMMARIES]
+            else:
+                continue
+            spooled.setdefault((s.slot, kind), []).append(value[len(MAGIC) + MAC_BYTES:])
+        for (slot, kind), bodies in spooled.items():
+            path = self.spool_path(slot, kind)
+            if path is not None:
+                with open(path, "ab") as fh:
+                    fh.write(b"".join(b.replace(b"\n", b" ") + b"\n" for b in bodies))
 
     # -- state ---------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -223,7 +268,8 @@ class Collector:
                 "rank", "node", "host", "pid", "local_rank", "restart", "device",
                 "shared_run_dir", "run_dir", "elastic_run_id", "t")},
                 "slot": s.slot, "silent_s": now - s.seen, "bye": s.bye,
-                "heartbeat": s.heartbeat, "steps_sent": len(s.steps)})
+                "heartbeat": s.heartbeat, "steps_sent": s.counts[0],
+                "summaries_sent": s.counts[1]})
         steps = [latest[r].steps if r in latest else [] for r in range(world)]
         summaries = [latest[r].summaries if r in latest else [] for r in range(world)]
         return {"run_id": self.key.run_id, "world_size": world, "ranks": ranks,
