@@ -13,9 +13,10 @@ Run::
 Inputs: the folders given, plus every shared trace
 (``/work/shared/testdata/traces/*.json.gz``, ``$TORCHLENS_TRACES`` overrides)
 on its own, each again as ``rank0.json.gz`` in a folder of its own (so the
-ones without ``distributedInfo`` are analysed too), and the two ``sampled_rank-*`` traces as one run. Each input runs
+ones without ``distributedInfo`` are analysed too), a folder of bad input
+(``bad_folder``) and the two ``sampled_rank-*`` traces as one run. Each input runs
 ``python -m torchlens analyze INPUT --json`` with this checkout first on
-``PYTHONPATH`` (``--python`` picks the interpreter); its stdout, exit status
+``PYTHONPATH`` (``--pythonpath`` another, ``--python`` the interpreter); its stdout, exit status
 and the first line of stderr are recorded. Floats are compared exactly: the
 change must give the same numbers, not nearly the same.
 """
@@ -23,6 +24,7 @@ change must give the same numbers, not nearly the same.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -51,11 +53,34 @@ def inputs(folders: list[str]) -> dict[str, list[str]]:
     pair = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]
     if all(p.exists() for p in pair):
         out["sampled_rank-0+1"] = [str(p) for p in pair]
+        out["bad input"] = [str(bad_folder(links / "bad-input", *pair))]
     return out
 
 
-def run(python: str, paths: list[str]) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def bad_folder(folder: Path, first: Path, second: Path) -> Path:
+    """A run folder with one of each odd file (written once, then reused): a
+    plain copy, a truncated gzip, two gzip members, a damaged gzip, JSON that
+    is no trace, text that is no JSON, and a file whose rank repeats one."""
+    if folder.is_dir():
+        return folder
+    folder.mkdir(parents=True)
+    a, b = gzip.decompress(first.read_bytes()), gzip.decompress(second.read_bytes())
+    (folder / "rank0.json.gz").write_bytes(first.read_bytes())
+    (folder / "rank1.json").write_bytes(b)
+    (folder / "rank2.json.gz").write_bytes(second.read_bytes()[:40_000])
+    half = len(b) // 2
+    (folder / "rank3.json.gz").write_bytes(gzip.compress(b[:half]) + gzip.compress(b[half:]))
+    damaged = bytearray(gzip.compress(a))
+    damaged[len(damaged) // 2:len(damaged) // 2 + 64] = bytes(64)
+    (folder / "rank4.json.gz").write_bytes(bytes(damaged))
+    (folder / "rank5.json").write_text('{"schemaVersion": 1, "other": []}')
+    (folder / "rank6.json").write_text("hello")
+    (folder / "rank7_copy.json.gz").write_bytes(gzip.compress(a))
+    return folder
+
+
+def run(python: str, paths: list[str], pythonpath: str) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=pythonpath)
     r = subprocess.run([python, "-m", "torchlens", "analyze", *paths, "--json"],
                        capture_output=True, env=env, text=True, timeout=1800)
     doc: Any = None
@@ -92,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--record", metavar="DIR", help="write each input's output here")
     mode.add_argument("--compare", metavar="DIR", help="compare with what DIR holds")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--pythonpath", default=str(REPO),
+                    help="the torchlens checkout to run (default: this one); e.g. a "
+                         "`git archive` of the commit before the change, for --record")
     args = ap.parse_args(argv)
     bad = 0
     for name, paths in inputs(args.folders).items():
-        now = run(args.python, paths)
+        now = run(args.python, paths, args.pythonpath)
         if args.record:
             Path(args.record).mkdir(parents=True, exist_ok=True)
             (Path(args.record) / f"{name}.json").write_text(json.dumps(now))

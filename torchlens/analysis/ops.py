@@ -29,12 +29,14 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from torchlens.model import InputError, Trace
+
+if TYPE_CHECKING:  # imported where a frame is built: the masks serve pandas-free workers
+    import pandas as pd
 
 #: Communication kernels: NCCL's old (``ncclKernel*``) and new (``ncclDevKernel*``).
 COMM_KERNEL = re.compile(r"^nccl")
@@ -288,6 +290,8 @@ def op_table(trace: Trace, group_by_shapes: bool = False,
     (``--stack``); ``flops`` is the sum of the profiler's estimates, NaN when
     it recorded none (``--flops`` off).
     """
+    import pandas as pd
+
     calls = op_calls(trace)
     ev = trace.events
     rows = calls.rows
@@ -338,6 +342,8 @@ def _aggregate(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     compensated sum, so equal to the bit), and the flops summed per group as
     ``Series.sum`` does (NaN where a group has no estimate).
     """
+    import pandas as pd
+
     group = np.zeros(len(frame), np.int64)
     for key in keys:  # one int per distinct tuple of key codes, kept below len(frame)
         codes = frame[key].to_numpy().astype(np.int64)
@@ -394,6 +400,8 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
     ``streams`` lists the streams the kernel ran on (``"7,40"``), because a
     compute kernel on the communication stream, or the reverse, is a finding.
     """
+    import pandas as pd
+
     ev = trace.events
     rows = np.flatnonzero(category_mask(trace, "kernel"))
     if len(rows) == 0:
