@@ -165,10 +165,11 @@ class RunResult(Result):
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
-             top: int = 10) -> RunResult:
+             top: int = 10, fork: bool = False) -> RunResult:
     """Discover a run's per-rank traces and summarise each file in a worker process
-    (``run_workers``: each file read once, its peek and figures together)."""
-    with RunReader(_trace_figures, top, workers) as reader:
+    (``run_workers``: each file read once, its peek and figures together).
+    ``fork``: the caller runs no threads (the command line), workers may fork."""
+    with RunReader(_trace_figures, top, workers, fork=fork) as reader:
         sources = discover(inputs, reader.peek_all)
     problems = list(sources.problems)
     figures: dict[int, list[dict[str, Any]]] = {}
