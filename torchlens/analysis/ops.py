@@ -102,7 +102,16 @@ def category_mask(trace: Trace, *names: str) -> np.ndarray:
     """Rows whose normalized category is one of ``names``."""
     labels = trace.events.categories["cat"]
     codes = [labels.index(n) for n in names if n in labels]
-    return np.isin(trace.events["cat"], codes)
+    return _code_mask(trace.events["cat"], codes, len(labels))
+
+
+def _code_mask(column: np.ndarray, codes: list[int], n_labels: int) -> np.ndarray:
+    """``np.isin(column, codes)`` for label codes (-1 = none) as one table
+    lookup: a run's worker builds dozens of these masks per trace, and isin
+    sorts or allocates a table each time."""
+    table = np.zeros(n_labels + 1, bool)  # the extra last entry is code -1's
+    table[codes] = True
+    return table[column]
 
 
 def phase_mask(trace: Trace, ph: str) -> np.ndarray:
@@ -115,7 +124,7 @@ def name_mask(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
     """Rows whose name matches ``pattern`` (tested once per distinct name)."""
     labels = trace.events.categories["name"]
     hits = [i for i, lab in enumerate(labels) if pattern.search(lab)]
-    return np.isin(trace.events["name"], hits)
+    return _code_mask(trace.events["name"], hits, len(labels))
 
 
 def enclosing(ts: np.ndarray, dur: np.ndarray, group: np.ndarray,
