@@ -26,11 +26,13 @@ __all__ = [
 
 
 def load(path: Any) -> Any:
-    """A saved ``.tlprof`` result (a ``Profile``), or, for a folder or a list of
-    per-rank traces, the run as one result (``frontends.run_api.RunResult``)."""
+    """A saved ``.tlprof`` result (a ``Profile``), or, for a folder, a list of
+    per-rank traces or one Kineto trace (``.json``, ``.json.gz``), the run as
+    one result (``frontends.run_api.RunResult``; ``run.diff(other)`` compares)."""
     import os
 
-    if isinstance(path, (list, tuple)) or os.path.isdir(path):
+    if (isinstance(path, (list, tuple)) or os.path.isdir(path)
+            or str(path).lower().endswith((".json", ".json.gz"))):
         from .frontends.run_api import load_run
 
         return load_run(path)

@@ -81,7 +81,7 @@ class RankFile:
     rank: int
     paths: list[str]
     world_size: int | None
-    source: str  # "distributedInfo" | "file name" | "manifest"
+    source: str  # "distributedInfo" | "file name" | "manifest" | "single file"
 
 
 @dataclass
@@ -423,9 +423,11 @@ def discover(inputs: str | Path | list[str | Path],
     root = _root(paths)
 
     placed: list[_Placed] = []
+    # one trace file given alone is a run of one process: rank 0 when it names none
+    lone = len(paths) == 1 and len(candidates) == 1 and not runs and paths[0].is_file()
     peeks = (peek_all or _peek_each)([c.path for c in candidates])
     for c, seen in zip(candidates, peeks, strict=True):
-        found = _place(c, seen, problems)
+        found = _place(c, seen, problems, default_rank=0 if lone else None)
         if found is not None:
             placed.append(found)
     ranks, kept = _group(placed, problems)
@@ -557,7 +559,8 @@ def _peek_each(paths: list[str]) -> list[Peek]:
     return [safe_peek(p) for p in paths]
 
 
-def _place(c: _Candidate, result: Peek, problems: list[Problem]) -> _Placed | None:
+def _place(c: _Candidate, result: Peek, problems: list[Problem],
+           default_rank: int | None = None) -> _Placed | None:
     if result.kind is not None:
         problems.append(Problem(result.kind, c.path, result.message))
         return None
@@ -579,6 +582,9 @@ def _place(c: _Candidate, result: Peek, problems: list[Problem]) -> _Placed | No
     if rank is not None:
         return _Placed(rank, c.path, c.order, "file name", trace_world, trace_world,
                            group, step)
+    if default_rank is not None:
+        return _Placed(default_rank, c.path, c.order, "single file", trace_world,
+                       trace_world, group, step)
     problems.append(Problem("no rank", c.path, (
         "the trace has no distributedInfo.rank and its name gives none (rank3, "
         "rank-3, rank_3 or a _3 before the extension); rename it, e.g. to "

@@ -192,8 +192,69 @@ class AnalyzeCommand(Command):
         return 0 if run.ranks else EXIT_USAGE
 
 
+class DiffCommand(Command):
+    name = "diff"
+    help = ("compare run B with run A (each a folder of per-rank traces, a trace file or "
+            "files): ops and kernels added, removed, slower and faster per step, and the "
+            "step time; --fail-if-slower gates CI on it")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("a", metavar="A", help="the baseline: a run folder or a trace "
+                                                   "file (.json, .json.gz)")
+        parser.add_argument("b", metavar="B", help="the run to compare with A")
+        parser.add_argument("--json", action="store_true",
+                            help="print the diff as one JSON document (schema: "
+                                 "torchlens.frontends.diff_api.DIFF_JSON_SCHEMA)")
+        parser.add_argument("-o", "--output", metavar="OUT.html",
+                            help="also write the diff as an HTML report")
+        parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                            help="exit 1 when B's median step time is more than PCT %% "
+                                 "above A's")
+        parser.add_argument("--workers", type=int, default=None, metavar="N",
+                            help="processes reading ranks in parallel (default: CPU count)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        import json
+
+        from .diff_api import diff
+
+        if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
+            raise InputError(f"--fail-if-slower {args.fail_if_slower}: expected a "
+                             "percentage >= 0")
+        out = Path(args.output) if args.output else None
+        if out is not None and not out.parent.resolve().is_dir():
+            raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
+        result = diff(args.a, args.b, workers=args.workers)
+        if args.json:
+            print(json.dumps(result.to_json(), indent=1, allow_nan=False, default=str))
+        else:
+            from . import kinds
+
+            print(kinds.text(result.profile, result.analysis()))
+        if out is not None:
+            from . import kinds
+
+            out.write_text(kinds.report_html(result.profile, result.analysis()),
+                           encoding="utf-8")
+            print(f"torchlens: wrote {out}", file=sys.stderr if args.json else sys.stdout)
+        if args.fail_if_slower is None:
+            return 0
+        verdict = result.regressed(args.fail_if_slower)
+        st = result.diff["step_time"]
+        if verdict is None:
+            raise InputError("--fail-if-slower: no step time to compare (a run has no "
+                             "ProfilerStep#N spans)")
+        if verdict:
+            print(f"torchlens: step time regressed {st['regression_pct']:+.1f}% "
+                  f"({st['a_median_us'] / 1000:.3f} ms -> {st['b_median_us'] / 1000:.3f} ms), "
+                  f"more than --fail-if-slower {args.fail_if_slower:g}%", file=sys.stderr)
+            return 1
+        return 0
+
+
 #: Subcommands in the order ``torchlens --help`` lists them.
-COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand()]
+COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand(),
+                           DiffCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,6 +63,10 @@ KINDS: dict[str, Kind] = {
                 report="torchlens.render.run_report:report_parts",
                 text="torchlens.render.run_report:text_report",
                 summary="torchlens.render.run_report:summary_line"),
+    "diff": Kind(analyze="torchlens.analysis.multirank.diff:analyze",
+                 report="torchlens.render.diff_report:report_parts",
+                 text="torchlens.render.diff_report:text_report",
+                 summary="torchlens.render.diff_report:summary_line"),
 }
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.multirank import run as tables
+from ..analysis.multirank import run_launches
 from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
 from ..model.payloads import RunPayload
@@ -59,9 +60,41 @@ JSON_SCHEMA = {
                    "torchlens.analysis.multirank.collectives)",
     "collectives_left_out": "how many collective rows did not fit in collectives",
     "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
-                  "last), last_pct, caused_us, caused_mean_us, waited_us",
+                  "last), last_pct, caused_us, caused_mean_us, waited_us, wait_per_step_us; "
+                  "for a rank that arrived last: cause (the step-breakdown role that stands "
+                  "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
+                  "cause_us and cause_others_us (its and the other ranks' median us per step), "
+                  "cause_words (torchlens.analysis.multirank.causes)",
+    "clocks": "per rank: reference (the lowest rank), offset_us (median of its collective "
+              "ends minus the reference's), collectives (shared with the reference), "
+              "residual_median_us, residual_max_us (|end difference - offset|), applied "
+              "(offset used to align arrivals and waits: |offset| > 20 us and > 3x "
+              "residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
+              "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
+              "keep the raw ones; definitions: torchlens.analysis.multirank.clock)",
+    "launches": "per rank: CUDA kernel launch statistics (HTA's get_cuda_kernel_launch_stats): "
+                "launches (GPU work paired with its launch call), delay/cpu/gpu_{mean,std,min,"
+                "p25,p50,p75,max}_us (launch delay = GPU start - launch call end, clipped at 0; "
+                "cpu = launch call; gpu = GPU event), gpu_shorter_than_cpu (+_pct), "
+                "short_kernels (gpu < cpu and cpu <= runtime_cutoff_us), runtime_outliers "
+                "(cpu > runtime_cutoff_us), delay_outliers (delay > launch_delay_cutoff_us), "
+                "the cutoffs (HTA's 50 and 100 us), apis {name: launches}; null figures "
+                "without GPU work (definitions: torchlens.analysis.multirank.launches)",
+    "launch_outliers": "per rank, the launches with the longest launch delay: trace, name, "
+                       "api, ts_us, cpu_us, gpu_us, delay_us",
+    "launch_kernels": "per rank and GPU name (the top names by total launch delay): count, "
+                      "delay_total_us, delay_mean_us, delay_max_us, cpu_mean_us, gpu_mean_us, "
+                      "gpu_shorter_than_cpu",
+    "queues": "per rank and GPU stream: launches and the queue length (operations launched, "
+              "not yet started) over its change points: count, mean, std, min, p25, p50, p75, "
+              "max (HTA's get_queue_length_summary); full_us, full_pct: time with 1024 or more "
+              "queued (definitions: torchlens.analysis.multirank.counters)",
+    "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
+                 "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
+                 "(HTA's get_memory_bw_summary)",
     "findings": "plain sentences: ranks that arrived last far more often than chance "
-                "with at least 1 ms of others' wait, and collective sequences that disagree",
+                "with at least 1 ms of others' wait and their likely cause, and collective "
+                "sequences that disagree",
 }
 
 
@@ -69,12 +102,16 @@ def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
     """In a worker: one trace's figures, all that travels back (a few KB)."""
     from ..analysis.multirank import rank_figures
     from ..analysis.multirank.collectives import collective_table
+    from ..analysis.multirank.lanes import lane_summary
+    from ..analysis.multirank.op_totals import op_totals
     from ..analysis.steps import step_records
 
     one = rank_figures(trace, top=top)
     # the %%torchprof step breakdown (TensorBoard plugin's definitions)
     one["steps"] = step_records(trace)
     one["collectives"] = collective_table(trace)
+    one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
+    one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
     return one
 
 
@@ -130,6 +167,27 @@ class RunResult(Result):
         """Per step index: median and slowest rank's step time, skew in %."""
         return self._frame(tables.step_skew_rows(self.figures))
 
+    def launches(self) -> Any:
+        """Per rank: CUDA kernel launch statistics (launch delay, launch call vs GPU
+        time, short kernels, outliers; HTA's definitions, ``analysis.multirank.launches``)."""
+        return self._frame(run_launches.launch_rows(self.figures))
+
+    def launch_outliers(self) -> Any:
+        """Per rank: the launches with the longest launch delay."""
+        return self._frame(run_launches.launch_outlier_rows(self.figures))
+
+    def launch_kernels(self) -> Any:
+        """Per rank and GPU name: launch delay and launch call vs GPU time."""
+        return self._frame(run_launches.launch_kernel_rows(self.figures))
+
+    def queues(self) -> Any:
+        """Per rank and GPU stream: queue length summary and time at the full queue."""
+        return self._frame(run_launches.queue_rows(self.figures))
+
+    def memory_bw(self) -> Any:
+        """Per rank and memory kind: memcpy/memset bandwidth summary in GB/s."""
+        return self._frame(run_launches.memory_bw_rows(self.figures))
+
     def _rows(self) -> list[dict[str, Any]]:
         return self.analysis().collectives
 
@@ -141,6 +199,11 @@ class RunResult(Result):
     def stragglers(self) -> Any:
         """Per rank: how often it arrived last and how long the others waited for it."""
         return self._frame(self.analysis().stragglers)
+
+    def clocks(self) -> Any:
+        """Per rank: its clock's offset to the lowest rank's, from the ends of the
+        collectives they share, the residual skew, and whether it was applied."""
+        return self._frame(self.analysis().clocks)
 
     def to_json(self) -> dict[str, Any]:
         rows = self._rows()
@@ -157,7 +220,21 @@ class RunResult(Result):
                 "collectives": rows[:MAX_JSON_COLLECTIVES],
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
                 "stragglers": self.analysis().stragglers,
+                "clocks": self.analysis().clocks,
+                "launches": run_launches.launch_rows(self.figures),
+                "launch_outliers": run_launches.launch_outlier_rows(self.figures),
+                "launch_kernels": run_launches.launch_kernel_rows(self.figures),
+                "queues": run_launches.queue_rows(self.figures),
+                "memory_bw": run_launches.memory_bw_rows(self.figures),
                 "findings": self.findings()}
+
+    def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:
+        """This run (A) against ``other`` (B: a RunResult, or what ``load_run``
+        reads): ops and kernels added, removed, slower and faster per step, and
+        the step time (``frontends.diff_api.DiffResult``)."""
+        from .diff_api import DiffResult
+
+        return DiffResult.of(self, other if isinstance(other, RunResult) else load_run(other))
 
     def findings(self) -> list[str]:
         """The report's findings: plain sentences with their figures."""

@@ -216,7 +216,21 @@ class RunPayload:
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload
+@dataclass
+class DiffPayload:
+    """``kind="diff"``: run B against run A (``torchlens diff A B``, ``run.diff(other)``).
+
+    ``a`` and ``b`` name the inputs (their roots); ``diff`` is
+    ``analysis.multirank.diff.diff_runs``'s result, kept as computed: the
+    per-name totals it came from stay with the runs.
+    """
+
+    a: str = ""
+    b: str = ""
+    diff: dict[str, Any] = field(default_factory=dict)
+
+
+Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
 
 #: kind -> its payload type; the kinds a Profile can be.
 PAYLOADS: dict[str, type] = {
@@ -225,6 +239,7 @@ PAYLOADS: dict[str, type] = {
     "ddp_check": DdpRun,
     "trace": TracePayload,
     "run": RunPayload,
+    "diff": DiffPayload,
 }
 
 

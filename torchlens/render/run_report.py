@@ -16,8 +16,9 @@ from markupsafe import Markup
 from ..analysis.multirank.analyze import RunAnalysis
 from ..model import Profile
 from ..model.words import plural
-from . import html, tables
+from . import html, run_timeline, tables
 from .report import section
+from .run_launches_report import launch_sections
 from .tables import Column
 
 PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7"))
@@ -50,7 +51,8 @@ STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", 
               Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", _pct),
               Column("caused_us", "others waited for it", _ms),
               Column("caused_mean_us", "per such collective", _ms),
-              Column("waited_us", "it waited for others", _ms)]
+              Column("waited_us", "it waited for others", _ms),
+              Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
 COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
                Column("mismatch", "ranks disagree", str, False, 80),
                Column("bytes", "bytes", tables.fmt_int), Column("last_rank", "last rank", str),
@@ -109,6 +111,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if a.findings:
         out.append(section("Findings", html.join([html.note(f) for f in a.findings]),
                            "findings"))
+    out += run_timeline.sections(profile, a, figures)
     if any(r.get("idle_pct") is not None for r in a.temporal):
         figures.append(_temporal_chart(a))
         out.append(section("GPU time per rank", html.join(
@@ -140,6 +143,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
         out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
     if a.idle:
         out.append(section("Idle time per stream", tables.html_table(a.idle, IDLE), "idle"))
+    out += launch_sections(a)
     if a.problems:
         out.append(section("Inputs that could not be used",
                            tables.html_table(a.problems, PROBLEMS), "problems"))

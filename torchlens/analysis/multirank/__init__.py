@@ -8,7 +8,9 @@ differ from HTA's: ``gpu`` (which GPU work, its kinds, the window) and
 ``figures`` (each figure). ``collectives`` lists each rank's collectives
 (``rank_collectives``) and matches them across ranks (``collective_rows``,
 ``straggler_rows``, ``findings``); ``run`` turns every rank's figures into
-the run's tables.
+the run's tables. ``launches`` (``launch_stats``: CUDA kernel launch
+statistics) and ``counters`` (``queue_length``, ``memory_bandwidth``) add
+HTA's remaining per-rank figures.
 """
 
 from .collectives import (
@@ -18,6 +20,7 @@ from .collectives import (
     rank_collectives,
     straggler_rows,
 )
+from .counters import memory_bandwidth, queue_length
 from .figures import (
     comm_comp_overlap,
     idle_time,
@@ -26,7 +29,9 @@ from .figures import (
     temporal_breakdown,
 )
 from .gpu import KINDS, GpuWork, gpu_work, kind_of
+from .launches import launch_stats
 
 __all__ = ["KINDS", "GpuWork", "collective_rows", "collective_table", "comm_comp_overlap",
-           "findings", "gpu_work", "idle_time", "kernel_breakdown", "kind_of",
+           "findings", "gpu_work", "idle_time", "kernel_breakdown", "kind_of", "launch_stats",
+           "memory_bandwidth", "queue_length",
            "rank_collectives", "rank_figures", "straggler_rows", "temporal_breakdown"]

@@ -12,6 +12,8 @@ from typing import Any
 
 from torchlens.model import Profile
 
+from . import causes as why
+from . import clock, run_launches
 from . import collectives as colls
 from . import run as tables
 
@@ -33,6 +35,11 @@ class RunAnalysis:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    clocks: list[dict[str, Any]] = field(default_factory=list)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    launch_outliers: list[dict[str, Any]] = field(default_factory=list)
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    memory_bw: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -43,7 +50,9 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
     """Plain sentences with their figures, most telling first.
 
     - the ranks that arrived last at collectives far more often than chance,
+      with the part of their step breakdown that stands out (``causes``),
       and collective sequences that disagree (``collectives.findings``);
+    - clocks that had to be aligned (``clock.findings``);
     - the rank with the most idle GPU time, when it idles at least 10 points
       more than the median rank;
     - the largest step-time skew, when a step's slowest rank took at least 5%
@@ -52,7 +61,13 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
       the ranks with compute and at least 10% non-compute time);
     - what could not be read.
     """
-    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives)
+    causes = {s["rank"]: s["cause_words"] for s in a.stragglers if s.get("cause_words")}
+    steps: dict[int, int] = {}
+    for row in a.steps:
+        steps[row["rank"]] = steps.get(row["rank"], 0) + 1
+    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
+                                    steps=steps)
+    out += clock.findings(a.clocks)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
     if len(gpu) >= 2:
         ordered = sorted(r["idle_pct"] for r in gpu)
@@ -92,6 +107,14 @@ def analyze(profile: Profile) -> RunAnalysis:
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
     a.collectives = colls.collective_rows(ranks, a.world_size)
-    a.stragglers = colls.straggler_rows(ranks, a.world_size, rows=a.collectives)
+    # stragglers and findings read arrivals on aligned clocks (clock's docstring)
+    a.clocks = clock.clock_rows(ranks, a.collectives)
+    a.collectives = clock.align_rows(a.collectives, a.clocks)
+    a.stragglers = why.with_causes(
+        colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
+    a.launches = run_launches.launch_rows(ranks)
+    a.launch_outliers = run_launches.launch_outlier_rows(ranks)
+    a.queues = run_launches.queue_rows(ranks)
+    a.memory_bw = run_launches.memory_bw_rows(ranks)
     a.findings = findings(a, ranks)
     return a

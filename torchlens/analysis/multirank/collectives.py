@@ -80,11 +80,19 @@ wait caused.
 Findings (``findings``): a rank stands out at a kind of collective when
 
 1. it arrived last at k of the m compared collectives of that kind it took
-   part in, and k that high is unlikely by chance: if each of the ``r``
-   ranks compared at a collective were equally likely to be last
+   part in, and either k that high is unlikely by chance: if each of the
+   ``r`` ranks compared at a collective were equally likely to be last
    (p = mean of 1/r), the binomial chance of k or more is below
-   ``STANDOUT_P`` (1%); and
+   ``STANDOUT_P`` (1%); or, for short traces where no count can be that
+   unlikely, it was last at least ``FEW_LAST`` (3) times and at half or more
+   of them, and the wait it caused per such collective is at least
+   ``FEW_RATIO`` (5x) the mean wait at the kind's other collectives (those
+   where someone else was last; any wait when there are none); and
 2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
+
+The sentence ends with the rank's likely cause when ``findings`` is given
+one (``causes.likely_cause``: the part of its step breakdown that stands
+out), and gives the wait per profiled step when the steps are known.
 
 Each such rank and kind gets one sentence with its figures (largest wait
 first); mismatches get one sentence naming the first and how many.
@@ -118,6 +126,10 @@ GATHERING = frozenset({"allgather", "gather"})
 STANDOUT_P = 0.01
 #: ... and the others waited at least this long (µs, in total) for it.
 STANDOUT_WAIT_US = 1000.0
+#: Few collectives: last at least this often (and at half of them or more) ...
+FEW_LAST = 3
+#: ... and causing this many times the wait of the kind's other collectives.
+FEW_RATIO = 5.0
 #: ``collective_table``'s columns besides ``names`` (``t1`` is ``t0 + dur_us``, not sent).
 COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "group", "pg")
 
@@ -368,11 +380,30 @@ def _duration(us: float) -> str:
     return f"{us:.0f} µs"
 
 
+def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
+                rank: int) -> bool:
+    if caused < STANDOUT_WAIT_US or k <= m * p:
+        return False
+    if binomial_tail(k, m, p) < STANDOUT_P:
+        return True
+    if k < FEW_LAST or 2 * k < m:
+        return False
+    rest = [r["total_wait_us"] for r in kind_rows if r["last_rank"] != rank]
+    return not rest or caused / k >= FEW_RATIO * (sum(rest) / len(rest))
+
+
 def findings(ranks: RankFigures, world_size: int | None = None,
-             rows: list[dict[str, Any]] | None = None) -> list[str]:
+             rows: list[dict[str, Any]] | None = None,
+             causes: dict[int, str] | None = None,
+             steps: dict[int, int] | None = None) -> list[str]:
     """Plain sentences about the ranks that stand out and the sequences that
-    disagree (the rule: module docstring); empty when nothing does."""
+    disagree (the rule: module docstring); empty when nothing does.
+
+    ``causes``: rank -> a phrase saying why it is late (appended);
+    ``steps``: rank -> its number of profiled steps (for the wait per step)."""
     rows = rows if rows is not None else collective_rows(ranks, world_size)
+    causes = causes or {}
+    steps = steps or {}
     found: list[tuple[float, str]] = []
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for row in _compared(rows):
@@ -382,20 +413,26 @@ def findings(ranks: RankFigures, world_size: int | None = None,
         took_part: dict[int, int] = {}
         last: dict[int, int] = {}
         caused: dict[int, float] = {}
+        each: dict[int, float] = {}
         for row in kind_rows:
             for r in row["waits_us"]:
                 took_part[r] = took_part.get(r, 0) + 1
             r = row["last_rank"]
             last[r] = last.get(r, 0) + 1
             caused[r] = caused.get(r, 0.0) + row["total_wait_us"]
+            # the wait of one other rank, on average over the ranks that waited
+            each[r] = each.get(r, 0.0) + row["total_wait_us"] / max(1, len(row["waits_us"]) - 1)
         for r, k in last.items():
             m = took_part[r]
-            if caused[r] < STANDOUT_WAIT_US or k <= m * p or binomial_tail(k, m, p) >= STANDOUT_P:
+            if not _stands_out(k, m, p, caused[r], kind_rows, r):
                 continue
+            per_step = (f"; each other rank waited {_duration(each[r] / steps[r])}"
+                        f" per step for it" if steps.get(r) else "")
+            cause = f"; {causes[r]}" if r in causes else ""
             found.append((caused[r], (
                 f"rank {r} arrived last at {100.0 * k / m:.0f}% of {kind}s ({k} of {m}); "
                 f"the others waited {_duration(caused[r])} in total for it "
-                f"({_duration(caused[r] / k)} per {kind})")))
+                f"({_duration(caused[r] / k)} per {kind}){per_step}{cause}")))
     out = [s for _, s in sorted(found, key=lambda f: -f[0])]
     bad = [r for r in rows if r["mismatch"]]
     if bad:

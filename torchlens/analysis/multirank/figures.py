@@ -126,11 +126,17 @@ def kernel_breakdown(trace: Trace, top: int = 10,
 
 def rank_figures(trace: Trace, top: int = 10, include_last_step: bool = False,
                  kernel_wait_us: float = KERNEL_WAIT_US) -> dict[str, Any]:
-    """All four figures of one rank, the GPU work selected once:
-    ``temporal``, ``idle``, ``overlap`` and ``kernels``."""
+    """All figures of one rank, the GPU work selected once: ``temporal``,
+    ``idle``, ``overlap``, ``kernels``, and ``launches`` (``launches.py``),
+    ``queues`` and ``memory_bw`` (``counters.py``)."""
+    from .counters import _memory_bw, _queues
+    from .launches import _launch_stats
+
     work = gpu_work(trace, include_last_step)
     return {"temporal": _temporal(work), "idle": _idle(work, kernel_wait_us),
-            "overlap": _overlap(work), "kernels": _kernels(work, trace, top)}
+            "overlap": _overlap(work), "kernels": _kernels(work, trace, top),
+            "launches": _launch_stats(trace, work, top), "queues": _queues(trace, work),
+            "memory_bw": _memory_bw(trace, work)}
 
 
 # ------------------------------------------------------------------ internals

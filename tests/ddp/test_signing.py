@@ -1,0 +1,40 @@
+"""Sealed values: the MAC binds run, key and body; the secret never shows."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from torchlens.capture.ddp.signing import ENV_SECRET_FILE, Forged, RunKey
+
+
+def test_a_sealed_value_opens_only_under_its_own_key_and_run():
+    key = RunKey.new()
+    data = key.seal("result/1", b'{"ok": true}')
+    assert key.open("result/1", data) == b'{"ok": true}'
+    with pytest.raises(Forged, match="bad signature"):
+        key.open("result/2", data)  # replayed under another rank's key
+    with pytest.raises(Forged, match="bad signature"):
+        RunKey(key.run_id, os.urandom(32)).open("result/1", data)  # another run's secret
+    with pytest.raises(Forged, match="bad signature"):
+        RunKey("other", key.secret).open("result/1", data)
+    tampered = data[:-1] + b"!"
+    with pytest.raises(Forged):
+        key.open("result/1", tampered)
+    with pytest.raises(Forged, match="not signed"):
+        key.open("result/1", b'{"ok": true}')
+
+
+def test_the_secret_stays_out_of_repr_and_travels_by_env_or_a_private_file(tmp_path):
+    key = RunKey.new()
+    assert key.secret.hex() not in repr(key)
+    assert RunKey.from_env(key.env()) == key
+    path = key.write_secret(str(tmp_path / "secret"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert RunKey.from_env({"TORCHLENS_RUN_ID": key.run_id, ENV_SECRET_FILE: path}) == key
+    os.chmod(path, 0o644)
+    with pytest.raises(ValueError, match="chmod 600"):
+        RunKey.from_env({"TORCHLENS_RUN_ID": key.run_id, ENV_SECRET_FILE: path})
+    assert RunKey.from_env({}) is None
