@@ -81,8 +81,10 @@ def bad_folder(folder: Path, first: Path, second: Path) -> Path:
 
 def run(python: str, paths: list[str], pythonpath: str) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=pythonpath)
+    # cwd: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
     r = subprocess.run([python, "-m", "torchlens", "analyze", *paths, "--json"],
-                       capture_output=True, env=env, text=True, timeout=1800)
+                       capture_output=True, env=env, text=True, timeout=1800,
+                       cwd=pythonpath)
     doc: Any = None
     if r.stdout.strip():
         try:
