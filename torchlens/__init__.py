@@ -6,6 +6,7 @@ from Python as context managers, e.g. ``with torchlens.torchprof() as result:``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ._version import __version__
@@ -22,6 +23,7 @@ __all__ = [
     "load_ipython_extension",
     "step",
     "torchprof",
+    "watch",
 ]
 
 
@@ -37,6 +39,22 @@ def load(path: Any) -> Any:
 
         return load_run(path)
     return load_profile(path)
+
+
+def watch(run_dir: Any) -> Any:
+    """What a ``torchlens run`` folder holds so far, as the run's report (inline).
+
+    Reads the folder as it is now: during the run, the profiled steps'
+    traces written so far; once ``torchlens run`` ended, also its verdict,
+    lost nodes and where the run stopped. Watching a running collector by
+    its address is not supported yet (docs/MULTINODE.md).
+    """
+    if not os.path.isdir(run_dir):
+        raise InputError(f"{run_dir}: not a run folder (watching a collector's address "
+                         "is not supported yet; pass the --out folder of torchlens run)")
+    from .frontends.run_api import load_run
+
+    return load_run(run_dir)
 
 
 def torchprof(**options: Any) -> Any:
@@ -71,12 +89,24 @@ def ddp_check(fn: Any, **options: Any) -> Any:
     return _ddp_check(fn, **options)
 
 
+_attach_checked = False
+
+
 def step() -> None:
     """Mark the end of a training step inside ``%%torchprof`` / ``torchprof()``.
 
     Drives ``--schedule`` and the per-step breakdown; does nothing outside a
     capture, so the same training code runs unchanged without torchlens.
+    Under ``torchlens run`` (``TORCHLENS_COLLECTOR`` set), the first call
+    attaches this rank to the collector (docs/MULTINODE.md).
     """
+    global _attach_checked
+    if not _attach_checked:  # one environment look-up per process
+        _attach_checked = True
+        if os.environ.get("TORCHLENS_COLLECTOR"):
+            from .frontends.run_rank import attach
+
+            attach()
     from .capture.profiler import step as _step
 
     _step()

@@ -100,3 +100,21 @@ def test_clocks_are_in_the_json_and_the_report(tmp_path, a100_doc, capsys):
     assert main(["report", str(folder), "-o", str(out)]) == 0
     page = out.read_text(encoding="utf-8")
     assert "Clocks across ranks" in page and "3.000 ms" in page
+
+
+def test_ranks_whose_traces_name_one_host_keep_their_clock(tmp_path, a100_doc):
+    # the same 5 ms shift, but every trace says it was recorded on one machine:
+    # one clock, so the offset is shown and the arrivals stay as recorded
+    run = load_run(str(_run(tmp_path, {**a100_doc, "host_name": "node-a"}, [0.0, 5000.0])),
+                   workers=1)
+    clocks = run.clocks().set_index("rank")
+    assert clocks.loc[1, "offset_us"] == pytest.approx(5000.0, abs=2.0)
+    assert not clocks["applied"].any() and set(clocks["host"]) == {"node-a"}
+    assert (run.collectives()["last_rank"] == 1).all()
+    # on two hosts the same shift is a clock offset, and is applied
+    out = tmp_path / "two"
+    out.mkdir()
+    for rank, (host, shift) in enumerate([("node-a", 0.0), ("node-b", 5000.0)]):
+        _write_rank({**a100_doc, "host_name": host}, out, rank, 2, shift)
+    clocks = load_run(str(out), workers=1).clocks().set_index("rank")
+    assert clocks.loc[1, "applied"] and clocks.loc[1, "host"] == "node-b"

@@ -140,3 +140,13 @@ def gather_or_scatter(rank, world_size):
         dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.ones(4))  # rank 0
     else:
         dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))  # rank 1
+
+
+def prints_environment(rank, world_size):
+    """Correct, but logs its whole environment (as a debugging user does), then
+    runs 40 all_reduces over about 2 s so a test can look at the processes (a
+    count, not a deadline: every rank issues as many)."""
+    print(sorted(os.environ.items()), flush=True)
+    for _ in range(40):
+        dist.all_reduce(torch.ones(4))
+        time.sleep(0.05)

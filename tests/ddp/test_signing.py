@@ -38,3 +38,28 @@ def test_the_secret_stays_out_of_repr_and_travels_by_env_or_a_private_file(tmp_p
     with pytest.raises(ValueError, match="chmod 600"):
         RunKey.from_env({"TORCHLENS_RUN_ID": key.run_id, ENV_SECRET_FILE: path})
     assert RunKey.from_env({}) is None
+
+
+def test_a_channel_drops_an_earlier_runs_values_once_and_a_forged_count_blocks_nothing():
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from torchlens.capture.ddp.protocol import Channel
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=5))
+    now, before = Channel(store, RunKey.new()), Channel(store, RunKey.new())
+    before.set("hb/0", {"phase": "leftover"})  # a rank of an earlier run on this port
+    for _ in range(3):  # re-read every poll, counted once
+        assert now.get("hb/0") is None
+    assert now.dropped == {"heartbeat": 1}
+    now.set("hb/0", {"phase": "step 0"})
+    assert now.get("hb/0") == {"phase": "step 0"}
+    assert now.check("hb/0")  # a genuine value counts as set
+    before.set("stop", 1)
+    assert not now.check("stop") and now.dropped["stop"] == 1  # a forged stop stops no one
+    now.set("steps/0/0", [{"step": 0}])
+    store.add("steps/0/n", 2)  # a forged count: key 1 was never written
+    keys = now.existing([f"steps/0/{i}" for i in range(int(store.add("steps/0/n", 0)))])
+    assert keys == ["steps/0/0"]  # multi_get would have waited on steps/0/1

@@ -3,8 +3,9 @@
 Pure functions over the run's ``DdpRun`` payload (what the launcher and the
 workers recorded; its docstring gives the layout), so a saved ``.tlprof`` gives
 the same checklist on a machine without torch. Each line says passed / failed /
-not applicable (or warning, for a profiled run's slow rank or memory creep: the
-run works but wastes time or memory), the evidence, and what to do: the user
+not applicable (or warning, for a profiled run's slow rank or memory creep, or
+messages dropped for a bad signature: the run works, but something is off),
+the evidence, and what to do: the user
 should never have to read the raw records to learn which rank did what.
 """
 
@@ -90,11 +91,15 @@ def check_environment(rec: DdpRun) -> CheckItem:
             problems.append(f"rank {i}: WORLD_SIZE={e.get('WORLD_SIZE')} but {n} ranks run")
         if e.get("RANK") != str(i):
             problems.append(f"rank {i}: RANK={e.get('RANK')}")
-    local = [e.get("LOCAL_RANK") for e in envs.values()]
+    # LOCAL_RANK and GPUs are per node (on one machine every rank is node None)
+    node = {i: r.get("node") for i, r in seen}
+    local = [(node[i], e.get("LOCAL_RANK")) for i, e in envs.items()]
     if len(set(local)) != len(local):
-        problems.append(f"LOCAL_RANK repeats across ranks: {local}")
+        problems.append("LOCAL_RANK repeats across ranks"
+                        + (" of one node" if rec.nodes else "")
+                        + f": {[lr for _, lr in local]}")
     devices = {i: r.get("device") for i, r in seen}
-    cuda = [d for d in devices.values() if d and str(d).startswith("cuda")]
+    cuda = [(node[i], d) for i, d in devices.items() if d and str(d).startswith("cuda")]
     if len(set(cuda)) != len(cuda):
         problems.append("two ranks use the same GPU: "
                         + ", ".join(f"rank {i}={d}" for i, d in devices.items()))
@@ -504,15 +509,54 @@ def check_rank_memory(rec: DdpRun) -> CheckItem | None:
                      "names the allocation sites that stay alive", details)
 
 
+def check_signatures(rec: DdpRun) -> CheckItem | None:
+    """Messages dropped for a bad signature; None when there were none (the usual case)."""
+    dropped = {k: v for k, v in (rec.dropped or {}).items() if v}
+    if not dropped:
+        return None
+    total = sum(dropped.values())
+    kinds = ", ".join(f"{v} {k}" for k, v in sorted(dropped.items()))
+    port = f" port {rec.port}" if rec.port else " port"
+    return CheckItem(
+        "signed messages", WARNING,
+        f"{total} message{'s' if total != 1 else ''} with a bad signature "
+        f"{'were' if total != 1 else 'was'} dropped ({kinds}): something other than this "
+        f"run's ranks wrote to its store{port}",
+        "the results above come only from this run's ranks; the writer was a leftover rank "
+        "of an earlier run or another process that can reach the port: look for stray "
+        "python processes on this machine (docs/SECURITY.md)", {"dropped": dropped})
+
+
 CHECKS = (check_environment, check_communication, check_sequence, check_hang,
           check_parameter_sync, check_determinism, check_memory, check_slow_rank,
-          check_rank_memory, check_crash)
+          check_rank_memory, check_crash, check_signatures)
 
 
 def checklist(rec: DdpRun) -> list[CheckItem]:
     """Every check, in the order the user reads them; the profiled-run lines
-    only when the run was profiled."""
-    return [item for check in CHECKS if (item := check(rec)) is not None]
+    only when the run was profiled. On a multi-node run each rank a line names
+    is named with its node and host (the first time in each text)."""
+    items = [item for check in CHECKS if (item := check(rec)) is not None]
+    if rec.nodes:
+        for item in items:
+            item.evidence, item.advice = _with_nodes(item.evidence, rec), _with_nodes(item.advice, rec)
+    return items
+
+
+_RANK = re.compile(r"\brank (\d+)\b(?! \(node)")
+
+
+def _with_nodes(text: str, rec: DdpRun) -> str:
+    """``rank 3`` -> ``rank 3 (node 1, host X)``, once per rank in ``text``."""
+    named: set[str] = set()
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) in named:
+            return m.group(0)
+        named.add(m.group(1))
+        return rec.where(int(m.group(1)))
+
+    return _RANK.sub(sub, text)
 
 
 def summary(items: list[CheckItem], rec: DdpRun) -> str:

@@ -160,10 +160,14 @@ def _default_output(path: str) -> Path:
 class AnalyzeCommand(Command):
     name = "analyze"
     help = ("analyse a run's per-rank Kineto traces together (a folder, or files): HTA's "
-            "temporal breakdown, idle time, communication overlap and kernels per rank")
+            "temporal breakdown, idle time, overlap, kernels, launches, queues and memory "
+            "bandwidth per rank; collectives, stragglers and their likely cause, step skew, "
+            "clock offsets (docs/RUNS.md)")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("paths", nargs="+", metavar="RUN_DIR_OR_FILE",
+        parser.add_argument("--schema", action="store_true",
+                            help="print what each key of the --json document holds, and exit")
+        parser.add_argument("paths", nargs="*", metavar="RUN_DIR_OR_FILE",
                             help="a folder of per-rank traces (plain or .gz; a --profile "
                                  "run folder too) or the trace files")
         parser.add_argument("--json", action="store_true",
@@ -175,8 +179,14 @@ class AnalyzeCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from .run_api import load_run
+        from .run_api import JSON_SCHEMA, SCHEMA_VERSION, load_run
 
+        if args.schema:
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "keys": JSON_SCHEMA}, indent=1))
+            return 0
+        if not args.paths:
+            raise InputError("torchlens analyze: name a run folder or trace files "
+                             "(or --schema for the --json keys)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
         run = load_run(inputs, workers=args.workers, fork=True)
         if args.json:
@@ -252,9 +262,38 @@ class DiffCommand(Command):
         return 0
 
 
+class RunCommand(Command):
+    name = "run"
+    help = ("run a torchrun job (one node or several) under a live collector: a terminal "
+            "summary that names the slow rank, lost nodes and memory creep, and a run "
+            "folder for `torchlens report` (the training loop calls torchlens.step())")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] -- "
+                        "torchrun --nnodes ... train.py ARGS")
+        parser.epilog = ("Each rank attaches at its first torchlens.step(); everything it "
+                         "sends is signed with a per-run secret (never in argv). Other nodes: "
+                         "run the command printed at the start. docs/MULTINODE.md")
+        parser.add_argument("--out", metavar="RUN_DIR",
+                            help="run folder (default: torchlens-run-DATE-TIME)")
+        parser.add_argument("--host", default="127.0.0.1", metavar="IFACE",
+                            help="address or interface name the collector listens on "
+                                 "(default: %(default)s, this machine only; name one for "
+                                 "several nodes)")
+        parser.add_argument("--port", type=int, default=0, metavar="P",
+                            help="collector port (default: a free one)")
+        parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                            help="the command to run, usually torchrun ... train.py ARGS")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from .run_cmd import run
+
+        return run(args.command, out=args.out, host=args.host, port=args.port)
+
+
 #: Subcommands in the order ``torchlens --help`` lists them.
 COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand(),
-                           DiffCommand()]
+                           DiffCommand(), RunCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,8 +107,9 @@ def _in_kernel() -> bool:
 def check_options(world_size: int, backend: str, timeout: float, steps: int | None,
                   export: str | None, *, profile: bool = False,
                   profile_every: int | None = None, profile_window: float = 1.0,
-                  run_dir: str | None = None) -> None:
-    """InputError naming the bad option; nothing has started yet."""
+                  run_dir: str | None = None, local_ranks: int | None = None) -> None:
+    """InputError naming the bad option; nothing has started yet. ``local_ranks``:
+    the ranks on this machine when it is one node of several (--nproc-per-node)."""
     if not isinstance(world_size, int) or world_size < 1:
         raise InputError(f"world_size must be a whole number >= 1, got {world_size!r}")
     if backend not in BACKENDS:
@@ -130,8 +131,9 @@ def check_options(world_size: int, backend: str, timeout: float, steps: int | No
     if backend == "nccl":
         import torch
 
-        if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
-            raise InputError(f"backend nccl needs {world_size} GPUs; this machine has "
+        here = local_ranks or world_size
+        if not torch.cuda.is_available() or torch.cuda.device_count() < here:
+            raise InputError(f"backend nccl needs {here} GPUs; this machine has "
                              f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
                              " (use --backend gloo)")
     if export:
@@ -141,6 +143,47 @@ def check_options(world_size: int, backend: str, timeout: float, steps: int | No
         if str(export).endswith("/") and not profile:
             raise InputError(f"--export {export}: a folder holds a --profile run's traces; "
                              "add --profile (or export to .html or .tlprof)")
+
+
+def check_nodes(nnodes: int | None, nproc_per_node: int | None, rdzv_endpoint: str | None,
+                host: str | None, *, strict: bool = False) -> Any:
+    """--nnodes and its companions -> an ``ElasticSpec`` (None without --nnodes);
+    InputError naming the bad option; nothing has started yet."""
+    from ..capture.ddp.elastic import ElasticSpec
+
+    if nnodes is None:
+        for name, value in (("nproc_per_node", nproc_per_node),
+                            ("rdzv_endpoint", rdzv_endpoint), ("host", host)):
+            if value is not None:
+                raise InputError(f"{name} is for a run under torch's elastic agent: "
+                                 "add --nnodes N (1 for this machine only)")
+        return None
+    if not isinstance(nnodes, int) or nnodes < 1:
+        raise InputError(f"nnodes must be a whole number >= 1, got {nnodes!r}")
+    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise InputError(f"nproc_per_node must be a whole number >= 1 (ranks on each node), "
+                         f"got {nproc_per_node!r}")
+    if not rdzv_endpoint or ":" not in rdzv_endpoint:
+        raise InputError(f"rdzv_endpoint must be HOST:PORT (where the agents meet; this "
+                         f"machine's address and a free port), got {rdzv_endpoint!r}")
+    rhost, _, rport = rdzv_endpoint.rpartition(":")
+    if not rhost or not rport.isdigit() or not 0 < int(rport) < 65536:
+        raise InputError(f"rdzv_endpoint {rdzv_endpoint!r}: expected HOST:PORT with a port "
+                         "from 1 to 65535")
+    if strict and nnodes > 1:
+        raise InputError("--strict compares collectives through shared memory on one machine: "
+                         "drop --strict, or run with --nnodes 1")
+    host = host or "127.0.0.1"
+    import socket
+
+    from ..capture.ddp.collector import interface_address
+
+    try:
+        socket.getaddrinfo(interface_address(host), 0)
+    except OSError:
+        raise InputError(f"host {host!r} is neither an address nor an interface of this "
+                         "machine (e.g. --host eth0, --host 10.0.0.5)") from None
+    return ElasticSpec(nnodes, nproc_per_node, rdzv_endpoint, host)
 
 
 def check_function(fn: Callable[..., Any]) -> None:
@@ -190,7 +233,11 @@ def ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
               strict: bool = False, live: bool | None = None, export: str | None = None,
               show: bool = False, seed: int = 0, profile: bool = False,
               profile_every: int | None = None, profile_window: float = 1.0,
-              run_dir: str | None = None) -> DdpResult:
+              run_dir: str | None = None, nnodes: int | None = None,
+              nproc_per_node: int | None = None, rdzv_endpoint: str | None = None,
+              host: str | None = None,
+              on_other_nodes: Callable[[list[str], dict[str, str]], Any] | None = None,
+              ) -> DdpResult:
     """Run ``fn`` on ``world_size`` spawned ranks and check it; returns the result.
 
     ``fn(rank, world_size)`` is one training step from a fixed start; it runs
@@ -210,11 +257,21 @@ def ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     windows. ``live`` (default: inside a Jupyter kernel)
     shows the per-rank plot while the ranks run; it becomes the report when
     they end. A KeyboardInterrupt stops every rank and is re-raised.
+
+    ``nnodes`` (with ``nproc_per_node`` and ``rdzv_endpoint`` HOST:PORT): the
+    ranks start under torch's elastic agent (c10d rendezvous), this machine
+    being one node of ``nnodes``; world size ``nnodes * nproc_per_node``. The
+    command every other node runs is printed, and passed as (argv, env
+    additions) to ``on_other_nodes``. ``host``: where the kernel's store
+    listens (default loopback; name an interface when other nodes are other
+    machines).
     """
     result, interrupted = run_ddp_check(
         fn, world_size=world_size, backend=backend, timeout=timeout, steps=steps,
         strict=strict, live=live, export=export, show=show, seed=seed, profile=profile,
-        profile_every=profile_every, profile_window=profile_window, run_dir=run_dir)
+        profile_every=profile_every, profile_window=profile_window, run_dir=run_dir,
+        nnodes=nnodes, nproc_per_node=nproc_per_node, rdzv_endpoint=rdzv_endpoint, host=host,
+        on_other_nodes=on_other_nodes)
     if interrupted:
         raise KeyboardInterrupt
     return result
@@ -227,7 +284,10 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                   cell: str | None = None, cell_filename: str = "<ddp_check cell>",
                   namespace: dict[str, Any] | None = None, profile: bool = False,
                   profile_every: int | None = None, profile_window: float = 1.0,
-                  run_dir: str | None = None) -> tuple[DdpResult, bool]:
+                  run_dir: str | None = None, nnodes: int | None = None,
+                  nproc_per_node: int | None = None, rdzv_endpoint: str | None = None,
+                  host: str | None = None, on_other_nodes: Any = None,
+                  ) -> tuple[DdpResult, bool]:
     """``ddp_check`` for front ends: also runs a cell; returns (result, interrupted).
 
     With ``show``, the live view (if any) is replaced by the result's display,
@@ -236,8 +296,12 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     from ..capture.ddp import DdpOptions, build_profile, resolve_backend, run_check
 
     profile = profile or profile_every is not None
+    spec = check_nodes(nnodes, nproc_per_node, rdzv_endpoint, host, strict=strict)
+    if spec is not None:
+        world_size = spec.world_size
     check_options(world_size, backend, timeout, steps, export, profile=profile,
-                  profile_every=profile_every, profile_window=profile_window, run_dir=run_dir)
+                  profile_every=profile_every, profile_window=profile_window, run_dir=run_dir,
+                  local_ranks=spec.nproc_per_node if spec else None)
     skipped: list[str] = []
     if cell is not None:
         sent, skipped = cell_globals(cell, cell_filename, namespace or {})
@@ -250,7 +314,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         check_function(fn)
         job = {"kind": "function", "fn": fn}
         source = getattr(fn, "__qualname__", repr(fn))
-    backend = resolve_backend(backend, world_size)
+    backend = resolve_backend(backend, spec.nproc_per_node if spec else world_size)
     profiling = None
     if profile:
         if run_dir is None:
@@ -265,7 +329,8 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
                          steps=runs, strict=strict, seed=seed, profile=profiling,
                          entry="torchlens.frontends.rank_worker" if profile
-                         else "torchlens.capture.ddp.worker")
+                         else "torchlens.capture.ddp.worker",
+                         elastic=spec, on_other_nodes=on_other_nodes)
     live = _in_kernel() if live is None else live
     if live or show or export:
         from . import preload

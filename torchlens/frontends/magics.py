@@ -42,6 +42,7 @@ from .cells import Cell, execution_count, run_under
 _PARAMETERS = frozenset({
     "top", "sort", "schedule", "device", "stacks", "repeat", "capacity", "alloc_conf",
     "world_size", "backend", "timeout", "steps", "interval", "minutes", "duration",
+    "nnodes", "nproc_per_node", "rdzv_endpoint", "host",
 })
 
 
@@ -224,7 +225,18 @@ class TorchlensMagics(Magics):
     @argument("func", nargs="?", metavar="FUNC",
               help="line form: the notebook function to run on every rank, called as "
                    "FUNC(rank, world_size) (or with keywords rank, world_size, device)")
-    @argument("--world-size", default="2", metavar="N", help="number of ranks (default 2)")
+    @argument("--world-size", default=None, metavar="N", help="number of ranks (default 2)")
+    @argument("--nnodes", default=None, metavar="N",
+              help="run under torch's elastic agent (torchrun) as one node of N; prints the "
+                   "command every other node runs; world size N x --nproc-per-node")
+    @argument("--nproc-per-node", dest="nproc_per_node", default=None, metavar="K",
+              help="with --nnodes: ranks on each node")
+    @argument("--rdzv-endpoint", dest="rdzv_endpoint", default=None, metavar="HOST:PORT",
+              help="with --nnodes: where the agents meet (c10d rendezvous; this machine's "
+                   "address and a free port)")
+    @argument("--host", default=None, metavar="IFACE",
+              help="with --nnodes: the address or interface the kernel's store listens on "
+                   "(default 127.0.0.1: name one when other nodes are other machines)")
     @argument("--backend", default="auto", metavar="auto|gloo|nccl",
               help="auto: nccl when every rank has a GPU, else gloo")
     @argument("--timeout", default="30", metavar="S",
@@ -261,13 +273,23 @@ class TorchlensMagics(Magics):
         body runs on every rank with ``rank``, ``world_size`` and ``device``
         defined. No worker outlives the check, also when interrupted.
         """
-        from .ddp_api import check_options, run_ddp_check
+        from .ddp_api import check_nodes, check_options, run_ddp_check
 
         name = "%ddp_check" if cell is None else "%%ddp_check"
         args = _parse(self.ddp_check, line, name)
         fn = None
         with _usage_errors(name):
-            world_size = _number(args.world_size, "--world-size")
+            world_size = 2 if args.world_size is None else _number(args.world_size, "--world-size")
+            nnodes = None if args.nnodes is None else _number(args.nnodes, "--nnodes")
+            nproc = (None if args.nproc_per_node is None
+                     else _number(args.nproc_per_node, "--nproc-per-node"))
+            spec = check_nodes(nnodes, nproc, args.rdzv_endpoint, args.host, strict=args.strict)
+            if spec is not None:
+                if args.world_size is not None and world_size != spec.world_size:
+                    raise InputError(f"--world-size {world_size} but --nnodes {nnodes} x "
+                                     f"--nproc-per-node {nproc} is {spec.world_size}: "
+                                     "drop --world-size")
+                world_size = spec.world_size
             steps = None if args.steps is None else _number(args.steps, "--steps")
             timeout = _number(args.timeout, "--timeout", float)
             every = (None if args.profile_every is None
@@ -276,7 +298,8 @@ class TorchlensMagics(Magics):
             profile = args.profile or every is not None
             check_options(world_size, args.backend, timeout, steps, args.export,
                           profile=profile, profile_every=every, profile_window=window,
-                          run_dir=args.run_dir)
+                          run_dir=args.run_dir,
+                          local_ranks=spec.nproc_per_node if spec else None)
             if cell is None:
                 if not args.func:
                     raise InputError("needs a function: %ddp_check FUNC --world-size 2 "
@@ -293,7 +316,8 @@ class TorchlensMagics(Magics):
                 fn, world_size=world_size, backend=args.backend, timeout=timeout,
                 steps=steps, strict=args.strict, live=not (args.no_live or args.quiet),
                 profile=profile, profile_every=every, profile_window=window,
-                run_dir=args.run_dir,
+                run_dir=args.run_dir, nnodes=nnodes, nproc_per_node=nproc,
+                rdzv_endpoint=args.rdzv_endpoint, host=args.host,
                 export=args.export, show=not args.quiet, cell=cell, cell_filename=filename,
                 namespace=self.shell.user_ns)
         if args.output:

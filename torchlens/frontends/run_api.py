@@ -24,6 +24,7 @@ from typing import Any
 
 from ..analysis.multirank import run as tables
 from ..analysis.multirank import run_launches
+from ..formats.collected import collector_notes
 from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
 from ..model.payloads import RunPayload
@@ -34,7 +35,7 @@ SCHEMA_VERSION = 1
 #: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
 #: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
 MAX_JSON_COLLECTIVES = 256
-#: The ``--json`` document, key by key (docs: this dict is printed by ``torchlens analyze --help-json``)
+#: The ``--json`` document, key by key (printed by ``torchlens analyze --schema``)
 JSON_SCHEMA = {
     "schema": "torchlens-run, integer version",
     "root": "the folder or first file analysed",
@@ -65,11 +66,12 @@ JSON_SCHEMA = {
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
                   "cause_words (torchlens.analysis.multirank.causes)",
-    "clocks": "per rank: reference (the lowest rank), offset_us (median of its collective "
+    "clocks": "per rank: host (the trace's host_name, null when not recorded), "
+              "reference (the lowest rank), offset_us (median of its collective "
               "ends minus the reference's), collectives (shared with the reference), "
               "residual_median_us, residual_max_us (|end difference - offset|), applied "
-              "(offset used to align arrivals and waits: |offset| > 20 us and > 3x "
-              "residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
+              "(offset used to align arrivals and waits: never when every trace names one "
+              "host; else when |offset| > 20 us and > 3x residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
               "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
               "keep the raw ones; definitions: torchlens.analysis.multirank.clock)",
     "launches": "per rank: CUDA kernel launch statistics (HTA's get_cuda_kernel_launch_stats): "
@@ -112,6 +114,7 @@ def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
     one["collectives"] = collective_table(trace)
     one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
     one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
+    one["host"] = trace.meta.get("host_name")  # one host: one clock (clock.py)
     return one
 
 
@@ -123,7 +126,8 @@ class RunResult(Result):
                  problems: list[Problem]) -> None:
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
-                             figures={str(r): f for r, f in sorted(figures.items())})
+                             figures={str(r): f for r, f in sorted(figures.items())},
+                             notes=collector_notes(sources.root))
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
         self.sources = sources

@@ -197,6 +197,20 @@ class DdpRun:
     cells: dict[str, int] = field(default_factory=dict)
     #: ``--profile`` runs only: per-rank steps, memory and profiled-step summaries
     profiling: RankProfiling | None = None
+    #: messages that failed their signature and were dropped, per key kind
+    #: (heartbeat, result, step batch, ...): someone else wrote to the run's store
+    dropped: dict[str, int] = field(default_factory=dict)
+    #: ``--nnodes`` runs only: nnodes, nproc_per_node, rdzv_endpoint and per rank
+    #: ``{node, host}`` (ranks started by torch's elastic agent on several nodes)
+    nodes: dict[str, Any] | None = None
+
+    def where(self, rank: int) -> str:
+        """``rank 3 (node 1, host gpu7)`` on a multi-node run, else ``rank 3``."""
+        per_rank = (self.nodes or {}).get("ranks") or []
+        if rank < len(per_rank) and per_rank[rank].get("node") is not None:
+            host = per_rank[rank].get("host")
+            return f"rank {rank} (node {per_rank[rank]['node']}" + (f", host {host})" if host else ")")
+        return f"rank {rank}"
 
 
 @dataclass
@@ -214,6 +228,9 @@ class RunPayload:
     world_size: int | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: what ``torchlens run``'s collector found (its verdict, lost nodes, where
+    #: the run stopped), from the run folder's manifest; shown first in findings
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -79,6 +79,20 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
     return column(mem, coll, lanes, sizing_mode="stretch_width"), mem_src, coll_src, quads, ticks
 
 
+def label_nodes(layout: Any, heartbeats: Iterable[dict[str, Any]]) -> bool:
+    """Name each lane "rank r (node k)" once heartbeats say where a rank runs
+    (``%ddp_check --nnodes``); True when a label changed."""
+    lanes = layout.children[2]
+    labels = dict(lanes.yaxis.major_label_overrides)
+    for hb in heartbeats:
+        if hb.get("node") is not None:
+            labels[int(hb["rank"])] = f"rank {hb['rank']} (node {hb['node']})"
+    if labels == lanes.yaxis.major_label_overrides:
+        return False
+    lanes.yaxis.major_label_overrides = labels
+    return True
+
+
 class _Rows:
     """Turns heartbeats into rows for the sources (shared by live and static)."""
 
@@ -135,6 +149,7 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
             coll_src[r].data = _columns(coll_rows[r])
     if quad_rows:
         quads.data = _columns(quad_rows)
+    label_nodes(layout, heartbeats)
     tick_rows = [{"t": fp["t"] - t0, "y": r,
                   "label": f"#{fp['index']} {fp['op']} {fp.get('line', '')}"}
                  for r, fps in enumerate(collectives or []) for fp in fps if fp.get("t")]
@@ -187,6 +202,7 @@ class LivePlot:
             if c["n"] > self._last_count[r]:
                 ticks.append({"t": c["t"], "y": r, "label": f"{c['n']} collectives"})
                 self._last_count[r] = c["n"]
+        label_nodes(self.layout, self._pending)
         self._pending.clear()
         for r in range(self.world_size):
             if mem[r]:

@@ -60,7 +60,8 @@ def _us(v: Any) -> str:
     return f"{v:,.1f} µs"
 
 
-CLOCKS = [Column("rank", "rank", str), Column("offset_us", "clock offset",
+CLOCKS = [Column("rank", "rank", str), Column("host", "host", lambda v: v or "", False),
+          Column("offset_us", "clock offset",
                                               lambda v: f"{v / 1e3:,.3f} ms"),
           Column("collectives", "collectives used", tables.fmt_int),
           Column("residual_median_us", "residual (median)", _us),
@@ -192,7 +193,8 @@ def sections(profile: Profile, a: RunAnalysis, figures: list[Any]) -> list[Marku
         skew = run_skew(a.clocks)
         words = ("Offsets from the ends of the collectives each rank shares with rank "
                  f"{a.clocks[0]['reference']}; applied to arrivals and waits only when larger "
-                 "than 20 µs and 3x the rank's residual.")
+                 "than 20 µs and 3x the rank's residual, and never when every trace names "
+                 "one host (one machine, one clock).")
         if skew["residual_max_us"] is not None:
             words += (f" Residual skew over the run: median {skew['residual_median_us']:,.1f} "
                       f"µs, max {skew['residual_max_us']:,.1f} µs.")

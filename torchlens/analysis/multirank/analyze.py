@@ -116,5 +116,5 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.launch_outliers = run_launches.launch_outlier_rows(ranks)
     a.queues = run_launches.queue_rows(ranks)
     a.memory_bw = run_launches.memory_bw_rows(ranks)
-    a.findings = findings(a, ranks)
+    a.findings = list(getattr(payload, "notes", None) or []) + findings(a, ranks)
     return a

@@ -26,7 +26,11 @@ Definitions (``clock_rows``)
 
 When the offsets are applied to arrivals and waits
 --------------------------------------------------
-Only when they are larger than the collectives' own spread explains: a rank's
+Never when the traces say every rank ran on one host (their ``host_name``,
+written by torch 2.4 and later, all equal): one machine has one clock, so
+any offset found is completion jitter or a rank that leaves collectives
+late, not a clock; ``applied`` is False and ``host`` says why. Otherwise
+only when they are larger than the collectives' own spread explains: a rank's
 offset is applied when ``|offset_us| > APPLY_MIN_US`` (20 µs, the order of a
 NCCL ring's completion jitter on one node) and ``|offset_us| > APPLY_FACTOR``
 (3) times its ``residual_median_us``. Why not always: ranks on one host share
@@ -77,6 +81,8 @@ def clock_rows(ranks: RankFigures, rows: list[dict[str, Any]]) -> list[dict[str,
     if len(ends) < 2:
         return []
     ref = min(ends)
+    hosts = {f.get("host") for figures in ranks.values() for f in figures}
+    one_host = len(hosts) == 1 and None not in hosts
     matched = [(r["trace"], r["seq"]) for r in rows if r["arrivals"] is not None
                and len(r["arrivals"]) >= 2 and not r["mismatch"]]
     out = []
@@ -87,16 +93,23 @@ def clock_rows(ranks: RankFigures, rows: list[dict[str, Any]]) -> list[dict[str,
                       if k in mine and k in ends[ref]])
         row: dict[str, Any] = {"rank": rank, "reference": ref, "offset_us": None,
                                "collectives": len(d), "residual_median_us": None,
-                               "residual_max_us": None, "applied": False}
+                               "residual_max_us": None, "applied": False,
+                               "host": _host(ranks.get(rank, []))}
         if len(d):
             offset = 0.0 if rank == ref else float(np.median(d))
             resid = np.abs(d - offset)
             row.update(offset_us=offset, residual_median_us=float(np.median(resid)),
                        residual_max_us=float(resid.max()))
-            row["applied"] = bool(abs(offset) > APPLY_MIN_US
+            row["applied"] = bool(not one_host and abs(offset) > APPLY_MIN_US
                                   and abs(offset) > APPLY_FACTOR * row["residual_median_us"])
         out.append(row)
     return out
+
+
+def _host(figures: list[dict[str, Any]]) -> str | None:
+    """The rank's host when its traces name one (``None`` otherwise)."""
+    names = {f.get("host") for f in figures} - {None}
+    return ", ".join(sorted(names)) if names else None
 
 
 def applied_offsets(clocks: list[dict[str, Any]]) -> dict[int, float]:

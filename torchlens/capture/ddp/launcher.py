@@ -10,12 +10,20 @@ SIGINT meant for the kernel never reaches the ranks.
 
 The kernel hosts a ``TCPStore`` on port 0 (a free port, never 29500): it is the
 rendezvous of the process group and the side channel for the job, heartbeats,
-fingerprints and results. With --strict it also creates the ranks' shared
+fingerprints and results. Every value there is signed with a key made for
+the run (``signing.RunKey``, handed to the ranks in their environment only)
+and read through ``protocol.Channel``, which drops and counts what fails
+(docs/SECURITY.md). With --strict it also creates the ranks' shared
 fingerprint board (``board``), a small file in /dev/shm. Every exit path
 (success, crash, mismatch, hang, KeyboardInterrupt, interpreter exit) goes
 through ``_kill_workers`` and ``_release``, which kill each worker's process
 group, drop the store so its port is released, and delete the board and the
 temp dir.
+
+With ``DdpOptions.elastic`` (``--nnodes``) the ranks start under torch's
+elastic agent instead, the kernel's store bound as ``torchlens run``'s
+collector binds it; ``elastic`` says how, and the monitor reads each rank's
+state from its result instead of an exit code.
 """
 
 from __future__ import annotations
@@ -34,12 +42,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import board, protocol
+from . import board, child, elastic, protocol
+from .signing import RunKey
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
 STACK_WAIT_S = 0.6
 STARTUP_PHASES = ("starting", "init")
+AGENT_EXIT_S = 20.0  # --nnodes: how long a finished run's agent gets to end by itself
 _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
 
 
@@ -58,6 +68,10 @@ class DdpOptions:
     profile: dict[str, Any] | None = None
     #: the module a rank runs (``python -m``); a profiled rank's entry also summarises
     entry: str = "torchlens.capture.ddp.worker"
+    #: --nnodes: the ranks start under torch's elastic agent (``elastic.ElasticSpec``)
+    elastic: Any = None
+    #: called with (argv, env additions) of the command every other node runs
+    on_other_nodes: Any = None
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -93,6 +107,11 @@ class DdpLauncher:
         self.summaries: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         self.dropped_summaries = [0] * n
         self._read = [[0, 0] for _ in range(n)]  # step batches, summaries read per rank
+        self.key = RunKey.new()  # a fresh secret per run: an earlier run's ranks fail its MAC
+        self.sock: Any = None
+        self.results: dict[int, dict[str, Any]] = {}  # --nnodes: the results read so far
+        self._done_seen = 0
+        self.other_nodes: tuple[list[str], dict[str, str]] | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -102,17 +121,27 @@ class DdpLauncher:
 
         n = self.options.world_size
         self.t0 = time.time()
-        self.store = dist.TCPStore("127.0.0.1", 0, n, is_master=True,
-                                   wait_for_workers=False, timeout=timedelta(seconds=30))
+        if self.options.elastic is not None:  # listening where the user said, not everywhere
+            from .collector import listen_socket
+
+            self.sock = listen_socket(self.options.elastic.host, 0)
+            self.store = dist.TCPStore(self.sock.getsockname()[0], self.sock.getsockname()[1],
+                                       None, True, timedelta(seconds=30),
+                                       wait_for_workers=False,
+                                       master_listen_fd=self.sock.fileno())
+        else:
+            self.store = dist.TCPStore("127.0.0.1", 0, n, is_master=True,
+                                       wait_for_workers=False, timeout=timedelta(seconds=30))
         self.port = int(self.store.port)
-        tl = dist.PrefixStore(protocol.PREFIX, self.store)
+        tl = protocol.Channel(dist.PrefixStore(protocol.PREFIX, self.store), self.key)
         self.tmpdir = tempfile.mkdtemp(prefix="torchlens-ddp-")
         _RUNNING.add(self)
         outcome, interrupted = "interrupted", False
         try:
             # Heartbeat keys exist from the start so the monitor reads them all
             # with one multi_get (it would block on a missing key).
-            tl.multi_set([protocol.heartbeat_key(r) for r in range(n)], [b""] * n)
+            # Empty means "none yet", never a value, so it needs no seal.
+            tl.store.multi_set([protocol.heartbeat_key(r) for r in range(n)], [b""] * n)
             if self.options.profile:  # counters exist before the first multi_get
                 for r in range(n):
                     tl.add(protocol.steps_count_key(r), 0)
@@ -122,10 +151,14 @@ class DdpLauncher:
             if self.options.strict:
                 spec = board.create(n, self.tmpdir)
                 self.board_path = spec["file"]
-            self._spawn()
+            if self.options.elastic is not None:
+                self._start_agent()
+            else:
+                self._spawn()
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
-            tl.set(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=spec)))
+            # Sealed: a worker unpickles only a payload this run's key signed.
+            tl.set_bytes(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=spec)))
             # The kernel's own set-up for the run (a live plot: bokeh imports)
             # overlaps the ranks' torch import instead of delaying their start.
             start = getattr(self.sink, "start", None)
@@ -152,6 +185,9 @@ class DdpLauncher:
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port), WORLD_SIZE=str(n),
                        RANK=str(rank), LOCAL_RANK=str(rank),
                        TORCHLENS_SYS_PATH=os.pathsep.join(p for p in sys.path if p))
+            # The secret goes by environment only: argv is readable by every
+            # local user in /proc/*/cmdline, a process's environ only by its owner.
+            env.update(self.key.env())
             env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share the cores
             env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d store-wait warnings
             log = open(os.path.join(self.tmpdir, f"log-rank{rank}.txt"), "wb")  # noqa: SIM115
@@ -162,7 +198,36 @@ class DdpLauncher:
                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True))
 
-    def _monitor(self, tl: Any) -> str:
+    def _start_agent(self) -> None:
+        """--nnodes: the local node's elastic agent, and the command for the others."""
+        spec = self.options.elastic
+        bound = self.sock.getsockname()[0]
+        argv = elastic.agent_command(spec, self.key.run_id, self.options.entry,
+                                     elastic.store_address(bound), int(self.port), self.tmpdir)
+        secret = self.key.write_secret(os.path.join(self.tmpdir, "run.secret"))
+        self.other_nodes = elastic.other_nodes(self.key, secret, argv)
+        self.procs.append(child.start(argv, elastic.agent_env(self.key),
+                                      log=os.path.join(self.tmpdir, "log-agent.txt")))
+        print(elastic.hint(spec, bound, *self.other_nodes), file=sys.stderr, flush=True)
+        if self.options.on_other_nodes is not None:
+            self.options.on_other_nodes(*self.other_nodes)
+
+    def _codes(self, tl: protocol.Channel) -> list[int | None]:
+        """Per rank: its exit code; under the agent, from the results that came in."""
+        if self.options.elastic is None:
+            return [p.poll() for p in self.procs]
+        done = int(tl.add(protocol.done_key(), 0))
+        if done != self._done_seen:
+            self._done_seen = done
+            for r in range(self.options.world_size):
+                key = protocol.result_key(r)
+                if r not in self.results and tl.store.check([key]):
+                    res = tl.get(key)
+                    if isinstance(res, dict):  # a forged result: no report
+                        self.results[r] = res
+        return elastic.rank_codes(self.results, self.options.world_size)
+
+    def _monitor(self, tl: protocol.Channel) -> str:
         """Poll heartbeats and exit codes until the ranks end, fail or hang.
 
         The kernel shares the machine's cores with the ranks, so a poll is
@@ -179,12 +244,14 @@ class DdpLauncher:
         started = time.monotonic()
         failed_at: float | None = None
         while True:
-            for rank, value in enumerate(tl.multi_get(hb_keys)):
+            for rank, value in enumerate(tl.store.multi_get(hb_keys)):
                 value = bytes(value)
                 if not value or value == raw[rank]:
                     continue
                 raw[rank] = value
-                hb = protocol.decode(value)
+                hb = tl.open(hb_keys[rank], value)
+                if not isinstance(hb, dict):  # forged: counted, and not progress
+                    continue
                 hb["rank"], hb["t_rel"] = rank, hb["t"] - self.t0
                 self.last_hb[rank] = hb
                 self.heartbeats.append(hb)
@@ -198,7 +265,7 @@ class DdpLauncher:
                 self._read_profiling(tl)
             if self.sink is not None:
                 self.sink.flush()
-            codes = [p.poll() for p in self.procs]
+            codes = self._codes(tl)
             for rank, code in enumerate(codes):  # the time of a death that sends no report
                 if code is not None and self.ended_at[rank] is None:
                     self.ended_at[rank] = time.time()
@@ -207,7 +274,9 @@ class DdpLauncher:
                 return "finished" if all(c == 0 for c in codes) else "crashed"
             now = time.monotonic()
             bad = any(c not in (None, 0) for c in codes)
-            if bad or (tl.add(protocol.done_key(), 0) and tl.check([protocol.stop_key()])):
+            if opts.elastic is not None and self.procs[0].poll() not in (None, 0):
+                bad = True  # the local agent failed: its ranks are gone
+            if bad or (tl.add(protocol.done_key(), 0) and tl.check(protocol.stop_key())):
                 failed_at = failed_at or now
                 if now - failed_at > CRASH_GRACE_S:
                     return "crashed"
@@ -225,7 +294,7 @@ class DdpLauncher:
                 return "hang"
             time.sleep(POLL_S)
 
-    def _tell_ended(self, tl: Any, rank: int, code: int) -> None:
+    def _tell_ended(self, tl: protocol.Channel, rank: int, code: int) -> None:
         """The live view marks where a rank's lanes end, and why."""
         ended = getattr(self.sink, "rank_ended", None)
         if ended is None:
@@ -234,62 +303,75 @@ class DdpLauncher:
             self._read_profiling(tl)  # its last steps first, then the marker
         reason = "finished" if code == 0 else (f"killed by signal {-code}" if code < 0
                                                else f"exit code {code}")
-        if code != 0 and tl.check([protocol.result_key(rank)]):
-            error = (protocol.decode(tl.get(protocol.result_key(rank))) or {}).get("error") or {}
+        if code != 0 and tl.store.check([protocol.result_key(rank)]):
+            error = (tl.get(protocol.result_key(rank)) or {}).get("error") or {}
             if error:
                 first = str(error.get("message") or "").strip().splitlines()[:1]
                 reason = f"{error.get('type', 'error')}: {first[0] if first else ''}"[:200]
         ended(rank, reason, self.ended_at[rank])
 
-    def _read_profiling(self, tl: Any) -> None:
+    def _read_profiling(self, tl: protocol.Channel) -> None:
         """New step batches and summaries of every rank, then delete their keys.
 
-        One ``multi_get`` for the counters, one for the new values; deleting
-        what was read keeps the store (it lives in this process) flat.
+        One ``multi_get`` for the counters, one ``check`` and one
+        ``multi_get`` for the new values; deleting what was read keeps the
+        store (it lives in this process) flat. A forged value is left where it
+        is (counted once) until the rank's own value overwrites it, unless a
+        genuine later value of the same rank shows the rank is past it; only
+        keys that exist are read, so a forged count cannot block the read.
         """
         n = self.options.world_size
-        counts = [int(bytes(v)) for v in tl.multi_get(
+        counts = [int(bytes(v)) for v in tl.store.multi_get(
             [protocol.steps_count_key(r) for r in range(n)]
             + [protocol.summary_count_key(r) for r in range(n)])]
-        wanted: list[tuple[int, int, str]] = []
+        groups: list[tuple[int, int, list[str]]] = []
         for r in range(n):
             for kind, count in ((0, counts[r]), (1, counts[n + r])):
-                for i in range(self._read[r][kind], count):
-                    key = protocol.steps_key(r, i) if kind == 0 else protocol.summary_key(r, i)
-                    wanted.append((r, kind, key))
-                self._read[r][kind] = max(self._read[r][kind], count)
-        if not wanted:
+                name = protocol.steps_key if kind == 0 else protocol.summary_key
+                keys = [name(r, i) for i in range(self._read[r][kind], count)]
+                if keys:
+                    groups.append((r, kind, keys))
+        if not groups:
             return
-        values = tl.multi_get([key for _, _, key in wanted])
-        keep = int(self.options.profile.get("keep", 50))
-        push_steps = getattr(self.sink, "push_steps", None)
-        push_summary = getattr(self.sink, "push_summary", None)
-        for (rank, kind, key), value in zip(wanted, values, strict=True):
-            tl.delete_key(key)
-            try:
-                data = protocol.decode(bytes(value))
-            except ValueError:  # a broken message costs its rows, not the run
-                continue
-            if kind == 0 and isinstance(data, list):
-                records = [d for d in data if isinstance(d, dict)]
-                self.step_records[rank].extend(records)
-                if push_steps is not None:
-                    push_steps(rank, records)
-            elif kind == 1 and isinstance(data, dict):
-                kept = self.summaries[rank]
-                kept.append(data)
-                if len(kept) > keep:
-                    del kept[0]
-                    self.dropped_summaries[rank] += 1
-                if push_summary is not None:
-                    push_summary(rank, data)
+        if not tl.store.check([k for _, _, keys in groups for k in keys]):
+            groups = [(r, kind, tl.existing(keys)) for r, kind, keys in groups]
+        values = iter(tl.multi_get([k for _, _, keys in groups for k in keys]))
+        for rank, kind, keys in groups:
+            got = [next(values) for _ in keys]
+            last = max((i for i, v in enumerate(got) if v is not None), default=-1)
+            for i, (key, data) in enumerate(zip(keys, got, strict=True)):
+                if i > last:  # forged, and the rank has not written past it yet
+                    break
+                tl.delete(key)
+                self._read[rank][kind] += 1
+                if data is not None:
+                    self._take(rank, kind, data)
+
+    def _take(self, rank: int, kind: int, data: Any) -> None:
+        """One genuine step batch (``kind`` 0) or summary (1) of ``rank``."""
+        if kind == 0 and isinstance(data, list):
+            records = [d for d in data if isinstance(d, dict)]
+            self.step_records[rank].extend(records)
+            push_steps = getattr(self.sink, "push_steps", None)
+            if push_steps is not None:
+                push_steps(rank, records)
+        elif kind == 1 and isinstance(data, dict):
+            kept = self.summaries[rank]
+            kept.append(data)
+            if len(kept) > int((self.options.profile or {}).get("keep", 50)):
+                del kept[0]
+                self.dropped_summaries[rank] += 1
+            push_summary = getattr(self.sink, "push_summary", None)
+            if push_summary is not None:
+                push_summary(rank, data)
 
     def _dump_stacks(self, after_s: float) -> None:
         """faulthandler in each live worker writes every thread's Python stack."""
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGUSR1)
+        pids = ([p.pid for p in self.procs] if self.options.elastic is None
+                else [h["pid"] for h in elastic.local_ranks(self.last_hb)])  # not the agent
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
         time.sleep(STACK_WAIT_S)
         stacks = []
         for rank in range(self.options.world_size):
@@ -304,6 +386,19 @@ class DdpLauncher:
 
     def _kill_workers(self) -> None:
         """End every worker's process group: TERM, then KILL what is left."""
+        if self.options.elastic is not None:
+            for p in self.procs:
+                if len(self.results) == self.options.world_size:
+                    # Every rank reported: the agent meets the other agents at
+                    # their exit barrier and ends by itself. Killed before it,
+                    # the other nodes' agents would wait out the barrier (300 s).
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(timeout=AGENT_EXIT_S)
+                if p.poll() is None:
+                    self.killed.add(p.pid)
+                child.end(p, grace_s=5.0)  # the agent ends its workers on SIGTERM
+            child.end_leftovers(elastic.local_ranks(self.last_hb), wait_s=1.0)
+            return
         for p in self.procs:
             if p.poll() is None:
                 self.killed.add(p.pid)
@@ -321,23 +416,27 @@ class DdpLauncher:
 
     def _release(self) -> None:
         self.store = None  # the TCPStore server stops and frees the port
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
         _RUNNING.discard(self)
         board.remove(self.board_path)
         if self.tmpdir:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
     # -- records -------------------------------------------------------------
-    def _collect(self, tl: Any, outcome: str) -> dict[str, Any]:
+    def _collect(self, tl: protocol.Channel, outcome: str) -> dict[str, Any]:
         n = self.options.world_size
         ranks: list[dict[str, Any] | None] = []
         fingerprints: list[list[dict[str, Any]]] = []
         for rank in range(n):
-            res = protocol.decode(tl.get(protocol.result_key(rank))) if tl.check(
+            res = tl.get(protocol.result_key(rank)) if tl.store.check(
                 [protocol.result_key(rank)]) else None
+            res = res if isinstance(res, dict) else None  # a forged result: no report
             ranks.append(res)
-            count = _published(tl, rank, len((res or {}).get("collectives") or []))
-            keys = [protocol.fingerprint_key(rank, i) for i in range(count)]
-            fps = [protocol.decode(bytes(v)) for v in tl.multi_get(keys)] if keys else []
+            count = _published(tl.store, rank, len((res or {}).get("collectives") or []))
+            keys = tl.existing([protocol.fingerprint_key(rank, i) for i in range(count)])
+            fps = [fp for fp in tl.multi_get(keys) if isinstance(fp, dict)]
             timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
             for fp in fps:
                 fp["call_s"] = timed.get(fp["index"], {}).get("call_s")
@@ -346,7 +445,13 @@ class DdpLauncher:
                 res.pop("collectives", None)
                 res["log"] = self._log_tail(rank)
         profiling = self._profiling(tl, ranks) if self.options.profile else None
-        codes = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
+        dropped = dict(tl.dropped)  # the kernel's reads and each rank's reads of its peers
+        for res in ranks:
+            for kind, count in ((res or {}).get("dropped") or {}).items():
+                dropped[kind] = dropped.get(kind, 0) + int(count)
+        codes: list[int | None] = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
+        if self.options.elastic is not None:  # per rank, from its result
+            codes = elastic.rank_codes({r: res for r, res in enumerate(ranks) if res}, n)
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
@@ -366,16 +471,18 @@ class DdpLauncher:
             "wall_s": time.time() - self.t0, "port": self.port, "board": self.board_path,
             "pids": [p.pid for p in self.procs],
             "ranks": ranks, "fingerprints": fingerprints,
-            "exit_codes": [None if p.pid in self.killed else c
-                           for p, c in zip(self.procs, codes, strict=False)],
+            "exit_codes": (codes if self.options.elastic is not None else
+                           [None if p.pid in self.killed else c
+                            for p, c in zip(self.procs, codes, strict=False)]),
             "ended_at": list(self.ended_at),
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
             "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
             "cells": dict(self.job.get("cells") or {}),
-            "profiling": profiling,
+            "profiling": profiling, "dropped": dropped,
+            "nodes": _nodes(ranks, self.last_hb, self.options.elastic),
         }
 
-    def _profiling(self, tl: Any, ranks: list[dict[str, Any] | None]) -> dict[str, Any]:
+    def _profiling(self, tl: protocol.Channel, ranks: list[dict[str, Any] | None]) -> dict[str, Any]:
         """What --profile measured, and the run folder's manifest and step files."""
         with contextlib.suppress(Exception):  # the store may be gone after a crash
             self._read_profiling(tl)
@@ -436,7 +543,21 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
         json.dump(manifest, fh, indent=1)
 
 
-def _published(tl: Any, rank: int, hint: int) -> int:
+def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],
+           spec: Any) -> dict[str, Any] | None:
+    """--nnodes: the run's nodes and, per rank, its node and host (None: one machine)."""
+    if spec is None:
+        return None
+    where = []
+    for res, hb in zip(ranks, last_hb, strict=True):
+        src = res if res and res.get("node") is not None else (hb or {})
+        where.append({"node": src.get("node"),
+                      "host": src.get("hostname") or src.get("host")})
+    return {"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
+            "rdzv_endpoint": spec.rdzv_endpoint, "ranks": where}
+
+
+def _published(store: Any, rank: int, hint: int) -> int:
     """How many fingerprints ``rank`` published (keys 0..count-1, set in order).
 
     Existence is monotone in the index, so a doubling then bisecting search
@@ -444,7 +565,7 @@ def _published(tl: Any, rank: int, hint: int) -> int:
     fingerprint; ``hint`` (the rank's own record count) usually makes it 2.
     """
     def has(i: int) -> bool:
-        return bool(tl.check([protocol.fingerprint_key(rank, i)]))
+        return bool(store.check([protocol.fingerprint_key(rank, i)]))
 
     lo = hint if hint and has(hint - 1) else 0  # every index < lo exists
     step = 1

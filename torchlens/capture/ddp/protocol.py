@@ -4,13 +4,17 @@ One place for the key names and the JSON encoding, so the launcher (in the
 notebook kernel) and the workers (spawned interpreters) cannot drift apart.
 Values are JSON, never pickles, except the payload the kernel itself wrote:
 the parent only ever decodes data, so a broken worker cannot run code in the
-kernel.
+kernel. Every value goes through a ``Channel``: sealed with the run's key
+(``signing``) when set, opened before it is decoded (docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
+
+from .signing import Forged, RunKey
 
 #: Keys live under this prefix; the process group gets its own PrefixStore.
 PREFIX = "tl"
@@ -85,3 +89,130 @@ def summary_count_key(rank: int) -> str:
 def every_key(rank: int) -> str:
     """The profiling interval ``rank`` proposes after its first profiled step."""
     return f"every/{rank}"
+
+
+# ``torchlens run`` (docs/MULTINODE.md): ranks of a torchrun job report to the
+# collector's TCPStore. Every key sits under the run id, so ranks of another
+# run (or job) on the same port never touch this run's keys. Each attaching
+# process takes a *slot* (``store.add(slots)``): a restarted rank gets a new
+# slot, so its numbered keys never collide with its earlier incarnation's.
+def run_prefix(run_id: str) -> str:
+    return f"tlrun/{run_id}"
+
+
+def slots_key(run_id: str) -> str:
+    """Counter: slots taken so far (each attaching process adds 1)."""
+    return f"{run_prefix(run_id)}/slots"
+
+
+def slot_key(run_id: str, slot: int, what: str) -> str:
+    """``hello``, ``hb`` (its last one carries the ``bye``), ``steps/n``, ``steps/<i>``,
+    ``prof/n``, ``prof/<i>``."""
+    return f"{run_prefix(run_id)}/s/{slot}/{what}"
+
+
+def run_every_key(run_id: str, restart: int, rank: int) -> str:
+    """The profiling interval ``rank`` proposes (one agreement per restart of the world)."""
+    return f"{run_prefix(run_id)}/every/{restart}/{rank}"
+
+
+#: The key kinds a drop is counted under (the first part of the key name).
+KINDS = {"hb": "heartbeat", "fp": "fingerprint", "result": "result", "steps": "step batch",
+         "prof": "profiled-step summary", "every": "profiling interval",
+         "stop": "stop", PAYLOAD: "payload"}
+
+
+def kind_of(name: str) -> str:
+    """The drop-count kind of key ``name`` (``result/3`` -> ``result``)."""
+    head = name.split("/", 1)[0]
+    return KINDS.get(head, head)
+
+
+class Channel:
+    """The run's store as the ranks and the kernel use it: every value signed.
+
+    ``set`` seals a value with the run key under its own key name; ``get``,
+    ``multi_get`` and ``check`` open what they read and hand back ``None`` for
+    a value that fails (written by someone without this run's secret: a
+    leftover rank of an earlier run on a reused port, or anyone who can reach
+    the port). Such a value is counted in ``dropped`` (per key kind, each
+    distinct forged value once, however often it is re-read) and never
+    decoded, so it can cost the reader that value but never the run. One
+    class for this so that no call site can forget to seal or to open.
+
+    Counters bumped with ``store.add`` (``done``, ``steps/R/n``, ``prof/R/n``)
+    cannot be sealed: the store adds to them itself. That is safe because a
+    count only ever makes a reader look for a key: a forged count at worst
+    makes it look for a key that is absent (readers take only keys that exist,
+    ``existing``) or one whose value then fails ``open``.
+    """
+
+    def __init__(self, store: Any, key: RunKey) -> None:
+        self.store, self.key = store, key
+        self.dropped: dict[str, int] = {}
+        self._forged: dict[str, bytes] = {}  # the last refused value per key
+
+    # -- sealed JSON values --------------------------------------------------
+    def seal(self, name: str, value: Any) -> bytes:
+        return self.key.seal(name, encode(value))
+
+    def set(self, name: str, value: Any) -> None:
+        self.store.set(name, self.seal(name, value))
+
+    def open(self, name: str, data: bytes) -> Any:
+        """The decoded value, or ``None`` (counted) when it fails its signature."""
+        data = bytes(data)
+        try:
+            return decode(self.key.open(name, data))
+        except Forged:
+            if self._forged.get(name) != data:
+                self._forged[name] = data
+                kind = kind_of(name)
+                self.dropped[kind] = self.dropped.get(kind, 0) + 1
+            return None
+
+    def get(self, name: str) -> Any:
+        """The value of ``name`` (waits until it is set, as ``store.get`` does)."""
+        return self.open(name, self.store.get(name))
+
+    def multi_get(self, names: Sequence[str]) -> list[Any]:
+        """Values of keys that exist (``multi_get`` waits on a missing one)."""
+        if not names:
+            return []
+        return [self.open(n, v) for n, v in zip(names, self.store.multi_get(list(names)),
+                                                 strict=True)]
+
+    def check(self, name: str) -> bool:
+        """``name`` holds a genuine value: a forged one does not count as set."""
+        return bool(self.store.check([name])) and self.get(name) is not None
+
+    def existing(self, names: Sequence[str]) -> list[str]:
+        """The longest prefix of ``names`` whose keys exist.
+
+        One ``check`` in the usual case (all exist); key by key only when a
+        count ran ahead of its keys, which only a forged ``add`` does.
+        """
+        if not names or self.store.check(list(names)):
+            return list(names)
+        out = []
+        for name in names:
+            if not self.store.check([name]):
+                break
+            out.append(name)
+        return out
+
+    # -- the payload (bytes, and refused loudly rather than dropped) ---------
+    def set_bytes(self, name: str, body: bytes) -> None:
+        self.store.set(name, self.key.seal(name, body))
+
+    def get_bytes(self, name: str) -> bytes:
+        """The body of ``name``; raises ``Forged`` when it is unsigned or forged."""
+        return self.key.open(name, bytes(self.store.get(name)))
+
+    # -- unsigned by necessity -------------------------------------------------
+    def add(self, name: str, amount: int) -> int:
+        """A counter (unsigned: see the class docstring for why that is safe)."""
+        return int(self.store.add(name, amount))
+
+    def delete(self, name: str) -> None:
+        self.store.delete_key(name)

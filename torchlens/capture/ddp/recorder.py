@@ -131,7 +131,7 @@ def _checksum(value: Any) -> float | None:
 class CollectiveRecorder(TorchDispatchMode):
     """Records collectives (and, optionally, per-op checksums) of one rank."""
 
-    def __init__(self, store: Any, rank: int, world_size: int, strict: bool,
+    def __init__(self, store: protocol.Channel, rank: int, world_size: int, strict: bool,
                  timeout_s: float, board: FingerprintBoard | None = None,
                  cells: CellNames | None = None) -> None:
         super().__init__()
@@ -196,7 +196,7 @@ class CollectiveRecorder(TorchDispatchMode):
         # TCPStore.set does not wait for a reply (microseconds) and the bytes
         # are in the kernel's socket before the collective runs, so the
         # fingerprint survives a gloo SIGABRT on a shape mismatch.
-        self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), protocol.encode(fp))
+        self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), fp)
         with self.lock:
             self.in_flight = fp
             self.records.append(fp)
@@ -231,8 +231,9 @@ class CollectiveRecorder(TorchDispatchMode):
         if pending:
             self.strict_stats["late"] += 1
         while pending:
-            finished = [r for r in pending if store.check([protocol.result_key(r)])]
-            if finished or store.check([protocol.stop_key()]) or time.monotonic() > deadline:
+            # check() opens what it finds: a forged result or stop is not a reason to stop
+            finished = [r for r in pending if store.check(protocol.result_key(r))]
+            if finished or store.check(protocol.stop_key()) or time.monotonic() > deadline:
                 self._raise(index, {self.rank: fp}, pending, finished)
             pending, more = board.wait(index, value, pending, LATE_S)
             differ += more
@@ -242,16 +243,24 @@ class CollectiveRecorder(TorchDispatchMode):
         keys = [protocol.fingerprint_key(r, index) for r in self.peers]
         fps = {self.rank: fp}
         # set before the peers' board entries, so these keys exist or are in flight
-        for r, raw in zip(self.peers, store.multi_get(keys), strict=True):
-            fps[r] = protocol.decode(bytes(raw))
-        if first_difference(fps) is not None:
-            self._raise(index, fps, [], [])
+        forged = []
+        for r, value in zip(self.peers, store.multi_get(keys), strict=True):
+            if isinstance(value, dict):
+                fps[r] = value
+            elif r in differ:  # overwritten by a forger: the board's digest still differs
+                forged.append(r)
+        if first_difference(fps) is not None or forged:
+            self._raise(index, fps, forged, [], forged=forged)
 
     def _raise(self, index: int, fps: dict[int, dict[str, Any]], missing: list[int],
-               finished: list[int]) -> None:
-        self.store.set(protocol.stop_key(), str(self.rank))
+               finished: list[int], forged: tuple[int, ...] | list[int] = ()) -> None:
+        self.store.set(protocol.stop_key(), self.rank)
         lines = [f"rank {r}: {describe_collective(fps[r])}" for r in sorted(fps)]
         for r in missing:
+            if r in forged:
+                lines.append(f"rank {r}: a different collective #{index}; its fingerprint in "
+                             "the store failed its signature (overwritten by a forger)")
+                continue
             why = "finished without it" if r in finished else "did not reach it"
             lines.append(f"rank {r}: never issued collective #{index} ({why})")
         message = (f"--strict: ranks disagree at collective #{index}; it was stopped "

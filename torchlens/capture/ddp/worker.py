@@ -8,6 +8,19 @@ memory several times a second; ``SIGUSR1`` makes faulthandler write every
 thread's Python stack to a per-rank file (the hang report). Everything the
 worker learns goes back as JSON in ``result/<rank>``.
 
+Everything it writes is sealed with the run's key and everything it reads is
+opened first (``protocol.Channel``); the key comes from the environment the
+launcher set (``signing.RunKey.from_env``), never from argv. The payload is
+unpickled only after its signature checks out: anyone who can reach the
+store's port could otherwise make every rank run their code.
+
+Under torch's elastic agent (``%ddp_check --nnodes``: ``torchrun ... -m
+torchlens.capture.ddp.worker --elastic HOST PORT DIR``) the rank, world size,
+local rank, node (``GROUP_RANK``) and restart count come from the agent's
+environment and the process group from ``init_method="env://"`` (the agent's
+MASTER_ADDR/PORT); the kernel's store carries only the torchlens channel.
+Heartbeats and the result then say which node and host the rank is on.
+
 The user's code may call ``init_process_group`` / ``destroy_process_group``
 itself (as it would under torchrun): the group already exists, so those
 calls are made no-ops for the default group.
@@ -30,6 +43,7 @@ from typing import Any
 
 from ...model import error_record
 from . import protocol
+from .signing import ENV_SECRET, Forged, RunKey
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -40,6 +54,10 @@ HEARTBEAT_S = 0.2
 # costs milliseconds instead of a 4 MiB x 4 run on the critical path.
 BANDWIDTH_SIZES = (1 << 12, 1 << 18)
 BANDWIDTH_REPS = 2
+
+
+class PayloadRefused(Forged):
+    """The job in the store is not signed with this run's key: it is not unpickled."""
 
 
 def _env() -> dict[str, str | None]:
@@ -85,14 +103,16 @@ class Worker:
     """Runs the job on this rank and reports through the store."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int,
-                 summarize: Any = None) -> None:
+                 summarize: Any = None, *, key: RunKey,
+                 elastic: dict[str, Any] | None = None) -> None:
         import torch.distributed as dist
 
         self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
         self.rank, self.world_size, self.host, self.port = rank, world_size, host, port
         self.parent = os.getppid()
         raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
-        self.store = dist.PrefixStore(protocol.PREFIX, raw)
+        self.key = key
+        self.store = protocol.Channel(dist.PrefixStore(protocol.PREFIX, raw), key)
         self.raw_store = raw
         self.timings["store"] = time.time()
         self.phase = "starting"
@@ -104,6 +124,13 @@ class Worker:
         self.peak: dict[str, Any] = {}
         self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
                                        "steps": [], "error": None}
+        #: --nnodes: node, local_rank, restart, hostname (from the agent's environment)
+        self.elastic = elastic
+        self.where: dict[str, Any] = {}
+        if elastic is not None:
+            self.where = {"node": elastic["node"], "host": elastic["hostname"],
+                          "pid": os.getpid()}
+            self.result.update(elastic)
 
     # -- heartbeat ---------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -111,8 +138,8 @@ class Worker:
 
         from .memory import sample
 
-        store = dist.PrefixStore(protocol.PREFIX, dist.TCPStore(
-            self.host, self.port, is_master=False, timeout=timedelta(seconds=30)))
+        store = protocol.Channel(dist.PrefixStore(protocol.PREFIX, dist.TCPStore(
+            self.host, self.port, is_master=False, timeout=timedelta(seconds=30))), self.key)
         beat = 0
         while True:
             if os.getppid() != self.parent:  # the kernel died: take our group down
@@ -132,9 +159,9 @@ class Worker:
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
             # but is not hung: the growing module count says so.
             hb = {"t": time.time(), "beat": beat, "phase": self.phase,
-                  "modules": len(sys.modules), **status, **mem}
+                  "modules": len(sys.modules), **status, **mem, **self.where}
             try:
-                store.set(protocol.heartbeat_key(self.rank), protocol.encode(hb))
+                store.set(protocol.heartbeat_key(self.rank), hb)
             except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
                 pass
             beat += 1
@@ -149,7 +176,7 @@ class Worker:
             # torch._dynamo is not imported up front: only user code that
             # needs it (DDP.__init__ does) pays its seconds. Meanwhile the
             # heartbeat's module count shows the rank is busy importing.
-            job = cloudpickle.loads(self.store.get(protocol.PAYLOAD))
+            job = cloudpickle.loads(self._payload())
             self.job = job
             self.timings["payload"] = time.time()
             self._init_group(job)
@@ -168,16 +195,27 @@ class Worker:
         self._publish()
         return code
 
-    def _send_profiling(self, store: Any) -> None:
+    def _payload(self) -> bytes:
+        """The launcher's pickled job, after its signature is checked (before unpickling)."""
+        try:
+            return self.store.get_bytes(protocol.PAYLOAD)
+        except Forged as exc:
+            raise PayloadRefused(
+                f"rank {self.rank} refused the job in the store at {self.host}:{self.port}: "
+                f"{exc}. Nothing was unpickled. Only the launcher of this run holds its "
+                "secret; something else (a leftover of an earlier run, or another user "
+                "who can reach this port) wrote the payload.") from None
+
+    def _send_profiling(self, store: protocol.Channel) -> None:
         """New step records (one batch) and summaries, each under a numbered key."""
         with self._send_lock:
             records, summaries = self.stepper.drain()
             if records:
-                store.set(protocol.steps_key(self.rank, self._sent[0]), protocol.encode(records))
+                store.set(protocol.steps_key(self.rank, self._sent[0]), records)
                 self._sent[0] += 1
                 store.add(protocol.steps_count_key(self.rank), 1)
             for summary in summaries:
-                store.set(protocol.summary_key(self.rank, self._sent[1]), protocol.encode(summary))
+                store.set(protocol.summary_key(self.rank, self._sent[1]), summary)
                 self._sent[1] += 1
                 store.add(protocol.summary_count_key(self.rank), 1)
 
@@ -193,7 +231,8 @@ class Worker:
             self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
             if self.recorder.board is not None:
                 self.result["strict"] = dict(self.recorder.strict_stats)
-        self.store.set(protocol.result_key(self.rank), protocol.encode(self.result))
+        self.result["dropped"] = dict(self.store.dropped)  # peers' values that failed
+        self.store.set(protocol.result_key(self.rank), self.result)
         self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
     def _init_group(self, job: dict[str, Any]) -> None:
@@ -202,15 +241,20 @@ class Worker:
 
         self.phase = "init"
         backend = job["backend"]
+        local = self.elastic["local_rank"] if self.elastic is not None else self.rank
         if backend == "nccl":
-            torch.cuda.set_device(self.rank)
-            self.device = torch.device("cuda", self.rank)
+            torch.cuda.set_device(local)
+            self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
-        dist.init_process_group(
-            backend, store=dist.PrefixStore(protocol.PG_PREFIX, self.raw_store),
-            rank=self.rank, world_size=self.world_size,
-            timeout=timedelta(seconds=max(60.0, 3 * job["timeout_s"])))
+        timeout = timedelta(seconds=max(60.0, 3 * job["timeout_s"]))
+        if self.elastic is not None:  # the agent's rendezvous: MASTER_ADDR/PORT
+            dist.init_process_group(backend, init_method="env://", rank=self.rank,
+                                    world_size=self.world_size, timeout=timeout)
+        else:
+            dist.init_process_group(
+                backend, store=dist.PrefixStore(protocol.PG_PREFIX, self.raw_store),
+                rank=self.rank, world_size=self.world_size, timeout=timeout)
         real_init, real_destroy = dist.init_process_group, dist.destroy_process_group
 
         def init_once(*args: Any, **kwargs: Any) -> None:
@@ -355,10 +399,11 @@ class Worker:
         """Every rank's proposed profiling interval, through the store; the largest wins."""
         from .stepper import AGREE_WAIT_S
 
-        self.store.set(protocol.every_key(self.rank), str(mine))
+        self.store.set(protocol.every_key(self.rank), mine)
         keys = [protocol.every_key(r) for r in range(self.world_size)]
-        self.store.wait(keys, timedelta(seconds=AGREE_WAIT_S))
-        return max(int(bytes(v)) for v in self.store.multi_get(keys))
+        self.store.store.wait(keys, timedelta(seconds=AGREE_WAIT_S))
+        proposals = [v for v in self.store.multi_get(keys) if isinstance(v, int)]
+        return max(proposals + [mine])  # a forged proposal is dropped, not taken
 
     def _callable(self, job: dict[str, Any], steps: int | None = None) -> Any:
         """The user's code as a no-argument callable (one step, or with --profile the loop)."""
@@ -421,12 +466,46 @@ def _returned_modules(out: Any) -> list[Any]:
     return []
 
 
+def elastic_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``--elastic HOST PORT DIR`` -> the usual argv and where the rank runs, from
+    the environment torch's elastic agent gives each worker."""
+    import socket
+
+    host, port, stack_dir = argv
+    env = os.environ
+    where = {"node": int(env.get("GROUP_RANK", "0")), "local_rank": int(env["LOCAL_RANK"]),
+             "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+             "hostname": socket.gethostname()}
+    if not os.path.isdir(stack_dir):  # another node: the kernel's folder is not here
+        import tempfile
+
+        stack_dir = tempfile.mkdtemp(prefix="torchlens-rank-")
+    return [host, port, env["RANK"], env["WORLD_SIZE"], stack_dir], where
+
+
 def main(argv: list[str], summarize: Any = None) -> int:
+    elastic = None
+    if argv and argv[0] == "--elastic":
+        argv, elastic = elastic_args(argv[1:])
     host, port, rank, world_size, stack_dir = argv
     sys.path[:0] = [p for p in os.environ.get("TORCHLENS_SYS_PATH", "").split(os.pathsep) if p]
+    try:
+        key = RunKey.from_env()
+    except (OSError, ValueError) as exc:
+        key, why = None, str(exc)
+    else:
+        why = f"{ENV_SECRET} is not set: ranks are started by %ddp_check, which sets it"
+    if key is None:  # nothing can be signed or checked: do not even fetch the payload
+        print(f"torchlens rank {rank}: no run key ({why}); refusing to run", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)
+    # The user's code runs in this process and may print or pass on its
+    # environment (a subprocess, a logged os.environ): the secret leaves it.
+    os.environ.pop(ENV_SECRET, None)
     stack_file = open(os.path.join(stack_dir, f"stack-rank{rank}.txt"), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    code = Worker(host, int(port), int(rank), int(world_size), summarize).run()
+    code = Worker(host, int(port), int(rank), int(world_size), summarize, key=key,
+                  elastic=elastic).run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: gloo threads can stall it

@@ -85,6 +85,8 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
         traceName=raw.traceName,
         # ts + this (as µs) is unix time; rank summaries align lanes by it
         baseTimeNanoseconds=raw.baseTimeNanoseconds,
+        # the recording machine (torch >= 2.4): ranks on one host share a clock
+        host_name=raw.host_name if isinstance(raw.host_name, str) else None,
         dropped=dict(dropped),
         trace_stats=_trace_stats(raw.INFO),
         profiler_messages=[

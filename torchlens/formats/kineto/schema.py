@@ -83,6 +83,7 @@ class KinetoTrace(msgspec.Struct):
     displayTimeUnit: Any = None
     traceName: Any = None
     baseTimeNanoseconds: Any = None
+    host_name: Any = None
     INFO: Any = None
     WARNING: Any = None
     ERROR: Any = None

@@ -1,0 +1,112 @@
+"""Running ``torchlens run`` and torchrun for real in tests (CPU, gloo)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "run" / "train_script.py"
+BIN = Path(sys.executable).parent
+TORCHRUN = str(BIN / "torchrun")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = dict(os.environ)
+    out.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PATH=f"{BIN}:{out.get('PATH', '')}",
+               TORCH_CPP_LOG_LEVEL="ERROR")
+    out.update(extra)
+    return out
+
+
+def torchrun_args(nnodes: int, nproc: int, port: int) -> list[str]:
+    return [TORCHRUN, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "--rdzv-id", f"job{port}", str(SCRIPT)]
+
+
+class Collector:
+    """``python -m torchlens run`` in its own session; its output gathered line by line."""
+
+    def __init__(self, out: Path, command: list[str], **extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torchlens", "run", "--out", str(out), "--", *command],
+            cwd=REPO, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_line(self, prefix: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if line.strip().startswith(prefix):
+                    return line.strip()
+            time.sleep(0.1)
+        raise AssertionError(f"no line starting {prefix!r} in:\n{self.output}")
+
+    def wait(self, timeout: float = 240) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(timeout=10)
+
+
+def other_node_env(line: str) -> tuple[dict[str, str], list[str]]:
+    """The printed command for other nodes: its VAR=value words, then the command."""
+    words = line.split()
+    extra = {}
+    while words and "=" in words[0] and words[0].split("=")[0].isupper():
+        name, value = words.pop(0).split("=", 1)
+        extra[name] = value
+    return extra, words
+
+
+def processes_of_run(run_id: str) -> list[psutil.Process]:
+    """Live processes whose environment names this run (ranks and agents)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("TORCHLENS_RUN_ID") == run_id and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def cmdlines() -> list[bytes]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+            except OSError:
+                continue
+    return out

@@ -1,0 +1,134 @@
+"""The collector's store: forged or foreign messages are dropped and counted.
+
+A test plays the rank (or the attacker) by writing to the collector's store
+directly, as anyone who can reach its port could.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from torchlens.capture.ddp import protocol
+from torchlens.capture.ddp.collector import Collector
+from torchlens.capture.ddp.signing import RunKey
+
+from .helpers import REPO, env
+
+
+def _client(c: Collector) -> dist.TCPStore:
+    return dist.TCPStore("127.0.0.1", c.port, is_master=False, timeout=timedelta(seconds=5))
+
+
+def _say(store: dist.TCPStore, key: RunKey, name: str, body: object) -> None:
+    store.set(name, key.seal(name, json.dumps(body).encode()))
+
+
+def _hello(store: dist.TCPStore, key: RunKey, rank: int, slot: int) -> None:
+    name = protocol.slot_key(key.run_id, slot, "")
+    store.add(name + "steps/n", 0)
+    store.add(name + "prof/n", 0)
+    _say(store, key, name + "hb", {"t": 1.0, "beat": 1})
+    _say(store, key, name + "hello", {"rank": rank, "world_size": 2, "node": 0, "host": "h",
+                                      "pid": 1, "restart": 0, "t": 1.0})
+
+
+def test_forged_and_foreign_messages_are_dropped_and_counted() -> None:
+    key = RunKey.new()
+    c = Collector(key)
+    try:
+        store = _client(c)
+        # a genuine rank 0
+        slot = store.add(protocol.slots_key(key.run_id), 1) - 1
+        _hello(store, key, 0, slot)
+        # a forged hello claiming rank 1 (signed with another secret, same run id)
+        forger = RunKey(key.run_id, b"x" * 32)
+        bad = store.add(protocol.slots_key(key.run_id), 1) - 1
+        _hello(store, forger, 1, bad)
+        c.poll()
+        assert [s.rank for s in c.all_slots()] == [0]
+        assert c.dropped == 1
+        # a forged step batch under rank 0's next key, then a genuine one
+        steps = protocol.slot_key(key.run_id, slot, "steps/")
+        _say(store, forger, steps + "0", [{"step": 0, "t0": 0.0, "t1": 9.0, "phases": {}}])
+        store.add(steps + "n", 1)
+        _say(store, key, steps + "1", [{"step": 0, "t0": 0.0, "t1": 0.1, "phases": {}}])
+        store.add(steps + "n", 1)
+        # an unsigned value, and one sealed for another key name (a replay)
+        store.set(steps + "2", b'[{"step": 1}]')
+        store.add(steps + "n", 1)
+        _say(store, key, steps + "1", [{"step": 1, "t0": 0.0, "t1": 0.1, "phases": {}}])
+        store.set(steps + "3", store.get(steps + "1"))
+        store.add(steps + "n", 1)
+        c.poll()
+        kept = c.all_slots()[0].steps
+        assert [s["t1"] for s in kept] == [0.1]
+        assert c.dropped == 4
+        assert c.snapshot()["dropped"] == 4
+        # a counter bumped with nothing behind it costs a bounded wait, counted
+        store.add(steps + "n", 1)
+        c.poll()
+        assert c.dropped == 5
+    finally:
+        c.close()
+
+
+def test_another_runs_keys_are_not_read() -> None:
+    key, other = RunKey.new(), RunKey.new()
+    c = Collector(key)
+    try:
+        store = _client(c)
+        slot = store.add(protocol.slots_key(other.run_id), 1) - 1
+        _hello(store, other, 0, slot)
+        c.poll()
+        assert c.all_slots() == [] and c.dropped == 0
+    finally:
+        c.close()
+
+
+def test_collector_listens_on_loopback_only() -> None:
+    c = Collector(RunKey.new())
+    try:
+        assert c.host == "127.0.0.1"
+    finally:
+        c.close()
+
+
+def test_step_without_collector_starts_nothing() -> None:
+    code = ("import threading, torchlens\n"
+            "for _ in range(3): torchlens.step()\n"
+            "print(sorted(t.name for t in threading.enumerate()))")
+    e = env()
+    e.pop("TORCHLENS_COLLECTOR", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=e, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['MainThread']"
+
+
+def test_step_with_unreachable_collector_warns_and_trains_on() -> None:
+    code = ("import torchlens\n"
+            "for _ in range(3): torchlens.step()\n"
+            "print('trained')")
+    e = env(TORCHLENS_COLLECTOR="127.0.0.1:9", TORCHLENS_RUN_ID="abc")
+    e.pop("TORCHLENS_RUN_SECRET", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=e, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "trained"
+    assert "not reporting to the collector" in done.stderr
+
+
+def test_cli_run_help_and_bad_command(tmp_path) -> None:
+    helped = subprocess.run([sys.executable, "-m", "torchlens", "run", "--help"], cwd=REPO,
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "torchrun --nnodes" in helped.stdout
+    assert "--host IFACE" in helped.stdout
+    bad = subprocess.run([sys.executable, "-m", "torchlens", "run", "--out", str(tmp_path / "d"),
+                          "--", "no-such-torchrun-here"], cwd=REPO, env=env(),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "torchlens: error: no-such-torchrun-here: command not found"

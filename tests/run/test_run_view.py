@@ -1,0 +1,74 @@
+"""The verdict and the terminal summary of ``torchlens run`` on hand-made snapshots."""
+
+from __future__ import annotations
+
+import io
+from statistics import median
+
+from torchlens.analysis.run_verdict import run_view
+from torchlens.render.terminal_run import TerminalSummary
+
+
+def _rec(step: int, data: float, backward: float) -> dict:
+    t0 = step * 0.1
+    return {"step": step, "t0": t0, "t1": t0 + 0.05,
+            "phases": {"data": data, "forward": 0.002, "backward": backward,
+                       "optimizer": 0.001, "collective": 0.0},
+            "mem": {"rss": 100 << 20, "source": "rss"}}
+
+
+def _snap(ranks: list, steps: list) -> dict:
+    return {"world_size": len(ranks), "ranks": ranks, "steps": steps,
+            "summaries": [[] for _ in ranks], "dropped": 2, "restarts": [],
+            "lost_after_s": 10.0}
+
+
+def _info(rank: int, node: int, **kw: object) -> dict:
+    return {"rank": rank, "node": node, "host": f"h{node}", "silent_s": 0.5, "bye": None,
+            "heartbeat": {"steps_done": 12}, "steps_sent": 12, "shared_run_dir": True, **kw}
+
+
+def test_straggler_verdict_names_rank_part_and_ratio() -> None:
+    # rank 2 loads data for 40 ms; the others wait for it inside backward
+    data = {0: 0.0002, 1: 0.0003, 2: 0.040, 3: 0.0002}
+    steps = [[_rec(i, data[r], 0.041 if r != 2 else 0.001) for i in range(12)] for r in range(4)]
+    view = run_view(_snap([_info(r, r // 2) for r in range(4)], steps))
+    others = median([0.2, 0.3, 0.2])
+    assert view.verdict.startswith("rank 2 is the straggler: its data loading takes 40.0 ms")
+    assert f"{40 / others:.0f}x the median" in view.verdict
+    assert "rank 2's input pipeline" in view.verdict
+    assert [r["node"] for r in view.ranks] == [0, 0, 1, 1]
+
+
+def test_lost_node_leads_and_groups_ranks() -> None:
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)] for _ in range(4)]
+    ranks = [_info(0, 0), _info(1, 0),
+             _info(2, 1, silent_s=30.0, heartbeat={"steps_done": 9}),
+             _info(3, 1, bye={"reason": "agent died"}, heartbeat={"steps_done": 10})]
+    view = run_view(_snap(ranks, steps))
+    assert [n.ranks for n in view.lost] == [[2, 3]]
+    assert view.verdict.startswith("node 1 (host h1) was lost: ranks 2, 3 stopped sending "
+                                   "at step 9")
+    assert [r["state"] for r in view.ranks] == ["running", "running", "lost", "lost"]
+    # at the end, a rank that never said goodbye is lost too
+    ended = run_view(_snap([_info(0, 0), _info(1, 0, bye={"reason": "exit"})], steps[:2]),
+                     ended=True)
+    assert [n.ranks for n in ended.lost] == [[0]]
+
+
+def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)] for _ in range(2)]
+    view = run_view(_snap([_info(0, 0), _info(1, 0)], steps))
+    tty = io.StringIO()
+    s = TerminalSummary(tty, tty=True)
+    s.draw(view)
+    first = tty.getvalue()
+    assert first.startswith("\x1b[Jverdict: no straggler") and "MiB rss" in first
+    s.draw(view)
+    second = tty.getvalue()[len(first):]
+    # up over the block, clear, the same block again
+    assert second == f"\x1b[{first.count(chr(10))}F" + first
+    log = io.StringIO()
+    s = TerminalSummary(log, tty=False)
+    s.draw(view)
+    assert log.getvalue().count("\n") == 1 and "dropped 2" in log.getvalue()

@@ -1,0 +1,59 @@
+"""A small DDP training loop for ``torchlens run`` tests (CPU, gloo).
+
+Rank ``TL_SLOW_RANK`` (default 1) sleeps ``TL_SLOW_S`` in its dataset's
+``__getitem__``: a straggler in data loading. ``TL_STEPS`` steps (default 30),
+each ending with ``torchlens.step()``. ``TL_STEP_SLEEP`` adds a sleep to every
+rank's step (a long run to kill mid-way).
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+
+import torchlens
+
+STEPS = int(os.environ.get("TL_STEPS", "30"))
+SLOW_RANK = int(os.environ.get("TL_SLOW_RANK", "1"))
+SLOW_S = float(os.environ.get("TL_SLOW_S", "0.04"))
+STEP_SLEEP = float(os.environ.get("TL_STEP_SLEEP", "0"))
+
+
+class Batches(Dataset):
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int):
+        if self.rank == SLOW_RANK:
+            time.sleep(SLOW_S)
+        return torch.randn(16), torch.randn(1)
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = iter(DataLoader(Batches(rank), batch_size=1))
+    for _ in range(STEPS):
+        x, y = next(loader)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if STEP_SLEEP:
+            time.sleep(STEP_SLEEP)
+        torchlens.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

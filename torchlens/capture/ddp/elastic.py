@@ -1,0 +1,108 @@
+"""%ddp_check --nnodes: the ranks start under torch's elastic agent (torchrun).
+
+The kernel still hosts the run's store (the torchlens channel: payload,
+heartbeats, fingerprints, results), but on a socket it binds itself, as the
+collector of ``torchlens run`` does (``collector.listen_socket``): loopback
+unless the user names an interface, because ``TCPStore`` alone would listen
+on every interface. It starts ONE child, the local node's agent::
+
+    python -m torch.distributed.run --nnodes N --nproc-per-node K
+        --rdzv-backend c10d --rdzv-endpoint H:P --rdzv-id RUN_ID --max-restarts 0
+        -m torchlens.capture.ddp.worker --elastic STORE_HOST STORE_PORT DIR
+
+in a session of its own (``child.start``), the run's key in its environment
+only. Every other node runs the same command with ``TORCHLENS_RUN_ID`` and
+``TORCHLENS_RUN_SECRET_FILE`` (a 0600 file the user copies there, or that is
+already there on a shared file system) in front: ``other_nodes`` builds it.
+
+The ranks are not the kernel's children, so their state comes from what they
+report: a rank has ended when its result is in the store (exit code 0, or 1
+with its error), and the agent's own exit says when the local node failed.
+Ending the run is ``child.end`` (the agent's session: the agent ends its
+workers) and then ``child.end_leftovers`` for any local rank still alive
+(their pids and hosts came in their heartbeats); a rank whose agent dies
+ends itself (the worker's parent check).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
+
+
+@dataclass(frozen=True)
+class ElasticSpec:
+    """What the user chose for a multi-node run (validated by the front end)."""
+
+    nnodes: int
+    nproc_per_node: int
+    rdzv_endpoint: str
+    #: where the kernel's store listens: an address or an interface name
+    host: str = "127.0.0.1"
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+def store_address(bound: str) -> str:
+    """The address other nodes use to reach a store bound to ``bound``."""
+    if bound in ("0.0.0.0", "::"):
+        return socket.getfqdn()
+    return bound
+
+
+def agent_command(spec: ElasticSpec, run_id: str, entry: str, store_host: str,
+                  store_port: int, stack_dir: str, python: str = sys.executable) -> list[str]:
+    """The torchrun command every node runs (the same on every node)."""
+    return [python, "-m", "torch.distributed.run", "--nnodes", str(spec.nnodes),
+            "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id", run_id,
+            "--max-restarts", "0", "--monitor-interval", "0.1",
+            "-m", entry, "--elastic", store_host, str(store_port), stack_dir]
+
+
+def agent_env(key: RunKey) -> dict[str, str]:
+    """The local agent's additions to the environment: the key (never argv)."""
+    env = dict(key.env())
+    env["TORCHLENS_SYS_PATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    return env
+
+
+def other_nodes(key: RunKey, secret_file: str, command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment additions) for every other node: the secret by file."""
+    return command, {ENV_RUN_ID: key.run_id, ENV_SECRET_FILE: secret_file}
+
+
+def hint(spec: ElasticSpec, bound: str, argv: list[str], env: dict[str, str]) -> str:
+    """The lines printed for the user: what to run on every other node, and where."""
+    line = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+    where = (f"the kernel's store listens on {bound} only (loopback): other nodes on other "
+             "machines cannot reach it; name an interface with --host (e.g. --host eth0)"
+             if bound.startswith("127.") or bound == "::1"
+             else f"the kernel's store listens on {bound}")
+    return (f"%ddp_check --nnodes {spec.nnodes}: this machine is one of {spec.nnodes} nodes "
+            f"of {spec.nproc_per_node} ranks each (world size {spec.world_size}); {where}.\n"
+            f"Copy {env[ENV_SECRET_FILE]} to the same path on every other node (mode 0600; "
+            "on a shared file system it is already there), then run there:\n  " + line)
+
+
+def rank_codes(results: dict[int, dict[str, Any]], n: int) -> list[int | None]:
+    """Per rank: None while it runs, 0 when it reported success, 1 with an error."""
+    return [None if r not in results else (1 if results[r].get("error") else 0)
+            for r in range(n)]
+
+
+def local_ranks(last_hb: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """Heartbeats of this host's ranks, as ``child.end_leftovers`` takes them."""
+    here = socket.gethostname()
+    return [{"host": hb.get("host"), "pid": hb.get("pid"), "t": hb.get("t")}
+            for hb in last_hb if hb and hb.get("host") == here]

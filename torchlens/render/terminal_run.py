@@ -1,0 +1,112 @@
+"""The live terminal summary of ``torchlens run``: draws a ``RunView``, computes nothing.
+
+On a terminal the block is redrawn in place about once a second (ANSI: move
+the cursor up over the last block, clear to the end of the screen), so a long
+run is one screenful, not a log flood. Piped to a file or CI log, one line
+(the verdict and the step times) every ``LOG_EVERY_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import Any, TextIO
+
+from ..analysis.run_verdict import RunView
+from ..model.words import format_bytes
+
+REDRAW_S = 1.0
+LOG_EVERY_S = 10.0
+_UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
+_CLEAR = "\x1b[J"
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _mem(row: dict[str, Any]) -> str:
+    if row.get("allocated") is not None:
+        mark = "~" if row.get("source") == "modelled" else ""
+        return f"{mark}{format_bytes(row['allocated'])}"
+    return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
+
+
+def lines(view: RunView, header: str = "") -> list[str]:
+    """The summary as text lines: verdict first, then one row per rank."""
+    out = [header] if header else []
+    out.append(f"verdict: {view.verdict}")
+    slow = view.slow.rank
+    out.append(f"ranks: {view.attached} of {view.world_size or '?'} attached"
+               f"; slow rank: {'none' if slow is None else slow}"
+               f"; dropped messages: {view.dropped}"
+               + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
+    out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<14} {'steps':>5} "
+               f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
+    for row in view.ranks:
+        node = "-" if row.get("node") is None else str(row["node"])
+        mark = " <- slow" if row["rank"] == slow else ""
+        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
+                   f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
+                   f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
+                   f"{_mem(row):>14}{mark}")
+    if any(row.get("source") == "modelled" and row.get("allocated") is not None
+           for row in view.ranks):
+        out.append("~ memory modelled: the profiled steps' CPU allocations replayed through "
+                   "the CUDA caching-allocator model")
+    for node in view.lost:
+        out.append(f"lost: {node.words}")
+    for c in view.creep:
+        out.append(f"memory: {c.words}")
+    for r in view.restarts:
+        out.append(f"restart: rank {r['rank']} restarted ({r['from']} -> {r['to']}) "
+                   f"after {r['after_step']} steps")
+    out += [f"note: {n}" for n in view.notes]
+    return out
+
+
+def one_line(view: RunView) -> str:
+    """The log form: the verdict and each rank's median step time."""
+    steps = ", ".join(f"r{row['rank']} {_ms(row.get('step_ms'))}" for row in view.ranks)
+    return f"torchlens run: {view.verdict} | step ms: {steps} | dropped {view.dropped}"
+
+
+class TerminalSummary:
+    """Redraws in place on a TTY, logs a line every ``LOG_EVERY_S`` otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, tty: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.drawn = 0
+        self.last = 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= (REDRAW_S if self.tty else LOG_EVERY_S)
+
+    def draw(self, view: RunView, header: str = "") -> None:
+        self.last = time.monotonic()
+        if not self.tty:
+            print(one_line(view), file=self.stream, flush=True)
+            return
+        # a wrapped line would make the next redraw move up too few lines
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        text = [t[:width] for t in lines(view, header)]
+        up = _UP.format(n=self.drawn) if self.drawn else ""
+        self.stream.write(up + _CLEAR + "\n".join(text) + "\n")
+        self.stream.flush()
+        self.drawn = len(text)
+
+    def say(self, text: str) -> None:
+        """A line above the redrawn block (it is drawn again below it)."""
+        if self.tty and self.drawn:
+            self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
+            self.drawn = 0
+        print(text, file=self.stream, flush=True)
+
+    def final(self, view: RunView, header: str = "") -> None:
+        """The full block once more, in place on a TTY and in full in a log."""
+        if self.tty and self.drawn:
+            self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
+        self.drawn = 0
+        print("\n".join(lines(view, header)), file=self.stream, flush=True)
