@@ -41,8 +41,11 @@ With ``--repeat R`` each side runs R times per folder, alternating (first
 side swapped every repeat) so a change in the shared machine's load hits both;
 the table shows the run with the median wall time. Measured per side: "wall", the whole subprocess from start to exit
 (interpreter start, imports, loading, analyses: what a user waits for; the
-ratio uses it); for HTA also its import, load and per-analysis times from
-``perf_counter`` inside the child. Memory: the process tree (the child and
+ratio uses it); "CPU", user + system time of the whole process tree
+(``measure``: the bench is a subreaper, so every worker counts; what the
+machine's cores share, and steadier than wall on a loaded machine); for HTA
+also its import, load and per-analysis times from ``perf_counter`` inside the
+child. Memory: the process tree (the child and
 every descendant, e.g. HTA's parse pool) is sampled every ``--sample-s``
 seconds from ``/proc/PID/smaps_rollup``; "peak PSS" is the largest sum of
 proportional set sizes seen (shared pages counted once; the headline), "peak
@@ -330,8 +333,38 @@ def _mem_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def _subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``),
+    so that their CPU time reaches ``RUSAGE_CHILDREN`` once they are reaped."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_orphans() -> None:
+    """Wait for every descendant adopted after the child exited (e.g. a
+    ``forkserver`` that outlives its parent by a moment)."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+
+
 def measure(cmd: list[str], timeout: float, sample_s: float, **kw: Any) -> dict:
-    """Run ``cmd``; wall time and the process tree's peak RSS / PSS sums."""
+    """Run ``cmd``; wall time, CPU time and the process tree's peak RSS / PSS sums.
+
+    CPU time (``cpu_s`` = ``user_s`` + ``sys_s``): ``getrusage(RUSAGE_CHILDREN)``
+    before and after, this process a subreaper, so every process of the tree
+    that its parent waited for (pool workers, HTA's fork pool, torchlens'
+    forkserver and its workers) counts. On a shared machine it moves less
+    than the wall time with the load, and it is what N cores divide.
+    """
+    reaper = _subreaper()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, start_new_session=True, **kw)
@@ -350,10 +383,19 @@ def measure(cmd: list[str], timeout: float, sample_s: float, **kw: Any) -> dict:
             proc.wait()
             break
         time.sleep(sample_s)
+    wall = time.perf_counter() - t0
+    if reaper:
+        _reap_orphans()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    user, sys_ = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     return {
         "rc": proc.returncode,
         "timed_out": timed_out,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": wall,
+        "cpu_s": user + sys_,
+        "user_s": user,
+        "sys_s": sys_,
+        "cpu_complete": reaper,
         "peak_pss_mib": peak_pss / 1024,
         "peak_rss_mib": peak_rss / 1024,
         "max_procs": procs,
@@ -442,7 +484,7 @@ def _fmt(x: Any, f: str = "{:.2f}") -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ["ranks", "side", "wall s", "load s"] + [f"{a} s" for a in ANALYSES]
+    head = ["ranks", "side", "wall s", "CPU s", "load s"] + [f"{a} s" for a in ANALYSES]
     head += ["peak PSS MiB", "peak RSS MiB", "maxrss MiB", "load avg"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rows:
@@ -453,6 +495,7 @@ def table(rows: list[dict]) -> str:
             else:
                 times = m.get("times_s") or {}
                 cells = [str(row["ranks"]), side, _fmt(m.get("wall_s"))]
+                cells.append(_fmt(m.get("cpu_s")))
                 cells.append(_fmt(m.get("load_s")))
                 cells += [_fmt(times.get(a), "{:.3f}") for a in ANALYSES]
                 cells += [_fmt(m.get("peak_pss_mib"), "{:.0f}")]
@@ -464,7 +507,8 @@ def table(rows: list[dict]) -> str:
             r = row["ratio"]
             met = "meets" if r["meets_target"] else "misses"
             lines.append(
-                f"| {row['ranks']} | torchlens vs HTA | {r['wall_x']:.1f}x faster | | "
+                f"| {row['ranks']} | torchlens vs HTA | {r['wall_x']:.1f}x faster | "
+                f"{r['cpu_x']:.1f}x less | "
                 + " | " * len(ANALYSES)
                 + f"{r['pss_fraction']:.2f} of HTA's | "
                 + f"{r['rss_fraction']:.2f} of HTA's | | {met} >=10x, <=0.5 |"
@@ -501,6 +545,7 @@ def bench(args: argparse.Namespace) -> int:
         if t.get("rc") == 0 and h.get("rc") == 0 and "error" not in t:
             row["ratio"] = {
                 "wall_x": h["wall_s"] / t["wall_s"],
+                "cpu_x": h["cpu_s"] / t["cpu_s"],
                 "pss_fraction": t["peak_pss_mib"] / h["peak_pss_mib"],
                 "rss_fraction": t["peak_rss_mib"] / h["peak_rss_mib"],
             }
@@ -525,7 +570,7 @@ def bench(args: argparse.Namespace) -> int:
 def _summary(m: dict) -> str:
     if "skipped" in m:
         return "skipped: " + m["skipped"]
-    s = f"wall {m['wall_s']:.1f} s, peak PSS {m['peak_pss_mib']:.0f} MiB"
+    s = f"wall {m['wall_s']:.1f} s, CPU {m['cpu_s']:.1f} s, peak PSS {m['peak_pss_mib']:.0f} MiB"
     if "load_s" in m:
         s += f", load {m['load_s']:.1f} s, work {m['work_s']:.1f} s"
     for key in ("load_error", "errors", "error"):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from torchlens.analysis.steps import STEP_COLUMNS, step_breakdown
+from torchlens.analysis.steps import STEP_COLUMNS, step_breakdown, step_records
 from torchlens.formats.kineto import ingest_bytes, load_trace
 
 ROLE_COLUMNS = STEP_COLUMNS[3:]
@@ -21,8 +21,7 @@ def _gpu(name, ts, dur, cat, corr, stream=7):
     return _x(name, ts, dur, cat, pid=0, tid=stream, correlation=corr, stream=stream)
 
 
-def test_synthetic_breakdown_by_hand():
-    """Times in µs; the expected numbers are worked out in the comments."""
+def _synthetic_doc():
     loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
     doc = {"traceEvents": [
         _x("ProfilerStep#1", 0, 100, "user_annotation"),
@@ -38,6 +37,12 @@ def test_synthetic_breakdown_by_hand():
         _x("cudaMemsetAsync", 116, 1, "cuda_runtime", correlation=4),
         _gpu("Memset (Device)", 146, 2, "gpu_memset", 4),
     ]}
+    return doc
+
+
+def test_synthetic_breakdown_by_hand():
+    """Times in µs; the expected numbers are worked out in the comments."""
+    doc = _synthetic_doc()
     steps = step_breakdown(ingest_bytes(json.dumps(doc).encode(), "steps.json"))
     assert list(steps.columns) == STEP_COLUMNS
     assert list(steps.step) == [1, 2]
@@ -55,6 +60,27 @@ def test_synthetic_breakdown_by_hand():
     # idle 130..135, 145..146, 148..150 = 8
     assert (two.comm_us, two.memset_us, two.other_us) == (10, 2, 8)
     assert (two.kernel_us, two.runtime_us, two.cpu_exec_us) == (0, 0, 0)
+
+
+def test_records_without_pandas_by_hand():
+    """``step_records`` (what a run's worker sends): the same hand-worked
+    numbers as ``test_synthetic_breakdown_by_hand``, as plain ints and floats."""
+    trace = ingest_bytes(json.dumps(_synthetic_doc()).encode(), "steps.json")
+    one, two = step_records(trace)
+    assert list(one) == STEP_COLUMNS
+    assert type(one["step"]) is int and type(one["kernel_us"]) is float
+    assert (one["step"], one["start_us"], one["dur_us"]) == (1, 0, 130)
+    assert (one["kernel_us"], one["memcpy_us"], one["memset_us"], one["comm_us"]) == (
+        100, 0, 0, 0)
+    assert (one["runtime_us"], one["dataloader_us"], one["cpu_exec_us"],
+            one["other_us"]) == (5, 10, 13, 2)
+    assert (two["step"], two["start_us"], two["dur_us"]) == (2, 130, 20)
+    assert (two["comm_us"], two["memset_us"], two["other_us"], two["kernel_us"]) == (
+        10, 2, 8, 0)
+
+
+def test_records_of_a_trace_without_steps_are_empty(traces_dir):
+    assert step_records(load_trace(traces_dir / "a100_simple_add.json.gz")) == []
 
 
 def test_no_steps_gives_empty_table_with_columns(traces_dir):

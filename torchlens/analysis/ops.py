@@ -29,12 +29,14 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from torchlens.model import InputError, Trace
+
+if TYPE_CHECKING:  # imported where a frame is built: the masks serve pandas-free workers
+    import pandas as pd
 
 #: Communication kernels: NCCL's old (``ncclKernel*``) and new (``ncclDevKernel*``).
 COMM_KERNEL = re.compile(r"^nccl")
@@ -100,7 +102,16 @@ def category_mask(trace: Trace, *names: str) -> np.ndarray:
     """Rows whose normalized category is one of ``names``."""
     labels = trace.events.categories["cat"]
     codes = [labels.index(n) for n in names if n in labels]
-    return np.isin(trace.events["cat"], codes)
+    return _code_mask(trace.events["cat"], codes, len(labels))
+
+
+def _code_mask(column: np.ndarray, codes: list[int], n_labels: int) -> np.ndarray:
+    """``np.isin(column, codes)`` for label codes (-1 = none) as one table
+    lookup: a run's worker builds dozens of these masks per trace, and isin
+    sorts or allocates a table each time."""
+    table = np.zeros(n_labels + 1, bool)  # the extra last entry is code -1's
+    table[codes] = True
+    return table[column]
 
 
 def phase_mask(trace: Trace, ph: str) -> np.ndarray:
@@ -113,7 +124,7 @@ def name_mask(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
     """Rows whose name matches ``pattern`` (tested once per distinct name)."""
     labels = trace.events.categories["name"]
     hits = [i for i, lab in enumerate(labels) if pattern.search(lab)]
-    return np.isin(trace.events["name"], hits)
+    return _code_mask(trace.events["name"], hits, len(labels))
 
 
 def enclosing(ts: np.ndarray, dur: np.ndarray, group: np.ndarray,
@@ -288,6 +299,8 @@ def op_table(trace: Trace, group_by_shapes: bool = False,
     (``--stack``); ``flops`` is the sum of the profiler's estimates, NaN when
     it recorded none (``--flops`` off).
     """
+    import pandas as pd
+
     calls = op_calls(trace)
     ev = trace.events
     rows = calls.rows
@@ -338,6 +351,8 @@ def _aggregate(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     compensated sum, so equal to the bit), and the flops summed per group as
     ``Series.sum`` does (NaN where a group has no estimate).
     """
+    import pandas as pd
+
     group = np.zeros(len(frame), np.int64)
     for key in keys:  # one int per distinct tuple of key codes, kept below len(frame)
         codes = frame[key].to_numpy().astype(np.int64)
@@ -394,6 +409,8 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
     ``streams`` lists the streams the kernel ran on (``"7,40"``), because a
     compute kernel on the communication stream, or the reverse, is a finding.
     """
+    import pandas as pd
+
     ev = trace.events
     rows = np.flatnonzero(category_mask(trace, "kernel"))
     if len(rows) == 0:

@@ -29,11 +29,14 @@ driver API (``cuLaunchKernel``, e.g. Triton) also widen their step.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from torchlens.model import Trace
+
+if TYPE_CHECKING:  # pandas only where a frame is built: a run's workers never need it
+    import pandas as pd
 
 from .ops import COMM_KERNEL, category_mask, name_mask, phase_mask
 
@@ -68,23 +71,45 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
     Empty (with the columns) when the trace has no steps: the profiler was
     run without a schedule or ``prof.step()``.
     """
+    import pandas as pd
+
+    columns = step_columns(trace)
+    if columns is None:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in STEP_COLUMNS})
+    return pd.DataFrame(columns)[STEP_COLUMNS]
+
+
+def step_records(trace: Trace) -> list[dict[str, int | float]]:
+    """``step_breakdown(trace).to_dict("records")`` without pandas: one dict per
+    step, keys in ``STEP_COLUMNS`` order, ``step`` an int and the rest floats
+    (what a run's worker sends back; pandas costs more than the sums)."""
+    columns = step_columns(trace)
+    if columns is None:
+        return []
+    lists = [columns["step"].tolist()] + [columns[c].tolist() for c in STEP_COLUMNS[1:]]
+    return [dict(zip(STEP_COLUMNS, row, strict=True)) for row in zip(*lists, strict=True)]
+
+
+def step_columns(trace: Trace) -> dict[str, np.ndarray] | None:
+    """``step_breakdown``'s columns as numpy arrays (``step`` int64, the rest
+    float64), ``None`` when the trace has no steps."""
     ev = trace.events
     rows = step_rows(trace)
     if len(rows) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=float) for c in STEP_COLUMNS})
+        return None
     starts, ends = _device_aware_steps(trace, rows)
     spans = _role_spans(trace)
     seconds = _time_per_role(starts, ends, spans)
     names = ev.text("name")[rows]
-    table = pd.DataFrame({
-        "step": [int(_STEP_NAME.match(n).group(1)) for n in names],
+    table = {
+        "step": np.array([int(_STEP_NAME.match(n).group(1)) for n in names], np.int64),
         "start_us": starts,
         "dur_us": ends - starts,
-    })
+    }
     for i, role in enumerate(ROLES):
         table[f"{role}_us"] = seconds[:, i]
     table["other_us"] = seconds[:, len(ROLES)]
-    return table[STEP_COLUMNS]
+    return table
 
 
 def _device_aware_steps(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

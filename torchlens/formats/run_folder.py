@@ -42,11 +42,13 @@ named too.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -125,6 +127,11 @@ def peek(path: str | Path) -> Peek:
             return _peek_plain(fh, os.fstat(fh.fileno()).st_size)
     except OSError as exc:
         return Peek(kind="unreadable", message=f"cannot read it ({exc.strerror or exc}).")
+
+
+def peek_bytes(data: bytes) -> Peek:
+    """``peek`` of a (plain) trace already in memory."""
+    return _peek_plain(io.BytesIO(data), len(data))
 
 
 @dataclass
@@ -381,8 +388,14 @@ class _Placed:
     step: int | None
 
 
-def discover(inputs: str | Path | list[str | Path]) -> RunSources:
-    """The per-rank traces of a run folder or list of files, and everything wrong."""
+def discover(inputs: str | Path | list[str | Path],
+             peek_all: Callable[[list[str]], list[Peek]] | None = None) -> RunSources:
+    """The per-rank traces of a run folder or list of files, and everything wrong.
+
+    ``peek_all`` peeks a list of files at once (default: ``peek`` each in
+    turn); ``load_run`` passes one that reads each file once, in its worker
+    processes, and keeps the figures it computes on the way.
+    """
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     paths = [Path(p) for p in items]
     problems: list[Problem] = []
@@ -412,8 +425,9 @@ def discover(inputs: str | Path | list[str | Path]) -> RunSources:
     placed: list[_Placed] = []
     # one trace file given alone is a run of one process: rank 0 when it names none
     lone = len(paths) == 1 and len(candidates) == 1 and not runs and paths[0].is_file()
-    for c in candidates:
-        found = _place(c, problems, default_rank=0 if lone else None)
+    peeks = (peek_all or _peek_each)([c.path for c in candidates])
+    for c, seen in zip(candidates, peeks, strict=True):
+        found = _place(c, seen, problems, default_rank=0 if lone else None)
         if found is not None:
             placed.append(found)
     ranks, kept = _group(placed, problems)
@@ -533,12 +547,20 @@ def rank_from_name(path: str | Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _place(c: _Candidate, problems: list[Problem],
-           default_rank: int | None = None) -> _Placed | None:
+def safe_peek(path: str) -> Peek:
+    """``peek``, with any unexpected error as an "unreadable" verdict."""
     try:
-        result = peek(c.path)
+        return peek(path)
     except Exception as exc:  # noqa: BLE001 - one odd file must not stop the whole run
-        result = Peek(kind="unreadable", message=f"could not be read ({exc!r}).")
+        return Peek(kind="unreadable", message=f"could not be read ({exc!r}).")
+
+
+def _peek_each(paths: list[str]) -> list[Peek]:
+    return [safe_peek(p) for p in paths]
+
+
+def _place(c: _Candidate, result: Peek, problems: list[Problem],
+           default_rank: int | None = None) -> _Placed | None:
     if result.kind is not None:
         problems.append(Problem(result.kind, c.path, result.message))
         return None

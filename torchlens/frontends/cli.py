@@ -28,7 +28,7 @@ def load_input(path: str) -> Profile:
     if p.is_dir():  # per-rank traces: the run as one result
         from .run_api import load_run
 
-        run = load_run(str(p))
+        run = load_run(str(p), fork=True)  # a command runs no threads: fork is safe
         if not run.ranks:
             why = "; ".join(f"{q.kind}: {Path(q.path).name}" for q in run.problems[:5])
             raise InputError(f"{path}: no usable per-rank trace in this folder ({why or 'empty'})")
@@ -188,7 +188,7 @@ class AnalyzeCommand(Command):
             raise InputError("torchlens analyze: name a run folder or trace files "
                              "(or --schema for the --json keys)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
-        run = load_run(inputs, workers=args.workers)
+        run = load_run(inputs, workers=args.workers, fork=True)
         if args.json:
             print(json.dumps(run.to_json(), indent=1, allow_nan=False, default=str))
         else:

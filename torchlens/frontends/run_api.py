@@ -3,8 +3,9 @@
 Why worker processes: a rank's trace is parsed and summarised where it is
 read (``analysis.multirank.rank_figures``: a few KB per rank), so the
 notebook never holds more than one rank's events per worker, and ranks are
-read in parallel. ``forkserver`` (``spawn`` where it is missing) rather than
-fork: a notebook kernel has threads, and forking it is unsafe.
+read in parallel; each file is read once, its placement in the run and its
+figures together (``run_workers``). ``_trace_figures`` is what a worker
+computes per trace.
 
 Each worker also lists its traces' collectives (``analysis.multirank.
 collectives.collective_table``: columns, about 40 bytes a collective), which
@@ -18,9 +19,6 @@ ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
 from ..model.payloads import RunPayload
 from .api import Result
+from .run_workers import RunReader
 
 SCHEMA_VERSION = 1
 #: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
@@ -101,37 +100,22 @@ JSON_SCHEMA = {
 }
 
 
-def _rank_job(rank: int, paths: list[str], top: int) -> dict[str, Any]:
-    """In a worker: read each trace of one rank and keep only its figures."""
+def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
+    """In a worker: one trace's figures, all that travels back (a few KB)."""
     from ..analysis.multirank import rank_figures
     from ..analysis.multirank.collectives import collective_table
     from ..analysis.multirank.lanes import lane_summary
     from ..analysis.multirank.op_totals import op_totals
-    from ..analysis.steps import step_breakdown
-    from ..formats.kineto import load_trace
+    from ..analysis.steps import step_records
 
-    figures, problems = [], []
-    for i, path in enumerate(paths):
-        try:
-            trace = load_trace(path)
-            one = rank_figures(trace, top=top)
-            # the %%torchprof step breakdown (TensorBoard plugin's definitions)
-            one["steps"] = step_breakdown(trace).to_dict("records")
-            one["collectives"] = collective_table(trace)
-            one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
-            one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
-            one["trace"] = i  # the trace's place among the rank's, for matching steps
-            one["host"] = trace.meta.get("host_name")  # one host: one clock (clock.py)
-            figures.append(one)
-        except Exception as exc:  # noqa: BLE001 - named, the other traces go on
-            problems.append({"kind": "unreadable", "path": path,
-                             "message": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    return {"rank": rank, "figures": figures, "problems": problems}
-
-
-def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    one = rank_figures(trace, top=top)
+    # the %%torchprof step breakdown (TensorBoard plugin's definitions)
+    one["steps"] = step_records(trace)
+    one["collectives"] = collective_table(trace)
+    one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
+    one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
+    one["host"] = trace.meta.get("host_name")  # one host: one clock (clock.py)
+    return one
 
 
 class RunResult(Result):
@@ -262,21 +246,17 @@ class RunResult(Result):
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
-             top: int = 10) -> RunResult:
-    """Discover a run's per-rank traces and summarise each rank in a worker process."""
-    sources = discover(inputs)
+             top: int = 10, fork: bool = False) -> RunResult:
+    """Discover a run's per-rank traces and summarise each file in a worker process
+    (``run_workers``: each file read once, its peek and figures together).
+    ``fork``: the caller runs no threads (the command line), workers may fork."""
+    with RunReader(_trace_figures, top, workers, fork=fork) as reader:
+        sources = discover(inputs, reader.peek_all)
     problems = list(sources.problems)
     figures: dict[int, list[dict[str, Any]]] = {}
-    jobs = [(r.rank, list(r.paths)) for r in sources.ranks]
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
-    if workers == 1 or len(jobs) <= 1:
-        done = [_rank_job(rank, paths, top) for rank, paths in jobs]
-    else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
-            done = list(pool.map(_rank_job, *zip(*jobs, strict=True),
-                                 [top] * len(jobs)))
-    for res in done:
-        problems += [Problem(**p) for p in res["problems"]]
-        if res["figures"]:
-            figures[res["rank"]] = res["figures"]
+    for r in sources.ranks:
+        found, trouble = reader.rank(list(r.paths))
+        problems += [Problem(**p) for p in trouble]
+        if found:
+            figures[r.rank] = found
     return RunResult(sources, figures, problems)

@@ -39,6 +39,7 @@ Definitions shared by every per-rank figure of this package:
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,7 +107,32 @@ class GpuWork:
 
 
 def gpu_work(trace: Trace, include_last_step: bool = False) -> GpuWork:
-    """The GPU work the figures read (see the module docstring)."""
+    """The GPU work the figures read (see the module docstring).
+
+    Selected once per trace and window: every per-rank figure (temporal,
+    idle, overlap, kernels, launches, queues, bandwidth) reads the same
+    selection, so a worker pays for it once. The memo goes with the trace
+    and is ignored if its events table was replaced; treat the arrays as
+    read-only.
+    """
+    key = (id(trace), include_last_step)
+    hit = _WORK.get(key)
+    if hit is not None and hit[0]() is trace and hit[1] is trace.events.columns:
+        return hit[2]
+    work = _gpu_work(trace, include_last_step)
+    for value in vars(work).values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False  # shared by every reader of the memo
+    weakref.finalize(trace, _WORK.pop, key, None)
+    _WORK[key] = (weakref.ref(trace), trace.events.columns, work)
+    return work
+
+
+#: (id(trace), include_last_step) -> (weak reference to it, its columns, its GpuWork)
+_WORK: dict[tuple[int, bool], tuple[weakref.ref, dict, GpuWork]] = {}
+
+
+def _gpu_work(trace: Trace, include_last_step: bool) -> GpuWork:
     ev = trace.events
     x = phase_mask(trace, "X")
     gpu = x & category_mask(trace, *GPU_CATEGORIES)

@@ -1,7 +1,7 @@
 """Per-name totals of one trace's CPU ops and GPU work, bounded, for ``torchlens diff``.
 
 ``op_totals(trace)`` is computed in the rank's worker (``frontends.run_api.
-_rank_job``) so only a few KB travel, whatever the trace holds.
+_trace_figures``) so only a few KB travel, whatever the trace holds.
 
 Definitions:
 
