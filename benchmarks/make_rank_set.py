@@ -13,7 +13,10 @@ Rank ``r`` is the source trace ``sources[r % len(sources)]`` rewritten so that
   without ``distributedInfo`` gets one, placed before ``traceEvents``;
 - every ``"ts"`` value is shifted by ``r * offset_us`` microseconds (the digits
   after the decimal point are kept as written), so that no two ranks are
-  byte-identical and their clocks disagree a little, as real ranks' do.
+  byte-identical and their clocks disagree a little, as real ranks' do;
+- a ``host_name`` before ``traceEvents`` (torch 2.4+ writes one there) becomes
+  ``<host>-rank<r>``: clocks that disagree belong to different machines, and
+  torchlens never aligns the clocks of ranks whose traces name one host.
 
 Nothing else changes (durations, names, ids, ``baseTimeNanoseconds``). The
 files are ``OUT_DIR/rank<r>.pt.trace.json.gz`` (``.json`` with ``--plain``),
@@ -117,9 +120,25 @@ def dist_info(old: dict[str, Any] | None, rank: int, world: int) -> dict[str, An
     return info
 
 
+HOST_RE = re.compile(rb'("host_name"\s*:\s*")((?:[^"\\]|\\.)*)(")')
+
+
+def rewrite_host(buf: bytes, rank: int) -> bytes:
+    """``host_name`` (when it comes before ``traceEvents``) made one per rank."""
+    e = buf.find(EVENTS_KEY)
+    m = HOST_RE.search(buf, 0, e if e >= 0 else len(buf))
+    if not m:
+        return buf
+    return buf[:m.end(2)] + f"-rank{rank}".encode() + buf[m.end(2):]
+
+
 def rewrite_header(buf: bytes, rank: int, world: int, fin: BinaryIO) -> bytes:
     """Return ``buf`` (read further from ``fin`` where needed) with its
     ``distributedInfo`` replaced, or one inserted before ``traceEvents``."""
+    return rewrite_host(_rewrite_dist(buf, rank, world, fin), rank)
+
+
+def _rewrite_dist(buf: bytes, rank: int, world: int, fin: BinaryIO) -> bytes:
     dec = json.JSONDecoder()
     while True:
         d = buf.find(DIST_KEY)

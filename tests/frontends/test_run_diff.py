@@ -141,7 +141,7 @@ def test_cli_gate_exit_codes(runs, capsys, tmp_path) -> None:
     assert reg > 50  # B's 384x384 mm against A's 64x64
     assert main(["diff", str(a), str(b), "--fail-if-slower", f"{reg / 2:.1f}"]) == 1
     err = capsys.readouterr().err
-    assert "regressed" in err and f"--fail-if-slower {reg / 2:.1f}%" in err
+    assert "regressed" in err and f"--fail-if-slower {float(f'{reg / 2:.1f}'):g}%" in err
     assert len(err.strip().splitlines()) == 1
     assert main(["diff", str(a), str(b), "--fail-if-slower", f"{reg * 2:.1f}"]) == 0
     assert main(["diff", str(b), str(a), "--fail-if-slower", "0"]) == 0  # faster: fine

@@ -71,7 +71,7 @@ JSON_SCHEMA = {
               "ends minus the reference's), collectives (shared with the reference), "
               "residual_median_us, residual_max_us (|end difference - offset|), applied "
               "(offset used to align arrivals and waits: never when every trace names one "
-              "host; else when |offset| > 20 us and > 3x residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
+              "host; else when |offset| > 5 us and > 3x residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
               "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
               "keep the raw ones; definitions: torchlens.analysis.multirank.clock)",
     "launches": "per rank: CUDA kernel launch statistics (HTA's get_cuda_kernel_launch_stats): "

@@ -193,7 +193,7 @@ def sections(profile: Profile, a: RunAnalysis, figures: list[Any]) -> list[Marku
         skew = run_skew(a.clocks)
         words = ("Offsets from the ends of the collectives each rank shares with rank "
                  f"{a.clocks[0]['reference']}; applied to arrivals and waits only when larger "
-                 "than 20 µs and 3x the rank's residual, and never when every trace names "
+                 "than 5 µs and 3x the rank's residual, and never when every trace names "
                  "one host (one machine, one clock).")
         if skew["residual_max_us"] is not None:
             words += (f" Residual skew over the run: median {skew['residual_median_us']:,.1f} "

@@ -31,9 +31,12 @@ written by torch 2.4 and later, all equal): one machine has one clock, so
 any offset found is completion jitter or a rank that leaves collectives
 late, not a clock; ``applied`` is False and ``host`` says why. Otherwise
 only when they are larger than the collectives' own spread explains: a rank's
-offset is applied when ``|offset_us| > APPLY_MIN_US`` (20 µs, the order of a
-NCCL ring's completion jitter on one node) and ``|offset_us| > APPLY_FACTOR``
-(3) times its ``residual_median_us``. Why not always: ranks on one host share
+offset is applied when ``|offset_us| > APPLY_MIN_US`` (5 µs: below that,
+nothing a report shows would change) and ``|offset_us| > APPLY_FACTOR`` (3)
+times its ``residual_median_us`` (the ends' own jitter, e.g. a NCCL ring's
+completion on one node). Even a 10 µs offset left in place reads as a
+straggler over many collectives (seen on synthetic rank sets shifted by
+10 µs per rank: "rank 1 arrived last at 100% of allreduces"). Why not always: ranks on one host share
 one clock, and there the median end difference is jitter, not a clock
 offset; subtracting it would move every arrival by noise and could flip
 which rank arrived last. Why not never: ranks on different hosts whose
@@ -61,7 +64,7 @@ import numpy as np
 from .collectives import RankFigures, _tables
 
 #: An offset is applied only above this (µs) ...
-APPLY_MIN_US = 20.0
+APPLY_MIN_US = 5.0
 #: ... and above this many times the rank's median |residual|.
 APPLY_FACTOR = 3.0
 
