@@ -28,6 +28,7 @@ class TextProgress:
         self.started = time.monotonic()
         self._last_write = 0.0
         self._last_phases: list[str] | None = None
+        self._last_text = ""
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._width = 0
         self._open = False  # a \r line waiting for its newline
@@ -51,8 +52,10 @@ class TextProgress:
                 return
         elif not (force or changed):
             return
-        self._last_write, self._last_phases = now, list(self.phases)
         text = self.line()
+        if not self._tty and text == self._last_text:
+            return  # a forced flush right after a change would print the same line again
+        self._last_write, self._last_phases, self._last_text = now, list(self.phases), text
         if self._tty:
             pad = " " * max(0, self._width - len(text))
             self._width = len(text)
