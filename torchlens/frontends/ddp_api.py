@@ -59,8 +59,14 @@ class DdpResult(Result):
         return pd.DataFrame(collective_rows(self.records, limit=None))
 
     def memory(self) -> Any:
-        """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes."""
-        return self.profile.tables["heartbeats"].to_pandas()
+        """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes
+        (no rows when no genuine heartbeat arrived, e.g. a run shorter than one)."""
+        import pandas as pd
+
+        table = self.profile.tables.get("heartbeats")
+        if table is None:
+            return pd.DataFrame(columns=["rank", "t", "t_rel", "beat", "phase"])
+        return table.to_pandas()
 
     @property
     def run_dir(self) -> str | None:
