@@ -142,7 +142,8 @@ def test_lost_node(tmp_path: Path) -> None:
     lost = manifest["lost_nodes"]
     by_pid = {r["pid"]: r for r in manifest["ranks"]}
     victim_ranks = sorted(by_pid[p]["rank"] for p in victims)
-    assert len(lost) == 1 and lost[0]["ranks"] == victim_ranks, manifest
+    states = [(r["rank"], r["state"], r.get("bye")) for r in manifest["ranks"]]
+    assert len(lost) == 1 and lost[0]["ranks"] == victim_ranks, (states, c.output[-3000:])
     assert lost[0]["node"] == by_pid[victims[0]]["node"]
     assert f"node {lost[0]['node']}" in c.output and "lost" in c.output
     assert "stopped" in manifest["stopped"]

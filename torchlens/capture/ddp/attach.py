@@ -204,6 +204,10 @@ class Attachment:
         if self._closed:
             return
         self._closed = True
+        if self.under_agent and os.getppid() != self.parent:
+            # its agent is gone, so its node is: the collective error or SIGTERM
+            # that ends this rank is the fallout, and the node is what was lost
+            reason = "agent died"
         if reason == "exit":
             with contextlib.suppress(Exception):
                 self.profiler.finish(wait_s=FINISH_WAIT_S)
