@@ -95,6 +95,7 @@ class Attachment:
         self.restart = _int_env("TORCHELASTIC_RESTART_COUNT", 0) or 0
         self.store = dist.TCPStore(host, port, is_master=False,
                                    timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+        self.chan = protocol.Channel(self.store, key)
         self.slot = int(self.store.add(protocol.slots_key(key.run_id), 1)) - 1
         self.run_dir, self.shared = _run_dir(os.environ.get(ENV_RUN_DIR), self.rank)
         cuda = torch.cuda.is_available() and self.local_rank < torch.cuda.device_count()
@@ -113,7 +114,7 @@ class Attachment:
         return protocol.slot_key(self.key.run_id, self.slot, what)
 
     def _put(self, name: str, body: Any) -> None:
-        self.store.set(name, self.key.seal(name, protocol.encode(body)))
+        self.chan.set(name, body)
 
     def start(self) -> None:
         # counters and the heartbeat exist before the hello: the collector reads
@@ -174,7 +175,7 @@ class Attachment:
         for name in names:
             if self.store.check([name]):
                 with contextlib.suppress(Exception):  # forged: ignored
-                    best = max(best, int(protocol.decode(self.key.open(name, self.store.get(name)))))
+                    best = max(best, int(self.chan.get(name)))
         return best
 
     # -- the end -------------------------------------------------------------

@@ -36,7 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import protocol
-from .signing import MAC_BYTES, MAGIC, Forged, RunKey
+from .signing import RunKey
 
 #: a slot whose heartbeat has not changed for this long stopped sending
 LOST_S = 10.0
@@ -114,29 +114,48 @@ class Collector:
         self.slots: dict[int, Slot] = {}
         self.pending: list[int] = []  # slots taken whose hello has not come
         self.known = 0
-        self.dropped = 0
-        self.dropped_why: dict[str, int] = {}
+        self.chan: protocol.Channel | None = protocol.Channel(self.store, key)
+        self._dropped_why: dict[str, int] = {}  # beside the signature failures
+        self._forged = 0
         self.restarts: list[dict[str, Any]] = []
         self.t0 = time.time()
 
     def close(self) -> None:
-        self.store = None  # the server stops with its last reference
+        self._forged = self._signature_drops()  # kept past the channel
+        self.store = self.chan = None  # the server stops with its last reference
         with contextlib.suppress(OSError):
             self.sock.close()
 
-    def _drop(self, why: str) -> None:
-        self.dropped += 1
-        self.dropped_why[why] = self.dropped_why.get(why, 0) + 1
+    @property
+    def dropped_why(self) -> dict[str, int]:
+        """Dropped messages by reason (signature failures counted by the channel)."""
+        forged = self._signature_drops()
+        return {**({"bad signature": forged} if forged else {}), **self._dropped_why}
 
-    def _open(self, name: str, value: Any) -> Any:
-        """The decoded JSON of a sealed value; None (counted) when it is not ours."""
+    def _signature_drops(self) -> int:
+        return sum(self.chan.dropped.values()) if self.chan is not None else self._forged
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.dropped_why.values())
+
+    def _drop(self, why: str) -> None:
+        self._dropped_why[why] = self._dropped_why.get(why, 0) + 1
+
+    def _open_body(self, name: str, value: Any) -> tuple[bytes | None, Any]:
+        """The body as received and its decoded JSON; ``(None, None)`` (counted)
+        when it is not ours or not JSON."""
+        body = self.chan.open_body(name, value) if self.chan is not None else None
+        if body is None:
+            return None, None
         try:
-            return protocol.decode(self.key.open(name, bytes(value)))
-        except Forged:
-            self._drop("bad signature")
+            return body, protocol.decode(body)
         except ValueError:
             self._drop("not JSON")
-        return None
+            return None, None
+
+    def _open(self, name: str, value: Any) -> Any:
+        return self._open_body(name, value)[1]
 
     def _key(self, slot: int, what: str) -> str:
         return protocol.slot_key(self.key.run_id, slot, what)
@@ -229,7 +248,7 @@ class Collector:
                 self._drop("missing value")
                 continue
             self.store.delete_key(name)
-            data = self._open(name, value)
+            body, data = self._open_body(name, value)
             if kind == 0 and isinstance(data, list):
                 records = [d for d in data if isinstance(d, dict)]
                 s.counts[0] += len(records)
@@ -241,7 +260,7 @@ class Collector:
                 del s.summaries[:-KEEP_SUMMARIES]
             else:
                 continue
-            spooled.setdefault((s.slot, kind), []).append(value[len(MAGIC) + MAC_BYTES:])
+            spooled.setdefault((s.slot, kind), []).append(body)
         for (slot, kind), bodies in spooled.items():
             path = self.spool_path(slot, kind)
             if path is not None:

@@ -159,17 +159,23 @@ class Channel:
     def set(self, name: str, value: Any) -> None:
         self.store.set(name, self.seal(name, value))
 
-    def open(self, name: str, data: bytes) -> Any:
-        """The decoded value, or ``None`` (counted) when it fails its signature."""
+    def open_body(self, name: str, data: bytes) -> bytes | None:
+        """The body of a value sealed for ``name``, or ``None`` (counted) when it
+        fails its signature: for a reader that keeps the JSON as received."""
         data = bytes(data)
         try:
-            return decode(self.key.open(name, data))
+            return self.key.open(name, data)
         except Forged:
             if self._forged.get(name) != data:
                 self._forged[name] = data
                 kind = kind_of(name)
                 self.dropped[kind] = self.dropped.get(kind, 0) + 1
             return None
+
+    def open(self, name: str, data: bytes) -> Any:
+        """The decoded value, or ``None`` (counted) when it fails its signature."""
+        body = self.open_body(name, data)
+        return None if body is None else decode(body)
 
     def get(self, name: str) -> Any:
         """The value of ``name`` (waits until it is set, as ``store.get`` does)."""
