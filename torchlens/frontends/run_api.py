@@ -22,8 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..analysis.multirank import run as tables
-from ..analysis.multirank import run_launches
 from ..formats.collected import collector_notes
 from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
@@ -32,6 +30,10 @@ from .api import Result
 from .run_workers import RunReader
 
 SCHEMA_VERSION = 1
+#: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
+JSON_TABLES = ("temporal", "idle", "overlap", "kernels", "top_kernels", "steps", "step_skew",
+               "stragglers", "clocks", "launches", "launch_outliers", "launch_kernels",
+               "queues", "memory_bw")
 #: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
 #: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
 MAX_JSON_COLLECTIVES = 256
@@ -143,93 +145,82 @@ class RunResult(Result):
 
         return pd.DataFrame(rows)
 
+    def _table(self, name: str) -> Any:
+        """One table of the run's analysis (computed once, for the report too)."""
+        return self._frame(getattr(self.analysis(), name))
+
     def temporal(self) -> Any:
         """Per rank: compute, non-compute and idle time and shares (HTA's definitions)."""
-        return self._frame(tables.temporal_rows(self.figures))
+        return self._table("temporal")
 
     def idle(self) -> Any:
         """Per rank and stream: idle time as host wait, kernel wait and other."""
-        return self._frame(tables.idle_rows(self.figures))
+        return self._table("idle")
 
     def overlap(self) -> Any:
         """Per rank: communication time overlapped by computation."""
-        return self._frame(tables.overlap_rows(self.figures))
+        return self._table("overlap")
 
     def kernels(self) -> Any:
         """Per rank and kernel kind: time, count and share."""
-        return self._frame(tables.kernel_rows(self.figures))
+        return self._table("kernels")
 
     def top_kernels(self) -> Any:
         """Per rank: the kernels that took the most time, by kind."""
-        return self._frame(tables.top_kernel_rows(self.figures))
+        return self._table("top_kernels")
 
     def steps(self) -> Any:
         """Per rank and step: the ``%%torchprof`` step breakdown (µs per role)."""
-        return self._frame(tables.step_rows(self.figures))
+        return self._table("steps")
 
     def step_skew(self) -> Any:
         """Per step index: median and slowest rank's step time, skew in %."""
-        return self._frame(tables.step_skew_rows(self.figures))
+        return self._table("step_skew")
 
     def launches(self) -> Any:
         """Per rank: CUDA kernel launch statistics (launch delay, launch call vs GPU
         time, short kernels, outliers; HTA's definitions, ``analysis.multirank.launches``)."""
-        return self._frame(run_launches.launch_rows(self.figures))
+        return self._table("launches")
 
     def launch_outliers(self) -> Any:
         """Per rank: the launches with the longest launch delay."""
-        return self._frame(run_launches.launch_outlier_rows(self.figures))
+        return self._table("launch_outliers")
 
     def launch_kernels(self) -> Any:
         """Per rank and GPU name: launch delay and launch call vs GPU time."""
-        return self._frame(run_launches.launch_kernel_rows(self.figures))
+        return self._table("launch_kernels")
 
     def queues(self) -> Any:
         """Per rank and GPU stream: queue length summary and time at the full queue."""
-        return self._frame(run_launches.queue_rows(self.figures))
+        return self._table("queues")
 
     def memory_bw(self) -> Any:
         """Per rank and memory kind: memcpy/memset bandwidth summary in GB/s."""
-        return self._frame(run_launches.memory_bw_rows(self.figures))
-
-    def _rows(self) -> list[dict[str, Any]]:
-        return self.analysis().collectives
+        return self._table("memory_bw")
 
     def collectives(self) -> Any:
         """Per collective matched across ranks by (trace, seq): arrivals, the last rank,
         each rank's wait, duration and bandwidths, or what the ranks disagree on."""
-        return self._frame(self._rows())
+        return self._table("collectives")
 
     def stragglers(self) -> Any:
         """Per rank: how often it arrived last and how long the others waited for it."""
-        return self._frame(self.analysis().stragglers)
+        return self._table("stragglers")
 
     def clocks(self) -> Any:
         """Per rank: its clock's offset to the lowest rank's, from the ends of the
         collectives they share, the residual skew, and whether it was applied."""
-        return self._frame(self.analysis().clocks)
+        return self._table("clocks")
 
     def to_json(self) -> dict[str, Any]:
-        rows = self._rows()
+        a = self.analysis()
+        rows = a.collectives
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
                 "problems": [vars(p) for p in self.problems],
-                "temporal": tables.temporal_rows(self.figures),
-                "idle": tables.idle_rows(self.figures),
-                "overlap": tables.overlap_rows(self.figures),
-                "kernels": tables.kernel_rows(self.figures),
-                "top_kernels": tables.top_kernel_rows(self.figures),
-                "steps": tables.step_rows(self.figures),
-                "step_skew": tables.step_skew_rows(self.figures),
+                **{key: getattr(a, key) for key in JSON_TABLES},
                 "collectives": rows[:MAX_JSON_COLLECTIVES],
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
-                "stragglers": self.analysis().stragglers,
-                "clocks": self.analysis().clocks,
-                "launches": run_launches.launch_rows(self.figures),
-                "launch_outliers": run_launches.launch_outlier_rows(self.figures),
-                "launch_kernels": run_launches.launch_kernel_rows(self.figures),
-                "queues": run_launches.queue_rows(self.figures),
-                "memory_bw": run_launches.memory_bw_rows(self.figures),
                 "findings": self.findings()}
 
     def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:

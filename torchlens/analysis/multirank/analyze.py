@@ -38,6 +38,7 @@ class RunAnalysis:
     clocks: list[dict[str, Any]] = field(default_factory=list)
     launches: list[dict[str, Any]] = field(default_factory=list)
     launch_outliers: list[dict[str, Any]] = field(default_factory=list)
+    launch_kernels: list[dict[str, Any]] = field(default_factory=list)
     queues: list[dict[str, Any]] = field(default_factory=list)
     memory_bw: list[dict[str, Any]] = field(default_factory=list)
 
@@ -114,6 +115,7 @@ def analyze(profile: Profile) -> RunAnalysis:
         colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
     a.launches = run_launches.launch_rows(ranks)
     a.launch_outliers = run_launches.launch_outlier_rows(ranks)
+    a.launch_kernels = run_launches.launch_kernel_rows(ranks)
     a.queues = run_launches.queue_rows(ranks)
     a.memory_bw = run_launches.memory_bw_rows(ranks)
     a.findings = list(getattr(payload, "notes", None) or []) + findings(a, ranks)
