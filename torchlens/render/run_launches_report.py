@@ -15,42 +15,33 @@ from .tables import Column
 NO_GPU = "no GPU work: nothing to measure (CPU-only traces)"
 
 
-def _us(v: Any) -> str:
-    return f"{v:,.1f} µs"
-
-
-def _pct(v: Any) -> str:
-    return f"{v:.1f} %"
 
 
 def _num(v: Any) -> str:
     return f"{v:,.2f}"
 
 
-def _gbps(v: Any) -> str:
-    return f"{v:,.2f} GB/s"
-
 
 LAUNCHES = [Column("rank", "rank", str), Column("launches", "launches", tables.fmt_int),
-            Column("delay_mean_us", "launch delay: mean", _us),
-            Column("delay_p50_us", "median", _us), Column("delay_max_us", "max", _us),
-            Column("cpu_mean_us", "launch call: mean", _us),
-            Column("gpu_mean_us", "GPU time: mean", _us),
-            Column("gpu_shorter_than_cpu_pct", "GPU shorter than launch", _pct),
+            Column("delay_mean_us", "launch delay: mean", tables.fmt_micro),
+            Column("delay_p50_us", "median", tables.fmt_micro), Column("delay_max_us", "max", tables.fmt_micro),
+            Column("cpu_mean_us", "launch call: mean", tables.fmt_micro),
+            Column("gpu_mean_us", "GPU time: mean", tables.fmt_micro),
+            Column("gpu_shorter_than_cpu_pct", "GPU shorter than launch", tables.fmt_pct),
             Column("short_kernels", "short kernels", tables.fmt_int),
             Column("runtime_outliers", "launch calls > cutoff", tables.fmt_int),
             Column("delay_outliers", "delays > cutoff", tables.fmt_int)]
 OUTLIERS = [Column("rank", "rank", str), Column("name", "GPU work", str, False, 80),
-            Column("api", "launched by", str, False), Column("delay_us", "launch delay", _us),
-            Column("cpu_us", "launch call", _us), Column("gpu_us", "GPU time", _us)]
+            Column("api", "launched by", str, False), Column("delay_us", "launch delay", tables.fmt_micro),
+            Column("cpu_us", "launch call", tables.fmt_micro), Column("gpu_us", "GPU time", tables.fmt_micro)]
 QUEUES = [Column("rank", "rank", str), Column("stream", "stream", str),
           Column("launches", "launches", tables.fmt_int), Column("mean", "queue: mean", _num),
           Column("p50", "median", _num), Column("p75", "75 %", _num), Column("max", "max", _num),
-          Column("full_us", "time at 1024 (full)", _us)]
+          Column("full_us", "time at 1024 (full)", tables.fmt_micro)]
 MEMORY_BW = [Column("rank", "rank", str), Column("kind", "kind", str, False),
              Column("events", "events", tables.fmt_int), Column("bytes", "bytes", tables.fmt_int),
-             Column("mean_GBps", "mean", _gbps), Column("p50_GBps", "median", _gbps),
-             Column("max_GBps", "max", _gbps)]
+             Column("mean_GBps", "mean", tables.fmt_gbps), Column("p50_GBps", "median", tables.fmt_gbps),
+             Column("max_GBps", "max", tables.fmt_gbps)]
 #: outlier rows shown per report (``run.launch_outliers()`` has them all)
 MAX_OUTLIER_ROWS = 50
 

@@ -24,41 +24,35 @@ from .tables import Column
 PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7"))
 
 
-def _ms(v: Any) -> str:
-    return f"{v / 1000:,.1f} ms"
-
-
-def _pct(v: Any) -> str:
-    return f"{v:.1f} %"
 
 
 TEMPORAL = [Column("rank", "rank", str), Column("traces", "traces", str),
-            Column("span_us", "GPU timeline", _ms), Column("compute_pct", "compute", _pct),
-            Column("non_compute_pct", "non-compute", _pct), Column("idle_pct", "idle", _pct)]
-OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", _ms),
-           Column("overlapped_us", "overlapped by compute", _ms),
-           Column("overlap_pct", "overlap", _pct)]
+            Column("span_us", "GPU timeline", tables.fmt_ms), Column("compute_pct", "compute", tables.fmt_pct),
+            Column("non_compute_pct", "non-compute", tables.fmt_pct), Column("idle_pct", "idle", tables.fmt_pct)]
+OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", tables.fmt_ms),
+           Column("overlapped_us", "overlapped by compute", tables.fmt_ms),
+           Column("overlap_pct", "overlap", tables.fmt_pct)]
 KERNELS = [Column("rank", "rank", str), Column("kind", "kind", str, False),
-           Column("count", "kernels", tables.fmt_int), Column("us", "time", _ms),
-           Column("pct", "share", _pct)]
+           Column("count", "kernels", tables.fmt_int), Column("us", "time", tables.fmt_ms),
+           Column("pct", "share", tables.fmt_pct)]
 IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
-        Column("idle_us", "idle", _ms), Column("host_wait_pct", "host wait", _pct),
-        Column("kernel_wait_pct", "kernel wait", _pct), Column("other_pct", "other", _pct)]
+        Column("idle_us", "idle", tables.fmt_ms), Column("host_wait_pct", "host wait", tables.fmt_pct),
+        Column("kernel_wait_pct", "kernel wait", tables.fmt_pct), Column("other_pct", "other", tables.fmt_pct)]
 SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
-        Column("median_us", "median step", _ms), Column("max_us", "slowest", _ms),
-        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", _pct)]
+        Column("median_us", "median step", tables.fmt_ms), Column("max_us", "slowest", tables.fmt_ms),
+        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", tables.fmt_pct)]
 STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", tables.fmt_int),
-              Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", _pct),
-              Column("caused_us", "others waited for it", _ms),
-              Column("caused_mean_us", "per such collective", _ms),
-              Column("waited_us", "it waited for others", _ms),
+              Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", tables.fmt_pct),
+              Column("caused_us", "others waited for it", tables.fmt_ms),
+              Column("caused_mean_us", "per such collective", tables.fmt_ms),
+              Column("waited_us", "it waited for others", tables.fmt_ms),
               Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
 COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
                Column("mismatch", "ranks disagree", str, False, 80),
                Column("bytes", "bytes", tables.fmt_int), Column("last_rank", "last rank", str),
-               Column("max_wait_us", "first to last arrival", _ms),
-               Column("dur_us", "duration", _ms), Column("busbw_GBps", "bus bandwidth",
-                                                         lambda v: f"{v:,.2f} GB/s")]
+               Column("max_wait_us", "first to last arrival", tables.fmt_ms),
+               Column("dur_us", "duration", tables.fmt_ms), Column("busbw_GBps", "bus bandwidth",
+                                                         tables.fmt_gbps)]
 #: a report of a long run lists the first collectives; --json and the DataFrame hold all
 MAX_COLLECTIVE_ROWS = 200
 PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),

@@ -56,16 +56,12 @@ if (all.length !== sel.length) src.selected.indices = all;
 """
 
 
-def _us(v: Any) -> str:
-    return f"{v:,.1f} µs"
-
-
 CLOCKS = [Column("rank", "rank", str), Column("host", "host", lambda v: v or "", False),
           Column("offset_us", "clock offset",
                                               lambda v: f"{v / 1e3:,.3f} ms"),
           Column("collectives", "collectives used", tables.fmt_int),
-          Column("residual_median_us", "residual (median)", _us),
-          Column("residual_max_us", "residual (max)", _us),
+          Column("residual_median_us", "residual (median)", tables.fmt_micro),
+          Column("residual_max_us", "residual (max)", tables.fmt_micro),
           Column("applied", "applied", lambda v: "yes" if v else "no", False)]
 
 

@@ -63,6 +63,24 @@ def fmt_int(value: Any) -> str:
     return f"{int(value):,}"
 
 
+# Fixed units, for columns read against each other row by row (fmt_us switches units)
+def fmt_micro(value: Any) -> str:
+    return f"{value:,.1f} µs"
+
+
+def fmt_ms(value: Any) -> str:
+    """µs shown as ms."""
+    return f"{value / 1000:,.1f} ms"
+
+
+def fmt_pct(value: Any) -> str:
+    return f"{value:.1f} %"
+
+
+def fmt_gbps(value: Any) -> str:
+    return f"{value:,.2f} GB/s"
+
+
 @dataclass(frozen=True)
 class Column:
     """One table column: DataFrame key, header, cell formatter, numeric sort."""
