@@ -124,18 +124,19 @@ LAUNCH_DELAY_CUTOFF_US = 100
 # ---------------------------------------------------------------- the child
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe, rounded copy of numbers / containers from pandas."""
+def json_safe(x: Any, digits: int | None = 4) -> Any:
+    """JSON-safe copy of numbers / containers from pandas (NaN and inf: None),
+    floats rounded to ``digits`` (``None``: as they are)."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_safe(v, digits) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_safe(v, digits) for v in x]
     if hasattr(x, "item") and not isinstance(x, (str, bytes)):
         x = x.item()
     if isinstance(x, float):
         if math.isnan(x) or math.isinf(x):
             return None
-        return round(x, 4)
+        return x if digits is None else round(x, digits)
     return x
 
 
@@ -150,7 +151,7 @@ def _records(df: Any) -> list[dict[str, Any]]:
         "_".join(str(p) for p in c if str(p)) if isinstance(c, tuple) else str(c)
         for c in df.columns
     ]
-    return _clean(df.to_dict(orient="records"))
+    return json_safe(df.to_dict(orient="records"))
 
 
 def _figures(ta: Any, name: str, res: Any) -> Any:
@@ -179,7 +180,7 @@ def _figures(ta: Any, name: str, res: Any) -> Any:
                 f"launch_delay_gt_{LAUNCH_DELAY_CUTOFF_US}us": int(
                     (df.launch_delay > LAUNCH_DELAY_CUTOFF_US).sum()
                 ),
-                "stats": _clean(
+                "stats": json_safe(
                     df[["cpu_duration", "gpu_duration", "launch_delay"]]
                     .describe()
                     .to_dict()
@@ -203,17 +204,17 @@ def _trace_facts(ta: Any) -> dict[str, Any]:
         out[str(rank)] = {
             "events": int(len(df)),
             "gpu_events": int(len(gpu)),
-            "iterations": _clean(sorted(ta.t.get_iterations(rank))),
+            "iterations": json_safe(sorted(ta.t.get_iterations(rank))),
             "gpu_span_us": (
                 # not "end": HTA shifts "ts" to the ranks' common start, not "end"
-                _clean((gpu["ts"] + gpu["dur"]).max() - gpu["ts"].min())
+                json_safe((gpu["ts"] + gpu["dur"]).max() - gpu["ts"].min())
                 if len(gpu)
                 else None
             ),
             "kernels_by_type": {
                 str(k): {
                     "count": int(v),
-                    "dur_us": _clean(gpu["dur"][types == k].sum()),
+                    "dur_us": json_safe(gpu["dur"][types == k].sum()),
                 }
                 for k, v in types.value_counts().items()
             },
