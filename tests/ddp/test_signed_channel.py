@@ -78,6 +78,10 @@ def test_forged_messages_during_a_run_are_dropped_counted_and_said(tmp_path):
                              profile=True, profile_every=10, run_dir=str(tmp_path / "run"))
     procs = _wait_for_workers("torchlens.frontends.rank_worker", 2)
     port = int(procs[0].cmdline()[-4])  # HOST PORT RANK WORLD DIR: the port is public
+    # ... but only to this machine: the store listens on loopback, not every interface
+    listening = {c.laddr.ip for c in psutil.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    assert listening == {"127.0.0.1"}
     forger = _client(port)
     while not forger.get(protocol.heartbeat_key(0)):  # the ranks are up and beating
         time.sleep(0.05)

@@ -182,7 +182,7 @@ def check_nodes(nnodes: int | None, nproc_per_node: int | None, rdzv_endpoint: s
     host = host or "127.0.0.1"
     import socket
 
-    from ..capture.ddp.collector import interface_address
+    from ..capture.ddp.store import interface_address
 
     try:
         socket.getaddrinfo(interface_address(host), 0)

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from . import protocol
 from .signing import RunKey
+from .store import host_store
 
 #: a slot whose heartbeat has not changed for this long stopped sending
 LOST_S = 10.0
@@ -73,44 +72,19 @@ class Slot:
         return int(self.hello["rank"])
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host`` (an address, or an interface name) and ``port``."""
-    address = interface_address(host)
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((address, port))
-    sock.listen(1024)
-    return sock
-
-
-def interface_address(host: str) -> str:
-    """An interface name (``eth0``) -> its first IPv4 address; anything else as is."""
-    import psutil
-
-    for addr in psutil.net_if_addrs().get(host, []):
-        if addr.family == socket.AF_INET:
-            return addr.address
-    return host
-
-
 class Collector:
     """Hosts the store and keeps what each slot sent."""
 
     def __init__(self, key: RunKey, host: str = "127.0.0.1", port: int = 0,
                  spool: str | None = None) -> None:
-        import torch.distributed as dist
 
         self.key = key
         self.spool = spool
         if spool:
             os.makedirs(spool, exist_ok=True)
-        self.sock = listen_socket(host, port)
+        self.store, self.sock = host_store(host, port, STORE_TIMEOUT_S)
         self.host = self.sock.getsockname()[0]
         self.port = int(self.sock.getsockname()[1])
-        self.store = dist.TCPStore(self.host, self.port, None, True,
-                                   timedelta(seconds=STORE_TIMEOUT_S),
-                                   wait_for_workers=False, master_listen_fd=self.sock.fileno())
         self.slots: dict[int, Slot] = {}
         self.pending: list[int] = []  # slots taken whose hello has not come
         self.known = 0

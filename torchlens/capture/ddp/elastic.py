@@ -2,7 +2,7 @@
 
 The kernel still hosts the run's store (the torchlens channel: payload,
 heartbeats, fingerprints, results), but on a socket it binds itself, as the
-collector of ``torchlens run`` does (``collector.listen_socket``): loopback
+collector of ``torchlens run`` does (``store.host_store``): loopback
 unless the user names an interface, because ``TCPStore`` alone would listen
 on every interface. It starts ONE child, the local node's agent::
 

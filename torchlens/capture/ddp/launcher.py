@@ -39,11 +39,11 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from . import board, child, elastic, protocol
 from .signing import RunKey
+from .store import host_store
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -121,17 +121,9 @@ class DdpLauncher:
 
         n = self.options.world_size
         self.t0 = time.time()
-        if self.options.elastic is not None:  # listening where the user said, not everywhere
-            from .collector import listen_socket
-
-            self.sock = listen_socket(self.options.elastic.host, 0)
-            self.store = dist.TCPStore(self.sock.getsockname()[0], self.sock.getsockname()[1],
-                                       None, True, timedelta(seconds=30),
-                                       wait_for_workers=False,
-                                       master_listen_fd=self.sock.fileno())
-        else:
-            self.store = dist.TCPStore("127.0.0.1", 0, n, is_master=True,
-                                       wait_for_workers=False, timeout=timedelta(seconds=30))
+        # loopback, or where the user said for several nodes; never every interface
+        host = self.options.elastic.host if self.options.elastic is not None else "127.0.0.1"
+        self.store, self.sock = host_store(host, 0, 30.0)
         self.port = int(self.store.port)
         tl = protocol.Channel(dist.PrefixStore(protocol.PREFIX, self.store), self.key)
         self.tmpdir = tempfile.mkdtemp(prefix="torchlens-ddp-")
