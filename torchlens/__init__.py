@@ -23,7 +23,6 @@ __all__ = [
     "load_ipython_extension",
     "step",
     "torchprof",
-    "watch",
 ]
 
 
@@ -39,22 +38,6 @@ def load(path: Any) -> Any:
 
         return load_run(path)
     return load_profile(path)
-
-
-def watch(run_dir: Any) -> Any:
-    """What a ``torchlens run`` folder holds so far, as the run's report (inline).
-
-    Reads the folder as it is now: during the run, the profiled steps'
-    traces written so far; once ``torchlens run`` ended, also its verdict,
-    lost nodes and where the run stopped. Watching a running collector by
-    its address is not supported yet (docs/MULTINODE.md).
-    """
-    if not os.path.isdir(run_dir):
-        raise InputError(f"{run_dir}: not a run folder (watching a collector's address "
-                         "is not supported yet; pass the --out folder of torchlens run)")
-    from .frontends.run_api import load_run
-
-    return load_run(run_dir)
 
 
 def torchprof(**options: Any) -> Any:
