@@ -6,10 +6,11 @@ For each rank count, a fresh collector process runs the real collector
 table computed and drawn about once a second, to a stream that counts as a
 terminal), and spawns ``--procs`` simulator processes that play the ranks.
 Each simulated rank has its own TCPStore client (as a real rank does) and
-sends what ``capture.ddp.attach`` sends, sealed with the run's key: its
-counters, heartbeat and hello, then every ``HEARTBEAT_S`` (0.5 s) a batch of
-step records (``--steps-per-s`` a second, records shaped as a real rank's),
-a heartbeat, and every second one profiled-step summary (the one
+sends what ``capture.ddp.attach`` sends, sealed with the run's key and laid
+out by the same ``protocol`` functions: its heartbeat and hello, then every
+``HEARTBEAT_S`` (0.5 s) a batch of step records into its ring of keys
+(``--steps-per-s`` a second, records shaped as a real rank's), a heartbeat
+that counts what it sent, and every second one profiled-step summary (the one
 ``analysis.rank_summary.summarize`` makes of a shared A100 DDP trace, ~55 KB
 of JSON), for ``--seconds``; then its bye. Ranks' flushes are spread evenly
 over the half second, as independent ranks' would be.
@@ -91,11 +92,20 @@ class SimRank:
         name = self.prefix + what
         self.store.set(name, self.key.seal(name, body))
 
+    def numbered(self, kind: str, body: bytes) -> None:
+        """Value number ``sent[kind]`` into its ring key, as ``Attachment._set_numbered``."""
+        from torchlens.capture.ddp import protocol
+
+        name = protocol.ring_key(self.key.run_id, self.slot, kind, self.sent[kind])
+        self.store.set(name, self.key.seal(name, body))
+        self.sent[kind] += 1
+
     def heartbeat(self, bye: dict[str, Any] | None = None) -> None:
         from torchlens.capture.ddp import protocol
 
         self.beat += 1
         hb = {"t": time.time(), "beat": self.beat, "rss": 412_000_000,
+              "sent": [self.sent["steps"], self.sent["prof"]],
               "steps_done": self.step, "phase_calls": 5 * self.step}
         if bye is not None:
             hb["bye"] = bye
@@ -105,8 +115,6 @@ class SimRank:
     def start(self) -> None:
         from torchlens.capture.ddp import protocol
 
-        self.store.add(self.prefix + "steps/n", 0)
-        self.store.add(self.prefix + "prof/n", 0)
         self.heartbeat()
         self.put("hello", protocol.encode({
             "rank": self.rank, "world_size": self.world, "local_rank": self.rank % 8,
@@ -114,7 +122,7 @@ class SimRank:
             "restart": 0, "elastic_run_id": "bench", "slot": self.slot, "t": time.time(),
             "device": "cpu", "run_dir": "/tmp/none", "shared_run_dir": True}))
 
-    def flush(self, steps_per_s: float, summary: bytes | None) -> None:
+    def flush(self, steps_per_s: float, summary: tuple[dict[str, Any], bytes] | None) -> None:
         """What ``Attachment._flush`` sends: a step batch, a summary (if one is due), a heartbeat."""
         from torchlens.capture.ddp import protocol
 
@@ -126,16 +134,14 @@ class SimRank:
                        for i in range(due)]
             self.step += due
             self.t_step += due * dt
-            self.put(f"steps/{self.sent['steps']}", protocol.encode(records))
-            self.sent["steps"] += 1
-            self.store.add(self.prefix + "steps/n", 1)
+            self.numbered("steps", protocol.pack(self.sent["steps"], protocol.encode(records)))
         if summary is not None:
-            # the summary's own rank and step lead, then the time of sending
-            head = (f'{{"rank":{self.rank},"step":{self.step},'
-                    f'"bench_t":{time.time():.6f},').encode()
-            self.put(f"prof/{self.sent['prof']}", head + summary[1:])
-            self.sent["prof"] += 1
-            self.store.add(self.prefix + "prof/n", 1)
+            # protocol.pack_summary's layout, its ~50 KB rest encoded once for all
+            # sends; the head gets this rank, step and the time of sending
+            head, rest = summary
+            self.numbered("prof", protocol.pack(
+                self.sent["prof"], rest,
+                {**head, "rank": self.rank, "step": self.step, "bench_t": time.time()}))
         self.heartbeat()
 
 
@@ -145,8 +151,12 @@ def simulate(spec: dict[str, Any]) -> dict[str, Any]:
     from torchlens.capture.ddp.signing import RunKey
 
     key = RunKey(spec["run_id"], bytes.fromhex(spec["secret"]))
+    from torchlens.capture.ddp import protocol
+
     with open(spec["summary_path"], "rb") as fh:
-        summary = fh.read()
+        head, rest = protocol.unpack(protocol.pack_summary(0, json.loads(fh.read())))
+    head.pop("seq")
+    summary = (head, rest)
     # one simulator connects at a time: the store's server takes serial connects
     # in well under a millisecond each, concurrent ones in up to seconds each
     with open(spec["lock"], "w") as lock:
@@ -229,11 +239,10 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
     class Timed(Collector):
         """The collector, with the benchmark's bookkeeping after each poll (timed apart)."""
 
-        def _open(self, name: str, value: Any) -> Any:
-            data = super()._open(name, value)
-            if "/prof/" in name and isinstance(data, dict) and "bench_t" in data:
-                sent_t.append(data["bench_t"])  # the collector keeps only SUMMARY_KEYS
-            return data
+        def _take(self, s: Any, kind: int, head: dict[str, Any], payload: bytes) -> Any:
+            if kind == 1 and "bench_t" in head:
+                sent_t.append(head["bench_t"])
+            return super()._take(s, kind, head, payload)
 
         def poll(self) -> None:
             t = time.perf_counter()
@@ -246,10 +255,11 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
             for s in self.slots.values():
                 last = seen.get(s.slot, (0, 0, 0))
                 beat = int(s.heartbeat.get("beat") or 0)
-                read["steps"] += s.read[0] - last[0]
-                read["prof"] += s.read[1] - last[1]
+                taken = [s.read[k] - s.overwritten[k] for k in (0, 1)]
+                read["steps"] += taken[0] - last[0]
+                read["prof"] += taken[1] - last[1]
                 read["hb"] += beat > last[2]
-                seen[s.slot] = (s.read[0], s.read[1], max(beat, last[2]))
+                seen[s.slot] = (taken[0], taken[1], max(beat, last[2]))
             book["cpu"] += time.thread_time() - c0
 
     key = RunKey.new()
@@ -293,7 +303,15 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         del polls[:]
         read.update(steps=0, prof=0, hb=0)
         frames0 = len(terminal.frames)
+        prof = None
+        if args.cprofile:  # where the collector's time goes (the figures then include its cost)
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         watch(collector, summary, lambda: time.time() < end)
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(args.cprofile)
         cpu1, w1 = sum(os.times()[:2]), time.time()
         in_window = dict(read)
         poll_s = list(polls)
@@ -303,7 +321,10 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
         # what was still in the store when the window closed, drained
         drain0 = time.time()
-        while read["prof"] < sum(o["sent"]["prof"] for o in outs) and time.time() - drain0 < 30:
+        def resolved() -> int:  # read, or counted as overwritten before it could be
+            return read["prof"] + sum(s.overwritten[1] for s in collector.slots.values())
+
+        while resolved() < sum(o["sent"]["prof"] for o in outs) and time.time() - drain0 < 30:
             collector.poll()
             time.sleep(0.25)
         drain_s = time.time() - drain0
@@ -336,7 +357,8 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         "lat_view": [_pct(view, 0.5), _pct(view, 0.95), max(view, default=None)],
         "frames": len(frames), "poll_ms": [_pct(poll_s, 0.5), max(poll_s, default=None)], "sim_late_max_s": max(o["late_max_s"] for o in outs),
         "sim_cores": sum(o["cpu_s"] for o in outs) / wall,
-        "dropped": collector.dropped}
+        "dropped": collector.dropped,
+        "overwritten": [sum(s.overwritten[k] for s in collector.slots.values()) for k in (0, 1)]}
 
 
 def _summary_file() -> str:
@@ -361,7 +383,8 @@ def _ms(v: float | None) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'ranks':>5} {'msg/s sent':>10} {'msg/s in':>9} {'backlog':>7} {'cores':>6} "
             f"{'rss MB':>7} {'peak MB':>7} {'growth MB':>9} {'state ms p50/p95/max':>21} "
-            f"{'view ms p50/p95/max':>20} {'poll ms p50/max':>15} {'sim cores':>9}")
+            f"{'view ms p50/p95/max':>20} {'poll ms p50/max':>15} {'sim cores':>9} "
+            f"{'lost to ring':>12}")
     out = [head]
     for r in rows:
         growth = r["rss_growth_mb_2nd_half"]
@@ -371,7 +394,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['peak_rss_mb']:>7.0f} {'-' if growth is None else f'{growth:.0f}':>9} "
             f"{'/'.join(_ms(v) for v in r['lat_state']):>21} "
             f"{'/'.join(_ms(v) for v in r['lat_view']):>20} "
-            f"{'/'.join(_ms(v) for v in r['poll_ms']):>15} {r['sim_cores']:>9.2f}")
+            f"{'/'.join(_ms(v) for v in r['poll_ms']):>15} {r['sim_cores']:>9.2f} "
+            f"{'/'.join(map(str, r['overwritten'])):>12}")
     return "\n".join(out)
 
 
@@ -385,6 +409,7 @@ def main() -> None:
     parser.add_argument("--collect", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--summary", help=argparse.SUPPRESS)
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--cprofile", help="cProfile the collector's loop into this file")
     args = parser.parse_args()
     if args.simulate:
         print(json.dumps(simulate(json.loads(args.simulate))))
@@ -402,7 +427,9 @@ def main() -> None:
             proc = subprocess.Popen(
                 [sys.executable, HERE, "--collect", str(n), "--summary", path,
                  "--seconds", str(args.seconds), "--procs", str(args.procs),
-                 "--steps-per-s", str(args.steps_per_s)], stdout=subprocess.PIPE)
+                 "--steps-per-s", str(args.steps_per_s),
+                 *(["--cprofile", f"{args.cprofile}.{n}"] if args.cprofile else [])],
+                stdout=subprocess.PIPE)
             try:
                 out, _ = proc.communicate(timeout=args.seconds + 300)
             finally:

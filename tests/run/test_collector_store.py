@@ -30,11 +30,22 @@ def _say(store: dist.TCPStore, key: RunKey, name: str, body: object) -> None:
 
 def _hello(store: dist.TCPStore, key: RunKey, rank: int, slot: int) -> None:
     name = protocol.slot_key(key.run_id, slot, "")
-    store.add(name + "steps/n", 0)
-    store.add(name + "prof/n", 0)
-    _say(store, key, name + "hb", {"t": 1.0, "beat": 1})
+    _say(store, key, name + "hb", {"t": 1.0, "beat": 1, "sent": [0, 0]})
     _say(store, key, name + "hello", {"rank": rank, "world_size": 2, "node": 0, "host": "h",
                                       "pid": 1, "restart": 0, "t": 1.0})
+
+
+def _batch(store: dist.TCPStore, key: RunKey, slot: int, seq: int, t1: float) -> None:
+    """Step batch number ``seq`` of ``slot``, as a rank sets it."""
+    name = protocol.ring_key(key.run_id, slot, "steps", seq)
+    body = protocol.pack(seq, protocol.encode([{"step": seq, "t0": 0.0, "t1": t1,
+                                                "phases": {}}]))
+    store.set(name, key.seal(name, body))
+
+
+def _beat(store: dist.TCPStore, key: RunKey, slot: int, beat: int, sent: list[int]) -> None:
+    _say(store, key, protocol.slot_key(key.run_id, slot, "hb"),
+         {"t": 1.0, "beat": beat, "sent": sent})
 
 
 def test_forged_and_foreign_messages_are_dropped_and_counted() -> None:
@@ -52,27 +63,46 @@ def test_forged_and_foreign_messages_are_dropped_and_counted() -> None:
         c.poll()
         assert [s.rank for s in c.all_slots()] == [0]
         assert c.dropped == 1
-        # a forged step batch under rank 0's next key, then a genuine one
-        steps = protocol.slot_key(key.run_id, slot, "steps/")
-        _say(store, forger, steps + "0", [{"step": 0, "t0": 0.0, "t1": 9.0, "phases": {}}])
-        store.add(steps + "n", 1)
-        _say(store, key, steps + "1", [{"step": 0, "t0": 0.0, "t1": 0.1, "phases": {}}])
-        store.add(steps + "n", 1)
-        # an unsigned value, and one sealed for another key name (a replay)
-        store.set(steps + "2", b'[{"step": 1}]')
-        store.add(steps + "n", 1)
-        _say(store, key, steps + "1", [{"step": 1, "t0": 0.0, "t1": 0.1, "phases": {}}])
-        store.set(steps + "3", store.get(steps + "1"))
-        store.add(steps + "n", 1)
+        # batch 0 forged, batch 1 genuine, batch 2 unsigned, batch 3 a genuine
+        # value sealed for another key (batch 1's, copied: a replay)
+        _batch(store, forger, slot, 0, 9.0)
+        _batch(store, key, slot, 1, 0.1)
+        ring = [protocol.ring_key(key.run_id, slot, "steps", j) for j in range(4)]
+        store.set(ring[2], protocol.pack(2, b'[{"step": 2}]'))
+        store.set(ring[3], store.get(ring[1]))
+        _beat(store, key, slot, 2, [4, 0])
         c.poll()
         kept = c.all_slots()[0].steps
         assert [s["t1"] for s in kept] == [0.1]
         assert c.dropped == 4
         assert c.snapshot()["dropped"] == 4
-        # a counter bumped with nothing behind it costs a bounded wait, counted
-        store.add(steps + "n", 1)
+        # a forged heartbeat claiming far more values is dropped, read nothing
+        # and cost no wait (a counter, which cannot be sealed, could not say so)
+        _beat(store, forger, slot, 3, [500, 500])
         c.poll()
-        assert c.dropped == 5
+        assert c.dropped == 5 and len(c.all_slots()[0].steps) == 1
+    finally:
+        c.close()
+
+
+def test_a_collector_behind_by_more_than_a_ring_counts_what_it_lost() -> None:
+    key = RunKey.new()
+    c = Collector(key)
+    try:
+        store = _client(c)
+        slot = store.add(protocol.slots_key(key.run_id), 1) - 1
+        _hello(store, key, 0, slot)
+        c.poll()
+        ring = protocol.RING["steps"]
+        # the rank sends ring + 5 batches between two polls: the first 5 are gone
+        for seq in range(ring + 5):
+            _batch(store, key, slot, seq, float(seq))
+        _beat(store, key, slot, 2, [ring + 5, 0])
+        c.poll()
+        s = c.all_slots()[0]
+        assert [r["step"] for r in s.steps] == list(range(5, ring + 5))
+        assert c.snapshot()["ranks"][0]["overwritten"] == [5, 0]
+        assert c.dropped == 0
     finally:
         c.close()
 

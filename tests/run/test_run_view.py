@@ -6,7 +6,7 @@ import io
 from statistics import median
 
 from torchlens.analysis.run_verdict import run_view
-from torchlens.render.terminal_run import TerminalSummary
+from torchlens.render.terminal_run import TerminalSummary, lines, one_line
 
 
 def _rec(step: int, data: float, backward: float) -> dict:
@@ -72,3 +72,31 @@ def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:
     s = TerminalSummary(log, tty=False)
     s.draw(view)
     assert log.getvalue().count("\n") == 1 and "dropped 2" in log.getvalue()
+
+
+def test_values_lost_to_a_full_ring_are_said_in_a_note() -> None:
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)] for _ in range(2)]
+    ranks = [_info(0, 0, overwritten=[0, 0]), _info(1, 0, overwritten=[3, 1])]
+    view = run_view(_snap(ranks, steps))
+    out = io.StringIO()
+    TerminalSummary(out, tty=False).final(view, "")
+    assert ("note: the collector fell behind: 3 step batch(es) and 1 summary(ies) of rank(s) 1 "
+            "were overwritten") in out.getvalue()
+
+
+def test_many_ranks_show_the_ones_in_trouble_first_and_sum_up_the_rest() -> None:
+    # 40 ranks: rank 33 failed, rank 7 is slow; a terminal with room for 4 rows
+    data = {r: 0.0002 for r in range(40)}
+    data[7] = 0.040
+    steps = [[_rec(i, data[r], 0.041 if r != 7 else 0.001) for i in range(12)]
+             for r in range(40)]
+    ranks = [_info(r, r // 8) for r in range(40)]
+    ranks[33] = _info(33, 4, bye={"reason": "exception", "error": "RuntimeError: boom"})
+    view = run_view(_snap(ranks, steps))
+    text = "\n".join(lines(view, max_rows=4))
+    rows = [line.split()[0] for line in text.splitlines()[3:7]]
+    assert rows[:2] == ["33", "7"]
+    assert "... 36 more ranks, not shown" in text
+    assert "step ms over all ranks: median" in text
+    # the log line does not list 40 ranks either
+    assert "over 40 ranks" in one_line(view)

@@ -75,6 +75,28 @@ class RunView:
     attached: int
     world_size: int
     notes: list[str] = field(default_factory=list)
+    #: row indices, the ones to show first when not all fit (``show_order``)
+    order: list[int] = field(default_factory=list)
+    #: step time over every rank: median, min, max (ms), for the rows not shown
+    spread: tuple[float, float, float] | None = None
+
+
+#: rank states that lead the per-rank rows (something to look at)
+_FIRST = ("failed", "lost", "ended by its agent", "waiting")
+
+
+def show_order(rows: list[dict[str, Any]], slow: int | None) -> list[int]:
+    """Rows in the order a user should see them when they do not all fit: ranks in
+    trouble, the slow rank, then by median step time, slowest first."""
+    def key(i: int) -> tuple[int, float, int]:
+        row = rows[i]
+        state = row["state"]
+        first = _FIRST.index(state) if state in _FIRST else len(_FIRST) + 1
+        if row["rank"] == slow and first > len(_FIRST):
+            first = len(_FIRST)
+        return (first, -(row.get("step_ms") or 0.0), row["rank"])
+
+    return sorted(range(len(rows)), key=key)
 
 
 def rank_state(info: dict[str, Any] | None, lost_after_s: float, ended: bool) -> str:
@@ -202,5 +224,17 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
         far = [str(i["rank"]) for i in ranks if i is not None and not i.get("shared_run_dir")]
         notes.append(f"ranks {', '.join(far)} could not write the run folder: their profiled "
                      "steps are here as summaries only, their traces stayed on their nodes")
+    behind = [(i["rank"], i["overwritten"]) for i in ranks
+              if i is not None and any(i.get("overwritten") or ())]
+    if behind:
+        batches = sum(o[0] for _, o in behind)
+        sums = sum(o[1] for _, o in behind)
+        notes.append(f"the collector fell behind: {batches} step batch(es) and {sums} "
+                     f"summary(ies) of rank(s) {', '.join(str(r) for r, _ in behind)} were "
+                     "overwritten before it read them (missing from the run folder; a "
+                     "collector per node, or fewer profiled steps, keeps up)")
+    times = sorted(r["step_ms"] for r in rows if r.get("step_ms") is not None)
+    spread = (median(times), times[0], times[-1]) if times else None
     return RunView(verdict, rows, slow, creep, lost, snap.get("dropped", 0),
-                   snap.get("restarts", []), attached, snap["world_size"], notes)
+                   snap.get("restarts", []), attached, snap["world_size"], notes,
+                   show_order(rows, slow.rank), spread)

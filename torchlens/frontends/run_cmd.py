@@ -154,7 +154,9 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool]) -> None:
     while running():
         collector.poll()
         if summary.due():
+            t = time.monotonic()
             summary.draw(run_view(collector.snapshot()), "")
+            summary.cost = time.monotonic() - t
         time.sleep(POLL_S)
 
 

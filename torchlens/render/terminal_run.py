@@ -18,6 +18,9 @@ from ..model.words import format_bytes
 
 REDRAW_S = 1.0
 LOG_EVERY_S = 10.0
+COST_FACTOR = 4
+#: the log line lists each rank's step time up to this many ranks
+LOG_RANKS = 16
 _UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
 _CLEAR = "\x1b[J"
 
@@ -33,8 +36,13 @@ def _mem(row: dict[str, Any]) -> str:
     return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
 
 
-def lines(view: RunView, header: str = "") -> list[str]:
-    """The summary as text lines: verdict first, then one row per rank."""
+def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[str]:
+    """The summary as text lines: verdict first, then one row per rank.
+
+    ``max_rows``: at most this many rank rows (a redraw taller than the
+    terminal cannot move back up over itself), in ``view.order``, then one
+    line for the rest.
+    """
     out = [header] if header else []
     out.append(f"verdict: {view.verdict}")
     slow = view.slow.rank
@@ -44,13 +52,23 @@ def lines(view: RunView, header: str = "") -> list[str]:
                + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
     out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<14} {'steps':>5} "
                f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
-    for row in view.ranks:
+    shown = view.ranks
+    if max_rows is not None and len(view.ranks) > max_rows:
+        shown = [view.ranks[i] for i in (view.order or range(len(view.ranks)))[:max_rows]]
+    for row in shown:
         node = "-" if row.get("node") is None else str(row["node"])
         mark = " <- slow" if row["rank"] == slow else ""
         out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
                    f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
                    f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
                    f"{_mem(row):>14}{mark}")
+    if len(shown) < len(view.ranks):
+        spread = view.spread
+        times = ("" if spread is None else
+                 f"; step ms over all ranks: median {spread[0]:.1f}, "
+                 f"min {spread[1]:.1f}, max {spread[2]:.1f}")
+        out.append(f"... {len(view.ranks) - len(shown)} more ranks, not shown (the rows "
+                   f"above: ranks in trouble, then the slowest){times}")
     if any(row.get("source") == "modelled" and row.get("allocated") is not None
            for row in view.ranks):
         out.append("~ memory modelled: the profiled steps' CPU allocations replayed through "
@@ -68,7 +86,11 @@ def lines(view: RunView, header: str = "") -> list[str]:
 
 def one_line(view: RunView) -> str:
     """The log form: the verdict and each rank's median step time."""
-    steps = ", ".join(f"r{row['rank']} {_ms(row.get('step_ms'))}" for row in view.ranks)
+    if len(view.ranks) <= LOG_RANKS or view.spread is None:
+        steps = ", ".join(f"r{row['rank']} {_ms(row.get('step_ms'))}" for row in view.ranks)
+    else:
+        steps = "median {:.1f}, min {:.1f}, max {:.1f} over {} ranks".format(
+            *view.spread, len(view.ranks))
     return f"torchlens run: {view.verdict} | step ms: {steps} | dropped {view.dropped}"
 
 
@@ -80,9 +102,13 @@ class TerminalSummary:
         self.tty = self.stream.isatty() if tty is None else tty
         self.drawn = 0
         self.last = 0.0
+        self.cost = 0.0  # seconds the last frame took to compute and draw (set by the loop)
 
     def due(self) -> bool:
-        return time.monotonic() - self.last >= (REDRAW_S if self.tty else LOG_EVERY_S)
+        # a frame that took long (many ranks, a busy machine) spaces the next
+        # ones out, so drawing never takes more than a quarter of the loop
+        every = max(REDRAW_S if self.tty else LOG_EVERY_S, COST_FACTOR * self.cost)
+        return time.monotonic() - self.last >= every
 
     def draw(self, view: RunView, header: str = "") -> None:
         self.last = time.monotonic()
@@ -90,8 +116,12 @@ class TerminalSummary:
             print(one_line(view), file=self.stream, flush=True)
             return
         # a wrapped line would make the next redraw move up too few lines
-        width = max(20, shutil.get_terminal_size().columns - 1)
-        text = [t[:width] for t in lines(view, header)]
+        size = shutil.get_terminal_size()
+        width = max(20, size.columns - 1)
+        # the rows besides the ranks': verdict, totals, heading, the rest, notes
+        rows = max(4, size.lines - 8 - len(view.lost) - len(view.creep) - len(view.restarts)
+                   - len(view.notes))
+        text = [t[:width] for t in lines(view, header, max_rows=rows)]
         up = _UP.format(n=self.drawn) if self.drawn else ""
         self.stream.write(up + _CLEAR + "\n".join(text) + "\n")
         self.stream.flush()

@@ -117,10 +117,8 @@ class Attachment:
         self.chan.set(name, body)
 
     def start(self) -> None:
-        # counters and the heartbeat exist before the hello: the collector reads
-        # them with multi_get (which would wait on a missing key) once it has it
-        self.store.add(self._key("steps/n"), 0)
-        self.store.add(self._key("prof/n"), 0)
+        # the heartbeat exists before the hello: the collector reads it with
+        # multi_get (which would wait on a missing key) once it has the hello
         self._put(self._key("hb"), self._heartbeat())
         self._put(self._key("hello"), {
             "rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank,
@@ -136,21 +134,24 @@ class Attachment:
         from .stepper import rss_bytes
 
         self._beat += 1
+        # "sent" tells the collector which ring keys hold new values
         return {"t": time.time(), "beat": self._beat, "rss": rss_bytes(),
-                **self.profiler.status()}
+                "sent": list(self._sent), **self.profiler.status()}
+
+    def _set_numbered(self, kind: int, body: bytes) -> None:
+        what = ("steps", "prof")[kind]
+        name = protocol.ring_key(self.key.run_id, self.slot, what, self._sent[kind])
+        self.chan.set_bytes(name, body)
+        self._sent[kind] += 1
 
     def _flush(self) -> None:
-        """Heartbeat, new step records (one batch) and summaries, each sealed."""
+        """New step records (one batch) and summaries, then the heartbeat that counts them."""
         with self._lock:
             records, summaries = self.profiler.drain()
             if records:
-                self._put(self._key(f"steps/{self._sent[0]}"), records)
-                self._sent[0] += 1
-                self.store.add(self._key("steps/n"), 1)
+                self._set_numbered(0, protocol.pack(self._sent[0], protocol.encode(records)))
             for summary in summaries:
-                self._put(self._key(f"prof/{self._sent[1]}"), summary)
-                self._sent[1] += 1
-                self.store.add(self._key("prof/n"), 1)
+                self._set_numbered(1, protocol.pack_summary(self._sent[1], summary))
             self._put(self._key("hb"), self._heartbeat())
 
     def _loop(self) -> None:
@@ -216,8 +217,7 @@ class Attachment:
             self._flush()
             if self._error and reason == "exit":
                 reason = "exception"
-            # the bye rides on the last heartbeat, after the last counters: the
-            # collector reads both in one multi_get
+            # the bye rides on the last heartbeat, which counts the last values
             bye = {"t": time.time(), "reason": reason, "error": self._error,
                    "steps": self.profiler.index, "errors": self.profiler.errors[:20]}
             self._put(self._key("hb"), {**self._heartbeat(), "bye": bye})

@@ -4,22 +4,26 @@ It hosts the store (on a socket it binds itself, so it listens on loopback
 unless told otherwise: ``TCPStore`` alone would listen on every interface),
 and on each ``poll()`` reads what the attached ranks sent
 (``capture.ddp.attach``; key names in ``protocol``): which slots exist, each
-new slot's hello, then one ``multi_get`` for every slot's heartbeat and
-counters and one for the new step batches and summaries, deleting what it
-read so the store stays small however long the run.
+new slot's hello, then one ``multi_get`` of every slot's heartbeat and, for
+the slots whose heartbeat changed, one ``multi_get`` of the step batches and
+summaries it counts as sent (``sent``) since the last read. Those sit in
+rings of keys (``protocol.RING``), so the store holds a bounded number of
+values a slot however far behind the collector is, and nothing is deleted;
+a value overwritten before it was read is counted (``overwritten``), never
+waited for.
 
 Every value is opened with the run's key before it is decoded; a value that
-fails (forged, or of another run) is dropped and counted, never decoded.
-Counters cannot be signed (``store.add``): a forged counter costs at most
-``MAX_READ`` reads of keys that are not there, each counted as dropped.
+fails (forged, or of another run) is dropped and counted, never decoded. A
+summary is decoded only in its head (``protocol.SUMMARY_KEYS``: what the
+live view reads, ~300 bytes): the rest (~50 KB of timeline ops) is verified
+and written to the spool as received.
 
 Memory stays bounded however long the run and however many ranks: each slot
-keeps its newest ``KEEP_STEPS`` step records and ``KEEP_SUMMARIES`` summaries
-(cut to ``SUMMARY_KEYS``, what the live view reads: a full summary decodes to
-~200 KB of Python objects), with counts of all it sent. Everything, in full,
-goes to the spool folder when there is one (``torchlens run``'s run folder):
-each value's JSON body as received, one line per value, appended as it
-arrives (``spool_lines``). benchmarks/bench_collector_load.py measures it.
+keeps its newest ``KEEP_STEPS`` step records and ``KEEP_SUMMARIES`` summary
+heads, with counts of all it sent. Everything, in full, goes to the spool
+folder when there is one (``torchlens run``'s run folder): one JSON line per
+step batch and per summary, appended as it arrives (``spool_lines``).
+benchmarks/bench_collector_load.py measures it.
 
 Clocks: a rank's heartbeat age is measured on the collector's clock (when
 its bytes last changed), so hosts with skewed clocks are judged alike.
@@ -39,16 +43,23 @@ from .store import host_store
 
 #: a slot whose heartbeat has not changed for this long stopped sending
 LOST_S = 10.0
-#: new values read per slot and kind in one poll (bounds a forged counter)
-MAX_READ = 64
-#: how long a read of a key that is not there blocks (only forged counters do)
+#: how long a read of a key that is not there blocks (only a key deleted by
+#: someone else, who can reach the port, is missing)
 STORE_TIMEOUT_S = 2.0
-#: step records and summaries kept in memory per slot (all of them go to the spool)
-KEEP_STEPS = 256
+#: step records and summaries kept in memory per slot (all of them go to the
+#: spool). The live summary reads these: the slow rank over the last 20 steps,
+#: memory creep over all 64. Each record is ~1.5 KB of Python objects, so at
+#: 1,024 ranks this window is ~100 MB and the analysis of it a fraction of a
+#: second a frame (256 records: ~400 MB, and about a second)
+KEEP_STEPS = 64
 KEEP_SUMMARIES = 16
-#: the parts of a summary kept in memory (``analysis.rank_steps`` reads these)
-SUMMARY_KEYS = ("rank", "step", "trace", "t0", "t1", "step_ms", "breakdown", "memory",
-                "events", "bytes")
+KINDS = ("steps", "prof")
+#: keys per multi_get: the store answers one big multi_get much slower than
+#: several small ones (1,024 values of 55 KB: 0.3-0.7 s in one call, 0.05 s
+#: in calls of 32-64, measured on a 2-core VM)
+CHUNK = 64
+#: new slots' hellos looked for in one poll
+HELLOS_PER_POLL = 256
 
 
 @dataclass
@@ -63,9 +74,10 @@ class Slot:
     summaries: list[dict[str, Any]] = field(default_factory=list)
     bye: dict[str, Any] | None = None
     superseded: bool = False  # a later restart of the same rank took over
-    read: list[int] = field(default_factory=lambda: [0, 0])
+    read: list[int] = field(default_factory=lambda: [0, 0])  # values read: batches, summaries
     raw_hb: bytes = b""
     counts: list[int] = field(default_factory=lambda: [0, 0])  # step records, summaries
+    overwritten: list[int] = field(default_factory=lambda: [0, 0])  # lost to a full ring
 
     @property
     def rank(self) -> int:
@@ -136,7 +148,7 @@ class Collector:
 
     # -- polling ---------------------------------------------------------------
     def poll(self) -> None:
-        """Read everything new (a few store round trips)."""
+        """Read everything new (two or three store round trips)."""
         n = int(self.store.add(protocol.slots_key(self.key.run_id), 0))
         self.pending += range(self.known, n)
         self.known = max(self.known, n)
@@ -144,44 +156,63 @@ class Collector:
         active = [s for s in self.slots.values() if s.bye is None]
         if not active:
             return
-        names = []
-        for s in active:
-            names += [self._key(s.slot, "hb"), self._key(s.slot, "steps/n"),
-                      self._key(s.slot, "prof/n")]
-        values = self.store.multi_get(names)
+        names = [self._key(s.slot, "hb") for s in active]
         now = time.monotonic()
-        wanted: list[tuple[Slot, int, str]] = []
-        for i, s in enumerate(active):
-            hb, nsteps, nprof = (bytes(v) for v in values[3 * i:3 * i + 3])
-            for kind, count in ((0, int(nsteps or 0)), (1, int(nprof or 0))):
-                stop = min(count, s.read[kind] + MAX_READ)
-                what = "steps" if kind == 0 else "prof"
-                wanted += [(s, kind, self._key(s.slot, f"{what}/{j}"))
-                           for j in range(s.read[kind], stop)]
-                s.read[kind] = stop
-            if hb != s.raw_hb:
-                s.raw_hb, s.seen = hb, now
-                beat = self._open(names[3 * i], hb)
-                if isinstance(beat, dict):
-                    s.heartbeat = beat
-                    if isinstance(beat.get("bye"), dict):
-                        s.bye = beat["bye"]  # its last batches were counted before it
+        wanted: list[tuple[Slot, int, int]] = []
+        for s, name, value in zip(active, names, self._multi_get(names), strict=True):
+            hb = bytes(value)
+            if hb == s.raw_hb:
+                continue
+            s.raw_hb, s.seen = hb, now
+            beat = self._open(name, hb)
+            if not isinstance(beat, dict):
+                continue
+            s.heartbeat = beat
+            wanted += self._new_values(s, beat.get("sent"))
+            if isinstance(beat.get("bye"), dict):
+                s.bye = beat["bye"]  # it counts its last values: read in this poll
         self._read_values(wanted)
 
+    def _new_values(self, s: Slot, sent: Any) -> list[tuple[Slot, int, int]]:
+        """(slot, kind, number) of the values ``s`` sent since the last read that its rings hold."""
+        if not (isinstance(sent, list) and len(sent) == 2
+                and all(isinstance(x, int) for x in sent)):
+            return []
+        out = []
+        for kind, count in enumerate(sent):
+            first = max(s.read[kind], count - protocol.RING[KINDS[kind]])
+            s.overwritten[kind] += max(0, first - s.read[kind])
+            out += [(s, kind, j) for j in range(first, count)]
+            s.read[kind] = max(s.read[kind], count)
+        return out
+
+    def _multi_get(self, names: list[str]) -> list[Any]:
+        out: list[Any] = []
+        for i in range(0, len(names), CHUNK):
+            out += self.store.multi_get(names[i:i + CHUNK])
+        return out
+
     def _hellos(self) -> None:
-        still = []
-        for slot in self.pending[:256]:
-            name = self._key(slot, "hello")
-            if not self.store.check([name]):
-                still.append(slot)
-                continue
-            hello = self._open(name, self.store.get(name))
-            if not isinstance(hello, dict) or not isinstance(hello.get("rank"), int):
-                if hello is not None:
-                    self._drop("bad hello")
-                continue
-            self._register(Slot(slot, hello, time.monotonic()))
-        self.pending = still + self.pending[256:]
+        """Register the pending slots whose hello has come: one ``check`` and one
+        ``multi_get`` per chunk when they all have (the usual case at start-up)."""
+        still: list[int] = []
+        looked = self.pending[:HELLOS_PER_POLL]
+        for i in range(0, len(looked), CHUNK):
+            chunk = looked[i:i + CHUNK]
+            names = [self._key(slot, "hello") for slot in chunk]
+            if not self.store.check(names):
+                here = [self.store.check([n]) for n in names]
+                still += [slot for slot, ok in zip(chunk, here, strict=True) if not ok]
+                chunk = [slot for slot, ok in zip(chunk, here, strict=True) if ok]
+                names = [n for n, ok in zip(names, here, strict=True) if ok]
+            for slot, name, value in zip(chunk, names, self._multi_get(names), strict=True):
+                hello = self._open(name, value)
+                if not isinstance(hello, dict) or not isinstance(hello.get("rank"), int):
+                    if hello is not None:
+                        self._drop("bad hello")
+                    continue
+                self._register(Slot(slot, hello, time.monotonic()))
+        self.pending = still + self.pending[HELLOS_PER_POLL:]
 
     def _register(self, new: Slot) -> None:
         for old in self.slots.values():
@@ -208,38 +239,62 @@ class Collector:
         with open(path, "rb") as fh:
             return [line for line in fh.read().split(b"\n") if line]
 
-    def _read_values(self, wanted: list[tuple[Slot, int, str]]) -> None:
+    def _read_values(self, wanted: list[tuple[Slot, int, int]]) -> None:
         if not wanted:
             return
+        names = [protocol.ring_key(self.key.run_id, s.slot, KINDS[kind], j)
+                 for s, kind, j in wanted]
         try:
-            values = [bytes(v) for v in self.store.multi_get([k for _, _, k in wanted])]
-        except Exception:  # noqa: BLE001 - a key that is not there (a forged counter)
+            values = [bytes(v) for v in self._multi_get(names)]
+        except Exception:  # noqa: BLE001 - a key someone else deleted: key by key
             values = [bytes(self.store.get(k)) if self.store.check([k]) else b""
-                      for _, _, k in wanted]
+                      for k in names]
         spooled: dict[tuple[int, int], list[bytes]] = {}
-        for (s, kind, name), value in zip(wanted, values, strict=True):
-            if not value:
-                self._drop("missing value")
+        for (s, kind, j), name, value in zip(wanted, names, values, strict=True):
+            body = self.chan.open_body(name, value) if value and self.chan else None
+            if body is None:
+                if not value:
+                    self._drop("missing value")
                 continue
-            self.store.delete_key(name)
-            body, data = self._open_body(name, value)
-            if kind == 0 and isinstance(data, list):
-                records = [d for d in data if isinstance(d, dict)]
-                s.counts[0] += len(records)
-                s.steps += records
-                del s.steps[:-KEEP_STEPS]
-            elif kind == 1 and isinstance(data, dict):
-                s.counts[1] += 1
-                s.summaries.append({k: data[k] for k in SUMMARY_KEYS if k in data})
-                del s.summaries[:-KEEP_SUMMARIES]
-            else:
+            try:
+                head, payload = protocol.unpack(body)
+            except ValueError:
+                self._drop("not a numbered value")
                 continue
-            spooled.setdefault((s.slot, kind), []).append(body)
-        for (slot, kind), bodies in spooled.items():
+            if head["seq"] > j:  # the rank ran a ring ahead before this read
+                s.overwritten[kind] += 1
+                continue
+            if head["seq"] < j:  # an older value set again: a replay
+                self._drop("replayed value")
+                continue
+            line = self._take(s, kind, head, payload)
+            if line is not None:
+                spooled.setdefault((s.slot, kind), []).append(line)
+        for (slot, kind), lines in spooled.items():
             path = self.spool_path(slot, kind)
             if path is not None:
                 with open(path, "ab") as fh:
-                    fh.write(b"".join(b.replace(b"\n", b" ") + b"\n" for b in bodies))
+                    fh.write(b"".join(line.replace(b"\n", b" ") + b"\n" for line in lines))
+
+    def _take(self, s: Slot, kind: int, head: dict[str, Any], payload: bytes) -> bytes | None:
+        """Keep one value in ``s``; its spool line (``None`` when it is not what it says)."""
+        if kind == 1:
+            s.counts[1] += 1
+            s.summaries.append({k: v for k, v in head.items() if k != "seq"})
+            del s.summaries[:-KEEP_SUMMARIES]
+            return protocol.merge_summary(head, payload)
+        try:
+            data = protocol.decode(payload)
+        except ValueError:
+            data = None
+        if not isinstance(data, list):
+            self._drop("not JSON")
+            return None
+        records = [d for d in data if isinstance(d, dict)]
+        s.counts[0] += len(records)
+        s.steps += records
+        del s.steps[:-KEEP_STEPS]
+        return payload
 
     # -- state ---------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -262,7 +317,7 @@ class Collector:
                 "shared_run_dir", "run_dir", "elastic_run_id", "t")},
                 "slot": s.slot, "silent_s": now - s.seen, "bye": s.bye,
                 "heartbeat": s.heartbeat, "steps_sent": s.counts[0],
-                "summaries_sent": s.counts[1]})
+                "summaries_sent": s.counts[1], "overwritten": list(s.overwritten)})
         steps = [latest[r].steps if r in latest else [] for r in range(world)]
         summaries = [latest[r].summaries if r in latest else [] for r in range(world)]
         return {"run_id": self.key.run_id, "world_size": world, "ranks": ranks,

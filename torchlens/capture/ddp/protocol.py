@@ -106,9 +106,69 @@ def slots_key(run_id: str) -> str:
 
 
 def slot_key(run_id: str, slot: int, what: str) -> str:
-    """``hello``, ``hb`` (its last one carries the ``bye``), ``steps/n``, ``steps/<i>``,
-    ``prof/n``, ``prof/<i>``."""
+    """``hello``, ``hb`` (its last one carries the ``bye``), and the rings
+    ``steps/<j % RING>``, ``prof/<j % RING>`` (``ring_key``)."""
     return f"{run_prefix(run_id)}/s/{slot}/{what}"
+
+
+# A slot's step batches and summaries live in rings of keys (``steps/<j % RING>``),
+# not one key each: the store then holds at most RING values a slot and kind
+# however far the collector falls behind, and the collector reads without
+# deleting (a delete is a store round trip per value: at 1,024 ranks a tenth
+# of a core). How many exist is in the slot's sealed heartbeat (``sent``),
+# not in a counter: a counter (``store.add``) cannot be sealed.
+RING = {"steps": 32, "prof": 4}
+#: the parts of a profiled-step summary the collector decodes and keeps (the
+#: live view reads these); the rest (the ops of the step's timeline, ~50 KB)
+#: it only verifies and writes to the run folder
+SUMMARY_KEYS = ("rank", "step", "trace", "t0", "t1", "step_ms", "breakdown", "memory",
+                "events", "bytes")
+
+
+def ring_key(run_id: str, slot: int, kind: str, seq: int) -> str:
+    """Where value number ``seq`` of ``kind`` (``steps`` or ``prof``) of ``slot`` is set."""
+    return slot_key(run_id, slot, f"{kind}/{seq % RING[kind]}")
+
+
+def pack(seq: int, payload: bytes, head: dict[str, Any] | None = None) -> bytes:
+    """A numbered value: one JSON line with its number (and ``head``), then the payload.
+
+    The number says which value a ring key holds now (a rank that ran a ring
+    ahead has overwritten the older one); the head is what a reader decodes
+    without decoding the payload. JSON has no raw newline outside strings,
+    so the first newline ends the head.
+    """
+    return encode({"seq": seq, **(head or {})}) + b"\n" + payload
+
+
+def unpack(body: bytes) -> tuple[dict[str, Any], bytes]:
+    """(head, payload) of ``pack``; ValueError when ``body`` is not one."""
+    line, sep, payload = body.partition(b"\n")
+    head = decode(line)
+    if not sep or not isinstance(head, dict) or not isinstance(head.get("seq"), int):
+        raise ValueError("not a numbered value")
+    return head, payload
+
+
+def pack_summary(seq: int, summary: dict[str, Any]) -> bytes:
+    """A profiled-step summary as a numbered value: SUMMARY_KEYS in the head."""
+    head = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
+    rest = {k: v for k, v in summary.items() if k not in head}
+    return pack(seq, encode(rest), head)
+
+
+def merge_summary(head: dict[str, Any], payload: bytes) -> bytes:
+    """The whole summary as one JSON object (the run folder's line), without decoding the rest.
+
+    Two JSON objects with disjoint keys join into one by their text.
+    """
+    first = encode({k: v for k, v in head.items() if k != "seq"})
+    rest = payload.strip()
+    if not (rest.startswith(b"{") and rest.endswith(b"}")) or rest == b"{}":
+        return first
+    if first == b"{}":
+        return rest
+    return first[:-1] + b"," + rest[1:]
 
 
 def run_every_key(run_id: str, restart: int, rank: int) -> str:
