@@ -36,18 +36,22 @@ def _info(rank: int, node: int, host: str, **kw: Any) -> dict[str, Any]:
             "shared_run_dir": True, **kw}
 
 
-def four_rank_view(host1: str = "gpu-b") -> RunView:
+def four_rank_view(host1: str = "gpu-b", ended: bool = False,
+                   cuda: tuple[int, ...] = (0,)) -> RunView:
     """Two nodes of two ranks: rank 0 on CUDA figures, rank 1 running, rank 2 lost
-    (no heartbeat for 30 s), rank 3 failed."""
-    steps = [[_rec(i, 0.0002 * (r + 1), (100 + r) << 20, (3 << 30) if r == 0 else None)
+    (no heartbeat for 30 s), rank 3 failed. ``ended``: the view at the run's end,
+    where ranks 0 and 1 said goodbye (finished). ``cuda``: the ranks with allocator
+    figures (3 GiB allocated), the others have their RSS only."""
+    steps = [[_rec(i, 0.0002 * (r + 1), (100 + r) << 20, (3 << 30) + (r << 20) if r in cuda else None)
               for i in range(12)] for r in range(4)]
-    ranks = [_info(0, 0, "gpu-a"), _info(1, 0, "gpu-a"),
+    bye = {"reason": "exit"} if ended else None
+    ranks = [_info(0, 0, "gpu-a", bye=bye), _info(1, 0, "gpu-a", bye=bye),
              _info(2, 1, host1, silent_s=30.0, heartbeat={"steps_done": 9}),
              _info(3, 1, host1, bye={"reason": "exception", "error": "RuntimeError: boom"})]
     snap = {"world_size": 4, "ranks": ranks, "steps": steps,
             "summaries": [[] for _ in ranks], "dropped": 0, "restarts": [],
             "lost_after_s": 10.0}
-    return run_view(snap)
+    return run_view(snap, ended=ended)
 
 
 def live_document(view: RunView, run_id: str, ended: bool = False) -> dict[str, Any]:

@@ -230,14 +230,14 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
     recent = reg.RecentRuns(keep_s=60)
     now = time.time()
     assert [r["state"] for r in recent.runs(now)] == ["running"]
-    write_live(run_dir, live_document(four_rank_view(), "r9", ended=True))
+    write_live(run_dir, live_document(four_rank_view(ended=True), "r9", ended=True))
     (run_dir / "manifest.json").write_text(json.dumps({"stopped": "interrupted after 12 steps"}))
     reg.unregister(path)
     assert reg.live_runs() == []
     (ended,) = recent.runs(now + 1)
     assert ended["state"] == "ended" and ended["live"]["ended"] is True
     assert ended["stopped"] == "interrupted after 12 steps"
-    assert [r["state"] for r in ended["live"]["ranks"]] == ["running", "running", "lost",
+    assert [r["state"] for r in ended["live"]["ranks"]] == ["finished", "finished", "lost",
                                                           "failed"]
     assert recent.runs(now + 30)[0]["run_id"] == "r9"
     assert recent.runs(now + 62) == []
