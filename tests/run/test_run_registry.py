@@ -220,6 +220,21 @@ def test_entries_of_another_user_or_a_link_are_not_read(registry: Path,
     target = _entry(tmp_path / "elsewhere", "linked")
     (registry / "linked.json").symlink_to(target)
     assert reg.live_runs() == []
+    if os.getuid() != 0:
+        return  # only root can give a file to another user
+    theirs = _entry(registry, "theirs")
+    run_dir = Path(json.loads(theirs.read_text())["run_dir"])
+    run_dir.mkdir()
+    live = write_live(run_dir, live_document(four_rank_view(), "theirs"))
+    os.chown(live, 65534, 65534)
+    assert reg.live_runs()[0]["state"] == "starting"  # their live.json is not read
+    os.chown(theirs, 65534, 65534)
+    assert reg.live_runs() == []
+    os.chown(registry, 65534, 65534)
+    theirs.unlink()
+    _entry(registry, "mine")
+    assert reg.live_runs() == []  # nor a registry that is not ours
+    assert reg.register("r2", str(run_dir), "h:1", ["true"]) is None
 
 
 def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) -> None:
