@@ -47,13 +47,14 @@ function memoryKind(ranks: IRunRank[]): MemoryKind {
 }
 
 function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
-  const td = el('td', 'tl-num');
+  const td = el('td', 'tl-num tl-run-mem');
   if (r.allocated !== null) {
     td.textContent = `${r.source === 'modelled' ? '~' : ''}${bytesText(r.allocated)}`;
     td.title = MEMORY_NOTE[r.source === 'modelled' ? 'modelled' : 'cuda'];
   } else if (r.rss !== null) {
-    // the header says "rss" when every rank's figure is one
-    td.textContent = `${bytesText(r.rss)}${kind === 'rss' ? '' : ' rss'}`;
+    // the header says "rss" when every rank's figure is one; else the cell does,
+    // free to go under the number in a narrow sidebar
+    td.append(el('span', 'tl-nowrap', bytesText(r.rss)), kind === 'rss' ? '' : ' rss');
     td.title = MEMORY_NOTE.rss;
   } else {
     td.textContent = '-';
