@@ -137,3 +137,66 @@ export function openFeed(since: number): WebSocket {
   const url = URLExt.join(settings.wsUrl, 'torchlens', 'monitor', 'ws') + URLExt.objectToQueryString(query);
   return new settings.WebSocket(url);
 }
+
+/** One rank of a `torchlens run` job, as its live.json has it (server-checked types). */
+export interface IRunRank {
+  rank: number;
+  node: number | null;
+  host: string | null;
+  /** waiting | running | finished | failed | ended by its agent | lost */
+  state: string | null;
+  restart: number | null;
+  steps: number | null;
+  step_ms: number | null;
+  data_ms: number | null;
+  allocated: number | null;
+  reserved: number | null;
+  rss: number | null;
+  peak_allocated: number | null;
+  peak_rss: number | null;
+  source: MemorySource | string | null;
+  error: string | null;
+}
+
+export interface IRunLive {
+  t: number | null;
+  /** seconds since torchlens run wrote it (the server's clock) */
+  age_s: number | null;
+  world_size: number | null;
+  verdict: string;
+  ended: boolean;
+  restarts: number;
+  dropped: number;
+  ranks: IRunRank[];
+}
+
+/** A `torchlens run` job registered on the server's machine (`GET torchlens/runs`). */
+export interface IRun {
+  run_id: string;
+  run_dir: string;
+  collector: string | null;
+  pid: number;
+  command: string[];
+  started: number | null;
+  /** starting: no (readable) live.json yet; ended: the run ended within the last minute */
+  state: 'starting' | 'running' | 'ended';
+  /** how the run ended (its manifest), once it has */
+  stopped: string | null;
+  live: IRunLive | null;
+}
+
+export interface IRunsReply {
+  t: number;
+  registry: string;
+  runs: IRun[];
+}
+
+/** The `torchlens run` jobs of the server's machine and their ranks. */
+export async function fetchRuns(): Promise<IRunsReply> {
+  const url = URLExt.join(settings.baseUrl, 'torchlens', 'runs');
+  const response = await ServerConnection.makeRequest(url, {}, settings);
+  if (!response.ok) {
+    throw new ServerConnection.ResponseError(response);
+  }
+  return (await response.json()) as IRunsReply;
+}

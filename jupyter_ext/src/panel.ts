@@ -9,6 +9,10 @@
  * only for what it has not drawn (`?since=`). Pausing tells the server to stop
  * sending (or stops polling), so with no other watcher it drops to its idle
  * rate; resuming fetches the gap from the server's history.
+ *
+ * Below the monitor, the "torchrun jobs" section (runs.ts) lists the
+ * `torchlens run` jobs of the server's machine; it polls only while the
+ * panel is shown.
  */
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
@@ -25,6 +29,8 @@ import {
   setSamplingInterval
 } from './api';
 import { RollingChart } from './chart';
+import { bytesText, el } from './dom';
+import { RunsSection } from './runs';
 
 const WINDOW_SECONDS = 600;
 const LONG_POLL_SECONDS = 10;
@@ -43,17 +49,6 @@ function na(value: number | null | undefined, fmt: (v: number) => string): strin
 const pct = (v: number) => `${v.toFixed(0)}%`;
 const gib = (v: number) => `${(v / GiB).toFixed(1)} GiB`;
 const mbps = (v: number) => `${(v / 1e6).toFixed(0)} MB/s`;
-
-/** Bytes in the unit that suits them: a rank's allocator may hold KiB or tens of GiB. */
-function bytesText(v: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return i === 0 ? `${v.toFixed(0)} B` : `${v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0)} ${units[i]}`;
-}
 
 /**
  * How each memory source is named in the rank section: a short tag per rank,
@@ -83,13 +78,6 @@ function hasAllocatorFigures(r: IRankSample): boolean {
   );
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls: string, text = ''): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = cls;
-  node.textContent = text;
-  return node;
-}
-
 export class GpuMonitorPanel extends Widget {
   constructor() {
     super();
@@ -115,7 +103,17 @@ export class GpuMonitorPanel extends Widget {
     this.rankBox = el('div', 'tl-ranks');
     this.rankMemBox = el('div', 'tl-rank-mem');
     this.footer = el('div', 'tl-footer');
-    this.node.append(this.status, controls, this.hostText, this.hostCharts, this.gpuBox, this.rankBox, this.rankMemBox, this.footer);
+    this.node.append(
+      this.status,
+      controls,
+      this.hostText,
+      this.hostCharts,
+      this.gpuBox,
+      this.rankBox,
+      this.rankMemBox,
+      this.runs.node,
+      this.footer
+    );
   }
 
   protected onAfterShow(msg: Message): void {
@@ -124,6 +122,12 @@ export class GpuMonitorPanel extends Widget {
       this.started = true;
       this.connect();
     }
+    this.runs.start();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this.runs.stop(); // the job list is polled only while someone can see it
   }
 
   protected onResize(msg: Widget.ResizeMessage): void {
@@ -158,6 +162,7 @@ export class GpuMonitorPanel extends Widget {
 
   dispose(): void {
     this.stopped = true;
+    this.runs.stop();
     window.clearTimeout(this.reconnectTimer);
     this.socket?.close();
     super.dispose();
@@ -551,6 +556,7 @@ export class GpuMonitorPanel extends Widget {
   private rankBox: HTMLDivElement;
   private rankMemBox: HTMLDivElement;
   private footer: HTMLDivElement;
+  private runs = new RunsSection();
   private hostChart: RollingChart | null = null;
   private gpuCharts = new Map<string, RollingChart>();
   private rankChart: RollingChart | null = null;

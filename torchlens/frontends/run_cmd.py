@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..model import InputError
+from . import run_registry
 
 POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
@@ -111,6 +112,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     log = os.path.join(run_dir, LOG_FILE) if summary.tty else None
     if log:
         summary.say(f"the command's output: {log}")
+    entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -132,6 +134,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         with contextlib.suppress(OSError):
             os.remove(secret_path)
         collector.close()
+        run_registry.unregister(entry)
     summary.final(view, "")
     if log and code != 0:
         summary.say(_tail(log))

@@ -16,6 +16,8 @@ Endpoints (relative to the server's base_url, e.g. ``/user/alice/``):
   (see ``torchlens/frontends/rank_channel.py`` for the channel);
   ``GET torchlens/monitor/ranks?since=T`` - the per-rank samples newer than T.
 * ``GET  torchlens/monitor/history.csv`` - the history as CSV.
+* ``GET  torchlens/runs`` - the ``torchlens run`` jobs of this machine and their
+  ranks (``{"t", "registry", "runs": [...]}``, see ``RunsHandler``).
 
 Without the server's token (or login cookie) every one answers 403.
 """
@@ -23,12 +25,14 @@ Without the server's token (or login cookie) every one answers 403.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 
+from ..run_registry import RecentRuns, registry_dir
 from .monitor import Monitor
 from .stream import SamplesSocket, tag_kernels
 
@@ -130,6 +134,28 @@ class CsvHandler(_MonitorHandler):
         self.finish(self.monitor.to_csv(), set_content_type="text/csv; charset=utf-8")
 
 
+class RunsHandler(APIHandler):
+    """The ``torchlens run`` jobs registered on this machine (``frontends/run_registry``).
+
+    ``{"t": now, "registry": dir, "runs": [{run_id, run_dir, collector, pid,
+    command: [words], started, state: starting|running|ended, stopped,
+    live: null | {t, age_s, world_size, verdict, ended, restarts, dropped,
+    ranks: [{rank, node, host, state, restart, steps, step_ms, data_ms,
+    allocated, reserved, rss, ..., source, error}]}}]}``. It reads the
+    registry and the live.json (and, once a run ended, manifest.json) of the
+    folders named there, nothing else, and runs nothing; every value is
+    type-checked first (``run_registry.live_status``).
+    """
+
+    @tornado.web.authenticated
+    def get(self) -> None:
+        recent = self.settings.get("torchlens_runs")
+        if recent is None:  # one per server: it remembers runs that just ended
+            recent = self.settings["torchlens_runs"] = RecentRuns()
+        self.finish({"t": time.time(), "registry": recent.folder or registry_dir(),
+                     "runs": recent.runs()})
+
+
 def handlers(base_url: str) -> list[tuple[str, type[JupyterHandler]]]:
     """URL patterns under the server's base_url."""
     root = url_path_join(base_url, "torchlens", "monitor")
@@ -139,6 +165,7 @@ def handlers(base_url: str) -> list[tuple[str, type[JupyterHandler]]]:
         (url_path_join(root, "config"), ConfigHandler),
         (url_path_join(root, "ranks"), RanksHandler),
         (url_path_join(root, "history.csv"), CsvHandler),
+        (url_path_join(base_url, "torchlens", "runs"), RunsHandler),
     ]
 
 

@@ -1,0 +1,255 @@
+/**
+ * The sidebar's "torchrun jobs" section: the `torchlens run` jobs of the
+ * server's machine and a row per rank (`GET torchlens/runs`).
+ *
+ * `torchlens run` rewrites its run's live.json about once a second, so the
+ * section polls every POLL_MS while the panel is shown and the browser tab
+ * is visible, and not at all otherwise. Every value comes from files on the
+ * server (the registry, live.json): all of it goes in as text.
+ */
+import { fetchRuns, IRun, IRunLive, IRunRank, IRunsReply } from './api';
+import { bytesText, el } from './dom';
+
+const POLL_MS = 2000;
+/** live.json older than this while the run is not over: said next to the run */
+const STALE_S = 10;
+
+/** Rank states (analysis/run_verdict.py) -> the class that colours them. */
+const STATE_CLASS: Record<string, string> = {
+  running: 'tl-state-ok',
+  finished: 'tl-state-done',
+  waiting: 'tl-state-wait',
+  'ended by its agent': 'tl-state-warn',
+  failed: 'tl-state-bad',
+  lost: 'tl-state-bad'
+};
+
+const MEMORY_NOTE: Record<string, string> = {
+  cuda: 'allocated: the CUDA caching allocator\u2019s counters',
+  modelled: 'allocated, modelled (~): a CPU step replayed through the CUDA allocator model',
+  rss: 'resident memory of the rank\u2019s process (no allocator figures)'
+};
+
+const ms = (v: number | null) => (v === null ? '-' : v.toFixed(1));
+
+/** The command as a shell would show it: words with spaces or quotes quoted. */
+function shellJoin(words: string[]): string {
+  return words.map(w => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'"'"'`)}'`)).join(' ');
+}
+
+/** What the memory column holds: allocator figures (`~` when modelled), RSS, or both kinds. */
+type MemoryKind = 'alloc' | 'rss' | 'mixed';
+
+function memoryKind(ranks: IRunRank[]): MemoryKind {
+  const kinds = new Set(ranks.map(r => (r.allocated !== null ? 'alloc' : r.rss !== null ? 'rss' : null)));
+  kinds.delete(null);
+  return kinds.size === 1 ? (kinds.has('rss') ? 'rss' : 'alloc') : 'mixed';
+}
+
+function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
+  const td = el('td', 'tl-num tl-run-mem');
+  if (r.allocated !== null) {
+    td.textContent = `${r.source === 'modelled' ? '~' : ''}${bytesText(r.allocated)}`;
+    td.title = MEMORY_NOTE[r.source === 'modelled' ? 'modelled' : 'cuda'];
+  } else if (r.rss !== null) {
+    // the header says "rss" when every rank's figure is one; else the cell does,
+    // free to go under the number in a narrow sidebar
+    td.append(el('span', 'tl-nowrap', bytesText(r.rss)), kind === 'rss' ? '' : ' rss');
+    td.title = MEMORY_NOTE.rss;
+  } else {
+    td.textContent = '-';
+  }
+  return td;
+}
+
+function rankRow(r: IRunRank, kind: MemoryKind): HTMLTableRowElement {
+  const tr = el('tr', 'tl-run-rank');
+  tr.dataset.rank = String(r.rank);
+  const state = r.state ?? '?';
+  const stateCell = el('td', `tl-run-state ${STATE_CLASS[state] ?? ''}`, state);
+  stateCell.title = r.error ? `${state}: ${r.error}` : state;
+  if (r.restart) {
+    stateCell.append(el('span', 'tl-dim', ` (restart ${r.restart})`));
+  }
+  tr.append(
+    el('td', 'tl-num', String(r.rank)),
+    stateCell,
+    el('td', 'tl-num', r.steps === null ? '-' : String(r.steps)),
+    el('td', 'tl-num', ms(r.step_ms)),
+    el('td', 'tl-num', ms(r.data_ms)),
+    memoryCell(r, kind)
+  );
+  return tr;
+}
+
+const MEMORY_HEADER: Record<MemoryKind, [string, string]> = {
+  alloc: ['alloc', 'latest allocated memory (~: modelled, a CPU run)'],
+  rss: ['rss', MEMORY_NOTE.rss],
+  mixed: ['memory', 'latest allocated memory (~: modelled) or resident memory (rss)']
+};
+
+function columns(kind: MemoryKind): [string, string][] {
+  return [
+    ['rank', ''],
+    ['state', ''],
+    ['steps', 'steps done'],
+    ['step\nms', 'median step time, ms'],
+    ['data\nms', 'median data-loading time per step, ms'],
+    MEMORY_HEADER[kind]
+  ];
+}
+
+/**
+ * The ranks grouped by node (torchrun places ranks by node, and a node is
+ * what gets lost): a line "node N · host" above each group's rows. Six
+ * narrow columns, so the table fits the sidebar's default width; the memory
+ * column's header names the figure when every rank has the same kind.
+ */
+function rankTable(ranks: IRunRank[]): HTMLElement {
+  const table = el('table', 'tl-run-ranks');
+  const head = el('tr', '');
+  const kind = memoryKind(ranks);
+  const cols = columns(kind);
+  for (const [label, title] of cols) {
+    const th = el('th', label === 'state' ? '' : 'tl-num', label);
+    th.title = title;
+    head.appendChild(th);
+  }
+  table.appendChild(el('thead', '')).appendChild(head);
+  const nodes = new Map<string, IRunRank[]>();
+  const sorted = [...ranks].sort((a, b) => (a.node ?? Infinity) - (b.node ?? Infinity) || a.rank - b.rank);
+  for (const r of sorted) {
+    const key = `${r.node ?? '?'} \u00b7 ${r.host ?? 'host unknown'}`;
+    nodes.set(key, [...(nodes.get(key) ?? []), r]);
+  }
+  for (const [key, rows] of nodes) {
+    const body = el('tbody', 'tl-run-node');
+    const label = el('td', '', `node ${key}`);
+    label.colSpan = cols.length;
+    label.title = label.textContent ?? '';
+    body.appendChild(el('tr', 'tl-run-node-head')).appendChild(label);
+    body.append(...rows.map(r => rankRow(r, kind)));
+    table.appendChild(body);
+  }
+  // wider than the sidebar (a long state, huge numbers): it scrolls, never clips
+  const box = el('div', 'tl-run-table');
+  box.appendChild(table);
+  return box;
+}
+
+function ago(seconds: number): string {
+  return seconds < 90 ? `${seconds.toFixed(0)} s ago` : `${(seconds / 60).toFixed(0)} min ago`;
+}
+
+function runCard(run: IRun): HTMLElement {
+  const card = el('div', `tl-run tl-run-${run.state}`);
+  card.dataset.runId = run.run_id;
+  card.dataset.state = run.state;
+  const head = el('div', 'tl-run-head');
+  head.append(el('span', 'tl-run-id', `run ${run.run_id}`), el('span', 'tl-run-badge', run.state));
+  const command = el('div', 'tl-run-command', shellJoin(run.command));
+  command.title = command.textContent ?? '';
+  const folder = el('div', 'tl-run-dir', run.run_dir);
+  folder.title = `run folder: ${run.run_dir}`;
+  card.append(head, command, folder);
+  const live = run.live;
+  if (live === null && run.state === 'starting') {
+    card.appendChild(el('div', 'tl-run-verdict tl-dim', 'starting: waiting for its first live status'));
+  }
+  if (live !== null) {
+    card.append(el('div', 'tl-run-verdict', live.verdict), liveFacts(run, live));
+    if (live.ranks.length) {
+      card.appendChild(rankTable(live.ranks));
+    }
+  }
+  if (run.state === 'ended') {
+    card.appendChild(el('div', 'tl-run-stopped', run.stopped ?? 'ended'));
+    card.appendChild(el('div', 'tl-run-hint tl-dim', `torchlens report ${shellJoin([run.run_dir])}`));
+  }
+  return card;
+}
+
+/** "4 of 4 ranks · 2 node(s) · updated 1 s ago", and restarts and dropped messages when any. */
+function liveFacts(run: IRun, live: IRunLive): HTMLElement {
+  const facts = [
+    `${live.ranks.length} of ${live.world_size ?? '?'} ranks`,
+    `${new Set(live.ranks.map(r => r.node)).size} node(s)`
+  ];
+  if (live.restarts) {
+    facts.push(`${live.restarts} restart(s)`);
+  }
+  if (live.dropped) {
+    facts.push(`${live.dropped} dropped message(s)`);
+  }
+  const meta = el('div', 'tl-run-meta tl-dim', facts.join(' \u00b7 '));
+  if (live.age_s !== null && run.state === 'running') {
+    const stale = live.age_s > STALE_S;
+    const age = el('span', stale ? 'tl-run-stale' : '', ` \u00b7 updated ${ago(live.age_s)}`);
+    if (stale) {
+      age.title = 'torchlens run has not rewritten live.json for a while';
+    }
+    meta.appendChild(age);
+  }
+  return meta;
+}
+
+export class RunsSection {
+  readonly node: HTMLDivElement;
+
+  constructor() {
+    this.node = el('div', 'tl-runs');
+    this.body = el('div', 'tl-runs-body', 'looking for torchlens run jobs\u2026');
+    this.node.append(el('div', 'tl-runs-title', 'torchrun jobs'), this.body);
+  }
+
+  /** Poll while shown; `stop` ends the loop after its current wait. */
+  start(): void {
+    this.active = true;
+    if (!this.looping) {
+      void this.loop();
+    }
+  }
+
+  stop(): void {
+    this.active = false;
+  }
+
+  private async loop(): Promise<void> {
+    this.looping = true;
+    try {
+      while (this.active) {
+        if (!document.hidden) {
+          await this.refresh();
+        }
+        await new Promise(resolve => setTimeout(resolve, POLL_MS));
+      }
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  private async refresh(): Promise<void> {
+    let reply: IRunsReply;
+    try {
+      reply = await fetchRuns();
+    } catch (err) {
+      this.body.replaceChildren(el('div', 'tl-error', `job list unreachable: ${err}`));
+      return;
+    }
+    if (!reply.runs.length) {
+      const none = el('div', 'tl-runs-none', 'no torchlens run job on this machine');
+      const hint = el('div', 'tl-dim', 'torchlens run -- torchrun ... train.py lists its ranks here');
+      this.body.replaceChildren(none, hint);
+    } else {
+      this.body.replaceChildren(...reply.runs.map(runCard));
+    }
+    this.node.dataset.runs = String(reply.runs.length);
+    this.polls++;
+    this.node.dataset.polls = String(this.polls);
+  }
+
+  private body: HTMLDivElement;
+  private active = false;
+  private looping = false;
+  private polls = 0;
+}

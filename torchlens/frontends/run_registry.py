@@ -1,0 +1,311 @@
+"""Which ``torchlens run`` jobs are running on this machine, for the JupyterLab sidebar.
+
+``torchlens run`` registers itself when it starts (``register``) and removes
+its entry when it ends (``unregister``); the Jupyter server extension lists
+the running ones with ``live_runs`` and their newest ``RUN_DIR/live.json``
+(``torchlens run`` replaces that file about once a second; docs/MULTINODE.md).
+
+The registry is one directory per user (``registry_dir``), mode 0700, one
+0600 JSON file per run::
+
+    {"format": "torchlens-run-entry", "version": 1, "run_id": "8c1f0e27a4b9d3e1",
+     "run_dir": "/abs/runs/exp1", "collector": "127.0.0.1:41233",
+     "pid": 4242, "pid_start": 1732400000.12, "host": "gpu7",
+     "command": ["torchrun", "--nproc-per-node", "4", "train.py"], "started": 1732400001.5}
+
+It lives in the home directory, not in ``$XDG_RUNTIME_DIR``: the Jupyter
+server (started by JupyterHub or systemd) and the terminal that runs
+``torchlens run`` (an ssh login) often do not share that variable, and both
+must find the same place. A home directory shared by several machines holds
+entries of other hosts: they are skipped, never cleaned, as their pids mean
+nothing here.
+
+An entry is stale when its pid is gone or is now another process (its start
+time differs from ``pid_start``): a ``torchlens run`` killed with SIGKILL
+leaves one. Readers skip and delete stale entries. Nothing read here is
+executed: entries and live.json are JSON, opened without following links,
+only regular files owned by this user, size-capped; every value is checked
+for type and length before it is passed on (``live_status``). The secret of
+a run is never in an entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import stat
+import time
+from typing import Any
+
+ENV_DIR = "TORCHLENS_RUNS_DIR"
+ENTRY_FORMAT = "torchlens-run-entry"
+LIVE_FILE = "live.json"
+LIVE_FORMAT = "torchlens-live"
+MANIFEST_FILE = "manifest.json"
+MAX_ENTRY_BYTES = 64 << 10
+MAX_LIVE_BYTES = 16 << 20
+MAX_RANKS = 4096
+MAX_TEXT = 2000
+#: a garbled entry (not one being written: those are renamed into place whole) is
+#: deleted once this old
+GARBLED_AFTER_S = 60.0
+#: how long the sidebar keeps showing a run after it ended (``RecentRuns``)
+KEEP_ENDED_S = 60.0
+
+#: the rank fields passed on: number fields (int or float, or null), then text fields
+RANK_NUMBERS = ("rank", "node", "restart", "steps", "step_ms", "data_ms", "allocated",
+                "reserved", "frag", "largest_free", "peak_allocated", "peak_reserved", "rss",
+                "peak_rss")
+RANK_TEXTS = ("host", "state", "source", "error")
+
+
+def registry_dir() -> str:
+    """``$TORCHLENS_RUNS_DIR``, else ``~/.cache/torchlens/runs`` (why not XDG: above)."""
+    return os.environ.get(ENV_DIR) or os.path.join(os.path.expanduser("~"), ".cache",
+                                                   "torchlens", "runs")
+
+
+def _own_dir(path: str) -> str:
+    """Create ``path`` 0700 (parents too); refuse one that is another user's or a link."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a directory of this user")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def _process_start(pid: int) -> float | None:
+    """The start time of process ``pid`` (epoch s), None when it is gone or a zombie."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p.create_time()
+    except psutil.Error:
+        return None
+
+
+def register(run_id: str, run_dir: str, collector: str, command: list[str]) -> str | None:
+    """Add this process's run to the registry; returns the entry's path.
+
+    None (and no exception) when the registry cannot be written: the run goes
+    on, the sidebar just does not list it.
+    """
+    pid = os.getpid()
+    entry = {"format": ENTRY_FORMAT, "version": 1, "run_id": run_id,
+             "run_dir": os.path.abspath(run_dir), "collector": collector, "pid": pid,
+             "pid_start": _process_start(pid), "host": socket.gethostname(),
+             "command": list(command), "started": time.time()}
+    try:
+        folder = _own_dir(registry_dir())
+        path = os.path.join(folder, f"{run_id}.json")
+        tmp = os.path.join(folder, f".{run_id}.{pid}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(entry, fh)
+        os.replace(tmp, path)  # readers see the whole entry or none
+        return path
+    except OSError:
+        return None
+
+
+def unregister(path: str | None) -> None:
+    """Remove an entry ``register`` made (nothing when it made none)."""
+    if path:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def _read_json(path: str, limit: int) -> Any:
+    """A regular file of this user, not through a link, at most ``limit`` bytes, as JSON.
+
+    None when it is missing, too big, not ours, not a regular file or not JSON.
+    O_NONBLOCK: a FIFO put in its place cannot stall the server.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > limit:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = fh.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _number(v: Any) -> int | float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _text(v: Any, limit: int = MAX_TEXT) -> str | None:
+    return v[:limit] if isinstance(v, str) else None
+
+
+def _entry(raw: Any) -> dict[str, Any] | None:
+    """The checked fields of a registry entry, or None when it is not one."""
+    if not isinstance(raw, dict) or raw.get("format") != ENTRY_FORMAT:
+        return None
+    pid, run_id, run_dir = raw.get("pid"), _text(raw.get("run_id"), 64), _text(raw.get("run_dir"))
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not run_id \
+            or not run_dir or not os.path.isabs(run_dir):
+        return None
+    command = raw.get("command")
+    words = [w[:MAX_TEXT] for w in command if isinstance(w, str)][:256] \
+        if isinstance(command, list) else []
+    return {"run_id": run_id, "run_dir": run_dir, "collector": _text(raw.get("collector"), 300),
+            "pid": pid, "pid_start": _number(raw.get("pid_start")),
+            "host": _text(raw.get("host"), 300), "command": words,
+            "started": _number(raw.get("started"))}
+
+
+def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
+    """The checked content of a live.json document, or None when it is not one.
+
+    A partial or garbled file is None (the run shows as "starting"). Only the
+    documented fields pass, each of its type (numbers finite, text cut to
+    ``MAX_TEXT``): what the endpoint answers has one shape whatever the file held.
+    """
+    if not isinstance(raw, dict) or raw.get("format") != LIVE_FORMAT \
+            or not isinstance(raw.get("ranks"), list):
+        return None
+    now = time.time() if now is None else now
+    ranks = []
+    for row in raw["ranks"][:MAX_RANKS]:
+        if not isinstance(row, dict) or _number(row.get("rank")) is None:
+            continue
+        out: dict[str, Any] = {k: _number(row.get(k)) for k in RANK_NUMBERS}
+        out.update({k: _text(row.get(k), 300 if k != "error" else MAX_TEXT)
+                    for k in RANK_TEXTS})
+        ranks.append(out)
+    t = _number(raw.get("t"))
+    restarts = raw.get("restarts")
+    return {"t": t, "age_s": None if t is None else max(0.0, now - t),
+            "run_id": _text(raw.get("run_id"), 64),
+            "world_size": _number(raw.get("world_size")),
+            "verdict": _text(raw.get("verdict")) or "",
+            "ended": raw.get("ended") is True,
+            "restarts": len(restarts) if isinstance(restarts, list) else 0,
+            "dropped": _number(raw.get("dropped")) or 0,
+            "ranks": ranks}
+
+
+def _run(entry: dict[str, Any], now: float) -> dict[str, Any]:
+    """One run as the endpoint answers it: the entry's fields and its live status."""
+    live = live_status(_read_json(os.path.join(entry["run_dir"], LIVE_FILE), MAX_LIVE_BYTES),
+                       now)
+    if live is not None and live["run_id"] not in (None, entry["run_id"]):
+        live = None  # a live.json of another run (the folder reused): not this one's
+    state = "starting" if live is None else ("ended" if live["ended"] else "running")
+    run = {k: entry[k] for k in ("run_id", "run_dir", "collector", "pid", "command", "started")}
+    return {**run, "state": state, "live": live, "stopped": None}
+
+
+def _is_this_host(entry: dict[str, Any]) -> bool:
+    return entry["host"] in (None, socket.gethostname())
+
+
+def _alive(entry: dict[str, Any]) -> bool:
+    """The entry's pid is still the process that registered (same start time)."""
+    started = _process_start(entry["pid"])
+    if started is None:
+        return False
+    return entry["pid_start"] is None or abs(started - entry["pid_start"]) < 0.5
+
+
+def live_runs(folder: str | None = None, now: float | None = None) -> list[dict[str, Any]]:
+    """The registered runs of this host whose ``torchlens run`` is alive, oldest first.
+
+    Each is the entry's fields plus ``state`` ("starting" while its live.json
+    is missing, partial or garbled; "running"; "ended" once live.json says so)
+    and ``live`` (``live_status``, or None). Stale entries are deleted.
+    Never raises for what it finds on disk.
+    """
+    folder = folder or registry_dir()
+    now = time.time() if now is None else now
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return []
+        names = sorted(n for n in os.listdir(folder)
+                       if n.endswith(".json") and not n.startswith("."))
+    except OSError:
+        return []
+    runs = []
+    for name in names:
+        path = os.path.join(folder, name)
+        entry = _entry(_read_json(path, MAX_ENTRY_BYTES))
+        if entry is None:
+            with contextlib.suppress(OSError):
+                if now - os.lstat(path).st_mtime > GARBLED_AFTER_S:
+                    os.remove(path)
+            continue
+        if not _is_this_host(entry):
+            continue
+        if not _alive(entry):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            continue
+        runs.append(_run(entry, now))
+    runs.sort(key=lambda r: (r["started"] or 0.0, r["run_id"]))
+    return runs
+
+
+class RecentRuns:
+    """``live_runs`` plus, for ``keep_s``, the runs that ended since (one per server).
+
+    A run whose entry went away (it ended, or its ``torchlens run`` died) is
+    listed with state "ended" and its last live status, re-read from its
+    folder when the final live.json is there, with the manifest's "stopped"
+    line when the run folder was written. Only runs this server saw running
+    are remembered, so a page opened later does not show them.
+    """
+
+    def __init__(self, folder: str | None = None, keep_s: float = KEEP_ENDED_S) -> None:
+        self.folder = folder
+        self.keep_s = keep_s
+        self.seen: dict[str, dict[str, Any]] = {}
+        self.ended: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def runs(self, now: float | None = None) -> list[dict[str, Any]]:
+        now = time.time() if now is None else now
+        running = live_runs(self.folder, now)
+        ids = {r["run_id"] for r in running}
+        for run_id, last in list(self.seen.items()):
+            if run_id not in ids:
+                del self.seen[run_id]
+                self.ended[run_id] = (now, self._ended(last, now))
+        self.seen.update((r["run_id"], r) for r in running)
+        for run_id, (since, _) in list(self.ended.items()):
+            if run_id in ids or now - since > self.keep_s:
+                del self.ended[run_id]
+        return running + [run for _, run in self.ended.values()]
+
+    @staticmethod
+    def _ended(last: dict[str, Any], now: float) -> dict[str, Any]:
+        final = _run(last, now)
+        live = final["live"] or last["live"]
+        manifest = _read_json(os.path.join(last["run_dir"], MANIFEST_FILE), MAX_LIVE_BYTES)
+        stopped = _text(manifest.get("stopped")) if isinstance(manifest, dict) else None
+        return {**final, "state": "ended", "live": live, "stopped": stopped}
