@@ -305,7 +305,9 @@ def _memory(recs: list[dict[str, Any]], summaries: list[dict[str, Any]]) -> list
     return out
 
 
-def _per_rank(steps: Steps, summaries: Steps) -> list[list[_Memory]]:
+def per_rank_memory(steps: Steps, summaries: Steps) -> list[list[_Memory]]:
+    """Each rank's memory per step (``memory_creep`` and ``rank_table`` can share one:
+    at 1,024 ranks it is most of the live summary's cost)."""
     n = max(len(steps), len(summaries))
     return [_memory((steps[r] if r < len(steps) else None) or [],
                     (summaries[r] if r < len(summaries) else None) or [])
@@ -322,7 +324,7 @@ def memory_rows(steps: Steps, summaries: Steps) -> list[dict[str, Any]]:
     return [{"rank": r, "step": step, "t1": t1, "allocated": alloc, "reserved": reserved,
              "inactive_split": inactive, "largest_free": largest,
              "frag": _frag(inactive, reserved), "rss": rss, "source": source}
-            for r, rank in enumerate(_per_rank(steps, summaries))
+            for r, rank in enumerate(per_rank_memory(steps, summaries))
             for step, t1, alloc, reserved, inactive, largest, rss, source in rank]
 
 
@@ -363,9 +365,13 @@ def _r2(points: list[tuple[float, float]], slope: float) -> float:
     return 1.0 - residual / total
 
 
-def memory_creep(steps: Steps, summaries: Steps, min_steps: int = 8) -> list[MemoryCreep]:
-    """The ranks whose memory creeps (definition: the module docstring)."""
-    fits = {r: f for r, memory in enumerate(_per_rank(steps, summaries))
+def memory_creep(steps: Steps, summaries: Steps, min_steps: int = 8,
+                 memory: list[list[_Memory]] | None = None) -> list[MemoryCreep]:
+    """The ranks whose memory creeps (definition: the module docstring).
+    ``memory``: ``per_rank_memory(steps, summaries)`` when the caller has it."""
+    if memory is None:
+        memory = per_rank_memory(steps, summaries)
+    fits = {r: f for r, memory in enumerate(memory)
             if len(memory) >= min_steps and (f := _fit(memory)) is not None}
     out = []
     for r, (slope, points, source) in sorted(fits.items()):
@@ -415,11 +421,14 @@ def profiled_breakdown(summaries: Steps) -> list[dict[str, Any]]:
     return out
 
 
-def rank_table(steps: Steps, summaries: Steps) -> list[dict[str, Any]]:
+def rank_table(steps: Steps, summaries: Steps,
+               per_rank: list[list[_Memory]] | None = None) -> list[dict[str, Any]]:
     """One row per rank: median step and phase times over all its steps, the
-    latest and peak allocator figures, fragmentation and RSS."""
+    latest and peak allocator figures, fragmentation and RSS. ``per_rank``:
+    ``per_rank_memory(steps, summaries)`` when the caller has it."""
     out = []
-    for r, memory in enumerate(_per_rank(steps, summaries)):
+    for r, memory in enumerate(per_rank if per_rank is not None
+                               else per_rank_memory(steps, summaries)):
         timed = [_record_ms(rec) for rec in steps[r] or []]
         row: dict[str, Any] = {"rank": r, "steps": len(timed),
                                "step_ms": _median([t[0] for t in timed]),

@@ -34,7 +34,14 @@ from statistics import median
 from typing import Any
 
 from ..model.words import format_bytes
-from .rank_steps import MemoryCreep, SlowRank, memory_creep, rank_table, slow_rank
+from .rank_steps import (
+    MemoryCreep,
+    SlowRank,
+    memory_creep,
+    per_rank_memory,
+    rank_table,
+    slow_rank,
+)
 
 WINDOW = 20
 NEXT_LOOK = {
@@ -182,8 +189,9 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     states = [rank_state(i, snap.get("lost_after_s", 10.0), ended) for i in ranks]
     lost = lost_nodes(ranks, states)
     slow = slow_rank(steps, window=WINDOW)
-    creep = memory_creep(steps, summaries)
-    table = rank_table(steps, summaries) if steps else []
+    memory = per_rank_memory(steps, summaries)
+    creep = memory_creep(steps, summaries, memory=memory)
+    table = rank_table(steps, summaries, memory) if steps else []
     rows = []
     for r, (info, state) in enumerate(zip(ranks, states, strict=True)):
         info = info or {}
