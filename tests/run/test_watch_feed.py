@@ -158,6 +158,30 @@ def test_the_store_keeps_the_newest_frames_only(run) -> None:
     late.close()
 
 
+def test_a_frame_too_big_for_the_store_is_thinned_and_the_budget_holds(run, monkeypatch) -> None:
+    """TCPStore's server drops a client that sends more than 8 MiB (the collector's
+    own connection with it): big frames go to the store thinned, the file in full."""
+    from torchlens.capture.ddp import feed as feed_module
+
+    c, feed, ranks, out = run
+    monkeypatch.setattr(feed_module, "STORE_FRAME_MAX", 6000)
+    monkeypatch.setattr(feed_module, "STORE_BUDGET", 30_000)
+    ranks.steps(40)  # ~25 KB of step records
+    frame = _publish(c, feed)
+    assert len(frame["steps"]["0"]) == 40 and feed.thinned == 1 and not feed.errors
+    stored = StoreFeed.connect("127.0.0.1", c.port, c.key.secret).read()[-1]
+    assert stored["thinned"] and 0 < len(stored["steps"]["0"]) < 40
+    assert json.loads((out / "live.jsonl").read_text().splitlines()[-1])["steps"]["0"] == \
+        frame["steps"]["0"]
+    for _ in range(12):  # ~5 KB frames: the byte budget keeps about six
+        ranks.steps(8)
+        _publish(c, feed)
+    held = [i for i in range(feed.seq + 1)
+            if c.store.check([protocol.live_key(c.key.run_id, i)])]
+    assert held[-1] == feed.seq and 1 < len(held) < 10
+    c.poll()  # the collector's own connection is fine
+
+
 def test_a_forged_frame_is_dropped_and_counted(run) -> None:
     c, feed, ranks, _ = run
     ranks.steps(10)

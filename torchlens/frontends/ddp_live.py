@@ -25,6 +25,12 @@ class ProfiledLiveView:
         self.layout = column(self.profile.layout, self.beats.layout, sizing_mode="stretch_width")
         self._widget: Any = None
 
+    def for_run_feed(self) -> None:
+        """As ``torchlens.watch`` shows a ``torchlens run`` job: its feed carries
+        no collective counts and summaries without ops, so those panels go."""
+        self.beats.hide_collectives()
+        self.profile.hide_timeline()
+
     @property
     def widget(self) -> Any:
         if self._widget is None:

@@ -156,23 +156,32 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
           feed: Any | None = None) -> None:
     """The live loop: poll the collector, redraw the summary and publish the live
     feed (``capture.ddp.feed``) when due, while ``running()``. One ``RunView``
-    serves both when both are due.
+    serves both when both are due; a frame in between carries the last status
+    (``FeedPublisher.status_due``: the verdict's cost stays a small share of
+    the loop however many ranks).
 
     One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
     benchmark measures the loop a user gets.
     """
     from ..analysis.run_verdict import live_status, run_view
 
+    def timed_view() -> Any:
+        started = time.perf_counter()
+        view = run_view(collector.snapshot())
+        if feed is not None:
+            feed.view_s = time.perf_counter() - started
+        return view
+
     while running():
         collector.poll()
-        draw = summary.due()
-        publish = feed is not None and feed.due()
-        if draw or publish:
-            view = run_view(collector.snapshot())
-            if draw:
-                summary.draw(view, "")
-            if publish:
-                feed.publish(live_status(view))
+        view = None
+        if summary.due():
+            view = timed_view()
+            summary.draw(view, "")
+        if feed is not None and feed.due():
+            if view is None and feed.status_due():  # costly at many ranks: not every frame
+                view = timed_view()
+            feed.publish(live_status(view) if view is not None else None)
         time.sleep(POLL_S)
 
 

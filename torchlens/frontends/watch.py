@@ -19,9 +19,11 @@ BokehJS is loaded into the page when ``watch()`` is called
 ends, that output is replaced by the final status, the static copy a saved
 notebook keeps.
 
-The summaries in the feed are cut to what the figures read (the collector
-keeps them so): the timeline of the latest profiled step stays empty while
-watching; a finished folder without a feed is shown from its full files.
+The feed's summaries are cut to their figures (the collector keeps them so)
+and its heartbeats count no collectives: the view leaves out the timeline of
+the latest profiled step and the collectives panel (``for_run_feed``) rather
+than draw them empty; ``torchlens report RUN_DIR`` draws the timeline after
+the run, and a finished folder without a feed is shown from its full files.
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ class FolderFinal:
     """A finished run folder without a live feed: one frame made from its files."""
 
     dropped = 0
+    full_summaries = True  # its summaries have their ops: the timeline is drawn
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
@@ -363,6 +366,8 @@ class Watch:
         from .ddp_live import ProfiledLiveView
 
         old, self.view = self.view, ProfiledLiveView(world, None, False)
+        if not getattr(self.source, "full_summaries", False):
+            self.view.for_run_feed()
         if old is not None:
             for r, records in enumerate(old.profile.records):
                 self.view.push_steps(r, records)
@@ -393,7 +398,9 @@ class Watch:
         if self._loaded is not None and self._loaded.handle is not None:
             from IPython.display import HTML
 
-            self._loaded.handle.update(HTML(str(self._html())))  # the saved notebook's copy
+            copy = self._html(["the final state, kept when the notebook is saved (widgets "
+                               "are not); the live view is below"])
+            self._loaded.handle.update(HTML(str(copy)))
             self._loaded.handle = None
 
     # -- words ---------------------------------------------------------------------
@@ -411,10 +418,11 @@ class Watch:
     def _notes(self) -> list[str]:
         return [n for n in (self.note, self.message) if n]
 
-    def _html(self) -> Any:
+    def _html(self, more: list[str] | None = None) -> Any:
         from ..render.watch_status import status_html
 
-        return status_html(self.label, self.state, self.status, self._facts(), self._notes())
+        return status_html(self.label, self.state, self.status, self._facts(),
+                           [*self._notes(), *(more or [])])
 
     def _text(self) -> str:
         from ..render.watch_status import status_text

@@ -36,6 +36,7 @@ import math
 import os
 import socket
 import time
+from collections import deque
 from datetime import timedelta
 from typing import Any
 
@@ -48,8 +49,18 @@ FORMAT = "torchlens-live"
 FRAME_FORMAT = "torchlens-live-frame"
 VERSION = 1
 PUBLISH_S = 1.0
-#: frames kept in the store (about a minute)
+#: the status (the verdict: ``run_view``) is recomputed for a frame at most
+#: every ``STATUS_SHARE`` times what it took last, so that at many ranks it
+#: stays a small share of the poll loop; frames in between carry the last one
+STATUS_SHARE = 10
+#: frames kept in the store (about a minute), and at most this many bytes of them
 KEEP_FRAMES = 60
+STORE_BUDGET = 64 << 20
+#: the largest frame set in the store: TCPStore's server drops a client that
+#: sends more than 8 MiB at once (and with it the collector's own connection)
+STORE_FRAME_MAX = 4 << 20
+#: frames a watcher reads in one store call
+READ_BATCH = 8
 #: at the end, how long the collector waits for store watchers to read the last frame
 LINGER_S = 3.0
 
@@ -71,9 +82,14 @@ class FeedPublisher:
         self._beats: dict[int, int] = {}  # rank -> id() of the heartbeat published
         self._ended: dict[int, int] = {}  # rank -> the slot whose end was published
         self._file: Any = None
+        self._status: dict[str, Any] = {}
+        self._status_at = -math.inf
+        self.view_s = 0.0  # what the last status took to compute (the caller measures it)
+        self._held: deque[tuple[int, int]] = deque()  # frames in the store: (seq, bytes)
         self.errors: dict[str, str] = {}  # transport -> the last error (it goes on without it)
         self.costs: list[float] = []  # seconds per publish, build + both transports
         self.bytes = 0
+        self.thinned = 0  # store frames whose step records were thinned to fit
         if run_dir:
             self._file = open(os.path.join(run_dir, FEED_FILE), "ab")  # noqa: SIM115
         name = protocol.live_announce_key()
@@ -82,9 +98,17 @@ class FeedPublisher:
     def due(self) -> bool:
         return time.monotonic() - self.last >= PUBLISH_S
 
+    def status_due(self) -> bool:
+        """A fresh status is worth computing for the next frame (see ``STATUS_SHARE``)."""
+        return time.monotonic() - self._status_at >= max(PUBLISH_S, STATUS_SHARE * self.view_s)
+
     # -- one frame -------------------------------------------------------------
-    def frame(self, status: dict[str, Any], ended: bool = False) -> dict[str, Any]:
-        """The next frame: ``status`` and what each rank sent since the last frame."""
+    def frame(self, status: dict[str, Any] | None, ended: bool = False) -> dict[str, Any]:
+        """The next frame: ``status`` (None: the last one again) and what each
+        rank sent since the last frame."""
+        if status is not None:
+            self._status, self._status_at = status, time.monotonic()
+        status = self._status
         self.seq += 1
         now = time.time()
         steps: dict[str, list[Any]] = {}
@@ -123,7 +147,7 @@ class FeedPublisher:
                 "steps": steps, "summaries": summaries, "ended_ranks": ended_ranks,
                 "heartbeats": beats}
 
-    def publish(self, status: dict[str, Any], ended: bool = False) -> dict[str, Any]:
+    def publish(self, status: dict[str, Any] | None, ended: bool = False) -> dict[str, Any]:
         """Build the next frame and write it to the run folder and the store."""
         started = time.perf_counter()
         self.last = time.monotonic()
@@ -132,9 +156,22 @@ class FeedPublisher:
         self.bytes += len(body)
         if self._file is not None:
             self._guard("file", self._write_files, body, frame["status"])
-        self._guard("store", self._set_store, body)
+        self._guard("store", self._set_store, self._fit(frame, body))
         self.costs.append(time.perf_counter() - started)
         return frame
+
+    def _fit(self, frame: dict[str, Any], body: bytes) -> bytes:
+        """``body``, or a frame with every k-th step record (``thinned``: k) and,
+        if that is still too big, none, small enough for the store."""
+        if len(body) <= STORE_FRAME_MAX:
+            return body
+        self.thinned += 1
+        k = math.ceil(len(body) / (0.8 * STORE_FRAME_MAX))
+        steps = {r: recs[k - 1::k] for r, recs in frame["steps"].items()}
+        body = protocol.encode({**frame, "steps": steps, "thinned": k})
+        if len(body) <= STORE_FRAME_MAX:
+            return body
+        return protocol.encode({**frame, "steps": {}, "summaries": {}, "thinned": 0})
 
     def _guard(self, transport: str, fn: Any, *args: Any) -> None:
         """A transport that fails (disk full, store gone) must not stop the run."""
@@ -160,8 +197,12 @@ class FeedPublisher:
         store.set(name, self.key.seal(name, body))
         count = protocol.live_count_key(run_id)
         store.set(count, self.key.seal(count, protocol.encode(self.seq)))
-        if self.seq >= KEEP_FRAMES:
-            store.delete_key(protocol.live_key(run_id, self.seq - KEEP_FRAMES))
+        self._held.append((self.seq, len(body)))
+        held = sum(size for _, size in self._held)
+        while len(self._held) > KEEP_FRAMES or (len(self._held) > 1 and held > STORE_BUDGET):
+            seq, size = self._held.popleft()
+            held -= size
+            store.delete_key(protocol.live_key(run_id, seq))
 
     # -- the end ---------------------------------------------------------------
     def linger(self, timeout: float = LINGER_S) -> int:
@@ -192,7 +233,7 @@ class FeedPublisher:
         costs = sorted(self.costs)
         return {"feed": FEED_FILE if self.run_dir else None,
                 "status": STATUS_FILE if self.run_dir else None,
-                "frames": self.seq + 1, "bytes": self.bytes,
+                "frames": self.seq + 1, "bytes": self.bytes, "store_thinned": self.thinned,
                 "publish_ms_median": round(costs[len(costs) // 2] * 1e3, 3) if costs else None,
                 "publish_ms_max": round(costs[-1] * 1e3, 3) if costs else None,
                 "errors": dict(self.errors)}
@@ -312,9 +353,11 @@ class StoreFeed:
             # the oldest kept frame may be deleted while we read: start one later
             first = max(self.next, newest - KEEP_FRAMES + 2, 0)
             names = [protocol.live_key(run_id, i) for i in range(first, newest + 1)]
-            if not self.store.check(names):
+            if not self.store.check(names):  # the oldest were deleted (the byte budget)
                 names = [n for n in names if self.store.check([n])]
-            values = self.store.multi_get(names) if names else []
+            values = []
+            for i in range(0, len(names), READ_BATCH):  # frames can be megabytes each
+                values += self.store.multi_get(names[i:i + READ_BATCH])
         except Exception as exc:  # noqa: BLE001 - the store went away
             raise FeedGone(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         self.next = newest + 1
