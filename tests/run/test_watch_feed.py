@@ -138,6 +138,21 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     assert _publish(c, feed, ended=True)["ended_ranks"] == {}
 
 
+def test_a_long_feed_file_is_read_in_chunks(run, monkeypatch) -> None:
+    from torchlens.capture.ddp import feed as feed_module
+
+    c, feed, ranks, out = run
+    for n in (30, 1, 1, 30):
+        ranks.steps(n)
+        _publish(c, feed)
+    monkeypatch.setattr(feed_module, "READ_CHUNK", 4000)  # smaller than the big frames
+    reader = feed_module.FileFeed(str(out))
+    reads = []
+    while got := reader.read():
+        reads.append([f["seq"] for f in got])
+    assert sum(reads, []) == [0, 1, 2, 3] and len(reads) > 1 and reader.bad == 0
+
+
 def test_the_store_keeps_the_newest_frames_only(run) -> None:
     c, feed, ranks, _ = run
     for _ in range(KEEP_FRAMES + 15):

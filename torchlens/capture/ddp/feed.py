@@ -59,8 +59,9 @@ STORE_BUDGET = 64 << 20
 #: the largest frame set in the store: TCPStore's server drops a client that
 #: sends more than 8 MiB at once (and with it the collector's own connection)
 STORE_FRAME_MAX = 4 << 20
-#: frames a watcher reads in one store call
+#: frames a watcher reads in one store call; bytes of live.jsonl in one read
 READ_BATCH = 8
+READ_CHUNK = 16 << 20
 #: at the end, how long the collector waits for store watchers to read the last frame
 LINGER_S = 3.0
 
@@ -259,10 +260,17 @@ class FileFeed:
         return os.path.exists(self.path)
 
     def read(self) -> list[dict[str, Any]]:
+        """The frames appended since the last read, at most about ``READ_CHUNK``
+        bytes of them (a long run's file is caught up with over several reads)."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self._pos)
-                data = fh.read()
+                data = fh.read(READ_CHUNK)
+                while b"\n" not in data:  # one frame longer than a chunk
+                    more = fh.read(READ_CHUNK)
+                    if not more:
+                        break
+                    data += more
         except FileNotFoundError:
             return []
         end = data.rfind(b"\n") + 1  # a line being written is read next time
