@@ -252,6 +252,9 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             assert w.state == "ended"
             assert _steps_shown(w) == [list(range(30)), list(range(30))]
             assert w.view.beats.mem[0].data["t"], "heartbeats reach the memory panel"
+            # what the feed cannot fill is not drawn: no ops, no collective counts
+            assert not w.view.profile.panels.tl_fig.visible
+            assert not w.view.beats.layout.children[1].visible
             verdict = w.view.profile.panels.verdict.text
             assert "rank 1 is the slow rank" in verdict
             table = str(w._html())
@@ -281,6 +284,8 @@ def test_a_finished_folder_shows_its_final_state(run) -> None:
     assert w.wait(10) and w.state == "ended"
     assert "no live feed" in repr(w) and "torchlens.load" in repr(w)
     assert _steps_shown(w) == [list(range(12)), list(range(12))]
+    assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
+    assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
     assert "rank 1 is the straggler" in w.status["verdict"]
 
 

@@ -43,6 +43,8 @@ DEFAULT_TIMEOUT_S = 60.0
 #: host:port (a name, an IPv4 address or a bracketed IPv6 address)
 ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
 PHASES = {"running": "step", "finished": "done", "failed": "failed"}
+#: a finished folder's RSS points per rank (from its step records)
+FOLDER_BEATS = 2000
 
 
 def watch(target: Any, secret_file: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
@@ -209,7 +211,16 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
             "status": {**status, "run_id": manifest.get("run_id"), "t": t, "ended": True},
             "steps": {str(r): s for r, s in enumerate(steps) if s},
             "summaries": {str(r): s for r, s in enumerate(summaries) if s},
-            "ended_ranks": ended, "heartbeats": {}}
+            "ended_ranks": ended,
+            "heartbeats": {str(r): _beats(s) for r, s in enumerate(steps) if s}}
+
+
+def _beats(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A finished rank's RSS over time, from its step records (a feed sends
+    heartbeats; a folder keeps none)."""
+    every = max(1, len(records) // FOLDER_BEATS)
+    return [{"t": rec["t1"], "rss": (rec.get("mem") or {}).get("rss"), "phase": "step"}
+            for rec in records[::every] if isinstance(rec.get("t1"), (int, float))]
 
 
 # -- the handle ------------------------------------------------------------------------
@@ -345,12 +356,14 @@ class Watch:
         world = view.profile.world_size
         rows = {row.get("rank"): row for row in (self.status or {}).get("ranks") or []}
         t0 = float(frame.get("t0") or 0.0)
-        for r, beat in _ranks(frame.get("heartbeats"), world):
-            if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
-                row = rows.get(r) or {}
-                view.push({"rank": r, "t": beat["t"], "t_rel": beat["t"] - t0,
-                           "rss": beat.get("rss"), "node": row.get("node"),
-                           "phase": PHASES.get(row.get("state"), str(row.get("state")))})
+        for r, beats in _ranks(frame.get("heartbeats"), world):
+            row = rows.get(r) or {}
+            for beat in beats if isinstance(beats, list) else [beats]:
+                if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
+                    view.push({"rank": r, "t": beat["t"], "t_rel": beat["t"] - t0,
+                               "rss": beat.get("rss"), "node": row.get("node"),
+                               "phase": beat.get("phase")
+                               or PHASES.get(row.get("state"), str(row.get("state")))})
         for r, records in _ranks(frame.get("steps"), world):
             view.push_steps(r, [x for x in records if isinstance(x, dict)])
         for r, summaries in _ranks(frame.get("summaries"), world):
@@ -366,8 +379,7 @@ class Watch:
         from .ddp_live import ProfiledLiveView
 
         old, self.view = self.view, ProfiledLiveView(world, None, False)
-        if not getattr(self.source, "full_summaries", False):
-            self.view.for_run_feed()
+        self.view.for_run_feed(timeline=getattr(self.source, "full_summaries", False))
         if old is not None:
             for r, records in enumerate(old.profile.records):
                 self.view.push_steps(r, records)

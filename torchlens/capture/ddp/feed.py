@@ -80,7 +80,7 @@ class FeedPublisher:
         self.seq = -1
         self.last = -math.inf
         self._sent: dict[int, list[int]] = {}  # slot -> step records, summaries published
-        self._beats: dict[int, int] = {}  # rank -> id() of the heartbeat published
+        self._beats: dict[int, tuple[Any, ...]] = {}  # rank -> the heartbeat published
         self._ended: dict[int, int] = {}  # rank -> the slot whose end was published
         self._file: Any = None
         self._status: dict[str, Any] = {}
@@ -126,9 +126,10 @@ class FeedPublisher:
             if s.rank not in latest or s.slot > latest[s.rank].slot:
                 latest[s.rank] = s
         for r, s in latest.items():
-            if s.heartbeat and self._beats.get(r) != id(s.heartbeat):
-                self._beats[r] = id(s.heartbeat)
-                hb = s.heartbeat
+            hb = s.heartbeat
+            mark = (s.slot, hb.get("beat"), hb.get("t"))
+            if hb and self._beats.get(r) != mark:
+                self._beats[r] = mark
                 beats[str(r)] = {"t": hb.get("t"), "rss": hb.get("rss"),
                                  "steps_done": hb.get("steps_done")}
         ended_ranks: dict[str, list[Any]] = {}
