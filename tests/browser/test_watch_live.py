@@ -5,7 +5,9 @@ the CPU, rank 1 with a slow input pipeline) runs in the background; a cell
 ``torchlens.watch(RUN_DIR)`` shows the live view, whose step-time panel gains
 points for both ranks while the job runs, with the status block naming rank
 1 as the straggler; the kernel stays free (another cell runs meanwhile); when
-the job ends the block says so. The browser console stays free of errors.
+the job ends the block says so, and the final status is still there after
+the notebook is saved, its kernel shut down and the page reloaded. The
+browser console stays free of errors.
 Screenshots go to ``$TORCHLENS_SCREENSHOTS`` (default /tmp).
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 from lab_harness import Lab, start_lab, stop_lab
-from test_ddp_live_plot import notebook, prompt, run_cell, wait_kernel_idle
+from test_ddp_live_plot import api, notebook, prompt, run_cell, wait_kernel_idle
 from test_ddp_profile_live import PANEL_POINTS_JS
 
 pytestmark = pytest.mark.slow
@@ -124,6 +126,18 @@ def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: 
         cell.screenshot(path=str(SHOTS / "watch-live-ended.png"))
         assert not errors, errors
         assert prompt(page, 2).startswith("[")
+
+        # the saved notebook keeps the final status (widgets are not saved)
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function(
+            "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
+        for kernel in api(server, "kernels"):
+            api(server, f"kernels/{kernel['id']}", "DELETE")
+        page.reload(timeout=60_000)
+        reopened = page.locator(".jp-Notebook .jp-Cell").nth(1)
+        reopened.get_by_text("kept when the notebook is saved").first.wait_for(timeout=60_000)
+        assert "rank 1 is the straggler" in reopened.inner_text()
+        reopened.screenshot(path=str(SHOTS / "watch-live-reopened.png"))
     finally:
         page.close()
         if job.poll() is None:

@@ -410,8 +410,8 @@ class Watch:
         if self._loaded is not None and self._loaded.handle is not None:
             from IPython.display import HTML
 
-            copy = self._html(["the final state, kept when the notebook is saved (widgets "
-                               "are not); the live view is below"])
+            copy = self._html(["the final state, kept when the notebook is saved (the live "
+                               "view below is a widget: a saved notebook does not keep it)"])
             self._loaded.handle.update(HTML(str(copy)))
             self._loaded.handle = None
 
