@@ -70,6 +70,8 @@ def test_watch_a_running_job_on_its_folder_and_its_address(tmp_path: Path) -> No
                 if store.check([protocol.live_key(run_id, i)])]
         assert 0 < len(held) <= KEEP_FRAMES and held[-1] == newest
         # a forged frame: a late watcher drops and counts it, and reads the rest
+        # (forged once the watcher on the address has read it: it would drop it too)
+        _until(lambda: (on_port.seq or -1) >= newest, what="the address watcher's frames")
         name = protocol.live_key(run_id, newest)
         store.set(name, RunKey(run_id, b"y" * 32).seal(name, b'{"format": "torchlens-live-frame"}'))
         late = torchlens.watch(address, secret_file=str(out / "run.secret"), timeout=120)
