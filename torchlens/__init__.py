@@ -23,6 +23,7 @@ __all__ = [
     "load_ipython_extension",
     "step",
     "torchprof",
+    "watch",
 ]
 
 
@@ -70,6 +71,20 @@ def ddp_check(fn: Any, **options: Any) -> Any:
     from .frontends.ddp_api import ddp_check as _ddp_check
 
     return _ddp_check(fn, **options)
+
+
+def watch(target: Any, **options: Any) -> Any:
+    """Watch a running ``torchlens run`` job in a notebook: its live view, inline.
+
+    ``target``: the run folder (``--out``) or the collector's ``"host:port"``
+    (with ``secret_file=`` the run's ``run.secret``). Options: ``secret_file``,
+    ``timeout``, ``run_id`` (see ``frontends.watch.watch``). Returns a handle
+    that shows the view, updates it in the background until the run ends,
+    and has ``.stop()`` and ``.wait()``.
+    """
+    from .frontends.watch import watch as _watch
+
+    return _watch(target, **options)
 
 
 _attach_checked = False

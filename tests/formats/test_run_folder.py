@@ -205,6 +205,19 @@ def test_run_folder_without_manifest_is_placed_by_folder(tmp_path):
     assert run.problems == [] and run.world_size is None
 
 
+def test_a_running_folders_live_feed_is_not_a_trace(tmp_path):
+    """``torchlens run``'s live status (``live.json`` beside ``live.jsonl``) is
+    skipped, with or without the manifest; a lone ``live.json`` is looked at."""
+    for rank in (0, 1):
+        write(tmp_path / f"rank{rank}" / "step00001.pt.trace.json", trace_bytes())
+    (tmp_path / "live.json").write_text('{"format": "torchlens-live", "version": 1}')
+    (tmp_path / "live.jsonl").write_text('{"seq": 0}\n')
+    run = discover(tmp_path)
+    assert run.problems == [] and [r.rank for r in run.ranks] == [0, 1]
+    (tmp_path / "live.jsonl").unlink()
+    assert [p.kind for p in discover(tmp_path).problems] == ["not a trace"]
+
+
 def test_run_folder_bad_step_and_missing_rank(tmp_path):
     """One step cut short, one listed trace gone, one rank with nothing: each named,
     the good steps kept."""

@@ -29,6 +29,7 @@ median over its last 20 steps, against the median of the other ranks' medians.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -246,3 +247,66 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     return RunView(verdict, rows, slow, creep, lost, snap.get("dropped", 0),
                    snap.get("restarts", []), attached, snap["world_size"], notes,
                    show_order(rows, slow.rank), spread)
+
+
+#: what a rank row of the live status carries (``torchlens.watch``, the sidebar)
+STATUS_KEYS = ("rank", "node", "host", "state", "restart", "error", "steps", "step_ms",
+               "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "collective_ms",
+               "other_ms", "allocated", "reserved", "rss", "source")
+#: rank states that mean it stopped (``rank_state``)
+ENDED_STATES = ("finished", "failed", "ended by its agent", "lost")
+
+
+def _finite(value: Any) -> Any:
+    """None for a float that is not finite: the status is strict JSON (a browser reads it)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def live_status(view: RunView) -> dict[str, Any]:
+    """The run's status as ``torchlens.watch`` and the sidebar show it: the
+    verdict and one row per rank (``STATUS_KEYS``, plus ``slow`` and ``ended``:
+    why it stopped, or None), all plain JSON values, from one ``RunView``."""
+    rows = []
+    for row in view.ranks:
+        out = {k: _finite(row.get(k)) for k in STATUS_KEYS}
+        out["slow"] = row["rank"] == view.slow.rank
+        out["ended"] = ended_reason(out)
+        rows.append(out)
+    return {"world_size": view.world_size, "attached": view.attached, "verdict": view.verdict,
+            "slow_rank": view.slow.rank, "ranks": rows, "restarts": list(view.restarts),
+            "dropped": view.dropped, "lost": [n.words for n in view.lost]}
+
+
+def ended_reason(row: dict[str, Any]) -> str | None:
+    """Why a status row's rank stopped (its state, and its error), None while it runs."""
+    if row.get("state") not in ENDED_STATES:
+        return None
+    error = row.get("error")
+    return f"{row['state']}: {error}" if error else str(row["state"])
+
+
+def folder_status(manifest: dict[str, Any], steps: list[list[dict[str, Any]]],
+                  summaries: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """``live_status`` of a finished run folder (its manifest, and each rank's
+    step records and summaries): for ``torchlens.watch`` on a run without a
+    live feed. The verdict, states and slow rank are the manifest's."""
+    table = rank_table(steps, summaries) if any(steps) else []
+    slow = (manifest.get("slow_rank") or {}).get("rank")
+    rows = []
+    for entry in manifest.get("ranks") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
+            continue
+        r = entry["rank"]
+        row = {k: entry.get(k) for k in STATUS_KEYS}
+        if r < len(table):
+            row.update({k: _finite(v) for k, v in table[r].items()
+                        if k in STATUS_KEYS and k not in ("rank", "steps")})
+        row["slow"] = r == slow
+        row["ended"] = ended_reason(row)
+        rows.append(row)
+    return {"world_size": manifest.get("world_size"), "attached": len(rows),
+            "verdict": manifest.get("verdict"), "slow_rank": slow, "ranks": rows,
+            "restarts": manifest.get("restarts") or [],
+            "dropped": manifest.get("dropped_messages") or 0,
+            "lost": [n.get("words") for n in manifest.get("lost_nodes") or []
+                     if isinstance(n, dict)]}

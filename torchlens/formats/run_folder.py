@@ -64,6 +64,8 @@ _READ = 1024 * 1024
 _INFLATE_OUT = 8 * 1024 * 1024
 
 MANIFEST = "manifest.json"
+#: the live feed's files in a ``torchlens run`` folder (``capture.ddp.feed`` writes them)
+LIVE_STATUS, LIVE_FEED = "live.json", "live.jsonl"
 RUN_FORMAT = "torchlens-run"
 
 _RANK_WORD = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
@@ -465,6 +467,8 @@ def _scan_folder(folder: Path, problems: list[Problem]
             if name.startswith(".") or not (low.endswith(".json") or low.endswith(".json.gz")):
                 continue
             path = Path(here) / name
+            if name == LIVE_STATUS and LIVE_FEED in names:
+                continue  # a torchlens run's live status (torchlens.watch), not a trace
             if name == MANIFEST:
                 manifest = _read_manifest(path, problems)
                 if manifest:

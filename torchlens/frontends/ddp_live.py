@@ -25,6 +25,15 @@ class ProfiledLiveView:
         self.layout = column(self.profile.layout, self.beats.layout, sizing_mode="stretch_width")
         self._widget: Any = None
 
+    def for_run_feed(self, timeline: bool = False) -> None:
+        """As ``torchlens.watch`` shows a ``torchlens run`` job: its heartbeats
+        count no collectives, and its live feed's summaries have no ops (the
+        ``timeline`` of a finished folder's full summaries stays), so those
+        panels go rather than draw nothing."""
+        self.beats.hide_collectives()
+        if not timeline:
+            self.profile.hide_timeline()
+
     @property
     def widget(self) -> Any:
         if self._widget is None:

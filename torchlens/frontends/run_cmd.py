@@ -79,10 +79,11 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store-wait warnings
     command = _check_command(list(command))
     run_dir = _out_dir(out)
-    from ..analysis.run_verdict import run_view
+    from ..analysis.run_verdict import live_status, run_view
     from ..capture.ddp import child
     from ..capture.ddp.attach import ENV_COLLECTOR, ENV_RUN_DIR
     from ..capture.ddp.collector import Collector
+    from ..capture.ddp.feed import FeedPublisher
     from ..capture.ddp.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
     from ..render.terminal_run import TerminalSummary
 
@@ -93,6 +94,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     except OSError as exc:
         raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     address = f"{_reachable_address(collector.host)}:{collector.port}"
+    feed = FeedPublisher(collector, run_dir)  # what torchlens.watch reads (docs/MULTINODE.md)
     secret_path = key.write_secret(os.path.join(run_dir, SECRET_FILE))
     env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir}
     summary = TerminalSummary(stream, tty)
@@ -112,12 +114,14 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     log = os.path.join(run_dir, LOG_FILE) if summary.tty else None
     if log:
         summary.say(f"the command's output: {log}")
+    summary.say(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
+                f"or torchlens.watch({address!r}, secret_file={secret_path!r})")
     entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        watch(collector, summary, lambda: proc.poll() is None)
+        watch(collector, summary, lambda: proc.poll() is None, feed)
     except KeyboardInterrupt:
         interrupted = True
         summary.say("torchlens run: interrupted, ending the command's processes")
@@ -130,7 +134,12 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
                 collector.poll()
             time.sleep(POLL_S / 2)
         view = run_view(collector.snapshot(), ended=True)
-        manifest = write_folder(run_dir, collector, view, command, code, interrupted)
+        with contextlib.suppress(Exception):  # the folder is written whatever happens
+            feed.publish(live_status(view), ended=True)
+        feed.close()
+        manifest = write_folder(run_dir, collector, view, command, code, interrupted,
+                                live=feed.manifest_entry())
+        feed.linger()  # store watchers read the last frame before the store goes
         with contextlib.suppress(OSError):
             os.remove(secret_path)
         collector.close()
@@ -146,20 +155,38 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     return 130 if interrupted else _exit_code(code)
 
 
-def watch(collector: Any, summary: Any, running: Callable[[], bool]) -> None:
-    """The live loop: poll the collector, redraw the summary when due, while ``running()``.
+def watch(collector: Any, summary: Any, running: Callable[[], bool],
+          feed: Any | None = None) -> None:
+    """The live loop: poll the collector, redraw the summary and publish the live
+    feed (``capture.ddp.feed``) when due, while ``running()``. One ``RunView``
+    serves both when both are due; a frame in between carries the last status
+    (``FeedPublisher.status_due``: the verdict's cost stays a small share of
+    the loop however many ranks).
 
     One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
     benchmark measures the loop a user gets.
     """
-    from ..analysis.run_verdict import run_view
+    from ..analysis.run_verdict import live_status, run_view
+
+    def timed_view() -> Any:
+        # its cost spaces out the redraws and the feed's status (many ranks)
+        started = time.perf_counter()
+        view = run_view(collector.snapshot())
+        summary.cost = time.perf_counter() - started
+        if feed is not None:
+            feed.view_s = summary.cost
+        return view
 
     while running():
         collector.poll()
+        view = None
         if summary.due():
-            t = time.monotonic()
-            summary.draw(run_view(collector.snapshot()), "")
-            summary.cost = time.monotonic() - t
+            view = timed_view()
+            summary.draw(view, "")
+        if feed is not None and feed.due():
+            if view is None and feed.status_due():  # costly at many ranks: not every frame
+                view = timed_view()
+            feed.publish(live_status(view) if view is not None else None)
         time.sleep(POLL_S)
 
 
@@ -190,8 +217,12 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
 
 
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
-                 code: int | None, interrupted: bool) -> dict[str, Any]:
+                 code: int | None, interrupted: bool,
+                 live: dict[str, Any] | None = None) -> dict[str, Any]:
     """``manifest.json``, each rank's ``steps.jsonl`` and ``summaries.jsonl``.
+
+    ``live``: what the live feed wrote (``FeedPublisher.manifest_entry``); its
+    files (``live.jsonl``, ``live.json``) stay in the folder.
 
     The ranks that could write the run folder put their profiled steps'
     traces in ``rank<r>/`` themselves; the manifest lists what is there.
@@ -243,7 +274,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         "restarts": view.restarts, "dropped_messages": collector.dropped,
         "dropped_why": collector.dropped_why,
         "slow_rank": dataclasses.asdict(view.slow),
-        "memory_creep": [dataclasses.asdict(c) for c in view.creep], "notes": view.notes}
+        "memory_creep": [dataclasses.asdict(c) for c in view.creep], "notes": view.notes,
+        "live": live}
     with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1, default=str)
     shutil.rmtree(os.path.join(run_dir, SPOOL_DIR), ignore_errors=True)

@@ -184,6 +184,12 @@ class LivePlot:
     def push(self, hb: dict[str, Any]) -> None:
         self._pending.append(hb)
 
+    def hide_collectives(self) -> None:
+        """Drop the collectives panel: for heartbeats that do not count them
+        (``torchlens run``'s ranks), where it would draw a false zero."""
+        self.layout.children[1].visible = False
+        self.layout.children[2].title.text = "Per-rank timeline (state)"
+
     def flush(self, force: bool = False) -> None:
         now = time.monotonic()
         if not self._pending or (not force and now - self._last_flush < FLUSH_S):

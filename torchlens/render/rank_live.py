@@ -437,6 +437,11 @@ class RankProfileView:
             self._widget = BokehModel(self.layout)
         return self._widget
 
+    def hide_timeline(self) -> None:
+        """Drop the profiled-step timeline: for summaries cut to their figures
+        (``torchlens run``'s live feed has no ops to draw)."""
+        self.panels.tl_fig.visible = False
+
     def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
         """A batch of step records of ``rank`` (docs/RANK_PROFILE.md)."""
         if not records:

@@ -176,6 +176,40 @@ def run_every_key(run_id: str, restart: int, rank: int) -> str:
     return f"{run_prefix(run_id)}/every/{restart}/{rank}"
 
 
+# The live feed (``capture.ddp.feed``): the collector publishes a frame about
+# once a second under ``live/<seq>`` and the newest seq under ``live/n`` (a
+# sealed value, not a counter: a watcher must not be sent after frames that
+# are not there); ``torchlens.watch`` reads them as a store client.
+def live_key(run_id: str, seq: int) -> str:
+    """Frame ``seq`` of the live feed (the collector keeps the newest few)."""
+    return f"{run_prefix(run_id)}/live/{seq}"
+
+
+def live_count_key(run_id: str) -> str:
+    """The newest frame's seq (sealed JSON int)."""
+    return f"{run_prefix(run_id)}/live/n"
+
+
+def live_watchers_key(run_id: str) -> str:
+    """Counter: watchers that joined (each adds 1)."""
+    return f"{run_prefix(run_id)}/live/watchers"
+
+
+def live_done_key(run_id: str) -> str:
+    """Counter: watchers that read the last frame or left (each adds 1 once)."""
+    return f"{run_prefix(run_id)}/live/done"
+
+
+def live_announce_key() -> str:
+    """Which run this collector hosts: its run id, sealed with the run's key.
+
+    Outside any run prefix, so that a watcher given only the secret (the
+    ``run.secret`` file) learns the run id; it trusts it only once the seal
+    opens under that id and the secret.
+    """
+    return "tlrun/live"
+
+
 #: The key kinds a drop is counted under (the first part of the key name).
 KINDS = {"hb": "heartbeat", "fp": "fingerprint", "result": "result", "steps": "step batch",
          "prof": "profiled-step summary", "every": "profiling interval",

@@ -1,0 +1,328 @@
+"""The live feed of ``torchlens run`` and ``torchlens.watch`` on it, in one process.
+
+A real collector (its store, its run key); the test plays the ranks by
+writing sealed values to the store as ``capture.ddp.attach`` does, and plays
+the attacker by writing what anyone who can reach the port could.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+import torchlens
+from torchlens.analysis.run_verdict import live_status, run_view
+from torchlens.capture.ddp import protocol
+from torchlens.capture.ddp.collector import Collector
+from torchlens.capture.ddp.feed import KEEP_FRAMES, FeedPublisher, StoreFeed
+from torchlens.capture.ddp.signing import RunKey
+from torchlens.frontends.run_cmd import write_folder
+from torchlens.model import InputError
+
+T = time.time()
+
+
+def _say(store: dist.TCPStore, key: RunKey, name: str, body: object) -> None:
+    store.set(name, key.seal(name, json.dumps(body).encode()))
+
+
+def _record(step: int, slow: bool) -> dict:
+    """As in DDP: the others wait for the slow rank inside backward (its all_reduce)."""
+    data, backward = (0.04, 0.016) if slow else (0.001, 0.055)
+    t0 = T + step * 0.1
+    return {"step": step, "t0": t0, "t1": t0 + 0.075,
+            "phases": {"data": data, "forward": 0.01, "backward": backward,
+                       "optimizer": 0.002, "collective": None},
+            "profiled": False, "window": False, "mem": {"rss": 100_000_000 + step,
+                                                        "source": "rss"}}
+
+
+class Ranks:
+    """Two ranks attached to ``c`` (rank 1 slow in data loading)."""
+
+    def __init__(self, c: Collector) -> None:
+        self.c, self.key = c, c.key
+        self.store = dist.TCPStore("127.0.0.1", c.port, is_master=False,
+                                   timeout=timedelta(seconds=5))
+        self.prefix, self.sent, self.step = [], [0, 0], 0
+        for r in range(2):
+            slot = self.store.add(protocol.slots_key(self.key.run_id), 1) - 1
+            name = protocol.slot_key(self.key.run_id, slot, "")
+            self.store.add(name + "steps/n", 0)
+            self.store.add(name + "prof/n", 0)
+            self.beat(name, r)
+            _say(self.store, self.key, name + "hello", {
+                "rank": r, "world_size": 2, "node": 0, "host": "gpu7", "pid": 1, "restart": 0,
+                "t": T, "shared_run_dir": True})
+            self.prefix.append(name)
+        c.poll()
+
+    def beat(self, name: str, r: int, bye: dict | None = None) -> None:
+        hb = {"t": time.time(), "beat": time.monotonic(), "rss": 100_000_000,
+              "steps_done": self.step}
+        _say(self.store, self.key, name + "hb", {**hb, **({"bye": bye} if bye else {})})
+
+    def steps(self, n: int) -> None:
+        """``n`` steps on both ranks, one batch each, then a poll of the collector."""
+        for r, name in enumerate(self.prefix):
+            batch = [_record(self.step + i, r == 1) for i in range(n)]
+            _say(self.store, self.key, name + f"steps/{self.sent[r]}", batch)
+            self.store.add(name + "steps/n", 1)
+            self.sent[r] += 1
+        self.step += n
+        for r, name in enumerate(self.prefix):
+            self.beat(name, r)
+        self.c.poll()
+
+    def bye(self) -> None:
+        for r, name in enumerate(self.prefix):
+            self.beat(name, r, bye={"t": time.time(), "reason": "exit", "error": None})
+        self.c.poll()
+
+
+@pytest.fixture
+def run(tmp_path: Path):
+    c = Collector(RunKey.new(), spool=str(tmp_path / ".spool"))
+    feed = FeedPublisher(c, str(tmp_path))
+    ranks = Ranks(c)
+    try:
+        yield c, feed, ranks, tmp_path
+    finally:
+        feed.close()
+        c.close()
+
+
+def _publish(c: Collector, feed: FeedPublisher, ended: bool = False) -> dict:
+    return feed.publish(live_status(run_view(c.snapshot(), ended=ended)), ended=ended)
+
+
+def _steps_shown(w) -> list[list[int]]:
+    return [list(src.data["step"]) for src in w.view.profile.panels.steps]
+
+
+def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
+    c, feed, ranks, out = run
+    ranks.steps(25)
+    first = _publish(c, feed)
+    assert {r: [s["step"] for s in v] for r, v in first["steps"].items()} == {
+        "0": list(range(25)), "1": list(range(25))}
+    assert set(first["heartbeats"]) == {"0", "1"}
+    assert "rank 1 is the straggler" in first["status"]["verdict"]
+    quiet = _publish(c, feed)  # nothing new: no records, no heartbeats
+    assert quiet["steps"] == {} and quiet["heartbeats"] == {} and quiet["seq"] == 1
+    ranks.steps(5)
+    third = _publish(c, feed)
+    assert [s["step"] for s in third["steps"]["1"]] == list(range(25, 30))
+    # the file transport: every frame a line; the status alone in live.json
+    lines = (out / "live.jsonl").read_text().splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == [0, 1, 2]
+    status = json.loads((out / "live.json").read_text())
+    assert {"format", "version", "run_id", "t", "world_size", "verdict", "ended", "ranks",
+            "restarts", "dropped"} <= set(status)
+    assert status["format"] == "torchlens-live" and status["version"] == 1
+    assert status["run_id"] == c.key.run_id and status["ended"] is False
+    assert [(r["rank"], r["state"], r["steps"], r["slow"]) for r in status["ranks"]] == [
+        (0, "running", 30, False), (1, "running", 30, True)]
+    assert status["ranks"][1]["data_ms"] == pytest.approx(40.0)
+    # the end: both ranks' goodbyes reach the frame once
+    ranks.bye()
+    last = _publish(c, feed, ended=True)
+    assert last["ended"] and {r: e[0] for r, e in last["ended_ranks"].items()} == {
+        "0": "finished", "1": "finished"}
+    assert _publish(c, feed, ended=True)["ended_ranks"] == {}
+
+
+def test_a_long_feed_file_is_read_in_chunks(run, monkeypatch) -> None:
+    from torchlens.capture.ddp import feed as feed_module
+
+    c, feed, ranks, out = run
+    for n in (30, 1, 1, 30):
+        ranks.steps(n)
+        _publish(c, feed)
+    monkeypatch.setattr(feed_module, "READ_CHUNK", 4000)  # smaller than the big frames
+    reader = feed_module.FileFeed(str(out))
+    reads = []
+    while got := reader.read():
+        reads.append([f["seq"] for f in got])
+    assert sum(reads, []) == [0, 1, 2, 3] and len(reads) > 1 and reader.bad == 0
+
+
+def test_the_store_keeps_the_newest_frames_only(run) -> None:
+    c, feed, ranks, _ = run
+    for _ in range(KEEP_FRAMES + 15):
+        ranks.steps(1)
+        _publish(c, feed)
+    newest = feed.seq
+    kept = [i for i in range(newest + 1)
+            if c.store.check([protocol.live_key(c.key.run_id, i)])]
+    assert kept == list(range(newest + 1 - KEEP_FRAMES, newest + 1))
+    # a watcher joining late gets the last minute, not the whole run
+    late = StoreFeed.connect("127.0.0.1", c.port, c.key.secret)
+    frames = late.read()
+    assert [f["seq"] for f in frames] == list(range(newest + 2 - KEEP_FRAMES, newest + 1))
+    assert late.read() == []
+    ranks.steps(1)
+    _publish(c, feed)
+    assert [f["seq"] for f in late.read()] == [newest + 1]
+    late.close()
+
+
+def test_a_frame_too_big_for_the_store_is_thinned_and_the_budget_holds(run, monkeypatch) -> None:
+    """TCPStore's server drops a client that sends more than 8 MiB (the collector's
+    own connection with it): big frames go to the store thinned, the file in full."""
+    from torchlens.capture.ddp import feed as feed_module
+
+    c, feed, ranks, out = run
+    monkeypatch.setattr(feed_module, "STORE_FRAME_MAX", 6000)
+    monkeypatch.setattr(feed_module, "STORE_BUDGET", 30_000)
+    ranks.steps(40)  # ~25 KB of step records
+    frame = _publish(c, feed)
+    assert len(frame["steps"]["0"]) == 40 and feed.thinned == 1 and not feed.errors
+    stored = StoreFeed.connect("127.0.0.1", c.port, c.key.secret).read()[-1]
+    assert stored["thinned"] and 0 < len(stored["steps"]["0"]) < 40
+    assert json.loads((out / "live.jsonl").read_text().splitlines()[-1])["steps"]["0"] == \
+        frame["steps"]["0"]
+    for _ in range(12):  # ~5 KB frames: the byte budget keeps about six
+        ranks.steps(8)
+        _publish(c, feed)
+    held = [i for i in range(feed.seq + 1)
+            if c.store.check([protocol.live_key(c.key.run_id, i)])]
+    assert held[-1] == feed.seq and 1 < len(held) < 10
+    c.poll()  # the collector's own connection is fine
+
+
+def test_a_forged_frame_is_dropped_and_counted(run) -> None:
+    c, feed, ranks, _ = run
+    ranks.steps(10)
+    for _ in range(3):
+        _publish(c, feed)
+    attacker = dist.TCPStore("127.0.0.1", c.port, is_master=False, timeout=timedelta(seconds=5))
+    name = protocol.live_key(c.key.run_id, 1)
+    forger = RunKey(c.key.run_id, b"x" * 32)
+    fake = {"format": "torchlens-live-frame", "seq": 1, "world_size": 2,
+            "status": {"verdict": "rank 0 is the straggler"}, "steps": {"0": [_record(99, True)]}}
+    attacker.set(name, forger.seal(name, json.dumps(fake).encode()))
+    w = torchlens.watch(f"127.0.0.1:{c.port}", secret_file=_secret(c, run[3]), timeout=30)
+    try:
+        deadline = time.monotonic() + 20
+        while w.frames < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert w.frames == 2 and w.dropped == 1  # frames 0 and 2; the forged 1 never decoded
+        assert 99 not in _steps_shown(w)[0]
+        assert "1 forged frame(s) dropped" in str(w._html())
+        # a forged pointer to the newest frame is dropped too (and read no further)
+        count = protocol.live_count_key(c.key.run_id)
+        attacker.set(count, forger.seal(count, b"1000"))
+        deadline = time.monotonic() + 20
+        while w.dropped < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert w.dropped == 2 and w.frames == 2
+    finally:
+        w.stop()
+
+
+def _secret(c: Collector, folder: Path) -> str:
+    path = folder / "run.secret"
+    if not path.exists():
+        c.key.write_secret(str(path))
+    return str(path)
+
+
+def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
+    c, feed, ranks, out = run
+    ranks.steps(20)
+    _publish(c, feed)
+    on_dir = torchlens.watch(str(out), timeout=30)
+    on_port = torchlens.watch(f"127.0.0.1:{c.port}", secret_file=_secret(c, out), timeout=30)
+    try:
+        for more in (5, 5):
+            ranks.steps(more)
+            _publish(c, feed)
+        ranks.bye()
+        _publish(c, feed, ended=True)
+        assert feed.linger(timeout=20) == 0  # the store watcher read the last frame
+        for w in (on_dir, on_port):
+            assert w.wait(20), w
+            assert w.state == "ended"
+            assert _steps_shown(w) == [list(range(30)), list(range(30))]
+            assert w.view.beats.mem[0].data["t"], "heartbeats reach the memory panel"
+            # what the feed cannot fill is not drawn: no ops, no collective counts
+            assert not w.view.profile.panels.tl_fig.visible
+            assert not w.view.beats.layout.children[1].visible
+            verdict = w.view.profile.panels.verdict.text
+            assert "rank 1 is the slow rank" in verdict
+            table = str(w._html())
+            assert table.count("<tr") == 3 and "finished" in table  # header + two ranks
+            assert "rank 1 is the straggler" in w.status["verdict"]
+            ended = w.view.profile.panels.ended.data["text"]
+            assert ended == ["rank 0: finished", "rank 1: finished"]
+    finally:
+        on_dir.stop()
+        on_port.stop()
+
+
+def test_a_finished_folder_shows_its_final_state(run) -> None:
+    c, feed, ranks, out = run
+    ranks.steps(12)
+    ranks.bye()
+    view = run_view(c.snapshot(), ended=True)
+    write_folder(str(out), c, view, ["torchrun", "train.py"], 0, False)
+    # replayed from its feed ...
+    _publish(c, feed, ended=True)
+    w = torchlens.watch(str(out), timeout=10)
+    assert w.wait(10) and "this run has ended" in repr(w)
+    assert _steps_shown(w) == [list(range(12)), list(range(12))]
+    # ... or, without one, from its files
+    os.remove(out / "live.jsonl")
+    w = torchlens.watch(out, timeout=10)
+    assert w.wait(10) and w.state == "ended"
+    assert "no live feed" in repr(w) and "torchlens.load" in repr(w)
+    assert _steps_shown(w) == [list(range(12)), list(range(12))]
+    assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
+    assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
+    assert "rank 1 is the straggler" in w.status["verdict"]
+
+
+def test_bad_targets_say_what_to_do(run, tmp_path: Path, monkeypatch) -> None:
+    c, _, _, out = run
+    for name in ("TORCHLENS_RUN_SECRET", "TORCHLENS_RUN_SECRET_FILE", "TORCHLENS_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(InputError, match="no such folder, and not host:port"):
+        torchlens.watch(str(tmp_path / "nope"))
+    with pytest.raises(InputError, match="is a file"):
+        torchlens.watch(str(out / "live.jsonl"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="not a `torchlens run` folder"):
+        torchlens.watch(empty)
+    with pytest.raises(InputError, match="timeout"):
+        torchlens.watch(str(out), timeout=0)
+    address = f"127.0.0.1:{c.port}"
+    with pytest.raises(InputError, match="needs the run's secret"):
+        torchlens.watch(address)
+    with pytest.raises(InputError, match="does not exist"):
+        torchlens.watch(address, secret_file=str(tmp_path / "missing.secret"))
+    loose = tmp_path / "loose.secret"
+    loose.write_text(c.key.secret.hex())
+    loose.chmod(0o644)
+    with pytest.raises(InputError, match="chmod 600"):
+        torchlens.watch(address, secret_file=str(loose))
+    wrong = tmp_path / "wrong.secret"
+    RunKey.new().write_secret(str(wrong))
+    with pytest.raises(InputError, match="secret does not open"):
+        torchlens.watch(address, secret_file=str(wrong))
+    with pytest.raises(InputError, match=f"hosts run {c.key.run_id}, not run 0123"):
+        torchlens.watch(address, secret_file=_secret(c, out), run_id="0123456789abcdef")
+    with pytest.raises(InputError, match="nothing listening at 127.0.0.1:1 .*still running"):
+        torchlens.watch("127.0.0.1:1", secret_file=_secret(c, out))
+    # the secret from the environment, as on another node
+    monkeypatch.setenv("TORCHLENS_RUN_SECRET", c.key.secret.hex())
+    w = torchlens.watch(address, timeout=5)
+    w.stop()
+    assert c.key.run_id in w.label

@@ -1,0 +1,65 @@
+"""The status block of ``torchlens.watch``: the run's verdict and one row per rank.
+
+Drawn from a live frame's ``status`` (``analysis.run_verdict.live_status``):
+numbers are only formatted here. The same HTML sits above the live view
+while the run goes on and is left in the notebook as its static copy when
+the watch ends (widgets are not saved with a notebook). Host names, errors
+and the verdict came from the ranks: the template escapes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markupsafe import Markup
+
+from ..model.words import format_bytes
+from . import html
+
+LABELS = ("rank", "node", "host", "state", "steps", "step ms", "data ms", "memory")
+STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiting": "#777"}
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _memory(row: dict[str, Any]) -> str:
+    if row.get("allocated") is not None:
+        mark = "~" if row.get("source") == "modelled" else ""
+        return f"{mark}{format_bytes(row['allocated'])}"
+    return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
+
+
+def status_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """The table's rows (text cells) and which one is the slow rank."""
+    out = []
+    for row in status.get("ranks") or []:
+        state = str(row.get("state") or "-")
+        if row.get("error"):
+            state = f"{state} ({str(row['error'])[:80]})"
+        out.append({"slow": bool(row.get("slow")), "cells": [
+            str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
+            str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",
+            _ms(row.get("step_ms")), _ms(row.get("data_ms")), _memory(row)]})
+    return out
+
+
+def status_html(source: str, state: str, status: dict[str, Any] | None,
+                facts: str = "", notes: list[str] | tuple[str, ...] = ()) -> Markup:
+    """The block: ``source`` (what is watched), ``state`` (``running``, ``ended``,
+    ``stopped``, ``waiting``: coloured), the verdict, ``notes`` and the rank table."""
+    status = status or {}
+    notes = [*notes, *(f"lost: {w}" for w in status.get("lost") or [])]
+    return html.render("watch_status.html.j2", source=source, state=state,
+                       state_color=STATE_COLORS.get(state.split(" ")[0], "#333"), facts=facts,
+                       verdict=status.get("verdict") or "", notes=notes, labels=LABELS,
+                       rows=status_rows(status))
+
+
+def status_text(source: str, state: str, status: dict[str, Any] | None, facts: str = "") -> str:
+    """One line for ``text/plain`` (a terminal, or a front end without widgets)."""
+    status = status or {}
+    verdict = status.get("verdict")
+    return (f"torchlens.watch {source}: {state}" + (f" ({facts})" if facts else "")
+            + (f"; verdict: {verdict}" if verdict else ""))
