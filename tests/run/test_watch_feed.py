@@ -44,36 +44,37 @@ def _record(step: int, slow: bool) -> dict:
 
 
 class Ranks:
-    """Two ranks attached to ``c`` (rank 1 slow in data loading)."""
+    """Two ranks attached to ``c`` (rank 1 slow in data loading), sending as
+    ``capture.ddp.attach`` does (ring keys, counted in the sealed heartbeat)."""
 
     def __init__(self, c: Collector) -> None:
         self.c, self.key = c, c.key
         self.store = dist.TCPStore("127.0.0.1", c.port, is_master=False,
                                    timeout=timedelta(seconds=5))
-        self.prefix, self.sent, self.step = [], [0, 0], 0
+        self.prefix, self.slots, self.sent, self.step = [], [], [0, 0], 0
         for r in range(2):
             slot = self.store.add(protocol.slots_key(self.key.run_id), 1) - 1
             name = protocol.slot_key(self.key.run_id, slot, "")
-            self.store.add(name + "steps/n", 0)
-            self.store.add(name + "prof/n", 0)
+            self.prefix.append(name)
+            self.slots.append(slot)
             self.beat(name, r)
             _say(self.store, self.key, name + "hello", {
                 "rank": r, "world_size": 2, "node": 0, "host": "gpu7", "pid": 1, "restart": 0,
                 "t": T, "shared_run_dir": True})
-            self.prefix.append(name)
         c.poll()
 
     def beat(self, name: str, r: int, bye: dict | None = None) -> None:
         hb = {"t": time.time(), "beat": time.monotonic(), "rss": 100_000_000,
-              "steps_done": self.step}
+              "steps_done": self.step, "sent": [self.sent[r], 0]}
         _say(self.store, self.key, name + "hb", {**hb, **({"bye": bye} if bye else {})})
 
     def steps(self, n: int) -> None:
         """``n`` steps on both ranks, one batch each, then a poll of the collector."""
-        for r, name in enumerate(self.prefix):
+        for r, slot in enumerate(self.slots):
             batch = [_record(self.step + i, r == 1) for i in range(n)]
-            _say(self.store, self.key, name + f"steps/{self.sent[r]}", batch)
-            self.store.add(name + "steps/n", 1)
+            key = protocol.ring_key(self.key.run_id, slot, "steps", self.sent[r])
+            body = protocol.pack(self.sent[r], json.dumps(batch).encode())
+            self.store.set(key, self.key.seal(key, body))
             self.sent[r] += 1
         self.step += n
         for r, name in enumerate(self.prefix):
