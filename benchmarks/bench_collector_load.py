@@ -262,8 +262,17 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
                 seen[s.slot] = (taken[0], taken[1], max(beat, last[2]))
             book["cpu"] += time.thread_time() - c0
 
+    import shutil
+    import tempfile
+
+    from torchlens.capture.ddp.feed import FeedPublisher
+
     key = RunKey.new()
-    collector = Timed(key)
+    # as ``torchlens run``: everything spooled to the run folder, the live feed
+    # published to it and to the store
+    run_dir = tempfile.mkdtemp(prefix="tl-bench-run-")
+    collector = Timed(key, spool=os.path.join(run_dir, ".spool"))
+    feed = FeedPublisher(collector, run_dir)
     me = psutil.Process()
     terminal = _Terminal()
     summary = TerminalSummary(terminal, tty=True)  # type: ignore[arg-type]
@@ -296,7 +305,7 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
             p.stdin.write(json.dumps({"start": start, "end": end}) + "\n")  # type: ignore[union-attr]
             p.stdin.flush()  # type: ignore[union-attr]
         threading.Thread(target=sample, daemon=True).start()
-        watch(collector, summary, lambda: time.time() < start)
+        watch(collector, summary, lambda: time.time() < start, feed)
         cpu0, w0, rss0 = sum(os.times()[:2]), time.time(), me.memory_info().rss
         book["cpu"] = 0.0
         del arrived[:]
@@ -308,7 +317,7 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
             import cProfile
             prof = cProfile.Profile()
             prof.enable()
-        watch(collector, summary, lambda: time.time() < end)
+        watch(collector, summary, lambda: time.time() < end, feed)
         if prof is not None:
             prof.disable()
             prof.dump_stats(args.cprofile)
@@ -334,7 +343,10 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        feed.close()
         collector.close()
+        disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(run_dir) for f in fs)
+        shutil.rmtree(run_dir, ignore_errors=True)
     wall = w1 - w0
     sent = {k: sum(o["sent"][k] for o in outs) for k in ("steps", "prof", "hb")}
     state = [t_in - t_sent for t_sent, t_in in got]
@@ -357,7 +369,8 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
         "lat_view": [_pct(view, 0.5), _pct(view, 0.95), max(view, default=None)],
         "frames": len(frames), "poll_ms": [_pct(poll_s, 0.5), max(poll_s, default=None)], "sim_late_max_s": max(o["late_max_s"] for o in outs),
         "sim_cores": sum(o["cpu_s"] for o in outs) / wall,
-        "dropped": collector.dropped,
+        "dropped": collector.dropped, "run_dir_mb": disk / 2**20,
+        "feed": feed.manifest_entry(),
         "overwritten": [sum(s.overwritten[k] for s in collector.slots.values()) for k in (0, 1)]}
 
 
@@ -384,7 +397,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'ranks':>5} {'msg/s sent':>10} {'msg/s in':>9} {'backlog':>7} {'cores':>6} "
             f"{'rss MB':>7} {'peak MB':>7} {'growth MB':>9} {'state ms p50/p95/max':>21} "
             f"{'view ms p50/p95/max':>20} {'poll ms p50/max':>15} {'sim cores':>9} "
-            f"{'lost to ring':>12}")
+            f"{'lost to ring':>12} {'feed ms p50/max':>15} {'run dir MB':>10}")
     out = [head]
     for r in rows:
         growth = r["rss_growth_mb_2nd_half"]
@@ -395,7 +408,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{'/'.join(_ms(v) for v in r['lat_state']):>21} "
             f"{'/'.join(_ms(v) for v in r['lat_view']):>20} "
             f"{'/'.join(_ms(v) for v in r['poll_ms']):>15} {r['sim_cores']:>9.2f} "
-            f"{'/'.join(map(str, r['overwritten'])):>12}")
+            f"{'/'.join(map(str, r['overwritten'])):>12} "
+            f"{'/'.join(str(round(r['feed'][k] or 0)) for k in ('publish_ms_median', 'publish_ms_max')):>15} "
+            f"{r['run_dir_mb']:>10.0f}")
     return "\n".join(out)
 
 
