@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchlens.analysis.run_verdict import RunView, run_view
+from torchlens.analysis.run_verdict import RunView, live_status, run_view
 
 
 def _rec(step: int, data: float, rss: int, allocated: int | None) -> dict[str, Any]:
@@ -57,8 +57,7 @@ def four_rank_view(host1: str = "gpu-b", ended: bool = False,
 def live_document(view: RunView, run_id: str, ended: bool = False) -> dict[str, Any]:
     """The live.json content: exactly the documented keys."""
     return {"format": "torchlens-live", "version": 1, "run_id": run_id, "t": time.time(),
-            "world_size": view.world_size, "verdict": view.verdict, "ended": ended,
-            "ranks": view.ranks, "restarts": view.restarts, "dropped": view.dropped}
+            **live_status(view), "ended": ended}
 
 
 def write_live(run_dir: Path, doc: dict[str, Any] | str) -> Path:

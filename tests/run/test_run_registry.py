@@ -258,3 +258,29 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
     assert recent.runs(now + 62) == []
     # a server that never saw it running does not list it
     assert reg.RecentRuns().runs() == []
+
+
+def test_a_big_job_shows_its_ranks_in_trouble_first_within_the_cap() -> None:
+    # 200 ranks: rank 150 failed, rank 77 is slow; the sidebar has room for MAX_RANKS
+    from torchlens.analysis.run_verdict import run_view
+
+    def rec(i: int, data: float, backward: float) -> dict:
+        return {"step": i, "t0": i * 0.1, "t1": i * 0.1 + 0.05,
+                "phases": {"data": data, "forward": 0.002, "backward": backward,
+                           "optimizer": 0.001, "collective": 0.0},
+                "mem": {"rss": 100 << 20, "source": "rss"}}
+
+    steps = [[rec(i, 0.04 if r == 77 else 0.0002, 0.001 if r == 77 else 0.041)
+              for i in range(12)] for r in range(200)]
+    ranks = [{"rank": r, "node": r // 8, "host": f"h{r // 8}", "silent_s": 0.5, "bye": None,
+              "heartbeat": {"steps_done": 12}, "steps_sent": 12, "shared_run_dir": True}
+             for r in range(200)]
+    ranks[150]["bye"] = {"reason": "exception", "error": "RuntimeError: boom"}
+    view = run_view({"world_size": 200, "ranks": ranks, "steps": steps,
+                     "summaries": [[] for _ in ranks], "dropped": 0, "restarts": [],
+                     "lost_after_s": 10.0})
+    live = reg.live_status(live_document(view, "r1"))
+    assert live is not None and live["world_size"] == 200
+    shown = [r["rank"] for r in live["ranks"]]
+    assert len(shown) == reg.MAX_RANKS and shown == sorted(shown)
+    assert 150 in shown and 77 in shown

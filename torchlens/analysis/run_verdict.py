@@ -273,7 +273,8 @@ def live_status(view: RunView) -> dict[str, Any]:
         out["ended"] = ended_reason(out)
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached, "verdict": view.verdict,
-            "slow_rank": view.slow.rank, "ranks": rows, "restarts": list(view.restarts),
+            "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
+            "restarts": list(view.restarts),
             "dropped": view.dropped, "lost": [n.words for n in view.lost]}
 
 

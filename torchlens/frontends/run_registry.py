@@ -47,7 +47,8 @@ LIVE_FORMAT = "torchlens-live"
 MANIFEST_FILE = "manifest.json"
 MAX_ENTRY_BYTES = 64 << 10
 MAX_LIVE_BYTES = 16 << 20
-MAX_RANKS = 4096
+#: rank rows a job shows in the sidebar (the world size is said beside them)
+MAX_RANKS = 64
 MAX_TEXT = 2000
 #: a garbled entry (not one being written: those are renamed into place whole) is
 #: deleted once this old
@@ -191,8 +192,15 @@ def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
             or not isinstance(raw.get("ranks"), list):
         return None
     now = time.time() if now is None else now
+    rows = raw["ranks"]
+    order = raw.get("order")
+    if len(rows) > MAX_RANKS and isinstance(order, list) \
+            and all(isinstance(i, int) and 0 <= i < len(rows) for i in order):
+        # the ranks in trouble and the slowest (run_verdict.show_order) are the
+        # ones worth the room when a job has more ranks than the sidebar shows
+        rows = [rows[i] for i in sorted(order[:MAX_RANKS])]
     ranks = []
-    for row in raw["ranks"][:MAX_RANKS]:
+    for row in rows[:MAX_RANKS]:
         if not isinstance(row, dict) or _number(row.get("rank")) is None:
             continue
         out: dict[str, Any] = {k: _number(row.get(k)) for k in RANK_NUMBERS}
