@@ -3,7 +3,10 @@
 Rank ``TL_SLOW_RANK`` (default 1) sleeps ``TL_SLOW_S`` in its dataset's
 ``__getitem__``: a straggler in data loading. ``TL_STEPS`` steps (default 30),
 each ending with ``torchlens.step()``. ``TL_STEP_SLEEP`` adds a sleep to every
-rank's step (a long run to kill mid-way).
+rank's step (a long run to kill mid-way). ``TL_FAIL_ONCE_AT=N``: rank
+``TL_FAIL_RANK`` (default 1) raises in step N of its first start (restart
+count 0), so torchrun's agent (``--max-restarts 1``) restarts every worker
+and the second start runs to the end.
 """
 
 import os
@@ -20,6 +23,9 @@ STEPS = int(os.environ.get("TL_STEPS", "30"))
 SLOW_RANK = int(os.environ.get("TL_SLOW_RANK", "1"))
 SLOW_S = float(os.environ.get("TL_SLOW_S", "0.04"))
 STEP_SLEEP = float(os.environ.get("TL_STEP_SLEEP", "0"))
+FAIL_AT = int(os.environ.get("TL_FAIL_ONCE_AT", "-1"))
+FAIL_RANK = int(os.environ.get("TL_FAIL_RANK", "1"))
+FIRST_START = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 
 
 class Batches(Dataset):
@@ -43,7 +49,9 @@ def main() -> None:
         torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = iter(DataLoader(Batches(rank), batch_size=1))
-    for _ in range(STEPS):
+    for i in range(STEPS):
+        if i == FAIL_AT and rank == FAIL_RANK and FIRST_START:
+            raise RuntimeError(f"rank {rank} fails on purpose at step {i} (TL_FAIL_ONCE_AT)")
         x, y = next(loader)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

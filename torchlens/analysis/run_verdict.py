@@ -16,6 +16,9 @@ A rank's state:
 - ``lost``: its bye says its elastic agent died, or it stopped sending
   without a bye (for ``lost_after_s``, or the run ended).
 
+Each rank's row and state are of its latest start; the restarts by the
+elastic agent, one per restart of the job, come from ``analysis.restarts``.
+
 Lost ranks are grouped by node (``GROUP_RANK``, and host) and each group says
 the step the ranks were in when they went silent (their last heartbeat's
 ``steps_done``, the index of the step then running).
@@ -29,12 +32,14 @@ median over its last 20 steps, against the median of the other ranks' medians.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 from ..model.words import format_bytes
+from .restarts import Restart, world_restarts
 from .rank_steps import (
     MemoryCreep,
     SlowRank,
@@ -79,7 +84,7 @@ class RunView:
     creep: list[MemoryCreep]
     lost: list[LostNode]
     dropped: int
-    restarts: list[dict[str, Any]]
+    restarts: list[Restart]  # one per restart of the job (``analysis.restarts``)
     attached: int
     world_size: int
     notes: list[str] = field(default_factory=list)
@@ -197,7 +202,7 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     for r, (info, state) in enumerate(zip(ranks, states, strict=True)):
         info = info or {}
         row = {"rank": r, "node": info.get("node"), "host": info.get("host"), "state": state,
-               "restart": info.get("restart"),
+               "restart": info.get("incarnation"),
                "error": (info.get("bye") or {}).get("error")}
         if r < len(table):
             row.update({k: v for k, v in table[r].items() if k != "rank"})
@@ -244,8 +249,9 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
                      "collector per node, or fewer profiled steps, keeps up)")
     times = sorted(r["step_ms"] for r in rows if r.get("step_ms") is not None)
     spread = (median(times), times[0], times[-1]) if times else None
+    restarts = world_restarts(snap.get("incarnations") or [], snap["world_size"])
     return RunView(verdict, rows, slow, creep, lost, snap.get("dropped", 0),
-                   snap.get("restarts", []), attached, snap["world_size"], notes,
+                   restarts, attached, snap["world_size"], notes,
                    show_order(rows, slow.rank), spread)
 
 
@@ -274,7 +280,7 @@ def live_status(view: RunView) -> dict[str, Any]:
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached, "verdict": view.verdict,
             "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
-            "restarts": list(view.restarts),
+            "restarts": [dataclasses.asdict(r) for r in view.restarts],
             "dropped": view.dropped, "lost": [n.words for n in view.lost]}
 
 

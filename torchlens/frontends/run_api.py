@@ -22,7 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..formats.collected import collector_notes
+from ..analysis.run_steps import step_series
+from ..formats.collected import collected_steps, collector_notes
 from ..formats.run_folder import Problem, RunSources, discover
 from ..model import Profile
 from ..model.payloads import RunPayload
@@ -126,10 +127,12 @@ class RunResult(Result):
 
     def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
                  problems: list[Problem]) -> None:
+        collected = collected_steps(sources.root)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
-                             notes=collector_notes(sources.root))
+                             notes=collector_notes(sources.root),
+                             collected_steps=step_series(collected) if collected else {})
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
         self.sources = sources

@@ -210,6 +210,11 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
     if view.lost:
         return "stopped: " + "; ".join(n.words for n in view.lost)
     if code == 0 and all(r["state"] == "finished" for r in view.ranks):
+        if view.restarts:  # the step counts are of the last start
+            n = len(view.restarts)
+            return (f"finished after {n} restart{'s' if n > 1 else ''} by the elastic agent: "
+                    f"every rank said goodbye ({min(steps, default=0)} steps or more each "
+                    "since the last restart)")
         return f"finished: every rank said goodbye ({min(steps, default=0)} steps or more each)"
     bad = [f"rank {r['rank']} {r['state']}" + (f" ({r['error']})" if r.get("error") else "")
            for r in view.ranks if r["state"] != "finished"]
@@ -237,12 +242,13 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         os.makedirs(folder, exist_ok=True)
         slots = by_rank.get(r, [])
         with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
-            for s in slots:  # every incarnation, in order: a restart shows in the records
+            # every start of the rank, in order; "restart" says which (0: the first,
+            # k: after the job's k-th restart, as analysis.restarts numbers them)
+            for incarnation, s in enumerate(slots):
                 for batch in collector.spool_lines(s.slot, 0):
                     for rec in json.loads(batch):
                         if isinstance(rec, dict):
-                            fh.write(json.dumps({**rec, "restart": s.hello.get("restart") or 0})
-                                     + "\n")
+                            fh.write(json.dumps({**rec, "restart": incarnation}) + "\n")
         with open(os.path.join(folder, "summaries.jsonl"), "wb") as fb:
             for s in slots:
                 fb.writelines(line + b"\n" for line in collector.spool_lines(s.slot, 1))
@@ -271,7 +277,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         "stopped": _where_stopped(view, interrupted, code), "verdict": view.verdict,
         "ranks": ranks, "nodes": list(nodes.values()),
         "lost_nodes": [dataclasses.asdict(n) for n in view.lost],
-        "restarts": view.restarts, "dropped_messages": collector.dropped,
+        "restarts": [dataclasses.asdict(r) for r in view.restarts],
+        "started": collector.t0, "dropped_messages": collector.dropped,
         "dropped_why": collector.dropped_why,
         "slow_rank": dataclasses.asdict(view.slow),
         "memory_creep": [dataclasses.asdict(c) for c in view.creep], "notes": view.notes,

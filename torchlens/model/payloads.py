@@ -231,6 +231,9 @@ class RunPayload:
     #: what ``torchlens run``'s collector found (its verdict, lost nodes, where
     #: the run stopped), from the run folder's manifest; shown first in findings
     notes: list[str] = field(default_factory=list)
+    #: ``torchlens run`` folders: every rank's steps over time and the restarts
+    #: (``analysis.run_steps.step_series``); empty for other folders
+    collected_steps: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from markupsafe import Markup
 from ..analysis.multirank.analyze import RunAnalysis
 from ..model import Profile
 from ..model.words import plural
-from . import html, run_timeline, tables
+from . import html, run_steps_chart, run_timeline, tables
 from .report import section
 from .run_launches_report import launch_sections
 from .tables import Column
@@ -105,6 +105,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if a.findings:
         out.append(section("Findings", html.join([html.note(f) for f in a.findings]),
                            "findings"))
+    out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", {}), figures)
     out += run_timeline.sections(profile, a, figures)
     if any(r.get("idle_pct") is not None for r in a.temporal):
         figures.append(_temporal_chart(a))

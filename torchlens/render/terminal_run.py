@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import textwrap
 import time
 from typing import Any, TextIO
 
@@ -77,9 +78,7 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
         out.append(f"lost: {node.words}")
     for c in view.creep:
         out.append(f"memory: {c.words}")
-    for r in view.restarts:
-        out.append(f"restart: rank {r['rank']} restarted ({r['from']} -> {r['to']}) "
-                   f"after {r['after_step']} steps")
+    out += [f"restart {r.number}: {r.words}" for r in view.restarts]
     out += [f"note: {n}" for n in view.notes]
     return out
 
@@ -115,13 +114,18 @@ class TerminalSummary:
         if not self.tty:
             print(one_line(view), file=self.stream, flush=True)
             return
-        # a wrapped line would make the next redraw move up too few lines
+        # a line the terminal wraps would make the next redraw move up too few
+        # lines: wrap them here, where they are counted (a restart's sentence
+        # is longer than a terminal is wide)
         size = shutil.get_terminal_size()
         width = max(20, size.columns - 1)
+        said = sum(len(textwrap.wrap(f"restart {r.number}: {r.words}", width))
+                   for r in view.restarts)
         # the rows besides the ranks': verdict, totals, heading, the rest, notes
-        rows = max(4, size.lines - 8 - len(view.lost) - len(view.creep) - len(view.restarts)
+        rows = max(4, size.lines - 8 - len(view.lost) - len(view.creep) - said
                    - len(view.notes))
-        text = [t[:width] for t in lines(view, header, max_rows=rows)]
+        text = [part for t in lines(view, header, max_rows=rows)
+                for part in (textwrap.wrap(t, width, subsequent_indent="  ") or [""])]
         up = _UP.format(n=self.drawn) if self.drawn else ""
         self.stream.write(up + _CLEAR + "\n".join(text) + "\n")
         self.stream.flush()

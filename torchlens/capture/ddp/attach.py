@@ -109,6 +109,7 @@ class Attachment:
         self._beat = 0
         self._closed = False
         self._error: str | None = None
+        self._error_t: float | None = None  # when it was raised: which rank failed first
 
     def _key(self, what: str) -> str:
         return protocol.slot_key(self.key.run_id, self.slot, what)
@@ -185,6 +186,7 @@ class Attachment:
 
         def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
             self._error = f"{kind.__name__}: {str(exc).strip()[:300]}"
+            self._error_t = time.time()
             previous(kind, exc, tb)
 
         sys.excepthook = excepthook
@@ -219,7 +221,8 @@ class Attachment:
                 reason = "exception"
             # the bye rides on the last heartbeat, which counts the last values
             bye = {"t": time.time(), "reason": reason, "error": self._error,
-                   "steps": self.profiler.index, "errors": self.profiler.errors[:20]}
+                   "error_t": self._error_t, "steps": self.profiler.index,
+                   "errors": self.profiler.errors[:20]}
             self._put(self._key("hb"), {**self._heartbeat(), "bye": bye})
 
 

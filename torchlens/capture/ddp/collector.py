@@ -64,7 +64,7 @@ HELLOS_PER_POLL = 256
 
 @dataclass
 class Slot:
-    """One attached process (a rank; a restarted rank is a new slot)."""
+    """One attached process: a rank, or a restart of it (a new slot, a new *incarnation*)."""
 
     slot: int
     hello: dict[str, Any]
@@ -73,11 +73,14 @@ class Slot:
     steps: list[dict[str, Any]] = field(default_factory=list)
     summaries: list[dict[str, Any]] = field(default_factory=list)
     bye: dict[str, Any] | None = None
-    superseded: bool = False  # a later restart of the same rank took over
     read: list[int] = field(default_factory=lambda: [0, 0])  # values read: batches, summaries
     raw_hb: bytes = b""
     counts: list[int] = field(default_factory=lambda: [0, 0])  # step records, summaries
     overwritten: list[int] = field(default_factory=lambda: [0, 0])  # lost to a full ring
+    #: the first step record's t0 and the last one's t1 (the kept records are
+    #: only the newest: these say when this incarnation stepped at all)
+    first_t: float | None = None
+    last_t: float | None = None
 
     @property
     def rank(self) -> int:
@@ -103,7 +106,6 @@ class Collector:
         self.chan: protocol.Channel | None = protocol.Channel(self.store, key)
         self._dropped_why: dict[str, int] = {}  # beside the signature failures
         self._forged = 0
-        self.restarts: list[dict[str, Any]] = []
         self.t0 = time.time()
 
     def close(self) -> None:
@@ -211,19 +213,8 @@ class Collector:
                     if hello is not None:
                         self._drop("bad hello")
                     continue
-                self._register(Slot(slot, hello, time.monotonic()))
+                self.slots[slot] = Slot(slot, hello, time.monotonic())
         self.pending = still + self.pending[HELLOS_PER_POLL:]
-
-    def _register(self, new: Slot) -> None:
-        for old in self.slots.values():
-            if old.rank == new.rank and not old.superseded:
-                old.superseded = True
-                if int(new.hello.get("restart") or 0) > int(old.hello.get("restart") or 0):
-                    self.restarts.append({"rank": new.rank, "from": old.hello.get("restart"),
-                                          "to": new.hello.get("restart"),
-                                          "t": new.hello.get("t"),
-                                          "after_step": len(old.steps)})
-        self.slots[new.slot] = new
 
     def spool_path(self, slot: int, kind: int) -> str | None:
         """The spool file of ``slot``'s step batches (kind 0) or summaries (kind 1)."""
@@ -292,6 +283,10 @@ class Collector:
             return None
         records = [d for d in data if isinstance(d, dict)]
         s.counts[0] += len(records)
+        if records:
+            if s.first_t is None:
+                s.first_t = _number(records[0].get("t0"))
+            s.last_t = _number(records[-1].get("t1")) or s.last_t
         s.steps += records
         del s.steps[:-KEEP_STEPS]
         return payload
@@ -301,7 +296,9 @@ class Collector:
         """Plain data for the analysis: the latest incarnation of every rank."""
         now = time.monotonic()
         latest: dict[int, Slot] = {}
+        starts: dict[int, int] = {}
         for s in self.slots.values():
+            starts[s.rank] = starts.get(s.rank, 0) + 1
             if s.rank not in latest or s.slot > latest[s.rank].slot:
                 latest[s.rank] = s
         world = max([int(s.hello.get("world_size") or 0) for s in self.slots.values()]
@@ -315,16 +312,43 @@ class Collector:
             ranks.append({**{k: s.hello.get(k) for k in (
                 "rank", "node", "host", "pid", "local_rank", "restart", "device",
                 "shared_run_dir", "run_dir", "elastic_run_id", "t")},
-                "slot": s.slot, "silent_s": now - s.seen, "bye": s.bye,
+                "slot": s.slot, "incarnation": starts[r] - 1, "silent_s": now - s.seen,
+                "bye": s.bye,
                 "heartbeat": s.heartbeat, "steps_sent": s.counts[0],
                 "summaries_sent": s.counts[1], "overwritten": list(s.overwritten)})
         steps = [latest[r].steps if r in latest else [] for r in range(world)]
         summaries = [latest[r].summaries if r in latest else [] for r in range(world)]
         return {"run_id": self.key.run_id, "world_size": world, "ranks": ranks,
                 "steps": steps, "summaries": summaries, "dropped": self.dropped,
-                "dropped_why": dict(self.dropped_why), "restarts": list(self.restarts),
+                "dropped_why": dict(self.dropped_why), "incarnations": self.incarnations(),
                 "pending_slots": len(self.pending), "t0": self.t0, "wall_s": time.time() - self.t0,
                 "lost_after_s": LOST_S}
 
     def all_slots(self) -> list[Slot]:
         return sorted(self.slots.values(), key=lambda s: s.slot)
+
+    def incarnations(self) -> list[dict[str, Any]]:
+        """Every attached process in slot order, with what ``analysis.restarts``
+        needs to group restarts: which start of its rank it is, when it stepped,
+        and how it ended (its goodbye).
+
+        A later process of the same rank is a restart of it, whatever its
+        ``TORCHELASTIC_RESTART_COUNT``: an agent counts only its own node's
+        failures, so a node restarted because another node failed keeps 0.
+        """
+        seen: dict[int, int] = {}
+        out = []
+        for s in self.all_slots():
+            n = seen[s.rank] = seen.get(s.rank, -1) + 1
+            hb = s.heartbeat
+            out.append({"rank": s.rank, "slot": s.slot, "incarnation": n,
+                        "restart_count": s.hello.get("restart"), "node": s.hello.get("node"),
+                        "host": s.hello.get("host"), "world_size": s.hello.get("world_size"),
+                        "t": s.hello.get("t"), "first_t": s.first_t, "last_t": s.last_t,
+                        "steps": s.counts[0], "steps_done": hb.get("steps_done"),
+                        "last_beat": hb.get("t"), "bye": s.bye})
+        return out
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
