@@ -100,3 +100,56 @@ def test_many_ranks_show_the_ones_in_trouble_first_and_sum_up_the_rest() -> None
     assert "step ms over all ranks: median" in text
     # the log line does not list 40 ranks either
     assert "over 40 ranks" in one_line(view)
+
+
+def _inc(rank: int, n: int, node: int, count: int, bye: dict | None = None, **kw: object) -> dict:
+    """One process of ``rank`` as ``Collector.incarnations`` lists it."""
+    return {"rank": rank, "slot": 4 * n + rank, "incarnation": n, "restart_count": count,
+            "node": node, "host": f"h{node}", "world_size": 4, "t": 100.0 + 50 * n,
+            "first_t": 101.0 + 50 * n, "last_t": 120.0 + 50 * n, "steps": 7,
+            "steps_done": 7, "last_beat": 120.0 + 50 * n, "bye": bye, **kw}
+
+
+def test_a_restart_of_every_rank_is_one_restart_named_by_the_first_failure() -> None:
+    from torchlens.analysis.restarts import world_restarts
+
+    # rank 2 raised first; the others failed after it (gloo: peer closed) or were
+    # ended by their agent. Node 0's agent kept restart count 0 (another node failed)
+    first = [_inc(0, 0, 0, 0, {"reason": "exception", "t": 125.0, "error_t": 124.0,
+                               "error": "RuntimeError: Connection closed by peer", "steps": 7}),
+             _inc(1, 0, 0, 0, {"reason": "SIGTERM", "t": 125.5, "steps": 7}),
+             _inc(2, 0, 1, 0, {"reason": "exception", "t": 126.0, "error_t": 121.0,
+                               "error": "ValueError: bad batch", "steps": 7}),
+             _inc(3, 0, 1, 0, {"reason": "SIGTERM", "t": 124.5, "steps": 7})]
+    second = [_inc(r, 1, r // 2, 0 if r < 2 else 1) for r in range(4)]
+    [restart] = world_restarts(first + second, 4)
+    assert restart.ranks == [0, 1, 2, 3] and restart.cause_rank == 2
+    assert restart.t == 126.0 and restart.resumed_t == 151.0
+    assert "restarted all 4 workers at " in restart.words
+    assert "after rank 2 failed at step 7 (ValueError: bad batch)" in restart.words
+    assert restart.words.endswith("they were training again 25.0 s later")
+    assert restart.label == "restart 1: rank 2 failed"
+    # while the restart is under way; and a first start that ended without goodbyes
+    [partial] = world_restarts(first + second[:1], 4)
+    assert "restarted 1 of 4 workers (rank 0)" in partial.words
+    silent = [_inc(r, n, 0, n, world_size=2) for n in (0, 1) for r in range(2)]
+    [killed] = world_restarts(silent, 2)
+    assert killed.cause == "no goodbye" and "without a goodbye" in killed.words
+
+
+def test_the_terminal_says_each_restart_once_and_wraps_it_on_a_tty() -> None:
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)] for _ in range(2)]
+    snap = _snap([_info(0, 0), _info(1, 0)], steps)
+    snap["incarnations"] = [_inc(r, n, 0, n, {"reason": "exception", "t": 125.0,
+                                              "error_t": 121.0 + r, "error": "E" * 300},
+                                 world_size=2)
+                            for n in (0, 1) for r in (0, 1)]
+    view = run_view(snap)
+    tty = io.StringIO()
+    TerminalSummary(tty, tty=True).draw(view)
+    text = tty.getvalue()
+    joined = text.replace("\n  ", " ")  # wrapped at spaces, continued with an indent
+    assert joined.count("restart 1: the elastic agent restarted all 2 workers") == 1
+    assert "restart 2" not in text
+    assert "E" * 159 + "…" in text.replace("\n  ", "")  # wrapped, not cut
+    assert all(len(line) < 200 for line in text.splitlines())

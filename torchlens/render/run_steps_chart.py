@@ -3,10 +3,10 @@
 Draws ``analysis.run_steps.step_series`` as it is: x is the end of each step
 in seconds since the collector started, y its time in ms, one colour per
 rank. A rank's steps before a restart by the elastic agent are dashed and
-pale, its last start solid, so the two starts cannot be mistaken for one
+pale with hollow points, its last start solid, so the two starts cannot be mistaken for one
 run; each restart is a red line where the old workers stopped, a pale band
-until the new ones stepped again, and its label. The same restarts are
-written out as sentences under the chart (the hover cannot reach a line).
+until the new ones stepped again, and its label (the findings above the
+chart say each restart in full).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def steps_figure(series: dict[str, Any]) -> Any:
     lines: dict[bool, dict[str, list[Any]]] = {
         last: {"xs": [], "ys": [], "color": [], "rank": []} for last in (True, False)}
     points: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "start",
-                                                    "color")}
+                                                    "color", "fill")}
     for r, cols in sorted(ranks.items()):
         final = max(cols["restart"])
         for start in sorted(set(cols["restart"])):
@@ -54,6 +54,9 @@ def steps_figure(series: dict[str, Any]) -> Any:
         points["step"] += cols["step"]
         points["start"] += [_start(s) for s in cols["restart"]]
         points["color"] += [_color(r)] * len(cols["t"])
+        # hollow before the restart: a short first start is a few points, too
+        # close together for its dashed line to show
+        points["fill"] += [_color(r) if s == final else "white" for s in cols["restart"]]
     fig = figure(height=300, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,box_zoom,reset,save",
                  active_scroll="xwheel_zoom", x_axis_label="s since torchlens run started",
                  y_axis_label="ms per step", output_backend="webgl",
@@ -67,7 +70,8 @@ def steps_figure(series: dict[str, Any]) -> Any:
         fig.multi_line("xs", "ys", source=ColumnDataSource(lines[False]), color="color",
                        line_width=1.5, line_alpha=0.45, line_dash="dashed",
                        legend_label="before a restart (dashed)")
-    dots = fig.scatter("t", "ms", source=ColumnDataSource(points), color="color", size=3)
+    dots = fig.scatter("t", "ms", source=ColumnDataSource(points), line_color="color",
+                       fill_color="fill", size=4)
     fig.add_tools(HoverTool(renderers=[dots], tooltips=[
         ("rank", "@rank"), ("step", "@step"), ("step time", "@ms{0,0.0} ms"),
         ("start", "@start"), ("ended at", "@t{0,0.0} s")]))
@@ -104,7 +108,8 @@ def sections(series: dict[str, Any], figures: list[Any]) -> list[Markup]:
     if series["drawn"] < series["steps"]:
         what += (f"; drawn as {series['drawn']:,} points, each rank's slowest step per time "
                  "bin")
+    if series.get("restarts"):  # the sentences themselves lead the findings
+        what += ("; dashed lines and hollow points: a rank's steps before a restart, red: "
+                 "the restarts (the band: until the new workers stepped again)")
     parts = [html.note(what + "."), html.figure_slot(len(figures) - 1)]
-    parts += [html.note(f"restart {r['number']}: {r['words']}")
-              for r in series.get("restarts") or [] if r.get("words")]
     return [section("Every step over time", html.join(parts), "steps-over-time")]

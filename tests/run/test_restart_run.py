@@ -1,0 +1,79 @@
+"""``torchlens run`` over a job that torchrun's agent restarts once, for real (CPU, gloo).
+
+Rank 1 raises at step 5 of its first start (``TL_FAIL_ONCE_AT``); the agent
+(``--max-restarts 1``) restarts both workers and the second start runs to
+the end. Expected figures come from the run folder's files read with json.
+
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with torch 2.13's default, the
+restarted gloo workers meet in the same rendezvous store as the first ones
+and read their stale addresses; on this machine 3 of 4 bare torchrun
+restarts (no torchlens involved) then failed in ``connectFullMesh`` or hung.
+docs/MULTINODE.md says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import REPO, Collector, env, free_port, processes_of_run, torchrun_args
+
+pytestmark = pytest.mark.timeout(300)
+
+STEPS, FAIL_AT = 12, 5
+
+
+def _steps(run_dir: Path, rank: int) -> list[dict]:
+    with open(run_dir / f"rank{rank}" / "steps.jsonl", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_a_restarted_job_is_one_restart_in_the_summary_manifest_and_report(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = torchrun_args(1, 2, free_port())
+    command[-1:-1] = ["--max-restarts", "1", "--monitor-interval", "0.1"]
+    c = Collector(out, command, TL_STEPS=str(STEPS), TL_FAIL_ONCE_AT=str(FAIL_AT),
+                  TL_SLOW_S="0.0", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    try:
+        run_id = re.search(r"run (\w+),", c.wait_line("torchlens run: run")).group(1)
+        assert c.wait() == 0, c.output
+    finally:
+        c.kill()
+    # the terminal: one restart of the job (not one per rank), who failed, where, why
+    said = [line for line in c.lines if line.startswith("restart ")]
+    assert len(said) == 1, c.output
+    assert said[0].startswith("restart 1: the elastic agent restarted all 2 workers at ")
+    assert (f"after rank 1 failed at step {FAIL_AT} (RuntimeError: rank 1 fails on purpose"
+            in said[0]), said[0]
+    assert "torchlens run: finished after 1 restart by the elastic agent" in c.output
+    # the manifest says the same, with the steps each rank's first start did
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["exit_code"] == 0
+    assert manifest["stopped"].startswith("finished after 1 restart")
+    [restart] = manifest["restarts"]
+    assert restart["ranks"] == [0, 1] and restart["cause"] == "failed"
+    assert restart["cause_rank"] == 1 and restart["cause_step"] == FAIL_AT
+    assert restart["error"].startswith("RuntimeError: rank 1 fails on purpose")
+    assert {b["rank"]: b["steps"] for b in restart["before"]} == {0: FAIL_AT, 1: FAIL_AT}
+    assert restart["t"] <= restart["resumed_t"]
+    assert [r["state"] for r in manifest["ranks"]] == ["finished", "finished"]
+    # every rank's records of both starts, told apart by "restart"
+    for rank in (0, 1):
+        records = _steps(out, rank)
+        first = [r["step"] for r in records if r["restart"] == 0]
+        second = [r["step"] for r in records if r["restart"] == 1]
+        assert first == list(range(FAIL_AT)) and second == list(range(STEPS)), rank
+    # the report names the restart and marks it on the chart of every step
+    html = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
+                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = html.read_text(encoding="utf-8")
+    assert "restart 1: the elastic agent restarted all 2 workers" in page
+    assert "Every step over time" in page and "restart 1: rank 1 failed" in page
+    assert not processes_of_run(run_id), [p.cmdline() for p in processes_of_run(run_id)]
