@@ -7,6 +7,8 @@ fn(rank, world_size, steps=N).
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import torch
@@ -33,7 +35,7 @@ class Batches(torch.utils.data.Dataset):
 
 
 def _loop(rank: int, steps: int, data_sleep_s: float = 0.0, grow_bytes: int = 0,
-          fail_at: int | None = None) -> torch.nn.Module:
+          fail_at: int | None = None, kill_at: int | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 4)))
@@ -45,6 +47,8 @@ def _loop(rank: int, steps: int, data_sleep_s: float = 0.0, grow_bytes: int = 0,
             break
         if fail_at is not None and i == fail_at:
             raise RuntimeError(f"rank {rank} failed on purpose at step {i}")
+        if kill_at is not None and i == kill_at:  # as the out-of-memory killer would
+            os.kill(os.getpid(), signal.SIGKILL)
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
@@ -68,6 +72,11 @@ def creeping(rank, world_size, steps=24):
 def crashing(rank, world_size, steps=20):
     """Rank 1 raises at step 6; the others block in the next all_reduce."""
     return _loop(rank, steps, fail_at=6 if rank == 1 else None)
+
+
+def killed(rank, world_size, steps=12):
+    """Rank 1 dies of SIGKILL at step 4: no result, no traceback."""
+    return _loop(rank, steps, kill_at=4 if rank == 1 else None)
 
 
 def balanced(rank, world_size, steps=12):

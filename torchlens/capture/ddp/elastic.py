@@ -17,7 +17,10 @@ already there on a shared file system) in front: ``other_nodes`` builds it.
 
 The ranks are not the kernel's children, so their state comes from what they
 report: a rank has ended when its result is in the store (exit code 0, or 1
-with its error), and the agent's own exit says when the local node failed.
+with its error), or, for a rank of this host killed before it could send
+one, when its process is gone (``vanished``; its exit code from the agent's
+log when the agent names it); the agent's own exit says when the local node
+failed.
 Ending the run is ``child.end`` (the agent's session: the agent ends its
 workers) and then ``child.end_leftovers`` for any local rank still alive
 (their pids and hosts came in their heartbeats); a rank whose agent dies
@@ -27,6 +30,7 @@ ends itself (the worker's parent check).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import sys
@@ -99,6 +103,54 @@ def rank_codes(results: dict[int, dict[str, Any]], n: int) -> list[int | None]:
     """Per rank: None while it runs, 0 when it reported success, 1 with an error."""
     return [None if r not in results else (1 if results[r].get("error") else 0)
             for r in range(n)]
+
+
+def vanished(last_hb: list[dict[str, Any] | None], results: dict[int, Any]) -> list[int]:
+    """Ranks of this host whose process is gone (or a zombie) without a result.
+
+    A rank killed by a signal (SIGKILL, the out-of-memory killer, a segfault)
+    sends nothing; it is not the kernel's child, so no exit code says it
+    ended. Its pid came in its heartbeats; a pid started after that heartbeat
+    is another process (reused), so the rank is gone too.
+    """
+    import psutil
+
+    here = socket.gethostname()
+    out = []
+    for rank, hb in enumerate(last_hb):
+        if rank in results or not hb or hb.get("host") != here or not isinstance(
+                hb.get("pid"), int):
+            continue
+        try:
+            p = psutil.Process(hb["pid"])
+            gone = (p.status() == psutil.STATUS_ZOMBIE
+                    or p.create_time() > float(hb.get("t") or 0.0) + 1.0)
+        except psutil.Error:
+            gone = True
+        if gone:
+            out.append(rank)
+    return out
+
+
+#: torch's elastic agent logs the first failed worker of its node as it sees it
+#: ("failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: ..."), and every
+#: failed worker in the summary it prints when it gives up ("exitcode  : -9 (pid: 4242)")
+_AGENT_FAILURE = re.compile(r"exitcode\s*:\s*(-?\d+)\)?(?: local_rank: \d+)? \(pid: (\d+)\)")
+
+
+def agent_exit_codes(log_path: str) -> dict[int, int]:
+    """pid -> exit code of the workers the local agent's log names as failed.
+
+    Best effort: the agent names its node's failed workers once it has stopped
+    them all, in a format of torch's that may change; a rank not named here
+    ended with an unknown code.
+    """
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return {}
+    return {int(pid): int(code) for code, pid in _AGENT_FAILURE.findall(text)}
 
 
 def local_ranks(last_hb: list[dict[str, Any] | None]) -> list[dict[str, Any]]:

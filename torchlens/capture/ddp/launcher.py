@@ -110,6 +110,8 @@ class DdpLauncher:
         self.key = RunKey.new()  # a fresh secret per run: an earlier run's ranks fail its MAC
         self.sock: Any = None
         self.results: dict[int, dict[str, Any]] = {}  # --nnodes: the results read so far
+        #: --nnodes: ranks of this host gone without a result -> exit code (None: unknown)
+        self.gone: dict[int, int | None] = {}
         self._done_seen = 0
         self.other_nodes: tuple[list[str], dict[str, str]] | None = None
 
@@ -157,6 +159,8 @@ class DdpLauncher:
             if start is not None:
                 start()
             outcome = self._monitor(tl)
+            if outcome == "crashed":
+                self._tell_unreported()
             if self.sink is not None:  # the last heartbeats, held back by the rate limit
                 self.sink.flush(force=True)
         except KeyboardInterrupt:  # the caller shows what was seen, then re-raises
@@ -212,12 +216,29 @@ class DdpLauncher:
         if done != self._done_seen:
             self._done_seen = done
             for r in range(self.options.world_size):
-                key = protocol.result_key(r)
-                if r not in self.results and tl.store.check([key]):
-                    res = tl.get(key)
-                    if isinstance(res, dict):  # a forged result: no report
-                        self.results[r] = res
-        return elastic.rank_codes(self.results, self.options.world_size)
+                if r not in self.results:
+                    self._read_result(tl, r)
+        for r in elastic.vanished(self.last_hb, self.results):
+            # its result may have come since ``done`` was read: then it is not gone
+            if r not in self.gone and not self._read_result(tl, r):
+                pid = (self.last_hb[r] or {}).get("pid")
+                log = os.path.join(self.tmpdir, "log-agent.txt")
+                self.gone[r] = elastic.agent_exit_codes(log).get(pid)
+        codes = elastic.rank_codes(self.results, self.options.world_size)
+        for r, code in self.gone.items():
+            if codes[r] is None:
+                codes[r] = 1 if code in (None, 0) else code  # ended, and not well
+        return codes
+
+    def _read_result(self, tl: protocol.Channel, rank: int) -> bool:
+        """--nnodes: read ``rank``'s result if it is in the store (a forged one is not)."""
+        key = protocol.result_key(rank)
+        if tl.store.check([key]):
+            res = tl.get(key)
+            if isinstance(res, dict):
+                self.results[rank] = res
+                return True
+        return False
 
     def _monitor(self, tl: protocol.Channel) -> str:
         """Poll heartbeats and exit codes until the ranks end, fail or hang.
@@ -260,7 +281,10 @@ class DdpLauncher:
             codes = self._codes(tl)
             for rank, code in enumerate(codes):  # the time of a death that sends no report
                 if code is not None and self.ended_at[rank] is None:
-                    self.ended_at[rank] = time.time()
+                    # a rank found gone died after its last heartbeat (0.2 s
+                    # apart), before the ranks that then lost their peer
+                    hb = self.last_hb[rank] if rank in self.gone else None
+                    self.ended_at[rank] = (hb or {}).get("t") or time.time()
                     self._tell_ended(tl, rank, code)
             if all(c is not None for c in codes):
                 return "finished" if all(c == 0 for c in codes) else "crashed"
@@ -293,14 +317,33 @@ class DdpLauncher:
             return
         if self.options.profile:
             self._read_profiling(tl)  # its last steps first, then the marker
-        reason = "finished" if code == 0 else (f"killed by signal {-code}" if code < 0
+        reason = "finished" if code == 0 else (f"killed by {_signal_name(-code)}" if code < 0
                                                else f"exit code {code}")
+        if rank in self.gone and rank not in self.results and self.gone[rank] is None:
+            reason = "its process ended without a result (killed by a signal?)"
         if code != 0 and tl.store.check([protocol.result_key(rank)]):
             error = (tl.get(protocol.result_key(rank)) or {}).get("error") or {}
             if error:
                 first = str(error.get("message") or "").strip().splitlines()[:1]
                 reason = f"{error.get('type', 'error')}: {first[0] if first else ''}"[:200]
         ended(rank, reason, self.ended_at[rank])
+
+    def _tell_unreported(self) -> None:
+        """--nnodes, after a crash: mark the ranks whose end nobody saw.
+
+        A rank of another node that was killed, or that its agent stopped when
+        a rank failed, sends no result and is not on this host to look at;
+        the live view marks it at its last heartbeat. (On one machine every
+        rank is the kernel's child: its exit code always says it ended.)
+        """
+        ended = getattr(self.sink, "rank_ended", None)
+        if ended is None or self.options.elastic is None:
+            return
+        for rank, at in enumerate(self.ended_at):
+            if at is None:
+                hb = self.last_hb[rank] or {}
+                ended(rank, "sent no result (killed, or stopped by its agent after another "
+                      "rank failed)", hb.get("t") or time.time())
 
     def _read_profiling(self, tl: protocol.Channel) -> None:
         """New step batches and summaries of every rank, then delete their keys.
@@ -380,10 +423,12 @@ class DdpLauncher:
         """End every worker's process group: TERM, then KILL what is left."""
         if self.options.elastic is not None:
             for p in self.procs:
-                if len(self.results) == self.options.world_size:
-                    # Every rank reported: the agent meets the other agents at
-                    # their exit barrier and ends by itself. Killed before it,
-                    # the other nodes' agents would wait out the barrier (300 s).
+                if len(set(self.results) | set(self.gone)) == self.options.world_size:
+                    # Every rank ended: the agent ends by itself, after meeting
+                    # the other agents at their exit barrier (killed before it,
+                    # they would wait it out: 300 s) or, when a worker failed,
+                    # after logging which workers failed with what exit code
+                    # (``elastic.agent_exit_codes``: a killed rank's only trace).
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         p.wait(timeout=AGENT_EXIT_S)
                 if p.poll() is None:
@@ -444,6 +489,13 @@ class DdpLauncher:
         codes: list[int | None] = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
         if self.options.elastic is not None:  # per rank, from its result
             codes = elastic.rank_codes({r: res for r, res in enumerate(ranks) if res}, n)
+            # gone without one: the agent's log, if it names them (read again: the
+            # agent writes it once its node's workers have all stopped)
+            logged = elastic.agent_exit_codes(os.path.join(self.tmpdir, "log-agent.txt"))
+            for r, code in self.gone.items():
+                if codes[r] is None:
+                    codes[r] = code if code is not None else logged.get(
+                        (self.last_hb[r] or {}).get("pid"))
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
@@ -572,6 +624,13 @@ def _published(store: Any, rank: int, hint: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def stop_all() -> None:
