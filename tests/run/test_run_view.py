@@ -153,3 +153,13 @@ def test_the_terminal_says_each_restart_once_and_wraps_it_on_a_tty() -> None:
     assert "restart 2" not in text
     assert "E" * 159 + "…" in text.replace("\n  ", "")  # wrapped, not cut
     assert all(len(line) < 200 for line in text.splitlines())
+
+
+def test_the_verdict_names_the_rank_that_raised_first_not_the_lowest() -> None:
+    steps = [[_rec(i, 0.001, 0.01) for i in range(5)] for _ in range(2)]
+    ranks = [_info(0, 0, bye={"reason": "exception", "error_t": 12.0,
+                              "error": "RuntimeError: Connection closed by peer"}),
+             _info(1, 0, bye={"reason": "exception", "error_t": 11.5,
+                              "error": "ValueError: bad batch"})]
+    view = run_view(_snap(ranks, steps))
+    assert view.verdict.startswith("rank 1 failed: ValueError: bad batch")

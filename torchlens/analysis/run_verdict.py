@@ -23,7 +23,8 @@ Lost ranks are grouped by node (``GROUP_RANK``, and host) and each group says
 the step the ranks were in when they went silent (their last heartbeat's
 ``steps_done``, the index of the step then running).
 
-The verdict, first match wins: a lost node; a failed rank; the slow rank
+The verdict, first match wins: a lost node; a failed rank (the one that
+raised first); the slow rank
 (``rank_steps.slow_rank`` over the last 20 steps every rank has); a rank whose
 memory creeps; else no straggler, with the step-time skew. The figure of a
 slow rank is its part (data loading, compute, its own collectives) per step,
@@ -210,7 +211,14 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
             row["steps"] = info["steps_sent"]
         rows.append(row)
     attached = sum(i is not None for i in ranks)
-    failed = [row for row in rows if row["state"] == "failed"]
+    # the rank that raised first leads: the others usually fail because it went
+    # away (gloo: "Connection closed by peer"), and lower ranks are not first
+    def raised_at(row: dict[str, Any]) -> float:
+        t = ((ranks[row["rank"]] or {}).get("bye") or {}).get("error_t")
+        return float(t) if isinstance(t, (int, float)) else float("inf")
+
+    failed = sorted((row for row in rows if row["state"] == "failed"),
+                    key=lambda row: (raised_at(row), row["rank"]))
     if lost:
         first = lost[0]
         verdict = (f"{first.words.split(':')[0]} was lost: {first.words.split(': ', 1)[1]}; "
