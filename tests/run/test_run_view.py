@@ -163,3 +163,25 @@ def test_the_verdict_names_the_rank_that_raised_first_not_the_lowest() -> None:
                               "error": "ValueError: bad batch"})]
     view = run_view(_snap(ranks, steps))
     assert view.verdict.startswith("rank 1 failed: ValueError: bad batch")
+
+
+def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
+    from torchlens.analysis.run_steps import MAX_POINTS, step_series
+    from torchlens.formats.collected import CollectedSteps
+
+    ranks = {}
+    for r in range(2):  # 30,000 steps per rank: 10,000 before a restart, 20,000 after
+        starts = [0] * 10_000 + [1] * 20_000
+        steps = list(range(10_000)) + list(range(20_000))
+        t0 = [1000.0 + 0.01 * i + (5.0 if s else 0.0) for i, s in enumerate(starts)]
+        t1 = [t + 0.005 for t in t0]
+        t1[12_345] += 2.0  # one 2 s step after the restart
+        ranks[r] = {"restart": starts, "step": steps, "t0": t0, "t1": t1}
+    series = step_series(CollectedSteps(ranks, [{"number": 1, "t": 1100.0,
+                                                 "resumed_t": 1105.0, "label": "restart 1",
+                                                 "words": "w"}], started=1000.0))
+    assert series["steps"] == 60_000 and series["drawn"] <= MAX_POINTS
+    drawn = series["ranks"]["0"]
+    assert max(drawn["ms"]) == 2005.0 and drawn["step"][drawn["ms"].index(2005.0)] == 2345
+    assert set(drawn["restart"]) == {0, 1} and drawn["t"] == sorted(drawn["t"])
+    assert series["restarts"][0]["t"] == 100.0 and series["restarts"][0]["resumed"] == 105.0
