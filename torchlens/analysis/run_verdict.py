@@ -40,7 +40,6 @@ from statistics import median
 from typing import Any
 
 from ..model.words import format_bytes
-from .restarts import Restart, world_restarts
 from .rank_steps import (
     MemoryCreep,
     SlowRank,
@@ -49,6 +48,7 @@ from .rank_steps import (
     rank_table,
     slow_rank,
 )
+from .restarts import Restart, world_restarts
 
 WINDOW = 20
 NEXT_LOOK = {
