@@ -3,8 +3,8 @@
 Draws ``analysis.run_steps.step_series`` as it is: x is the end of each step
 in seconds since the collector started, y its time in ms, one colour per
 rank. A rank's steps before a restart by the elastic agent are dashed and
-pale with hollow points, its last start solid, so the two starts cannot be mistaken for one
-run; each restart is a red line where the old workers stopped, a pale band
+pale with hollow points, its last start solid, so the two starts cannot be
+mistaken for one run; each restart is a red line where the old workers stopped, a pale band
 until the new ones stepped again, and its label (the findings above the
 chart say each restart in full).
 """
