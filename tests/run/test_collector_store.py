@@ -11,6 +11,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import pytest
 import torch.distributed as dist
 
 from torchlens.capture.ddp import protocol
@@ -28,11 +29,23 @@ def _say(store: dist.TCPStore, key: RunKey, name: str, body: object) -> None:
     store.set(name, key.seal(name, json.dumps(body).encode()))
 
 
-def _hello(store: dist.TCPStore, key: RunKey, rank: int, slot: int) -> None:
-    name = protocol.slot_key(key.run_id, slot, "")
-    _say(store, key, name + "hb", {"t": 1.0, "beat": 1, "sent": [0, 0]})
-    _say(store, key, name + "hello", {"rank": rank, "world_size": 2, "node": 0, "host": "h",
-                                      "pid": 1, "restart": 0, "t": 1.0})
+def _attach(store: dist.TCPStore, key: RunKey, rank: int) -> int:
+    """A rank takes a slot and says hello, as ``attach`` does; its slot."""
+    slot = store.add(protocol.slots_key(key.run_id), 1) - 1
+    _beat(store, key, slot, 1, [0, 0])
+    _say(store, key, protocol.slot_key(key.run_id, slot, "hello"),
+         {"rank": rank, "world_size": 2, "node": 0, "host": "h", "pid": 1, "restart": 0,
+          "t": 1.0})
+    return slot
+
+
+@pytest.fixture
+def collector():
+    c = Collector(RunKey.new())
+    try:
+        yield c, c.key, _client(c)
+    finally:
+        c.close()
 
 
 def _batch(store: dist.TCPStore, key: RunKey, slot: int, seq: int, t1: float) -> None:
@@ -48,76 +61,56 @@ def _beat(store: dist.TCPStore, key: RunKey, slot: int, beat: int, sent: list[in
          {"t": 1.0, "beat": beat, "sent": sent})
 
 
-def test_forged_and_foreign_messages_are_dropped_and_counted() -> None:
-    key = RunKey.new()
-    c = Collector(key)
-    try:
-        store = _client(c)
-        # a genuine rank 0
-        slot = store.add(protocol.slots_key(key.run_id), 1) - 1
-        _hello(store, key, 0, slot)
-        # a forged hello claiming rank 1 (signed with another secret, same run id)
-        forger = RunKey(key.run_id, b"x" * 32)
-        bad = store.add(protocol.slots_key(key.run_id), 1) - 1
-        _hello(store, forger, 1, bad)
-        c.poll()
-        assert [s.rank for s in c.all_slots()] == [0]
-        assert c.dropped == 1
-        # batch 0 forged, batch 1 genuine, batch 2 unsigned, batch 3 a genuine
-        # value sealed for another key (batch 1's, copied: a replay)
-        _batch(store, forger, slot, 0, 9.0)
-        _batch(store, key, slot, 1, 0.1)
-        ring = [protocol.ring_key(key.run_id, slot, "steps", j) for j in range(4)]
-        store.set(ring[2], protocol.pack(2, b'[{"step": 2}]'))
-        store.set(ring[3], store.get(ring[1]))
-        _beat(store, key, slot, 2, [4, 0])
-        c.poll()
-        kept = c.all_slots()[0].steps
-        assert [s["t1"] for s in kept] == [0.1]
-        assert c.dropped == 4
-        assert c.snapshot()["dropped"] == 4
-        # a forged heartbeat claiming far more values is dropped, read nothing
-        # and cost no wait (a counter, which cannot be sealed, could not say so)
-        _beat(store, forger, slot, 3, [500, 500])
-        c.poll()
-        assert c.dropped == 5 and len(c.all_slots()[0].steps) == 1
-    finally:
-        c.close()
+def test_forged_and_foreign_messages_are_dropped_and_counted(collector) -> None:
+    c, key, store = collector
+    slot = _attach(store, key, 0)  # a genuine rank 0
+    # a forged hello claiming rank 1 (signed with another secret, same run id)
+    forger = RunKey(key.run_id, b"x" * 32)
+    _attach(store, forger, 1)
+    c.poll()
+    assert [s.rank for s in c.all_slots()] == [0]
+    assert c.dropped == 1
+    # batch 0 forged, batch 1 genuine, batch 2 unsigned, batch 3 a genuine
+    # value sealed for another key (batch 1's, copied: a replay)
+    _batch(store, forger, slot, 0, 9.0)
+    _batch(store, key, slot, 1, 0.1)
+    ring = [protocol.ring_key(key.run_id, slot, "steps", j) for j in range(4)]
+    store.set(ring[2], protocol.pack(2, b'[{"step": 2}]'))
+    store.set(ring[3], store.get(ring[1]))
+    _beat(store, key, slot, 2, [4, 0])
+    c.poll()
+    kept = c.all_slots()[0].steps
+    assert [s["t1"] for s in kept] == [0.1]
+    assert c.dropped == 4
+    assert c.snapshot()["dropped"] == 4
+    # a forged heartbeat claiming far more values is dropped, read nothing
+    # and cost no wait (a counter, which cannot be sealed, could not say so)
+    _beat(store, forger, slot, 3, [500, 500])
+    c.poll()
+    assert c.dropped == 5 and len(c.all_slots()[0].steps) == 1
 
 
-def test_a_collector_behind_by_more_than_a_ring_counts_what_it_lost() -> None:
-    key = RunKey.new()
-    c = Collector(key)
-    try:
-        store = _client(c)
-        slot = store.add(protocol.slots_key(key.run_id), 1) - 1
-        _hello(store, key, 0, slot)
-        c.poll()
-        ring = protocol.RING["steps"]
-        # the rank sends ring + 5 batches between two polls: the first 5 are gone
-        for seq in range(ring + 5):
-            _batch(store, key, slot, seq, float(seq))
-        _beat(store, key, slot, 2, [ring + 5, 0])
-        c.poll()
-        s = c.all_slots()[0]
-        assert [r["step"] for r in s.steps] == list(range(5, ring + 5))
-        assert c.snapshot()["ranks"][0]["overwritten"] == [5, 0]
-        assert c.dropped == 0
-    finally:
-        c.close()
+def test_a_collector_behind_by_more_than_a_ring_counts_what_it_lost(collector) -> None:
+    c, key, store = collector
+    slot = _attach(store, key, 0)
+    c.poll()
+    ring = protocol.RING["steps"]
+    # the rank sends ring + 5 batches between two polls: the first 5 are gone
+    for seq in range(ring + 5):
+        _batch(store, key, slot, seq, float(seq))
+    _beat(store, key, slot, 2, [ring + 5, 0])
+    c.poll()
+    s = c.all_slots()[0]
+    assert [r["step"] for r in s.steps] == list(range(5, ring + 5))
+    assert c.snapshot()["ranks"][0]["overwritten"] == [5, 0]
+    assert c.dropped == 0
 
 
-def test_another_runs_keys_are_not_read() -> None:
-    key, other = RunKey.new(), RunKey.new()
-    c = Collector(key)
-    try:
-        store = _client(c)
-        slot = store.add(protocol.slots_key(other.run_id), 1) - 1
-        _hello(store, other, 0, slot)
-        c.poll()
-        assert c.all_slots() == [] and c.dropped == 0
-    finally:
-        c.close()
+def test_another_runs_keys_are_not_read(collector) -> None:
+    c, _, store = collector
+    _attach(store, RunKey.new(), 0)
+    c.poll()
+    assert c.all_slots() == [] and c.dropped == 0
 
 
 def test_collector_listens_on_loopback_only() -> None:

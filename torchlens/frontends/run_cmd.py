@@ -173,8 +173,6 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
         started = time.perf_counter()
         view = run_view(collector.snapshot())
         summary.cost = time.perf_counter() - started
-        if feed is not None:
-            feed.view_s = summary.cost
         return view
 
     while running():
@@ -184,7 +182,7 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
             view = timed_view()
             summary.draw(view, "")
         if feed is not None and feed.due():
-            if view is None and feed.status_due():  # costly at many ranks: not every frame
+            if view is None and feed.status_due(summary.cost):  # costly at many ranks: not every frame
                 view = timed_view()
             feed.publish(live_status(view) if view is not None else None)
         time.sleep(POLL_S)

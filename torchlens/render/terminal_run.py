@@ -30,7 +30,8 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _mem(row: dict[str, Any]) -> str:
+def memory_cell(row: dict[str, Any]) -> str:
+    """A rank row's memory as one cell: allocated (``~`` when modelled), else RSS."""
     if row.get("allocated") is not None:
         mark = "~" if row.get("source") == "modelled" else ""
         return f"{mark}{format_bytes(row['allocated'])}"
@@ -62,7 +63,7 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
         out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
                    f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
                    f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
-                   f"{_mem(row):>14}{mark}")
+                   f"{memory_cell(row):>14}{mark}")
     if len(shown) < len(view.ranks):
         spread = view.spread
         times = ("" if spread is None else

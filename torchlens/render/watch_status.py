@@ -13,8 +13,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ..model.words import format_bytes
 from . import html
+from .terminal_run import memory_cell
 
 LABELS = ("rank", "node", "host", "state", "steps", "step ms", "data ms", "memory")
 STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiting": "#777"}
@@ -22,13 +22,6 @@ STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiti
 
 def _ms(value: Any) -> str:
     return "-" if value is None else f"{value:,.1f}"
-
-
-def _memory(row: dict[str, Any]) -> str:
-    if row.get("allocated") is not None:
-        mark = "~" if row.get("source") == "modelled" else ""
-        return f"{mark}{format_bytes(row['allocated'])}"
-    return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
 
 
 def status_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,7 +34,7 @@ def status_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"slow": bool(row.get("slow")), "cells": [
             str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
             str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",
-            _ms(row.get("step_ms")), _ms(row.get("data_ms")), _memory(row)]})
+            _ms(row.get("step_ms")), _ms(row.get("data_ms")), memory_cell(row)]})
     return out
 
 

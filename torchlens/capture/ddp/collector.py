@@ -130,20 +130,17 @@ class Collector:
     def _drop(self, why: str) -> None:
         self._dropped_why[why] = self._dropped_why.get(why, 0) + 1
 
-    def _open_body(self, name: str, value: Any) -> tuple[bytes | None, Any]:
-        """The body as received and its decoded JSON; ``(None, None)`` (counted)
-        when it is not ours or not JSON."""
+    def _open(self, name: str, value: Any) -> Any:
+        """The decoded JSON of a value sealed for ``name``; None (counted) when it
+        is not ours or not JSON."""
         body = self.chan.open_body(name, value) if self.chan is not None else None
         if body is None:
-            return None, None
+            return None
         try:
-            return body, protocol.decode(body)
+            return protocol.decode(body)
         except ValueError:
             self._drop("not JSON")
-            return None, None
-
-    def _open(self, name: str, value: Any) -> Any:
-        return self._open_body(name, value)[1]
+            return None
 
     def _key(self, slot: int, what: str) -> str:
         return protocol.slot_key(self.key.run_id, slot, what)

@@ -85,7 +85,6 @@ class FeedPublisher:
         self._file: Any = None
         self._status: dict[str, Any] = {}
         self._status_at = -math.inf
-        self.view_s = 0.0  # what the last status took to compute (the caller measures it)
         self._held: deque[tuple[int, int]] = deque()  # frames in the store: (seq, bytes)
         self.errors: dict[str, str] = {}  # transport -> the last error (it goes on without it)
         self.costs: list[float] = []  # seconds per publish, build + both transports
@@ -99,9 +98,10 @@ class FeedPublisher:
     def due(self) -> bool:
         return time.monotonic() - self.last >= PUBLISH_S
 
-    def status_due(self) -> bool:
-        """A fresh status is worth computing for the next frame (see ``STATUS_SHARE``)."""
-        return time.monotonic() - self._status_at >= max(PUBLISH_S, STATUS_SHARE * self.view_s)
+    def status_due(self, view_s: float) -> bool:
+        """A fresh status is worth computing for the next frame (see ``STATUS_SHARE``),
+        when the last one took ``view_s`` seconds to compute."""
+        return time.monotonic() - self._status_at >= max(PUBLISH_S, STATUS_SHARE * view_s)
 
     # -- one frame -------------------------------------------------------------
     def frame(self, status: dict[str, Any] | None, ended: bool = False) -> dict[str, Any]:
