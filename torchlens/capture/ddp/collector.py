@@ -48,15 +48,14 @@ LOST_S = 10.0
 STORE_TIMEOUT_S = 2.0
 #: step records and summaries kept in memory per slot (all of them go to the
 #: spool). The live summary reads these: the slow rank over the last 20 steps,
-#: memory creep over all 64. Each record is ~1.5 KB of Python objects, so at
-#: 1,024 ranks this window is ~100 MB and the analysis of it a fraction of a
-#: second a frame (256 records: ~400 MB, and about a second)
+#: memory creep over all 64. At 1,024 ranks the analysis of this window takes
+#: 0.3 s a frame, of 256 records 0.8 s (benchmarks/bench_collector_parts.py)
 KEEP_STEPS = 64
 KEEP_SUMMARIES = 16
 KINDS = ("steps", "prof")
 #: keys per multi_get: the store answers one big multi_get much slower than
-#: several small ones (1,024 values of 55 KB: 0.3-0.7 s in one call, 0.05 s
-#: in calls of 32-64, measured on a 2-core VM)
+#: several small ones (1,024 values of 54 KB: 0.27 s in one call, 0.018 s in
+#: calls of 64; benchmarks/bench_collector_parts.py)
 CHUNK = 64
 #: new slots' hellos looked for in one poll
 HELLOS_PER_POLL = 256
