@@ -42,7 +42,7 @@ class _Samples(torch.utils.data.Dataset):
 
 
 def _rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank: int,
-          slow_ms: float) -> None:
+          slow_ms: float, base_ms: float) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -53,7 +53,7 @@ def _rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank: int
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         batch = 8
         # the straggler's whole sleep lands in the DataLoader's __next__
-        per_sample = slow_ms / 1000 / batch if rank == slow_rank else 0.0
+        per_sample = (base_ms + (slow_ms if rank == slow_rank else 0.0)) / 1000 / batch
         loader = iter(torch.utils.data.DataLoader(_Samples(per_sample), batch_size=batch))
         handler = torch.profiler.tensorboard_trace_handler(out, worker_name=f"rank{rank}")
         schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
@@ -78,12 +78,13 @@ def _free_port() -> int:
 
 
 def make_gloo_run(out: str | Path, ranks: int = 4, steps: int = 5, slow_rank: int | None = 2,
-                  slow_ms: float = 40.0) -> Path:
+                  slow_ms: float = 40.0, base_ms: float = 0.0) -> Path:
     """Write one trace per rank into ``out``; returns the folder."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     mp.start_processes(_rank, args=(ranks, _free_port(), str(out), steps,
-                                    -1 if slow_rank is None else slow_rank, slow_ms),
+                                    -1 if slow_rank is None else slow_rank, slow_ms,
+                                    base_ms),
                        nprocs=ranks, join=True, start_method="spawn")
     return out
 
@@ -95,9 +96,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--slow-rank", type=int, default=2, help="-1: no straggler")
     p.add_argument("--slow-ms", type=float, default=40.0)
+    p.add_argument("--base-ms", type=float, default=0.0,
+                   help="every rank's data loading sleeps this long per step")
     a = p.parse_args()
     folder = make_gloo_run(a.out, a.ranks, a.steps, None if a.slow_rank < 0 else a.slow_rank,
-                           a.slow_ms)
+                           a.slow_ms, a.base_ms)
     print("\n".join(sorted(str(f) for f in folder.iterdir())))
 
 

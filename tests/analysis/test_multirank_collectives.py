@@ -278,6 +278,26 @@ def test_an_even_run_has_no_findings(tmp_path):
     assert run.stragglers().iloc[0]["caused_us"] == 0
 
 
+def _rows_last(lasts: list[int], world: int = 4, wait_us: float = 2_000.0) -> list[dict]:
+    """Allreduce rows where ``lasts[i]`` arrived last and each other rank waited ``wait_us``."""
+    rows = []
+    for i, last in enumerate(lasts):
+        waits = {r: (0.0 if r == last else wait_us) for r in range(world)}
+        rows.append({"seq": i, "trace": 0, "name": "allreduce", "mismatch": None,
+                     "last_rank": last, "waits_us": waits,
+                     "total_wait_us": sum(waits.values())})
+    return rows
+
+
+def test_the_chance_rule_counts_every_rank_that_could_have_been_named():
+    # 4 even ranks: one of them last at 6 of 8 allreduces happens by chance
+    # 4 x 0.42% of the time; at 7 of 8, 4 x 0.05%
+    ranks = {r: [] for r in range(4)}
+    assert findings(ranks, 4, rows=_rows_last([2, 2, 2, 0, 2, 2, 1, 2])) == []
+    (sentence,) = findings(ranks, 4, rows=_rows_last([2, 2, 2, 0, 2, 2, 2, 2]))
+    assert sentence.startswith("rank 2 arrived last at 88% of allreduces (7 of 8)")
+
+
 # ---------------------------------------------------------------- units
 def test_busbw_factors_are_nccl_tests():
     n = 8

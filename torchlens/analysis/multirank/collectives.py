@@ -83,7 +83,10 @@ Findings (``findings``): a rank stands out at a kind of collective when
    part in, and either k that high is unlikely by chance: if each of the
    ``r`` ranks compared at a collective were equally likely to be last
    (p = mean of 1/r), the binomial chance of k or more is below
-   ``STANDOUT_P`` (1%); or, for short traces where no count can be that
+   ``STANDOUT_P`` (1%) divided by the number of ranks compared at that kind
+   (Bonferroni: the 1% is the chance that any rank of an even run is named,
+   which without the division grows with the world size; an even 4-rank run
+   has one rank or another last at all 4 of its allreduces 1.6% of the time); or, for short traces where no count can be that
    unlikely, it was last at least ``FEW_LAST`` (3) times and at half or more
    of them, and the wait it caused per such collective is at least
    ``FEW_RATIO`` (5x) the mean wait at the kind's other collectives (those
@@ -381,10 +384,10 @@ def _duration(us: float) -> str:
 
 
 def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
-                rank: int) -> bool:
+                rank: int, family: int) -> bool:
     if caused < STANDOUT_WAIT_US or k <= m * p:
         return False
-    if binomial_tail(k, m, p) < STANDOUT_P:
+    if binomial_tail(k, m, p) < STANDOUT_P / max(1, family):
         return True
     if k < FEW_LAST or 2 * k < m:
         return False
@@ -424,7 +427,7 @@ def findings(ranks: RankFigures, world_size: int | None = None,
             each[r] = each.get(r, 0.0) + row["total_wait_us"] / max(1, len(row["waits_us"]) - 1)
         for r, k in last.items():
             m = took_part[r]
-            if not _stands_out(k, m, p, caused[r], kind_rows, r):
+            if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
                 continue
             per_step = (f"; each other rank waited {_duration(each[r] / steps[r])}"
                         f" per step for it" if steps.get(r) else "")
