@@ -90,11 +90,30 @@ def _two_nodes(tmp_path: Path, **extra: str) -> tuple[Collector, subprocess.Pope
     extra_env, printed = other_node_env(line)
     assert printed == command and "TORCHLENS_RUN_SECRET" not in extra_env
     assert extra_env["TORCHLENS_RUN_SECRET_FILE"] == str(out / "run.secret")
+    # every node's agent must build its rendezvous store the same way
+    assert extra_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert os.stat(out / "run.secret").st_mode & 0o777 == 0o600
     second = subprocess.Popen(printed, cwd=REPO, env=env(**extra_env, **extra),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     return c, second, run_id, out
+
+
+@pytest.mark.parametrize("user_value, seen", [(None, "1"), ("0", "0")])
+def test_restarts_get_a_fresh_rendezvous_store_unless_the_user_said_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_value: str | None,
+        seen: str) -> None:
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    extra = {} if user_value is None else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": user_value}
+    show = "import os; print('store:', os.environ['TORCH_DISABLE_SHARE_RDZV_TCP_STORE'])"
+    c = Collector(tmp_path / "run", [sys.executable, "-c", show], **extra)
+    try:
+        assert c.wait(timeout=120) == 0, c.output
+    finally:
+        c.kill()
+    assert f"store: {seen}" in c.lines, c.output
+    printed = c.wait_line("TORCHLENS_COLLECTOR=")
+    assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in printed) == (user_value is None)
 
 
 def test_two_nodes_on_localhost(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ class ProfiledLiveView:
     def push_summary(self, rank: int, summary: dict[str, Any]) -> None:
         self.profile.push_summary(rank, summary)
 
+    def mark_restart(self, step: int, text: str) -> None:
+        self.profile.mark_restart(step, text)
+
     def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
         self.profile.rank_ended(rank, reason, t)
 

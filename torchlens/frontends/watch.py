@@ -243,6 +243,11 @@ class Watch:
         self.state = "waiting"
         self.message = ""
         self.ended = False
+        from ..analysis.step_starts import StepStarts
+
+        #: a restarted job's steps counted across its starts, for the panels drawn by step
+        self.starts = StepStarts()
+        self.restart_marks: list[tuple[int, int]] = []
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -364,15 +369,29 @@ class Watch:
                                "rss": beat.get("rss"), "node": row.get("node"),
                                "phase": beat.get("phase")
                                or PHASES.get(row.get("state"), str(row.get("state")))})
-        for r, records in _ranks(frame.get("steps"), world):
-            view.push_steps(r, [x for x in records if isinstance(x, dict)])
+        batches = {r: [x for x in records if isinstance(x, dict)]
+                   for r, records in _ranks(frame.get("steps"), world)
+                   if isinstance(records, list)}
+        for r, records in self.starts.place_steps(batches).items():
+            view.push_steps(r, records)
         for r, summaries in _ranks(frame.get("summaries"), world):
-            for s in summaries:
+            for s in summaries if isinstance(summaries, list) else []:
                 if isinstance(s, dict) and "step" in s and "t0" in s:
-                    view.push_summary(r, s)
+                    view.push_summary(r, self.starts.place_summary(r, s))
+        for number, step in self.starts.take_marks():
+            self.restart_marks.append((number, step))
+            view.mark_restart(step, self._restart_label(number))
         for r, ended in _ranks(frame.get("ended_ranks"), world):
             if isinstance(ended, list) and len(ended) == 2:
                 view.rank_ended(r, str(ended[0]), float(ended[1] or frame.get("t") or 0.0))
+
+    def _restart_label(self, number: int) -> str:
+        """The status's few words for restart ``number`` ("restart 1: rank 1
+        failed"), or just its number while the status does not have it yet."""
+        for r in (self.status or {}).get("restarts") or []:
+            if isinstance(r, dict) and r.get("number") == number and r.get("label"):
+                return str(r["label"])
+        return f"restart {number}"
 
     def _new_view(self, world: int) -> None:
         """A view for ``world`` ranks (again, with what the old one holds, if it grew)."""
@@ -386,6 +405,8 @@ class Watch:
             for r, kept in enumerate(old.profile.summaries):
                 for s in kept:
                     self.view.push_summary(r, s)
+            for number, step in self.restart_marks:
+                self.view.mark_restart(step, self._restart_label(number))
         if self._box is not None:
             self._fill_box()
 

@@ -87,6 +87,9 @@ def _mib(value: Any) -> float:
     return _num(value, 1 / MIB)
 
 
+RESTART_COLOR = "#d62728"
+
+
 def _stream(src: ColumnDataSource, rows: list[dict[str, Any]], rollover: int) -> None:
     if rows:
         src.stream(_columns(rows), rollover=rollover)
@@ -199,6 +202,7 @@ class _Panels:
         self.verdict = Div(text=str(_verdict_html(None)), sizing_mode="stretch_width")
         self._step_panel(every)
         self._memory_panels(modelled)
+        self._restart_marks()
         self._timeline_panel()
         self._breakdown_panel()
         self._roles_panel()
@@ -238,6 +242,17 @@ class _Panels:
         step.legend.padding = 2
         step.legend.click_policy = "hide"
         step.add_layout(step.legend[0], "above")
+
+    def _restart_marks(self) -> None:
+        """Where a restart's steps begin, on every panel drawn by step
+        (``torchlens.watch`` of a job the elastic agent restarted)."""
+        self.restarts = ColumnDataSource({"step": [], "text": []})
+        for fig in (self.step_fig, self.mem_fig, self.frag_fig, self.free_fig):
+            fig.vspan(x="step", source=self.restarts, line_color=RESTART_COLOR, line_width=2,
+                      line_dash="dashed")
+        self.step_fig.add_layout(LabelSet(x="step", y=6, y_units="screen", text="text",
+                                          source=self.restarts, x_offset=4,
+                                          text_font_size="9pt", text_color=RESTART_COLOR))
 
     def _memory_panels(self, modelled: bool) -> None:
         n, x = self.world_size, self.step_fig.x_range
@@ -419,6 +434,7 @@ class RankProfileView:
         self._new_steps: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
         self._new_summaries: list[tuple[int, dict[str, Any]]] = []
         self._new_ended: list[tuple[int, str, float]] = []
+        self._new_restarts: list[dict[str, Any]] = []
         self._waiting: dict[int, dict[int, dict[str, Any]]] = {}  # step -> rank -> summary
         self._last_point: dict[int, tuple[int, float]] = {}
         self._mem_sources: set[str] = set()
@@ -460,6 +476,10 @@ class RankProfileView:
         self._new_summaries.append((rank, summary))
         self._dirty = True
 
+    def mark_restart(self, step: int, text: str) -> None:
+        """The job restarted: its next start's steps are drawn from ``step``."""
+        self._new_restarts.append({"step": step, "text": text})
+
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``."""
         self.ended[rank] = reason
@@ -471,11 +491,13 @@ class RankProfileView:
         now = time.monotonic()
         analysis_due = self._dirty and (force or now - self._last_analysis >= self._analysis_every)
         pending = (any(self._new_steps) or self._new_summaries or self._new_ended
-                   or analysis_due or (force and self._waiting))
+                   or self._new_restarts or analysis_due or (force and self._waiting))
         if not pending or (not force and now - self._last_flush < FLUSH_S):
             return
         self._last_flush = now
         self._flush_steps()
+        restarts, self._new_restarts = self._new_restarts, []
+        _stream(self.panels.restarts, restarts, STEP_ROLLOVER)
         self._flush_ended()
         self._flush_summaries(force)
         if analysis_due:

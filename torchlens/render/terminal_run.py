@@ -30,6 +30,11 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def restart_line(number: Any, words: str) -> str:
+    """A restart as the terminal, the watch status and the manifest's reader see it."""
+    return f"restart {number}: {words}"
+
+
 def memory_cell(row: dict[str, Any]) -> str:
     """A rank row's memory as one cell: allocated (``~`` when modelled), else RSS."""
     if row.get("allocated") is not None:
@@ -79,7 +84,7 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
         out.append(f"lost: {node.words}")
     for c in view.creep:
         out.append(f"memory: {c.words}")
-    out += [f"restart {r.number}: {r.words}" for r in view.restarts]
+    out += [restart_line(r.number, r.words) for r in view.restarts]
     out += [f"note: {n}" for n in view.notes]
     return out
 
@@ -120,7 +125,7 @@ class TerminalSummary:
         # is longer than a terminal is wide)
         size = shutil.get_terminal_size()
         width = max(20, size.columns - 1)
-        said = sum(len(textwrap.wrap(f"restart {r.number}: {r.words}", width))
+        said = sum(len(textwrap.wrap(restart_line(r.number, r.words), width))
                    for r in view.restarts)
         # the rows besides the ranks': verdict, totals, heading, the rest, notes
         rows = max(4, size.lines - 8 - len(view.lost) - len(view.creep) - said

@@ -14,7 +14,7 @@ from typing import Any
 from markupsafe import Markup
 
 from . import html
-from .terminal_run import memory_cell
+from .terminal_run import memory_cell, restart_line
 
 LABELS = ("rank", "node", "host", "state", "steps", "step ms", "data ms", "memory")
 STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiting": "#777"}
@@ -43,7 +43,9 @@ def status_html(source: str, state: str, status: dict[str, Any] | None,
     """The block: ``source`` (what is watched), ``state`` (``running``, ``ended``,
     ``stopped``, ``waiting``: coloured), the verdict, ``notes`` and the rank table."""
     status = status or {}
-    notes = [*notes, *(f"lost: {w}" for w in status.get("lost") or [])]
+    notes = [*notes, *(f"lost: {w}" for w in status.get("lost") or []),
+             *(restart_line(r.get("number"), str(r.get("words") or ""))
+               for r in status.get("restarts") or [] if isinstance(r, dict))]
     return html.render("watch_status.html.j2", source=source, state=state,
                        state_color=STATE_COLORS.get(state.split(" ")[0], "#333"), facts=facts,
                        verdict=status.get("verdict") or "", notes=notes, labels=LABELS,
