@@ -14,8 +14,11 @@ docs/MULTINODE.md says so.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +27,21 @@ import pytest
 
 import torchlens
 
-from .helpers import REPO, Collector, env, free_port, processes_of_run, torchrun_args
+from .helpers import (
+    REPO,
+    Collector,
+    env,
+    free_port,
+    other_node_env,
+    processes_of_run,
+    torchrun_args,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
 STEPS, FAIL_AT = 12, 5
+#: the two-node test: enough steps after the restart for the interval to be agreed
+STEPS_2 = 30
 
 
 def _steps(run_dir: Path, rank: int) -> list[dict]:
@@ -95,3 +108,42 @@ def test_a_restarted_job_is_one_restart_in_the_summary_manifest_and_report(tmp_p
         assert "restart 1: the elastic agent restarted all 2 workers" in header
     finally:
         w.stop()
+
+
+def test_two_nodes_whose_agents_count_restarts_differently_still_agree(tmp_path: Path) -> None:
+    """Rank 1 (node 1) fails once while rank 0 is outside any collective (as
+    an NCCL rank hangs rather than fails when its peer dies): node 1's agent
+    counts a restart; node 0's, which restarts rank 0 because node 1 came
+    back to the rendezvous, does not. The ranks still agree on their
+    profiling interval at once; keyed by the restart count, each waited 10 s
+    for a proposal under the other's count."""
+    out = tmp_path / "run"
+    command = torchrun_args(2, 1, free_port())
+    command[-1:-1] = ["--max-restarts", "1", "--monitor-interval", "0.1"]
+    extra = dict(TL_STEPS=str(STEPS_2), TL_FAIL_ONCE_AT="3", TL_FAIL_RANK="1", TL_SLOW_S="0.0",
+                 TL_HOLD_S="60", TL_HOLD_MARK=str(tmp_path / "held"))
+    c = Collector(out, command, **extra)
+    second = None
+    try:
+        other_env, printed = other_node_env(c.wait_line("TORCHLENS_COLLECTOR="))
+        second = subprocess.Popen(printed, cwd=REPO, env=env(**other_env, **extra),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        assert c.wait() == 0, c.output
+        assert second.wait(timeout=60) == 0
+    finally:
+        c.kill()
+        if second is not None and second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    manifest = json.loads((out / "manifest.json").read_text())
+    [restart] = manifest["restarts"]
+    # the scenario: the two agents' counts differ after the restart
+    assert {b["rank"]: b["restart_count"] for b in restart["before"]} == {0: 0, 1: 1}
+    after = {r: [x for x in _steps(out, r) if x["restart"] == 1] for r in (0, 1)}
+    assert [x["step"] for x in after[0]] == [x["step"] for x in after[1]] == list(range(STEPS_2))
+    # both ranks profiled the same steps, and no step waited for a proposal
+    profiled = [[x["step"] for x in after[r] if x.get("profiled")] for r in (0, 1)]
+    assert profiled[0] == profiled[1] and len(profiled[0]) >= 2, profiled
+    for r in (0, 1):
+        gaps = [b["t0"] - a["t0"] for a, b in itertools.pairwise(after[r])]
+        assert max(gaps) < 5.0, (r, max(gaps))

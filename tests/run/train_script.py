@@ -6,7 +6,10 @@ each ending with ``torchlens.step()``. ``TL_STEP_SLEEP`` adds a sleep to every
 rank's step (a long run to kill mid-way). ``TL_FAIL_ONCE_AT=N``: rank
 ``TL_FAIL_RANK`` (default 1) raises in step N of its first start (restart
 count 0), so torchrun's agent (``--max-restarts 1``) restarts every worker
-and the second start runs to the end.
+and the second start runs to the end. ``TL_HOLD_S`` with ``TL_HOLD_MARK`` (a
+path): the other ranks sleep that long at step N, once (the mark file says
+it happened), outside any collective: as NCCL ranks hang, not fail, when a
+peer dies, so their agent restarts them without counting a failure.
 """
 
 import os
@@ -26,6 +29,17 @@ STEP_SLEEP = float(os.environ.get("TL_STEP_SLEEP", "0"))
 FAIL_AT = int(os.environ.get("TL_FAIL_ONCE_AT", "-1"))
 FAIL_RANK = int(os.environ.get("TL_FAIL_RANK", "1"))
 FIRST_START = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+HOLD_S = float(os.environ.get("TL_HOLD_S", "0"))
+HOLD_MARK = os.environ.get("TL_HOLD_MARK", "")
+
+
+def hold_once() -> None:
+    try:
+        with open(HOLD_MARK, "x"):
+            pass
+    except FileExistsError:
+        return
+    time.sleep(HOLD_S)
 
 
 class Batches(Dataset):
@@ -52,6 +66,8 @@ def main() -> None:
     for i in range(STEPS):
         if i == FAIL_AT and rank == FAIL_RANK and FIRST_START:
             raise RuntimeError(f"rank {rank} fails on purpose at step {i} (TL_FAIL_ONCE_AT)")
+        if i == FAIL_AT and rank != FAIL_RANK and HOLD_S and HOLD_MARK:
+            hold_once()
         x, y = next(loader)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

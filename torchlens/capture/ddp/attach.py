@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -66,6 +66,23 @@ def parse_address(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"{ENV_COLLECTOR}={text!r}: expected HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def rendezvous_round(env: Mapping[str, str]) -> str:
+    """A name that every worker of one rendezvous round shares and the next
+    round does not: where the ranks agree on their profiling interval.
+
+    The agents' ``TORCHELASTIC_RESTART_COUNT`` is not one: an agent counts
+    only its own node's failures, so after node A's worker fails, A's new
+    workers say 1 and node B's (restarted because A came back to the
+    rendezvous) still say 0. With a fresh store per round (the agent's store
+    not shared: ``torchlens run``'s default) the round's store address is
+    new each round and the same on every node. With the agent's store shared
+    across rounds the address never changes, and the restart count, what
+    torch itself keys that store with, is all there is."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return f"restart{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
 
 
 def _run_dir(requested: str | None, rank: int) -> tuple[str, bool]:
@@ -169,7 +186,8 @@ class Attachment:
         from .stepper import AGREE_WAIT_S
 
         run_id = self.key.run_id
-        names = [protocol.run_every_key(run_id, self.restart, r) for r in range(self.world_size)]
+        round_ = rendezvous_round(os.environ)
+        names = [protocol.run_every_key(run_id, round_, r) for r in range(self.world_size)]
         self._put(names[self.rank], mine)
         with contextlib.suppress(Exception):  # a peer gone: take what is there
             self.store.wait(names, timedelta(seconds=AGREE_WAIT_S))

@@ -171,9 +171,10 @@ def merge_summary(head: dict[str, Any], payload: bytes) -> bytes:
     return first[:-1] + b"," + rest[1:]
 
 
-def run_every_key(run_id: str, restart: int, rank: int) -> str:
-    """The profiling interval ``rank`` proposes (one agreement per restart of the world)."""
-    return f"{run_prefix(run_id)}/every/{restart}/{rank}"
+def run_every_key(run_id: str, round_: str, rank: int) -> str:
+    """The profiling interval ``rank`` proposes in rendezvous round ``round_``
+    (``attach.rendezvous_round``: one agreement per start of the world)."""
+    return f"{run_prefix(run_id)}/every/{round_}/{rank}"
 
 
 # The live feed (``capture.ddp.feed``): the collector publishes a frame about
