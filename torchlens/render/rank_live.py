@@ -527,11 +527,21 @@ class RankProfileView:
             new.clear()
         self._set_memory_sources(seen)
 
+    def _point_at(self, rank: int, t: float) -> tuple[int, float]:
+        """The step point ``rank`` had drawn when it stopped at ``t``: its last
+        step ended by then. Not simply its latest point: a replayed feed, or
+        a restarted rank, has drawn steps after it."""
+        for rec in reversed(self.records[rank]):
+            if isinstance(rec.get("t1"), (int, float)) and rec["t1"] <= t:
+                (row,) = step_rows(_per_rank(self.world_size, rank, [rec]))
+                return row["step"], row["step_ms"]
+        return self._last_point.get(rank, (0, 0.0))
+
     def _flush_ended(self) -> None:
         p = self.panels
         steps, ends = [], []
         for rank, reason, t in self._new_ended:
-            step, ms = self._last_point.get(rank, (0, 0.0))
+            step, ms = self._point_at(rank, t)
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
             steps.append({"step": step, "step_ms": ms, "text": text})
             row = p.tl.place_end({"x": t - (self.t0 or t), "text": text}, rank)

@@ -118,8 +118,9 @@ class DdpLauncher:
     # -- lifecycle ---------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Spawn, monitor, stop; always stops the workers, even on KeyboardInterrupt."""
-        import cloudpickle
         import torch.distributed as dist
+
+        from . import pickling
 
         n = self.options.world_size
         self.t0 = time.time()
@@ -152,7 +153,7 @@ class DdpLauncher:
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
             # Sealed: a worker unpickles only a payload this run's key signed.
-            tl.set_bytes(protocol.PAYLOAD, cloudpickle.dumps(dict(self.job, board=spec)))
+            tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dict(self.job, board=spec)))
             # The kernel's own set-up for the run (a live plot: bokeh imports)
             # overlaps the ranks' torch import instead of delaying their start.
             start = getattr(self.sink, "start", None)
