@@ -435,6 +435,11 @@ class Watch:
                                "view below is a widget: a saved notebook does not keep it)"])
             self._loaded.handle.update(HTML(str(copy)))
             self._loaded.handle = None
+            if self._header is not None:  # the copy above says it all, once is enough
+                from ..render.watch_status import note_html
+
+                self._header.value = str(note_html(f"torchlens.watch {self.label}: {state}; "
+                                                   "its final status is above"))
 
     # -- words ---------------------------------------------------------------------
     def _facts(self) -> str:

@@ -52,6 +52,11 @@ def status_html(source: str, state: str, status: dict[str, Any] | None,
                        rows=status_rows(status))
 
 
+def note_html(text: str) -> Markup:
+    """One quiet line in place of the block (the final status is shown elsewhere)."""
+    return Markup('<div style="color:#666;font-style:italic">{}</div>').format(text)
+
+
 def status_text(source: str, state: str, status: dict[str, Any] | None, facts: str = "") -> str:
     """One line for ``text/plain`` (a terminal, or a front end without widgets)."""
     status = status or {}
