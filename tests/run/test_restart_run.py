@@ -109,8 +109,7 @@ def test_a_restarted_job_is_one_restart_in_the_summary_manifest_and_report(tmp_p
         ends = list(zip(panels.ended.data["text"], panels.ended.data["step"], strict=True))
         failed = [(t.split(":")[0], s) for t, s in ends if "failed" in t]
         assert ("rank 1", FAIL_AT - 1) in failed and {s for _, s in failed} == {FAIL_AT - 1}, ends
-        assert sorted((t, s) for t, s in ends if "finished" in t) == [
-            ("rank 0: finished", FAIL_AT + STEPS - 1), ("rank 1: finished", FAIL_AT + STEPS - 1)]
+        assert len(failed) == len(ends), ends  # the ranks that finished get no x
         header = w.widget.children[0].value
         assert "restart 1: the elastic agent restarted all 2 workers" in header
     finally:

@@ -382,7 +382,10 @@ class Watch:
             self.restart_marks.append((number, step))
             view.mark_restart(step, self._restart_label(number))
         for r, ended in _ranks(frame.get("ended_ranks"), world):
-            if isinstance(ended, list) and len(ended) == 2:
+            # the view's red x is for a rank that stopped early, as in %ddp_check;
+            # a finished rank is said in the status table
+            if (isinstance(ended, list) and len(ended) == 2
+                    and not str(ended[0]).startswith("finished")):
                 view.rank_ended(r, str(ended[0]), float(ended[1] or frame.get("t") or 0.0))
 
     def _restart_label(self, number: int) -> str:

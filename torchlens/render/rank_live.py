@@ -88,6 +88,8 @@ def _mib(value: Any) -> float:
 
 
 RESTART_COLOR = "#d62728"
+#: one label above the other when ranks stopped at the same step
+LABEL_STEP_PX = 13
 
 
 def _stream(src: ColumnDataSource, rows: list[dict[str, Any]], rollover: int) -> None:
@@ -228,12 +230,13 @@ class _Panels:
         step.add_tools(HoverTool(renderers=self.step_lines, tooltips=[
             ("step", "@step"), ("step time", "@step_ms{0,0.0} ms"),
             *((p, f"@{p}_ms{{0,0.0}} ms") for p in PARTS)]))
-        self.ended = ColumnDataSource({"step": [], "step_ms": [], "text": []})
+        self.ended = ColumnDataSource({"step": [], "step_ms": [], "text": [], "dy": []})
         ends = step.scatter("step", "step_ms", source=self.ended, marker="x", size=16,
                             line_width=3, color="#b00")
         step.add_tools(HoverTool(renderers=[ends], tooltips=[("", "@text")]))
+        # ranks that stopped at one step (a failure takes its peers with it) stack their labels
         step.add_layout(LabelSet(x="step", y="step_ms", text="text", source=self.ended,
-                                 x_offset=8, y_offset=4, text_font_size="9pt",
+                                 x_offset=8, y_offset="dy", text_font_size="9pt",
                                  text_color="#b00"))
         # above, not beside: the panels that share the step axis keep one width
         step.legend.orientation = "horizontal"
@@ -540,10 +543,13 @@ class RankProfileView:
     def _flush_ended(self) -> None:
         p = self.panels
         steps, ends = [], []
+        at = list(p.ended.data["step"])
         for rank, reason, t in self._new_ended:
             step, ms = self._point_at(rank, t)
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
-            steps.append({"step": step, "step_ms": ms, "text": text})
+            dy = 4 - LABEL_STEP_PX * at.count(step)  # downwards: above is the frame
+            at.append(step)
+            steps.append({"step": step, "step_ms": ms, "text": text, "dy": dy})
             row = p.tl.place_end({"x": t - (self.t0 or t), "text": text}, rank)
             p.tl.ends.append((row, rank))
             ends.append(row)
