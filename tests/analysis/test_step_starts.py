@@ -29,6 +29,7 @@ def test_a_restart_is_drawn_after_every_step_of_the_start_before_it():
     later = s.place_steps({0: _recs(range(3, 5), 1, 100.0) + _recs(range(2), 2, 200.0)})
     assert [r["step"] for r in later[0]] == [9, 10, 11, 12]
     assert s.take_marks() == [(2, 11)]
+    assert s.marks() == [(1, 6), (2, 11)]  # every restart, for a view drawn anew
 
 
 def test_a_job_that_never_restarted_is_left_as_it_is():

@@ -113,7 +113,8 @@ def test_restarts_get_a_fresh_rendezvous_store_unless_the_user_said_otherwise(
         c.kill()
     assert f"store: {seen}" in c.lines, c.output
     printed = c.wait_line("TORCHLENS_COLLECTOR=")
-    assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in printed) == (user_value is None)
+    # the other nodes are told the value in effect here: every agent must agree
+    assert f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE={seen} " in printed
 
 
 def test_two_nodes_on_localhost(tmp_path: Path) -> None:

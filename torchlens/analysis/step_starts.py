@@ -41,6 +41,11 @@ class StepStarts:
             self._marks.append((k, self._end))
         return self.offsets[k]
 
+    def marks(self) -> list[tuple[int, int]]:
+        """Every restart placed so far: (restart number, the step its first
+        step is drawn at)."""
+        return sorted((k, step) for k, step in self.offsets.items() if k)
+
     def take_marks(self) -> list[tuple[int, int]]:
         """The restarts placed since the last call: (restart number, the step
         its first step is drawn at)."""

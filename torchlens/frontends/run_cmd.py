@@ -43,8 +43,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: torch 2.13's c10d rendezvous lends its store to the workers; after an
 #: elastic restart the new gloo workers read their predecessors' stale
 #: addresses there and fail or hang (3 restarts in 4 on our machine, bare
-#: torchrun). "1": each rendezvous round builds a fresh store. Every node must
-#: agree, so the other nodes' command carries it too; a value the user set wins.
+#: torchrun). "1": each rendezvous round builds a fresh store. A value the user
+#: set wins; every node must agree, so the other nodes' command carries the value.
 FRESH_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
@@ -102,16 +102,14 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     address = f"{_reachable_address(collector.host)}:{collector.port}"
     feed = FeedPublisher(collector, run_dir)  # what torchlens.watch reads (docs/MULTINODE.md)
     secret_path = key.write_secret(os.path.join(run_dir, SECRET_FILE))
-    env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir}
-    if FRESH_STORE not in os.environ:
-        env[FRESH_STORE] = "1"
+    env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir,
+           FRESH_STORE: os.environ.get(FRESH_STORE, "1")}
     summary = TerminalSummary(stream, tty)
     loopback = collector.host in LOOPBACK
     summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
-    fresh = f"{FRESH_STORE}={env[FRESH_STORE]} " if FRESH_STORE in env else ""
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
-             f"{fresh}{shlex.join(command)}")
+             f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {shlex.join(command)}")
     where = ("the collector listens on loopback only: other machines cannot reach it "
              "(pass --host IFACE for more than one machine); on this machine run"
              if loopback else

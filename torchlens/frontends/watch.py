@@ -247,7 +247,6 @@ class Watch:
 
         #: a restarted job's steps counted across its starts, for the panels drawn by step
         self.starts = StepStarts()
-        self.restart_marks: list[tuple[int, int]] = []
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -379,7 +378,6 @@ class Watch:
                 if isinstance(s, dict) and "step" in s and "t0" in s:
                     view.push_summary(r, self.starts.place_summary(r, s))
         for number, step in self.starts.take_marks():
-            self.restart_marks.append((number, step))
             view.mark_restart(step, self._restart_label(number))
         for r, ended in _ranks(frame.get("ended_ranks"), world):
             # the view's red x is for a rank that stopped early, as in %ddp_check;
@@ -408,7 +406,7 @@ class Watch:
             for r, kept in enumerate(old.profile.summaries):
                 for s in kept:
                     self.view.push_summary(r, s)
-            for number, step in self.restart_marks:
+            for number, step in self.starts.marks():
                 self.view.mark_restart(step, self._restart_label(number))
         if self._box is not None:
             self._fill_box()

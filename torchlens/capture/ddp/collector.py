@@ -292,11 +292,9 @@ class Collector:
         """Plain data for the analysis: the latest incarnation of every rank."""
         now = time.monotonic()
         latest: dict[int, Slot] = {}
-        starts: dict[int, int] = {}
-        for s in self.slots.values():
-            starts[s.rank] = starts.get(s.rank, 0) + 1
-            if s.rank not in latest or s.slot > latest[s.rank].slot:
-                latest[s.rank] = s
+        start: dict[int, int] = {}
+        for n, s in self.numbered_slots():  # in slot order: the last one of a rank is its latest
+            latest[s.rank], start[s.rank] = s, n
         world = max([int(s.hello.get("world_size") or 0) for s in self.slots.values()]
                     + [max(latest, default=-1) + 1])
         ranks = []
@@ -308,7 +306,7 @@ class Collector:
             ranks.append({**{k: s.hello.get(k) for k in (
                 "rank", "node", "host", "pid", "local_rank", "restart", "device",
                 "shared_run_dir", "run_dir", "elastic_run_id", "t")},
-                "slot": s.slot, "incarnation": starts[r] - 1, "silent_s": now - s.seen,
+                "slot": s.slot, "incarnation": start[r], "silent_s": now - s.seen,
                 "bye": s.bye,
                 "heartbeat": s.heartbeat, "steps_sent": s.counts[0],
                 "summaries_sent": s.counts[1], "overwritten": list(s.overwritten)})
@@ -323,6 +321,17 @@ class Collector:
     def all_slots(self) -> list[Slot]:
         return sorted(self.slots.values(), key=lambda s: s.slot)
 
+    def numbered_slots(self) -> list[tuple[int, Slot]]:
+        """Every slot in slot order, with which start of its rank it is (0: the
+        first; a later process of the same rank is a restart of it, whatever its
+        ``TORCHELASTIC_RESTART_COUNT``: ``incarnations`` says why)."""
+        seen: dict[int, int] = {}
+        out = []
+        for s in self.all_slots():
+            seen[s.rank] = seen.get(s.rank, -1) + 1
+            out.append((seen[s.rank], s))
+        return out
+
     def incarnations(self) -> list[dict[str, Any]]:
         """Every attached process in slot order, with what ``analysis.restarts``
         needs to group restarts: which start of its rank it is, when it stepped,
@@ -332,10 +341,8 @@ class Collector:
         ``TORCHELASTIC_RESTART_COUNT``: an agent counts only its own node's
         failures, so a node restarted because another node failed keeps 0.
         """
-        seen: dict[int, int] = {}
         out = []
-        for s in self.all_slots():
-            n = seen[s.rank] = seen.get(s.rank, -1) + 1
+        for n, s in self.numbered_slots():
             hb = s.heartbeat
             out.append({"rank": s.rank, "slot": s.slot, "incarnation": n,
                         "restart_count": s.hello.get("restart"), "node": s.hello.get("node"),

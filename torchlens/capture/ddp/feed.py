@@ -116,12 +116,10 @@ class FeedPublisher:
         summaries: dict[str, list[Any]] = {}
         beats: dict[str, dict[str, Any]] = {}
         latest: dict[int, Any] = {}
-        starts: dict[int, int] = {}
-        for s in self.collector.all_slots():
+        for start, s in self.collector.numbered_slots():
             sent = self._sent.setdefault(s.slot, [0, 0])
-            # a later slot of a rank is its restart: its records say which
-            # start they are of (analysis.step_starts); the first start's go as kept
-            start = starts[s.rank] = starts.get(s.rank, -1) + 1
+            # a restart's records say which start they are of (analysis.step_starts);
+            # the first start's go as kept
             for kind, kept, out in ((0, s.steps, steps), (1, s.summaries, summaries)):
                 new = s.counts[kind] - sent[kind]
                 if new > 0:  # more than kept (a long pause) sends what is kept
