@@ -88,8 +88,9 @@ Findings (``findings``): a rank stands out at a kind of collective when
    which without the division grows with the world size; an even 4-rank run
    has one rank or another last at all 4 of its allreduces 1.6% of the
    time); or, for short traces where no count can be that unlikely, it was
-   last at least ``FEW_LAST`` (3) times and at half or more of them, and the wait it caused per such collective is at least
-   ``FEW_RATIO`` (5x) the mean wait at the kind's other collectives (those
+   last at least ``FEW_LAST`` (3) times and at half or more of them, and
+   the wait it caused per such collective is at least ``FEW_RATIO`` (5x)
+   the mean wait at the kind's other collectives (those
    where someone else was last; any wait when there are none); and
 2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
 
