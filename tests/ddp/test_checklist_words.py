@@ -56,6 +56,26 @@ def test_errors_are_ordered_by_their_time_not_their_rank():
     assert item.advice.startswith("rank 1 failed first")
 
 
+def test_a_rank_its_launcher_stopped_is_not_named_first():
+    """The agent SIGTERMs the survivors when a rank is SIGKILLed; a rank found
+    gone is timed by its last heartbeat, so a stopped rank can look earlier."""
+    run = DdpRun(world_size=3, backend="gloo", outcome="crashed", t0=100.0,
+                 ranks=[None, None, rank(2, {"type": "RuntimeError", "t": 107.1,
+                                              "message": "Connection reset by peer"})],
+                 exit_codes=[-15, -9, 1], ended_at=[106.9, 107.0, 107.2],
+                 fingerprints=[[], [], []])
+    item = items(run)["crashed worker"]
+    assert item.evidence.startswith("rank 1 died with SIGKILL at +7.0 s"), item.evidence
+    assert item.evidence.endswith("rank 0 was stopped by its launcher with SIGTERM at +6.9 s")
+    assert item.advice.startswith("rank 1 failed first")
+    # a SIGTERM that is the only kind of failure is the cause: ordered by time
+    alone = DdpRun(world_size=2, backend="gloo", outcome="crashed", t0=100.0,
+                   ranks=[None, None], exit_codes=[-15, -15], ended_at=[103.0, 101.0],
+                   fingerprints=[[], []])
+    item = items(alone)["crashed worker"]
+    assert item.evidence.startswith("rank 1 died with SIGTERM at +1.0 s"), item.evidence
+
+
 def test_without_times_no_rank_is_said_to_have_failed_first():
     """An old file: no times recorded, so no order can be claimed."""
     run = DdpRun(world_size=2, backend="gloo", outcome="crashed",

@@ -387,7 +387,8 @@ def check_memory(rec: DdpRun) -> CheckItem:
     return CheckItem("memory", PASSED, f"peak {text}", details={"key": key, "peaks": peaks})
 
 
-_SIGNALS = {-6: "SIGABRT", -9: "SIGKILL", -11: "SIGSEGV"}
+_SIGTERM = 15
+_SIGNALS = {-6: "SIGABRT", -9: "SIGKILL", -11: "SIGSEGV", -_SIGTERM: "SIGTERM"}
 
 
 def check_crash(rec: DdpRun) -> CheckItem:
@@ -412,16 +413,25 @@ def check_crash(rec: DdpRun) -> CheckItem:
     for r, err in errors:
         failures.append((err.get("t"), r, f"rank {r} raised {err.get('type')}: "
                          f"{err.get('message')} (during {err.get('phase', 'its step')})"))
+    # A launcher (torchrun's agent, ours) ends the surviving ranks with SIGTERM
+    # once one fails. A rank found gone is timed by its last heartbeat, 0.2 s
+    # apart, so such a rank can look earlier than the one that failed: while
+    # any rank failed otherwise, a SIGTERM is a consequence and goes last.
+    stopped = {r for r, c in deaths if c == -_SIGTERM} if any(
+        c != -_SIGTERM for _, c in deaths) or errors else set()
     for r, c in deaths:
         sig = _SIGNALS.get(c, f"signal {-c}")
-        failures.append((ended[r] if r < len(ended) else None, r, f"rank {r} died with {sig}"
+        text = (f"rank {r} was stopped by its launcher with SIGTERM" if r in stopped
+                else f"rank {r} died with {sig}")
+        failures.append((ended[r] if r < len(ended) else None, r, text
                          + (" (gloo aborts on mismatched shapes/dtypes)" if c == -6 else "")))
     timed = all(t is not None for t, _, _ in failures)
     if timed:
-        failures.sort(key=lambda f: (f[0], f[1]))
-        t0 = rec.t0 or failures[0][0]
+        failures.sort(key=lambda f: (f[1] in stopped, f[0], f[1]))
+        t0 = rec.t0 or min(t for t, _, _ in failures)
         parts = [f"{text} at +{t - t0:.1f} s" for t, _, text in failures]
     else:
+        failures.sort(key=lambda f: f[1] in stopped)
         parts = [text for _, _, text in failures]
     first = failures[0][1]
     err = dict(errors).get(first) or {}
