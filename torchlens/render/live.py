@@ -15,6 +15,7 @@ happens from the thread that calls ``push``/``flush`` (the launcher's loop).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -23,6 +24,8 @@ from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
+
+from ..analysis.rank_spread import SHOWN_RANKS
 
 FLUSH_S = 0.4  # at least twice a second
 ROLLOVER = 5000  # points kept per source in the live view
@@ -46,37 +49,70 @@ def _mem_value(hb: dict[str, Any]) -> float:
 
 
 def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], Any, Any]:
-    """Empty figures with one source per rank (memory, collectives) + timeline."""
+    """Empty figures with a source per rank (memory, collectives) + timeline.
+
+    A job of more than ``SHOWN_RANKS`` ranks draws every rank's heartbeats as
+    points of one source per panel (a line per rank would be a renderer per
+    rank: seconds to build and send), its lanes thinner, every k-th labelled.
+    """
+    many = world_size > SHOWN_RANKS
     tools = "xpan,xwheel_zoom,reset,save"
+    points = f" (a point per heartbeat, {world_size:,} ranks)" if many else ""
     mem = figure(height=190, sizing_mode="stretch_width", tools=tools,
-                 title="CUDA allocated per rank (MiB)" if cuda else "RSS per rank (MiB)",
+                 title=("CUDA allocated per rank (MiB)" if cuda else "RSS per rank (MiB)") + points,
                  x_axis_label="s since launch")
     coll = figure(height=160, sizing_mode="stretch_width", tools=tools, x_range=mem.x_range,
-                  title="Collectives issued per rank")
-    lanes = figure(height=60 + 30 * world_size, sizing_mode="stretch_width", tools=tools,
+                  title="Collectives issued per rank" + points)
+    row_px = max(1, min(30, 900 // world_size))  # the panel stays about 960 px
+    lanes = figure(height=60 + row_px * world_size, sizing_mode="stretch_width", tools=tools,
                    x_range=mem.x_range, title="Per-rank timeline (phase; ticks = collectives)",
                    y_range=(-0.6, world_size - 0.4))
-    lanes.yaxis.ticker = list(range(world_size))
+    every = math.ceil(world_size / 40)
+    lanes.yaxis.ticker = list(range(0, world_size, every))
     lanes.yaxis.major_label_overrides = {r: f"rank {r}" for r in range(world_size)}
-    mem_src, coll_src = [], []
-    for r in range(world_size):
-        ms = ColumnDataSource({"t": [], "mib": [], "tensor_mib": []})
-        cs = ColumnDataSource({"t": [], "n": []})
-        mem.line("t", "mib", source=ms, color=_color(r), legend_label=f"rank {r}")
-        mem.line("t", "tensor_mib", source=ms, color=_color(r), line_dash="dashed")
-        coll.step("t", "n", source=cs, color=_color(r), legend_label=f"rank {r}", mode="after")
-        mem_src.append(ms)
-        coll_src.append(cs)
-    for fig in (mem, coll):
-        fig.legend.location = "top_left"
-        fig.legend.label_text_font_size = "8pt"
+    mem_cols, coll_cols = ("t", "mib", "tensor_mib", "rank", "color"), ("t", "n", "rank", "color")
+    if many:
+        ms = ColumnDataSource({k: [] for k in mem_cols})
+        cs = ColumnDataSource({k: [] for k in coll_cols})
+        dots = [mem.scatter("t", "mib", source=ms, color="color", size=3),
+                coll.scatter("t", "n", source=cs, color="color", size=3)]
+        for fig, dot, tip in ((mem, dots[0], ("MiB", "@mib{0,0.0}")),
+                              (coll, dots[1], ("collectives", "@n"))):
+            fig.add_tools(HoverTool(renderers=[dot], tooltips=[("", "rank @rank"), tip]))
+        mem_src, coll_src = [ms] * world_size, [cs] * world_size
+    else:
+        mem_src, coll_src = [], []
+        for r in range(world_size):
+            ms = ColumnDataSource({k: [] for k in mem_cols})
+            cs = ColumnDataSource({k: [] for k in coll_cols})
+            mem.line("t", "mib", source=ms, color=_color(r), legend_label=f"rank {r}")
+            mem.line("t", "tensor_mib", source=ms, color=_color(r), line_dash="dashed")
+            coll.step("t", "n", source=cs, color=_color(r), legend_label=f"rank {r}",
+                      mode="after")
+            mem_src.append(ms)
+            coll_src.append(cs)
+        for fig in (mem, coll):
+            fig.legend.location = "top_left"
+            fig.legend.label_text_font_size = "8pt"
     quads = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "color": [],
                               "phase": [], "rank": []})
     lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_alpha=0)
     ticks = ColumnDataSource({"t": [], "y": [], "label": []})
     lanes.scatter("t", "y", source=ticks, marker="dash", angle=1.5708, size=14, color="#333")
-    lanes.add_tools(HoverTool(tooltips=[("", "@phase @label")]))
+    lanes.add_tools(HoverTool(tooltips=[("", "rank @rank @phase @label")]))
     return column(mem, coll, lanes, sizing_mode="stretch_width"), mem_src, coll_src, quads, ticks
+
+
+def _stream_per_source(sources: list[Any], rows: list[list[dict[str, Any]]],
+                       rollover: int | None) -> None:
+    """Each rank's new rows into its source: one stream per source (many ranks share one)."""
+    by_source: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+    for src, new in zip(sources, rows, strict=True):
+        if new:
+            by_source.setdefault(id(src), (src, []))[1].extend(new)
+    shared = len(by_source) == 1 and len(sources) > 1 and sources[0] is sources[-1]
+    for src, new in by_source.values():
+        src.stream(_columns(new), rollover=rollover and rollover * (SHOWN_RANKS if shared else 1))
 
 
 def label_nodes(layout: Any, heartbeats: Iterable[dict[str, Any]]) -> bool:
@@ -106,7 +142,8 @@ class _Rows:
         tensor = hb.get("tensor_bytes")
         mem = {"t": t, "mib": _mem_value(hb),
                "tensor_mib": float("nan") if tensor is None else tensor / MIB}
-        coll = {"t": t, "n": int(hb.get("collectives") or 0)}
+        coll = {"t": t, "n": int(hb.get("collectives") or 0), "rank": r, "color": _color(r)}
+        mem.update(rank=r, color=_color(r))
         prev, self.prev[r] = self.prev[r], hb
         quad = None
         if prev is not None:
@@ -143,10 +180,8 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
                 quad_rows[-1]["right"] = q["right"]  # merge runs of one phase
             else:
                 quad_rows.append(q)
-    for r in range(world_size):
-        if mem_rows[r]:
-            mem_src[r].data = _columns(mem_rows[r])
-            coll_src[r].data = _columns(coll_rows[r])
+    _stream_per_source(mem_src, mem_rows, None)  # the static copy keeps every point
+    _stream_per_source(coll_src, coll_rows, None)
     if quad_rows:
         quads.data = _columns(quad_rows)
     label_nodes(layout, heartbeats)
@@ -210,10 +245,8 @@ class LivePlot:
                 self._last_count[r] = c["n"]
         label_nodes(self.layout, self._pending)
         self._pending.clear()
-        for r in range(self.world_size):
-            if mem[r]:
-                self.mem[r].stream(_columns(mem[r]), rollover=ROLLOVER)
-                self.coll[r].stream(_columns(coll[r]), rollover=ROLLOVER)
+        _stream_per_source(self.mem, mem, ROLLOVER)
+        _stream_per_source(self.coll, coll, ROLLOVER)
         if quads:
             self.quads.stream(_columns(quads), rollover=ROLLOVER)
         if ticks:

@@ -24,6 +24,7 @@ import time
 from collections import deque
 from typing import Any
 
+from bokeh.core.properties import value
 from bokeh.layouts import column, row
 from bokeh.models import (
     BoxAnnotation,
@@ -34,9 +35,11 @@ from bokeh.models import (
     LabelSet,
     Range1d,
 )
+from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 
 from ..analysis.rank_arrivals import collective_arrivals
+from ..analysis.rank_spread import SHOWN_RANKS, Spread, ranks_to_show
 from ..analysis.rank_steps import (
     PHASES,
     ROLES,
@@ -75,6 +78,9 @@ KIND_COLORS = {"op": "#6baed6", "kernel": "#31a354", "memcpy": "#fd8d3c",
                "memset": "#bcbd22", "collective": "#d62728"}
 STEP_KEYS = ("step", "step_ms", *(f"{p}_ms" for p in PARTS))
 MEM_KEYS = ("step", "allocated", "reserved", "rss", "frag", "free")
+#: the memory figures whose spread across ranks is drawn, as ``memory_rows`` names them
+SPREAD_MEM = ("allocated", "reserved", "rss", "frag", "largest_free")
+SPREAD_COLOR = "#555"
 NAN = float("nan")
 
 
@@ -124,6 +130,18 @@ class _Lanes:
                 self.slot[(r, n)] = len(self.slot)
         return True, any(self.slot[k] != y for k, y in old.items())
 
+    def keep(self, ranks: set[int]) -> bool:
+        """Only the lanes of ``ranks`` (the ranks drawn); True when some went."""
+        gone = [r for r, names in enumerate(self.names) if names and r not in ranks]
+        for r in gone:
+            self.names[r] = []
+        if gone:
+            self.slot = {}
+            for r, lanes in enumerate(self.names):
+                for n in lanes:
+                    self.slot[(r, n)] = len(self.slot)
+        return bool(gone)
+
     def group(self, rank: int) -> tuple[float, float] | None:
         """The rank's lane group (top, bottom) in lane units, None before it has lanes."""
         lanes = self.names[rank]
@@ -169,11 +187,31 @@ class _Timeline:
         return row
 
 
+def _spread_columns(keys: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The (empty) columns of a spread source: ``analysis.rank_spread.Spread.changed``'s."""
+    return {"step": [], "ranks": [],
+            **{f"{k}_{end}": [] for k in keys for end in ("lo", "mid", "hi")}}
+
+
+def _band(fig: Any, src: ColumnDataSource, key: str, label: str | None = None,
+          visible: bool = True) -> list[Any]:
+    """All ranks at once: their range as a grey band, their median as a grey line."""
+    area = fig.varea("step", f"{key}_lo", f"{key}_hi", source=src, fill_color=SPREAD_COLOR,
+                     fill_alpha=0.15, visible=visible)
+    extra = {"legend_label": label} if label else {}
+    line = fig.line("step", f"{key}_mid", source=src, color=SPREAD_COLOR, line_width=1.5,
+                    line_dash="dotdash", visible=visible, **extra)
+    fig.add_tools(HoverTool(renderers=[line], tooltips=[
+        ("step", "@step"), ("ranks", "@ranks"), ("median", f"@{key}_mid{{0,0.0}}"),
+        ("range", f"@{key}_lo{{0,0.0}} to @{key}_hi{{0,0.0}}")]))
+    return [area, line]
+
+
 def _stacked_bars(source: ColumnDataSource, parts: tuple[str, ...], colors: dict[str, str],
-                  ranks: int, x_label: str, title: str, number: str,
+                  labels: list[str], x_label: str, title: str, number: str,
                   extra_tips: list[tuple[str, str]]) -> Any:
-    """One horizontal stacked bar per rank, a ``<part>_ms`` column per part."""
-    labels = [f"rank {r}" for r in range(ranks)]
+    """One horizontal stacked bar per rank drawn, a ``<part>_ms`` column per part."""
+    ranks = len(labels)
     fig = figure(height=max(190, 70 + 30 * ranks), sizing_mode="stretch_width", tools="save",
                  toolbar_location=None, y_range=FactorRange(*reversed(labels)),
                  x_axis_label=x_label, title=title)
@@ -201,6 +239,11 @@ class _Panels:
 
     def __init__(self, world_size: int, every: int, modelled: bool) -> None:
         self.world_size = world_size
+        #: one line per slot; slot i draws rank ``shown[i]``. A job of more
+        #: than SHOWN_RANKS ranks draws its spread across ranks as well.
+        self.shown = list(range(min(world_size, SHOWN_RANKS)))
+        self.spread = world_size > SHOWN_RANKS
+        self._slot_of = {r: i for i, r in enumerate(self.shown)}
         self.verdict = Div(text=str(_verdict_html(None)), sizing_mode="stretch_width")
         self._step_panel(every)
         self._memory_panels(modelled)
@@ -214,16 +257,21 @@ class _Panels:
                              sizing_mode="stretch_width")
 
     def _step_panel(self, every: int) -> None:
-        n = self.world_size
+        n = len(self.shown)
+        many = (f"; the {n} ranks to look at of {self.world_size:,} (slowest, largest, stopped), "
+                "grey: median and range of all") if self.spread else ""
         step = figure(height=240, sizing_mode="stretch_width", tools=TOOLS,
                       title="Step time per rank (ms); circles: profiled steps"
-                            + (f" (1 in {every})" if every else ""),
+                            + (f" (1 in {every})" if every else "") + many,
                       x_axis_label="step", y_axis_label="ms")
         self.step_fig = step
+        self.step_spread = ColumnDataSource(_spread_columns(("step_ms",)))
+        if self.spread:
+            _band(step, self.step_spread, "step_ms", f"all {self.world_size:,} ranks")
         self.steps = [ColumnDataSource({k: [] for k in STEP_KEYS}) for _ in range(n)]
-        self.step_lines = [step.line("step", "step_ms", source=self.steps[r], color=_color(r),
+        self.step_lines = [step.line("step", "step_ms", source=self.steps[i], color=self.color(r),
                                      line_width=1.5, legend_label=f"rank {r}")
-                           for r in range(n)]
+                           for i, r in enumerate(self.shown)]
         self.profiled = ColumnDataSource({"step": [], "step_ms": [], "color": []})
         step.scatter("step", "step_ms", source=self.profiled, color="color", size=6,
                      fill_color="white")
@@ -258,7 +306,7 @@ class _Panels:
                                           text_font_size="9pt", text_color=RESTART_COLOR))
 
     def _memory_panels(self, modelled: bool) -> None:
-        n, x = self.world_size, self.step_fig.x_range
+        n, x = len(self.shown), self.step_fig.x_range
         mem = figure(height=220, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                      x_axis_label="step", y_axis_label="MiB")
         frag = figure(height=200, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
@@ -271,16 +319,27 @@ class _Panels:
         self.mem_marks = ColumnDataSource({k: [] for k in (*MEM_KEYS, "color")})
         self.prof_lines: list[Any] = []  # joined only when the profiled points are all there is
         rends: dict[Any, list[Any]] = {mem: [], frag: [], free: []}
-        for r in range(n):
-            c, ms, mp = _color(r), self.mem[r], self.mem_prof[r]
-            rends[mem] += [mem.line("step", "allocated", source=ms, color=c),
-                           mem.line("step", "reserved", source=ms, color=c, line_dash="dashed"),
-                           mem.line("step", "rss", source=ms, color=c, line_dash="dotted")]
-            rends[frag].append(frag.line("step", "frag", source=ms, color=c))
-            self.prof_lines += [
-                fig.line("step", key, source=mp, color=c, line_dash=dash, visible=modelled)
-                for fig, key, dash in ((mem, "allocated", "solid"), (mem, "reserved", "dashed"),
-                                       (frag, "frag", "solid"), (free, "free", "solid"))]
+        self.mem_spread = ColumnDataSource(_spread_columns(SPREAD_MEM))
+        self.prof_spread = ColumnDataSource(_spread_columns(SPREAD_MEM))
+        if self.spread:
+            for fig, key in ((mem, "allocated"), (mem, "rss"), (frag, "frag"),
+                             (free, "largest_free")):
+                _band(fig, self.mem_spread, key)
+                self.prof_lines += _band(fig, self.prof_spread, key, visible=modelled)
+        self.slot_lines: list[list[Any]] = []  # slot -> its memory lines
+        for i, r in enumerate(self.shown):
+            c, ms, mp = self.color(r), self.mem[i], self.mem_prof[i]
+            lines = [mem.line("step", "allocated", source=ms, color=c),
+                     mem.line("step", "reserved", source=ms, color=c, line_dash="dashed"),
+                     mem.line("step", "rss", source=ms, color=c, line_dash="dotted")]
+            rends[mem] += lines
+            lines.append(frag.line("step", "frag", source=ms, color=c))
+            rends[frag].append(lines[-1])
+            prof = [fig.line("step", key, source=mp, color=c, line_dash=dash, visible=modelled)
+                    for fig, key, dash in ((mem, "allocated", "solid"), (mem, "reserved", "dashed"),
+                                           (frag, "frag", "solid"), (free, "free", "solid"))]
+            self.prof_lines += prof
+            self.slot_lines.append(lines + prof)
         for fig, key in ((mem, "allocated"), (mem, "reserved"), (frag, "frag"), (free, "free")):
             rends[fig].append(fig.scatter("step", key, source=self.mem_marks, color="color",
                                           size=5))
@@ -306,11 +365,7 @@ class _Panels:
         tl.ygrid.grid_line_color = None
         tl.yaxis.ticker = []
         tl.yaxis.major_label_text_font_size = "8pt"
-        self.groups = [BoxAnnotation(fill_color="#000", fill_alpha=0.04 if r % 2 else 0.0,
-                                     line_alpha=0, visible=False, level="underlay")
-                       for r in range(self.world_size)]
-        for box in self.groups:
-            tl.add_layout(box)
+        self.groups: dict[int, Any] = {}  # rank -> the box behind its lanes, made when it has some
         box_cols = ("left", "right", "top", "bottom", "color", "name", "ms", "rank", "lane",
                     "step")
         self.ops = ColumnDataSource({k: [] for k in (*box_cols, "kind")})
@@ -344,23 +399,25 @@ class _Panels:
 
     def _roles_panel(self) -> None:
         """The profiled steps' breakdown with %%torchprof's definitions (one role per instant)."""
-        n = self.world_size
-        self.roles = ColumnDataSource({"rank": [f"rank {r}" for r in range(n)],
+        labels = [f"rank {r}" for r in self.shown]
+        n = len(labels)
+        self.roles = ColumnDataSource({"rank": labels,
                                        "step_ms": [NAN] * n, "profiled": [0] * n,
                                        **{f"{role}_ms": [0.0] * n for role in ROLES}})
         self.roles_fig = _stacked_bars(
-            self.roles, ROLES, ROLE_COLORS, n, "ms (median of the profiled steps)",
+            self.roles, ROLES, ROLE_COLORS, labels, "ms (median of the profiled steps)",
             "Profiled steps as %%torchprof breaks them down (TensorBoard profiler plugin's "
             "definitions): median ms per role", "0,0.00",
             [("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")])
 
     def _breakdown_panel(self) -> None:
-        n = self.world_size
-        self.breakdown = ColumnDataSource({"rank": [f"rank {r}" for r in range(n)],
+        labels = [f"rank {r}" for r in self.shown]
+        n = len(labels)
+        self.breakdown = ColumnDataSource({"rank": labels,
                                            "median_step_ms": [NAN] * n,
                                            **{f"{p}_ms": [0.0] * n for p in PARTS}})
         self.bd_fig = _stacked_bars(
-            self.breakdown, PARTS, PART_COLORS, n, "ms (median per step)",
+            self.breakdown, PARTS, PART_COLORS, labels, "ms (median per step)",
             "Where each rank's step goes: median ms per phase", "0,0.0",
             [("median step", "@median_step_ms{0,0.0} ms")])
 
@@ -393,10 +450,40 @@ class _Panels:
         self.tl_fig.y_range.update(start=count - 0.5, end=-0.5, reset_start=count - 0.5,
                                    reset_end=-0.5)
         self.tl_fig.height = min(120 + 22 * count, 1000)
-        for r, box in enumerate(self.groups):
-            group = lanes.group(r)
-            if group is not None:
-                box.update(top=group[0], bottom=group[1], visible=True)
+        for i, r in enumerate(sorted({r for r, _ in lanes.slot})):
+            top, bottom = lanes.group(r) or (0.0, 0.0)
+            if r not in self.groups:
+                self.groups[r] = BoxAnnotation(fill_color="#000", line_alpha=0,
+                                               level="underlay")
+                self.tl_fig.add_layout(self.groups[r])
+            self.groups[r].update(top=top, bottom=bottom, fill_alpha=0.04 if i % 2 else 0.0,
+                                  visible=True)
+        for r, box in self.groups.items():
+            box.visible = bool(lanes.names[r])
+
+    def color(self, rank: int) -> str:
+        """A rank's colour: its own among few ranks; its slot's among many,
+        so the lines drawn never share one."""
+        if not self.spread:
+            return _color(rank)
+        return Category20_20[self._slot_of.get(rank, 0) % 20]
+
+    def show_ranks(self, shown: list[int]) -> None:
+        """Slot i now draws rank ``shown[i]``: its colour, its legend entry and
+        the bar charts' labels (the caller refills the slots' sources)."""
+        self.shown = shown
+        self._slot_of = {r: i for i, r in enumerate(shown)}
+        labels = [f"rank {r}" for r in shown]
+        items = {item.renderers[0]: item for item in self.step_fig.legend[0].items}
+        for i, r in enumerate(shown):
+            self.step_lines[i].glyph.line_color = self.color(r)
+            if self.step_lines[i] in items:
+                items[self.step_lines[i]].label = value(labels[i])
+        for i, lines in enumerate(self.slot_lines):
+            for line in lines:
+                line.glyph.line_color = self.color(shown[i])
+        for fig in (self.roles_fig, self.bd_fig):
+            fig.y_range.factors = list(reversed(labels))
 
 
 def _verdict_html(sr: Any, color: str = "#333") -> Any:
@@ -446,6 +533,14 @@ class RankProfileView:
         self._last_flush = 0.0
         self._last_analysis = -math.inf
         self._analysis_every = VERDICT_S
+        self._slot_of = {r: i for i, r in enumerate(self.panels.shown)}
+        self._table: list[dict[str, Any]] = []  # the last analysis' rank_table
+        self._ranked = False  # the slots were picked from a rank_table
+        self._slow: int | None = None
+        self._end_order: list[int] = []
+        self.step_spread = Spread(("step_ms",), keep=STEP_ROLLOVER)
+        self.mem_spread = Spread(SPREAD_MEM, keep=STEP_ROLLOVER)
+        self.prof_spread = Spread(SPREAD_MEM, keep=STEP_ROLLOVER)
 
     @property
     def widget(self) -> Any:
@@ -486,6 +581,7 @@ class RankProfileView:
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``."""
         self.ended[rank] = reason
+        self._end_order.append(rank)
         self._new_ended.append((rank, reason, t))
 
     def flush(self, force: bool = False) -> None:
@@ -501,6 +597,8 @@ class RankProfileView:
         self._flush_steps()
         restarts, self._new_restarts = self._new_restarts, []
         _stream(self.panels.restarts, restarts, STEP_ROLLOVER)
+        if any(r not in self._slot_of for r, _, _ in self._new_ended):
+            self._pick()  # a rank that stopped early is drawn before its end is marked
         self._flush_ended()
         self._flush_summaries(force)
         if analysis_due:
@@ -516,18 +614,26 @@ class RankProfileView:
             if not new:
                 continue
             rows = step_rows(_per_rank(self.world_size, r, new))
-            _stream(p.steps[r], [{k: row[k] for k in STEP_KEYS} for row in rows], STEP_ROLLOVER)
-            _stream(p.profiled, [{"step": row["step"], "step_ms": row["step_ms"],
-                                  "color": _color(r)} for row in rows if row["profiled"]],
-                    STEP_ROLLOVER * self.world_size)
+            mem = memory_rows(_per_rank(self.world_size, r, new), [[] for _ in self.records])
+            seen.update(m.get("source") for m in mem)
+            new.clear()
             if rows:
                 self._last_point[r] = (rows[-1]["step"], rows[-1]["step_ms"])
                 if rows[-1].get("window"):
                     p.step_fig.xaxis.axis_label = "window"
-            mem = memory_rows(_per_rank(self.world_size, r, new), [[] for _ in self.records])
-            _stream(p.mem[r], [_mem_row(m) for m in mem], STEP_ROLLOVER)
-            seen.update(m.get("source") for m in mem)
-            new.clear()
+            if p.spread:
+                self.step_spread.add(r, rows)
+                self.mem_spread.add(r, mem)
+            slot = self._slot_of.get(r)
+            if slot is None:
+                continue
+            _stream(p.steps[slot], [{k: row[k] for k in STEP_KEYS} for row in rows],
+                    STEP_ROLLOVER)
+            _stream(p.profiled, _profiled_points(p.color(r), rows), STEP_ROLLOVER * len(p.shown))
+            _stream(p.mem[slot], [_mem_row(m) for m in mem], STEP_ROLLOVER)
+        if p.spread:
+            _merge(p.step_spread, self.step_spread.changed())
+            _merge(p.mem_spread, _mem_spread(self.mem_spread.changed()))
         self._set_memory_sources(seen)
 
     def _point_at(self, rank: int, t: float) -> tuple[int, float]:
@@ -545,6 +651,8 @@ class RankProfileView:
         steps, ends = [], []
         at = list(p.ended.data["step"])
         for rank, reason, t in self._new_ended:
+            if rank not in self._slot_of:  # one of many: the checklist names it
+                continue
             step, ms = self._point_at(rank, t)
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
             dy = 4 - LABEL_STEP_PX * at.count(step)  # downwards: above is the frame
@@ -564,6 +672,8 @@ class RankProfileView:
         new, self._new_summaries = self._new_summaries, []
         moved = added = False
         for rank, s in sorted(new, key=lambda x: (x[0], x[1]["step"])):
+            if rank not in self._slot_of:
+                continue
             a, m = p.lanes.add(rank, _lane_names(s))
             added, moved = added or a, moved or m
         if added:
@@ -574,16 +684,23 @@ class RankProfileView:
                 p.tl_ends.data = _columns([p.tl.place_end(r, w) for r, w in p.tl.ends])
         ops, colls, seen = [], [], set(self._mem_sources)
         for rank, s in new:
+            mem = memory_rows([[] for _ in self.records], _per_rank(self.world_size, rank, [s]))
+            seen.update(m.get("source") for m in mem)
+            if p.spread:
+                self.prof_spread.add(rank, mem)
+            slot = self._slot_of.get(rank)
+            if slot is None:
+                continue
             ops += self._op_rows(rank, s)
             colls += self._collective_rows(rank, s)
             self._waiting.setdefault(int(s["step"]), {})[rank] = s
             self._show_step(s)
-            mem = memory_rows([[] for _ in self.records], _per_rank(self.world_size, rank, [s]))
             rows = [_mem_row(m) for m in mem]
-            _stream(p.mem_prof[rank], rows, STEP_ROLLOVER)
-            _stream(p.mem_marks, [{**m, "color": _color(rank)} for m in rows],
-                    STEP_ROLLOVER * self.world_size)
-            seen.update(m.get("source") for m in mem)
+            _stream(p.mem_prof[slot], rows, STEP_ROLLOVER)
+            _stream(p.mem_marks, [{**m, "color": p.color(rank)} for m in rows],
+                    STEP_ROLLOVER * len(p.shown))
+        if p.spread:
+            _merge(p.prof_spread, _mem_spread(self.prof_spread.changed()))
         self._set_memory_sources(seen)
         _stream(p.ops, ops, TIMELINE_ROWS)
         _stream(p.colls, colls, COLLECTIVE_ROWS)
@@ -593,7 +710,7 @@ class RankProfileView:
         """Join each collective across ranks once every running rank has sent the step."""
         p = self.panels
         segs, marks = [], []
-        running = [r for r in range(self.world_size) if r not in self.ended]
+        running = [r for r in p.shown if r not in self.ended]
         for step in sorted(self._waiting):
             got = self._waiting[step]
             if not (force or len(self._waiting) > WAITING_STEPS
@@ -622,18 +739,23 @@ class RankProfileView:
         p = self.panels
         started = time.monotonic()
         sr = slow_rank(self.records, window=20)
-        color = _color(sr.rank) if sr.rank is not None else "#333"
+        self._slow = sr.rank
+        self._table = rank_table(self.records, [list(s) for s in self.summaries])
+        self._pick()
+        color = p.color(sr.rank) if sr.rank is not None else "#333"
         p.verdict.text = str(_verdict_html(sr, color))
-        for r, line in enumerate(p.step_lines):
+        for r, line in zip(p.shown, p.step_lines, strict=True):
             line.glyph.line_width = 3.0 if r == sr.rank else 1.5
-        table = rank_table(self.records, [list(s) for s in self.summaries])
+        table = [self._table[r] for r in p.shown]
         data: dict[str, list[Any]] = {"rank": [f"rank {row['rank']}" for row in table],
                                       "median_step_ms": [_num(row.get("step_ms"))
                                                          for row in table]}
         for part in PARTS:
             data[f"{part}_ms"] = [row.get(f"{part}_ms") or 0.0 for row in table]
         p.breakdown.data = data
-        roles = profiled_breakdown([list(s) for s in self.summaries])
+        by_rank = {row["rank"]: row for row in profiled_breakdown(
+            [list(s) for s in self.summaries])}
+        roles = [by_rank[r] for r in p.shown]
         p.roles.data = {"rank": [f"rank {row['rank']}" for row in roles],
                         "step_ms": [_num(row["step_ms"]) for row in roles],
                         "profiled": [row["profiled"] for row in roles],
@@ -643,6 +765,64 @@ class RankProfileView:
         self._last_analysis = time.monotonic()
         # a long run makes the analysis slower: keep it a small share of the kernel's time
         self._analysis_every = max(VERDICT_S, 10 * (self._last_analysis - started))
+
+    def _pick(self) -> None:
+        """A job of many ranks: which ranks get a line (the slow rank and the
+        ranks that stopped early first), and their slots refilled."""
+        p = self.panels
+        if not p.spread:
+            return
+        stopped = [r for r in dict.fromkeys(self._end_order)
+                   if self.ended.get(r) != "finished"]
+        first = ([self._slow] if self._slow is not None else []) + stopped
+        table = self._table or [{"rank": r} for r in range(self.world_size)]
+        # before the first analysis the slots hold ranks 0.. for want of better: not kept
+        current = p.shown if self._ranked else []
+        self._ranked = self._ranked or bool(self._table)
+        shown = ranks_to_show(table, first, current, len(p.shown))
+        if shown != p.shown:
+            self._show(shown)
+
+    def _show(self, shown: list[int]) -> None:
+        p, old = self.panels, list(self.panels.shown)
+        p.show_ranks(shown)
+        self._slot_of = {r: i for i, r in enumerate(shown)}
+        for i, r in enumerate(shown):
+            if old[i] == r:
+                continue
+            rows = step_rows(_per_rank(self.world_size, r, self.records[r]))[-STEP_ROLLOVER:]
+            p.steps[i].data = _columns_or_empty(p.steps[i], [{k: row[k] for k in STEP_KEYS}
+                                                             for row in rows])
+            mem = memory_rows(_per_rank(self.world_size, r, self.records[r]),
+                              [[] for _ in self.records])[-STEP_ROLLOVER:]
+            p.mem[i].data = _columns_or_empty(p.mem[i], [_mem_row(m) for m in mem])
+            prof = memory_rows([[] for _ in self.records],
+                               _per_rank(self.world_size, r, list(self.summaries[r])))
+            p.mem_prof[i].data = _columns_or_empty(p.mem_prof[i], [_mem_row(m) for m in prof])
+        points, marks = [], []
+        for r in shown:
+            points += _profiled_points(p.color(r), step_rows(_per_rank(self.world_size, r,
+                                                              self.records[r])))
+            prof = memory_rows([[] for _ in self.records],
+                               _per_rank(self.world_size, r, list(self.summaries[r])))
+            marks += [{**_mem_row(m), "color": p.color(r)} for m in prof]
+        p.profiled.data = _columns_or_empty(p.profiled, points[-STEP_ROLLOVER * len(shown):])
+        p.mem_marks.data = _columns_or_empty(p.mem_marks, marks)
+        # the timeline keeps the lanes of the ranks drawn
+        kept = set(shown)
+        self._waiting = {step: got for step, got in (
+            (step, {r: s for r, s in got.items() if r in kept}) for step, got in
+            self._waiting.items()) if got}
+        tl = p.tl
+        tl.ops = deque(((r, w) for r, w in tl.ops if w[0] in kept), maxlen=tl.ops.maxlen)
+        tl.colls = deque(((r, w) for r, w in tl.colls if w[0] in kept), maxlen=tl.colls.maxlen)
+        tl.arrivals = deque(((r, w) for r, w in tl.arrivals
+                             if all(k[0] in kept for k in w)), maxlen=tl.arrivals.maxlen)
+        tl.last = deque(((r, w) for r, w in tl.last if w[0] in kept), maxlen=tl.last.maxlen)
+        tl.ends = [(r, w) for r, w in tl.ends if w in kept]
+        if p.lanes.keep(kept):
+            p.relayout(self.ended)
+            self._replace_timeline()
 
     # ---- helpers ----------------------------------------------------------------------
 
@@ -665,7 +845,7 @@ class RankProfileView:
 
     def _op_rows(self, rank: int, s: dict[str, Any]) -> list[dict[str, Any]]:
         """The summary's longest ops (the timeline's share of this rank), placed."""
-        budget = max(50, OPS_BUDGET // self.world_size)
+        budget = max(50, OPS_BUDGET // len(self.panels.shown))
         ops = sorted(s.get("ops") or [], key=lambda o: -(o.get("dur") or 0.0))[:budget]
         out = []
         for o in ops:
@@ -718,6 +898,48 @@ class RankProfileView:
             p.arrivals, [tl.place_segment(r, w) for r, w in tl.arrivals])
         p.last.data = _columns_or_empty(p.last, [tl.place_point(r, w) for r, w in tl.last])
         p.tl_ends.data = _columns_or_empty(p.tl_ends, [tl.place_end(r, w) for r, w in tl.ends])
+
+
+def _profiled_points(color: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"step": row["step"], "step_ms": row["step_ms"], "color": color}
+            for row in rows if row["profiled"]]
+
+
+def _mem_spread(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A memory spread's columns in the panels' units (MiB, %)."""
+    out = dict(columns)
+    for key, values in columns.items():
+        if key.startswith("frag_"):
+            out[key] = [_num(v, 100.0) for v in values]
+        elif key != "step" and key != "ranks":
+            out[key] = [_mib(v) for v in values]
+    return out
+
+
+def _merge(src: ColumnDataSource, columns: dict[str, list[Any]]) -> None:
+    """Changed steps of a spread into its source: patched where drawn, streamed
+    when newer than every step drawn, the whole source again otherwise (a
+    rank that lags sends a step the others sent long ago)."""
+    steps = columns["step"]
+    if not steps:
+        return
+    drawn = src.data["step"]
+    index = {step: i for i, step in enumerate(drawn)}
+    new = [i for i, step in enumerate(steps) if step not in index]
+    if new and drawn and steps[new[0]] < drawn[-1]:
+        rows = {step: {k: src.data[k][i] for k in src.data} for step, i in index.items()}
+        rows.update({step: {k: columns[k][i] for k in columns} for i, step in enumerate(steps)})
+        src.data = _columns([rows[step] for step in sorted(rows)][-STEP_ROLLOVER:])
+        return
+    patches: dict[str, list[tuple[int, Any]]] = {}
+    for i, step in enumerate(steps):
+        if step in index:
+            for k in columns:
+                patches.setdefault(k, []).append((index[step], columns[k][i]))
+    if patches:
+        src.patch(patches)
+    if new:
+        src.stream({k: [columns[k][i] for i in new] for k in columns}, rollover=STEP_ROLLOVER)
 
 
 def _lane_names(summary: dict[str, Any]) -> list[str]:
