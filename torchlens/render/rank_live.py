@@ -103,11 +103,11 @@ def _stream(src: ColumnDataSource, rows: list[dict[str, Any]], rollover: int) ->
         src.stream(_columns(rows), rollover=rollover)
 
 
-def _per_rank(world_size: int, rank: int, items: list[Any]) -> list[list[Any]]:
-    """``items`` as rank ``rank``'s entry of a per-rank list (what analysis reads)."""
-    out: list[list[Any]] = [[] for _ in range(world_size)]
-    out[rank] = items
-    return out
+def _one(items: list[Any]) -> list[list[Any]]:
+    """One rank's ``items`` as the per-rank list analysis reads. The rows'
+    ``rank`` is then 0: the view knows whose they are. (A list as long as the
+    job, empty but for one rank, made every call cost the world size.)"""
+    return [list(items)]
 
 
 class _Lanes:
@@ -613,8 +613,8 @@ class RankProfileView:
         for r, new in enumerate(self._new_steps):
             if not new:
                 continue
-            rows = step_rows(_per_rank(self.world_size, r, new))
-            mem = memory_rows(_per_rank(self.world_size, r, new), [[] for _ in self.records])
+            rows = step_rows(_one(new))
+            mem = memory_rows(_one(new), [[]])
             seen.update(m.get("source") for m in mem)
             new.clear()
             if rows:
@@ -642,7 +642,7 @@ class RankProfileView:
         a restarted rank, has drawn steps after it."""
         for rec in reversed(self.records[rank]):
             if isinstance(rec.get("t1"), (int, float)) and rec["t1"] <= t:
-                (row,) = step_rows(_per_rank(self.world_size, rank, [rec]))
+                (row,) = step_rows(_one([rec]))
                 return row["step"], row["step_ms"]
         return self._last_point.get(rank, (0, 0.0))
 
@@ -684,7 +684,7 @@ class RankProfileView:
                 p.tl_ends.data = _columns([p.tl.place_end(r, w) for r, w in p.tl.ends])
         ops, colls, seen = [], [], set(self._mem_sources)
         for rank, s in new:
-            mem = memory_rows([[] for _ in self.records], _per_rank(self.world_size, rank, [s]))
+            mem = memory_rows([[]], _one([s]))
             seen.update(m.get("source") for m in mem)
             if p.spread:
                 self.prof_spread.add(rank, mem)
@@ -790,21 +790,17 @@ class RankProfileView:
         for i, r in enumerate(shown):
             if old[i] == r:
                 continue
-            rows = step_rows(_per_rank(self.world_size, r, self.records[r]))[-STEP_ROLLOVER:]
+            rows = step_rows(_one(self.records[r]))[-STEP_ROLLOVER:]
             p.steps[i].data = _columns_or_empty(p.steps[i], [{k: row[k] for k in STEP_KEYS}
                                                              for row in rows])
-            mem = memory_rows(_per_rank(self.world_size, r, self.records[r]),
-                              [[] for _ in self.records])[-STEP_ROLLOVER:]
+            mem = memory_rows(_one(self.records[r]), [[]])[-STEP_ROLLOVER:]
             p.mem[i].data = _columns_or_empty(p.mem[i], [_mem_row(m) for m in mem])
-            prof = memory_rows([[] for _ in self.records],
-                               _per_rank(self.world_size, r, list(self.summaries[r])))
+            prof = memory_rows([[]], _one(self.summaries[r]))
             p.mem_prof[i].data = _columns_or_empty(p.mem_prof[i], [_mem_row(m) for m in prof])
         points, marks = [], []
         for r in shown:
-            points += _profiled_points(p.color(r), step_rows(_per_rank(self.world_size, r,
-                                                              self.records[r])))
-            prof = memory_rows([[] for _ in self.records],
-                               _per_rank(self.world_size, r, list(self.summaries[r])))
+            points += _profiled_points(p.color(r), step_rows(_one(self.records[r])))
+            prof = memory_rows([[]], _one(self.summaries[r]))
             marks += [{**_mem_row(m), "color": p.color(r)} for m in prof]
         p.profiled.data = _columns_or_empty(p.profiled, points[-STEP_ROLLOVER * len(shown):])
         p.mem_marks.data = _columns_or_empty(p.mem_marks, marks)
