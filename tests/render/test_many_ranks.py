@@ -138,3 +138,22 @@ def test_a_few_ranks_still_get_a_line_each() -> None:
     view = ProfiledLiveView(4, 5, True)
     assert len(view.profile.panels.step_lines) == 4 and not view.profile.panels.spread
     assert len(renderers(view.beats.layout.children[0])) == 8  # memory and tensors per rank
+
+
+@pytest.mark.parametrize("world", [4, WORLD])
+def test_drawing_adds_no_model_to_the_document(world: int) -> None:
+    """``torchlens.watch`` flushes from its thread while the kernel may be
+    serializing the document for the browser: a model added then broke the
+    watch ("Set changed size during iteration", seen in JupyterLab)."""
+    records, sums = make_run(world=world, steps=30, straggler=world - 3)
+    view = ProfiledLiveView(world, 5, True)
+    before = {m.id for m in view.layout.references()}
+    for r in range(world):
+        view.push_steps(r, records[r])
+        for s in sums[r]:
+            view.push_summary(r, s)
+        view.push({"rank": r, "t_rel": 1.0, "phase": "step", "rss": MIB})
+    view.profile.rank_ended(1, "killed by SIGKILL", records[1][10]["t1"])
+    view.profile.flush(force=True)
+    view.beats.flush(force=True)
+    assert {m.id for m in view.layout.references()} == before

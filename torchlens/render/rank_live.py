@@ -365,7 +365,15 @@ class _Panels:
         tl.ygrid.grid_line_color = None
         tl.yaxis.ticker = []
         tl.yaxis.major_label_text_font_size = "8pt"
-        self.groups: dict[int, Any] = {}  # rank -> the box behind its lanes, made when it has some
+        # the boxes behind the ranks' lanes, one per slot, made now: a model
+        # added later, from a watch's thread, can meet the kernel serializing
+        # the document ("Set changed size during iteration")
+        self.groups = [BoxAnnotation(fill_color="#000", fill_alpha=0.04 if i % 2 else 0.0,
+                                     line_alpha=0, visible=False, level="underlay",
+                                     top=0.0, bottom=0.0)  # not the default: a Node model
+                       for i in range(len(self.shown))]
+        for box in self.groups:
+            tl.add_layout(box)
         box_cols = ("left", "right", "top", "bottom", "color", "name", "ms", "rank", "lane",
                     "step")
         self.ops = ColumnDataSource({k: [] for k in (*box_cols, "kind")})
@@ -443,23 +451,19 @@ class _Panels:
         """Lane ticks, rank groups and height for the lanes known now."""
         lanes = self.lanes
         count = max(len(lanes.slot), 1)
-        self.tl_fig.yaxis.ticker = list(range(len(lanes.slot)))
+        self.tl_fig.yaxis.ticker.ticks = list(range(len(lanes.slot)))  # not a new ticker
         self.tl_fig.yaxis.major_label_overrides = {
             y: shorten(f"rank {r}{' (ended)' if r in ended else ''} · {name}", 48)
             for (r, name), y in lanes.slot.items()}
         self.tl_fig.y_range.update(start=count - 0.5, end=-0.5, reset_start=count - 0.5,
                                    reset_end=-0.5)
         self.tl_fig.height = min(120 + 22 * count, 1000)
-        for i, r in enumerate(sorted({r for r, _ in lanes.slot})):
+        ranks = sorted({r for r, _ in lanes.slot})
+        for box, r in zip(self.groups, ranks, strict=False):
             top, bottom = lanes.group(r) or (0.0, 0.0)
-            if r not in self.groups:
-                self.groups[r] = BoxAnnotation(fill_color="#000", line_alpha=0,
-                                               level="underlay")
-                self.tl_fig.add_layout(self.groups[r])
-            self.groups[r].update(top=top, bottom=bottom, fill_alpha=0.04 if i % 2 else 0.0,
-                                  visible=True)
-        for r, box in self.groups.items():
-            box.visible = bool(lanes.names[r])
+            box.update(top=top, bottom=bottom, visible=True)
+        for box in self.groups[len(ranks):]:
+            box.visible = False
 
     def color(self, rank: int) -> str:
         """A rank's colour: its own among few ranks; its slot's among many,
