@@ -288,6 +288,7 @@ def live_status(view: RunView) -> dict[str, Any]:
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached, "verdict": view.verdict,
             "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
+            "spread": None if view.spread is None else [_finite(v) for v in view.spread],
             "restarts": [dataclasses.asdict(r) for r in view.restarts],
             "dropped": view.dropped, "lost": [n.words for n in view.lost]}
 
