@@ -292,6 +292,8 @@ class _Panels:
         step.legend.margin = 0
         step.legend.padding = 2
         step.legend.click_policy = "hide"
+        if len(self.shown) > 8:  # one row of 16 names is wider than the panel
+            step.legend.nrows = 2
         step.add_layout(step.legend[0], "above")
 
     def _restart_marks(self) -> None:
