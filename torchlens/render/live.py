@@ -43,6 +43,15 @@ def _phase_color(phase: str) -> str:
     return PHASE_COLORS.get(str(phase).split(" ")[0], "#cccccc")
 
 
+def _num(value: Any, scale: float = 1.0) -> float:
+    """A number for a source column: NaN (a gap in the line) for "not measured"."""
+    return float("nan") if value is None else float(value) * scale
+
+
+def _mib(value: Any) -> float:
+    return _num(value, 1 / MIB)
+
+
 def _mem_value(hb: dict[str, Any]) -> float:
     cuda = hb.get("cuda_allocated")
     return float(cuda if cuda is not None else hb.get("rss") or 0) / MIB

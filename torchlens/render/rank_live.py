@@ -52,7 +52,9 @@ from ..analysis.rank_steps import (
 from ..model.payloads import RankProfiling
 from ..model.words import plural
 from . import html
-from .live import FLUSH_S, MIB, _color, _columns
+from .live import FLUSH_S, _color, _columns, _mib, _num
+from .rank_bands import SPREAD_MEM, band, mem_spread_units, merge, spread_columns
+from .rank_lanes import LEVELS, Lanes, Timeline
 from .tables import shorten
 
 STEP_ROLLOVER = 5000  # points per rank in the step and memory panels
@@ -63,8 +65,6 @@ ARRIVAL_ROWS = 1000
 WAITING_STEPS = 3  # profiled steps held back until every rank sent its summary
 VERDICT_S = 1.0  # the verdict and breakdown are recomputed at most this often
 KEEP_SUMMARIES = 50  # per rank, as RankProfiling.keep
-LEVELS = 4  # nesting depths drawn inside one lane (deeper ones share the last)
-BAND = 0.8  # a lane's height in lane units
 REASON_CHARS = 80
 TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
 
@@ -78,19 +78,7 @@ KIND_COLORS = {"op": "#6baed6", "kernel": "#31a354", "memcpy": "#fd8d3c",
                "memset": "#bcbd22", "collective": "#d62728"}
 STEP_KEYS = ("step", "step_ms", *(f"{p}_ms" for p in PARTS))
 MEM_KEYS = ("step", "allocated", "reserved", "rss", "frag", "free")
-#: the memory figures whose spread across ranks is drawn, as ``memory_rows`` names them
-SPREAD_MEM = ("allocated", "reserved", "rss", "frag", "largest_free")
-SPREAD_COLOR = "#555"
 NAN = float("nan")
-
-
-def _num(value: Any, scale: float = 1.0) -> float:
-    """A number for a source column: NaN (a gap in the line) for "not measured"."""
-    return NAN if value is None else float(value) * scale
-
-
-def _mib(value: Any) -> float:
-    return _num(value, 1 / MIB)
 
 
 RESTART_COLOR = "#d62728"
@@ -108,103 +96,6 @@ def _one(items: list[Any]) -> list[list[Any]]:
     ``rank`` is then 0: the view knows whose they are. (A list as long as the
     job, empty but for one rank, made every call cost the world size.)"""
     return [list(items)]
-
-
-class _Lanes:
-    """Where each (rank, lane) sits on the timeline: rank 0's lanes at the top,
-    each rank's in the order they first appeared."""
-
-    def __init__(self, world_size: int) -> None:
-        self.names: list[list[str]] = [[] for _ in range(world_size)]
-        self.slot: dict[tuple[int, str], int] = {}
-
-    def add(self, rank: int, names: list[str]) -> tuple[bool, bool]:
-        """(any lane added, an existing lane moved)."""
-        new = [n for n in dict.fromkeys(names) if n not in self.names[rank]]
-        if not new:
-            return False, False
-        self.names[rank] += new
-        old, self.slot = self.slot, {}
-        for r, lanes in enumerate(self.names):
-            for n in lanes:
-                self.slot[(r, n)] = len(self.slot)
-        return True, any(self.slot[k] != y for k, y in old.items())
-
-    def keep(self, ranks: set[int]) -> bool:
-        """Only the lanes of ``ranks`` (the ranks drawn); True when some went."""
-        gone = [r for r, names in enumerate(self.names) if names and r not in ranks]
-        for r in gone:
-            self.names[r] = []
-        if gone:
-            self.slot = {}
-            for r, lanes in enumerate(self.names):
-                for n in lanes:
-                    self.slot[(r, n)] = len(self.slot)
-        return bool(gone)
-
-    def group(self, rank: int) -> tuple[float, float] | None:
-        """The rank's lane group (top, bottom) in lane units, None before it has lanes."""
-        lanes = self.names[rank]
-        if not lanes:
-            return None
-        return self.slot[(rank, lanes[0])] - 0.5, self.slot[(rank, lanes[-1])] + 0.5
-
-
-class _Timeline:
-    """The timeline's rows, kept (bounded like the sources) with where they go,
-    so they can be placed again when a new lane moves the lanes below it."""
-
-    def __init__(self, lanes: _Lanes) -> None:
-        self.lanes = lanes
-        self.ops: deque[tuple[dict[str, Any], Any]] = deque(maxlen=TIMELINE_ROWS)
-        self.colls: deque[tuple[dict[str, Any], Any]] = deque(maxlen=COLLECTIVE_ROWS)
-        self.arrivals: deque[tuple[dict[str, Any], Any]] = deque(maxlen=ARRIVAL_ROWS)
-        self.last: deque[tuple[dict[str, Any], Any]] = deque(maxlen=ARRIVAL_ROWS)
-        self.ends: list[tuple[dict[str, Any], Any]] = []
-
-    def place_box(self, row: dict[str, Any], where: tuple[int, str, int | None]) -> dict[str, Any]:
-        rank, lane, level = where
-        y = self.lanes.slot[(rank, lane)]
-        if level is None:  # kernels, copies, collectives: the whole lane
-            row["top"], row["bottom"] = y - BAND / 2, y + BAND / 2
-        else:  # nested host ops: one row per depth, outermost at the top
-            h = BAND / LEVELS
-            row["top"] = y - BAND / 2 + level * h
-            row["bottom"] = row["top"] + h
-        return row
-
-    def place_segment(self, row: dict[str, Any], where: list[tuple[int, str]]) -> dict[str, Any]:
-        row["ys"] = [self.lanes.slot[k] for k in where]
-        return row
-
-    def place_point(self, row: dict[str, Any], where: tuple[int, str]) -> dict[str, Any]:
-        row["y"] = self.lanes.slot[where]
-        return row
-
-    def place_end(self, row: dict[str, Any], rank: int) -> dict[str, Any]:
-        top, bottom = self.lanes.group(rank) or (-0.5, 0.5)
-        row["y0"], row["y1"] = top, bottom
-        return row
-
-
-def _spread_columns(keys: tuple[str, ...]) -> dict[str, list[Any]]:
-    """The (empty) columns of a spread source: ``analysis.rank_spread.Spread.changed``'s."""
-    return {"step": [], "ranks": [],
-            **{f"{k}_{end}": [] for k in keys for end in ("lo", "mid", "hi")}}
-
-
-def _band(fig: Any, src: ColumnDataSource, key: str, label: str | None = None,
-          visible: bool = True) -> list[Any]:
-    """All ranks at once: their range as a grey band, their median as a grey line."""
-    area = fig.varea("step", f"{key}_lo", f"{key}_hi", source=src, fill_color=SPREAD_COLOR,
-                     fill_alpha=0.15, visible=visible)
-    extra = {"legend_label": label} if label else {}
-    line = fig.line("step", f"{key}_mid", source=src, color=SPREAD_COLOR, line_width=1.5,
-                    line_dash="dotdash", visible=visible, **extra)
-    fig.add_tools(HoverTool(renderers=[line], tooltips=[
-        ("step", "@step"), ("ranks", "@ranks"), ("median", f"@{key}_mid{{0,0.0}}"),
-        ("range", f"@{key}_lo{{0,0.0}} to @{key}_hi{{0,0.0}}")]))
-    return [area, line]
 
 
 def _stacked_bars(source: ColumnDataSource, parts: tuple[str, ...], colors: dict[str, str],
@@ -265,9 +156,9 @@ class _Panels:
                             + (f" (1 in {every})" if every else "") + many,
                       x_axis_label="step", y_axis_label="ms")
         self.step_fig = step
-        self.step_spread = ColumnDataSource(_spread_columns(("step_ms",)))
+        self.step_spread = ColumnDataSource(spread_columns(("step_ms",)))
         if self.spread:
-            _band(step, self.step_spread, "step_ms", f"all {self.world_size:,} ranks")
+            band(step, self.step_spread, "step_ms", f"all {self.world_size:,} ranks")
         self.steps = [ColumnDataSource({k: [] for k in STEP_KEYS}) for _ in range(n)]
         self.step_lines = [step.line("step", "step_ms", source=self.steps[i], color=self.color(r),
                                      line_width=1.5, legend_label=f"rank {r}")
@@ -321,13 +212,13 @@ class _Panels:
         self.mem_marks = ColumnDataSource({k: [] for k in (*MEM_KEYS, "color")})
         self.prof_lines: list[Any] = []  # joined only when the profiled points are all there is
         rends: dict[Any, list[Any]] = {mem: [], frag: [], free: []}
-        self.mem_spread = ColumnDataSource(_spread_columns(SPREAD_MEM))
-        self.prof_spread = ColumnDataSource(_spread_columns(SPREAD_MEM))
+        self.mem_spread = ColumnDataSource(spread_columns(SPREAD_MEM))
+        self.prof_spread = ColumnDataSource(spread_columns(SPREAD_MEM))
         if self.spread:
             for fig, key in ((mem, "allocated"), (mem, "rss"), (frag, "frag"),
                              (free, "largest_free")):
-                _band(fig, self.mem_spread, key)
-                self.prof_lines += _band(fig, self.prof_spread, key, visible=modelled)
+                band(fig, self.mem_spread, key)
+                self.prof_lines += band(fig, self.prof_spread, key, visible=modelled)
         self.slot_lines: list[list[Any]] = []  # slot -> its memory lines
         for i, r in enumerate(self.shown):
             c, ms, mp = self.color(r), self.mem[i], self.mem_prof[i]
@@ -355,8 +246,8 @@ class _Panels:
         self.set_memory_titles({"modelled"} if modelled else {"cuda"})
 
     def _timeline_panel(self) -> None:
-        self.lanes = _Lanes(self.world_size)
-        self.tl = _Timeline(self.lanes)
+        self.lanes = Lanes(self.world_size)
+        self.tl = Timeline(self.lanes, TIMELINE_ROWS, COLLECTIVE_ROWS, ARRIVAL_ROWS)
         tl = figure(height=160, sizing_mode="stretch_width", tools=TOOLS,
                     x_range=Range1d(0, 1), y_range=Range1d(0.5, -0.5),
                     x_axis_label="s since the run started",
@@ -638,8 +529,8 @@ class RankProfileView:
             _stream(p.profiled, _profiled_points(p.color(r), rows), STEP_ROLLOVER * len(p.shown))
             _stream(p.mem[slot], [_mem_row(m) for m in mem], STEP_ROLLOVER)
         if p.spread:
-            _merge(p.step_spread, self.step_spread.changed())
-            _merge(p.mem_spread, _mem_spread(self.mem_spread.changed()))
+            merge(p.step_spread, self.step_spread.changed(), STEP_ROLLOVER)
+            merge(p.mem_spread, mem_spread_units(self.mem_spread.changed()), STEP_ROLLOVER)
         self._set_memory_sources(seen)
 
     def _point_at(self, rank: int, t: float) -> tuple[int, float]:
@@ -706,7 +597,7 @@ class RankProfileView:
             _stream(p.mem_marks, [{**m, "color": p.color(rank)} for m in rows],
                     STEP_ROLLOVER * len(p.shown))
         if p.spread:
-            _merge(p.prof_spread, _mem_spread(self.prof_spread.changed()))
+            merge(p.prof_spread, mem_spread_units(self.prof_spread.changed()), STEP_ROLLOVER)
         self._set_memory_sources(seen)
         _stream(p.ops, ops, TIMELINE_ROWS)
         _stream(p.colls, colls, COLLECTIVE_ROWS)
@@ -905,43 +796,6 @@ class RankProfileView:
 def _profiled_points(color: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"step": row["step"], "step_ms": row["step_ms"], "color": color}
             for row in rows if row["profiled"]]
-
-
-def _mem_spread(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    """A memory spread's columns in the panels' units (MiB, %)."""
-    out = dict(columns)
-    for key, values in columns.items():
-        if key.startswith("frag_"):
-            out[key] = [_num(v, 100.0) for v in values]
-        elif key != "step" and key != "ranks":
-            out[key] = [_mib(v) for v in values]
-    return out
-
-
-def _merge(src: ColumnDataSource, columns: dict[str, list[Any]]) -> None:
-    """Changed steps of a spread into its source: patched where drawn, streamed
-    when newer than every step drawn, the whole source again otherwise (a
-    rank that lags sends a step the others sent long ago)."""
-    steps = columns["step"]
-    if not steps:
-        return
-    drawn = src.data["step"]
-    index = {step: i for i, step in enumerate(drawn)}
-    new = [i for i, step in enumerate(steps) if step not in index]
-    if new and drawn and steps[new[0]] < drawn[-1]:
-        rows = {step: {k: src.data[k][i] for k in src.data} for step, i in index.items()}
-        rows.update({step: {k: columns[k][i] for k in columns} for i, step in enumerate(steps)})
-        src.data = _columns([rows[step] for step in sorted(rows)][-STEP_ROLLOVER:])
-        return
-    patches: dict[str, list[tuple[int, Any]]] = {}
-    for i, step in enumerate(steps):
-        if step in index:
-            for k in columns:
-                patches.setdefault(k, []).append((index[step], columns[k][i]))
-    if patches:
-        src.patch(patches)
-    if new:
-        src.stream({k: [columns[k][i] for i in new] for k in columns}, rollover=STEP_ROLLOVER)
 
 
 def _lane_names(summary: dict[str, Any]) -> list[str]:
