@@ -32,8 +32,20 @@ def test_spread_skips_what_was_not_measured_and_forgets_old_steps() -> None:
     cols = spread.changed()
     assert cols["rss_lo"] == [1.0] and cols["ranks"] == [1]
     assert math.isnan(cols["allocated_mid"][0])
+    # steps not sent yet are all sent (a view's first flush of a long backlog) ...
     spread.add(0, [{"step": s, "rss": float(s)} for s in range(1, 40)])
-    assert len(spread.changed()["step"]) <= 9  # the newest ``keep`` (in batches)
+    assert spread.changed()["step"] == list(range(1, 40))
+    # ... then only the newest ``keep`` are held (in batches)
+    spread.add(0, [{"step": 40, "rss": 40.0}])
+    spread.changed()
+    spread.add(1, [{"step": s, "rss": 1.0} for s in range(41)])
+    kept = spread.changed()["step"]
+    assert 8 <= len(kept) <= 9 and kept[-1] == 40
+    # a rank far behind: its value of a forgotten step would make that step's
+    # band one rank wide, so it is dropped
+    spread.add(1, [{"step": 2, "rss": 5.0}, {"step": 39, "rss": 50.0}])
+    cols = spread.changed()
+    assert cols["step"] == [39] and cols["rss_hi"] == [50.0]
 
 
 def row(rank: int, step_ms: float, peak: float | None = None) -> dict:

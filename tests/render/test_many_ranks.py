@@ -157,3 +157,11 @@ def test_drawing_adds_no_model_to_the_document(world: int) -> None:
     view.profile.flush(force=True)
     view.beats.flush(force=True)
     assert {m.id for m in view.layout.references()} == before
+
+
+def test_a_long_backlog_is_banded_whole() -> None:
+    """A watch opening a long-running job, or the static copy, gets every step's
+    band, though the view holds each rank's values for the newest steps only."""
+    view, _, _ = run_view(world=SHOWN_RANKS + 4, steps=400)
+    assert view.panels.step_spread.data["step"] == list(range(400))
+    assert view.panels.mem_spread.data["ranks"] == [SHOWN_RANKS + 4] * 400

@@ -27,13 +27,21 @@ class Spread:
 
     def __init__(self, keys: Sequence[str], keep: int | None = None) -> None:
         self.keys = tuple(keys)
-        self.keep = keep  # the newest steps held (as a live view's rollover)
+        # Each rank's value of the newest ``keep`` steps is held, so a rank
+        # that reports late still moves its step's band; older steps' bands
+        # are final (a value per rank and step: 1,024 ranks x 5,000 steps x
+        # 5 keys would be gigabytes).
+        self.keep = keep
         self._values: dict[Any, dict[str, dict[int, float]]] = {}
         self._changed: set[Any] = set()
+        self._floor: Any = None  # the newest step forgotten
 
     def add(self, rank: int, rows: Iterable[dict[str, Any]]) -> None:
-        """``rows``: dicts with ``step`` and any of ``keys`` (missing or NaN: not measured)."""
+        """``rows``: dicts with ``step`` and any of ``keys`` (missing or NaN: not
+        measured). A step older than those held is too late: ignored."""
         for row in rows:
+            if self._floor is not None and row["step"] <= self._floor:
+                continue
             at = self._values.setdefault(row["step"], {k: {} for k in self.keys})
             for k in self.keys:
                 v = row.get(k)
@@ -41,9 +49,12 @@ class Spread:
                     at[k][rank] = float(v)
             self._changed.add(row["step"])
         if self.keep is not None and len(self._values) > self.keep + self.keep // 8:
-            for step in sorted(self._values)[:-self.keep]:  # in batches: sorting costs
+            # in batches (sorting costs); a step not yet sent by ``changed`` stays
+            old = [s for s in sorted(self._values)[:-self.keep] if s not in self._changed]
+            for step in old:
                 del self._values[step]
-                self._changed.discard(step)
+            if old:
+                self._floor = old[-1]
 
     def changed(self) -> dict[str, list[Any]]:
         """The steps added to since the last call, in order: ``step``, ``ranks``

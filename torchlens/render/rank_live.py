@@ -58,6 +58,7 @@ from .rank_lanes import LEVELS, Lanes, Timeline
 from .tables import shorten
 
 STEP_ROLLOVER = 5000  # points per rank in the step and memory panels
+SPREAD_STEPS = 256  # steps whose band a late rank still moves (analysis.rank_spread.Spread)
 OPS_BUDGET = 2000  # timeline ops drawn per profiled step, all ranks together
 TIMELINE_ROWS = 3 * OPS_BUDGET  # about the last three profiled steps
 COLLECTIVE_ROWS = 3000
@@ -435,9 +436,9 @@ class RankProfileView:
         self._ranked = False  # the slots were picked from a rank_table
         self._slow: int | None = None
         self._end_order: list[int] = []
-        self.step_spread = Spread(("step_ms",), keep=STEP_ROLLOVER)
-        self.mem_spread = Spread(SPREAD_MEM, keep=STEP_ROLLOVER)
-        self.prof_spread = Spread(SPREAD_MEM, keep=STEP_ROLLOVER)
+        self.step_spread = Spread(("step_ms",), keep=SPREAD_STEPS)
+        self.mem_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
+        self.prof_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
 
     @property
     def widget(self) -> Any:
