@@ -86,8 +86,8 @@ def ranks_to_show(table: list[dict[str, Any]], first: Sequence[int], current: Se
     that stopped early). The rest alternate the slowest median step and the
     largest peak memory (``table``: ``rank_steps.rank_table``'s rows). A rank
     drawn already (``current``) stays while it is still among the ``limit``
-    slowest or largest, so the lines do not change rank at every refresh when
-    ranks are alike.
+    slowest or the ``limit`` largest, so the lines do not change rank at
+    every refresh when ranks are alike.
     """
     def peak(row: dict[str, Any]) -> Any:
         return row["peak_allocated"] if row.get("peak_allocated") is not None else (
