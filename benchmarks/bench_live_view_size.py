@@ -9,11 +9,14 @@ as the collector keeps them) and a heartbeat per step. Timed apart:
 - first flush: everything at once, as a watch that opens a running job;
 - next flush: one more step of every rank (what the kernel pays a frame);
 - send: ``bokeh.embed.json_item`` of the layout, the document the browser
-  receives and builds (its size in MB), and the renderers in it.
+  receives and builds (its size in MB), and the renderers in it;
+- draw (``--browser``): the layout as a standalone page (BokehJS inline) in
+  Debian's Chromium, headless, from navigation until BokehJS says the
+  document is idle (every view built and painted once).
 
 Run it on two commits to compare (``PYTHONPATH`` picks the checkout):
 
-    PYTHONPATH=.:benchmarks .venv/bin/python benchmarks/bench_live_view_size.py [--ranks 8,64,256,1024] [--steps 60]
+    PYTHONPATH=.:benchmarks .venv/bin/python benchmarks/bench_live_view_size.py [--ranks 8,64,256,1024] [--steps 60] [--browser]
 """
 
 from __future__ import annotations
@@ -68,21 +71,53 @@ def measure(n: int, steps: int) -> dict[str, Any]:
     send = time.perf_counter() - t
     rends = sum(1 for m in view.layout.references() if isinstance(m, GlyphRenderer))
     return {"ranks": n, "build_s": build, "first_s": first, "next_s": nxt, "send_s": send,
-            "mb": len(doc) / 1e6, "renderers": rends}
+            "mb": len(doc) / 1e6, "renderers": rends, "layout": view.layout}
+
+
+def draw_s(layout: Any, timeout_s: float = 600.0) -> float | None:
+    """Seconds until Chromium's BokehJS has the page's document idle; None past ``timeout_s``."""
+    import tempfile
+
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+
+    chromium, flags = "/usr/bin/chromium", ["--headless", "--no-sandbox", "--disable-gpu"]
+    with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as fh:
+        fh.write(file_html(layout, INLINE, "torchlens live view"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=flags)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            t = time.perf_counter()
+            page.goto(f"file://{fh.name}", timeout=int(timeout_s * 1000))
+            page.wait_for_function(
+                "() => window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle",
+                timeout=int(timeout_s * 1000), polling=50)
+            return time.perf_counter() - t
+        except Exception:  # noqa: BLE001 - a timeout is the figure: reported as such
+            return None
+        finally:
+            browser.close()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="8,64,256,1024")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--browser", action="store_true", help="also time drawing it in Chromium")
     args = ap.parse_args()
     print("| ranks | build s | first flush s | next flush s | json_item s | document MB "
-          "| renderers |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "| renderers |" + (" Chromium draw s |" if args.browser else ""))
+    print("| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if args.browser else ""))
     for n in (int(x) for x in args.ranks.split(",")):
         m = measure(n, args.steps)
+        drawn = ""
+        if args.browser:
+            s = draw_s(m["layout"])
+            drawn = f" {'over 600' if s is None else f'{s:.1f}'} |"
         print(f"| {n:,} | {m['build_s']:.2f} | {m['first_s']:.2f} | {m['next_s']:.3f} "
-              f"| {m['send_s']:.2f} | {m['mb']:.1f} | {m['renderers']:,} |", flush=True)
+              f"| {m['send_s']:.2f} | {m['mb']:.1f} | {m['renderers']:,} |{drawn}", flush=True)
 
 
 if __name__ == "__main__":
