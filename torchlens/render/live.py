@@ -119,9 +119,8 @@ def _stream_per_source(sources: list[Any], rows: list[list[dict[str, Any]]],
     for src, new in zip(sources, rows, strict=True):
         if new:
             by_source.setdefault(id(src), (src, []))[1].extend(new)
-    shared = len(by_source) == 1 and len(sources) > 1 and sources[0] is sources[-1]
     for src, new in by_source.values():
-        src.stream(_columns(new), rollover=rollover and rollover * (SHOWN_RANKS if shared else 1))
+        src.stream(_columns(new), rollover=rollover)
 
 
 def label_nodes(layout: Any, heartbeats: Iterable[dict[str, Any]]) -> bool:
@@ -254,8 +253,10 @@ class LivePlot:
                 self._last_count[r] = c["n"]
         label_nodes(self.layout, self._pending)
         self._pending.clear()
-        _stream_per_source(self.mem, mem, ROLLOVER)
-        _stream_per_source(self.coll, coll, ROLLOVER)
+        # many ranks share one source: it keeps as many points as SHOWN_RANKS lines would
+        rollover = ROLLOVER * (SHOWN_RANKS if self.world_size > SHOWN_RANKS else 1)
+        _stream_per_source(self.mem, mem, rollover)
+        _stream_per_source(self.coll, coll, rollover)
         if quads:
             self.quads.stream(_columns(quads), rollover=ROLLOVER)
         if ticks:

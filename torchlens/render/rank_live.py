@@ -135,7 +135,7 @@ class _Panels:
         #: than SHOWN_RANKS ranks draws its spread across ranks as well.
         self.shown = list(range(min(world_size, SHOWN_RANKS)))
         self.spread = world_size > SHOWN_RANKS
-        self._slot_of = {r: i for i, r in enumerate(self.shown)}
+        self.slot_of = {r: i for i, r in enumerate(self.shown)}  # rank -> its slot
         self.verdict = Div(text=str(_verdict_html(None)), sizing_mode="stretch_width")
         self._step_panel(every)
         self._memory_panels(modelled)
@@ -364,13 +364,13 @@ class _Panels:
         so the lines drawn never share one."""
         if not self.spread:
             return _color(rank)
-        return Category20_20[self._slot_of.get(rank, 0) % 20]
+        return Category20_20[self.slot_of.get(rank, 0) % 20]
 
     def show_ranks(self, shown: list[int]) -> None:
         """Slot i now draws rank ``shown[i]``: its colour, its legend entry and
         the bar charts' labels (the caller refills the slots' sources)."""
         self.shown = shown
-        self._slot_of = {r: i for i, r in enumerate(shown)}
+        self.slot_of = {r: i for i, r in enumerate(shown)}
         labels = [f"rank {r}" for r in shown]
         items = {item.renderers[0]: item for item in self.step_fig.legend[0].items}
         for i, r in enumerate(shown):
@@ -431,11 +431,9 @@ class RankProfileView:
         self._last_flush = 0.0
         self._last_analysis = -math.inf
         self._analysis_every = VERDICT_S
-        self._slot_of = {r: i for i, r in enumerate(self.panels.shown)}
         self._table: list[dict[str, Any]] = []  # the last analysis' rank_table
         self._ranked = False  # the slots were picked from a rank_table
         self._slow: int | None = None
-        self._end_order: list[int] = []
         self.step_spread = Spread(("step_ms",), keep=SPREAD_STEPS)
         self.mem_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
         self.prof_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
@@ -479,7 +477,6 @@ class RankProfileView:
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``."""
         self.ended[rank] = reason
-        self._end_order.append(rank)
         self._new_ended.append((rank, reason, t))
 
     def flush(self, force: bool = False) -> None:
@@ -495,7 +492,7 @@ class RankProfileView:
         self._flush_steps()
         restarts, self._new_restarts = self._new_restarts, []
         _stream(self.panels.restarts, restarts, STEP_ROLLOVER)
-        if any(r not in self._slot_of for r, _, _ in self._new_ended):
+        if any(r not in self.panels.slot_of for r, _, _ in self._new_ended):
             self._pick()  # a rank that stopped early is drawn before its end is marked
         self._flush_ended()
         self._flush_summaries(force)
@@ -522,7 +519,7 @@ class RankProfileView:
             if p.spread:
                 self.step_spread.add(r, rows)
                 self.mem_spread.add(r, mem)
-            slot = self._slot_of.get(r)
+            slot = self.panels.slot_of.get(r)
             if slot is None:
                 continue
             _stream(p.steps[slot], [{k: row[k] for k in STEP_KEYS} for row in rows],
@@ -549,7 +546,7 @@ class RankProfileView:
         steps, ends = [], []
         at = list(p.ended.data["step"])
         for rank, reason, t in self._new_ended:
-            if rank not in self._slot_of:  # one of many: the checklist names it
+            if rank not in self.panels.slot_of:  # one of many: the checklist names it
                 continue
             step, ms = self._point_at(rank, t)
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
@@ -570,7 +567,7 @@ class RankProfileView:
         new, self._new_summaries = self._new_summaries, []
         moved = added = False
         for rank, s in sorted(new, key=lambda x: (x[0], x[1]["step"])):
-            if rank not in self._slot_of:
+            if rank not in self.panels.slot_of:
                 continue
             a, m = p.lanes.add(rank, _lane_names(s))
             added, moved = added or a, moved or m
@@ -586,7 +583,7 @@ class RankProfileView:
             seen.update(m.get("source") for m in mem)
             if p.spread:
                 self.prof_spread.add(rank, mem)
-            slot = self._slot_of.get(rank)
+            slot = self.panels.slot_of.get(rank)
             if slot is None:
                 continue
             ops += self._op_rows(rank, s)
@@ -670,8 +667,7 @@ class RankProfileView:
         p = self.panels
         if not p.spread:
             return
-        stopped = [r for r in dict.fromkeys(self._end_order)
-                   if self.ended.get(r) != "finished"]
+        stopped = [r for r, why in self.ended.items() if why != "finished"]  # in end order
         first = ([self._slow] if self._slow is not None else []) + stopped
         table = self._table or [{"rank": r} for r in range(self.world_size)]
         # before the first analysis the slots hold ranks 0.. for want of better: not kept
@@ -684,22 +680,19 @@ class RankProfileView:
     def _show(self, shown: list[int]) -> None:
         p, old = self.panels, list(self.panels.shown)
         p.show_ranks(shown)
-        self._slot_of = {r: i for i, r in enumerate(shown)}
+        points, marks = [], []
         for i, r in enumerate(shown):
+            rows = step_rows(_one(self.records[r]))
+            prof = [_mem_row(m) for m in memory_rows([[]], _one(self.summaries[r]))]
+            points += _profiled_points(p.color(r), rows)
+            marks += [{**m, "color": p.color(r)} for m in prof]
             if old[i] == r:
                 continue
-            rows = step_rows(_one(self.records[r]))[-STEP_ROLLOVER:]
             p.steps[i].data = _columns_or_empty(p.steps[i], [{k: row[k] for k in STEP_KEYS}
-                                                             for row in rows])
+                                                             for row in rows[-STEP_ROLLOVER:]])
             mem = memory_rows(_one(self.records[r]), [[]])[-STEP_ROLLOVER:]
             p.mem[i].data = _columns_or_empty(p.mem[i], [_mem_row(m) for m in mem])
-            prof = memory_rows([[]], _one(self.summaries[r]))
-            p.mem_prof[i].data = _columns_or_empty(p.mem_prof[i], [_mem_row(m) for m in prof])
-        points, marks = [], []
-        for r in shown:
-            points += _profiled_points(p.color(r), step_rows(_one(self.records[r])))
-            prof = memory_rows([[]], _one(self.summaries[r]))
-            marks += [{**_mem_row(m), "color": p.color(r)} for m in prof]
+            p.mem_prof[i].data = _columns_or_empty(p.mem_prof[i], prof)
         p.profiled.data = _columns_or_empty(p.profiled, points[-STEP_ROLLOVER * len(shown):])
         p.mem_marks.data = _columns_or_empty(p.mem_marks, marks)
         # the timeline keeps the lanes of the ranks drawn

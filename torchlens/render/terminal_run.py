@@ -43,6 +43,29 @@ def memory_cell(row: dict[str, Any]) -> str:
     return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
 
 
+def rows_in_order(ranks: list[Any], order: Any, max_rows: int) -> list[Any]:
+    """At most ``max_rows`` rows: ``order``'s first (indices into ``ranks``:
+    ranks in trouble, then the slowest), then the rest. An ``order`` read
+    from a file may be anything: what is not an index is skipped."""
+    if len(ranks) <= max_rows:
+        return list(ranks)
+    picked = [i for i in order if isinstance(i, int) and 0 <= i < len(ranks)] if (
+        isinstance(order, (list, tuple))) else []
+    return [ranks[i] for i in dict.fromkeys([*picked, *range(len(ranks))])][:max_rows]
+
+
+def more_ranks_line(hidden: int, spread: Any) -> str:
+    """The line under a cut table: how many ranks it leaves out, and the step
+    time of all ranks (``spread``: median, min, max; left out when not three numbers)."""
+    times = ""
+    if isinstance(spread, (list, tuple)) and len(spread) == 3 and all(
+            isinstance(v, (int, float)) for v in spread):
+        times = (f"; step ms over all ranks: median {spread[0]:,.1f}, min {spread[1]:,.1f}, "
+                 f"max {spread[2]:,.1f}")
+    return (f"... {hidden:,} more ranks, not shown (the rows above: ranks in trouble, then "
+            f"the slowest){times}")
+
+
 def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[str]:
     """The summary as text lines: verdict first, then one row per rank.
 
@@ -59,9 +82,7 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
                + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
     out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<14} {'steps':>5} "
                f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
-    shown = view.ranks
-    if max_rows is not None and len(view.ranks) > max_rows:
-        shown = [view.ranks[i] for i in (view.order or range(len(view.ranks)))[:max_rows]]
+    shown = view.ranks if max_rows is None else rows_in_order(view.ranks, view.order, max_rows)
     for row in shown:
         node = "-" if row.get("node") is None else str(row["node"])
         mark = " <- slow" if row["rank"] == slow else ""
@@ -70,12 +91,7 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
                    f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
                    f"{memory_cell(row):>14}{mark}")
     if len(shown) < len(view.ranks):
-        spread = view.spread
-        times = ("" if spread is None else
-                 f"; step ms over all ranks: median {spread[0]:.1f}, "
-                 f"min {spread[1]:.1f}, max {spread[2]:.1f}")
-        out.append(f"... {len(view.ranks) - len(shown)} more ranks, not shown (the rows "
-                   f"above: ranks in trouble, then the slowest){times}")
+        out.append(more_ranks_line(len(view.ranks) - len(shown), view.spread))
     if any(row.get("source") == "modelled" and row.get("allocated") is not None
            for row in view.ranks):
         out.append("~ memory modelled: the profiled steps' CPU allocations replayed through "

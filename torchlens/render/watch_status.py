@@ -14,7 +14,7 @@ from typing import Any
 from markupsafe import Markup
 
 from . import html
-from .terminal_run import memory_cell, restart_line
+from .terminal_run import memory_cell, more_ranks_line, restart_line, rows_in_order
 
 LABELS = ("rank", "node", "host", "state", "steps", "step ms", "data ms", "memory")
 #: rows of the table at most; the live view below draws as many ranks (SHOWN_RANKS)
@@ -26,38 +26,16 @@ def _ms(value: Any) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _shown(status: dict[str, Any], max_rows: int) -> list[dict[str, Any]]:
-    """At most ``max_rows`` rows, in the status's ``order`` (ranks in trouble,
-    then the slowest), as the terminal summary cuts its table."""
-    ranks = [r for r in status.get("ranks") or [] if isinstance(r, dict)]
-    if len(ranks) <= max_rows:
-        return ranks
-    order = status.get("order")
-    order = [ranks[i] for i in order if isinstance(i, int) and 0 <= i < len(ranks)] if (
-        isinstance(order, list)) else []
-    return list({id(r): r for r in [*order, *ranks]}.values())[:max_rows]
-
-
-def more_line(status: dict[str, Any], shown: int) -> str:
-    """The line under a cut table: how many ranks are not shown, and the step
-    time of all of them."""
-    ranks = status.get("ranks") or []
-    if shown >= len(ranks):
-        return ""
-    spread = status.get("spread")
-    times = ""
-    if isinstance(spread, list) and len(spread) == 3 and all(
-            isinstance(v, (int, float)) for v in spread):
-        times = (f"; step ms over all ranks: median {spread[0]:,.1f}, min {spread[1]:,.1f}, "
-                 f"max {spread[2]:,.1f}")
-    return (f"... {len(ranks) - shown:,} more ranks, not shown (the rows above: ranks in "
-            f"trouble, then the slowest){times}")
+def _more(status: dict[str, Any], shown: int) -> str:
+    hidden = len(status.get("ranks") or []) - shown
+    return more_ranks_line(hidden, status.get("spread")) if hidden > 0 else ""
 
 
 def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dict[str, Any]]:
     """The table's rows (text cells) and which one is the slow rank."""
     out = []
-    for row in _shown(status, max_rows):
+    ranks = [r for r in status.get("ranks") or [] if isinstance(r, dict)]
+    for row in rows_in_order(ranks, status.get("order"), max_rows):
         state = str(row.get("state") or "-")
         if row.get("error"):
             state = f"{state} ({str(row['error'])[:80]})"
@@ -80,7 +58,7 @@ def status_html(source: str, state: str, status: dict[str, Any] | None,
     return html.render("watch_status.html.j2", source=source, state=state,
                        state_color=STATE_COLORS.get(state.split(" ")[0], "#333"), facts=facts,
                        verdict=status.get("verdict") or "", notes=notes, labels=LABELS,
-                       rows=rows, more=more_line(status, len(rows)))
+                       rows=rows, more=_more(status, len(rows)))
 
 
 def note_html(text: str) -> Markup:
