@@ -23,9 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from torchlens.analysis.allocator import AllocatorConfig, rebuild_initial_state, replay
-from torchlens.analysis.allocator.fidelity import check_fidelity
-from torchlens.analysis.fragmentation import summarize
+from torchlens.analysis.memory.allocator import (
+    AllocatorConfig,
+    rebuild_initial_state,
+    replay,
+)
+from torchlens.analysis.memory.allocator.fidelity import check_fidelity
+from torchlens.analysis.memory.fragmentation import summarize
 from torchlens.model.snapshot import load_snapshot
 
 # the synthetic 1M-event trace generator is a test helper, not part of the package
@@ -36,7 +40,7 @@ SNAPSHOTS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "snaps
 
 _CHILD = (
     "import sys; from torchlens.model.snapshot import load_snapshot; "
-    "from torchlens.analysis.fragmentation import summarize; "
+    "from torchlens.analysis.memory.fragmentation import summarize; "
     "s = summarize(load_snapshot(sys.argv[1])); print(s.reserved, s.free_cached)"
 )
 

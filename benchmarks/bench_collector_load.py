@@ -77,7 +77,7 @@ class SimRank:
     def __init__(self, key: Any, host: str, port: int, rank: int, world: int) -> None:
         import torch.distributed as dist
 
-        from torchlens.capture.ddp import protocol
+        from torchlens.capture.channel import protocol
 
         self.key, self.rank, self.world = key, rank, world
         self.store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60))
@@ -94,14 +94,14 @@ class SimRank:
 
     def numbered(self, kind: str, body: bytes) -> None:
         """Value number ``sent[kind]`` into its ring key, as ``Attachment._set_numbered``."""
-        from torchlens.capture.ddp import protocol
+        from torchlens.capture.channel import protocol
 
         name = protocol.ring_key(self.key.run_id, self.slot, kind, self.sent[kind])
         self.store.set(name, self.key.seal(name, body))
         self.sent[kind] += 1
 
     def heartbeat(self, bye: dict[str, Any] | None = None) -> None:
-        from torchlens.capture.ddp import protocol
+        from torchlens.capture.channel import protocol
 
         self.beat += 1
         hb = {"t": time.time(), "beat": self.beat, "rss": 412_000_000,
@@ -113,7 +113,7 @@ class SimRank:
         self.sent["hb"] += 1
 
     def start(self) -> None:
-        from torchlens.capture.ddp import protocol
+        from torchlens.capture.channel import protocol
 
         self.heartbeat()
         self.put("hello", protocol.encode({
@@ -124,7 +124,7 @@ class SimRank:
 
     def flush(self, steps_per_s: float, summary: tuple[dict[str, Any], bytes] | None) -> None:
         """What ``Attachment._flush`` sends: a step batch, a summary (if one is due), a heartbeat."""
-        from torchlens.capture.ddp import protocol
+        from torchlens.capture.channel import protocol
 
         now = time.time()
         due = int((now - self.t_step) * steps_per_s)
@@ -147,11 +147,11 @@ class SimRank:
 
 def simulate(spec: dict[str, Any]) -> dict[str, Any]:
     """Play ``spec['ranks']`` ranks until ``spec['end']``; what they sent."""
-    from torchlens.capture.ddp.attach import HEARTBEAT_S
-    from torchlens.capture.ddp.signing import RunKey
+    from torchlens.capture.channel.signing import RunKey
+    from torchlens.capture.ranks.attach import HEARTBEAT_S
 
     key = RunKey(spec["run_id"], bytes.fromhex(spec["secret"]))
-    from torchlens.capture.ddp import protocol
+    from torchlens.capture.channel import protocol
 
     with open(spec["summary_path"], "rb") as fh:
         head, rest = protocol.unpack(protocol.pack_summary(0, json.loads(fh.read())))
@@ -225,10 +225,10 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
     """One run: the collector here, the ranks in ``args.procs`` processes."""
     import psutil
 
-    from torchlens.capture.ddp.collector import Collector
-    from torchlens.capture.ddp.signing import RunKey
-    from torchlens.frontends.run_cmd import watch
-    from torchlens.render.terminal_run import TerminalSummary
+    from torchlens.capture.channel.signing import RunKey
+    from torchlens.capture.ranks.collector import Collector
+    from torchlens.frontends.ranks.command import watch
+    from torchlens.render.ranks.terminal import TerminalSummary
 
     book = {"cpu": 0.0}
     arrived: list[tuple[float, float]] = []  # (bench_t, when the collector held it)
@@ -265,7 +265,7 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
     import shutil
     import tempfile
 
-    from torchlens.capture.ddp.feed import FeedPublisher
+    from torchlens.capture.ranks.feed import FeedPublisher
 
     key = RunKey.new()
     # as ``torchlens run``: everything spooled to the run folder, the live feed
@@ -376,8 +376,8 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
 
 def _summary_file() -> str:
     """The shared trace's profiled-step summary as JSON, without its rank and step."""
-    from torchlens.analysis.rank_summary import summarize
-    from torchlens.capture.ddp import protocol
+    from torchlens.analysis.ranks.summary import summarize
+    from torchlens.capture.channel import protocol
     from torchlens.formats.kineto import load_trace
 
     summary = summarize(load_trace(TRACE), rank=0, step=1, trace_rel="rank0/step00001.json")

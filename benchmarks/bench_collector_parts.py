@@ -44,7 +44,7 @@ def multi_get_s(n: int, size: int, chunk: int | None, repeat: int) -> float:
 
 
 def view_s(n: int, records: int, repeat: int) -> float:
-    from torchlens.analysis.run_verdict import run_view
+    from torchlens.analysis.ranks.verdict import run_view
 
     steps = [[_record(i, i * 0.25, i * 0.25 + 0.25) for i in range(records)] for _ in range(n)]
     ranks = [{"rank": r, "node": r // 8, "host": f"node{r // 8}", "silent_s": 0.1, "bye": None,
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=54 * 1024, help="bytes per value")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    from torchlens.capture.ddp.collector import CHUNK, KEEP_STEPS
+    from torchlens.capture.ranks.collector import CHUNK, KEEP_STEPS
 
     n = args.ranks
     whole = multi_get_s(n, args.size, None, args.repeat)

@@ -177,7 +177,7 @@ def many_collectives(rank, world_size, n=300, block=20):
 
 
 def check(fn, **kw):
-    from torchlens.frontends.ddp_api import ddp_check
+    from torchlens.frontends.ddp.api import ddp_check
 
     start = time.perf_counter()
     result = ddp_check(fn, world_size=2, live=False, **kw)

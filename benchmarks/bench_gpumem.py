@@ -9,7 +9,7 @@ and the time from the cell's end to the display bundle.
 
 Run: .venv/bin/python benchmarks/bench_gpumem.py
      .venv/bin/python benchmarks/bench_gpumem.py --micro   (per-call costs quoted in
-     torchlens/capture/cpu_memory.py: one thread, process time, a 16-wide MLP so
+     torchlens/capture/memory/cpu.py: one thread, process time, a 16-wide MLP so
      that Python dominates)
 """
 
@@ -70,7 +70,7 @@ def micro(rounds: int = 12, steps: int = 50) -> None:
     from torch.overrides import TorchFunctionMode
     from torch.utils._traceback import CapturedTraceback
 
-    from torchlens.capture.cpu_memory import (
+    from torchlens.capture.memory.cpu import (
         MemoryEvents,
         SiteRecorder,
         gather_traceback,

@@ -31,7 +31,7 @@ side, path, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
 logging.disable(logging.CRITICAL)
 if side.startswith("torchlens"):
     from torchlens.formats.kineto import load_trace
-    from torchlens.analysis.ops import op_table
+    from torchlens.analysis.trace.ops import op_table
     def run():
         return len(op_table(load_trace(path)))
 else:

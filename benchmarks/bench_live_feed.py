@@ -51,15 +51,15 @@ def _summary(rank: int, step: int, t0: float) -> dict[str, Any]:
 
 
 def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
-    from torchlens.analysis.run_verdict import live_status, run_view
-    from torchlens.capture.ddp.collector import (
+    from torchlens.analysis.ranks.verdict import live_status, run_view
+    from torchlens.capture.channel.signing import RunKey
+    from torchlens.capture.ranks.collector import (
         KEEP_STEPS,
         KEEP_SUMMARIES,
         Collector,
         Slot,
     )
-    from torchlens.capture.ddp.feed import FeedPublisher
-    from torchlens.capture.ddp.signing import RunKey
+    from torchlens.capture.ranks.feed import FeedPublisher
 
     out = tempfile.mkdtemp(prefix="bench-live-feed-")
     c = Collector(RunKey.new())

@@ -40,8 +40,8 @@ def train(rank: int, world_size: int, steps: int = 300) -> None:
 
 
 def main() -> None:
-    from torchlens.frontends import ddp_api
-    from torchlens.frontends.ddp_live import ProfiledLiveView
+    from torchlens.frontends.ddp import api as ddp_api
+    from torchlens.frontends.ddp.live import ProfiledLiveView
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
@@ -69,7 +69,7 @@ def main() -> None:
                 self._waiting.clear()
 
     ddp_api.ProfiledLiveView = Timed  # type: ignore[attr-defined]
-    import torchlens.frontends.ddp_live as live_mod
+    import torchlens.frontends.ddp.live as live_mod
 
     live_mod.ProfiledLiveView = Timed  # type: ignore[misc]
     ddp_api._in_kernel = lambda: True  # the view is built as in a notebook

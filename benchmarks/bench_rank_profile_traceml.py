@@ -194,7 +194,7 @@ def torchlens_profile_support(a: argparse.Namespace) -> str | None:
     py = torchlens_python(a)
     if py is None:
         return "no Python with torchlens found (--torchlens-python)"
-    probe = ("import inspect, torchlens.frontends.ddp_api as d; "
+    probe = ("import inspect, torchlens.frontends.ddp.api as d; "
              "print('profile' in inspect.signature(d.ddp_check).parameters)")
     e = dict(env(), PYTHONPATH=str(REPO))
     r = subprocess.run([py, "-c", probe], env=e, capture_output=True, text=True, timeout=120)
@@ -211,7 +211,7 @@ TORCHLENS_DRIVER = """
 import functools, json, sys
 sys.path.insert(0, sys.argv[1])
 import ddp_jobs, torchlens
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.frontends.ddp.api import ddp_check
 kw = json.loads(sys.argv[2])
 run_dir = kw.pop("run_dir")
 fn = functools.partial(ddp_jobs.train, mark_step=torchlens.step, **kw)

@@ -16,7 +16,7 @@ import timeit
 
 import torch
 
-from torchlens.capture.ddp.stepper import RankProfiler, rss_bytes
+from torchlens.capture.ranks.stepper import RankProfiler, rss_bytes
 
 
 def _median_us(fn, number: int, repeat: int = 7) -> float:

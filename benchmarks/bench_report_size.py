@@ -2,7 +2,7 @@
 
 Run: python benchmarks/bench_report_size.py [TRACE]
 The target is a report under 10 MB whose timeline draws a bounded number of
-glyphs (see torchlens.render.timeline for why merging sub-pixel events is safe).
+glyphs (see torchlens.render.trace.timeline for why merging sub-pixel events is safe).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.kinds import report_html as render_report
 from torchlens.model import Profile
-from torchlens.render import timeline
+from torchlens.render.trace import timeline
 
 DEFAULT = (Path(__file__).resolve().parents[2] / "shared" / "testdata" / "traces"
            / "v100_ddp_sgd_annotations_rank0.json.gz")

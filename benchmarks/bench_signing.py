@@ -16,8 +16,8 @@ import statistics
 import time
 import timeit
 
-from torchlens.capture.ddp import protocol
-from torchlens.capture.ddp.signing import RunKey
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
 
 
 def _median_us(fn, number: int, repeat: int = 7) -> float:

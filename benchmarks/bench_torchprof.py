@@ -22,7 +22,11 @@ from IPython.core.interactiveshell import InteractiveShell
 from torch import nn
 
 import torchlens
-from torchlens.capture.profiler import ProfilerCapture, ProfilerOptions, _record_always
+from torchlens.capture.trace.profiler import (
+    ProfilerCapture,
+    ProfilerOptions,
+    _record_always,
+)
 from torchlens.frontends.kinds import display_bundle
 
 torch.manual_seed(0)

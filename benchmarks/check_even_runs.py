@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torchlens.frontends.run_api import load_run
+from torchlens.frontends.runs.api import load_run
 
 HERE = Path(__file__).resolve().parent
 

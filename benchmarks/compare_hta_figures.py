@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from torchlens.analysis.multirank import (
+from torchlens.analysis.runs import (
     comm_comp_overlap,
     idle_time,
     kernel_breakdown,
@@ -31,7 +31,7 @@ from torchlens.analysis.multirank import (
     queue_length,
     temporal_breakdown,
 )
-from torchlens.analysis.multirank.launches import HTA_LAUNCH_STATS_NAMES
+from torchlens.analysis.runs.launches import HTA_LAUNCH_STATS_NAMES
 from torchlens.formats.kineto import load_trace
 
 HERE = Path(__file__).resolve().parent

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._version import __version__
-from .model import InputError, Profile, TorchlensError, load_profile
+from torchlens._version import __version__
+from torchlens.model import InputError, Profile, TorchlensError, load_profile
 
 __all__ = [
     "InputError",
@@ -35,7 +35,7 @@ def load(path: Any) -> Any:
 
     if (isinstance(path, (list, tuple)) or os.path.isdir(path)
             or str(path).lower().endswith((".json", ".json.gz"))):
-        from .frontends.run_api import load_run
+        from torchlens.frontends.runs.api import load_run
 
         return load_run(path)
     return load_profile(path)
@@ -46,7 +46,7 @@ def torchprof(**options: Any) -> Any:
 
     Same options as ``%%torchprof`` (see ``frontends.api.torchprof``).
     """
-    from .frontends.api import torchprof as _torchprof
+    from torchlens.frontends.api import torchprof as _torchprof
 
     return _torchprof(**options)
 
@@ -56,7 +56,7 @@ def gpumem(**options: Any) -> Any:
 
     Same options as ``%%gpumem`` (see ``frontends.api.gpumem``).
     """
-    from .frontends.api import gpumem as _gpumem
+    from torchlens.frontends.api import gpumem as _gpumem
 
     return _gpumem(**options)
 
@@ -68,7 +68,7 @@ def ddp_check(fn: Any, **options: Any) -> Any:
     ``world_size``, ``backend``, ``timeout``, ``steps``, ``strict``, ``live``,
     ``export``. Returns a result whose ``checklist`` says what failed.
     """
-    from .frontends.ddp_api import ddp_check as _ddp_check
+    from torchlens.frontends.ddp.api import ddp_check as _ddp_check
 
     return _ddp_check(fn, **options)
 
@@ -82,7 +82,7 @@ def watch(target: Any, **options: Any) -> Any:
     that shows the view, updates it in the background until the run ends,
     and has ``.stop()`` and ``.wait()``.
     """
-    from .frontends.watch import watch as _watch
+    from torchlens.frontends.ranks.watch import watch as _watch
 
     return _watch(target, **options)
 
@@ -102,10 +102,10 @@ def step() -> None:
     if not _attach_checked:  # one environment look-up per process
         _attach_checked = True
         if os.environ.get("TORCHLENS_COLLECTOR"):
-            from .frontends.run_rank import attach
+            from torchlens.frontends.ranks.rank import attach
 
             attach()
-    from .capture.profiler import step as _step
+    from torchlens.capture.trace.profiler import step as _step
 
     _step()
 
@@ -113,8 +113,8 @@ def step() -> None:
 def load_ipython_extension(ipython: Any) -> None:
     """Called by ``%load_ext torchlens``: registers the magics and starts
     importing what the first report needs (``frontends.preload``)."""
-    from .frontends import preload
-    from .frontends.magics import register
+    from torchlens.frontends import preload
+    from torchlens.frontends.magics import register
 
     register(ipython)
     preload.warm_up()

@@ -1,5 +1,5 @@
 """``python -m torchlens`` is the ``torchlens`` command."""
 
-from .frontends.cli import main
+from torchlens.frontends.cli import main
 
 raise SystemExit(main())

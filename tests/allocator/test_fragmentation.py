@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from allocator_fixtures import SNAPSHOT_PARAMS, SNAPSHOTS, load_cached
 
-from torchlens.analysis.allocator import AllocatorConfig, CachingAllocator
-from torchlens.analysis.fragmentation import (
+from torchlens.analysis.memory.allocator import AllocatorConfig, CachingAllocator
+from torchlens.analysis.memory.fragmentation import (
     can_serve,
     largest_request_that_fits,
     segment_map,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from torchlens.analysis.allocator import CachingAllocator
-from torchlens.analysis.allocator.replay import empty_cache_points, replay
-from torchlens.analysis.memory_model import real_figures, run_model
+from torchlens.analysis.memory.allocator import CachingAllocator
+from torchlens.analysis.memory.allocator.replay import empty_cache_points, replay
+from torchlens.analysis.memory.what_if import real_figures, run_model
 
 MiB = 1 << 20
 

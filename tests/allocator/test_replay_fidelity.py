@@ -9,8 +9,12 @@ import pytest
 from allocator_fixtures import SNAPSHOT_PARAMS, SNAPSHOTS, load_cached
 from synthetic_traces import training_trace
 
-from torchlens.analysis.allocator import AllocatorConfig, rebuild_initial_state, replay
-from torchlens.analysis.allocator.fidelity import check_fidelity, segment_bytes
+from torchlens.analysis.memory.allocator import (
+    AllocatorConfig,
+    rebuild_initial_state,
+    replay,
+)
+from torchlens.analysis.memory.allocator.fidelity import check_fidelity, segment_bytes
 from torchlens.model.snapshot import load_snapshot
 
 # name: (events, allocations, segment_allocs, reserved, allocated, inactive_split)

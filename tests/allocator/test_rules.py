@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchlens.analysis.allocator import (
+from torchlens.analysis.memory.allocator import (
     OOM,
     AllocatorConfig,
     CachingAllocator,
@@ -17,7 +17,7 @@ from torchlens.analysis.allocator import (
     load_segments,
     round_size,
 )
-from torchlens.analysis.allocator.config import roundup_power2_next_division
+from torchlens.analysis.memory.allocator.config import roundup_power2_next_division
 from torchlens.model.errors import InputError
 
 MB = 1024 * 1024

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from torchlens.analysis.hints import Hint, find_hints
-from torchlens.analysis.ops import op_table
-from torchlens.analysis.steps import step_breakdown
-from torchlens.analysis.summary import summarize
+from torchlens.analysis.trace.headline import summarize
+from torchlens.analysis.trace.hints import Hint, find_hints
+from torchlens.analysis.trace.ops import op_table
+from torchlens.analysis.trace.steps import step_breakdown
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.model import Profile, TorchprofPayload
 

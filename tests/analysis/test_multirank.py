@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from torchlens.analysis.multirank import (
+from torchlens.analysis.runs import (
     KINDS,
     comm_comp_overlap,
     idle_time,
@@ -270,7 +270,7 @@ def test_with_the_last_step(loaded, name: str) -> None:
 
 @pytest.mark.parametrize("name", GPU_TRACES + CPU_TRACES)
 def test_rank_figures_are_the_four_and_json(loaded, name: str) -> None:
-    from torchlens.analysis.multirank import (
+    from torchlens.analysis.runs import (
         launch_stats,
         memory_bandwidth,
         queue_length,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchlens.analysis.multirank.causes import likely_cause, role_medians, with_causes
+from torchlens.analysis.runs.causes import likely_cause, role_medians, with_causes
 
 
 def _steps(rank: int, n: int = 3, dur: float = 50_000.0, **roles: float) -> list[dict]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from torchlens.analysis.multirank.collectives import (
+from torchlens.analysis.runs.collectives import (
     SAME_SIZE,
     busbw_factor,
     collective_rows,
@@ -28,9 +28,9 @@ from torchlens.analysis.multirank.collectives import (
     straggler_rows,
 )
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends import run_api
 from torchlens.frontends.cli import main
-from torchlens.frontends.run_api import load_run
+from torchlens.frontends.runs import api as run_api
+from torchlens.frontends.runs.api import load_run
 
 #: c10d op -> canonical kind, for the ops the shared traces hold
 KIND = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadcast",

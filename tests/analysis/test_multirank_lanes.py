@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from torchlens.analysis.multirank.lanes import LANE_EVENTS, lane_summary
+from torchlens.analysis.runs.lanes import LANE_EVENTS, lane_summary
 from torchlens.formats.kineto import load_trace
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from torchlens.analysis.multirank import launch_stats, memory_bandwidth, queue_length
-from torchlens.analysis.multirank.run_launches import pooled
+from torchlens.analysis.runs import launch_stats, memory_bandwidth, queue_length
+from torchlens.analysis.runs.launch_tables import pooled
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli import main
-from torchlens.frontends.run_api import JSON_SCHEMA, load_run
+from torchlens.frontends.runs.api import JSON_SCHEMA, load_run
 
 GPU_TRACES = ["a100_ddp_resnet_rank0_nccl.json.gz", "sampled_rank-0.json.gz",
               "v100_ddp_sgd_annotations_rank0.json.gz", "amd_mi250_rocm.json.gz",

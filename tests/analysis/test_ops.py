@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from torchlens.analysis.ops import OP_COLUMNS, kernel_table, op_calls, op_table
+from torchlens.analysis.trace.ops import OP_COLUMNS, kernel_table, op_calls, op_table
 from torchlens.formats.kineto import ingest_bytes, load_trace
 
 A100 = "a100_ddp_resnet_rank0_nccl.json.gz"

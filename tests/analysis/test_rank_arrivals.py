@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchlens.analysis.rank_arrivals import collective_arrivals
+from torchlens.analysis.ranks.arrivals import collective_arrivals
 
 
 def summary(*colls: tuple[int, float, int]) -> dict:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from torchlens.analysis.rank_spread import Spread, ranks_to_show
+from torchlens.analysis.ranks.spread import Spread, ranks_to_show
 
 
 def test_spread_gives_each_step_its_range_and_median_once() -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import time
 
-from torchlens.analysis.ddp import checklist, summary
-from torchlens.analysis.rank_steps import (
+from torchlens.analysis.ddp.checks import checklist, summary
+from torchlens.analysis.ranks.steps import (
     CAUSE_WORDS,
     memory_creep,
     rank_table,

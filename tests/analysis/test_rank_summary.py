@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from torchlens.analysis.rank_summary import (
+from torchlens.analysis.ranks.summary import (
     LIMIT_BYTES,
     MAX_COLLECTIVES,
     MAX_OPS,
@@ -29,7 +29,7 @@ from torchlens.analysis.rank_summary import (
     encode,
     summarize,
 )
-from torchlens.analysis.steps import step_breakdown
+from torchlens.analysis.trace.steps import step_breakdown
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.model import InputError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchlens.analysis.step_starts import StepStarts
+from torchlens.analysis.ranks.starts import StepStarts
 
 
 def _recs(steps: range, start: int = 0, t0: float = 0.0) -> list[dict]:

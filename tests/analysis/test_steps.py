@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from torchlens.analysis.steps import STEP_COLUMNS, step_breakdown, step_records
+from torchlens.analysis.trace.steps import STEP_COLUMNS, step_breakdown, step_records
 from torchlens.formats.kineto import ingest_bytes, load_trace
 
 ROLE_COLUMNS = STEP_COLUMNS[3:]

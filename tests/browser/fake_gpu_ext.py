@@ -17,8 +17,8 @@ import pynvml
 from fake_nvml import FakeNvml, gpu
 from tornado.ioloop import IOLoop
 
-from torchlens.capture.gpu_sampler import NvmlSampler
-from torchlens.capture.host_sampler import HostSampler
+from torchlens.capture.monitor.gpu import NvmlSampler
+from torchlens.capture.monitor.host import HostSampler
 from torchlens.frontends.server.monitor import Monitor
 from torchlens.frontends.server.stream import Broadcaster, kernel_pids
 

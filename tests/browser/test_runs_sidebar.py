@@ -19,7 +19,7 @@ from lab_harness import Lab, start_lab, stop_lab
 # tests/ is on sys.path (pytest puts tests/conftest.py's folder there)
 from run.live_doc import four_rank_view, live_document, write_live
 
-from torchlens.frontends import run_registry as reg
+from torchlens.frontends.ranks import registry as reg
 
 pytestmark = pytest.mark.slow
 

@@ -76,7 +76,7 @@ def test_a_crash_in_a_cell_function_shows_the_cell_in_its_traceback(kernel_like_
 
 
 def test_hang_stacks_name_cells_with_the_kernels_numbers():
-    from torchlens.analysis.ddp import checklist
+    from torchlens.analysis.ddp.checks import checklist
     from torchlens.model.payloads import DdpRun
 
     cell = "/tmp/ipykernel_4242/665467772.py"

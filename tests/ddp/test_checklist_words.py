@@ -6,7 +6,7 @@ for one buggy situation; the words are what a user reads.
 
 from __future__ import annotations
 
-from torchlens.analysis.ddp import checklist
+from torchlens.analysis.ddp.checks import checklist
 from torchlens.model.payloads import DdpRun
 
 ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "5000", "WORLD_SIZE": "2"}

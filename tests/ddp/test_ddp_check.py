@@ -13,7 +13,7 @@ import time
 import pytest
 
 from torchlens import load
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.frontends.ddp.api import ddp_check
 
 from . import buggy
 from .conftest import assert_clean
@@ -56,7 +56,7 @@ def test_correct_ddp_step_passes_every_check(tmp_path):
     html = (tmp_path / "r.html").read_text()
     assert "Checklist" in html and "bokeh" in html.lower()
     saved = load(result.save(str(tmp_path / "r.tlprof")))
-    from torchlens.frontends.ddp_api import DdpResult
+    from torchlens.frontends.ddp.api import DdpResult
 
     again = DdpResult(saved)
     assert [i.to_dict() for i in again.checklist] == [i.to_dict() for i in result.checklist]

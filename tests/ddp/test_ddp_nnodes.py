@@ -17,7 +17,7 @@ import subprocess
 import psutil
 import pytest
 
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.frontends.ddp.api import ddp_check
 from torchlens.model import InputError
 
 from . import buggy
@@ -162,7 +162,7 @@ def test_bad_node_options_start_nothing(kw, words):
 
 
 def test_live_lanes_name_the_node():
-    from torchlens.render.live import LivePlot
+    from torchlens.render.ddp.heartbeats import LivePlot
 
     plot = LivePlot(4)
     for r in range(4):

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.frontends.ddp.api import ddp_check
 
 from . import profiled
 from .conftest import assert_clean
@@ -27,7 +27,7 @@ STEPS, EVERY = 6, 3
 def live_view(monkeypatch):
     """The live view a notebook shows, fed by the launcher as in a kernel."""
     import torchlens.frontends.live_publish as lp
-    from torchlens.frontends.ddp_live import ProfiledLiveView
+    from torchlens.frontends.ddp.live import ProfiledLiveView
 
     view = ProfiledLiveView(4, EVERY, modelled=True)
 

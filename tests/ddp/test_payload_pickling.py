@@ -12,7 +12,7 @@ import traceback
 
 import cloudpickle
 
-from torchlens.capture.ddp import pickling
+from torchlens.capture.channel import pickling
 
 
 def test_a_function_sent_by_value_keeps_its_file_and_its_nested_code():

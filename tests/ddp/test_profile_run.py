@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.frontends.ddp.api import ddp_check
 from torchlens.model import InputError
 
 from . import profiled

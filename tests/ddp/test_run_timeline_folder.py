@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.frontends.ddp.api import ddp_check
 from torchlens.frontends.kinds import report_html
-from torchlens.frontends.run_api import load_run
-from torchlens.render.run_timeline import timeline_source
+from torchlens.frontends.runs.api import load_run
+from torchlens.render.runs.timeline import timeline_source
 
 from . import profiled
 

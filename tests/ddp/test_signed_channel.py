@@ -22,9 +22,10 @@ import psutil
 import pytest
 import torch.distributed as dist
 
-from torchlens.capture.ddp import launcher, protocol
-from torchlens.capture.ddp.signing import RunKey
-from torchlens.frontends.ddp_api import ddp_check
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
+from torchlens.capture.ddp import launcher
+from torchlens.frontends.ddp.api import ddp_check
 
 from . import buggy, profiled
 from .conftest import assert_clean
@@ -76,7 +77,7 @@ def _client(port: int):
 def test_forged_messages_during_a_run_are_dropped_counted_and_said(tmp_path):
     thread, box = _in_thread(profiled.balanced, world_size=2, backend="gloo", steps=40,
                              profile=True, profile_every=10, run_dir=str(tmp_path / "run"))
-    procs = _wait_for_workers("torchlens.frontends.rank_worker", 2)
+    procs = _wait_for_workers("torchlens.frontends.ddp.rank_worker", 2)
     port = int(procs[0].cmdline()[-4])  # HOST PORT RANK WORLD DIR: the port is public
     # ... but only to this machine: the store listens on loopback, not every interface
     listening = {c.laddr.ip for c in psutil.net_connections("tcp")
@@ -220,7 +221,7 @@ def test_memory_of_a_run_without_a_genuine_heartbeat_is_empty_not_an_error():
     # forged heartbeats can hide every genuine one of a short run
     from types import SimpleNamespace
 
-    from torchlens.frontends.ddp_api import DdpResult
+    from torchlens.frontends.ddp.api import DdpResult
 
     res = object.__new__(DdpResult)
     res._profile = SimpleNamespace(tables={})

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from torchlens.capture.ddp.signing import ENV_SECRET_FILE, Forged, RunKey
+from torchlens.capture.channel.signing import ENV_SECRET_FILE, Forged, RunKey
 
 
 def test_a_sealed_value_opens_only_under_its_own_key_and_run():
@@ -45,7 +45,7 @@ def test_a_channel_drops_an_earlier_runs_values_once_and_a_forged_count_blocks_n
 
     import torch.distributed as dist
 
-    from torchlens.capture.ddp.protocol import Channel
+    from torchlens.capture.channel.protocol import Channel
 
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=5))

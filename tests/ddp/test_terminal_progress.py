@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from torchlens.render.progress import TextProgress
+from torchlens.render.ddp.progress import TextProgress
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,9 +15,9 @@ HEAVY = ("torch._inductor", "torch._dynamo")
 CAPTURES = """
 import sys, torch
 import torchlens
-from torchlens.capture.memory import MemoryCapture
+from torchlens.capture.memory.capture import MemoryCapture
 from torchlens.model import MemoryOptions
-from torchlens.capture.profiler import ProfilerCapture, ProfilerOptions
+from torchlens.capture.trace.profiler import ProfilerCapture, ProfilerOptions
 {before}
 with ProfilerCapture() as p:
     (torch.randn(8, 8) @ torch.randn(8, 8)).sum()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from torchlens.frontends.cli import main
-from torchlens.frontends.run_api import load_run
+from torchlens.frontends.runs.api import load_run
 
 REPO = Path(__file__).resolve().parents[2]
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

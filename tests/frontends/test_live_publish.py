@@ -172,7 +172,7 @@ def test_profiled_run_memory_reaches_the_sidebar_and_the_live_view(fake_server, 
     import cloudpickle
 
     from tests.ddp import profiled
-    from torchlens.frontends.ddp_api import ddp_check
+    from torchlens.frontends.ddp.api import ddp_check
 
     cloudpickle.register_pickle_by_value(profiled)
     seen = {"steps": 0, "summaries": 0, "ended": []}

@@ -11,7 +11,7 @@ import pytest
 
 import torchlens
 from torchlens.frontends.cli import main
-from torchlens.frontends.run_api import load_run
+from torchlens.frontends.runs.api import load_run
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_analyze_json_has_every_rank_and_names_what_it_could_not_use(two_ranks, 
     kinds = {(p["kind"], p["path"].rsplit("/", 1)[-1]) for p in doc["problems"]}
     assert ("not a trace", "notes.json") in kinds and ("truncated", "rank_5.json.gz") in kinds
     assert any(k == "missing rank" for k, _ in kinds)
-    from torchlens.analysis.multirank import temporal_breakdown
+    from torchlens.analysis.runs import temporal_breakdown
     from torchlens.formats.kineto import load_trace
 
     for row in doc["temporal"]:
@@ -79,7 +79,7 @@ def test_a_cpu_only_run_folder_has_ranks_with_no_gpu_figures(tmp_path, traces_di
 
 
 def test_steps_and_skew_use_the_torchprof_breakdown_of_each_rank(two_ranks, traces_dir):
-    from torchlens.analysis.steps import step_breakdown
+    from torchlens.analysis.trace.steps import step_breakdown
     from torchlens.formats.kineto import load_trace
 
     run = load_run(str(two_ranks), workers=1)

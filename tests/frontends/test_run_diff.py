@@ -260,7 +260,7 @@ def test_only_work_launched_inside_steps_counts(tmp_path) -> None:
 
 
 def test_per_trace_totals_keep_the_top_names_and_sum_the_rest(tmp_path) -> None:
-    from torchlens.analysis.multirank.op_totals import op_totals
+    from torchlens.analysis.runs.op_totals import op_totals
     from torchlens.formats.kineto import load_trace
 
     t = op_totals(load_trace(_synthetic(tmp_path / "a.json", 100)), top=1)

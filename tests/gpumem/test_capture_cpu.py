@@ -11,7 +11,7 @@ import pytest
 import torch
 from gpumem_fixtures import CLEAN, LEAKY
 
-from torchlens.capture.memory import MemoryCapture
+from torchlens.capture.memory.capture import MemoryCapture
 from torchlens.model import MemoryOptions
 from torchlens.model.snapshot import load_snapshot
 
@@ -154,7 +154,7 @@ def test_calls_skipped_by_the_recorder_do_not_allocate():
     # leaf with a grad, a non-leaf and a view that none allocates.
     import warnings
 
-    from torchlens.capture.cpu_memory import (
+    from torchlens.capture.memory.cpu import (
         _NO_ALLOC_ATTRS,
         _NO_ALLOC_METHODS,
         NO_ALLOC,
@@ -194,7 +194,7 @@ def _sizes(text: str) -> list[float]:
 def test_cell_that_frees_tensors_made_before_it_is_never_negative(shell):
     """Issue 11 item 3: frees of memory allocated before the cell made its peak and
     end negative ("peak -4 B allocated") and the chart dip below zero."""
-    from torchlens.render.memory import summary_rows, timeline_figure
+    from torchlens.render.memory.report import summary_rows, timeline_figure
 
     # Made under a capture, as in the tutorial: torch's CPU allocator reports the
     # free of a block only if it saw the block's size while profiling.

@@ -38,6 +38,6 @@ def test_sites_in_an_earlier_cell_are_named_by_its_number(kernel_like_shell, tmp
     path = tmp_path / "cells.tlprof"
     r.export(str(path))
     from torchlens import load
-    from torchlens.analysis.memory import analyze
+    from torchlens.analysis.memory.analyze import analyze
 
     assert analyze(load(str(path))).sites[0].site == where

@@ -6,8 +6,8 @@ import pytest
 from gpumem_fixtures import SNAPSHOTS
 
 import torchlens
-from torchlens.capture import cuda_memory
-from torchlens.capture.memory import MemoryCapture
+from torchlens.capture.memory import cuda as cuda_memory
+from torchlens.capture.memory.capture import MemoryCapture
 from torchlens.model.snapshot import load_snapshot
 
 

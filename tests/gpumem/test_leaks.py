@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from torchlens.analysis.frames import is_user_frame, site_of
-from torchlens.analysis.leaks import (
+from torchlens.analysis.memory.leaks import (
     growth_per_run,
     possible_leaks,
     steady_growth,
     survivors,
 )
-from torchlens.analysis.memory_timeline import build_timeline
+from torchlens.analysis.memory.timeline import build_timeline
 
 CELL = "<ipython-input-7-0123abcd>"
 

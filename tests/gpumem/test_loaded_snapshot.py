@@ -10,7 +10,7 @@ from gpumem_fixtures import SNAPSHOTS
 
 from torchlens.frontends.api import load_gpumem
 from torchlens.frontends.kinds import report_html
-from torchlens.render.memory import text_report, timeline_figure
+from torchlens.render.memory.report import text_report, timeline_figure
 
 FULLSTEP = SNAPSHOTS / "ctx128_fullstep.pickle"
 NO_TIMES = SNAPSHOTS / "ftcourse_older_format.pickle"

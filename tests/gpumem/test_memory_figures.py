@@ -7,9 +7,9 @@ import pickle
 import pytest
 from gpumem_fixtures import CLEAN
 
-from torchlens.analysis.allocator import CachingAllocator
+from torchlens.analysis.memory.allocator import CachingAllocator
 from torchlens.frontends.api import load_gpumem
-from torchlens.render.memory import segment_map_figure
+from torchlens.render.memory.report import segment_map_figure
 
 
 def _one_segment_snapshot(tmp_path):

@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 from gpumem_fixtures import SNAPSHOTS
 
-from torchlens.analysis import fragmentation
-from torchlens.analysis.allocator import AllocatorConfig
-from torchlens.analysis.memory_model import run_model
-from torchlens.analysis.oom import from_model_oom, from_snapshot, parse_oom_message
+from torchlens.analysis.memory import fragmentation
+from torchlens.analysis.memory.allocator import AllocatorConfig
+from torchlens.analysis.memory.oom import (
+    from_model_oom,
+    from_snapshot,
+    parse_oom_message,
+)
+from torchlens.analysis.memory.what_if import run_model
 from torchlens.model.snapshot import load_snapshot
 
 GIB = 1024**3
@@ -89,8 +93,12 @@ def assert_diagnosis_agrees(r):
     import re
     from html import unescape
 
-    from torchlens.analysis.oom import fmt_bytes
-    from torchlens.render.memory import diagnosis_html, text_report, timeline_figure
+    from torchlens.analysis.memory.oom import fmt_bytes
+    from torchlens.render.memory.report import (
+        diagnosis_html,
+        text_report,
+        timeline_figure,
+    )
 
     a = r.analysis()
     d = a.diagnosis
@@ -137,7 +145,7 @@ def test_simulated_oom_on_a_small_card_agrees_with_itself(shell):
     assert any("line 3" in x.evidence for x in d.advice)  # what holds the memory
     # the chart: the model's reserved memory and the allocated line drawn solid stop at
     # the simulated OOM, so allocated is never drawn above the reserved it lives in
-    from torchlens.render.memory import timeline_figure
+    from torchlens.render.memory.report import timeline_figure
 
     fig = timeline_figure(a)
     solid = [g for g in fig.renderers if type(g.glyph).__name__ == "Step"

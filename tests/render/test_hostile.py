@@ -19,7 +19,7 @@ import pytest
 from markupsafe import escape
 from render_fixtures import make_trace
 
-from torchlens.analysis.hints import Hint
+from torchlens.analysis.trace.hints import Hint
 from torchlens.frontends import kinds
 from torchlens.model import (
     DdpRun,
@@ -263,7 +263,7 @@ def test_text_view_is_plain_text(rendered) -> None:
 
 def test_fragments_escape_a_plain_string_passed_as_a_body() -> None:
     """A section body that is not template output is shown as text, not run."""
-    from torchlens.render.report import section
+    from torchlens.render.page import section
 
     out = section(HOSTILE, HOSTILE, HOSTILE)
     _assert_clean(out)

@@ -10,11 +10,11 @@ import pytest
 from bokeh.models import GlyphRenderer
 from rank_fixtures import MIB, T_START, make_run
 
-from torchlens.analysis.rank_spread import SHOWN_RANKS
-from torchlens.frontends.ddp_live import ProfiledLiveView
+from torchlens.analysis.ranks.spread import SHOWN_RANKS
+from torchlens.frontends.ddp.live import ProfiledLiveView
 from torchlens.model.payloads import RankProfiling
-from torchlens.render.live import LivePlot, rank_figures
-from torchlens.render.rank_live import RankProfileView, rank_profile_figures
+from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
+from torchlens.render.ranks.live import RankProfileView, rank_profile_figures
 
 WORLD = 64
 SLOW = 61

@@ -18,12 +18,12 @@ from bokeh.models import ColumnDataSource, Div, HoverTool
 from markupsafe import escape
 from rank_fixtures import T_START, make_run
 
-from torchlens.analysis.rank_steps import SlowRank
+from torchlens.analysis.ranks.steps import SlowRank
 from torchlens.frontends import kinds
 from torchlens.model import DdpRun, Profile
 from torchlens.model.payloads import RankProfiling
-from torchlens.render import rank_live
-from torchlens.render.rank_live import RankProfileView, rank_profile_figures
+from torchlens.render.ranks import live as rank_live
+from torchlens.render.ranks.live import RankProfileView, rank_profile_figures
 
 HOSTILE = "<img src=x onerror=alert(1)></script><script>alert(2)</script>\"'><svg onload=alert(3)>"
 WORLD = 4
@@ -348,7 +348,7 @@ def test_ddp_report_with_hostile_names_is_clean() -> None:
 def test_profiled_steps_breakdown_panel_shows_torchprof_roles_per_rank() -> None:
     """The %%torchprof breakdown of each rank's profiled steps: the panel's bars are
     the median over that rank's summaries, role by role."""
-    from torchlens.render.rank_live import RankProfileView
+    from torchlens.render.ranks.live import RankProfileView
 
     steps, sums = make_run(world=2, steps=20)
     for r, rank_sums in enumerate(sums):

@@ -14,7 +14,7 @@ from torchlens.frontends.kinds import report_html as render_report
 from torchlens.frontends.kinds import summary as summary_line
 from torchlens.frontends.kinds import text as text_report
 from torchlens.model import Profile, load_profile, save_profile
-from torchlens.render.report import stable_ids
+from torchlens.render.page import stable_ids
 
 TRACES = sorted(
     [

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from render_fixtures import HOSTILE, hostile_trace
 
-from torchlens.analysis import ops
+from torchlens.analysis.trace import ops
 from torchlens.model import InputError, OpDisplay
 from torchlens.render import tables
 
@@ -94,8 +94,8 @@ def test_formatters() -> None:
 
 def test_hint_figures_are_formatted(traces_dir) -> None:
     """Issue 11: hint tables showed raw floats (0.7639053309591854)."""
-    from torchlens.analysis.hints import find_hints
-    from torchlens.analysis.steps import step_breakdown
+    from torchlens.analysis.trace.hints import find_hints
+    from torchlens.analysis.trace.steps import step_breakdown
     from torchlens.formats.kineto import load_trace
 
     trace = load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz")
@@ -124,9 +124,9 @@ def test_step_table_hides_gpu_columns_on_a_cpu_trace() -> None:
 
 
 def test_step_chart_stacks_the_roles_of_each_step(traces_dir) -> None:
-    from torchlens.analysis.steps import step_breakdown
+    from torchlens.analysis.trace.steps import step_breakdown
     from torchlens.formats.kineto import load_trace
-    from torchlens.render.steps_chart import build_step_chart
+    from torchlens.render.trace.steps_chart import build_step_chart
 
     steps = step_breakdown(load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"))
     fig = build_step_chart(steps, has_gpu=True)

@@ -7,7 +7,7 @@ from bokeh.models import ColumnDataSource
 from render_fixtures import HOSTILE, hostile_trace, make_trace
 
 from torchlens.formats.kineto import load_trace
-from torchlens.render import timeline
+from torchlens.render.trace import timeline
 
 LARGEST = "v100_ddp_sgd_annotations_rank0.json.gz"
 

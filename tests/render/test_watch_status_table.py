@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from torchlens.render.watch_status import STATUS_ROWS, status_html
+from torchlens.render.ranks.watch_status import STATUS_ROWS, status_html
 
 
 def status(world: int) -> dict:

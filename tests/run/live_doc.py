@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchlens.analysis.run_verdict import RunView, live_status, run_view
+from torchlens.analysis.ranks.verdict import RunView, live_status, run_view
 
 
 def _rec(step: int, data: float, rss: int, allocated: int | None) -> dict[str, Any]:

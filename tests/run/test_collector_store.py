@@ -14,9 +14,9 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from torchlens.capture.ddp import protocol
-from torchlens.capture.ddp.collector import Collector
-from torchlens.capture.ddp.signing import RunKey
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
+from torchlens.capture.ranks.collector import Collector
 
 from .helpers import REPO, env
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends import run_registry as reg
+from torchlens.frontends.ranks import registry as reg
 
 from .helpers import Collector, free_port, processes_of_run, torchrun_args
 

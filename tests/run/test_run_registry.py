@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends import run_registry as reg
+from torchlens.frontends.ranks import registry as reg
 
 from .live_doc import four_rank_view, live_document, write_live
 
@@ -262,7 +262,7 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
 
 def test_a_big_job_shows_its_ranks_in_trouble_first_within_the_cap() -> None:
     # 200 ranks: rank 150 failed, rank 77 is slow; the sidebar has room for MAX_RANKS
-    from torchlens.analysis.run_verdict import run_view
+    from torchlens.analysis.ranks.verdict import run_view
 
     def rec(i: int, data: float, backward: float) -> dict:
         return {"step": i, "t0": i * 0.1, "t1": i * 0.1 + 0.05,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from statistics import median
 
-from torchlens.analysis.run_verdict import run_view
-from torchlens.render.terminal_run import TerminalSummary, lines, one_line
+from torchlens.analysis.ranks.verdict import run_view
+from torchlens.render.ranks.terminal import TerminalSummary, lines, one_line
 
 
 def _rec(step: int, data: float, backward: float) -> dict:
@@ -111,7 +111,7 @@ def _inc(rank: int, n: int, node: int, count: int, bye: dict | None = None, **kw
 
 
 def test_a_restart_of_every_rank_is_one_restart_named_by_the_first_failure() -> None:
-    from torchlens.analysis.restarts import world_restarts
+    from torchlens.analysis.ranks.restarts import world_restarts
 
     # rank 2 raised first; the others failed after it (gloo: peer closed) or were
     # ended by their agent. Node 0's agent kept restart count 0 (another node failed)
@@ -166,8 +166,8 @@ def test_the_verdict_names_the_rank_that_raised_first_not_the_lowest() -> None:
 
 
 def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
-    from torchlens.analysis.run_steps import MAX_POINTS, step_series
-    from torchlens.formats.collected import CollectedSteps
+    from torchlens.analysis.ranks.series import MAX_POINTS, step_series
+    from torchlens.formats.run_manifest import CollectedSteps
 
     ranks = {}
     for r in range(2):  # 30,000 steps per rank: 10,000 before a restart, 20,000 after

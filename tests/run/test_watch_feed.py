@@ -17,12 +17,12 @@ import pytest
 import torch.distributed as dist
 
 import torchlens
-from torchlens.analysis.run_verdict import live_status, run_view
-from torchlens.capture.ddp import protocol
-from torchlens.capture.ddp.collector import Collector
-from torchlens.capture.ddp.feed import KEEP_FRAMES, FeedPublisher, StoreFeed
-from torchlens.capture.ddp.signing import RunKey
-from torchlens.frontends.run_cmd import write_folder
+from torchlens.analysis.ranks.verdict import live_status, run_view
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
+from torchlens.capture.ranks.collector import Collector
+from torchlens.capture.ranks.feed import KEEP_FRAMES, FeedPublisher, StoreFeed
+from torchlens.frontends.ranks.command import write_folder
 from torchlens.model import InputError
 
 T = time.time()
@@ -140,7 +140,7 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
 
 
 def test_a_long_feed_file_is_read_in_chunks(run, monkeypatch) -> None:
-    from torchlens.capture.ddp import feed as feed_module
+    from torchlens.capture.ranks import feed as feed_module
 
     c, feed, ranks, out = run
     for n in (30, 1, 1, 30):
@@ -177,7 +177,7 @@ def test_the_store_keeps_the_newest_frames_only(run) -> None:
 def test_a_frame_too_big_for_the_store_is_thinned_and_the_budget_holds(run, monkeypatch) -> None:
     """TCPStore's server drops a client that sends more than 8 MiB (the collector's
     own connection with it): big frames go to the store thinned, the file in full."""
-    from torchlens.capture.ddp import feed as feed_module
+    from torchlens.capture.ranks import feed as feed_module
 
     c, feed, ranks, out = run
     monkeypatch.setattr(feed_module, "STORE_FRAME_MAX", 6000)

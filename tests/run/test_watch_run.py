@@ -21,9 +21,9 @@ import pytest
 import torch.distributed as dist
 
 import torchlens
-from torchlens.capture.ddp import protocol
-from torchlens.capture.ddp.feed import KEEP_FRAMES
-from torchlens.capture.ddp.signing import RunKey
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
+from torchlens.capture.ranks.feed import KEEP_FRAMES
 
 from .helpers import REPO, Collector, env, free_port, torchrun_args
 

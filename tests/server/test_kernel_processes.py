@@ -14,7 +14,7 @@ import pytest
 from fake_nvml import FakeNvml, gpu
 from sampler_doubles import StepHost
 
-from torchlens.capture.gpu_sampler import NvmlSampler
+from torchlens.capture.monitor.gpu import NvmlSampler
 from torchlens.frontends.server.monitor import Monitor
 from torchlens.frontends.server.stream import kernel_of, psutil_parent, tag_kernels
 

@@ -11,7 +11,7 @@ import pytest
 from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
 
-from torchlens.capture.gpu_sampler import NvmlSampler
+from torchlens.capture.monitor.gpu import NvmlSampler
 from torchlens.frontends.server.monitor import (
     MAX_INTERVAL,
     MIN_INTERVAL,

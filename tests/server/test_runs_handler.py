@@ -17,7 +17,7 @@ import pytest
 from run.live_doc import four_rank_view, live_document, write_live
 from tornado.httpclient import HTTPClientError
 
-from torchlens.frontends import run_registry as reg
+from torchlens.frontends.ranks import registry as reg
 
 
 @pytest.fixture

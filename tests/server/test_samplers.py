@@ -8,8 +8,8 @@ import pynvml
 import pytest
 from fake_nvml import FakeNvml, FieldError, gpu
 
-from torchlens.capture.gpu_sampler import NVML_FUNCTIONS, NvmlSampler, cuda_ordinals
-from torchlens.capture.host_sampler import HostSampler
+from torchlens.capture.monitor.gpu import NVML_FUNCTIONS, NvmlSampler, cuda_ordinals
+from torchlens.capture.monitor.host import HostSampler
 
 
 def sampler(fake: FakeNvml, **env: str) -> NvmlSampler:

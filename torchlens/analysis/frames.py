@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..formats.locations import CellNames, is_user_file, location_label
+from torchlens.formats.locations import CellNames, is_user_file, location_label
 
 
 def is_user_frame(frame: dict[str, Any]) -> bool:

@@ -11,10 +11,10 @@ import dataclasses
 import time
 from typing import Any
 
-from ..analysis.ops import sort_column
-from ..capture.profiler import ProfilerCapture, ProfilerOptions
-from ..model import GpumemPayload, InputError, MemoryOptions, OpDisplay, Profile
-from . import kinds, preload
+from torchlens.analysis.trace.ops import sort_column
+from torchlens.capture.trace.profiler import ProfilerCapture, ProfilerOptions
+from torchlens.frontends import kinds, preload
+from torchlens.model import GpumemPayload, InputError, MemoryOptions, OpDisplay, Profile
 
 
 def torchprof_display(top: int = 20, sort: str = "total_cpu", shapes: bool = False,
@@ -68,7 +68,7 @@ class Result:
     def export(self, path: str) -> str:
         """Write the formats of ``kinds.export_suffixes``: .html report, .tlprof
         result, and the kind's own (.json/.json.gz trace, .pickle snapshot)."""
-        from .export import export_profile
+        from torchlens.frontends.export import export_profile
 
         return export_profile(self.profile, path, self.analysis())
 
@@ -103,7 +103,7 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
         schedule: tuple[int, int, int] | None = None, export: str | None = None,
         title: str = "",
     ) -> None:
-        from .export import check_export_path
+        from torchlens.frontends.export import check_export_path
 
         self._display = torchprof_display(top, sort, shapes, stack, flops)
         self._capture = ProfilerCapture(
@@ -148,8 +148,8 @@ def gpumem_options(
     Checked before anything runs: a typo in ``--alloc-conf`` or ``--capacity``
     must not cost the user a long cell.
     """
-    from ..analysis.allocator import AllocatorConfig
-    from ..analysis.memory_model import parse_size
+    from torchlens.analysis.memory.allocator import AllocatorConfig
+    from torchlens.analysis.memory.what_if import parse_size
 
     recorded = MemoryOptions(device=device, stacks=stacks)  # checks device and stacks
     for name, value, low in (("repeat", repeat, 1), ("top", top, 1)):
@@ -174,7 +174,7 @@ def gpumem_options(
 def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
     """What capture measured, with what the user asked the analysis to do, and the
     shell's cell numbers (a kernel's cells compile under temp names that lack them)."""
-    from .cells import cell_names
+    from torchlens.frontends.cells import cell_names
 
     return dataclasses.replace(captured, simulate=asked.simulate, capacity=asked.capacity,
                                alloc_conf=asked.alloc_conf, repeat=asked.repeat, top=asked.top,
@@ -187,7 +187,7 @@ class MemoryResult(Result):
 
     def sites(self, n: int = 15) -> list[Any]:
         """Top allocation sites (user file:line) by bytes allocated in the cell."""
-        from ..analysis.memory_timeline import top_sites
+        from torchlens.analysis.memory.timeline import top_sites
 
         return top_sites(self.analysis().timeline, n)
 
@@ -219,8 +219,8 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         capacity: str | int | None = None, alloc_conf: str | None = None, top: int = 15,
         export: str | None = None, title: str = "", repeat: int = 1,
     ) -> None:
-        from ..capture.memory import MemoryCapture
-        from .export import check_export_path
+        from torchlens.capture.memory.capture import MemoryCapture
+        from torchlens.frontends.export import check_export_path
 
         self._asked = gpumem_options(device=device, stacks=stacks, simulate=simulate,
                                        capacity=capacity, alloc_conf=alloc_conf, repeat=repeat,
@@ -234,8 +234,8 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         self._title = title
 
     def __enter__(self) -> MemoryResult:
-        from ..capture.process_memory import memory_sampler
-        from .live_publish import LivePublisher
+        from torchlens.capture.monitor.process import memory_sampler
+        from torchlens.frontends.live_publish import LivePublisher
 
         preload.wait()  # an import thread would allocate inside the recorded block
         self.capture.__enter__()
@@ -261,7 +261,7 @@ def load_gpumem(path: str, **options: Any) -> MemoryResult:
     """
     import os
 
-    from ..model.snapshot import load_snapshot
+    from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)
     snap = load_snapshot(path)

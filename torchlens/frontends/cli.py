@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..model import InputError, Profile, TorchlensError, load_profile
+from torchlens.model import InputError, Profile, TorchlensError, load_profile
 
 EXIT_USAGE = 2
 
@@ -26,7 +26,7 @@ def load_input(path: str) -> Profile:
     if not p.exists():
         raise InputError(f"{path}: no such file. Check the path.")
     if p.is_dir():  # per-rank traces: the run as one result
-        from .run_api import load_run
+        from torchlens.frontends.runs.api import load_run
 
         run = load_run(str(p), fork=True)  # a command runs no threads: fork is safe
         if not run.ranks:
@@ -36,10 +36,12 @@ def load_input(path: str) -> Profile:
     if p.name.lower().endswith(".tlprof"):
         return load_profile(p)
     if p.name.lower().endswith((".pickle", ".pkl")):
-        from .api import load_gpumem  # an allocator snapshot: kind gpumem
+        from torchlens.frontends.api import (
+            load_gpumem,  # an allocator snapshot: kind gpumem
+        )
 
         return load_gpumem(str(p)).profile
-    from ..formats.kineto import load_trace
+    from torchlens.formats.kineto import load_trace
 
     trace = load_trace(p)
     return Profile(kind="trace", title=p.name, source=str(path), traces={"main": trace},
@@ -73,7 +75,7 @@ class ReportCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         profile = load_input(args.path)
-        from . import kinds  # after the input is known good
+        from torchlens.frontends import kinds  # after the input is known good
 
         out = Path(args.output) if args.output else _default_output(args.path)
         if out.parent and not out.parent.resolve().is_dir():
@@ -93,12 +95,12 @@ class DemoCommand(Command):
         parser.add_argument("--steps", type=int, default=8, help="training steps")
 
     def run(self, args: argparse.Namespace) -> int:
-        from .export import check_export_path
+        from torchlens.frontends.export import check_export_path
 
         check_export_path(args.output, "torchprof")
         if args.steps < 1:
             raise InputError(f"--steps {args.steps}: expected a whole number >= 1")
-        from .demo import run_demo
+        from torchlens.frontends.demo import run_demo
 
         result = run_demo(args.output, steps=args.steps)
         print(repr(result))
@@ -121,11 +123,11 @@ class SimulateCommand(Command):
                             help="also write the HTML report with the comparison")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..render.memory import comparison_lines
-        from .api import load_gpumem
+        from torchlens.frontends.api import load_gpumem
+        from torchlens.render.memory.report import comparison_lines
 
         if args.output:
-            from .export import check_export_path
+            from torchlens.frontends.export import check_export_path
 
             check_export_path(args.output, "gpumem")
         result = load_gpumem(args.path, simulate=True, capacity=args.capacity,
@@ -172,14 +174,14 @@ class AnalyzeCommand(Command):
                                  "run folder too) or the trace files")
         parser.add_argument("--json", action="store_true",
                             help="print every table as one JSON document (schema: see "
-                                 "torchlens.frontends.run_api.JSON_SCHEMA)")
+                                 "torchlens.frontends.runs.api.JSON_SCHEMA)")
         parser.add_argument("--workers", type=int, default=None, metavar="N",
                             help="processes reading ranks in parallel (default: CPU count)")
 
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from .run_api import JSON_SCHEMA, SCHEMA_VERSION, load_run
+        from torchlens.frontends.runs.api import JSON_SCHEMA, SCHEMA_VERSION, load_run
 
         if args.schema:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "keys": JSON_SCHEMA}, indent=1))
@@ -214,7 +216,7 @@ class DiffCommand(Command):
         parser.add_argument("b", metavar="B", help="the run to compare with A")
         parser.add_argument("--json", action="store_true",
                             help="print the diff as one JSON document (schema: "
-                                 "torchlens.frontends.diff_api.DIFF_JSON_SCHEMA)")
+                                 "torchlens.frontends.runs.diff.DIFF_JSON_SCHEMA)")
         parser.add_argument("-o", "--output", metavar="OUT.html",
                             help="also write the diff as an HTML report")
         parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
@@ -226,7 +228,7 @@ class DiffCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from .diff_api import diff
+        from torchlens.frontends.runs.diff import diff
 
         if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
             raise InputError(f"--fail-if-slower {args.fail_if_slower}: expected a "
@@ -238,11 +240,11 @@ class DiffCommand(Command):
         if args.json:
             print(json.dumps(result.to_json(), indent=1, allow_nan=False, default=str))
         else:
-            from . import kinds
+            from torchlens.frontends import kinds
 
             print(kinds.text(result.profile, result.analysis()))
         if out is not None:
-            from . import kinds
+            from torchlens.frontends import kinds
 
             out.write_text(kinds.report_html(result.profile, result.analysis()),
                            encoding="utf-8")
@@ -286,7 +288,7 @@ class RunCommand(Command):
                             help="the command to run, usually torchrun ... train.py ARGS")
 
     def run(self, args: argparse.Namespace) -> int:
-        from .run_cmd import run
+        from torchlens.frontends.ranks.command import run
 
         return run(args.command, out=args.out, host=args.host, port=args.port)
 

@@ -12,8 +12,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from ..model import InputError, Profile
-from . import kinds
+from torchlens.frontends import kinds
+from torchlens.model import InputError, Profile
 
 #: Suffix -> what it writes (which suffixes a kind accepts: ``kinds.export_suffixes``).
 FORMATS = kinds.EXPORT_FORMATS

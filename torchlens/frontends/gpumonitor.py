@@ -19,9 +19,9 @@ import threading
 import time
 from typing import Any
 
-from ..capture.gpu_sampler import NvmlSampler, Sampler
-from ..capture.host_sampler import HostSampler
-from ..model import InputError
+from torchlens.capture.monitor.gpu import NvmlSampler, Sampler
+from torchlens.capture.monitor.host import HostSampler
+from torchlens.model import InputError
 
 GiB = 1024**3
 COLORS = (
@@ -166,7 +166,7 @@ def gpumonitor_magic(
     from IPython.display import HTML, display
     from jupyter_bokeh import BokehModel
 
-    from .bokeh_page import load_bokehjs
+    from torchlens.frontends.bokeh_page import load_bokehjs
 
     opts = monitor_options(interval, minutes, duration)
     monitor = InlineMonitor(HostSampler(), NvmlSampler(), opts["interval"], opts["minutes"])

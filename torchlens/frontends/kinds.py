@@ -17,7 +17,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import InputError, Profile
+from torchlens.model import InputError, Profile
 
 
 @dataclass(frozen=True)
@@ -40,33 +40,33 @@ class Kind:
 
 _TRACE_EXPORTS = {".json": "torchlens.frontends.export:write_trace",
                   ".json.gz": "torchlens.frontends.export:write_trace"}
-_TRACE = Kind(analyze="torchlens.analysis.traces:analyze",
-              report="torchlens.render.trace_report:report_parts",
-              text="torchlens.render.text:text_report",
-              summary="torchlens.render.text:summary_line",
+_TRACE = Kind(analyze="torchlens.analysis.trace.analyze:analyze",
+              report="torchlens.render.trace.report:report_parts",
+              text="torchlens.render.trace.text:text_report",
+              summary="torchlens.render.trace.text:summary_line",
               exports=_TRACE_EXPORTS)
 
 KINDS: dict[str, Kind] = {
     "torchprof": _TRACE,
     "trace": _TRACE,
-    "gpumem": Kind(analyze="torchlens.analysis.memory:analyze",
-                   report="torchlens.render.memory:report_parts",
-                   text="torchlens.render.memory:text_report",
-                   summary="torchlens.render.memory:summary_line",
+    "gpumem": Kind(analyze="torchlens.analysis.memory.analyze:analyze",
+                   report="torchlens.render.memory.report:report_parts",
+                   text="torchlens.render.memory.report:text_report",
+                   summary="torchlens.render.memory.report:summary_line",
                    exports={".pickle": "torchlens.frontends.export:write_snapshot"}),
-    "ddp_check": Kind(analyze="torchlens.analysis.ddp_run:analyze",
-                      report="torchlens.render.ddp:report_parts",
-                      text="torchlens.render.ddp:text_report",
-                      summary="torchlens.render.ddp:summary_line",
+    "ddp_check": Kind(analyze="torchlens.analysis.ddp.analyze:analyze",
+                      report="torchlens.render.ddp.report:report_parts",
+                      text="torchlens.render.ddp.report:text_report",
+                      summary="torchlens.render.ddp.report:summary_line",
                       exports={"/": "torchlens.frontends.export:write_run_folder"}),
-    "run": Kind(analyze="torchlens.analysis.multirank.analyze:analyze",
-                report="torchlens.render.run_report:report_parts",
-                text="torchlens.render.run_report:text_report",
-                summary="torchlens.render.run_report:summary_line"),
-    "diff": Kind(analyze="torchlens.analysis.multirank.diff:analyze",
-                 report="torchlens.render.diff_report:report_parts",
-                 text="torchlens.render.diff_report:text_report",
-                 summary="torchlens.render.diff_report:summary_line"),
+    "run": Kind(analyze="torchlens.analysis.runs.analyze:analyze",
+                report="torchlens.render.runs.report:report_parts",
+                text="torchlens.render.runs.report:text_report",
+                summary="torchlens.render.runs.report:summary_line"),
+    "diff": Kind(analyze="torchlens.analysis.runs.diff:analyze",
+                 report="torchlens.render.runs.diff:report_parts",
+                 text="torchlens.render.runs.diff:text_report",
+                 summary="torchlens.render.runs.diff:summary_line"),
 }
 
 
@@ -100,7 +100,7 @@ def text(profile: Profile, analysis: Any = None) -> str:
 
 def report_html(profile: Profile, analysis: Any = None, packed: bool = False) -> str:
     """The self-contained HTML report (``packed``: BokehJS gzipped, for notebooks)."""
-    from ..render.report import render_report
+    from torchlens.render.page import render_report
 
     return render_report(profile, _or_analyze(profile, analysis),
                          _resolve(kind_of(profile).report), packed)
@@ -109,7 +109,7 @@ def report_html(profile: Profile, analysis: Any = None, packed: bool = False) ->
 def display_bundle(profile: Profile, analysis: Any = None) -> dict[str, str]:
     """``{"text/html": ..., "text/plain": ...}`` for IPython's ``display``: the
     report with BokehJS packed (each notebook output carries its own copy)."""
-    from ..render.bundle import iframe_html
+    from torchlens.render.bundle import iframe_html
 
     analysis = _or_analyze(profile, analysis)
     return {"text/html": iframe_html(report_html(profile, analysis, packed=True)),

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .rank_channel import MEMORY_SOURCES, RankPublisher
+from torchlens.frontends.rank_channel import MEMORY_SOURCES, RankPublisher
 
 Sample = list[dict[str, Any]]
 

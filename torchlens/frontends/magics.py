@@ -31,11 +31,11 @@ from IPython.core.magic import (
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from ..analysis.ops import SORT_NAMES
-from ..model import InputError
-from . import kinds
-from .api import torchprof
-from .cells import Cell, execution_count, run_under
+from torchlens.analysis.trace.ops import SORT_NAMES
+from torchlens.frontends import kinds
+from torchlens.frontends.api import torchprof
+from torchlens.frontends.cells import Cell, execution_count, run_under
+from torchlens.model import InputError
 
 #: API parameters whose InputError message starts with their name; the magic
 #: spells them as its option (``top must be ...`` -> ``--top must be ...``).
@@ -187,9 +187,9 @@ class TorchlensMagics(Magics):
         and fragmentation, which the report says.
         """
         __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
-        from .api import gpumem as gpumem_ctx
-        from .api import gpumem_options, load_gpumem
-        from .export import check_export_path
+        from torchlens.frontends.api import gpumem as gpumem_ctx
+        from torchlens.frontends.api import gpumem_options, load_gpumem
+        from torchlens.frontends.export import check_export_path
 
         name = "%gpumem" if cell is None else "%%gpumem"
         args = _parse(self.gpumem, line, name)
@@ -273,7 +273,11 @@ class TorchlensMagics(Magics):
         body runs on every rank with ``rank``, ``world_size`` and ``device``
         defined. No worker outlives the check, also when interrupted.
         """
-        from .ddp_api import check_nodes, check_options, run_ddp_check
+        from torchlens.frontends.ddp.api import (
+            check_nodes,
+            check_options,
+            run_ddp_check,
+        )
 
         name = "%ddp_check" if cell is None else "%%ddp_check"
         args = _parse(self.ddp_check, line, name)
@@ -353,7 +357,7 @@ class TorchlensMagics(Magics):
         Without a GPU it says why and still shows the host's CPU and RAM.
         Returns the running monitor (``mon = %gpumonitor``; ``mon.stop()``).
         """
-        from .gpumonitor import gpumonitor_magic, monitor_options
+        from torchlens.frontends.gpumonitor import gpumonitor_magic, monitor_options
 
         args = _parse(self.gpumonitor, line, "%gpumonitor")
         with _usage_errors("%gpumonitor"):

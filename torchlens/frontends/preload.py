@@ -20,7 +20,7 @@ import os
 import threading
 
 #: What the first displayed result imports, slowest first.
-MODULES = ("torchlens.frontends.ddp_api", "torchlens.capture.ddp", "torchlens.frontends.live_publish",
+MODULES = ("torchlens.frontends.ddp.api", "torchlens.capture.ddp", "torchlens.frontends.live_publish",
            "cloudpickle", "jupyter_core.paths")
 
 _thread: threading.Thread | None = None
@@ -50,9 +50,9 @@ def _first_reports() -> None:
     """Report a tiny profile of each kind once: Bokeh fills per-class property
     defaults, pandas and numpy their first-call caches (0.1-0.3 s here), which
     the user's first report would otherwise pay."""
-    from ..formats.kineto import ingest_bytes
-    from ..model import DdpRun, GpumemPayload, Profile
-    from . import kinds
+    from torchlens.formats.kineto import ingest_bytes
+    from torchlens.frontends import kinds
+    from torchlens.model import DdpRun, GpumemPayload, Profile
 
     trace = [{"action": a, "addr": 4096, "size": 512, "stream": 0, "time_us": t, "frames": []}
              for a, t in (("alloc", 1), ("free_completed", 2))]

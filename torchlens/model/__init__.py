@@ -1,7 +1,7 @@
 """The saved, re-renderable result. Imports nothing else of torchlens."""
 
-from .errors import FormatVersionError, InputError, TorchlensError
-from .payloads import (
+from torchlens.model.errors import FormatVersionError, InputError, TorchlensError
+from torchlens.model.payloads import (
     PAYLOADS,
     DdpRun,
     GpumemPayload,
@@ -12,9 +12,9 @@ from .payloads import (
     TorchprofPayload,
     TracePayload,
 )
-from .profile import Profile, Trace, error_record
-from .store import FORMAT_VERSION, load_profile, save_profile
-from .table import Table, encode_text
+from torchlens.model.profile import Profile, Trace, error_record
+from torchlens.model.store import FORMAT_VERSION, load_profile, save_profile
+from torchlens.model.table import Table, encode_text
 
 __all__ = [
     "PAYLOADS",

@@ -21,7 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError
+from torchlens.model.errors import InputError
 
 
 @dataclass

@@ -12,8 +12,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from .payloads import PAYLOADS, Payload
-from .table import Table
+from torchlens.model.payloads import PAYLOADS, Payload
+from torchlens.model.table import Table
 
 #: What kind of capture made a profile; decides its payload and report.
 KINDS = tuple(PAYLOADS)
@@ -80,14 +80,14 @@ class Profile:
 
     def save(self, path: str) -> str:
         """Write to ``path`` (a ``.tlprof`` file); returns the path."""
-        from .store import save_profile
+        from torchlens.model.store import save_profile
 
         return save_profile(self, path)
 
     @staticmethod
     def load(path: str) -> Profile:
         """Read a ``.tlprof`` file written by this or an earlier torchlens."""
-        from .store import load_profile
+        from torchlens.model.store import load_profile
 
         return load_profile(path)
 

@@ -25,7 +25,7 @@ from os import PathLike
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import InputError
+from torchlens.model.errors import InputError
 
 #: Sizes below this are small-pool segments (the allocator's 2 MiB buffer).
 _SMALL_SEGMENT = 2 * 1024 * 1024

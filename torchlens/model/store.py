@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import FormatVersionError, InputError
-from .payloads import PAYLOADS, from_json, to_json, upgrade_v1
-from .profile import Profile, Trace
-from .table import Table
+from torchlens.model.errors import FormatVersionError, InputError
+from torchlens.model.payloads import PAYLOADS, from_json, to_json, upgrade_v1
+from torchlens.model.profile import Profile, Trace
+from torchlens.model.table import Table
 
 FORMAT = "torchlens-profile"
 FORMAT_VERSION = 2

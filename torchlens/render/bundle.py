@@ -12,7 +12,7 @@ while keeping the frame away from the notebook's origin, cookies and kernel.
 
 from __future__ import annotations
 
-from . import html
+from torchlens.render import html
 
 IFRAME_HEIGHT_PX = 720  # enough for summary and top ops; resizable by the user
 

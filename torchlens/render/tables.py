@@ -21,8 +21,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ..model import OpDisplay
-from . import html
+from torchlens.model import OpDisplay
+from torchlens.render import html
 
 #: The few lines that sort a table when a header is clicked (also in the page).
 SORT_JS = html.source("sort.js")

@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
+from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
 
 
 @dataclass(frozen=True)

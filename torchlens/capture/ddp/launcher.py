@@ -41,9 +41,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import board, child, elastic, protocol
-from .signing import RunKey
-from .store import host_store
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
+from torchlens.capture.channel.store import host_store
+from torchlens.capture.ddp import board, elastic
+from torchlens.capture.ranks import torchrun as child
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -120,7 +122,7 @@ class DdpLauncher:
         """Spawn, monitor, stop; always stops the workers, even on KeyboardInterrupt."""
         import torch.distributed as dist
 
-        from . import pickling
+        from torchlens.capture.channel import pickling
 
         n = self.options.world_size
         self.t0 = time.time()

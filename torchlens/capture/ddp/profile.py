@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...model import DdpRun, Profile, Table
-from ...model.payloads import from_json
-from ..environment import collect_environment
+from torchlens.capture.environment import collect_environment
+from torchlens.model import DdpRun, Profile, Table
+from torchlens.model.payloads import from_json
 
 
 def build_profile(rec: dict[str, Any], source: str, skipped: list[str]) -> Profile:

@@ -29,10 +29,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...formats.fingerprints import describe_collective, first_difference
-from ...formats.locations import CellNames, is_user_file, location_label
-from . import protocol
-from .board import FingerprintBoard, digest
+from torchlens.capture.channel import protocol
+from torchlens.capture.ddp.board import FingerprintBoard, digest
+from torchlens.formats.fingerprints import describe_collective, first_difference
+from torchlens.formats.locations import CellNames, is_user_file, location_label
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _TORCH_DIR = os.path.dirname(torch.__file__)

@@ -41,9 +41,9 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ...model import error_record
-from . import protocol
-from .signing import ENV_SECRET, Forged, RunKey
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
+from torchlens.model import error_record
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -136,7 +136,7 @@ class Worker:
     def _heartbeat(self) -> None:
         import torch.distributed as dist
 
-        from .memory import sample
+        from torchlens.capture.ddp.memory import sample
 
         store = protocol.Channel(dist.PrefixStore(protocol.PREFIX, dist.TCPStore(
             self.host, self.port, is_master=False, timeout=timedelta(seconds=30))), self.key)
@@ -306,7 +306,7 @@ class Worker:
     def _steps(self, job: dict[str, Any]) -> None:
         import torch
 
-        from .recorder import CollectiveRecorder
+        from torchlens.capture.ddp.recorder import CollectiveRecorder
 
         ddp_modules = _track_ddp()
         if job.get("profile"):
@@ -315,7 +315,7 @@ class Worker:
         call = self._callable(job)
         board = None
         if job["strict"]:
-            from .board import FingerprintBoard
+            from torchlens.capture.ddp.board import FingerprintBoard
 
             board = FingerprintBoard(job["board"], self.rank, self.world_size)
         rec = CollectiveRecorder(self.store, self.rank, self.world_size,
@@ -337,7 +337,9 @@ class Worker:
             with rec:
                 out = call()
             record["end"] = time.time()
-            from .memory import sample  # live tensors at the step's end, before they go
+            from torchlens.capture.ddp.memory import (
+                sample,  # live tensors at the step's end, before they go
+            )
 
             for k, v in sample(with_tensors=True).items():
                 if v is not None and v > (self.peak.get(k) or 0):
@@ -351,13 +353,17 @@ class Worker:
 
     def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any]) -> None:
         """--profile: the function is the training loop; it runs once, timed per step."""
-        from .stepper import RankProfiler, StepLimit, save_oom_snapshot
+        from torchlens.capture.ranks.stepper import (
+            RankProfiler,
+            StepLimit,
+            save_oom_snapshot,
+        )
 
         opts = job["profile"]
         rec = None
         if job["strict"]:
-            from .board import FingerprintBoard
-            from .recorder import CollectiveRecorder
+            from torchlens.capture.ddp.board import FingerprintBoard
+            from torchlens.capture.ddp.recorder import CollectiveRecorder
 
             rec = CollectiveRecorder(self.store, self.rank, self.world_size, True,
                                      job["timeout_s"],
@@ -397,7 +403,7 @@ class Worker:
 
     def _agree(self, mine: int) -> int:
         """Every rank's proposed profiling interval, through the store; the largest wins."""
-        from .stepper import AGREE_WAIT_S
+        from torchlens.capture.ranks.stepper import AGREE_WAIT_S
 
         self.store.set(protocol.every_key(self.rank), mine)
         keys = [protocol.every_key(r) for r in range(self.world_size)]

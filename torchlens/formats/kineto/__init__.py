@@ -5,7 +5,7 @@ in memory; ``native_available()`` says whether the compiled scanner
 (``scan.c``) is loaded or every trace takes the Python path.
 """
 
-from .native import available as native_available
-from .reader import ingest_bytes, load_trace
+from torchlens.formats.kineto.native import available as native_available
+from torchlens.formats.kineto.reader import ingest_bytes, load_trace
 
 __all__ = ["ingest_bytes", "load_trace", "native_available"]

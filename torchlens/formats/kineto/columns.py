@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from torchlens.formats.kineto.schema import Event
 from torchlens.model import Table
-
-from .schema import Event
 
 #: Kineto categories, old names and case variants -> the normalized name.
 CATEGORIES = {

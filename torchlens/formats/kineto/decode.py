@@ -13,9 +13,8 @@ import re
 
 import msgspec
 
+from torchlens.formats.kineto.schema import Event, KinetoTrace
 from torchlens.model import InputError
-
-from .schema import Event, KinetoTrace
 
 
 def decode(data: bytes, source: str) -> KinetoTrace:

@@ -21,10 +21,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from . import scanner_file
-from .columns import FLOW_PHASES, RawColumns
-from .schema import SCANNER_COLUMNS, Args, Event, KinetoTrace, scanner_layout
-from .values import compact_raw, id_code
+from torchlens.formats.kineto import scanner_file
+from torchlens.formats.kineto.columns import FLOW_PHASES, RawColumns
+from torchlens.formats.kineto.schema import (
+    SCANNER_COLUMNS,
+    Args,
+    Event,
+    KinetoTrace,
+    scanner_layout,
+)
+from torchlens.formats.kineto.values import compact_raw, id_code
 
 _TEXT, _INT, _FLOAT = (SCANNER_COLUMNS[k] for k in ("text", "int", "float"))
 

@@ -17,9 +17,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .columns import FLOW_PHASES, KEPT_PHASES, ROW_PHASES, RawColumns
-from .schema import Args, Event
-from .values import (
+from torchlens.formats.kineto.columns import (
+    FLOW_PHASES,
+    KEPT_PHASES,
+    ROW_PHASES,
+    RawColumns,
+)
+from torchlens.formats.kineto.schema import Args, Event
+from torchlens.formats.kineto.values import (
     Absent,
     float_column,
     id_column,

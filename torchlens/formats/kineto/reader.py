@@ -24,12 +24,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from torchlens.formats.kineto.columns import finish
+from torchlens.formats.kineto.decode import decode
+from torchlens.formats.kineto.native import native_columns
+from torchlens.formats.kineto.python_reader import python_columns, usable_events
 from torchlens.model import InputError, Trace
-
-from .columns import finish
-from .decode import decode
-from .native import native_columns
-from .python_reader import python_columns, usable_events
 
 _RECORD_COUNTS = re.compile(r"Record counts: (.*)")
 _STAT_ITEM = re.compile(r"\s*([^=,]+?)\s*=\s*(\d+)")

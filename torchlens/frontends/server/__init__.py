@@ -16,15 +16,15 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
-from .handlers import handlers
-from .monitor import Monitor
-from .stream import Broadcaster
+from torchlens.frontends.server.handlers import handlers
+from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.server.stream import Broadcaster
 
 
 def make_monitor(settings: dict[str, Any]) -> Monitor:
     """Build the monitor with the real NVML and psutil samplers."""
-    from ...capture.gpu_sampler import NvmlSampler
-    from ...capture.host_sampler import HostSampler
+    from torchlens.capture.monitor.gpu import NvmlSampler
+    from torchlens.capture.monitor.host import HostSampler
 
     return Monitor(
         HostSampler(),

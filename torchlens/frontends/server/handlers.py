@@ -32,9 +32,9 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 
-from ..run_registry import RecentRuns, registry_dir
-from .monitor import Monitor
-from .stream import SamplesSocket, tag_kernels
+from torchlens.frontends.ranks.registry import RecentRuns, registry_dir
+from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.server.stream import SamplesSocket, tag_kernels
 
 MAX_WAIT = 30.0
 

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
-from ...capture.gpu_sampler import Sampler
-from ..rank_channel import MEMORY_SOURCES
+from torchlens.capture.monitor.gpu import Sampler
+from torchlens.frontends.rank_channel import MEMORY_SOURCES
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0

@@ -1,0 +1,82 @@
+"""Everything a ``ddp_check`` report shows, computed once from a Profile.
+
+The checklist (``analysis.ddp``), the per-rank and per-collective rows, and
+the heartbeats as plain records: the HTML report, the text view and
+``DdpResult`` read the same ``DdpAnalysis``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from torchlens.analysis.ddp import checks as ddp
+from torchlens.formats.fingerprints import describe_collective
+from torchlens.model import DdpRun, Profile
+
+MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
+
+
+@dataclass
+class DdpAnalysis:
+    """The checklist, its one-line summary, and the rows of each table."""
+
+    run: DdpRun
+    checklist: list[ddp.CheckItem]
+    summary: str
+    heartbeats: list[dict[str, Any]]
+    rank_rows: list[dict[str, Any]]
+    collective_rows: list[dict[str, Any]]
+
+    def item(self, name: str) -> ddp.CheckItem | None:
+        return next((i for i in self.checklist if i.name == name), None)
+
+
+def heartbeats(profile: Profile) -> list[dict[str, Any]]:
+    """The ``heartbeats`` table as records (NaN, the table's missing value, as None)."""
+    if "heartbeats" not in profile.tables:
+        return []
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+            for row in profile.tables["heartbeats"].to_pandas().to_dict("records")]
+
+
+def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
+    """One row per rank: pid, device, exit, collectives, step time, peak memory, error."""
+    out = []
+    n = run.world_size
+    for r in range(n):
+        res = (run.ranks[r] if r < len(run.ranks) else None) or {}
+        peak = (run.memory_peak[r] if r < len(run.memory_peak) else None) or {}
+        steps = [s for s in res.get("steps") or [] if s.get("end")]
+        err = res.get("error") or {}
+        code = run.exit_codes[r] if r < len(run.exit_codes) else None
+        out.append({
+            "rank": r, "pid": res.get("pid"), "device": res.get("device", ""),
+            "exit": "killed" if r in run.killed else ("" if code is None else str(code)),
+            "collectives": len(run.fingerprints[r]) if r < len(run.fingerprints) else 0,
+            "steps_s": sum(s["end"] - s["start"] for s in steps) if steps else None,
+            "rss": peak.get("rss"), "tensor": peak.get("tensor_bytes"),
+            "error": f"{err.get('type')}: {err.get('message')}" if err else ""})
+    return out
+
+
+def collective_rows(run: DdpRun, limit: int | None = MAX_COLLECTIVE_ROWS) -> list[dict[str, Any]]:
+    """Every rank's collectives (the first ``limit`` of each): op, tensors, line, call time."""
+    rows = []
+    for r, fps in enumerate(run.fingerprints):
+        for fp in (fps or [])[:limit]:
+            tensors = describe_collective({**fp, "line": "", "op": ""})
+            rows.append({"rank": r, "index": fp.get("index"), "op": fp.get("op"),
+                         "tensors": tensors.split(" ", 1)[-1].strip(), "line": fp.get("line"),
+                         "step": fp.get("step"), "t": fp.get("t"),
+                         "call_ms": None if fp.get("call_s") is None else fp["call_s"] * 1e3})
+    return rows
+
+
+def analyze(profile: Profile) -> DdpAnalysis:
+    """The analysis of a ``kind="ddp_check"`` profile."""
+    run: DdpRun = profile.payload  # type: ignore[assignment]
+    items = ddp.checklist(run)
+    return DdpAnalysis(run, items, ddp.summary(items, run), heartbeats(profile),
+                       rank_rows(run), collective_rows(run))

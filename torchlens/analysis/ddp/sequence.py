@@ -1,0 +1,74 @@
+"""Where the collective sequences of ranks diverge (read by the DDP checklist).
+
+A fingerprint is what a worker records per collective (see
+``torchlens.formats.fingerprints``, which also words one and compares one
+index across ranks, as ``--strict`` does while the job runs);
+``sequence_divergence`` reads every rank's whole sequence afterwards. Plain
+dicts in, plain dicts out: no torch here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchlens.formats.fingerprints import first_difference
+
+
+def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
+    return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])))
+
+
+def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
+    """Does ``b`` look like ``a`` with collective ``i`` left out?"""
+    rest_a, rest_b = a[i + 1: i + 4], b[i: i + 3]
+    return bool(rest_b) and len(rest_a) >= len(rest_b) and all(
+        _signature(x) == _signature(y) for x, y in zip(rest_a, rest_b, strict=False))
+
+
+def _left_out(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], upto: int) -> int | None:
+    """The index ``j <= upto`` of ``theirs`` that ``mine`` left out, or None.
+
+    The evidence of a skip is in the next collectives: at ``j`` the two ranks
+    issue from different lines, and my ``#j`` is the peer's ``#j+1`` (same op,
+    tensors and line). That survives --strict, which stops the run at the
+    first *signature* difference: a skipped collective that looked like the
+    next one (gloo paired them) shows up there one index late. Without it, a
+    mismatch is only a mismatch: the ops (or shapes) differ.
+    """
+    for j in range(min(upto + 1, len(mine), len(theirs) - 1)):
+        a, b, after = mine[j], theirs[j], theirs[j + 1]
+        line = a.get("line")
+        if (line and line != b.get("line") and line == after.get("line")
+                and _signature(a) == _signature(after)):
+            return j
+    return None
+
+
+def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The first collective index where ranks' sequences (one list per rank, in
+    issue order) differ, or None if they agree."""
+    seqs = [list(s or []) for s in fingerprints]
+    if len(seqs) < 2:
+        return None
+    longest = max(len(s) for s in seqs)
+    for i in range(longest):
+        have = {r: s[i] for r, s in enumerate(seqs) if i < len(s)}
+        missing = [r for r, s in enumerate(seqs) if i >= len(s)]
+        diff = first_difference(have)
+        if diff is None and not missing:
+            continue
+        skipped: list[int] = []
+        skips: dict[int, dict[str, Any]] = {}  # rank -> which peer's collective it left out
+        for r in sorted(have):
+            for q in range(len(seqs)):
+                if q == r or r in skips:
+                    continue
+                j = _left_out(seqs[r], seqs[q], i)
+                if j is None and diff is not None and q in have and _skipped(seqs[q], seqs[r], i):
+                    j = i
+                if j is not None:
+                    skips[r] = {"peer": q, "index": j, "fingerprint": seqs[q][j]}
+                    skipped.append(r)
+        return {"index": i, "fingerprints": have, "missing": missing,
+                "difference": diff, "skipped": skipped, "skips": skips}
+    return None

@@ -1,0 +1,513 @@
+"""A replay model of PyTorch's CUDA caching allocator (one device).
+
+Written from the rules of c10/cuda/CUDACachingAllocator.cpp
+(``DeviceCachingAllocator``): each method below names the C++ function whose
+decisions it reproduces. What is modelled: size rounding and
+roundup_power2_divisions, small/large pools and their segment sizes, best fit
+by (stream, size, address), the split rules, oversize blocks and
+max_split_size, merging with free neighbours, frees that complete later
+(``free_requested`` -> ``free_completed``), the retry path (release one or more
+oversize cached blocks, then every unsplit cached block, counting
+``num_alloc_retries``), OOM against a capacity or a memory fraction,
+garbage_collection_threshold and expandable segments. CUDA graph private pools,
+IPC and multi-device peer access are not modelled: they do not change a single
+process's default-pool layout.
+
+Why a model at all: on a CPU-only machine it says what the GPU allocator would
+have done with a cell's allocations, and on a GPU it answers "what if" (other
+settings, a smaller card) from a recorded trace without re-running.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any
+
+from torchlens.analysis.memory.allocator.config import (
+    LARGE_BUFFER,
+    MIN_BLOCK_SIZE,
+    NO_MAX_SPLIT,
+    SMALL_BUFFER,
+    SMALL_SIZE,
+    AllocatorConfig,
+    allocation_size,
+    round_size,
+)
+from torchlens.analysis.memory.allocator.device import DeviceMemory
+from torchlens.analysis.memory.allocator.pool import (
+    ADDR_MASK,
+    KEY_SHIFT,
+    Block,
+    BlockPool,
+)
+from torchlens.analysis.memory.allocator.stats import (
+    Stats,
+    count_alloc,
+    count_free_completed,
+    count_free_requested,
+    dec,
+    hot_tuples,
+    inc,
+)
+
+#: Address space reserved per expandable segment when no capacity is given.
+DEFAULT_DEVICE_TOTAL = 80 * 1024**3
+
+
+@dataclass
+class OOM:
+    """An allocation the allocator could not satisfy, with the figures that explain it."""
+
+    requested: int  # bytes the program asked for
+    size: int  # after rounding
+    alloc_size: int  # segment size it tried to cudaMalloc
+    stream: int
+    pool: str  # "small" or "large"
+    device_free: int  # capacity (or allowed) minus reserved
+    reserved: int
+    allocated: int
+    free_cached: int  # cached free bytes in both pools after the retry path
+    largest_free_block: int  # largest cached free block (any pool, any stream)
+    largest_free_in_pool: int  # largest cached block the request could use
+    capacity: int | None
+
+
+class CachingAllocator:
+    """One device's caching allocator; see the module docstring for the scope."""
+
+    def __init__(
+        self,
+        config: AllocatorConfig | None = None,
+        *,
+        capacity: int | None = None,
+        memory_fraction: float | None = None,
+        device: int = 0,
+        record_history: bool = True,
+    ) -> None:
+        self.cfg = config or AllocatorConfig()
+        self.capacity = capacity
+        self.device = device
+        self.small = BlockPool(True)
+        self.large = BlockPool(False)
+        self.active: dict[
+            int, Block
+        ] = {}  # allocated or pending-free blocks by address
+        self.pending: dict[
+            int, Block
+        ] = {}  # freed, awaiting free_completed (C++ events)
+        self.segments: dict[int, Block] = {}  # base address -> first block
+        self.total_reserved = 0  # C++ total_allocated_memory
+        self.stats = Stats()
+        self._hot = {True: hot_tuples(self.stats, 1), False: hot_tuples(self.stats, 2)}
+        # settings are read once, here (torch reads PYTORCH_CUDA_ALLOC_CONF at start)
+        self._plain_rounding = not any(self.cfg.roundup_power2_divisions)
+        self.memory = DeviceMemory()
+        self.record_history = record_history
+        self.trace: list[tuple[str, int, int, int]] = []
+        self.allowed: int | None = None
+        if memory_fraction is not None:
+            self.set_memory_fraction(memory_fraction)
+
+    # ---------------------------------------------------------------- settings
+    def set_memory_fraction(self, fraction: float) -> None:
+        """C++ setMemoryFraction: also what arms garbage collection."""
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError("memory fraction must be within [0, 1]")
+        total = self.capacity if self.capacity is not None else DEFAULT_DEVICE_TOTAL
+        self.allowed = int(fraction * total)
+
+    @property
+    def gc_enabled(self) -> bool:
+        return self.allowed is not None and self.cfg.garbage_collection_threshold > 0.0
+
+    def _record(self, action: str, addr: int, size: int, stream: int) -> None:
+        if self.record_history:
+            self.trace.append((action, addr, size, stream))
+
+    # ------------------------------------------------------------------ malloc
+    def malloc(self, orig_size: int, stream: int = 0) -> Block | OOM:
+        """C++ ``malloc``: find, or make room for, a block of ``orig_size`` bytes."""
+        if self._plain_rounding:  # no roundup_power2_divisions: round to 512 B
+            size = 512 if orig_size < 512 else (orig_size + 511) & ~511
+        else:
+            size = round_size(orig_size, self.cfg)
+        pool = self.small if size <= SMALL_SIZE else self.large
+        block = self._get_free_block(pool, stream, size)
+        if block is None:
+            alloc_size = allocation_size(size)
+            if self.gc_enabled:
+                self._garbage_collect()
+            block = self._alloc_block(pool, stream, size, alloc_size, False)
+            if block is None and self._release_available_cached_blocks(
+                pool, stream, size
+            ):
+                block = self._alloc_block(pool, stream, size, alloc_size, False)
+            if block is None:
+                self._release_cached_blocks()
+                block = self._alloc_block(pool, stream, size, alloc_size, True)
+            if block is None:
+                return self._oom(orig_size, size, alloc_size, stream, pool)
+        return self._alloc_found_block(
+            block, size, orig_size, self._should_split(block, size)
+        )
+
+    def _get_free_block(self, pool: BlockPool, stream: int, size: int) -> Block | None:
+        """C++ ``get_free_block``: best fit, with the oversize and expandable rules."""
+        if self.allowed is not None and self.cfg.garbage_collection_threshold > 0.0:
+            pool.gc_calls += 1
+        keys = pool.keys.get(stream)
+        if not keys:
+            return None
+        i = bisect_left(keys, size << KEY_SHIFT)
+        n = len(keys)
+        if i == n:
+            return None
+        free = pool.free
+        b = free[keys[i] & ADDR_MASK]
+        if b.es is not None:
+            if self.cfg.expandable_segments:
+                # best fit counts what an expandable block can grow into
+                j = i + 1
+                while b.es is not None and j < n:
+                    nb = free[keys[j] & ADDR_MASK]
+                    if _expandable_size(nb) < _expandable_size(b):
+                        b, i = nb, j
+                        j += 1
+                    else:
+                        break
+            else:
+                # expandable segments switched off: skip blocks that are in one
+                i += 1
+                while i < n and free[keys[i] & ADDR_MASK].es is not None:
+                    i += 1
+                if i == n:
+                    return None
+                b = free[keys[i] & ADDR_MASK]
+        mss = self.cfg.max_split_size
+        if size < mss and b.size >= mss:
+            return None  # do not hand out an oversize block for a normal request
+        if size >= mss and b.size >= size + self.cfg.max_non_split_rounding_size:
+            return None  # oversize blocks only serve requests close to their size
+        del keys[i]
+        del free[b.addr]
+        return b
+
+    def _should_split(self, b: Block, size: int) -> bool:
+        """C++ ``should_split``."""
+        remaining = b.size - size
+        if b.pool.is_small or self.cfg.expandable_segments:
+            return remaining >= MIN_BLOCK_SIZE
+        return size < self.cfg.max_split_size and remaining > SMALL_SIZE
+
+    def _alloc_found_block(
+        self, b: Block, size: int, orig_size: int, split: bool
+    ) -> Block:
+        """C++ ``alloc_found_block``: split off the remainder, mark allocated, count."""
+        pool = b.pool
+        small = pool.is_small
+        pi = 1 if small else 2
+        already_split = b.prev is not None or b.next is not None
+        if split:
+            rem = Block(b.addr + size, b.size - size, b.stream, pool, b.es)
+            rem.requested = b.requested
+            rem.prev = b
+            rem.next = b.next
+            if b.next is not None:
+                b.next.prev = rem
+            b.next = rem
+            b.size = size
+            pool.insert(rem)
+            if b.es is None:
+                if already_split:
+                    # an already split free block shrinks by ``size``
+                    self._split_change(pi, 0, -size)
+                else:
+                    # a new split: the remainder becomes an inactive split block
+                    self._split_change(pi, 1, rem.size)
+        elif already_split and b.es is None:
+            self._split_change(pi, -1, -b.size)
+        b.allocated = True
+        b.requested = orig_size
+        if self.record_history:
+            self.trace.append(("alloc", b.addr, orig_size, b.stream))
+        self.active[b.addr] = b
+        bsize = b.size
+        count_alloc(self._hot[small], bsize, orig_size)
+        if bsize >= self.cfg.max_split_size:
+            inc(self.stats.oversize_allocations, 1)
+        return b
+
+    def _split_change(self, pi: int, nblocks: int, nbytes: int) -> None:
+        """Apply a net change to inactive_split / inactive_split_bytes (all + pool)."""
+        st = self.stats.arrays
+        for name, amount in (
+            ("inactive_split", nblocks),
+            ("inactive_split_bytes", nbytes),
+        ):
+            if amount > 0:
+                arr = st[name]
+                inc(arr[0], amount)
+                inc(arr[pi], amount)
+            elif amount < 0:
+                arr = st[name]
+                dec(arr[0], -amount)
+                dec(arr[pi], -amount)
+
+    # -------------------------------------------------------------------- free
+    def free(self, b: Block, stream_uses: bool = False) -> None:
+        """C++ ``free``: a block used on other streams completes later, else now."""
+        self.free_requested(b)
+        if not stream_uses:
+            self.free_completed(b)
+
+    def free_requested(self, b: Block) -> None:
+        """The program dropped the block: it stops counting as allocated, not as active."""
+        if not b.allocated:
+            raise ValueError(f"{b!r} is not allocated")
+        b.allocated = False
+        b.pending = True
+        self.pending[b.addr] = b
+        count_free_requested(self._hot[b.pool.is_small], b.size)
+        if self.record_history:
+            self.trace.append(("free_requested", b.addr, b.requested, b.stream))
+        if b.size >= self.cfg.max_split_size:
+            dec(self.stats.oversize_allocations, 1)
+
+    def free_completed(self, b: Block) -> None:
+        """The block's stream work is done: it becomes reusable (C++ ``free_block``)."""
+        if not b.pending:
+            raise ValueError(f"{b!r} has no pending free")
+        b.pending = False
+        del self.pending[b.addr]
+        self._free_block(b)
+
+    def _free_block(self, b: Block) -> None:
+        if self.record_history:
+            self.trace.append(("free_completed", b.addr, b.requested, b.stream))
+        pool = b.pool
+        orig_size = b.size
+        requested = b.requested
+        del self.active[b.addr]
+        net_blocks = 0
+        net_bytes = 0
+        prev = b.prev
+        if prev is not None and not prev.allocated and not prev.pending and prev.mapped:
+            pool.remove(prev)
+            net_blocks -= 1
+            net_bytes -= prev.size
+            _absorb(prev, b)
+            prev.requested = requested
+            b = prev  # the lower block survives, so segment heads never change
+        nxt = b.next
+        if nxt is not None and not nxt.allocated and not nxt.pending and nxt.mapped:
+            pool.remove(nxt)
+            net_blocks -= 1
+            net_bytes -= nxt.size
+            _absorb(b, nxt)
+        pool.insert(b)
+        if b.prev is not None or b.next is not None:
+            net_blocks += 1
+            net_bytes += b.size
+        if b.es is None and (net_blocks or net_bytes):
+            # C++ leaves expandable segments out of inactive_split
+            self._split_change(1 if pool.is_small else 2, net_blocks, net_bytes)
+        count_free_completed(self._hot[pool.is_small], orig_size, requested)
+
+    # ----------------------------------------------------- segments and retry
+    def _alloc_block(
+        self, pool: BlockPool, stream: int, size: int, alloc_size: int, is_retry: bool
+    ) -> Block | None:
+        """C++ ``alloc_block``: a new segment (cudaMalloc) or expandable growth."""
+        if is_retry:
+            self.stats.num_alloc_retries += 1
+        if self.allowed is not None and self.total_reserved + alloc_size > self.allowed:
+            return None
+        if self.cfg.expandable_segments:
+            from torchlens.analysis.memory.allocator.expandable import (
+                try_allocate_expandable,
+            )
+
+            return try_allocate_expandable(self, pool, stream, size)
+        if (
+            self.capacity is not None
+            and self.total_reserved + alloc_size > self.capacity
+        ):
+            return None  # cudaMalloc: cudaErrorMemoryAllocation
+        addr = self.memory.malloc(alloc_size)
+        self.total_reserved += alloc_size
+        b = Block(addr, alloc_size, stream, pool)
+        self.segments[addr] = b
+        self.stats.add("segment", pool.is_small, 1)
+        self.stats.add("reserved_bytes", pool.is_small, alloc_size)
+        if alloc_size >= self.cfg.max_split_size:
+            inc(self.stats.oversize_segments, 1)
+        self.stats.num_device_alloc += 1
+        self._record("segment_alloc", addr, alloc_size, stream)
+        return b
+
+    def _release_block(self, b: Block) -> None:
+        """C++ ``release_block``: cudaFree a whole cached segment."""
+        self.stats.num_device_free += 1
+        self._record("segment_free", b.addr, b.size, b.stream)
+        self.memory.free(b.addr, b.size)
+        self.total_reserved -= b.size
+        self.stats.sub("segment", b.pool.is_small, 1)
+        self.stats.sub("reserved_bytes", b.pool.is_small, b.size)
+        if b.size >= self.cfg.max_split_size:
+            dec(self.stats.oversize_segments, 1)
+        b.pool.remove(b)
+        del self.segments[b.addr]
+
+    def _release_available_cached_blocks(
+        self, pool: BlockPool, stream: int, size: int
+    ) -> bool:
+        """C++ ``release_available_cached_blocks``: free oversize cached blocks.
+
+        Only with max_split_size set. Frees the smallest cached block of at
+        least max(size, max_split_size); failing that, the largest oversize
+        blocks downwards until that many bytes were freed.
+        """
+        mss = self.cfg.max_split_size
+        if mss == NO_MAX_SPLIT:
+            return False
+        target = max(size, mss)
+        keys = pool.keys.get(stream) or []
+        i = bisect_left(keys, target << KEY_SHIFT)
+        if i < len(keys):
+            b = pool.free[keys[i] & ADDR_MASK]
+            if b.is_split():
+                return False  # C++ would cudaFree part of a segment; never happens with sane settings
+            self._release_block(b)
+            return True
+        if i == 0:
+            return False
+        released = 0
+        for key in reversed(keys[:i]):
+            b = pool.free[key & ADDR_MASK]
+            if released >= target or b.size < mss:
+                break
+            if b.is_split() or b.es is not None:
+                continue
+            released += b.size
+            self._release_block(b)
+        return released >= target
+
+    def _release_cached_blocks(self) -> None:
+        """C++ ``release_cached_blocks`` (also ``empty_cache``): wait for pending
+        frees, then release every unsplit cached segment of both pools."""
+        self.stats.num_sync_all_streams += 1
+        for b in list(self.pending.values()):
+            b.pending = False
+            del self.pending[b.addr]
+            self._free_block(b)
+        for pool in (self.large, self.small):
+            to_unmap = []
+            for b in pool.blocks_in_order():
+                if b.es is not None:
+                    to_unmap.append(b)
+                elif b.prev is None and b.next is None:
+                    self._release_block(b)
+            if to_unmap:
+                from torchlens.analysis.memory.allocator.expandable import (
+                    release_expandable,
+                )
+
+                release_expandable(self, to_unmap)
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()``."""
+        self._release_cached_blocks()
+
+    def _garbage_collect(self) -> None:
+        """C++ ``garbage_collect_cached_blocks``: free old unsplit large blocks.
+
+        Runs before a new segment is made, when reserved memory exceeds
+        threshold x allowed memory; releases blocks whose age (get_free_block
+        calls since they were cached) is at least the mean age, until enough
+        is reclaimed. Expandable blocks are skipped (C++ asserts they never
+        reach release_block).
+        """
+        assert self.allowed is not None
+        threshold = int(self.cfg.garbage_collection_threshold * self.allowed)
+        if self.total_reserved <= threshold:
+            return
+        target = self.total_reserved - threshold
+        calls = self.large.gc_calls
+        candidates = [
+            b for b in self.large.blocks_in_order() if not b.is_split() and b.es is None
+        ]
+        if not candidates:
+            return
+        total_age = sum(calls - b.gc_base for b in candidates)
+        count = len(candidates)
+        reclaimed = 0
+        freed_one = True
+        while reclaimed < target and freed_one and count > 0:
+            age_threshold = total_age / count
+            freed_one = False
+            for b in self.large.blocks_in_order():
+                if b.is_split() or b.es is not None:
+                    continue
+                age = calls - b.gc_base
+                if age >= age_threshold:
+                    freed_one = True
+                    reclaimed += b.size
+                    total_age -= age
+                    count -= 1
+                    self._release_block(b)
+
+    def _oom(
+        self, orig: int, size: int, alloc_size: int, stream: int, pool: BlockPool
+    ) -> OOM:
+        """C++ OOM branch of ``malloc``: count it, trace it, report the figures."""
+        total = self.capacity if self.capacity is not None else DEFAULT_DEVICE_TOTAL
+        device_free = max(0, total - self.total_reserved)
+        self.stats.num_ooms += 1
+        if self.record_history:
+            self.trace.append(("oom", device_free, size, stream))
+        keys = pool.keys.get(stream) or []
+        return OOM(
+            requested=orig,
+            size=size,
+            alloc_size=alloc_size,
+            stream=stream,
+            pool="small" if pool.is_small else "large",
+            device_free=device_free,
+            reserved=self.total_reserved,
+            allocated=self.stats.current("allocated_bytes"),
+            free_cached=self.small.total_free() + self.large.total_free(),
+            largest_free_block=max(
+                self.small.largest_free(), self.large.largest_free()
+            ),
+            largest_free_in_pool=(keys[-1] >> KEY_SHIFT) if keys else 0,
+            capacity=self.capacity,
+        )
+
+    # ------------------------------------------------------------ reporting
+    def memory_stats(self) -> dict[str, Any]:
+        """Counters with ``torch.cuda.memory_stats()`` keys."""
+        mss = self.cfg.max_split_size
+        return self.stats.as_dict(-1 if mss == NO_MAX_SPLIT else mss)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state in torch's snapshot format (see ``state.export_snapshot``)."""
+        from torchlens.analysis.memory.allocator.state import export_snapshot
+
+        return export_snapshot(self)
+
+
+def _absorb(low: Block, high: Block) -> None:
+    """Merge ``high`` into its lower neighbour ``low`` (C++ ``try_merge_blocks``)."""
+    low.size += high.size
+    low.next = high.next
+    if high.next is not None:
+        high.next.prev = low
+
+
+def _expandable_size(b: Block) -> int:
+    nxt = b.next
+    return b.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+
+
+__all__ = ["OOM", "CachingAllocator", "SMALL_BUFFER", "LARGE_BUFFER"]

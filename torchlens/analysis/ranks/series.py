@@ -1,0 +1,70 @@
+"""Every step of every rank over wall-clock time, from a ``torchlens run`` folder.
+
+The traces hold only the profiled steps; the collector kept every step record
+(``rank<r>/steps.jsonl``, all starts of the rank). ``step_series`` turns them
+into what the report's chart draws: per rank, each step's end (s since the
+collector started) and its time in ms, which start of the rank it belongs to
+(``restart``: 0 before the first restart by the elastic agent), and the
+restarts themselves (when the old workers stopped, when the new ones stepped
+again, and a label).
+
+Why it is bounded: a long run of many ranks has millions of steps. Each rank
+gets an equal share of ``MAX_POINTS`` (at least ``MIN_PER_RANK``); a rank
+with more steps is cut into time bins per start and each bin keeps its
+slowest step, so the spikes a user looks for survive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from torchlens.formats.run_manifest import CollectedSteps
+
+MAX_POINTS = 60_000
+MIN_PER_RANK = 300
+
+
+def _kept(t: np.ndarray, ms: np.ndarray, start: np.ndarray, budget: int) -> np.ndarray:
+    """Indices to draw, in time order: all of them, or the slowest step per bin and start."""
+    if len(t) <= budget:
+        return np.argsort(t, kind="stable")
+    span = float(t.max() - t.min()) or 1.0
+    bins = np.minimum(((t - t.min()) / span * budget).astype(np.int64), budget - 1)
+    key = start.astype(np.int64) * (budget + 1) + bins
+    # slowest first, then the first row of each key: that bin's slowest step
+    order = np.lexsort((-ms, key))
+    first = np.ones(len(order), bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    kept = order[first]
+    return kept[np.argsort(t[kept], kind="stable")]
+
+
+def step_series(collected: CollectedSteps) -> dict[str, Any]:
+    """The chart's data (JSON-able: it is kept in the saved report)."""
+    firsts = [min(c["t0"]) for c in collected.ranks.values() if c["t0"]]
+    zero = collected.started if collected.started is not None else min(firsts, default=0.0)
+    budget = max(MIN_PER_RANK, MAX_POINTS // max(1, len(collected.ranks)))
+    ranks: dict[str, dict[str, list[Any]]] = {}
+    total = drawn = 0
+    for rank, cols in sorted(collected.ranks.items()):
+        t0, t1 = np.asarray(cols["t0"], float), np.asarray(cols["t1"], float)
+        start = np.asarray(cols["restart"], np.int64)
+        ms = (t1 - t0) * 1e3
+        keep = _kept(t1, ms, start, budget)
+        total += len(t1)
+        drawn += len(keep)
+        ranks[str(rank)] = {"t": np.round(t1[keep] - zero, 6).tolist(),
+                            "ms": np.round(ms[keep], 4).tolist(),
+                            "step": [cols["step"][i] for i in keep],
+                            "restart": start[keep].tolist()}
+    restarts = []
+    for r in collected.restarts:
+        t, resumed = r.get("t"), r.get("resumed_t")
+        restarts.append({"number": r.get("number"), "label": r.get("label") or
+                         f"restart {r.get('number')}", "words": r.get("words") or "",
+                         "t": None if t is None else t - zero,
+                         "resumed": None if resumed is None else resumed - zero})
+    return {"zero": zero, "ranks": ranks, "restarts": restarts, "steps": total,
+            "drawn": drawn}

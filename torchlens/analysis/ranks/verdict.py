@@ -1,0 +1,328 @@
+"""What ``torchlens run`` says about a running (or ended) torchrun job.
+
+Pure functions over the collector's snapshot (``capture.ddp.collector.
+Collector.snapshot``: per-rank hello, heartbeat and bye, the step records
+and summaries of docs/RANK_PROFILE.md). The numbers come from
+``analysis.rank_steps`` (slow rank, memory creep, the per-rank table); this
+module adds each rank's state, the lost nodes, and the verdict that leads
+the terminal summary.
+
+A rank's state:
+
+- ``waiting``: no hello yet (the collector knows the world size from the others);
+- ``running``: its heartbeat changed within ``lost_after_s`` (the collector's clock);
+- ``finished`` / ``failed`` (an uncaught exception) / ``ended by its agent``
+  (SIGTERM: torchrun ends a node's workers when one fails): it said so in its bye;
+- ``lost``: its bye says its elastic agent died, or it stopped sending
+  without a bye (for ``lost_after_s``, or the run ended).
+
+Each rank's row and state are of its latest start; the restarts by the
+elastic agent, one per restart of the job, come from ``analysis.restarts``.
+
+Lost ranks are grouped by node (``GROUP_RANK``, and host) and each group says
+the step the ranks were in when they went silent (their last heartbeat's
+``steps_done``, the index of the step then running).
+
+The verdict, first match wins: a lost node; a failed rank (the one that
+raised first); the slow rank
+(``rank_steps.slow_rank`` over the last 20 steps every rank has); a rank whose
+memory creeps; else no straggler, with the step-time skew. The figure of a
+slow rank is its part (data loading, compute, its own collectives) per step,
+median over its last 20 steps, against the median of the other ranks' medians.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from torchlens.analysis.ranks.restarts import Restart, world_restarts
+from torchlens.analysis.ranks.steps import (
+    MemoryCreep,
+    SlowRank,
+    memory_creep,
+    per_rank_memory,
+    rank_table,
+    slow_rank,
+)
+from torchlens.model.units import format_bytes
+
+WINDOW = 20
+NEXT_LOOK = {
+    "data": "look at rank {r}'s input pipeline (DataLoader workers, storage, augmentation)",
+    "compute": "look at rank {r}'s host and device (other processes, throttling, "
+               "uneven batches)",
+    "collective": "look at the collectives only rank {r} makes (gathers to it, "
+                  "subgroups, p2p)",
+}
+PART = {"data": ("data loading", lambda r: r.get("data_ms")),
+        "compute": ("forward, optimizer and other work",
+                    lambda r: sum(r.get(k) or 0.0 for k in ("forward_ms", "optimizer_ms",
+                                                              "other_ms"))),
+        "collective": ("own collectives", lambda r: r.get("collective_ms"))}
+
+
+@dataclass
+class LostNode:
+    node: int | None
+    host: str | None
+    ranks: list[int]
+    step: int | None
+    why: str
+    words: str
+
+
+@dataclass
+class RunView:
+    """Everything the terminal summary and the manifest show (numbers only)."""
+
+    verdict: str
+    ranks: list[dict[str, Any]]
+    slow: SlowRank
+    creep: list[MemoryCreep]
+    lost: list[LostNode]
+    dropped: int
+    restarts: list[Restart]  # one per restart of the job (``analysis.restarts``)
+    attached: int
+    world_size: int
+    notes: list[str] = field(default_factory=list)
+    #: row indices, the ones to show first when not all fit (``show_order``)
+    order: list[int] = field(default_factory=list)
+    #: step time over every rank: median, min, max (ms), for the rows not shown
+    spread: tuple[float, float, float] | None = None
+
+
+#: rank states that lead the per-rank rows (something to look at)
+_FIRST = ("failed", "lost", "ended by its agent", "waiting")
+
+
+def show_order(rows: list[dict[str, Any]], slow: int | None) -> list[int]:
+    """Rows in the order a user should see them when they do not all fit: ranks in
+    trouble, the slow rank, then by median step time, slowest first."""
+    def key(i: int) -> tuple[int, float, int]:
+        row = rows[i]
+        state = row["state"]
+        first = _FIRST.index(state) if state in _FIRST else len(_FIRST) + 1
+        if row["rank"] == slow and first > len(_FIRST):
+            first = len(_FIRST)
+        return (first, -(row.get("step_ms") or 0.0), row["rank"])
+
+    return sorted(range(len(rows)), key=key)
+
+
+def rank_state(info: dict[str, Any] | None, lost_after_s: float, ended: bool) -> str:
+    """One rank's state (definitions: the module docstring)."""
+    if info is None:
+        return "waiting"
+    bye = info.get("bye")
+    if bye:
+        return {"exit": "finished", "exception": "failed", "SIGTERM": "ended by its agent",
+                "agent died": "lost"}.get(bye.get("reason"), str(bye.get("reason")))
+    if ended or (info.get("silent_s") or 0.0) > lost_after_s:
+        return "lost"
+    return "running"
+
+
+def _step_now(info: dict[str, Any]) -> int | None:
+    hb = info.get("heartbeat") or {}
+    step = hb.get("steps_done")
+    return step if isinstance(step, int) else info.get("steps_sent")
+
+
+def lost_nodes(ranks: list[dict[str, Any] | None], states: list[str]) -> list[LostNode]:
+    """Lost ranks grouped by node, with where they stopped."""
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for info, state in zip(ranks, states, strict=True):
+        if info is not None and state == "lost":
+            groups.setdefault((info.get("node"), info.get("host")), []).append(info)
+    out = []
+    for (node, host), infos in sorted(groups.items(), key=lambda kv: min(i["rank"] for i in kv[1])):
+        numbers = sorted(i["rank"] for i in infos)
+        steps = [s for s in (_step_now(i) for i in infos) if s is not None]
+        step = min(steps) if steps else None
+        died = any((i.get("bye") or {}).get("reason") == "agent died" for i in infos)
+        why = "their elastic agent died" if died else "no heartbeat, no goodbye"
+        where = f"node {node}" if node is not None else "a node"
+        label = f"{where} (host {host})" if host else where
+        who = ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(map(str, numbers))
+        at = f" at step {step}" if step is not None else ""
+        out.append(LostNode(node, host, numbers, step, why,
+                            f"{label}: {who} stopped sending{at} ({why})"))
+    return out
+
+
+def _part(rows: list[dict[str, Any]], rank: int, cause: str) -> tuple[float, float] | None:
+    """(the rank's median part in ms, the others' median) over the last WINDOW steps."""
+    name, get = PART[cause]
+    per_rank: dict[int, float] = {}
+    for r in {row["rank"] for row in rows}:
+        mine = [row for row in rows if row["rank"] == r][-WINDOW:]
+        values = [get(row) for row in mine if get(row) is not None]
+        if values:
+            per_rank[r] = median(values)
+    others = [v for r, v in per_rank.items() if r != rank]
+    if rank not in per_rank or not others:
+        return None
+    return per_rank[rank], median(others)
+
+
+def _slow_words(slow: SlowRank, steps: list[list[dict[str, Any]]]) -> str:
+    from torchlens.analysis.ranks.steps import step_rows
+
+    r = slow.rank
+    if slow.cause is None:
+        return (f"rank {r} is the straggler: the others wait {slow.gap_ms:.1f} ms per step "
+                f"for it and no measured part explains it; look at rank {r}'s profiled "
+                "steps (torchlens report RUN_DIR)")
+    part = _part(step_rows(steps), r, slow.cause)  # type: ignore[arg-type]
+    name = PART[slow.cause][0]
+    if part is None:
+        figure = f"the others wait {slow.gap_ms:.1f} ms per step for it"
+    else:
+        own, others = part
+        times = f", {own / others:.0f}x the median" if others >= 0.05 else ""
+        figure = (f"its {name} takes {own:.1f} ms per step{times} ({others:.1f} ms); "
+                  f"the others wait {slow.gap_ms:.1f} ms per step for it")
+    return f"rank {r} is the straggler: {figure}; {NEXT_LOOK[slow.cause].format(r=r)}"
+
+
+def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
+    """The verdict, per-rank rows and lost nodes of one collector snapshot."""
+    ranks: list[dict[str, Any] | None] = snap["ranks"]
+    steps, summaries = snap["steps"], snap["summaries"]
+    states = [rank_state(i, snap.get("lost_after_s", 10.0), ended) for i in ranks]
+    lost = lost_nodes(ranks, states)
+    slow = slow_rank(steps, window=WINDOW)
+    memory = per_rank_memory(steps, summaries)
+    creep = memory_creep(steps, summaries, memory=memory)
+    table = rank_table(steps, summaries, memory) if steps else []
+    rows = []
+    for r, (info, state) in enumerate(zip(ranks, states, strict=True)):
+        info = info or {}
+        row = {"rank": r, "node": info.get("node"), "host": info.get("host"), "state": state,
+               "restart": info.get("incarnation"),
+               "error": (info.get("bye") or {}).get("error")}
+        if r < len(table):
+            row.update({k: v for k, v in table[r].items() if k != "rank"})
+        if isinstance(info.get("steps_sent"), int):  # the collector keeps only the newest
+            row["steps"] = info["steps_sent"]
+        rows.append(row)
+    attached = sum(i is not None for i in ranks)
+    # the rank that raised first leads: the others usually fail because it went
+    # away (gloo: "Connection closed by peer"), and lower ranks are not first
+    def raised_at(row: dict[str, Any]) -> float:
+        t = ((ranks[row["rank"]] or {}).get("bye") or {}).get("error_t")
+        return float(t) if isinstance(t, (int, float)) else float("inf")
+
+    failed = sorted((row for row in rows if row["state"] == "failed"),
+                    key=lambda row: (raised_at(row), row["rank"]))
+    if lost:
+        first = lost[0]
+        verdict = (f"{first.words.split(':')[0]} was lost: {first.words.split(': ', 1)[1]}; "
+                   "the other ranks' data is kept; look at that node's torchrun log "
+                   "and network")
+    elif failed:
+        row = failed[0]
+        verdict = (f"rank {row['rank']} failed: {row['error'] or 'an exception'}; "
+                   f"look at rank {row['rank']}'s log")
+    elif not any(steps):
+        verdict = (f"waiting for steps: {attached} of {snap['world_size'] or '?'} ranks "
+                   "attached (a rank attaches at its first torchlens.step())")
+    elif slow.rank is not None:
+        verdict = _slow_words(slow, steps)
+    elif creep:
+        c = creep[0]
+        verdict = (f"rank {c.rank}'s memory creeps: +{format_bytes(c.bytes_per_step)} per step "
+                   f"over {c.steps} steps; look for tensors kept across steps on rank {c.rank} "
+                   "(losses kept with their graph, growing lists)")
+    else:
+        verdict = (f"no straggler: step times within {max(1, round(slow.skew_pct))}% "
+                   f"(median {slow.median_step_ms:.1f} ms)")
+    notes = []
+    if any(i is not None and not i.get("shared_run_dir") for i in ranks):
+        far = [str(i["rank"]) for i in ranks if i is not None and not i.get("shared_run_dir")]
+        notes.append(f"ranks {', '.join(far)} could not write the run folder: their profiled "
+                     "steps are here as summaries only, their traces stayed on their nodes")
+    behind = [(i["rank"], i["overwritten"]) for i in ranks
+              if i is not None and any(i.get("overwritten") or ())]
+    if behind:
+        batches = sum(o[0] for _, o in behind)
+        sums = sum(o[1] for _, o in behind)
+        notes.append(f"the collector fell behind: {batches} step batch(es) and {sums} "
+                     f"summary(ies) of rank(s) {', '.join(str(r) for r, _ in behind)} were "
+                     "overwritten before it read them (missing from the run folder; a "
+                     "collector per node, or fewer profiled steps, keeps up)")
+    times = sorted(r["step_ms"] for r in rows if r.get("step_ms") is not None)
+    spread = (median(times), times[0], times[-1]) if times else None
+    restarts = world_restarts(snap.get("incarnations") or [], snap["world_size"])
+    return RunView(verdict, rows, slow, creep, lost, snap.get("dropped", 0),
+                   restarts, attached, snap["world_size"], notes,
+                   show_order(rows, slow.rank), spread)
+
+
+#: what a rank row of the live status carries (``torchlens.watch``, the sidebar)
+STATUS_KEYS = ("rank", "node", "host", "state", "restart", "error", "steps", "step_ms",
+               "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "collective_ms",
+               "other_ms", "allocated", "reserved", "rss", "source")
+#: rank states that mean it stopped (``rank_state``)
+ENDED_STATES = ("finished", "failed", "ended by its agent", "lost")
+
+
+def _finite(value: Any) -> Any:
+    """None for a float that is not finite: the status is strict JSON (a browser reads it)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def live_status(view: RunView) -> dict[str, Any]:
+    """The run's status as ``torchlens.watch`` and the sidebar show it: the
+    verdict and one row per rank (``STATUS_KEYS``, plus ``slow`` and ``ended``:
+    why it stopped, or None), all plain JSON values, from one ``RunView``."""
+    rows = []
+    for row in view.ranks:
+        out = {k: _finite(row.get(k)) for k in STATUS_KEYS}
+        out["slow"] = row["rank"] == view.slow.rank
+        out["ended"] = ended_reason(out)
+        rows.append(out)
+    return {"world_size": view.world_size, "attached": view.attached, "verdict": view.verdict,
+            "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
+            "spread": None if view.spread is None else [_finite(v) for v in view.spread],
+            "restarts": [dataclasses.asdict(r) for r in view.restarts],
+            "dropped": view.dropped, "lost": [n.words for n in view.lost]}
+
+
+def ended_reason(row: dict[str, Any]) -> str | None:
+    """Why a status row's rank stopped (its state, and its error), None while it runs."""
+    if row.get("state") not in ENDED_STATES:
+        return None
+    error = row.get("error")
+    return f"{row['state']}: {error}" if error else str(row["state"])
+
+
+def folder_status(manifest: dict[str, Any], steps: list[list[dict[str, Any]]],
+                  summaries: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """``live_status`` of a finished run folder (its manifest, and each rank's
+    step records and summaries): for ``torchlens.watch`` on a run without a
+    live feed. The verdict, states and slow rank are the manifest's."""
+    table = rank_table(steps, summaries) if any(steps) else []
+    slow = (manifest.get("slow_rank") or {}).get("rank")
+    rows = []
+    for entry in manifest.get("ranks") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
+            continue
+        r = entry["rank"]
+        row = {k: entry.get(k) for k in STATUS_KEYS}
+        if r < len(table):
+            row.update({k: _finite(v) for k, v in table[r].items()
+                        if k in STATUS_KEYS and k not in ("rank", "steps")})
+        row["slow"] = r == slow
+        row["ended"] = ended_reason(row)
+        rows.append(row)
+    return {"world_size": manifest.get("world_size"), "attached": len(rows),
+            "verdict": manifest.get("verdict"), "slow_rank": slow, "ranks": rows,
+            "restarts": manifest.get("restarts") or [],
+            "dropped": manifest.get("dropped_messages") or 0,
+            "lost": [n.get("words") for n in manifest.get("lost_nodes") or []
+                     if isinstance(n, dict)]}

@@ -1,0 +1,121 @@
+"""``analyze(profile)`` of a ``run`` Profile: every table of the run, computed once.
+
+The kinds registry calls it for the report, the text view and ``repr``; the
+result object (``frontends.run_api.RunResult``) hands its tables out as
+DataFrames and ``--json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchlens.analysis.runs import causes as why
+from torchlens.analysis.runs import clock, tables
+from torchlens.analysis.runs import collectives as colls
+from torchlens.analysis.runs import launch_tables as run_launches
+from torchlens.model import Profile
+
+
+@dataclass
+class RunAnalysis:
+    """The run's tables (lists of row dicts) and its findings in words."""
+
+    ranks: list[int]
+    world_size: int | None
+    problems: list[dict[str, Any]]
+    temporal: list[dict[str, Any]]
+    idle: list[dict[str, Any]]
+    overlap: list[dict[str, Any]]
+    kernels: list[dict[str, Any]]
+    top_kernels: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    step_skew: list[dict[str, Any]]
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    clocks: list[dict[str, Any]] = field(default_factory=list)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    launch_outliers: list[dict[str, Any]] = field(default_factory=list)
+    launch_kernels: list[dict[str, Any]] = field(default_factory=list)
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    memory_bw: list[dict[str, Any]] = field(default_factory=list)
+
+
+def figures_by_rank(profile: Profile) -> tables.RankFigures:
+    return {int(r): f for r, f in profile.payload.figures.items()}  # type: ignore[union-attr]
+
+
+def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
+    """Plain sentences with their figures, most telling first.
+
+    - the ranks that arrived last at collectives far more often than chance,
+      with the part of their step breakdown that stands out (``causes``),
+      and collective sequences that disagree (``collectives.findings``);
+    - clocks that had to be aligned (``clock.findings``);
+    - the rank with the most idle GPU time, when it idles at least 10 points
+      more than the median rank;
+    - the largest step-time skew, when a step's slowest rank took at least 5%
+      longer than the median;
+    - communication that compute barely hides (median overlap under 20%, over
+      the ranks with compute and at least 10% non-compute time);
+    - what could not be read.
+    """
+    causes = {s["rank"]: s["cause_words"] for s in a.stragglers if s.get("cause_words")}
+    steps: dict[int, int] = {}
+    for row in a.steps:
+        steps[row["rank"]] = steps.get(row["rank"], 0) + 1
+    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
+                                    steps=steps)
+    out += clock.findings(a.clocks)
+    gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
+    if len(gpu) >= 2:
+        ordered = sorted(r["idle_pct"] for r in gpu)
+        median = ordered[len(ordered) // 2]
+        worst = max(gpu, key=lambda r: r["idle_pct"])
+        if worst["idle_pct"] - median >= 10:
+            out.append(f"rank {worst['rank']}'s GPU was idle {worst['idle_pct']:.1f}% of its "
+                       f"timeline, against {median:.1f}% for the median rank")
+    if a.step_skew:
+        worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
+        if (worst_step["skew_pct"] or 0) >= 5:
+            out.append(f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
+                       f"{worst_step['max_us'] / 1000:.1f} ms, {worst_step['skew_pct']:.0f}% "
+                       f"longer than the median rank ({worst_step['median_us'] / 1000:.1f} ms)")
+    # only where there is compute that could hide it and communication worth hiding
+    busy = {r["rank"] for r in a.temporal
+            if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
+    overlaps = sorted(r["overlap_pct"] for r in a.overlap
+                      if r.get("overlap_pct") is not None and r["rank"] in busy)
+    if overlaps and overlaps[len(overlaps) // 2] < 20:
+        out.append(f"compute hides little of the communication: median overlap "
+                   f"{overlaps[len(overlaps) // 2]:.1f}% of communication time")
+    if a.problems:
+        kinds = sorted({p["kind"] for p in a.problems})
+        out.append(f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "
+                   "below; the other ranks were analysed")
+    return out
+
+
+def analyze(profile: Profile) -> RunAnalysis:
+    ranks = figures_by_rank(profile)
+    payload = profile.payload
+    a = RunAnalysis(ranks=sorted(ranks), world_size=payload.world_size,  # type: ignore[union-attr]
+                    problems=list(payload.problems),  # type: ignore[union-attr]
+                    temporal=tables.temporal_rows(ranks), idle=tables.idle_rows(ranks),
+                    overlap=tables.overlap_rows(ranks), kernels=tables.kernel_rows(ranks),
+                    top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
+                    step_skew=tables.step_skew_rows(ranks))
+    a.collectives = colls.collective_rows(ranks, a.world_size)
+    # stragglers and findings read arrivals on aligned clocks (clock's docstring)
+    a.clocks = clock.clock_rows(ranks, a.collectives)
+    a.collectives = clock.align_rows(a.collectives, a.clocks)
+    a.stragglers = why.with_causes(
+        colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
+    a.launches = run_launches.launch_rows(ranks)
+    a.launch_outliers = run_launches.launch_outlier_rows(ranks)
+    a.launch_kernels = run_launches.launch_kernel_rows(ranks)
+    a.queues = run_launches.queue_rows(ranks)
+    a.memory_bw = run_launches.memory_bw_rows(ranks)
+    a.findings = list(getattr(payload, "notes", None) or []) + findings(a, ranks)
+    return a

@@ -1,0 +1,450 @@
+"""Collectives across ranks: who arrived last, who waited, and at what bandwidth.
+
+Per rank (in a worker process, from one ``Trace``)
+--------------------------------------------------
+``rank_collectives(trace)`` lists every collective of the trace in issue
+order, found by ``analysis.rank_summary.collective_events`` (its module
+docstring has the rules: one collective per ``c10d::``/``record_param_comms``/
+backend-span family, gloo work spans paired with their issue, NCCL kernels
+attached through their launch), over the whole trace rather than one step:
+
+- ``seq``: 0-based position in the trace, by issue time;
+- ``name``: the canonical kind (``allreduce``, ``broadcast``, ``allgather``,
+  ``reducescatter``, ``alltoall``, ``reduce``, ``gather``, ``scatter``,
+  ``barrier``, ``send``, ``recv``, ``sendrecv``);
+- ``t0``: unix seconds when this rank issued it (its outermost host op; a
+  NCCL kernel launched outside any host collective counts from its launch);
+- ``t1``: unix seconds at the end of its last host span, gloo/nccl span or
+  NCCL kernel; unix seconds as ``rank_summary`` converts trace times
+  (``baseTimeNanoseconds``, when the trace has one, plus the raw ``ts``);
+- ``dur_us``: ``t1 - t0`` in µs (from the trace's µs, not the rounded seconds);
+- ``bytes``: the message size S of nccl-tests (``doc/PERFORMANCE.md``): the
+  whole array, so for ``allgather``/``gather`` the gathered output and for
+  every other kind the input. From ``record_param_comms`` (``Out msg nelems``
+  for the gathering kinds, else ``In msg nelems``, times its ``dtype``'s
+  size); else, with ``record_shapes``, the largest tensor argument of any of
+  its events (``_allgather_base_``'s output, ``_reduce_scatter_base_``'s
+  input, the larger of ``alltoall_base_``'s two); else ``None``;
+- ``kernel_us``: the summed duration of its NCCL kernels, ``None`` when it
+  has none (gloo, CPU);
+- ``group``: ``record_param_comms``' ``Group size``, ``None`` when not
+  recorded; ``pg``: its ``Process Group Name`` (or id), ``None`` when not
+  recorded.
+
+``collective_table(trace)`` is the same as columns (one plain list per key,
+names coded against a short vocabulary, ``t1`` left to be ``t0 + dur_us``):
+that is what travels from a worker, since a long trace can hold a great
+many collectives. It pickles to about 40 bytes per collective (measured on
+100,000 copies of a100_ddp's collectives: 38 B, where the list of dicts
+takes 72 B; 21 collectives take about 1 KB). ``records(table)`` turns it
+back into ``rank_collectives``' list.
+
+Across ranks (``{rank: [figures per trace]}``, each with ``"collectives"``)
+--------------------------------------------------------------------------
+Collectives are matched by ``(trace, seq)``: ``trace`` is the position of
+the trace among the rank's inputs (``figures["trace"]``, else the list
+position), so step N of a torchlens run folder meets step N of the other
+ranks. A matched collective is compared only when every rank that has it
+agrees on its name and, for the kinds whose count every rank must pass alike
+(``SAME_SIZE``), on its size where known; otherwise the row is a
+*mismatch* (a sentence naming who did what) and nothing in it is paired.
+Ranks whose trace has fewer collectives are ``missing`` from the later rows.
+Matching is over all of a rank's collectives in one sequence: runs that use
+several process groups in different orders on different ranks show up as
+mismatches.
+
+- arrival: each rank's ``t0``; the *last* rank is the one with the latest
+  arrival (ties: the lowest rank); each rank's *wait* is ``last arrival - its
+  arrival`` in µs (0 for the last). Host clocks of different machines are
+  compared as they are: an offset between them reads as waiting.
+- ``dur_us``: the shortest time any rank spent in the collective, counted on
+  its NCCL kernels when every rank has them (``timed_by: "kernel"``), else
+  from issue to end (``"host"``). The last rank to arrive waits least, so the
+  shortest time is the closest to the exchange itself; ``span_us`` is from
+  the first arrival to the last end.
+- ``algbw_GBps`` = bytes / ``dur_us`` (GB/s, 1e9 B); ``busbw_GBps`` =
+  algbw x ``busbw_factor(name, n)``, nccl-tests' factors: allreduce
+  2(n-1)/n; allgather, reducescatter, alltoall, gather, scatter (n-1)/n;
+  broadcast, reduce, send, recv, sendrecv 1; ``None`` for other kinds. ``n``
+  is the group size the traces record, else the run's world size, else the
+  number of ranks read. ``bytes`` is the largest any rank reports (they are
+  equal for the ``SAME_SIZE`` kinds).
+
+Stragglers (``straggler_rows``), over the compared rows with two ranks or
+more: per rank, how often it arrived last (``last``, ``last_pct`` of the
+collectives it took part in), the wait it caused (``caused_us``: the others'
+waits summed over the collectives it arrived last at; ``caused_mean_us`` per
+such collective) and the wait it suffered (``waited_us``), ranked by the
+wait caused.
+
+Findings (``findings``): a rank stands out at a kind of collective when
+
+1. it arrived last at k of the m compared collectives of that kind it took
+   part in, and either k that high is unlikely by chance: if each of the
+   ``r`` ranks compared at a collective were equally likely to be last
+   (p = mean of 1/r), the binomial chance of k or more is below
+   ``STANDOUT_P`` (1%) divided by the number of ranks compared at that kind
+   (Bonferroni: the 1% is the chance that any rank of an even run is named,
+   which without the division grows with the world size; an even 4-rank run
+   has one rank or another last at all 4 of its allreduces 1.6% of the
+   time); or, for short traces where no count can be that unlikely, it was
+   last at least ``FEW_LAST`` (3) times and at half or more of them, and
+   the wait it caused per such collective is at least ``FEW_RATIO`` (5x)
+   the mean wait at the kind's other collectives (those
+   where someone else was last; any wait when there are none); and
+2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
+
+The sentence ends with the rank's likely cause when ``findings`` is given
+one (``causes.likely_cause``: the part of its step breakdown that stands
+out), and gives the wait per profiled step when the steps are known.
+
+Each such rank and kind gets one sentence with its figures (largest wait
+first); mismatches get one sentence naming the first and how many.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from torchlens.analysis.ranks.summary import (
+    _DTYPE_BYTES,
+    _text,
+    _unix_origin,
+    argument_bytes,
+    collective_events,
+)
+from torchlens.model import Trace
+
+RankFigures = dict[int, list[dict[str, Any]]]
+
+#: Kinds whose message size every rank must pass alike (NCCL takes one count).
+SAME_SIZE = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reducescatter"})
+#: Kinds whose message size S is the gathered output (nccl-tests).
+GATHERING = frozenset({"allgather", "gather"})
+#: A rank stands out when the chance of arriving last that often is below this.
+STANDOUT_P = 0.01
+#: ... and the others waited at least this long (µs, in total) for it.
+STANDOUT_WAIT_US = 1000.0
+#: Few collectives: last at least this often (and at half of them or more) ...
+FEW_LAST = 3
+#: ... and causing this many times the wait of the kind's other collectives.
+FEW_RATIO = 5.0
+#: ``collective_table``'s columns besides ``names`` (``t1`` is ``t0 + dur_us``, not sent).
+COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "group", "pg")
+
+
+# ---------------------------------------------------------------- one rank
+def collective_table(trace: Trace) -> dict[str, Any]:
+    """The trace's collectives as columns (module docstring): ``names`` (the
+    vocabulary), ``name`` (codes into it) and one list per other key of
+    ``rank_collectives``, all in issue order."""
+    base_s = _unix_origin(trace)
+    ev = trace.events
+    cats = ev.categories["cat"]
+    kernel_cat = cats.index("kernel") if "kernel" in cats else -2
+    vocabulary: dict[str, int] = {}
+    out: dict[str, list[Any]] = {key: [] for key in COLUMNS}
+    dur, cat = ev["dur"], ev["cat"]
+    for c in collective_events(trace):
+        members = c["members"]
+        kernels = [m for m in members if cat[m] == kernel_cat]
+        out["name"].append(vocabulary.setdefault(c["name"], len(vocabulary)))
+        out["t0"].append(base_s + c["ts"] / 1e6)
+        out["dur_us"].append(float(c["end"] - c["ts"]))
+        out["bytes"].append(_message_bytes(trace, c["name"], members))
+        out["kernel_us"].append(float(np.nan_to_num(dur[kernels]).sum()) if kernels else None)
+        out["group"].append(_first(ev["group_size"][m] for m in members))
+        pg = [_text(trace, "pg_name", m) for m in members]
+        out["pg"].append(next((p for p in pg if p), None))
+    return {"names": list(vocabulary), **out}
+
+
+def records(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """``collective_table``'s columns as one dict per collective, with ``seq``."""
+    names, t0, dur = table["names"], table["t0"], table["dur_us"]
+    rest = ("bytes", "kernel_us", "group", "pg")
+    return [{"seq": i, "name": names[code], "t0": t0[i], "t1": t0[i] + dur[i] / 1e6,
+             "dur_us": dur[i], **{k: table[k][i] for k in rest}}
+            for i, code in enumerate(table["name"])]
+
+
+def rank_collectives(trace: Trace) -> list[dict[str, Any]]:
+    """Every collective of one rank's trace in issue order (module docstring)."""
+    return records(collective_table(trace))
+
+
+def _first(values: Iterable[Any]) -> int | None:
+    """The first non-negative integer (a recorded count), else ``None``."""
+    for v in values:
+        if int(v) >= 0:
+            return int(v)
+    return None
+
+
+def _message_bytes(trace: Trace, name: str, members: list[int]) -> int | None:
+    """nccl-tests' S of one collective (module docstring)."""
+    ev = trace.events
+    for m in members:
+        size = _DTYPE_BYTES.get(_text(trace, "dtype", m).lower())
+        if size is None:
+            continue
+        n_in, n_out = int(ev["in_nelems"][m]), int(ev["out_nelems"][m])
+        n = (n_out if n_out >= 0 else n_in) if name in GATHERING else (
+            n_in if n_in >= 0 else n_out)
+        if n >= 0:
+            return n * size
+    best = None
+    for m in members:
+        size = _largest_argument(_text(trace, "input_dims", m), _text(trace, "input_types", m))
+        if size is not None and (best is None or size > best):
+            best = size
+    return best
+
+
+def _largest_argument(dims: str, types: str) -> int | None:
+    """Bytes of the largest tensor argument of a known dtype, ``None`` if none."""
+    return max((n for n in argument_bytes(dims, types) if n is not None), default=None)
+
+
+# ---------------------------------------------------------------- the run
+def busbw_factor(name: str, n: int) -> float | None:
+    """nccl-tests' bus bandwidth factor for ``n`` ranks (module docstring)."""
+    if n < 1:
+        return None
+    if name == "allreduce":
+        return 2 * (n - 1) / n
+    if name in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
+        return (n - 1) / n
+    if name in ("broadcast", "reduce", "send", "recv", "sendrecv"):
+        return 1.0
+    return None
+
+
+def _tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, Any]]]]:
+    """``{rank: {trace: records}}`` of the ranks' figures that carry collectives."""
+    out: dict[int, dict[int, list[dict[str, Any]]]] = {}
+    for rank in sorted(ranks):
+        for i, figures in enumerate(ranks[rank]):
+            table = figures.get("collectives")
+            if table is None:
+                continue
+            recs = table if isinstance(table, list) else records(table)
+            out.setdefault(rank, {})[int(figures.get("trace", i))] = recs
+    return out
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """``rank 3`` / ``ranks 0-3, 5``."""
+    ranks = sorted(ranks)
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+
+
+def _disagreement(what: dict[int, Any], unit: str = "") -> str:
+    groups: dict[Any, list[int]] = {}
+    for rank, value in what.items():
+        groups.setdefault(value, []).append(rank)
+    return "; ".join(f"{value}{unit} on {_rank_list(rs)}" for value, rs in groups.items())
+
+
+def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[dict[str, Any]]:
+    """One row per ``(trace, seq)`` across ranks (module docstring), in that order.
+
+    Keys: ``trace``, ``seq``, ``name`` (``None`` when the names differ),
+    ``mismatch`` (``None``, or what differs), ``ranks`` (how many have it),
+    ``missing`` (ranks with that trace but fewer collectives), ``bytes``,
+    ``n``, ``arrivals`` (``{rank: t0}``), ``last_rank``, ``waits_us``
+    (``{rank: µs}``), ``max_wait_us`` (last minus first arrival),
+    ``total_wait_us`` (all waits summed), ``dur_us``, ``timed_by``,
+    ``span_us``, ``algbw_GBps``, ``busbw_GBps``. The timing keys are ``None``
+    on a mismatch; ``last_rank`` and the waits need two ranks.
+    """
+    tables = _tables(ranks)
+    fallback_n = world_size or len(ranks)
+    rows: list[dict[str, Any]] = []
+    for trace in sorted({t for per in tables.values() for t in per}):
+        have = {r: per[trace] for r, per in tables.items() if trace in per}
+        for seq in range(max(len(recs) for recs in have.values())):
+            at = {r: recs[seq] for r, recs in have.items() if seq < len(recs)}
+            rows.append(_row(trace, seq, at, [r for r in have if r not in at], fallback_n))
+    return rows
+
+
+def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int],
+         fallback_n: int) -> dict[str, Any]:
+    names = {r: c["name"] for r, c in at.items()}
+    sizes = {r: c["bytes"] for r, c in at.items() if c["bytes"] is not None}
+    mismatch = None
+    if len(set(names.values())) > 1:
+        mismatch = "names differ: " + _disagreement(names)
+    elif next(iter(names.values())) in SAME_SIZE and len(set(sizes.values())) > 1:
+        mismatch = "sizes differ: " + _disagreement(sizes, " B")
+    row: dict[str, Any] = {
+        "trace": trace, "seq": seq,
+        "name": next(iter(names.values())) if len(set(names.values())) == 1 else None,
+        "mismatch": mismatch, "ranks": len(at),
+        "missing": missing, "bytes": max(sizes.values()) if sizes and not mismatch else None,
+        "n": None, "arrivals": None, "last_rank": None, "waits_us": None,
+        "max_wait_us": None, "total_wait_us": None, "dur_us": None, "timed_by": None,
+        "span_us": None, "algbw_GBps": None, "busbw_GBps": None}
+    if mismatch:
+        return row
+    groups = [c["group"] for c in at.values() if c.get("group")]
+    n = max(groups) if groups else fallback_n
+    arrivals = {r: c["t0"] for r, c in at.items()}
+    by_kernel = all(c["kernel_us"] is not None for c in at.values())
+    dur = min((c["kernel_us"] if by_kernel else c["dur_us"]) for c in at.values())
+    row.update(n=n, arrivals=arrivals, dur_us=dur, timed_by="kernel" if by_kernel else "host",
+               span_us=(max(c["t1"] for c in at.values()) - min(arrivals.values())) * 1e6)
+    if len(at) >= 2:
+        last_t0 = max(arrivals.values())
+        last = min(r for r, t in arrivals.items() if t == last_t0)
+        waits = {r: (last_t0 - t) * 1e6 for r, t in arrivals.items()}
+        row.update(last_rank=last, waits_us=waits,
+                   max_wait_us=(last_t0 - min(arrivals.values())) * 1e6,
+                   total_wait_us=sum(waits.values()))
+    if row["bytes"] is not None and dur > 0:
+        algbw = row["bytes"] / dur / 1e3  # B/µs = MB/s; /1e3 -> GB/s
+        factor = busbw_factor(row["name"], n)
+        row.update(algbw_GBps=algbw, busbw_GBps=algbw * factor if factor is not None else None)
+    return row
+
+
+def _compared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["last_rank"] is not None]
+
+
+def straggler_rows(ranks: RankFigures, world_size: int | None = None,
+                   rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per rank (module docstring): ``rank``, ``collectives``, ``last``,
+    ``last_pct``, ``caused_us``, ``caused_mean_us``, ``waited_us``; ranked by
+    ``caused_us`` (largest first), then rank. ``rows``: ``collective_rows``'
+    result when already computed."""
+    compared = _compared(rows if rows is not None else collective_rows(ranks, world_size))
+    stats = {r: {"rank": r, "collectives": 0, "last": 0, "last_pct": None, "caused_us": 0.0,
+                 "caused_mean_us": None, "waited_us": 0.0} for r in sorted(ranks)}
+    for row in compared:
+        for r, wait in row["waits_us"].items():
+            s = stats.setdefault(r, {"rank": r, "collectives": 0, "last": 0, "last_pct": None,
+                                     "caused_us": 0.0, "caused_mean_us": None,
+                                     "waited_us": 0.0})
+            s["collectives"] += 1
+            s["waited_us"] += wait
+        s = stats[row["last_rank"]]
+        s["last"] += 1
+        s["caused_us"] += row["total_wait_us"]
+    for s in stats.values():
+        if s["collectives"]:
+            s["last_pct"] = 100.0 * s["last"] / s["collectives"]
+        if s["last"]:
+            s["caused_mean_us"] = s["caused_us"] / s["last"]
+    return sorted(stats.values(), key=lambda s: (-s["caused_us"], s["rank"]))
+
+
+def binomial_tail(k: int, m: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(m, p)."""
+    if k <= 0:
+        return 1.0
+    if k > m or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    # the terms from k up, in logs; past the mode they only shrink, so the sum
+    # stops once a term no longer changes it
+    lp, lq = math.log(p), math.log1p(-p)
+    log_term = math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + k * lp + (
+        m - k) * lq
+    total = 0.0
+    for i in range(k, m + 1):
+        term = math.exp(log_term)
+        total += term
+        if i > m * p and term <= total * 1e-15:
+            break
+        if i < m:
+            log_term += math.log(m - i) - math.log(i + 1) + lp - lq
+    return min(total, 1.0)
+
+
+def _duration(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} µs"
+
+
+def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
+                rank: int, family: int) -> bool:
+    if caused < STANDOUT_WAIT_US or k <= m * p:
+        return False
+    if binomial_tail(k, m, p) < STANDOUT_P / max(1, family):
+        return True
+    if k < FEW_LAST or 2 * k < m:
+        return False
+    rest = [r["total_wait_us"] for r in kind_rows if r["last_rank"] != rank]
+    return not rest or caused / k >= FEW_RATIO * (sum(rest) / len(rest))
+
+
+def findings(ranks: RankFigures, world_size: int | None = None,
+             rows: list[dict[str, Any]] | None = None,
+             causes: dict[int, str] | None = None,
+             steps: dict[int, int] | None = None) -> list[str]:
+    """Plain sentences about the ranks that stand out and the sequences that
+    disagree (the rule: module docstring); empty when nothing does.
+
+    ``causes``: rank -> a phrase saying why it is late (appended);
+    ``steps``: rank -> its number of profiled steps (for the wait per step)."""
+    rows = rows if rows is not None else collective_rows(ranks, world_size)
+    causes = causes or {}
+    steps = steps or {}
+    found: list[tuple[float, str]] = []
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for row in _compared(rows):
+        by_kind.setdefault(row["name"], []).append(row)
+    for kind, kind_rows in by_kind.items():
+        p = float(np.mean([1.0 / len(r["waits_us"]) for r in kind_rows]))
+        took_part: dict[int, int] = {}
+        last: dict[int, int] = {}
+        caused: dict[int, float] = {}
+        each: dict[int, float] = {}
+        for row in kind_rows:
+            for r in row["waits_us"]:
+                took_part[r] = took_part.get(r, 0) + 1
+            r = row["last_rank"]
+            last[r] = last.get(r, 0) + 1
+            caused[r] = caused.get(r, 0.0) + row["total_wait_us"]
+            # the wait of one other rank, on average over the ranks that waited
+            each[r] = each.get(r, 0.0) + row["total_wait_us"] / max(1, len(row["waits_us"]) - 1)
+        for r, k in last.items():
+            m = took_part[r]
+            if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
+                continue
+            per_step = (f"; each other rank waited {_duration(each[r] / steps[r])}"
+                        f" per step for it" if steps.get(r) else "")
+            cause = f"; {causes[r]}" if r in causes else ""
+            found.append((caused[r], (
+                f"rank {r} arrived last at {100.0 * k / m:.0f}% of {kind}s ({k} of {m}); "
+                f"the others waited {_duration(caused[r])} in total for it "
+                f"({_duration(caused[r] / k)} per {kind}){per_step}{cause}")))
+    out = [s for _, s in sorted(found, key=lambda f: -f[0])]
+    bad = [r for r in rows if r["mismatch"]]
+    if bad:
+        first = bad[0]
+        where = f"seq {first['seq']}" + (f" of trace {first['trace']}"
+                                         if len({r["trace"] for r in rows}) > 1 else "")
+        out.append(
+            f"the ranks' collective sequences disagree at {len(bad)} of {len(rows)} "
+            f"collectives, first at {where} ({first['mismatch']}); those are not paired "
+            "(a collective skipped or issued in another order, another process group, "
+            "or trace windows that start at different points)")
+    return out

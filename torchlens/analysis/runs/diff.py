@@ -1,0 +1,234 @@
+"""The diff of two runs (or two traces): ops and kernels added, removed, slower
+and faster per step, and the step time (``torchlens diff A B``, ``run.diff(other)``).
+
+Inputs are two runs' figures, ``{rank: [figures of each trace]}`` as
+``frontends.run_api`` keeps them: each trace's ``op_totals``
+(``op_totals.op_totals``: per kind and name, count and µs inside the
+``ProfilerStep#N`` spans) and ``steps`` (the ``%%torchprof`` step breakdown).
+
+Definitions (every time in µs):
+
+- Units of a run: the sum over its traces of their ``ProfilerStep#N`` spans;
+  a trace without any counts as one unit (its totals are the whole trace's),
+  so per-step figures become per-trace figures there (``per`` says which).
+- Per kind (``cpu_op``, ``user_annotation``, ``kernel``, ``gpu_memcpy``,
+  ``gpu_memset``) and name: ``a_us`` / ``b_us`` = the name's total time over
+  every trace of every rank divided by the run's units: the mean time per
+  step and rank; ``a_calls`` / ``b_calls`` likewise for the count.
+  ``delta_us`` = b - a; ``delta_pct`` = 100 * delta / a (``None`` when a is 0).
+- ``status``: ``added`` (no call in A, some in B), ``removed`` (the reverse),
+  ``same`` when the change is within ``same_pct`` (5%) of A's time or within
+  ``same_us`` (10 µs) per step, else ``slower`` or ``faster``: a change must
+  exceed both to count. Each trace keeps its top names per kind
+  (``op_totals.TOP_NAMES``); the rest are one row per kind named ``REST``.
+- Step time: the median ``dur_us`` of every step of every rank and trace of
+  a run (the step breakdown's steps, widened to their GPU work);
+  ``regression_pct`` = 100 * (B - A) / A, positive when B is slower.
+- Per rank: the median step time of each rank both runs have; when they
+  share no rank but each has exactly one (two single traces, e.g. rank 0 of
+  one job and rank 1 of another), those two are compared. Ranks only one run
+  has are named in ``notes``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from torchlens.analysis.runs.op_totals import GPU_KINDS, HOST_KINDS
+
+RankFigures = dict[int, list[dict[str, Any]]]
+SAME_PCT = 5.0
+SAME_US = 10.0
+#: The row that sums, per kind, the names outside each trace's kept top.
+REST = "(other names)"
+STATUSES = ("added", "removed", "slower", "faster", "same")
+
+
+def diff_runs(a: RankFigures, b: RankFigures, *, same_pct: float = SAME_PCT,
+              same_us: float = SAME_US) -> dict[str, Any]:
+    """The diff of run ``b`` against run ``a`` as one JSON-able dict (see the
+    module docstring): ``ops``, ``kernels``, ``step_time``, ``rank_steps``,
+    ``notes``, ``summary`` (rows per status) and ``verdict``."""
+    notes: list[str] = []
+    sides = {}
+    per_trace = False
+    for label, run in (("A", a), ("B", b)):
+        totals, units, traces, stepped = _totals(run)
+        if traces < sum(len(v) for v in run.values()):
+            notes.append(f"{label}: {sum(len(v) for v in run.values()) - traces} trace(s) "
+                         "hold no op totals (saved by an older torchlens): left out")
+        if traces and stepped < traces:
+            notes.append(f"{label}: {traces - stepped} of {traces} trace(s) have no "
+                         "ProfilerStep#N spans: their figures count per trace, not per step")
+        sides[label] = (totals, units)
+        per_trace |= stepped < traces or not traces
+    rows = _rows(sides["A"], sides["B"], same_pct, same_us)
+    ops = [r for r in rows if r["kind"] in HOST_KINDS]
+    kernels = [r for r in rows if r["kind"] in GPU_KINDS]
+    step_time = _step_time(a, b)
+    rank_steps = _rank_steps(a, b, notes)
+    for label in ("A", "B"):
+        if step_time[f"{label.lower()}_steps"] == 0:
+            notes.append(f"{label} has no ProfilerStep#N spans: no step time (mark steps "
+                         "with torch.profiler's schedule and prof.step(), or torchlens.step())")
+    out = {"per": "trace" if per_trace else "step",
+           "units": {"a": sides["A"][1], "b": sides["B"][1]},
+           "thresholds": {"same_pct": same_pct, "same_us": same_us},
+           "step_time": step_time, "rank_steps": rank_steps,
+           "summary": {s: sum(r["status"] == s for r in rows) for s in STATUSES},
+           "ops": ops, "kernels": kernels, "notes": notes}
+    out["verdict"] = verdict(out)
+    return out
+
+
+def regressed(diff: dict[str, Any], pct: float) -> bool | None:
+    """Whether B's median step time is more than ``pct`` % above A's
+    (``None`` when either run has no step time)."""
+    reg = diff["step_time"]["regression_pct"]
+    return None if reg is None else reg > pct
+
+
+def verdict(diff: dict[str, Any]) -> str:
+    """One sentence: the step time change and the largest slowdown."""
+    st = diff["step_time"]
+    if st["regression_pct"] is None:
+        head = "step time unknown (" + ("neither run" if not (st["a_steps"] or st["b_steps"])
+                                        else "A" if not st["a_steps"] else "B") \
+               + " has ProfilerStep#N spans)"
+    else:
+        head = (f"step time {_ms(st['a_median_us'])} -> {_ms(st['b_median_us'])} "
+                f"({st['regression_pct']:+.1f}%)")
+    per = "per step" if diff["per"] == "step" else "per trace"
+    worse = [r for r in diff["ops"] + diff["kernels"]
+             if r["status"] in ("slower", "added") and r["name"] != REST]
+    if worse:
+        w = max(worse, key=lambda r: r["delta_us"])
+        name = w["name"] if len(w["name"]) <= 80 else w["name"][:77] + "..."
+        tail = (f"slowest change: {_kind_word(w['kind'])} {name} "
+                f"+{_ms(w['delta_us'])} {per}"
+                + (" (added)" if w["status"] == "added" else ""))
+    else:
+        tail = "no op or kernel got slower"
+    return f"{head}; {tail}"
+
+
+# ------------------------------------------------------------------ internals
+def _totals(run: RankFigures) -> tuple[dict[tuple[str, str], list[float]], int, int, int]:
+    """(kind, name) -> [count, us] over the run; its units; traces with totals;
+    those with steps."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    units = traces = stepped = 0
+    for rank in sorted(run):
+        for figures in run[rank]:
+            t = figures.get("op_totals")
+            if not t:
+                continue
+            traces += 1
+            stepped += bool(t["steps"])
+            units += t["steps"] or 1
+            for kind, k in t["kinds"].items():
+                for name, n, us in zip(k["names"], k["count"], k["us"], strict=True):
+                    cell = totals.setdefault((kind, name), [0, 0.0])
+                    cell[0] += n
+                    cell[1] += us
+                if k.get("rest"):
+                    cell = totals.setdefault((kind, REST), [0, 0.0])
+                    cell[0] += k["rest"]["count"]
+                    cell[1] += k["rest"]["us"]
+    return totals, units, traces, stepped
+
+
+def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
+          same_us: float) -> list[dict[str, Any]]:
+    (ta, ua), (tb, ub) = a, b
+    rows = []
+    for key in sorted(set(ta) | set(tb)):
+        ca, sa = ta.get(key, (0, 0.0))
+        cb, sb = tb.get(key, (0, 0.0))
+        a_us, b_us = (sa / ua if ua else 0.0), (sb / ub if ub else 0.0)
+        a_calls, b_calls = (ca / ua if ua else 0.0), (cb / ub if ub else 0.0)
+        delta = b_us - a_us
+        pct = 100.0 * delta / a_us if a_us else None
+        if not ca and cb:
+            status = "added"
+        elif ca and not cb:
+            status = "removed"
+        elif abs(delta) <= same_us or (pct is not None and abs(pct) <= same_pct):
+            status = "same"
+        else:
+            status = "slower" if delta > 0 else "faster"
+        rows.append({"kind": key[0], "name": key[1], "status": status, "a_us": a_us,
+                     "b_us": b_us, "delta_us": delta, "delta_pct": pct,
+                     "a_calls": a_calls, "b_calls": b_calls})
+    rows.sort(key=lambda r: (-abs(r["delta_us"]), r["kind"], r["name"]))
+    return rows
+
+
+def _durations(run: RankFigures, rank: int | None = None) -> list[float]:
+    return [float(s["dur_us"]) for r in sorted(run) if rank is None or r == rank
+            for figures in run[r] for s in figures.get("steps") or []]
+
+
+def _median(values: list[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def _step_time(a: RankFigures, b: RankFigures) -> dict[str, Any]:
+    da, db = _durations(a), _durations(b)
+    ma, mb = _median(da), _median(db)
+    delta = mb - ma if ma is not None and mb is not None else None
+    return {"a_median_us": ma, "b_median_us": mb, "a_steps": len(da), "b_steps": len(db),
+            "delta_us": delta, "regression_pct": 100.0 * delta / ma if delta is not None
+            and ma else None}
+
+
+def _rank_steps(a: RankFigures, b: RankFigures, notes: list[str]) -> list[dict[str, Any]]:
+    ra, rb = set(a), set(b)
+    pairs = [(r, r) for r in sorted(ra & rb)]
+    if ra != rb:
+        only_a, only_b = sorted(ra - rb), sorted(rb - ra)
+        if not pairs and len(ra) == len(rb) == 1:
+            pairs = [(only_a[0], only_b[0])]
+            notes.append(f"A holds rank {only_a[0]} and B rank {only_b[0]}: compared with "
+                         "each other")
+        else:
+            parts = [f"only A has rank(s) {_ranges(only_a)}" if only_a else "",
+                     f"only B has rank(s) {_ranges(only_b)}" if only_b else ""]
+            notes.append("the runs have different ranks: " + "; ".join(p for p in parts if p)
+                         + " (per-rank step times compare the ranks both have; per-step "
+                         "op and kernel figures are means over each run's own ranks)")
+    rows = []
+    for x, y in pairs:
+        ma, mb = _median(_durations(a, x)), _median(_durations(b, y))
+        delta = mb - ma if ma is not None and mb is not None else None
+        rows.append({"rank_a": x, "rank_b": y, "a_median_us": ma, "b_median_us": mb,
+                     "delta_us": delta,
+                     "delta_pct": 100.0 * delta / ma if delta is not None and ma else None})
+    return rows
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``0-3, 7``: consecutive ranks folded."""
+    out: list[str] = []
+    for r in ranks:
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
+
+
+def _kind_word(kind: str) -> str:
+    return {"cpu_op": "op", "user_annotation": "annotation", "gpu_memcpy": "memcpy",
+            "gpu_memset": "memset"}.get(kind, kind)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
+
+
+def analyze(profile: Any) -> dict[str, Any]:
+    """The analysis of a ``diff`` Profile: the diff it holds, computed when it
+    was made (``DiffPayload.diff``)."""
+    return profile.payload.diff

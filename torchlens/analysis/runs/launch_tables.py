@@ -1,0 +1,155 @@
+"""The run's tables of launch statistics, queue length and memory bandwidth,
+from each rank's ``launches``, ``queues`` and ``memory_bw`` figures
+(``rank_figures``; definitions in ``launches.py`` and ``counters.py``).
+
+Input as ``run.py``: ``{rank: [figures of each of its traces]}``. A rank with
+one trace (HTA's case) gets its figures as they are. Over several traces,
+counts add up and count, mean, sample std, min and max are pooled exactly;
+the 25/50/75 % cannot be rebuilt from per-trace summaries, so they are
+``None`` then (never a guess). Ranks without GPU work give a ``launches``
+row with ``gpu`` False and ``None`` figures, and no queue or bandwidth rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torchlens.analysis.runs.launches import STAT_KEYS
+
+RankFigures = dict[int, list[dict[str, Any]]]
+LAUNCH_TIMES = ("delay", "cpu", "gpu")
+LAUNCH_COUNTS = ("launches", "gpu_shorter_than_cpu", "short_kernels", "runtime_outliers",
+                 "delay_outliers")
+
+
+def pooled(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """One summary from several (``launches.summary`` dicts): count, mean, std,
+    min and max exact; percentiles only when there is a single part."""
+    parts = [p for p in parts if p and p.get("count")]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return dict(parts[0])
+    n = sum(p["count"] for p in parts)
+    mean = sum(p["count"] * p["mean"] for p in parts) / n
+    # sum of squared deviations from the pooled mean, part by part
+    ss = sum((p["count"] - 1) * (p["std"] or 0.0) ** 2 + p["count"] * (p["mean"] - mean) ** 2
+             for p in parts)
+    return {"count": n, "mean": mean, "std": math.sqrt(ss / (n - 1)) if n > 1 else None,
+            "min": min(p["min"] for p in parts), "p25": None, "p50": None, "p75": None,
+            "max": max(p["max"] for p in parts)}
+
+
+def _flat(prefix: str, stats: dict[str, Any] | None, unit: str = "") -> dict[str, Any]:
+    return {f"{prefix}_{k}{unit}": (stats or {}).get(k) for k in STAT_KEYS if k != "count"}
+
+
+def launch_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank: launches, the summary of launch delay, launch call (cpu) and
+    GPU durations (``delay_mean_us``, ``cpu_p50_us``...), the counts of GPU
+    work shorter than its launch, short kernels and outliers, and the cutoffs."""
+    rows = []
+    for rank in sorted(ranks):
+        parts = [f.get("launches") or {} for f in ranks[rank]]
+        gpu = any(p.get("gpu") for p in parts)
+        row: dict[str, Any] = {"rank": rank, "traces": len(parts), "gpu": gpu}
+        for key in LAUNCH_COUNTS:
+            present = [p[key] for p in parts if p.get(key) is not None]
+            row[key] = sum(present) if present else None
+        row["gpu_shorter_than_cpu_pct"] = (100.0 * row["gpu_shorter_than_cpu"] / row["launches"]
+                                           if row["launches"] else None)
+        for t in LAUNCH_TIMES:
+            row |= _flat(t, pooled([p.get(f"{t}_us") for p in parts]), "_us")
+        cut = next((p["cutoffs"] for p in parts if p.get("cutoffs")), {})
+        row["runtime_cutoff_us"] = cut.get("runtime_us")
+        row["launch_delay_cutoff_us"] = cut.get("launch_delay_us")
+        apis: dict[str, int] = {}
+        for p in parts:
+            for api, n in (p.get("apis") or {}).items():
+                apis[api] = apis.get(api, 0) + n
+        row["apis"] = apis or None
+        rows.append(row)
+    return rows
+
+
+def launch_outlier_rows(ranks: RankFigures, top: int = 10) -> list[dict[str, Any]]:
+    """Per rank: the ``top`` launches with the longest launch delay over its
+    traces (each trace keeps its own top; ``trace`` says which)."""
+    rows = []
+    for rank in sorted(ranks):
+        mine = [{"rank": rank, "trace": i, **o} for i, f in enumerate(ranks[rank])
+                for o in (f.get("launches") or {}).get("outliers") or []]
+        mine.sort(key=lambda r: -r["delay_us"])
+        rows += mine[:top]
+    return rows
+
+
+def launch_kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank and GPU name (each trace's top names by total launch delay):
+    count, total, mean and max delay, mean launch call and GPU time."""
+    rows = []
+    for rank in sorted(ranks):
+        names: dict[str, dict[str, Any]] = {}
+        for f in ranks[rank]:
+            for k in (f.get("launches") or {}).get("by_name") or []:
+                row = names.setdefault(k["name"], {"rank": rank, "name": k["name"], "count": 0,
+                                                   "delay_total_us": 0.0, "delay_max_us": 0.0,
+                                                   "cpu_total": 0.0, "gpu_total": 0.0,
+                                                   "gpu_shorter_than_cpu": 0})
+                row["count"] += k["count"]
+                row["delay_total_us"] += k["delay_total_us"]
+                row["delay_max_us"] = max(row["delay_max_us"], k["delay_max_us"])
+                row["cpu_total"] += k["cpu_mean_us"] * k["count"]
+                row["gpu_total"] += k["gpu_mean_us"] * k["count"]
+                row["gpu_shorter_than_cpu"] += k["gpu_shorter_than_cpu"]
+        for row in sorted(names.values(), key=lambda r: -r["delay_total_us"]):
+            n = row["count"]
+            row["delay_mean_us"] = row["delay_total_us"] / n
+            row["cpu_mean_us"] = row.pop("cpu_total") / n
+            row["gpu_mean_us"] = row.pop("gpu_total") / n
+            rows.append(row)
+    return rows
+
+
+def queue_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank and stream: launches, the queue length summary (HTA's
+    ``get_queue_length_summary``) and ``full_us``, the time at the full queue."""
+    rows = []
+    for rank in sorted(ranks):
+        merged: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        for f in ranks[rank]:
+            for q in f.get("queues") or []:
+                merged.setdefault((q.get("device"), q.get("stream")), []).append(q)
+        for (device, stream), parts in sorted(merged.items(), key=_lane_order):
+            row = {"rank": rank, "device": device, "stream": stream,
+                   "launches": sum(p.get("launches") or 0 for p in parts)}
+            row |= pooled(parts) or {}
+            row["full_us"] = sum(p.get("full_us") or 0.0 for p in parts)
+            row["full_pct"] = parts[0].get("full_pct") if len(parts) == 1 else None
+            rows.append(row)
+    return rows
+
+
+def _lane_order(item: tuple[tuple[Any, Any], Any]) -> tuple[int, int]:
+    device, stream = item[0]
+    return (device if isinstance(device, int) else -1, stream if isinstance(stream, int) else -1)
+
+
+def memory_bw_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank and memory kind (Memcpy HtoD, DtoH, DtoD, Memset...): events,
+    bytes and the GB/s summary (HTA's ``get_memory_bw_summary``)."""
+    rows = []
+    for rank in sorted(ranks):
+        merged: dict[str, list[dict[str, Any]]] = {}
+        for f in ranks[rank]:
+            for b in f.get("memory_bw") or []:
+                merged.setdefault(str(b.get("kind")), []).append(b)
+        for kind, parts in sorted(merged.items()):
+            row = {"rank": rank, "kind": kind, "events": sum(p.get("events") or 0 for p in parts),
+                   "bytes": sum(p.get("bytes") or 0 for p in parts)}
+            stats = pooled(parts)
+            row |= {f"{k}_GBps" if k != "count" else "count": (stats or {}).get(k)
+                    for k in STAT_KEYS}
+            rows.append(row)
+    return rows

@@ -1,0 +1,429 @@
+"""Op and kernel tables from a ``Trace``: what the user reads first.
+
+Definitions (the ones ``torch.profiler``'s ``key_averages`` and the
+TensorBoard profiler plugin use, so numbers agree with what users know):
+
+- an op is a ``cpu_op`` complete event, except ``ProfilerStep#N`` markers;
+- total CPU time of a call is its duration; self CPU time is that minus the
+  durations of its *direct* child ops and of its *direct* CUDA runtime /
+  driver calls (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cuLaunchKernel``
+  ...: ``cuda_runtime`` / ``cuda_driver`` events whose innermost enclosing op
+  on the same thread is this one). This is the plugin's ``self_host_duration``
+  (tb_plugin ``OperatorNode.fill_stats``: "From PyTorch 1.8 RC1, cpu_self_time
+  does not include runtime's time"); the runtime time is shown nowhere in the
+  op table, it is the step breakdown's ``runtime_us``;
+- device time of a call is the sum of the GPU kernel / memcpy / memset
+  durations it launched itself: each GPU event is linked by ``correlation`` to
+  its CUDA runtime / driver call, and that call to the innermost op enclosing
+  it (by ``External id`` when the runtime call is missing). Children's device
+  time stays with the children, like the self time;
+- achieved FLOP/s of a row is its FLOPs (torch's estimate, ``--flops``) over
+  the time that did them: the row's device time when the trace has GPU work
+  (the kernels the op launched itself), else its total CPU time (the whole
+  call: the arithmetic may run in a child op or library call). ``flops_basis``
+  says which.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from torchlens.model import InputError, Trace
+
+if TYPE_CHECKING:  # imported where a frame is built: the masks serve pandas-free workers
+    import pandas as pd
+
+#: Communication kernels: NCCL's old (``ncclKernel*``) and new (``ncclDevKernel*``).
+COMM_KERNEL = re.compile(r"^nccl")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
+              "kernels", "input_shapes", "flops", "flops_per_s", "stack"]
+KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
+                  "is_comm"]
+
+#: ``--sort`` keys -> the op-table column (``OP_COLUMNS``) they order by. The
+#: first key of each column is the one to document (``SORT_NAMES``); the
+#: others are torch's ``key_averages().table(sort_by=...)`` spellings, accepted
+#: so that a profile saved by any front end renders. The columns themselves
+#: are accepted too (``sort_column``): a Profile stores the column.
+SORT_KEYS = {
+    "total_cpu": "total_cpu_us",
+    "self_cpu": "self_cpu_us",
+    "device": "device_us",
+    "calls": "calls",
+    "kernels": "kernels",
+    "flops": "flops",
+    "flops_per_s": "flops_per_s",
+    "name": "name",
+    "cpu_time_total": "total_cpu_us",
+    "self_cpu_time_total": "self_cpu_us",
+    "cuda": "device_us",
+    "cuda_time_total": "device_us",
+    "device_time_total": "device_us",
+    "count": "calls",
+}
+#: The documented sort keys, one per column, in the order help texts list them.
+SORT_NAMES = tuple(key for i, (key, column) in enumerate(SORT_KEYS.items())
+                   if column not in list(SORT_KEYS.values())[:i])
+
+
+def sort_column(key: str | None) -> str:
+    """The op-table column a sort key orders by; InputError names the valid keys.
+
+    ``None`` is the default order (total CPU time). Case, surrounding blanks
+    and ``-`` for ``_`` do not matter.
+    """
+    if key is None:
+        return "total_cpu_us"
+    norm = str(key).strip().lower().replace("-", "_")
+    if norm in SORT_KEYS.values():
+        return norm
+    if norm not in SORT_KEYS:
+        raise InputError(f"sort: unknown sort key {key!r}; use one of: {', '.join(SORT_NAMES)}")
+    return SORT_KEYS[norm]
+
+
+def top_ops(ops: pd.DataFrame, sort: str | None, top: int) -> pd.DataFrame:
+    """The ``top`` rows of an op table in ``sort`` order (descending; names ascending)."""
+    column = sort_column(sort)
+    if column not in ops.columns or len(ops) == 0:
+        return ops.head(top)
+    return ops.sort_values(column, ascending=column == "name", kind="stable").head(top)
+
+
+def category_mask(trace: Trace, *names: str) -> np.ndarray:
+    """Rows whose normalized category is one of ``names``."""
+    labels = trace.events.categories["cat"]
+    codes = [labels.index(n) for n in names if n in labels]
+    return _code_mask(trace.events["cat"], codes, len(labels))
+
+
+def _code_mask(column: np.ndarray, codes: list[int], n_labels: int) -> np.ndarray:
+    """``np.isin(column, codes)`` for label codes (-1 = none) as one table
+    lookup: a run's worker builds dozens of these masks per trace, and isin
+    sorts or allocates a table each time."""
+    table = np.zeros(n_labels + 1, bool)  # the extra last entry is code -1's
+    table[codes] = True
+    return table[column]
+
+
+def phase_mask(trace: Trace, ph: str) -> np.ndarray:
+    """Rows of one Chrome-trace phase (``X`` complete, ``i`` instant, ...)."""
+    labels = trace.events.categories["ph"]
+    return trace.events["ph"] == (labels.index(ph) if ph in labels else -2)
+
+
+def name_mask(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
+    """Rows whose name matches ``pattern`` (tested once per distinct name)."""
+    labels = trace.events.categories["name"]
+    hits = [i for i, lab in enumerate(labels) if pattern.search(lab)]
+    return _code_mask(trace.events["name"], hits, len(labels))
+
+
+def enclosing(ts: np.ndarray, dur: np.ndarray, group: np.ndarray,
+              can_contain: np.ndarray) -> np.ndarray:
+    """Index of the innermost interval enclosing each one, within its group.
+
+    Defined by a sweep over intervals sorted by (group, start, longest first)
+    with a stack of open intervals, popping those that ended at or before the
+    next start; only rows with ``can_contain`` are pushed, so leaves such as
+    runtime calls never parent anything. -1 where nothing encloses. Computed
+    without the Python loop by ``open_before``.
+    """
+    n = len(ts)
+    parent = np.full(n, -1, np.int64)
+    if n == 0:
+        return parent
+    order = sweep_order(ts, dur, group)
+    pos = open_before(ts[order], (ts + dur)[order], group[order], can_contain[order])
+    parent[order] = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
+    return parent
+
+
+def sweep_order(ts: np.ndarray, dur: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-dur, ts, group))``, faster on traces (mostly in time order).
+
+    Sorting by start first is nearly linear on such data, only rows sharing a
+    start are then ordered by duration, and the stable sort by group is a
+    radix sort; ties keep row order at every stage, as in ``lexsort``.
+    """
+    order = np.argsort(ts, kind="stable")
+    t = ts[order]
+    tie = (t[1:] == t[:-1]) | (np.isnan(t[1:]) & np.isnan(t[:-1]))
+    if tie.any():
+        first = np.r_[True, ~tie]  # the first row of each run of equal starts
+        in_run = np.r_[tie, False] | np.r_[False, tie]
+        rows = np.flatnonzero(in_run)
+        run = np.cumsum(first)[rows]
+        order[rows] = order[rows][np.lexsort((-dur[order[rows]], run))]
+    return order[np.argsort(group[order], kind="stable")]
+
+
+def open_before(starts: np.ndarray, ends: np.ndarray, group: np.ndarray,
+                can_contain: np.ndarray) -> np.ndarray:
+    """For sorted intervals, the position of the sweep's stack top at each one.
+
+    Inputs are sorted by (group, start); the result is what the stack sweep of
+    ``enclosing`` would find on top when reaching each interval (-1: empty).
+    The top is always the latest earlier container of the same group that has
+    not ended by this start (``not end <= start``): every interval the sweep
+    popped ended at or before an earlier start. That "last earlier element
+    that is not skippable" is found for all rows at once by binary lifting
+    over a table of block maxima of the ends (non-containers count as ended).
+    """
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    ends = np.where(can_contain, ends, -np.inf)  # NaN ends stay open, as in the sweep
+    group_start = np.searchsorted(group, group, side="left")
+    pos = np.arange(-1, n - 1)
+    # most rows end the search at once: the previous row is open, or another group
+    todo = np.flatnonzero((pos >= group_start) & (ends[np.maximum(pos, 0)] <= starts))
+    levels = [ends]
+    longest = int((np.arange(n) - group_start).max()) + 1  # rows in the largest group
+    while len(todo) and 2 ** len(levels) <= longest:
+        prev, half = levels[-1], 2 ** (len(levels) - 1)  # max(ends[p - 2*half + 1 .. p])
+        levels.append(np.concatenate([prev[:half], np.maximum(prev[half:], prev[:-half])]))
+    at, floor, start = pos[todo], group_start[todo], starts[todo]
+    for k in range(len(levels) - 1, -1, -1):
+        step = 2**k
+        ok = at - (step - 1) >= floor
+        ok &= levels[k][np.maximum(at, 0)] <= start
+        at = np.where(ok, at - step, at)
+    pos[todo] = at
+    found = pos >= group_start
+    found &= ~(ends[np.maximum(pos, 0)] <= starts)
+    return np.where(found, pos, -1)
+
+
+@dataclass(frozen=True)
+class OpCalls:
+    """Per-call arrays behind ``op_table``; hints and summaries reuse them."""
+
+    rows: np.ndarray  # event row of each op call
+    self_us: np.ndarray
+    device_us: np.ndarray
+    kernels: np.ndarray
+    #: device time launched outside every op (e.g. directly in an annotation)
+    unattributed_device_us: float
+
+
+def op_calls(trace: Trace) -> OpCalls:
+    """Self CPU time and launched device time of every op call.
+
+    Computed once per trace: the summary, the op tables (with and without
+    shapes) and the hints all read the same calls. The memo is dropped with
+    the trace, and ignored if its events table was replaced.
+    """
+    key = id(trace)
+    hit = _OP_CALLS.get(key)
+    if hit is not None and hit[0]() is trace and hit[1] is trace.events.columns:
+        return hit[2]
+    calls = _op_calls(trace)
+    weakref.finalize(trace, _OP_CALLS.pop, key, None)
+    _OP_CALLS[key] = (weakref.ref(trace), trace.events.columns, calls)
+    return calls
+
+
+#: id(trace) -> (weak reference to it, its columns dict, its op calls)
+_OP_CALLS: dict[int, tuple[weakref.ref, dict, OpCalls]] = {}
+
+
+def _op_calls(trace: Trace) -> OpCalls:
+    ev = trace.events
+    step_names = name_mask(trace, re.compile(r"^ProfilerStep#"))
+    is_x = phase_mask(trace, "X")
+    op_rows = np.flatnonzero(category_mask(trace, "cpu_op") & is_x & ~step_names)
+    rt_rows = np.flatnonzero(category_mask(trace, *LAUNCH_CATEGORIES) & is_x)
+    rows = np.concatenate([op_rows, rt_rows])
+    is_op = np.arange(len(rows)) < len(op_rows)
+    thread = ev["pid"][rows] * (1 << 32) + ev["tid"][rows]
+    parent = enclosing(ev["ts"][rows], ev["dur"][rows], thread, is_op)
+
+    n_ops = len(op_rows)
+    dur = ev["dur"][op_rows]
+    # a child op's or runtime call's duration leaves its innermost enclosing op
+    child = parent >= 0
+    children_us = np.bincount(parent[child], weights=ev["dur"][rows][child],
+                              minlength=n_ops)
+    self_us = np.maximum(dur - children_us[:n_ops], 0.0)
+
+    # GPU event -> runtime call (by correlation) -> enclosing op (position)
+    launcher_op = parent[n_ops:]  # op position for each runtime call, or -1
+    gpu_rows = np.flatnonzero(category_mask(trace, *DEVICE_CATEGORIES))
+    owner = _lookup(ev["correlation"][rt_rows], launcher_op,
+                    ev["correlation"][gpu_rows])
+    missing = owner < 0
+    if missing.any():
+        owner[missing] = _lookup(ev["external_id"][op_rows], np.arange(n_ops),
+                                 ev["external_id"][gpu_rows[missing]])
+    linked = owner >= 0
+    device_us = np.bincount(owner[linked], weights=ev["dur"][gpu_rows][linked],
+                            minlength=n_ops)[:n_ops]
+    is_kernel = category_mask(trace, "kernel")[gpu_rows]
+    kernels = np.bincount(owner[linked & is_kernel], minlength=n_ops)[:n_ops]
+    unattributed = float(ev["dur"][gpu_rows][~linked].sum())
+    return OpCalls(op_rows, self_us, device_us, kernels.astype(np.int64), unattributed)
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``values`` at the position of each query in ``keys`` (-1 if absent or < 0)."""
+    out = np.full(len(queries), -1, np.int64)
+    valid = keys >= 0
+    keys, values = keys[valid], values[valid]
+    if len(keys) == 0 or len(queries) == 0:
+        return out
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.clip(np.searchsorted(sorted_keys, queries), 0, len(keys) - 1)
+    hit = (sorted_keys[pos] == queries) & (queries >= 0)
+    out[hit] = values[order[pos[hit]]]
+    return out
+
+
+def op_table(trace: Trace, group_by_shapes: bool = False,
+             group_by_source: bool = False) -> pd.DataFrame:
+    """One row per op name (and input shapes, and source line): calls, CPU and
+    device time.
+
+    Sorted by total CPU time, largest first. ``input_shapes`` is filled only
+    when grouping by shapes (the ``--shapes`` view), ``stack`` (the user code
+    line that issued the op, see ``sources``) only when grouping by source
+    (``--stack``); ``flops`` is the sum of the profiler's estimates, NaN when
+    it recorded none (``--flops`` off).
+    """
+    import pandas as pd
+
+    calls = op_calls(trace)
+    ev = trace.events
+    rows = calls.rows
+    # grouped on codes (one per distinct text, so the same groups in the same
+    # order as grouping the texts), decoded once per group afterwards
+    frame = pd.DataFrame({
+        "name": _text_codes(trace, "name", rows),
+        "input_shapes": _text_codes(trace, "input_dims", rows) if group_by_shapes else 0,
+        "self_cpu_us": calls.self_us,
+        "total_cpu_us": ev["dur"][rows],
+        "device_us": calls.device_us,
+        "kernels": calls.kernels,
+        "flops": ev["flops"][rows],
+        "stack": 0,
+    })
+    source_labels: Any = None
+    if group_by_source:
+        from torchlens.analysis.trace.sources import (
+            op_sources,  # sources builds on this module
+        )
+
+        frame["stack"], source_labels = pd.factorize(op_sources(trace, rows))
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in OP_COLUMNS})
+    table = _aggregate(frame, ["name", "input_shapes", "stack"])
+    table["name"] = _decode(trace, "name", table["name"])
+    table["input_shapes"] = (_decode(trace, "input_dims", table["input_shapes"])
+                             if group_by_shapes else "")
+    table["stack"] = (np.asarray(source_labels, dtype=object)[table["stack"].to_numpy()]
+                      if group_by_source else "")
+    seconds = table[flops_basis(trace)].to_numpy(dtype=float) / 1e6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["flops_per_s"] = np.where(seconds > 0, table["flops"] / seconds, np.nan)
+    table = table.sort_values("total_cpu_us", ascending=False, kind="stable")
+    return table[OP_COLUMNS].reset_index(drop=True)
+
+
+def flops_basis(trace: Trace) -> str:
+    """The op-table column FLOP/s divide by: ``device_us`` on a GPU trace,
+    else ``total_cpu_us`` (see the module docstring)."""
+    return "device_us" if category_mask(trace, *DEVICE_CATEGORIES).any() else "total_cpu_us"
+
+
+def _aggregate(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per distinct key (int codes), in order of first appearance: calls and sums.
+
+    The same numbers as ``groupby(keys, sort=False).agg(calls=size, ...=sum,
+    flops=lambda s: s.sum(min_count=1))`` at a tenth of its fixed cost: one
+    pandas groupby-sum over a single int key for the time columns (pandas'
+    compensated sum, so equal to the bit), and the flops summed per group as
+    ``Series.sum`` does (NaN where a group has no estimate).
+    """
+    import pandas as pd
+
+    group = np.zeros(len(frame), np.int64)
+    for key in keys:  # one int per distinct tuple of key codes, kept below len(frame)
+        codes = frame[key].to_numpy().astype(np.int64)
+        codes = codes - codes.min()
+        group = pd.factorize(group * (int(codes.max()) + 1) + codes)[0]
+    # pd.factorize numbers in order of first appearance, like groupby(sort=False)
+    first = np.unique(group, return_index=True)[1]
+    sums = frame[["self_cpu_us", "total_cpu_us", "device_us", "kernels"]].groupby(
+        group, sort=False).sum()
+    table = frame[keys].iloc[first].reset_index(drop=True)
+    table["calls"] = np.bincount(group)
+    for column in sums.columns:
+        table[column] = sums[column].to_numpy()
+    table["flops"] = _group_nansum(frame["flops"].to_numpy(), group, len(first))
+    return table
+
+
+def _group_nansum(values: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, ``Series.sum(min_count=1)`` of ``values`` in row order."""
+    out = np.full(n_groups, np.nan)
+    present = ~np.isnan(values)
+    if not present.any():
+        return out
+    order = np.argsort(group, kind="stable")
+    bounds = np.cumsum(np.bincount(group, minlength=n_groups))[:-1]
+    for g, (part, seen) in enumerate(zip(np.split(values[order], bounds),
+                                         np.split(present[order], bounds), strict=True)):
+        if seen.any():
+            out[g] = np.where(seen, part, 0.0).sum()
+    return out
+
+
+def _text_codes(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
+    """Codes of a text column at ``rows``, one code per distinct text.
+
+    Missing values (-1) read as "", and a label repeated in the category list
+    maps to its first code, exactly as if the decoded texts were compared.
+    """
+    labels = list(trace.events.categories[column]) + [""]
+    first: dict[str, int] = {}
+    lut = np.asarray([first.setdefault(lab, i) for i, lab in enumerate(labels)], np.int64)
+    codes = trace.events[column][rows]
+    return lut[np.where(codes < 0, len(labels) - 1, codes)]
+
+
+def _decode(trace: Trace, column: str, codes: pd.Series) -> np.ndarray:
+    labels = np.asarray(list(trace.events.categories[column]) + [""], dtype=object)
+    return labels[codes.to_numpy()]
+
+
+def kernel_table(trace: Trace) -> pd.DataFrame:
+    """One row per GPU kernel name: calls, time, streams, and whether it is NCCL.
+
+    ``streams`` lists the streams the kernel ran on (``"7,40"``), because a
+    compute kernel on the communication stream, or the reverse, is a finding.
+    """
+    import pandas as pd
+
+    ev = trace.events
+    rows = np.flatnonzero(category_mask(trace, "kernel"))
+    if len(rows) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in KERNEL_COLUMNS})
+    frame = pd.DataFrame({"name": ev.text("name")[rows], "dur": ev["dur"][rows],
+                          "stream": ev["stream"][rows]})
+    table = frame.groupby("name", sort=False).agg(
+        calls=("dur", "size"), total_us=("dur", "sum"), mean_us=("dur", "mean"),
+        max_us=("dur", "max"),
+        streams=("stream", lambda s: ",".join(str(x) for x in sorted(set(s)))),
+    ).reset_index()
+    table["is_comm"] = table["name"].str.match(COMM_KERNEL.pattern)
+    table = table.sort_values("total_us", ascending=False, kind="stable")
+    return table[KERNEL_COLUMNS].reset_index(drop=True)

@@ -1,0 +1,152 @@
+"""``MemoryCapture``: run a block with allocator history on, produce a ``Profile``.
+
+On CUDA: stats before, history on, the body, snapshot and stats after, history
+off. The profile holds the snapshot in torch's own format
+(``snapshots["device0"]``), so ``torch.cuda._memory_viz`` and PyTorch's
+memory_viz page accept an export of it unchanged.
+
+On a CPU-only machine: the profiler's CPU ``[memory]`` events with stacks
+(``cpu_memory``) become a device trace in the same format, with no segments:
+the CPU allocator has no cache. Reserved memory and fragmentation then come
+from the caching-allocator model (analysis), and ``profile.unmeasured`` says so.
+
+The body's exception (an OOM included) is recorded in ``profile.error`` and
+propagates unchanged; what was captured up to then is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from torchlens.capture.environment import collect_environment
+from torchlens.capture.memory import cuda as cuda_memory
+from torchlens.capture.trace.native_output import quiet_native_noise
+from torchlens.model import GpumemPayload, MemoryOptions, Profile, error_record
+
+CPU_NOTE = (
+    "GPU allocator: no CUDA device here. Allocations and frees are the CPU "
+    "allocator's (profiler [memory] events); reserved memory, segments and "
+    "fragmentation figures come from the allocator model (torchlens' replay of "
+    "the CUDA caching allocator), not from a GPU"
+)
+
+
+class MemoryCapture:
+    """Context manager; ``.profile`` is set on exit. ``mark_run()`` splits ``--repeat`` runs."""
+
+    def __init__(self, options: MemoryOptions | None = None, *, title: str = "") -> None:
+        self.options = options or MemoryOptions()
+        self.title = title
+        self.profile: Profile | None = None
+        self.runs: list[tuple[int, int]] = []
+        self._run_start = 0
+        self._cuda = False
+
+    def mark_run(self) -> None:
+        """Close one run of the body (for per-run growth) and open the next."""
+        now = time.time_ns() // 1000
+        self.runs.append((self._run_start, now))
+        self._run_start = now
+
+    def __enter__(self) -> MemoryCapture:
+        self._environment = collect_environment()
+        self._cuda = cuda_memory.cuda_available()
+        opts = self.options
+        if self._cuda:
+            self._stats_before = cuda_memory.memory_stats(opts.device)
+            cuda_memory.start_history(opts.max_entries, opts.stacks, opts.device)
+        else:
+            self._start_cpu()
+        self._created = time.time()
+        self._wall0 = time.perf_counter()
+        self._start_us = self._run_start = time.time_ns() // 1000
+        return self
+
+    def _start_cpu(self) -> None:
+        from torchlens.capture.memory.cpu import MemoryEvents, SiteRecorder
+
+        self._stats_before = {}
+        self._prof = MemoryEvents()
+        self._recorder = SiteRecorder() if self.options.stacks > 0 else None
+        # the profiler's start/stop lines and its "block of unknown size" warning
+        # for every pre-cell tensor the cell frees are torch's, not the user's
+        self._quiet = quiet_native_noise()
+        self._quiet.__enter__()
+        try:
+            self._prof.__enter__()
+        except BaseException:
+            self._quiet.__exit__(None, None, None)
+            raise
+        if self._recorder is not None:
+            self._recorder.__enter__()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        wall = time.perf_counter() - self._wall0
+        end_us = time.time_ns() // 1000
+        if self._run_start < end_us and (not self.runs or self.runs[-1][1] < end_us):
+            self.runs.append((self._run_start, end_us))
+        t0 = time.perf_counter()
+        unmeasured: list[str] = []
+        if self._cuda:
+            snap, stats_after = self._stop_cuda()
+        else:
+            snap, stats_after = self._stop_cpu(), {}
+            unmeasured.append(CPU_NOTE)
+        unmeasured += self._environment.pop("unmeasured", [])
+        self.profile = Profile(
+            kind="gpumem",
+            title=self.title,
+            environment=self._environment,
+            payload=GpumemPayload(
+                measured_on="cuda" if self._cuda else "cpu", recorded=self.options,
+                stats_before=self._stats_before, stats_after=stats_after,
+                start_us=self._start_us, end_us=end_us, runs=list(self.runs),
+                capture_stop_s=time.perf_counter() - t0),
+            created_at=self._created,
+            wall_time_s=wall,
+            source="gpumem capture" + ("" if self._cuda else " (CPU allocator events)"),
+            snapshots={f"device{self.options.device}": snap},
+            unmeasured=unmeasured,
+            error=error_record(exc),
+        )
+        return False
+
+    def _stop_cuda(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        dev = self.options.device
+        try:
+            snap = cuda_memory.take_snapshot()
+            stats_after = cuda_memory.memory_stats(dev)
+        finally:
+            cuda_memory.stop_history(dev)
+        return _trim_snapshot(snap, self._start_us, self.options.stacks), stats_after
+
+    def _stop_cpu(self) -> dict[str, Any]:
+        from torchlens.capture.memory.cpu import device_trace_from_events
+
+        if self._recorder is not None:
+            self._recorder.__exit__(None, None, None)
+        try:
+            self._prof.__exit__(None, None, None)
+        finally:
+            self._quiet.__exit__(None, None, None)
+        events, base_ns = self._prof.events()
+        trace = device_trace_from_events(events, base_ns, self._recorder, self.options.stacks)
+        return {"segments": [], "device_traces": [trace], "allocator_settings": {},
+                "external_annotations": []}
+
+
+def _trim_snapshot(snap: dict[str, Any], start_us: int, depth: int) -> dict[str, Any]:
+    """Keep the history of this block only (history may have been on before) and
+    at most ``depth`` Python frames per entry, dropping C++ frames."""
+    def trim(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [f for f in frames if str(f.get("filename", "")).endswith(".py")
+                or str(f.get("filename", "")).startswith("<")][:depth]
+
+    out = dict(snap)
+    out["device_traces"] = [
+        [dict(e, frames=trim(e.get("frames", []))) for e in t
+         if e.get("time_us", start_us) >= start_us]
+        for t in snap.get("device_traces", [])
+    ]
+    return out

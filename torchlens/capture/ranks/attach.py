@@ -1,0 +1,270 @@
+"""The rank side of ``torchlens run``: an unchanged torchrun script reports to the collector.
+
+``torchlens.step()`` checks the environment once; when ``TORCHLENS_COLLECTOR``
+(``host:port``) is set, its first call attaches this process: it connects a
+TCPStore client to the collector, takes a *slot* (a number of its own, so a
+restarted rank never overwrites what its earlier incarnation sent), says
+hello (rank, world size, node, host, pid, restart count), and starts the
+``--profile`` capture of ``%ddp_check`` (``stepper.RankProfiler``: step
+records with phase times and memory, profiled steps summarised by the rank
+itself). A daemon thread sends a heartbeat, the new step records and the new
+summaries twice a second; at exit the last of them and a ``bye``.
+
+Everything sent is JSON sealed with the run's key (``signing.RunKey``) under
+its own key name, so the collector drops what anyone else wrote; the rank
+reads back only sealed JSON (the agreed profiling interval), never a pickle.
+
+Why the rank ends itself when its elastic agent dies: torchrun starts each
+worker in a session of its own, so killing an agent (or its node's process
+group) leaves the workers running with nobody to stop or restart them. A
+rank whose parent changed says so in its ``bye`` (the collector then knows
+the node was lost, not merely slow) and kills itself.
+
+Step 0 is the step after the first ``torchlens.step()``: the steps before it
+ran before the capture existed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from torchlens.capture.channel import protocol
+from torchlens.capture.channel.signing import RunKey
+
+ENV_COLLECTOR = "TORCHLENS_COLLECTOR"
+#: where ranks export their profiled steps' traces (the run folder, when this
+#: node can write it: the collector's own node, or a shared file system)
+ENV_RUN_DIR = "TORCHLENS_RUN_DIR"
+HEARTBEAT_S = 0.5
+CONNECT_TIMEOUT_S = 30.0
+FINISH_WAIT_S = 10.0
+
+_attached: Attachment | None = None
+
+
+def _int_env(name: str, default: int | None = None) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 as ``[::1]:port``) -> (host, port); ValueError when not."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{ENV_COLLECTOR}={text!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def rendezvous_round(env: Mapping[str, str]) -> str:
+    """A name that every worker of one rendezvous round shares and the next
+    round does not: where the ranks agree on their profiling interval.
+
+    The agents' ``TORCHELASTIC_RESTART_COUNT`` is not one: an agent counts
+    only its own node's failures, so after node A's worker fails, A's new
+    workers say 1 and node B's (restarted because A came back to the
+    rendezvous) still say 0. With a fresh store per round (the agent's store
+    not shared: ``torchlens run``'s default) the round's store address is
+    new each round and the same on every node. With the agent's store shared
+    across rounds the address never changes, and the restart count, what
+    torch itself keys that store with, is all there is."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return f"restart{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+
+
+def _run_dir(requested: str | None, rank: int) -> tuple[str, bool]:
+    """(where this rank writes its traces, whether that is the shared run folder)."""
+    if requested:
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.join(requested, f"rank{rank}"), exist_ok=True)
+        if os.access(os.path.join(requested, f"rank{rank}"), os.W_OK):
+            return requested, True
+    return tempfile.mkdtemp(prefix=f"torchlens-rank{rank}-"), False
+
+
+class Attachment:
+    """One attached process: its store client, slot, profiler and sender thread."""
+
+    def __init__(self, key: RunKey, host: str, port: int,
+                 summarize: Callable[..., dict[str, Any]] | None = None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        from torchlens.capture.ranks.stepper import RankProfiler
+
+        self.key = key
+        self.rank = _int_env("RANK", 0) or 0
+        self.world_size = _int_env("WORLD_SIZE", 1) or 1
+        self.local_rank = _int_env("LOCAL_RANK", 0) or 0
+        self.restart = _int_env("TORCHELASTIC_RESTART_COUNT", 0) or 0
+        self.store = dist.TCPStore(host, port, is_master=False,
+                                   timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+        self.chan = protocol.Channel(self.store, key)
+        self.slot = int(self.store.add(protocol.slots_key(key.run_id), 1)) - 1
+        self.run_dir, self.shared = _run_dir(os.environ.get(ENV_RUN_DIR), self.rank)
+        cuda = torch.cuda.is_available() and self.local_rank < torch.cuda.device_count()
+        self.device = torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
+        self.profiler = RankProfiler(rank=self.rank, run_dir=self.run_dir, device=self.device,
+                                     every=None, summarize=summarize, agree=self._agree)
+        self.parent = os.getppid()
+        self.under_agent = "TORCHELASTIC_RUN_ID" in os.environ
+        self._lock = threading.RLock()  # the SIGTERM handler may run inside a flush
+        self._sent = [0, 0]  # step batches, summaries
+        self._beat = 0
+        self._closed = False
+        self._error: str | None = None
+        self._error_t: float | None = None  # when it was raised: which rank failed first
+
+    def _key(self, what: str) -> str:
+        return protocol.slot_key(self.key.run_id, self.slot, what)
+
+    def _put(self, name: str, body: Any) -> None:
+        self.chan.set(name, body)
+
+    def start(self) -> None:
+        # the heartbeat exists before the hello: the collector reads it with
+        # multi_get (which would wait on a missing key) once it has the hello
+        self._put(self._key("hb"), self._heartbeat())
+        self._put(self._key("hello"), {
+            "rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank,
+            "node": _int_env("GROUP_RANK"), "host": socket.gethostname(), "pid": os.getpid(),
+            "restart": self.restart, "elastic_run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
+            "slot": self.slot, "t": time.time(), "device": str(self.device),
+            "run_dir": self.run_dir, "shared_run_dir": self.shared})
+        self.profiler.start()
+        self._hook_exit()
+        threading.Thread(target=self._loop, daemon=True, name="tl-collector").start()
+
+    def _heartbeat(self) -> dict[str, Any]:
+        from torchlens.capture.ranks.stepper import rss_bytes
+
+        self._beat += 1
+        # "sent" tells the collector which ring keys hold new values
+        return {"t": time.time(), "beat": self._beat, "rss": rss_bytes(),
+                "sent": list(self._sent), **self.profiler.status()}
+
+    def _set_numbered(self, kind: int, body: bytes) -> None:
+        what = ("steps", "prof")[kind]
+        name = protocol.ring_key(self.key.run_id, self.slot, what, self._sent[kind])
+        self.chan.set_bytes(name, body)
+        self._sent[kind] += 1
+
+    def _flush(self) -> None:
+        """New step records (one batch) and summaries, then the heartbeat that counts them."""
+        with self._lock:
+            records, summaries = self.profiler.drain()
+            if records:
+                self._set_numbered(0, protocol.pack(self._sent[0], protocol.encode(records)))
+            for summary in summaries:
+                self._set_numbered(1, protocol.pack_summary(self._sent[1], summary))
+            self._put(self._key("hb"), self._heartbeat())
+
+    def _loop(self) -> None:
+        while not self._closed:
+            if self.under_agent and os.getppid() != self.parent:
+                self.close("agent died")
+                os.kill(os.getpid(), signal.SIGKILL)
+            with contextlib.suppress(Exception):  # collector gone: training goes on
+                self._flush()
+            time.sleep(HEARTBEAT_S)
+
+    def _agree(self, mine: int) -> int:
+        """Every rank's proposed profiling interval; the largest wins (as in ``%ddp_check``)."""
+        from torchlens.capture.ranks.stepper import AGREE_WAIT_S
+
+        run_id = self.key.run_id
+        round_ = rendezvous_round(os.environ)
+        names = [protocol.run_every_key(run_id, round_, r) for r in range(self.world_size)]
+        self._put(names[self.rank], mine)
+        with contextlib.suppress(Exception):  # a peer gone: take what is there
+            self.store.wait(names, timedelta(seconds=AGREE_WAIT_S))
+        best = mine
+        for name in names:
+            if self.store.check([name]):
+                with contextlib.suppress(Exception):  # forged: ignored
+                    best = max(best, int(self.chan.get(name)))
+        return best
+
+    # -- the end -------------------------------------------------------------
+    def _hook_exit(self) -> None:
+        previous = sys.excepthook
+
+        def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+            self._error = f"{kind.__name__}: {str(exc).strip()[:300]}"
+            self._error_t = time.time()
+            previous(kind, exc, tb)
+
+        sys.excepthook = excepthook
+        atexit.register(self.close, "exit")
+        # torchrun ends a node's other workers with SIGTERM when one fails; by
+        # default that skips atexit, and the collector could not tell "ended by
+        # its agent" from "lost". Only where nobody else handles SIGTERM.
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+            def on_term(signum: int, frame: Any) -> None:
+                self.close("SIGTERM")
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+            signal.signal(signal.SIGTERM, on_term)
+
+    def close(self, reason: str) -> None:
+        """The last records and summaries, then ``bye`` with why this rank ended."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.under_agent and os.getppid() != self.parent:
+            # its agent is gone, so its node is: the collective error or SIGTERM
+            # that ends this rank is the fallout, and the node is what was lost
+            reason = "agent died"
+        if reason == "exit":
+            with contextlib.suppress(Exception):
+                self.profiler.finish(wait_s=FINISH_WAIT_S)
+        with contextlib.suppress(Exception):
+            self._flush()
+            if self._error and reason == "exit":
+                reason = "exception"
+            # the bye rides on the last heartbeat, which counts the last values
+            bye = {"t": time.time(), "reason": reason, "error": self._error,
+                   "error_t": self._error_t, "steps": self.profiler.index,
+                   "errors": self.profiler.errors[:20]}
+            self._put(self._key("hb"), {**self._heartbeat(), "bye": bye})
+
+
+def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment | None:
+    """Attach this process to the collector named in the environment (once).
+
+    Returns None, after one line on stderr, when the environment is
+    incomplete or the collector cannot be reached: the training goes on
+    without torchlens rather than failing.
+    """
+    global _attached
+    if _attached is not None:
+        return _attached
+    try:
+        host, port = parse_address(os.environ.get(ENV_COLLECTOR, ""))
+        key = RunKey.from_env()
+        if key is None:
+            raise ValueError("TORCHLENS_RUN_ID and TORCHLENS_RUN_SECRET (or "
+                             "TORCHLENS_RUN_SECRET_FILE) are not set: run the command "
+                             "`torchlens run` printed for this node")
+        attachment = Attachment(key, host, port, summarize)
+        attachment.start()
+    except Exception as exc:  # noqa: BLE001 - the training must not fail because of us
+        print(f"torchlens: not reporting to the collector: {exc}", file=sys.stderr)
+        return None
+    _attached = attachment
+    return attachment

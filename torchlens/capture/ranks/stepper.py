@@ -1,0 +1,456 @@
+"""The rank side of ``%ddp_check --profile``: step records, profiled steps, windows.
+
+Why phase timers and not per-op hooks: the checker's ``TorchDispatchMode``
+costs about 11 us per op (+37% on a 6.5 ms step). Here five Python wrappers
+run a few times per step (DataLoader batches, ``DistributedDataParallel.forward``,
+``backward``, ``Optimizer.step`` through torch's global optimizer hooks, and
+the ``torch.distributed`` collectives the user calls), so a step costs a few
+microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
+which is why the late rank is found by comparing phases across ranks
+(``analysis.rank_steps``), not by watching collectives.
+
+Why one torch.profiler per profiled step (``start()`` at the end of the step
+before, ``stop()`` in its own ``step()`` call) instead of a ``schedule``: the
+interval between profiled steps is decided after the first one (the budget
+below), which a schedule fixes up front. ``step_num`` is set so the trace's
+``ProfilerStep#N`` is the step's own index.
+
+The budget: ``--profile`` alone profiles steps ``MIN_EVERY - 1`` and
+``2 * MIN_EVERY - 1``, then one step in ``every``, where every rank proposes
+the smallest interval that keeps its measured profiling cost (the second
+profiled step's extra time, start, stop and export, plus the CPU its summary
+took) under ``budget`` of its step time, and all ranks take the largest
+proposal (through the store, once), so they profile the same steps and the
+joint timeline lines up. ``--profile-every N`` fixes the interval instead.
+
+The profiled step's trace is exported by the training thread (about 1 ms;
+the profiler's data lives there) and read and summarised by a background
+thread (the C scanner releases the GIL), so the next step is not held up.
+Summaries and step records leave through the worker's heartbeat thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import torch
+
+from torchlens.capture.trace import profiler as _profiler
+
+PHASES = ("data", "forward", "backward", "optimizer", "collective")
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+               "broadcast", "broadcast_object_list", "reduce", "gather", "scatter", "barrier",
+               "send", "recv", "isend", "irecv", "monitored_barrier")
+MIN_EVERY = 5
+BUDGET = 0.03
+MAX_EVERY = 10_000
+#: Before the first window is cut: set-up (building the model, DDP's first
+#: broadcast, importing torch._dynamo) can take seconds before a first step()
+FIRST_WINDOW_S = 10.0
+AGREE_WAIT_S = 10.0
+_PROCESS = psutil.Process(os.getpid())
+
+
+class StepLimit(BaseException):
+    """``--steps N`` reached: ends the user's loop on every rank at the same step.
+
+    A BaseException so a user's ``except Exception`` does not swallow it."""
+
+
+class PhaseClock:
+    """Accumulates the time spent in each phase; the outermost phase counts."""
+
+    def __init__(self) -> None:
+        self.spent = [0.0] * len(PHASES)
+        self.active = -1
+        self.entries = 0  # progress for the hang detector: grows inside long steps
+        self.first: float | None = None  # when the first phase began (unix s)
+        self.tick: Callable[[], None] | None = None
+        self._undo: list[Callable[[], None]] = []
+        self._opt_t0 = 0.0
+
+    def take(self) -> dict[str, float]:
+        out = {p: round(s, 7) for p, s in zip(PHASES, self.spent, strict=True)}
+        self.spent = [0.0] * len(PHASES)
+        return out
+
+    def _wrap(self, index: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+        clock = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if clock.active >= 0:
+                return fn(*args, **kwargs)
+            clock.active, clock.entries = index, clock.entries + 1
+            if clock.first is None:
+                clock.first = time.time()
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock.spent[index] += time.perf_counter() - t
+                clock.active = -1
+                if clock.tick is not None:
+                    clock.tick()
+
+        timed.__wrapped__ = fn  # type: ignore[attr-defined]
+        timed.__name__ = getattr(fn, "__name__", "timed")
+        timed.__doc__ = getattr(fn, "__doc__", None)
+        return timed
+
+    def _patch(self, owner: Any, name: str, phase: str) -> None:
+        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if original is None:
+            return
+        setattr(owner, name, self._wrap(PHASES.index(phase), original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def install(self) -> None:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from torch.nn.parallel import DistributedDataParallel
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+        from torch.utils.data import dataloader
+
+        self._patch(dataloader._BaseDataLoaderIter, "__next__", "data")
+        self._patch(DistributedDataParallel, "forward", "forward")
+        self._patch(torch.Tensor, "backward", "backward")
+        self._patch(torch.autograd, "backward", "backward")
+        for module in (dist, distributed_c10d):
+            for name in COLLECTIVES:
+                if callable(getattr(module, name, None)):
+                    self._patch(module, name, "collective")
+        optimizer = PHASES.index("optimizer")
+
+        def pre(*_: Any) -> None:
+            if self.active < 0:
+                if self.first is None:
+                    self.first = time.time()
+                self.active, self.entries, self._opt_t0 = optimizer, self.entries + 1, time.perf_counter()
+
+        def post(*_: Any) -> None:
+            if self.active == optimizer:
+                self.spent[optimizer] += time.perf_counter() - self._opt_t0
+                self.active = -1
+                if self.tick is not None:
+                    self.tick()
+
+        for handle in (register_optimizer_step_pre_hook(pre),
+                       register_optimizer_step_post_hook(post)):
+            self._undo.append(handle.remove)
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_STATM: int | None = None
+
+
+def rss_bytes() -> int:
+    """Resident set size from ``/proc/self/statm`` (a few µs; psutil takes ~16 µs)."""
+    global _STATM
+    try:
+        if _STATM is None:
+            _STATM = os.open("/proc/self/statm", os.O_RDONLY)
+        return int(os.pread(_STATM, 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):  # not Linux
+        return _PROCESS.memory_info().rss
+
+
+def memory_now(device: torch.device) -> dict[str, Any]:
+    """The step's memory: CUDA allocator counters, or RSS alone on CPU."""
+    if device.type == "cuda":
+        st = torch.cuda.memory_stats(device)
+        return {"rss": rss_bytes(),
+                "allocated": st.get("allocated_bytes.all.current"),
+                "reserved": st.get("reserved_bytes.all.current"),
+                "inactive_split": st.get("inactive_split_bytes.all.current"),
+                "largest_free": None, "source": "cuda"}
+    return {"rss": rss_bytes(), "allocated": None, "reserved": None,
+            "inactive_split": None, "largest_free": None, "source": "rss"}
+
+
+def largest_free_cuda(device: torch.device) -> int | None:
+    """Largest inactive block in the caching allocator (needs a snapshot: profiled steps only)."""
+    try:
+        segments = torch.cuda.memory_snapshot()
+    except Exception:  # noqa: BLE001 - an allocator that cannot snapshot: not measured
+        return None
+    sizes = [b["size"] for s in segments if s.get("device") == device.index
+             for b in s.get("blocks", []) if b.get("state") == "inactive"]
+    return max(sizes, default=0)
+
+
+class RankProfiler:
+    """One rank's ``--profile`` capture; ``torchlens.step()`` calls ``step()``.
+
+    ``summarize(trace_path, rank=, step=, trace_rel=, cuda_memory=)`` turns an
+    exported trace into a bounded summary (injected: capture does not analyse).
+    ``agree(proposal)`` returns the interval every rank takes (the store).
+    """
+
+    def __init__(self, *, rank: int, run_dir: str, device: torch.device,
+                 every: int | None, budget: float = BUDGET, window_s: float = 1.0,
+                 max_steps: int | None = None,
+                 summarize: Callable[..., dict[str, Any]] | None = None,
+                 agree: Callable[[int], int] | None = None) -> None:
+        self.rank, self.device = rank, device
+        self.run_dir = run_dir
+        self.fixed_every = every
+        self.every = every or MIN_EVERY
+        self.budget, self.window_s, self.max_steps = budget, window_s, max_steps
+        self.summarize, self.agree = summarize, agree
+        self.clock = PhaseClock()
+        self.records: list[dict[str, Any]] = []  # not yet sent (drained by the heartbeat)
+        self.summaries: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.errors: list[str] = []
+        self.index = 0  # the step now running
+        self.next_profiled = self.every - 1
+        self.real_steps = False
+        self.windows = False
+        self.own_s = 0.0  # torchlens' own time inside step() calls
+        self.prof: Any = None
+        self._prof_stopped = False
+        self._profiled = 0  # profiled steps so far
+        self._summary_cpu: list[float] = []  # CPU seconds of each summary (ingest thread)
+        self._summarised = threading.Event()
+        self.budget_figures: dict[str, Any] = {}
+        self._prof_t0 = 0.0
+        self._walls: list[float] = []
+        self._work: queue.Queue[tuple[str, int, dict[str, Any] | None] | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self.t_mark = 0.0
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        os.makedirs(os.path.join(self.run_dir, f"rank{self.rank}"), exist_ok=True)
+        self.clock.install()
+        self.clock.tick = self._window_tick
+        self._worker = threading.Thread(target=self._ingest, daemon=True, name="tl-ingest")
+        self._worker.start()
+        _profiler._active.append(self)  # type: ignore[arg-type]
+        self.t_mark = time.time()
+        self.window_end = self.t_mark + max(self.window_s,
+                                            min(FIRST_WINDOW_S, 5 * self.window_s))
+        if self.next_profiled == 0:
+            self._start_profiler()
+
+    def finish(self, wait_s: float = 30.0) -> None:
+        """The function returned (or raised): close the open step, wait for summaries."""
+        with contextlib.suppress(ValueError):
+            _profiler._active.remove(self)  # type: ignore[arg-type]
+        self.clock.tick = None
+        if not self.real_steps and time.time() > self.t_mark:
+            with contextlib.suppress(StepLimit):
+                self.step(window=True)  # a function without step(): its last window
+        elif self.prof is not None:  # a profiled step the function never finished
+            self._stop_profiler(self.index, partial=True)
+        self.clock.remove()
+        self._work.put(None)
+        if self._worker is not None:
+            self._worker.join(timeout=wait_s)
+
+    def status(self) -> dict[str, Any]:
+        return {"steps_done": self.index, "phase_calls": self.clock.entries}
+
+    def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """New step records and summaries, for the heartbeat thread to send."""
+        records, self.records = self.records, []
+        out = []
+        while True:
+            try:
+                out.append(self.summaries.get_nowait())
+            except queue.Empty:
+                return records, out
+
+    # -- steps -------------------------------------------------------------
+    def _window_tick(self) -> None:
+        if not self.real_steps and time.time() >= self.window_end:
+            self.step(window=True)
+
+    def step(self, window: bool = False) -> None:
+        """The end of step ``self.index``: record it, drive the profiler."""
+        t1 = time.time()
+        stopped = self._stop_recording()  # the trace's ProfilerStep span ends next to t1
+        if not window:
+            if not self.real_steps and self.windows:
+                self._windows_were_set_up()
+            self.real_steps = True
+        else:
+            self.windows = True
+            self.window_end = t1 + self.window_s
+        i = self.index
+        profiled = self.prof is not None and stopped
+        phases = self.clock.take()
+        if i == 0 and not window and self.clock.first is not None:
+            # building the model and DDP's first broadcast come before step 0's
+            # first phase: set-up, not the step
+            self.t_mark = max(self.t_mark, min(self.clock.first, t1))
+        record = {"step": i, "t0": self.t_mark, "t1": t1, "phases": phases,
+                  "profiled": profiled, "window": window, "mem": memory_now(self.device)}
+        if profiled:
+            self._stop_profiler(i)
+        else:
+            self._walls.append(t1 - self.t_mark)
+        record["tl_s"] = round(time.time() - t1, 6)
+        self.records.append(record)
+        self.index = i + 1
+        if self.max_steps is not None and self.index >= self.max_steps:
+            self.t_mark = time.time()
+            raise StepLimit
+        if self.index == self.next_profiled:
+            self._start_profiler()
+        self.t_mark = time.time()
+        self.own_s += self.t_mark - t1
+
+    def _windows_were_set_up(self) -> None:
+        """A first step() after windows were cut: those windows were set-up.
+
+        Steps count from 0 again (``--steps`` counts real steps, and profiled
+        steps line up with the other ranks'); the kernel drops the window
+        records of a rank that has real steps.
+        """
+        self.clock.tick = None
+        self._stop_recording()
+        self.prof, self._prof_stopped = None, False
+        self.index = 0
+        self.next_profiled = self.every - 1 if self.fixed_every else MIN_EVERY - 1
+        self.every = self.fixed_every or MIN_EVERY
+        self._profiled = 0
+
+    # -- the profiler --------------------------------------------------------
+    def _start_profiler(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self._prof_t0 = time.perf_counter()
+        try:
+            prof = profile(activities=activities, profile_memory=self.device.type != "cuda")
+            prof.step_num = self.index
+            prof.record_steps = True  # ProfilerStep#N spans, as with a schedule
+            prof.start()
+        except Exception as exc:  # noqa: BLE001 - a profiler already on (the user's own)
+            self.errors.append(f"step {self.index}: torch.profiler did not start: {exc}")
+            self.next_profiled = -1
+            return
+        self.prof = prof
+
+    def _stop_recording(self) -> bool:
+        """Stop the running profiler (if any); True when it stopped cleanly."""
+        if self.prof is None or self._prof_stopped:
+            return self._prof_stopped
+        try:
+            self.prof.stop()
+        except Exception as exc:  # noqa: BLE001 - reported; the run goes on unprofiled
+            self.errors.append(f"step {self.index}: torch.profiler did not stop: {exc}")
+            self.prof, self.next_profiled = None, -1
+            return False
+        self._prof_stopped = True
+        return True
+
+    def _stop_profiler(self, i: int, partial: bool = False) -> None:
+        self._stop_recording()
+        prof, self.prof = self.prof, None
+        self._prof_stopped = False
+        if prof is None:
+            return
+        path = os.path.join(self.run_dir, f"rank{self.rank}", f"step{i:05d}.pt.trace.json")
+        try:
+            prof.export_chrome_trace(path)
+        except Exception as exc:  # noqa: BLE001 - reported; the run goes on unprofiled
+            self.errors.append(f"step {i}: the trace could not be written: {exc}")
+            self.next_profiled = -1
+            return
+        cost = time.perf_counter() - self._prof_t0
+        cuda = None
+        if self.device.type == "cuda":
+            cuda = {**memory_now(self.device), "largest_free": largest_free_cuda(self.device)}
+        self._work.put((path, i, cuda))
+        if partial:
+            return
+        self._profiled += 1
+        if self.fixed_every is None and self._profiled == 2:
+            self.every = self._agreed_every(cost)
+        self.next_profiled = i + self.every
+
+    def _agreed_every(self, cost_s: float) -> int:
+        """The interval that keeps this rank's profiling under the budget.
+
+        Measured at the second profiled step (the first pays one-time costs:
+        Kineto's start-up): the profiled step's extra wall time, start, stop
+        and export, plus the CPU time its summary took in the background
+        thread (the next steps pay that, on a machine whose cores the ranks
+        share), over ``budget`` x the median unprofiled step.
+        """
+        typical = statistics.median(self._walls) if self._walls else cost_s
+        self._summarised.wait(timeout=2.0)  # the first summary's CPU time
+        summary_cpu = statistics.median(self._summary_cpu) if self._summary_cpu else 0.0
+        extra = max(0.0, cost_s - typical) + summary_cpu
+        mine = MIN_EVERY if typical <= 0 else math.ceil(extra / (self.budget * typical))
+        mine = min(MAX_EVERY, max(MIN_EVERY, mine))
+        self.budget_figures = {"typical_step_s": typical, "profiled_extra_s": extra,
+                               "summary_cpu_s": summary_cpu, "proposed_every": mine}
+        if self.agree is None:
+            return mine
+        try:
+            return self.agree(mine)
+        except Exception:  # noqa: BLE001 - a peer gone: keep our own interval
+            return mine
+
+    def _ingest(self) -> None:
+        while True:
+            job = self._work.get()
+            if job is None:
+                return
+            path, step, cuda = job
+            if self.summarize is None:
+                continue
+            cpu0 = time.thread_time()
+            try:
+                summary = self.summarize(
+                    path, rank=self.rank, step=step,
+                    trace_rel=os.path.relpath(path, self.run_dir), cuda_memory=cuda)
+            except Exception as exc:  # noqa: BLE001 - one bad step must not end the run
+                self.errors.append(f"step {step}: summary failed: {type(exc).__name__}: {exc}")
+                continue
+            finally:
+                self._summary_cpu.append(time.thread_time() - cpu0)
+                self._summarised.set()
+            self.summaries.put(summary)
+
+
+def save_oom_snapshot(exc: BaseException, run_dir: str, rank: int) -> str | None:
+    """On a CUDA OutOfMemoryError, the allocator's snapshot into the run folder.
+
+    The snapshot is what ``%%gpumem``'s OOM diagnosis reads; without memory
+    history it still holds every segment and block at the moment of the OOM.
+    """
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is None or not isinstance(exc, oom):
+        return None
+    import pickle
+
+    path = os.path.join(run_dir, f"rank{rank}", "oom.pickle")
+    try:
+        snapshot = torch.cuda.memory._snapshot()
+        with open(path, "wb") as fh:
+            pickle.dump(snapshot, fh)
+    except Exception:  # noqa: BLE001 - the OOM itself is what gets reported
+        return None
+    return path

@@ -1,0 +1,66 @@
+"""The one live view of ``%ddp_check --profile``: rank profile panels above the heartbeat panels.
+
+Why a composite: the launcher talks to one sink (``RankSink``), which hands
+heartbeats, step records, summaries and rank endings to one ``inner`` view;
+the two render views each own their Bokeh sources and streaming, and live in
+one Bokeh document, so the notebook shows a single widget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProfiledLiveView:
+    """``render.rank_live.RankProfileView`` + ``render.live.LivePlot`` in one widget."""
+
+    def __init__(self, world_size: int, every: int | None, modelled: bool) -> None:
+        from bokeh.layouts import column
+
+        from torchlens.render.ddp.heartbeats import LivePlot
+        from torchlens.render.ranks.live import RankProfileView
+
+        self.profile = RankProfileView(world_size, every or 0, modelled)
+        self.beats = LivePlot(world_size)
+        self.layout = column(self.profile.layout, self.beats.layout, sizing_mode="stretch_width")
+        self._widget: Any = None
+
+    def for_run_feed(self, timeline: bool = False) -> None:
+        """As ``torchlens.watch`` shows a ``torchlens run`` job: its heartbeats
+        count no collectives, and its live feed's summaries have no ops (the
+        ``timeline`` of a finished folder's full summaries stays), so those
+        panels go rather than draw nothing."""
+        self.beats.hide_collectives()
+        if not timeline:
+            self.profile.hide_timeline()
+
+    @property
+    def widget(self) -> Any:
+        if self._widget is None:
+            from jupyter_bokeh import BokehModel
+
+            self._widget = BokehModel(self.layout)
+        return self._widget
+
+    @property
+    def flushes(self) -> int:
+        return self.profile.flushes
+
+    def push(self, hb: dict[str, Any]) -> None:
+        self.beats.push(hb)
+
+    def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
+        self.profile.push_steps(rank, records)
+
+    def push_summary(self, rank: int, summary: dict[str, Any]) -> None:
+        self.profile.push_summary(rank, summary)
+
+    def mark_restart(self, step: int, text: str) -> None:
+        self.profile.mark_restart(step, text)
+
+    def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
+        self.profile.rank_ended(rank, reason, t)
+
+    def flush(self, force: bool = False) -> None:
+        self.profile.flush(force)
+        self.beats.flush(force)

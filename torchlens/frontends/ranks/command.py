@@ -1,0 +1,294 @@
+"""``torchlens run [--out RUN_DIR] [--host IFACE] [--port P] -- torchrun ... train.py ARGS``.
+
+Hosts the collector (``capture.ddp.collector``), starts the command with the
+environment its ranks attach with (``capture.ddp.attach``), draws the live
+summary (``analysis.run_verdict`` -> ``render.terminal_run``) until the
+command ends, then writes the run folder and returns the command's exit
+code. Ctrl-C (or SIGTERM) ends the command's process group and still writes
+the folder. docs/MULTINODE.md says what a user sees.
+
+The secret goes to the local command through its environment only. Other
+nodes get it through a 0600 file in the run folder (``run.secret``), named by
+the printed ``TORCHLENS_RUN_SECRET_FILE=`` line; the file is deleted when the
+run ends (the secret is of no use after it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from torchlens.frontends.ranks import registry as run_registry
+from torchlens.model import InputError
+
+POLL_S = 0.25
+#: after the command ends: polls for the last batches its ranks wrote
+FINAL_POLLS = 3
+SECRET_FILE = "run.secret"
+#: where the collector appends what every slot sent, until the folder is written
+SPOOL_DIR = ".spool"
+LOG_FILE = "command.log"
+TAIL_LINES = 20
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: torch 2.13's c10d rendezvous lends its store to the workers; after an
+#: elastic restart the new gloo workers read their predecessors' stale
+#: addresses there and fail or hang (3 restarts in 4 on our machine, bare
+#: torchrun). "1": each rendezvous round builds a fresh store. A value the user
+#: set wins; every node must agree, so the other nodes' command carries the value.
+FRESH_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def _reachable_address(bound: str) -> str:
+    """What other processes should dial: the bound address, or this host for a wildcard."""
+    if bound in ("0.0.0.0", "::", ""):
+        return socket.gethostname()
+    return bound
+
+
+def _check_command(command: list[str]) -> list[str]:
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise InputError("no command to run: torchlens run [--out DIR] -- torchrun ... train.py")
+    if shutil.which(command[0]) is None:
+        raise InputError(f"{command[0]}: command not found")
+    return command
+
+
+def _out_dir(out: str | None) -> str:
+    out = out or time.strftime("torchlens-run-%Y%m%d-%H%M%S")
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        raise InputError(f"{out} already holds a run (manifest.json): choose another --out")
+    os.makedirs(out, exist_ok=True)
+    return os.path.abspath(out)
+
+
+def _exit_code(code: int | None) -> int:
+    if code is None:
+        return 1
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
+
+
+def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", port: int = 0,
+        stream: TextIO | None = None, tty: bool | None = None) -> int:
+    """Run ``command`` under the collector; returns its exit code."""
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store-wait warnings
+    command = _check_command(list(command))
+    run_dir = _out_dir(out)
+    from torchlens.analysis.ranks.verdict import live_status, run_view
+    from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
+    from torchlens.capture.ranks import torchrun as child
+    from torchlens.capture.ranks.attach import ENV_COLLECTOR, ENV_RUN_DIR
+    from torchlens.capture.ranks.collector import Collector
+    from torchlens.capture.ranks.feed import FeedPublisher
+    from torchlens.render.ranks.terminal import TerminalSummary
+
+    stream = stream or sys.stdout
+    key = RunKey.new()
+    try:
+        collector = Collector(key, host, port, spool=os.path.join(run_dir, SPOOL_DIR))
+    except OSError as exc:
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    address = f"{_reachable_address(collector.host)}:{collector.port}"
+    feed = FeedPublisher(collector, run_dir)  # what torchlens.watch reads (docs/MULTINODE.md)
+    secret_path = key.write_secret(os.path.join(run_dir, SECRET_FILE))
+    env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir,
+           FRESH_STORE: os.environ.get(FRESH_STORE, "1")}
+    summary = TerminalSummary(stream, tty)
+    loopback = collector.host in LOOPBACK
+    summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
+    other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
+             f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
+             f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {shlex.join(command)}")
+    where = ("the collector listens on loopback only: other machines cannot reach it "
+             "(pass --host IFACE for more than one machine); on this machine run"
+             if loopback else
+             f"the collector listens on {collector.host}; copy {secret_path} to the same "
+             "path on every other node (mode 0600), then run there")
+    summary.say(f"other nodes: {where}:\n  {other}")
+    # on a terminal the command's own output would break the in-place redraw:
+    # it goes to a file, and its tail is shown when the command fails
+    log = os.path.join(run_dir, LOG_FILE) if summary.tty else None
+    if log:
+        summary.say(f"the command's output: {log}")
+    summary.say(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
+                f"or torchlens.watch({address!r}, secret_file={secret_path!r})")
+    entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
+    proc = child.start(command, env, log)
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        watch(collector, summary, lambda: proc.poll() is None, feed)
+    except KeyboardInterrupt:
+        interrupted = True
+        summary.say("torchlens run: interrupted, ending the command's processes")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        code = child.end(proc)
+        leftovers = child.end_leftovers([s.hello for s in collector.all_slots()])
+        for _ in range(FINAL_POLLS):
+            with contextlib.suppress(Exception):
+                collector.poll()
+            time.sleep(POLL_S / 2)
+        view = run_view(collector.snapshot(), ended=True)
+        with contextlib.suppress(Exception):  # the folder is written whatever happens
+            feed.publish(live_status(view), ended=True)
+        feed.close()
+        manifest = write_folder(run_dir, collector, view, command, code, interrupted,
+                                live=feed.manifest_entry())
+        feed.linger()  # store watchers read the last frame before the store goes
+        with contextlib.suppress(OSError):
+            os.remove(secret_path)
+        collector.close()
+        run_registry.unregister(entry)
+    summary.final(view, "")
+    if log and code != 0:
+        summary.say(_tail(log))
+    if leftovers:
+        summary.say(f"torchlens run: killed {len(leftovers)} rank process(es) their agent "
+                    f"left behind: {', '.join(map(str, leftovers))}")
+    summary.say(f"torchlens run: {manifest['stopped']}; exit code {_exit_code(code)}")
+    summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
+    return 130 if interrupted else _exit_code(code)
+
+
+def watch(collector: Any, summary: Any, running: Callable[[], bool],
+          feed: Any | None = None) -> None:
+    """The live loop: poll the collector, redraw the summary and publish the live
+    feed (``capture.ddp.feed``) when due, while ``running()``. One ``RunView``
+    serves both when both are due; a frame in between carries the last status
+    (``FeedPublisher.status_due``: the verdict's cost stays a small share of
+    the loop however many ranks).
+
+    One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
+    benchmark measures the loop a user gets.
+    """
+    from torchlens.analysis.ranks.verdict import live_status, run_view
+
+    def timed_view() -> Any:
+        # its cost spaces out the redraws and the feed's status (many ranks)
+        started = time.perf_counter()
+        view = run_view(collector.snapshot())
+        summary.cost = time.perf_counter() - started
+        return view
+
+    while running():
+        collector.poll()
+        view = None
+        if summary.due():
+            view = timed_view()
+            summary.draw(view, "")
+        if feed is not None and feed.due():
+            if view is None and feed.status_due(summary.cost):  # costly at many ranks: not every frame
+                view = timed_view()
+            feed.publish(live_status(view) if view is not None else None)
+        time.sleep(POLL_S)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()[-TAIL_LINES:]
+    except OSError:
+        return ""
+    return "\n".join([f"the last lines of {path}:", *lines])
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
+    steps = [r.get("steps") or 0 for r in view.ranks]
+    if interrupted:
+        return f"interrupted after {max(steps, default=0)} steps"
+    if view.lost:
+        return "stopped: " + "; ".join(n.words for n in view.lost)
+    if code == 0 and all(r["state"] == "finished" for r in view.ranks):
+        if view.restarts:  # the step counts are of the last start
+            n = len(view.restarts)
+            return (f"finished after {n} restart{'s' if n > 1 else ''} by the elastic agent: "
+                    f"every rank said goodbye ({min(steps, default=0)} steps or more each "
+                    "since the last restart)")
+        return f"finished: every rank said goodbye ({min(steps, default=0)} steps or more each)"
+    bad = [f"rank {r['rank']} {r['state']}" + (f" ({r['error']})" if r.get("error") else "")
+           for r in view.ranks if r["state"] != "finished"]
+    return f"ended with exit code {code}" + (f": {'; '.join(bad)}" if bad else "")
+
+
+def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
+                 code: int | None, interrupted: bool,
+                 live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``manifest.json``, each rank's ``steps.jsonl`` and ``summaries.jsonl``.
+
+    ``live``: what the live feed wrote (``FeedPublisher.manifest_entry``); its
+    files (``live.jsonl``, ``live.json``) stay in the folder.
+
+    The ranks that could write the run folder put their profiled steps'
+    traces in ``rank<r>/`` themselves; the manifest lists what is there.
+    """
+    by_rank: dict[int, list[Any]] = {}
+    for s in collector.all_slots():
+        by_rank.setdefault(s.rank, []).append(s)
+    ranks = []
+    for row in view.ranks:
+        r = row["rank"]
+        folder = os.path.join(run_dir, f"rank{r}")
+        os.makedirs(folder, exist_ok=True)
+        slots = by_rank.get(r, [])
+        with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
+            # every start of the rank, in order; "restart" says which (0: the first,
+            # k: after the job's k-th restart, as analysis.restarts numbers them)
+            for incarnation, s in enumerate(slots):
+                for batch in collector.spool_lines(s.slot, 0):
+                    for rec in json.loads(batch):
+                        if isinstance(rec, dict):
+                            fh.write(json.dumps({**rec, "restart": incarnation}) + "\n")
+        with open(os.path.join(folder, "summaries.jsonl"), "wb") as fb:
+            for s in slots:
+                fb.writelines(line + b"\n" for line in collector.spool_lines(s.slot, 1))
+        last = slots[-1] if slots else None
+        hb = last.heartbeat if last else {}
+        ranks.append({
+            "rank": r, "node": row.get("node"), "host": row.get("host"),
+            "pid": last.hello.get("pid") if last else None,
+            "local_rank": last.hello.get("local_rank") if last else None,
+            "device": last.hello.get("device") if last else None,
+            "restart": row.get("restart"), "state": row["state"], "error": row.get("error"),
+            "stopped_at_step": hb.get("steps_done"), "last_heartbeat": hb.get("t"),
+            "steps": sum(s.counts[0] for s in slots),
+            "summaries": sum(s.counts[1] for s in slots),
+            "traces": sorted(os.path.join(f"rank{r}", f) for f in os.listdir(folder)
+                             if f.endswith(".json"))})
+    nodes: dict[Any, dict[str, Any]] = {}
+    for r in ranks:
+        node = nodes.setdefault((r["node"], r["host"]), {"node": r["node"], "host": r["host"],
+                                                         "ranks": []})
+        node["ranks"].append(r["rank"])
+    manifest = {
+        "format": "torchlens-run", "version": 1, "source": "torchlens run",
+        "world_size": view.world_size, "created": time.time(), "run_id": collector.key.run_id,
+        "command": command, "exit_code": code, "interrupted": interrupted,
+        "stopped": _where_stopped(view, interrupted, code), "verdict": view.verdict,
+        "ranks": ranks, "nodes": list(nodes.values()),
+        "lost_nodes": [dataclasses.asdict(n) for n in view.lost],
+        "restarts": [dataclasses.asdict(r) for r in view.restarts],
+        "started": collector.t0, "dropped_messages": collector.dropped,
+        "dropped_why": collector.dropped_why,
+        "slow_rank": dataclasses.asdict(view.slow),
+        "memory_creep": [dataclasses.asdict(c) for c in view.creep], "notes": view.notes,
+        "live": live}
+    with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1, default=str)
+    shutil.rmtree(os.path.join(run_dir, SPOOL_DIR), ignore_errors=True)
+    return manifest

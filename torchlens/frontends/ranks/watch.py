@@ -1,0 +1,488 @@
+"""``torchlens.watch(RUN_DIR or "host:port")``: a running ``torchlens run`` job, live in a notebook.
+
+The view is ``%ddp_check --profile``'s (``frontends.ddp_live.ProfiledLiveView``:
+step time per rank, memory, the slow rank, the breakdown, and the heartbeat
+panels) under a status block (``render.watch_status``: the collector's
+verdict and one row per rank). It is fed from the collector's live feed
+(``capture.ddp.feed``): the run folder's ``live.jsonl`` (tailed) or the
+collector's store (sealed frames; the run's secret is needed). Frames carry
+what is new, so the view gets exactly the pushes ``%ddp_check``'s launcher
+makes: ``push`` (heartbeats), ``push_steps``, ``push_summary``,
+``rank_ended``, ``flush``.
+
+Who draws: a daemon thread polls the feed and streams into the Bokeh
+sources, as ``%gpumonitor`` does; ``jupyter_bokeh`` sends only the new rows,
+and the kernel stays free for other cells (``%ddp_check`` streams from the
+cell that runs it instead, because that cell is busy until the ranks end).
+BokehJS is loaded into the page when ``watch()`` is called
+(``bokeh_page.load_bokehjs``), before any widget can be drawn; when the watch
+ends, that output is replaced by the final status, the static copy a saved
+notebook keeps.
+
+The feed's summaries are cut to their figures (the collector keeps them so)
+and its heartbeats count no collectives: the view leaves out the timeline of
+the latest profiled step and the collectives panel (``for_run_feed``) rather
+than draw them empty; ``torchlens report RUN_DIR`` draws the timeline after
+the run, and a finished folder without a feed is shown from its full files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from torchlens.model import InputError
+
+POLL_S = 0.5
+DEFAULT_TIMEOUT_S = 60.0
+#: host:port (a name, an IPv4 address or a bracketed IPv6 address)
+ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
+PHASES = {"running": "step", "finished": "done", "failed": "failed"}
+#: a finished folder's RSS points per rank (from its step records)
+FOLDER_BEATS = 2000
+
+
+def watch(target: Any, secret_file: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+          run_id: str | None = None) -> Watch:
+    """Watch a ``torchlens run`` job; returns a handle that shows its live view.
+
+    ``target``: the run folder (``--out``) or the collector's ``host:port``
+    (then ``secret_file``, the run's ``run.secret``, or the environment
+    ``TORCHLENS_RUN_SECRET_FILE`` / ``TORCHLENS_RUN_SECRET``; ``run_id`` or
+    ``TORCHLENS_RUN_ID`` only if the collector should be checked to host
+    that run). ``timeout``: seconds without a new frame after which the
+    watch gives up (the collector publishes one a second). The handle polls
+    in the background and stops by itself when the run ends; ``.stop()``
+    stops it sooner, ``.wait()`` waits for the end.
+    """
+    if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+            or not math.isfinite(timeout) or timeout <= 0):
+        raise InputError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    source, label, note = _open(target, secret_file, run_id, float(timeout))
+    handle = Watch(source, label, float(timeout), note)
+    handle.start()
+    return handle
+
+
+# -- what is watched ------------------------------------------------------------------
+def _open(target: Any, secret_file: str | None, run_id: str | None,
+          timeout: float) -> tuple[Any, str, str]:
+    """(the feed reader, a label, a note) for ``target``; InputError saying what to do."""
+    if not isinstance(target, (str, os.PathLike)):
+        raise InputError(f"torchlens.watch takes a run folder or 'host:port', got {target!r}")
+    text = os.fspath(target)
+    if os.path.isdir(text):
+        return _folder(text)
+    match = ADDRESS.match(text)
+    if match and not os.path.exists(text):
+        return _address(match.group(1).strip("[]"), int(match.group(2)), secret_file, run_id,
+                        timeout)
+    if os.path.exists(text):
+        raise InputError(f"{text} is a file: torchlens.watch takes a `torchlens run` folder "
+                         "(its --out) or the collector's host:port")
+    raise InputError(f"{text!r}: no such folder, and not host:port; pass the run folder "
+                     "(`torchlens run --out DIR`) or the address it printed")
+
+
+def _folder(run_dir: str) -> tuple[Any, str, str]:
+    from torchlens.capture.ranks.feed import FEED_FILE, FileFeed
+
+    label = os.path.abspath(run_dir)
+    has = {name: os.path.exists(os.path.join(run_dir, name))
+           for name in (FEED_FILE, "manifest.json", ".spool", "run.secret")}
+    if has[FEED_FILE]:
+        note = ("this run has ended: its live feed is replayed; torchlens.load(RUN_DIR) gives "
+                "the full report" if has["manifest.json"] else "")
+        return FileFeed(run_dir), label, note
+    if has["manifest.json"]:
+        return FolderFinal(run_dir), label, (
+            "this run has ended (manifest.json) and has no live feed: showing its final "
+            "state from the folder; torchlens.load(RUN_DIR) gives the full report")
+    if has[".spool"] or has["run.secret"]:  # a run starting: its first frame is due
+        return FileFeed(run_dir), label, ""
+    raise InputError(f"{run_dir} is not a `torchlens run` folder (no {FEED_FILE}, no "
+                     "manifest.json): pass the --out folder of `torchlens run`, or the "
+                     "collector's host:port")
+
+
+def _key_secret(secret_file: str | None, run_id: str | None) -> tuple[bytes, str | None]:
+    from torchlens.capture.channel.signing import (
+        ENV_RUN_ID,
+        ENV_SECRET,
+        ENV_SECRET_FILE,
+        RunKey,
+    )
+
+    env = dict(os.environ)
+    run_id = run_id or env.get(ENV_RUN_ID) or None
+    if secret_file is not None:
+        env = {ENV_SECRET_FILE: os.fspath(secret_file)}
+    env[ENV_RUN_ID] = run_id or "-"  # RunKey wants one; the collector tells the real one
+    how = ("pass secret_file= the run's run.secret (torchlens run writes it in the run "
+           f"folder; copy it, mode 0600), or set {ENV_SECRET_FILE}")
+    if not env.get(ENV_SECRET_FILE) and not env.get(ENV_SECRET):
+        raise InputError(f"watching a collector's address needs the run's secret: {how}")
+    try:
+        key = RunKey.from_env(env)
+    except FileNotFoundError as exc:
+        raise InputError(f"the secret file {exc.filename} does not exist: {how}") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(str(exc)) from None
+    if key is None:
+        raise InputError(f"the run's secret is empty: {how}")
+    return key.secret, run_id
+
+
+def _address(host: str, port: int, secret_file: str | None, run_id: str | None,
+             timeout: float) -> tuple[Any, str, str]:
+    from torchlens.capture.channel.signing import Forged
+    from torchlens.capture.ranks.feed import StoreFeed
+
+    secret, run_id = _key_secret(secret_file, run_id)
+    where = f"{host}:{port}"
+    try:
+        feed = StoreFeed.connect(host, port, secret, run_id, timeout=min(timeout, 10.0))
+    except ConnectionError as exc:
+        raise InputError(f"{exc}: is the `torchlens run` still running, and is this the "
+                         "collector address it printed? (after the run: "
+                         "torchlens.watch(RUN_DIR) or torchlens.load(RUN_DIR))") from None
+    except LookupError as exc:
+        raise InputError(f"{exc}: pass the address `torchlens run` printed") from None
+    except Forged as exc:
+        raise InputError(f"{exc}; pass this run's run.secret (secret_file=)") from None
+    return feed, f"{where} (run {feed.key.run_id})", ""
+
+
+class FolderFinal:
+    """A finished run folder without a live feed: one frame made from its files."""
+
+    dropped = 0
+    full_summaries = True  # its summaries have their ops: the timeline is drawn
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        self._done = False
+
+    def read(self) -> list[dict[str, Any]]:
+        if self._done:
+            return []
+        self._done = True
+        return [folder_frame(self.run_dir)]
+
+    def finished(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _jsonl(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def folder_frame(run_dir: str) -> dict[str, Any]:
+    """A finished run folder as one (ended) frame: every step and summary it holds."""
+    from torchlens.analysis.ranks.verdict import folder_status
+    from torchlens.capture.ranks.feed import FRAME_FORMAT, VERSION
+
+    try:
+        with open(os.path.join(run_dir, "manifest.json"), encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {run_dir}/manifest.json: {exc}") from None
+    world = int(manifest.get("world_size") or 0)
+    steps = [_jsonl(os.path.join(run_dir, f"rank{r}", "steps.jsonl")) for r in range(world)]
+    summaries = [_jsonl(os.path.join(run_dir, f"rank{r}", "summaries.jsonl"))
+                 for r in range(world)]
+    status = folder_status(manifest, steps, summaries)
+    t = manifest.get("created") or time.time()
+    ended = {str(row["rank"]): [row["ended"] or row.get("state") or "ended",
+                                next((e.get("last_heartbeat") for e in manifest["ranks"]
+                                      if e.get("rank") == row["rank"]), None) or t]
+             for row in status["ranks"]}
+    return {"format": FRAME_FORMAT, "version": VERSION, "seq": 0, "t": t,
+            "t0": min((s[0]["t0"] for s in steps if s), default=t),
+            "run_id": manifest.get("run_id"), "world_size": world, "ended": True,
+            "status": {**status, "run_id": manifest.get("run_id"), "t": t, "ended": True},
+            "steps": {str(r): s for r, s in enumerate(steps) if s},
+            "summaries": {str(r): s for r, s in enumerate(summaries) if s},
+            "ended_ranks": ended,
+            "heartbeats": {str(r): _beats(s) for r, s in enumerate(steps) if s}}
+
+
+def _beats(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A finished rank's RSS over time, from its step records (a feed sends
+    heartbeats; a folder keeps none)."""
+    every = max(1, len(records) // FOLDER_BEATS)
+    return [{"t": rec["t1"], "rss": (rec.get("mem") or {}).get("rss"), "phase": "step"}
+            for rec in records[::every] if isinstance(rec.get("t1"), (int, float))]
+
+
+# -- the handle ------------------------------------------------------------------------
+class Watch:
+    """What ``torchlens.watch`` returns: displays the live view, polls in a thread.
+
+    ``view``: the ``ProfiledLiveView`` (None until the first frame says the
+    world size); ``status``: the newest frame's status; ``state``:
+    ``waiting``, ``running``, ``ended`` (the run ended; the view holds its
+    final state) or ``stopped`` (``message`` says why).
+    """
+
+    def __init__(self, source: Any, label: str, timeout: float, note: str = "") -> None:
+        self.source, self.label, self.timeout = source, label, timeout
+        self.note = note
+        self.view: Any = None
+        self.status: dict[str, Any] | None = None
+        self.frames = 0
+        self.seq: int | None = None
+        self.state = "waiting"
+        self.message = ""
+        self.ended = False
+        from torchlens.analysis.ranks.starts import StepStarts
+
+        #: a restarted job's steps counted across its starts, for the panels drawn by step
+        self.starts = StepStarts()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._box: Any = None
+        self._header: Any = None
+        self._button: Any = None
+        self._loaded: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="torchlens-watch")
+
+    # -- public ------------------------------------------------------------------
+    def start(self) -> None:
+        from torchlens.frontends.ddp.api import _in_kernel
+
+        if _in_kernel():  # BokehJS in the page before any widget of ours is drawn
+            from torchlens.frontends.bokeh_page import load_bokehjs
+            from torchlens.frontends.ddp.live import ProfiledLiveView
+
+            self._loaded = load_bokehjs([ProfiledLiveView(1, None, False).layout])
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling (the view keeps what it shows)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the watch ends (the run ended, or it stopped); True if the run ended."""
+        self._done.wait(timeout)
+        return self.ended
+
+    @property
+    def dropped(self) -> int:
+        """Frames dropped because their seal did not open (store transport)."""
+        return int(getattr(self.source, "dropped", 0))
+
+    @property
+    def widget(self) -> Any:
+        """The notebook widget: the status block, the live view, a Stop button."""
+        with self._lock:
+            if self._box is None:
+                import ipywidgets
+
+                self._header = ipywidgets.HTML(self._html())
+                self._button = ipywidgets.Button(description="Stop", icon="stop",
+                                                 disabled=self._done.is_set())
+                self._button.on_click(lambda _b: self._stop.set())
+                self._box = ipywidgets.VBox()
+                self._fill_box()
+            return self._box
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        bundle["text/plain"] = self._text()
+        return bundle
+
+    def __repr__(self) -> str:
+        return self._text()
+
+    # -- the thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        from torchlens.capture.ranks.feed import FeedGone
+
+        last = time.monotonic()
+        state, why = "stopped", "stopped by .stop()"
+        try:
+            while not self._stop.is_set():
+                try:
+                    frames = self.source.read()
+                except FeedGone as exc:
+                    state, why = "stopped", (
+                        f"the collector closed its store before the last frame ({exc}): the "
+                        "run ended or was interrupted; torchlens.load(RUN_DIR) reads its folder")
+                    break
+                with self._lock:
+                    for frame in frames:
+                        self._apply(frame)
+                    if self.view is not None:
+                        self.view.flush(force=self.ended)
+                if frames:
+                    last = time.monotonic()
+                    self.state = "ended" if self.ended else "running"
+                    self._refresh()
+                if self.ended:
+                    self.source.finished()
+                    state, why = "ended", ""
+                    break
+                if time.monotonic() - last > self.timeout:
+                    state, why = "stopped", (
+                        f"no new frame for {self.timeout:.0f} s: the run's collector is gone "
+                        "or stalled (torchlens run killed?); torchlens.load(RUN_DIR) reads "
+                        "what its folder holds")
+                    break
+                self._stop.wait(POLL_S)
+        except Exception as exc:  # noqa: BLE001 - the kernel must not lose the thread silently
+            state, why = "stopped", f"the watch failed: {type(exc).__name__}: {exc}"
+        finally:
+            self.source.close()
+            self._end(state, why)
+
+    def _apply(self, frame: dict[str, Any]) -> None:
+        world = int(frame.get("world_size") or 0)
+        if world and (self.view is None or world > self.view.profile.world_size):
+            self._new_view(world)
+        self.status = frame.get("status") or self.status
+        self.seq = frame.get("seq")
+        self.frames += 1
+        self.ended = self.ended or bool(frame.get("ended"))
+        view = self.view
+        if view is None:
+            return
+        world = view.profile.world_size
+        rows = {row.get("rank"): row for row in (self.status or {}).get("ranks") or []}
+        t0 = float(frame.get("t0") or 0.0)
+        for r, beats in _ranks(frame.get("heartbeats"), world):
+            row = rows.get(r) or {}
+            for beat in beats if isinstance(beats, list) else [beats]:
+                if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
+                    view.push({"rank": r, "t": beat["t"], "t_rel": beat["t"] - t0,
+                               "rss": beat.get("rss"), "node": row.get("node"),
+                               "phase": beat.get("phase")
+                               or PHASES.get(row.get("state"), str(row.get("state")))})
+        batches = {r: [x for x in records if isinstance(x, dict)]
+                   for r, records in _ranks(frame.get("steps"), world)
+                   if isinstance(records, list)}
+        for r, records in self.starts.place_steps(batches).items():
+            view.push_steps(r, records)
+        for r, summaries in _ranks(frame.get("summaries"), world):
+            for s in summaries if isinstance(summaries, list) else []:
+                if isinstance(s, dict) and "step" in s and "t0" in s:
+                    view.push_summary(r, self.starts.place_summary(r, s))
+        for number, step in self.starts.take_marks():
+            view.mark_restart(step, self._restart_label(number))
+        for r, ended in _ranks(frame.get("ended_ranks"), world):
+            # the view's red x is for a rank that stopped early, as in %ddp_check;
+            # a finished rank is said in the status table
+            if (isinstance(ended, list) and len(ended) == 2
+                    and not str(ended[0]).startswith("finished")):
+                view.rank_ended(r, str(ended[0]), float(ended[1] or frame.get("t") or 0.0))
+
+    def _restart_label(self, number: int) -> str:
+        """The status's few words for restart ``number`` ("restart 1: rank 1
+        failed"), or just its number while the status does not have it yet."""
+        for r in (self.status or {}).get("restarts") or []:
+            if isinstance(r, dict) and r.get("number") == number and r.get("label"):
+                return str(r["label"])
+        return f"restart {number}"
+
+    def _new_view(self, world: int) -> None:
+        """A view for ``world`` ranks (again, with what the old one holds, if it grew)."""
+        from torchlens.frontends.ddp.live import ProfiledLiveView
+
+        old, self.view = self.view, ProfiledLiveView(world, None, False)
+        self.view.for_run_feed(timeline=getattr(self.source, "full_summaries", False))
+        if old is not None:
+            for r, records in enumerate(old.profile.records):
+                self.view.push_steps(r, records)
+            for r, kept in enumerate(old.profile.summaries):
+                for s in kept:
+                    self.view.push_summary(r, s)
+            for number, step in self.starts.marks():
+                self.view.mark_restart(step, self._restart_label(number))
+        if self._box is not None:
+            self._fill_box()
+
+    def _fill_box(self) -> None:
+        children = [self._header]
+        if self.view is not None:
+            from jupyter_bokeh import BokehModel
+
+            children.append(BokehModel(self.view.layout))
+        self._box.children = [*children, self._button]
+
+    def _refresh(self) -> None:
+        if self._header is not None:
+            self._header.value = self._html()
+
+    def _end(self, state: str, why: str) -> None:
+        self.state, self.message = state, why
+        self._done.set()
+        self._refresh()
+        if self._button is not None:
+            self._button.disabled = True
+        if self._loaded is not None and self._loaded.handle is not None:
+            from IPython.display import HTML
+
+            copy = self._html(["the final state, kept when the notebook is saved (the live "
+                               "view below is a widget: a saved notebook does not keep it)"])
+            self._loaded.handle.update(HTML(str(copy)))
+            self._loaded.handle = None
+            if self._header is not None:  # the copy above says it all, once is enough
+                from torchlens.render.ranks.watch_status import note_html
+
+                self._header.value = str(note_html(f"torchlens.watch {self.label}: {state}; "
+                                                   "its final status is above"))
+
+    # -- words ---------------------------------------------------------------------
+    def _facts(self) -> str:
+        parts = []
+        if self.frames:
+            parts.append(f"frame {self.seq}")
+        if self.status:
+            parts.append(f"{self.status.get('attached', 0)} of "
+                         f"{self.status.get('world_size') or '?'} ranks")
+        if self.dropped:
+            parts.append(f"{self.dropped} forged frame(s) dropped")
+        return ", ".join(parts)
+
+    def _notes(self) -> list[str]:
+        return [n for n in (self.note, self.message) if n]
+
+    def _html(self, more: list[str] | None = None) -> Any:
+        from torchlens.render.ranks.watch_status import status_html
+
+        return status_html(self.label, self.state, self.status, self._facts(),
+                           [*self._notes(), *(more or [])])
+
+    def _text(self) -> str:
+        from torchlens.render.ranks.watch_status import status_text
+
+        text = status_text(self.label, self.state, self.status, self._facts())
+        return "; ".join([text, *self._notes()])
+
+
+def _ranks(by_rank: Any, world: int) -> list[tuple[int, Any]]:
+    """A frame's ``{rank: value}`` as (int rank, value) for ranks the view has."""
+    out = []
+    for key, value in (by_rank or {}).items() if isinstance(by_rank, dict) else []:
+        try:
+            r = int(key)
+        except (TypeError, ValueError):
+            continue
+        if 0 <= r < world:
+            out.append((r, value))
+    return out

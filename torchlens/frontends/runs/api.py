@@ -1,0 +1,256 @@
+"""``torchlens.load(RUN_DIR)``: a folder (or list) of per-rank traces as one result.
+
+Why worker processes: a rank's trace is parsed and summarised where it is
+read (``analysis.multirank.rank_figures``: a few KB per rank), so the
+notebook never holds more than one rank's events per worker, and ranks are
+read in parallel; each file is read once, its placement in the run and its
+figures together (``run_workers``). ``_trace_figures`` is what a worker
+computes per trace.
+
+Each worker also lists its traces' collectives (``analysis.multirank.
+collectives.collective_table``: columns, about 40 bytes a collective), which
+the run matches across ranks: ``collectives()``, ``stragglers()`` and
+``findings()``.
+
+A file that cannot be read is a named problem, never a traceback; the other
+ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
+--json`` prints (schema: ``JSON_SCHEMA`` below, versioned).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torchlens.analysis.ranks.series import step_series
+from torchlens.formats.run_folder import Problem, RunSources, discover
+from torchlens.formats.run_manifest import collected_steps, collector_notes
+from torchlens.frontends.api import Result
+from torchlens.frontends.runs.workers import RunReader
+from torchlens.model import Profile
+from torchlens.model.payloads import RunPayload
+
+SCHEMA_VERSION = 1
+#: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
+JSON_TABLES = ("temporal", "idle", "overlap", "kernels", "top_kernels", "steps", "step_skew",
+               "stragglers", "clocks", "launches", "launch_outliers", "launch_kernels",
+               "queues", "memory_bw")
+#: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
+#: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
+MAX_JSON_COLLECTIVES = 256
+#: The ``--json`` document, key by key (printed by ``torchlens analyze --schema``)
+JSON_SCHEMA = {
+    "schema": "torchlens-run, integer version",
+    "root": "the folder or first file analysed",
+    "world_size": "from the traces' distributedInfo (null when none says)",
+    "ranks": "rank numbers analysed",
+    "problems": "[{kind, path, message}]: every input that could not be used, and why",
+    "temporal": "per rank: span_us, busy_us, idle_us, compute_us, non_compute_us and "
+                "idle/compute/non_compute_pct (HTA's temporal breakdown)",
+    "idle": "per rank and stream: idle_us split into host_wait, kernel_wait, other (us, pct)",
+    "overlap": "per rank: communication_us, overlapped_us, overlap_pct",
+    "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
+    "top_kernels": "per rank, kind and name: count, total_us",
+    "steps": "per rank and ProfilerStep: dur_us and us per role (kernel, memcpy, memset, "
+             "runtime, dataloader, cpu_exec, other, comm): the %%torchprof breakdown",
+    "step_skew": "per step number present on every rank: median_us, max_us, slowest rank, "
+                 "skew_pct = (max - median) / median",
+    "collectives": "per collective matched across ranks by (trace, seq), at most "
+                   f"{MAX_JSON_COLLECTIVES}: trace, seq, name, mismatch (null, or what the "
+                   "ranks disagree on: then nothing is paired), ranks, missing, bytes, n, "
+                   "arrivals {rank: unix s}, last_rank, waits_us {rank: us}, max_wait_us, "
+                   "total_wait_us, dur_us, timed_by (kernel|host), span_us, algbw_GBps, "
+                   "busbw_GBps (nccl-tests' conventions; definitions: "
+                   "torchlens.analysis.runs.collectives)",
+    "collectives_left_out": "how many collective rows did not fit in collectives",
+    "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
+                  "last), last_pct, caused_us, caused_mean_us, waited_us, wait_per_step_us; "
+                  "for a rank that arrived last: cause (the step-breakdown role that stands "
+                  "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
+                  "cause_us and cause_others_us (its and the other ranks' median us per step), "
+                  "cause_words (torchlens.analysis.runs.causes)",
+    "clocks": "per rank: host (the trace's host_name, null when not recorded), "
+              "reference (the lowest rank), offset_us (median of its collective "
+              "ends minus the reference's), collectives (shared with the reference), "
+              "residual_median_us, residual_max_us (|end difference - offset|), applied "
+              "(offset used to align arrivals and waits: never when every trace names one "
+              "host; else when |offset| > 5 us and > 3x residual_median_us; then collectives' arrivals/last_rank/waits_us/max_wait_us "
+              "are aligned and arrivals_raw, last_rank_raw, waits_raw_us, max_wait_raw_us "
+              "keep the raw ones; definitions: torchlens.analysis.runs.clock)",
+    "launches": "per rank: CUDA kernel launch statistics (HTA's get_cuda_kernel_launch_stats): "
+                "launches (GPU work paired with its launch call), delay/cpu/gpu_{mean,std,min,"
+                "p25,p50,p75,max}_us (launch delay = GPU start - launch call end, clipped at 0; "
+                "cpu = launch call; gpu = GPU event), gpu_shorter_than_cpu (+_pct), "
+                "short_kernels (gpu < cpu and cpu <= runtime_cutoff_us), runtime_outliers "
+                "(cpu > runtime_cutoff_us), delay_outliers (delay > launch_delay_cutoff_us), "
+                "the cutoffs (HTA's 50 and 100 us), apis {name: launches}; null figures "
+                "without GPU work (definitions: torchlens.analysis.runs.launches)",
+    "launch_outliers": "per rank, the launches with the longest launch delay: trace, name, "
+                       "api, ts_us, cpu_us, gpu_us, delay_us",
+    "launch_kernels": "per rank and GPU name (the top names by total launch delay): count, "
+                      "delay_total_us, delay_mean_us, delay_max_us, cpu_mean_us, gpu_mean_us, "
+                      "gpu_shorter_than_cpu",
+    "queues": "per rank and GPU stream: launches and the queue length (operations launched, "
+              "not yet started) over its change points: count, mean, std, min, p25, p50, p75, "
+              "max (HTA's get_queue_length_summary); full_us, full_pct: time with 1024 or more "
+              "queued (definitions: torchlens.analysis.runs.counters)",
+    "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
+                 "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
+                 "(HTA's get_memory_bw_summary)",
+    "findings": "plain sentences: ranks that arrived last far more often than chance "
+                "with at least 1 ms of others' wait and their likely cause, and collective "
+                "sequences that disagree",
+}
+
+
+def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
+    """In a worker: one trace's figures, all that travels back (a few KB)."""
+    from torchlens.analysis.runs import rank_figures
+    from torchlens.analysis.runs.collectives import collective_table
+    from torchlens.analysis.runs.lanes import lane_summary
+    from torchlens.analysis.runs.op_totals import op_totals
+    from torchlens.analysis.trace.steps import step_records
+
+    one = rank_figures(trace, top=top)
+    # the %%torchprof step breakdown (TensorBoard plugin's definitions)
+    one["steps"] = step_records(trace)
+    one["collectives"] = collective_table(trace)
+    one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
+    one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
+    one["host"] = trace.meta.get("host_name")  # one host: one clock (clock.py)
+    return one
+
+
+class RunResult(Result):
+    """The ranks of one run: tables as DataFrames, ``to_json()``, ``problems``;
+    displayed, the report (a ``run`` Profile, saved as ``.tlprof`` like any)."""
+
+    def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
+                 problems: list[Problem]) -> None:
+        collected = collected_steps(sources.root)
+        payload = RunPayload(root=sources.root, world_size=sources.world_size,
+                             problems=[vars(p) for p in problems],
+                             figures={str(r): f for r, f in sorted(figures.items())},
+                             notes=collector_notes(sources.root),
+                             collected_steps=step_series(collected) if collected else {})
+        super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
+                                 source=sources.root, payload=payload))
+        self.sources = sources
+        self.figures = figures
+        self.problems = problems
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.figures)
+
+    def _frame(self, rows: list[dict[str, Any]]) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(rows)
+
+    def _table(self, name: str) -> Any:
+        """One table of the run's analysis (computed once, for the report too)."""
+        return self._frame(getattr(self.analysis(), name))
+
+    def temporal(self) -> Any:
+        """Per rank: compute, non-compute and idle time and shares (HTA's definitions)."""
+        return self._table("temporal")
+
+    def idle(self) -> Any:
+        """Per rank and stream: idle time as host wait, kernel wait and other."""
+        return self._table("idle")
+
+    def overlap(self) -> Any:
+        """Per rank: communication time overlapped by computation."""
+        return self._table("overlap")
+
+    def kernels(self) -> Any:
+        """Per rank and kernel kind: time, count and share."""
+        return self._table("kernels")
+
+    def top_kernels(self) -> Any:
+        """Per rank: the kernels that took the most time, by kind."""
+        return self._table("top_kernels")
+
+    def steps(self) -> Any:
+        """Per rank and step: the ``%%torchprof`` step breakdown (µs per role)."""
+        return self._table("steps")
+
+    def step_skew(self) -> Any:
+        """Per step index: median and slowest rank's step time, skew in %."""
+        return self._table("step_skew")
+
+    def launches(self) -> Any:
+        """Per rank: CUDA kernel launch statistics (launch delay, launch call vs GPU
+        time, short kernels, outliers; HTA's definitions, ``analysis.multirank.launches``)."""
+        return self._table("launches")
+
+    def launch_outliers(self) -> Any:
+        """Per rank: the launches with the longest launch delay."""
+        return self._table("launch_outliers")
+
+    def launch_kernels(self) -> Any:
+        """Per rank and GPU name: launch delay and launch call vs GPU time."""
+        return self._table("launch_kernels")
+
+    def queues(self) -> Any:
+        """Per rank and GPU stream: queue length summary and time at the full queue."""
+        return self._table("queues")
+
+    def memory_bw(self) -> Any:
+        """Per rank and memory kind: memcpy/memset bandwidth summary in GB/s."""
+        return self._table("memory_bw")
+
+    def collectives(self) -> Any:
+        """Per collective matched across ranks by (trace, seq): arrivals, the last rank,
+        each rank's wait, duration and bandwidths, or what the ranks disagree on."""
+        return self._table("collectives")
+
+    def stragglers(self) -> Any:
+        """Per rank: how often it arrived last and how long the others waited for it."""
+        return self._table("stragglers")
+
+    def clocks(self) -> Any:
+        """Per rank: its clock's offset to the lowest rank's, from the ends of the
+        collectives they share, the residual skew, and whether it was applied."""
+        return self._table("clocks")
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.analysis()
+        rows = a.collectives
+        return {"schema": SCHEMA_VERSION, "root": self.sources.root,
+                "world_size": self.sources.world_size, "ranks": self.ranks,
+                "problems": [vars(p) for p in self.problems],
+                **{key: getattr(a, key) for key in JSON_TABLES},
+                "collectives": rows[:MAX_JSON_COLLECTIVES],
+                "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
+                "findings": self.findings()}
+
+    def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:
+        """This run (A) against ``other`` (B: a RunResult, or what ``load_run``
+        reads): ops and kernels added, removed, slower and faster per step, and
+        the step time (``frontends.diff_api.DiffResult``)."""
+        from torchlens.frontends.runs.diff import DiffResult
+
+        return DiffResult.of(self, other if isinstance(other, RunResult) else load_run(other))
+
+    def findings(self) -> list[str]:
+        """The report's findings: plain sentences with their figures."""
+        return list(self.analysis().findings)
+
+
+def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
+             top: int = 10, fork: bool = False) -> RunResult:
+    """Discover a run's per-rank traces and summarise each file in a worker process
+    (``run_workers``: each file read once, its peek and figures together).
+    ``fork``: the caller runs no threads (the command line), workers may fork."""
+    with RunReader(_trace_figures, top, workers, fork=fork) as reader:
+        sources = discover(inputs, reader.peek_all)
+    problems = list(sources.problems)
+    figures: dict[int, list[dict[str, Any]]] = {}
+    for r in sources.ranks:
+        found, trouble = reader.rank(list(r.paths))
+        problems += [Problem(**p) for p in trouble]
+        if found:
+            figures[r.rank] = found
+    return RunResult(sources, figures, problems)

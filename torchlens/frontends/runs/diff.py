@@ -1,0 +1,127 @@
+"""``run.diff(other)`` and ``torchlens diff A B``: run B against run A as one result.
+
+Each run is read as ``load_run`` reads it (a run folder, one trace file,
+plain or gzip, or a list of files); the diff itself is
+``analysis.multirank.diff.diff_runs`` over the two runs' per-trace totals.
+The result is a ``diff`` Profile: displayed, its report; saved, a ``.tlprof``
+like any result. ``to_json()`` is what ``torchlens diff A B --json`` prints
+(schema: ``DIFF_JSON_SCHEMA``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torchlens.analysis.runs import diff as diffs
+from torchlens.frontends.api import Result
+from torchlens.model import InputError, Profile
+from torchlens.model.payloads import DiffPayload
+
+DIFF_SCHEMA_VERSION = 1
+_ROW = ("kind, name, status (added|removed|slower|faster|same), a_us, b_us (mean µs per "
+        "step and rank; per trace for traces without ProfilerStep#N spans), delta_us = "
+        "b - a, delta_pct (null when a_us is 0), a_calls, b_calls (per step and rank); "
+        "largest |delta_us| first")
+#: The ``torchlens diff --json`` document, key by key.
+DIFF_JSON_SCHEMA = {
+    "schema": "torchlens-diff, integer version",
+    "a": "run A: {root, ranks, problems [{kind, path, message}]}",
+    "b": "run B: the same",
+    "per": "step | trace: whether the figures are per step, or (some trace has no "
+           "ProfilerStep#N spans) per trace",
+    "units": "{a, b}: the steps (a trace without steps counts 1) each run's totals are "
+             "divided by",
+    "thresholds": "{same_pct, same_us}: a change within either is status same",
+    "step_time": "{a_median_us, b_median_us, a_steps, b_steps, delta_us, regression_pct}: "
+                 "median step time over every step of every rank; regression_pct = "
+                 "100 * (b - a) / a, null when a run has no steps",
+    "rank_steps": "per rank pair (rank_a, rank_b): a_median_us, b_median_us, delta_us, "
+                  "delta_pct",
+    "summary": "how many ops and kernels have each status",
+    "ops": f"host ops and annotations (kind cpu_op, user_annotation): {_ROW}",
+    "kernels": f"GPU work (kind kernel, gpu_memcpy, gpu_memset): {_ROW}",
+    "notes": "plain sentences: ranks that differ, traces without steps or totals",
+    "verdict": "one sentence: step time A -> B and the largest slowdown",
+}
+
+
+def _label(run: Any) -> str:
+    """The run's folder, or its file when it is one trace."""
+    paths = [p for r in run.sources.ranks for p in r.paths]
+    return str(paths[0]) if len(paths) == 1 else str(run.sources.root)
+
+
+def _side(run: Any) -> dict[str, Any]:
+    return {"root": _label(run), "ranks": run.ranks,
+            "problems": [vars(p) for p in run.problems]}
+
+
+class DiffResult(Result):
+    """Run B against run A: ``ops()``, ``kernels()``, ``steps()`` as DataFrames,
+    ``verdict``, ``regressed(pct)``, ``to_json()``; displayed, the diff report."""
+
+    def __init__(self, profile: Profile, a: dict[str, Any] | None = None,
+                 b: dict[str, Any] | None = None) -> None:
+        super().__init__(profile)
+        self.a = a or {"root": profile.payload.a}  # type: ignore[union-attr]
+        self.b = b or {"root": profile.payload.b}  # type: ignore[union-attr]
+
+    @classmethod
+    def of(cls, a: Any, b: Any, **thresholds: float) -> DiffResult:
+        """The diff of two ``RunResult``s (``thresholds``: ``same_pct``, ``same_us``)."""
+        for label, run in (("A", a), ("B", b)):
+            if not run.ranks:
+                why = "; ".join(f"{p.kind}: {p.path}: {p.message}" for p in run.problems[:3])
+                raise InputError(f"{label} ({run.sources.root or 'no input'}): no usable "
+                                 f"trace ({why or 'nothing found'})")
+        d = diffs.diff_runs(a.figures, b.figures, **thresholds)
+        la, lb = _label(a), _label(b)
+        payload = DiffPayload(a=la, b=lb, diff=d)
+        profile = Profile(kind="diff", title=f"torchlens diff: {Path(la).name} -> "
+                          f"{Path(lb).name}", source=lb, payload=payload)
+        return cls(profile, _side(a), _side(b))
+
+    @property
+    def diff(self) -> dict[str, Any]:
+        return self.analysis()
+
+    @property
+    def verdict(self) -> str:
+        """One sentence: step time A -> B and the largest slowdown."""
+        return str(self.diff["verdict"])
+
+    def regressed(self, pct: float) -> bool | None:
+        """Whether B's median step time is more than ``pct`` % above A's
+        (``None`` when a run has no ProfilerStep#N spans)."""
+        return diffs.regressed(self.diff, pct)
+
+    def _frame(self, rows: list[dict[str, Any]]) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(rows)
+
+    def ops(self) -> Any:  # type: ignore[override]
+        """Per host op and annotation: µs and calls per step in A and B, delta, status."""
+        return self._frame(self.diff["ops"])
+
+    def kernels(self) -> Any:  # type: ignore[override]
+        """Per kernel, memcpy and memset name: µs and calls per step in A and B, status."""
+        return self._frame(self.diff["kernels"])
+
+    def steps(self) -> Any:  # type: ignore[override]
+        """Per rank pair: the median step time in A and B and the change."""
+        return self._frame(self.diff["rank_steps"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``torchlens diff --json`` document (``DIFF_JSON_SCHEMA``)."""
+        return {"schema": DIFF_SCHEMA_VERSION, "a": self.a, "b": self.b, **self.diff}
+
+
+def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> DiffResult:
+    """Run ``b`` against run ``a``; each a ``RunResult`` or what ``load_run`` reads."""
+    from torchlens.frontends.runs.api import RunResult, load_run
+
+    ra = a if isinstance(a, RunResult) else load_run(a, workers=workers)
+    rb = b if isinstance(b, RunResult) else load_run(b, workers=workers)
+    return DiffResult.of(ra, rb, **thresholds)

@@ -1,0 +1,117 @@
+"""A run's trace files read in worker processes, each file once.
+
+Why one job per file, started before the ranks are known: ``discover`` must
+peek into every file to place it (its ``distributedInfo``), and for a gzip
+file that means inflating all of it. Done in the notebook's process, one file
+after another, that cost as much as summarising the ranks. Here each worker
+inflates a file once (``formats.trace_bytes.read_json``), answers the peek
+from those bytes and summarises the trace straight away (``figures_of``);
+``discover`` gets the peeks (``RunReader.peek_all``), places the files, and
+the run takes each placed file's figures (``RunReader.rank``). A file that
+turns out to be a duplicate or has no rank was summarised for nothing; that
+is rare, and the figures are dropped.
+
+Start method: ``forkserver`` (``spawn`` where missing), not fork: a notebook
+kernel has threads, and forking it is unsafe; the command line, which has
+none, asks for fork (``RunReader``'s ``fork``). Files go to the workers in
+chunks (fewer round trips); only the peek (a few top-level members) and the
+figures (a few KB) come back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+from typing import Any
+
+from torchlens.formats.run_folder import Peek
+
+#: What a worker computes from one readable trace: ``figures_of(trace, top)``.
+FiguresOf = Callable[[Any, int], dict[str, Any]]
+
+
+def file_job(path: str, figures_of: FiguresOf, top: int) -> dict[str, Any]:
+    """In a worker: one file's ``peek`` verdict and, for a usable trace, its
+    ``figures`` or the ``problem`` that stopped them."""
+    from torchlens.formats.kineto import load_trace
+    from torchlens.formats.kineto.reader import ingest_bytes
+    from torchlens.formats.kineto.trace_file import read_json
+
+    data, seen = read_json(path)
+    out: dict[str, Any] = {"peek": seen}
+    if seen.kind is not None:
+        return out
+    try:
+        trace = ingest_bytes(data, path) if data is not None else load_trace(path)
+        out["figures"] = figures_of(trace, top)
+    except Exception as exc:  # noqa: BLE001 - named, the other traces go on
+        out["problem"] = {"kind": "unreadable", "path": path,
+                          "message": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
+
+
+def _context(fork: bool = False) -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    # fork only where asked (the command line) and no Python thread could hold a lock
+    if fork and "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class RunReader:
+    """Reads files with ``file_job`` (in ``workers`` processes, default the CPU
+    count; in this process when that is 1 or there is one file) and keeps
+    each file's result for ``rank``. Use as a context manager: the pool is
+    shut down on exit. ``fork``: start the workers with ``fork`` when this
+    process runs no other Python thread (the command line: workers then
+    need not import numpy and torchlens again, about 0.3 s of CPU each)."""
+
+    def __init__(self, figures_of: FiguresOf, top: int, workers: int | None = None,
+                 fork: bool = False) -> None:
+        self.figures_of, self.top, self.fork = figures_of, top, fork
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.results: dict[str, dict[str, Any]] = {}
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> RunReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def peek_all(self, paths: list[str]) -> list[Peek]:
+        """``discover``'s ``peek_all``: every file read once, its peek returned."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self.results]
+        workers = min(self.workers, len(todo))
+        if workers <= 1:
+            done = [file_job(p, self.figures_of, self.top) for p in todo]
+        else:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(self.fork))
+            # a few chunks per worker: fewer round trips, still balanced at the end
+            chunk = max(1, min(16, len(todo) // (4 * workers)))
+            done = list(self._pool.map(file_job, todo, repeat(self.figures_of),
+                                       repeat(self.top), chunksize=chunk))
+        self.results.update(zip(todo, done, strict=True))
+        return [self.results[p]["peek"] for p in paths]
+
+    def rank(self, paths: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """One rank's figures (``trace``: the file's place among ``paths``) and
+        problems, as ``_rank_job`` gave them: files in order, an unreadable one
+        a problem and skipped."""
+        figures, problems = [], []
+        for i, path in enumerate(paths):
+            res = self.results.get(path)
+            if res is None:  # not peeked through this reader: read it here
+                res = file_job(path, self.figures_of, self.top)
+            if "figures" in res:
+                figures.append({**res["figures"], "trace": i})
+            elif "problem" in res:
+                problems.append(res["problem"])
+        return figures, problems

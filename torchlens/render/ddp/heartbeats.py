@@ -1,0 +1,264 @@
+"""Per-rank figures of a %ddp_check run: drawn live while the ranks run, and
+again, from the saved records, in the report.
+
+Why one module for both: the live view (a ``jupyter_bokeh.BokehModel`` whose
+``ColumnDataSource``s grow with ``stream(rows, rollover)``, so only new rows
+travel to the browser) and the static copy left in the notebook when the run
+ends must show the same thing. Widgets are not saved with a notebook, so the
+live view is replaced by the report, which draws these figures from the
+records.
+
+Input rows are the workers' heartbeats (``t_rel`` seconds since launch, rank,
+phase, collective count, rss, tensor_bytes, cuda_allocated). All streaming
+happens from the thread that calls ``push``/``flush`` (the launcher's loop).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from bokeh.layouts import column
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from torchlens.analysis.ranks.spread import SHOWN_RANKS
+
+FLUSH_S = 0.4  # at least twice a second
+ROLLOVER = 5000  # points kept per source in the live view
+PHASE_COLORS = {"init": "#bbbbbb", "starting": "#bbbbbb", "comm_check": "#9ecae1",
+                "step": "#74c476", "checksums": "#fdae6b",
+                "done": "#eeeeee", "failed": "#d62728"}
+MIB = 1 << 20
+
+
+def _color(rank: int) -> str:
+    return Category10_10[rank % 10]
+
+
+def _phase_color(phase: str) -> str:
+    return PHASE_COLORS.get(str(phase).split(" ")[0], "#cccccc")
+
+
+def _num(value: Any, scale: float = 1.0) -> float:
+    """A number for a source column: NaN (a gap in the line) for "not measured"."""
+    return float("nan") if value is None else float(value) * scale
+
+
+def _mib(value: Any) -> float:
+    return _num(value, 1 / MIB)
+
+
+def _mem_value(hb: dict[str, Any]) -> float:
+    cuda = hb.get("cuda_allocated")
+    return float(cuda if cuda is not None else hb.get("rss") or 0) / MIB
+
+
+def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], Any, Any]:
+    """Empty figures with a source per rank (memory, collectives) + timeline.
+
+    A job of more than ``SHOWN_RANKS`` ranks draws every rank's heartbeats as
+    points of one source per panel (a line per rank would be a renderer per
+    rank: seconds to build and send), its lanes thinner, every k-th labelled.
+    """
+    many = world_size > SHOWN_RANKS
+    tools = "xpan,xwheel_zoom,reset,save"
+    points = f" (a point per heartbeat, {world_size:,} ranks)" if many else ""
+    mem = figure(height=190, sizing_mode="stretch_width", tools=tools,
+                 title=("CUDA allocated per rank (MiB)" if cuda else "RSS per rank (MiB)") + points,
+                 x_axis_label="s since launch")
+    coll = figure(height=160, sizing_mode="stretch_width", tools=tools, x_range=mem.x_range,
+                  title="Collectives issued per rank" + points)
+    row_px = max(1, min(30, 900 // world_size))  # the panel stays about 960 px
+    lanes = figure(height=60 + row_px * world_size, sizing_mode="stretch_width", tools=tools,
+                   x_range=mem.x_range, title="Per-rank timeline (phase; ticks = collectives)",
+                   y_range=(-0.6, world_size - 0.4))
+    every = math.ceil(world_size / 40)
+    lanes.yaxis.ticker = list(range(0, world_size, every))
+    lanes.yaxis.major_label_overrides = {r: f"rank {r}" for r in range(world_size)}
+    mem_cols, coll_cols = ("t", "mib", "tensor_mib", "rank", "color"), ("t", "n", "rank", "color")
+    if many:
+        ms = ColumnDataSource({k: [] for k in mem_cols})
+        cs = ColumnDataSource({k: [] for k in coll_cols})
+        dots = [mem.scatter("t", "mib", source=ms, color="color", size=3),
+                coll.scatter("t", "n", source=cs, color="color", size=3)]
+        for fig, dot, tip in ((mem, dots[0], ("MiB", "@mib{0,0.0}")),
+                              (coll, dots[1], ("collectives", "@n"))):
+            fig.add_tools(HoverTool(renderers=[dot], tooltips=[("", "rank @rank"), tip]))
+        mem_src, coll_src = [ms] * world_size, [cs] * world_size
+    else:
+        mem_src, coll_src = [], []
+        for r in range(world_size):
+            ms = ColumnDataSource({k: [] for k in mem_cols})
+            cs = ColumnDataSource({k: [] for k in coll_cols})
+            mem.line("t", "mib", source=ms, color=_color(r), legend_label=f"rank {r}")
+            mem.line("t", "tensor_mib", source=ms, color=_color(r), line_dash="dashed")
+            coll.step("t", "n", source=cs, color=_color(r), legend_label=f"rank {r}",
+                      mode="after")
+            mem_src.append(ms)
+            coll_src.append(cs)
+        for fig in (mem, coll):
+            fig.legend.location = "top_left"
+            fig.legend.label_text_font_size = "8pt"
+    quads = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "color": [],
+                              "phase": [], "rank": []})
+    lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_alpha=0)
+    ticks = ColumnDataSource({"t": [], "y": [], "label": []})
+    lanes.scatter("t", "y", source=ticks, marker="dash", angle=1.5708, size=14, color="#333")
+    lanes.add_tools(HoverTool(tooltips=[("", "rank @rank @phase @label")]))
+    return column(mem, coll, lanes, sizing_mode="stretch_width"), mem_src, coll_src, quads, ticks
+
+
+def _stream_per_source(sources: list[Any], rows: list[list[dict[str, Any]]],
+                       rollover: int | None) -> None:
+    """Each rank's new rows into its source: one stream per source (many ranks share one)."""
+    by_source: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+    for src, new in zip(sources, rows, strict=True):
+        if new:
+            by_source.setdefault(id(src), (src, []))[1].extend(new)
+    for src, new in by_source.values():
+        src.stream(_columns(new), rollover=rollover)
+
+
+def label_nodes(layout: Any, heartbeats: Iterable[dict[str, Any]]) -> bool:
+    """Name each lane "rank r (node k)" once heartbeats say where a rank runs
+    (``%ddp_check --nnodes``); True when a label changed."""
+    lanes = layout.children[2]
+    labels = dict(lanes.yaxis.major_label_overrides)
+    for hb in heartbeats:
+        if hb.get("node") is not None:
+            labels[int(hb["rank"])] = f"rank {hb['rank']} (node {hb['node']})"
+    if labels == lanes.yaxis.major_label_overrides:
+        return False
+    lanes.yaxis.major_label_overrides = labels
+    return True
+
+
+class _Rows:
+    """Turns heartbeats into rows for the sources (shared by live and static)."""
+
+    def __init__(self, world_size: int) -> None:
+        self.prev: list[dict[str, Any] | None] = [None] * world_size
+
+    def rows(self, hb: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                                 dict[str, Any] | None]:
+        r = int(hb["rank"])
+        t = float(hb["t_rel"])
+        tensor = hb.get("tensor_bytes")
+        mem = {"t": t, "mib": _mem_value(hb),
+               "tensor_mib": float("nan") if tensor is None else tensor / MIB}
+        coll = {"t": t, "n": int(hb.get("collectives") or 0), "rank": r, "color": _color(r)}
+        mem.update(rank=r, color=_color(r))
+        prev, self.prev[r] = self.prev[r], hb
+        quad = None
+        if prev is not None:
+            quad = {"left": float(prev["t_rel"]), "right": t, "bottom": r - 0.35,
+                    "top": r + 0.35, "color": _phase_color(hb.get("phase", "")),
+                    "phase": str(hb.get("phase", "")), "rank": r}
+        return mem, coll, quad
+
+
+def _columns(rows: Iterable[dict[str, Any]]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for row in rows:
+        for k, v in row.items():
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
+                 collectives: list[list[dict[str, Any]]] | None = None,
+                 t0: float = 0.0) -> Any:
+    """The static layout from a finished run's heartbeats (and exact collective times)."""
+    cuda = any(h.get("cuda_allocated") is not None for h in heartbeats)
+    layout, mem_src, coll_src, quads, ticks = _figures(world_size, cuda)
+    conv = _Rows(world_size)
+    mem_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
+    coll_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
+    quad_rows = []
+    for hb in sorted(heartbeats, key=lambda h: h["t_rel"]):
+        m, c, q = conv.rows(hb)
+        mem_rows[int(hb["rank"])].append(m)
+        coll_rows[int(hb["rank"])].append(c)
+        if q:
+            if quad_rows and quad_rows[-1]["rank"] == q["rank"] and quad_rows[-1]["phase"] == q["phase"]:
+                quad_rows[-1]["right"] = q["right"]  # merge runs of one phase
+            else:
+                quad_rows.append(q)
+    _stream_per_source(mem_src, mem_rows, None)  # the static copy keeps every point
+    _stream_per_source(coll_src, coll_rows, None)
+    if quad_rows:
+        quads.data = _columns(quad_rows)
+    label_nodes(layout, heartbeats)
+    tick_rows = [{"t": fp["t"] - t0, "y": r,
+                  "label": f"#{fp['index']} {fp['op']} {fp.get('line', '')}"}
+                 for r, fps in enumerate(collectives or []) for fp in fps if fp.get("t")]
+    if tick_rows:
+        ticks.data = _columns(tick_rows)
+    return layout
+
+
+class LivePlot:
+    """The live view: ``push`` heartbeats as they arrive, ``flush`` from the same thread."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.layout, self.mem, self.coll, self.quads, self.ticks = _figures(world_size, False)
+        self._widget: Any = None
+        self._rows = _Rows(world_size)
+        self._pending: list[dict[str, Any]] = []
+        self._last_count = [0] * world_size
+        self._last_flush = 0.0
+        self.flushes = 0
+
+    @property
+    def widget(self) -> Any:
+        """The notebook widget (made on first use: a layout can be in one document only,
+        so a view that embeds ``layout`` in a bigger one never asks for it)."""
+        if self._widget is None:
+            from jupyter_bokeh import BokehModel
+
+            self._widget = BokehModel(self.layout)
+        return self._widget
+
+    def push(self, hb: dict[str, Any]) -> None:
+        self._pending.append(hb)
+
+    def hide_collectives(self) -> None:
+        """Drop the collectives panel: for heartbeats that do not count them
+        (``torchlens run``'s ranks), where it would draw a false zero."""
+        self.layout.children[1].visible = False
+        self.layout.children[2].title.text = "Per-rank timeline (state)"
+
+    def flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._pending or (not force and now - self._last_flush < FLUSH_S):
+            return
+        self._last_flush = now
+        mem: list[list[dict[str, Any]]] = [[] for _ in range(self.world_size)]
+        coll: list[list[dict[str, Any]]] = [[] for _ in range(self.world_size)]
+        quads, ticks = [], []
+        for hb in self._pending:
+            r = int(hb["rank"])
+            m, c, q = self._rows.rows(hb)
+            mem[r].append(m)
+            coll[r].append(c)
+            if q:
+                quads.append(q)
+            if c["n"] > self._last_count[r]:
+                ticks.append({"t": c["t"], "y": r, "label": f"{c['n']} collectives"})
+                self._last_count[r] = c["n"]
+        label_nodes(self.layout, self._pending)
+        self._pending.clear()
+        # many ranks share one source: it keeps as many points as SHOWN_RANKS lines would
+        rollover = ROLLOVER * (SHOWN_RANKS if self.world_size > SHOWN_RANKS else 1)
+        _stream_per_source(self.mem, mem, rollover)
+        _stream_per_source(self.coll, coll, rollover)
+        if quads:
+            self.quads.stream(_columns(quads), rollover=ROLLOVER)
+        if ticks:
+            self.ticks.stream(_columns(ticks), rollover=ROLLOVER)
+        self.flushes += 1

@@ -1,0 +1,333 @@
+"""The ``gpumem`` report: summary, OOM diagnosis, memory timeline, sites, leaks, fragmentation.
+
+Draws only a ``MemoryAnalysis`` (``analysis.memory``); computes nothing itself. Every string that
+came from a trace (file names, function names, the error text) is escaped:
+the HTML comes from autoescaped templates (``render.html``), and Bokeh hover
+fields are plain ``@field`` references, which BokehJS shows as text. Big traces
+are decimated (``memory_timeline.decimate``, per-bucket min and max, so peaks
+survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.plotting import figure
+from markupsafe import Markup
+
+from torchlens.analysis.frames import frame_label
+from torchlens.analysis.memory import leaks
+from torchlens.analysis.memory.analyze import MemoryAnalysis
+from torchlens.analysis.memory.oom import OomDiagnosis, fmt_bytes
+from torchlens.analysis.memory.timeline import biggest_allocations, decimate
+from torchlens.model import Profile
+from torchlens.render import html, tables
+from torchlens.render.page import section
+from torchlens.render.tables import Column
+
+MAX_POINTS = 4000  # timeline points per series after decimation
+MAX_MARKED = 12  # biggest allocations marked on the timeline
+MAX_SEGMENTS = 200  # segments drawn in the block map
+SEGMENT_FRAME_PX = 100  # the block map's title, x axis and borders
+SEGMENT_ROW_PX = 16  # and its height per segment (down to 3 px past 37 segments)
+MIB = 1024 * 1024
+STATE_COLORS = {"active_allocated": "#0072B2", "inactive": "#cccccc",
+                "active_pending_free": "#E69F00"}
+STATE_NAMES = {"active_allocated": "allocated", "inactive": "cached free",
+               "active_pending_free": "in flight (freed, stream still using it)"}
+
+
+def _stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
+                n: int = 8) -> str:
+    return " <- ".join(f"{f.get('name', '')} ({frame_label(f, cells)})" for f in frames[:n])
+
+
+def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
+    """(label, value) pairs of the summary box, shared by the HTML and text views."""
+    tl = a.timeline
+    src = a.reserved_source
+    rows = [
+        ("peak allocated", fmt_bytes(tl.peak_allocated)),
+        ("allocated at end", fmt_bytes(tl.end_allocated)),
+        (f"change across {a.scope}", fmt_bytes(tl.end_allocated - tl.start_allocated)),
+        (f"peak reserved ({src})", fmt_bytes(tl.peak_reserved)),
+        (f"reserved at end ({src})", fmt_bytes(tl.end_reserved)),
+        ("reserved change", fmt_bytes(tl.end_reserved - tl.start_reserved)),
+        ("allocations / frees in the trace", f"{len(tl.allocations):,} / "
+         f"{sum(1 for x in tl.allocations if x.t_free is not None):,}"),
+    ]
+    if tl.start_inferred:
+        rows.insert(0, ("alive at the start (inferred from frees)", fmt_bytes(tl.start_allocated)))
+    if a.steady_growth is not None:
+        rows.append(("growth per run (after the first)", fmt_bytes(a.steady_growth)))
+    return rows
+
+
+def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
+    """One line for the text view and the report header."""
+    error = profile.error
+    tl = a.timeline
+    parts = [f"peak {fmt_bytes(tl.peak_allocated)} allocated",
+             f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
+             f"across {a.scope})",
+             f"reserved {fmt_bytes(tl.end_reserved)} ({a.reserved_source})"]
+    if tl.start_inferred:
+        parts.insert(2, f"allocated counts {fmt_bytes(tl.start_allocated)} alive at the start "
+                        "(inferred from frees)")
+    if a.possible_leaks:
+        parts.append(f"{len(a.possible_leaks)} possible leak site(s), first {a.possible_leaks[0].site}")
+    if a.measured_on == "cpu":
+        parts.append("CPU allocator")
+    if error:
+        parts.append(f"cell raised {error.get('type', 'an exception')}")
+    return "torchlens gpumem: " + ", ".join(parts)
+
+
+def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Markup:
+    return html.render("kv.html.j2", rows=rows, head=head)
+
+
+def diagnosis_rows(d: OomDiagnosis) -> list[tuple[str, str]]:
+    """The OOM box's figures: the same fields its explanation is written from."""
+    figs = [("requested", fmt_bytes(d.requested)),
+            ("free on the device", fmt_bytes(d.device_free)),
+            ("reserved but free (cached)", fmt_bytes(d.free_cached)),
+            ("free in total", fmt_bytes(d.total_free)),
+            ("largest piece this request could use", fmt_bytes(d.usable_free)),
+            ("largest usable cached block", fmt_bytes(d.largest_usable)),
+            ("new segment a request of this size needs", fmt_bytes(d.segment_size)),
+            ("short by", fmt_bytes(d.shortfall)),
+            ("allocated", fmt_bytes(d.allocated)), ("reserved", fmt_bytes(d.reserved)),
+            ("capacity", fmt_bytes(d.capacity)),
+            ("inactive_split", fmt_bytes(d.inactive_split))]
+    if d.unusable_share is not None:
+        figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
+    if d.site:
+        figs.append(("failing allocation at", d.site))
+    return [f for f in figs if f[1] != "n/a"]
+
+
+def diagnosis_html(d: OomDiagnosis) -> Markup:
+    """The OOM box: cause, the figures, and advice each with its evidence."""
+    return html.render("oom.html.j2", d=d, rows=diagnosis_rows(d))
+
+
+def timeline_figure(a: MemoryAnalysis) -> Any:
+    """Allocated and reserved over the cell or window (ms, or trace entries when the
+    trace has no times), the biggest allocations marked."""
+    tl = a.timeline
+    if not tl.t_us:
+        return None
+    timed = tl.clock == "us"
+    scale = 1000 if timed else 1
+    t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
+    # the state at the start comes first, so a cell that begins by freeing starts high
+    t, alloc, res = [0, *t], [tl.start_allocated, *alloc], [tl.start_reserved, *res]
+    ms = [x / scale for x in t]
+    p = figure(height=300, sizing_mode="stretch_width",
+               x_axis_label="ms since the first event" if timed else
+               "trace entry (the snapshot records no times)",
+               y_axis_label="MiB", title=f"Memory over {a.scope}"
+               + (f" ({len(tl.t_us):,} events, {len(t):,} points drawn)" if len(t) < len(tl.t_us) else ""),
+               tools="xpan,xwheel_zoom,box_zoom,reset,save")
+    d = a.diagnosis
+    # A simulated OOM on a CPU capture: a GPU would have raised there, so the
+    # model's reserved memory ends there and what the CPU went on to allocate is
+    # drawn faded, not above a reserved line it could never have fit under.
+    cut = len(ms)
+    if d is not None and a.oom_x is not None and a.measured_on == "cpu":
+        cut = next((i for i, x in enumerate(t) if x >= a.oom_x), len(t))
+    p.step(ms[:cut], [x / MIB for x in res[:cut]], mode="after", color="#999999", line_width=2,
+           legend_label=f"reserved ({a.reserved_source})")
+    p.step(ms[:cut], [x / MIB for x in alloc[:cut]], mode="after", color="#0072B2", line_width=2,
+           legend_label="allocated")
+    if cut < len(ms):
+        p.step(ms[cut - 1:], [x / MIB for x in alloc[cut - 1:]], mode="after", color="#0072B2",
+               alpha=0.3, line_width=2, legend_label="allocated after the simulated OOM (on a GPU "
+               "the cell would have raised)")
+    if d is not None and a.oom_x is not None:
+        _mark_oom(p, d, a.oom_x / scale, [ms[0], ms[-1]])
+    if tl.start_inferred:
+        p.line([ms[0], ms[-1]], [tl.start_allocated / MIB] * 2, color="#0072B2", line_dash="dashed",
+               legend_label="alive at the start (inferred from frees)")
+    big = biggest_allocations(tl, MAX_MARKED)
+    level = dict(zip(tl.t_us, tl.allocated, strict=True))
+    src = ColumnDataSource({
+        "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
+        "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
+        "size": [fmt_bytes(b.size) for b in big], "site": [b.site for b in big],
+        "stack": [_stack_text(b.frames, a.cells) for b in big],
+        "freed": ["still alive at the end" if b.t_free is None else
+                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" if timed else
+                  f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
+    })
+    r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
+                                                    ("", "@freed"), ("stack", "@stack")]))
+    p.legend.location = "top_left"
+    return p
+
+
+def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float]) -> None:
+    """The failing request at its place on the timeline, from the diagnosis' own figures:
+    a bar from what was allocated to allocated + requested, and the card's capacity."""
+    if d.capacity:
+        p.line(x_span, [d.capacity / MIB] * 2, color="#CC0000", line_dash="dotted",
+               legend_label=f"capacity {fmt_bytes(d.capacity)}")
+    base = (d.allocated or 0) / MIB
+    src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / MIB],
+                            "what": [f"{d.cause}: {fmt_bytes(d.requested)} requested, "
+                                     f"{fmt_bytes(d.shortfall)} short" if d.shortfall is not None
+                                     else f"{d.cause}: {fmt_bytes(d.requested)} requested"],
+                            "free": [f"{fmt_bytes(d.total_free)} free in total, "
+                                     f"{fmt_bytes(d.usable_free)} usable"]})
+    r = p.segment("x", "y0", "x", "y1", source=src, color="#CC0000", line_width=4,
+                  legend_label=f"out of memory ({d.source})")
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@what"), ("", "@free")]))
+
+
+def segment_map_figure(a: MemoryAnalysis) -> Any:
+    """One row per segment, its blocks coloured by state (allocated / cached free / in flight)."""
+    segs = a.segments
+    if not segs:
+        return None
+    shown = segs[:MAX_SEGMENTS]
+    cols: dict[str, list[Any]] = {k: [] for k in ("x", "y", "w", "color", "state", "size", "seg")}
+    for row, seg in enumerate(shown):
+        for b in seg["blocks"]:
+            cols["x"].append((b["offset"] + b["size"] / 2) / MIB)
+            cols["w"].append(b["size"] / MIB)
+            cols["y"].append(row)
+            cols["color"].append(STATE_COLORS.get(b["state"], "#999999"))
+            cols["state"].append(STATE_NAMES.get(b["state"], b["state"]))
+            cols["size"].append(fmt_bytes(b["size"]))
+            cols["seg"].append(f"{seg['segment_type']} segment of {fmt_bytes(seg['total_size'])}"
+                               f" at {seg['address']:#x}")
+    title = "Segments and blocks (blue allocated, grey cached free, orange in flight)"
+    if len(segs) > len(shown):
+        title += f": first {len(shown)} of {len(segs)} segments by address"
+    # The title and the x axis take about 80 px whatever the rows: the height is
+    # that plus a band per row, so one segment still gets a visible row.
+    p = figure(height=min(700, SEGMENT_FRAME_PX + SEGMENT_ROW_PX * len(shown)),
+               sizing_mode="stretch_width", x_axis_label="MiB from segment start", title=title,
+               tools="xpan,xwheel_zoom,box_zoom,reset,save",
+               y_range=(len(shown) - 0.5, -0.5))
+    p.yaxis.visible = False
+    r = p.rect("x", "y", "w", 0.8, source=ColumnDataSource(cols), fill_color="color",
+               line_color="white", line_width=0.5)
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("block", "@size @state"), ("", "@seg")]))
+    return p
+
+
+def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
+    f = a.frag
+    st = a.stats_after or (a.model.stats if a.model else {})
+    rows = [("reserved", fmt_bytes(f.reserved)), ("allocated", fmt_bytes(f.allocated)),
+            ("cached free", f"{fmt_bytes(f.free_cached)} ({f.free_share:.0%} of reserved)"),
+            ("largest free block", f"{fmt_bytes(f.largest_free_block)} of {fmt_bytes(f.free_cached)} free"),
+            ("in flight (pending free)", fmt_bytes(f.pending_free)),
+            ("inactive_split", f"{fmt_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"),
+            ("segments", f"{f.n_segments} ({f.n_segments_by_pool['small']} small, "
+                         f"{f.n_segments_by_pool['large']} large)")]
+    if a.unusable_for_largest is not None:
+        biggest, share = a.unusable_for_largest
+        rows.append((f"free but unusable for the largest request ({fmt_bytes(biggest)})",
+                     f"{share:.0%} of reserved"))
+    for key, label in (("num_alloc_retries", "alloc retries"), ("num_ooms", "OOMs")):
+        if key in st:
+            rows.append((label, f"{st[key]:,}"))
+    return rows
+
+
+_SITE_COLS = [Column("site", "site", numeric=False), Column("function", "function", numeric=False),
+              Column("bytes", "bytes allocated", fmt_bytes), Column("count", "allocations", tables.fmt_int),
+              Column("largest", "largest", fmt_bytes), Column("alive_bytes", "alive at end", fmt_bytes)]
+_LEAK_COLS = [Column("flag", "possible leak", numeric=False), Column("site", "site", numeric=False),
+              Column("function", "function", numeric=False), Column("bytes", "bytes alive", fmt_bytes),
+              Column("count", "tensors", tables.fmt_int), Column("passes", "passes", tables.fmt_int)]
+_GROWTH_COLS = [Column("run", "run", tables.fmt_int), Column("end_allocated", "allocated at end", fmt_bytes),
+                Column("growth", "growth", fmt_bytes)]
+
+
+def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str, Markup, str]]:
+    """(title, body, anchor) of every section; Bokeh figures go to ``figures``."""
+    out = []
+    if a.diagnosis is not None:
+        out.append(("Out-of-memory diagnosis", diagnosis_html(a.diagnosis), "oom"))
+    body = _kv(summary_rows(a)) + html.join([html.note(n) for n in a.notes])
+    out.append(("Summary", body, "summary"))
+    if a.comparison:
+        rows = comparison_cells(a)
+        what = "this machine's allocator" if a.measured_on == "cpu" else "what happened"
+        out.append(("Allocator model: what if", _kv(rows, head=("", what, "simulated")),
+                    "simulate"))
+    for title, fig, anchor in (("Memory timeline", timeline_figure(a), "timeline"),):
+        out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
+    sites = a.sites[:top]
+    out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
+                if sites else html.note("No allocations."), "sites"))
+    leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
+    out.append((f"Still alive at the end of {a.scope} (possible leaks)",
+                html.render("leaks.html.j2", table=tables.html_table(leak_rows, _LEAK_COLS)
+                            if leak_rows else None, scope=a.scope,
+                            rule=leaks.FLAG_RULE[a.measured_on == "snapshot"]), "leaks"))
+    if a.growth:
+        out.append(("Growth per run (--repeat)",
+                    tables.html_table([vars(g) for g in a.growth], _GROWTH_COLS), "growth"))
+    src = ("the allocator model replaying this cell's allocations (not a GPU)"
+           if a.reserved_source == "allocator model" else "the snapshot")
+    frag = html.note(f"From {src}.") + _kv(fragmentation_rows(a))
+    frag += _fig(segment_map_figure(a), figures, "no segments")
+    out.append(("Fragmentation", frag, "fragmentation"))
+    return out
+
+
+def comparison_cells(a: MemoryAnalysis) -> list[tuple[str, str, str]]:
+    """(figure, real, simulated) of the what-if comparison, as text: the one
+    formatting of it that the HTML, the text view and ``torchlens simulate`` show."""
+    def cell(v: int | None, is_bytes: bool) -> str:
+        return "n/a" if v is None else fmt_bytes(v) if is_bytes else f"{v:,}"
+
+    return [(label, cell(r, b), cell(s, b)) for label, r, s, b in a.comparison]
+
+
+def comparison_lines(a: MemoryAnalysis) -> list[str]:
+    """The comparison as fixed-width lines (text view, ``torchlens simulate``)."""
+    return [f"  {label:<18} real {r:>12}   simulated {s:>12}"
+            for label, r, s in comparison_cells(a)]
+
+
+def _fig(fig: Any, figures: list[Any], empty: str) -> Markup:
+    if fig is None:
+        return html.note(empty)
+    figures.append(fig)
+    return html.figure_slot(len(figures) - 1)
+
+
+def text_report(profile: Profile, a: MemoryAnalysis) -> str:
+    """The text/plain view: summary, diagnosis, top sites and possible leaks."""
+    top = profile.payload.top  # type: ignore[union-attr]
+    lines = [summary_line(profile, a)]
+    d = a.diagnosis
+    if d is not None:
+        lines += ["", f"OUT OF MEMORY ({d.cause}): {d.explanation}"]
+        lines += [f"  try: {x.action}\n       because {x.evidence}" for x in d.advice]
+    lines += ["", "top allocation sites:"]
+    lines += [f"  {fmt_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
+              for s in a.sites[:top]]
+    if a.possible_leaks:
+        lines += ["", "possible leaks (still alive, left behind on several passes):"]
+        lines += [f"  {fmt_bytes(r.bytes):>12}  {r.count:>6} tensors  {r.site}  {r.function}"
+                  for r in a.possible_leaks[:top]]
+    lines += comparison_lines(a)
+    lines += [f"not measured: {u}" for u in profile.unmeasured]
+    return "\n".join(lines)
+
+
+def report_parts(profile: Profile, a: MemoryAnalysis,
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
+    """Summary line and sections of a gpumem report."""
+    top = profile.payload.top  # type: ignore[union-attr]
+    return summary_line(profile, a), [section(t, body, anchor)
+                                      for t, body, anchor in sections(a, top, figures)]

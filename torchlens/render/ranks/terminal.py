@@ -1,0 +1,168 @@
+"""The live terminal summary of ``torchlens run``: draws a ``RunView``, computes nothing.
+
+On a terminal the block is redrawn in place about once a second (ANSI: move
+the cursor up over the last block, clear to the end of the screen), so a long
+run is one screenful, not a log flood. Piped to a file or CI log, one line
+(the verdict and the step times) every ``LOG_EVERY_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+import time
+from typing import Any, TextIO
+
+from torchlens.analysis.ranks.verdict import RunView
+from torchlens.model.units import format_bytes
+
+REDRAW_S = 1.0
+LOG_EVERY_S = 10.0
+COST_FACTOR = 4
+#: the log line lists each rank's step time up to this many ranks
+LOG_RANKS = 16
+_UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
+_CLEAR = "\x1b[J"
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def restart_line(number: Any, words: str) -> str:
+    """A restart as the terminal, the watch status and the manifest's reader see it."""
+    return f"restart {number}: {words}"
+
+
+def memory_cell(row: dict[str, Any]) -> str:
+    """A rank row's memory as one cell: allocated (``~`` when modelled), else RSS."""
+    if row.get("allocated") is not None:
+        mark = "~" if row.get("source") == "modelled" else ""
+        return f"{mark}{format_bytes(row['allocated'])}"
+    return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
+
+
+def rows_in_order(ranks: list[Any], order: Any, max_rows: int) -> list[Any]:
+    """At most ``max_rows`` rows: ``order``'s first (indices into ``ranks``:
+    ranks in trouble, then the slowest), then the rest. An ``order`` read
+    from a file may be anything: what is not an index is skipped."""
+    if len(ranks) <= max_rows:
+        return list(ranks)
+    picked = [i for i in order if isinstance(i, int) and 0 <= i < len(ranks)] if (
+        isinstance(order, (list, tuple))) else []
+    return [ranks[i] for i in dict.fromkeys([*picked, *range(len(ranks))])][:max_rows]
+
+
+def more_ranks_line(hidden: int, spread: Any) -> str:
+    """The line under a cut table: how many ranks it leaves out, and the step
+    time of all ranks (``spread``: median, min, max; left out when not three numbers)."""
+    times = ""
+    if isinstance(spread, (list, tuple)) and len(spread) == 3 and all(
+            isinstance(v, (int, float)) for v in spread):
+        times = (f"; step ms over all ranks: median {spread[0]:,.1f}, min {spread[1]:,.1f}, "
+                 f"max {spread[2]:,.1f}")
+    return (f"... {hidden:,} more ranks, not shown (the rows above: ranks in trouble, then "
+            f"the slowest){times}")
+
+
+def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[str]:
+    """The summary as text lines: verdict first, then one row per rank.
+
+    ``max_rows``: at most this many rank rows (a redraw taller than the
+    terminal cannot move back up over itself), in ``view.order``, then one
+    line for the rest.
+    """
+    out = [header] if header else []
+    out.append(f"verdict: {view.verdict}")
+    slow = view.slow.rank
+    out.append(f"ranks: {view.attached} of {view.world_size or '?'} attached"
+               f"; slow rank: {'none' if slow is None else slow}"
+               f"; dropped messages: {view.dropped}"
+               + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
+    out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<14} {'steps':>5} "
+               f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
+    shown = view.ranks if max_rows is None else rows_in_order(view.ranks, view.order, max_rows)
+    for row in shown:
+        node = "-" if row.get("node") is None else str(row["node"])
+        mark = " <- slow" if row["rank"] == slow else ""
+        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
+                   f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
+                   f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
+                   f"{memory_cell(row):>14}{mark}")
+    if len(shown) < len(view.ranks):
+        out.append(more_ranks_line(len(view.ranks) - len(shown), view.spread))
+    if any(row.get("source") == "modelled" and row.get("allocated") is not None
+           for row in view.ranks):
+        out.append("~ memory modelled: the profiled steps' CPU allocations replayed through "
+                   "the CUDA caching-allocator model")
+    for node in view.lost:
+        out.append(f"lost: {node.words}")
+    for c in view.creep:
+        out.append(f"memory: {c.words}")
+    out += [restart_line(r.number, r.words) for r in view.restarts]
+    out += [f"note: {n}" for n in view.notes]
+    return out
+
+
+def one_line(view: RunView) -> str:
+    """The log form: the verdict and each rank's median step time."""
+    if len(view.ranks) <= LOG_RANKS or view.spread is None:
+        steps = ", ".join(f"r{row['rank']} {_ms(row.get('step_ms'))}" for row in view.ranks)
+    else:
+        steps = "median {:.1f}, min {:.1f}, max {:.1f} over {} ranks".format(
+            *view.spread, len(view.ranks))
+    return f"torchlens run: {view.verdict} | step ms: {steps} | dropped {view.dropped}"
+
+
+class TerminalSummary:
+    """Redraws in place on a TTY, logs a line every ``LOG_EVERY_S`` otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, tty: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.drawn = 0
+        self.last = 0.0
+        self.cost = 0.0  # seconds the last frame took to compute and draw (set by the loop)
+
+    def due(self) -> bool:
+        # a frame that took long (many ranks, a busy machine) spaces the next
+        # ones out, so drawing never takes more than a quarter of the loop
+        every = max(REDRAW_S if self.tty else LOG_EVERY_S, COST_FACTOR * self.cost)
+        return time.monotonic() - self.last >= every
+
+    def draw(self, view: RunView, header: str = "") -> None:
+        self.last = time.monotonic()
+        if not self.tty:
+            print(one_line(view), file=self.stream, flush=True)
+            return
+        # a line the terminal wraps would make the next redraw move up too few
+        # lines: wrap them here, where they are counted (a restart's sentence
+        # is longer than a terminal is wide)
+        size = shutil.get_terminal_size()
+        width = max(20, size.columns - 1)
+        said = sum(len(textwrap.wrap(restart_line(r.number, r.words), width))
+                   for r in view.restarts)
+        # the rows besides the ranks': verdict, totals, heading, the rest, notes
+        rows = max(4, size.lines - 8 - len(view.lost) - len(view.creep) - said
+                   - len(view.notes))
+        text = [part for t in lines(view, header, max_rows=rows)
+                for part in (textwrap.wrap(t, width, subsequent_indent="  ") or [""])]
+        up = _UP.format(n=self.drawn) if self.drawn else ""
+        self.stream.write(up + _CLEAR + "\n".join(text) + "\n")
+        self.stream.flush()
+        self.drawn = len(text)
+
+    def say(self, text: str) -> None:
+        """A line above the redrawn block (it is drawn again below it)."""
+        if self.tty and self.drawn:
+            self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
+            self.drawn = 0
+        print(text, file=self.stream, flush=True)
+
+    def final(self, view: RunView, header: str = "") -> None:
+        """The full block once more, in place on a TTY and in full in a log."""
+        if self.tty and self.drawn:
+            self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
+        self.drawn = 0
+        print("\n".join(lines(view, header)), file=self.stream, flush=True)

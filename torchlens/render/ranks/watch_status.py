@@ -1,0 +1,79 @@
+"""The status block of ``torchlens.watch``: the run's verdict and one row per rank.
+
+Drawn from a live frame's ``status`` (``analysis.run_verdict.live_status``):
+numbers are only formatted here. The same HTML sits above the live view
+while the run goes on and is left in the notebook as its static copy when
+the watch ends (widgets are not saved with a notebook). Host names, errors
+and the verdict came from the ranks: the template escapes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markupsafe import Markup
+
+from torchlens.render import html
+from torchlens.render.ranks.terminal import (
+    memory_cell,
+    more_ranks_line,
+    restart_line,
+    rows_in_order,
+)
+
+LABELS = ("rank", "node", "host", "state", "steps", "step ms", "data ms", "memory")
+#: rows of the table at most; the live view below draws as many ranks (SHOWN_RANKS)
+STATUS_ROWS = 16
+STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiting": "#777"}
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _more(status: dict[str, Any], shown: int) -> str:
+    hidden = len(status.get("ranks") or []) - shown
+    return more_ranks_line(hidden, status.get("spread")) if hidden > 0 else ""
+
+
+def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dict[str, Any]]:
+    """The table's rows (text cells) and which one is the slow rank."""
+    out = []
+    ranks = [r for r in status.get("ranks") or [] if isinstance(r, dict)]
+    for row in rows_in_order(ranks, status.get("order"), max_rows):
+        state = str(row.get("state") or "-")
+        if row.get("error"):
+            state = f"{state} ({str(row['error'])[:80]})"
+        out.append({"slow": bool(row.get("slow")), "cells": [
+            str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
+            str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",
+            _ms(row.get("step_ms")), _ms(row.get("data_ms")), memory_cell(row)]})
+    return out
+
+
+def status_html(source: str, state: str, status: dict[str, Any] | None,
+                facts: str = "", notes: list[str] | tuple[str, ...] = ()) -> Markup:
+    """The block: ``source`` (what is watched), ``state`` (``running``, ``ended``,
+    ``stopped``, ``waiting``: coloured), the verdict, ``notes`` and the rank table."""
+    status = status or {}
+    rows = status_rows(status)
+    notes = [*notes, *(f"lost: {w}" for w in status.get("lost") or []),
+             *(restart_line(r.get("number"), str(r.get("words") or ""))
+               for r in status.get("restarts") or [] if isinstance(r, dict))]
+    return html.render("watch_status.html.j2", source=source, state=state,
+                       state_color=STATE_COLORS.get(state.split(" ")[0], "#333"), facts=facts,
+                       verdict=status.get("verdict") or "", notes=notes, labels=LABELS,
+                       rows=rows, more=_more(status, len(rows)))
+
+
+def note_html(text: str) -> Markup:
+    """One quiet line in place of the block (the final status is shown elsewhere)."""
+    return Markup('<div style="color:#666;font-style:italic">{}</div>').format(text)
+
+
+def status_text(source: str, state: str, status: dict[str, Any] | None, facts: str = "") -> str:
+    """One line for ``text/plain`` (a terminal, or a front end without widgets)."""
+    status = status or {}
+    verdict = status.get("verdict")
+    return (f"torchlens.watch {source}: {state}" + (f" ({facts})" if facts else "")
+            + (f"; verdict: {verdict}" if verdict else ""))

@@ -1,0 +1,132 @@
+"""The report of a ``diff`` (run B against run A): the verdict, a chart of the
+largest changes, the step times, then the ops and kernels that changed.
+
+Only draws: every figure is ``analysis.multirank.diff``'s. Tables show the
+changed rows (added, removed, slower, faster) first, at most ``MAX_ROWS``
+per table; ``run.diff(other).ops()`` and ``--json`` hold every row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.plotting import figure
+from markupsafe import Markup
+
+from torchlens.model import Profile
+from torchlens.render import html, tables
+from torchlens.render.page import section
+from torchlens.render.tables import Column
+
+MAX_ROWS = 200
+CHART_ROWS = 15
+COLORS = {"slower": "#d62728", "added": "#ff7f0e", "faster": "#2ca02c",
+          "removed": "#17becf", "same": "#c7c7c7"}
+
+
+def _signed(v: Any) -> str:
+    return ("+" if float(v) > 0 else "") + tables.fmt_us(v)
+
+
+def _pct(v: Any) -> str:
+    return f"{float(v):+.1f} %"
+
+
+def _calls(v: Any) -> str:
+    return f"{float(v):,.2f}"
+
+
+ROWS = [Column("status", "status", str, False), Column("kind", "kind", str, False),
+        Column("name", "name", str, False, tables.NAME_CHARS),
+        Column("a_us", "A", tables.fmt_us), Column("b_us", "B", tables.fmt_us),
+        Column("delta_us", "change", _signed), Column("delta_pct", "change %", _pct),
+        Column("a_calls", "calls A", _calls), Column("b_calls", "calls B", _calls)]
+RANKS = [Column("rank_a", "rank in A", str), Column("rank_b", "rank in B", str),
+         Column("a_median_us", "median step A", tables.fmt_us),
+         Column("b_median_us", "median step B", tables.fmt_us),
+         Column("delta_us", "change", _signed), Column("delta_pct", "change %", _pct)]
+
+
+def summary_line(profile: Profile, d: dict[str, Any]) -> str:
+    return f"diff: {d['verdict']}"
+
+
+def text_report(profile: Profile, d: dict[str, Any]) -> str:
+    p = profile.payload
+    lines = [summary_line(profile, d), f"A: {p.a}", f"B: {p.b}"]  # type: ignore[union-attr]
+    s = d["summary"]
+    lines.append(", ".join(f"{s[k]} {k}" for k in ("added", "removed", "slower", "faster")))
+    per = d["per"]
+    for r in _changed(d["ops"] + d["kernels"])[:10]:
+        lines.append(f"  {r['status']:<8} {r['kind']:<15} {tables.shorten(r['name'], 60)}: "
+                     f"{tables.fmt_us(r['a_us'])} -> {tables.fmt_us(r['b_us'])} per {per}")
+    lines += [f"note: {n}" for n in d["notes"]]
+    return "\n".join(lines)
+
+
+def _changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Changed rows (largest change first), then the unchanged ones."""
+    rows = sorted(rows, key=lambda r: -abs(r["delta_us"]))
+    return ([r for r in rows if r["status"] != "same"]
+            + [r for r in rows if r["status"] == "same"])
+
+
+def _chart(d: dict[str, Any]) -> Any:
+    rows = [r for r in _changed(d["ops"] + d["kernels"]) if r["status"] != "same"]
+    rows = sorted(rows[:CHART_ROWS], key=lambda r: r["delta_us"])
+    labels = [f"{i + 1}. {tables.shorten(r['name'], 50)}" for i, r in enumerate(rows)]
+    src = ColumnDataSource({"label": labels, "delta": [r["delta_us"] for r in rows],
+                            "name": [tables.shorten(r["name"], 200) for r in rows],
+                            "kind": [r["kind"] for r in rows],
+                            "status": [r["status"] for r in rows],
+                            "color": [COLORS[r["status"]] for r in rows]})
+    fig = figure(height=80 + 22 * len(rows), sizing_mode="stretch_width",
+                 y_range=FactorRange(*labels), tools="save", toolbar_location=None,
+                 x_axis_label=f"µs per {d['per']}, B - A",
+                 title="The largest changes (slower and added to the right)")
+    bars = fig.hbar(y="label", right="delta", left=0, height=0.8, color="color", source=src)
+    fig.add_tools(HoverTool(renderers=[bars], tooltips=[
+        ("", "@name"), ("kind", "@kind"), ("status", "@status"), ("change", "@delta{0,0.0} µs")]))
+    fig.ygrid.grid_line_color = None
+    return fig
+
+
+def _table(rows: list[dict[str, Any]], what: str) -> Markup:
+    ordered = _changed(rows)
+    parts = [tables.html_table(ordered[:MAX_ROWS], ROWS)]
+    if len(ordered) > MAX_ROWS:
+        parts.append(html.note(f"{len(ordered) - MAX_ROWS:,} more {what} (unchanged or "
+                               f"smaller changes): DiffResult.{what}() or --json list them all"))
+    return html.join(parts)
+
+
+def report_parts(profile: Profile, d: dict[str, Any],
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
+    """Summary line and sections of a diff report."""
+    p = profile.payload
+    st, th = d["step_time"], d["thresholds"]
+    words = [d["verdict"], f"A: {p.a}", f"B: {p.b}",  # type: ignore[union-attr]
+             ", ".join(f"{d['summary'][k]} {k}" for k in STATUS_ORDER)
+             + f" (same: within {th['same_pct']:g}% or {th['same_us']:g} µs per {d['per']})"]
+    if st["regression_pct"] is not None:
+        words.append(f"median step time over {st['a_steps']} steps of A and {st['b_steps']} "
+                     f"of B")
+    out = [section("Verdict", html.join([html.note(w) for w in words + d["notes"]]),
+                   "verdict")]
+    if any(r["status"] != "same" for r in d["ops"] + d["kernels"]):
+        figures.append(_chart(d))
+        out.append(section("Largest changes", html.figure_slot(len(figures) - 1), "changes"))
+    if d["rank_steps"]:
+        out.append(section("Step time per rank", tables.html_table(d["rank_steps"], RANKS),
+                           "rank-steps"))
+    if d["kernels"]:
+        out.append(section(f"Kernels, memcpy and memset (per {d['per']})",
+                           _table(d["kernels"], "kernels"), "kernels"))
+    if d["ops"]:
+        out.append(section(f"Host ops and annotations (per {d['per']})",
+                           _table(d["ops"], "ops"), "ops"))
+    return summary_line(profile, d), out
+
+
+STATUS_ORDER = ("added", "removed", "slower", "faster", "same")

@@ -1,0 +1,83 @@
+"""The run report's sections on kernel launches, launch queues and memcpy/memset
+bandwidth (tables of ``analysis.multirank.run_launches``; it only draws)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markupsafe import Markup
+
+from torchlens.analysis.runs.analyze import RunAnalysis
+from torchlens.render import html, tables
+from torchlens.render.page import section
+from torchlens.render.tables import Column
+
+NO_GPU = "no GPU work: nothing to measure (CPU-only traces)"
+
+
+
+
+def _num(v: Any) -> str:
+    return f"{v:,.2f}"
+
+
+
+LAUNCHES = [Column("rank", "rank", str), Column("launches", "launches", tables.fmt_int),
+            Column("delay_mean_us", "launch delay: mean", tables.fmt_micro),
+            Column("delay_p50_us", "median", tables.fmt_micro), Column("delay_max_us", "max", tables.fmt_micro),
+            Column("cpu_mean_us", "launch call: mean", tables.fmt_micro),
+            Column("gpu_mean_us", "GPU time: mean", tables.fmt_micro),
+            Column("gpu_shorter_than_cpu_pct", "GPU shorter than launch", tables.fmt_pct),
+            Column("short_kernels", "short kernels", tables.fmt_int),
+            Column("runtime_outliers", "launch calls > cutoff", tables.fmt_int),
+            Column("delay_outliers", "delays > cutoff", tables.fmt_int)]
+OUTLIERS = [Column("rank", "rank", str), Column("name", "GPU work", str, False, 80),
+            Column("api", "launched by", str, False), Column("delay_us", "launch delay", tables.fmt_micro),
+            Column("cpu_us", "launch call", tables.fmt_micro), Column("gpu_us", "GPU time", tables.fmt_micro)]
+QUEUES = [Column("rank", "rank", str), Column("stream", "stream", str),
+          Column("launches", "launches", tables.fmt_int), Column("mean", "queue: mean", _num),
+          Column("p50", "median", _num), Column("p75", "75 %", _num), Column("max", "max", _num),
+          Column("full_us", "time at 1024 (full)", tables.fmt_micro)]
+MEMORY_BW = [Column("rank", "rank", str), Column("kind", "kind", str, False),
+             Column("events", "events", tables.fmt_int), Column("bytes", "bytes", tables.fmt_int),
+             Column("mean_GBps", "mean", tables.fmt_gbps), Column("p50_GBps", "median", tables.fmt_gbps),
+             Column("max_GBps", "max", tables.fmt_gbps)]
+#: outlier rows shown per report (``run.launch_outliers()`` has them all)
+MAX_OUTLIER_ROWS = 50
+
+
+def launch_sections(a: RunAnalysis) -> list[Markup]:
+    """Sections for launches, queues and memory bandwidth; one plain note when
+    no rank has GPU work."""
+    if not any(r.get("gpu") for r in a.launches):
+        if not a.launches:
+            return []
+        return [section("Kernel launches, queues and memory bandwidth",
+                        html.note(NO_GPU), "launches")]
+    cut = next((r for r in a.launches if r.get("runtime_cutoff_us") is not None), {})
+    legend = ("Each GPU kernel, memcpy or memset paired with the runtime call that launched it "
+              "(same correlation id). Launch delay: GPU start minus the launch call's end. "
+              "Short kernels: GPU time shorter than the launch call, with the call at most "
+              f"{cut.get('runtime_cutoff_us', 50):g} µs; cutoffs (HTA's): launch call > "
+              f"{cut.get('runtime_cutoff_us', 50):g} µs, launch delay > "
+              f"{cut.get('launch_delay_cutoff_us', 100):g} µs.")
+    rows = [r for r in a.launches if r.get("gpu")]
+    parts = [html.note(legend), tables.html_table(rows, LAUNCHES)]
+    if len(rows) < len(a.launches):
+        parts.append(html.note(f"{len(a.launches) - len(rows)} rank(s) without GPU work: "
+                               "nothing to measure there"))
+    outliers = a.launch_outliers[:MAX_OUTLIER_ROWS]
+    if outliers:
+        parts += [html.note("Longest launch delays"), tables.html_table(outliers, OUTLIERS)]
+    out = [section("Kernel launches", html.join(parts), "launches")]
+    out.append(section("Launch queue per stream", html.join(
+        [html.note("Operations launched on a stream and not yet started, at each change "
+                   "(HTA's queue length); CUDA blocks the launching thread at 1024."),
+         tables.html_table(a.queues, QUEUES) if a.queues
+         else html.note("no launch calls paired with GPU work: nothing to measure")]),
+        "queues"))
+    out.append(section("Memcpy / memset bandwidth", html.join(
+        [tables.html_table(a.memory_bw, MEMORY_BW) if a.memory_bw
+         else html.note("no memcpy or memset with a byte count: nothing to measure")]),
+        "memory-bw"))
+    return out

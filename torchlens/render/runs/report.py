@@ -1,0 +1,147 @@
+"""The report of a ``run`` (per-rank traces analysed together): findings first,
+then one chart of every rank's GPU time and the per-rank tables.
+
+The chart and tables stay small at any world size: one bar and one row per
+rank (idle time: one row per rank and stream), whatever each trace held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.plotting import figure
+from markupsafe import Markup
+
+from torchlens.analysis.runs.analyze import RunAnalysis
+from torchlens.model import Profile
+from torchlens.model.units import plural
+from torchlens.render import html, tables
+from torchlens.render.page import section
+from torchlens.render.runs import steps_chart as run_steps_chart
+from torchlens.render.runs import timeline as run_timeline
+from torchlens.render.runs.launches import launch_sections
+from torchlens.render.tables import Column
+
+PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7"))
+
+
+
+
+TEMPORAL = [Column("rank", "rank", str), Column("traces", "traces", str),
+            Column("span_us", "GPU timeline", tables.fmt_ms), Column("compute_pct", "compute", tables.fmt_pct),
+            Column("non_compute_pct", "non-compute", tables.fmt_pct), Column("idle_pct", "idle", tables.fmt_pct)]
+OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", tables.fmt_ms),
+           Column("overlapped_us", "overlapped by compute", tables.fmt_ms),
+           Column("overlap_pct", "overlap", tables.fmt_pct)]
+KERNELS = [Column("rank", "rank", str), Column("kind", "kind", str, False),
+           Column("count", "kernels", tables.fmt_int), Column("us", "time", tables.fmt_ms),
+           Column("pct", "share", tables.fmt_pct)]
+IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
+        Column("idle_us", "idle", tables.fmt_ms), Column("host_wait_pct", "host wait", tables.fmt_pct),
+        Column("kernel_wait_pct", "kernel wait", tables.fmt_pct), Column("other_pct", "other", tables.fmt_pct)]
+SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
+        Column("median_us", "median step", tables.fmt_ms), Column("max_us", "slowest", tables.fmt_ms),
+        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", tables.fmt_pct)]
+STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", tables.fmt_int),
+              Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", tables.fmt_pct),
+              Column("caused_us", "others waited for it", tables.fmt_ms),
+              Column("caused_mean_us", "per such collective", tables.fmt_ms),
+              Column("waited_us", "it waited for others", tables.fmt_ms),
+              Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
+COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
+               Column("mismatch", "ranks disagree", str, False, 80),
+               Column("bytes", "bytes", tables.fmt_int), Column("last_rank", "last rank", str),
+               Column("max_wait_us", "first to last arrival", tables.fmt_ms),
+               Column("dur_us", "duration", tables.fmt_ms), Column("busbw_GBps", "bus bandwidth",
+                                                         tables.fmt_gbps)]
+#: a report of a long run lists the first collectives; --json and the DataFrame hold all
+MAX_COLLECTIVE_ROWS = 200
+PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
+            Column("message", "what", str, False)]
+
+
+def summary_line(profile: Profile, a: RunAnalysis) -> str:
+    n = len(a.ranks)
+    of = f" of {a.world_size}" if a.world_size else ""
+    bad = f", {plural(len(a.problems), 'input problem')}" if a.problems else ""
+    return f"run: {plural(n, 'rank')}{of} analysed{bad}"
+
+
+def text_report(profile: Profile, a: RunAnalysis) -> str:
+    lines = [summary_line(profile, a), *(f"- {f}" for f in a.findings)]
+    for r in a.temporal:
+        if r.get("idle_pct") is None:
+            lines.append(f"rank {r['rank']}: no GPU work in its trace(s)")
+        else:
+            lines.append(f"rank {r['rank']}: compute {r['compute_pct']:.1f}%, non-compute "
+                         f"{r['non_compute_pct']:.1f}%, idle {r['idle_pct']:.1f}%")
+    lines += [f"problem: {p['kind']}: {p['path']}: {p['message']}" for p in a.problems]
+    return "\n".join(lines)
+
+
+def _temporal_chart(a: RunAnalysis) -> Any:
+    rows = [r for r in a.temporal if r.get("idle_pct") is not None]
+    labels = [f"rank {r['rank']}" for r in rows]
+    src = ColumnDataSource({"rank": labels, **{f"{p}_pct": [r[f"{p}_pct"] for r in rows]
+                                               for p, _ in PARTS}})
+    fig = figure(height=min(900, 80 + 18 * max(1, len(rows))), sizing_mode="stretch_width",
+                 y_range=FactorRange(*reversed(labels)), x_range=(0, 100),
+                 tools="save", toolbar_location=None, x_axis_label="% of the rank's GPU timeline",
+                 title="Where each rank's GPU time goes (HTA's temporal breakdown)")
+    bars = fig.hbar_stack([f"{p}_pct" for p, _ in PARTS], y="rank", height=0.8, source=src,
+                          color=[c for _, c in PARTS], legend_label=[p.replace("_", "-")
+                                                                     for p, _ in PARTS])
+    for bar, (p, _) in zip(bars, PARTS, strict=True):
+        fig.add_tools(HoverTool(renderers=[bar], tooltips=[("", "@rank"),
+                                                           (p, f"@{p}_pct{{0.0}} %")]))
+    fig.ygrid.grid_line_color = None
+    fig.add_layout(fig.legend[0], "right")
+    return fig
+
+
+def report_parts(profile: Profile, a: RunAnalysis,
+                 figures: list[Any]) -> tuple[str, list[Markup]]:
+    """Summary line and sections of a run report."""
+    out = []
+    if a.findings:
+        out.append(section("Findings", html.join([html.note(f) for f in a.findings]),
+                           "findings"))
+    out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", {}), figures)
+    out += run_timeline.sections(profile, a, figures)
+    if any(r.get("idle_pct") is not None for r in a.temporal):
+        figures.append(_temporal_chart(a))
+        out.append(section("GPU time per rank", html.join(
+            [html.figure_slot(len(figures) - 1), tables.html_table(a.temporal, TEMPORAL)]),
+            "temporal"))
+    else:
+        out.append(section("GPU time per rank", html.join(
+            [html.note("No rank's trace holds GPU work (CPU-only traces): there is no GPU "
+                       "timeline to break down."), tables.html_table(a.temporal, TEMPORAL)]),
+            "temporal"))
+    if a.stragglers:
+        out.append(section("Who the others waited for (stragglers)",
+                           tables.html_table(a.stragglers, STRAGGLERS), "stragglers"))
+    if a.collectives:
+        shown = a.collectives[:MAX_COLLECTIVE_ROWS]
+        more = len(a.collectives) - len(shown)
+        parts = [tables.html_table(shown, COLLECTIVES)]
+        if more:
+            parts.append(html.note(f"{more:,} more collectives: run.collectives() or "
+                                   "torchlens analyze --json list them all"))
+        out.append(section("Collectives across ranks", html.join(parts), "collectives"))
+    if a.step_skew:
+        out.append(section("Step time across ranks", tables.html_table(a.step_skew, SKEW),
+                           "steps"))
+    if any(r.get("communication_us") for r in a.overlap):
+        out.append(section("Communication overlapped by compute",
+                           tables.html_table(a.overlap, OVERLAP), "overlap"))
+    if a.kernels:
+        out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
+    if a.idle:
+        out.append(section("Idle time per stream", tables.html_table(a.idle, IDLE), "idle"))
+    out += launch_sections(a)
+    if a.problems:
+        out.append(section("Inputs that could not be used",
+                           tables.html_table(a.problems, PROBLEMS), "problems"))
+    return summary_line(profile, a), out

@@ -1,0 +1,115 @@
+"""The run report's chart of every step over time (``torchlens run`` folders).
+
+Draws ``analysis.run_steps.step_series`` as it is: x is the end of each step
+in seconds since the collector started, y its time in ms, one colour per
+rank. A rank's steps before a restart by the elastic agent are dashed and
+pale with hollow points, its last start solid, so the two starts cannot be
+mistaken for one run; each restart is a red line where the old workers stopped, a pale band
+until the new ones stepped again, and its label (the findings above the
+chart say each restart in full).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import BoxAnnotation, ColumnDataSource, HoverTool, Label, Span
+from bokeh.plotting import figure
+from markupsafe import Markup
+
+from torchlens.render import html
+from torchlens.render.ddp.heartbeats import _color
+from torchlens.render.page import section
+
+RESTART_COLOR = "#b00"
+#: ranks named in the legend (more make it taller than the chart)
+LEGEND_RANKS = 16
+
+
+def _start(restart: int) -> str:
+    return "first start" if restart == 0 else f"after restart {restart}"
+
+
+def steps_figure(series: dict[str, Any]) -> Any:
+    """The figure, or None when no rank has a step."""
+    ranks = {int(r): cols for r, cols in series.get("ranks", {}).items() if cols["t"]}
+    if not ranks:
+        return None
+    lines: dict[bool, dict[str, list[Any]]] = {
+        last: {"xs": [], "ys": [], "color": [], "rank": []} for last in (True, False)}
+    points: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "start",
+                                                    "color", "fill")}
+    for r, cols in sorted(ranks.items()):
+        final = max(cols["restart"])
+        for start in sorted(set(cols["restart"])):
+            idx = [i for i, s in enumerate(cols["restart"]) if s == start]
+            line = lines[start == final]
+            line["xs"].append([cols["t"][i] for i in idx])
+            line["ys"].append([cols["ms"][i] for i in idx])
+            line["color"].append(_color(r))
+            line["rank"].append(f"rank {r}")
+        points["t"] += cols["t"]
+        points["ms"] += cols["ms"]
+        points["rank"] += [r] * len(cols["t"])
+        points["step"] += cols["step"]
+        points["start"] += [_start(s) for s in cols["restart"]]
+        points["color"] += [_color(r)] * len(cols["t"])
+        # hollow before the restart: a short first start is a few points, too
+        # close together for its dashed line to show
+        points["fill"] += [_color(r) if s == final else "white" for s in cols["restart"]]
+    fig = figure(height=300, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,box_zoom,reset,save",
+                 active_scroll="xwheel_zoom", x_axis_label="s since torchlens run started",
+                 y_axis_label="ms per step", output_backend="webgl",
+                 title="Every step of every rank over time"
+                       + ("; red: restarts by the elastic agent" if series.get("restarts")
+                          else ""))
+    named = len(ranks) <= LEGEND_RANKS
+    fig.multi_line("xs", "ys", source=ColumnDataSource(lines[True]), color="color",
+                   line_width=1.5, **({"legend_field": "rank"} if named else {}))
+    if lines[False]["xs"]:
+        fig.multi_line("xs", "ys", source=ColumnDataSource(lines[False]), color="color",
+                       line_width=1.5, line_alpha=0.45, line_dash="dashed",
+                       legend_label="before a restart (dashed)")
+    dots = fig.scatter("t", "ms", source=ColumnDataSource(points), line_color="color",
+                       fill_color="fill", size=4)
+    fig.add_tools(HoverTool(renderers=[dots], tooltips=[
+        ("rank", "@rank"), ("step", "@step"), ("step time", "@ms{0,0.0} ms"),
+        ("start", "@start"), ("ended at", "@t{0,0.0} s")]))
+    top = max(max(cols["ms"]) for cols in ranks.values())
+    for r in series.get("restarts") or []:
+        if r.get("t") is None:
+            continue
+        if r.get("resumed") is not None and r["resumed"] > r["t"]:
+            fig.add_layout(BoxAnnotation(left=r["t"], right=r["resumed"], fill_color=RESTART_COLOR,
+                                         fill_alpha=0.08, line_alpha=0))
+        fig.add_layout(Span(location=r["t"], dimension="height", line_color=RESTART_COLOR,
+                            line_width=2, line_dash="dashed"))
+        fig.add_layout(Label(x=r["t"], y=top, text=r["label"], text_color=RESTART_COLOR,
+                             text_font_size="9pt", x_offset=4, text_baseline="top",
+                             background_fill_color="white", background_fill_alpha=0.7))
+    fig.y_range.start = 0
+    if fig.legend:
+        fig.legend.orientation = "horizontal"
+        fig.legend.label_text_font_size = "8pt"
+        fig.legend.click_policy = "hide"
+        fig.add_layout(fig.legend[0], "above")
+    return fig
+
+
+def sections(series: dict[str, Any], figures: list[Any]) -> list[Markup]:
+    """The chart's section (nothing for a folder ``torchlens run`` did not write)."""
+    fig = steps_figure(series) if series else None
+    if fig is None:
+        return []
+    figures.append(fig)
+    ranks = len(series["ranks"])
+    what = (f"{series['steps']:,} step records of {ranks} rank{'s' if ranks != 1 else ''}, "
+            "as the collector received them (the traces below hold only the profiled steps)")
+    if series["drawn"] < series["steps"]:
+        what += (f"; drawn as {series['drawn']:,} points, each rank's slowest step per time "
+                 "bin")
+    if series.get("restarts"):  # the sentences themselves lead the findings
+        what += ("; dashed lines and hollow points: a rank's steps before a restart, red: "
+                 "the restarts (the band: until the new workers stepped again)")
+    parts = [html.note(what + "."), html.figure_slot(len(figures) - 1)]
+    return [section("Every step over time", html.join(parts), "steps-over-time")]

@@ -1,0 +1,77 @@
+"""Plain-text views: the one-line summary and the text/plain report.
+
+The text report is what a terminal, a plain-text notebook viewer or a log sees
+when HTML cannot be shown, so it carries the same summary and top ops as the
+HTML report, as fixed-width columns.
+"""
+
+from __future__ import annotations
+
+from torchlens.analysis.trace.analyze import TraceAnalysis, TraceView
+from torchlens.model import Profile
+from torchlens.model.units import plural
+from torchlens.render import tables
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else tables.fmt_us(float(value))
+
+
+def summary_line(profile: Profile, analysis: TraceAnalysis) -> str:
+    """One line: wall time, events, profiler overhead, top op."""
+    s = analysis.summary
+    parts = [f"wall {_us(s.wall_us)}", plural(s.n_events, "event"),
+             f"profiler start/stop {_us(s.profiler_overhead_us)}"]
+    if s.top_op:
+        parts.append(f"top op {s.top_op} ({s.top_op_share:.0%} of self CPU)")
+    if not s.gpu_present:
+        parts.append("CPU only")
+    if profile.error:
+        parts.append(f"cell raised {profile.error.get('type', 'an exception')}")
+    return "torchlens: " + ", ".join(parts)
+
+
+def _fixed_width(rows: list[list[str]], numeric: list[bool]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+_MAX_NAME = 60  # long templated op names would push the numbers off screen
+
+
+def op_table_text(view: TraceView) -> list[str]:
+    """The top ops as fixed-width text, the same rows and order as the HTML."""
+    shown = view.top_ops
+    if len(shown) == 0:
+        return ["(no ops in this trace)"]
+    cols = [c for c in tables.op_columns(view.display, view.has_gpu) if c.key in shown.columns]
+    rows = [[c.label for c in cols]]
+    for rec in shown.to_dict("records"):
+        cells = []
+        for c in cols:
+            text = c.fmt(rec[c.key]) if rec.get(c.key) is not None else ""
+            if len(text) > _MAX_NAME:
+                text = text[: _MAX_NAME - 1] + "…"
+            cells.append(text)
+        rows.append(cells)
+    return _fixed_width(rows, [c.numeric for c in cols])
+
+
+def text_report(profile: Profile, analysis: TraceAnalysis) -> str:
+    """The text/plain fallback: summary, then each trace's top ops."""
+    lines = [summary_line(profile, analysis)]
+    views = analysis.views
+    for view in views:
+        lines.append("")
+        if len(views) > 1:
+            lines.append(f"[{view.key}]")
+        lines += op_table_text(view)
+        lines += [f"not understood: {text}" for text in view.not_understood]
+    for item in profile.unmeasured:
+        lines.append(f"not measured: {item}")
+    return "\n".join(lines)
