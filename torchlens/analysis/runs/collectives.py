@@ -3,7 +3,7 @@
 Per rank (in a worker process, from one ``Trace``)
 --------------------------------------------------
 ``rank_collectives(trace)`` lists every collective of the trace in issue
-order, found by ``analysis.rank_summary.collective_events`` (its module
+order, found by ``analysis.trace.collectives.collective_events`` (its module
 docstring has the rules: one collective per ``c10d::``/``record_param_comms``/
 backend-span family, gloo work spans paired with their issue, NCCL kernels
 attached through their launch), over the whole trace rather than one step:
@@ -15,7 +15,7 @@ attached through their launch), over the whole trace rather than one step:
 - ``t0``: unix seconds when this rank issued it (its outermost host op; a
   NCCL kernel launched outside any host collective counts from its launch);
 - ``t1``: unix seconds at the end of its last host span, gloo/nccl span or
-  NCCL kernel; unix seconds as ``rank_summary`` converts trace times
+  NCCL kernel; unix seconds as ``events.unix_origin`` converts trace times
   (``baseTimeNanoseconds``, when the trace has one, plus the raw ``ts``);
 - ``dur_us``: ``t1 - t0`` in µs (from the trace's µs, not the rounded seconds);
 - ``bytes``: the message size S of nccl-tests (``doc/PERFORMANCE.md``): the
@@ -110,13 +110,12 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.ranks.summary import (
-    _DTYPE_BYTES,
-    _text,
-    _unix_origin,
+from torchlens.analysis.trace.collectives import (
+    DTYPE_BYTES,
     argument_bytes,
     collective_events,
 )
+from torchlens.analysis.trace.events import event_text, unix_origin
 from torchlens.model import Trace
 
 RankFigures = dict[int, list[dict[str, Any]]]
@@ -142,7 +141,7 @@ def collective_table(trace: Trace) -> dict[str, Any]:
     """The trace's collectives as columns (module docstring): ``names`` (the
     vocabulary), ``name`` (codes into it) and one list per other key of
     ``rank_collectives``, all in issue order."""
-    base_s = _unix_origin(trace)
+    base_s = unix_origin(trace)
     ev = trace.events
     cats = ev.categories["cat"]
     kernel_cat = cats.index("kernel") if "kernel" in cats else -2
@@ -158,7 +157,7 @@ def collective_table(trace: Trace) -> dict[str, Any]:
         out["bytes"].append(_message_bytes(trace, c["name"], members))
         out["kernel_us"].append(float(np.nan_to_num(dur[kernels]).sum()) if kernels else None)
         out["group"].append(_first(ev["group_size"][m] for m in members))
-        pg = [_text(trace, "pg_name", m) for m in members]
+        pg = [event_text(trace, "pg_name", m) for m in members]
         out["pg"].append(next((p for p in pg if p), None))
     return {"names": list(vocabulary), **out}
 
@@ -189,7 +188,7 @@ def _message_bytes(trace: Trace, name: str, members: list[int]) -> int | None:
     """nccl-tests' S of one collective (module docstring)."""
     ev = trace.events
     for m in members:
-        size = _DTYPE_BYTES.get(_text(trace, "dtype", m).lower())
+        size = DTYPE_BYTES.get(event_text(trace, "dtype", m).lower())
         if size is None:
             continue
         n_in, n_out = int(ev["in_nelems"][m]), int(ev["out_nelems"][m])
@@ -199,7 +198,7 @@ def _message_bytes(trace: Trace, name: str, members: list[int]) -> int | None:
             return n * size
     best = None
     for m in members:
-        size = _largest_argument(_text(trace, "input_dims", m), _text(trace, "input_types", m))
+        size = _largest_argument(event_text(trace, "input_dims", m), event_text(trace, "input_types", m))
         if size is not None and (best is None or size > best):
             best = size
     return best

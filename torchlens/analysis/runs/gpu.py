@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchlens.analysis.trace.ops import category_mask, name_mask, phase_mask
+from torchlens.analysis.trace.events import category_mask, name_mask, phase_mask
 from torchlens.analysis.trace.steps import merge_intervals
 from torchlens.model import Trace
 

@@ -23,7 +23,7 @@ Kinds (``KINDS``): a GPU event's kind is ``gpu.kind_of`` (HTA's compute,
 communication, memory; ``gpu_memcpy``/``gpu_memset`` are memory); host
 events are ``cpu``; a collective bar is communication. Times are µs from the
 trace's ``ts == 0`` (rounded to 0.1 µs); ``origin_s`` is the unix time of
-``ts == 0`` (``rank_summary._unix_origin``), which puts every rank on one clock.
+``ts == 0`` (``events.unix_origin``), which puts every rank on one clock.
 Each collective carries its ``seq`` (``-1`` for other events), so ``(trace,
 seq)`` names the same collective on every rank, as in ``collectives``.
 """
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.ranks.summary import _unix_origin, collective_events
 from torchlens.analysis.runs.gpu import GPU_CATEGORIES, MEMORY_CATEGORIES, kind_of
-from torchlens.analysis.trace.ops import category_mask, phase_mask
+from torchlens.analysis.trace.collectives import collective_events
+from torchlens.analysis.trace.events import category_mask, phase_mask, unix_origin
 from torchlens.model import Trace
 
 KINDS = ("compute", "communication", "memory", "cpu", "other")
@@ -146,7 +146,7 @@ def lane_summary(trace: Trace, per_lane: int = LANE_EVENTS) -> dict[str, Any]:
         out_seq.append(i)
         out_name.append(vocabulary.setdefault(int(ev["name"][c["row"]]), len(vocabulary)))
     names = [labels[c] if c >= 0 else "" for c in vocabulary]
-    return {"origin_s": _unix_origin(trace), "span_us": [round(start, 1), round(end, 1)],
+    return {"origin_s": unix_origin(trace), "span_us": [round(start, 1), round(end, 1)],
             "lanes": lanes + ([COLLECTIVES_LANE] if colls else []),
             "names": [n[:120] for n in names],
             "lane": out_lane, "t": out_t, "d": out_d, "kind": out_kind, "name": out_name,

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.runs.gpu import GPU_CATEGORIES, GpuWork, gpu_work
-from torchlens.analysis.trace.ops import category_mask, phase_mask
+from torchlens.analysis.trace.events import category_mask, phase_mask
 from torchlens.model import Trace
 
 #: HTA's runtime launch events (``get_runtime_launch_events_query``): CUDA,

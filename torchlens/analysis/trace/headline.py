@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from torchlens.analysis.trace.ops import DEVICE_CATEGORIES, category_mask, op_calls
+from torchlens.analysis.trace.events import DEVICE_CATEGORIES, category_mask
+from torchlens.analysis.trace.ops import op_calls
 from torchlens.model import Profile
 
 

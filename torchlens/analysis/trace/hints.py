@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torchlens.analysis.trace.ops import (
+from torchlens.analysis.trace.events import (
     DEVICE_CATEGORIES,
     LAUNCH_CATEGORIES,
     category_mask,

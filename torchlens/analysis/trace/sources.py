@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from torchlens.analysis.frames import frame_label, is_user_frame
-from torchlens.analysis.trace.ops import (
+from torchlens.analysis.trace.events import (
     category_mask,
     enclosing,
     phase_mask,

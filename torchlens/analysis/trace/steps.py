@@ -38,7 +38,7 @@ from torchlens.model import Trace
 if TYPE_CHECKING:  # pandas only where a frame is built: a run's workers never need it
     import pandas as pd
 
-from torchlens.analysis.trace.ops import (
+from torchlens.analysis.trace.events import (
     COMM_KERNEL,
     category_mask,
     name_mask,

@@ -37,7 +37,7 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from torchlens.analysis.trace.ops import open_before, sweep_order
+from torchlens.analysis.trace.events import open_before, sweep_order
 from torchlens.model import Trace
 from torchlens.model.units import plural
 
