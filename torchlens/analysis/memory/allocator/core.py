@@ -2,7 +2,8 @@
 
 Written from the rules of c10/cuda/CUDACachingAllocator.cpp
 (``DeviceCachingAllocator``): each method below names the C++ function whose
-decisions it reproduces. What is modelled: size rounding and
+decisions it reproduces (the retry path's in ``release``, expandable
+segments' in ``expandable``). What is modelled: size rounding and
 roundup_power2_divisions, small/large pools and their segment sizes, best fit
 by (stream, size, address), the split rules, oversize blocks and
 max_split_size, merging with free neighbours, frees that complete later
@@ -40,6 +41,12 @@ from torchlens.analysis.memory.allocator.pool import (
     KEY_SHIFT,
     Block,
     BlockPool,
+    absorb,
+)
+from torchlens.analysis.memory.allocator.release import (
+    garbage_collect,
+    release_available_cached_blocks,
+    release_cached_blocks,
 )
 from torchlens.analysis.memory.allocator.stats import (
     Stats,
@@ -137,14 +144,14 @@ class CachingAllocator:
         if block is None:
             alloc_size = allocation_size(size)
             if self.gc_enabled:
-                self._garbage_collect()
+                garbage_collect(self)
             block = self._alloc_block(pool, stream, size, alloc_size, False)
-            if block is None and self._release_available_cached_blocks(
-                pool, stream, size
+            if block is None and release_available_cached_blocks(
+                self, pool, stream, size
             ):
                 block = self._alloc_block(pool, stream, size, alloc_size, False)
             if block is None:
-                self._release_cached_blocks()
+                release_cached_blocks(self)
                 block = self._alloc_block(pool, stream, size, alloc_size, True)
             if block is None:
                 return self._oom(orig_size, size, alloc_size, stream, pool)
@@ -296,7 +303,7 @@ class CachingAllocator:
             pool.remove(prev)
             net_blocks -= 1
             net_bytes -= prev.size
-            _absorb(prev, b)
+            absorb(prev, b)
             prev.requested = requested
             b = prev  # the lower block survives, so segment heads never change
         nxt = b.next
@@ -304,7 +311,7 @@ class CachingAllocator:
             pool.remove(nxt)
             net_blocks -= 1
             net_bytes -= nxt.size
-            _absorb(b, nxt)
+            absorb(b, nxt)
         pool.insert(b)
         if b.prev is not None or b.next is not None:
             net_blocks += 1
@@ -359,103 +366,9 @@ class CachingAllocator:
         b.pool.remove(b)
         del self.segments[b.addr]
 
-    def _release_available_cached_blocks(
-        self, pool: BlockPool, stream: int, size: int
-    ) -> bool:
-        """C++ ``release_available_cached_blocks``: free oversize cached blocks.
-
-        Only with max_split_size set. Frees the smallest cached block of at
-        least max(size, max_split_size); failing that, the largest oversize
-        blocks downwards until that many bytes were freed.
-        """
-        mss = self.cfg.max_split_size
-        if mss == NO_MAX_SPLIT:
-            return False
-        target = max(size, mss)
-        keys = pool.keys.get(stream) or []
-        i = bisect_left(keys, target << KEY_SHIFT)
-        if i < len(keys):
-            b = pool.free[keys[i] & ADDR_MASK]
-            if b.is_split():
-                return False  # C++ would cudaFree part of a segment; never happens with sane settings
-            self._release_block(b)
-            return True
-        if i == 0:
-            return False
-        released = 0
-        for key in reversed(keys[:i]):
-            b = pool.free[key & ADDR_MASK]
-            if released >= target or b.size < mss:
-                break
-            if b.is_split() or b.es is not None:
-                continue
-            released += b.size
-            self._release_block(b)
-        return released >= target
-
-    def _release_cached_blocks(self) -> None:
-        """C++ ``release_cached_blocks`` (also ``empty_cache``): wait for pending
-        frees, then release every unsplit cached segment of both pools."""
-        self.stats.num_sync_all_streams += 1
-        for b in list(self.pending.values()):
-            b.pending = False
-            del self.pending[b.addr]
-            self._free_block(b)
-        for pool in (self.large, self.small):
-            to_unmap = []
-            for b in pool.blocks_in_order():
-                if b.es is not None:
-                    to_unmap.append(b)
-                elif b.prev is None and b.next is None:
-                    self._release_block(b)
-            if to_unmap:
-                from torchlens.analysis.memory.allocator.expandable import (
-                    release_expandable,
-                )
-
-                release_expandable(self, to_unmap)
-
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache()``."""
-        self._release_cached_blocks()
-
-    def _garbage_collect(self) -> None:
-        """C++ ``garbage_collect_cached_blocks``: free old unsplit large blocks.
-
-        Runs before a new segment is made, when reserved memory exceeds
-        threshold x allowed memory; releases blocks whose age (get_free_block
-        calls since they were cached) is at least the mean age, until enough
-        is reclaimed. Expandable blocks are skipped (C++ asserts they never
-        reach release_block).
-        """
-        assert self.allowed is not None
-        threshold = int(self.cfg.garbage_collection_threshold * self.allowed)
-        if self.total_reserved <= threshold:
-            return
-        target = self.total_reserved - threshold
-        calls = self.large.gc_calls
-        candidates = [
-            b for b in self.large.blocks_in_order() if not b.is_split() and b.es is None
-        ]
-        if not candidates:
-            return
-        total_age = sum(calls - b.gc_base for b in candidates)
-        count = len(candidates)
-        reclaimed = 0
-        freed_one = True
-        while reclaimed < target and freed_one and count > 0:
-            age_threshold = total_age / count
-            freed_one = False
-            for b in self.large.blocks_in_order():
-                if b.is_split() or b.es is not None:
-                    continue
-                age = calls - b.gc_base
-                if age >= age_threshold:
-                    freed_one = True
-                    reclaimed += b.size
-                    total_age -= age
-                    count -= 1
-                    self._release_block(b)
+        release_cached_blocks(self)
 
     def _oom(
         self, orig: int, size: int, alloc_size: int, stream: int, pool: BlockPool
@@ -495,14 +408,6 @@ class CachingAllocator:
         from torchlens.analysis.memory.allocator.state import export_snapshot
 
         return export_snapshot(self)
-
-
-def _absorb(low: Block, high: Block) -> None:
-    """Merge ``high`` into its lower neighbour ``low`` (C++ ``try_merge_blocks``)."""
-    low.size += high.size
-    low.next = high.next
-    if high.next is not None:
-        high.next.prev = low
 
 
 def _expandable_size(b: Block) -> int:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from torchlens.analysis.memory.allocator.config import LARGE_BUFFER, SMALL_BUFFER
 from torchlens.analysis.memory.allocator.device import ExpandableSegment
-from torchlens.analysis.memory.allocator.pool import Block, BlockPool
+from torchlens.analysis.memory.allocator.pool import Block, BlockPool, absorb
 
 if TYPE_CHECKING:
     from torchlens.analysis.memory.allocator.core import CachingAllocator
@@ -24,13 +24,6 @@ if TYPE_CHECKING:
 
 def _allocatable(b: Block | None) -> bool:
     return b is not None and not b.allocated and not b.pending
-
-
-def _absorb(low: Block, high: Block) -> None:
-    low.size += high.size
-    low.next = high.next
-    if high.next is not None:
-        high.next.prev = low
 
 
 def _has_space(b: Block | None, size: int) -> bool:
@@ -91,12 +84,12 @@ def map_block(alloc: CachingAllocator, b: Block, size: int) -> Block | None:
     prev = b.prev
     if _allocatable(prev) and prev.mapped:  # type: ignore[union-attr]
         pool.remove(prev)  # type: ignore[arg-type]
-        _absorb(prev, b)  # type: ignore[arg-type]
+        absorb(prev, b)  # type: ignore[arg-type]
         b = prev  # type: ignore[assignment]
     nxt = b.next
     if _allocatable(nxt) and nxt.mapped:  # type: ignore[union-attr]
         pool.remove(nxt)  # type: ignore[arg-type]
-        _absorb(b, nxt)  # type: ignore[arg-type]
+        absorb(b, nxt)  # type: ignore[arg-type]
     pool.insert(b)
     alloc.total_reserved += mapped
     alloc.stats.add("reserved_bytes", pool.is_small, mapped)
@@ -159,12 +152,12 @@ def unmap_block(alloc: CachingAllocator, b: Block) -> Block:
     prev = mid.prev
     if prev is not None and not prev.mapped:
         pool.remove_unmapped(prev)
-        _absorb(prev, mid)
+        absorb(prev, mid)
         mid = prev
     nxt = mid.next
     if nxt is not None and not nxt.mapped:
         pool.remove_unmapped(nxt)
-        _absorb(mid, nxt)
+        absorb(mid, nxt)
     pool.insert_unmapped(mid)
     alloc.total_reserved -= nbytes
     alloc.stats.sub("reserved_bytes", pool.is_small, nbytes)

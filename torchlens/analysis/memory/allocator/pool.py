@@ -69,6 +69,14 @@ class Block:
         )
 
 
+def absorb(low: Block, high: Block) -> None:
+    """Merge ``high`` into its lower neighbour ``low`` (C++ ``try_merge_blocks``)."""
+    low.size += high.size
+    low.next = high.next
+    if high.next is not None:
+        high.next.prev = low
+
+
 class BlockPool:
     """Cached free blocks of one pool (small or large), best fit by (stream, size, address)."""
 
