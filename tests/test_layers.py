@@ -4,6 +4,10 @@ Every ``.py`` under ``torchlens/`` is parsed with ``ast``; every import counts,
 at module level or inside a function (or under ``TYPE_CHECKING``), with
 relative imports resolved to absolute module names. A failure lists each
 offending (file, line, imported module).
+
+Second rule: a module of ``PRIVATE_RULE_SCOPES`` (render, model, formats) uses
+no other module's private (underscore-prefixed) name, imported or reached as
+an attribute (``private_uses``); a failure lists each (file, line, name).
 """
 
 from __future__ import annotations
@@ -118,3 +122,102 @@ def test_layer_imports(layer):
         offending += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}"
                       for line, imported in violations(layer, name, found)]
     assert not offending, f"{layer} breaks its layer rule:\n  " + "\n  ".join(offending)
+
+
+# ------------------------------------------------------- private names stay home
+#: Packages whose modules may not use another module's private names. All of
+#: torchlens/ once the last modules that still do use public names:
+#: analysis/ranks/summary.py (trace.steps' _device_aware_steps, _role_spans,
+#: _time_per_role), analysis/runs/clock.py (runs.collectives._tables),
+#: analysis/runs/figures.py (runs.counters' _memory_bw, _queues;
+#: runs.launches._launch_stats), capture/ranks/stepper.py (profiler._active),
+#: frontends/ranks/watch.py (frontends.ddp.api._in_kernel).
+PRIVATE_RULE_SCOPES = ("torchlens.model", "torchlens.formats", "torchlens.render")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, ``module.name``) for each private name of another torchlens module
+    that ``source`` uses: ``from torchlens.x import _y`` (relative imports
+    resolved), ``import torchlens._x``, and ``m._y`` where ``m`` names a
+    torchlens module or object imported in ``source``."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    bound: dict[str, str] = {}  # local name -> what it was imported as
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _under(alias.name, "torchlens"):
+                    continue
+                if any(_private(part) for part in alias.name.split(".")):
+                    found.append((node.lineno, alias.name))
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not _under(target, "torchlens"):
+                continue
+            for alias in node.names:
+                if _private(alias.name) or any(_private(p) for p in target.split(".")):
+                    found.append((node.lineno, f"{target}.{alias.name}"))
+                bound[alias.asname or alias.name] = f"{target}.{alias.name}"
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in bound and _private(node.attr)):
+            found.append((node.lineno, f"{bound[node.value.id]}.{node.attr}"))
+    return sorted(set(found))
+
+
+def _private_offenders(scope: str) -> list[str]:
+    out = []
+    for name, path in _all_modules().items():
+        if _under(name, scope):
+            out += [f"{path.relative_to(PACKAGE.parent)}:{line} uses {used}"
+                    for line, used in private_uses(path.read_text(encoding="utf-8"), name,
+                                                   path.name == "__init__.py")]
+    return out
+
+
+def test_private_rule_catches_each_form():
+    source = (
+        "import numpy._core\n"
+        "import torchlens.render.html as h\n"
+        "from torchlens.render.ddp.heartbeats import _columns, plot\n"
+        "from ..ddp import heartbeats as hb\n"
+        "from . import _shared\n"
+        "from torchlens.model.units import __all__, plural\n"
+        "import torchlens._private\n"
+        "def f(x):\n"
+        "    hb._mib(x); h.render(x); x._own; plot._cache; hb.__name__\n"
+        "    from torchlens.render.tables import _field\n"
+    )
+    assert private_uses(source, "torchlens.render.ranks.bands", False) == [
+        (3, "torchlens.render.ddp.heartbeats._columns"),
+        (5, "torchlens.render.ranks._shared"),
+        (7, "torchlens._private"),
+        (9, "torchlens.render.ddp.heartbeats._mib"),
+        (9, "torchlens.render.ddp.heartbeats.plot._cache"),
+        (10, "torchlens.render.tables._field"),
+    ]
+    # a module's own names, other packages' private names, and dunders are fine
+    clean = "import numpy as np\nnp._NoValue\n_x = 1\nfrom typing import _T\n"
+    assert private_uses(clean, "torchlens.render.x", False) == []
+
+
+@pytest.mark.parametrize("scope", PRIVATE_RULE_SCOPES)
+def test_no_module_uses_another_modules_private_names(scope):
+    assert sum(_under(name, scope) for name in _all_modules()) > 3, scope  # it reads modules
+    offending = _private_offenders(scope)
+    assert not offending, (
+        f"{scope}: modules use other modules' private (underscore) names; make the name "
+        "public where it is defined, or move it to where both can use it:\n  "
+        + "\n  ".join(offending))
