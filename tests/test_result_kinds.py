@@ -2,8 +2,9 @@
 
 tests/data/v1 holds one small .tlprof of each kind written by torchlens with
 format version 1 (untyped ``options``/``extra``), and the text view that
-version showed for each (``*.expected.txt``). They must load, upgrade to the
-typed payload, and render the same.
+version showed for each (``*.expected.txt``; its figures rewritten once, when
+issue 20 gave every view the one rule per unit of ``model/units.py``). They
+must load, upgrade to the typed payload, and render the same.
 """
 
 from __future__ import annotations

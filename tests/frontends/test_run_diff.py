@@ -256,7 +256,7 @@ def test_only_work_launched_inside_steps_counts(tmp_path) -> None:
     assert (gemm["a_us"], gemm["b_us"], gemm["a_calls"]) == (50.0, 80.0, 0.5)
     assert gemm["status"] == "slower" and gemm["delta_pct"] == pytest.approx(60.0)
     assert set(d.kernels()["name"]) == {"gemm"}
-    assert "gemm +30 µs per step" in d.verdict
+    assert "gemm +30.0 µs per step" in d.verdict
 
 
 def test_per_trace_totals_keep_the_top_names_and_sum_the_rest(tmp_path) -> None:

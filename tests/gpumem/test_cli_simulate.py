@@ -92,7 +92,7 @@ def test_simulate_capacity_below_the_starting_reserved_says_so(capsys):
     assert main(["simulate", str(SNAPSHOTS / "ctx128_forward.pickle"),
                  "--capacity", "8GiB"]) == 0
     out = capsys.readouterr().out
-    assert ("note: the window starts with 12.82 GiB reserved, above the 8.00 GiB capacity"
+    assert ("note: the window starts with 12.8 GiB reserved, above the 8.0 GiB capacity"
             in out)
 
 
@@ -101,7 +101,7 @@ def test_simulate_capacity_below_the_start_with_no_new_segment(tmp_path, capsys)
     path = _window_after_last_segment(tmp_path, "eor_nn_with_snapshot_actions")
     assert main(["simulate", str(path), "--capacity", "64MiB"]) == 0
     out = capsys.readouterr().out
-    assert "note: the window starts with 128.00 MiB reserved, above the 64.00 MiB capacity" in out
+    assert "note: the window starts with 128.0 MiB reserved, above the 64.0 MiB capacity" in out
 
 
 def test_simulate_never_reports_reserved_above_capacity_silently():

@@ -60,7 +60,7 @@ def test_synthetic_exhaustion_with_the_model():
     # issue 11 item 9: this trace has no backward pass, so no batch to shrink; the
     # advice says how much is missing instead (a new 100 MiB segment, 24 MiB free)
     assert d.advice[0].action == "Keep less alive when this allocation runs"
-    assert d.shortfall == 76 * MIB and "76.00 MiB more free on the device" in d.advice[0].evidence
+    assert d.shortfall == 76 * MIB and "76.0 MiB more free on the device" in d.advice[0].evidence
     trained = from_model_oom(first, run.snapshot, site="cell [3] line 4", training=True)
     assert "smaller batch" in trained.advice[0].action
 
@@ -93,7 +93,7 @@ def assert_diagnosis_agrees(r):
     import re
     from html import unescape
 
-    from torchlens.analysis.memory.oom import fmt_bytes
+    from torchlens.model.units import format_bytes
     from torchlens.render.memory.report import (
         diagnosis_html,
         text_report,
@@ -109,7 +109,7 @@ def assert_diagnosis_agrees(r):
     said = {k: m.group(1) for k, pat in _PHRASES.items() if (m := re.search(pat, d.explanation))}
     assert {"requested", "total_free", "free_cached", "device_free"} <= set(said), d.explanation
     for key, text in said.items():
-        assert text == fmt_bytes(getattr(d, key)) == rows.get(_ROWS[key]), (key, d.explanation, rows)
+        assert text == format_bytes(getattr(d, key)) == rows.get(_ROWS[key]), (key, d.explanation, rows)
     assert d.total_free == (d.free_cached or 0) + (d.device_free or 0)
     assert d.usable_free <= d.total_free
     if d.cause == "exhaustion":
@@ -119,7 +119,7 @@ def assert_diagnosis_agrees(r):
     assert d.explanation in text_report(r.profile, a)
     for x in d.advice:  # a shortfall in the advice is the diagnosis' own
         for short in re.findall(r"(\S+ \S+) short\b", x.evidence):
-            assert short == fmt_bytes(d.shortfall), x.evidence
+            assert short == format_bytes(d.shortfall), x.evidence
     fig = timeline_figure(a)
     (bar,) = [g for g in fig.renderers if type(g.glyph).__name__ == "Segment"]
     data = bar.data_source.data

@@ -10,6 +10,7 @@ from render_fixtures import HOSTILE, hostile_trace
 
 from torchlens.analysis.trace import ops
 from torchlens.model import InputError, OpDisplay
+from torchlens.model.units import format_duration, format_percent
 from torchlens.render import tables
 
 
@@ -84,12 +85,12 @@ def test_fragments_escape_everything() -> None:
         assert HOSTILE not in html and "&lt;img" in html
 
 
-def test_formatters() -> None:
-    assert tables.fmt_us(950) == "950.0 µs"
-    assert tables.fmt_us(12_300) == "12.30 ms"
-    assert tables.fmt_us(1_250_000) == "1.250 s"
-    assert tables.fmt_us(float("nan")) == ""
-    assert tables.fmt_flops(float("nan")) == "" and tables.fmt_flops(3e12) == "3.00 TFLOP"
+def test_a_cell_without_a_figure_is_blank() -> None:
+    duration = tables.Column("dur_us", "time", format_duration)
+    assert tables.cell_text(duration, 12_300) == "12.3 ms"
+    assert tables.cell_text(duration, float("nan")) == tables.cell_text(duration, None) == ""
+    html = tables.html_table([{"dur_us": float("nan")}, {"dur_us": 950.0}], [duration])
+    assert ">950.0 µs<" in html and "n/a" not in html and "nan" not in html
 
 
 def test_hint_figures_are_formatted(traces_dir) -> None:
@@ -103,12 +104,12 @@ def test_hint_figures_are_formatted(traces_dir) -> None:
     idle = next(h for h in found if h.title == "GPU idle between launches")
     html = tables.hints_html(found)
     assert not re.search(r"\d\.\d{5,}", html)
-    assert f"{idle.evidence['gpu_idle_share']:.1%}" in html
-    assert tables.fmt_us(idle.evidence["largest_gap_us"]) in html
+    assert format_percent(100 * idle.evidence["gpu_idle_share"]) in html
+    assert format_duration(idle.evidence["largest_gap_us"]) in html
     assert "largest_gap_us" not in html and "largest gap" in html
     assert tables.evidence_text({"sync_us": 1500.0, "syncs": 24, "by_name": {"a": 3},
                                  "ratio": 5.51234}) == {
-        "sync": "1.50 ms", "syncs": "24", "by name": {"a": "3"}, "ratio": "5.51"}
+        "sync": "1.5 ms", "syncs": "24", "by name": {"a": "3"}, "ratio": "5.51"}
 
 
 def test_step_table_hides_gpu_columns_on_a_cpu_trace() -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from torchlens.model import InputError, Profile, TorchlensError, load_profile
+from torchlens.model.units import format_percent, format_us_as_ms
 
 EXIT_USAGE = 2
 
@@ -257,8 +258,8 @@ class DiffCommand(Command):
             raise InputError("--fail-if-slower: no step time to compare (a run has no "
                              "ProfilerStep#N spans)")
         if verdict:
-            print(f"torchlens: step time regressed {st['regression_pct']:+.1f}% "
-                  f"({st['a_median_us'] / 1000:.3f} ms -> {st['b_median_us'] / 1000:.3f} ms), "
+            print(f"torchlens: step time regressed {format_percent(st['regression_pct'], signed=True)} "
+                  f"({format_us_as_ms(st['a_median_us'])} -> {format_us_as_ms(st['b_median_us'])}), "
                   f"more than --fail-if-slower {args.fail_if_slower:g}%", file=sys.stderr)
             return 1
         return 0

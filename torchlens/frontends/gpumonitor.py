@@ -22,8 +22,8 @@ from typing import Any
 from torchlens.capture.monitor.gpu import NvmlSampler, Sampler
 from torchlens.capture.monitor.host import HostSampler
 from torchlens.model import InputError
+from torchlens.model.units import format_bytes, format_percent
 
-GiB = 1024**3
 COLORS = (
     "#1f77b4",
     "#ff7f0e",
@@ -65,14 +65,13 @@ def summary_html(sample: dict[str, Any], stopped: bool = False) -> str:
     when = time.strftime("%H:%M:%S", time.localtime(sample["t"]))
     lines = [
         f"<b>{html.escape(gpu['status'])}</b>",
-        f"host CPU {_na(host.get('cpu_percent'), '{:.0f}%')} · RAM "
-        f"{_na(host.get('ram_used') and host['ram_used'] / GiB, '{:.1f}')} / "
-        f"{_na(host.get('ram_total') and host['ram_total'] / GiB, '{:.1f}')} GiB",
+        f"host CPU {format_percent(host.get('cpu_percent'))} · RAM "
+        f"{format_bytes(host.get('ram_used'))} / {format_bytes(host.get('ram_total'))}",
     ]
     for g in gpu["gpus"]:
-        mem = f"{_na(g['mem_used'] and g['mem_used'] / GiB, '{:.1f}')} / {_na(g['mem_total'] and g['mem_total'] / GiB, '{:.1f}')} GiB"
+        mem = f"{format_bytes(g['mem_used'])} / {format_bytes(g['mem_total'])}"
         lines.append(
-            f"GPU {g['index']} {html.escape(g['name'])}: util {_na(g['util_gpu'], '{}%')}, mem {mem}, "
+            f"GPU {g['index']} {html.escape(g['name'])}: util {format_percent(g['util_gpu'])}, mem {mem}, "
             f"{_na(g['temp_c'], '{} °C')}, {_na(g['power_w'], '{:.0f} W')}, {len(g['processes'])} process(es)"
         )
     lines.append(f"<small>{'stopped' if stopped else 'last sample'} at {when}</small>")

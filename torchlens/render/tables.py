@@ -22,63 +22,19 @@ from typing import Any
 from markupsafe import Markup
 
 from torchlens.model import OpDisplay
+from torchlens.model.units import (
+    format_count,
+    format_duration,
+    format_flop_rate,
+    format_flops,
+    format_percent,
+)
 from torchlens.render import html
 
 #: The few lines that sort a table when a header is clicked (also in the page).
 SORT_JS = html.source("sort.js")
 
 DEFAULT_TOP = 20
-
-
-def fmt_us(value: Any) -> str:
-    """A duration in µs for people: 950 µs, 12.3 ms, 1.25 s."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    v = float(value)
-    if abs(v) < 1e3:
-        return f"{v:,.1f} µs"
-    if abs(v) < 1e6:
-        return f"{v / 1e3:,.2f} ms"
-    return f"{v / 1e6:,.3f} s"
-
-
-def fmt_flops(value: Any) -> str:
-    """A FLOP count with an SI prefix; blank when the trace has none."""
-    if value is None or not math.isfinite(float(value)) or float(value) <= 0:
-        return ""
-    v = float(value)
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if v >= scale:
-            return f"{v / scale:,.2f} {unit}FLOP"
-    return f"{v:,.0f} FLOP"
-
-
-def fmt_flop_rate(value: Any) -> str:
-    """Achieved FLOP/s with an SI prefix; blank where unknown."""
-    text = fmt_flops(value)
-    return f"{text}/s" if text else ""
-
-
-def fmt_int(value: Any) -> str:
-    return f"{int(value):,}"
-
-
-# Fixed units, for columns read against each other row by row (fmt_us switches units)
-def fmt_micro(value: Any) -> str:
-    return f"{value:,.1f} µs"
-
-
-def fmt_ms(value: Any) -> str:
-    """µs shown as ms."""
-    return f"{value / 1000:,.1f} ms"
-
-
-def fmt_pct(value: Any) -> str:
-    return f"{value:.1f} %"
-
-
-def fmt_gbps(value: Any) -> str:
-    return f"{value:,.2f} GB/s"
 
 
 @dataclass(frozen=True)
@@ -96,6 +52,14 @@ class Column:
 #: Where long names are cut: C++ kernel names run to 300+ characters and once
 #: made the report 13,700 px wide; the cut ones keep their text on hover.
 NAME_CHARS = 90
+
+
+def cell_text(c: Column, value: Any) -> str:
+    """A cell as ``c`` writes it; blank where there is no figure (None, or a
+    numeric value that is not finite)."""
+    if value is None or (c.numeric and not math.isfinite(float(value))):
+        return ""
+    return c.fmt(value)
 
 
 def shorten(text: str, limit: int | None) -> str:
@@ -117,7 +81,7 @@ def html_table(
             elif c.numeric:
                 raw = float(value)
                 out.append((True, repr(raw) if math.isfinite(raw) else "-1e308",
-                            c.fmt(value), ""))
+                            cell_text(c, value), ""))
             else:
                 text = c.fmt(value)
                 short = shorten(text, c.max_chars)
@@ -131,20 +95,20 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     """The op table's columns as chosen by the profile's display options and the trace."""
     cols = [
         Column("name", "op", str, numeric=False, max_chars=NAME_CHARS),
-        Column("calls", "calls", fmt_int),
-        Column("self_cpu_us", "self CPU", fmt_us),
-        Column("total_cpu_us", "total CPU", fmt_us),
+        Column("calls", "calls", format_count),
+        Column("self_cpu_us", "self CPU", format_duration),
+        Column("total_cpu_us", "total CPU", format_duration),
     ]
     if has_gpu:
-        cols += [Column("device_us", "device time", fmt_us), Column("kernels", "kernels", fmt_int)]
+        cols += [Column("device_us", "device time", format_duration), Column("kernels", "kernels", format_count)]
     if display.shapes:
         cols.append(Column("input_shapes", "input shapes", str, numeric=False,
                            max_chars=NAME_CHARS))
     if display.flops:
         # the time FLOP/s divide by (analysis.ops.flops_basis), named in the header
         basis = "device time" if has_gpu else "total CPU"
-        cols += [Column("flops", "FLOPs", fmt_flops),
-                 Column("flops_per_s", f"FLOP/s ({basis})", fmt_flop_rate)]
+        cols += [Column("flops", "FLOPs", format_flops),
+                 Column("flops_per_s", f"FLOP/s ({basis})", format_flop_rate)]
     if display.stack:
         cols.append(Column("stack", "source (your code)", str, numeric=False))
     return cols
@@ -160,10 +124,10 @@ def op_table_html(ops: Any, shown: Any, display: OpDisplay, has_gpu: bool) -> Ma
 
 KERNEL_COLUMNS = [
     Column("name", "kernel", str, numeric=False, max_chars=NAME_CHARS),
-    Column("calls", "calls", fmt_int),
-    Column("total_us", "total", fmt_us),
-    Column("mean_us", "mean", fmt_us),
-    Column("max_us", "max", fmt_us),
+    Column("calls", "calls", format_count),
+    Column("total_us", "total", format_duration),
+    Column("mean_us", "mean", format_duration),
+    Column("max_us", "max", format_duration),
     Column("streams", "streams", str, numeric=False),
     Column("is_comm", "communication", lambda v: "yes" if v else "", numeric=False),
 ]
@@ -179,15 +143,15 @@ def kernel_table_html(kernels: Any, top: int = DEFAULT_TOP) -> Markup:
 
 STEP_COLUMNS = [
     Column("step", "step", str, numeric=False),
-    Column("dur_us", "step time", fmt_us),
-    Column("kernel_us", "kernel", fmt_us),
-    Column("memcpy_us", "memcpy", fmt_us),
-    Column("memset_us", "memset", fmt_us),
-    Column("runtime_us", "runtime", fmt_us),
-    Column("dataloader_us", "dataloader", fmt_us),
-    Column("cpu_exec_us", "CPU exec", fmt_us),
-    Column("other_us", "other", fmt_us),
-    Column("comm_us", "communication", fmt_us),
+    Column("dur_us", "step time", format_duration),
+    Column("kernel_us", "kernel", format_duration),
+    Column("memcpy_us", "memcpy", format_duration),
+    Column("memset_us", "memset", format_duration),
+    Column("runtime_us", "runtime", format_duration),
+    Column("dataloader_us", "dataloader", format_duration),
+    Column("cpu_exec_us", "CPU exec", format_duration),
+    Column("other_us", "other", format_duration),
+    Column("comm_us", "communication", format_duration),
 ]
 
 
@@ -227,11 +191,11 @@ def evidence_text(evidence: Any) -> Any:
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             out[name.replace("_", " ")] = value
         elif name.endswith("_share"):
-            out[name.replace("_", " ")] = f"{float(value):.1%}"
+            out[name.replace("_", " ")] = format_percent(100 * float(value))
         elif name.endswith("_us"):
-            out[name[:-3].replace("_", " ")] = fmt_us(value)
+            out[name[:-3].replace("_", " ")] = format_duration(value)
         elif isinstance(value, int) or float(value).is_integer():
-            out[name.replace("_", " ")] = fmt_int(value)
+            out[name.replace("_", " ")] = format_count(value)
         else:
             out[name.replace("_", " ")] = f"{float(value):,.3g}"
     return out

@@ -26,7 +26,12 @@ from torchlens.formats.locations import (
     location_label,
 )
 from torchlens.model import DdpRun
-from torchlens.model.units import format_bytes
+from torchlens.model.units import (
+    format_bytes,
+    format_gbps,
+    format_percent,
+    format_seconds,
+)
 
 #: ``warning``: the run works but wastes time or memory (profiled runs only).
 PASSED, FAILED, NA, WARNING = "passed", "failed", "not applicable", "warning"
@@ -151,7 +156,7 @@ def check_communication(rec: DdpRun) -> CheckItem:
             wrong.append(f"rank {r['rank']}: " + (comm.get("error") or
                          f"got {comm.get('got')}, expected {comm.get('expected')}"))
     bw = results[0]["comm"].get("bandwidth") or []
-    bw_text = ", ".join(f"{format_bytes(b['bytes'])}: {b['busbw_gbps']:.3g} GB/s" for b in bw)
+    bw_text = ", ".join(f"{format_bytes(b['bytes'])}: {format_gbps(b['busbw_gbps'])}" for b in bw)
     if wrong:
         return CheckItem("communication", FAILED,
                          "known-answer all_reduce (each rank sends rank+1) was wrong: "
@@ -276,7 +281,7 @@ def check_hang(rec: DdpRun) -> CheckItem:
                   "lines and stacks below and the collective sequence line; rerun with --strict")
     return CheckItem(
         "hang", FAILED,
-        f"no rank made progress for {hang.get('after_s', 0):.1f} s: " + "; ".join(parts),
+        f"no rank made progress for {format_seconds(hang.get('after_s', 0))}: " + "; ".join(parts),
         advice, {"stacks": stacks, "behind": behind, "waiting": waiting})
 
 
@@ -434,7 +439,7 @@ def check_crash(rec: DdpRun) -> CheckItem:
     if timed:
         failures.sort(key=lambda f: (f[1] in stopped, f[0], f[1]))
         t0 = rec.t0 or min(t for t, _, _ in failures)
-        parts = [f"{text} at +{t - t0:.1f} s" for t, _, text in failures]
+        parts = [f"{text} at {format_seconds(t - t0, signed=True)}" for t, _, text in failures]
     else:
         failures.sort(key=lambda f: f[1] in stopped)
         parts = [text for _, _, text in failures]
@@ -496,7 +501,7 @@ def _rank_memory_words(row: dict[str, Any]) -> str:
             f"allocated {format_bytes(row['allocated'])} (peak {format_bytes(row['peak_allocated'])}), "
             f"reserved {format_bytes(row['reserved'])} (peak {format_bytes(row['peak_reserved'])})")
     if row["frag"] is not None:
-        text += f", fragmentation {row['frag']:.0%}"
+        text += f", fragmentation {format_percent(100 * row['frag'])}"
     if row["largest_free"] is not None:
         text += f", largest free block {format_bytes(row['largest_free'])}"
     return text

@@ -15,7 +15,6 @@ from typing import Any
 from torchlens.analysis.frames import site_of
 from torchlens.analysis.memory import fragmentation, leaks, oom
 from torchlens.analysis.memory.allocator import AllocatorConfig
-from torchlens.analysis.memory.oom import fmt_bytes
 from torchlens.analysis.memory.timeline import (
     MemoryTimeline,
     SiteRow,
@@ -26,6 +25,7 @@ from torchlens.analysis.memory.timeline import (
 )
 from torchlens.analysis.memory.what_if import ModelRun, compare, real_figures, run_model
 from torchlens.model import GpumemPayload, Profile
+from torchlens.model.units import format_bytes
 
 
 @dataclass
@@ -84,7 +84,7 @@ def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
 def _cpu_start_note(tl: MemoryTimeline) -> str:
     if not tl.start_inferred:
         return "Allocated bytes count from the start of the cell (CPU allocator)."
-    return (f"Allocated bytes include {fmt_bytes(tl.start_allocated)} alive at the start of the "
+    return (f"Allocated bytes include {format_bytes(tl.start_allocated)} alive at the start of the "
             f"cell, inferred from {tl.unknown_frees:,} frees of memory allocated before it (the "
             "CPU allocator reports no total; more may have been alive). Reserved memory (the "
             "allocator model) counts only the cell's own allocations.")

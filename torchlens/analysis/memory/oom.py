@@ -29,22 +29,10 @@ from torchlens.analysis.memory.allocator.config import (
     round_size,
 )
 from torchlens.analysis.memory.leaks import LeakRow
+from torchlens.model.units import format_bytes
 
 _SIZE = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
 _MULT = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Human-readable bytes, binary units as torch prints them."""
-    if n is None:
-        return "n/a"
-    sign = "-" if n < 0 else ""
-    n = abs(float(n))
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.2f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.2f} GiB"
 
 
 def _find(pattern: str, text: str) -> int | None:
@@ -147,46 +135,46 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
         return d
     _derive(d, req)
     largest = d.largest_usable or 0
-    free_text = (f"{fmt_bytes(d.total_free)} was free in total ({fmt_bytes(d.free_cached or 0)} "
-                 f"cached by the allocator, {fmt_bytes(d.device_free or 0)} on the device"
-                 + (f" of {fmt_bytes(d.capacity)}" if d.capacity else "") + ")")
+    free_text = (f"{format_bytes(d.total_free)} was free in total ({format_bytes(d.free_cached or 0)} "
+                 f"cached by the allocator, {format_bytes(d.device_free or 0)} on the device"
+                 + (f" of {format_bytes(d.capacity)}" if d.capacity else "") + ")")
     needs_segment = (d.segment_size is not None and (d.device_free or 0) < d.segment_size)
-    segment_text = (f"a request of this size needs a new {fmt_bytes(d.segment_size)} segment "
-                    f"and the device had {fmt_bytes(d.device_free or 0)} free"
+    segment_text = (f"a request of this size needs a new {format_bytes(d.segment_size)} segment "
+                    f"and the device had {format_bytes(d.device_free or 0)} free"
                     if needs_segment else "")
     if d.cause == "fragmentation":
         d.explanation = (
-            f"{fmt_bytes(req)} was requested while {free_text}, but the largest usable cached "
-            f"block was {fmt_bytes(largest)}"
+            f"{format_bytes(req)} was requested while {free_text}, but the largest usable cached "
+            f"block was {format_bytes(largest)}"
             + (f" and {segment_text}" if segment_text else "")
             + ": the free memory is in pieces too small for the request.")
         d.advice.append(Advice(
             "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts",
-            f"{fmt_bytes(d.free_cached)} is reserved but free in blocks none of which can "
-            f"hold {fmt_bytes(req)}; expandable segments grow one mapping instead of "
+            f"{format_bytes(d.free_cached)} is reserved but free in blocks none of which can "
+            f"hold {format_bytes(req)}; expandable segments grow one mapping instead of "
             "stranding free pieces between segments."))
         if d.inactive_split:
             mb = max(20, min(512, 1 << max(0, (req // (1024 * 1024)).bit_length() - 1)))
             d.advice.append(Advice(
                 f"Or set max_split_size_mb:{mb} so large cached blocks are not split",
-                f"{fmt_bytes(d.inactive_split)} is free inside split segments "
+                f"{format_bytes(d.inactive_split)} is free inside split segments "
                 "(inactive_split), which only a request that fits the gap can reuse."))
     else:
         d.explanation = (
-            f"{fmt_bytes(req)} was requested; {free_text}, and the largest piece this request "
-            f"could use was {fmt_bytes(d.usable_free)}"
+            f"{format_bytes(req)} was requested; {free_text}, and the largest piece this request "
+            f"could use was {format_bytes(d.usable_free)}"
             + (f" ({segment_text})" if segment_text else "")
-            + (f"; {fmt_bytes(d.allocated)} is allocated by tensors" if d.allocated is not None else "")
+            + (f"; {format_bytes(d.allocated)} is allocated by tensors" if d.allocated is not None else "")
             + ": the memory is really used, not fragmented. "
-            + (f"The device is {fmt_bytes(d.shortfall)} short of that segment."
-               if needs_segment else f"The request is {fmt_bytes(d.shortfall)} short of fitting."))
+            + (f"The device is {format_bytes(d.shortfall)} short of that segment."
+               if needs_segment else f"The request is {format_bytes(d.shortfall)} short of fitting."))
         _exhaustion_advice(d, req, needs_segment)
     for leak in (leaks or [])[:3]:
         if not leak.flagged:
             continue
         d.advice.append(Advice(
             f"Free what {leak.site} keeps alive ({leak.function})",
-            f"{fmt_bytes(leak.bytes)} allocated there in {leak.passes} passes of {scope} is "
+            f"{format_bytes(leak.bytes)} allocated there in {leak.passes} passes of {scope} is "
             f"still alive ({leak.count} tensors), e.g. losses kept with their graphs; keep "
             "loss.item() or .detach() instead."))
     return d
@@ -197,25 +185,25 @@ def _exhaustion_advice(d: OomDiagnosis, req: int, needs_segment: bool) -> None:
     action = "Keep less alive when this allocation runs"
     if d.training:
         action += " (in training: a smaller batch or activation checkpointing)"
-    held = ", ".join(f"{x.site} {fmt_bytes(x.bytes)} in {x.count} tensors" for x in d.alive)
-    evidence = (f"{fmt_bytes(d.allocated)} is allocated at that point"
+    held = ", ".join(f"{x.site} {format_bytes(x.bytes)} in {x.count} tensors" for x in d.alive)
+    evidence = (f"{format_bytes(d.allocated)} is allocated at that point"
                 if d.allocated is not None else "At that point")
     evidence += f", the most by: {held}" if held else ""
-    need = (f"one free block of {fmt_bytes(req)} among it, or {fmt_bytes(short)} more free on "
+    need = (f"one free block of {format_bytes(req)} among it, or {format_bytes(short)} more free on "
             "the device, would serve the request" if needs_segment else
-            f"the request is {fmt_bytes(short)} short of fitting")
+            f"the request is {format_bytes(short)} short of fitting")
     d.advice.append(Advice(action, f"{evidence}; {need}."))
     pages = -(-req // (2 * 1024 * 1024)) * 2 * 1024 * 1024
     if needs_segment and not d.expandable and pages <= (d.device_free or 0):
         d.advice.append(Advice(
             "Or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts",
-            f"segments then grow in 2 MiB pages: this request needs {fmt_bytes(pages)} of the "
-            f"{fmt_bytes(d.device_free)} free instead of a new {fmt_bytes(d.segment_size)} "
+            f"segments then grow in 2 MiB pages: this request needs {format_bytes(pages)} of the "
+            f"{format_bytes(d.device_free)} free instead of a new {format_bytes(d.segment_size)} "
             "segment."))
     if d.capacity:
         d.advice.append(Advice(
-            f"Or run on a device with at least {fmt_bytes(d.capacity + short)}",
-            f"this one has {fmt_bytes(d.capacity)} and the request is {fmt_bytes(short)} short."))
+            f"Or run on a device with at least {format_bytes(d.capacity + short)}",
+            f"this one has {format_bytes(d.capacity)} and the request is {format_bytes(short)} short."))
 
 
 def _pool_figures(snapshot: dict[str, Any], req: int, cfg: AllocatorConfig) -> dict[str, Any]:

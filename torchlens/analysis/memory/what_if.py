@@ -28,8 +28,8 @@ from torchlens.analysis.memory.allocator import (
     replay,
 )
 from torchlens.analysis.memory.allocator.replay import ReplayResult
-from torchlens.analysis.memory.oom import fmt_bytes
 from torchlens.analysis.memory.timeline import SEG_ADD, SEG_SUB
+from torchlens.model.units import format_bytes
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
           "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4,
@@ -137,22 +137,22 @@ def _what_if_notes(alloc: CachingAllocator, res: ReplayResult, cfg: AllocatorCon
     peak = alloc.stats.peak("reserved_bytes")
     if capacity is not None and start_reserved > capacity:
         notes.append(
-            f"the window starts with {fmt_bytes(start_reserved)} reserved, above the "
-            f"{fmt_bytes(capacity)} capacity: that memory was reserved before the recording "
+            f"the window starts with {format_bytes(start_reserved)} reserved, above the "
+            f"{format_bytes(capacity)} capacity: that memory was reserved before the recording "
             "began, so the model starts from it as it was (a card of that size would have run "
             "out of memory earlier); the simulated reserved figures can exceed the capacity, and "
             "only a new segment needed inside the window is refused (an OOM after the cached "
             "blocks are freed)")
     elif capacity is not None and peak > capacity:
-        notes.append(f"the simulated peak reserved {fmt_bytes(peak)} is above the "
-                     f"{fmt_bytes(capacity)} capacity")
+        notes.append(f"the simulated peak reserved {format_bytes(peak)} is above the "
+                     f"{format_bytes(capacity)} capacity")
     made = any(a in SEG_ADD for a, _addr, _size, _stream in alloc.trace)
     if n_start and n_allocs and not made and not res.ooms:
         what = ("expandable_segments applies only to segments made after the setting, "
                 "so it changes nothing here; " if cfg.expandable_segments else "")
         notes.append(
             f"the window makes no new segment: every one of its {n_allocs:,} requests was "
-            f"served from the {n_start:,} segments ({fmt_bytes(start_reserved)}) reserved "
+            f"served from the {n_start:,} segments ({format_bytes(start_reserved)}) reserved "
             f"before it, so the what-if cannot change reserved memory; {what}record from "
             "before the memory is reserved (e.g. from the start of the program) to see what "
             "another setting or card would do")

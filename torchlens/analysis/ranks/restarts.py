@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchlens.model.units import plural
+from torchlens.model.units import format_seconds, plural
 
 #: an error message is cut to this many characters in the sentence
 ERROR_CHARS = 160
@@ -158,5 +158,5 @@ def _words(r: Restart, because: str) -> str:
                f"{'s' if len(r.ranks) > 1 else ''} {', '.join(map(str, r.ranks))})")
     words = f"the elastic agent restarted {who} at {_clock(r.t)} {because}"
     if r.t is not None and r.resumed_t is not None and r.resumed_t >= r.t:
-        words += f"; they were training again {r.resumed_t - r.t:.1f} s later"
+        words += f"; they were training again {format_seconds(r.resumed_t - r.t)} later"
     return words

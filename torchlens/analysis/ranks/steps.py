@@ -80,7 +80,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from torchlens.model.units import format_bytes
+from torchlens.model.units import format_bytes, format_ms, format_percent
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing",
@@ -216,8 +216,8 @@ def _part_words(times: dict[int, list[dict[str, float]]], rank: int, part: str) 
                     for i in range(len(times[rank])))
     what = f"its {_PART_WORDS[part]} took"
     if others >= 0.05 and own / others >= 1.05:
-        return f"{what} {own / others:.1f}x the median, {own:.1f} ms against {others:.1f} ms"
-    return f"{what} {own:.1f} ms per step, the others' median {others:.1f} ms"
+        return f"{what} {own / others:.1f}x the median, {format_ms(own)} against {format_ms(others)}"
+    return f"{what} {format_ms(own)} per step, the others' median {format_ms(others)}"
 
 
 def _nobody(words: str, steps: int = 0, **figures: float) -> SlowRank:
@@ -259,14 +259,14 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
         if stands_out(s2, g2) and c2 == "collective":
             found, rank, share, gap, cause = True, r2, s2, g2, c2
     if not found:
-        words = f"step times within {max(1, round(figures['skew_pct']))}% (median {mid:.1f} ms)"
+        words = f"step times within {format_percent(max(1, figures['skew_pct']))} (median {format_ms(mid)})"
         if share < MIN_LATE_SHARE and gap >= max(MIN_GAP_SHARE * mid, MIN_GAP_MS):
             words += "; the rank the others wait for changes from step to step"
         return _nobody(words, n, gap_ms=gap, late_share=share, **figures)
     waited = (f"arrived last in {round(share * n)} of {n} steps; "
-              f"others waited {gap:.1f} ms per step for it")
+              f"others waited {format_ms(gap)} per step for it")
     if cause is None:
-        parts = ", ".join(f"{p} {excess[p]:+.1f} ms" for p in ("data", "compute"))
+        parts = ", ".join(f"{p} {format_ms(excess[p], signed=True)}" for p in ("data", "compute"))
         words = (f"rank {rank} is the slow rank ({waited}); no measured part explains it "
                  f"({parts} per step against the others' median)")
     else:
@@ -385,7 +385,7 @@ def memory_creep(steps: Steps, summaries: Steps, min_steps: int = 8,
         span = int(points[-1][0] - points[0][0]) + 1
         label = {"rss": "RSS", "cuda": "allocated"}.get(source, f"allocated, {source}")
         out.append(MemoryCreep(r, slope, round(total), span, source,
-                               f"rank {r}: memory creep, +{format_bytes(slope)} per step over "
+                               f"rank {r}: memory creep, {format_bytes(slope, signed=True)} per step over "
                                f"{span} steps ({label})"))
     return out
 

@@ -48,7 +48,7 @@ from torchlens.analysis.ranks.steps import (
     rank_table,
     slow_rank,
 )
-from torchlens.model.units import format_bytes
+from torchlens.model.units import format_bytes, format_ms, format_percent
 
 WINDOW = 20
 NEXT_LOOK = {
@@ -174,18 +174,18 @@ def _slow_words(slow: SlowRank, steps: list[list[dict[str, Any]]]) -> str:
 
     r = slow.rank
     if slow.cause is None:
-        return (f"rank {r} is the straggler: the others wait {slow.gap_ms:.1f} ms per step "
+        return (f"rank {r} is the straggler: the others wait {format_ms(slow.gap_ms)} per step "
                 f"for it and no measured part explains it; look at rank {r}'s profiled "
                 "steps (torchlens report RUN_DIR)")
     part = _part(step_rows(steps), r, slow.cause)  # type: ignore[arg-type]
     name = PART[slow.cause][0]
     if part is None:
-        figure = f"the others wait {slow.gap_ms:.1f} ms per step for it"
+        figure = f"the others wait {format_ms(slow.gap_ms)} per step for it"
     else:
         own, others = part
         times = f", {own / others:.0f}x the median" if others >= 0.05 else ""
-        figure = (f"its {name} takes {own:.1f} ms per step{times} ({others:.1f} ms); "
-                  f"the others wait {slow.gap_ms:.1f} ms per step for it")
+        figure = (f"its {name} takes {format_ms(own)} per step{times} ({format_ms(others)}); "
+                  f"the others wait {format_ms(slow.gap_ms)} per step for it")
     return f"rank {r} is the straggler: {figure}; {NEXT_LOOK[slow.cause].format(r=r)}"
 
 
@@ -235,12 +235,12 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
         verdict = _slow_words(slow, steps)
     elif creep:
         c = creep[0]
-        verdict = (f"rank {c.rank}'s memory creeps: +{format_bytes(c.bytes_per_step)} per step "
+        verdict = (f"rank {c.rank}'s memory creeps: {format_bytes(c.bytes_per_step, signed=True)} per step "
                    f"over {c.steps} steps; look for tensors kept across steps on rank {c.rank} "
                    "(losses kept with their graph, growing lists)")
     else:
-        verdict = (f"no straggler: step times within {max(1, round(slow.skew_pct))}% "
-                   f"(median {slow.median_step_ms:.1f} ms)")
+        verdict = (f"no straggler: step times within {format_percent(max(1, slow.skew_pct))} "
+                   f"(median {format_ms(slow.median_step_ms)})")
     notes = []
     if any(i is not None and not i.get("shared_run_dir") for i in ranks):
         far = [str(i["rank"]) for i in ranks if i is not None and not i.get("shared_run_dir")]

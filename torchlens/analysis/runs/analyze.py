@@ -15,6 +15,7 @@ from torchlens.analysis.runs import clock, tables
 from torchlens.analysis.runs import collectives as colls
 from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.model import Profile
+from torchlens.model.units import format_percent, format_us_as_ms
 
 
 @dataclass
@@ -74,14 +75,14 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
         median = ordered[len(ordered) // 2]
         worst = max(gpu, key=lambda r: r["idle_pct"])
         if worst["idle_pct"] - median >= 10:
-            out.append(f"rank {worst['rank']}'s GPU was idle {worst['idle_pct']:.1f}% of its "
-                       f"timeline, against {median:.1f}% for the median rank")
+            out.append(f"rank {worst['rank']}'s GPU was idle {format_percent(worst['idle_pct'])} of its "
+                       f"timeline, against {format_percent(median)} for the median rank")
     if a.step_skew:
         worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
         if (worst_step["skew_pct"] or 0) >= 5:
             out.append(f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
-                       f"{worst_step['max_us'] / 1000:.1f} ms, {worst_step['skew_pct']:.0f}% "
-                       f"longer than the median rank ({worst_step['median_us'] / 1000:.1f} ms)")
+                       f"{format_us_as_ms(worst_step['max_us'])}, {format_percent(worst_step['skew_pct'])} "
+                       f"longer than the median rank ({format_us_as_ms(worst_step['median_us'])})")
     # only where there is compute that could hide it and communication worth hiding
     busy = {r["rank"] for r in a.temporal
             if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
@@ -89,7 +90,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
                       if r.get("overlap_pct") is not None and r["rank"] in busy)
     if overlaps and overlaps[len(overlaps) // 2] < 20:
         out.append(f"compute hides little of the communication: median overlap "
-                   f"{overlaps[len(overlaps) // 2]:.1f}% of communication time")
+                   f"{format_percent(overlaps[len(overlaps) // 2])} of communication time")
     if a.problems:
         kinds = sorted({p["kind"] for p in a.problems})
         out.append(f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "

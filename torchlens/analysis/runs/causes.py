@@ -22,6 +22,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from torchlens.model.units import format_duration
+
 #: role -> words, in the order ties are broken
 ROLE_WORDS = {"dataloader": "data loading", "cpu_exec": "CPU work in ops",
               "kernel": "GPU kernel time", "memcpy": "memcpy time", "memset": "memset time",
@@ -69,12 +71,12 @@ def likely_cause(rank: int, medians: dict[int, dict[str, float]]) -> dict[str, A
 
 
 def cause_phrase(cause: dict[str, Any]) -> str:
-    """``its data loading took 42.3 ms per step, 163x the other ranks' median (0.26 ms)``."""
-    took = f"its {cause['words']} took {cause['rank_us'] / 1000:.1f} ms per step"
+    """``its data loading took 42.3 ms per step, 163x the other ranks' median (260.0 µs)``."""
+    took = f"its {cause['words']} took {format_duration(cause['rank_us'])} per step"
     if cause["ratio"] is None:
         return f"{took}, where the other ranks' median is 0"
     return (f"{took}, {cause['ratio']:.1f}x the other ranks' median "
-            f"({cause['others_us'] / 1000:.2f} ms)")
+            f"({format_duration(cause['others_us'])})")
 
 
 def with_causes(stragglers: list[dict[str, Any]],

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.runs.collectives import RankFigures, _tables
+from torchlens.model.units import format_duration
 
 #: An offset is applied only above this (µs) ...
 APPLY_MIN_US = 5.0
@@ -166,7 +167,7 @@ def findings(clocks: list[dict[str, Any]]) -> list[str]:
     skew = run_skew(clocks)
     ahead = "ahead of" if worst["offset_us"] > 0 else "behind"
     return [f"{len(moved)} rank(s) ran on clocks offset from rank {worst['reference']}'s "
-            f"(largest: rank {worst['rank']}, {abs(worst['offset_us']) / 1e3:,.3f} ms "
+            f"(largest: rank {worst['rank']}, {format_duration(abs(worst['offset_us']))} "
             f"{ahead}), found from the ends of {worst['collectives']} shared collectives; "
             f"arrivals and waits are aligned (residual skew: median "
-            f"{skew['residual_median_us']:,.1f} µs, at most {skew['residual_max_us']:,.1f} µs)"]
+            f"{format_duration(skew['residual_median_us'])}, at most {format_duration(skew['residual_max_us'])})"]

@@ -117,6 +117,7 @@ from torchlens.analysis.trace.collectives import (
 )
 from torchlens.analysis.trace.events import event_text, unix_origin
 from torchlens.model import Trace
+from torchlens.model.units import format_duration, format_percent
 
 RankFigures = dict[int, list[dict[str, Any]]]
 
@@ -374,14 +375,6 @@ def binomial_tail(k: int, m: int, p: float) -> float:
     return min(total, 1.0)
 
 
-def _duration(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.0f} µs"
-
-
 def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
                 rank: int, family: int) -> bool:
     if caused < STANDOUT_WAIT_US or k <= m * p:
@@ -428,13 +421,13 @@ def findings(ranks: RankFigures, world_size: int | None = None,
             m = took_part[r]
             if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
                 continue
-            per_step = (f"; each other rank waited {_duration(each[r] / steps[r])}"
+            per_step = (f"; each other rank waited {format_duration(each[r] / steps[r])}"
                         f" per step for it" if steps.get(r) else "")
             cause = f"; {causes[r]}" if r in causes else ""
             found.append((caused[r], (
-                f"rank {r} arrived last at {100.0 * k / m:.0f}% of {kind}s ({k} of {m}); "
-                f"the others waited {_duration(caused[r])} in total for it "
-                f"({_duration(caused[r] / k)} per {kind}){per_step}{cause}")))
+                f"rank {r} arrived last at {format_percent(100.0 * k / m)} of {kind}s ({k} of {m}); "
+                f"the others waited {format_duration(caused[r])} in total for it "
+                f"({format_duration(caused[r] / k)} per {kind}){per_step}{cause}")))
     out = [s for _, s in sorted(found, key=lambda f: -f[0])]
     bad = [r for r in rows if r["mismatch"]]
     if bad:

@@ -36,6 +36,7 @@ import statistics
 from typing import Any
 
 from torchlens.analysis.runs.op_totals import GPU_KINDS, HOST_KINDS
+from torchlens.model.units import format_duration, format_percent, format_us_as_ms
 
 RankFigures = dict[int, list[dict[str, Any]]]
 SAME_PCT = 5.0
@@ -97,8 +98,8 @@ def verdict(diff: dict[str, Any]) -> str:
                                         else "A" if not st["a_steps"] else "B") \
                + " has ProfilerStep#N spans)"
     else:
-        head = (f"step time {_ms(st['a_median_us'])} -> {_ms(st['b_median_us'])} "
-                f"({st['regression_pct']:+.1f}%)")
+        head = (f"step time {format_us_as_ms(st['a_median_us'])} -> {format_us_as_ms(st['b_median_us'])} "
+                f"({format_percent(st['regression_pct'], signed=True)})")
     per = "per step" if diff["per"] == "step" else "per trace"
     worse = [r for r in diff["ops"] + diff["kernels"]
              if r["status"] in ("slower", "added") and r["name"] != REST]
@@ -106,7 +107,7 @@ def verdict(diff: dict[str, Any]) -> str:
         w = max(worse, key=lambda r: r["delta_us"])
         name = w["name"] if len(w["name"]) <= 80 else w["name"][:77] + "..."
         tail = (f"slowest change: {_kind_word(w['kind'])} {name} "
-                f"+{_ms(w['delta_us'])} {per}"
+                f"{format_duration(w['delta_us'], signed=True)} {per}"
                 + (" (added)" if w["status"] == "added" else ""))
     else:
         tail = "no op or kernel got slower"
@@ -222,10 +223,6 @@ def _ranges(ranks: list[int]) -> str:
 def _kind_word(kind: str) -> str:
     return {"cpu_op": "op", "user_annotation": "annotation", "gpu_memcpy": "memcpy",
             "gpu_memset": "memset"}.get(kind, kind)
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
 
 
 def analyze(profile: Any) -> dict[str, Any]:

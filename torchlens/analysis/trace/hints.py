@@ -23,7 +23,12 @@ from torchlens.analysis.trace.events import (
 )
 from torchlens.analysis.trace.steps import merge_intervals, step_rows
 from torchlens.model import Trace
-from torchlens.model.units import plural
+from torchlens.model.units import (
+    format_duration,
+    format_percent,
+    format_us_as_ms,
+    plural,
+)
 
 DATALOADER_SHARE = 0.05  # the TensorBoard plugin's own threshold
 GPU_IDLE_SHARE = 0.30
@@ -83,7 +88,7 @@ def _dataloader(steps: pd.DataFrame) -> Hint | None:
     return Hint(
         "warning" if share >= 0.2 else "info",
         "Input pipeline takes a large share of each step",
-        f"DataLoader time is {share:.0%} of step time over {plural(len(steps), 'step')}. "
+        f"DataLoader time is {format_percent(100 * share)} of step time over {plural(len(steps), 'step')}. "
         "Try DataLoader(num_workers=..., pin_memory=True, persistent_workers=True) "
         "or prefetching.",
         {"dataloader_share": share, "dataloader_us": float(steps.dataloader_us.sum()),
@@ -116,8 +121,8 @@ def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Hint | None:
     return Hint(
         "warning",
         "GPU idle between launches",
-        f"The GPU is idle {idle:.0%} of the {'step' if not steps.empty else 'traced'} "
-        f"time{f' (largest gap {largest / 1000:.2f} ms)' if largest else ''}: "
+        f"The GPU is idle {format_percent(100 * idle)} of the {'step' if not steps.empty else 'traced'} "
+        f"time{f' (largest gap {format_duration(largest)})' if largest else ''}: "
         "the host does not launch work "
         "fast enough. Look for Python overhead, syncs, or small kernels; try larger "
         "batches, CUDA graphs or torch.compile.",
@@ -165,7 +170,7 @@ def _syncs(trace: Trace) -> Hint | None:
     return Hint(
         "warning" if len(srows) else "info",
         "Host-device synchronizations inside the loop",
-        f"{plural(len(rows), 'sync')} {where} ({top}), {total / 1000:.2f} ms of host time "
+        f"{plural(len(rows), 'sync')} {where} ({top}), {format_duration(total)} of host time "
         "blocked. .item(), .cpu(), printing tensors and torch.cuda.synchronize() "
         "stall the CPU until the GPU catches up; keep values on the device or "
         "read them every N steps.",
@@ -202,7 +207,7 @@ def _slow_steps(steps: pd.DataFrame) -> Hint | None:
         "warning",
         f"Slow {plural(len(slow), 'step')}: {names}",
         f"Step {names} took up to {worst.dur_us / median:.1f}x the median step "
-        f"({worst.dur_us / 1000:.2f} ms against {median / 1000:.2f} ms over "
+        f"({format_us_as_ms(worst.dur_us)} against {format_us_as_ms(median)} over "
         f"{plural(len(steps), 'step')}).{why}",
         {"slow_steps": [int(s) for s in slow.step], "worst_step": int(worst.step),
          "worst_step_us": float(worst.dur_us), "median_step_us": median,
@@ -221,7 +226,7 @@ def _dominant_op(ops: pd.DataFrame) -> Hint | None:
     return Hint(
         "info",
         f"One op dominates CPU time: {name}",
-        f"{name} accounts for {share:.0%} of self CPU time "
-        f"({by_name.max() / 1000:.2f} ms). Optimizing anything else cannot help much.",
+        f"{name} accounts for {format_percent(100 * share)} of self CPU time "
+        f"({format_duration(by_name.max())}). Optimizing anything else cannot help much.",
         {"op": name, "self_cpu_share": share, "self_cpu_us": float(by_name.max())},
     )

@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from torchlens.model.units import format_seconds
+
 
 class TextProgress:
     def __init__(self, world_size: int, stream: TextIO | None = None,
@@ -42,7 +44,7 @@ class TextProgress:
     def line(self) -> str:
         ranks = ", ".join(f"rank {r} {p}" for r, p in enumerate(self.phases))
         elapsed = time.monotonic() - self.started
-        return f"%ddp_check: {self.world_size} ranks · {ranks} · {elapsed:.1f} s"
+        return f"%ddp_check: {self.world_size} ranks · {ranks} · {format_seconds(elapsed)}"
 
     def flush(self, force: bool = False) -> None:
         now = time.monotonic()

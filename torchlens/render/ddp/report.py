@@ -17,7 +17,14 @@ from torchlens.analysis.ddp.analyze import DdpAnalysis
 from torchlens.analysis.ranks.steps import rank_table
 from torchlens.model import DdpRun, Profile
 from torchlens.model.payloads import RankProfiling
-from torchlens.model.units import plural
+from torchlens.model.units import (
+    format_bytes,
+    format_count,
+    format_duration,
+    format_ms,
+    format_percent,
+    plural,
+)
 from torchlens.render import html, tables
 from torchlens.render.ddp.heartbeats import rank_figures
 from torchlens.render.page import section
@@ -34,15 +41,15 @@ def checklist_html(items: list[ddp_analysis.CheckItem]) -> Markup:
 
 RANK_COLUMNS = [Column("rank", "rank", str), Column("pid", "pid", str),
                 Column("device", "device", str, False), Column("exit", "exit", str, False),
-                Column("collectives", "collectives", tables.fmt_int),
-                Column("steps_s", "step time", lambda v: f"{v:.3f} s"),
-                Column("rss", "peak RSS", ddp_analysis.format_bytes),
-                Column("tensor", "peak tensor bytes", ddp_analysis.format_bytes),
+                Column("collectives", "collectives", format_count),
+                Column("steps_s", "step time", lambda v: format_duration(v * 1e6)),
+                Column("rss", "peak RSS", format_bytes),
+                Column("tensor", "peak tensor bytes", format_bytes),
                 Column("error", "error", str, False)]
 COLLECTIVE_COLUMNS = [Column("rank", "rank", str), Column("index", "#", str),
                       Column("op", "op", str, False), Column("tensors", "tensors", str, False),
                       Column("line", "issued at", str, False),
-                      Column("call_ms", "call", lambda v: f"{v:.3f} ms")]
+                      Column("call_ms", "call", lambda v: format_duration(v * 1e3))]
 
 
 def _pre_blocks(title: str, texts: list[str]) -> Markup:
@@ -65,15 +72,15 @@ def _rank_table_column(key: str, values: list[Any]) -> Column:
     if not present or not all(isinstance(v, (int, float)) for v in present):
         return Column(key, label, str, False)
     if key.endswith("_ms"):
-        return Column(key, label, lambda v: f"{v:,.1f} ms")
+        return Column(key, label, format_ms)
     if key.endswith("_pct"):
-        return Column(key, label, lambda v: f"{v:.0f} %")
+        return Column(key, label, format_percent)
     if key == "frag" or key.endswith("_frag"):  # a share (0..1)
-        return Column(key, label, lambda v: f"{100 * v:.0f} %")
+        return Column(key, label, lambda v: format_percent(100 * v))
     if any(key.endswith(b) for b in _BYTES):
-        return Column(key, label, ddp_analysis.format_bytes)
+        return Column(key, label, format_bytes)
     if all(isinstance(v, int) for v in present):
-        return Column(key, label, tables.fmt_int)
+        return Column(key, label, format_count)
     return Column(key, label, lambda v: f"{v:,.3g}")
 
 

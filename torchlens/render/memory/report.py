@@ -19,9 +19,15 @@ from markupsafe import Markup
 from torchlens.analysis.frames import frame_label
 from torchlens.analysis.memory import leaks
 from torchlens.analysis.memory.analyze import MemoryAnalysis
-from torchlens.analysis.memory.oom import OomDiagnosis, fmt_bytes
+from torchlens.analysis.memory.oom import OomDiagnosis
 from torchlens.analysis.memory.timeline import biggest_allocations, decimate
 from torchlens.model import Profile
+from torchlens.model.units import (
+    format_bytes,
+    format_count,
+    format_duration,
+    format_percent,
+)
 from torchlens.render import html, tables
 from torchlens.render.page import section
 from torchlens.render.tables import Column
@@ -48,19 +54,19 @@ def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     tl = a.timeline
     src = a.reserved_source
     rows = [
-        ("peak allocated", fmt_bytes(tl.peak_allocated)),
-        ("allocated at end", fmt_bytes(tl.end_allocated)),
-        (f"change across {a.scope}", fmt_bytes(tl.end_allocated - tl.start_allocated)),
-        (f"peak reserved ({src})", fmt_bytes(tl.peak_reserved)),
-        (f"reserved at end ({src})", fmt_bytes(tl.end_reserved)),
-        ("reserved change", fmt_bytes(tl.end_reserved - tl.start_reserved)),
+        ("peak allocated", format_bytes(tl.peak_allocated)),
+        ("allocated at end", format_bytes(tl.end_allocated)),
+        (f"change across {a.scope}", format_bytes(tl.end_allocated - tl.start_allocated)),
+        (f"peak reserved ({src})", format_bytes(tl.peak_reserved)),
+        (f"reserved at end ({src})", format_bytes(tl.end_reserved)),
+        ("reserved change", format_bytes(tl.end_reserved - tl.start_reserved)),
         ("allocations / frees in the trace", f"{len(tl.allocations):,} / "
          f"{sum(1 for x in tl.allocations if x.t_free is not None):,}"),
     ]
     if tl.start_inferred:
-        rows.insert(0, ("alive at the start (inferred from frees)", fmt_bytes(tl.start_allocated)))
+        rows.insert(0, ("alive at the start (inferred from frees)", format_bytes(tl.start_allocated)))
     if a.steady_growth is not None:
-        rows.append(("growth per run (after the first)", fmt_bytes(a.steady_growth)))
+        rows.append(("growth per run (after the first)", format_bytes(a.steady_growth)))
     return rows
 
 
@@ -68,12 +74,12 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
     """One line for the text view and the report header."""
     error = profile.error
     tl = a.timeline
-    parts = [f"peak {fmt_bytes(tl.peak_allocated)} allocated",
-             f"end {fmt_bytes(tl.end_allocated)} ({fmt_bytes(tl.end_allocated - tl.start_allocated)} "
+    parts = [f"peak {format_bytes(tl.peak_allocated)} allocated",
+             f"end {format_bytes(tl.end_allocated)} ({format_bytes(tl.end_allocated - tl.start_allocated)} "
              f"across {a.scope})",
-             f"reserved {fmt_bytes(tl.end_reserved)} ({a.reserved_source})"]
+             f"reserved {format_bytes(tl.end_reserved)} ({a.reserved_source})"]
     if tl.start_inferred:
-        parts.insert(2, f"allocated counts {fmt_bytes(tl.start_allocated)} alive at the start "
+        parts.insert(2, f"allocated counts {format_bytes(tl.start_allocated)} alive at the start "
                         "(inferred from frees)")
     if a.possible_leaks:
         parts.append(f"{len(a.possible_leaks)} possible leak site(s), first {a.possible_leaks[0].site}")
@@ -90,19 +96,19 @@ def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Mar
 
 def diagnosis_rows(d: OomDiagnosis) -> list[tuple[str, str]]:
     """The OOM box's figures: the same fields its explanation is written from."""
-    figs = [("requested", fmt_bytes(d.requested)),
-            ("free on the device", fmt_bytes(d.device_free)),
-            ("reserved but free (cached)", fmt_bytes(d.free_cached)),
-            ("free in total", fmt_bytes(d.total_free)),
-            ("largest piece this request could use", fmt_bytes(d.usable_free)),
-            ("largest usable cached block", fmt_bytes(d.largest_usable)),
-            ("new segment a request of this size needs", fmt_bytes(d.segment_size)),
-            ("short by", fmt_bytes(d.shortfall)),
-            ("allocated", fmt_bytes(d.allocated)), ("reserved", fmt_bytes(d.reserved)),
-            ("capacity", fmt_bytes(d.capacity)),
-            ("inactive_split", fmt_bytes(d.inactive_split))]
+    figs = [("requested", format_bytes(d.requested)),
+            ("free on the device", format_bytes(d.device_free)),
+            ("reserved but free (cached)", format_bytes(d.free_cached)),
+            ("free in total", format_bytes(d.total_free)),
+            ("largest piece this request could use", format_bytes(d.usable_free)),
+            ("largest usable cached block", format_bytes(d.largest_usable)),
+            ("new segment a request of this size needs", format_bytes(d.segment_size)),
+            ("short by", format_bytes(d.shortfall)),
+            ("allocated", format_bytes(d.allocated)), ("reserved", format_bytes(d.reserved)),
+            ("capacity", format_bytes(d.capacity)),
+            ("inactive_split", format_bytes(d.inactive_split))]
     if d.unusable_share is not None:
-        figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
+        figs.append(("reserved memory free but unusable for this request", format_percent(100 * d.unusable_share)))
     if d.site:
         figs.append(("failing allocation at", d.site))
     return [f for f in figs if f[1] != "n/a"]
@@ -156,10 +162,10 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     src = ColumnDataSource({
         "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
         "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
-        "size": [fmt_bytes(b.size) for b in big], "site": [b.site for b in big],
+        "size": [format_bytes(b.size) for b in big], "site": [b.site for b in big],
         "stack": [_stack_text(b.frames, a.cells) for b in big],
         "freed": ["still alive at the end" if b.t_free is None else
-                  f"freed after {(b.t_free - b.t_alloc) / 1000:.3f} ms" if timed else
+                  f"freed after {format_duration(b.t_free - b.t_alloc)}" if timed else
                   f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
     })
     r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
@@ -174,14 +180,14 @@ def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float]) -> None:
     a bar from what was allocated to allocated + requested, and the card's capacity."""
     if d.capacity:
         p.line(x_span, [d.capacity / MIB] * 2, color="#CC0000", line_dash="dotted",
-               legend_label=f"capacity {fmt_bytes(d.capacity)}")
+               legend_label=f"capacity {format_bytes(d.capacity)}")
     base = (d.allocated or 0) / MIB
     src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / MIB],
-                            "what": [f"{d.cause}: {fmt_bytes(d.requested)} requested, "
-                                     f"{fmt_bytes(d.shortfall)} short" if d.shortfall is not None
-                                     else f"{d.cause}: {fmt_bytes(d.requested)} requested"],
-                            "free": [f"{fmt_bytes(d.total_free)} free in total, "
-                                     f"{fmt_bytes(d.usable_free)} usable"]})
+                            "what": [f"{d.cause}: {format_bytes(d.requested)} requested, "
+                                     f"{format_bytes(d.shortfall)} short" if d.shortfall is not None
+                                     else f"{d.cause}: {format_bytes(d.requested)} requested"],
+                            "free": [f"{format_bytes(d.total_free)} free in total, "
+                                     f"{format_bytes(d.usable_free)} usable"]})
     r = p.segment("x", "y0", "x", "y1", source=src, color="#CC0000", line_width=4,
                   legend_label=f"out of memory ({d.source})")
     p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@what"), ("", "@free")]))
@@ -201,8 +207,8 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
             cols["y"].append(row)
             cols["color"].append(STATE_COLORS.get(b["state"], "#999999"))
             cols["state"].append(STATE_NAMES.get(b["state"], b["state"]))
-            cols["size"].append(fmt_bytes(b["size"]))
-            cols["seg"].append(f"{seg['segment_type']} segment of {fmt_bytes(seg['total_size'])}"
+            cols["size"].append(format_bytes(b["size"]))
+            cols["seg"].append(f"{seg['segment_type']} segment of {format_bytes(seg['total_size'])}"
                                f" at {seg['address']:#x}")
     title = "Segments and blocks (blue allocated, grey cached free, orange in flight)"
     if len(segs) > len(shown):
@@ -223,17 +229,17 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
 def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     f = a.frag
     st = a.stats_after or (a.model.stats if a.model else {})
-    rows = [("reserved", fmt_bytes(f.reserved)), ("allocated", fmt_bytes(f.allocated)),
-            ("cached free", f"{fmt_bytes(f.free_cached)} ({f.free_share:.0%} of reserved)"),
-            ("largest free block", f"{fmt_bytes(f.largest_free_block)} of {fmt_bytes(f.free_cached)} free"),
-            ("in flight (pending free)", fmt_bytes(f.pending_free)),
-            ("inactive_split", f"{fmt_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"),
+    rows = [("reserved", format_bytes(f.reserved)), ("allocated", format_bytes(f.allocated)),
+            ("cached free", f"{format_bytes(f.free_cached)} ({format_percent(100 * f.free_share)} of reserved)"),
+            ("largest free block", f"{format_bytes(f.largest_free_block)} of {format_bytes(f.free_cached)} free"),
+            ("in flight (pending free)", format_bytes(f.pending_free)),
+            ("inactive_split", f"{format_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"),
             ("segments", f"{f.n_segments} ({f.n_segments_by_pool['small']} small, "
                          f"{f.n_segments_by_pool['large']} large)")]
     if a.unusable_for_largest is not None:
         biggest, share = a.unusable_for_largest
-        rows.append((f"free but unusable for the largest request ({fmt_bytes(biggest)})",
-                     f"{share:.0%} of reserved"))
+        rows.append((f"free but unusable for the largest request ({format_bytes(biggest)})",
+                     f"{format_percent(100 * share)} of reserved"))
     for key, label in (("num_alloc_retries", "alloc retries"), ("num_ooms", "OOMs")):
         if key in st:
             rows.append((label, f"{st[key]:,}"))
@@ -241,13 +247,13 @@ def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
 
 
 _SITE_COLS = [Column("site", "site", numeric=False), Column("function", "function", numeric=False),
-              Column("bytes", "bytes allocated", fmt_bytes), Column("count", "allocations", tables.fmt_int),
-              Column("largest", "largest", fmt_bytes), Column("alive_bytes", "alive at end", fmt_bytes)]
+              Column("bytes", "bytes allocated", format_bytes), Column("count", "allocations", format_count),
+              Column("largest", "largest", format_bytes), Column("alive_bytes", "alive at end", format_bytes)]
 _LEAK_COLS = [Column("flag", "possible leak", numeric=False), Column("site", "site", numeric=False),
-              Column("function", "function", numeric=False), Column("bytes", "bytes alive", fmt_bytes),
-              Column("count", "tensors", tables.fmt_int), Column("passes", "passes", tables.fmt_int)]
-_GROWTH_COLS = [Column("run", "run", tables.fmt_int), Column("end_allocated", "allocated at end", fmt_bytes),
-                Column("growth", "growth", fmt_bytes)]
+              Column("function", "function", numeric=False), Column("bytes", "bytes alive", format_bytes),
+              Column("count", "tensors", format_count), Column("passes", "passes", format_count)]
+_GROWTH_COLS = [Column("run", "run", format_count), Column("end_allocated", "allocated at end", format_bytes),
+                Column("growth", "growth", format_bytes)]
 
 
 def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str, Markup, str]]:
@@ -287,7 +293,7 @@ def comparison_cells(a: MemoryAnalysis) -> list[tuple[str, str, str]]:
     """(figure, real, simulated) of the what-if comparison, as text: the one
     formatting of it that the HTML, the text view and ``torchlens simulate`` show."""
     def cell(v: int | None, is_bytes: bool) -> str:
-        return "n/a" if v is None else fmt_bytes(v) if is_bytes else f"{v:,}"
+        return "n/a" if v is None else format_bytes(v) if is_bytes else f"{v:,}"
 
     return [(label, cell(r, b), cell(s, b)) for label, r, s, b in a.comparison]
 
@@ -314,11 +320,11 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
         lines += ["", f"OUT OF MEMORY ({d.cause}): {d.explanation}"]
         lines += [f"  try: {x.action}\n       because {x.evidence}" for x in d.advice]
     lines += ["", "top allocation sites:"]
-    lines += [f"  {fmt_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
+    lines += [f"  {format_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]
     if a.possible_leaks:
         lines += ["", "possible leaks (still alive, left behind on several passes):"]
-        lines += [f"  {fmt_bytes(r.bytes):>12}  {r.count:>6} tensors  {r.site}  {r.function}"
+        lines += [f"  {format_bytes(r.bytes):>12}  {r.count:>6} tensors  {r.site}  {r.function}"
                   for r in a.possible_leaks[:top]]
     lines += comparison_lines(a)
     lines += [f"not measured: {u}" for u in profile.unmeasured]

@@ -50,7 +50,7 @@ from torchlens.analysis.ranks.steps import (
     step_rows,
 )
 from torchlens.model.payloads import RankProfiling
-from torchlens.model.units import plural
+from torchlens.model.units import format_ms, format_percent, plural
 from torchlens.render import html
 from torchlens.render.ddp.heartbeats import FLUSH_S, _color, _columns, _mib, _num
 from torchlens.render.ranks.bands import (
@@ -396,7 +396,7 @@ def _verdict_html(sr: Any, color: str = "#333") -> Any:
                            facts="", color="#777")
     facts = ""
     if sr.steps:
-        facts = (f"median step {sr.median_step_ms:,.1f} ms · skew {sr.skew_pct:.0f} % · "
+        facts = (f"median step {format_ms(sr.median_step_ms)} · skew {format_percent(sr.skew_pct)} · "
                  f"{plural(sr.steps, 'step')} compared")
     return html.render("rank_verdict.html.j2", words=sr.words, facts=facts, color=color)
 

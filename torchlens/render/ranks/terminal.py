@@ -15,7 +15,7 @@ import time
 from typing import Any, TextIO
 
 from torchlens.analysis.ranks.verdict import RunView
-from torchlens.model.units import format_bytes
+from torchlens.model.units import format_bytes, format_ms
 
 REDRAW_S = 1.0
 LOG_EVERY_S = 10.0
@@ -24,10 +24,6 @@ COST_FACTOR = 4
 LOG_RANKS = 16
 _UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
 _CLEAR = "\x1b[J"
-
-
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v:.1f}"
 
 
 def restart_line(number: Any, words: str) -> str:
@@ -60,8 +56,8 @@ def more_ranks_line(hidden: int, spread: Any) -> str:
     times = ""
     if isinstance(spread, (list, tuple)) and len(spread) == 3 and all(
             isinstance(v, (int, float)) for v in spread):
-        times = (f"; step ms over all ranks: median {spread[0]:,.1f}, min {spread[1]:,.1f}, "
-                 f"max {spread[2]:,.1f}")
+        median, low, high = (format_ms(v, unit=False) for v in spread)
+        times = f"; step ms over all ranks: median {median}, min {low}, max {high}"
     return (f"... {hidden:,} more ranks, not shown (the rows above: ranks in trouble, then "
             f"the slowest){times}")
 
@@ -88,7 +84,8 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
         mark = " <- slow" if row["rank"] == slow else ""
         out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
                    f"{row['state'][:14]:<14} {row.get('steps') or 0:>5} "
-                   f"{_ms(row.get('step_ms')):>8} {_ms(row.get('data_ms')):>8} "
+                   f"{format_ms(row.get('step_ms'), unit=False, missing='-'):>8} "
+                   f"{format_ms(row.get('data_ms'), unit=False, missing='-'):>8} "
                    f"{memory_cell(row):>14}{mark}")
     if len(shown) < len(view.ranks):
         out.append(more_ranks_line(len(view.ranks) - len(shown), view.spread))
@@ -108,10 +105,11 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
 def one_line(view: RunView) -> str:
     """The log form: the verdict and each rank's median step time."""
     if len(view.ranks) <= LOG_RANKS or view.spread is None:
-        steps = ", ".join(f"r{row['rank']} {_ms(row.get('step_ms'))}" for row in view.ranks)
+        steps = ", ".join(f"r{row['rank']} {format_ms(row.get('step_ms'), unit=False, missing='-')}"
+                          for row in view.ranks)
     else:
-        steps = "median {:.1f}, min {:.1f}, max {:.1f} over {} ranks".format(
-            *view.spread, len(view.ranks))
+        median, low, high = (format_ms(v, unit=False) for v in view.spread)
+        steps = f"median {median}, min {low}, max {high} over {len(view.ranks)} ranks"
     return f"torchlens run: {view.verdict} | step ms: {steps} | dropped {view.dropped}"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from torchlens.model.units import format_ms
 from torchlens.render import html
 from torchlens.render.ranks.terminal import (
     memory_cell,
@@ -25,10 +26,6 @@ LABELS = ("rank", "node", "host", "state", "steps", "step ms", "data ms", "memor
 #: rows of the table at most; the live view below draws as many ranks (SHOWN_RANKS)
 STATUS_ROWS = 16
 STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiting": "#777"}
-
-
-def _ms(value: Any) -> str:
-    return "-" if value is None else f"{value:,.1f}"
 
 
 def _more(status: dict[str, Any], shown: int) -> str:
@@ -47,7 +44,8 @@ def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dic
         out.append({"slow": bool(row.get("slow")), "cells": [
             str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
             str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",
-            _ms(row.get("step_ms")), _ms(row.get("data_ms")), memory_cell(row)]})
+            format_ms(row.get("step_ms"), unit=False, missing="-"),
+            format_ms(row.get("data_ms"), unit=False, missing="-"), memory_cell(row)]})
     return out
 
 

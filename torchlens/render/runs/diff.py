@@ -15,6 +15,7 @@ from bokeh.plotting import figure
 from markupsafe import Markup
 
 from torchlens.model import Profile
+from torchlens.model.units import format_duration, format_percent
 from torchlens.render import html, tables
 from torchlens.render.page import section
 from torchlens.render.tables import Column
@@ -25,27 +26,20 @@ COLORS = {"slower": "#d62728", "added": "#ff7f0e", "faster": "#2ca02c",
           "removed": "#17becf", "same": "#c7c7c7"}
 
 
-def _signed(v: Any) -> str:
-    return ("+" if float(v) > 0 else "") + tables.fmt_us(v)
-
-
-def _pct(v: Any) -> str:
-    return f"{float(v):+.1f} %"
-
-
 def _calls(v: Any) -> str:
     return f"{float(v):,.2f}"
 
 
+#: changes are written with their sign, "+0.0 µs" included
+CHANGE = [Column("delta_us", "change", lambda v: format_duration(v, signed=True)),
+          Column("delta_pct", "change %", lambda v: format_percent(v, signed=True))]
 ROWS = [Column("status", "status", str, False), Column("kind", "kind", str, False),
         Column("name", "name", str, False, tables.NAME_CHARS),
-        Column("a_us", "A", tables.fmt_us), Column("b_us", "B", tables.fmt_us),
-        Column("delta_us", "change", _signed), Column("delta_pct", "change %", _pct),
+        Column("a_us", "A", format_duration), Column("b_us", "B", format_duration), *CHANGE,
         Column("a_calls", "calls A", _calls), Column("b_calls", "calls B", _calls)]
 RANKS = [Column("rank_a", "rank in A", str), Column("rank_b", "rank in B", str),
-         Column("a_median_us", "median step A", tables.fmt_us),
-         Column("b_median_us", "median step B", tables.fmt_us),
-         Column("delta_us", "change", _signed), Column("delta_pct", "change %", _pct)]
+         Column("a_median_us", "median step A", format_duration),
+         Column("b_median_us", "median step B", format_duration), *CHANGE]
 
 
 def summary_line(profile: Profile, d: dict[str, Any]) -> str:
@@ -60,7 +54,7 @@ def text_report(profile: Profile, d: dict[str, Any]) -> str:
     per = d["per"]
     for r in _changed(d["ops"] + d["kernels"])[:10]:
         lines.append(f"  {r['status']:<8} {r['kind']:<15} {tables.shorten(r['name'], 60)}: "
-                     f"{tables.fmt_us(r['a_us'])} -> {tables.fmt_us(r['b_us'])} per {per}")
+                     f"{format_duration(r['a_us'])} -> {format_duration(r['b_us'])} per {per}")
     lines += [f"note: {n}" for n in d["notes"]]
     return "\n".join(lines)
 

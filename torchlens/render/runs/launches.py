@@ -8,6 +8,7 @@ from typing import Any
 from markupsafe import Markup
 
 from torchlens.analysis.runs.analyze import RunAnalysis
+from torchlens.model.units import format_count, format_gbps, format_percent, format_us
 from torchlens.render import html, tables
 from torchlens.render.page import section
 from torchlens.render.tables import Column
@@ -22,26 +23,26 @@ def _num(v: Any) -> str:
 
 
 
-LAUNCHES = [Column("rank", "rank", str), Column("launches", "launches", tables.fmt_int),
-            Column("delay_mean_us", "launch delay: mean", tables.fmt_micro),
-            Column("delay_p50_us", "median", tables.fmt_micro), Column("delay_max_us", "max", tables.fmt_micro),
-            Column("cpu_mean_us", "launch call: mean", tables.fmt_micro),
-            Column("gpu_mean_us", "GPU time: mean", tables.fmt_micro),
-            Column("gpu_shorter_than_cpu_pct", "GPU shorter than launch", tables.fmt_pct),
-            Column("short_kernels", "short kernels", tables.fmt_int),
-            Column("runtime_outliers", "launch calls > cutoff", tables.fmt_int),
-            Column("delay_outliers", "delays > cutoff", tables.fmt_int)]
+LAUNCHES = [Column("rank", "rank", str), Column("launches", "launches", format_count),
+            Column("delay_mean_us", "launch delay: mean", format_us),
+            Column("delay_p50_us", "median", format_us), Column("delay_max_us", "max", format_us),
+            Column("cpu_mean_us", "launch call: mean", format_us),
+            Column("gpu_mean_us", "GPU time: mean", format_us),
+            Column("gpu_shorter_than_cpu_pct", "GPU shorter than launch", format_percent),
+            Column("short_kernels", "short kernels", format_count),
+            Column("runtime_outliers", "launch calls > cutoff", format_count),
+            Column("delay_outliers", "delays > cutoff", format_count)]
 OUTLIERS = [Column("rank", "rank", str), Column("name", "GPU work", str, False, 80),
-            Column("api", "launched by", str, False), Column("delay_us", "launch delay", tables.fmt_micro),
-            Column("cpu_us", "launch call", tables.fmt_micro), Column("gpu_us", "GPU time", tables.fmt_micro)]
+            Column("api", "launched by", str, False), Column("delay_us", "launch delay", format_us),
+            Column("cpu_us", "launch call", format_us), Column("gpu_us", "GPU time", format_us)]
 QUEUES = [Column("rank", "rank", str), Column("stream", "stream", str),
-          Column("launches", "launches", tables.fmt_int), Column("mean", "queue: mean", _num),
+          Column("launches", "launches", format_count), Column("mean", "queue: mean", _num),
           Column("p50", "median", _num), Column("p75", "75 %", _num), Column("max", "max", _num),
-          Column("full_us", "time at 1024 (full)", tables.fmt_micro)]
+          Column("full_us", "time at 1024 (full)", format_us)]
 MEMORY_BW = [Column("rank", "rank", str), Column("kind", "kind", str, False),
-             Column("events", "events", tables.fmt_int), Column("bytes", "bytes", tables.fmt_int),
-             Column("mean_GBps", "mean", tables.fmt_gbps), Column("p50_GBps", "median", tables.fmt_gbps),
-             Column("max_GBps", "max", tables.fmt_gbps)]
+             Column("events", "events", format_count), Column("bytes", "bytes", format_count),
+             Column("mean_GBps", "mean", format_gbps), Column("p50_GBps", "median", format_gbps),
+             Column("max_GBps", "max", format_gbps)]
 #: outlier rows shown per report (``run.launch_outliers()`` has them all)
 MAX_OUTLIER_ROWS = 50
 

@@ -15,7 +15,13 @@ from markupsafe import Markup
 
 from torchlens.analysis.runs.analyze import RunAnalysis
 from torchlens.model import Profile
-from torchlens.model.units import plural
+from torchlens.model.units import (
+    format_count,
+    format_gbps,
+    format_percent,
+    format_us_as_ms,
+    plural,
+)
 from torchlens.render import html, tables
 from torchlens.render.page import section
 from torchlens.render.runs import steps_chart as run_steps_chart
@@ -29,32 +35,32 @@ PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7")
 
 
 TEMPORAL = [Column("rank", "rank", str), Column("traces", "traces", str),
-            Column("span_us", "GPU timeline", tables.fmt_ms), Column("compute_pct", "compute", tables.fmt_pct),
-            Column("non_compute_pct", "non-compute", tables.fmt_pct), Column("idle_pct", "idle", tables.fmt_pct)]
-OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", tables.fmt_ms),
-           Column("overlapped_us", "overlapped by compute", tables.fmt_ms),
-           Column("overlap_pct", "overlap", tables.fmt_pct)]
+            Column("span_us", "GPU timeline", format_us_as_ms), Column("compute_pct", "compute", format_percent),
+            Column("non_compute_pct", "non-compute", format_percent), Column("idle_pct", "idle", format_percent)]
+OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", format_us_as_ms),
+           Column("overlapped_us", "overlapped by compute", format_us_as_ms),
+           Column("overlap_pct", "overlap", format_percent)]
 KERNELS = [Column("rank", "rank", str), Column("kind", "kind", str, False),
-           Column("count", "kernels", tables.fmt_int), Column("us", "time", tables.fmt_ms),
-           Column("pct", "share", tables.fmt_pct)]
+           Column("count", "kernels", format_count), Column("us", "time", format_us_as_ms),
+           Column("pct", "share", format_percent)]
 IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
-        Column("idle_us", "idle", tables.fmt_ms), Column("host_wait_pct", "host wait", tables.fmt_pct),
-        Column("kernel_wait_pct", "kernel wait", tables.fmt_pct), Column("other_pct", "other", tables.fmt_pct)]
+        Column("idle_us", "idle", format_us_as_ms), Column("host_wait_pct", "host wait", format_percent),
+        Column("kernel_wait_pct", "kernel wait", format_percent), Column("other_pct", "other", format_percent)]
 SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
-        Column("median_us", "median step", tables.fmt_ms), Column("max_us", "slowest", tables.fmt_ms),
-        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", tables.fmt_pct)]
-STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", tables.fmt_int),
-              Column("last", "arrived last", tables.fmt_int), Column("last_pct", "share", tables.fmt_pct),
-              Column("caused_us", "others waited for it", tables.fmt_ms),
-              Column("caused_mean_us", "per such collective", tables.fmt_ms),
-              Column("waited_us", "it waited for others", tables.fmt_ms),
+        Column("median_us", "median step", format_us_as_ms), Column("max_us", "slowest", format_us_as_ms),
+        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", format_percent)]
+STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", format_count),
+              Column("last", "arrived last", format_count), Column("last_pct", "share", format_percent),
+              Column("caused_us", "others waited for it", format_us_as_ms),
+              Column("caused_mean_us", "per such collective", format_us_as_ms),
+              Column("waited_us", "it waited for others", format_us_as_ms),
               Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
 COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
                Column("mismatch", "ranks disagree", str, False, 80),
-               Column("bytes", "bytes", tables.fmt_int), Column("last_rank", "last rank", str),
-               Column("max_wait_us", "first to last arrival", tables.fmt_ms),
-               Column("dur_us", "duration", tables.fmt_ms), Column("busbw_GBps", "bus bandwidth",
-                                                         tables.fmt_gbps)]
+               Column("bytes", "bytes", format_count), Column("last_rank", "last rank", str),
+               Column("max_wait_us", "first to last arrival", format_us_as_ms),
+               Column("dur_us", "duration", format_us_as_ms), Column("busbw_GBps", "bus bandwidth",
+                                                         format_gbps)]
 #: a report of a long run lists the first collectives; --json and the DataFrame hold all
 MAX_COLLECTIVE_ROWS = 200
 PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
@@ -74,8 +80,8 @@ def text_report(profile: Profile, a: RunAnalysis) -> str:
         if r.get("idle_pct") is None:
             lines.append(f"rank {r['rank']}: no GPU work in its trace(s)")
         else:
-            lines.append(f"rank {r['rank']}: compute {r['compute_pct']:.1f}%, non-compute "
-                         f"{r['non_compute_pct']:.1f}%, idle {r['idle_pct']:.1f}%")
+            lines.append(f"rank {r['rank']}: compute {format_percent(r['compute_pct'])}, non-compute "
+                         f"{format_percent(r['non_compute_pct'])}, idle {format_percent(r['idle_pct'])}")
     lines += [f"problem: {p['kind']}: {p['path']}: {p['message']}" for p in a.problems]
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ from torchlens.analysis.runs.analyze import RunAnalysis
 from torchlens.analysis.runs.clock import applied_offsets, run_skew
 from torchlens.analysis.runs.lanes import BINS, COLLECTIVES_LANE, KINDS
 from torchlens.model import Profile
+from torchlens.model.units import format_count, format_duration, format_us
 from torchlens.render import html, tables
 from torchlens.render.page import section
 from torchlens.render.tables import Column
@@ -57,16 +58,11 @@ if (all.length !== sel.length) src.selected.indices = all;
 
 
 CLOCKS = [Column("rank", "rank", str), Column("host", "host", lambda v: v or "", False),
-          Column("offset_us", "clock offset",
-                                              lambda v: f"{v / 1e3:,.3f} ms"),
-          Column("collectives", "collectives used", tables.fmt_int),
-          Column("residual_median_us", "residual (median)", tables.fmt_micro),
-          Column("residual_max_us", "residual (max)", tables.fmt_micro),
+          Column("offset_us", "clock offset", format_duration),
+          Column("collectives", "collectives used", format_count),
+          Column("residual_median_us", "residual (median)", format_us),
+          Column("residual_max_us", "residual (max)", format_us),
           Column("applied", "applied", lambda v: "yes" if v else "no", False)]
-
-
-def _duration(us: float) -> str:
-    return f"{us / 1e3:,.3f} ms" if us >= 1e3 else f"{us:,.1f} µs"
 
 
 def timeline_source(profile: Profile, a: RunAnalysis) -> tuple[dict[str, list], dict[str, list],
@@ -122,7 +118,7 @@ def timeline_source(profile: Profile, a: RunAnalysis) -> tuple[dict[str, list], 
                 ev["name"].append(s["names"][s["name"][j]])
                 ev["rank"].append(r)
                 ev["lane"].append(lane_of[lane[j]])
-                ev["dur"].append(_duration(d[j]))
+                ev["dur"].append(format_duration(d[j]))
                 ev["kind"].append(kind)
                 ev["key"].append(f"{trace}:{seq[j]}" if seq[j] >= 0 else "")
             # the worker already merged the events it did not keep
@@ -192,8 +188,9 @@ def sections(profile: Profile, a: RunAnalysis, figures: list[Any]) -> list[Marku
                  "than 5 µs and 3x the rank's residual, and never when every trace names "
                  "one host (one machine, one clock).")
         if skew["residual_max_us"] is not None:
-            words += (f" Residual skew over the run: median {skew['residual_median_us']:,.1f} "
-                      f"µs, max {skew['residual_max_us']:,.1f} µs.")
+            words += (f" Residual skew over the run: median "
+                      f"{format_duration(skew['residual_median_us'])}, "
+                      f"max {format_duration(skew['residual_max_us'])}.")
         out.append(section("Clocks across ranks", html.join(
             [html.note(words), tables.html_table(a.clocks, CLOCKS)]), "clocks"))
     return out

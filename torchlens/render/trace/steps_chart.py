@@ -14,6 +14,7 @@ from typing import Any
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
+from torchlens.model.units import format_us_as_ms
 from torchlens.render.tables import step_columns
 
 #: One colour per role, the kernel and CPU roles the strongest.
@@ -32,7 +33,7 @@ def build_step_chart(steps: Any, has_gpu: bool, title: str = "Step breakdown") -
             if c.key in ROLE_COLORS and c.key in steps.columns]
     labels = [f"step {int(s)}" for s in steps["step"]]
     data: dict[str, Any] = {"step": labels,
-                            "total": [f"{v / 1e3:,.3f} ms" for v in steps["dur_us"]]}
+                            "total": [format_us_as_ms(v) for v in steps["dur_us"]]}
     for c in cols:
         data[c.key] = (steps[c.key].to_numpy(dtype=float) / 1e3).tolist()
     fig = figure(
@@ -47,7 +48,7 @@ def build_step_chart(steps: Any, has_gpu: bool, title: str = "Step breakdown") -
     )
     for r, c in zip(renderers, cols, strict=True):
         fig.add_tools(HoverTool(renderers=[r], tooltips=[
-            ("step", "@step"), (c.label, f"@{{{c.key}}}{{0,0.000}} ms"), ("step time", "@total")]))
+            ("step", "@step"), (c.label, f"@{{{c.key}}}{{0,0.0}} ms"), ("step time", "@total")]))
     fig.y_range.start = 0
     fig.xgrid.grid_line_color = None
     fig.xaxis.major_label_orientation = 0.8 if len(labels) > 12 else 0

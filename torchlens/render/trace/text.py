@@ -9,21 +9,17 @@ from __future__ import annotations
 
 from torchlens.analysis.trace.analyze import TraceAnalysis, TraceView
 from torchlens.model import Profile
-from torchlens.model.units import plural
+from torchlens.model.units import format_duration, format_percent, plural
 from torchlens.render import tables
-
-
-def _us(value: float | None) -> str:
-    return "n/a" if value is None else tables.fmt_us(float(value))
 
 
 def summary_line(profile: Profile, analysis: TraceAnalysis) -> str:
     """One line: wall time, events, profiler overhead, top op."""
     s = analysis.summary
-    parts = [f"wall {_us(s.wall_us)}", plural(s.n_events, "event"),
-             f"profiler start/stop {_us(s.profiler_overhead_us)}"]
+    parts = [f"wall {format_duration(s.wall_us)}", plural(s.n_events, "event"),
+             f"profiler start/stop {format_duration(s.profiler_overhead_us)}"]
     if s.top_op:
-        parts.append(f"top op {s.top_op} ({s.top_op_share:.0%} of self CPU)")
+        parts.append(f"top op {s.top_op} ({format_percent(100 * s.top_op_share)} of self CPU)")
     if not s.gpu_present:
         parts.append("CPU only")
     if profile.error:
@@ -54,7 +50,7 @@ def op_table_text(view: TraceView) -> list[str]:
     for rec in shown.to_dict("records"):
         cells = []
         for c in cols:
-            text = c.fmt(rec[c.key]) if rec.get(c.key) is not None else ""
+            text = tables.cell_text(c, rec.get(c.key))
             if len(text) > _MAX_NAME:
                 text = text[: _MAX_NAME - 1] + "…"
             cells.append(text)
