@@ -3,6 +3,7 @@ writes a size, a duration, a share or a rate through these."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from torchlens.model.units import (
@@ -70,4 +71,4 @@ def test_shares_and_rates() -> None:
                                  format_us_as_ms, format_seconds, format_duration,
                                  format_percent, format_gbps])
 def test_a_missing_figure_is_n_a(fmt) -> None:
-    assert fmt(None) == fmt(NAN) == "n/a"
+    assert fmt(None) == fmt(NAN) == fmt(np.float32("nan")) == "n/a"

@@ -29,7 +29,10 @@ MISSING = "n/a"
 
 
 def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+    try:
+        return v is None or math.isnan(v)  # numpy's float32 NaN too
+    except TypeError:
+        return False
 
 
 def _fixed(v: float, decimals: int, signed: bool = False, grouped: bool = True) -> str:
