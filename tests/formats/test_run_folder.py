@@ -1,4 +1,4 @@
-"""Finding a run's per-rank traces (``formats.run_folder.discover``) and naming
+"""Finding a run's per-rank traces (``formats.run_folder.sources.discover``) and naming
 everything wrong with the input, as a user of ``torchlens report RUN_DIR`` reads it."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from torchlens.capture.ddp.launcher import DdpOptions, write_run_folder
-from torchlens.formats.run_folder import RankFile, discover, peek, rank_from_name
+from torchlens.formats.kineto.peek import peek
+from torchlens.formats.run_folder.sources import RankFile, discover, rank_from_name
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -381,16 +382,19 @@ def test_no_rank(tmp_path):
 
 def test_hostile_input_never_raises(tmp_path):
     """Deep nesting, a manifest of the wrong shapes, checkpoints copies: named or
-    skipped, never a traceback."""
+    skipped, never a traceback. The typed manifest names its wrong field (the
+    traces are then placed as without a manifest)."""
     write(tmp_path / "deep.json", b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
     (tmp_path / "manifest.json").write_text(
         '{"format": "torchlens-run", "ranks": 5, "world_size": "two"}')
     write(tmp_path / "rank0" / "step1.pt.trace.json", trace_bytes(0, 1))
     write(tmp_path / ".ipynb_checkpoints" / "rank0-checkpoint.json", trace_bytes(0, 1))
     run = discover(tmp_path)
-    assert [(r.rank, r.source, r.world_size) for r in run.ranks] == [(0, "manifest", 1)]
-    assert kinds(run) == [("not a trace", "deep.json")]
-    assert "nested too deeply" in run.problems[0].message
+    assert [(r.rank, r.source, r.world_size) for r in run.ranks] == [
+        (0, "distributedInfo", 1)]
+    assert kinds(run) == [("unreadable", "manifest.json"), ("not a trace", "deep.json")]
+    assert "Expected `array`, got `int` - at `$.ranks`" in run.problems[0].message
+    assert "nested too deeply" in run.problems[1].message
 
 
 def test_nothing_there(tmp_path):
