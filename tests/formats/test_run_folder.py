@@ -15,6 +15,12 @@ import pytest
 
 from torchlens.capture.ddp.launcher import DdpOptions, write_run_folder
 from torchlens.formats.kineto.peek import peek
+from torchlens.formats.run_folder.manifest import (
+    SOURCE_DDP_CHECK,
+    VERSION,
+    Manifest,
+    read_manifest,
+)
 from torchlens.formats.run_folder.sources import RankFile, discover, rank_from_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,6 +143,18 @@ def test_torch_run_folder(torch_run):
         RankFile(r, [str(torch_run / f"rank{r}" / f"step{s:05d}.pt.trace.json")
                      for s in (3, 12)], 2, "manifest")
         for r in (0, 1)]
+
+
+def test_ddp_check_writes_the_typed_manifest(torch_run):
+    """%ddp_check --profile's folder carries the one Manifest type (as torchlens run's
+    does, tests/run/test_watch_feed.py), version 2, with its source."""
+    manifest = read_manifest(str(torch_run))
+    assert isinstance(manifest, Manifest)
+    assert (manifest.version, manifest.source, manifest.backend) == (
+        VERSION, SOURCE_DDP_CHECK, "gloo")
+    assert manifest.profile == {"every": 5} and manifest.run_id is None
+    assert [e.traces for e in manifest.ranks] == [
+        [f"rank{r}/step{s:05d}.pt.trace.json" for s in (3, 12)] for r in (0, 1)]
 
 
 def test_torch_writes_distributed_info_in_the_head(torch_run):
