@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, write_manifest
 from torchlens.frontends.ranks import registry as reg
 
 from .live_doc import four_rank_view, live_document, write_live
@@ -246,7 +247,8 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
     now = time.time()
     assert [r["state"] for r in recent.runs(now)] == ["running"]
     write_live(run_dir, live_document(four_rank_view(ended=True), "r9", ended=True))
-    (run_dir / "manifest.json").write_text(json.dumps({"stopped": "interrupted after 12 steps"}))
+    write_manifest(str(run_dir), Manifest(source=SOURCE_RUN, world_size=4,
+                                          stopped="interrupted after 12 steps"))
     reg.unregister(path)
     assert reg.live_runs() == []
     (ended,) = recent.runs(now + 1)

@@ -167,7 +167,7 @@ def test_the_verdict_names_the_rank_that_raised_first_not_the_lowest() -> None:
 
 def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
     from torchlens.analysis.ranks.series import MAX_POINTS, step_series
-    from torchlens.formats.run_manifest import CollectedSteps
+    from torchlens.formats.run_folder.records import CollectedSteps
 
     ranks = {}
     for r in range(2):  # 30,000 steps per rank: 10,000 before a restart, 20,000 after

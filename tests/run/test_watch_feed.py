@@ -22,6 +22,13 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.ranks.collector import Collector
 from torchlens.capture.ranks.feed import KEEP_FRAMES, FeedPublisher, StoreFeed
+from torchlens.formats.run_folder.manifest import (
+    SOURCE_RUN,
+    VERSION,
+    Manifest,
+    read_manifest,
+)
+from torchlens.formats.run_folder.records import read_steps
 from torchlens.frontends.ranks.command import write_folder
 from torchlens.model import InputError
 
@@ -288,6 +295,27 @@ def test_a_finished_folder_shows_its_final_state(run) -> None:
     assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
     assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
     assert "rank 1 is the straggler" in w.status["verdict"]
+
+
+def test_torchlens_run_writes_the_typed_manifest(run) -> None:
+    """torchlens run's folder carries the one Manifest type (as %ddp_check --profile's
+    does, tests/formats/test_run_folder.py), version 2, with its source."""
+    c, feed, ranks, out = run
+    ranks.steps(3)
+    ranks.bye()
+    _publish(c, feed, ended=True)
+    view = run_view(c.snapshot(), ended=True)
+    written = write_folder(str(out), c, view, ["torchrun", "train.py"], 0, False,
+                           live=feed.manifest_entry())
+    manifest = read_manifest(str(out))
+    assert isinstance(manifest, Manifest) and manifest == written
+    assert (manifest.version, manifest.source, manifest.run_id) == (
+        VERSION, SOURCE_RUN, c.key.run_id)
+    assert [(e.rank, e.state, e.steps, e.host) for e in manifest.ranks] == [
+        (0, "finished", 3, "gpu7"), (1, "finished", 3, "gpu7")]
+    assert manifest.nodes[0].ranks == [0, 1] and manifest.live.frames == 1
+    assert [r["step"] for r in read_steps(str(out), 1)] == [0, 1, 2]
+    assert manifest.backend is None and manifest.profile == {}  # %ddp_check's fields
 
 
 def test_bad_targets_say_what_to_do(run, tmp_path: Path, monkeypatch) -> None:

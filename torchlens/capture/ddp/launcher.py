@@ -565,29 +565,21 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
                      steps: list[list[dict[str, Any]]]) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already)."""
-    import json
+    from torchlens.formats.run_folder import files, manifest, records
 
-    per_rank = []
+    entries = []
     for rank in range(options.world_size):
-        folder = os.path.join(run_dir, f"rank{rank}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
-            for record in steps[rank]:
-                fh.write(json.dumps(record) + "\n")
+        records.write_steps(run_dir, rank, steps[rank])
         res = ranks[rank] or {}
-        per_rank.append({"rank": rank, "pid": res.get("pid"), "host": res.get("hostname"),
-                         "device": res.get("device"),
-                         "traces": sorted(os.path.join(f"rank{rank}", f)
-                                          for f in os.listdir(folder) if f.endswith(".json")),
-                         "oom_snapshot": (os.path.join(f"rank{rank}", "oom.pickle")
-                                          if os.path.exists(os.path.join(folder, "oom.pickle"))
-                                          else None)})
-    manifest = {"format": "torchlens-run", "version": 1, "world_size": options.world_size,
-                "backend": job.get("backend"), "created": time.time(),
-                "profile": {k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
-                "ranks": per_rank}
-    with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1)
+        entries.append(manifest.RankEntry(
+            rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
+            traces=files.rank_traces(run_dir, rank),
+            oom_snapshot=files.oom_snapshot(run_dir, rank)))
+    manifest.write_manifest(run_dir, manifest.Manifest(
+        source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
+        backend=job.get("backend"), created=time.time(),
+        profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
+        ranks=entries))
 
 
 def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],

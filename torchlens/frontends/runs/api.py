@@ -22,9 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.series import step_series
-from torchlens.formats.run_folder import Problem, RunSources, discover
-from torchlens.formats.run_manifest import collected_steps, collector_notes
+from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
+from torchlens.formats.run_folder.records import collected_steps
+from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import Profile
@@ -127,11 +129,15 @@ class RunResult(Result):
 
     def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
                  problems: list[Problem]) -> None:
-        collected = collected_steps(sources.root)
+        try:
+            manifest = read_manifest(sources.root) if sources.root else None
+        except ManifestError:  # a folder of traces alone; discover named a broken manifest
+            manifest = None
+        collected = collected_steps(sources.root, manifest) if manifest else None
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
-                             notes=collector_notes(sources.root),
+                             notes=collector_notes(manifest) if manifest else [],
                              collected_steps=step_series(collected) if collected else {})
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
