@@ -52,7 +52,8 @@ from torchlens.analysis.ranks.steps import (
 from torchlens.model.payloads import RankProfiling
 from torchlens.model.units import plural
 from torchlens.render import html
-from torchlens.render.ddp.heartbeats import FLUSH_S, _color, _columns, _mib, _num
+from torchlens.render.columns import as_mib, as_number, rank_color, to_columns
+from torchlens.render.ddp.heartbeats import FLUSH_S
 from torchlens.render.ranks.bands import (
     SPREAD_MEM,
     band,
@@ -95,7 +96,7 @@ LABEL_STEP_PX = 13
 
 def _stream(src: ColumnDataSource, rows: list[dict[str, Any]], rollover: int) -> None:
     if rows:
-        src.stream(_columns(rows), rollover=rollover)
+        src.stream(to_columns(rows), rollover=rollover)
 
 
 def _one(items: list[Any]) -> list[list[Any]]:
@@ -369,7 +370,7 @@ class _Panels:
         """A rank's colour: its own among few ranks; its slot's among many,
         so the lines drawn never share one."""
         if not self.spread:
-            return _color(rank)
+            return rank_color(rank)
         return Category20_20[self.slot_of.get(rank, 0) % 20]
 
     def show_ranks(self, shown: list[int]) -> None:
@@ -582,7 +583,7 @@ class RankProfileView:
             if moved:  # rows already drawn sit on the old lanes: send them all again
                 self._replace_timeline()
             elif p.tl.ends:  # an ended rank's mark spans its lanes
-                p.tl_ends.data = _columns([p.tl.place_end(r, w) for r, w in p.tl.ends])
+                p.tl_ends.data = to_columns([p.tl.place_end(r, w) for r, w in p.tl.ends])
         ops, colls, seen = [], [], set(self._mem_sources)
         for rank, s in new:
             mem = memory_rows([[]], _one([s]))
@@ -649,7 +650,7 @@ class RankProfileView:
             line.glyph.line_width = 3.0 if r == sr.rank else 1.5
         table = [self._table[r] for r in p.shown]
         data: dict[str, list[Any]] = {"rank": [f"rank {row['rank']}" for row in table],
-                                      "median_step_ms": [_num(row.get("step_ms"))
+                                      "median_step_ms": [as_number(row.get("step_ms"))
                                                          for row in table]}
         for part in PARTS:
             data[f"{part}_ms"] = [row.get(f"{part}_ms") or 0.0 for row in table]
@@ -658,7 +659,7 @@ class RankProfileView:
             [list(s) for s in self.summaries])}
         roles = [by_rank[r] for r in p.shown]
         p.roles.data = {"rank": [f"rank {row['rank']}" for row in roles],
-                        "step_ms": [_num(row["step_ms"]) for row in roles],
+                        "step_ms": [as_number(row["step_ms"]) for row in roles],
                         "profiled": [row["profiled"] for row in roles],
                         **{f"{role}_ms": [row[f"{role}_ms"] or 0.0 for row in roles]
                            for role in ROLES}}
@@ -748,7 +749,7 @@ class RankProfileView:
             left = float(o["t0"]) - self.t0
             row = {"left": left, "right": left + float(o.get("dur") or 0.0),
                    "color": KIND_COLORS.get(kind, "#999"), "name": str(o.get("name", "")),
-                   "ms": _num(o.get("dur"), 1e3), "rank": rank, "lane": lane,
+                   "ms": as_number(o.get("dur"), 1e3), "rank": rank, "lane": lane,
                    "step": int(s["step"]), "kind": kind}
             where = (rank, lane, level)
             self.panels.tl.ops.append((row, where))
@@ -763,7 +764,7 @@ class RankProfileView:
             size = c.get("bytes")
             row = {"left": left, "right": left + float(c.get("dur") or 0.0),
                    "color": KIND_COLORS["collective"], "name": str(c.get("name", "")),
-                   "ms": _num(c.get("dur"), 1e3), "rank": rank, "lane": lane,
+                   "ms": as_number(c.get("dur"), 1e3), "rank": rank, "lane": lane,
                    "step": int(s["step"]), "seq": c.get("seq"),
                    "bytes": "" if size is None else plural(int(size), "byte")}
             where = (rank, lane, None)
@@ -803,13 +804,13 @@ def _lane_names(summary: dict[str, Any]) -> list[str]:
 
 
 def _columns_or_empty(src: ColumnDataSource, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    return _columns(rows) if rows else {k: [] for k in src.data}
+    return to_columns(rows) if rows else {k: [] for k in src.data}
 
 
 def _mem_row(m: dict[str, Any]) -> dict[str, Any]:
-    return {"step": m["step"], "allocated": _mib(m.get("allocated")),
-            "reserved": _mib(m.get("reserved")), "rss": _mib(m.get("rss")),
-            "frag": _num(m.get("frag"), 100.0), "free": _mib(m.get("largest_free"))}
+    return {"step": m["step"], "allocated": as_mib(m.get("allocated")),
+            "reserved": as_mib(m.get("reserved")), "rss": as_mib(m.get("rss")),
+            "frag": as_number(m.get("frag"), 100.0), "free": as_mib(m.get("largest_free"))}
 
 
 def rank_profile_figures(profiling: RankProfiling, world_size: int, t0: float | None,
