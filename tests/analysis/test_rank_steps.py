@@ -14,13 +14,8 @@ import random
 import time
 
 from torchlens.analysis.ddp.checks import checklist, summary
-from torchlens.analysis.ranks.steps import (
-    CAUSE_WORDS,
-    memory_creep,
-    rank_table,
-    slow_rank,
-    step_rows,
-)
+from torchlens.analysis.ranks.slow import CAUSE_WORDS, slow_rank
+from torchlens.analysis.ranks.steps import memory_creep, rank_table, step_rows
 from torchlens.model.payloads import DdpRun, RankProfiling
 
 MiB = 1 << 20

@@ -18,7 +18,7 @@ from bokeh.models import ColumnDataSource, Div, HoverTool
 from markupsafe import escape
 from rank_fixtures import T_START, make_run
 
-from torchlens.analysis.ranks.steps import SlowRank
+from torchlens.analysis.ranks.slow import SlowRank
 from torchlens.frontends import kinds
 from torchlens.model import DdpRun, Profile
 from torchlens.model.payloads import RankProfiling

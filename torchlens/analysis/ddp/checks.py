@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from torchlens.analysis.ddp.sequence import sequence_divergence
-from torchlens.analysis.ranks.steps import memory_creep, rank_table, slow_rank
+from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.analysis.ranks.steps import memory_creep, rank_table
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.formats.locations import (
     CellNames,

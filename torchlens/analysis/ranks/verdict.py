@@ -25,7 +25,7 @@ the step the ranks were in when they went silent (their last heartbeat's
 
 The verdict, first match wins: a lost node; a failed rank (the one that
 raised first); the slow rank
-(``rank_steps.slow_rank`` over the last 20 steps every rank has); a rank whose
+(``analysis.ranks.slow.slow_rank`` over the last 20 steps every rank has); a rank whose
 memory creeps; else no straggler, with the step-time skew. The figure of a
 slow rank is its part (data loading, compute, its own collectives) per step,
 median over its last 20 steps, against the median of the other ranks' medians.
@@ -40,13 +40,12 @@ from statistics import median
 from typing import Any
 
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
+from torchlens.analysis.ranks.slow import SlowRank, slow_rank
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
-    SlowRank,
     memory_creep,
     per_rank_memory,
     rank_table,
-    slow_rank,
 )
 from torchlens.model.units import format_bytes
 

@@ -39,6 +39,7 @@ from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.arrivals import collective_arrivals
+from torchlens.analysis.ranks.slow import slow_rank
 from torchlens.analysis.ranks.spread import SHOWN_RANKS, Spread, ranks_to_show
 from torchlens.analysis.ranks.steps import (
     PHASES,
@@ -46,7 +47,6 @@ from torchlens.analysis.ranks.steps import (
     memory_rows,
     profiled_breakdown,
     rank_table,
-    slow_rank,
     step_rows,
 )
 from torchlens.model.payloads import RankProfiling
