@@ -22,11 +22,10 @@ from torchlens.analysis.runs.collectives import (
     busbw_factor,
     collective_rows,
     collective_table,
-    findings,
     rank_collectives,
     records,
-    straggler_rows,
 )
+from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli import main
 from torchlens.frontends.runs import api as run_api

@@ -31,10 +31,10 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
 - It is the slow rank when ``late_share`` >= 50%, ``gap_ms`` >= 5% of the
   median step and ``gap_ms`` >= 0.5 ms.
 - Cause: per step, the candidate's part minus the median of the others' part,
-  median over the steps (its *excess*); the part (``data`` or ``compute``)
-  whose excess is at least half of ``gap_ms`` is the cause, the larger if
-  both. When step times are equal the two excesses add up to the gap, so one
-  of them explains it; when neither does, cause is None and the words say so.
+  median over the steps (its *excess*); which part (``data`` or ``compute``)
+  is the cause is ``cause_of``'s rule below, with ``gap_ms`` as the wait.
+  When step times are equal the two excesses add up to the gap, so one of
+  them explains it; when neither does, cause is None and the words say so.
 - Cause ``collective``: with ``collective`` in sync, a rank held up by its own
   collectives (a gather to itself, a subgroup collective, a p2p receive) has
   as much sync as the others and is not found. So when no rank is found and
@@ -46,6 +46,18 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   the window; ``skew_pct`` = (the largest of those - that median) / that
   median x 100. When no rank is slow, ``rank`` and ``cause`` are None and
   ``gap_ms``/``late_share`` are those of the rank late most often.
+
+The cause (``cause_of``; the one rule for every view, the multi-rank run's
+profiled-step roles included): of a rank's parts, the one with the largest
+excess over the others' median, when that excess is at least
+``max(MIN_GAP_MS, MIN_GAP_SHARE x the median step)`` (0.5 ms and 5%: the
+floor under which a wait is noise), the rank spends at least ``MIN_RATIO``
+(1.2x) the others' median in it (any time, when theirs is 0), and, where the
+wait per step is measured on the same steps (the step records here), the
+excess explains at least ``EXPLAINS`` (half) of it. The sentence
+(``slow_rank_finding``): ``rank R is the slow rank: its data loading took 40.0
+ms per step, 4.0x the others' median (10.00 ms); the others waited 30.0 ms per
+step for it (last in 18 of 20 steps)``, with advice for the part.
 
 Known blind spots: a rank whose backward itself computes slowly keeps the
 others waiting inside the same ``backward`` timer; all ranks then leave
@@ -64,32 +76,113 @@ from statistics import median
 from typing import Any
 
 from torchlens.analysis.ranks.steps import PHASES, Steps, _record_ms
-
-CAUSE_WORDS = {"data": "waiting for data", "compute": "computing",
-               "collective": "waiting in a collective"}
+from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
 
 MIN_LATE_SHARE = 0.5
+#: a wait, or a part's excess, under both of these is noise
 MIN_GAP_SHARE = 0.05  # of the median step
 MIN_GAP_MS = 0.5
 TIE_MS = 1e-3  # below the clocks' resolution: nobody arrived last
-EXPLAINS = 0.5  # share of the gap a part's excess must reach to be the cause
+EXPLAINS = 0.5  # share of the wait a part's excess must reach to be the cause
+MIN_RATIO = 1.2  # the rank's time in the part against the others' median
 
 _PARTS: dict[str, Callable[[dict[str, float]], float]] = {
     "data": lambda x: x["data"],
     "compute": lambda x: x["forward"] + x["optimizer"] + x["other"],
     "collective": lambda x: x["collective"],
 }
-_PART_WORDS = {"data": "data loading", "compute": "forward, optimizer and other work",
-               "collective": "own collectives"}
+#: a part's words: the step records' parts, then the ``%%torchprof`` step
+#: breakdown's roles that a multi-rank run's profiled steps carry (in the
+#: order ties are broken; ``comm`` and ``other`` are never a cause: waiting for
+#: the slow rank is what fills them on the others)
+PART_WORDS = {"data": "data loading", "compute": "forward, optimizer and other work",
+              "collective": "own collectives",
+              "dataloader": "data loading", "cpu_exec": "CPU work in ops",
+              "kernel": "GPU kernel time", "memcpy": "memcpy time", "memset": "memset time",
+              "runtime": "CUDA runtime calls"}
+#: what to look at, per kind of part (a role's kind: ``_KIND``); None: no part explains it
+ADVICE = {
+    "data": "look at rank {r}'s input pipeline: give its DataLoader more workers or faster "
+            "storage, or check whether its shard holds larger samples",
+    "compute": "look at rank {r}'s host and device: unequal batch or sequence sizes, another "
+               "process on its device or cores, throttling or a slower device; its profiled "
+               "steps show which ops",
+    "collective": "look at the collectives only rank {r} makes (a gather to it, a subgroup or "
+                  "point-to-point call): move that work out of the step or share it",
+    None: "open rank {r}'s profiled steps on the timeline to see where its time goes",
+}
+_KIND = {"data": "data", "dataloader": "data", "collective": "collective"}
+
+
+@dataclass(frozen=True)
+class PartTime:
+    """One part of a rank's step against the other ranks, in ms per step."""
+
+    part: str
+    own_ms: float
+    others_ms: float  # the median over the other ranks
+    excess_ms: float  # how much longer the rank takes in it
+
+    @property
+    def ratio(self) -> float | None:
+        return self.own_ms / self.others_ms if self.others_ms > 0 else None
+
+
+def noise_floor_ms(step_ms: float) -> float:
+    """A wait or an excess under this is noise (``MIN_GAP_MS``, ``MIN_GAP_SHARE``)."""
+    return max(MIN_GAP_MS, MIN_GAP_SHARE * step_ms)
+
+
+def cause_of(parts: list[PartTime], step_ms: float,
+             wait_ms: float | None = None) -> PartTime | None:
+    """The part that makes a rank slow (the rule: module docstring), or None.
+    ``step_ms``: the median step; ``wait_ms``: the others' wait per step for
+    it, when measured on the same steps as the parts."""
+    best = None
+    for p in parts:
+        if p.excess_ms < noise_floor_ms(step_ms):
+            continue
+        if wait_ms is not None and p.excess_ms < EXPLAINS * wait_ms:
+            continue
+        if p.others_ms > 0 and p.own_ms < MIN_RATIO * p.others_ms:
+            continue
+        if best is None or p.excess_ms > best.excess_ms:
+            best = p
+    return best
+
+
+def part_phrase(p: PartTime) -> str:
+    """``its data loading took 40.0 ms per step, 4.0x the others' median (10.00 ms)``."""
+    took = f"its {PART_WORDS[p.part]} took {p.own_ms:.1f} ms per step"
+    if p.ratio is None:
+        return f"{took}, where the others' median is 0"
+    return f"{took}, {p.ratio:.1f}x the others' median ({p.others_ms:.2f} ms)"
+
+
+def part_figures(p: PartTime) -> tuple[Figure, ...]:
+    return (Figure(f"{p.part}_ms", p.own_ms, "ms"), Figure("others_median_ms", p.others_ms, "ms"),
+            *((Figure("ratio", p.ratio, "x"),) if p.ratio is not None else ()))
+
+
+def slow_rank_finding(rank: int, cause: PartTime | None, waited: str,
+                      figures: tuple[Figure, ...] = (), unexplained: str = "") -> Finding:
+    """The one sentence for a slow rank, with its cause (``part_phrase``, or
+    ``no measured part explains it`` and ``unexplained``), how the others
+    waited for it (``waited``) and what to look at."""
+    why = part_phrase(cause) if cause else "no measured part explains it" + unexplained
+    advice = ADVICE[_KIND.get(cause.part, "compute") if cause else None].format(r=rank)
+    return Finding(WARNING, f"rank {rank} is the slow rank: {why}; {waited}",
+                   (*figures, *(part_figures(cause) if cause else ())), advice)
 
 
 @dataclass
 class SlowRank:
-    """The verdict on one window of steps (definitions: the module docstring)."""
+    """The verdict on one window of steps (definitions: the module docstring);
+    ``finding`` says it."""
 
     rank: int | None
     cause: str | None
-    words: str
+    finding: Finding
     gap_ms: float
     late_share: float
     skew_pct: float
@@ -120,35 +213,28 @@ def _late(times: dict[int, list[dict[str, float]]], sync: tuple[str, ...]) -> tu
     return rank, late[rank] / n, median(gaps)
 
 
-def _excess(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> float:
+def _part(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> PartTime:
     get = _PARTS[part]
     others = [q for q in times if q != rank]
-    return median(get(times[rank][i]) - median(get(times[q][i]) for q in others)
-                  for i in range(len(times[rank])))
+    steps = range(len(times[rank]))
+    theirs = [median(get(times[q][i]) for q in others) for i in steps]
+    return PartTime(part, median(get(x) for x in times[rank]), median(theirs),
+                    median(get(times[rank][i]) - theirs[i] for i in steps))
 
 
-def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float,
-           parts: tuple[str, ...]) -> tuple[str | None, dict[str, float]]:
-    excess = {p: _excess(times, rank, p) for p in parts}
-    best = max(parts, key=lambda p: excess[p])
-    return (best if excess[best] >= EXPLAINS * gap else None), excess
-
-
-def _part_words(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> str:
-    get = _PARTS[part]
-    own = median(get(x) for x in times[rank])
-    others = median(median(get(times[q][i]) for q in times if q != rank)
-                    for i in range(len(times[rank])))
-    what = f"its {_PART_WORDS[part]} took"
-    if others >= 0.05 and own / others >= 1.05:
-        return f"{what} {own / others:.1f}x the median, {own:.1f} ms against {others:.1f} ms"
-    return f"{what} {own:.1f} ms per step, the others' median {others:.1f} ms"
+def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float, step_ms: float,
+           parts: tuple[str, ...]) -> tuple[PartTime | None, list[PartTime]]:
+    measured = [_part(times, rank, p) for p in parts]
+    return cause_of(measured, step_ms, gap), measured
 
 
 def _nobody(words: str, steps: int = 0, **figures: float) -> SlowRank:
-    return SlowRank(None, None, f"no slow rank: {words}", figures.get("gap_ms", 0.0),
-                    figures.get("late_share", 0.0), figures.get("skew_pct", 0.0),
-                    figures.get("median_step_ms", 0.0), steps)
+    severity = PASSED if steps else NA
+    mid, skew = figures.get("median_step_ms", 0.0), figures.get("skew_pct", 0.0)
+    shown = (Figure("median_step_ms", mid, "ms"), Figure("skew_pct", skew, "%"),
+             Figure("steps_compared", steps)) if steps else ()
+    return SlowRank(None, None, Finding(severity, f"no slow rank: {words}", shown),
+                    figures.get("gap_ms", 0.0), figures.get("late_share", 0.0), skew, mid, steps)
 
 
 def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
@@ -173,28 +259,29 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
     n = len(common)
 
     def stands_out(share: float, gap: float) -> bool:
-        return share >= MIN_LATE_SHARE and gap >= max(MIN_GAP_SHARE * mid, MIN_GAP_MS)
+        return share >= MIN_LATE_SHARE and gap >= noise_floor_ms(mid)
 
     rank, share, gap = _late(times, ("backward", "collective"))
-    cause, excess = _cause(times, rank, gap, ("data", "compute"))
+    cause, measured = _cause(times, rank, gap, mid, ("data", "compute"))
     found = stands_out(share, gap)
     if not found and any(x["backward"] > 0 for t in times.values() for x in t):
         r2, s2, g2 = _late(times, ("backward",))
-        c2, _ = _cause(times, r2, g2, ("data", "compute", "collective"))
-        if stands_out(s2, g2) and c2 == "collective":
+        c2, _ = _cause(times, r2, g2, mid, ("data", "compute", "collective"))
+        if stands_out(s2, g2) and c2 is not None and c2.part == "collective":
             found, rank, share, gap, cause = True, r2, s2, g2, c2
     if not found:
         words = f"step times within {max(1, round(figures['skew_pct']))}% (median {mid:.1f} ms)"
-        if share < MIN_LATE_SHARE and gap >= max(MIN_GAP_SHARE * mid, MIN_GAP_MS):
+        if share < MIN_LATE_SHARE and gap >= noise_floor_ms(mid):
             words += "; the rank the others wait for changes from step to step"
         return _nobody(words, n, gap_ms=gap, late_share=share, **figures)
-    waited = (f"arrived last in {round(share * n)} of {n} steps; "
-              f"others waited {gap:.1f} ms per step for it")
-    if cause is None:
-        parts = ", ".join(f"{p} {excess[p]:+.1f} ms" for p in ("data", "compute"))
-        words = (f"rank {rank} is the slow rank ({waited}); no measured part explains it "
-                 f"({parts} per step against the others' median)")
-    else:
-        words = (f"rank {rank} is the slow rank: {CAUSE_WORDS[cause]} ({waited}; "
-                 f"{_part_words(times, rank, cause)})")
-    return SlowRank(rank, cause, words, gap, share, figures["skew_pct"], mid, n)
+    last = round(share * n)
+    excess = ", ".join(f"{p.part} {p.excess_ms:+.1f} ms" for p in measured)
+    finding = slow_rank_finding(
+        rank, cause, f"the others waited {gap:.1f} ms per step for it (last in {last} of "
+        f"{n} steps)",
+        (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_last", last),
+         Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
+         Figure("skew_pct", figures["skew_pct"], "%")),
+        f" ({excess} per step against the others' median)")
+    return SlowRank(rank, cause.part if cause else None, finding, gap, share,
+                    figures["skew_pct"], mid, n)
