@@ -49,10 +49,11 @@ from torchlens.analysis.ranks.steps import (
     rank_table,
     step_rows,
 )
+from torchlens.model.findings import INFO, Finding
 from torchlens.model.payloads import RankProfiling
 from torchlens.model.units import plural
-from torchlens.render import html
 from torchlens.render.ddp.heartbeats import FLUSH_S, _color, _columns, _mib, _num
+from torchlens.render.findings import finding_html
 from torchlens.render.ranks.bands import (
     SPREAD_MEM,
     band,
@@ -392,13 +393,8 @@ class _Panels:
 
 def _verdict_html(sr: Any, color: str = "#333") -> Any:
     if sr is None:
-        return html.render("rank_verdict.html.j2", words="Waiting for the ranks' first steps…",
-                           facts="", color="#777")
-    facts = ""
-    if sr.steps:
-        facts = (f"median step {sr.median_step_ms:,.1f} ms · skew {sr.skew_pct:.0f} % · "
-                 f"{plural(sr.steps, 'step')} compared")
-    return html.render("rank_verdict.html.j2", words=sr.words, facts=facts, color=color)
+        return finding_html(Finding(INFO, "Waiting for the ranks' first steps…"), color="#777")
+    return finding_html(sr.finding, color=color)
 
 
 class RankProfileView:
