@@ -3,8 +3,10 @@
 
 Text, one line: ``[severity] title: sentence; advice`` (the severity and
 title only when the finding has a title: a hint, a checklist line, an OOM;
-without one it is ``str(finding)``, what ``--json`` and the public string APIs
-give). HTML: the same parts, the advice as ``what to do`` on a line of its
+the advice only when something is wrong or worth knowing, not for what passed
+or does not apply, so a checklist's quiet lines stay short; an untitled
+finding that is wrong is ``str(finding)``, what ``--json`` and the public
+string APIs give). HTML: the same parts, the advice as ``what to do`` on a line of its
 own and the figures as one grey line under it (``name value``, each
 formatted by its unit). A plain string (a verdict saved by an older
 torchlens) is drawn as an untitled finding.
@@ -73,7 +75,8 @@ def finding_text(finding: Finding | str) -> str:
     """The text form (module docstring)."""
     f = as_finding(finding)
     assert f is not None
-    return (f"[{f.severity}] {f.title}: " if f.title else "") + str(f)
+    quiet = f.severity in (PASSED, NA)
+    return (f"[{f.severity}] {f.title}: " if f.title else "") + (f.sentence if quiet else str(f))
 
 
 def finding_html(finding: Finding | str, color: str | None = None,

@@ -122,8 +122,8 @@ def check_communication(rec: DdpRun) -> Finding:
         return Finding(FAILED,
                        "known-answer all_reduce (each rank sends rank+1) was wrong: "
                        + "; ".join(wrong),
-                       advice="check the network interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME) "
-                              "and that every rank joined the same rendezvous",
+                       advice="check the network interface (GLOO_SOCKET_IFNAME / "
+                              "NCCL_SOCKET_IFNAME) and that every rank joined the same rendezvous",
                        title="communication")
     expected = results[0]["comm"].get("expected")
     return Finding(PASSED,
@@ -169,14 +169,15 @@ def check_sequence(rec: DdpRun) -> Finding:
         status_note = "not every rank issued it"
     return Finding(FAILED,
                    f"first divergence at collective #{i} ({status_note}): " + "; ".join(lines),
-                   advice="make every rank issue the same collectives in the same order with the same "
-                          "shapes and dtypes (look for rank-dependent branches around the lines above); "
-                          "--strict stops the run there instead of a gloo SIGABRT or an NCCL hang",
+                   advice="make every rank issue the same collectives in the same order with "
+                          "the same shapes and dtypes (look for rank-dependent branches around "
+                          "the lines above); --strict stops the run there instead of a gloo "
+                          "SIGABRT or an NCCL hang",
                    title="collective sequence",
-                   details={"index": i, "what": what, "missing": div["missing"], "skipped": div["skipped"],
-                           "skips": div.get("skips") or {},
-                           "ranks": sorted(div["fingerprints"]),
-                           "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
+                   details={"index": i, "what": what, "missing": div["missing"],
+                            "skipped": div["skipped"], "skips": div.get("skips") or {},
+                            "ranks": sorted(div["fingerprints"]),
+                            "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
 
 
 def _param_diff(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -217,17 +218,19 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                 for pa, pb in zip(mod["params"], other[m_i]["params"], strict=False):
                     checked += 1
                     if _param_diff(pa, pb):
-                        return Finding(FAILED,
-                                       f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
-                                       f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
-                                       f"rank {results[0]['rank']} sum {pa['sum']:.6g} first {pa['head']}, "
-                                       f"rank {r['rank']} sum {pb['sum']:.6g} first {pb['head']}",
-                                       advice="ranks must update parameters only through synchronized gradients: "
-                                              "look for rank-dependent in-place updates, no_sync without a "
-                                              "final synced step, or buffers (e.g. BatchNorm stats) not broadcast",
-                                       title="parameter sync",
-                                       details={"step": step, "module": mod["name"], "parameter": pa["name"],
-                                               "ranks": [results[0]["rank"], r["rank"]]})
+                        return Finding(
+                            FAILED,
+                            f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
+                            f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
+                            f"rank {results[0]['rank']} sum {pa['sum']:.6g} first {pa['head']}, "
+                            f"rank {r['rank']} sum {pb['sum']:.6g} first {pb['head']}",
+                            advice="ranks must update parameters only through synchronized "
+                                   "gradients: look for rank-dependent in-place updates, no_sync "
+                                   "without a final synced step, or buffers (e.g. BatchNorm "
+                                   "stats) not broadcast",
+                            title="parameter sync",
+                            details={"step": step, "module": mod["name"], "parameter": pa["name"],
+                                     "ranks": [results[0]["rank"], r["rank"]]})
     names = sorted({m["name"] for r in results for s in steps for m in _modules(r, s)})
     return Finding(PASSED,
                    f"{checked} parameter/buffer comparisons across ranks agree "
@@ -257,15 +260,16 @@ def check_determinism(rec: DdpRun) -> Finding:
                 if pa.get("sha1") != pb.get("sha1"):
                     where = (f"; first op whose result differed: {op['op']} at {op['line']}"
                              if op else "")
-                    return Finding(FAILED,
-                                   f"rank {r['rank']}: the same step run twice with the same seeds gave "
-                                   f"different {ma['name']} {pa['kind']} '{pa['name']}' (sum {pa['sum']:.6g} "
-                                   f"vs {pb['sum']:.6g}){where}",
-                                   advice="something outside the seeded RNGs feeds the step (time, os.urandom, "
-                                          "unseeded generators, data order) or an op is nondeterministic; try "
-                                          "torch.use_deterministic_algorithms(True)",
-                                   title="determinism",
-                                   details={"rank": r["rank"], "parameter": pa["name"], "op": op})
+                    return Finding(
+                        FAILED,
+                        f"rank {r['rank']}: the same step run twice with the same seeds gave "
+                        f"different {ma['name']} {pa['kind']} '{pa['name']}' "
+                        f"(sum {pa['sum']:.6g} vs {pb['sum']:.6g}){where}",
+                        advice="something outside the seeded RNGs feeds the step (time, "
+                               "os.urandom, unseeded generators, data order) or an op is "
+                               "nondeterministic; try torch.use_deterministic_algorithms(True)",
+                        title="determinism",
+                        details={"rank": r["rank"], "parameter": pa["name"], "op": op})
         if op and not first:
             return Finding(FAILED,
                            f"rank {r['rank']}: op {op['op']} at {op['line']} gave a different "
@@ -308,11 +312,12 @@ def check_signatures(rec: DdpRun) -> Finding | None:
     port = f" port {rec.port}" if rec.port else " port"
     return Finding(WARNING,
                    f"{total} message{'s' if total != 1 else ''} with a bad signature "
-                   f"{'were' if total != 1 else 'was'} dropped ({kinds}): something other than this "
-                   f"run's ranks wrote to its store{port}",
-                   advice="the results above come only from this run's ranks; the writer was a leftover rank "
-                          "of an earlier run or another process that can reach the port: look for stray "
-                          "python processes on this machine (docs/SECURITY.md)",
+                   f"{'were' if total != 1 else 'was'} dropped ({kinds}): something other than "
+                   f"this run's ranks wrote to its store{port}",
+                   advice="the results above come only from this run's ranks; the writer was a "
+                          "leftover rank of an earlier run or another process that can reach the "
+                          "port: look for stray python processes on this machine "
+                          "(docs/SECURITY.md)",
                    title="signed messages", details={"dropped": dropped})
 
 

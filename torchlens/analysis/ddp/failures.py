@@ -179,5 +179,6 @@ def check_crash(rec: DdpRun) -> Finding:
         advice = ("which rank failed first is not known (a rank's time is missing): fix the "
                   "error that is not about a closed connection or a timeout first")
     return Finding(FAILED, "; ".join(parts), advice=advice, title="crashed worker",
-                   details={"traceback": label_cells_in(tb, rec.cells), "first": first if timed else None,
-                           "ranks": [r for _, r, _ in failures]})
+                   details={"traceback": label_cells_in(tb, rec.cells),
+                            "first": first if timed else None,
+                            "ranks": [r for _, r, _ in failures]})

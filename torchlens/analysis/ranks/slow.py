@@ -39,8 +39,8 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   collectives (a gather to itself, a subgroup collective, a p2p receive) has
   as much sync as the others and is not found. So when no rank is found and
   the ranks do run backward, the rule is applied again with sync = backward
-  alone, and its answer is kept only when the candidate's excess of
-  ``collective`` explains half the gap. Without backward the late rank has
+  alone, and its answer is kept only when ``cause_of`` names
+  ``collective`` among data, compute and collective. Without backward the late rank has
   the least collective time by definition: collective is never its cause.
 - ``median_step_ms``: the median over ranks of each rank's median step time in
   the window; ``skew_pct`` = (the largest of those - that median) / that

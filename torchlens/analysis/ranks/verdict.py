@@ -233,7 +233,7 @@ def _finite(value: Any) -> Any:
 
 def live_status(view: RunView) -> dict[str, Any]:
     """The run's status as ``torchlens.watch`` and the sidebar show it: the
-    verdict (one line, and as ``finding``: ``Finding.to_dict``) and one row per rank (``STATUS_KEYS``,
+    verdict (one line, and its ``severity``) and one row per rank (``STATUS_KEYS``,
     plus ``slow`` and ``ended``: why it stopped, or None), all plain JSON values,
     from one ``RunView``."""
     rows = []
@@ -243,7 +243,7 @@ def live_status(view: RunView) -> dict[str, Any]:
         out["ended"] = ended_reason(out)
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached,
-            "verdict": str(view.verdict), "finding": view.verdict.to_dict(),
+            "verdict": str(view.verdict), "severity": view.verdict.severity,
             "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
             "spread": None if view.spread is None else [_finite(v) for v in view.spread],
             "restarts": [dataclasses.asdict(r) for r in view.restarts],

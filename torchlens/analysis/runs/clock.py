@@ -35,13 +35,13 @@ offset is applied when ``|offset_us| > APPLY_MIN_US`` (5 µs: below that,
 nothing a report shows would change) and ``|offset_us| > APPLY_FACTOR`` (3)
 times its ``residual_median_us`` (the ends' own jitter, e.g. a NCCL ring's
 completion on one node). Even a 10 µs offset left in place reads as a
-straggler over many collectives (seen on synthetic rank sets shifted by
+slow rank over many collectives (seen on synthetic rank sets shifted by
 10 µs per rank: "rank 1 arrived last at 100% of allreduces"). Why not always: ranks on one host share
 one clock, and there the median end difference is jitter, not a clock
 offset; subtracting it would move every arrival by noise and could flip
 which rank arrived last. Why not never: ranks on different hosts whose
 clocks differ by more than a collective's duration would otherwise read as
-stragglers (the late clock "arrives last" every time). What ends alone cannot
+slow ranks (the late clock "arrives last" every time). What ends alone cannot
 tell apart: a rank that always finishes a fixed time later on the same clock
 looks like an offset clock; its ``residual`` is small either way, so the
 offset is shown (``clocks()``, the report) with ``applied`` so the user can

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from torchlens.model.findings import INFO, SEVERITIES, as_finding
 from torchlens.render import html
 from torchlens.render.findings import finding_html
 from torchlens.render.ranks.terminal import (
@@ -53,11 +54,12 @@ def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dic
 
 
 def _verdict(status: dict[str, Any]) -> Markup:
-    """The verdict as a finding: the live status carries it whole, a run
-    folder's manifest (and an older feed) the sentence alone."""
-    said = status.get("finding") if isinstance(status.get("finding"), dict) else None
-    said = said or status.get("verdict")
-    return finding_html(said) if said else Markup("")
+    """The verdict as a finding: its line (sentence and advice) and, in a live
+    status, its severity (a run folder's manifest has the line alone)."""
+    said = status.get("verdict")
+    severity = status.get("severity")
+    return finding_html(as_finding(str(said), severity if severity in SEVERITIES else INFO)
+                        ) if said else Markup("")
 
 
 def status_html(source: str, state: str, status: dict[str, Any] | None,
