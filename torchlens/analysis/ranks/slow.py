@@ -279,7 +279,7 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
     finding = slow_rank_finding(
         rank, cause, f"the others waited {gap:.1f} ms per step for it (last in {last} of "
         f"{n} steps)",
-        (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_last", last),
+        (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
          Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
          Figure("skew_pct", figures["skew_pct"], "%")),
         f" ({excess} per step against the others' median)")
