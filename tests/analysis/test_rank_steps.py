@@ -13,14 +13,11 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from torchlens.analysis.ddp.checks import checklist, summary
-from torchlens.analysis.ranks.steps import (
-    CAUSE_WORDS,
-    memory_creep,
-    rank_table,
-    slow_rank,
-    step_rows,
-)
+from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.analysis.ranks.steps import memory_creep, rank_table, step_rows
 from torchlens.model.payloads import DdpRun, RankProfiling
 
 MiB = 1 << 20
@@ -93,9 +90,12 @@ def test_a_rank_slow_at_loading_data_is_named_and_the_data_blamed():
     assert min(others_backward) > steps[2][0]["phases"]["backward"] + 0.029
     v = slow_rank(steps)
     assert (v.rank, v.cause) == (2, "data")
-    assert v.words.startswith("rank 2 is the slow rank: waiting for data (")
-    assert "others waited 30.0 ms per step for it" in v.words
-    assert "its data loading took 4.0x the median" in v.words
+    said = v.finding
+    assert said.sentence.startswith("rank 2 is the slow rank: its data loading took 40.0 ms "
+                                    "per step, 4.0x the others' median (10.00 ms)")
+    assert "the others waited 30.0 ms per step for it (last in 20 of 20 steps)" in said.sentence
+    assert said.severity == "warning" and "DataLoader" in said.advice
+    assert said.value("wait_per_step_ms") == pytest.approx(30.0)
     assert v.late_share == 1.0 and v.steps == 20
     assert abs(v.skew_pct) < 1  # DDP evens the step times out: skew alone would miss it
 
@@ -103,14 +103,15 @@ def test_a_rank_slow_at_loading_data_is_named_and_the_data_blamed():
 def test_a_rank_with_extra_forward_compute_is_blamed_on_compute():
     v = slow_rank(simulate(extra={1: {"forward": 0.025}})[0])
     assert (v.rank, v.cause) == (1, "compute")
-    assert f"rank 1 is the slow rank: {CAUSE_WORDS['compute']}" in v.words
-    assert "others waited 25.0 ms" in v.words
+    assert "rank 1 is the slow rank: its forward, optimizer and other work took" in v.finding.sentence
+    assert "others waited 25.0 ms" in v.finding.sentence
 
 
 def test_equal_ranks_have_no_slow_rank():
     v = slow_rank(simulate()[0])
     assert v.rank is None and v.cause is None
-    assert v.words == "no slow rank: step times within 1% (median 51.0 ms)"
+    assert v.finding.sentence == "no slow rank: step times within 1% (median 51.0 ms)"
+    assert v.finding.severity == "passed"
     assert round(v.median_step_ms, 3) == 51.0 and v.late_share == 0.0
 
 
@@ -118,14 +119,14 @@ def test_noise_on_every_phase_still_names_the_right_rank():
     for seed in range(5):
         steps, _ = simulate(ranks=8, n=60, extra={5: {"data": 0.015}}, noise=0.002, seed=seed)
         v = slow_rank(steps)
-        assert (v.rank, v.cause) == (5, "data"), (seed, v.words)
+        assert (v.rank, v.cause) == (5, "data"), (seed, v.finding)
 
 
 def test_noise_alone_names_nobody():
     for seed in range(5):
         v = slow_rank(simulate(ranks=8, n=60, noise=0.002, seed=seed)[0])
-        assert v.rank is None, (seed, v.words)
-        assert v.words.startswith("no slow rank")
+        assert v.rank is None, (seed, v.finding)
+        assert v.finding.sentence.startswith("no slow rank")
 
 
 def test_a_rank_that_died_leaves_the_steps_every_rank_finished():
@@ -133,7 +134,7 @@ def test_a_rank_that_died_leaves_the_steps_every_rank_finished():
     steps[3] = steps[3][:12]
     v = slow_rank(steps)
     assert (v.rank, v.cause, v.steps) == (0, "data", 12)
-    assert "arrived last in 12 of 12 steps" in v.words
+    assert "last in 12 of 12 steps" in v.finding.sentence
 
 
 def test_a_live_window_uses_the_last_common_steps():
@@ -148,18 +149,20 @@ def test_a_live_window_uses_the_last_common_steps():
 
 
 def test_one_rank_or_no_common_step_names_nobody():
-    assert slow_rank(simulate(ranks=1)[0]).words == "no slow rank: one rank, nothing to compare"
+    said = slow_rank(simulate(ranks=1)[0]).finding
+    assert (said.sentence, said.severity) == ("no slow rank: one rank, nothing to compare",
+                                              "not applicable")
     steps, _ = simulate(ranks=2)
     steps[1] = []
-    assert slow_rank(steps).words == "no slow rank: only one rank has reported steps"
-    assert slow_rank([[], []]).words == "no slow rank: no rank has reported a step"
+    assert str(slow_rank(steps).finding) == "no slow rank: only one rank has reported steps"
+    assert str(slow_rank([[], []]).finding) == "no slow rank: no rank has reported a step"
 
 
 def test_an_explicit_all_reduce_loop_without_backward():
     """No backward: the wait is in the collective, rank 1's extra work is untimed (other)."""
     v = slow_rank(simulate(extra={1: {"bwd": 0.020}}, backward=False)[0])
     assert (v.rank, v.cause) == (1, "compute")
-    assert "others waited 20.0 ms" in v.words
+    assert "others waited 20.0 ms" in v.finding.sentence
 
 
 def test_records_with_missing_phases_and_memory_still_name_the_rank():
@@ -181,7 +184,8 @@ def test_a_rank_held_up_in_its_own_collective():
     all_reduce last, having spent the time in a collective."""
     v = slow_rank(simulate(extra={0: {"gather": 0.020}})[0])
     assert (v.rank, v.cause) == (0, "collective")
-    assert "waiting in a collective" in v.words and "others waited 20.0 ms" in v.words
+    assert "its own collectives took" in v.finding.sentence
+    assert "others waited 20.0 ms" in v.finding.sentence
 
 
 def test_a_gap_no_measured_part_explains():
@@ -193,7 +197,7 @@ def test_a_gap_no_measured_part_explains():
         rec["phases"]["data"] -= 0.030
     v = slow_rank(steps)
     assert v.rank == 2 and v.cause is None
-    assert "no measured part explains it (data +0.0 ms" in v.words
+    assert "no measured part explains it (data +0.0 ms" in v.finding.sentence
 
 
 def test_step_rows_and_rank_table_show_phases_in_ms():

@@ -18,9 +18,10 @@ from bokeh.models import ColumnDataSource, Div, HoverTool
 from markupsafe import escape
 from rank_fixtures import T_START, make_run
 
-from torchlens.analysis.ranks.steps import SlowRank
+from torchlens.analysis.ranks.slow import SlowRank
 from torchlens.frontends import kinds
 from torchlens.model import DdpRun, Profile
+from torchlens.model.findings import Figure, Finding
 from torchlens.model.payloads import RankProfiling
 from torchlens.render.ranks import view as rank_view
 from torchlens.render.ranks.view import RankProfileView, rank_profile_figures
@@ -161,8 +162,9 @@ def test_hostile_names_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
         s["lanes"] = [HOSTILE, "stream 7"]
         s["collectives"][0]["name"] = HOSTILE
     words = f"rank 1 is slow in {HOSTILE}"
+    said = Finding("warning", words, (Figure(HOSTILE, HOSTILE),), HOSTILE)
     monkeypatch.setattr(rank_view, "slow_rank", lambda steps, window=20: SlowRank(
-        1, "data", words, 30.0, 1.0, 25.0, 110.0, 20))
+        1, "data", said, 30.0, 1.0, 25.0, 110.0, 20))
     view = RankProfileView(2, every=5, modelled=True, t0=T_START)
     feed(view, steps, sums)
     view.rank_ended(1, HOSTILE, T_START + 1)

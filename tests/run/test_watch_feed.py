@@ -121,7 +121,7 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     assert {r: [s["step"] for s in v] for r, v in first["steps"].items()} == {
         "0": list(range(25)), "1": list(range(25))}
     assert set(first["heartbeats"]) == {"0", "1"}
-    assert "rank 1 is the straggler" in first["status"]["verdict"]
+    assert "rank 1 is the slow rank" in first["status"]["verdict"]
     quiet = _publish(c, feed)  # nothing new: no records, no heartbeats
     assert quiet["steps"] == {} and quiet["heartbeats"] == {} and quiet["seq"] == 1
     ranks.steps(5)
@@ -214,7 +214,7 @@ def test_a_forged_frame_is_dropped_and_counted(run) -> None:
     name = protocol.live_key(c.key.run_id, 1)
     forger = RunKey(c.key.run_id, b"x" * 32)
     fake = {"format": "torchlens-live-frame", "seq": 1, "world_size": 2,
-            "status": {"verdict": "rank 0 is the straggler"}, "steps": {"0": [_record(99, True)]}}
+            "status": {"verdict": "rank 0 is the slow rank"}, "steps": {"0": [_record(99, True)]}}
     attacker.set(name, forger.seal(name, json.dumps(fake).encode()))
     w = torchlens.watch(f"127.0.0.1:{c.port}", secret_file=_secret(c, run[3]), timeout=30)
     try:
@@ -267,7 +267,7 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             assert "rank 1 is the slow rank" in verdict
             table = str(w._html())
             assert table.count("<tr") == 3 and "finished" in table  # header + two ranks
-            assert "rank 1 is the straggler" in w.status["verdict"]
+            assert "rank 1 is the slow rank" in w.status["verdict"]
             # ranks that finished get no red x: it marks a rank that stopped early
             assert w.view.profile.panels.ended.data["text"] == []
     finally:
@@ -294,7 +294,7 @@ def test_a_finished_folder_shows_its_final_state(run) -> None:
     assert _steps_shown(w) == [list(range(12)), list(range(12))]
     assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
     assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
-    assert "rank 1 is the straggler" in w.status["verdict"]
+    assert "rank 1 is the slow rank" in w.status["verdict"]
 
 
 def test_torchlens_run_writes_the_typed_manifest(run) -> None:

@@ -84,8 +84,8 @@ class DdpResult(Result):
         return pd.DataFrame(step_rows(profiling.steps))
 
     def slow_rank(self) -> Any:
-        """--profile: the rank the others waited for, and why (``analysis.rank_steps.SlowRank``)."""
-        from torchlens.analysis.ranks.steps import slow_rank
+        """--profile: the rank the others waited for, and why (``analysis.ranks.slow.SlowRank``)."""
+        from torchlens.analysis.ranks.slow import slow_rank
 
         return slow_rank(self._profiling().steps)
 

@@ -70,7 +70,7 @@ JSON_SCHEMA = {
                   "for a rank that arrived last: cause (the step-breakdown role that stands "
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
-                  "cause_words (torchlens.analysis.runs.causes)",
+                  "cause_words (the slow rank's rule: torchlens.analysis.ranks.slow)",
     "clocks": "per rank: host (the trace's host_name, null when not recorded), "
               "reference (the lowest rank), offset_us (median of its collective "
               "ends minus the reference's), collectives (shared with the reference), "
@@ -99,9 +99,10 @@ JSON_SCHEMA = {
     "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
                  "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
                  "(HTA's get_memory_bw_summary)",
-    "findings": "plain sentences: ranks that arrived last far more often than chance "
-                "with at least 1 ms of others' wait and their likely cause, and collective "
-                "sequences that disagree",
+    "findings": "plain sentences (each with what to do, where there is something): "
+                "the slow ranks (arrived last far more often than chance with at least "
+                "1 ms of others' wait) and their likely cause, and collective sequences "
+                "that disagree",
 }
 
 
@@ -213,7 +214,9 @@ class RunResult(Result):
         return self._table("collectives")
 
     def stragglers(self) -> Any:
-        """Per rank: how often it arrived last and how long the others waited for it."""
+        """Per rank, each a possible slow rank: how often it arrived last, how long
+        the others waited for it and, where it arrived last, what makes it slow
+        (the method keeps its older name)."""
         return self._table("stragglers")
 
     def clocks(self) -> Any:
@@ -241,8 +244,9 @@ class RunResult(Result):
         return DiffResult.of(self, other if isinstance(other, RunResult) else load_run(other))
 
     def findings(self) -> list[str]:
-        """The report's findings: plain sentences with their figures."""
-        return list(self.analysis().findings)
+        """The report's findings, each as one line: its sentence with its
+        figures, and what to do where there is something (``str(Finding)``)."""
+        return [str(f) for f in self.analysis().findings]
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,

@@ -22,7 +22,9 @@ from torchlens.analysis.memory.analyze import MemoryAnalysis
 from torchlens.analysis.memory.oom import OomDiagnosis, fmt_bytes
 from torchlens.analysis.memory.timeline import biggest_allocations, decimate
 from torchlens.model import Profile
+from torchlens.model.findings import Figure
 from torchlens.render import html, tables
+from torchlens.render.findings import finding_html, finding_text
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -89,28 +91,20 @@ def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Mar
 
 
 def diagnosis_rows(d: OomDiagnosis) -> list[tuple[str, str]]:
-    """The OOM box's figures: the same fields its explanation is written from."""
-    figs = [("requested", fmt_bytes(d.requested)),
-            ("free on the device", fmt_bytes(d.device_free)),
-            ("reserved but free (cached)", fmt_bytes(d.free_cached)),
-            ("free in total", fmt_bytes(d.total_free)),
-            ("largest piece this request could use", fmt_bytes(d.usable_free)),
-            ("largest usable cached block", fmt_bytes(d.largest_usable)),
-            ("new segment a request of this size needs", fmt_bytes(d.segment_size)),
-            ("short by", fmt_bytes(d.shortfall)),
-            ("allocated", fmt_bytes(d.allocated)), ("reserved", fmt_bytes(d.reserved)),
-            ("capacity", fmt_bytes(d.capacity)),
-            ("inactive_split", fmt_bytes(d.inactive_split))]
-    if d.unusable_share is not None:
-        figs.append(("reserved memory free but unusable for this request", f"{d.unusable_share:.0%}"))
-    if d.site:
-        figs.append(("failing allocation at", d.site))
-    return [f for f in figs if f[1] != "n/a"]
+    """The OOM box's figures: the ones its finding's sentence is written from
+    (bytes as that sentence writes them)."""
+    def text(fig: Figure) -> str:
+        if fig.unit == "B":
+            return fmt_bytes(fig.value)
+        return f"{fig.value:.0%}" if fig.unit == "share" else str(fig.value)
+
+    return [(fig.name, text(fig)) for fig in d.finding.figures]
 
 
 def diagnosis_html(d: OomDiagnosis) -> Markup:
-    """The OOM box: cause, the figures, and advice each with its evidence."""
-    return html.render("oom.html.j2", d=d, rows=diagnosis_rows(d))
+    """The OOM box: the finding (cause, explanation, what to try) and its figures."""
+    return html.render("oom.html.j2", d=d, finding=finding_html(d.finding, figures=False),
+                       rows=diagnosis_rows(d))
 
 
 def timeline_figure(a: MemoryAnalysis) -> Any:
@@ -311,8 +305,7 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
     lines = [summary_line(profile, a)]
     d = a.diagnosis
     if d is not None:
-        lines += ["", f"OUT OF MEMORY ({d.cause}): {d.explanation}"]
-        lines += [f"  try: {x.action}\n       because {x.evidence}" for x in d.advice]
+        lines += ["", finding_text(d.finding)]
     lines += ["", "top allocation sites:"]
     lines += [f"  {fmt_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]

@@ -30,9 +30,9 @@ from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.analysis.ranks.steps import PHASES, ROLES
-from torchlens.model.units import plural
-from torchlens.render import html
+from torchlens.model.findings import INFO, Finding
 from torchlens.render.columns import as_mib, as_number, rank_color, to_columns
+from torchlens.render.findings import finding_html
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
 from torchlens.render.ranks.lanes import Lanes, Timeline
 from torchlens.render.tables import shorten
@@ -381,10 +381,5 @@ class Panels:
 
 def verdict_html(sr: Any, color: str = "#333") -> Any:
     if sr is None:
-        return html.render("rank_verdict.html.j2", words="Waiting for the ranks' first steps…",
-                           facts="", color="#777")
-    facts = ""
-    if sr.steps:
-        facts = (f"median step {sr.median_step_ms:,.1f} ms · skew {sr.skew_pct:.0f} % · "
-                 f"{plural(sr.steps, 'step')} compared")
-    return html.render("rank_verdict.html.j2", words=sr.words, facts=facts, color=color)
+        return finding_html(Finding(INFO, "Waiting for the ranks' first steps…"), color="#777")
+    return finding_html(sr.finding, color=color)

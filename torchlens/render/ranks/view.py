@@ -18,13 +18,13 @@ from collections import deque
 from typing import Any
 
 from torchlens.analysis.ranks.arrivals import collective_arrivals
+from torchlens.analysis.ranks.slow import slow_rank
 from torchlens.analysis.ranks.spread import Spread, ranks_to_show
 from torchlens.analysis.ranks.steps import (
     ROLES,
     memory_rows,
     profiled_breakdown,
     rank_table,
-    slow_rank,
     step_rows,
 )
 from torchlens.model.payloads import RankProfiling
