@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchlens.formats.run_folder import MANIFEST, RUN_FORMAT
+from torchlens.model.records import StepRecord
 
 SOURCE = "torchlens run"
 
@@ -85,14 +86,13 @@ def collected_steps(root: str) -> CollectedSteps | None:
                 open(os.path.join(root, f"rank{rank}", "steps.jsonl"), encoding="utf-8") as fh:
             for line in fh:
                 try:
-                    rec = json.loads(line)
-                    t0, t1 = float(rec["t0"]), float(rec["t1"])
-                except (ValueError, TypeError, KeyError):
+                    rec = StepRecord.from_json(line)
+                except ValueError:
                     continue
-                cols["restart"].append(int(rec.get("restart") or 0))
-                cols["step"].append(rec.get("step"))
-                cols["t0"].append(t0)
-                cols["t1"].append(t1)
+                cols["restart"].append(rec.start)
+                cols["step"].append(rec.step)
+                cols["t0"].append(rec.t0)
+                cols["t1"].append(rec.t1)
         ranks[rank] = cols
     started = doc.get("started")
     return CollectedSteps(ranks, [r for r in doc.get("restarts") or [] if isinstance(r, dict)],

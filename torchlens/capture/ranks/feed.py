@@ -44,6 +44,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import Forged, RunKey
 from torchlens.formats.run_folder import LIVE_FEED as FEED_FILE
 from torchlens.formats.run_folder import LIVE_STATUS as STATUS_FILE
+from torchlens.model.records import records_from
 
 FORMAT = "torchlens-live"
 FRAME_FORMAT = "torchlens-live-frame"
@@ -123,10 +124,10 @@ class FeedPublisher:
             for kind, kept, out in ((0, s.steps, steps), (1, s.summaries, summaries)):
                 new = s.counts[kind] - sent[kind]
                 if new > 0:  # more than kept (a long pause) sends what is kept
-                    records = kept[-new:]
+                    records: list[Any] = kept[-new:]
                     if start:
-                        records = [{**x, "restart": start} if isinstance(x, dict) else x
-                                   for x in records]
+                        records = [x.replace(restart=start) if kind == 0
+                                   else {**x, "restart": start} for x in records]
                     out.setdefault(str(s.rank), []).extend(records)
                     sent[kind] = s.counts[kind]
             if s.rank not in latest or s.slot > latest[s.rank].slot:
@@ -249,9 +250,14 @@ class FeedPublisher:
 
 # -- readers -------------------------------------------------------------------
 def _frame(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict) and value.get("format") == FRAME_FORMAT:
-        return value
-    return None
+    """A decoded frame, its step records typed (where they enter a watcher)."""
+    if not (isinstance(value, dict) and value.get("format") == FRAME_FORMAT):
+        return None
+    steps = value.get("steps")
+    if isinstance(steps, dict):
+        value["steps"] = {r: records_from(recs)[0] for r, recs in steps.items()
+                          if isinstance(recs, list)}
+    return value
 
 
 class FileFeed:

@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 from torchlens.model import InputError
+from torchlens.model.records import StepRecord, records_from
 
 POLL_S = 0.5
 DEFAULT_TIMEOUT_S = 60.0
@@ -201,7 +202,8 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {run_dir}/manifest.json: {exc}") from None
     world = int(manifest.get("world_size") or 0)
-    steps = [_jsonl(os.path.join(run_dir, f"rank{r}", "steps.jsonl")) for r in range(world)]
+    steps = [records_from(_jsonl(os.path.join(run_dir, f"rank{r}", "steps.jsonl")))[0]
+             for r in range(world)]
     summaries = [_jsonl(os.path.join(run_dir, f"rank{r}", "summaries.jsonl"))
                  for r in range(world)]
     status = folder_status(manifest, steps, summaries)
@@ -211,7 +213,7 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
                                       if e.get("rank") == row["rank"]), None) or t]
              for row in status["ranks"]}
     return {"format": FRAME_FORMAT, "version": VERSION, "seq": 0, "t": t,
-            "t0": min((s[0]["t0"] for s in steps if s), default=t),
+            "t0": min((s[0].t0 for s in steps if s), default=t),
             "run_id": manifest.get("run_id"), "world_size": world, "ended": True,
             "status": {**status, "run_id": manifest.get("run_id"), "t": t, "ended": True},
             "steps": {str(r): s for r, s in enumerate(steps) if s},
@@ -220,12 +222,12 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
             "heartbeats": {str(r): _beats(s) for r, s in enumerate(steps) if s}}
 
 
-def _beats(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _beats(records: list[StepRecord]) -> list[dict[str, Any]]:
     """A finished rank's RSS over time, from its step records (a feed sends
     heartbeats; a folder keeps none)."""
     every = max(1, len(records) // FOLDER_BEATS)
-    return [{"t": rec["t1"], "rss": (rec.get("mem") or {}).get("rss"), "phase": "step"}
-            for rec in records[::every] if isinstance(rec.get("t1"), (int, float))]
+    return [{"t": rec.t1, "rss": rec.mem.rss if rec.mem else None, "phase": "step"}
+            for rec in records[::every]]
 
 
 # -- the handle ------------------------------------------------------------------------
@@ -373,8 +375,8 @@ class Watch:
                                "rss": beat.get("rss"), "node": row.get("node"),
                                "phase": beat.get("phase")
                                or PHASES.get(row.get("state"), str(row.get("state")))})
-        batches = {r: [x for x in records if isinstance(x, dict)]
-                   for r, records in _ranks(frame.get("steps"), world)
+        # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
+        batches = {r: records for r, records in _ranks(frame.get("steps"), world)
                    if isinstance(records, list)}
         for r, records in self.starts.place_steps(batches).items():
             view.push_steps(r, records)
