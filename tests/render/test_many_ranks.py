@@ -1,4 +1,4 @@
-"""The live views of a job of many ranks (``render.rank_live`` and
+"""The live views of a job of many ranks (``render.ranks.view`` and
 ``render.live`` above ``SHOWN_RANKS`` ranks): a line for each rank to look at,
 the spread of all of them, and a size that does not grow with the job."""
 
@@ -14,7 +14,7 @@ from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.frontends.ddp.live import ProfiledLiveView
 from torchlens.model.payloads import RankProfiling
 from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
-from torchlens.render.ranks.live import RankProfileView, rank_profile_figures
+from torchlens.render.ranks.view import RankProfileView, rank_profile_figures
 
 WORLD = 64
 SLOW = 61

@@ -14,14 +14,14 @@ from torchlens.model.records import StepRecord, StepSummary
 
 
 class ProfiledLiveView:
-    """``render.rank_live.RankProfileView`` + ``render.live.LivePlot`` in one widget
+    """``render.ranks.view.RankProfileView`` + ``render.live.LivePlot`` in one widget
     (a ``model.feed.RankFeed``)."""
 
     def __init__(self, world_size: int, every: int | None, modelled: bool) -> None:
         from bokeh.layouts import column
 
         from torchlens.render.ddp.heartbeats import LivePlot
-        from torchlens.render.ranks.live import RankProfileView
+        from torchlens.render.ranks.view import RankProfileView
 
         self.profile = RankProfileView(world_size, every or 0, modelled)
         self.beats = LivePlot(world_size)

@@ -21,7 +21,7 @@ from torchlens.model.units import plural
 from torchlens.render import html, tables
 from torchlens.render.ddp.heartbeats import rank_figures
 from torchlens.render.page import section
-from torchlens.render.ranks.live import rank_profile_figures
+from torchlens.render.ranks.view import rank_profile_figures
 from torchlens.render.tables import Column
 
 _STATUS_STYLE = {"passed": "color:#1a7f37", "failed": "color:#b00;font-weight:600",
