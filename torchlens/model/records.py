@@ -39,6 +39,9 @@ class StepMemory(msgspec.Struct, frozen=True, gc=False):
     largest_free: int | None = None
     source: str | None = None
 
+    def replace(self, **changes: Any) -> StepMemory:
+        return msgspec.structs.replace(self, **changes)
+
     def to_dict(self) -> dict[str, Any]:
         return msgspec.structs.asdict(self)
 
