@@ -14,7 +14,8 @@ waited for.
 
 Every value is opened with the run's key before it is decoded; a value that
 fails (forged, or of another run) is dropped and counted, never decoded. A
-summary is decoded only in its head (``protocol.SUMMARY_KEYS``: what the
+step batch is decoded once, into ``model.records.StepRecord``s (an item that
+is not one is dropped and counted). A summary is decoded only in its head (``protocol.SUMMARY_KEYS``: what the
 live view reads, ~300 bytes): the rest (~50 KB of timeline ops) is verified
 and written to the spool as received.
 
