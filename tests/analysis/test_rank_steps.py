@@ -19,6 +19,7 @@ from torchlens.analysis.ddp.checks import checklist, summary
 from torchlens.analysis.ranks.slow import slow_rank
 from torchlens.analysis.ranks.steps import memory_creep, rank_table, step_rows
 from torchlens.model.payloads import DdpRun, RankProfiling
+from torchlens.model.records import StepMemory, StepRecord
 
 MiB = 1 << 20
 BASE = {"data": 0.010, "forward": 0.012, "bwd": 0.020, "optimizer": 0.002, "other": 0.003}
@@ -28,10 +29,9 @@ ALLREDUCE = 0.004
 def _mem(r, s, cuda, alloc, rss):
     grow = alloc.get(r, 0) * s
     if not cuda:
-        return {"rss": 400 * MiB + rss.get(r, 0) * s, "allocated": None, "reserved": None,
-                "inactive_split": None, "largest_free": None, "source": "rss"}
-    return {"rss": 900 * MiB, "allocated": 100 * MiB + grow, "reserved": 160 * MiB + grow,
-            "inactive_split": 8 * MiB, "largest_free": None, "source": "cuda"}
+        return StepMemory(rss=400 * MiB + rss.get(r, 0) * s, source="rss")
+    return StepMemory(rss=900 * MiB, allocated=100 * MiB + grow, reserved=160 * MiB + grow,
+                      inactive_split=8 * MiB, source="cuda")
 
 
 def simulate(ranks=4, n=40, extra=None, noise=0.0, seed=0, backward=True, cuda=True,
@@ -67,9 +67,9 @@ def simulate(ranks=4, n=40, extra=None, noise=0.0, seed=0, backward=True, cuda=T
                       {"data": p["data"], "forward": 0.0, "backward": 0.0, "optimizer": 0.0,
                        "collective": done - reach[r]})
             profiled = every > 0 and s % every == every - 1
-            steps[r].append({"step": s, "t0": clock[r], "t1": t1, "phases": phases,
-                             "profiled": profiled, "window": False,
-                             "mem": _mem(r, s, cuda, alloc, rss)})
+            steps[r].append(StepRecord(step=s, t0=clock[r], t1=t1, phases=phases,
+                                       profiled=profiled, window=False,
+                                       mem=_mem(r, s, cuda, alloc, rss)))
             if profiled and not cuda:
                 grow = modelled.get(r, 0) * s
                 summaries[r].append({"rank": r, "step": s, "t0": clock[r], "t1": t1,
@@ -86,8 +86,8 @@ def simulate(ranks=4, n=40, extra=None, noise=0.0, seed=0, backward=True, cuda=T
 def test_a_rank_slow_at_loading_data_is_named_and_the_data_blamed():
     """Rank 2 takes 30 ms more for its batch; the others wait those 30 ms in backward."""
     steps, _ = simulate(extra={2: {"data": 0.030}})
-    others_backward = [s["phases"]["backward"] for s in steps[0]]
-    assert min(others_backward) > steps[2][0]["phases"]["backward"] + 0.029
+    others_backward = [s.phases["backward"] for s in steps[0]]
+    assert min(others_backward) > steps[2][0].phases["backward"] + 0.029
     v = slow_rank(steps)
     assert (v.rank, v.cause) == (2, "data")
     said = v.finding
@@ -141,7 +141,7 @@ def test_a_live_window_uses_the_last_common_steps():
     """Rank 1 is slow only lately; rank 3's newest steps have not arrived yet."""
     early, _ = simulate(n=30)
     late, _ = simulate(n=30, extra={1: {"data": 0.020}})
-    steps = [e + [{**rec, "step": rec["step"] + 30} for rec in lt] for e, lt in zip(early, late, strict=True)]
+    steps = [e + [rec.replace(step=rec.step + 30) for rec in lt] for e, lt in zip(early, late, strict=True)]
     steps[3] = steps[3][:-5]
     v = slow_rank(steps, window=20)
     assert (v.rank, v.cause, v.steps) == (1, "data", 20)
@@ -168,10 +168,11 @@ def test_an_explicit_all_reduce_loop_without_backward():
 def test_records_with_missing_phases_and_memory_still_name_the_rank():
     """Phases that were never timed are absent or null; memory was not sent."""
     steps, _ = simulate(extra={3: {"bwd": 0.020}}, backward=False)
+    steps = [[rec.replace(mem=None) for rec in recs] for recs in steps]
     for recs in steps:
         for rec in recs:
-            del rec["phases"]["forward"], rec["phases"]["backward"], rec["mem"]
-            rec["phases"]["optimizer"] = None
+            del rec.phases["forward"], rec.phases["backward"]
+            rec.phases["optimizer"] = None
     v = slow_rank(steps)
     assert (v.rank, v.cause) == (3, "compute")
     assert memory_creep(steps, []) == []
@@ -192,9 +193,9 @@ def test_a_gap_no_measured_part_explains():
     """Rank 2's steps are shorter than its peers' (its clock ends the step before
     the optimizer), so its lead cannot be pinned on data or compute."""
     steps, _ = simulate(extra={2: {"data": 0.030}})
+    steps[2] = [rec.replace(t1=rec.t1 - 0.040) for rec in steps[2]]
     for rec in steps[2]:
-        rec["t1"] -= 0.040
-        rec["phases"]["data"] -= 0.030
+        rec.phases["data"] -= 0.030
     v = slow_rank(steps)
     assert v.rank == 2 and v.cause is None
     assert "no measured part explains it (data +0.0 ms" in v.finding.sentence
@@ -202,7 +203,7 @@ def test_a_gap_no_measured_part_explains():
 
 def test_step_rows_and_rank_table_show_phases_in_ms():
     steps, summaries = simulate(extra={2: {"data": 0.030}})
-    steps[0][0]["phases"]["collective"] = None  # not measured stays unmeasured
+    steps[0][0].phases["collective"] = None  # not measured stays unmeasured
     rows = step_rows(steps)
     assert len(rows) == 160
     first = rows[0]
@@ -296,7 +297,8 @@ def test_rss_warm_up_stairs_and_wobble_are_not_creep():
     steps, _ = simulate(cuda=False)
     rng = random.Random(3)
     for rank, records in enumerate(steps):
-        for rec in records:
-            stairs = (3 * MiB if rec["step"] >= 9 else 0) + (2 * MiB if rec["step"] >= 15 else 0)
-            rec["mem"]["rss"] += stairs + rng.randint(-64, 64) * 1024 * (rank + 1)
+        for i, rec in enumerate(records):
+            stairs = (3 * MiB if rec.step >= 9 else 0) + (2 * MiB if rec.step >= 15 else 0)
+            rss = rec.mem.rss + stairs + rng.randint(-64, 64) * 1024 * (rank + 1)
+            records[i] = rec.replace(mem=rec.mem.replace(rss=rss))
     assert memory_creep(steps, []) == []

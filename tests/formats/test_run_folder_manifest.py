@@ -32,6 +32,7 @@ from torchlens.formats.run_folder.records import (
 )
 from torchlens.formats.run_folder.sources import discover
 from torchlens.model import InputError
+from torchlens.model.records import StepRecord
 
 #: what ``%ddp_check --profile`` wrote before the manifest was typed (version 1)
 V1_DDP_CHECK = {
@@ -170,10 +171,12 @@ def test_discover_names_a_newer_manifest_and_still_places_the_traces(tmp_path: P
 
 def test_rank_records_round_trip_and_a_cut_last_line_is_skipped(tmp_path: Path) -> None:
     run_dir = str(tmp_path)
-    write_steps(run_dir, 3, [{"step": 0, "t0": 1.0}, b'{"step": 1, "t0": 2.0}'])
+    write_steps(run_dir, 3, [StepRecord(step=0, t0=1.0, t1=1.5),
+                             b'{"step": 1, "t0": 2.0, "t1": 2.5}'])
     with open(tmp_path / "rank3" / "steps.jsonl", "a", encoding="utf-8") as fh:
         fh.write('{"step": 2, "t0"')  # a file cut while being written
-    assert read_steps(run_dir, 3) == [{"step": 0, "t0": 1.0}, {"step": 1, "t0": 2.0}]
+    assert read_steps(run_dir, 3) == [StepRecord(step=0, t0=1.0, t1=1.5),
+                                      StepRecord(step=1, t0=2.0, t1=2.5)]
     write_summaries(run_dir, 3, [{"step": 0, "ops": []}])
     assert read_summaries(run_dir, 3) == [{"step": 0, "ops": []}]
     assert read_steps(run_dir, 4) == [] and read_summaries(run_dir, 4) == []

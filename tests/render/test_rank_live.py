@@ -50,7 +50,7 @@ def feed(view: RankProfileView, steps: list[list[dict[str, Any]]],
          summaries: list[list[dict[str, Any]]], lo: int = 0, hi: int | None = None) -> None:
     """The records of steps ``lo <= step < hi``, as the kernel sends them."""
     for r in range(len(steps)):
-        batch = [s for s in steps[r] if lo <= s["step"] < (hi if hi is not None else 1 << 30)]
+        batch = [s for s in steps[r] if lo <= s.step < (hi if hi is not None else 1 << 30)]
         view.push_steps(r, batch)
         for s in summaries[r]:
             if lo <= s["step"] < (hi if hi is not None else 1 << 30):
@@ -115,7 +115,7 @@ def test_flush_is_rate_limited_but_at_least_twice_a_second() -> None:
     view._last_flush -= rank_view.FLUSH_S
     view.flush()
     assert view.flushes == 2 and size(view.panels.steps[0]) == 10
-    assert view.t0 == steps[0][0]["t0"]  # no t0 given: the first record's start
+    assert view.t0 == steps[0][0].t0  # no t0 given: the first record's start
 
 
 def test_verdict_names_the_slow_rank_and_its_line_stands_out() -> None:
@@ -205,12 +205,12 @@ def test_rank_ended_marks_its_last_step_and_its_lanes() -> None:
     view = RankProfileView(WORLD, every=5, modelled=True, t0=T_START)
     feed(view, steps, sums)
     view.flush()
-    t_end = steps[3][-1]["t1"] + 0.01
+    t_end = steps[3][-1].t1 + 0.01
     view.rank_ended(3, "RuntimeError: boom", t_end)
     view.flush(force=True)
     ended = view.panels.ended.data
     assert ended["step"] == [16] and ended["step_ms"] == [pytest.approx(
-        (steps[3][-1]["t1"] - steps[3][-1]["t0"]) * 1e3)]
+        (steps[3][-1].t1 - steps[3][-1].t0) * 1e3)]
     assert ended["text"] == ["rank 3: RuntimeError: boom"]
     ends = view.panels.tl_ends.data
     top, bottom = view.panels.lanes.group(3)
@@ -287,7 +287,7 @@ def test_static_figures_draw_what_the_live_view_drew() -> None:
     steps, sums = make_run(world=WORLD, steps=33, straggler=STRAGGLER)
     steps[1] = steps[1][:21]
     sums[1] = [s for s in sums[1] if s["step"] < 21]
-    end = steps[1][-1]["t1"]
+    end = steps[1][-1].t1
     live = RankProfileView(WORLD, every=5, modelled=True, t0=T_START)
     for lo in range(0, 33, 7):  # in batches, flushed in between
         feed(live, steps, sums, lo, lo + 7)
@@ -339,7 +339,7 @@ def test_ddp_report_with_hostile_names_is_clean() -> None:
     profile = ddp_profile(RankProfiling(every=5, run_dir=HOSTILE, steps=steps, summaries=sums),
                           name=HOSTILE)
     profile.payload.ranks[1]["error"] = {"type": "RuntimeError", "message": HOSTILE,
-                                         "t": steps[1][-1]["t1"]}
+                                         "t": steps[1][-1].t1}
     profile.payload.exit_codes[1] = 1
     html = kinds.report_html(profile)
     for part in ("<img src=x", "<svg onload", "alert(2)</script>"):

@@ -265,12 +265,14 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
 def test_a_big_job_shows_its_ranks_in_trouble_first_within_the_cap() -> None:
     # 200 ranks: rank 150 failed, rank 77 is slow; the sidebar has room for MAX_RANKS
     from torchlens.analysis.ranks.verdict import run_view
+    from torchlens.model.records import StepRecord
 
-    def rec(i: int, data: float, backward: float) -> dict:
-        return {"step": i, "t0": i * 0.1, "t1": i * 0.1 + 0.05,
-                "phases": {"data": data, "forward": 0.002, "backward": backward,
-                           "optimizer": 0.001, "collective": 0.0},
-                "mem": {"rss": 100 << 20, "source": "rss"}}
+    def rec(i: int, data: float, backward: float) -> StepRecord:
+        return StepRecord.from_dict({"step": i, "t0": i * 0.1, "t1": i * 0.1 + 0.05,
+                                     "phases": {"data": data, "forward": 0.002,
+                                                "backward": backward, "optimizer": 0.001,
+                                                "collective": 0.0},
+                                     "mem": {"rss": 100 << 20, "source": "rss"}})
 
     steps = [[rec(i, 0.04 if r == 77 else 0.0002, 0.001 if r == 77 else 0.041)
               for i in range(12)] for r in range(200)]

@@ -6,15 +6,16 @@ import io
 from statistics import median
 
 from torchlens.analysis.ranks.verdict import run_view
+from torchlens.model.records import StepRecord
 from torchlens.render.ranks.terminal import TerminalSummary, lines, one_line
 
 
-def _rec(step: int, data: float, backward: float) -> dict:
+def _rec(step: int, data: float, backward: float) -> StepRecord:
     t0 = step * 0.1
-    return {"step": step, "t0": t0, "t1": t0 + 0.05,
-            "phases": {"data": data, "forward": 0.002, "backward": backward,
-                       "optimizer": 0.001, "collective": 0.0},
-            "mem": {"rss": 100 << 20, "source": "rss"}}
+    return StepRecord.from_dict({"step": step, "t0": t0, "t1": t0 + 0.05,
+                                 "phases": {"data": data, "forward": 0.002, "backward": backward,
+                                            "optimizer": 0.001, "collective": 0.0},
+                                 "mem": {"rss": 100 << 20, "source": "rss"}})
 
 
 def _snap(ranks: list, steps: list) -> dict:

@@ -118,7 +118,7 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     c, feed, ranks, out = run
     ranks.steps(25)
     first = _publish(c, feed)
-    assert {r: [s["step"] for s in v] for r, v in first["steps"].items()} == {
+    assert {r: [s.step for s in v] for r, v in first["steps"].items()} == {
         "0": list(range(25)), "1": list(range(25))}
     assert set(first["heartbeats"]) == {"0", "1"}
     assert "rank 1 is the slow rank" in first["status"]["verdict"]
@@ -126,7 +126,7 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     assert quiet["steps"] == {} and quiet["heartbeats"] == {} and quiet["seq"] == 1
     ranks.steps(5)
     third = _publish(c, feed)
-    assert [s["step"] for s in third["steps"]["1"]] == list(range(25, 30))
+    assert [s.step for s in third["steps"]["1"]] == list(range(25, 30))
     # the file transport: every frame a line; the status alone in live.json
     lines = (out / "live.jsonl").read_text().splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [0, 1, 2]
@@ -195,7 +195,7 @@ def test_a_frame_too_big_for_the_store_is_thinned_and_the_budget_holds(run, monk
     stored = StoreFeed.connect("127.0.0.1", c.port, c.key.secret).read()[-1]
     assert stored["thinned"] and 0 < len(stored["steps"]["0"]) < 40
     assert json.loads((out / "live.jsonl").read_text().splitlines()[-1])["steps"]["0"] == \
-        frame["steps"]["0"]
+        [r.to_dict() for r in frame["steps"]["0"]]
     for _ in range(12):  # ~5 KB frames: the byte budget keeps about six
         ranks.steps(8)
         _publish(c, feed)
@@ -314,7 +314,7 @@ def test_torchlens_run_writes_the_typed_manifest(run) -> None:
     assert [(e.rank, e.state, e.steps, e.host) for e in manifest.ranks] == [
         (0, "finished", 3, "gpu7"), (1, "finished", 3, "gpu7")]
     assert manifest.nodes[0].ranks == [0, 1] and manifest.live.frames == 1
-    assert [r["step"] for r in read_steps(str(out), 1)] == [0, 1, 2]
+    assert [r.step for r in read_steps(str(out), 1)] == [0, 1, 2]
     assert manifest.backend is None and manifest.profile == {}  # %ddp_check's fields
 
 

@@ -73,10 +73,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
 from torchlens.analysis.ranks.steps import PHASES, Steps, _record_ms
 from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
+from torchlens.model.records import StepRecord
 
 MIN_LATE_SHARE = 0.5
 #: a wait, or a part's excess, under both of these is noise
@@ -190,7 +190,7 @@ class SlowRank:
     steps: int
 
 
-def _times(rec: dict[str, Any]) -> dict[str, float]:
+def _times(rec: StepRecord) -> dict[str, float]:
     """Step, phases (unmeasured as 0) and other, in ms."""
     step, values, other = _record_ms(rec)
     out = {p: v or 0.0 for p, v in zip(PHASES, values, strict=True)}
@@ -240,8 +240,7 @@ def _nobody(words: str, steps: int = 0, **figures: float) -> SlowRank:
 def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
     """The rank the others wait for in the last ``window`` common steps (all
     of them when ``window`` is None), and why."""
-    by_rank = {r: {rec.get("step", i): rec for i, rec in enumerate(recs)}
-               for r, recs in enumerate(steps) if recs}
+    by_rank = {r: {rec.step: rec for rec in recs} for r, recs in enumerate(steps) if recs}
     if len(steps) < 2:
         return _nobody("one rank, nothing to compare")
     if len(by_rank) < 2:

@@ -41,6 +41,8 @@ from torchlens.analysis.ranks.restarts import Restart, world_restarts
 from torchlens.analysis.ranks.slow import SlowRank, slow_rank
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
+    Steps,
+    Summaries,
     memory_creep,
     per_rank_memory,
     rank_table,
@@ -258,8 +260,8 @@ def ended_reason(row: dict[str, Any]) -> str | None:
     return f"{row['state']}: {error}" if error else str(row["state"])
 
 
-def folder_status(manifest: dict[str, Any], steps: list[list[dict[str, Any]]],
-                  summaries: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def folder_status(manifest: dict[str, Any], steps: Steps,
+                  summaries: Summaries) -> dict[str, Any]:
     """``live_status`` of a finished run folder (its manifest, and each rank's
     step records and summaries): for ``torchlens.watch`` on a run without a
     live feed. The verdict, states and slow rank are the manifest's."""

@@ -47,6 +47,8 @@ from torchlens.capture.ddp.processes import (
     start_agent,
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
+from torchlens.model.feed import RankFeed
+from torchlens.model.records import StepRecord
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -58,7 +60,7 @@ class DdpLauncher:
     """One %ddp_check run: ``run()`` returns the raw records and tables' rows."""
 
     def __init__(self, job: dict[str, Any], options: DdpOptions,
-                 sink: Any | None = None) -> None:
+                 sink: RankFeed | None = None) -> None:
         self.job, self.options, self.sink = job, options, sink
         self.procs: list[subprocess.Popen[bytes]] = []
         self.store: Any = None
@@ -128,9 +130,8 @@ class DdpLauncher:
             tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dict(self.job, board=spec)))
             # The kernel's own set-up for the run (a live plot: bokeh imports)
             # overlaps the ranks' torch import instead of delaying their start.
-            start = getattr(self.sink, "start", None)
-            if start is not None:
-                start()
+            if self.sink is not None:
+                self.sink.start()
             outcome = self._monitor(tl)
             if outcome == "crashed":
                 self._tell_unreported()
@@ -251,8 +252,7 @@ class DdpLauncher:
 
     def _tell_ended(self, tl: protocol.Channel, rank: int, code: int) -> None:
         """The live view marks where a rank's lanes end, and why."""
-        ended = getattr(self.sink, "rank_ended", None)
-        if ended is None:
+        if self.sink is None:
             return
         if self.options.profile:
             self._read_profiling(tl)  # its last steps first, then the marker
@@ -265,7 +265,7 @@ class DdpLauncher:
             if error:
                 first = str(error.get("message") or "").strip().splitlines()[:1]
                 reason = f"{error.get('type', 'error')}: {first[0] if first else ''}"[:200]
-        ended(rank, reason, self.ended_at[rank])
+        self.sink.rank_ended(rank, reason, self.ended_at[rank])
 
     def _tell_unreported(self) -> None:
         """--nnodes, after a crash: mark the ranks whose end nobody saw.
@@ -275,13 +275,12 @@ class DdpLauncher:
         the live view marks it at its last heartbeat. (On one machine every
         rank is the kernel's child: its exit code always says it ended.)
         """
-        ended = getattr(self.sink, "rank_ended", None)
-        if ended is None or self.options.elastic is None:
+        if self.sink is None or self.options.elastic is None:
             return
         for rank, at in enumerate(self.ended_at):
             if at is None:
                 hb = self.last_hb[rank] or {}
-                ended(rank, "sent no result (killed, or stopped by its agent after another "
+                self.sink.rank_ended(rank, "sent no result (killed, or stopped by its agent after another "
                       "rank failed)", hb.get("t") or time.time())
 
     def _read_profiling(self, tl: protocol.Channel) -> None:
@@ -365,8 +364,8 @@ class DdpLauncher:
         run_dir = opts["run_dir"]
         for rank, records in enumerate(self.step_records):
             # windows cut before a late first step() are set-up, not steps
-            if any(not r.get("window") for r in records):
-                self.step_records[rank] = [r for r in records if not r.get("window")]
+            if any(not r.window for r in records):
+                self.step_records[rank] = [r for r in records if not r.window]
         out = {"every": max(everies) if everies else (opts.get("every") or 5),
                "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
                "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),
@@ -380,7 +379,7 @@ class DdpLauncher:
 
 def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
-                     steps: list[list[dict[str, Any]]]) -> None:
+                     steps: list[list[StepRecord]]) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already)."""
     from torchlens.formats.run_folder import files, manifest, records
 
@@ -424,7 +423,7 @@ atexit.register(stop_all)
 
 
 def run_check(job: dict[str, Any], options: DdpOptions,
-              sink: Any | None = None) -> dict[str, Any]:
+              sink: RankFeed | None = None) -> dict[str, Any]:
     """Run ``job`` on ``options.world_size`` ranks; returns the records dict."""
     return DdpLauncher(job, options, sink).run()
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from torchlens.capture.channel import protocol
+from torchlens.model.feed import RankFeed
+from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
 class StepReader:
     """Each rank's step batches and summaries (--profile), read as they come
     and handed to the live view (``sink``); ``keep`` summaries kept per rank."""
 
-    def __init__(self, world_size: int, keep: int, sink: Any | None) -> None:
+    def __init__(self, world_size: int, keep: int, sink: RankFeed | None) -> None:
         n = self.world_size = world_size
         self.keep, self.sink = keep, sink
-        self.step_records: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        self.summaries: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        self.step_records: list[list[StepRecord]] = [[] for _ in range(n)]
+        self.summaries: list[list[StepSummary]] = [[] for _ in range(n)]
         self.dropped_summaries = [0] * n
         self._read = [[0, 0] for _ in range(n)]  # step batches, summaries read per rank
 
@@ -63,20 +65,18 @@ class StepReader:
     def _take(self, rank: int, kind: int, data: Any) -> None:
         """One genuine step batch (``kind`` 0) or summary (1) of ``rank``."""
         if kind == 0 and isinstance(data, list):
-            records = [d for d in data if isinstance(d, dict)]
+            records, _ = records_from(data)  # typed here, once; what is not a record is left
             self.step_records[rank].extend(records)
-            push_steps = getattr(self.sink, "push_steps", None)
-            if push_steps is not None:
-                push_steps(rank, records)
+            if self.sink is not None:
+                self.sink.push_steps(rank, records)
         elif kind == 1 and isinstance(data, dict):
             kept = self.summaries[rank]
             kept.append(data)
             if len(kept) > self.keep:
                 del kept[0]
                 self.dropped_summaries[rank] += 1
-            push_summary = getattr(self.sink, "push_summary", None)
-            if push_summary is not None:
-                push_summary(rank, data)
+            if self.sink is not None:
+                self.sink.push_summary(rank, data)
 
 
 def read_ranks(tl: protocol.Channel, world_size: int

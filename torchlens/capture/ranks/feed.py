@@ -48,6 +48,7 @@ from torchlens.formats.run_folder.files import (
     LIVE_STATUS,
     write_live_status,
 )
+from torchlens.model.records import records_from
 
 FRAME_FORMAT = "torchlens-live-frame"
 VERSION = 1
@@ -126,10 +127,10 @@ class FeedPublisher:
             for kind, kept, out in ((0, s.steps, steps), (1, s.summaries, summaries)):
                 new = s.counts[kind] - sent[kind]
                 if new > 0:  # more than kept (a long pause) sends what is kept
-                    records = kept[-new:]
+                    records: list[Any] = kept[-new:]
                     if start:
-                        records = [{**x, "restart": start} if isinstance(x, dict) else x
-                                   for x in records]
+                        records = [x.replace(restart=start) if kind == 0
+                                   else {**x, "restart": start} for x in records]
                     out.setdefault(str(s.rank), []).extend(records)
                     sent[kind] = s.counts[kind]
             if s.rank not in latest or s.slot > latest[s.rank].slot:
@@ -248,9 +249,14 @@ class FeedPublisher:
 
 # -- readers -------------------------------------------------------------------
 def _frame(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict) and value.get("format") == FRAME_FORMAT:
-        return value
-    return None
+    """A decoded frame, its step records typed (where they enter a watcher)."""
+    if not (isinstance(value, dict) and value.get("format") == FRAME_FORMAT):
+        return None
+    steps = value.get("steps")
+    if isinstance(steps, dict):
+        value["steps"] = {r: records_from(recs)[0] for r, recs in steps.items()
+                          if isinstance(recs, list)}
+    return value
 
 
 class FileFeed:

@@ -39,6 +39,7 @@ import torch
 
 from torchlens.capture.ranks.phases import PhaseClock
 from torchlens.capture.trace import profiler as _profiler
+from torchlens.model.records import StepMemory, StepRecord, StepSummary
 
 MIN_EVERY = 5
 BUDGET = 0.03
@@ -71,17 +72,16 @@ def rss_bytes() -> int:
         return _PROCESS.memory_info().rss
 
 
-def memory_now(device: torch.device) -> dict[str, Any]:
+def memory_now(device: torch.device) -> StepMemory:
     """The step's memory: CUDA allocator counters, or RSS alone on CPU."""
     if device.type == "cuda":
         st = torch.cuda.memory_stats(device)
-        return {"rss": rss_bytes(),
-                "allocated": st.get("allocated_bytes.all.current"),
-                "reserved": st.get("reserved_bytes.all.current"),
-                "inactive_split": st.get("inactive_split_bytes.all.current"),
-                "largest_free": None, "source": "cuda"}
-    return {"rss": rss_bytes(), "allocated": None, "reserved": None,
-            "inactive_split": None, "largest_free": None, "source": "rss"}
+        return StepMemory(rss=rss_bytes(),
+                          allocated=st.get("allocated_bytes.all.current"),
+                          reserved=st.get("reserved_bytes.all.current"),
+                          inactive_split=st.get("inactive_split_bytes.all.current"),
+                          source="cuda")
+    return StepMemory(rss=rss_bytes(), source="rss")
 
 
 def largest_free_cuda(device: torch.device) -> int | None:
@@ -106,7 +106,7 @@ class RankProfiler:
     def __init__(self, *, rank: int, run_dir: str, device: torch.device,
                  every: int | None, budget: float = BUDGET, window_s: float = 1.0,
                  max_steps: int | None = None,
-                 summarize: Callable[..., dict[str, Any]] | None = None,
+                 summarize: Callable[..., StepSummary] | None = None,
                  agree: Callable[[int], int] | None = None) -> None:
         self.rank, self.device = rank, device
         self.run_dir = run_dir
@@ -115,8 +115,8 @@ class RankProfiler:
         self.budget, self.window_s, self.max_steps = budget, window_s, max_steps
         self.summarize, self.agree = summarize, agree
         self.clock = PhaseClock()
-        self.records: list[dict[str, Any]] = []  # not yet sent (drained by the heartbeat)
-        self.summaries: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.records: list[StepRecord] = []  # not yet sent (drained by the heartbeat)
+        self.summaries: queue.Queue[StepSummary] = queue.Queue()
         self.errors: list[str] = []
         self.index = 0  # the step now running
         self.next_profiled = self.every - 1
@@ -167,7 +167,7 @@ class RankProfiler:
     def status(self) -> dict[str, Any]:
         return {"steps_done": self.index, "phase_calls": self.clock.entries}
 
-    def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def drain(self) -> tuple[list[StepRecord], list[StepSummary]]:
         """New step records and summaries, for the heartbeat thread to send."""
         records, self.records = self.records, []
         out = []
@@ -200,14 +200,14 @@ class RankProfiler:
             # building the model and DDP's first broadcast come before step 0's
             # first phase: set-up, not the step
             self.t_mark = max(self.t_mark, min(self.clock.first, t1))
-        record = {"step": i, "t0": self.t_mark, "t1": t1, "phases": phases,
-                  "profiled": profiled, "window": window, "mem": memory_now(self.device)}
+        mem = memory_now(self.device)
         if profiled:
             self._stop_profiler(i)
         else:
             self._walls.append(t1 - self.t_mark)
-        record["tl_s"] = round(time.time() - t1, 6)
-        self.records.append(record)
+        self.records.append(StepRecord(step=i, t0=self.t_mark, t1=t1, phases=phases,
+                                       profiled=profiled, window=window, mem=mem,
+                                       tl_s=round(time.time() - t1, 6)))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:
             self.t_mark = time.time()
@@ -280,7 +280,8 @@ class RankProfiler:
         cost = time.perf_counter() - self._prof_t0
         cuda = None
         if self.device.type == "cuda":
-            cuda = {**memory_now(self.device), "largest_free": largest_free_cuda(self.device)}
+            cuda = {**memory_now(self.device).to_dict(),
+                    "largest_free": largest_free_cuda(self.device)}
         self._work.put((path, i, cuda))
         if partial:
             return

@@ -1,13 +1,14 @@
 """Each rank's ``steps.jsonl`` and ``summaries.jsonl``: one JSON record a line.
 
 ``steps.jsonl`` holds every step record of the rank (every start of it with
-``torchlens run``: ``restart`` says which, 0 for the first), ``summaries.jsonl``
-its profiled-step summaries (``torchlens run`` only). A writer may pass a
-record already encoded (bytes, as the collector spooled it): it is written as
-it is, not decoded again.
+``torchlens run``: ``restart`` says which, 0 for the first), one
+``model.records.StepRecord`` a line in its JSON; ``summaries.jsonl`` its
+profiled-step summaries (``torchlens run`` only). A writer may pass a record
+already encoded (bytes, as the collector spooled it): it is written as it is,
+not decoded again.
 
-A line that is not a JSON object (the last line of a file cut short) is
-skipped by the readers: the records before it still count.
+A line that is not a record (the last line of a file cut short) is skipped
+by the readers: the records before it still count.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from typing import Any
 
 from torchlens.formats.run_folder.files import STEPS, SUMMARIES, rank_dir
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
+from torchlens.model.records import StepRecord
 
 Record = dict[str, Any]
 
 
-def _write(path: str, records: Iterable[Record | bytes]) -> None:
+def _write(path: str, records: Iterable[StepRecord | Record | bytes]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as fh:
         for rec in records:
+            if isinstance(rec, StepRecord):
+                rec = rec.to_json().encode()
             fh.write(rec if isinstance(rec, bytes) else json.dumps(rec).encode())
             fh.write(b"\n")
 
@@ -47,7 +51,8 @@ def _read(path: str) -> Iterator[Record]:
                 yield rec
 
 
-def write_steps(run_dir: str, rank: int, records: Iterable[Record | bytes]) -> None:
+def write_steps(run_dir: str, rank: int,
+                records: Iterable[StepRecord | Record | bytes]) -> None:
     """``rank<r>/steps.jsonl``: the rank's step records, in order."""
     _write(os.path.join(rank_dir(run_dir, rank), STEPS), records)
 
@@ -57,13 +62,22 @@ def write_summaries(run_dir: str, rank: int, summaries: Iterable[Record | bytes]
     _write(os.path.join(rank_dir(run_dir, rank), SUMMARIES), summaries)
 
 
-def iter_steps(run_dir: str, rank: int) -> Iterator[Record]:
+def iter_steps(run_dir: str, rank: int) -> Iterator[StepRecord]:
     """The rank's step records one at a time (a long run has millions); none when
     it has no ``steps.jsonl``."""
-    return _read(os.path.join(rank_dir(run_dir, rank), STEPS))
+    try:
+        fh = open(os.path.join(rank_dir(run_dir, rank), STEPS), "rb")  # noqa: SIM115
+    except OSError:
+        return
+    with fh:
+        for line in fh:
+            try:
+                yield StepRecord.from_json(line)
+            except ValueError:
+                continue
 
 
-def read_steps(run_dir: str, rank: int) -> list[Record]:
+def read_steps(run_dir: str, rank: int) -> list[StepRecord]:
     """Every step record of the rank."""
     return list(iter_steps(run_dir, rank))
 
@@ -85,21 +99,16 @@ class CollectedSteps:
 
 def collected_steps(run_dir: str, manifest: Manifest) -> CollectedSteps | None:
     """The step records of a ``torchlens run`` folder; None for a folder of another
-    writer (its traces hold its profiled steps). A record without a time is skipped."""
+    writer (its traces hold its profiled steps)."""
     if manifest.source != SOURCE_RUN:
         return None
     ranks: dict[int, dict[str, list[Any]]] = {}
     for entry in manifest.ranks:
         cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": []}
         for rec in iter_steps(run_dir, entry.rank):
-            try:
-                t0, t1 = float(rec["t0"]), float(rec["t1"])
-                restart = int(rec.get("restart") or 0)
-            except (ValueError, TypeError, KeyError):
-                continue
-            cols["restart"].append(restart)
-            cols["step"].append(rec.get("step"))
-            cols["t0"].append(t0)
-            cols["t1"].append(t1)
+            cols["restart"].append(rec.start)
+            cols["step"].append(rec.step)
+            cols["t0"].append(rec.t0)
+            cols["t1"].append(rec.t1)
         ranks[entry.rank] = cols
     return CollectedSteps(ranks, list(manifest.restarts), manifest.started)

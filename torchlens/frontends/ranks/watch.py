@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from torchlens.model import InputError
+from torchlens.model.records import StepRecord
 
 POLL_S = 0.5
 DEFAULT_TIMEOUT_S = 60.0
@@ -205,7 +206,7 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
         ended[str(row["rank"])] = [row["ended"] or row.get("state") or "ended",
                                    (entry.last_heartbeat if entry else None) or t]
     return {"format": FRAME_FORMAT, "version": VERSION, "seq": 0, "t": t,
-            "t0": min((s[0]["t0"] for s in steps if s), default=t),
+            "t0": min((s[0].t0 for s in steps if s), default=t),
             "run_id": manifest.run_id, "world_size": world, "ended": True,
             "status": {**status, "run_id": manifest.run_id, "t": t, "ended": True},
             "steps": {str(r): s for r, s in enumerate(steps) if s},
@@ -214,12 +215,12 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
             "heartbeats": {str(r): _beats(s) for r, s in enumerate(steps) if s}}
 
 
-def _beats(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _beats(records: list[StepRecord]) -> list[dict[str, Any]]:
     """A finished rank's RSS over time, from its step records (a feed sends
     heartbeats; a folder keeps none)."""
     every = max(1, len(records) // FOLDER_BEATS)
-    return [{"t": rec["t1"], "rss": (rec.get("mem") or {}).get("rss"), "phase": "step"}
-            for rec in records[::every] if isinstance(rec.get("t1"), (int, float))]
+    return [{"t": rec.t1, "rss": rec.mem.rss if rec.mem else None, "phase": "step"}
+            for rec in records[::every]]
 
 
 # -- the handle ------------------------------------------------------------------------
@@ -367,8 +368,8 @@ class Watch:
                                "rss": beat.get("rss"), "node": row.get("node"),
                                "phase": beat.get("phase")
                                or PHASES.get(row.get("state"), str(row.get("state")))})
-        batches = {r: [x for x in records if isinstance(x, dict)]
-                   for r, records in _ranks(frame.get("steps"), world)
+        # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
+        batches = {r: records for r, records in _ranks(frame.get("steps"), world)
                    if isinstance(records, list)}
         for r, records in self.starts.place_steps(batches).items():
             view.push_steps(r, records)

@@ -25,6 +25,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
+from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import MIB, rank_color, to_columns
 
 FLUSH_S = 0.4  # at least twice a second
@@ -180,7 +181,8 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
 
 
 class LivePlot:
-    """The live view: ``push`` heartbeats as they arrive, ``flush`` from the same thread."""
+    """The live view: ``push`` heartbeats as they arrive, ``flush`` from the same
+    thread (a ``model.feed.RankFeed`` that draws heartbeats alone)."""
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
@@ -202,8 +204,23 @@ class LivePlot:
             self._widget = BokehModel(self.layout)
         return self._widget
 
+    def start(self) -> None:
+        """Nothing to set up: the figures were built with the plot."""
+
     def push(self, hb: dict[str, Any]) -> None:
         self._pending.append(hb)
+
+    def push_steps(self, rank: int, records: list[StepRecord]) -> None:
+        """Step records are the profiled view's (``frontends.ddp.live``), not drawn here."""
+
+    def push_summary(self, rank: int, summary: StepSummary) -> None:
+        """Summaries are the profiled view's, not drawn here."""
+
+    def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
+        """The heartbeats' own phase (done, failed) shows a rank's end."""
+
+    def close(self) -> None:
+        """Nothing held open: the widget keeps what it shows."""
 
     def hide_collectives(self) -> None:
         """Drop the collectives panel: for heartbeats that do not count them

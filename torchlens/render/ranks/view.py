@@ -28,6 +28,7 @@ from torchlens.analysis.ranks.steps import (
     step_rows,
 )
 from torchlens.model.payloads import RankProfiling
+from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import as_number, to_columns
 from torchlens.render.ddp.heartbeats import FLUSH_S
 from torchlens.render.ranks.bands import SPREAD_MEM, mem_spread_units, merge
@@ -79,15 +80,15 @@ class RankProfileView:
         self._widget: Any = None
         self.flushes = 0
         #: every record pushed, per rank (the analysis reads whole runs)
-        self.records: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
-        self.summaries: list[deque[dict[str, Any]]] = [deque(maxlen=KEEP_SUMMARIES)
+        self.records: list[list[StepRecord]] = [[] for _ in range(world_size)]
+        self.summaries: list[deque[StepSummary]] = [deque(maxlen=KEEP_SUMMARIES)
                                                        for _ in range(world_size)]
         self.ended: dict[int, str] = {}
-        self._new_steps: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
-        self._new_summaries: list[tuple[int, dict[str, Any]]] = []
+        self._new_steps: list[list[StepRecord]] = [[] for _ in range(world_size)]
+        self._new_summaries: list[tuple[int, StepSummary]] = []
         self._new_ended: list[tuple[int, str, float]] = []
         self._new_restarts: list[dict[str, Any]] = []
-        self._waiting: dict[int, dict[int, dict[str, Any]]] = {}  # step -> rank -> summary
+        self._waiting: dict[int, dict[int, StepSummary]] = {}  # step -> rank -> summary
         self._last_point: dict[int, tuple[int, float]] = {}
         self._mem_sources: set[str] = set()
         self._latest: tuple[int, float, float] | None = None  # step, start, end shown
@@ -116,17 +117,17 @@ class RankProfileView:
         (``torchlens run``'s live feed has no ops to draw)."""
         self.panels.tl_fig.visible = False
 
-    def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
+    def push_steps(self, rank: int, records: list[StepRecord]) -> None:
         """A batch of step records of ``rank`` (docs/RANK_PROFILE.md)."""
         if not records:
             return
         if self.t0 is None:
-            self.t0 = float(records[0]["t0"])
+            self.t0 = records[0].t0
         self.records[rank].extend(records)
         self._new_steps[rank].extend(records)
         self._dirty = True
 
-    def push_summary(self, rank: int, summary: dict[str, Any]) -> None:
+    def push_summary(self, rank: int, summary: StepSummary) -> None:
         """One profiled-step summary of ``rank``."""
         if self.t0 is None:
             self.t0 = float(summary["t0"])
@@ -200,7 +201,7 @@ class RankProfileView:
         step ended by then. Not simply its latest point: a replayed feed, or
         a restarted rank, has drawn steps after it."""
         for rec in reversed(self.records[rank]):
-            if isinstance(rec.get("t1"), (int, float)) and rec["t1"] <= t:
+            if rec.t1 <= t:
                 (row,) = step_rows(one_rank([rec]))
                 return row["step"], row["step_ms"]
         return self._last_point.get(rank, (0, 0.0))
@@ -376,7 +377,7 @@ class RankProfileView:
             for line in self.panels.prof_lines:
                 line.visible = joined
 
-    def _show_step(self, s: dict[str, Any]) -> None:
+    def _show_step(self, s: StepSummary) -> None:
         """Keep the timeline on the newest profiled step (every rank's copy of it)."""
         step, start, end = int(s["step"]), float(s["t0"]) - self.t0, float(s["t1"]) - self.t0
         if self._latest is not None and step < self._latest[0]:
@@ -408,7 +409,7 @@ def rank_profile_figures(profiling: RankProfiling, world_size: int, t0: float | 
             view.push_summary(r, s)
     for r, reason in sorted((ended or {}).items()):
         steps = profiling.steps[r] if r < len(profiling.steps) else []
-        t = (ended_at or {}).get(r) or (float(steps[-1]["t1"]) if steps else view.t0 or 0.0)
+        t = (ended_at or {}).get(r) or (steps[-1].t1 if steps else view.t0 or 0.0)
         view.rank_ended(r, reason, t)
     view.flush(force=True)
     return view.layout
