@@ -49,7 +49,10 @@ class Finding:
         return next((f.value for f in self.figures if f.name == name), default)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: what a manifest or a saved diff holds reads back equal."""
+        d = asdict(self)
+        d["figures"] = list(d["figures"])
+        return d
 
     def __str__(self) -> str:
         """The sentence and the advice, as one line (what ``--json`` and the

@@ -280,7 +280,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         lost_nodes=[dataclasses.asdict(n) for n in view.lost],
         restarts=[dataclasses.asdict(r) for r in view.restarts],
         started=collector.t0, dropped_messages=collector.dropped,
-        dropped_why=dict(collector.dropped_why), slow_rank=dataclasses.asdict(view.slow),
+        dropped_why=dict(collector.dropped_why),
+        slow_rank={**dataclasses.asdict(view.slow), "finding": view.slow.finding.to_dict()},
         memory_creep=[dataclasses.asdict(c) for c in view.creep], notes=list(view.notes),
         live=msgspec.convert(live, LiveEntry) if live is not None else None)
     write_manifest(run_dir, manifest)
