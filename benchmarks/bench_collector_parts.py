@@ -45,8 +45,10 @@ def multi_get_s(n: int, size: int, chunk: int | None, repeat: int) -> float:
 
 def view_s(n: int, records: int, repeat: int) -> float:
     from torchlens.analysis.ranks.verdict import run_view
+    from torchlens.model.records import StepRecord
 
-    steps = [[_record(i, i * 0.25, i * 0.25 + 0.25) for i in range(records)] for _ in range(n)]
+    steps = [[StepRecord.from_dict(_record(i, i * 0.25, i * 0.25 + 0.25)) for i in range(records)]
+             for _ in range(n)]
     ranks = [{"rank": r, "node": r // 8, "host": f"node{r // 8}", "silent_s": 0.1, "bye": None,
               "heartbeat": {"steps_done": records}, "steps_sent": records,
               "shared_run_dir": True} for r in range(n)]

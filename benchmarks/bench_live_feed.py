@@ -31,10 +31,12 @@ from typing import Any
 
 from bench_collector_load import _record as rank_record
 
+from torchlens.model.records import StepRecord
 
-def _record(step: int, t0: float) -> dict[str, Any]:
+
+def _record(step: int, t0: float) -> StepRecord:
     """A 100 ms step, shaped as the collector load benchmark's ranks send it."""
-    return rank_record(step, t0, t0 + 0.1)
+    return StepRecord.from_dict(rank_record(step, t0, t0 + 0.1))
 
 
 def _summary(rank: int, step: int, t0: float) -> dict[str, Any]:

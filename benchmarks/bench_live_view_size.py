@@ -37,6 +37,7 @@ def measure(n: int, steps: int) -> dict[str, Any]:
     from bokeh.models import GlyphRenderer
 
     from torchlens.frontends.ddp.live import ProfiledLiveView
+    from torchlens.model.records import StepRecord
 
     t = time.perf_counter()
     view = ProfiledLiveView(n, 10, False)
@@ -46,15 +47,17 @@ def measure(n: int, steps: int) -> dict[str, Any]:
     def push(lo: int, hi: int) -> None:
         for r in range(n):
             slow = 0.03 if r == n - 3 else 0.0
-            recs = [_record(s, T0 + 0.1 * s, T0 + 0.1 * (s + 1) + slow) for s in range(lo, hi)]
-            for rec in recs:
+            recs = []
+            for s in range(lo, hi):
+                rec = _record(s, T0 + 0.1 * s, T0 + 0.1 * (s + 1) + slow)
                 rec["mem"]["rss"] += r * (1 << 20)
+                recs.append(StepRecord.from_dict(rec))
             view.push_steps(r, recs)
             for rec in recs:
-                if rec["step"] % 10 == 9:
-                    view.push_summary(r, _summary(r, rec["step"], rec["t0"]))
-                view.push({"rank": r, "t_rel": rec["t1"] - T0, "t": rec["t1"], "phase": "step",
-                           "rss": rec["mem"]["rss"]})
+                if rec.step % 10 == 9:
+                    view.push_summary(r, _summary(r, rec.step, rec.t0))
+                view.push({"rank": r, "t_rel": rec.t1 - T0, "t": rec.t1, "phase": "step",
+                           "rss": rec.mem.rss})
 
     def flush() -> float:
         t = time.perf_counter()

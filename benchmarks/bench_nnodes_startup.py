@@ -55,10 +55,14 @@ def job_fn(rank, world_size):
 
 
 class FirstPoints:
-    """A launcher sink that notes when the first heartbeat came and when every rank was up."""
+    """A launcher sink (a ``RankFeed``) that notes when the first heartbeat came and
+    when every rank was up."""
 
     def __init__(self, n: int) -> None:
         self.n, self.first, self.all_up, self.up = n, None, None, set()
+
+    def start(self) -> None:
+        pass
 
     def push(self, hb: dict) -> None:
         now = time.perf_counter()
@@ -73,7 +77,16 @@ class FirstPoints:
         # init reaches the sink: its end says it was up (at the latest now)
         self.push({"rank": rank, "phase": "ended"})
 
+    def push_steps(self, rank: int, records: list) -> None:
+        pass
+
+    def push_summary(self, rank: int, summary: dict) -> None:
+        pass
+
     def flush(self, force: bool = False) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 

@@ -54,9 +54,9 @@ def main() -> None:
             super().__init__(*a, **k)
             self._waiting: list[float] = []
 
-        def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
+        def push_steps(self, rank: int, records: list[Any]) -> None:
             super().push_steps(rank, records)
-            self._waiting += [r["t1"] for r in records]
+            self._waiting += [r.t1 for r in records]
 
         def flush(self, force: bool = False) -> None:
             before = self.profile.flushes

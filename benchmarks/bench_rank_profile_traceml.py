@@ -220,7 +220,7 @@ res = ddp_check(fn, world_size=2, backend="gloo", profile=True, run_dir=run_dir,
 sr = res.slow_rank()
 prof = res.records.profiling
 print("TORCHLENS " + json.dumps({"outcome": res.records.outcome, "rank": sr.rank,
-      "cause": sr.cause, "words": sr.words, "every": prof.every,
+      "cause": sr.cause, "words": str(sr.finding), "every": prof.every,
       "profiled": sum(len(s) for s in prof.summaries)}))
 """
 

@@ -1,8 +1,8 @@
-"""How often an even multi-rank CPU run has a rank named as a straggler.
+"""How often an even multi-rank CPU run has a rank named as a slow rank.
 
-Runs ``make_gloo_run.py`` ``--runs`` times with no deliberate straggler and
+Runs ``make_gloo_run.py`` ``--runs`` times with no deliberate slow rank and
 counts the runs whose findings say a rank "arrived last" (the rule:
-``analysis.multirank.collectives``). Two setups side by side: ranks that
+``analysis.runs.slow_ranks``). Two setups side by side: ranks that
 only compute (4 ranks on this 2-core machine: the scheduler really holds
 one back) and ranks that each also load data for ``--base-ms`` (the even
 run ``tests/frontends/test_gloo_run.py`` uses).
@@ -44,7 +44,7 @@ def main() -> None:
         hits = [named(a.ranks, int(steps), float(base)) for _ in range(a.runs)]
         n = sum(bool(h) for h in hits)
         print(f"{a.ranks} ranks, {steps} steps, every rank loading {base} ms a step: "
-              f"{n} of {a.runs} runs named a straggler", flush=True)
+              f"{n} of {a.runs} runs named a slow rank", flush=True)
         for h in hits:
             if h:
                 print(f"  {h[0][:150]}", flush=True)

@@ -7,11 +7,12 @@ import json
 import pytest
 
 from torchlens.analysis.trace.headline import summarize
-from torchlens.analysis.trace.hints import Hint, find_hints
+from torchlens.analysis.trace.hints import find_hints
 from torchlens.analysis.trace.ops import op_table
 from torchlens.analysis.trace.steps import step_breakdown
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.model import Profile, TorchprofPayload
+from torchlens.model.findings import Finding
 
 
 def _x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):
@@ -34,8 +35,8 @@ def test_dataloader_share_hint_with_its_figure():
     ])
     hint = hints["Input pipeline takes a large share of each step"]
     assert hint.severity == "warning"
-    assert hint.evidence["dataloader_share"] == pytest.approx(0.4)
-    assert "40%" in hint.detail
+    assert hint.value("dataloader_share") == pytest.approx(0.4)
+    assert "40%" in hint.sentence and "num_workers" in hint.advice
 
 
 def test_gpu_idle_hint_and_no_hint_when_busy():
@@ -45,8 +46,8 @@ def test_gpu_idle_hint_and_no_hint_when_busy():
               _x("cudaLaunchKernel", 20, 5, "cuda_runtime", correlation=2),
               _x("k", 700, 100, "kernel", pid=0, tid=7, correlation=2, stream=7)]
     hint = _hints(events)["GPU idle between launches"]
-    assert hint.evidence["gpu_idle_share"] == pytest.approx(0.8)
-    assert hint.evidence["largest_gap_us"] == pytest.approx(500)
+    assert hint.value("gpu_idle_share") == pytest.approx(0.8)
+    assert hint.value("largest_gap_us") == pytest.approx(500)
     busy = events[:3] + [_x("k", 200, 790, "kernel", pid=0, tid=7, stream=7)]
     assert "GPU idle between launches" not in _hints(busy)
 
@@ -62,17 +63,17 @@ def test_syncs_inside_steps_are_counted_once():
         _x("aten::_local_scalar_dense", 2001, 48),
     ])
     hint = hints["Host-device synchronizations inside the loop"]
-    assert hint.evidence["syncs"] == 2
-    assert hint.evidence["by_name"] == {"aten::_local_scalar_dense": 1,
+    assert hint.value("syncs") == 2
+    assert hint.value("by_name") == {"aten::_local_scalar_dense": 1,
                                         "cudaStreamSynchronize": 1}
 
 
 def test_dominant_op_hint():
     hints = _hints([_x("aten::conv2d", 0, 3000), _x("aten::relu", 3000, 1000)])
     hint = hints["One op dominates CPU time"]
-    assert hint.evidence["op"] == "aten::conv2d"
-    assert hint.evidence["self_cpu_share"] == pytest.approx(0.75)
-    assert "75%" in hint.detail
+    assert hint.value("op") == "aten::conv2d"
+    assert hint.value("self_cpu_share") == pytest.approx(0.75)
+    assert "75%" in hint.sentence
     balanced = _hints([_x("aten::conv2d", 0, 2000), _x("aten::relu", 2000, 2000)])
     assert "One op dominates CPU time" not in balanced
 
@@ -88,9 +89,9 @@ def test_real_traces(traces_dir):
     assert "Host-device synchronizations inside the loop" not in found
     # the A100 DDP step leaves the GPU idle most of the time (kernels ~ 24% busy)
     a100 = {h.title: h for h in hints("a100_ddp_resnet_rank0_nccl.json.gz")}
-    idle = a100["GPU idle between launches"].evidence["gpu_idle_share"]
+    idle = a100["GPU idle between launches"].value("gpu_idle_share")
     assert 0.6 < idle < 0.9
-    assert all(isinstance(h, Hint) and h.evidence for h in a100.values())
+    assert all(isinstance(h, Finding) and h.figures and h.advice for h in a100.values())
     # CPU-only trace without GPU work: no GPU hint
     gloo = {h.title for h in hints("cpu_only_gloo_rank34.json.gz")}
     assert "GPU idle between launches" not in gloo
@@ -110,8 +111,8 @@ def test_sync_hint_on_gpu_traces_only(traces_dir, plain):
     assert any(e.get("cat") == "kernel" for e in raw) and len(reads) >= 1
     trace = load_trace(path)
     found = {h.title: h for h in find_hints(trace, op_table(trace), step_breakdown(trace))}
-    assert found[sync].evidence["syncs"] == len(reads)
-    assert "until the GPU catches up" in found[sync].detail
+    assert found[sync].value("syncs") == len(reads)
+    assert "until the GPU catches up" in found[sync].advice
     cpu = _hints([_x("ProfilerStep#1", 0, 1000, "user_annotation"),
                   _x("aten::item", 100, 50), _x("aten::_local_scalar_dense", 101, 48)])
     assert sync not in cpu
@@ -152,7 +153,7 @@ def test_counts_are_singular_when_one():
         _x("k", 20, 900, "kernel", pid=0, tid=7, correlation=1, stream=7),
         _x("aten::item", 100, 50), _x("aten::_local_scalar_dense", 101, 48),
     ])
-    detail = hints["Host-device synchronizations inside the loop"].detail
+    detail = hints["Host-device synchronizations inside the loop"].sentence
     assert detail.startswith("1 sync inside 1 step (")
     assert "1 syncs" not in detail and "1 steps" not in detail
 
@@ -170,10 +171,10 @@ def test_a_step_five_times_the_median_is_named():
     """Issue 11: a step that takes five times the median deserves a hint naming it."""
     hint = _steps([2, 2, 11, 2, 2])["Slow 1 step"]
     assert hint.title == "Slow 1 step: #2" and hint.severity == "warning"
-    assert "5.5x the median step" in hint.detail and "11.0 ms" in hint.detail
-    assert hint.evidence["slow_steps"] == [2] and hint.evidence["ratio"] == pytest.approx(5.5)
+    assert "5.5x the median step" in hint.sentence and "11.0 ms" in hint.sentence
+    assert hint.value("slow_steps") == [2] and hint.value("ratio") == pytest.approx(5.5)
     first = _steps([20, 2, 2, 2])["Slow 1 step"]
-    assert first.title.endswith("#0") and "first step" in first.detail
+    assert first.title.endswith("#0") and "first step" in first.advice
     assert not any(t.startswith("Slow") for t in _steps([2, 2, 9, 2, 2]))  # 4.5x
     assert not any(t.startswith("Slow") for t in _steps([20, 2]))  # no median of 2 steps
     assert _steps([12, 2, 2, 12, 2])["Slow 2 steps"].title == "Slow 2 steps: #0, #3"

@@ -22,11 +22,10 @@ from torchlens.analysis.runs.collectives import (
     busbw_factor,
     collective_rows,
     collective_table,
-    findings,
     rank_collectives,
     records,
-    straggler_rows,
 )
+from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli import main
 from torchlens.frontends.runs import api as run_api
@@ -153,7 +152,8 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
         assert stragglers[r]["waited_us"] == pytest.approx(caused[1 - r], abs=10.0)
     assert last_count == {0: 5, 1: 2}
     # 5 of 7 for one of two ranks is no standout (binomial chance 23%)
-    (sentence,) = findings(figures, 128)
+    (said,) = findings(figures, 128)
+    sentence = said.sentence
     assert "disagree at 3 of 10" in sentence and "seq 3" in sentence
 
 
@@ -231,7 +231,9 @@ def test_a_late_rank_is_named_by_stragglers_and_findings(tmp_path):
     assert list(stragglers.set_index("rank").loc[[0, 1, 3], "waited_us"]) == \
         pytest.approx([8 * LATE_US] * 3, abs=5)
     (sentence,) = run.findings()
-    assert sentence.startswith("rank 2 arrived last at 100% of allreduces (8 of 8)")
+    # no step breakdown in these traces: no part can explain it
+    assert sentence.startswith("rank 2 is the slow rank: no measured part explains it; it "
+                               "arrived last at 100% of allreduces (8 of 8)")
     assert "120.0 ms in total" in sentence and "15.0 ms per allreduce" in sentence
 
 
@@ -248,7 +250,8 @@ def test_a_mismatch_at_one_seq_is_reported_not_paired(tmp_path):
     top = run.stragglers().iloc[0]
     assert top["rank"] == 2 and top["last"] == 7 and top["collectives"] == 7
     found = run.findings()
-    assert found[0].startswith("rank 2 arrived last at 100% of allreduces (7 of 7)")
+    assert found[0].startswith("rank 2 is the slow rank: ")
+    assert "it arrived last at 100% of allreduces (7 of 7)" in found[0]
     assert "disagree at 1 of 8" in found[1] and "seq 3" in found[1]
 
 
@@ -266,7 +269,7 @@ def test_analyze_json_carries_collectives_stragglers_and_findings(tmp_path, caps
     assert {"collectives", "collectives_left_out", "stragglers", "findings"} <= set(
         run_api.JSON_SCHEMA)
     assert main(["analyze", str(folder)]) == 0
-    assert "- rank 2 arrived last" in capsys.readouterr().out
+    assert "- rank 2 is the slow rank" in capsys.readouterr().out
 
 
 def test_an_even_run_has_no_findings(tmp_path):
@@ -294,8 +297,10 @@ def test_the_chance_rule_counts_every_rank_that_could_have_been_named():
     # 4 x 0.42% of the time; at 7 of 8, 4 x 0.05%
     ranks = {r: [] for r in range(4)}
     assert findings(ranks, 4, rows=_rows_last([2, 2, 2, 0, 2, 2, 1, 2])) == []
-    (sentence,) = findings(ranks, 4, rows=_rows_last([2, 2, 2, 0, 2, 2, 2, 2]))
-    assert sentence.startswith("rank 2 arrived last at 88% of allreduces (7 of 8)")
+    (said,) = findings(ranks, 4, rows=_rows_last([2, 2, 2, 0, 2, 2, 2, 2]))
+    assert said.sentence.startswith("rank 2 is the slow rank: no measured part explains it; "
+                                    "it arrived last at 88% of allreduces (7 of 8)")
+    assert (said.severity, said.value("last"), said.value("compared")) == ("warning", 7, 8)
 
 
 # ---------------------------------------------------------------- units

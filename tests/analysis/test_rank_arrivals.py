@@ -1,4 +1,4 @@
-"""``analysis.rank_arrivals``: matching one step's collectives across ranks by ``seq``."""
+"""``analysis.ranks.arrivals``: matching one step's collectives across ranks by ``seq``."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def test_one_rank_and_missing_fields() -> None:
                      "last_rank": 3, "last_t0": 1.0, "spread_ms": 0.0}]
 
 
-def test_a_tie_goes_to_the_higher_rank() -> None:
+def test_a_tie_goes_to_the_lower_rank_as_in_a_multi_rank_run() -> None:
+    """One rule (``last_arrival``) for the live view and ``analysis.runs.collectives``."""
     rows = collective_arrivals({0: summary((0, 5.0, 0)), 1: summary((0, 5.0, 0))})
-    assert rows[0]["last_rank"] == 1
+    assert rows[0]["last_rank"] == 0

@@ -13,15 +13,13 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from torchlens.analysis.ddp.checks import checklist, summary
-from torchlens.analysis.ranks.steps import (
-    CAUSE_WORDS,
-    memory_creep,
-    rank_table,
-    slow_rank,
-    step_rows,
-)
+from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.analysis.ranks.steps import memory_creep, rank_table, step_rows
 from torchlens.model.payloads import DdpRun, RankProfiling
+from torchlens.model.records import StepMemory, StepRecord
 
 MiB = 1 << 20
 BASE = {"data": 0.010, "forward": 0.012, "bwd": 0.020, "optimizer": 0.002, "other": 0.003}
@@ -31,10 +29,9 @@ ALLREDUCE = 0.004
 def _mem(r, s, cuda, alloc, rss):
     grow = alloc.get(r, 0) * s
     if not cuda:
-        return {"rss": 400 * MiB + rss.get(r, 0) * s, "allocated": None, "reserved": None,
-                "inactive_split": None, "largest_free": None, "source": "rss"}
-    return {"rss": 900 * MiB, "allocated": 100 * MiB + grow, "reserved": 160 * MiB + grow,
-            "inactive_split": 8 * MiB, "largest_free": None, "source": "cuda"}
+        return StepMemory(rss=400 * MiB + rss.get(r, 0) * s, source="rss")
+    return StepMemory(rss=900 * MiB, allocated=100 * MiB + grow, reserved=160 * MiB + grow,
+                      inactive_split=8 * MiB, source="cuda")
 
 
 def simulate(ranks=4, n=40, extra=None, noise=0.0, seed=0, backward=True, cuda=True,
@@ -70,9 +67,9 @@ def simulate(ranks=4, n=40, extra=None, noise=0.0, seed=0, backward=True, cuda=T
                       {"data": p["data"], "forward": 0.0, "backward": 0.0, "optimizer": 0.0,
                        "collective": done - reach[r]})
             profiled = every > 0 and s % every == every - 1
-            steps[r].append({"step": s, "t0": clock[r], "t1": t1, "phases": phases,
-                             "profiled": profiled, "window": False,
-                             "mem": _mem(r, s, cuda, alloc, rss)})
+            steps[r].append(StepRecord(step=s, t0=clock[r], t1=t1, phases=phases,
+                                       profiled=profiled, window=False,
+                                       mem=_mem(r, s, cuda, alloc, rss)))
             if profiled and not cuda:
                 grow = modelled.get(r, 0) * s
                 summaries[r].append({"rank": r, "step": s, "t0": clock[r], "t1": t1,
@@ -89,13 +86,16 @@ def simulate(ranks=4, n=40, extra=None, noise=0.0, seed=0, backward=True, cuda=T
 def test_a_rank_slow_at_loading_data_is_named_and_the_data_blamed():
     """Rank 2 takes 30 ms more for its batch; the others wait those 30 ms in backward."""
     steps, _ = simulate(extra={2: {"data": 0.030}})
-    others_backward = [s["phases"]["backward"] for s in steps[0]]
-    assert min(others_backward) > steps[2][0]["phases"]["backward"] + 0.029
+    others_backward = [s.phases["backward"] for s in steps[0]]
+    assert min(others_backward) > steps[2][0].phases["backward"] + 0.029
     v = slow_rank(steps)
     assert (v.rank, v.cause) == (2, "data")
-    assert v.words.startswith("rank 2 is the slow rank: waiting for data (")
-    assert "others waited 30.0 ms per step for it" in v.words
-    assert "its data loading took 4.0x the median" in v.words
+    said = v.finding
+    assert said.sentence.startswith("rank 2 is the slow rank: its data loading took 40.0 ms "
+                                    "per step, 4.0x the others' median (10.0 ms)")
+    assert "the others waited 30.0 ms per step for it (last in 20 of 20 steps)" in said.sentence
+    assert said.severity == "warning" and "DataLoader" in said.advice
+    assert said.value("wait_per_step_ms") == pytest.approx(30.0)
     assert v.late_share == 1.0 and v.steps == 20
     assert abs(v.skew_pct) < 1  # DDP evens the step times out: skew alone would miss it
 
@@ -103,14 +103,15 @@ def test_a_rank_slow_at_loading_data_is_named_and_the_data_blamed():
 def test_a_rank_with_extra_forward_compute_is_blamed_on_compute():
     v = slow_rank(simulate(extra={1: {"forward": 0.025}})[0])
     assert (v.rank, v.cause) == (1, "compute")
-    assert f"rank 1 is the slow rank: {CAUSE_WORDS['compute']}" in v.words
-    assert "others waited 25.0 ms" in v.words
+    assert "rank 1 is the slow rank: its forward, optimizer and other work took" in v.finding.sentence
+    assert "others waited 25.0 ms" in v.finding.sentence
 
 
 def test_equal_ranks_have_no_slow_rank():
     v = slow_rank(simulate()[0])
     assert v.rank is None and v.cause is None
-    assert v.words == "no slow rank: step times within 1% (median 51.0 ms)"
+    assert v.finding.sentence == "no slow rank: step times within 1% (median 51.0 ms)"
+    assert v.finding.severity == "passed"
     assert round(v.median_step_ms, 3) == 51.0 and v.late_share == 0.0
 
 
@@ -118,14 +119,14 @@ def test_noise_on_every_phase_still_names_the_right_rank():
     for seed in range(5):
         steps, _ = simulate(ranks=8, n=60, extra={5: {"data": 0.015}}, noise=0.002, seed=seed)
         v = slow_rank(steps)
-        assert (v.rank, v.cause) == (5, "data"), (seed, v.words)
+        assert (v.rank, v.cause) == (5, "data"), (seed, v.finding)
 
 
 def test_noise_alone_names_nobody():
     for seed in range(5):
         v = slow_rank(simulate(ranks=8, n=60, noise=0.002, seed=seed)[0])
-        assert v.rank is None, (seed, v.words)
-        assert v.words.startswith("no slow rank")
+        assert v.rank is None, (seed, v.finding)
+        assert v.finding.sentence.startswith("no slow rank")
 
 
 def test_a_rank_that_died_leaves_the_steps_every_rank_finished():
@@ -133,14 +134,14 @@ def test_a_rank_that_died_leaves_the_steps_every_rank_finished():
     steps[3] = steps[3][:12]
     v = slow_rank(steps)
     assert (v.rank, v.cause, v.steps) == (0, "data", 12)
-    assert "arrived last in 12 of 12 steps" in v.words
+    assert "last in 12 of 12 steps" in v.finding.sentence
 
 
 def test_a_live_window_uses_the_last_common_steps():
     """Rank 1 is slow only lately; rank 3's newest steps have not arrived yet."""
     early, _ = simulate(n=30)
     late, _ = simulate(n=30, extra={1: {"data": 0.020}})
-    steps = [e + [{**rec, "step": rec["step"] + 30} for rec in lt] for e, lt in zip(early, late, strict=True)]
+    steps = [e + [rec.replace(step=rec.step + 30) for rec in lt] for e, lt in zip(early, late, strict=True)]
     steps[3] = steps[3][:-5]
     v = slow_rank(steps, window=20)
     assert (v.rank, v.cause, v.steps) == (1, "data", 20)
@@ -148,27 +149,30 @@ def test_a_live_window_uses_the_last_common_steps():
 
 
 def test_one_rank_or_no_common_step_names_nobody():
-    assert slow_rank(simulate(ranks=1)[0]).words == "no slow rank: one rank, nothing to compare"
+    said = slow_rank(simulate(ranks=1)[0]).finding
+    assert (said.sentence, said.severity) == ("no slow rank: one rank, nothing to compare",
+                                              "not applicable")
     steps, _ = simulate(ranks=2)
     steps[1] = []
-    assert slow_rank(steps).words == "no slow rank: only one rank has reported steps"
-    assert slow_rank([[], []]).words == "no slow rank: no rank has reported a step"
+    assert str(slow_rank(steps).finding) == "no slow rank: only one rank has reported steps"
+    assert str(slow_rank([[], []]).finding) == "no slow rank: no rank has reported a step"
 
 
 def test_an_explicit_all_reduce_loop_without_backward():
     """No backward: the wait is in the collective, rank 1's extra work is untimed (other)."""
     v = slow_rank(simulate(extra={1: {"bwd": 0.020}}, backward=False)[0])
     assert (v.rank, v.cause) == (1, "compute")
-    assert "others waited 20.0 ms" in v.words
+    assert "others waited 20.0 ms" in v.finding.sentence
 
 
 def test_records_with_missing_phases_and_memory_still_name_the_rank():
     """Phases that were never timed are absent or null; memory was not sent."""
     steps, _ = simulate(extra={3: {"bwd": 0.020}}, backward=False)
+    steps = [[rec.replace(mem=None) for rec in recs] for recs in steps]
     for recs in steps:
         for rec in recs:
-            del rec["phases"]["forward"], rec["phases"]["backward"], rec["mem"]
-            rec["phases"]["optimizer"] = None
+            del rec.phases["forward"], rec.phases["backward"]
+            rec.phases["optimizer"] = None
     v = slow_rank(steps)
     assert (v.rank, v.cause) == (3, "compute")
     assert memory_creep(steps, []) == []
@@ -181,24 +185,25 @@ def test_a_rank_held_up_in_its_own_collective():
     all_reduce last, having spent the time in a collective."""
     v = slow_rank(simulate(extra={0: {"gather": 0.020}})[0])
     assert (v.rank, v.cause) == (0, "collective")
-    assert "waiting in a collective" in v.words and "others waited 20.0 ms" in v.words
+    assert "its own collectives took" in v.finding.sentence
+    assert "others waited 20.0 ms" in v.finding.sentence
 
 
 def test_a_gap_no_measured_part_explains():
     """Rank 2's steps are shorter than its peers' (its clock ends the step before
     the optimizer), so its lead cannot be pinned on data or compute."""
     steps, _ = simulate(extra={2: {"data": 0.030}})
+    steps[2] = [rec.replace(t1=rec.t1 - 0.040) for rec in steps[2]]
     for rec in steps[2]:
-        rec["t1"] -= 0.040
-        rec["phases"]["data"] -= 0.030
+        rec.phases["data"] -= 0.030
     v = slow_rank(steps)
     assert v.rank == 2 and v.cause is None
-    assert "no measured part explains it (data +0.0 ms" in v.words
+    assert "no measured part explains it (data +0.0 ms" in v.finding.sentence
 
 
 def test_step_rows_and_rank_table_show_phases_in_ms():
     steps, summaries = simulate(extra={2: {"data": 0.030}})
-    steps[0][0]["phases"]["collective"] = None  # not measured stays unmeasured
+    steps[0][0].phases["collective"] = None  # not measured stays unmeasured
     rows = step_rows(steps)
     assert len(rows) == 160
     first = rows[0]
@@ -292,7 +297,8 @@ def test_rss_warm_up_stairs_and_wobble_are_not_creep():
     steps, _ = simulate(cuda=False)
     rng = random.Random(3)
     for rank, records in enumerate(steps):
-        for rec in records:
-            stairs = (3 * MiB if rec["step"] >= 9 else 0) + (2 * MiB if rec["step"] >= 15 else 0)
-            rec["mem"]["rss"] += stairs + rng.randint(-64, 64) * 1024 * (rank + 1)
+        for i, rec in enumerate(records):
+            stairs = (3 * MiB if rec.step >= 9 else 0) + (2 * MiB if rec.step >= 15 else 0)
+            rss = rec.mem.rss + stairs + rng.randint(-64, 64) * 1024 * (rank + 1)
+            records[i] = rec.replace(mem=rec.mem.replace(rss=rss))
     assert memory_creep(steps, []) == []

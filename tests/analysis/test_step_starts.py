@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from torchlens.analysis.ranks.starts import StepStarts
+from torchlens.model.records import StepRecord
 
 
-def _recs(steps: range, start: int = 0, t0: float = 0.0) -> list[dict]:
+def _recs(steps: range, start: int = 0, t0: float = 0.0) -> list[StepRecord]:
     out = []
     for i in steps:
-        rec = {"step": i, "t0": t0 + i, "t1": t0 + i + 0.5, "data_ms": 1.0}
-        if start:
-            rec["restart"] = start
-        out.append(rec)
+        rec = StepRecord(step=i, t0=t0 + i, t1=t0 + i + 0.5, phases={"data": 0.001})
+        out.append(rec.replace(restart=start) if start else rec)
     return out
 
 
@@ -20,14 +19,14 @@ def test_a_restart_is_drawn_after_every_step_of_the_start_before_it():
     # rank 1 did one step more before the restart; both arrive in one frame
     placed = s.place_steps({0: _recs(range(5)) + _recs(range(3), 1, 100.0),
                             1: _recs(range(6)) + _recs(range(3), 1, 100.0)})
-    assert [r["step"] for r in placed[0]] == [0, 1, 2, 3, 4, 6, 7, 8]
-    assert [r["step"] for r in placed[1]] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r.step for r in placed[0]] == [0, 1, 2, 3, 4, 6, 7, 8]
+    assert [r.step for r in placed[1]] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
     assert s.take_marks() == [(1, 6)] and s.take_marks() == []
     # the records keep everything else; the first start's are passed as they are
-    assert placed[0][5]["data_ms"] == 1.0 and placed[0][5]["restart"] == 1
+    assert placed[0][5].phases == {"data": 0.001} and placed[0][5].restart == 1
     # later frames of start 1 keep its offset; start 2 goes after it
     later = s.place_steps({0: _recs(range(3, 5), 1, 100.0) + _recs(range(2), 2, 200.0)})
-    assert [r["step"] for r in later[0]] == [9, 10, 11, 12]
+    assert [r.step for r in later[0]] == [9, 10, 11, 12]
     assert s.take_marks() == [(2, 11)]
     assert s.marks() == [(1, 6), (2, 11)]  # every restart, for a view drawn anew
 
@@ -54,4 +53,4 @@ def test_summaries_follow_their_start_by_its_tag_or_by_time():
     fresh.place_steps({0: _recs(range(4))})
     assert fresh.place_summary(0, {"step": 0, "t0": 50.0, "restart": 1})["step"] == 4
     assert fresh.take_marks() == [(1, 4)]
-    assert [r["step"] for r in fresh.place_steps({0: _recs(range(2), 1, 50.0)})[0]] == [4, 5]
+    assert [r.step for r in fresh.place_steps({0: _recs(range(2), 1, 50.0)})[0]] == [4, 5]

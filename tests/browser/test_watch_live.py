@@ -109,7 +109,7 @@ def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: 
             n = (page.evaluate(PANEL_POINTS_JS) or {}).get(STEP_PANEL, 0)
             if not counts or n != counts[-1]:
                 counts.append(n)
-            if shot is None and n >= 200 and "straggler" in cell.inner_text():
+            if shot is None and n >= 200 and "slow rank" in cell.inner_text():
                 shot = SHOTS / "watch-live-running.png"
                 cell.screenshot(path=str(shot))
             page.wait_for_timeout(500)
@@ -122,7 +122,7 @@ def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: 
         final = (page.evaluate(PANEL_POINTS_JS) or {}).get(STEP_PANEL, 0)
         assert final >= 2 * 250, final  # two lines of 250 steps (+ profiled-step circles)
         text = cell.inner_text()
-        assert "rank 1 is the straggler" in text and "finished" in text, text[:2000]
+        assert "rank 1 is the slow rank" in text and "finished" in text, text[:2000]
         cell.screenshot(path=str(SHOTS / "watch-live-ended.png"))
         assert not errors, errors
         assert prompt(page, 2).startswith("[")
@@ -136,7 +136,7 @@ def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: 
         page.reload(timeout=60_000)
         reopened = page.locator(".jp-Notebook .jp-Cell").nth(1)
         reopened.get_by_text("kept when the notebook is saved").first.wait_for(timeout=60_000)
-        assert "rank 1 is the straggler" in reopened.inner_text()
+        assert "rank 1 is the slow rank" in reopened.inner_text()
         reopened.screenshot(path=str(SHOTS / "watch-live-reopened.png"))
     finally:
         page.close()

@@ -277,11 +277,26 @@ def test_the_live_view_is_built_once_the_ranks_are_spawned():
 
     seen: list[int] = []
 
-    class Inner:
+    class Inner:  # a RankFeed with nothing to draw
+        def start(self):
+            pass
+
         def push(self, hb):
             pass
 
+        def push_steps(self, rank, records):
+            pass
+
+        def push_summary(self, rank, summary):
+            pass
+
+        def rank_ended(self, rank, reason, t):
+            pass
+
         def flush(self, force=False):
+            pass
+
+        def close(self):
             pass
 
     def make_inner():

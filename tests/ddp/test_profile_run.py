@@ -35,7 +35,7 @@ def test_every_rank_reports_every_step_and_the_slow_rank_is_named(tmp_path):
     prof = res.records.profiling
     assert [len(s) for s in prof.steps] == [24] * 4
     # the timers saw where the time went: rank 2 waited for its batches
-    data = [sum(r["phases"]["data"] for r in s[4:]) for s in prof.steps]
+    data = [sum(r.phases["data"] for r in s[4:]) for s in prof.steps]
     assert data[2] > 3 * max(data[0], data[1], data[3])
     slow = res.item("slow rank")
     assert slow.status != "passed"
@@ -58,7 +58,7 @@ def test_run_folder_holds_each_ranks_profiled_traces_and_steps(tmp_path):
         lines = (run / f"rank{rank}" / "steps.jsonl").read_text().splitlines()
         assert [json.loads(line)["step"] for line in lines] == list(range(12))
     # the profiled steps are the same on every rank, so their timelines line up
-    profiled_steps = [[r["step"] for r in s if r["profiled"]] for s in res.records.profiling.steps]
+    profiled_steps = [[r.step for r in s if r.profiled] for s in res.records.profiling.steps]
     assert profiled_steps == [[3, 7, 11]] * 2
     # --export DIR/ copies the folder with the result beside the traces
     copy = res.export(str(tmp_path / "copy") + "/")
@@ -86,7 +86,7 @@ def test_code_without_torchlens_step_is_cut_into_windows_and_said(tmp_path):
     res = _run(profiled.no_steps, tmp_path, profile_window=0.2, profile_every=2)
     prof = res.records.profiling
     assert prof.windows
-    assert all(len(s) >= 3 and all(r["window"] for r in s) for s in prof.steps)
+    assert all(len(s) >= 3 and all(r.window for r in s) for s in prof.steps)
     assert any("torchlens.step()" in (i.evidence + i.advice) for i in res.checklist)
     assert_clean(res)
 
@@ -155,7 +155,7 @@ def test_run_folder_traces_read_back_with_torchlens_report_give_the_live_step_ti
     run = tmp_path / "run"
     checked = 0
     for rank in (0, 1):
-        records = {r["step"]: r for r in prof.steps[rank]}
+        records = {r.step: r for r in prof.steps[rank]}
         for summary in prof.summaries[rank]:
             trace = run / summary["trace"]
             report = Result(load_input(str(trace))).steps()
@@ -164,8 +164,8 @@ def test_run_folder_traces_read_back_with_torchlens_report_give_the_live_step_ti
             assert summary["step_ms"] == pytest.approx(row["dur_us"] / 1000, abs=0.001)
             # and the step's timer on the rank agrees (the span opens inside step())
             timed = records[summary["step"]]
-            assert (timed["t1"] - timed["t0"]) * 1000 == pytest.approx(summary["step_ms"],
-                                                                       rel=0.02, abs=1.0)
+            assert (timed.t1 - timed.t0) * 1000 == pytest.approx(summary["step_ms"],
+                                                                 rel=0.02, abs=1.0)
             checked += 1
         assert main(["report", str(run / prof.summaries[rank][0]["trace"]), "-o",
                      str(tmp_path / f"r{rank}.html")]) == 0
@@ -182,6 +182,7 @@ def test_a_rank_with_huge_steps_sends_bounded_summaries_and_the_kernel_stays_sma
     assert len(sizes) == 4 and max(sizes) <= 64 * 1024
     assert min(s["events"] for rank in prof.summaries for s in rank) > 250_000
     on_disk = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
-    kept = len(json.dumps({"steps": prof.steps, "summaries": prof.summaries}))
+    kept = len(json.dumps({"steps": [[r.to_dict() for r in s] for s in prof.steps],
+                           "summaries": prof.summaries}))
     assert on_disk > 30 * kept, (on_disk, kept)
     assert [len(s) for s in prof.steps] == [4, 4]  # every step still reported

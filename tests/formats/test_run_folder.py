@@ -1,4 +1,4 @@
-"""Finding a run's per-rank traces (``formats.run_folder.discover``) and naming
+"""Finding a run's per-rank traces (``formats.run_folder.sources.discover``) and naming
 everything wrong with the input, as a user of ``torchlens report RUN_DIR`` reads it."""
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from torchlens.capture.ddp.launcher import DdpOptions, write_run_folder
-from torchlens.formats.run_folder import RankFile, discover, peek, rank_from_name
+from torchlens.formats.kineto.peek import peek
+from torchlens.formats.run_folder.manifest import (
+    SOURCE_DDP_CHECK,
+    VERSION,
+    Manifest,
+    read_manifest,
+)
+from torchlens.formats.run_folder.sources import RankFile, discover, rank_from_name
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,6 +143,18 @@ def test_torch_run_folder(torch_run):
         RankFile(r, [str(torch_run / f"rank{r}" / f"step{s:05d}.pt.trace.json")
                      for s in (3, 12)], 2, "manifest")
         for r in (0, 1)]
+
+
+def test_ddp_check_writes_the_typed_manifest(torch_run):
+    """%ddp_check --profile's folder carries the one Manifest type (as torchlens run's
+    does, tests/run/test_watch_feed.py), version 2, with its source."""
+    manifest = read_manifest(str(torch_run))
+    assert isinstance(manifest, Manifest)
+    assert (manifest.version, manifest.source, manifest.backend) == (
+        VERSION, SOURCE_DDP_CHECK, "gloo")
+    assert manifest.profile == {"every": 5} and manifest.run_id is None
+    assert [e.traces for e in manifest.ranks] == [
+        [f"rank{r}/step{s:05d}.pt.trace.json" for s in (3, 12)] for r in (0, 1)]
 
 
 def test_torch_writes_distributed_info_in_the_head(torch_run):
@@ -381,16 +400,19 @@ def test_no_rank(tmp_path):
 
 def test_hostile_input_never_raises(tmp_path):
     """Deep nesting, a manifest of the wrong shapes, checkpoints copies: named or
-    skipped, never a traceback."""
+    skipped, never a traceback. The typed manifest names its wrong field (the
+    traces are then placed as without a manifest)."""
     write(tmp_path / "deep.json", b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
     (tmp_path / "manifest.json").write_text(
         '{"format": "torchlens-run", "ranks": 5, "world_size": "two"}')
     write(tmp_path / "rank0" / "step1.pt.trace.json", trace_bytes(0, 1))
     write(tmp_path / ".ipynb_checkpoints" / "rank0-checkpoint.json", trace_bytes(0, 1))
     run = discover(tmp_path)
-    assert [(r.rank, r.source, r.world_size) for r in run.ranks] == [(0, "manifest", 1)]
-    assert kinds(run) == [("not a trace", "deep.json")]
-    assert "nested too deeply" in run.problems[0].message
+    assert [(r.rank, r.source, r.world_size) for r in run.ranks] == [
+        (0, "distributedInfo", 1)]
+    assert kinds(run) == [("unreadable", "manifest.json"), ("not a trace", "deep.json")]
+    assert "Expected `array`, got `int` - at `$.ranks`" in run.problems[0].message
+    assert "nested too deeply" in run.problems[1].message
 
 
 def test_nothing_there(tmp_path):

@@ -92,10 +92,11 @@ def test_the_straggler_is_named_with_its_wait_and_its_cause(four):
     others = median(_loading_per_step(docs[r]) for r in (0, 1, 3))
     assert top["cause_others_us"] == pytest.approx(others, abs=0.01)
     assert top["cause_us"] > 35_000 > 10 * others
-    (sentence,) = [f for f in run.findings() if f.startswith("rank 2 arrived last")]
+    (sentence,) = [f for f in run.findings() if f.startswith("rank 2 is the slow rank")]
     assert "its data loading took" in sentence and "per step" in sentence
-    assert not any(f.startswith(("rank 0 arrived", "rank 1 arrived", "rank 3 arrived"))
-                   for f in run.findings())
+    assert "arrived last" in sentence and "input pipeline" in sentence
+    assert not any(f.startswith(("rank 0 is the slow", "rank 1 is the slow",
+                                 "rank 3 is the slow")) for f in run.findings())
 
 
 def test_analyze_json_and_the_report_say_the_same(four, tmp_path, capsys):
@@ -107,7 +108,7 @@ def test_analyze_json_and_the_report_say_the_same(four, tmp_path, capsys):
     out = tmp_path / "run.html"
     assert main(["report", str(four), "-o", str(out)]) == 0
     page = out.read_text()
-    assert "rank 2 arrived last" in page and "data loading" in page
+    assert "rank 2 is the slow rank" in page and "data loading" in page
 
 
 # 8 ranks need 8 steps: last at 3 of 4 allreduces is what one rank or another
@@ -121,7 +122,7 @@ def test_two_and_eight_ranks_name_their_straggler(tmp_path, ranks, slow, steps):
     assert run.ranks == list(range(ranks))
     top = run.stragglers().iloc[0]
     assert top["rank"] == slow and top["cause"] == "dataloader"
-    assert any(f.startswith(f"rank {slow} arrived last") for f in run.findings())
+    assert any(f.startswith(f"rank {slow} is the slow rank") for f in run.findings())
 
 
 def test_an_even_run_names_no_straggler(tmp_path):

@@ -86,14 +86,30 @@ def test_ddp_check_publishes_every_ranks_memory(fake_server):
 def test_rank_sink_builds_its_live_view_on_start():
     made = []
 
-    class Inner:
+    class Inner:  # a RankFeed that keeps the heartbeats
         def __init__(self):
             self.pushed = []
+            self.started = 0
+
+        def start(self):
+            self.started += 1
 
         def push(self, hb):
             self.pushed.append(hb)
 
+        def push_steps(self, rank, records):
+            pass
+
+        def push_summary(self, rank, summary):
+            pass
+
+        def rank_ended(self, rank, reason, t):
+            pass
+
         def flush(self, force=False):
+            pass
+
+        def close(self):
             pass
 
     def make():
@@ -177,7 +193,10 @@ def test_profiled_run_memory_reaches_the_sidebar_and_the_live_view(fake_server, 
     cloudpickle.register_pickle_by_value(profiled)
     seen = {"steps": 0, "summaries": 0, "ended": []}
 
-    class View:
+    class View:  # a RankFeed that counts what it is given
+        def start(self):
+            pass
+
         def push(self, hb):
             pass
 
@@ -191,6 +210,9 @@ def test_profiled_run_memory_reaches_the_sidebar_and_the_live_view(fake_server, 
             seen["ended"].append((rank, reason))
 
         def flush(self, force=False):
+            pass
+
+        def close(self):
             pass
 
     import torchlens.frontends.live_publish as lp

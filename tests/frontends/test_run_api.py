@@ -104,7 +104,7 @@ def test_report_of_a_folder_is_one_page_with_findings_tables_and_named_bad_files
     assert main(["report", str(two_ranks), "-o", str(out)]) == 0
     page = out.read_text(encoding="utf-8")
     for heading in ("Findings", "GPU time per rank", "Step time across ranks",
-                    "Who the others waited for (stragglers)", "Collectives across ranks",
+                    "Who the others waited for (slow ranks)", "Collectives across ranks",
                     "Communication overlapped by compute", "Kernels by kind",
                     "Idle time per stream", "Inputs that could not be used"):
         assert heading in page, heading

@@ -214,6 +214,11 @@ def test_diff_result_saves_and_renders_again(runs, tmp_path) -> None:
     again = torchlens.load(saved)
     assert again.kind == "diff" and kinds.text(again) == kinds.text(d.profile)
     assert d.verdict in repr(d)
+    assert isinstance(d.diff["verdict"], dict) and d.to_json()["verdict"] == d.verdict
+    # a diff saved by an older torchlens holds the verdict as a plain sentence
+    again.payload.diff["verdict"] = "step time 1.0 ms -> 2.0 ms (+100.0%); older words"
+    assert "diff: step time 1.0 ms -> 2.0 ms (+100.0%); older words" in kinds.text(again)
+    assert "older words" in kinds.report_html(again)
 
 
 def _x(name, ts, dur, cat, pid=1, tid=1, **args):

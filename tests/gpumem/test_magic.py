@@ -62,7 +62,7 @@ def test_oom_in_the_cell_is_diagnosed_and_reraised(shell, capsys):
     d = shell.user_ns["r"].diagnosis()
     assert d is not None and d.requested == 2 * 1024**3
     assert d.source == "error message" and d.cause == "fragmentation"
-    assert "OUT OF MEMORY" in capsys.readouterr().out
+    assert "[failed] Out of memory (fragmentation): " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("path", SNAPSHOT_PARAMS)

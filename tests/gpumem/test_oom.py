@@ -105,18 +105,18 @@ def assert_diagnosis_agrees(r):
     box = str(diagnosis_html(d))  # the table as the report shows it
     rows = {unescape(k): unescape(v) for k, v in
             re.findall(r'<tr><th>(.*?)</th><td class="num">(.*?)</td></tr>', box)}
-    assert unescape(box).count(d.explanation) == 1
-    said = {k: m.group(1) for k, pat in _PHRASES.items() if (m := re.search(pat, d.explanation))}
-    assert {"requested", "total_free", "free_cached", "device_free"} <= set(said), d.explanation
+    assert unescape(box).count(d.finding.sentence) == 1
+    said = {k: m.group(1) for k, pat in _PHRASES.items() if (m := re.search(pat, d.finding.sentence))}
+    assert {"requested", "total_free", "free_cached", "device_free"} <= set(said), d.finding.sentence
     for key, text in said.items():
-        assert text == format_bytes(getattr(d, key)) == rows.get(_ROWS[key]), (key, d.explanation, rows)
+        assert text == format_bytes(getattr(d, key)) == rows.get(_ROWS[key]), (key, d.finding.sentence, rows)
     assert d.total_free == (d.free_cached or 0) + (d.device_free or 0)
     assert d.usable_free <= d.total_free
     if d.cause == "exhaustion":
         assert "shortfall" in said and d.shortfall > 0
         if "segment_size" in said:
             assert d.shortfall == d.segment_size - d.device_free
-    assert d.explanation in text_report(r.profile, a)
+    assert d.finding.sentence in text_report(r.profile, a)
     for x in d.advice:  # a shortfall in the advice is the diagnosis' own
         for short in re.findall(r"(\S+ \S+) short\b", x.evidence):
             assert short == format_bytes(d.shortfall), x.evidence
@@ -140,7 +140,7 @@ def test_simulated_oom_on_a_small_card_agrees_with_itself(shell):
     a, d = assert_diagnosis_agrees(r)
     assert d.cause == "exhaustion" and d.device_free == 4 * MIB and d.total_free == 4 * MIB
     assert d.segment_size == 20 * MIB and d.shortfall == 16 * MIB and d.usable_free == 0
-    assert "only 0 B was free" not in d.explanation
+    assert "only 0 B was free" not in d.finding.sentence
     assert not any("batch" in x.action for x in d.advice)  # the cell has no batch
     assert any("line 3" in x.evidence for x in d.advice)  # what holds the memory
     # the chart: the model's reserved memory and the allocated line drawn solid stop at

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchlens.model.records import StepMemory, StepRecord
+
 T_START = 1_790_857_000.0
 MIB = 1 << 20
 
@@ -17,9 +19,9 @@ MIB = 1 << 20
 def make_run(world: int = 4, steps: int = 40, every: int = 5, straggler: int = 2,
              slow_s: float = 0.03, cuda: bool = False, op_name: str = "aten::addmm",
              ops_per_step: int = 30, collectives: int = 3,
-             ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+             ) -> tuple[list[list[StepRecord]], list[list[dict[str, Any]]]]:
     """(step records per rank, profiled-step summaries per rank)."""
-    records: list[list[dict[str, Any]]] = [[] for _ in range(world)]
+    records: list[list[StepRecord]] = [[] for _ in range(world)]
     summaries: list[list[dict[str, Any]]] = [[] for _ in range(world)]
     t1 = T_START
     for i in range(steps):
@@ -39,8 +41,9 @@ def make_run(world: int = 4, steps: int = 40, every: int = 5, straggler: int = 2
             else:
                 mem = {"rss": (400 + r) * MIB + i * 8192, "allocated": None, "reserved": None,
                        "inactive_split": None, "largest_free": None, "source": "rss"}
-            records[r].append({"step": i, "t0": t0, "t1": t1, "phases": phases,
-                               "profiled": profiled, "window": False, "mem": mem})
+            records[r].append(StepRecord(step=i, t0=t0, t1=t1, phases=phases,
+                                         profiled=profiled, window=False,
+                                         mem=StepMemory(**mem)))
             if profiled:
                 summaries[r].append(_summary(r, i, t0, t1, slow, slow_s, mem, op_name,
                                              ops_per_step, collectives))

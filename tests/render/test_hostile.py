@@ -19,7 +19,6 @@ import pytest
 from markupsafe import escape
 from render_fixtures import make_trace
 
-from torchlens.analysis.trace.hints import Hint
 from torchlens.frontends import kinds
 from torchlens.model import (
     DdpRun,
@@ -29,6 +28,7 @@ from torchlens.model import (
     Table,
     TorchprofPayload,
 )
+from torchlens.model.findings import Figure, Finding
 
 PARTS = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>",
          "\"'><svg onload=alert(3)>")
@@ -76,8 +76,9 @@ def torchprof_profile(s: Mark) -> tuple[Profile, object]:
     )
     analysis = kinds.analyze(profile)
     for view in analysis.views:  # hints are analysis text: add one made of user text
-        view.hints = [*view.hints, Hint(s("severity"), s("hint-title"), s("hint-detail"),
-                                        {s("evidence-key"): s("evidence-value")})]
+        view.hints = [*view.hints, Finding(s("severity"), s("hint-detail"),
+                                           (Figure(s("evidence-key"), s("evidence-value")),),
+                                           s("hint-advice"), s("hint-title"))]
     return profile, analysis
 
 
@@ -160,7 +161,7 @@ EXPECTED: dict[str, tuple[Callable[[Mark], tuple[Profile, object]], dict[str, li
         **COMMON,
         "environment": ["env-value", "env-key", "env-list"],
         "error": ["error-type", "error-message", "traceback", "error-key", "error-value"],
-        "hints-main": ["severity", "hint-title", "hint-detail", "evidence-key",
+        "hints-main": ["severity", "hint-title", "hint-detail", "hint-advice", "evidence-key",
                        "evidence-value"],
         "ops-main": ["op", "shape", "func", "file"],
         "kernels-main": ["kernel"], "steps-main": [], "timeline-main": [],

@@ -1,4 +1,4 @@
-"""The live views of a job of many ranks (``render.rank_live`` and
+"""The live views of a job of many ranks (``render.ranks.view`` and
 ``render.live`` above ``SHOWN_RANKS`` ranks): a line for each rank to look at,
 the spread of all of them, and a size that does not grow with the job."""
 
@@ -14,7 +14,7 @@ from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.frontends.ddp.live import ProfiledLiveView
 from torchlens.model.payloads import RankProfiling
 from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
-from torchlens.render.ranks.live import RankProfileView, rank_profile_figures
+from torchlens.render.ranks.view import RankProfileView, rank_profile_figures
 
 WORLD = 64
 SLOW = 61
@@ -49,7 +49,7 @@ def test_the_slow_rank_gets_a_line_and_every_rank_is_in_the_band() -> None:
     # the memory band spans every rank's RSS at each step (the fixture: 400 + rank MiB)
     band = p.mem_spread.data
     step = band["step"].index(12)
-    rss = [records[r][12]["mem"]["rss"] / MIB for r in range(WORLD)]
+    rss = [records[r][12].mem.rss / MIB for r in range(WORLD)]
     assert band["rss_lo"][step] == pytest.approx(min(rss))
     assert band["rss_hi"][step] == pytest.approx(max(rss))
     assert band["rss_mid"][step] == pytest.approx(median(rss))
@@ -73,7 +73,7 @@ def test_the_view_does_not_grow_with_the_job() -> None:
 def test_a_rank_that_stops_early_is_drawn_and_marked_at_once() -> None:
     view, records, _ = run_view()
     assert KILLED not in view.panels.shown
-    view.rank_ended(KILLED, "killed by SIGKILL", records[KILLED][20]["t1"])
+    view.rank_ended(KILLED, "killed by SIGKILL", records[KILLED][20].t1)
     view.flush(force=True)
     p = view.panels
     assert KILLED in p.shown
@@ -83,7 +83,7 @@ def test_a_rank_that_stops_early_is_drawn_and_marked_at_once() -> None:
     assert any(item.label.value == f"rank {KILLED}" for item in p.step_fig.legend[0].items)
     # a rank that finished is no reason for a line
     assert 50 not in p.shown
-    view.rank_ended(50, "finished", records[50][-1]["t1"])
+    view.rank_ended(50, "finished", records[50][-1].t1)
     view.flush(force=True)
     assert 50 not in p.shown and p.ended.data["text"] == [f"rank {KILLED}: killed by SIGKILL"]
 
@@ -97,13 +97,13 @@ def test_new_steps_of_many_ranks_patch_the_band_rather_than_resend_it() -> None:
     view.flush(force=True)
     band = view.panels.mem_spread.data
     assert band["ranks"][5] == 32 and band["rss_hi"][5] == pytest.approx(
-        records[31][5]["mem"]["rss"] / MIB)
+        records[31][5].mem.rss / MIB)
     for r in range(WORLD):
         view.push_steps(r, records[r][10:] if r < 32 else records[r])
     view.flush(force=True)
     band = view.panels.mem_spread.data
     assert band["step"] == list(range(20)) and band["ranks"] == [WORLD] * 20
-    assert band["rss_hi"][5] == pytest.approx(records[WORLD - 1][5]["mem"]["rss"] / MIB)
+    assert band["rss_hi"][5] == pytest.approx(records[WORLD - 1][5].mem.rss / MIB)
 
 
 def test_the_static_copy_draws_the_same_ranks_as_the_live_view() -> None:
@@ -153,7 +153,7 @@ def test_drawing_adds_no_model_to_the_document(world: int) -> None:
         for s in sums[r]:
             view.push_summary(r, s)
         view.push({"rank": r, "t_rel": 1.0, "phase": "step", "rss": MIB})
-    view.profile.rank_ended(1, "killed by SIGKILL", records[1][10]["t1"])
+    view.profile.rank_ended(1, "killed by SIGKILL", records[1][10].t1)
     view.profile.flush(force=True)
     view.beats.flush(force=True)
     assert {m.id for m in view.layout.references()} == before

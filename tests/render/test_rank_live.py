@@ -1,4 +1,4 @@
-"""The ``%ddp_check --profile`` views (``render.rank_live``) fed synthetic records.
+"""The ``%ddp_check --profile`` views (``render.ranks.view``) fed synthetic records.
 
 A 4-rank run whose rank 2 spends 30 ms more per step loading data (the others
 wait for it in backward) goes through ``RankProfileView`` as the kernel would
@@ -18,12 +18,13 @@ from bokeh.models import ColumnDataSource, Div, HoverTool
 from markupsafe import escape
 from rank_fixtures import T_START, make_run
 
-from torchlens.analysis.ranks.steps import SlowRank
+from torchlens.analysis.ranks.slow import SlowRank
 from torchlens.frontends import kinds
 from torchlens.model import DdpRun, Profile
+from torchlens.model.findings import Figure, Finding
 from torchlens.model.payloads import RankProfiling
-from torchlens.render.ranks import live as rank_live
-from torchlens.render.ranks.live import RankProfileView, rank_profile_figures
+from torchlens.render.ranks import view as rank_view
+from torchlens.render.ranks.view import RankProfileView, rank_profile_figures
 
 HOSTILE = "<img src=x onerror=alert(1)></script><script>alert(2)</script>\"'><svg onload=alert(3)>"
 WORLD = 4
@@ -49,7 +50,7 @@ def feed(view: RankProfileView, steps: list[list[dict[str, Any]]],
          summaries: list[list[dict[str, Any]]], lo: int = 0, hi: int | None = None) -> None:
     """The records of steps ``lo <= step < hi``, as the kernel sends them."""
     for r in range(len(steps)):
-        batch = [s for s in steps[r] if lo <= s["step"] < (hi if hi is not None else 1 << 30)]
+        batch = [s for s in steps[r] if lo <= s.step < (hi if hi is not None else 1 << 30)]
         view.push_steps(r, batch)
         for s in summaries[r]:
             if lo <= s["step"] < (hi if hi is not None else 1 << 30):
@@ -104,17 +105,17 @@ def test_every_panel_grows_and_only_new_rows_are_streamed(streamed: Counter[int]
 def test_flush_is_rate_limited_but_at_least_twice_a_second() -> None:
     steps, sums = make_run(world=2, steps=10, straggler=1)
     view = RankProfileView(2, every=5, modelled=True)
-    assert rank_live.FLUSH_S <= 0.5
+    assert rank_view.FLUSH_S <= 0.5
     feed(view, steps, sums, 0, 5)
     view.flush()
     assert view.flushes == 1
     feed(view, steps, sums, 5, 10)
     view.flush()  # right after the last one: held back
     assert view.flushes == 1 and size(view.panels.steps[0]) == 5
-    view._last_flush -= rank_live.FLUSH_S
+    view._last_flush -= rank_view.FLUSH_S
     view.flush()
     assert view.flushes == 2 and size(view.panels.steps[0]) == 10
-    assert view.t0 == steps[0][0]["t0"]  # no t0 given: the first record's start
+    assert view.t0 == steps[0][0].t0  # no t0 given: the first record's start
 
 
 def test_verdict_names_the_slow_rank_and_its_line_stands_out() -> None:
@@ -161,8 +162,9 @@ def test_hostile_names_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
         s["lanes"] = [HOSTILE, "stream 7"]
         s["collectives"][0]["name"] = HOSTILE
     words = f"rank 1 is slow in {HOSTILE}"
-    monkeypatch.setattr(rank_live, "slow_rank", lambda steps, window=20: SlowRank(
-        1, "data", words, 30.0, 1.0, 25.0, 110.0, 20))
+    said = Finding("warning", words, (Figure(HOSTILE, HOSTILE),), HOSTILE)
+    monkeypatch.setattr(rank_view, "slow_rank", lambda steps, window=20: SlowRank(
+        1, "data", said, 30.0, 1.0, 25.0, 110.0, 20))
     view = RankProfileView(2, every=5, modelled=True, t0=T_START)
     feed(view, steps, sums)
     view.rank_ended(1, HOSTILE, T_START + 1)
@@ -184,11 +186,11 @@ def test_timeline_stays_bounded_with_many_profiled_steps(streamed: Counter[int])
         feed(view, steps, sums, lo, lo + 20)
         view.flush(force=True)
     p = view.panels
-    assert size(p.ops) == rank_live.TIMELINE_ROWS < streamed[id(p.ops)]
-    assert size(p.colls) == rank_live.COLLECTIVE_ROWS < streamed[id(p.colls)]
-    assert size(p.arrivals) == rank_live.ARRIVAL_ROWS < streamed[id(p.arrivals)]
+    assert size(p.ops) == rank_view.TIMELINE_ROWS < streamed[id(p.ops)]
+    assert size(p.colls) == rank_view.COLLECTIVE_ROWS < streamed[id(p.colls)]
+    assert size(p.arrivals) == rank_view.ARRIVAL_ROWS < streamed[id(p.arrivals)]
     # each summary keeps its longest ops only: a share of the per-step budget
-    per_summary = max(50, rank_live.OPS_BUDGET // WORLD)
+    per_summary = max(50, rank_view.OPS_BUDGET // WORLD)
     assert streamed[id(p.ops)] == 100 * WORLD * min(400, per_summary)
     assert min(p.ops.data["ms"]) >= 0.9 * 110 / 400 * 0.4
     # the x range shows the newest profiled step
@@ -203,12 +205,12 @@ def test_rank_ended_marks_its_last_step_and_its_lanes() -> None:
     view = RankProfileView(WORLD, every=5, modelled=True, t0=T_START)
     feed(view, steps, sums)
     view.flush()
-    t_end = steps[3][-1]["t1"] + 0.01
+    t_end = steps[3][-1].t1 + 0.01
     view.rank_ended(3, "RuntimeError: boom", t_end)
     view.flush(force=True)
     ended = view.panels.ended.data
     assert ended["step"] == [16] and ended["step_ms"] == [pytest.approx(
-        (steps[3][-1]["t1"] - steps[3][-1]["t0"]) * 1e3)]
+        (steps[3][-1].t1 - steps[3][-1].t0) * 1e3)]
     assert ended["text"] == ["rank 3: RuntimeError: boom"]
     ends = view.panels.tl_ends.data
     top, bottom = view.panels.lanes.group(3)
@@ -285,7 +287,7 @@ def test_static_figures_draw_what_the_live_view_drew() -> None:
     steps, sums = make_run(world=WORLD, steps=33, straggler=STRAGGLER)
     steps[1] = steps[1][:21]
     sums[1] = [s for s in sums[1] if s["step"] < 21]
-    end = steps[1][-1]["t1"]
+    end = steps[1][-1].t1
     live = RankProfileView(WORLD, every=5, modelled=True, t0=T_START)
     for lo in range(0, 33, 7):  # in batches, flushed in between
         feed(live, steps, sums, lo, lo + 7)
@@ -337,7 +339,7 @@ def test_ddp_report_with_hostile_names_is_clean() -> None:
     profile = ddp_profile(RankProfiling(every=5, run_dir=HOSTILE, steps=steps, summaries=sums),
                           name=HOSTILE)
     profile.payload.ranks[1]["error"] = {"type": "RuntimeError", "message": HOSTILE,
-                                         "t": steps[1][-1]["t1"]}
+                                         "t": steps[1][-1].t1}
     profile.payload.exit_codes[1] = 1
     html = kinds.report_html(profile)
     for part in ("<img src=x", "<svg onload", "alert(2)</script>"):
@@ -348,7 +350,7 @@ def test_ddp_report_with_hostile_names_is_clean() -> None:
 def test_profiled_steps_breakdown_panel_shows_torchprof_roles_per_rank() -> None:
     """The %%torchprof breakdown of each rank's profiled steps: the panel's bars are
     the median over that rank's summaries, role by role."""
-    from torchlens.render.ranks.live import RankProfileView
+    from torchlens.render.ranks.view import RankProfileView
 
     steps, sums = make_run(world=2, steps=20)
     for r, rank_sums in enumerate(sums):

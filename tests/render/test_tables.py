@@ -10,8 +10,9 @@ from render_fixtures import HOSTILE, hostile_trace
 
 from torchlens.analysis.trace import ops
 from torchlens.model import InputError, OpDisplay
+from torchlens.model.findings import Figure, Finding
 from torchlens.model.units import format_duration, format_percent
-from torchlens.render import tables
+from torchlens.render import findings, tables
 
 
 def _ops() -> pd.DataFrame:
@@ -71,13 +72,12 @@ def test_op_table_from_analysis_on_hostile_trace() -> None:
 
 def test_fragments_escape_everything() -> None:
     env = {"host": HOSTILE, "gpus": [{"name": HOSTILE}], "env": {HOSTILE: HOSTILE}}
-    hint = {"severity": "warning", "title": HOSTILE, "detail": HOSTILE,
-            "evidence": {"op": HOSTILE}}
+    hint = Finding("warning", HOSTILE, (Figure(HOSTILE, HOSTILE),), HOSTILE, HOSTILE)
     steps = pd.DataFrame({"step": [HOSTILE], "dur_us": [10.0], "kernel_us": [4.0]})
     kernels = pd.DataFrame({"name": [HOSTILE], "calls": [1], "total_us": [3.0],
                             "mean_us": [3.0], "max_us": [3.0], "streams": ["7"],
                             "is_comm": [False]})
-    parts = [tables.environment_html(env), tables.hints_html([hint]),
+    parts = [tables.environment_html(env), findings.findings_html([hint]),
              tables.step_table_html(steps), tables.kernel_table_html(kernels),
              tables.unmeasured_html([HOSTILE]),
              tables.error_html({"type": "E", "message": HOSTILE, "traceback": HOSTILE})]
@@ -102,14 +102,16 @@ def test_hint_figures_are_formatted(traces_dir) -> None:
     trace = load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz")
     found = find_hints(trace, ops.op_table(trace), step_breakdown(trace))
     idle = next(h for h in found if h.title == "GPU idle between launches")
-    html = tables.hints_html(found)
+    html = findings.findings_html(found)
     assert not re.search(r"\d\.\d{5,}", html)
-    assert format_percent(100 * idle.evidence["gpu_idle_share"]) in html
-    assert format_duration(idle.evidence["largest_gap_us"]) in html
+    assert format_percent(100 * idle.value("gpu_idle_share")) in html
+    assert format_duration(idle.value("largest_gap_us")) in html
     assert "largest_gap_us" not in html and "largest gap" in html
-    assert tables.evidence_text({"sync_us": 1500.0, "syncs": 24, "by_name": {"a": 3},
-                                 "ratio": 5.51234}) == {
-        "sync": "1.5 ms", "syncs": "24", "by name": {"a": "3"}, "ratio": "5.51"}
+    shown = [(findings.figure_name(f), findings.figure_text(f)) for f in (
+        Figure("sync_us", 1500.0, "µs"), Figure("syncs", 24), Figure("by_name", {"a": 3}),
+        Figure("ratio", 5.51234, "x"), Figure("bytes_per_step", 3 << 20, "B"))]
+    assert shown == [("sync", "1.5 ms"), ("syncs", "24"), ("by name", "a 3"),
+                     ("ratio", "5.51x"), ("bytes per step", "3.0 MiB")]
 
 
 def test_step_table_hides_gpu_columns_on_a_cpu_trace() -> None:

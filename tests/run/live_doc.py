@@ -16,18 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from torchlens.analysis.ranks.verdict import RunView, live_status, run_view
+from torchlens.model.records import StepRecord
 
 
-def _rec(step: int, data: float, rss: int, allocated: int | None) -> dict[str, Any]:
+def _rec(step: int, data: float, rss: int, allocated: int | None) -> StepRecord:
     t0 = step * 0.1
     mem: dict[str, Any] = {"rss": rss, "source": "rss"}
     if allocated is not None:
         mem = {"allocated": allocated, "reserved": 2 * allocated, "inactive_split": 0,
                "rss": rss, "source": "cuda"}
-    return {"step": step, "t0": t0, "t1": t0 + 0.05,
-            "phases": {"data": data, "forward": 0.002, "backward": 0.01,
-                       "optimizer": 0.001, "collective": 0.0},
-            "mem": mem}
+    return StepRecord.from_dict({"step": step, "t0": t0, "t1": t0 + 0.05,
+                                 "phases": {"data": data, "forward": 0.002, "backward": 0.01,
+                                            "optimizer": 0.001, "collective": 0.0},
+                                 "mem": mem})
 
 
 def _info(rank: int, node: int, host: str, **kw: Any) -> dict[str, Any]:

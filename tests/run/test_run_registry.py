@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, write_manifest
 from torchlens.frontends.ranks import registry as reg
 
 from .live_doc import four_rank_view, live_document, write_live
@@ -246,7 +247,8 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
     now = time.time()
     assert [r["state"] for r in recent.runs(now)] == ["running"]
     write_live(run_dir, live_document(four_rank_view(ended=True), "r9", ended=True))
-    (run_dir / "manifest.json").write_text(json.dumps({"stopped": "interrupted after 12 steps"}))
+    write_manifest(str(run_dir), Manifest(source=SOURCE_RUN, world_size=4,
+                                          stopped="interrupted after 12 steps"))
     reg.unregister(path)
     assert reg.live_runs() == []
     (ended,) = recent.runs(now + 1)
@@ -263,12 +265,14 @@ def test_recent_runs_keeps_an_ended_run_a_while(registry: Path, tmp_path: Path) 
 def test_a_big_job_shows_its_ranks_in_trouble_first_within_the_cap() -> None:
     # 200 ranks: rank 150 failed, rank 77 is slow; the sidebar has room for MAX_RANKS
     from torchlens.analysis.ranks.verdict import run_view
+    from torchlens.model.records import StepRecord
 
-    def rec(i: int, data: float, backward: float) -> dict:
-        return {"step": i, "t0": i * 0.1, "t1": i * 0.1 + 0.05,
-                "phases": {"data": data, "forward": 0.002, "backward": backward,
-                           "optimizer": 0.001, "collective": 0.0},
-                "mem": {"rss": 100 << 20, "source": "rss"}}
+    def rec(i: int, data: float, backward: float) -> StepRecord:
+        return StepRecord.from_dict({"step": i, "t0": i * 0.1, "t1": i * 0.1 + 0.05,
+                                     "phases": {"data": data, "forward": 0.002,
+                                                "backward": backward, "optimizer": 0.001,
+                                                "collective": 0.0},
+                                     "mem": {"rss": 100 << 20, "source": "rss"}})
 
     steps = [[rec(i, 0.04 if r == 77 else 0.0002, 0.001 if r == 77 else 0.041)
               for i in range(12)] for r in range(200)]

@@ -6,15 +6,17 @@ import io
 from statistics import median
 
 from torchlens.analysis.ranks.verdict import run_view
+from torchlens.model.records import StepRecord
+from torchlens.model.units import format_duration
 from torchlens.render.ranks.terminal import TerminalSummary, lines, one_line
 
 
-def _rec(step: int, data: float, backward: float) -> dict:
+def _rec(step: int, data: float, backward: float) -> StepRecord:
     t0 = step * 0.1
-    return {"step": step, "t0": t0, "t1": t0 + 0.05,
-            "phases": {"data": data, "forward": 0.002, "backward": backward,
-                       "optimizer": 0.001, "collective": 0.0},
-            "mem": {"rss": 100 << 20, "source": "rss"}}
+    return StepRecord.from_dict({"step": step, "t0": t0, "t1": t0 + 0.05,
+                                 "phases": {"data": data, "forward": 0.002, "backward": backward,
+                                            "optimizer": 0.001, "collective": 0.0},
+                                 "mem": {"rss": 100 << 20, "source": "rss"}})
 
 
 def _snap(ranks: list, steps: list) -> dict:
@@ -34,9 +36,10 @@ def test_straggler_verdict_names_rank_part_and_ratio() -> None:
     steps = [[_rec(i, data[r], 0.041 if r != 2 else 0.001) for i in range(12)] for r in range(4)]
     view = run_view(_snap([_info(r, r // 2) for r in range(4)], steps))
     others = median([0.2, 0.3, 0.2])
-    assert view.verdict.startswith("rank 2 is the straggler: its data loading takes 40.0 ms")
-    assert f"{40 / others:.0f}x the median" in view.verdict
-    assert "rank 2's input pipeline" in view.verdict
+    said = view.verdict
+    assert said.sentence.startswith("rank 2 is the slow rank: its data loading took 40.0 ms")
+    assert f"{40 / others:.1f}x the others' median ({format_duration(others * 1e3)})" in said.sentence
+    assert "rank 2's input pipeline" in said.advice and said.severity == "warning"
     assert [r["node"] for r in view.ranks] == [0, 0, 1, 1]
 
 
@@ -47,8 +50,8 @@ def test_lost_node_leads_and_groups_ranks() -> None:
              _info(3, 1, bye={"reason": "agent died"}, heartbeat={"steps_done": 10})]
     view = run_view(_snap(ranks, steps))
     assert [n.ranks for n in view.lost] == [[2, 3]]
-    assert view.verdict.startswith("node 1 (host h1) was lost: ranks 2, 3 stopped sending "
-                                   "at step 9")
+    assert str(view.verdict).startswith("node 1 (host h1) was lost: ranks 2, 3 stopped sending "
+                                        "at step 9")
     assert [r["state"] for r in view.ranks] == ["running", "running", "lost", "lost"]
     # at the end, a rank that never said goodbye is lost too
     ended = run_view(_snap([_info(0, 0), _info(1, 0, bye={"reason": "exit"})], steps[:2]),
@@ -63,7 +66,7 @@ def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:
     s = TerminalSummary(tty, tty=True)
     s.draw(view)
     first = tty.getvalue()
-    assert first.startswith("\x1b[Jverdict: no straggler") and "MiB rss" in first
+    assert first.startswith("\x1b[Jverdict: no slow rank") and "MiB rss" in first
     s.draw(view)
     second = tty.getvalue()[len(first):]
     # up over the block, clear, the same block again
@@ -162,12 +165,12 @@ def test_the_verdict_names_the_rank_that_raised_first_not_the_lowest() -> None:
              _info(1, 0, bye={"reason": "exception", "error_t": 11.5,
                               "error": "ValueError: bad batch"})]
     view = run_view(_snap(ranks, steps))
-    assert view.verdict.startswith("rank 1 failed: ValueError: bad batch")
+    assert str(view.verdict).startswith("rank 1 failed: ValueError: bad batch")
 
 
 def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
     from torchlens.analysis.ranks.series import MAX_POINTS, step_series
-    from torchlens.formats.run_manifest import CollectedSteps
+    from torchlens.formats.run_folder.records import CollectedSteps
 
     ranks = {}
     for r in range(2):  # 30,000 steps per rank: 10,000 before a restart, 20,000 after

@@ -60,7 +60,7 @@ def test_straggler_one_node(tmp_path: Path) -> None:
     assert secret not in c.output
     assert not (out / "run.secret").exists()
     verdict = next(line for line in c.lines if line.startswith("verdict:"))
-    assert "rank 1 is the straggler" in verdict and "data loading" in verdict, c.output
+    assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, c.output
     assert f"torchlens report {out}" in c.output
     # the run folder: every step of both ranks; rank 1's data phase is the slow one
     manifest = json.loads((out / "manifest.json").read_text())
@@ -77,7 +77,7 @@ def test_straggler_one_node(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
                           cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "rank 1 is the straggler" in html.read_text(encoding="utf-8")
+    assert "rank 1 is the slow rank" in html.read_text(encoding="utf-8")
     assert not processes_of_run(run_id)
 
 

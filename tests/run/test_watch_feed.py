@@ -22,6 +22,13 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.ranks.collector import Collector
 from torchlens.capture.ranks.feed import KEEP_FRAMES, FeedPublisher, StoreFeed
+from torchlens.formats.run_folder.manifest import (
+    SOURCE_RUN,
+    VERSION,
+    Manifest,
+    read_manifest,
+)
+from torchlens.formats.run_folder.records import read_steps
 from torchlens.frontends.ranks.command import write_folder
 from torchlens.model import InputError
 
@@ -111,15 +118,15 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     c, feed, ranks, out = run
     ranks.steps(25)
     first = _publish(c, feed)
-    assert {r: [s["step"] for s in v] for r, v in first["steps"].items()} == {
+    assert {r: [s.step for s in v] for r, v in first["steps"].items()} == {
         "0": list(range(25)), "1": list(range(25))}
     assert set(first["heartbeats"]) == {"0", "1"}
-    assert "rank 1 is the straggler" in first["status"]["verdict"]
+    assert "rank 1 is the slow rank" in first["status"]["verdict"]
     quiet = _publish(c, feed)  # nothing new: no records, no heartbeats
     assert quiet["steps"] == {} and quiet["heartbeats"] == {} and quiet["seq"] == 1
     ranks.steps(5)
     third = _publish(c, feed)
-    assert [s["step"] for s in third["steps"]["1"]] == list(range(25, 30))
+    assert [s.step for s in third["steps"]["1"]] == list(range(25, 30))
     # the file transport: every frame a line; the status alone in live.json
     lines = (out / "live.jsonl").read_text().splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [0, 1, 2]
@@ -188,7 +195,7 @@ def test_a_frame_too_big_for_the_store_is_thinned_and_the_budget_holds(run, monk
     stored = StoreFeed.connect("127.0.0.1", c.port, c.key.secret).read()[-1]
     assert stored["thinned"] and 0 < len(stored["steps"]["0"]) < 40
     assert json.loads((out / "live.jsonl").read_text().splitlines()[-1])["steps"]["0"] == \
-        frame["steps"]["0"]
+        [r.to_dict() for r in frame["steps"]["0"]]
     for _ in range(12):  # ~5 KB frames: the byte budget keeps about six
         ranks.steps(8)
         _publish(c, feed)
@@ -207,7 +214,7 @@ def test_a_forged_frame_is_dropped_and_counted(run) -> None:
     name = protocol.live_key(c.key.run_id, 1)
     forger = RunKey(c.key.run_id, b"x" * 32)
     fake = {"format": "torchlens-live-frame", "seq": 1, "world_size": 2,
-            "status": {"verdict": "rank 0 is the straggler"}, "steps": {"0": [_record(99, True)]}}
+            "status": {"verdict": "rank 0 is the slow rank"}, "steps": {"0": [_record(99, True)]}}
     attacker.set(name, forger.seal(name, json.dumps(fake).encode()))
     w = torchlens.watch(f"127.0.0.1:{c.port}", secret_file=_secret(c, run[3]), timeout=30)
     try:
@@ -260,7 +267,7 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             assert "rank 1 is the slow rank" in verdict
             table = str(w._html())
             assert table.count("<tr") == 3 and "finished" in table  # header + two ranks
-            assert "rank 1 is the straggler" in w.status["verdict"]
+            assert "rank 1 is the slow rank" in w.status["verdict"]
             # ranks that finished get no red x: it marks a rank that stopped early
             assert w.view.profile.panels.ended.data["text"] == []
     finally:
@@ -287,7 +294,28 @@ def test_a_finished_folder_shows_its_final_state(run) -> None:
     assert _steps_shown(w) == [list(range(12)), list(range(12))]
     assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
     assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
-    assert "rank 1 is the straggler" in w.status["verdict"]
+    assert "rank 1 is the slow rank" in w.status["verdict"]
+
+
+def test_torchlens_run_writes_the_typed_manifest(run) -> None:
+    """torchlens run's folder carries the one Manifest type (as %ddp_check --profile's
+    does, tests/formats/test_run_folder.py), version 2, with its source."""
+    c, feed, ranks, out = run
+    ranks.steps(3)
+    ranks.bye()
+    _publish(c, feed, ended=True)
+    view = run_view(c.snapshot(), ended=True)
+    written = write_folder(str(out), c, view, ["torchrun", "train.py"], 0, False,
+                           live=feed.manifest_entry())
+    manifest = read_manifest(str(out))
+    assert isinstance(manifest, Manifest) and manifest == written
+    assert (manifest.version, manifest.source, manifest.run_id) == (
+        VERSION, SOURCE_RUN, c.key.run_id)
+    assert [(e.rank, e.state, e.steps, e.host) for e in manifest.ranks] == [
+        (0, "finished", 3, "gpu7"), (1, "finished", 3, "gpu7")]
+    assert manifest.nodes[0].ranks == [0, 1] and manifest.live.frames == 1
+    assert [r.step for r in read_steps(str(out), 1)] == [0, 1, 2]
+    assert manifest.backend is None and manifest.profile == {}  # %ddp_check's fields
 
 
 def test_bad_targets_say_what_to_do(run, tmp_path: Path, monkeypatch) -> None:

@@ -90,7 +90,7 @@ def test_watch_a_running_job_on_its_folder_and_its_address(tmp_path: Path) -> No
         assert w.state == "ended", (w, w.message)  # the store watcher saw the last frame too
         shown = _steps(w)
         assert shown[0] == shown[1] == list(range(STEPS)), shown  # every step, in order
-        assert "rank 1 is the straggler" in w.status["verdict"], (w, c.output)
+        assert "rank 1 is the slow rank" in w.status["verdict"], (w, c.output)
         assert [(r["rank"], r["state"], r["slow"]) for r in w.status["ranks"]] == [
             (0, "finished", False), (1, "finished", True)], w.status
         assert "rank 1" in w.view.profile.panels.verdict.text
@@ -106,7 +106,7 @@ def test_watch_a_running_job_on_its_folder_and_its_address(tmp_path: Path) -> No
                           cwd=REPO, env=env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     page = html.read_text(encoding="utf-8")
-    assert "rank 1 is the straggler" in page and "live.json" not in page
+    assert "rank 1 is the slow rank" in page and "live.json" not in page
     # and a watch of the finished folder replays it to the same final state
     again = torchlens.watch(out, timeout=30)
     assert again.wait(60) and _steps(again)[1] == list(range(STEPS))

@@ -16,14 +16,46 @@ place in the user's code.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import sysconfig
 from collections.abc import Mapping
 
-_NOT_USER = (
-    "/torch/", "site-packages/", "dist-packages/", "/torchlens/", "<frozen",
-    "/IPython/", "/ipykernel/", "/lib/python3", "<built-in", "/_pytest/",
-    "typing_extensions.py",
-)
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where library code really lives on this machine: this package, torch,
+    IPython and friends (found without importing them), the interpreter's
+    standard library and its site-packages. Decided by location rather than by
+    a folder's name, so a user's clone named ``torchlens`` (what ``git clone``
+    gives) or a project folder named ``torch`` stays the user's own code."""
+    dirs = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    for name in ("torch", "IPython", "ipykernel", "_pytest", "pytest", "pluggy"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            dirs.add(os.path.abspath(loc))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(os.path.abspath(path))
+    return tuple(sorted(d.rstrip(os.sep) + os.sep for d in dirs))
+
+
+_LIBRARY_DIRS = _library_dirs()
+#: what only an installed library's path looks like, for frames recorded on
+#: another machine (a snapshot or trace from someone else's GPU run), whose
+#: files are not here to be located
+_INSTALLED = re.compile(
+    r"site-packages/|dist-packages/|/lib/python3(\.\d+)?/|^<frozen|^<built-in"
+    r"|typing_extensions\.py$")
+#: names of torch's own source tree, for frames recorded on another machine
+#: from a source build of torch (``/opt/pytorch/torch/nn/modules/linear.py``)
+_TORCH_SOURCE = re.compile(r"/torch/(nn|autograd|utils|optim|distributed|cuda|_\w+|amp|"
+                           r"profiler|functional\.py|overrides\.py|serialization\.py)")
+
 _IPY_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
 _IPYKERNEL = re.compile(r"/ipykernel_\d+/\d+\.py$")
 
@@ -44,7 +76,11 @@ def is_user_file(filename: str) -> bool:
         return False  # a C++ frame ("RegisterCUDA.cpp", "")
     if is_cell(filename):
         return True
-    return not any(part in filename for part in _NOT_USER)
+    if _INSTALLED.search(filename):
+        return False
+    if os.path.isabs(filename) and os.path.exists(filename):
+        return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+    return not _TORCH_SOURCE.search(filename)  # recorded elsewhere: judged by its name
 
 
 def cell_number(filename: str, cells: CellNames | None = None) -> int | None:

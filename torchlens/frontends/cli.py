@@ -145,7 +145,7 @@ class SimulateCommand(Command):
         for note in a.notes:
             print(f"note: {note}")
         if a.diagnosis is not None:
-            print(f"simulated OOM ({a.diagnosis.cause}): {a.diagnosis.explanation}")
+            print(f"simulated OOM ({a.diagnosis.cause}): {a.diagnosis.finding.sentence}")
         if args.output:
             print(f"torchlens: wrote {result.export(args.output)}")
         return 0
@@ -164,7 +164,7 @@ class AnalyzeCommand(Command):
     name = "analyze"
     help = ("analyse a run's per-rank Kineto traces together (a folder, or files): HTA's "
             "temporal breakdown, idle time, overlap, kernels, launches, queues and memory "
-            "bandwidth per rank; collectives, stragglers and their likely cause, step skew, "
+            "bandwidth per rank; collectives, slow ranks and their likely cause, step skew, "
             "clock offsets (docs/RUNS.md)")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -108,7 +108,7 @@ def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
 def write_run_folder(profile: Profile, analysis: Any, path: Path) -> str:
     """A --profile run's folder (traces, steps, manifest) copied to ``path``, with
     the result itself as ``result.tlprof``, so the folder alone re-renders the report."""
-    import shutil
+    from torchlens.formats.run_folder.files import RESULT_FILE, copy_run
 
     profiling = getattr(profile.payload, "profiling", None)
     if profiling is None or not profiling.run_dir:
@@ -120,6 +120,6 @@ def write_run_folder(profile: Profile, analysis: Any, path: Path) -> str:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise InputError(f"cannot export the run folder to {path!s}: it exists and is not "
                          "an empty folder (nothing is overwritten)")
-    shutil.copytree(source, path, dirs_exist_ok=True)
-    profile.save(str(path / "result.tlprof"))
+    copy_run(str(source), str(path))
+    profile.save(str(path / RESULT_FILE))
     return str(path)

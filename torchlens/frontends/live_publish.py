@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchlens.frontends.rank_channel import MEMORY_SOURCES, RankPublisher
+from torchlens.model.feed import RankFeed
+from torchlens.model.records import StepRecord, StepSummary
 
 Sample = list[dict[str, Any]]
 
@@ -58,18 +60,18 @@ class LivePublisher:
 
 
 class RankSink:
-    """A heartbeat sink for ``%ddp_check``: forwards every rank's memory to the
-    sidebar (at most every ``interval`` s) and passes heartbeats on to ``inner``
-    (the live plot, or None).
+    """The ``RankFeed`` of ``%ddp_check``: forwards every rank's memory to the
+    sidebar (at most every ``interval`` s) and passes everything on to ``inner``
+    (the live view, itself a ``RankFeed``, or None).
 
     ``make_inner`` builds ``inner`` in ``start()``, which the launcher calls
     once the ranks are spawned: a cold kernel's live plot costs about a second
     of bokeh imports, which then overlaps the ranks' own torch import instead
     of delaying their start."""
 
-    def __init__(self, run: str, inner: Any | None = None, interval: float = 0.5,
+    def __init__(self, run: str, inner: RankFeed | None = None, interval: float = 0.5,
                  publisher: RankPublisher | None = None,
-                 make_inner: Callable[[], Any] | None = None) -> None:
+                 make_inner: Callable[[], RankFeed] | None = None) -> None:
         self.inner = inner
         self._make_inner = make_inner
         self.publisher = publisher if publisher is not None else RankPublisher(run)
@@ -81,6 +83,8 @@ class RankSink:
         """The ranks are starting: build the live view now (see the class doc)."""
         if self._make_inner is not None and self.inner is None:
             self.inner = self._make_inner()
+        if self.inner is not None:
+            self.inner.start()
 
     def push(self, hb: dict[str, Any]) -> None:
         if self.inner is not None:
@@ -123,28 +127,26 @@ class RankSink:
             "source": source,
         })
 
-    def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
+    def push_steps(self, rank: int, records: list[StepRecord]) -> None:
         """``--profile`` step records: all to the live view, the newest one's memory
         to the sidebar (a batch can hold hundreds of short steps)."""
-        push = getattr(self.inner, "push_steps", None)
-        if push is not None:
-            push(rank, records)
-        last = next((r for r in reversed(records) if isinstance(r.get("mem"), dict)), None)
-        if last is not None:
-            self.push_memory(rank, last["mem"], float(last.get("t1") or 0.0))
+        if self.inner is not None:
+            self.inner.push_steps(rank, records)
+        last = next((r for r in reversed(records) if r.mem is not None), None)
+        if last is not None and last.mem is not None:
+            self.push_memory(rank, last.mem.to_dict(), last.t1)
 
-    def push_summary(self, rank: int, summary: dict[str, Any]) -> None:
+    def push_summary(self, rank: int, summary: StepSummary) -> None:
         """A profiled step's summary: to the live view; its (modelled) memory to the sidebar."""
-        push = getattr(self.inner, "push_summary", None)
-        if push is not None:
-            push(rank, summary)
-        if isinstance(summary.get("memory"), dict):
-            self.push_memory(rank, summary["memory"], float(summary.get("t1") or 0.0))
+        if self.inner is not None:
+            self.inner.push_summary(rank, summary)
+        memory = summary.get("memory")
+        if isinstance(memory, dict):
+            self.push_memory(rank, memory, float(summary.get("t1") or 0.0))
 
     def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
-        ended = getattr(self.inner, "rank_ended", None)
-        if ended is not None:
-            ended(rank, reason, t)
+        if self.inner is not None:
+            self.inner.rank_ended(rank, reason, t)
 
     def flush(self, force: bool = False) -> None:
         if self.inner is not None:
@@ -154,6 +156,11 @@ class RankSink:
             self._last = now
             samples, self._pending = self._pending, []
             self.publisher.publish(samples)
+
+    def close(self) -> None:
+        """The run is over: the live view ends what it holds open (the terminal's line)."""
+        if self.inner is not None:
+            self.inner.close()
 
 
 def _bytes(value: Any) -> int | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.model.errors import InputError
+from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
 @dataclass
@@ -152,8 +153,8 @@ class RankProfiling:
     max_steps: int | None = None
     keep: int = 50
     windows: bool = False
-    steps: list[list[dict[str, Any]]] = field(default_factory=list)
-    summaries: list[list[dict[str, Any]]] = field(default_factory=list)
+    steps: list[list[StepRecord]] = field(default_factory=list)
+    summaries: list[list[StepSummary]] = field(default_factory=list)
     #: per rank: summaries received but not kept in memory (older than ``keep``)
     dropped_summaries: list[int] = field(default_factory=list)
 
@@ -264,8 +265,20 @@ PAYLOADS: dict[str, type] = {
 
 
 def to_json(payload: Any) -> dict[str, Any]:
-    """The payload as JSON-able builtins (tuples become lists)."""
-    return dataclasses.asdict(payload)
+    """The payload as JSON-able builtins (tuples become lists, step records dicts)."""
+    return dataclasses.asdict(payload, dict_factory=_builtins)
+
+
+def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    # asdict copies what is not a dataclass as it is: a RankProfiling's steps
+    # (msgspec structs) become their JSON builtins here
+    return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
+            else v for k, v in items}
+
+
+def _records(value: Any) -> bool:
+    return isinstance(value, list) and any(
+        isinstance(rank, list) and rank and isinstance(rank[0], StepRecord) for rank in value)
 
 
 def from_json(kind: str, data: dict[str, Any] | None) -> Any:
@@ -289,6 +302,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = tuple(value)
         elif f.name == "runs":
             value = [tuple(r) for r in value]
+        elif cls is RankProfiling and f.name == "steps":
+            value = [records_from(rank)[0] for rank in value]
         values[f.name] = value
     return cls(**values)
 

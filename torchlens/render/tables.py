@@ -1,4 +1,4 @@
-"""HTML fragments of the report: op, kernel and step tables, hints, environment.
+"""HTML fragments of the report: op, kernel and step tables, environment.
 
 Every function takes analysis output (DataFrames, dicts, lists) rather than a
 Profile, so each fragment can be tested on a hand-made table. The markup is in
@@ -27,7 +27,6 @@ from torchlens.model.units import (
     format_duration,
     format_flop_rate,
     format_flops,
-    format_percent,
 )
 from torchlens.render import html
 
@@ -171,43 +170,6 @@ def step_table_html(steps: Any, has_gpu: bool = True, chart: Markup | None = Non
     cols = [c for c in step_columns(has_gpu) if c.key in steps.columns]
     return html.render("steps.html.j2", has_gpu=has_gpu, chart=chart,
                        table=html_table(steps.to_dict("records"), cols, "steps"))
-
-
-def _field(hint: Any, name: str) -> Any:
-    return hint.get(name) if isinstance(hint, Mapping) else getattr(hint, name, None)
-
-
-def evidence_text(evidence: Any) -> Any:
-    """A hint's figures as people read them: ``*_share`` as a percentage,
-    ``*_us`` as a duration (the suffix dropped from the name), counts with
-    thousands separators; nested mappings (counts by name) likewise."""
-    if not isinstance(evidence, Mapping):
-        return evidence
-    out: dict[str, Any] = {}
-    for key, value in evidence.items():
-        name = str(key)
-        if isinstance(value, Mapping):
-            out[name.replace("_", " ")] = evidence_text(value)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            out[name.replace("_", " ")] = value
-        elif name.endswith("_share"):
-            out[name.replace("_", " ")] = format_percent(100 * float(value))
-        elif name.endswith("_us"):
-            out[name[:-3].replace("_", " ")] = format_duration(value)
-        elif isinstance(value, int) or float(value).is_integer():
-            out[name.replace("_", " ")] = format_count(value)
-        else:
-            out[name.replace("_", " ")] = f"{float(value):,.3g}"
-    return out
-
-
-def hints_html(hints: list[Any]) -> Markup:
-    """Plain-language hints, most severe first as analysis ordered them."""
-    return html.render("hints.html.j2", hints=[
-        {"severity": str(_field(h, "severity") or "info"), "title": str(_field(h, "title") or ""),
-         "detail": str(_field(h, "detail") or ""),
-         "evidence": evidence_text(_field(h, "evidence"))}
-        for h in hints])
 
 
 def value_html(value: Any) -> Markup:

@@ -14,6 +14,7 @@ from typing import Any
 from torchlens.analysis.ddp import checks as ddp
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun, Profile
+from torchlens.model.findings import Finding
 
 MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
 
@@ -23,14 +24,15 @@ class DdpAnalysis:
     """The checklist, its one-line summary, and the rows of each table."""
 
     run: DdpRun
-    checklist: list[ddp.CheckItem]
+    checklist: list[Finding]
     summary: str
     heartbeats: list[dict[str, Any]]
     rank_rows: list[dict[str, Any]]
     collective_rows: list[dict[str, Any]]
 
-    def item(self, name: str) -> ddp.CheckItem | None:
-        return next((i for i in self.checklist if i.name == name), None)
+    def item(self, name: str) -> Finding | None:
+        """The checklist line of the check called ``name``."""
+        return next((i for i in self.checklist if i.title == name), None)
 
 
 def heartbeats(profile: Profile) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from torchlens.analysis.memory.allocator.config import (
     round_size,
 )
 from torchlens.analysis.memory.leaks import LeakRow
+from torchlens.model.findings import FAILED, Figure, Finding
 from torchlens.model.units import format_bytes
 
 _SIZE = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
@@ -80,8 +81,9 @@ class OomDiagnosis:
     """The failed request, the free memory around it, the cause and advice.
 
     ``total_free``, ``usable_free``, ``shortfall`` are derived once here
-    (``diagnose``); the explanation, the table and the chart all read them, so
-    they cannot disagree.
+    (``diagnose``); the finding (its sentence and figures), the table and the
+    chart all read them, so they cannot disagree. ``advice``: each thing to
+    try with its evidence, as the finding's advice says them.
     """
 
     source: str
@@ -96,7 +98,7 @@ class OomDiagnosis:
     unusable_share: float | None = None
     segment_size: int | None = None  # the new segment the allocator tried to reserve
     cause: str = "unknown"
-    explanation: str = ""
+    finding: Finding = field(default_factory=lambda: Finding(FAILED, ""))
     site: str | None = None
     advice: list[Advice] = field(default_factory=list)
     total_free: int | None = None  # free_cached + device_free
@@ -131,7 +133,8 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
     """Fill the derived figures, ``cause``, ``explanation`` and ``advice`` from ``d``."""
     req = d.requested
     if req is None:
-        d.explanation = "The request size is unknown; no diagnosis."
+        d.finding = Finding(FAILED, "The request size is unknown; no diagnosis.",
+                            title="Out of memory")
         return d
     _derive(d, req)
     largest = d.largest_usable or 0
@@ -143,7 +146,7 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
                     f"and the device had {format_bytes(d.device_free or 0)} free"
                     if needs_segment else "")
     if d.cause == "fragmentation":
-        d.explanation = (
+        explanation = (
             f"{format_bytes(req)} was requested while {free_text}, but the largest usable cached "
             f"block was {format_bytes(largest)}"
             + (f" and {segment_text}" if segment_text else "")
@@ -160,7 +163,7 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
                 f"{format_bytes(d.inactive_split)} is free inside split segments "
                 "(inactive_split), which only a request that fits the gap can reuse."))
     else:
-        d.explanation = (
+        explanation = (
             f"{format_bytes(req)} was requested; {free_text}, and the largest piece this request "
             f"could use was {format_bytes(d.usable_free)}"
             + (f" ({segment_text})" if segment_text else "")
@@ -177,7 +180,29 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
             f"{format_bytes(leak.bytes)} allocated there in {leak.passes} passes of {scope} is "
             f"still alive ({leak.count} tensors), e.g. losses kept with their graphs; keep "
             "loss.item() or .detach() instead."))
+    d.finding = Finding(FAILED, explanation, figures(d),
+                        " ".join(f"{a.action}: {a.evidence}" for a in d.advice),
+                        f"Out of memory ({d.cause})")
     return d
+
+
+def figures(d: OomDiagnosis) -> tuple[Figure, ...]:
+    """The figures the explanation is written from, named as the OOM box shows
+    them; those not known are left out."""
+    out = [Figure(name, value, "B") for name, value in (
+        ("requested", d.requested), ("free on the device", d.device_free),
+        ("reserved but free (cached)", d.free_cached), ("free in total", d.total_free),
+        ("largest piece this request could use", d.usable_free),
+        ("largest usable cached block", d.largest_usable),
+        ("new segment a request of this size needs", d.segment_size),
+        ("short by", d.shortfall), ("allocated", d.allocated), ("reserved", d.reserved),
+        ("capacity", d.capacity), ("inactive_split", d.inactive_split)) if value is not None]
+    if d.unusable_share is not None:
+        out.append(Figure("reserved memory free but unusable for this request",
+                          d.unusable_share, "share"))
+    if d.site:
+        out.append(Figure("failing allocation at", d.site))
+    return tuple(out)
 
 
 def _exhaustion_advice(d: OomDiagnosis, req: int, needs_segment: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.formats.run_manifest import CollectedSteps
+from torchlens.formats.run_folder.records import CollectedSteps
 
 MAX_POINTS = 60_000
 MIN_PER_RANK = 300

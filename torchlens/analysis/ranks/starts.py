@@ -16,11 +16,11 @@ does not, and takes the latest start of its rank that had begun by its
 
 from __future__ import annotations
 
-from typing import Any
+from torchlens.model.records import StepRecord, StepSummary
 
 
-def _start(record: dict[str, Any]) -> int:
-    value = record.get("restart")
+def _start(summary: StepSummary) -> int:
+    value = summary.get("restart")
     return value if isinstance(value, int) and value > 0 else 0
 
 
@@ -52,30 +52,30 @@ class StepStarts:
         marks, self._marks = self._marks, []
         return marks
 
-    def place_steps(self, batches: dict[int, list[dict[str, Any]]]
-                    ) -> dict[int, list[dict[str, Any]]]:
+    def place_steps(self, batches: dict[int, list[StepRecord]]
+                    ) -> dict[int, list[StepRecord]]:
         """``batches``: rank -> its new step records; returns them with ``step``
         counted across starts (``take_marks``: the restarts that began).
 
         A batch is taken one start at a time over all ranks, lowest first, so
         a rank that did one step more before a restart is never drawn over by
         another rank's first steps after it."""
-        out: dict[int, list[dict[str, Any]]] = {r: [] for r in batches}
-        for k in sorted({_start(rec) for recs in batches.values() for rec in recs}):
+        out: dict[int, list[StepRecord]] = {r: [] for r in batches}
+        for k in sorted({rec.start for recs in batches.values() for rec in recs}):
             offset = self._offset(k)
             for r, recs in batches.items():
                 begun = self._begun.setdefault(r, [])
                 for rec in recs:
-                    if _start(rec) != k or not isinstance(rec.get("step"), int):
+                    if rec.start != k:
                         continue
-                    step = offset + rec["step"]
+                    step = offset + rec.step
                     self._end = max(self._end, step + 1)
                     if not begun or begun[-1][1] < k:
-                        begun.append((float(rec.get("t0") or 0.0), k))
-                    out[r].append({**rec, "step": step} if offset else rec)
+                        begun.append((rec.t0, k))
+                    out[r].append(rec.replace(step=step) if offset else rec)
         return out
 
-    def place_summary(self, rank: int, summary: dict[str, Any]) -> dict[str, Any]:
+    def place_summary(self, rank: int, summary: StepSummary) -> StepSummary:
         """``summary`` with its ``step`` counted across starts (module docstring)."""
         k = _start(summary)
         if "restart" not in summary:

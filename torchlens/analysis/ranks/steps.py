@@ -1,5 +1,5 @@
-"""Per-rank steps of ``%ddp_check --profile``: which rank is slow and why, and
-whose memory creeps.
+"""Per-rank steps of ``%ddp_check --profile``: step and memory rows, whose
+memory creeps, and the rank table (the slow rank: ``analysis.ranks.slow``).
 
 Pure functions over the step records and profiled-step summaries of
 docs/RANK_PROFILE.md (``steps[r]``, ``summaries[r]``: one list per rank). They
@@ -10,51 +10,6 @@ Definitions (times in ms; a phase that is null or missing counts as 0, since
 its timer never ran):
 
 - ``other`` = step time - the sum of the phases, at least 0 (clock rounding).
-- ``compute`` = forward + optimizer + other: the rank's own work outside data
-  loading and synchronisation.
-- ``sync`` = backward + collective: where a rank waits for the others. DDP
-  waits for its gradient all_reduces inside ``backward`` (in C++), explicit
-  collectives wait inside ``collective``. Both are sync because the rank that
-  arrives last at either is the one the others wait for; leaving out
-  ``collective`` would miss a slow rank whose peers wait in a logging
-  all_reduce after the optimizer, or in one before backward. With no backward
-  at all (explicit all_reduce loops), sync is the collectives alone.
-- Steps compared: the steps every rank has (a rank that died or lags adds only
-  the steps it finished; a rank with no record yet is left out), the last
-  ``window`` of them. Steps pair by their index, also fixed windows
-  (``window: true``), which then pair only roughly.
-- Per step: the *late* rank is the one with the least sync; the others waited
-  ``median(sync of the others) - its sync`` for it. A step in which that is
-  under 1 us (the clocks' resolution: equal ranks) has no late rank.
-- The rank late in the most steps (ties: the lowest rank) is the candidate:
-  ``late_share`` = its share of the steps, ``gap_ms`` = the median over the
-  steps of how long the others waited for it (every step of the window, not
-  only those it was last in).
-- It is the slow rank when ``late_share`` >= 50%, ``gap_ms`` >= 5% of the
-  median step and ``gap_ms`` >= 0.5 ms.
-- Cause: per step, the candidate's part minus the median of the others' part,
-  median over the steps (its *excess*); the part (``data`` or ``compute``)
-  whose excess is at least half of ``gap_ms`` is the cause, the larger if
-  both. When step times are equal the two excesses add up to the gap, so one
-  of them explains it; when neither does, cause is None and the words say so.
-- Cause ``collective``: with ``collective`` in sync, a rank held up by its own
-  collectives (a gather to itself, a subgroup collective, a p2p receive) has
-  as much sync as the others and is not found. So when no rank is found and
-  the ranks do run backward, the rule is applied again with sync = backward
-  alone, and its answer is kept only when the candidate's excess of
-  ``collective`` explains half the gap. Without backward the late rank has
-  the least collective time by definition: collective is never its cause.
-- ``median_step_ms``: the median over ranks of each rank's median step time in
-  the window; ``skew_pct`` = (the largest of those - that median) / that
-  median x 100. When no rank is slow, ``rank`` and ``cause`` are None and
-  ``gap_ms``/``late_share`` are those of the rank late most often.
-
-Known blind spots: a rank whose backward itself computes slowly keeps the
-others waiting inside the same ``backward`` timer; all ranks then leave
-backward together and no rank stands out here (its profiled steps show it).
-The timers see a wait only where the host blocks: always with gloo; with NCCL
-only where the rank side synchronises the device at the end of a phase, else
-the wait shows up in whichever phase next blocks on the GPU.
 
 Memory: per rank and step, the step record's ``mem`` (``cuda`` or ``rss``);
 a CPU step takes allocated, reserved, inactive_split and largest_free from the
@@ -74,24 +29,16 @@ is 0 or less or there are no others).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from torchlens.model.units import format_bytes, format_ms, format_percent
+from torchlens.model.records import StepMemory, StepRecord, StepSummary
+from torchlens.model.units import format_bytes
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
-CAUSE_WORDS = {"data": "waiting for data", "compute": "computing",
-               "collective": "waiting in a collective"}
 MEMORY_KEYS = ("allocated", "reserved", "inactive_split", "largest_free")
 
-MIN_LATE_SHARE = 0.5
-MIN_GAP_SHARE = 0.05  # of the median step
-MIN_GAP_MS = 0.5
-TIE_MS = 1e-3  # below the clocks' resolution: nobody arrived last
-EXPLAINS = 0.5  # share of the gap a part's excess must reach to be the cause
 WARMUP = 0.2
 MIN_CREEP_BYTES = 1 << 20
 #: RSS moves with the C allocator's arenas and page reuse, not only with
@@ -103,28 +50,9 @@ MIN_CREEP_R2 = 0.7
 CREEP_VS_OTHERS = 2.0
 MIN_FIT_POINTS = 3
 
-Steps = list[list[dict[str, Any]]]
-_PARTS: dict[str, Callable[[dict[str, float]], float]] = {
-    "data": lambda x: x["data"],
-    "compute": lambda x: x["forward"] + x["optimizer"] + x["other"],
-    "collective": lambda x: x["collective"],
-}
-_PART_WORDS = {"data": "data loading", "compute": "forward, optimizer and other work",
-               "collective": "own collectives"}
-
-
-@dataclass
-class SlowRank:
-    """The verdict on one window of steps (definitions: the module docstring)."""
-
-    rank: int | None
-    cause: str | None
-    words: str
-    gap_ms: float
-    late_share: float
-    skew_pct: float
-    median_step_ms: float
-    steps: int
+Steps = list[list[StepRecord]]
+Summaries = list[list[StepSummary]]
+_NO_MEMORY = StepMemory()
 
 
 @dataclass
@@ -139,9 +67,9 @@ class MemoryCreep:
     words: str
 
 
-def _record_ms(rec: dict[str, Any]) -> tuple[float, list[float | None], float]:
+def _record_ms(rec: StepRecord) -> tuple[float, list[float | None], float]:
     """(step, the phases in ``PHASES`` order with None unmeasured, other), in ms."""
-    phases = rec.get("phases") or {}
+    phases = rec.phases
     values: list[float | None] = []
     measured = 0.0
     for p in PHASES:  # a plain loop: 3x faster than comprehensions, and this runs live
@@ -150,17 +78,8 @@ def _record_ms(rec: dict[str, Any]) -> tuple[float, list[float | None], float]:
             v *= 1e3
             measured += v
         values.append(v)
-    t0, t1 = rec.get("t0"), rec.get("t1")
-    step = measured if t0 is None or t1 is None else 1e3 * (t1 - t0)
+    step = 1e3 * (rec.t1 - rec.t0)
     return step, values, step - measured if step > measured else 0.0
-
-
-def _times(rec: dict[str, Any]) -> dict[str, float]:
-    """Step, phases (unmeasured as 0) and other, in ms."""
-    step, values, other = _record_ms(rec)
-    out = {p: v or 0.0 for p, v in zip(PHASES, values, strict=True)}
-    out["step"], out["other"] = step, other
-    return out
 
 
 _PHASE_KEYS = tuple(f"{p}_ms" for p in PHASES)
@@ -172,131 +91,38 @@ def step_rows(steps: Steps) -> list[dict[str, Any]]:
     for r, recs in enumerate(steps):
         for rec in recs or []:
             step, values, other = _record_ms(rec)
-            row = {"rank": r, "step": rec.get("step"), "t0": rec.get("t0"), "t1": rec.get("t1"),
-                   "step_ms": step, "other_ms": other, "profiled": bool(rec.get("profiled")),
-                   "window": bool(rec.get("window"))}
+            row = {"rank": r, "step": rec.step, "t0": rec.t0, "t1": rec.t1,
+                   "step_ms": step, "other_ms": other, "profiled": rec.profiled,
+                   "window": rec.window}
             row.update(zip(_PHASE_KEYS, values, strict=True))
             rows.append(row)
     return rows
 
 
-def _late(times: dict[int, list[dict[str, float]]], sync: tuple[str, ...]) -> tuple[int, float, float]:
-    """(rank late most often, its share of the steps, median wait of the others for it)."""
-    ranks = sorted(times)
-    n = len(times[ranks[0]])
-    waits = {r: [sum(x[p] for p in sync) for x in times[r]] for r in ranks}
-    late: Counter[int] = Counter()
-    for i in range(n):
-        first = min(ranks, key=lambda r: waits[r][i])
-        if median(waits[q][i] for q in ranks if q != first) - waits[first][i] > TIE_MS:
-            late[first] += 1
-    rank = min(ranks, key=lambda r: (-late[r], r))
-    gaps = [median(waits[q][i] for q in ranks if q != rank) - waits[rank][i] for i in range(n)]
-    return rank, late[rank] / n, median(gaps)
-
-
-def _excess(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> float:
-    get = _PARTS[part]
-    others = [q for q in times if q != rank]
-    return median(get(times[rank][i]) - median(get(times[q][i]) for q in others)
-                  for i in range(len(times[rank])))
-
-
-def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float,
-           parts: tuple[str, ...]) -> tuple[str | None, dict[str, float]]:
-    excess = {p: _excess(times, rank, p) for p in parts}
-    best = max(parts, key=lambda p: excess[p])
-    return (best if excess[best] >= EXPLAINS * gap else None), excess
-
-
-def _part_words(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> str:
-    get = _PARTS[part]
-    own = median(get(x) for x in times[rank])
-    others = median(median(get(times[q][i]) for q in times if q != rank)
-                    for i in range(len(times[rank])))
-    what = f"its {_PART_WORDS[part]} took"
-    if others >= 0.05 and own / others >= 1.05:
-        return f"{what} {own / others:.1f}x the median, {format_ms(own)} against {format_ms(others)}"
-    return f"{what} {format_ms(own)} per step, the others' median {format_ms(others)}"
-
-
-def _nobody(words: str, steps: int = 0, **figures: float) -> SlowRank:
-    return SlowRank(None, None, f"no slow rank: {words}", figures.get("gap_ms", 0.0),
-                    figures.get("late_share", 0.0), figures.get("skew_pct", 0.0),
-                    figures.get("median_step_ms", 0.0), steps)
-
-
-def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
-    """The rank the others wait for in the last ``window`` common steps (all
-    of them when ``window`` is None), and why."""
-    by_rank = {r: {rec.get("step", i): rec for i, rec in enumerate(recs)}
-               for r, recs in enumerate(steps) if recs}
-    if len(steps) < 2:
-        return _nobody("one rank, nothing to compare")
-    if len(by_rank) < 2:
-        return _nobody("only one rank has reported steps" if by_rank
-                       else "no rank has reported a step")
-    common = sorted(set.intersection(*(set(d) for d in by_rank.values())))
-    common = common[-window:] if window else common
-    if not common:
-        return _nobody("no step has ended on every rank yet")
-    times = {r: [_times(d[s]) for s in common] for r, d in by_rank.items()}
-    per_rank = [median(x["step"] for x in t) for t in times.values()]
-    mid = median(per_rank)
-    figures = {"median_step_ms": mid,
-               "skew_pct": (max(per_rank) - mid) / mid * 100 if mid > 0 else 0.0}
-    n = len(common)
-
-    def stands_out(share: float, gap: float) -> bool:
-        return share >= MIN_LATE_SHARE and gap >= max(MIN_GAP_SHARE * mid, MIN_GAP_MS)
-
-    rank, share, gap = _late(times, ("backward", "collective"))
-    cause, excess = _cause(times, rank, gap, ("data", "compute"))
-    found = stands_out(share, gap)
-    if not found and any(x["backward"] > 0 for t in times.values() for x in t):
-        r2, s2, g2 = _late(times, ("backward",))
-        c2, _ = _cause(times, r2, g2, ("data", "compute", "collective"))
-        if stands_out(s2, g2) and c2 == "collective":
-            found, rank, share, gap, cause = True, r2, s2, g2, c2
-    if not found:
-        words = f"step times within {format_percent(max(1, figures['skew_pct']))} (median {format_ms(mid)})"
-        if share < MIN_LATE_SHARE and gap >= max(MIN_GAP_SHARE * mid, MIN_GAP_MS):
-            words += "; the rank the others wait for changes from step to step"
-        return _nobody(words, n, gap_ms=gap, late_share=share, **figures)
-    waited = (f"arrived last in {round(share * n)} of {n} steps; "
-              f"others waited {format_ms(gap)} per step for it")
-    if cause is None:
-        parts = ", ".join(f"{p} {format_ms(excess[p], signed=True)}" for p in ("data", "compute"))
-        words = (f"rank {rank} is the slow rank ({waited}); no measured part explains it "
-                 f"({parts} per step against the others' median)")
-    else:
-        words = (f"rank {rank} is the slow rank: {CAUSE_WORDS[cause]} ({waited}; "
-                 f"{_part_words(times, rank, cause)})")
-    return SlowRank(rank, cause, words, gap, share, figures["skew_pct"], mid, n)
-
-
 _Memory = tuple[Any, Any, Any, Any, Any, Any, Any, str]  # step, t1, MEMORY_KEYS..., rss, source
 
 
-def _memory(recs: list[dict[str, Any]], summaries: list[dict[str, Any]]) -> list[_Memory]:
+def _memory(recs: list[StepRecord], summaries: list[StepSummary]) -> list[_Memory]:
     """One rank's memory per step, with its profiled steps' figures where the
     step record has none (a CPU step's modelled allocator)."""
     profiled = {s.get("step"): s.get("memory") or {} for s in summaries}
     out = []
     for rec in recs:
-        mem = rec.get("mem") or {}
-        extra = profiled.get(rec.get("step")) or {}
-        values = [mem.get(k) if mem.get(k) is not None else extra.get(k) for k in MEMORY_KEYS]
-        if mem.get("allocated") is not None:
-            source = mem.get("source") or "cuda"
+        mem = rec.mem or _NO_MEMORY
+        extra = profiled.get(rec.step) or {}
+        own = (mem.allocated, mem.reserved, mem.inactive_split, mem.largest_free)
+        values = [v if v is not None else extra.get(k)
+                  for k, v in zip(MEMORY_KEYS, own, strict=True)]
+        if mem.allocated is not None:
+            source = mem.source or "cuda"
         elif extra.get("allocated") is not None:
             source = extra.get("source") or "modelled"
         else:
-            source = mem.get("source") or "rss"
-        out.append((rec.get("step"), rec.get("t1"), *values, mem.get("rss"), source))
+            source = mem.source or "rss"
+        out.append((rec.step, rec.t1, *values, mem.rss, source))
     # a summary whose step record is not here (yet): the live view gets a
     # profiled step's summary apart from its step's record
-    recorded = {rec.get("step") for rec in recs}
+    recorded = {rec.step for rec in recs}
     for s in summaries:
         extra = s.get("memory") or {}
         if s.get("step") not in recorded and extra.get("allocated") is not None:
@@ -305,7 +131,7 @@ def _memory(recs: list[dict[str, Any]], summaries: list[dict[str, Any]]) -> list
     return out
 
 
-def per_rank_memory(steps: Steps, summaries: Steps) -> list[list[_Memory]]:
+def per_rank_memory(steps: Steps, summaries: Summaries) -> list[list[_Memory]]:
     """Each rank's memory per step (``memory_creep`` and ``rank_table`` can share one:
     at 1,024 ranks it is most of the live summary's cost)."""
     n = max(len(steps), len(summaries))
@@ -318,7 +144,7 @@ def _frag(inactive: Any, reserved: Any) -> float | None:
     return inactive / reserved if inactive is not None and reserved else None
 
 
-def memory_rows(steps: Steps, summaries: Steps) -> list[dict[str, Any]]:
+def memory_rows(steps: Steps, summaries: Summaries) -> list[dict[str, Any]]:
     """One row per rank and step: the allocator figures, fragmentation, RSS and
     where they came from (``cuda``, ``modelled`` or ``rss``)."""
     return [{"rank": r, "step": step, "t1": t1, "allocated": alloc, "reserved": reserved,
@@ -365,7 +191,7 @@ def _r2(points: list[tuple[float, float]], slope: float) -> float:
     return 1.0 - residual / total
 
 
-def memory_creep(steps: Steps, summaries: Steps, min_steps: int = 8,
+def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
                  memory: list[list[_Memory]] | None = None) -> list[MemoryCreep]:
     """The ranks whose memory creeps (definition: the module docstring).
     ``memory``: ``per_rank_memory(steps, summaries)`` when the caller has it."""
@@ -405,7 +231,7 @@ def _peak(values: list[Any]) -> Any:
 ROLES = ("kernel", "memcpy", "memset", "comm", "runtime", "dataloader", "cpu_exec", "other")
 
 
-def profiled_breakdown(summaries: Steps) -> list[dict[str, Any]]:
+def profiled_breakdown(summaries: Summaries) -> list[dict[str, Any]]:
     """One row per rank: the median over its profiled steps of the ``%%torchprof``
     step breakdown (``<role>_ms`` for each of ``ROLES``, and ``step_ms``), and how
     many profiled steps it rests on. Ranks without a summary yet have None."""
@@ -421,7 +247,7 @@ def profiled_breakdown(summaries: Steps) -> list[dict[str, Any]]:
     return out
 
 
-def rank_table(steps: Steps, summaries: Steps,
+def rank_table(steps: Steps, summaries: Summaries,
                per_rank: list[list[_Memory]] | None = None) -> list[dict[str, Any]]:
     """One row per rank: median step and phase times over all its steps, the
     latest and peak allocator figures, fragmentation and RSS. ``per_rank``:

@@ -23,12 +23,10 @@ Lost ranks are grouped by node (``GROUP_RANK``, and host) and each group says
 the step the ranks were in when they went silent (their last heartbeat's
 ``steps_done``, the index of the step then running).
 
-The verdict, first match wins: a lost node; a failed rank (the one that
-raised first); the slow rank
-(``rank_steps.slow_rank`` over the last 20 steps every rank has); a rank whose
-memory creeps; else no straggler, with the step-time skew. The figure of a
-slow rank is its part (data loading, compute, its own collectives) per step,
-median over its last 20 steps, against the median of the other ranks' medians.
+The verdict (a ``Finding``), first match wins: a lost node; a failed rank
+(the one that raised first); the slow rank (``analysis.ranks.slow.slow_rank``
+over the last 20 steps every rank has, in its words); a rank whose memory
+creeps; else no slow rank, with the step-time skew.
 """
 
 from __future__ import annotations
@@ -40,30 +38,19 @@ from statistics import median
 from typing import Any
 
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
+from torchlens.analysis.ranks.slow import SlowRank, slow_rank
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
-    SlowRank,
+    Steps,
+    Summaries,
     memory_creep,
     per_rank_memory,
     rank_table,
-    slow_rank,
 )
-from torchlens.model.units import format_bytes, format_ms, format_percent
+from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding
+from torchlens.model.units import format_bytes
 
 WINDOW = 20
-NEXT_LOOK = {
-    "data": "look at rank {r}'s input pipeline (DataLoader workers, storage, augmentation)",
-    "compute": "look at rank {r}'s host and device (other processes, throttling, "
-               "uneven batches)",
-    "collective": "look at the collectives only rank {r} makes (gathers to it, "
-                  "subgroups, p2p)",
-}
-PART = {"data": ("data loading", lambda r: r.get("data_ms")),
-        "compute": ("forward, optimizer and other work",
-                    lambda r: sum(r.get(k) or 0.0 for k in ("forward_ms", "optimizer_ms",
-                                                              "other_ms"))),
-        "collective": ("own collectives", lambda r: r.get("collective_ms"))}
-
 
 @dataclass
 class LostNode:
@@ -79,7 +66,7 @@ class LostNode:
 class RunView:
     """Everything the terminal summary and the manifest show (numbers only)."""
 
-    verdict: str
+    verdict: Finding
     ranks: list[dict[str, Any]]
     slow: SlowRank
     creep: list[MemoryCreep]
@@ -154,39 +141,30 @@ def lost_nodes(ranks: list[dict[str, Any] | None], states: list[str]) -> list[Lo
     return out
 
 
-def _part(rows: list[dict[str, Any]], rank: int, cause: str) -> tuple[float, float] | None:
-    """(the rank's median part in ms, the others' median) over the last WINDOW steps."""
-    name, get = PART[cause]
-    per_rank: dict[int, float] = {}
-    for r in {row["rank"] for row in rows}:
-        mine = [row for row in rows if row["rank"] == r][-WINDOW:]
-        values = [get(row) for row in mine if get(row) is not None]
-        if values:
-            per_rank[r] = median(values)
-    others = [v for r, v in per_rank.items() if r != rank]
-    if rank not in per_rank or not others:
-        return None
-    return per_rank[rank], median(others)
-
-
-def _slow_words(slow: SlowRank, steps: list[list[dict[str, Any]]]) -> str:
-    from torchlens.analysis.ranks.steps import step_rows
-
-    r = slow.rank
-    if slow.cause is None:
-        return (f"rank {r} is the straggler: the others wait {format_ms(slow.gap_ms)} per step "
-                f"for it and no measured part explains it; look at rank {r}'s profiled "
-                "steps (torchlens report RUN_DIR)")
-    part = _part(step_rows(steps), r, slow.cause)  # type: ignore[arg-type]
-    name = PART[slow.cause][0]
-    if part is None:
-        figure = f"the others wait {format_ms(slow.gap_ms)} per step for it"
-    else:
-        own, others = part
-        times = f", {own / others:.0f}x the median" if others >= 0.05 else ""
-        figure = (f"its {name} takes {format_ms(own)} per step{times} ({format_ms(others)}); "
-                  f"the others wait {format_ms(slow.gap_ms)} per step for it")
-    return f"rank {r} is the straggler: {figure}; {NEXT_LOOK[slow.cause].format(r=r)}"
+def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, Any]],
+             attached: int, slow: SlowRank, creep: list[MemoryCreep]) -> Finding:
+    """What leads the summary (the order: the module docstring)."""
+    if lost:
+        where, what = lost[0].words.split(": ", 1)
+        return Finding(FAILED, f"{where} was lost: {what}",
+                       advice="the other ranks' data is kept; look at that node's torchrun "
+                              "log and network")
+    if failed:
+        row = failed[0]
+        return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
+                       advice=f"look at rank {row['rank']}'s log")
+    if not any(snap["steps"]):
+        return Finding(INFO, f"waiting for steps: {attached} of {snap['world_size'] or '?'} "
+                       "ranks attached (a rank attaches at its first torchlens.step())",
+                       (Figure("attached", attached),))
+    if slow.rank is None and creep:
+        c = creep[0]
+        return Finding(WARNING, f"rank {c.rank}'s memory creeps: {format_bytes(c.bytes_per_step, signed=True)} "
+                       f"per step over {c.steps} steps",
+                       (Figure("bytes_per_step", c.bytes_per_step, "B"), Figure("steps", c.steps)),
+                       f"look for tensors kept across steps on rank {c.rank} (losses kept "
+                       "with their graph, growing lists)")
+    return slow.finding
 
 
 def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
@@ -219,28 +197,7 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
 
     failed = sorted((row for row in rows if row["state"] == "failed"),
                     key=lambda row: (raised_at(row), row["rank"]))
-    if lost:
-        first = lost[0]
-        verdict = (f"{first.words.split(':')[0]} was lost: {first.words.split(': ', 1)[1]}; "
-                   "the other ranks' data is kept; look at that node's torchrun log "
-                   "and network")
-    elif failed:
-        row = failed[0]
-        verdict = (f"rank {row['rank']} failed: {row['error'] or 'an exception'}; "
-                   f"look at rank {row['rank']}'s log")
-    elif not any(steps):
-        verdict = (f"waiting for steps: {attached} of {snap['world_size'] or '?'} ranks "
-                   "attached (a rank attaches at its first torchlens.step())")
-    elif slow.rank is not None:
-        verdict = _slow_words(slow, steps)
-    elif creep:
-        c = creep[0]
-        verdict = (f"rank {c.rank}'s memory creeps: {format_bytes(c.bytes_per_step, signed=True)} per step "
-                   f"over {c.steps} steps; look for tensors kept across steps on rank {c.rank} "
-                   "(losses kept with their graph, growing lists)")
-    else:
-        verdict = (f"no straggler: step times within {format_percent(max(1, slow.skew_pct))} "
-                   f"(median {format_ms(slow.median_step_ms)})")
+    verdict = _verdict(snap, lost, failed, attached, slow, creep)
     notes = []
     if any(i is not None and not i.get("shared_run_dir") for i in ranks):
         far = [str(i["rank"]) for i in ranks if i is not None and not i.get("shared_run_dir")]
@@ -278,15 +235,17 @@ def _finite(value: Any) -> Any:
 
 def live_status(view: RunView) -> dict[str, Any]:
     """The run's status as ``torchlens.watch`` and the sidebar show it: the
-    verdict and one row per rank (``STATUS_KEYS``, plus ``slow`` and ``ended``:
-    why it stopped, or None), all plain JSON values, from one ``RunView``."""
+    verdict (one line, and its ``severity``) and one row per rank (``STATUS_KEYS``,
+    plus ``slow`` and ``ended``: why it stopped, or None), all plain JSON values,
+    from one ``RunView``."""
     rows = []
     for row in view.ranks:
         out = {k: _finite(row.get(k)) for k in STATUS_KEYS}
         out["slow"] = row["rank"] == view.slow.rank
         out["ended"] = ended_reason(out)
         rows.append(out)
-    return {"world_size": view.world_size, "attached": view.attached, "verdict": view.verdict,
+    return {"world_size": view.world_size, "attached": view.attached,
+            "verdict": str(view.verdict), "severity": view.verdict.severity,
             "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
             "spread": None if view.spread is None else [_finite(v) for v in view.spread],
             "restarts": [dataclasses.asdict(r) for r in view.restarts],
@@ -301,8 +260,8 @@ def ended_reason(row: dict[str, Any]) -> str | None:
     return f"{row['state']}: {error}" if error else str(row["state"])
 
 
-def folder_status(manifest: dict[str, Any], steps: list[list[dict[str, Any]]],
-                  summaries: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def folder_status(manifest: dict[str, Any], steps: Steps,
+                  summaries: Summaries) -> dict[str, Any]:
     """``live_status`` of a finished run folder (its manifest, and each rank's
     step records and summaries): for ``torchlens.watch`` on a run without a
     live feed. The verdict, states and slow rank are the manifest's."""

@@ -6,8 +6,9 @@ JSON-able dicts and lists, so each rank's trace can be summarised in its own
 worker process and only the small result travels. Definitions, and where they
 differ from HTA's: ``gpu`` (which GPU work, its kinds, the window) and
 ``figures`` (each figure). ``collectives`` lists each rank's collectives
-(``rank_collectives``) and matches them across ranks (``collective_rows``,
-``straggler_rows``, ``findings``); ``run`` turns every rank's figures into
+(``rank_collectives``) and matches them across ranks (``collective_rows``);
+``slow_ranks`` says who waited for whom and which ranks stand out
+(``straggler_rows``, ``findings``); ``run`` turns every rank's figures into
 the run's tables. ``launches`` (``launch_stats``: CUDA kernel launch
 statistics) and ``counters`` (``queue_length``, ``memory_bandwidth``) add
 HTA's remaining per-rank figures.
@@ -16,9 +17,7 @@ HTA's remaining per-rank figures.
 from torchlens.analysis.runs.collectives import (
     collective_rows,
     collective_table,
-    findings,
     rank_collectives,
-    straggler_rows,
 )
 from torchlens.analysis.runs.counters import memory_bandwidth, queue_length
 from torchlens.analysis.runs.figures import (
@@ -30,6 +29,7 @@ from torchlens.analysis.runs.figures import (
 )
 from torchlens.analysis.runs.gpu import KINDS, GpuWork, gpu_work, kind_of
 from torchlens.analysis.runs.launches import launch_stats
+from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 
 __all__ = ["KINDS", "GpuWork", "collective_rows", "collective_table", "comm_comp_overlap",
            "findings", "gpu_work", "idle_time", "kernel_breakdown", "kind_of", "launch_stats",

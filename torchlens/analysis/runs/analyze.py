@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.analysis.runs import causes as why
-from torchlens.analysis.runs import clock, tables
+from torchlens.analysis.runs import clock, slow_ranks, tables
 from torchlens.analysis.runs import collectives as colls
 from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.model import Profile
+from torchlens.model.findings import INFO, WARNING, Figure, Finding
 from torchlens.model.units import format_percent, format_us_as_ms
 
 
@@ -34,7 +35,7 @@ class RunAnalysis:
     step_skew: list[dict[str, Any]]
     collectives: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
-    findings: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     clocks: list[dict[str, Any]] = field(default_factory=list)
     launches: list[dict[str, Any]] = field(default_factory=list)
     launch_outliers: list[dict[str, Any]] = field(default_factory=list)
@@ -47,12 +48,12 @@ def figures_by_rank(profile: Profile) -> tables.RankFigures:
     return {int(r): f for r, f in profile.payload.figures.items()}  # type: ignore[union-attr]
 
 
-def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
-    """Plain sentences with their figures, most telling first.
+def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[Finding]:
+    """What the run shows, most telling first.
 
     - the ranks that arrived last at collectives far more often than chance,
       with the part of their step breakdown that stands out (``causes``),
-      and collective sequences that disagree (``collectives.findings``);
+      and collective sequences that disagree (``slow_ranks.findings``);
     - clocks that had to be aligned (``clock.findings``);
     - the rank with the most idle GPU time, when it idles at least 10 points
       more than the median rank;
@@ -62,11 +63,11 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
       the ranks with compute and at least 10% non-compute time);
     - what could not be read.
     """
-    causes = {s["rank"]: s["cause_words"] for s in a.stragglers if s.get("cause_words")}
+    causes = {s["rank"]: part for s in a.stragglers if (part := why.cause_part(s))}
     steps: dict[int, int] = {}
     for row in a.steps:
         steps[row["rank"]] = steps.get(row["rank"], 0) + 1
-    out: list[str] = colls.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
+    out: list[Finding] = slow_ranks.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
                                     steps=steps)
     out += clock.findings(a.clocks)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
@@ -75,26 +76,37 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[str]:
         median = ordered[len(ordered) // 2]
         worst = max(gpu, key=lambda r: r["idle_pct"])
         if worst["idle_pct"] - median >= 10:
-            out.append(f"rank {worst['rank']}'s GPU was idle {format_percent(worst['idle_pct'])} of its "
-                       f"timeline, against {format_percent(median)} for the median rank")
+            out.append(Finding(
+                WARNING, f"rank {worst['rank']}'s GPU was idle {format_percent(worst['idle_pct'])} of "
+                f"its timeline, against {format_percent(median)} for the median rank",
+                (Figure("idle_pct", worst["idle_pct"], "%"),
+                 Figure("median_idle_pct", median, "%"))))
     if a.step_skew:
         worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
         if (worst_step["skew_pct"] or 0) >= 5:
-            out.append(f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
-                       f"{format_us_as_ms(worst_step['max_us'])}, {format_percent(worst_step['skew_pct'])} "
-                       f"longer than the median rank ({format_us_as_ms(worst_step['median_us'])})")
+            out.append(Finding(
+                WARNING, f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
+                f"{format_us_as_ms(worst_step['max_us'])}, "
+                f"{format_percent(worst_step['skew_pct'])} longer than the median rank "
+                f"({format_us_as_ms(worst_step['median_us'])})",
+                (Figure("max_us", worst_step["max_us"], "µs"),
+                 Figure("median_us", worst_step["median_us"], "µs"),
+                 Figure("skew_pct", worst_step["skew_pct"], "%"))))
     # only where there is compute that could hide it and communication worth hiding
     busy = {r["rank"] for r in a.temporal
             if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
     overlaps = sorted(r["overlap_pct"] for r in a.overlap
                       if r.get("overlap_pct") is not None and r["rank"] in busy)
     if overlaps and overlaps[len(overlaps) // 2] < 20:
-        out.append(f"compute hides little of the communication: median overlap "
-                   f"{format_percent(overlaps[len(overlaps) // 2])} of communication time")
+        out.append(Finding(
+            INFO, f"compute hides little of the communication: median overlap "
+            f"{format_percent(overlaps[len(overlaps) // 2])} of communication time",
+            (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),)))
     if a.problems:
         kinds = sorted({p["kind"] for p in a.problems})
-        out.append(f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "
-                   "below; the other ranks were analysed")
+        out.append(Finding(
+            WARNING, f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "
+            "below; the other ranks were analysed", (Figure("problems", len(a.problems)),)))
     return out
 
 
@@ -112,11 +124,13 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.clocks = clock.clock_rows(ranks, a.collectives)
     a.collectives = clock.align_rows(a.collectives, a.clocks)
     a.stragglers = why.with_causes(
-        colls.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
+        slow_ranks.straggler_rows(ranks, a.world_size, rows=a.collectives), a.steps)
     a.launches = run_launches.launch_rows(ranks)
     a.launch_outliers = run_launches.launch_outlier_rows(ranks)
     a.launch_kernels = run_launches.launch_kernel_rows(ranks)
     a.queues = run_launches.queue_rows(ranks)
     a.memory_bw = run_launches.memory_bw_rows(ranks)
-    a.findings = list(getattr(payload, "notes", None) or []) + findings(a, ranks)
+    # the collector's own findings (what stopped the run, its verdict) lead
+    notes = [Finding(INFO, str(n)) for n in getattr(payload, "notes", None) or []]
+    a.findings = notes + findings(a, ranks)
     return a

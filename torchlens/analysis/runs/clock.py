@@ -35,13 +35,13 @@ offset is applied when ``|offset_us| > APPLY_MIN_US`` (5 µs: below that,
 nothing a report shows would change) and ``|offset_us| > APPLY_FACTOR`` (3)
 times its ``residual_median_us`` (the ends' own jitter, e.g. a NCCL ring's
 completion on one node). Even a 10 µs offset left in place reads as a
-straggler over many collectives (seen on synthetic rank sets shifted by
+slow rank over many collectives (seen on synthetic rank sets shifted by
 10 µs per rank: "rank 1 arrived last at 100% of allreduces"). Why not always: ranks on one host share
 one clock, and there the median end difference is jitter, not a clock
 offset; subtracting it would move every arrival by noise and could flip
 which rank arrived last. Why not never: ranks on different hosts whose
 clocks differ by more than a collective's duration would otherwise read as
-stragglers (the late clock "arrives last" every time). What ends alone cannot
+slow ranks (the late clock "arrives last" every time). What ends alone cannot
 tell apart: a rank that always finishes a fixed time later on the same clock
 looks like an offset clock; its ``residual`` is small either way, so the
 offset is shown (``clocks()``, the report) with ``applied`` so the user can
@@ -61,7 +61,9 @@ from typing import Any
 
 import numpy as np
 
+from torchlens.analysis.ranks.arrivals import last_arrival
 from torchlens.analysis.runs.collectives import RankFigures, _tables
+from torchlens.model.findings import INFO, Figure, Finding
 from torchlens.model.units import format_duration
 
 #: An offset is applied only above this (µs) ...
@@ -135,11 +137,9 @@ def align_rows(rows: list[dict[str, Any]], clocks: list[dict[str, Any]]) -> list
             shifted = {r: t - offsets.get(r, 0.0) / 1e6 for r, t in arrivals.items()}
             row.update(arrivals=shifted, aligned=True)
             if row["last_rank"] is not None:
-                last_t0 = max(shifted.values())
-                waits = {r: (last_t0 - t) * 1e6 for r, t in shifted.items()}
-                row.update(last_rank=min(r for r, t in shifted.items() if t == last_t0),
-                           waits_us=waits, max_wait_us=(last_t0 - min(shifted.values())) * 1e6,
-                           total_wait_us=sum(waits.values()))
+                last = last_arrival(shifted)
+                del last["last_t0"]
+                row.update(last)
         out.append(row)
     return out
 
@@ -157,7 +157,7 @@ def run_skew(clocks: list[dict[str, Any]]) -> dict[str, Any]:
             "applied": sum(c["applied"] for c in have)}
 
 
-def findings(clocks: list[dict[str, Any]]) -> list[str]:
+def findings(clocks: list[dict[str, Any]]) -> list[Finding]:
     """One sentence when offsets were applied: how many ranks, the largest, and
     the residual skew left after aligning."""
     moved = [c for c in clocks if c["applied"]]
@@ -166,8 +166,13 @@ def findings(clocks: list[dict[str, Any]]) -> list[str]:
     worst = max(moved, key=lambda c: abs(c["offset_us"]))
     skew = run_skew(clocks)
     ahead = "ahead of" if worst["offset_us"] > 0 else "behind"
-    return [f"{len(moved)} rank(s) ran on clocks offset from rank {worst['reference']}'s "
-            f"(largest: rank {worst['rank']}, {format_duration(abs(worst['offset_us']))} "
-            f"{ahead}), found from the ends of {worst['collectives']} shared collectives; "
-            f"arrivals and waits are aligned (residual skew: median "
-            f"{format_duration(skew['residual_median_us'])}, at most {format_duration(skew['residual_max_us'])})"]
+    return [Finding(
+        INFO, f"{len(moved)} rank(s) ran on clocks offset from rank {worst['reference']}'s "
+        f"(largest: rank {worst['rank']}, {format_duration(abs(worst['offset_us']))} "
+        f"{ahead}), found from the ends of {worst['collectives']} shared collectives; "
+        f"arrivals and waits are aligned (residual skew: median "
+        f"{format_duration(skew['residual_median_us'])}, "
+        f"at most {format_duration(skew['residual_max_us'])})",
+        (Figure("ranks_offset", len(moved)), Figure("max_offset_us", abs(worst["offset_us"]), "µs"),
+         Figure("residual_median_us", skew["residual_median_us"], "µs"),
+         Figure("residual_max_us", skew["residual_max_us"], "µs")))]

@@ -1,4 +1,5 @@
-"""Collectives across ranks: who arrived last, who waited, and at what bandwidth.
+"""Collectives across ranks: who arrived last, who waited, and at what bandwidth
+(which ranks stand out: ``analysis.runs.slow_ranks``).
 
 Per rank (in a worker process, from one ``Trace``)
 --------------------------------------------------
@@ -53,9 +54,9 @@ Matching is over all of a rank's collectives in one sequence: runs that use
 several process groups in different orders on different ranks show up as
 mismatches.
 
-- arrival: each rank's ``t0``; the *last* rank is the one with the latest
-  arrival (ties: the lowest rank); each rank's *wait* is ``last arrival - its
-  arrival`` in µs (0 for the last). Host clocks of different machines are
+- arrival: each rank's ``t0``; the *last* rank and each rank's *wait*
+  (``last arrival - its arrival`` in µs, 0 for the last) are
+  ``analysis.ranks.arrivals.last_arrival``'s (ties: the lowest rank). Host clocks of different machines are
   compared as they are: an offset between them reads as waiting.
 - ``dur_us``: the shortest time any rank spent in the collective, counted on
   its NCCL kernels when every rank has them (``timed_by: "kernel"``), else
@@ -70,46 +71,16 @@ mismatches.
   number of ranks read. ``bytes`` is the largest any rank reports (they are
   equal for the ``SAME_SIZE`` kinds).
 
-Stragglers (``straggler_rows``), over the compared rows with two ranks or
-more: per rank, how often it arrived last (``last``, ``last_pct`` of the
-collectives it took part in), the wait it caused (``caused_us``: the others'
-waits summed over the collectives it arrived last at; ``caused_mean_us`` per
-such collective) and the wait it suffered (``waited_us``), ranked by the
-wait caused.
-
-Findings (``findings``): a rank stands out at a kind of collective when
-
-1. it arrived last at k of the m compared collectives of that kind it took
-   part in, and either k that high is unlikely by chance: if each of the
-   ``r`` ranks compared at a collective were equally likely to be last
-   (p = mean of 1/r), the binomial chance of k or more is below
-   ``STANDOUT_P`` (1%) divided by the number of ranks compared at that kind
-   (Bonferroni: the 1% is the chance that any rank of an even run is named,
-   which without the division grows with the world size; an even 4-rank run
-   has one rank or another last at all 4 of its allreduces 1.6% of the
-   time); or, for short traces where no count can be that unlikely, it was
-   last at least ``FEW_LAST`` (3) times and at half or more of them, and
-   the wait it caused per such collective is at least ``FEW_RATIO`` (5x)
-   the mean wait at the kind's other collectives (those
-   where someone else was last; any wait when there are none); and
-2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
-
-The sentence ends with the rank's likely cause when ``findings`` is given
-one (``causes.likely_cause``: the part of its step breakdown that stands
-out), and gives the wait per profiled step when the steps are known.
-
-Each such rank and kind gets one sentence with its figures (largest wait
-first); mismatches get one sentence naming the first and how many.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from torchlens.analysis.ranks.arrivals import last_arrival
 from torchlens.analysis.trace.collectives import (
     DTYPE_BYTES,
     argument_bytes,
@@ -117,7 +88,6 @@ from torchlens.analysis.trace.collectives import (
 )
 from torchlens.analysis.trace.events import event_text, unix_origin
 from torchlens.model import Trace
-from torchlens.model.units import format_duration, format_percent
 
 RankFigures = dict[int, list[dict[str, Any]]]
 
@@ -125,14 +95,6 @@ RankFigures = dict[int, list[dict[str, Any]]]
 SAME_SIZE = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reducescatter"})
 #: Kinds whose message size S is the gathered output (nccl-tests).
 GATHERING = frozenset({"allgather", "gather"})
-#: A rank stands out when the chance of arriving last that often is below this.
-STANDOUT_P = 0.01
-#: ... and the others waited at least this long (µs, in total) for it.
-STANDOUT_WAIT_US = 1000.0
-#: Few collectives: last at least this often (and at half of them or more) ...
-FEW_LAST = 3
-#: ... and causing this many times the wait of the kind's other collectives.
-FEW_RATIO = 5.0
 #: ``collective_table``'s columns besides ``names`` (``t1`` is ``t0 + dur_us``, not sent).
 COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "group", "pg")
 
@@ -307,136 +269,11 @@ def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int]
     row.update(n=n, arrivals=arrivals, dur_us=dur, timed_by="kernel" if by_kernel else "host",
                span_us=(max(c["t1"] for c in at.values()) - min(arrivals.values())) * 1e6)
     if len(at) >= 2:
-        last_t0 = max(arrivals.values())
-        last = min(r for r, t in arrivals.items() if t == last_t0)
-        waits = {r: (last_t0 - t) * 1e6 for r, t in arrivals.items()}
-        row.update(last_rank=last, waits_us=waits,
-                   max_wait_us=(last_t0 - min(arrivals.values())) * 1e6,
-                   total_wait_us=sum(waits.values()))
+        last = last_arrival(arrivals)
+        del last["last_t0"]
+        row.update(last)
     if row["bytes"] is not None and dur > 0:
         algbw = row["bytes"] / dur / 1e3  # B/µs = MB/s; /1e3 -> GB/s
         factor = busbw_factor(row["name"], n)
         row.update(algbw_GBps=algbw, busbw_GBps=algbw * factor if factor is not None else None)
     return row
-
-
-def _compared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r["last_rank"] is not None]
-
-
-def straggler_rows(ranks: RankFigures, world_size: int | None = None,
-                   rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Per rank (module docstring): ``rank``, ``collectives``, ``last``,
-    ``last_pct``, ``caused_us``, ``caused_mean_us``, ``waited_us``; ranked by
-    ``caused_us`` (largest first), then rank. ``rows``: ``collective_rows``'
-    result when already computed."""
-    compared = _compared(rows if rows is not None else collective_rows(ranks, world_size))
-    stats = {r: {"rank": r, "collectives": 0, "last": 0, "last_pct": None, "caused_us": 0.0,
-                 "caused_mean_us": None, "waited_us": 0.0} for r in sorted(ranks)}
-    for row in compared:
-        for r, wait in row["waits_us"].items():
-            s = stats.setdefault(r, {"rank": r, "collectives": 0, "last": 0, "last_pct": None,
-                                     "caused_us": 0.0, "caused_mean_us": None,
-                                     "waited_us": 0.0})
-            s["collectives"] += 1
-            s["waited_us"] += wait
-        s = stats[row["last_rank"]]
-        s["last"] += 1
-        s["caused_us"] += row["total_wait_us"]
-    for s in stats.values():
-        if s["collectives"]:
-            s["last_pct"] = 100.0 * s["last"] / s["collectives"]
-        if s["last"]:
-            s["caused_mean_us"] = s["caused_us"] / s["last"]
-    return sorted(stats.values(), key=lambda s: (-s["caused_us"], s["rank"]))
-
-
-def binomial_tail(k: int, m: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(m, p)."""
-    if k <= 0:
-        return 1.0
-    if k > m or p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    # the terms from k up, in logs; past the mode they only shrink, so the sum
-    # stops once a term no longer changes it
-    lp, lq = math.log(p), math.log1p(-p)
-    log_term = math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + k * lp + (
-        m - k) * lq
-    total = 0.0
-    for i in range(k, m + 1):
-        term = math.exp(log_term)
-        total += term
-        if i > m * p and term <= total * 1e-15:
-            break
-        if i < m:
-            log_term += math.log(m - i) - math.log(i + 1) + lp - lq
-    return min(total, 1.0)
-
-
-def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
-                rank: int, family: int) -> bool:
-    if caused < STANDOUT_WAIT_US or k <= m * p:
-        return False
-    if binomial_tail(k, m, p) < STANDOUT_P / max(1, family):
-        return True
-    if k < FEW_LAST or 2 * k < m:
-        return False
-    rest = [r["total_wait_us"] for r in kind_rows if r["last_rank"] != rank]
-    return not rest or caused / k >= FEW_RATIO * (sum(rest) / len(rest))
-
-
-def findings(ranks: RankFigures, world_size: int | None = None,
-             rows: list[dict[str, Any]] | None = None,
-             causes: dict[int, str] | None = None,
-             steps: dict[int, int] | None = None) -> list[str]:
-    """Plain sentences about the ranks that stand out and the sequences that
-    disagree (the rule: module docstring); empty when nothing does.
-
-    ``causes``: rank -> a phrase saying why it is late (appended);
-    ``steps``: rank -> its number of profiled steps (for the wait per step)."""
-    rows = rows if rows is not None else collective_rows(ranks, world_size)
-    causes = causes or {}
-    steps = steps or {}
-    found: list[tuple[float, str]] = []
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for row in _compared(rows):
-        by_kind.setdefault(row["name"], []).append(row)
-    for kind, kind_rows in by_kind.items():
-        p = float(np.mean([1.0 / len(r["waits_us"]) for r in kind_rows]))
-        took_part: dict[int, int] = {}
-        last: dict[int, int] = {}
-        caused: dict[int, float] = {}
-        each: dict[int, float] = {}
-        for row in kind_rows:
-            for r in row["waits_us"]:
-                took_part[r] = took_part.get(r, 0) + 1
-            r = row["last_rank"]
-            last[r] = last.get(r, 0) + 1
-            caused[r] = caused.get(r, 0.0) + row["total_wait_us"]
-            # the wait of one other rank, on average over the ranks that waited
-            each[r] = each.get(r, 0.0) + row["total_wait_us"] / max(1, len(row["waits_us"]) - 1)
-        for r, k in last.items():
-            m = took_part[r]
-            if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
-                continue
-            per_step = (f"; each other rank waited {format_duration(each[r] / steps[r])}"
-                        f" per step for it" if steps.get(r) else "")
-            cause = f"; {causes[r]}" if r in causes else ""
-            found.append((caused[r], (
-                f"rank {r} arrived last at {format_percent(100.0 * k / m)} of {kind}s ({k} of {m}); "
-                f"the others waited {format_duration(caused[r])} in total for it "
-                f"({format_duration(caused[r] / k)} per {kind}){per_step}{cause}")))
-    out = [s for _, s in sorted(found, key=lambda f: -f[0])]
-    bad = [r for r in rows if r["mismatch"]]
-    if bad:
-        first = bad[0]
-        where = f"seq {first['seq']}" + (f" of trace {first['trace']}"
-                                         if len({r["trace"] for r in rows}) > 1 else "")
-        out.append(
-            f"the ranks' collective sequences disagree at {len(bad)} of {len(rows)} "
-            f"collectives, first at {where} ({first['mismatch']}); those are not paired "
-            "(a collective skipped or issued in another order, another process group, "
-            "or trace windows that start at different points)")
-    return out

@@ -36,6 +36,7 @@ import statistics
 from typing import Any
 
 from torchlens.analysis.runs.op_totals import GPU_KINDS, HOST_KINDS
+from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
 from torchlens.model.units import format_duration, format_percent, format_us_as_ms
 
 RankFigures = dict[int, list[dict[str, Any]]]
@@ -50,7 +51,8 @@ def diff_runs(a: RankFigures, b: RankFigures, *, same_pct: float = SAME_PCT,
               same_us: float = SAME_US) -> dict[str, Any]:
     """The diff of run ``b`` against run ``a`` as one JSON-able dict (see the
     module docstring): ``ops``, ``kernels``, ``step_time``, ``rank_steps``,
-    ``notes``, ``summary`` (rows per status) and ``verdict``."""
+    ``notes``, ``summary`` (rows per status) and ``verdict`` (a ``Finding``'s
+    ``to_dict``; a diff saved by an older torchlens holds the sentence alone)."""
     notes: list[str] = []
     sides = {}
     per_trace = False
@@ -79,7 +81,8 @@ def diff_runs(a: RankFigures, b: RankFigures, *, same_pct: float = SAME_PCT,
            "step_time": step_time, "rank_steps": rank_steps,
            "summary": {s: sum(r["status"] == s for r in rows) for s in STATUSES},
            "ops": ops, "kernels": kernels, "notes": notes}
-    out["verdict"] = verdict(out)
+    # kept as a plain dict: the diff is stored as JSON (``DiffPayload.diff``)
+    out["verdict"] = verdict(out).to_dict()
     return out
 
 
@@ -90,16 +93,24 @@ def regressed(diff: dict[str, Any], pct: float) -> bool | None:
     return None if reg is None else reg > pct
 
 
-def verdict(diff: dict[str, Any]) -> str:
-    """One sentence: the step time change and the largest slowdown."""
+def verdict(diff: dict[str, Any]) -> Finding:
+    """The step time change and the largest slowdown, in one sentence: a
+    warning when B is more than ``same_pct`` slower, passed when it is not."""
     st = diff["step_time"]
+    figures: list[Figure] = []
     if st["regression_pct"] is None:
+        severity = INFO
         head = "step time unknown (" + ("neither run" if not (st["a_steps"] or st["b_steps"])
                                         else "A" if not st["a_steps"] else "B") \
                + " has ProfilerStep#N spans)"
     else:
-        head = (f"step time {format_us_as_ms(st['a_median_us'])} -> {format_us_as_ms(st['b_median_us'])} "
+        severity = WARNING if st["regression_pct"] > diff["thresholds"]["same_pct"] else PASSED
+        head = (f"step time {format_us_as_ms(st['a_median_us'])} -> "
+                f"{format_us_as_ms(st['b_median_us'])} "
                 f"({format_percent(st['regression_pct'], signed=True)})")
+        figures += [Figure("a_median_us", st["a_median_us"], "µs"),
+                    Figure("b_median_us", st["b_median_us"], "µs"),
+                    Figure("regression_pct", st["regression_pct"], "%")]
     per = "per step" if diff["per"] == "step" else "per trace"
     worse = [r for r in diff["ops"] + diff["kernels"]
              if r["status"] in ("slower", "added") and r["name"] != REST]
@@ -109,9 +120,10 @@ def verdict(diff: dict[str, Any]) -> str:
         tail = (f"slowest change: {_kind_word(w['kind'])} {name} "
                 f"{format_duration(w['delta_us'], signed=True)} {per}"
                 + (" (added)" if w["status"] == "added" else ""))
+        figures.append(Figure("slowest_change_us", w["delta_us"], "µs"))
     else:
         tail = "no op or kernel got slower"
-    return f"{head}; {tail}"
+    return Finding(severity, f"{head}; {tail}", tuple(figures))
 
 
 # ------------------------------------------------------------------ internals

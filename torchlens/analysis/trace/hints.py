@@ -1,15 +1,14 @@
 """Plain-language hints for known problems a trace shows, each with its figure.
 
-A hint is only worth showing if the user can check it: every ``Hint`` carries
-the number that triggered it in ``evidence`` (and says it in ``detail``), and
-thresholds are module constants so a report can quote them.
+A hint is only worth showing if the user can check it: every hint is a
+``Finding`` titled with the problem, carrying the numbers that triggered it in
+its ``figures`` (and saying them in its ``sentence``), with what to try in its
+``advice``; thresholds are module constants so a report can quote them.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,6 +22,7 @@ from torchlens.analysis.trace.events import (
 )
 from torchlens.analysis.trace.steps import merge_intervals, step_rows
 from torchlens.model import Trace
+from torchlens.model.findings import INFO, WARNING, Figure, Finding
 from torchlens.model.units import (
     format_duration,
     format_percent,
@@ -44,17 +44,7 @@ SLOW_STEP_RATIO = 5.0  # a step this many times the median step is an outlier
 MIN_STEPS_FOR_MEDIAN = 3  # fewer steps have no meaningful median to compare with
 
 
-@dataclass(frozen=True)
-class Hint:
-    """One finding: ``severity`` is ``"info"`` or ``"warning"``."""
-
-    severity: str
-    title: str
-    detail: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-
-def find_hints(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame) -> list[Hint]:
+def find_hints(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame) -> list[Finding]:
     """All hints for one trace, most severe first.
 
     ``ops`` and ``steps`` are ``op_table(trace)`` and ``step_breakdown(trace)``
@@ -67,7 +57,7 @@ def find_hints(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame) -> list[Hin
         _slow_steps(steps),
         _dominant_op(ops),
     ) if h is not None]
-    return sorted(hints, key=lambda h: h.severity != "warning")
+    return sorted(hints, key=lambda h: h.severity != WARNING)
 
 
 def has_gpu(trace: Trace) -> bool:
@@ -79,24 +69,25 @@ def has_gpu(trace: Trace) -> bool:
                               "cuda_sync").any())
 
 
-def _dataloader(steps: pd.DataFrame) -> Hint | None:
+def _dataloader(steps: pd.DataFrame) -> Finding | None:
     if steps.empty or steps.dur_us.sum() <= 0:
         return None
     share = float(steps.dataloader_us.sum() / steps.dur_us.sum())
     if share < DATALOADER_SHARE:
         return None
-    return Hint(
-        "warning" if share >= 0.2 else "info",
-        "Input pipeline takes a large share of each step",
-        f"DataLoader time is {format_percent(100 * share)} of step time over {plural(len(steps), 'step')}. "
+    return Finding(
+        WARNING if share >= 0.2 else INFO,
+        f"DataLoader time is {format_percent(100 * share)} of step time over "
+        f"{plural(len(steps), 'step')}.",
+        (Figure("dataloader_share", share, "share"),
+         Figure("dataloader_us", float(steps.dataloader_us.sum()), "µs"),
+         Figure("steps", len(steps))),
         "Try DataLoader(num_workers=..., pin_memory=True, persistent_workers=True) "
         "or prefetching.",
-        {"dataloader_share": share, "dataloader_us": float(steps.dataloader_us.sum()),
-         "steps": len(steps)},
-    )
+        "Input pipeline takes a large share of each step")
 
 
-def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Hint | None:
+def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Finding | None:
     """GPU busy time within the steps (or the whole trace) and its largest gap."""
     ev = trace.events
     gpu = category_mask(trace, *DEVICE_CATEGORIES)
@@ -118,20 +109,20 @@ def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Hint | None:
     gaps = s[1:] - e[:-1]
     inside = (s[1:] > windows[0, 0]) & (e[:-1] < windows[-1, 1])
     largest = float(gaps[inside].max()) if inside.any() else 0.0
-    return Hint(
-        "warning",
-        "GPU idle between launches",
-        f"The GPU is idle {format_percent(100 * idle)} of the {'step' if not steps.empty else 'traced'} "
+    return Finding(
+        WARNING,
+        f"The GPU is idle {format_percent(100 * idle)} of the "
+        f"{'step' if not steps.empty else 'traced'} "
         f"time{f' (largest gap {format_duration(largest)})' if largest else ''}: "
-        "the host does not launch work "
-        "fast enough. Look for Python overhead, syncs, or small kernels; try larger "
+        "the host does not launch work fast enough.",
+        (Figure("gpu_idle_share", idle, "share"), Figure("gpu_busy_us", busy, "µs"),
+         Figure("window_us", span, "µs"), Figure("largest_gap_us", largest, "µs")),
+        "Look for Python overhead, syncs, or small kernels; try larger "
         "batches, CUDA graphs or torch.compile.",
-        {"gpu_idle_share": idle, "gpu_busy_us": busy, "window_us": span,
-         "largest_gap_us": largest},
-    )
+        "GPU idle between launches")
 
 
-def _syncs(trace: Trace) -> Hint | None:
+def _syncs(trace: Trace) -> Finding | None:
     """Host-device synchronizations inside the steps (anywhere if no steps).
 
     Only where the trace saw a GPU (``has_gpu``): without one, ``.item()``
@@ -167,18 +158,19 @@ def _syncs(trace: Trace) -> Hint | None:
     total = float(ev["dur"][rows].sum())
     where = f"inside {plural(len(srows), 'step')}" if len(srows) else "in the trace"
     top = ", ".join(f"{n} x{c}" for n, c in counts.head(3).items())
-    return Hint(
-        "warning" if len(srows) else "info",
-        "Host-device synchronizations inside the loop",
+    return Finding(
+        WARNING if len(srows) else INFO,
         f"{plural(len(rows), 'sync')} {where} ({top}), {format_duration(total)} of host time "
-        "blocked. .item(), .cpu(), printing tensors and torch.cuda.synchronize() "
+        "blocked.",
+        (Figure("syncs", int(len(rows))), Figure("sync_us", total, "µs"),
+         Figure("by_name", counts.to_dict())),
+        ".item(), .cpu(), printing tensors and torch.cuda.synchronize() "
         "stall the CPU until the GPU catches up; keep values on the device or "
         "read them every N steps.",
-        {"syncs": int(len(rows)), "sync_us": total, "by_name": counts.to_dict()},
-    )
+        "Host-device synchronizations inside the loop")
 
 
-def _slow_steps(steps: pd.DataFrame) -> Hint | None:
+def _slow_steps(steps: pd.DataFrame) -> Finding | None:
     """Steps taking ``SLOW_STEP_RATIO`` times the median step or more, named.
 
     A first step is often the slow one (warm-up: lazy initialisation, cuDNN
@@ -198,24 +190,24 @@ def _slow_steps(steps: pd.DataFrame) -> Hint | None:
     if len(slow) > 5:
         names += f" and {len(slow) - 5} more"
     first = int(steps.step.iloc[0]) in set(slow.step.astype(int))
-    why = (" The first step often pays one-time costs (lazy initialisation, cuDNN "
+    why = ("The first step often pays one-time costs (lazy initialisation, cuDNN "
            "autotuning, compilation): profile from a later step (--schedule) to "
            "see the steady state." if first else
-           " Look in the timeline for what only that step does (checkpointing, "
+           "Look in the timeline for what only that step does (checkpointing, "
            "evaluation, logging, garbage collection).")
-    return Hint(
-        "warning",
-        f"Slow {plural(len(slow), 'step')}: {names}",
+    return Finding(
+        WARNING,
         f"Step {names} took up to {worst.dur_us / median:.1f}x the median step "
         f"({format_us_as_ms(worst.dur_us)} against {format_us_as_ms(median)} over "
-        f"{plural(len(steps), 'step')}).{why}",
-        {"slow_steps": [int(s) for s in slow.step], "worst_step": int(worst.step),
-         "worst_step_us": float(worst.dur_us), "median_step_us": median,
-         "ratio": float(worst.dur_us / median)},
-    )
+        f"{plural(len(steps), 'step')}).",
+        (Figure("slow_steps", [int(s) for s in slow.step]), Figure("worst_step", int(worst.step)),
+         Figure("worst_step_us", float(worst.dur_us), "µs"),
+         Figure("median_step_us", median, "µs"),
+         Figure("ratio", float(worst.dur_us / median), "x")),
+        why, f"Slow {plural(len(slow), 'step')}: {names}")
 
 
-def _dominant_op(ops: pd.DataFrame) -> Hint | None:
+def _dominant_op(ops: pd.DataFrame) -> Finding | None:
     if ops.empty or ops.self_cpu_us.sum() < MIN_SELF_CPU_US:
         return None
     by_name = ops.groupby("name")["self_cpu_us"].sum()
@@ -223,10 +215,11 @@ def _dominant_op(ops: pd.DataFrame) -> Hint | None:
     if share <= DOMINANT_OP_SHARE:
         return None
     name = str(by_name.idxmax())
-    return Hint(
-        "info",
-        f"One op dominates CPU time: {name}",
+    return Finding(
+        INFO,
         f"{name} accounts for {format_percent(100 * share)} of self CPU time "
-        f"({format_duration(by_name.max())}). Optimizing anything else cannot help much.",
-        {"op": name, "self_cpu_share": share, "self_cpu_us": float(by_name.max())},
-    )
+        f"({format_duration(by_name.max())}).",
+        (Figure("op", name), Figure("self_cpu_share", share, "share"),
+         Figure("self_cpu_us", float(by_name.max()), "µs")),
+        "Start with it: optimizing anything else cannot help much.",
+        f"One op dominates CPU time: {name}")

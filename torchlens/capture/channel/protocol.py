@@ -14,6 +14,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel.signing import Forged, RunKey
 
 #: Keys live under this prefix; the process group gets its own PrefixStore.
@@ -52,9 +54,15 @@ def stop_key() -> str:
     return "stop"
 
 
+def _builtin(value: Any) -> Any:
+    """Step records (``model.records``, msgspec structs) as the dicts they encode
+    to, key for key; anything else unknown as its text."""
+    return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else str(value)
+
+
 # One encoder for every call: json.dumps with a ``default`` builds a new
 # JSONEncoder each time, a third of encoding a fingerprint (once per collective).
-_ENCODER = json.JSONEncoder(default=str, allow_nan=True)
+_ENCODER = json.JSONEncoder(default=_builtin, allow_nan=True)
 
 
 def encode(value: Any) -> bytes:

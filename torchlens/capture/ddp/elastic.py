@@ -81,6 +81,21 @@ def agent_env(key: RunKey) -> dict[str, str]:
     return env
 
 
+def rank_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """A rank's ``--elastic HOST PORT DIR`` -> the usual worker argv and where
+    the rank runs, from the environment torch's elastic agent gives each worker."""
+    host, port, stack_dir = argv
+    env = os.environ
+    where = {"node": int(env.get("GROUP_RANK", "0")), "local_rank": int(env["LOCAL_RANK"]),
+             "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+             "hostname": socket.gethostname()}
+    if not os.path.isdir(stack_dir):  # another node: the kernel's folder is not here
+        import tempfile
+
+        stack_dir = tempfile.mkdtemp(prefix="torchlens-rank-")
+    return [host, port, env["RANK"], env["WORLD_SIZE"], stack_dir], where
+
+
 def other_nodes(key: RunKey, secret_file: str, command: list[str]) -> tuple[list[str], dict[str, str]]:
     """(argv, environment additions) for every other node: the secret by file."""
     return command, {ENV_RUN_ID: key.run_id, ENV_SECRET_FILE: secret_file}

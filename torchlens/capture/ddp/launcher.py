@@ -1,12 +1,7 @@
 """The kernel side of %ddp_check: spawn the ranks, watch them, end them.
 
-Why ``subprocess.Popen([python, -m, worker])`` with ``start_new_session=True``
-rather than ``multiprocessing``'s spawn context: both fork+exec a fresh
-interpreter (no fork of the kernel's threads), but multiprocessing's spawn
-re-imports the parent's ``__main__`` in each child (the kernel's, or pytest's)
-and cannot put a child in its own process group atomically. A new session per
-worker means one ``killpg`` ends the worker and anything it started, and a
-SIGINT meant for the kernel never reaches the ranks.
+How the ranks' processes start and end is ``processes``; what the ranks
+publish besides heartbeats is read by ``rank_records``.
 
 The kernel hosts a ``TCPStore`` on port 0 (a free port, never 29500): it is the
 rendezvous of the process group and the side channel for the job, heartbeats,
@@ -32,66 +27,40 @@ import atexit
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
 from torchlens.capture.ddp import board, elastic
-from torchlens.capture.ranks import torchrun as child
+from torchlens.capture.ddp.options import DdpOptions
+from torchlens.capture.ddp.processes import (
+    end_ranks,
+    log_tail,
+    read_stacks,
+    signal_name,
+    spawn_ranks,
+    start_agent,
+)
+from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
+from torchlens.model.feed import RankFeed
+from torchlens.model.records import StepRecord
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
-STACK_WAIT_S = 0.6
 STARTUP_PHASES = ("starting", "init")
-AGENT_EXIT_S = 20.0  # --nnodes: how long a finished run's agent gets to end by itself
 _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
-
-
-@dataclass
-class DdpOptions:
-    """What the user chose (validated by the front end before anything starts)."""
-
-    world_size: int = 2
-    backend: str = "auto"
-    timeout_s: float = 30.0
-    steps: int = 2
-    strict: bool = False
-    seed: int = 0
-    startup_timeout_s: float = 180.0
-    #: --profile: {"every", "budget", "window_s", "max_steps", "run_dir", "keep"}
-    profile: dict[str, Any] | None = None
-    #: the module a rank runs (``python -m``); a profiled rank's entry also summarises
-    entry: str = "torchlens.capture.ddp.worker"
-    #: --nnodes: the ranks start under torch's elastic agent (``elastic.ElasticSpec``)
-    elastic: Any = None
-    #: called with (argv, env additions) of the command every other node runs
-    on_other_nodes: Any = None
-
-
-def resolve_backend(backend: str, world_size: int) -> str:
-    """auto: nccl when every rank can have its own GPU, else gloo."""
-    if backend != "auto":
-        return backend
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
 
 
 class DdpLauncher:
     """One %ddp_check run: ``run()`` returns the raw records and tables' rows."""
 
     def __init__(self, job: dict[str, Any], options: DdpOptions,
-                 sink: Any | None = None) -> None:
+                 sink: RankFeed | None = None) -> None:
         self.job, self.options, self.sink = job, options, sink
         self.procs: list[subprocess.Popen[bytes]] = []
         self.store: Any = None
@@ -104,11 +73,12 @@ class DdpLauncher:
         self.killed: set[int] = set()
         self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
-        n = options.world_size
-        self.step_records: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        self.summaries: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        self.dropped_summaries = [0] * n
-        self._read = [[0, 0] for _ in range(n)]  # step batches, summaries read per rank
+        self.reader = StepReader(options.world_size,
+                                 int((options.profile or {}).get("keep", 50)), sink)
+        # the reader's lists themselves: what it reads lands in the records
+        self.step_records = self.reader.step_records
+        self.summaries = self.reader.summaries
+        self.dropped_summaries = self.reader.dropped_summaries
         self.key = RunKey.new()  # a fresh secret per run: an earlier run's ranks fail its MAC
         self.sock: Any = None
         self.results: dict[int, dict[str, Any]] = {}  # --nnodes: the results read so far
@@ -149,18 +119,19 @@ class DdpLauncher:
                 spec = board.create(n, self.tmpdir)
                 self.board_path = spec["file"]
             if self.options.elastic is not None:
-                self._start_agent()
+                self.other_nodes = start_agent(
+                    self.procs, self.options.elastic, self.key, self.options.entry, self.sock,
+                    self.port, self.tmpdir, self.options.on_other_nodes)
             else:
-                self._spawn()
+                spawn_ranks(self.procs, self.options.entry, self.port, n, self.key, self.tmpdir)
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
             # Sealed: a worker unpickles only a payload this run's key signed.
             tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dict(self.job, board=spec)))
             # The kernel's own set-up for the run (a live plot: bokeh imports)
             # overlaps the ranks' torch import instead of delaying their start.
-            start = getattr(self.sink, "start", None)
-            if start is not None:
-                start()
+            if self.sink is not None:
+                self.sink.start()
             outcome = self._monitor(tl)
             if outcome == "crashed":
                 self._tell_unreported()
@@ -176,40 +147,6 @@ class DdpLauncher:
                 self._release()
         records["interrupted"] = interrupted
         return records
-
-    def _spawn(self) -> None:
-        n = self.options.world_size
-        for rank in range(n):
-            env = dict(os.environ)
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port), WORLD_SIZE=str(n),
-                       RANK=str(rank), LOCAL_RANK=str(rank),
-                       TORCHLENS_SYS_PATH=os.pathsep.join(p for p in sys.path if p))
-            # The secret goes by environment only: argv is readable by every
-            # local user in /proc/*/cmdline, a process's environ only by its owner.
-            env.update(self.key.env())
-            env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share the cores
-            env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d store-wait warnings
-            log = open(os.path.join(self.tmpdir, f"log-rank{rank}.txt"), "wb")  # noqa: SIM115
-            with log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", self.options.entry, "127.0.0.1",
-                     str(self.port), str(rank), str(n), self.tmpdir],
-                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True))
-
-    def _start_agent(self) -> None:
-        """--nnodes: the local node's elastic agent, and the command for the others."""
-        spec = self.options.elastic
-        bound = self.sock.getsockname()[0]
-        argv = elastic.agent_command(spec, self.key.run_id, self.options.entry,
-                                     elastic.store_address(bound), int(self.port), self.tmpdir)
-        secret = self.key.write_secret(os.path.join(self.tmpdir, "run.secret"))
-        self.other_nodes = elastic.other_nodes(self.key, secret, argv)
-        self.procs.append(child.start(argv, elastic.agent_env(self.key),
-                                      log=os.path.join(self.tmpdir, "log-agent.txt")))
-        print(elastic.hint(spec, bound, *self.other_nodes), file=sys.stderr, flush=True)
-        if self.options.on_other_nodes is not None:
-            self.options.on_other_nodes(*self.other_nodes)
 
     def _codes(self, tl: protocol.Channel) -> list[int | None]:
         """Per rank: its exit code; under the agent, from the results that came in."""
@@ -315,12 +252,11 @@ class DdpLauncher:
 
     def _tell_ended(self, tl: protocol.Channel, rank: int, code: int) -> None:
         """The live view marks where a rank's lanes end, and why."""
-        ended = getattr(self.sink, "rank_ended", None)
-        if ended is None:
+        if self.sink is None:
             return
         if self.options.profile:
             self._read_profiling(tl)  # its last steps first, then the marker
-        reason = "finished" if code == 0 else (f"killed by {_signal_name(-code)}" if code < 0
+        reason = "finished" if code == 0 else (f"killed by {signal_name(-code)}" if code < 0
                                                else f"exit code {code}")
         if rank in self.gone and rank not in self.results and self.gone[rank] is None:
             reason = "its process ended without a result (killed by a signal?)"
@@ -329,7 +265,7 @@ class DdpLauncher:
             if error:
                 first = str(error.get("message") or "").strip().splitlines()[:1]
                 reason = f"{error.get('type', 'error')}: {first[0] if first else ''}"[:200]
-        ended(rank, reason, self.ended_at[rank])
+        self.sink.rank_ended(rank, reason, self.ended_at[rank])
 
     def _tell_unreported(self) -> None:
         """--nnodes, after a crash: mark the ranks whose end nobody saw.
@@ -339,120 +275,30 @@ class DdpLauncher:
         the live view marks it at its last heartbeat. (On one machine every
         rank is the kernel's child: its exit code always says it ended.)
         """
-        ended = getattr(self.sink, "rank_ended", None)
-        if ended is None or self.options.elastic is None:
+        if self.sink is None or self.options.elastic is None:
             return
         for rank, at in enumerate(self.ended_at):
             if at is None:
                 hb = self.last_hb[rank] or {}
-                ended(rank, "sent no result (killed, or stopped by its agent after another "
+                self.sink.rank_ended(rank, "sent no result (killed, or stopped by its agent after another "
                       "rank failed)", hb.get("t") or time.time())
 
     def _read_profiling(self, tl: protocol.Channel) -> None:
-        """New step batches and summaries of every rank, then delete their keys.
-
-        One ``multi_get`` for the counters, one ``check`` and one
-        ``multi_get`` for the new values; deleting what was read keeps the
-        store (it lives in this process) flat. A forged value is left where it
-        is (counted once) until the rank's own value overwrites it, unless a
-        genuine later value of the same rank shows the rank is past it; only
-        keys that exist are read, so a forged count cannot block the read.
-        """
-        n = self.options.world_size
-        counts = [int(bytes(v)) for v in tl.store.multi_get(
-            [protocol.steps_count_key(r) for r in range(n)]
-            + [protocol.summary_count_key(r) for r in range(n)])]
-        groups: list[tuple[int, int, list[str]]] = []
-        for r in range(n):
-            for kind, count in ((0, counts[r]), (1, counts[n + r])):
-                name = protocol.steps_key if kind == 0 else protocol.summary_key
-                keys = [name(r, i) for i in range(self._read[r][kind], count)]
-                if keys:
-                    groups.append((r, kind, keys))
-        if not groups:
-            return
-        if not tl.store.check([k for _, _, keys in groups for k in keys]):
-            groups = [(r, kind, tl.existing(keys)) for r, kind, keys in groups]
-        values = iter(tl.multi_get([k for _, _, keys in groups for k in keys]))
-        for rank, kind, keys in groups:
-            got = [next(values) for _ in keys]
-            last = max((i for i, v in enumerate(got) if v is not None), default=-1)
-            for i, (key, data) in enumerate(zip(keys, got, strict=True)):
-                if i > last:  # forged, and the rank has not written past it yet
-                    break
-                tl.delete(key)
-                self._read[rank][kind] += 1
-                if data is not None:
-                    self._take(rank, kind, data)
-
-    def _take(self, rank: int, kind: int, data: Any) -> None:
-        """One genuine step batch (``kind`` 0) or summary (1) of ``rank``."""
-        if kind == 0 and isinstance(data, list):
-            records = [d for d in data if isinstance(d, dict)]
-            self.step_records[rank].extend(records)
-            push_steps = getattr(self.sink, "push_steps", None)
-            if push_steps is not None:
-                push_steps(rank, records)
-        elif kind == 1 and isinstance(data, dict):
-            kept = self.summaries[rank]
-            kept.append(data)
-            if len(kept) > int((self.options.profile or {}).get("keep", 50)):
-                del kept[0]
-                self.dropped_summaries[rank] += 1
-            push_summary = getattr(self.sink, "push_summary", None)
-            if push_summary is not None:
-                push_summary(rank, data)
+        """The ranks' new step batches and summaries, into the records and the sink."""
+        self.reader.read(tl)
 
     def _dump_stacks(self, after_s: float) -> None:
         """faulthandler in each live worker writes every thread's Python stack."""
         pids = ([p.pid for p in self.procs] if self.options.elastic is None
                 else [h["pid"] for h in elastic.local_ranks(self.last_hb)])  # not the agent
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGUSR1)
-        time.sleep(STACK_WAIT_S)
-        stacks = []
-        for rank in range(self.options.world_size):
-            path = os.path.join(self.tmpdir, f"stack-rank{rank}.txt")
-            try:
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    stacks.append(fh.read())
-            except OSError:
-                stacks.append("")
-        self.hang = {"after_s": after_s, "stacks": stacks,
+        self.hang = {"after_s": after_s,
+                     "stacks": read_stacks(pids, self.options.world_size, self.tmpdir),
                      "status": [dict(h) if h else None for h in self.last_hb]}
 
     def _kill_workers(self) -> None:
         """End every worker's process group: TERM, then KILL what is left."""
-        if self.options.elastic is not None:
-            for p in self.procs:
-                if len(set(self.results) | set(self.gone)) == self.options.world_size:
-                    # Every rank ended: the agent ends by itself, after meeting
-                    # the other agents at their exit barrier (killed before it,
-                    # they would wait it out: 300 s) or, when a worker failed,
-                    # after logging which workers failed with what exit code
-                    # (``elastic.agent_exit_codes``: a killed rank's only trace).
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.wait(timeout=AGENT_EXIT_S)
-                if p.poll() is None:
-                    self.killed.add(p.pid)
-                child.end(p, grace_s=5.0)  # the agent ends its workers on SIGTERM
-            child.end_leftovers(elastic.local_ranks(self.last_hb), wait_s=1.0)
-            return
-        for p in self.procs:
-            if p.poll() is None:
-                self.killed.add(p.pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 2.0
-        for p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=5)
+        ended = len(set(self.results) | set(self.gone)) == self.options.world_size
+        end_ranks(self.procs, self.killed, self.options.elastic is not None, ended, self.last_hb)
 
     def _release(self) -> None:
         self.store = None  # the TCPStore server stops and frees the port
@@ -467,23 +313,10 @@ class DdpLauncher:
     # -- records -------------------------------------------------------------
     def _collect(self, tl: protocol.Channel, outcome: str) -> dict[str, Any]:
         n = self.options.world_size
-        ranks: list[dict[str, Any] | None] = []
-        fingerprints: list[list[dict[str, Any]]] = []
-        for rank in range(n):
-            res = tl.get(protocol.result_key(rank)) if tl.store.check(
-                [protocol.result_key(rank)]) else None
-            res = res if isinstance(res, dict) else None  # a forged result: no report
-            ranks.append(res)
-            count = _published(tl.store, rank, len((res or {}).get("collectives") or []))
-            keys = tl.existing([protocol.fingerprint_key(rank, i) for i in range(count)])
-            fps = [fp for fp in tl.multi_get(keys) if isinstance(fp, dict)]
-            timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
-            for fp in fps:
-                fp["call_s"] = timed.get(fp["index"], {}).get("call_s")
-            fingerprints.append(fps)
+        ranks, fingerprints = read_ranks(tl, n)
+        for rank, res in enumerate(ranks):
             if res is not None:
-                res.pop("collectives", None)
-                res["log"] = self._log_tail(rank)
+                res["log"] = log_tail(self.tmpdir, rank)
         profiling = self._profiling(tl, ranks) if self.options.profile else None
         dropped = dict(tl.dropped)  # the kernel's reads and each rank's reads of its peers
         for res in ranks:
@@ -502,15 +335,6 @@ class DdpLauncher:
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
-        peaks = []
-        for rank in range(n):
-            own = [h for h in self.heartbeats if h["rank"] == rank]
-            peak = dict((ranks[rank] or {}).get("peak") or {})
-            for key in ("rss", "tensor_bytes", "cuda_allocated", "cuda_reserved"):
-                vals = [h[key] for h in own if h.get(key) is not None]
-                if vals:
-                    peak[key] = max(vals + [peak.get(key) or 0])
-            peaks.append(peak)
         return {
             "world_size": n, "backend": self.job["backend"], "steps": self.options.steps,
             "strict": self.options.strict, "timeout_s": self.options.timeout_s,
@@ -523,7 +347,8 @@ class DdpLauncher:
                             for p, c in zip(self.procs, codes, strict=False)]),
             "ended_at": list(self.ended_at),
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
-            "hang": self.hang, "memory_peak": peaks, "heartbeats": self.heartbeats,
+            "hang": self.hang, "memory_peak": memory_peaks(ranks, self.heartbeats),
+            "heartbeats": self.heartbeats,
             "cells": dict(self.job.get("cells") or {}),
             "profiling": profiling, "dropped": dropped,
             "nodes": _nodes(ranks, self.last_hb, self.options.elastic),
@@ -539,8 +364,8 @@ class DdpLauncher:
         run_dir = opts["run_dir"]
         for rank, records in enumerate(self.step_records):
             # windows cut before a late first step() are set-up, not steps
-            if any(not r.get("window") for r in records):
-                self.step_records[rank] = [r for r in records if not r.get("window")]
+            if any(not r.window for r in records):
+                self.step_records[rank] = [r for r in records if not r.window]
         out = {"every": max(everies) if everies else (opts.get("every") or 5),
                "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
                "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),
@@ -551,43 +376,26 @@ class DdpLauncher:
             write_run_folder(run_dir, self.job, self.options, ranks, self.step_records)
         return out
 
-    def _log_tail(self, rank: int, limit: int = 4000) -> str:
-        path = os.path.join(self.tmpdir, f"log-rank{rank}.txt")
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            return ""
-        return data[-limit:].decode("utf-8", "replace")
-
 
 def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
-                     steps: list[list[dict[str, Any]]]) -> None:
+                     steps: list[list[StepRecord]]) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already)."""
-    import json
+    from torchlens.formats.run_folder import files, manifest, records
 
-    per_rank = []
+    entries = []
     for rank in range(options.world_size):
-        folder = os.path.join(run_dir, f"rank{rank}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
-            for record in steps[rank]:
-                fh.write(json.dumps(record) + "\n")
+        records.write_steps(run_dir, rank, steps[rank])
         res = ranks[rank] or {}
-        per_rank.append({"rank": rank, "pid": res.get("pid"), "host": res.get("hostname"),
-                         "device": res.get("device"),
-                         "traces": sorted(os.path.join(f"rank{rank}", f)
-                                          for f in os.listdir(folder) if f.endswith(".json")),
-                         "oom_snapshot": (os.path.join(f"rank{rank}", "oom.pickle")
-                                          if os.path.exists(os.path.join(folder, "oom.pickle"))
-                                          else None)})
-    manifest = {"format": "torchlens-run", "version": 1, "world_size": options.world_size,
-                "backend": job.get("backend"), "created": time.time(),
-                "profile": {k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
-                "ranks": per_rank}
-    with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1)
+        entries.append(manifest.RankEntry(
+            rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
+            traces=files.rank_traces(run_dir, rank),
+            oom_snapshot=files.oom_snapshot(run_dir, rank)))
+    manifest.write_manifest(run_dir, manifest.Manifest(
+        source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
+        backend=job.get("backend"), created=time.time(),
+        profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
+        ranks=entries))
 
 
 def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],
@@ -604,38 +412,6 @@ def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | No
             "rdzv_endpoint": spec.rdzv_endpoint, "ranks": where}
 
 
-def _published(store: Any, rank: int, hint: int) -> int:
-    """How many fingerprints ``rank`` published (keys 0..count-1, set in order).
-
-    Existence is monotone in the index, so a doubling then bisecting search
-    over ``check`` of one key costs O(log n) round trips instead of two per
-    fingerprint; ``hint`` (the rank's own record count) usually makes it 2.
-    """
-    def has(i: int) -> bool:
-        return bool(store.check([protocol.fingerprint_key(rank, i)]))
-
-    lo = hint if hint and has(hint - 1) else 0  # every index < lo exists
-    step = 1
-    while has(lo + step - 1):  # gallop: then every index < lo + step exists
-        lo += step
-        step *= 2
-    hi = lo + step - 1  # missing
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if has(mid):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def stop_all() -> None:
     """Kill every running check's workers (atexit: the kernel shuts down)."""
     for launcher in list(_RUNNING):
@@ -647,7 +423,7 @@ atexit.register(stop_all)
 
 
 def run_check(job: dict[str, Any], options: DdpOptions,
-              sink: Any | None = None) -> dict[str, Any]:
+              sink: RankFeed | None = None) -> dict[str, Any]:
     """Run ``job`` on ``options.world_size`` ranks; returns the records dict."""
     return DdpLauncher(job, options, sink).run()
 

@@ -20,7 +20,6 @@ stop, or pass --timeout?).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -35,8 +34,6 @@ from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
 _OP_NAMES: dict[Any, str] = {}  # OpOverload -> "all_reduce": named once, not per call
 # --strict: how long a rank waits on the board for a late peer before it asks
@@ -101,8 +98,7 @@ def user_line(cells: CellNames | None = None, frame: Any = None) -> str:
         name = frame.f_code.co_filename
         mine = _USER_FILES.get(name)
         if mine is None:
-            mine = _USER_FILES[name] = is_user_file(name) and not (
-                name.startswith(_TORCH_DIR) or name.startswith(_OUR_DIR))
+            mine = _USER_FILES[name] = is_user_file(name)
         if mine:
             return location_label(name, frame.f_lineno, cells)
         frame = frame.f_back

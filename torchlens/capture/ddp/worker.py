@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import hashlib
 import inspect
 import os
 import random
@@ -43,6 +42,8 @@ from typing import Any
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
+from torchlens.capture.ddp.checksums import record_modules, track_ddp
+from torchlens.capture.ddp.elastic import rank_args
 from torchlens.model import error_record
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
@@ -62,28 +63,6 @@ class PayloadRefused(Forged):
 
 def _env() -> dict[str, str | None]:
     return {k: os.environ.get(k) for k in ENV_KEYS}
-
-
-def module_checksums(name: str, module: Any) -> dict[str, Any]:
-    """Sum, |sum|, sha1 and first values of every parameter and buffer."""
-    import torch
-
-    params = []
-    for kind, items in (("parameter", module.named_parameters()),
-                        ("buffer", module.named_buffers())):
-        for pname, t in items:
-            t = t.detach().cpu().contiguous()
-            flat = t.reshape(-1)
-            try:
-                digest = hashlib.sha1(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
-            except (RuntimeError, TypeError):
-                digest = hashlib.sha1(repr(flat.tolist()).encode()).hexdigest()
-            as_f64 = flat.to(torch.float64) if not t.is_complex() else flat.abs().double()
-            params.append({"kind": kind, "name": pname, "shape": list(t.shape),
-                           "dtype": str(t.dtype).replace("torch.", ""),
-                           "sum": float(as_f64.sum()), "abs_sum": float(as_f64.abs().sum()),
-                           "sha1": digest, "head": as_f64[:3].tolist()})
-    return {"name": name, "params": params}
 
 
 def _seed_all(seed: int) -> None:
@@ -308,7 +287,7 @@ class Worker:
 
         from torchlens.capture.ddp.recorder import CollectiveRecorder
 
-        ddp_modules = _track_ddp()
+        ddp_modules = track_ddp()
         if job.get("profile"):
             self._profiled_run(job, ddp_modules)
             return
@@ -345,7 +324,7 @@ class Worker:
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
             self.phase = f"checksums {step}"
-            _record_modules(record, ddp_modules, out)
+            record_modules(record, ddp_modules, out)
             del out
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -399,7 +378,7 @@ class Worker:
                                       "budget": stepper.budget_figures}
         record["end"] = time.time()
         self.phase = "checksums 0"
-        _record_modules(record, ddp_modules, out)
+        record_modules(record, ddp_modules, out)
 
     def _agree(self, mine: int) -> int:
         """Every rank's proposed profiling interval, through the store; the largest wins."""
@@ -434,65 +413,10 @@ class Worker:
         return lambda: fn(*args, **kwargs)
 
 
-def _track_ddp() -> list[Any]:
-    """Keep every DistributedDataParallel built during a step (for parameter sync)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    created: list[Any] = []
-    real = DDP.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        real(self, *args, **kwargs)
-        created.append(self)
-
-    DDP.__init__ = init  # type: ignore[method-assign]
-    return created
-
-
-def _record_modules(record: dict[str, Any], ddp_modules: list[Any], out: Any) -> None:
-    """Checksums of every DDP module built and every module returned (parameter sync)."""
-    modules = [module_checksums(f"DistributedDataParallel #{i} "
-                                f"({type(m.module).__name__})", m.module)
-               for i, m in enumerate(ddp_modules)]
-    for i, m in enumerate(_returned_modules(out)):
-        modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
-    record["modules"] = modules
-    record["returned"] = None if out is None else repr(out)[:200]
-
-
-def _returned_modules(out: Any) -> list[Any]:
-    import torch
-
-    if isinstance(out, torch.nn.Module):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [m for v in out for m in _returned_modules(v)]
-    if isinstance(out, dict):
-        return [m for v in out.values() for m in _returned_modules(v)]
-    return []
-
-
-def elastic_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """``--elastic HOST PORT DIR`` -> the usual argv and where the rank runs, from
-    the environment torch's elastic agent gives each worker."""
-    import socket
-
-    host, port, stack_dir = argv
-    env = os.environ
-    where = {"node": int(env.get("GROUP_RANK", "0")), "local_rank": int(env["LOCAL_RANK"]),
-             "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
-             "hostname": socket.gethostname()}
-    if not os.path.isdir(stack_dir):  # another node: the kernel's folder is not here
-        import tempfile
-
-        stack_dir = tempfile.mkdtemp(prefix="torchlens-rank-")
-    return [host, port, env["RANK"], env["WORLD_SIZE"], stack_dir], where
-
-
 def main(argv: list[str], summarize: Any = None) -> int:
     elastic = None
     if argv and argv[0] == "--elastic":
-        argv, elastic = elastic_args(argv[1:])
+        argv, elastic = rank_args(argv[1:])
     host, port, rank, world_size, stack_dir = argv
     sys.path[:0] = [p for p in os.environ.get("TORCHLENS_SYS_PATH", "").split(os.pathsep) if p]
     try:

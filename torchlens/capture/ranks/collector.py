@@ -14,7 +14,8 @@ waited for.
 
 Every value is opened with the run's key before it is decoded; a value that
 fails (forged, or of another run) is dropped and counted, never decoded. A
-summary is decoded only in its head (``protocol.SUMMARY_KEYS``: what the
+step batch is decoded once, into ``model.records.StepRecord``s (an item that
+is not one is dropped and counted). A summary is decoded only in its head (``protocol.SUMMARY_KEYS``: what the
 live view reads, ~300 bytes): the rest (~50 KB of timeline ops) is verified
 and written to the spool as received.
 
@@ -40,6 +41,7 @@ from typing import Any
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
+from torchlens.model.records import StepRecord, StepSummary, decode_batch
 
 #: a slot whose heartbeat has not changed for this long stopped sending
 LOST_S = 10.0
@@ -69,8 +71,8 @@ class Slot:
     hello: dict[str, Any]
     seen: float  # collector clock: when its heartbeat last changed
     heartbeat: dict[str, Any] = field(default_factory=dict)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    summaries: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    summaries: list[StepSummary] = field(default_factory=list)
     bye: dict[str, Any] | None = None
     read: list[int] = field(default_factory=lambda: [0, 0])  # values read: batches, summaries
     raw_hb: bytes = b""
@@ -126,8 +128,9 @@ class Collector:
     def dropped(self) -> int:
         return sum(self.dropped_why.values())
 
-    def _drop(self, why: str) -> None:
-        self._dropped_why[why] = self._dropped_why.get(why, 0) + 1
+    def _drop(self, why: str, n: int = 1) -> None:
+        if n:
+            self._dropped_why[why] = self._dropped_why.get(why, 0) + n
 
     def _open(self, name: str, value: Any) -> Any:
         """The decoded JSON of a value sealed for ``name``; None (counted) when it
@@ -271,18 +274,16 @@ class Collector:
             del s.summaries[:-KEEP_SUMMARIES]
             return protocol.merge_summary(head, payload)
         try:
-            data = protocol.decode(payload)
+            records, bad = decode_batch(payload)
         except ValueError:
-            data = None
-        if not isinstance(data, list):
             self._drop("not JSON")
             return None
-        records = [d for d in data if isinstance(d, dict)]
+        self._drop("not a step record", bad)
         s.counts[0] += len(records)
         if records:
             if s.first_t is None:
-                s.first_t = _number(records[0].get("t0"))
-            s.last_t = _number(records[-1].get("t1")) or s.last_t
+                s.first_t = records[0].t0
+            s.last_t = records[-1].t1
         s.steps += records
         del s.steps[:-KEEP_STEPS]
         return payload
@@ -352,6 +353,3 @@ class Collector:
                         "last_beat": hb.get("t"), "bye": s.bye})
         return out
 
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -42,10 +42,14 @@ from typing import Any
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import Forged, RunKey
-from torchlens.formats.run_folder import LIVE_FEED as FEED_FILE
-from torchlens.formats.run_folder import LIVE_STATUS as STATUS_FILE
+from torchlens.formats.run_folder.files import (
+    LIVE_FEED,
+    LIVE_FORMAT,
+    LIVE_STATUS,
+    write_live_status,
+)
+from torchlens.model.records import records_from
 
-FORMAT = "torchlens-live"
 FRAME_FORMAT = "torchlens-live-frame"
 VERSION = 1
 PUBLISH_S = 1.0
@@ -91,7 +95,7 @@ class FeedPublisher:
         self.bytes = 0
         self.thinned = 0  # store frames whose step records were thinned to fit
         if run_dir:
-            self._file = open(os.path.join(run_dir, FEED_FILE), "ab")  # noqa: SIM115
+            self._file = open(os.path.join(run_dir, LIVE_FEED), "ab")  # noqa: SIM115
         name = protocol.live_announce_key()
         self.collector.store.set(name, self.key.seal(name, protocol.encode(self.key.run_id)))
 
@@ -123,10 +127,10 @@ class FeedPublisher:
             for kind, kept, out in ((0, s.steps, steps), (1, s.summaries, summaries)):
                 new = s.counts[kind] - sent[kind]
                 if new > 0:  # more than kept (a long pause) sends what is kept
-                    records = kept[-new:]
+                    records: list[Any] = kept[-new:]
                     if start:
-                        records = [{**x, "restart": start} if isinstance(x, dict) else x
-                                   for x in records]
+                        records = [x.replace(restart=start) if kind == 0
+                                   else {**x, "restart": start} for x in records]
                     out.setdefault(str(s.rank), []).extend(records)
                     sent[kind] = s.counts[kind]
             if s.rank not in latest or s.slot > latest[s.rank].slot:
@@ -147,7 +151,7 @@ class FeedPublisher:
             self._ended[r] = s.slot
             t = (s.bye or {}).get("t") or s.heartbeat.get("t") or now
             ended_ranks[str(r)] = [reason, t]
-        full = {"format": FORMAT, "version": VERSION, "seq": self.seq,
+        full = {"format": LIVE_FORMAT, "version": VERSION, "seq": self.seq,
                 "run_id": self.key.run_id, "t": now, **status, "ended": ended}
         return {"format": FRAME_FORMAT, "version": VERSION, "seq": self.seq, "t": now,
                 "t0": self.collector.t0, "run_id": self.key.run_id,
@@ -191,11 +195,7 @@ class FeedPublisher:
     def _write_files(self, body: bytes, status: dict[str, Any]) -> None:
         self._file.write(body + b"\n")
         self._file.flush()
-        path = os.path.join(self.run_dir, STATUS_FILE)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(status, fh, allow_nan=False, default=str)
-        os.replace(tmp, path)
+        write_live_status(self.run_dir, status)
 
     def _set_store(self, body: bytes) -> None:
         store, run_id = self.collector.store, self.key.run_id
@@ -239,8 +239,8 @@ class FeedPublisher:
     def manifest_entry(self) -> dict[str, Any]:
         """What the run folder's manifest says about the feed."""
         costs = sorted(self.costs)
-        return {"feed": FEED_FILE if self.run_dir else None,
-                "status": STATUS_FILE if self.run_dir else None,
+        return {"feed": LIVE_FEED if self.run_dir else None,
+                "status": LIVE_STATUS if self.run_dir else None,
                 "frames": self.seq + 1, "bytes": self.bytes, "store_thinned": self.thinned,
                 "publish_ms_median": round(costs[len(costs) // 2] * 1e3, 3) if costs else None,
                 "publish_ms_max": round(costs[-1] * 1e3, 3) if costs else None,
@@ -249,16 +249,21 @@ class FeedPublisher:
 
 # -- readers -------------------------------------------------------------------
 def _frame(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict) and value.get("format") == FRAME_FORMAT:
-        return value
-    return None
+    """A decoded frame, its step records typed (where they enter a watcher)."""
+    if not (isinstance(value, dict) and value.get("format") == FRAME_FORMAT):
+        return None
+    steps = value.get("steps")
+    if isinstance(steps, dict):
+        value["steps"] = {r: records_from(recs)[0] for r, recs in steps.items()
+                          if isinstance(recs, list)}
+    return value
 
 
 class FileFeed:
     """Tails ``RUN_DIR/live.jsonl``: each ``read()`` returns the frames appended since."""
 
     def __init__(self, run_dir: str) -> None:
-        self.path = os.path.join(run_dir, FEED_FILE)
+        self.path = os.path.join(run_dir, LIVE_FEED)
         self._pos = 0
         self.bad = 0  # lines that are not frames
         self.dropped = 0  # nothing is signed here: the folder's permissions guard it

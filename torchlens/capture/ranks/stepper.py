@@ -1,13 +1,6 @@
 """The rank side of ``%ddp_check --profile``: step records, profiled steps, windows.
 
-Why phase timers and not per-op hooks: the checker's ``TorchDispatchMode``
-costs about 11 us per op (+37% on a 6.5 ms step). Here five Python wrappers
-run a few times per step (DataLoader batches, ``DistributedDataParallel.forward``,
-``backward``, ``Optimizer.step`` through torch's global optimizer hooks, and
-the ``torch.distributed`` collectives the user calls), so a step costs a few
-microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
-which is why the late rank is found by comparing phases across ranks
-(``analysis.rank_steps``), not by watching collectives.
+The phases of each step are timed by ``phases.PhaseClock``.
 
 Why one torch.profiler per profiled step (``start()`` at the end of the step
 before, ``stop()`` in its own ``step()`` call) instead of a ``schedule``: the
@@ -44,13 +37,10 @@ from typing import Any
 import psutil
 import torch
 
+from torchlens.capture.ranks.phases import PhaseClock
 from torchlens.capture.trace import profiler as _profiler
+from torchlens.model.records import StepMemory, StepRecord, StepSummary
 
-PHASES = ("data", "forward", "backward", "optimizer", "collective")
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
-               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-               "broadcast", "broadcast_object_list", "reduce", "gather", "scatter", "barrier",
-               "send", "recv", "isend", "irecv", "monitored_barrier")
 MIN_EVERY = 5
 BUDGET = 0.03
 MAX_EVERY = 10_000
@@ -65,95 +55,6 @@ class StepLimit(BaseException):
     """``--steps N`` reached: ends the user's loop on every rank at the same step.
 
     A BaseException so a user's ``except Exception`` does not swallow it."""
-
-
-class PhaseClock:
-    """Accumulates the time spent in each phase; the outermost phase counts."""
-
-    def __init__(self) -> None:
-        self.spent = [0.0] * len(PHASES)
-        self.active = -1
-        self.entries = 0  # progress for the hang detector: grows inside long steps
-        self.first: float | None = None  # when the first phase began (unix s)
-        self.tick: Callable[[], None] | None = None
-        self._undo: list[Callable[[], None]] = []
-        self._opt_t0 = 0.0
-
-    def take(self) -> dict[str, float]:
-        out = {p: round(s, 7) for p, s in zip(PHASES, self.spent, strict=True)}
-        self.spent = [0.0] * len(PHASES)
-        return out
-
-    def _wrap(self, index: int, fn: Callable[..., Any]) -> Callable[..., Any]:
-        clock = self
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if clock.active >= 0:
-                return fn(*args, **kwargs)
-            clock.active, clock.entries = index, clock.entries + 1
-            if clock.first is None:
-                clock.first = time.time()
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                clock.spent[index] += time.perf_counter() - t
-                clock.active = -1
-                if clock.tick is not None:
-                    clock.tick()
-
-        timed.__wrapped__ = fn  # type: ignore[attr-defined]
-        timed.__name__ = getattr(fn, "__name__", "timed")
-        timed.__doc__ = getattr(fn, "__doc__", None)
-        return timed
-
-    def _patch(self, owner: Any, name: str, phase: str) -> None:
-        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-        if original is None:
-            return
-        setattr(owner, name, self._wrap(PHASES.index(phase), original))
-        self._undo.append(lambda: setattr(owner, name, original))
-
-    def install(self) -> None:
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from torch.nn.parallel import DistributedDataParallel
-        from torch.optim.optimizer import (
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
-        from torch.utils.data import dataloader
-
-        self._patch(dataloader._BaseDataLoaderIter, "__next__", "data")
-        self._patch(DistributedDataParallel, "forward", "forward")
-        self._patch(torch.Tensor, "backward", "backward")
-        self._patch(torch.autograd, "backward", "backward")
-        for module in (dist, distributed_c10d):
-            for name in COLLECTIVES:
-                if callable(getattr(module, name, None)):
-                    self._patch(module, name, "collective")
-        optimizer = PHASES.index("optimizer")
-
-        def pre(*_: Any) -> None:
-            if self.active < 0:
-                if self.first is None:
-                    self.first = time.time()
-                self.active, self.entries, self._opt_t0 = optimizer, self.entries + 1, time.perf_counter()
-
-        def post(*_: Any) -> None:
-            if self.active == optimizer:
-                self.spent[optimizer] += time.perf_counter() - self._opt_t0
-                self.active = -1
-                if self.tick is not None:
-                    self.tick()
-
-        for handle in (register_optimizer_step_pre_hook(pre),
-                       register_optimizer_step_post_hook(post)):
-            self._undo.append(handle.remove)
-
-    def remove(self) -> None:
-        while self._undo:
-            self._undo.pop()()
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -171,17 +72,16 @@ def rss_bytes() -> int:
         return _PROCESS.memory_info().rss
 
 
-def memory_now(device: torch.device) -> dict[str, Any]:
+def memory_now(device: torch.device) -> StepMemory:
     """The step's memory: CUDA allocator counters, or RSS alone on CPU."""
     if device.type == "cuda":
         st = torch.cuda.memory_stats(device)
-        return {"rss": rss_bytes(),
-                "allocated": st.get("allocated_bytes.all.current"),
-                "reserved": st.get("reserved_bytes.all.current"),
-                "inactive_split": st.get("inactive_split_bytes.all.current"),
-                "largest_free": None, "source": "cuda"}
-    return {"rss": rss_bytes(), "allocated": None, "reserved": None,
-            "inactive_split": None, "largest_free": None, "source": "rss"}
+        return StepMemory(rss=rss_bytes(),
+                          allocated=st.get("allocated_bytes.all.current"),
+                          reserved=st.get("reserved_bytes.all.current"),
+                          inactive_split=st.get("inactive_split_bytes.all.current"),
+                          source="cuda")
+    return StepMemory(rss=rss_bytes(), source="rss")
 
 
 def largest_free_cuda(device: torch.device) -> int | None:
@@ -206,7 +106,7 @@ class RankProfiler:
     def __init__(self, *, rank: int, run_dir: str, device: torch.device,
                  every: int | None, budget: float = BUDGET, window_s: float = 1.0,
                  max_steps: int | None = None,
-                 summarize: Callable[..., dict[str, Any]] | None = None,
+                 summarize: Callable[..., StepSummary] | None = None,
                  agree: Callable[[int], int] | None = None) -> None:
         self.rank, self.device = rank, device
         self.run_dir = run_dir
@@ -215,8 +115,8 @@ class RankProfiler:
         self.budget, self.window_s, self.max_steps = budget, window_s, max_steps
         self.summarize, self.agree = summarize, agree
         self.clock = PhaseClock()
-        self.records: list[dict[str, Any]] = []  # not yet sent (drained by the heartbeat)
-        self.summaries: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.records: list[StepRecord] = []  # not yet sent (drained by the heartbeat)
+        self.summaries: queue.Queue[StepSummary] = queue.Queue()
         self.errors: list[str] = []
         self.index = 0  # the step now running
         self.next_profiled = self.every - 1
@@ -267,7 +167,7 @@ class RankProfiler:
     def status(self) -> dict[str, Any]:
         return {"steps_done": self.index, "phase_calls": self.clock.entries}
 
-    def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def drain(self) -> tuple[list[StepRecord], list[StepSummary]]:
         """New step records and summaries, for the heartbeat thread to send."""
         records, self.records = self.records, []
         out = []
@@ -300,14 +200,14 @@ class RankProfiler:
             # building the model and DDP's first broadcast come before step 0's
             # first phase: set-up, not the step
             self.t_mark = max(self.t_mark, min(self.clock.first, t1))
-        record = {"step": i, "t0": self.t_mark, "t1": t1, "phases": phases,
-                  "profiled": profiled, "window": window, "mem": memory_now(self.device)}
+        mem = memory_now(self.device)
         if profiled:
             self._stop_profiler(i)
         else:
             self._walls.append(t1 - self.t_mark)
-        record["tl_s"] = round(time.time() - t1, 6)
-        self.records.append(record)
+        self.records.append(StepRecord(step=i, t0=self.t_mark, t1=t1, phases=phases,
+                                       profiled=profiled, window=window, mem=mem,
+                                       tl_s=round(time.time() - t1, 6)))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:
             self.t_mark = time.time()
@@ -380,7 +280,8 @@ class RankProfiler:
         cost = time.perf_counter() - self._prof_t0
         cuda = None
         if self.device.type == "cuda":
-            cuda = {**memory_now(self.device), "largest_free": largest_free_cuda(self.device)}
+            cuda = {**memory_now(self.device).to_dict(),
+                    "largest_free": largest_free_cuda(self.device)}
         self._work.put((path, i, cuda))
         if partial:
             return

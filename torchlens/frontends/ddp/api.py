@@ -21,6 +21,7 @@ from torchlens.analysis.ddp.analyze import collective_rows
 from torchlens.frontends.api import Result
 from torchlens.frontends.cells import cell_names
 from torchlens.model import DdpRun, InputError, Profile
+from torchlens.model.feed import RankFeed
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -84,8 +85,8 @@ class DdpResult(Result):
         return pd.DataFrame(step_rows(profiling.steps))
 
     def slow_rank(self) -> Any:
-        """--profile: the rank the others waited for, and why (``analysis.rank_steps.SlowRank``)."""
-        from torchlens.analysis.ranks.steps import slow_rank
+        """--profile: the rank the others waited for, and why (``analysis.ranks.slow.SlowRank``)."""
+        from torchlens.analysis.ranks.slow import slow_rank
 
         return slow_rank(self._profiling().steps)
 
@@ -350,7 +351,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     handle = None
     loaded = None
 
-    def live_plot() -> Any:
+    def live_plot() -> RankFeed:
         # built once the ranks are spawned (RankSink.start): its Bokeh imports
         # overlap the workers' own torch import in a cold kernel
         nonlocal handle, loaded
@@ -366,7 +367,8 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         if profile:  # one view: step times, slow rank, memory, timeline, then heartbeats
             from torchlens.frontends.ddp.live import ProfiledLiveView
 
-            plot: Any = ProfiledLiveView(world_size, profile_every, modelled=backend != "nccl")
+            plot: ProfiledLiveView | LivePlot = ProfiledLiveView(
+                world_size, profile_every, modelled=backend != "nccl")
         else:
             plot = LivePlot(world_size)
         loaded = load_bokehjs([plot.layout])  # the widget draws with the page's BokehJS
@@ -379,9 +381,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}",
                     make_inner=live_plot if live else None)
     rec = run_check(job, options, sink)
-    close = getattr(sink.inner, "close", None)
-    if close is not None:  # the terminal's progress line
-        close()
+    sink.close()  # the terminal's progress line ends
     profile = build_profile(rec, source, skipped)
     result = DdpResult(profile)
     if export:

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchlens.model.records import StepRecord, StepSummary
+
 
 class ProfiledLiveView:
-    """``render.rank_live.RankProfileView`` + ``render.live.LivePlot`` in one widget."""
+    """``render.ranks.view.RankProfileView`` + ``render.live.LivePlot`` in one widget
+    (a ``model.feed.RankFeed``)."""
 
     def __init__(self, world_size: int, every: int | None, modelled: bool) -> None:
         from bokeh.layouts import column
 
         from torchlens.render.ddp.heartbeats import LivePlot
-        from torchlens.render.ranks.live import RankProfileView
+        from torchlens.render.ranks.view import RankProfileView
 
         self.profile = RankProfileView(world_size, every or 0, modelled)
         self.beats = LivePlot(world_size)
@@ -46,13 +49,16 @@ class ProfiledLiveView:
     def flushes(self) -> int:
         return self.profile.flushes
 
+    def start(self) -> None:
+        """Nothing to set up: the view was built when it was asked for."""
+
     def push(self, hb: dict[str, Any]) -> None:
         self.beats.push(hb)
 
-    def push_steps(self, rank: int, records: list[dict[str, Any]]) -> None:
+    def push_steps(self, rank: int, records: list[StepRecord]) -> None:
         self.profile.push_steps(rank, records)
 
-    def push_summary(self, rank: int, summary: dict[str, Any]) -> None:
+    def push_summary(self, rank: int, summary: StepSummary) -> None:
         self.profile.push_summary(rank, summary)
 
     def mark_restart(self, step: int, text: str) -> None:
@@ -64,3 +70,6 @@ class ProfiledLiveView:
     def flush(self, force: bool = False) -> None:
         self.profile.flush(force)
         self.beats.flush(force)
+
+    def close(self) -> None:
+        """Nothing held open: the widget keeps what it shows."""

@@ -28,16 +28,23 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import msgspec
+
+from torchlens.formats.run_folder import files, records
+from torchlens.formats.run_folder.manifest import (
+    SOURCE_RUN,
+    LiveEntry,
+    Manifest,
+    NodeEntry,
+    RankEntry,
+    write_manifest,
+)
 from torchlens.frontends.ranks import registry as run_registry
 from torchlens.model import InputError
 
 POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
 FINAL_POLLS = 3
-SECRET_FILE = "run.secret"
-#: where the collector appends what every slot sent, until the folder is written
-SPOOL_DIR = ".spool"
-LOG_FILE = "command.log"
 TAIL_LINES = 20
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: torch 2.13's c10d rendezvous lends its store to the workers; after an
@@ -67,8 +74,8 @@ def _check_command(command: list[str]) -> list[str]:
 
 def _out_dir(out: str | None) -> str:
     out = out or time.strftime("torchlens-run-%Y%m%d-%H%M%S")
-    if os.path.exists(os.path.join(out, "manifest.json")):
-        raise InputError(f"{out} already holds a run (manifest.json): choose another --out")
+    if os.path.exists(os.path.join(out, files.MANIFEST)):
+        raise InputError(f"{out} already holds a run ({files.MANIFEST}): choose another --out")
     os.makedirs(out, exist_ok=True)
     return os.path.abspath(out)
 
@@ -96,12 +103,12 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     stream = stream or sys.stdout
     key = RunKey.new()
     try:
-        collector = Collector(key, host, port, spool=os.path.join(run_dir, SPOOL_DIR))
+        collector = Collector(key, host, port, spool=os.path.join(run_dir, files.SPOOL_DIR))
     except OSError as exc:
         raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     address = f"{_reachable_address(collector.host)}:{collector.port}"
     feed = FeedPublisher(collector, run_dir)  # what torchlens.watch reads (docs/MULTINODE.md)
-    secret_path = key.write_secret(os.path.join(run_dir, SECRET_FILE))
+    secret_path = key.write_secret(os.path.join(run_dir, files.SECRET_FILE))
     env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir,
            FRESH_STORE: os.environ.get(FRESH_STORE, "1")}
     summary = TerminalSummary(stream, tty)
@@ -118,7 +125,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     summary.say(f"other nodes: {where}:\n  {other}")
     # on a terminal the command's own output would break the in-place redraw:
     # it goes to a file, and its tail is shown when the command fails
-    log = os.path.join(run_dir, LOG_FILE) if summary.tty else None
+    log = os.path.join(run_dir, files.LOG_FILE) if summary.tty else None
     if log:
         summary.say(f"the command's output: {log}")
     summary.say(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
@@ -157,7 +164,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     if leftovers:
         summary.say(f"torchlens run: killed {len(leftovers)} rank process(es) their agent "
                     f"left behind: {', '.join(map(str, leftovers))}")
-    summary.say(f"torchlens run: {manifest['stopped']}; exit code {_exit_code(code)}")
+    summary.say(f"torchlens run: {manifest.stopped}; exit code {_exit_code(code)}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
     return 130 if interrupted else _exit_code(code)
 
@@ -228,7 +235,7 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
 
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
                  code: int | None, interrupted: bool,
-                 live: dict[str, Any] | None = None) -> dict[str, Any]:
+                 live: dict[str, Any] | None = None) -> Manifest:
     """``manifest.json``, each rank's ``steps.jsonl`` and ``summaries.jsonl``.
 
     ``live``: what the live feed wrote (``FeedPublisher.manifest_entry``); its
@@ -243,52 +250,40 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     ranks = []
     for row in view.ranks:
         r = row["rank"]
-        folder = os.path.join(run_dir, f"rank{r}")
-        os.makedirs(folder, exist_ok=True)
         slots = by_rank.get(r, [])
-        with open(os.path.join(folder, "steps.jsonl"), "w", encoding="utf-8") as fh:
-            # every start of the rank, in order; "restart" says which (0: the first,
-            # k: after the job's k-th restart, as analysis.restarts numbers them)
-            for incarnation, s in enumerate(slots):
-                for batch in collector.spool_lines(s.slot, 0):
-                    for rec in json.loads(batch):
-                        if isinstance(rec, dict):
-                            fh.write(json.dumps({**rec, "restart": incarnation}) + "\n")
-        with open(os.path.join(folder, "summaries.jsonl"), "wb") as fb:
-            for s in slots:
-                fb.writelines(line + b"\n" for line in collector.spool_lines(s.slot, 1))
+        # every start of the rank, in order; "restart" says which (0: the first,
+        # k: after the job's k-th restart, as analysis.ranks.restarts numbers them)
+        records.write_steps(run_dir, r, (
+            {**rec, "restart": incarnation} for incarnation, s in enumerate(slots)
+            for batch in collector.spool_lines(s.slot, 0) for rec in json.loads(batch)
+            if isinstance(rec, dict)))
+        records.write_summaries(run_dir, r, (
+            line for s in slots for line in collector.spool_lines(s.slot, 1)))
         last = slots[-1] if slots else None
+        hello = last.hello if last else {}
         hb = last.heartbeat if last else {}
-        ranks.append({
-            "rank": r, "node": row.get("node"), "host": row.get("host"),
-            "pid": last.hello.get("pid") if last else None,
-            "local_rank": last.hello.get("local_rank") if last else None,
-            "device": last.hello.get("device") if last else None,
-            "restart": row.get("restart"), "state": row["state"], "error": row.get("error"),
-            "stopped_at_step": hb.get("steps_done"), "last_heartbeat": hb.get("t"),
-            "steps": sum(s.counts[0] for s in slots),
-            "summaries": sum(s.counts[1] for s in slots),
-            "traces": sorted(os.path.join(f"rank{r}", f) for f in os.listdir(folder)
-                             if f.endswith(".json"))})
-    nodes: dict[Any, dict[str, Any]] = {}
-    for r in ranks:
-        node = nodes.setdefault((r["node"], r["host"]), {"node": r["node"], "host": r["host"],
-                                                         "ranks": []})
-        node["ranks"].append(r["rank"])
-    manifest = {
-        "format": "torchlens-run", "version": 1, "source": "torchlens run",
-        "world_size": view.world_size, "created": time.time(), "run_id": collector.key.run_id,
-        "command": command, "exit_code": code, "interrupted": interrupted,
-        "stopped": _where_stopped(view, interrupted, code), "verdict": view.verdict,
-        "ranks": ranks, "nodes": list(nodes.values()),
-        "lost_nodes": [dataclasses.asdict(n) for n in view.lost],
-        "restarts": [dataclasses.asdict(r) for r in view.restarts],
-        "started": collector.t0, "dropped_messages": collector.dropped,
-        "dropped_why": collector.dropped_why,
-        "slow_rank": dataclasses.asdict(view.slow),
-        "memory_creep": [dataclasses.asdict(c) for c in view.creep], "notes": view.notes,
-        "live": live}
-    with open(os.path.join(run_dir, "manifest.json"), "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1, default=str)
-    shutil.rmtree(os.path.join(run_dir, SPOOL_DIR), ignore_errors=True)
+        ranks.append(RankEntry(
+            rank=r, node=row.get("node"), host=row.get("host"), pid=hello.get("pid"),
+            local_rank=hello.get("local_rank"), device=hello.get("device"),
+            restart=row.get("restart"), state=row["state"], error=row.get("error"),
+            stopped_at_step=hb.get("steps_done"), last_heartbeat=hb.get("t"),
+            steps=sum(s.counts[0] for s in slots), summaries=sum(s.counts[1] for s in slots),
+            traces=files.rank_traces(run_dir, r)))
+    nodes: dict[Any, NodeEntry] = {}
+    for e in ranks:
+        nodes.setdefault((e.node, e.host), NodeEntry(node=e.node, host=e.host)).ranks.append(e.rank)
+    manifest = Manifest(
+        source=SOURCE_RUN, world_size=view.world_size, created=time.time(),
+        run_id=collector.key.run_id, command=list(command), exit_code=code,
+        interrupted=interrupted, stopped=_where_stopped(view, interrupted, code),
+        verdict=str(view.verdict), ranks=ranks, nodes=list(nodes.values()),
+        lost_nodes=[dataclasses.asdict(n) for n in view.lost],
+        restarts=[dataclasses.asdict(r) for r in view.restarts],
+        started=collector.t0, dropped_messages=collector.dropped,
+        dropped_why=dict(collector.dropped_why),
+        slow_rank={**dataclasses.asdict(view.slow), "finding": view.slow.finding.to_dict()},
+        memory_creep=[dataclasses.asdict(c) for c in view.creep], notes=list(view.notes),
+        live=msgspec.convert(live, LiveEntry) if live is not None else None)
+    write_manifest(run_dir, manifest)
+    shutil.rmtree(os.path.join(run_dir, files.SPOOL_DIR), ignore_errors=True)
     return manifest

@@ -23,10 +23,11 @@ nothing here.
 An entry is stale when its pid is gone or is now another process (its start
 time differs from ``pid_start``): a ``torchlens run`` killed with SIGKILL
 leaves one. Readers skip and delete stale entries. Nothing read here is
-executed: entries and live.json are JSON, opened without following links,
-only regular files owned by this user, size-capped; every value is checked
-for type and length before it is passed on (``live_status``). The secret of
-a run is never in an entry.
+executed: entries, live.json and manifest.json are JSON, opened without
+following links, only regular files owned by this user, size-capped
+(``formats.run_folder.files.read_capped``); every value is checked for type
+and length before it is passed on (``live_status``, the typed manifest).
+The secret of a run is never in an entry.
 """
 
 from __future__ import annotations
@@ -40,11 +41,15 @@ import stat
 import time
 from typing import Any
 
+from torchlens.formats.run_folder.files import (
+    LIVE_FORMAT,
+    read_live_status,
+    read_private_json,
+)
+from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
+
 ENV_DIR = "TORCHLENS_RUNS_DIR"
 ENTRY_FORMAT = "torchlens-run-entry"
-LIVE_FILE = "live.json"
-LIVE_FORMAT = "torchlens-live"
-MANIFEST_FILE = "manifest.json"
 MAX_ENTRY_BYTES = 64 << 10
 MAX_LIVE_BYTES = 16 << 20
 #: rank rows a job shows in the sidebar (the world size is said beside them)
@@ -124,36 +129,6 @@ def unregister(path: str | None) -> None:
             os.remove(path)
 
 
-def _read_json(path: str, limit: int) -> Any:
-    """A regular file of this user, not through a link, at most ``limit`` bytes, as JSON.
-
-    None when it is missing, too big, not ours, not a regular file or not JSON.
-    O_NONBLOCK: a FIFO put in its place cannot stall the server.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > limit:
-            return None
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            data = fh.read(limit + 1)
-    except OSError:
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > limit:
-        return None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-
-
 def _number(v: Any) -> int | float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
@@ -221,8 +196,7 @@ def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
 
 def _run(entry: dict[str, Any], now: float) -> dict[str, Any]:
     """One run as the endpoint answers it: the entry's fields and its live status."""
-    live = live_status(_read_json(os.path.join(entry["run_dir"], LIVE_FILE), MAX_LIVE_BYTES),
-                       now)
+    live = live_status(read_live_status(entry["run_dir"], MAX_LIVE_BYTES), now)
     if live is not None and live["run_id"] not in (None, entry["run_id"]):
         live = None  # a live.json of another run (the folder reused): not this one's
     state = "starting" if live is None else ("ended" if live["ended"] else "running")
@@ -263,7 +237,7 @@ def live_runs(folder: str | None = None, now: float | None = None) -> list[dict[
     runs = []
     for name in names:
         path = os.path.join(folder, name)
-        entry = _entry(_read_json(path, MAX_ENTRY_BYTES))
+        entry = _entry(read_private_json(path, MAX_ENTRY_BYTES))
         if entry is None:
             with contextlib.suppress(OSError):
                 if now - os.lstat(path).st_mtime > GARBLED_AFTER_S:
@@ -314,6 +288,8 @@ class RecentRuns:
     def _ended(last: dict[str, Any], now: float) -> dict[str, Any]:
         final = _run(last, now)
         live = final["live"] or last["live"]
-        manifest = _read_json(os.path.join(last["run_dir"], MANIFEST_FILE), MAX_LIVE_BYTES)
-        stopped = _text(manifest.get("stopped")) if isinstance(manifest, dict) else None
+        try:
+            stopped = _text(read_manifest(last["run_dir"], private=True).stopped)
+        except ManifestError:  # not written yet, or not one to trust
+            stopped = None
         return {**final, "state": "ended", "live": live, "stopped": stopped}

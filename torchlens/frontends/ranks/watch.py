@@ -28,7 +28,6 @@ the run, and a finished folder without a feed is shown from its full files.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -37,6 +36,7 @@ import time
 from typing import Any
 
 from torchlens.model import InputError
+from torchlens.model.records import StepRecord
 
 POLL_S = 0.5
 DEFAULT_TIMEOUT_S = 60.0
@@ -90,23 +90,29 @@ def _open(target: Any, secret_file: str | None, run_id: str | None,
 
 
 def _folder(run_dir: str) -> tuple[Any, str, str]:
-    from torchlens.capture.ranks.feed import FEED_FILE, FileFeed
+    from torchlens.capture.ranks.feed import FileFeed
+    from torchlens.formats.run_folder.files import (
+        LIVE_FEED,
+        MANIFEST,
+        SECRET_FILE,
+        SPOOL_DIR,
+    )
 
     label = os.path.abspath(run_dir)
     has = {name: os.path.exists(os.path.join(run_dir, name))
-           for name in (FEED_FILE, "manifest.json", ".spool", "run.secret")}
-    if has[FEED_FILE]:
+           for name in (LIVE_FEED, MANIFEST, SPOOL_DIR, SECRET_FILE)}
+    if has[LIVE_FEED]:
         note = ("this run has ended: its live feed is replayed; torchlens.load(RUN_DIR) gives "
-                "the full report" if has["manifest.json"] else "")
+                "the full report" if has[MANIFEST] else "")
         return FileFeed(run_dir), label, note
-    if has["manifest.json"]:
+    if has[MANIFEST]:
         return FolderFinal(run_dir), label, (
-            "this run has ended (manifest.json) and has no live feed: showing its final "
+            f"this run has ended ({MANIFEST}) and has no live feed: showing its final "
             "state from the folder; torchlens.load(RUN_DIR) gives the full report")
-    if has[".spool"] or has["run.secret"]:  # a run starting: its first frame is due
+    if has[SPOOL_DIR] or has[SECRET_FILE]:  # a run starting: its first frame is due
         return FileFeed(run_dir), label, ""
-    raise InputError(f"{run_dir} is not a `torchlens run` folder (no {FEED_FILE}, no "
-                     "manifest.json): pass the --out folder of `torchlens run`, or the "
+    raise InputError(f"{run_dir} is not a `torchlens run` folder (no {LIVE_FEED}, no "
+                     f"{MANIFEST}): pass the --out folder of `torchlens run`, or the "
                      "collector's host:port")
 
 
@@ -181,51 +187,40 @@ class FolderFinal:
         pass
 
 
-def _jsonl(path: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-    except (OSError, ValueError):
-        return []
-    return [r for r in rows if isinstance(r, dict)]
-
-
 def folder_frame(run_dir: str) -> dict[str, Any]:
     """A finished run folder as one (ended) frame: every step and summary it holds."""
     from torchlens.analysis.ranks.verdict import folder_status
     from torchlens.capture.ranks.feed import FRAME_FORMAT, VERSION
+    from torchlens.formats.run_folder.manifest import read_manifest
+    from torchlens.formats.run_folder.records import read_steps, read_summaries
 
-    try:
-        with open(os.path.join(run_dir, "manifest.json"), encoding="utf-8") as fh:
-            manifest = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {run_dir}/manifest.json: {exc}") from None
-    world = int(manifest.get("world_size") or 0)
-    steps = [_jsonl(os.path.join(run_dir, f"rank{r}", "steps.jsonl")) for r in range(world)]
-    summaries = [_jsonl(os.path.join(run_dir, f"rank{r}", "summaries.jsonl"))
-                 for r in range(world)]
-    status = folder_status(manifest, steps, summaries)
-    t = manifest.get("created") or time.time()
-    ended = {str(row["rank"]): [row["ended"] or row.get("state") or "ended",
-                                next((e.get("last_heartbeat") for e in manifest["ranks"]
-                                      if e.get("rank") == row["rank"]), None) or t]
-             for row in status["ranks"]}
+    manifest = read_manifest(run_dir)
+    world = manifest.world_size
+    steps = [read_steps(run_dir, r) for r in range(world)]
+    summaries = [read_summaries(run_dir, r) for r in range(world)]
+    status = folder_status(manifest.to_dict(), steps, summaries)
+    t = manifest.created or time.time()
+    ended = {}
+    for row in status["ranks"]:
+        entry = manifest.rank(row["rank"])
+        ended[str(row["rank"])] = [row["ended"] or row.get("state") or "ended",
+                                   (entry.last_heartbeat if entry else None) or t]
     return {"format": FRAME_FORMAT, "version": VERSION, "seq": 0, "t": t,
-            "t0": min((s[0]["t0"] for s in steps if s), default=t),
-            "run_id": manifest.get("run_id"), "world_size": world, "ended": True,
-            "status": {**status, "run_id": manifest.get("run_id"), "t": t, "ended": True},
+            "t0": min((s[0].t0 for s in steps if s), default=t),
+            "run_id": manifest.run_id, "world_size": world, "ended": True,
+            "status": {**status, "run_id": manifest.run_id, "t": t, "ended": True},
             "steps": {str(r): s for r, s in enumerate(steps) if s},
             "summaries": {str(r): s for r, s in enumerate(summaries) if s},
             "ended_ranks": ended,
             "heartbeats": {str(r): _beats(s) for r, s in enumerate(steps) if s}}
 
 
-def _beats(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _beats(records: list[StepRecord]) -> list[dict[str, Any]]:
     """A finished rank's RSS over time, from its step records (a feed sends
     heartbeats; a folder keeps none)."""
     every = max(1, len(records) // FOLDER_BEATS)
-    return [{"t": rec["t1"], "rss": (rec.get("mem") or {}).get("rss"), "phase": "step"}
-            for rec in records[::every] if isinstance(rec.get("t1"), (int, float))]
+    return [{"t": rec.t1, "rss": rec.mem.rss if rec.mem else None, "phase": "step"}
+            for rec in records[::every]]
 
 
 # -- the handle ------------------------------------------------------------------------
@@ -373,8 +368,8 @@ class Watch:
                                "rss": beat.get("rss"), "node": row.get("node"),
                                "phase": beat.get("phase")
                                or PHASES.get(row.get("state"), str(row.get("state")))})
-        batches = {r: [x for x in records if isinstance(x, dict)]
-                   for r, records in _ranks(frame.get("steps"), world)
+        # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
+        batches = {r: records for r, records in _ranks(frame.get("steps"), world)
                    if isinstance(records, list)}
         for r, records in self.starts.place_steps(batches).items():
             view.push_steps(r, records)

@@ -22,9 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.series import step_series
-from torchlens.formats.run_folder import Problem, RunSources, discover
-from torchlens.formats.run_manifest import collected_steps, collector_notes
+from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
+from torchlens.formats.run_folder.records import collected_steps
+from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import Profile
@@ -68,7 +70,7 @@ JSON_SCHEMA = {
                   "for a rank that arrived last: cause (the step-breakdown role that stands "
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
-                  "cause_words (torchlens.analysis.runs.causes)",
+                  "cause_words (the slow rank's rule: torchlens.analysis.ranks.slow)",
     "clocks": "per rank: host (the trace's host_name, null when not recorded), "
               "reference (the lowest rank), offset_us (median of its collective "
               "ends minus the reference's), collectives (shared with the reference), "
@@ -97,9 +99,10 @@ JSON_SCHEMA = {
     "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
                  "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
                  "(HTA's get_memory_bw_summary)",
-    "findings": "plain sentences: ranks that arrived last far more often than chance "
-                "with at least 1 ms of others' wait and their likely cause, and collective "
-                "sequences that disagree",
+    "findings": "plain sentences (each with what to do, where there is something): "
+                "the slow ranks (arrived last far more often than chance with at least "
+                "1 ms of others' wait) and their likely cause, and collective sequences "
+                "that disagree",
 }
 
 
@@ -127,11 +130,15 @@ class RunResult(Result):
 
     def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
                  problems: list[Problem]) -> None:
-        collected = collected_steps(sources.root)
+        try:
+            manifest = read_manifest(sources.root) if sources.root else None
+        except ManifestError:  # a folder of traces alone; discover named a broken manifest
+            manifest = None
+        collected = collected_steps(sources.root, manifest) if manifest else None
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
-                             notes=collector_notes(sources.root),
+                             notes=collector_notes(manifest) if manifest else [],
                              collected_steps=step_series(collected) if collected else {})
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
@@ -207,7 +214,9 @@ class RunResult(Result):
         return self._table("collectives")
 
     def stragglers(self) -> Any:
-        """Per rank: how often it arrived last and how long the others waited for it."""
+        """Per rank, each a possible slow rank: how often it arrived last, how long
+        the others waited for it and, where it arrived last, what makes it slow
+        (the method keeps its older name)."""
         return self._table("stragglers")
 
     def clocks(self) -> Any:
@@ -235,8 +244,9 @@ class RunResult(Result):
         return DiffResult.of(self, other if isinstance(other, RunResult) else load_run(other))
 
     def findings(self) -> list[str]:
-        """The report's findings: plain sentences with their figures."""
-        return list(self.analysis().findings)
+        """The report's findings, each as one line: its sentence with its
+        figures, and what to do where there is something (``str(Finding)``)."""
+        return [str(f) for f in self.analysis().findings]
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,

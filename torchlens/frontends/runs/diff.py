@@ -16,6 +16,7 @@ from typing import Any
 from torchlens.analysis.runs import diff as diffs
 from torchlens.frontends.api import Result
 from torchlens.model import InputError, Profile
+from torchlens.model.findings import as_finding
 from torchlens.model.payloads import DiffPayload
 
 DIFF_SCHEMA_VERSION = 1
@@ -89,7 +90,7 @@ class DiffResult(Result):
     @property
     def verdict(self) -> str:
         """One sentence: step time A -> B and the largest slowdown."""
-        return str(self.diff["verdict"])
+        return str(as_finding(self.diff["verdict"]))
 
     def regressed(self, pct: float) -> bool | None:
         """Whether B's median step time is more than ``pct`` % above A's
@@ -115,7 +116,8 @@ class DiffResult(Result):
 
     def to_json(self) -> dict[str, Any]:
         """The ``torchlens diff --json`` document (``DIFF_JSON_SCHEMA``)."""
-        return {"schema": DIFF_SCHEMA_VERSION, "a": self.a, "b": self.b, **self.diff}
+        return {"schema": DIFF_SCHEMA_VERSION, "a": self.a, "b": self.b, **self.diff,
+                "verdict": self.verdict}
 
 
 def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> DiffResult:

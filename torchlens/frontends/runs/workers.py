@@ -4,7 +4,7 @@ Why one job per file, started before the ranks are known: ``discover`` must
 peek into every file to place it (its ``distributedInfo``), and for a gzip
 file that means inflating all of it. Done in the notebook's process, one file
 after another, that cost as much as summarising the ranks. Here each worker
-inflates a file once (``formats.trace_bytes.read_json``), answers the peek
+inflates a file once (``formats.kineto.peek.read_json``), answers the peek
 from those bytes and summarises the trace straight away (``figures_of``);
 ``discover`` gets the peeks (``RunReader.peek_all``), places the files, and
 the run takes each placed file's figures (``RunReader.rank``). A file that
@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from typing import Any
 
-from torchlens.formats.run_folder import Peek
+from torchlens.formats.kineto.peek import Peek
 
 #: What a worker computes from one readable trace: ``figures_of(trace, top)``.
 FiguresOf = Callable[[Any, int], dict[str, Any]]
@@ -38,8 +38,8 @@ def file_job(path: str, figures_of: FiguresOf, top: int) -> dict[str, Any]:
     """In a worker: one file's ``peek`` verdict and, for a usable trace, its
     ``figures`` or the ``problem`` that stopped them."""
     from torchlens.formats.kineto import load_trace
+    from torchlens.formats.kineto.peek import read_json
     from torchlens.formats.kineto.reader import ingest_bytes
-    from torchlens.formats.kineto.trace_file import read_json
 
     data, seen = read_json(path)
     out: dict[str, Any] = {"peek": seen}

@@ -22,34 +22,21 @@ from typing import Any
 
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, HoverTool
-from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
+from torchlens.model.records import StepRecord, StepSummary
+from torchlens.render.columns import MIB, rank_color, to_columns
 
 FLUSH_S = 0.4  # at least twice a second
 ROLLOVER = 5000  # points kept per source in the live view
 PHASE_COLORS = {"init": "#bbbbbb", "starting": "#bbbbbb", "comm_check": "#9ecae1",
                 "step": "#74c476", "checksums": "#fdae6b",
                 "done": "#eeeeee", "failed": "#d62728"}
-MIB = 1 << 20
-
-
-def _color(rank: int) -> str:
-    return Category10_10[rank % 10]
 
 
 def _phase_color(phase: str) -> str:
     return PHASE_COLORS.get(str(phase).split(" ")[0], "#cccccc")
-
-
-def _num(value: Any, scale: float = 1.0) -> float:
-    """A number for a source column: NaN (a gap in the line) for "not measured"."""
-    return float("nan") if value is None else float(value) * scale
-
-
-def _mib(value: Any) -> float:
-    return _num(value, 1 / MIB)
 
 
 def _mem_value(hb: dict[str, Any]) -> float:
@@ -94,9 +81,9 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
         for r in range(world_size):
             ms = ColumnDataSource({k: [] for k in mem_cols})
             cs = ColumnDataSource({k: [] for k in coll_cols})
-            mem.line("t", "mib", source=ms, color=_color(r), legend_label=f"rank {r}")
-            mem.line("t", "tensor_mib", source=ms, color=_color(r), line_dash="dashed")
-            coll.step("t", "n", source=cs, color=_color(r), legend_label=f"rank {r}",
+            mem.line("t", "mib", source=ms, color=rank_color(r), legend_label=f"rank {r}")
+            mem.line("t", "tensor_mib", source=ms, color=rank_color(r), line_dash="dashed")
+            coll.step("t", "n", source=cs, color=rank_color(r), legend_label=f"rank {r}",
                       mode="after")
             mem_src.append(ms)
             coll_src.append(cs)
@@ -120,7 +107,7 @@ def _stream_per_source(sources: list[Any], rows: list[list[dict[str, Any]]],
         if new:
             by_source.setdefault(id(src), (src, []))[1].extend(new)
     for src, new in by_source.values():
-        src.stream(_columns(new), rollover=rollover)
+        src.stream(to_columns(new), rollover=rollover)
 
 
 def label_nodes(layout: Any, heartbeats: Iterable[dict[str, Any]]) -> bool:
@@ -150,8 +137,8 @@ class _Rows:
         tensor = hb.get("tensor_bytes")
         mem = {"t": t, "mib": _mem_value(hb),
                "tensor_mib": float("nan") if tensor is None else tensor / MIB}
-        coll = {"t": t, "n": int(hb.get("collectives") or 0), "rank": r, "color": _color(r)}
-        mem.update(rank=r, color=_color(r))
+        coll = {"t": t, "n": int(hb.get("collectives") or 0), "rank": r, "color": rank_color(r)}
+        mem.update(rank=r, color=rank_color(r))
         prev, self.prev[r] = self.prev[r], hb
         quad = None
         if prev is not None:
@@ -159,14 +146,6 @@ class _Rows:
                     "top": r + 0.35, "color": _phase_color(hb.get("phase", "")),
                     "phase": str(hb.get("phase", "")), "rank": r}
         return mem, coll, quad
-
-
-def _columns(rows: Iterable[dict[str, Any]]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for row in rows:
-        for k, v in row.items():
-            out.setdefault(k, []).append(v)
-    return out
 
 
 def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
@@ -191,18 +170,19 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
     _stream_per_source(mem_src, mem_rows, None)  # the static copy keeps every point
     _stream_per_source(coll_src, coll_rows, None)
     if quad_rows:
-        quads.data = _columns(quad_rows)
+        quads.data = to_columns(quad_rows)
     label_nodes(layout, heartbeats)
     tick_rows = [{"t": fp["t"] - t0, "y": r,
                   "label": f"#{fp['index']} {fp['op']} {fp.get('line', '')}"}
                  for r, fps in enumerate(collectives or []) for fp in fps if fp.get("t")]
     if tick_rows:
-        ticks.data = _columns(tick_rows)
+        ticks.data = to_columns(tick_rows)
     return layout
 
 
 class LivePlot:
-    """The live view: ``push`` heartbeats as they arrive, ``flush`` from the same thread."""
+    """The live view: ``push`` heartbeats as they arrive, ``flush`` from the same
+    thread (a ``model.feed.RankFeed`` that draws heartbeats alone)."""
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
@@ -224,8 +204,23 @@ class LivePlot:
             self._widget = BokehModel(self.layout)
         return self._widget
 
+    def start(self) -> None:
+        """Nothing to set up: the figures were built with the plot."""
+
     def push(self, hb: dict[str, Any]) -> None:
         self._pending.append(hb)
+
+    def push_steps(self, rank: int, records: list[StepRecord]) -> None:
+        """Step records are the profiled view's (``frontends.ddp.live``), not drawn here."""
+
+    def push_summary(self, rank: int, summary: StepSummary) -> None:
+        """Summaries are the profiled view's, not drawn here."""
+
+    def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
+        """The heartbeats' own phase (done, failed) shows a rank's end."""
+
+    def close(self) -> None:
+        """Nothing held open: the widget keeps what it shows."""
 
     def hide_collectives(self) -> None:
         """Drop the collectives panel: for heartbeats that do not count them
@@ -258,7 +253,7 @@ class LivePlot:
         _stream_per_source(self.mem, mem, rollover)
         _stream_per_source(self.coll, coll, rollover)
         if quads:
-            self.quads.stream(_columns(quads), rollover=ROLLOVER)
+            self.quads.stream(to_columns(quads), rollover=ROLLOVER)
         if ticks:
-            self.ticks.stream(_columns(ticks), rollover=ROLLOVER)
+            self.ticks.stream(to_columns(ticks), rollover=ROLLOVER)
         self.flushes += 1

@@ -6,9 +6,10 @@ plot says in one line: how many ranks, each rank's phase, time elapsed.
 
 On a terminal the line is rewritten in place (``\\r``) at most once a
 ``interval``; anywhere else (a log file) a new line is written only when a
-rank's phase changes. Same sink protocol as the live plot: ``push`` heartbeats,
-``flush`` from the launcher's loop, ``flush(force=True)`` at the end; ``close``
-ends the line (also after an interrupt).
+rank's phase changes. A ``model.feed.RankFeed`` like the live plot: ``push``
+heartbeats, ``flush`` from the launcher's loop, ``flush(force=True)`` at the
+end; ``close`` ends the line (also after an interrupt); the line has no room
+for step records, summaries or a rank's end (its phase says it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from torchlens.model.records import StepRecord, StepSummary
 from torchlens.model.units import format_seconds
 
 
@@ -36,10 +38,22 @@ class TextProgress:
         self._open = False  # a \r line waiting for its newline
         self.lines = 0
 
+    def start(self) -> None:
+        """Nothing to set up."""
+
     def push(self, hb: dict[str, Any]) -> None:
         rank = int(hb["rank"])
         if 0 <= rank < self.world_size:
             self.phases[rank] = str(hb.get("phase") or "?")
+
+    def push_steps(self, rank: int, records: list[StepRecord]) -> None:
+        """Not shown: the line says each rank's phase."""
+
+    def push_summary(self, rank: int, summary: StepSummary) -> None:
+        """Not shown: the line says each rank's phase."""
+
+    def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
+        """Not shown: the rank's last heartbeat says done or failed."""
 
     def line(self) -> str:
         ranks = ", ".join(f"rank {r} {p}" for r, p in enumerate(self.phases))

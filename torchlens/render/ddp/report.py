@@ -12,7 +12,6 @@ from typing import Any
 
 from markupsafe import Markup
 
-from torchlens.analysis.ddp import checks as ddp_analysis
 from torchlens.analysis.ddp.analyze import DdpAnalysis
 from torchlens.analysis.ranks.steps import rank_table
 from torchlens.model import DdpRun, Profile
@@ -27,17 +26,10 @@ from torchlens.model.units import (
 )
 from torchlens.render import html, tables
 from torchlens.render.ddp.heartbeats import rank_figures
+from torchlens.render.findings import finding_text, findings_html
 from torchlens.render.page import section
-from torchlens.render.ranks.live import rank_profile_figures
+from torchlens.render.ranks.view import rank_profile_figures
 from torchlens.render.tables import Column
-
-_STATUS_STYLE = {"passed": "color:#1a7f37", "failed": "color:#b00;font-weight:600",
-                 "not applicable": "color:#777", "warning": "color:#b35900;font-weight:600"}
-
-
-def checklist_html(items: list[ddp_analysis.CheckItem]) -> Markup:
-    return html.render("checklist.html.j2", items=items, styles=_STATUS_STYLE)
-
 
 RANK_COLUMNS = [Column("rank", "rank", str), Column("pid", "pid", str),
                 Column("device", "device", str, False), Column("exit", "exit", str, False),
@@ -135,12 +127,12 @@ def _profiling_html(run: DdpRun, prof: RankProfiling, a: DdpAnalysis,
 def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple[str, Markup, str]]:
     """(title, body, anchor) of each report section."""
     run = a.run
-    out = [("Checklist", checklist_html(a.checklist), "checklist")]
+    out = [("Checklist", findings_html(a.checklist), "checklist")]
     hang = run.hang or {}
     extra = _pre_blocks("Python stack of each rank when the hang was detected:",
                         hang.get("stacks") or [])
     crash = a.item("crashed worker")
-    if crash and crash.status == "failed" and crash.details.get("traceback"):
+    if crash and crash.severity == "failed" and crash.details.get("traceback"):
         extra += html.render("pre.html.j2", title="Traceback of the first failing rank:",
                              text=crash.details["traceback"])
     if extra:
@@ -171,10 +163,7 @@ def summary_line(profile: Profile, a: DdpAnalysis) -> str:
 def text_report(profile: Profile, a: DdpAnalysis) -> str:
     """The text/plain view: summary and one line per check."""
     lines = [a.summary]
-    for it in a.checklist:
-        lines.append(f"[{it.status}] {it.name}: {it.evidence}")
-        if it.status in ("failed", "warning") and it.advice:
-            lines.append(f"    what to do: {it.advice}")
+    lines += [finding_text(it) for it in a.checklist]
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ from torchlens.model.units import (
     format_percent,
 )
 from torchlens.render import html, tables
+from torchlens.render.findings import figure_text, finding_html, finding_text
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -95,28 +96,15 @@ def _kv(rows: list[tuple[str, ...]], head: tuple[str, ...] | None = None) -> Mar
 
 
 def diagnosis_rows(d: OomDiagnosis) -> list[tuple[str, str]]:
-    """The OOM box's figures: the same fields its explanation is written from."""
-    figs = [("requested", format_bytes(d.requested)),
-            ("free on the device", format_bytes(d.device_free)),
-            ("reserved but free (cached)", format_bytes(d.free_cached)),
-            ("free in total", format_bytes(d.total_free)),
-            ("largest piece this request could use", format_bytes(d.usable_free)),
-            ("largest usable cached block", format_bytes(d.largest_usable)),
-            ("new segment a request of this size needs", format_bytes(d.segment_size)),
-            ("short by", format_bytes(d.shortfall)),
-            ("allocated", format_bytes(d.allocated)), ("reserved", format_bytes(d.reserved)),
-            ("capacity", format_bytes(d.capacity)),
-            ("inactive_split", format_bytes(d.inactive_split))]
-    if d.unusable_share is not None:
-        figs.append(("reserved memory free but unusable for this request", format_percent(100 * d.unusable_share)))
-    if d.site:
-        figs.append(("failing allocation at", d.site))
-    return [f for f in figs if f[1] != "n/a"]
+    """The OOM box's figures: the ones its finding's sentence is written from
+    (in the units that sentence writes them)."""
+    return [(fig.name, figure_text(fig)) for fig in d.finding.figures]
 
 
 def diagnosis_html(d: OomDiagnosis) -> Markup:
-    """The OOM box: cause, the figures, and advice each with its evidence."""
-    return html.render("oom.html.j2", d=d, rows=diagnosis_rows(d))
+    """The OOM box: the finding (cause, explanation, what to try) and its figures."""
+    return html.render("oom.html.j2", d=d, finding=finding_html(d.finding, figures=False),
+                       rows=diagnosis_rows(d))
 
 
 def timeline_figure(a: MemoryAnalysis) -> Any:
@@ -317,8 +305,7 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
     lines = [summary_line(profile, a)]
     d = a.diagnosis
     if d is not None:
-        lines += ["", f"OUT OF MEMORY ({d.cause}): {d.explanation}"]
-        lines += [f"  try: {x.action}\n       because {x.evidence}" for x in d.advice]
+        lines += ["", finding_text(d.finding)]
     lines += ["", "top allocation sites:"]
     lines += [f"  {format_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]

@@ -13,7 +13,7 @@ from typing import Any
 
 from bokeh.models import ColumnDataSource, HoverTool
 
-from torchlens.render.ddp.heartbeats import _columns, _mib, _num
+from torchlens.render.columns import as_mib, as_number, to_columns
 
 #: the memory figures whose spread across ranks is drawn, as ``memory_rows`` names them
 SPREAD_MEM = ("allocated", "reserved", "rss", "frag", "largest_free")
@@ -45,9 +45,9 @@ def mem_spread_units(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
     out = dict(columns)
     for key, values in columns.items():
         if key.startswith("frag_"):
-            out[key] = [_num(v, 100.0) for v in values]
+            out[key] = [as_number(v, 100.0) for v in values]
         elif key != "step" and key != "ranks":
-            out[key] = [_mib(v) for v in values]
+            out[key] = [as_mib(v) for v in values]
     return out
 
 
@@ -64,7 +64,7 @@ def merge(src: ColumnDataSource, columns: dict[str, list[Any]], rollover: int) -
     if new and drawn and steps[new[0]] < drawn[-1]:
         rows = {step: {k: src.data[k][i] for k in src.data} for step, i in index.items()}
         rows.update({step: {k: columns[k][i] for k in columns} for i, step in enumerate(steps)})
-        src.data = _columns([rows[step] for step in sorted(rows)][-rollover:])
+        src.data = to_columns([rows[step] for step in sorted(rows)][-rollover:])
         return
     patches: dict[str, list[tuple[int, Any]]] = {}
     for i, step in enumerate(steps):

@@ -1,5 +1,5 @@
 """Where the timeline of ``%ddp_check --profile`` puts each rank's lanes, and
-the rows placed on them (``render.rank_live``'s timeline panel).
+the rows placed on them (``render.ranks.panels``' timeline panel).
 
 A rank's lanes (its threads and streams, named by the summaries) are stacked
 in rank order; a lane that appears later moves the lanes below it, so the
@@ -11,8 +11,24 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from torchlens.model.units import plural
+from torchlens.render.columns import as_number
+
 LEVELS = 4  # nesting depths drawn inside one lane (deeper ones share the last)
 BAND = 0.8  # a lane's height in lane units
+KIND_COLORS = {"op": "#6baed6", "kernel": "#31a354", "memcpy": "#fd8d3c",
+               "memset": "#bcbd22", "collective": "#d62728"}
+
+
+def lane_names(summary: dict[str, Any]) -> list[str]:
+    return [str(n) for n in summary.get("lanes") or []] or ["lane 0"]
+
+
+def lane_name(summary: dict[str, Any], index: Any) -> str:
+    """The name of lane ``index``; the first lane for an index the summary lacks."""
+    lanes = lane_names(summary)
+    i = int(index or 0)
+    return lanes[i] if 0 <= i < len(lanes) else lanes[0]
 
 
 class Lanes:
@@ -90,3 +106,61 @@ class Timeline:
         top, bottom = self.lanes.group(rank) or (-0.5, 0.5)
         row["y0"], row["y1"] = top, bottom
         return row
+
+    def add_ops(self, rank: int, s: dict[str, Any], t0: float,
+                budget: int) -> list[dict[str, Any]]:
+        """The summary's ``budget`` longest ops (the timeline's share of this rank), placed."""
+        ops = sorted(s.get("ops") or [], key=lambda o: -(o.get("dur") or 0.0))[:budget]
+        out = []
+        for o in ops:
+            lane = lane_name(s, o.get("lane"))
+            kind = str(o.get("kind") or "op")
+            level = min(int(o.get("depth") or 0), LEVELS - 1) if kind == "op" else None
+            left = float(o["t0"]) - t0
+            row = {"left": left, "right": left + float(o.get("dur") or 0.0),
+                   "color": KIND_COLORS.get(kind, "#999"), "name": str(o.get("name", "")),
+                   "ms": as_number(o.get("dur"), 1e3), "rank": rank, "lane": lane,
+                   "step": int(s["step"]), "kind": kind}
+            where = (rank, lane, level)
+            self.ops.append((row, where))
+            out.append(self.place_box(row, where))
+        return out
+
+    def add_collectives(self, rank: int, s: dict[str, Any], t0: float) -> list[dict[str, Any]]:
+        """The summary's collectives, placed."""
+        out = []
+        for c in s.get("collectives") or []:
+            lane = lane_name(s, c.get("lane"))
+            left = float(c["t0"]) - t0
+            size = c.get("bytes")
+            row = {"left": left, "right": left + float(c.get("dur") or 0.0),
+                   "color": KIND_COLORS["collective"], "name": str(c.get("name", "")),
+                   "ms": as_number(c.get("dur"), 1e3), "rank": rank, "lane": lane,
+                   "step": int(s["step"]), "seq": c.get("seq"),
+                   "bytes": "" if size is None else plural(int(size), "byte")}
+            where = (rank, lane, None)
+            self.colls.append((row, where))
+            out.append(self.place_box(row, where))
+        return out
+
+    def add_arrivals(self, step: int, got: dict[int, dict[str, Any]],
+                     arrivals: list[dict[str, Any]], t0: float
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Each collective of ``step`` that two ranks or more issued, as a line
+        across their lanes and a mark on the last rank's; ``got``: rank -> summary."""
+        segs, marks = [], []
+        for a in arrivals:
+            if len(a["ranks"]) < 2:
+                continue
+            lanes = [(r, lane_name(got[r], lane))
+                     for r, lane in zip(a["ranks"], a["lanes"], strict=True)]
+            info = {"name": a["name"], "seq": a["seq"], "step": step,
+                    "last": f"rank {a['last_rank']}", "spread_ms": a["spread_ms"]}
+            seg = self.place_segment({"xs": [t - t0 for t in a["t0"]], **info}, lanes)
+            i = a["ranks"].index(a["last_rank"])
+            mark = self.place_point({"x": a["last_t0"] - t0, **info}, lanes[i])
+            self.arrivals.append((seg, lanes))
+            self.last.append((mark, lanes[i]))
+            segs.append(seg)
+            marks.append(mark)
+        return segs, marks

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from torchlens.analysis.ranks.verdict import RunView
 from torchlens.model.units import format_bytes, format_ms
+from torchlens.render.findings import finding_text
 
 REDRAW_S = 1.0
 LOG_EVERY_S = 10.0
@@ -70,7 +71,7 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
     line for the rest.
     """
     out = [header] if header else []
-    out.append(f"verdict: {view.verdict}")
+    out.append(f"verdict: {finding_text(view.verdict)}")
     slow = view.slow.rank
     out.append(f"ranks: {view.attached} of {view.world_size or '?'} attached"
                f"; slow rank: {'none' if slow is None else slow}"
@@ -110,7 +111,7 @@ def one_line(view: RunView) -> str:
     else:
         median, low, high = (format_ms(v, unit=False) for v in view.spread)
         steps = f"median {median}, min {low}, max {high} over {len(view.ranks)} ranks"
-    return f"torchlens run: {view.verdict} | step ms: {steps} | dropped {view.dropped}"
+    return f"torchlens run: {finding_text(view.verdict)} | step ms: {steps} | dropped {view.dropped}"
 
 
 class TerminalSummary:

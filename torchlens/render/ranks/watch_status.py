@@ -13,8 +13,10 @@ from typing import Any
 
 from markupsafe import Markup
 
+from torchlens.model.findings import INFO, SEVERITIES, as_finding
 from torchlens.model.units import format_ms
 from torchlens.render import html
+from torchlens.render.findings import finding_html
 from torchlens.render.ranks.terminal import (
     memory_cell,
     more_ranks_line,
@@ -49,10 +51,20 @@ def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dic
     return out
 
 
+def _verdict(status: dict[str, Any]) -> Markup:
+    """The verdict as a finding: its line (sentence and advice) and, in a live
+    status, its severity (a run folder's manifest has the line alone)."""
+    said = status.get("verdict")
+    severity = status.get("severity")
+    return finding_html(as_finding(str(said), severity if severity in SEVERITIES else INFO)
+                        ) if said else Markup("")
+
+
 def status_html(source: str, state: str, status: dict[str, Any] | None,
                 facts: str = "", notes: list[str] | tuple[str, ...] = ()) -> Markup:
     """The block: ``source`` (what is watched), ``state`` (``running``, ``ended``,
-    ``stopped``, ``waiting``: coloured), the verdict, ``notes`` and the rank table."""
+    ``stopped``, ``waiting``: coloured), the verdict (``render.findings``),
+    ``notes`` and the rank table."""
     status = status or {}
     rows = status_rows(status)
     notes = [*notes, *(f"lost: {w}" for w in status.get("lost") or []),
@@ -60,7 +72,7 @@ def status_html(source: str, state: str, status: dict[str, Any] | None,
                for r in status.get("restarts") or [] if isinstance(r, dict))]
     return html.render("watch_status.html.j2", source=source, state=state,
                        state_color=STATE_COLORS.get(state.split(" ")[0], "#333"), facts=facts,
-                       verdict=status.get("verdict") or "", notes=notes, labels=LABELS,
+                       verdict=_verdict(status), notes=notes, labels=LABELS,
                        rows=rows, more=_more(status, len(rows)))
 
 

@@ -15,8 +15,10 @@ from bokeh.plotting import figure
 from markupsafe import Markup
 
 from torchlens.model import Profile
+from torchlens.model.findings import as_finding
 from torchlens.model.units import format_duration, format_percent
 from torchlens.render import html, tables
+from torchlens.render.findings import finding_html
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -43,7 +45,8 @@ RANKS = [Column("rank_a", "rank in A", str), Column("rank_b", "rank in B", str),
 
 
 def summary_line(profile: Profile, d: dict[str, Any]) -> str:
-    return f"diff: {d['verdict']}"
+    # one line: a verdict saved by an older torchlens is the sentence alone
+    return f"diff: {as_finding(d['verdict'])}"
 
 
 def text_report(profile: Profile, d: dict[str, Any]) -> str:
@@ -100,13 +103,14 @@ def report_parts(profile: Profile, d: dict[str, Any],
     """Summary line and sections of a diff report."""
     p = profile.payload
     st, th = d["step_time"], d["thresholds"]
-    words = [d["verdict"], f"A: {p.a}", f"B: {p.b}",  # type: ignore[union-attr]
+    words = [f"A: {p.a}", f"B: {p.b}",  # type: ignore[union-attr]
              ", ".join(f"{d['summary'][k]} {k}" for k in STATUS_ORDER)
              + f" (same: within {th['same_pct']:g}% or {th['same_us']:g} µs per {d['per']})"]
     if st["regression_pct"] is not None:
         words.append(f"median step time over {st['a_steps']} steps of A and {st['b_steps']} "
                      f"of B")
-    out = [section("Verdict", html.join([html.note(w) for w in words + d["notes"]]),
+    out = [section("Verdict", html.join([finding_html(d["verdict"]),
+                                         *(html.note(w) for w in words + d["notes"])]),
                    "verdict")]
     if any(r["status"] != "same" for r in d["ops"] + d["kernels"]):
         figures.append(_chart(d))

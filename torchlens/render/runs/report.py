@@ -23,6 +23,7 @@ from torchlens.model.units import (
     plural,
 )
 from torchlens.render import html, tables
+from torchlens.render.findings import finding_text, findings_html
 from torchlens.render.page import section
 from torchlens.render.runs import steps_chart as run_steps_chart
 from torchlens.render.runs import timeline as run_timeline
@@ -75,7 +76,7 @@ def summary_line(profile: Profile, a: RunAnalysis) -> str:
 
 
 def text_report(profile: Profile, a: RunAnalysis) -> str:
-    lines = [summary_line(profile, a), *(f"- {f}" for f in a.findings)]
+    lines = [summary_line(profile, a), *(f"- {finding_text(f)}" for f in a.findings)]
     for r in a.temporal:
         if r.get("idle_pct") is None:
             lines.append(f"rank {r['rank']}: no GPU work in its trace(s)")
@@ -111,8 +112,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     """Summary line and sections of a run report."""
     out = []
     if a.findings:
-        out.append(section("Findings", html.join([html.note(f) for f in a.findings]),
-                           "findings"))
+        out.append(section("Findings", findings_html(a.findings), "findings"))
     out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", {}), figures)
     out += run_timeline.sections(profile, a, figures)
     if any(r.get("idle_pct") is not None for r in a.temporal):
@@ -126,7 +126,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
                        "timeline to break down."), tables.html_table(a.temporal, TEMPORAL)]),
             "temporal"))
     if a.stragglers:
-        out.append(section("Who the others waited for (stragglers)",
+        out.append(section("Who the others waited for (slow ranks)",
                            tables.html_table(a.stragglers, STRAGGLERS), "stragglers"))
     if a.collectives:
         shown = a.collectives[:MAX_COLLECTIVE_ROWS]

@@ -18,7 +18,7 @@ from bokeh.plotting import figure
 from markupsafe import Markup
 
 from torchlens.render import html
-from torchlens.render.ddp.heartbeats import _color
+from torchlens.render.columns import rank_color
 from torchlens.render.page import section
 
 RESTART_COLOR = "#b00"
@@ -46,17 +46,17 @@ def steps_figure(series: dict[str, Any]) -> Any:
             line = lines[start == final]
             line["xs"].append([cols["t"][i] for i in idx])
             line["ys"].append([cols["ms"][i] for i in idx])
-            line["color"].append(_color(r))
+            line["color"].append(rank_color(r))
             line["rank"].append(f"rank {r}")
         points["t"] += cols["t"]
         points["ms"] += cols["ms"]
         points["rank"] += [r] * len(cols["t"])
         points["step"] += cols["step"]
         points["start"] += [_start(s) for s in cols["restart"]]
-        points["color"] += [_color(r)] * len(cols["t"])
+        points["color"] += [rank_color(r)] * len(cols["t"])
         # hollow before the restart: a short first start is a few points, too
         # close together for its dashed line to show
-        points["fill"] += [_color(r) if s == final else "white" for s in cols["restart"]]
+        points["fill"] += [rank_color(r) if s == final else "white" for s in cols["restart"]]
     fig = figure(height=300, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,box_zoom,reset,save",
                  active_scroll="xwheel_zoom", x_axis_label="s since torchlens run started",
                  y_axis_label="ms per step", output_backend="webgl",

@@ -12,6 +12,7 @@ from markupsafe import Markup
 from torchlens.analysis.trace.analyze import TraceAnalysis, TraceView
 from torchlens.model import Profile
 from torchlens.render import html, tables
+from torchlens.render.findings import findings_html
 from torchlens.render.page import section
 from torchlens.render.trace.steps_chart import build_step_chart
 from torchlens.render.trace.text import summary_line
@@ -21,7 +22,8 @@ from torchlens.render.trace.timeline import build_timeline
 def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[Markup]:
     """Hints, ops, kernels, steps and the timeline of one trace."""
     out = [
-        section(f"{prefix}Hints", tables.hints_html(view.hints), f"hints-{view.key}"),
+        section(f"{prefix}Hints", findings_html(view.hints, "No known problem found in this trace."),
+                f"hints-{view.key}"),
         section(f"{prefix}Ops", tables.op_table_html(view.ops, view.top_ops, view.display,
                                                        view.has_gpu), f"ops-{view.key}"),
     ]

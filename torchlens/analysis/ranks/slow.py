@@ -1,0 +1,289 @@
+"""The slow rank of ``%ddp_check --profile``, ``torchlens run`` and the watch:
+which rank the others wait for, and why.
+
+Pure functions over the step records of docs/RANK_PROFILE.md (``steps[r]``: one
+list per rank), on the growing window of a live run (twice a second) and on the
+finished run.
+
+Definitions (times in ms; a phase that is null or missing counts as 0, since
+its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
+
+- ``compute`` = forward + optimizer + other: the rank's own work outside data
+  loading and synchronisation.
+- ``sync`` = backward + collective: where a rank waits for the others. DDP
+  waits for its gradient all_reduces inside ``backward`` (in C++), explicit
+  collectives wait inside ``collective``. Both are sync because the rank that
+  arrives last at either is the one the others wait for; leaving out
+  ``collective`` would miss a slow rank whose peers wait in a logging
+  all_reduce after the optimizer, or in one before backward. With no backward
+  at all (explicit all_reduce loops), sync is the collectives alone.
+- Steps compared: the steps every rank has (a rank that died or lags adds only
+  the steps it finished; a rank with no record yet is left out), the last
+  ``window`` of them. Steps pair by their index, also fixed windows
+  (``window: true``), which then pair only roughly.
+- Per step: the *late* rank is the one with the least sync; the others waited
+  ``median(sync of the others) - its sync`` for it. A step in which that is
+  under 1 us (the clocks' resolution: equal ranks) has no late rank.
+- The rank late in the most steps (ties: the lowest rank) is the candidate:
+  ``late_share`` = its share of the steps, ``gap_ms`` = the median over the
+  steps of how long the others waited for it (every step of the window, not
+  only those it was last in).
+- It is the slow rank when ``late_share`` >= 50%, ``gap_ms`` >= 5% of the
+  median step and ``gap_ms`` >= 0.5 ms.
+- Cause: per step, the candidate's part minus the median of the others' part,
+  median over the steps (its *excess*); which part (``data`` or ``compute``)
+  is the cause is ``cause_of``'s rule below, with ``gap_ms`` as the wait.
+  When step times are equal the two excesses add up to the gap, so one of
+  them explains it; when neither does, cause is None and the words say so.
+- Cause ``collective``: with ``collective`` in sync, a rank held up by its own
+  collectives (a gather to itself, a subgroup collective, a p2p receive) has
+  as much sync as the others and is not found. So when no rank is found and
+  the ranks do run backward, the rule is applied again with sync = backward
+  alone, and its answer is kept only when ``cause_of`` names
+  ``collective`` among data, compute and collective. Without backward the late rank has
+  the least collective time by definition: collective is never its cause.
+- ``median_step_ms``: the median over ranks of each rank's median step time in
+  the window; ``skew_pct`` = (the largest of those - that median) / that
+  median x 100. When no rank is slow, ``rank`` and ``cause`` are None and
+  ``gap_ms``/``late_share`` are those of the rank late most often.
+
+The cause (``cause_of``; the one rule for every view, the multi-rank run's
+profiled-step roles included): of a rank's parts, the one with the largest
+excess over the others' median, when that excess is at least
+``max(MIN_GAP_MS, MIN_GAP_SHARE x the median step)`` (0.5 ms and 5%: the
+floor under which a wait is noise), the rank spends at least ``MIN_RATIO``
+(1.2x) the others' median in it (any time, when theirs is 0), and, where the
+wait per step is measured on the same steps (the step records here), the
+excess explains at least ``EXPLAINS`` (half) of it. The sentence
+(``slow_rank_finding``): ``rank R is the slow rank: its data loading took 40.0
+ms per step, 4.0x the others' median (10.0 ms); the others waited 30.0 ms per
+step for it (last in 18 of 20 steps)``, with advice for the part.
+
+Known blind spots: a rank whose backward itself computes slowly keeps the
+others waiting inside the same ``backward`` timer; all ranks then leave
+backward together and no rank stands out here (its profiled steps show it).
+The timers see a wait only where the host blocks: always with gloo; with NCCL
+only where the rank side synchronises the device at the end of a phase, else
+the wait shows up in whichever phase next blocks on the GPU.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import median
+
+from torchlens.analysis.ranks.steps import PHASES, Steps, _record_ms
+from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
+from torchlens.model.records import StepRecord
+from torchlens.model.units import format_duration, format_ms, format_percent
+
+MIN_LATE_SHARE = 0.5
+#: a wait, or a part's excess, under both of these is noise
+MIN_GAP_SHARE = 0.05  # of the median step
+MIN_GAP_MS = 0.5
+TIE_MS = 1e-3  # below the clocks' resolution: nobody arrived last
+EXPLAINS = 0.5  # share of the wait a part's excess must reach to be the cause
+MIN_RATIO = 1.2  # the rank's time in the part against the others' median
+
+_PARTS: dict[str, Callable[[dict[str, float]], float]] = {
+    "data": lambda x: x["data"],
+    "compute": lambda x: x["forward"] + x["optimizer"] + x["other"],
+    "collective": lambda x: x["collective"],
+}
+#: a part's words: the step records' parts, then the ``%%torchprof`` step
+#: breakdown's roles that a multi-rank run's profiled steps carry (in the
+#: order ties are broken; ``comm`` and ``other`` are never a cause: waiting for
+#: the slow rank is what fills them on the others)
+PART_WORDS = {"data": "data loading", "compute": "forward, optimizer and other work",
+              "collective": "own collectives",
+              "dataloader": "data loading", "cpu_exec": "CPU work in ops",
+              "kernel": "GPU kernel time", "memcpy": "memcpy time", "memset": "memset time",
+              "runtime": "CUDA runtime calls"}
+#: what to look at, per kind of part (a role's kind: ``_KIND``); None: no part explains it
+ADVICE = {
+    "data": "look at rank {r}'s input pipeline: give its DataLoader more workers or faster "
+            "storage, or check whether its shard holds larger samples",
+    "compute": "look at rank {r}'s host and device: unequal batch or sequence sizes, another "
+               "process on its device or cores, throttling or a slower device; its profiled "
+               "steps show which ops",
+    "collective": "look at the collectives only rank {r} makes (a gather to it, a subgroup or "
+                  "point-to-point call): move that work out of the step or share it",
+    None: "open rank {r}'s profiled steps on the timeline to see where its time goes",
+}
+_KIND = {"data": "data", "dataloader": "data", "collective": "collective"}
+
+
+@dataclass(frozen=True)
+class PartTime:
+    """One part of a rank's step against the other ranks, in ms per step."""
+
+    part: str
+    own_ms: float
+    others_ms: float  # the median over the other ranks
+    excess_ms: float  # how much longer the rank takes in it
+
+    @property
+    def ratio(self) -> float | None:
+        return self.own_ms / self.others_ms if self.others_ms > 0 else None
+
+
+def noise_floor_ms(step_ms: float) -> float:
+    """A wait or an excess under this is noise (``MIN_GAP_MS``, ``MIN_GAP_SHARE``)."""
+    return max(MIN_GAP_MS, MIN_GAP_SHARE * step_ms)
+
+
+def cause_of(parts: list[PartTime], step_ms: float,
+             wait_ms: float | None = None) -> PartTime | None:
+    """The part that makes a rank slow (the rule: module docstring), or None.
+    ``step_ms``: the median step; ``wait_ms``: the others' wait per step for
+    it, when measured on the same steps as the parts."""
+    best = None
+    for p in parts:
+        if p.excess_ms < noise_floor_ms(step_ms):
+            continue
+        if wait_ms is not None and p.excess_ms < EXPLAINS * wait_ms:
+            continue
+        if p.others_ms > 0 and p.own_ms < MIN_RATIO * p.others_ms:
+            continue
+        if best is None or p.excess_ms > best.excess_ms:
+            best = p
+    return best
+
+
+def part_phrase(p: PartTime) -> str:
+    """``its data loading took 40.0 ms per step, 4.0x the others' median (260.0 µs)``
+    (each duration in the unit that suits it, so a small median stays readable)."""
+    took = f"its {PART_WORDS[p.part]} took {format_duration(p.own_ms * 1e3)} per step"
+    if p.ratio is None:
+        return f"{took}, where the others' median is 0"
+    return f"{took}, {p.ratio:.1f}x the others' median ({format_duration(p.others_ms * 1e3)})"
+
+
+def part_figures(p: PartTime) -> tuple[Figure, ...]:
+    return (Figure(f"{p.part}_ms", p.own_ms, "ms"), Figure("others_median_ms", p.others_ms, "ms"),
+            *((Figure("ratio", p.ratio, "x"),) if p.ratio is not None else ()))
+
+
+def slow_rank_finding(rank: int, cause: PartTime | None, waited: str,
+                      figures: tuple[Figure, ...] = (), unexplained: str = "") -> Finding:
+    """The one sentence for a slow rank, with its cause (``part_phrase``, or
+    ``no measured part explains it`` and ``unexplained``), how the others
+    waited for it (``waited``) and what to look at."""
+    why = part_phrase(cause) if cause else "no measured part explains it" + unexplained
+    advice = ADVICE[_KIND.get(cause.part, "compute") if cause else None].format(r=rank)
+    return Finding(WARNING, f"rank {rank} is the slow rank: {why}; {waited}",
+                   (*figures, *(part_figures(cause) if cause else ())), advice)
+
+
+@dataclass
+class SlowRank:
+    """The verdict on one window of steps (definitions: the module docstring);
+    ``finding`` says it."""
+
+    rank: int | None
+    cause: str | None
+    finding: Finding
+    gap_ms: float
+    late_share: float
+    skew_pct: float
+    median_step_ms: float
+    steps: int
+
+
+def _times(rec: StepRecord) -> dict[str, float]:
+    """Step, phases (unmeasured as 0) and other, in ms."""
+    step, values, other = _record_ms(rec)
+    out = {p: v or 0.0 for p, v in zip(PHASES, values, strict=True)}
+    out["step"], out["other"] = step, other
+    return out
+
+
+def _late(times: dict[int, list[dict[str, float]]], sync: tuple[str, ...]) -> tuple[int, float, float]:
+    """(rank late most often, its share of the steps, median wait of the others for it)."""
+    ranks = sorted(times)
+    n = len(times[ranks[0]])
+    waits = {r: [sum(x[p] for p in sync) for x in times[r]] for r in ranks}
+    late: Counter[int] = Counter()
+    for i in range(n):
+        first = min(ranks, key=lambda r: waits[r][i])
+        if median(waits[q][i] for q in ranks if q != first) - waits[first][i] > TIE_MS:
+            late[first] += 1
+    rank = min(ranks, key=lambda r: (-late[r], r))
+    gaps = [median(waits[q][i] for q in ranks if q != rank) - waits[rank][i] for i in range(n)]
+    return rank, late[rank] / n, median(gaps)
+
+
+def _part(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> PartTime:
+    get = _PARTS[part]
+    others = [q for q in times if q != rank]
+    steps = range(len(times[rank]))
+    theirs = [median(get(times[q][i]) for q in others) for i in steps]
+    return PartTime(part, median(get(x) for x in times[rank]), median(theirs),
+                    median(get(times[rank][i]) - theirs[i] for i in steps))
+
+
+def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float, step_ms: float,
+           parts: tuple[str, ...]) -> tuple[PartTime | None, list[PartTime]]:
+    measured = [_part(times, rank, p) for p in parts]
+    return cause_of(measured, step_ms, gap), measured
+
+
+def _nobody(words: str, steps: int = 0, **figures: float) -> SlowRank:
+    severity = PASSED if steps else NA
+    mid, skew = figures.get("median_step_ms", 0.0), figures.get("skew_pct", 0.0)
+    shown = (Figure("median_step_ms", mid, "ms"), Figure("skew_pct", skew, "%"),
+             Figure("steps_compared", steps)) if steps else ()
+    return SlowRank(None, None, Finding(severity, f"no slow rank: {words}", shown),
+                    figures.get("gap_ms", 0.0), figures.get("late_share", 0.0), skew, mid, steps)
+
+
+def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
+    """The rank the others wait for in the last ``window`` common steps (all
+    of them when ``window`` is None), and why."""
+    by_rank = {r: {rec.step: rec for rec in recs} for r, recs in enumerate(steps) if recs}
+    if len(steps) < 2:
+        return _nobody("one rank, nothing to compare")
+    if len(by_rank) < 2:
+        return _nobody("only one rank has reported steps" if by_rank
+                       else "no rank has reported a step")
+    common = sorted(set.intersection(*(set(d) for d in by_rank.values())))
+    common = common[-window:] if window else common
+    if not common:
+        return _nobody("no step has ended on every rank yet")
+    times = {r: [_times(d[s]) for s in common] for r, d in by_rank.items()}
+    per_rank = [median(x["step"] for x in t) for t in times.values()]
+    mid = median(per_rank)
+    figures = {"median_step_ms": mid,
+               "skew_pct": (max(per_rank) - mid) / mid * 100 if mid > 0 else 0.0}
+    n = len(common)
+
+    def stands_out(share: float, gap: float) -> bool:
+        return share >= MIN_LATE_SHARE and gap >= noise_floor_ms(mid)
+
+    rank, share, gap = _late(times, ("backward", "collective"))
+    cause, measured = _cause(times, rank, gap, mid, ("data", "compute"))
+    found = stands_out(share, gap)
+    if not found and any(x["backward"] > 0 for t in times.values() for x in t):
+        r2, s2, g2 = _late(times, ("backward",))
+        c2, _ = _cause(times, r2, g2, mid, ("data", "compute", "collective"))
+        if stands_out(s2, g2) and c2 is not None and c2.part == "collective":
+            found, rank, share, gap, cause = True, r2, s2, g2, c2
+    if not found:
+        words = (f"step times within {format_percent(max(1, figures['skew_pct']))} "
+                 f"(median {format_ms(mid)})")
+        if share < MIN_LATE_SHARE and gap >= noise_floor_ms(mid):
+            words += "; the rank the others wait for changes from step to step"
+        return _nobody(words, n, gap_ms=gap, late_share=share, **figures)
+    last = round(share * n)
+    excess = ", ".join(f"{p.part} {format_ms(p.excess_ms, signed=True)}" for p in measured)
+    finding = slow_rank_finding(
+        rank, cause, f"the others waited {format_ms(gap)} per step for it (last in {last} of "
+        f"{n} steps)",
+        (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
+         Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
+         Figure("skew_pct", figures["skew_pct"], "%")),
+        f" ({excess} per step against the others' median)")
+    return SlowRank(rank, cause.part if cause else None, finding, gap, share,
+                    figures["skew_pct"], mid, n)

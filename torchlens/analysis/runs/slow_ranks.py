@@ -1,0 +1,188 @@
+"""The slow ranks of a multi-rank run: who made the others wait at its
+collectives (``collectives.collective_rows``), and which ranks stand out.
+
+Who waited for whom (``straggler_rows``; each rank a slow rank may be), over the compared rows with two ranks or
+more: per rank, how often it arrived last (``last``, ``last_pct`` of the
+collectives it took part in), the wait it caused (``caused_us``: the others'
+waits summed over the collectives it arrived last at; ``caused_mean_us`` per
+such collective) and the wait it suffered (``waited_us``), ranked by the
+wait caused.
+
+Findings (``findings``): a rank stands out at a kind of collective when
+
+1. it arrived last at k of the m compared collectives of that kind it took
+   part in, and either k that high is unlikely by chance: if each of the
+   ``r`` ranks compared at a collective were equally likely to be last
+   (p = mean of 1/r), the binomial chance of k or more is below
+   ``STANDOUT_P`` (1%) divided by the number of ranks compared at that kind
+   (Bonferroni: the 1% is the chance that any rank of an even run is named,
+   which without the division grows with the world size; an even 4-rank run
+   has one rank or another last at all 4 of its allreduces 1.6% of the
+   time); or, for short traces where no count can be that unlikely, it was
+   last at least ``FEW_LAST`` (3) times and at half or more of them, and
+   the wait it caused per such collective is at least ``FEW_RATIO`` (5x)
+   the mean wait at the kind's other collectives (those
+   where someone else was last; any wait when there are none); and
+2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
+
+Each such rank and kind gets the slow rank's one sentence
+(``analysis.ranks.slow.slow_rank_finding``), with its likely cause when
+``findings`` is given one (``causes.likely_cause``: the part of its step
+breakdown that stands out) and the wait per profiled step when the steps are
+known (largest wait first); mismatches get one finding naming the first and
+how many.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from torchlens.analysis.ranks.slow import PartTime, slow_rank_finding
+from torchlens.analysis.runs.collectives import RankFigures, collective_rows
+from torchlens.model.findings import WARNING, Figure, Finding
+from torchlens.model.units import format_duration, format_percent
+
+#: A rank stands out when the chance of arriving last that often is below this.
+STANDOUT_P = 0.01
+#: ... and the others waited at least this long (µs, in total) for it.
+STANDOUT_WAIT_US = 1000.0
+#: Few collectives: last at least this often (and at half of them or more) ...
+FEW_LAST = 3
+#: ... and causing this many times the wait of the kind's other collectives.
+FEW_RATIO = 5.0
+
+
+def _compared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["last_rank"] is not None]
+
+
+def straggler_rows(ranks: RankFigures, world_size: int | None = None,
+                   rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per rank (module docstring): ``rank``, ``collectives``, ``last``,
+    ``last_pct``, ``caused_us``, ``caused_mean_us``, ``waited_us``; ranked by
+    ``caused_us`` (largest first), then rank. ``rows``: ``collective_rows``'
+    result when already computed."""
+    compared = _compared(rows if rows is not None else collective_rows(ranks, world_size))
+    stats = {r: {"rank": r, "collectives": 0, "last": 0, "last_pct": None, "caused_us": 0.0,
+                 "caused_mean_us": None, "waited_us": 0.0} for r in sorted(ranks)}
+    for row in compared:
+        for r, wait in row["waits_us"].items():
+            s = stats.setdefault(r, {"rank": r, "collectives": 0, "last": 0, "last_pct": None,
+                                     "caused_us": 0.0, "caused_mean_us": None,
+                                     "waited_us": 0.0})
+            s["collectives"] += 1
+            s["waited_us"] += wait
+        s = stats[row["last_rank"]]
+        s["last"] += 1
+        s["caused_us"] += row["total_wait_us"]
+    for s in stats.values():
+        if s["collectives"]:
+            s["last_pct"] = 100.0 * s["last"] / s["collectives"]
+        if s["last"]:
+            s["caused_mean_us"] = s["caused_us"] / s["last"]
+    return sorted(stats.values(), key=lambda s: (-s["caused_us"], s["rank"]))
+
+
+def binomial_tail(k: int, m: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(m, p)."""
+    if k <= 0:
+        return 1.0
+    if k > m or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    # the terms from k up, in logs; past the mode they only shrink, so the sum
+    # stops once a term no longer changes it
+    lp, lq = math.log(p), math.log1p(-p)
+    log_term = math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + k * lp + (
+        m - k) * lq
+    total = 0.0
+    for i in range(k, m + 1):
+        term = math.exp(log_term)
+        total += term
+        if i > m * p and term <= total * 1e-15:
+            break
+        if i < m:
+            log_term += math.log(m - i) - math.log(i + 1) + lp - lq
+    return min(total, 1.0)
+
+
+def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
+                rank: int, family: int) -> bool:
+    if caused < STANDOUT_WAIT_US or k <= m * p:
+        return False
+    if binomial_tail(k, m, p) < STANDOUT_P / max(1, family):
+        return True
+    if k < FEW_LAST or 2 * k < m:
+        return False
+    rest = [r["total_wait_us"] for r in kind_rows if r["last_rank"] != rank]
+    return not rest or caused / k >= FEW_RATIO * (sum(rest) / len(rest))
+
+
+def findings(ranks: RankFigures, world_size: int | None = None,
+             rows: list[dict[str, Any]] | None = None,
+             causes: dict[int, PartTime] | None = None,
+             steps: dict[int, int] | None = None) -> list[Finding]:
+    """The ranks that stand out, each in the slow rank's one sentence
+    (``analysis.ranks.slow.slow_rank_finding``), and the sequences that
+    disagree (the rule: module docstring); empty when nothing does.
+
+    ``causes``: rank -> the part of its step that makes it late;
+    ``steps``: rank -> its number of profiled steps (for the wait per step)."""
+    rows = rows if rows is not None else collective_rows(ranks, world_size)
+    causes = causes or {}
+    steps = steps or {}
+    found: list[tuple[float, Finding]] = []
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for row in _compared(rows):
+        by_kind.setdefault(row["name"], []).append(row)
+    for kind, kind_rows in by_kind.items():
+        p = float(np.mean([1.0 / len(r["waits_us"]) for r in kind_rows]))
+        took_part: dict[int, int] = {}
+        last: dict[int, int] = {}
+        caused: dict[int, float] = {}
+        each: dict[int, float] = {}
+        for row in kind_rows:
+            for r in row["waits_us"]:
+                took_part[r] = took_part.get(r, 0) + 1
+            r = row["last_rank"]
+            last[r] = last.get(r, 0) + 1
+            caused[r] = caused.get(r, 0.0) + row["total_wait_us"]
+            # the wait of one other rank, on average over the ranks that waited
+            each[r] = each.get(r, 0.0) + row["total_wait_us"] / max(1, len(row["waits_us"]) - 1)
+        for r, k in last.items():
+            m = took_part[r]
+            if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
+                continue
+            found.append((caused[r], _slow_rank(r, kind, k, m, caused[r], causes.get(r),
+                                                each[r] / steps[r] if steps.get(r) else None)))
+    out = [f for _, f in sorted(found, key=lambda f: -f[0])]
+    bad = [r for r in rows if r["mismatch"]]
+    if bad:
+        first = bad[0]
+        where = f"seq {first['seq']}" + (f" of trace {first['trace']}"
+                                         if len({r["trace"] for r in rows}) > 1 else "")
+        out.append(Finding(
+            WARNING, f"the ranks' collective sequences disagree at {len(bad)} of {len(rows)} "
+            f"collectives, first at {where} ({first['mismatch']}); those are not paired "
+            "(a collective skipped or issued in another order, another process group, "
+            "or trace windows that start at different points)",
+            (Figure("mismatched", len(bad)), Figure("collectives", len(rows)))))
+    return out
+
+
+def _slow_rank(rank: int, kind: str, k: int, m: int, caused_us: float, cause: PartTime | None,
+               per_step_us: float | None) -> Finding:
+    """A rank that stands out at ``kind``, in the slow rank's sentence."""
+    per_step = (f", each other rank {format_duration(per_step_us)} per step"
+                if per_step_us else "")
+    waited = (f"it arrived last at {format_percent(100.0 * k / m)} of {kind}s ({k} of {m}), "
+              f"the others waited {format_duration(caused_us)} in total for it "
+              f"({format_duration(caused_us / k)} per {kind}{per_step})")
+    figures = (Figure("last", k), Figure("compared", m), Figure("total_wait_us", caused_us, "µs"),
+               Figure(f"wait_per_{kind}_us", caused_us / k, "µs"),
+               *((Figure("wait_per_step_us", per_step_us, "µs"),) if per_step_us else ()))
+    return slow_rank_finding(rank, cause, waited, figures)

@@ -1,0 +1,69 @@
+"""Parameter sync: checksums of every DistributedDataParallel module a rank
+built in a step and of every module the step returned, compared across ranks
+by the checklist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+def module_checksums(name: str, module: Any) -> dict[str, Any]:
+    """Sum, |sum|, sha1 and first values of every parameter and buffer."""
+    import torch
+
+    params = []
+    for kind, items in (("parameter", module.named_parameters()),
+                        ("buffer", module.named_buffers())):
+        for pname, t in items:
+            t = t.detach().cpu().contiguous()
+            flat = t.reshape(-1)
+            try:
+                digest = hashlib.sha1(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+            except (RuntimeError, TypeError):
+                digest = hashlib.sha1(repr(flat.tolist()).encode()).hexdigest()
+            as_f64 = flat.to(torch.float64) if not t.is_complex() else flat.abs().double()
+            params.append({"kind": kind, "name": pname, "shape": list(t.shape),
+                           "dtype": str(t.dtype).replace("torch.", ""),
+                           "sum": float(as_f64.sum()), "abs_sum": float(as_f64.abs().sum()),
+                           "sha1": digest, "head": as_f64[:3].tolist()})
+    return {"name": name, "params": params}
+
+
+def track_ddp() -> list[Any]:
+    """Keep every DistributedDataParallel built during a step (for parameter sync)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    created: list[Any] = []
+    real = DDP.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        created.append(self)
+
+    DDP.__init__ = init  # type: ignore[method-assign]
+    return created
+
+
+def record_modules(record: dict[str, Any], ddp_modules: list[Any], out: Any) -> None:
+    """Checksums of every DDP module built and every module returned (parameter sync)."""
+    modules = [module_checksums(f"DistributedDataParallel #{i} "
+                                f"({type(m.module).__name__})", m.module)
+               for i, m in enumerate(ddp_modules)]
+    for i, m in enumerate(_returned_modules(out)):
+        modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
+    record["modules"] = modules
+    record["returned"] = None if out is None else repr(out)[:200]
+
+
+def _returned_modules(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.nn.Module):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [m for v in out for m in _returned_modules(v)]
+    if isinstance(out, dict):
+        return [m for v in out.values() for m in _returned_modules(v)]
+    return []

@@ -1,0 +1,204 @@
+"""A run folder's ``manifest.json``: one typed, versioned record for both writers.
+
+``%ddp_check --profile`` (``capture.ddp.launcher.write_run_folder``) and
+``torchlens run`` (``frontends.ranks.command.write_folder``) write the same
+``Manifest``; ``source`` says which, and a field only the other writer knows
+is null (or empty). Every reader (``sources.discover``, ``torchlens.watch``,
+the sidebar's registry, ``torchlens.load``) goes through ``read_manifest``.
+
+Versions. 1: each writer wrote its own keys by hand, and ``%ddp_check``'s
+wrote no ``source``. 2: the typed manifest, every key present. A version-1
+file reads as a ``Manifest`` with the keys it lacks at their defaults and,
+without ``source``, ``%ddp_check --profile`` (the only writer that left it
+out). A newer version is refused: its keys may mean something else.
+
+The records of the analysis (``restarts``, ``lost_nodes``, ``slow_rank``,
+``memory_creep``) are kept as the analysis wrote them (``dataclasses.asdict``),
+as plain dicts: a format does not import the analysis that defines them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from torchlens.formats.run_folder.files import MANIFEST, RUN_FORMAT, read_capped
+from torchlens.model import InputError
+
+#: the version this torchlens writes, and the newest it reads
+VERSION = 2
+#: ``Manifest.source``: which writer made the folder
+SOURCE_DDP_CHECK = "%ddp_check --profile"
+SOURCE_RUN = "torchlens run"
+
+
+class ManifestError(InputError):
+    """A ``manifest.json`` that cannot be used; ``str()`` is one line naming the file."""
+
+    def __init__(self, path: str, why: str, foreign: bool = False) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = path, why
+        #: valid JSON of some other program (its ``format`` is not a torchlens run's)
+        self.foreign = foreign
+
+
+class RankEntry(msgspec.Struct, kw_only=True):
+    """One rank of the run, as the writer saw it when the run ended."""
+
+    rank: int
+    #: its profiled-step traces, relative to the run folder, sorted
+    traces: list[str] = []
+    host: str | None = None
+    pid: int | None = None
+    device: str | None = None
+    #: ``%ddp_check``: its allocator snapshot on OutOfMemoryError (relative path)
+    oom_snapshot: str | None = None
+    # ``torchlens run``: where and how the rank's last start ran and ended
+    node: int | None = None
+    local_rank: int | None = None
+    restart: int | None = None
+    state: str | None = None
+    error: str | None = None
+    stopped_at_step: int | None = None
+    last_heartbeat: float | None = None
+    #: step records and profiled-step summaries the collector got, every start
+    steps: int | None = None
+    summaries: int | None = None
+
+
+class NodeEntry(msgspec.Struct, kw_only=True):
+    """``torchlens run``: one machine of the run and its ranks."""
+
+    node: int | None = None
+    host: str | None = None
+    ranks: list[int] = []
+
+
+class LiveEntry(msgspec.Struct, kw_only=True):
+    """``torchlens run``: what its live feed wrote (``FeedPublisher.manifest_entry``)."""
+
+    feed: str | None = None
+    status: str | None = None
+    frames: int = 0
+    bytes: int = 0
+    store_thinned: int = 0
+    publish_ms_median: float | None = None
+    publish_ms_max: float | None = None
+    errors: dict[str, str] = {}
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    """``manifest.json`` (field by field: docs/RANK_PROFILE.md, "Run folder")."""
+
+    format: str = RUN_FORMAT
+    version: int = VERSION
+    source: str = SOURCE_DDP_CHECK
+    world_size: int
+    created: float | None = None
+    ranks: list[RankEntry] = []
+    # %ddp_check --profile
+    backend: str | None = None
+    #: the --profile settings (every, window_s, max_steps, keep), less run_dir
+    profile: dict[str, Any] = {}
+    # torchlens run
+    run_id: str | None = None
+    command: list[str] = []
+    #: when the collector started (unix s): step times are drawn from it
+    started: float | None = None
+    exit_code: int | None = None
+    interrupted: bool = False
+    #: where the run stopped, as one sentence ("finished: every rank said goodbye ...")
+    stopped: str | None = None
+    verdict: str | None = None
+    nodes: list[NodeEntry] = []
+    lost_nodes: list[dict[str, Any]] = []
+    restarts: list[dict[str, Any]] = []
+    slow_rank: dict[str, Any] | None = None
+    memory_creep: list[dict[str, Any]] = []
+    #: messages to the collector dropped (failed signature or shape), and why
+    dropped_messages: int = 0
+    dropped_why: dict[str, int] = {}
+    notes: list[str] = []
+    live: LiveEntry | None = None
+
+    def rank(self, rank: int) -> RankEntry | None:
+        """The entry of ``rank``, None when the manifest has none."""
+        return next((e for e in self.ranks if e.rank == rank), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as the JSON it is written as."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+def _plain(obj: Any) -> Any:
+    """What the JSON holds for a value msgspec does not encode: a numpy scalar's
+    value, else its text (as ``json.dump(default=str)`` did)."""
+    item = getattr(obj, "item", None)
+    if callable(item):
+        value = item()
+        if isinstance(value, (int, float, bool, str)):
+            return value
+    return str(obj)
+
+
+def write_manifest(run_dir: str, manifest: Manifest) -> str:
+    """Write ``RUN_DIR/manifest.json`` whole (a reader never sees half of it); its path.
+
+    The manifest is read back before it replaces the file: a field of the
+    wrong type is a bug here, not a folder no reader can open.
+    """
+    data = msgspec.json.format(msgspec.json.encode(manifest, enc_hook=_plain), indent=1)
+    msgspec.json.decode(data, type=Manifest)
+    path = os.path.join(run_dir, MANIFEST)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(run_dir: str, private: bool = False) -> Manifest:
+    """``RUN_DIR/manifest.json``, version 1 or 2; a ``ManifestError`` (an InputError,
+    one line naming the file and what is wrong) when it is missing, not JSON,
+    not a torchlens run's, of a newer version or of the wrong shape.
+
+    ``private``: only a regular file of this user, not through a link (the
+    Jupyter server reads folders named in its registry).
+    """
+    return load_manifest(os.path.join(run_dir, MANIFEST), private)
+
+
+def load_manifest(path: str, private: bool = False) -> Manifest:
+    """``read_manifest`` of a manifest file's own path."""
+    try:
+        data = read_capped(path, private=private)
+    except FileNotFoundError:
+        raise ManifestError(path, "no such file: the folder holds no torchlens run "
+                            "(or the run ended before its folder was written)") from None
+    except OSError as exc:
+        raise ManifestError(path, f"cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ManifestError(path, f"cannot read it ({exc})") from None
+    try:
+        doc = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ManifestError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
+        what = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise ManifestError(path, f"not a torchlens run manifest (format {what!r}, not "
+                            f"{RUN_FORMAT!r})", foreign=True)
+    version = doc.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ManifestError(path, f"its version {version!r} is not a version number")
+    if version > VERSION:
+        raise ManifestError(path, f"manifest version {version}, written by a newer "
+                            f"torchlens (this one reads up to {VERSION}): upgrade torchlens")
+    if version == 1:
+        doc.setdefault("source", SOURCE_DDP_CHECK)
+    try:
+        return msgspec.convert(doc, Manifest)
+    except msgspec.ValidationError as exc:
+        raise ManifestError(path, f"not a valid torchlens run manifest ({exc})") from None

@@ -1,0 +1,114 @@
+"""Each rank's ``steps.jsonl`` and ``summaries.jsonl``: one JSON record a line.
+
+``steps.jsonl`` holds every step record of the rank (every start of it with
+``torchlens run``: ``restart`` says which, 0 for the first), one
+``model.records.StepRecord`` a line in its JSON; ``summaries.jsonl`` its
+profiled-step summaries (``torchlens run`` only). A writer may pass a record
+already encoded (bytes, as the collector spooled it): it is written as it is,
+not decoded again.
+
+A line that is not a record (the last line of a file cut short) is skipped
+by the readers: the records before it still count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torchlens.formats.run_folder.files import STEPS, SUMMARIES, rank_dir
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
+from torchlens.model.records import StepRecord
+
+Record = dict[str, Any]
+
+
+def _write(path: str, records: Iterable[StepRecord | Record | bytes]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        for rec in records:
+            if isinstance(rec, StepRecord):
+                rec = rec.to_json().encode()
+            fh.write(rec if isinstance(rec, bytes) else json.dumps(rec).encode())
+            fh.write(b"\n")
+
+
+def _read(path: str) -> Iterator[Record]:
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    except OSError:
+        return
+    with fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
+def write_steps(run_dir: str, rank: int,
+                records: Iterable[StepRecord | Record | bytes]) -> None:
+    """``rank<r>/steps.jsonl``: the rank's step records, in order."""
+    _write(os.path.join(rank_dir(run_dir, rank), STEPS), records)
+
+
+def write_summaries(run_dir: str, rank: int, summaries: Iterable[Record | bytes]) -> None:
+    """``rank<r>/summaries.jsonl``: the rank's profiled-step summaries, in order."""
+    _write(os.path.join(rank_dir(run_dir, rank), SUMMARIES), summaries)
+
+
+def iter_steps(run_dir: str, rank: int) -> Iterator[StepRecord]:
+    """The rank's step records one at a time (a long run has millions); none when
+    it has no ``steps.jsonl``."""
+    try:
+        fh = open(os.path.join(rank_dir(run_dir, rank), STEPS), "rb")  # noqa: SIM115
+    except OSError:
+        return
+    with fh:
+        for line in fh:
+            try:
+                yield StepRecord.from_json(line)
+            except ValueError:
+                continue
+
+
+def read_steps(run_dir: str, rank: int) -> list[StepRecord]:
+    """Every step record of the rank."""
+    return list(iter_steps(run_dir, rank))
+
+
+def read_summaries(run_dir: str, rank: int) -> list[Record]:
+    """Every profiled-step summary of the rank."""
+    return list(_read(os.path.join(rank_dir(run_dir, rank), SUMMARIES)))
+
+
+@dataclass
+class CollectedSteps:
+    """Every step record of every rank of a ``torchlens run`` folder, cut to what a
+    chart over time needs: per rank, columns ``restart``, ``step``, ``t0``, ``t1``."""
+
+    ranks: dict[int, dict[str, list[Any]]]
+    restarts: list[dict[str, Any]]  # the manifest's (``analysis.ranks.restarts.Restart``)
+    started: float | None  # when the collector started (unix s)
+
+
+def collected_steps(run_dir: str, manifest: Manifest) -> CollectedSteps | None:
+    """The step records of a ``torchlens run`` folder; None for a folder of another
+    writer (its traces hold its profiled steps)."""
+    if manifest.source != SOURCE_RUN:
+        return None
+    ranks: dict[int, dict[str, list[Any]]] = {}
+    for entry in manifest.ranks:
+        cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": []}
+        for rec in iter_steps(run_dir, entry.rank):
+            cols["restart"].append(rec.start)
+            cols["step"].append(rec.step)
+            cols["t0"].append(rec.t0)
+            cols["t1"].append(rec.t1)
+        ranks[entry.rank] = cols
+    return CollectedSteps(ranks, list(manifest.restarts), manifest.started)

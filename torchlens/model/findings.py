@@ -1,0 +1,89 @@
+"""A finding: what an analysis concluded, in the one shape every kind uses.
+
+A trace's hints, a ``%ddp_check`` checklist line, the slow rank, ``torchlens
+run``'s verdict, the multi-rank run's findings, a diff's verdict and an OOM's
+conclusion are each a ``Finding``: how serious it is, one sentence that says it
+with its figures, the figures themselves (named, with their unit, so a view or a
+script can read them without parsing the sentence) and what to do about it.
+``render.findings`` draws one as text and as HTML, the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FAILED, WARNING, INFO, PASSED, NA = "failed", "warning", "info", "passed", "not applicable"
+#: most severe first
+SEVERITIES = (FAILED, WARNING, INFO, PASSED, NA)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One named number of a finding. ``unit``: ``"ms"``, ``"µs"``, ``"B"``,
+    ``"share"`` (a fraction of 1, shown as a percentage), ``"%"``, ``"x"`` (a
+    ratio), a counted noun (``"steps"``), or ``""`` (a count, or a name)."""
+
+    name: str
+    value: Any
+    unit: str = ""
+
+
+@dataclass
+class Finding:
+    """What was found (``sentence``, with its ``figures``), how serious it is
+    (``severity``: one of ``SEVERITIES``) and what to do (``advice``, "" when
+    nothing). ``title``: what it is about (a hint's headline, the check a
+    checklist line is for), "" when the sentence says it; ``details``: what a
+    view needs beyond the figures (a traceback, per-rank rows)."""
+
+    severity: str
+    sentence: str
+    figures: tuple[Figure, ...] = ()
+    advice: str = ""
+    title: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """The figure called ``name``'s value."""
+        return next((f.value for f in self.figures if f.name == name), default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: what a manifest or a saved diff holds reads back equal."""
+        d = asdict(self)
+        d["figures"] = list(d["figures"])
+        return d
+
+    def __str__(self) -> str:
+        """The sentence and the advice, as one line (what ``--json`` and the
+        public string APIs give)."""
+        return f"{self.sentence}; {self.advice}" if self.advice else self.sentence
+
+    # The checklist's own words for title, severity and sentence, which users
+    # of ``DdpCheckResult.item(name)`` read.
+    @property
+    def name(self) -> str:
+        return self.title
+
+    @property
+    def status(self) -> str:
+        return self.severity
+
+    @property
+    def evidence(self) -> str:
+        return self.sentence
+
+
+def as_finding(value: Finding | str | dict[str, Any] | None,
+               severity: str = INFO) -> Finding | None:
+    """A ``Finding`` from what a saved file or an older one holds: a plain
+    sentence (an older diff's verdict, a manifest's), or ``to_dict``'s dict."""
+    if value is None or isinstance(value, Finding):
+        return value
+    if isinstance(value, str):
+        return Finding(severity, value)
+    figures = tuple(Figure(**f) if isinstance(f, dict) else Figure(*f)
+                    for f in value.get("figures") or ())
+    return Finding(str(value.get("severity") or severity), str(value.get("sentence") or ""),
+                   figures, str(value.get("advice") or ""), str(value.get("title") or ""),
+                   dict(value.get("details") or {}))

@@ -1,0 +1,164 @@
+"""What a profiled rank sends: one ``StepRecord`` per step, one ``StepSummary``
+per profiled step (the contract, with every field's meaning, is
+docs/RANK_PROFILE.md).
+
+Why ``msgspec.Struct`` and not a dataclass: records arrive as JSON at up to
+a thousand ranks times the step rate, and msgspec decodes a batch's bytes
+straight into typed records (checked on the way) faster than ``json.loads``
+builds dicts; ``UNSET`` leaves ``restart`` out of the JSON of a first start,
+as the files and messages of earlier versions have it, so a record's JSON
+keeps its exact keys on disk and on the wire; and a frozen struct without GC
+tracking (its fields hold no references back) is smaller and cheaper to
+make than a dataclass, which counts when the collector keeps 64 of them per
+rank. A field an older writer did not send takes its default; a key this
+version does not know is ignored.
+
+The summary is a bounded JSON document (``analysis.ranks.summary``) that
+travels and is stored as received (the collector keeps only its head), so
+it stays a dict; ``StepSummary`` names the keys its readers use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, TypedDict
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+
+class StepMemory(msgspec.Struct, frozen=True, gc=False):
+    """A step's memory at its end: the CUDA allocator's counters (``source``
+    ``cuda``) or the resident set alone (``rss``); None is not measured."""
+
+    rss: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    inactive_split: int | None = None
+    largest_free: int | None = None
+    source: str | None = None
+
+    def replace(self, **changes: Any) -> StepMemory:
+        return msgspec.structs.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.structs.asdict(self)
+
+
+class StepRecord(msgspec.Struct, frozen=True, gc=False):
+    """One ``torchlens.step()`` call (or fixed window) of one rank.
+
+    Times are unix seconds, ``phases`` seconds by phase (None: its timer
+    never ran), ``tl_s`` torchlens' own time inside the call. ``restart``:
+    which start of the rank the step belongs to, set by the collector's feed
+    and run folder for a restarted rank (``start`` reads it as 0 when unset).
+    """
+
+    step: int
+    t0: float
+    t1: float
+    phases: dict[str, float | None] = {}
+    profiled: bool = False
+    window: bool = False
+    mem: StepMemory | None = None
+    tl_s: float | None = None
+    restart: int | UnsetType = UNSET
+
+    @property
+    def start(self) -> int:
+        """Which start of its rank this step is of: 0 the first, k after the k-th restart."""
+        restart = self.restart
+        return restart if isinstance(restart, int) and restart > 0 else 0
+
+    def replace(self, **changes: Any) -> StepRecord:
+        return msgspec.structs.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON builtins, keys in the documented order."""
+        return msgspec.to_builtins(self)
+
+    def to_json(self) -> str:
+        """The record as one line of ``steps.jsonl`` writes it."""
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StepRecord:
+        """A record from decoded JSON; ``msgspec.ValidationError`` when it is not one."""
+        return msgspec.convert(data, cls)
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> StepRecord:
+        """A record from its JSON text (a ``steps.jsonl`` line)."""
+        try:
+            return _ONE.decode(line)
+        except msgspec.DecodeError:  # NaN or Infinity, which msgspec's JSON refuses
+            return cls.from_dict(json.loads(line))
+
+
+_ONE = msgspec.json.Decoder(StepRecord)
+_BATCH = msgspec.json.Decoder(list[StepRecord])
+
+
+def records_from(values: Iterable[Any]) -> tuple[list[StepRecord], int]:
+    """The step records among decoded JSON ``values``, and how many were not one."""
+    out, bad = [], 0
+    for value in values:
+        try:
+            out.append(msgspec.convert(value, StepRecord))
+        except msgspec.ValidationError:
+            bad += 1
+    return out, bad
+
+
+def decode_batch(body: bytes) -> tuple[list[StepRecord], int]:
+    """A rank's batch of step records (a JSON list) and how many items were not
+    records; ``ValueError`` when ``body`` is not a JSON list."""
+    try:
+        return _BATCH.decode(body), 0
+    except msgspec.DecodeError:  # an odd item, or NaN: item by item
+        data = json.loads(body)
+    if not isinstance(data, list):
+        raise ValueError("not a list of step records")
+    return records_from(data)
+
+
+class Breakdown(TypedDict, total=False):
+    """The ``%%torchprof`` step breakdown of a profiled step, in microseconds."""
+
+    kernel_us: float
+    memcpy_us: float
+    memset_us: float
+    runtime_us: float
+    dataloader_us: float
+    cpu_exec_us: float
+    other_us: float
+    comm_us: float
+
+
+class StepSummary(TypedDict, total=False):
+    """One profiled step, summarised by its rank (at most 64 KB).
+
+    The collector keeps the head (``protocol.SUMMARY_KEYS``); ``ops``,
+    ``collectives``, ``top_ops``, ``lanes`` and ``kinds`` come only with a
+    full summary (the kernel's, or a finished run folder's). ``restart`` is
+    set by the collector's feed for a restarted rank, as on ``StepRecord``.
+    """
+
+    rank: int
+    step: int
+    trace: str
+    t0: float
+    t1: float
+    step_ms: float | None
+    breakdown: Breakdown
+    memory: dict[str, Any] | None
+    events: int
+    bytes: int
+    dropped: int
+    kinds: dict[str, int]
+    lanes: list[str]
+    ops: list[dict[str, Any]]
+    collectives: list[dict[str, Any]]
+    top_ops: list[dict[str, Any]]
+    restart: int
