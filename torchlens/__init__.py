@@ -102,7 +102,7 @@ def step() -> None:
     if not _attach_checked:  # one environment look-up per process
         _attach_checked = True
         if os.environ.get("TORCHLENS_COLLECTOR"):
-            from torchlens.frontends.ranks.rank import attach
+            from torchlens.frontends.ranks.rank_side import attach
 
             attach()
     from torchlens.capture.trace.profiler import step as _step

@@ -77,7 +77,7 @@ def _client(port: int):
 def test_forged_messages_during_a_run_are_dropped_counted_and_said(tmp_path):
     thread, box = _in_thread(profiled.balanced, world_size=2, backend="gloo", steps=40,
                              profile=True, profile_every=10, run_dir=str(tmp_path / "run"))
-    procs = _wait_for_workers("torchlens.frontends.ddp.rank_worker", 2)
+    procs = _wait_for_workers("torchlens.frontends.ranks.rank_side", 2)
     port = int(procs[0].cmdline()[-4])  # HOST PORT RANK WORLD DIR: the port is public
     # ... but only to this machine: the store listens on loopback, not every interface
     listening = {c.laddr.ip for c in psutil.net_connections("tcp")

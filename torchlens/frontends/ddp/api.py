@@ -340,7 +340,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                cells=cell_names(), profile=profiling)
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
                          steps=runs, strict=strict, seed=seed, profile=profiling,
-                         entry="torchlens.frontends.ddp.rank_worker" if profile
+                         entry="torchlens.frontends.ranks.rank_side" if profile
                          else "torchlens.capture.ddp.worker",
                          elastic=spec, on_other_nodes=on_other_nodes)
     live = _in_kernel() if live is None else live
