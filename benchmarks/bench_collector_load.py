@@ -1,17 +1,17 @@
 """Load on the ``torchlens run`` collector from many simulated ranks (issue 14, scale).
 
 For each rank count, a fresh collector process runs the real collector
-(``capture.ddp.collector.Collector``) under the real live loop
-(``frontends.run_cmd.watch``: poll every 0.25 s, the verdict and per-rank
+(``capture.ranks.collector.Collector``) under the real live loop
+(``frontends.ranks.command.watch``: poll every 0.25 s, the verdict and per-rank
 table computed and drawn about once a second, to a stream that counts as a
 terminal), and spawns ``--procs`` simulator processes that play the ranks.
 Each simulated rank has its own TCPStore client (as a real rank does) and
-sends what ``capture.ddp.attach`` sends, sealed with the run's key and laid
+sends what ``capture.ranks.attach`` sends, sealed with the run's key and laid
 out by the same ``protocol`` functions: its heartbeat and hello, then every
 ``HEARTBEAT_S`` (0.5 s) a batch of step records into its ring of keys
 (``--steps-per-s`` a second, records shaped as a real rank's), a heartbeat
 that counts what it sent, and every second one profiled-step summary (the one
-``analysis.rank_summary.summarize`` makes of a shared A100 DDP trace, ~55 KB
+``analysis.ranks.summary.summarize`` makes of a shared A100 DDP trace, ~55 KB
 of JSON), for ``--seconds``; then its bye. Ranks' flushes are spread evenly
 over the half second, as independent ranks' would be.
 

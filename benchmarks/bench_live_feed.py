@@ -93,7 +93,7 @@ def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
                            "steps_done": s.counts[0]}
             s.seen = time.monotonic()
         status = None
-        if feed.status_due(last_view_s):  # as frontends.run_cmd.watch does (no terminal drawing)
+        if feed.status_due(last_view_s):  # as frontends.ranks.command.watch does (no terminal drawing)
             t0 = time.perf_counter()
             view = run_view(c.snapshot())
             t1 = time.perf_counter()

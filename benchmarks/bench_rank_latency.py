@@ -2,7 +2,7 @@
 
 Runs a 2-rank gloo training loop (``benchmarks/ddp_jobs.py``-like, inline here)
 under ``ddp_check(profile=True)`` with the real live view
-(``frontends.ddp_live.ProfiledLiveView``) built without a browser, and records,
+(``frontends.ddp.live.ProfiledLiveView``) built without a browser, and records,
 for every step record, the time from the rank's ``t1`` (its ``torchlens.step()``
 call) to the moment the view streamed that record's row into its Bokeh
 source. In a notebook, jupyter_bokeh sends that stream to the browser at once;

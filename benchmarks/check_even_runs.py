@@ -5,7 +5,7 @@ counts the runs whose findings say a rank "arrived last" (the rule:
 ``analysis.runs.slow_ranks``). Two setups side by side: ranks that
 only compute (4 ranks on this 2-core machine: the scheduler really holds
 one back) and ranks that each also load data for ``--base-ms`` (the even
-run ``tests/frontends/test_gloo_run.py`` uses).
+run ``tests/runs/test_gloo_run.py`` uses).
 
     python benchmarks/check_even_runs.py --runs 20
 """

@@ -9,7 +9,7 @@ deliberate straggler, which every other rank waits for in DDP's allreduce.
 
     python benchmarks/make_gloo_run.py OUT --ranks 4 --slow-rank 2
 
-Used by the tests (``tests/frontends/test_gloo_run.py``) and to build CPU rank
+Used by the tests (``tests/runs/test_gloo_run.py``) and to build CPU rank
 sets for the benchmarks.
 """
 

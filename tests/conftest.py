@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +43,15 @@ def kernel_like_shell():
     assert ip.run_cell("%load_ext torchlens", store_history=True).success
     yield ip
     InteractiveShell.clear_instance()
+
+
+@cache
+def _plain(path: Path) -> dict[str, Any]:
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def plain() -> Callable[[Path], dict[str, Any]]:
+    """The trace file as the json module reads it (cached)."""
+    return _plain

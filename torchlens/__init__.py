@@ -30,7 +30,7 @@ __all__ = [
 def load(path: Any) -> Any:
     """A saved ``.tlprof`` result (a ``Profile``), or, for a folder, a list of
     per-rank traces or one Kineto trace (``.json``, ``.json.gz``), the run as
-    one result (``frontends.run_api.RunResult``; ``run.diff(other)`` compares)."""
+    one result (``frontends.runs.api.RunResult``; ``run.diff(other)`` compares)."""
     import os
 
     if (isinstance(path, (list, tuple)) or os.path.isdir(path)
@@ -64,7 +64,7 @@ def gpumem(**options: Any) -> Any:
 def ddp_check(fn: Any, **options: Any) -> Any:
     """Run ``fn(rank, world_size)`` on spawned ranks and check it for DDP bugs.
 
-    Same options as ``%ddp_check`` (see ``frontends.ddp_api.ddp_check``):
+    Same options as ``%ddp_check`` (see ``frontends.ddp.api.ddp_check``):
     ``world_size``, ``backend``, ``timeout``, ``steps``, ``strict``, ``live``,
     ``export``. Returns a result whose ``checklist`` says what failed.
     """
@@ -78,7 +78,7 @@ def watch(target: Any, **options: Any) -> Any:
 
     ``target``: the run folder (``--out``) or the collector's ``"host:port"``
     (with ``secret_file=`` the run's ``run.secret``). Options: ``secret_file``,
-    ``timeout``, ``run_id`` (see ``frontends.watch.watch``). Returns a handle
+    ``timeout``, ``run_id`` (see ``frontends.ranks.watch.watch``). Returns a handle
     that shows the view, updates it in the background until the run ends,
     and has ``.stop()`` and ``.wait()``.
     """

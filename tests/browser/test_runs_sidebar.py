@@ -2,7 +2,7 @@
 
 A run is registered in a temporary registry (``TORCHLENS_RUNS_DIR``, which
 the server inherits) with this test's own pid, so the server sees it alive;
-its live.json is written from a real ``RunView`` (tests/run/live_doc.py).
+its live.json is written from a real ``RunView`` (tests/ranks/live_doc.py).
 One rank's host name is markup, to check that file content is shown as text.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from lab_harness import Lab, start_lab, stop_lab
 
 # tests/ is on sys.path (pytest puts tests/conftest.py's folder there)
-from run.live_doc import four_rank_view, live_document, write_live
+from ranks.live_doc import four_rank_view, live_document, write_live
 
 from torchlens.frontends.ranks import registry as reg
 

@@ -1,4 +1,4 @@
-"""The ranks' job keeps its code's file names (``capture.ddp.pickling``).
+"""The ranks' job keeps its code's file names (``capture.channel.pickling``).
 
 cloudpickle 3.1.3 started sending every function pickled by value with the
 file name ``<dynamic-code>``; every call site, traceback and hang stack the

@@ -147,7 +147,7 @@ def test_torch_run_folder(torch_run):
 
 def test_ddp_check_writes_the_typed_manifest(torch_run):
     """%ddp_check --profile's folder carries the one Manifest type (as torchlens run's
-    does, tests/run/test_watch_feed.py), version 2, with its source."""
+    does, tests/ranks/test_watch_feed.py), version 2, with its source."""
     manifest = read_manifest(str(torch_run))
     assert isinstance(manifest, Manifest)
     assert (manifest.version, manifest.source, manifest.backend) == (

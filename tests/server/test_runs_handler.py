@@ -1,7 +1,7 @@
 """``GET torchlens/runs``: the ``torchlens run`` jobs of this machine, behind the server's auth.
 
 Runs under pytest-jupyter's server (base_url ``/a%40b/``) with a temporary
-registry; the live.json comes from a real ``RunView`` (tests/run/live_doc.py).
+registry; the live.json comes from a real ``RunView`` (tests/ranks/live_doc.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-# tests/ is on sys.path (pytest puts tests/conftest.py's folder there): tests/run/live_doc.py
-from run.live_doc import four_rank_view, live_document, write_live
+# tests/ is on sys.path (pytest puts tests/conftest.py's folder there): tests/ranks/live_doc.py
+from ranks.live_doc import four_rank_view, live_document, write_live
 from tornado.httpclient import HTTPClientError
 
 from torchlens.frontends.ranks import registry as reg

@@ -4,7 +4,7 @@ A fingerprint is a plain dict (``index``, ``op``, ``shapes``, ``dtypes``, the
 issuing ``line``) that workers exchange while the job runs and save with the
 result. It lives here, beside the other formats torchlens reads, because both
 sides use it: ``capture.ddp`` compares one index across ranks before the
-collective runs (``--strict``), ``analysis.collectives`` compares whole
+collective runs (``--strict``), ``analysis.ddp.sequence`` compares whole
 sequences afterwards, and both word one the same way.
 """
 

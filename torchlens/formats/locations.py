@@ -10,7 +10,7 @@ is handed that table. Library code (torch, site-packages, torchlens, the
 standard library, IPython) is never the user's line.
 
 Used by allocation sites and op sources (``analysis.frames``) and by DDP
-collectives (``capture.ddp``, ``analysis.collectives``): one way to name a
+collectives (``capture.ddp``, ``analysis.ddp.sequence``): one way to name a
 place in the user's code.
 """
 

@@ -29,7 +29,7 @@ from torchlens.model.records import StepRecord, StepSummary, records_from
 class OpDisplay:
     """What the op table shows: rows, order and the optional columns.
 
-    ``sort`` is an op-table column (``analysis.ops.SORT_KEYS`` maps the
+    ``sort`` is an op-table column (``analysis.trace.ops.SORT_KEYS`` maps the
     user's keys to columns). A column the user asked the profiler to record is
     a column they want to see, so capture sets ``shapes``/``stack``/``flops``
     from the recording options.
@@ -219,7 +219,7 @@ class RunPayload:
     """``kind="run"``: a run's per-rank traces analysed together (``torchlens.load(RUN_DIR)``).
 
     ``figures``: rank (as a string, JSON keys) -> one dict of figures per trace
-    of that rank (``analysis.multirank.rank_figures`` plus ``steps``);
+    of that rank (``analysis.runs.rank_figures`` plus ``steps``);
     ``problems``: every input that could not be used, ``{kind, path, message}``.
     The traces themselves stay in the run folder: a run of 128 ranks is a few
     MB of figures, not GBs of events.
@@ -233,7 +233,7 @@ class RunPayload:
     #: the run stopped), from the run folder's manifest; shown first in findings
     notes: list[str] = field(default_factory=list)
     #: ``torchlens run`` folders: every rank's steps over time and the restarts
-    #: (``analysis.run_steps.step_series``); empty for other folders
+    #: (``analysis.ranks.series.step_series``); empty for other folders
     collected_steps: dict[str, Any] = field(default_factory=dict)
 
 
@@ -242,7 +242,7 @@ class DiffPayload:
     """``kind="diff"``: run B against run A (``torchlens diff A B``, ``run.diff(other)``).
 
     ``a`` and ``b`` name the inputs (their roots); ``diff`` is
-    ``analysis.multirank.diff.diff_runs``'s result, kept as computed: the
+    ``analysis.runs.diff.diff_runs``'s result, kept as computed: the
     per-name totals it came from stay with the runs.
     """
 

@@ -104,7 +104,7 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
         cols.append(Column("input_shapes", "input shapes", str, numeric=False,
                            max_chars=NAME_CHARS))
     if display.flops:
-        # the time FLOP/s divide by (analysis.ops.flops_basis), named in the header
+        # the time FLOP/s divide by (analysis.trace.ops.flops_basis), named in the header
         basis = "device time" if has_gpu else "total CPU"
         cols += [Column("flops", "FLOPs", format_flops),
                  Column("flops_per_s", f"FLOP/s ({basis})", format_flop_rate)]

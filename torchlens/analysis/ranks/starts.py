@@ -1,7 +1,7 @@
 """Step numbers counted across the job's starts, for the panels drawn by step.
 
 An elastic restart starts its workers' step count at 0 again. The live step
-and memory panels (``render.rank_live``) are drawn by step, so
+and memory panels (``render.ranks.view``) are drawn by step, so
 ``torchlens.watch`` places start k after every step of the starts before it:
 one offset per start, shared by every rank so that their steps still line
 up, and one mark per restart at its first step. Without this, a restarted

@@ -226,7 +226,7 @@ def _peak(values: list[Any]) -> Any:
     return max(present) if present else None
 
 
-#: the %%torchprof step breakdown's roles (analysis.steps, the TensorBoard
+#: the %%torchprof step breakdown's roles (analysis.trace.steps, the TensorBoard
 #: plugin's definitions), as a profiled-step summary carries them
 ROLES = ("kernel", "memcpy", "memset", "comm", "runtime", "dataloader", "cpu_exec", "other")
 

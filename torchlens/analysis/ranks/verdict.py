@@ -1,9 +1,9 @@
 """What ``torchlens run`` says about a running (or ended) torchrun job.
 
-Pure functions over the collector's snapshot (``capture.ddp.collector.
+Pure functions over the collector's snapshot (``capture.ranks.collector.
 Collector.snapshot``: per-rank hello, heartbeat and bye, the step records
 and summaries of docs/RANK_PROFILE.md). The numbers come from
-``analysis.rank_steps`` (slow rank, memory creep, the per-rank table); this
+``analysis.ranks.steps`` (slow rank, memory creep, the per-rank table); this
 module adds each rank's state, the lost nodes, and the verdict that leads
 the terminal summary.
 
@@ -17,7 +17,7 @@ A rank's state:
   without a bye (for ``lost_after_s``, or the run ended).
 
 Each rank's row and state are of its latest start; the restarts by the
-elastic agent, one per restart of the job, come from ``analysis.restarts``.
+elastic agent, one per restart of the job, come from ``analysis.ranks.restarts``.
 
 Lost ranks are grouped by node (``GROUP_RANK``, and host) and each group says
 the step the ranks were in when they went silent (their last heartbeat's
@@ -72,7 +72,7 @@ class RunView:
     creep: list[MemoryCreep]
     lost: list[LostNode]
     dropped: int
-    restarts: list[Restart]  # one per restart of the job (``analysis.restarts``)
+    restarts: list[Restart]  # one per restart of the job (``analysis.ranks.restarts``)
     attached: int
     world_size: int
     notes: list[str] = field(default_factory=list)

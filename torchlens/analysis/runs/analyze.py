@@ -1,7 +1,7 @@
 """``analyze(profile)`` of a ``run`` Profile: every table of the run, computed once.
 
 The kinds registry calls it for the report, the text view and ``repr``; the
-result object (``frontends.run_api.RunResult``) hands its tables out as
+result object (``frontends.runs.api.RunResult``) hands its tables out as
 DataFrames and ``--json``.
 """
 

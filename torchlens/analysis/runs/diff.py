@@ -2,7 +2,7 @@
 and faster per step, and the step time (``torchlens diff A B``, ``run.diff(other)``).
 
 Inputs are two runs' figures, ``{rank: [figures of each trace]}`` as
-``frontends.run_api`` keeps them: each trace's ``op_totals``
+``frontends.runs.api`` keeps them: each trace's ``op_totals``
 (``op_totals.op_totals``: per kind and name, count and µs inside the
 ``ProfilerStep#N`` spans) and ``steps`` (the ``%%torchprof`` step breakdown).
 

@@ -1,6 +1,6 @@
 """Per-name totals of one trace's CPU ops and GPU work, bounded, for ``torchlens diff``.
 
-``op_totals(trace)`` is computed in the rank's worker (``frontends.run_api.
+``op_totals(trace)`` is computed in the rank's worker (``frontends.runs.api.
 _trace_figures``) so only a few KB travel, whatever the trace holds.
 
 Definitions:
@@ -10,7 +10,7 @@ Definitions:
   ``ProfilerStep#N`` spans themselves are left out: their names change every
   step, and the step time is the step breakdown's figure.
 - Which events count: when the trace has ``ProfilerStep#N`` spans (the same
-  spans as the ``%%torchprof`` step breakdown, ``analysis.steps.step_rows``),
+  spans as the ``%%torchprof`` step breakdown, ``analysis.trace.steps.step_rows``),
   a host event counts when it starts inside one of them (start >= step start
   and < step end); GPU work counts when the host event that launched it (same
   ``correlation`` id) starts inside one. Work before the first step, after the

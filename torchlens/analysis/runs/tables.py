@@ -113,7 +113,7 @@ def top_kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
 
 def step_rows(ranks: RankFigures) -> list[dict[str, Any]]:
     """Per rank and ``ProfilerStep#N`` of its traces: the ``%%torchprof`` step
-    breakdown (``analysis.steps``: the TensorBoard plugin's definitions)."""
+    breakdown (``analysis.trace.steps``: the TensorBoard plugin's definitions)."""
     return [{"rank": rank, **{k: (int(v) if k == "step" else float(v)) for k, v in row.items()}}
             for rank in sorted(ranks) for figures in ranks[rank]
             for row in figures.get("steps") or []]

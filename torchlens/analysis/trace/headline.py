@@ -1,4 +1,4 @@
-"""The one-line facts shown first under a profiled cell (``render.text``).
+"""The one-line facts shown first under a profiled cell (``render.trace.text``).
 
 Kept as a dataclass of numbers, not text, so the HTML, plain-text and CLI
 renderings say the same thing.

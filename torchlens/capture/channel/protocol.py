@@ -185,7 +185,7 @@ def run_every_key(run_id: str, round_: str, rank: int) -> str:
     return f"{run_prefix(run_id)}/every/{round_}/{rank}"
 
 
-# The live feed (``capture.ddp.feed``): the collector publishes a frame about
+# The live feed (``capture.ranks.feed``): the collector publishes a frame about
 # once a second under ``live/<seq>`` and the newest seq under ``live/n`` (a
 # sealed value, not a counter: a watcher must not be sent after frames that
 # are not there); ``torchlens.watch`` reads them as a store client.

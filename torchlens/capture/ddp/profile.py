@@ -2,7 +2,7 @@
 
 The launcher's records become the typed ``DdpRun`` payload; the heartbeats,
 the one long series, become the ``heartbeats`` table. The fingerprints are
-kept once, in the payload (``analysis.ddp_run`` builds the collective table).
+kept once, in the payload (``analysis.ddp.analyze`` builds the collective table).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 It hosts the store (on a socket it binds itself, so it listens on loopback
 unless told otherwise: ``TCPStore`` alone would listen on every interface),
 and on each ``poll()`` reads what the attached ranks sent
-(``capture.ddp.attach``; key names in ``protocol``): which slots exist, each
+(``capture.ranks.attach``; key names in ``protocol``): which slots exist, each
 new slot's hello, then one ``multi_get`` of every slot's heartbeat and, for
 the slots whose heartbeat changed, one ``multi_get`` of the step batches and
 summaries it counts as sent (``sent``) since the last read. Those sit in
@@ -334,7 +334,7 @@ class Collector:
         return out
 
     def incarnations(self) -> list[dict[str, Any]]:
-        """Every attached process in slot order, with what ``analysis.restarts``
+        """Every attached process in slot order, with what ``analysis.ranks.restarts``
         needs to group restarts: which start of its rank it is, when it stepped,
         and how it ended (its goodbye).
 

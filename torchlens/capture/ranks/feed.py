@@ -1,9 +1,9 @@
 """The live feed of ``torchlens run``: what ``torchlens.watch`` reads while a job runs.
 
 One frame format, two transports. About once a second (``PUBLISH_S``, from
-``frontends.run_cmd.watch``, the collector's own loop) the publisher builds a
+``frontends.ranks.command.watch``, the collector's own loop) the publisher builds a
 frame of what is new since the last one: the run's status (the verdict and one
-row per rank, ``analysis.run_verdict.live_status``), each rank's new step
+row per rank, ``analysis.ranks.verdict.live_status``), each rank's new step
 records and (cut) summaries, its newest heartbeat when it changed, and the
 ranks that ended. It is encoded once and
 
@@ -23,7 +23,7 @@ received), so a frame costs O(ranks) bookkeeping plus the new records.
 ``costs`` keeps what publishing took (benchmarks/bench_live_feed.py).
 
 The readers are here too (``FileFeed``, ``StoreFeed``): they hand frames to
-``frontends.watch``. A store frame is opened before it is decoded; one that
+``frontends.ranks.watch``. A store frame is opened before it is decoded; one that
 fails its seal (forged, or another run's) is dropped and counted
 (``protocol.Channel``), never decoded.
 """
@@ -122,7 +122,7 @@ class FeedPublisher:
         latest: dict[int, Any] = {}
         for start, s in self.collector.numbered_slots():
             sent = self._sent.setdefault(s.slot, [0, 0])
-            # a restart's records say which start they are of (analysis.step_starts);
+            # a restart's records say which start they are of (analysis.ranks.starts);
             # the first start's go as kept
             for kind, kept, out in ((0, s.steps, steps), (1, s.summaries, summaries)):
                 new = s.counts[kind] - sent[kind]
@@ -311,7 +311,7 @@ class StoreFeed:
 
     ``connect`` raises ``ConnectionError`` (nothing listening), ``Forged``
     (the secret is not this run's) or ``LookupError`` (no live feed here, or
-    another run's), each with what to do, for ``frontends.watch`` to say.
+    another run's), each with what to do, for ``frontends.ranks.watch`` to say.
     """
 
     def __init__(self, store: Any, key: RunKey) -> None:

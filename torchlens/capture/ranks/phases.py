@@ -8,7 +8,7 @@ run a few times per step (DataLoader batches, ``DistributedDataParallel.forward`
 the ``torch.distributed`` collectives the user calls), so a step costs a few
 microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
 which is why the late rank is found by comparing phases across ranks
-(``analysis.rank_steps``), not by watching collectives.
+(``analysis.ranks.steps``), not by watching collectives.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The scanner returns numbers as columns with a "present" mask, and strings as
 codes into per-column tables of keys (spans of the input). This module turns
 them into exactly what the Python path produces (``python_reader``): the
 same codes in the same first-appearance order, the same labels, the same
-defaults for absent values; ``tests/analysis/test_ingest_native.py`` checks
+defaults for absent values; ``tests/formats/test_ingest_native.py`` checks
 that on every shared trace. It returns None whenever the scanner declines a
 trace (or is not built, or ``TORCHLENS_NO_NATIVE`` is set): the caller then
 takes the Python path, which handles and counts every odd case.

@@ -14,7 +14,7 @@ from torchlens.model.records import StepRecord, StepSummary
 
 
 class ProfiledLiveView:
-    """``render.ranks.view.RankProfileView`` + ``render.live.LivePlot`` in one widget
+    """``render.ranks.view.RankProfileView`` + ``render.ddp.heartbeats.LivePlot`` in one widget
     (a ``model.feed.RankFeed``)."""
 
     def __init__(self, world_size: int, every: int | None, modelled: bool) -> None:

@@ -1,8 +1,8 @@
 """``torchlens run [--out RUN_DIR] [--host IFACE] [--port P] -- torchrun ... train.py ARGS``.
 
-Hosts the collector (``capture.ddp.collector``), starts the command with the
-environment its ranks attach with (``capture.ddp.attach``), draws the live
-summary (``analysis.run_verdict`` -> ``render.terminal_run``) until the
+Hosts the collector (``capture.ranks.collector``), starts the command with the
+environment its ranks attach with (``capture.ranks.attach``), draws the live
+summary (``analysis.ranks.verdict`` -> ``render.ranks.terminal``) until the
 command ends, then writes the run folder and returns the command's exit
 code. Ctrl-C (or SIGTERM) ends the command's process group and still writes
 the folder. docs/MULTINODE.md says what a user sees.
@@ -172,7 +172,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
 def watch(collector: Any, summary: Any, running: Callable[[], bool],
           feed: Any | None = None) -> None:
     """The live loop: poll the collector, redraw the summary and publish the live
-    feed (``capture.ddp.feed``) when due, while ``running()``. One ``RunView``
+    feed (``capture.ranks.feed``) when due, while ``running()``. One ``RunView``
     serves both when both are due; a frame in between carries the last status
     (``FeedPublisher.status_due``: the verdict's cost stays a small share of
     the loop however many ranks).

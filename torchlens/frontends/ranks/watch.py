@@ -1,10 +1,10 @@
 """``torchlens.watch(RUN_DIR or "host:port")``: a running ``torchlens run`` job, live in a notebook.
 
-The view is ``%ddp_check --profile``'s (``frontends.ddp_live.ProfiledLiveView``:
+The view is ``%ddp_check --profile``'s (``frontends.ddp.live.ProfiledLiveView``:
 step time per rank, memory, the slow rank, the breakdown, and the heartbeat
-panels) under a status block (``render.watch_status``: the collector's
+panels) under a status block (``render.ranks.watch_status``: the collector's
 verdict and one row per rank). It is fed from the collector's live feed
-(``capture.ddp.feed``): the run folder's ``live.jsonl`` (tailed) or the
+(``capture.ranks.feed``): the run folder's ``live.jsonl`` (tailed) or the
 collector's store (sealed frames; the run's secret is needed). Frames carry
 what is new, so the view gets exactly the pushes ``%ddp_check``'s launcher
 makes: ``push`` (heartbeats), ``push_steps``, ``push_summary``,

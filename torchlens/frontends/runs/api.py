@@ -1,13 +1,13 @@
 """``torchlens.load(RUN_DIR)``: a folder (or list) of per-rank traces as one result.
 
 Why worker processes: a rank's trace is parsed and summarised where it is
-read (``analysis.multirank.rank_figures``: a few KB per rank), so the
+read (``analysis.runs.rank_figures``: a few KB per rank), so the
 notebook never holds more than one rank's events per worker, and ranks are
 read in parallel; each file is read once, its placement in the run and its
 figures together (``run_workers``). ``_trace_figures`` is what a worker
 computes per trace.
 
-Each worker also lists its traces' collectives (``analysis.multirank.
+Each worker also lists its traces' collectives (``analysis.runs.
 collectives.collective_table``: columns, about 40 bytes a collective), which
 the run matches across ranks: ``collectives()``, ``stragglers()`` and
 ``findings()``.
@@ -189,7 +189,7 @@ class RunResult(Result):
 
     def launches(self) -> Any:
         """Per rank: CUDA kernel launch statistics (launch delay, launch call vs GPU
-        time, short kernels, outliers; HTA's definitions, ``analysis.multirank.launches``)."""
+        time, short kernels, outliers; HTA's definitions, ``analysis.runs.launches``)."""
         return self._table("launches")
 
     def launch_outliers(self) -> Any:
@@ -238,7 +238,7 @@ class RunResult(Result):
     def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:
         """This run (A) against ``other`` (B: a RunResult, or what ``load_run``
         reads): ops and kernels added, removed, slower and faster per step, and
-        the step time (``frontends.diff_api.DiffResult``)."""
+        the step time (``frontends.runs.diff.DiffResult``)."""
         from torchlens.frontends.runs.diff import DiffResult
 
         return DiffResult.of(self, other if isinstance(other, RunResult) else load_run(other))

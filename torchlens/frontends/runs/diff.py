@@ -2,7 +2,7 @@
 
 Each run is read as ``load_run`` reads it (a run folder, one trace file,
 plain or gzip, or a list of files); the diff itself is
-``analysis.multirank.diff.diff_runs`` over the two runs' per-trace totals.
+``analysis.runs.diff.diff_runs`` over the two runs' per-trace totals.
 The result is a ``diff`` Profile: displayed, its report; saved, a ``.tlprof``
 like any result. ``to_json()`` is what ``torchlens diff A B --json`` prints
 (schema: ``DIFF_JSON_SCHEMA``).

@@ -1,6 +1,6 @@
 """The %ddp_check report: checklist, per-rank figures and tables, stacks, logs.
 
-Draws a ``DdpAnalysis`` (``analysis.ddp_run``), so a saved ``.tlprof``
+Draws a ``DdpAnalysis`` (``analysis.ddp.analyze``), so a saved ``.tlprof``
 renders the same report on a machine without torch. Every string from the
 workers (file paths, exception messages, stacks, logs) is escaped by the
 templates (``render.html``).
@@ -77,7 +77,7 @@ def _rank_table_column(key: str, values: list[Any]) -> Column:
 
 
 def rank_table_html(rows: list[dict[str, Any]]) -> Markup:
-    """``analysis.rank_steps.rank_table`` as a sortable table, one row per rank."""
+    """``analysis.ranks.steps.rank_table`` as a sortable table, one row per rank."""
     keys = list(dict.fromkeys(k for row in rows for k in row))
     return tables.html_table(rows, [_rank_table_column(k, [row.get(k) for row in rows])
                                     for k in keys])

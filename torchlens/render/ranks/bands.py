@@ -2,7 +2,7 @@
 and ``torchlens.watch``: the spread across ranks at each step as a grey band
 (lowest to highest) with the median as a grey line.
 
-The figures come from ``analysis.rank_spread.Spread``; here they are only
+The figures come from ``analysis.ranks.spread.Spread``; here they are only
 converted to the panels' units and merged into the Bokeh sources, sending
 only the steps that changed.
 """
@@ -21,7 +21,7 @@ SPREAD_COLOR = "#555"
 
 
 def spread_columns(keys: tuple[str, ...]) -> dict[str, list[Any]]:
-    """The (empty) columns of a spread source: ``analysis.rank_spread.Spread.changed``'s."""
+    """The (empty) columns of a spread source: ``analysis.ranks.spread.Spread.changed``'s."""
     return {"step": [], "ranks": [],
             **{f"{k}_{end}": [] for k in keys for end in ("lo", "mid", "hi")}}
 

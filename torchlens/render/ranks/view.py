@@ -51,7 +51,7 @@ from torchlens.render.ranks.panels import (
 from torchlens.render.tables import shorten
 
 STEP_ROLLOVER = 5000  # points per rank in the step and memory panels
-SPREAD_STEPS = 256  # steps whose band a late rank still moves (analysis.rank_spread.Spread)
+SPREAD_STEPS = 256  # steps whose band a late rank still moves (analysis.ranks.spread.Spread)
 WAITING_STEPS = 3  # profiled steps held back until every rank sent its summary
 VERDICT_S = 1.0  # the verdict and breakdown are recomputed at most this often
 KEEP_SUMMARIES = 50  # per rank, as RankProfiling.keep

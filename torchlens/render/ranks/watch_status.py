@@ -1,6 +1,6 @@
 """The status block of ``torchlens.watch``: the run's verdict and one row per rank.
 
-Drawn from a live frame's ``status`` (``analysis.run_verdict.live_status``):
+Drawn from a live frame's ``status`` (``analysis.ranks.verdict.live_status``):
 numbers are only formatted here. The same HTML sits above the live view
 while the run goes on and is left in the notebook as its static copy when
 the watch ends (widgets are not saved with a notebook). Host names, errors

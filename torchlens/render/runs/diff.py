@@ -1,7 +1,7 @@
 """The report of a ``diff`` (run B against run A): the verdict, a chart of the
 largest changes, the step times, then the ops and kernels that changed.
 
-Only draws: every figure is ``analysis.multirank.diff``'s. Tables show the
+Only draws: every figure is ``analysis.runs.diff``'s. Tables show the
 changed rows (added, removed, slower, faster) first, at most ``MAX_ROWS``
 per table; ``run.diff(other).ops()`` and ``--json`` hold every row.
 """

@@ -1,5 +1,5 @@
 """The run report's sections on kernel launches, launch queues and memcpy/memset
-bandwidth (tables of ``analysis.multirank.run_launches``; it only draws)."""
+bandwidth (tables of ``analysis.runs.launch_tables``; it only draws)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The run report's chart of every step over time (``torchlens run`` folders).
 
-Draws ``analysis.run_steps.step_series`` as it is: x is the end of each step
+Draws ``analysis.ranks.series.step_series`` as it is: x is the end of each step
 in seconds since the collector started, y its time in ms, one colour per
 rank. A rank's steps before a restart by the elastic agent are dashed and
 pale with hollow points, its last start solid, so the two starts cannot be

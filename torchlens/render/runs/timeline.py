@@ -2,8 +2,8 @@
 and its clock table.
 
 What is drawn: the bounded lane summaries each worker kept
-(``analysis.multirank.lanes``) on one time axis, every rank's times moved by
-its applied clock offset (``analysis.multirank.clock``). y is ``(rank,
+(``analysis.runs.lanes``) on one time axis, every rank's times moved by
+its applied clock offset (``analysis.runs.clock``). y is ``(rank,
 lane)`` nested factors, so each rank is a group; x is ms from the run's first
 drawn event. Events are bars coloured by kind; collectives carry the key
 ``trace:seq``, and tapping one selects the same collective on every rank

@@ -1,6 +1,6 @@
 """The ``torchprof`` / ``trace`` report: per trace, hints, ops, kernels, steps, timeline.
 
-Draws a ``TraceAnalysis`` (``analysis.traces``); computes nothing itself.
+Draws a ``TraceAnalysis`` (``analysis.trace.analyze``); computes nothing itself.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The step breakdown as a stacked bar chart: one bar per ProfilerStep, one
 colour per role, so a slow step and what made it slow show at a glance.
 
-Draws ``analysis.steps.step_breakdown`` as it is: the roles add up to the
+Draws ``analysis.trace.steps.step_breakdown`` as it is: the roles add up to the
 step time, so each bar is as tall as its step. Roles are the step table's
 columns (``tables.step_columns``), GPU roles only where the trace has GPU
 activity.

@@ -1,4 +1,4 @@
-"""Many ranks shown as a few (``analysis.rank_spread``): the spread across
+"""Many ranks shown as a few (``analysis.ranks.spread``): the spread across
 ranks per step, and which ranks a view draws on their own."""
 
 from __future__ import annotations

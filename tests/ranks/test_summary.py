@@ -1,4 +1,4 @@
-"""Per-rank step summaries (analysis.rank_summary, docs/RANK_PROFILE.md).
+"""Per-rank step summaries (analysis.ranks.summary, docs/RANK_PROFILE.md).
 
 The counts are checked against a plain-json reading of each trace
 (``_Reference``), written from the rules in the module's docstring without

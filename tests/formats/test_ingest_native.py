@@ -1,6 +1,6 @@
 """The C scanner and the Python path of ingest give the same Trace.
 
-The Python path is the reference (tests/analysis/test_ingest.py checks it
+The Python path is the reference (tests/formats/test_ingest.py checks it
 against plain json). Here every shared trace, a fresh CPU trace and a set of
 deliberately odd variants go through both, and the tables, labels and meta
 must be equal; odd variants must be handed back to the Python path, never

@@ -1,6 +1,6 @@
 """A ``RUN_DIR/live.json`` as ``torchlens run`` writes it, from a real ``RunView``.
 
-The snapshot is hand-made like tests/run/test_run_view.py's (the collector's
+The snapshot is hand-made like tests/ranks/test_run_view.py's (the collector's
 ``snapshot()`` shape: hello/heartbeat/bye per rank, step records with phase
 times and memory); ``run_view`` turns it into the verdict and rank rows, and
 ``live_document`` lays them out in the documented live.json format

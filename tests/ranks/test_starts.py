@@ -1,4 +1,4 @@
-"""Steps counted across an elastic job's starts (``analysis.step_starts``)."""
+"""Steps counted across an elastic job's starts (``analysis.ranks.starts``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What each rank keeps for the run's joint timeline (``analysis.multirank.lanes``,
+"""What each rank keeps for the run's joint timeline (``analysis.runs.lanes``,
 issue 13), checked against the raw JSON."""
 
 from __future__ import annotations

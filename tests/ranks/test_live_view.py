@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from bokeh.models import ColumnDataSource, Div, HoverTool
 from markupsafe import escape
-from rank_fixtures import T_START, make_run
 
+from ranks.rank_fixtures import T_START, make_run
 from torchlens.analysis.ranks.slow import SlowRank
 from torchlens.frontends import kinds
 from torchlens.model import DdpRun, Profile

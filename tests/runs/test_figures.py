@@ -1,4 +1,4 @@
-"""HTA's per-rank figures (analysis.multirank) against a plain-json reading.
+"""HTA's per-rank figures (analysis.runs) against a plain-json reading.
 
 ``_Reference`` recomputes every figure from the trace file with ``json`` and
 plain Python, event by event, from the rules in the docstrings of
@@ -262,7 +262,7 @@ def test_with_the_last_step(loaded, name: str) -> None:
     trace, doc = loaded(name)
     ref = _Reference(doc, include_last_step=True)
     figures = rank_figures(trace, top=3, include_last_step=True)
-    # launches, queues and memory_bw: tests/analysis/test_multirank_launches.py
+    # launches, queues and memory_bw: tests/runs/test_launches.py
     figures = {k: figures[k] for k in ("temporal", "idle", "overlap", "kernels")}
     _same(figures, {"temporal": ref.temporal(), "idle": ref.idle(),
                     "overlap": ref.overlap(), "kernels": ref.kernels(3)})

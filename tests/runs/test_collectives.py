@@ -1,4 +1,4 @@
-"""Collectives across ranks (``analysis.multirank.collectives``, issue 13).
+"""Collectives across ranks (``analysis.runs.collectives``, issue 13).
 
 The shared traces are checked against a plain-json reading written here from
 the module docstring's definitions (each collective of these traces is one

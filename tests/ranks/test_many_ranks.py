@@ -1,5 +1,5 @@
 """The live views of a job of many ranks (``render.ranks.view`` and
-``render.live`` above ``SHOWN_RANKS`` ranks): a line for each rank to look at,
+``render.ddp.heartbeats`` above ``SHOWN_RANKS`` ranks): a line for each rank to look at,
 the spread of all of them, and a size that does not grow with the job."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from statistics import median
 
 import pytest
 from bokeh.models import GlyphRenderer
-from rank_fixtures import MIB, T_START, make_run
 
+from ranks.rank_fixtures import MIB, T_START, make_run
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.frontends.ddp.live import ProfiledLiveView
 from torchlens.model.payloads import RankProfiling

@@ -1,7 +1,7 @@
 """The live feed of ``torchlens run`` and ``torchlens.watch`` on it, in one process.
 
 A real collector (its store, its run key); the test plays the ranks by
-writing sealed values to the store as ``capture.ddp.attach`` does, and plays
+writing sealed values to the store as ``capture.ranks.attach`` does, and plays
 the attacker by writing what anyone who can reach the port could.
 """
 
@@ -52,7 +52,7 @@ def _record(step: int, slow: bool) -> dict:
 
 class Ranks:
     """Two ranks attached to ``c`` (rank 1 slow in data loading), sending as
-    ``capture.ddp.attach`` does (ring keys, counted in the sealed heartbeat)."""
+    ``capture.ranks.attach`` does (ring keys, counted in the sealed heartbeat)."""
 
     def __init__(self, c: Collector) -> None:
         self.c, self.key = c, c.key
