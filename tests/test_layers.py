@@ -43,6 +43,15 @@ def module_name(path: Path, root: Path = PACKAGE) -> str:
     return ".".join(parts)
 
 
+def _from_target(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a ``from X import y`` reads, relative dots resolved."""
+    if not node.level:
+        return node.module or ""
+    base = (module if is_package else module.rpartition(".")[0]).split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(source: str, module: str, is_package: bool,
             known: set[str] = frozenset()) -> list[tuple[int, str]]:
     """(line, absolute module name) for every import in ``source``.
@@ -50,18 +59,12 @@ def imports(source: str, module: str, is_package: bool,
     ``from X import y`` names ``X.y`` when that is a module of ours (in
     ``known``), else ``X``; ``from . import y`` likewise after resolving the dots.
     """
-    package = module if is_package else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, module, is_package)
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 found.append((node.lineno, sub if sub in known else target))
@@ -144,7 +147,6 @@ def private_uses(source: str, module: str, is_package: bool) -> list[tuple[int, 
     that ``source`` uses: ``from torchlens.x import _y`` (relative imports
     resolved), ``import torchlens._x``, and ``m._y`` where ``m`` names a
     torchlens module or object imported in ``source``."""
-    package = module if is_package else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     bound: dict[str, str] = {}  # local name -> what it was imported as
     tree = ast.parse(source)
@@ -158,12 +160,7 @@ def private_uses(source: str, module: str, is_package: bool) -> list[tuple[int, 
                 if alias.asname:
                     bound[alias.asname] = alias.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, module, is_package)
             if not _under(target, "torchlens"):
                 continue
             for alias in node.names:
