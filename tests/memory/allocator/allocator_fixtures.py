@@ -10,7 +10,7 @@ import pytest
 from torchlens.model.snapshot import load_snapshot
 
 SNAPSHOTS = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "snapshots"
+    Path(__file__).resolve().parents[3].parent / "shared" / "testdata" / "snapshots"
 )
 SNAPSHOT_FILES = sorted(SNAPSHOTS.glob("*.pickle")) if SNAPSHOTS.is_dir() else []
 SNAPSHOT_PARAMS = [pytest.param(p, id=p.stem) for p in SNAPSHOT_FILES]
