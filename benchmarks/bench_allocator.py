@@ -33,7 +33,7 @@ from torchlens.analysis.memory.fragmentation import summarize
 from torchlens.model.snapshot import load_snapshot
 
 # the synthetic 1M-event trace generator is a test helper, not part of the package
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "allocator"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "memory" / "allocator"))
 from synthetic_traces import training_trace  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "snapshots"

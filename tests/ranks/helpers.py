@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "tests" / "run" / "train_script.py"
+SCRIPT = REPO / "tests" / "ranks" / "train_script.py"
 BIN = Path(sys.executable).parent
 TORCHRUN = str(BIN / "torchrun")
 
