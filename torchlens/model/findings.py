@@ -73,6 +73,11 @@ class Finding:
     def evidence(self) -> str:
         return self.sentence
 
+    @property
+    def detail(self) -> str:
+        """A trace hint's older name for its sentence and advice (``Hint.detail``)."""
+        return str(self)
+
 
 def as_finding(value: Finding | str | dict[str, Any] | None,
                severity: str = INFO) -> Finding | None:

@@ -108,6 +108,11 @@ class OomDiagnosis:
     training: bool = False  # the trace shows a backward pass (batch advice applies)
     expandable: bool = False  # expandable_segments was on
 
+    @property
+    def explanation(self) -> str:
+        """The finding's sentence, under the name scripts read before it was a Finding."""
+        return self.finding.sentence
+
 
 def _derive(d: OomDiagnosis, req: int) -> None:
     """The free figures every view shows, and the cause they imply."""
