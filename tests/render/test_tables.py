@@ -109,9 +109,13 @@ def test_hint_figures_are_formatted(traces_dir) -> None:
     assert "largest_gap_us" not in html and "largest gap" in html
     shown = [(findings.figure_name(f), findings.figure_text(f)) for f in (
         Figure("sync_us", 1500.0, "µs"), Figure("syncs", 24), Figure("by_name", {"a": 3}),
-        Figure("ratio", 5.51234, "x"), Figure("bytes_per_step", 3 << 20, "B"))]
+        Figure("ratio", 5.51234, "x"), Figure("bytes_per_step", 3 << 20, "B"),
+        Figure("median_ms", 0.7681, "ms"))]
+    # a figure reads as its sentence writes it: ratios to one decimal, a
+    # duration in the unit that suits it (the sentence's "(768.1 µs)")
     assert shown == [("sync", "1.5 ms"), ("syncs", "24"), ("by name", "a 3"),
-                     ("ratio", "5.51x"), ("bytes per step", "3.0 MiB")]
+                     ("ratio", "5.5x"), ("bytes per step", "3.0 MiB"),
+                     ("median", "768.1 µs")]
 
 
 def test_step_table_hides_gpu_columns_on_a_cpu_trace() -> None:

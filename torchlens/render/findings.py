@@ -35,7 +35,6 @@ from torchlens.model.units import (
     format_bytes,
     format_count,
     format_duration,
-    format_ms,
     format_percent,
 )
 from torchlens.render import html
@@ -63,9 +62,12 @@ def _value(value: Any, unit: str) -> str:
         return ", ".join(_value(v, unit) for v in value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    formats = {"B": format_bytes, "µs": format_duration, "ms": format_ms,
+    # the rules the sentences use, so a figure line never gives its sentence's
+    # number a second value ("768.1 µs" in both, not "0.8 ms" under it)
+    formats = {"B": format_bytes, "µs": format_duration,
+               "ms": lambda v: format_duration(1e3 * v),
                "share": lambda v: format_percent(100 * v), "%": format_percent,
-               "x": lambda v: f"{v:,.2f}x"}
+               "x": lambda v: f"{v:,.1f}x"}
     if unit in formats:
         return formats[unit](value)
     number = (format_count(value) if isinstance(value, int) or float(value).is_integer()
