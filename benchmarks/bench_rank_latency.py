@@ -72,7 +72,7 @@ def main() -> None:
     import torchlens.frontends.ddp.live as live_mod
 
     live_mod.ProfiledLiveView = Timed  # type: ignore[misc]
-    ddp_api._in_kernel = lambda: True  # the view is built as in a notebook
+    ddp_api.in_kernel = lambda: True  # the view is built as in a notebook
     import IPython.display
 
     IPython.display.display = lambda *a, **k: None  # no front end to send to

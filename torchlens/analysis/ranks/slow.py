@@ -74,7 +74,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 
-from torchlens.analysis.ranks.steps import PHASES, Steps, _record_ms
+from torchlens.analysis.ranks.steps import PHASES, Steps, record_ms
 from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
 from torchlens.model.records import StepRecord
 from torchlens.model.units import format_duration, format_ms, format_percent
@@ -194,7 +194,7 @@ class SlowRank:
 
 def _times(rec: StepRecord) -> dict[str, float]:
     """Step, phases (unmeasured as 0) and other, in ms."""
-    step, values, other = _record_ms(rec)
+    step, values, other = record_ms(rec)
     out = {p: v or 0.0 for p, v in zip(PHASES, values, strict=True)}
     out["step"], out["other"] = step, other
     return out

@@ -67,7 +67,7 @@ class MemoryCreep:
     words: str
 
 
-def _record_ms(rec: StepRecord) -> tuple[float, list[float | None], float]:
+def record_ms(rec: StepRecord) -> tuple[float, list[float | None], float]:
     """(step, the phases in ``PHASES`` order with None unmeasured, other), in ms."""
     phases = rec.phases
     values: list[float | None] = []
@@ -90,7 +90,7 @@ def step_rows(steps: Steps) -> list[dict[str, Any]]:
     rows = []
     for r, recs in enumerate(steps):
         for rec in recs or []:
-            step, values, other = _record_ms(rec)
+            step, values, other = record_ms(rec)
             row = {"rank": r, "step": rec.step, "t0": rec.t0, "t1": rec.t1,
                    "step_ms": step, "other_ms": other, "profiled": rec.profiled,
                    "window": rec.window}
@@ -255,7 +255,7 @@ def rank_table(steps: Steps, summaries: Summaries,
     out = []
     for r, memory in enumerate(per_rank if per_rank is not None
                                else per_rank_memory(steps, summaries)):
-        timed = [_record_ms(rec) for rec in steps[r] or []]
+        timed = [record_ms(rec) for rec in steps[r] or []]
         row: dict[str, Any] = {"rank": r, "steps": len(timed),
                                "step_ms": _median([t[0] for t in timed]),
                                "other_ms": _median([t[2] for t in timed])}

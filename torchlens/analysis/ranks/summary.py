@@ -50,10 +50,10 @@ from torchlens.analysis.trace.events import (
 from torchlens.analysis.trace.ops import op_calls
 from torchlens.analysis.trace.steps import (
     ROLES,
-    _device_aware_steps,
-    _role_spans,
-    _time_per_role,
+    device_aware_steps,
+    role_spans,
     step_rows,
+    time_per_role,
 )
 from torchlens.model import Trace
 
@@ -135,7 +135,7 @@ def _step_span(trace: Trace, step: int) -> _Span:
         numbers = np.array([int(STEP_MARKER.match(names[c]).group(1)) for c in ev["name"][rows]])
         hit = np.flatnonzero(numbers == step)
         i = int(hit[-1]) if len(hit) else int(np.flatnonzero(numbers == numbers.max())[-1])
-        starts, ends = _device_aware_steps(trace, rows)
+        starts, ends = device_aware_steps(trace, rows)
         start, end = float(starts[i]), float(ends[i])
         host_start = float(ev["ts"][rows[i]])
         host_end = host_start + float(np.nan_to_num(ev["dur"][rows[i]]))
@@ -147,7 +147,7 @@ def _step_span(trace: Trace, step: int) -> _Span:
         end = float(np.nanmax(np.where(np.isfinite(ends), ends, ts)))
         # the whole trace is the step: every event of it, the last instant included
         host_start, host_end = start, math.inf
-    per_role = _time_per_role(np.array([start]), np.array([end]), _role_spans(trace))[0]
+    per_role = time_per_role(np.array([start]), np.array([end]), role_spans(trace))[0]
     values = dict(zip([f"{r}_us" for r in ROLES] + ["other_us"], per_role.tolist(), strict=True))
     return _Span(host_start, host_end, start, end, end - start,
                  {k: _round(values[k], 1) for k in BREAKDOWN_KEYS})

@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.ranks.arrivals import last_arrival
-from torchlens.analysis.runs.collectives import RankFigures, _tables
+from torchlens.analysis.runs.collectives import RankFigures, collective_tables
 from torchlens.model.findings import INFO, Figure, Finding
 from torchlens.model.units import format_duration
 
@@ -75,7 +75,7 @@ APPLY_FACTOR = 3.0
 def _ends(ranks: RankFigures) -> dict[int, dict[tuple[int, int], float]]:
     """``{rank: {(trace, seq): end in unix seconds}}``."""
     return {rank: {(trace, c["seq"]): c["t1"] for trace, recs in per.items() for c in recs}
-            for rank, per in _tables(ranks).items()}
+            for rank, per in collective_tables(ranks).items()}
 
 
 def clock_rows(ranks: RankFigures, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -186,7 +186,7 @@ def busbw_factor(name: str, n: int) -> float | None:
     return None
 
 
-def _tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, Any]]]]:
+def collective_tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, Any]]]]:
     """``{rank: {trace: records}}`` of the ranks' figures that carry collectives."""
     out: dict[int, dict[int, list[dict[str, Any]]]] = {}
     for rank in sorted(ranks):
@@ -231,7 +231,7 @@ def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[d
     ``span_us``, ``algbw_GBps``, ``busbw_GBps``. The timing keys are ``None``
     on a mismatch; ``last_rank`` and the waits need two ranks.
     """
-    tables = _tables(ranks)
+    tables = collective_tables(ranks)
     fallback_n = world_size or len(ranks)
     rows: list[dict[str, Any]] = []
     for trace in sorted({t for per in tables.values() for t in per}):

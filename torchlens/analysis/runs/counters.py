@@ -54,13 +54,13 @@ def queue_length(trace: Trace, include_last_step: bool = False,
                  max_queue: int = MAX_QUEUE) -> list[dict[str, Any]]:
     """Per GPU stream (``device``, ``stream``): the queue length summary and
     the time at the full queue (module docstring). Empty without launches."""
-    return _queues(trace, gpu_work(trace, include_last_step), max_queue)
+    return queues_of_work(trace, gpu_work(trace, include_last_step), max_queue)
 
 
 def memory_bandwidth(trace: Trace, include_last_step: bool = False) -> list[dict[str, Any]]:
     """Per memory kind: ``events``, ``bytes`` and the GB/s series summary
     (module docstring). Empty without memory events that carry ``bytes``."""
-    return _memory_bw(trace, gpu_work(trace, include_last_step))
+    return memory_bw_of_work(trace, gpu_work(trace, include_last_step))
 
 
 def _trace_span(trace: Trace) -> float | None:
@@ -69,7 +69,7 @@ def _trace_span(trace: Trace) -> float | None:
     return float(ts.max() - ts.min()) if len(ts) else None
 
 
-def _queues(trace: Trace, work: GpuWork, max_queue: int = MAX_QUEUE) -> list[dict[str, Any]]:
+def queues_of_work(trace: Trace, work: GpuWork, max_queue: int = MAX_QUEUE) -> list[dict[str, Any]]:
     pairs = launch_pairs(trace, work, LAUNCH_NAMES)
     if not len(pairs):
         return []
@@ -112,7 +112,7 @@ def memory_kind(name: str) -> str:
     return name[:11]
 
 
-def _memory_bw(trace: Trace, work: GpuWork) -> list[dict[str, Any]]:
+def memory_bw_of_work(trace: Trace, work: GpuWork) -> list[dict[str, Any]]:
     ev = trace.events
     pick = np.flatnonzero(work.kind == MEMORY)
     nbytes = ev["bytes"][work.rows[pick]]

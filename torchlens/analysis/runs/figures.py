@@ -128,14 +128,14 @@ def rank_figures(trace: Trace, top: int = 10, include_last_step: bool = False,
     """All figures of one rank, the GPU work selected once: ``temporal``,
     ``idle``, ``overlap``, ``kernels``, and ``launches`` (``launches.py``),
     ``queues`` and ``memory_bw`` (``counters.py``)."""
-    from torchlens.analysis.runs.counters import _memory_bw, _queues
-    from torchlens.analysis.runs.launches import _launch_stats
+    from torchlens.analysis.runs.counters import memory_bw_of_work, queues_of_work
+    from torchlens.analysis.runs.launches import launch_stats_of_work
 
     work = gpu_work(trace, include_last_step)
     return {"temporal": _temporal(work), "idle": _idle(work, kernel_wait_us),
             "overlap": _overlap(work), "kernels": _kernels(work, trace, top),
-            "launches": _launch_stats(trace, work, top), "queues": _queues(trace, work),
-            "memory_bw": _memory_bw(trace, work)}
+            "launches": launch_stats_of_work(trace, work, top), "queues": queues_of_work(trace, work),
+            "memory_bw": memory_bw_of_work(trace, work)}
 
 
 # ------------------------------------------------------------------ internals

@@ -134,11 +134,11 @@ def launch_stats(trace: Trace, top: int = 10, include_last_step: bool = False,
                  runtime_cutoff_us: float = RUNTIME_CUTOFF_US,
                  launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US) -> dict[str, Any]:
     """One rank's launch statistics (the module docstring defines each figure)."""
-    return _launch_stats(trace, gpu_work(trace, include_last_step), top, names,
+    return launch_stats_of_work(trace, gpu_work(trace, include_last_step), top, names,
                          runtime_cutoff_us, launch_delay_cutoff_us)
 
 
-def _launch_stats(trace: Trace, work: GpuWork, top: int = 10,
+def launch_stats_of_work(trace: Trace, work: GpuWork, top: int = 10,
                   names: tuple[str, ...] = LAUNCH_NAMES,
                   runtime_cutoff_us: float = RUNTIME_CUTOFF_US,
                   launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US) -> dict[str, Any]:

@@ -102,9 +102,9 @@ def step_columns(trace: Trace) -> dict[str, np.ndarray] | None:
     rows = step_rows(trace)
     if len(rows) == 0:
         return None
-    starts, ends = _device_aware_steps(trace, rows)
-    spans = _role_spans(trace)
-    seconds = _time_per_role(starts, ends, spans)
+    starts, ends = device_aware_steps(trace, rows)
+    spans = role_spans(trace)
+    seconds = time_per_role(starts, ends, spans)
     names = ev.text("name")[rows]
     table = {
         "step": np.array([int(_STEP_NAME.match(n).group(1)) for n in names], np.int64),
@@ -117,7 +117,7 @@ def step_columns(trace: Trace) -> dict[str, np.ndarray] | None:
     return table
 
 
-def _device_aware_steps(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def device_aware_steps(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host step spans widened to the device work they launched (plugin rule)."""
     ev = trace.events
     host_start = ev["ts"][rows]
@@ -165,7 +165,7 @@ def _device_aware_steps(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.
     return starts, ends
 
 
-def _role_spans(trace: Trace) -> list[tuple[np.ndarray, np.ndarray]]:
+def role_spans(trace: Trace) -> list[tuple[np.ndarray, np.ndarray]]:
     """(start, end) arrays of the events of each role, in ``ROLES`` order."""
     ev = trace.events
     ts, end = ev["ts"], ev["ts"] + ev["dur"]
@@ -206,7 +206,7 @@ def _covered(points: np.ndarray, merged: tuple[np.ndarray, np.ndarray]) -> np.nd
     return (i >= 0) & (points < e[np.maximum(i, 0)])
 
 
-def _time_per_role(starts: np.ndarray, ends: np.ndarray,
+def time_per_role(starts: np.ndarray, ends: np.ndarray,
                    spans: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """µs per (step, role), each instant going to the highest-priority busy role.
 

@@ -142,7 +142,7 @@ class RankProfiler:
         self.clock.tick = self._window_tick
         self._worker = threading.Thread(target=self._ingest, daemon=True, name="tl-ingest")
         self._worker.start()
-        _profiler._active.append(self)  # type: ignore[arg-type]
+        _profiler.attach_stepper(self)
         self.t_mark = time.time()
         self.window_end = self.t_mark + max(self.window_s,
                                             min(FIRST_WINDOW_S, 5 * self.window_s))
@@ -151,8 +151,7 @@ class RankProfiler:
 
     def finish(self, wait_s: float = 30.0) -> None:
         """The function returned (or raised): close the open step, wait for summaries."""
-        with contextlib.suppress(ValueError):
-            _profiler._active.remove(self)  # type: ignore[arg-type]
+        _profiler.detach_stepper(self)
         self.clock.tick = None
         if not self.real_steps and time.time() > self.t_mark:
             with contextlib.suppress(StepLimit):

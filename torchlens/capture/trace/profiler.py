@@ -44,6 +44,18 @@ from torchlens.model import (
 _active: list[ProfilerCapture] = []
 
 
+def attach_stepper(capture: Any) -> None:
+    """Make ``capture`` (a per-rank stepper with a ``step()``) the innermost
+    capture that ``torchlens.step()`` reaches."""
+    _active.append(capture)
+
+
+def detach_stepper(capture: Any) -> None:
+    """Undo ``attach_stepper``; nothing when ``capture`` is not attached."""
+    if capture in _active:
+        _active.remove(capture)
+
+
 def step() -> None:
     """Mark the end of one training step in the innermost running capture."""
     if _active:

@@ -105,7 +105,7 @@ class DdpResult(Result):
         return self.records.profiling
 
 
-def _in_kernel() -> bool:
+def in_kernel() -> bool:
     ip = sys.modules.get("IPython")
     shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
     return shell is not None and getattr(shell, "kernel", None) is not None
@@ -343,7 +343,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                          entry="torchlens.frontends.ranks.rank_side" if profile
                          else "torchlens.capture.ddp.worker",
                          elastic=spec, on_other_nodes=on_other_nodes)
-    live = _in_kernel() if live is None else live
+    live = in_kernel() if live is None else live
     if live or show or export:
         from torchlens.frontends import preload
 
@@ -355,7 +355,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         # built once the ranks are spawned (RankSink.start): its Bokeh imports
         # overlap the workers' own torch import in a cold kernel
         nonlocal handle, loaded
-        if not _in_kernel():  # a terminal IPython: no widgets, one progress line
+        if not in_kernel():  # a terminal IPython: no widgets, one progress line
             from torchlens.render.ddp.progress import TextProgress
 
             return TextProgress(world_size)

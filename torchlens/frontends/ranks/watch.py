@@ -258,9 +258,9 @@ class Watch:
 
     # -- public ------------------------------------------------------------------
     def start(self) -> None:
-        from torchlens.frontends.ddp.api import _in_kernel
+        from torchlens.frontends.ddp.api import in_kernel
 
-        if _in_kernel():  # BokehJS in the page before any widget of ours is drawn
+        if in_kernel():  # BokehJS in the page before any widget of ours is drawn
             from torchlens.frontends.bokeh_page import load_bokehjs
             from torchlens.frontends.ddp.live import ProfiledLiveView
 
