@@ -36,19 +36,24 @@ def _write(path: str, records: Iterable[StepRecord | Record | bytes]) -> None:
             fh.write(b"\n")
 
 
-def _read(path: str) -> Iterator[Record]:
+def _lines(path: str) -> Iterator[bytes]:
+    """The file's lines; none when it is not there."""
     try:
-        fh = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        fh = open(path, "rb")  # noqa: SIM115
     except OSError:
         return
     with fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                yield rec
+        yield from fh
+
+
+def _read(path: str) -> Iterator[Record]:
+    for line in _lines(path):
+        try:
+            rec = json.loads(line.decode("utf-8", errors="replace"))
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
 
 
 def write_steps(run_dir: str, rank: int,
@@ -65,16 +70,11 @@ def write_summaries(run_dir: str, rank: int, summaries: Iterable[Record | bytes]
 def iter_steps(run_dir: str, rank: int) -> Iterator[StepRecord]:
     """The rank's step records one at a time (a long run has millions); none when
     it has no ``steps.jsonl``."""
-    try:
-        fh = open(os.path.join(rank_dir(run_dir, rank), STEPS), "rb")  # noqa: SIM115
-    except OSError:
-        return
-    with fh:
-        for line in fh:
-            try:
-                yield StepRecord.from_json(line)
-            except ValueError:
-                continue
+    for line in _lines(os.path.join(rank_dir(run_dir, rank), STEPS)):
+        try:
+            yield StepRecord.from_json(line)
+        except ValueError:
+            continue
 
 
 def read_steps(run_dir: str, rank: int) -> list[StepRecord]:
