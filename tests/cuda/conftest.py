@@ -57,6 +57,24 @@ def figures(request: pytest.FixtureRequest):
             fh.write(json.dumps({"test": request.node.nodeid, **got}, default=str) + "\n")
 
 
+STAT_KEYS = ("allocated_bytes.all.current", "allocated_bytes.all.peak",
+             "reserved_bytes.all.current", "reserved_bytes.all.peak",
+             "inactive_split_bytes.all.current", "active_bytes.all.current")
+
+
+def keep_snapshot(path: Path, snapshot: dict, before: dict, after: dict) -> None:
+    """Save a snapshot with torch's own figures beside it (``.stats.json``):
+    the CPU tests check torchlens' figures of the snapshot against them."""
+    import pickle
+
+    with open(path, "wb") as fh:
+        pickle.dump(snapshot, fh)
+    pick = {k: {s: d.get(s) for s in STAT_KEYS} for k, d in (("before", before), ("after", after))}
+    path.with_suffix(".stats.json").write_text(json.dumps(
+        {**pick, "torch": torch.__version__,
+         "device": torch.cuda.get_device_name(0) if HAS_CUDA else None}, indent=1))
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

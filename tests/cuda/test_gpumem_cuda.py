@@ -7,12 +7,13 @@ after the cell.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import torch
 
 import torchlens
+
+from .conftest import keep_snapshot
 
 
 def _loop(steps: int = 4) -> torch.nn.Module:
@@ -45,8 +46,7 @@ def test_timeline_matches_allocator_stats(artifacts: Path, figures: dict) -> Non
     assert tl.reserved[-1] == after["reserved_bytes.all.current"]
     assert a.frag.reserved == after["reserved_bytes.all.current"]
     assert a.frag.inactive_split == after["inactive_split_bytes.all.current"]
-    with open(artifacts / "cuda_gpumem_train.pickle", "wb") as fh:
-        pickle.dump(r.snapshot(), fh)
+    keep_snapshot(artifacts / "cuda_gpumem_train.pickle", r.snapshot(), before, after)
     r.export(str(artifacts / "cuda_gpumem_train.html"))
     figures.update(start=tl.start_allocated, peak=tl.peak_allocated, end=tl.end_allocated,
                    reserved=a.frag.reserved, inactive_split=a.frag.inactive_split,
@@ -54,13 +54,14 @@ def test_timeline_matches_allocator_stats(artifacts: Path, figures: dict) -> Non
     del model
 
 
-def test_side_stream_record_stream(figures: dict) -> None:
+def test_side_stream_record_stream(artifacts: Path, figures: dict) -> None:
     """A tensor used on a side stream and freed on the main one: its block stays
     reserved until the side stream's work is done, but it stops counting as
     allocated at the free, as torch's allocated_bytes does."""
     side = torch.cuda.Stream()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_stats()
     with torchlens.gpumem() as r:
         for _ in range(6):
             x = torch.randn(4096, 4096, device="cuda")
@@ -73,6 +74,7 @@ def test_side_stream_record_stream(figures: dict) -> None:
             del z, y
         torch.cuda.synchronize()
     after = torch.cuda.memory_stats()
+    keep_snapshot(artifacts / "cuda_gpumem_side_stream.pickle", r.snapshot(), before, after)
     tl = r.analysis().timeline
     figures.update(timeline_peak=tl.peak_allocated, torch_peak=after["allocated_bytes.all.peak"])
     assert tl.peak_allocated == after["allocated_bytes.all.peak"]

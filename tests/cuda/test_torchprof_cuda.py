@@ -50,7 +50,8 @@ def test_kernels_device_time_and_flops(artifacts: Path, figures: dict) -> None:
     steps = r.steps()
     assert len(steps) >= 4, steps
     assert (steps["kernel_us"] > 0).all(), steps  # the step breakdown's GPU columns
-    r.export(str(artifacts / "cuda_torchprof.json.gz"))
+    r.export(str(artifacts / "cuda_torchprof.json.gz"))  # the Kineto JSON, as torch wrote it
+    r.save(str(artifacts / "cuda_torchprof.tlprof"))  # with the FLOPs torch left out of it
     html = artifacts / "cuda_torchprof.html"
     r.export(str(html))
     text = html.read_text(encoding="utf-8")
