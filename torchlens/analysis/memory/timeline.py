@@ -23,8 +23,8 @@ model and says nothing about which line of the notebook to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.analysis.frames import site_of
