@@ -35,9 +35,11 @@ def fake_cuda(monkeypatch):
     calls = []
     stats = iter([_stats(8783856, 134217728), _stats(48760832, 134217728, retries=2)])
     monkeypatch.setattr(cuda_memory, "cuda_available", lambda: True)
+    monkeypatch.setattr(cuda_memory, "allocator_backend", lambda: "native")
+    monkeypatch.setattr(cuda_memory, "history_enabled", lambda: False)
     monkeypatch.setattr(cuda_memory, "start_history",
-                        lambda max_entries, depth, device=None: calls.append(("start", depth)))
-    monkeypatch.setattr(cuda_memory, "stop_history", lambda device=None: calls.append(("stop",)))
+                        lambda max_entries, depth: calls.append(("start", depth)))
+    monkeypatch.setattr(cuda_memory, "stop_history", lambda: calls.append(("stop",)))
     monkeypatch.setattr(cuda_memory, "take_snapshot", lambda: snap)
     monkeypatch.setattr(cuda_memory, "memory_stats", lambda device: next(stats))
     monkeypatch.setattr("time.time_ns", lambda: t0 * 1000)  # the cell starts at the trace

@@ -90,11 +90,22 @@ class TorchprofPayload:
 @dataclass(frozen=True)
 class MemoryOptions:
     """What allocator history to record: the CUDA device, Python frames kept
-    per allocation, the history's size. Checked on creation (InputError)."""
+    per allocation, the history's size. Checked on creation (InputError).
+
+    ``max_entries`` bounds the host memory the history costs: torch keeps it
+    as a ring buffer of that many entries per device, and its docstring puts
+    an entry at "several KB" with stacks (the Python stack of an allocation
+    plus the symbolized dict ``_snapshot`` builds from it, and the trimmed copy
+    the capture keeps). 100,000 entries is about 0.1 to 0.5 GB at that rate,
+    where the old 1,000,000 could cost gigabytes; it holds about ten training
+    steps of a model making 3,000 allocations a step (alloc, free_requested
+    and free_completed: three entries each). A longer cell wraps the buffer:
+    the analysis detects it and says how much of the cell is missing.
+    """
 
     device: int = 0
     stacks: int = 32
-    max_entries: int = 1_000_000
+    max_entries: int = 100_000
 
     def __post_init__(self) -> None:
         for name in ("device", "stacks"):
@@ -133,6 +144,19 @@ class GpumemPayload:
     top: int = 15
     #: the kernel's cell file names -> In[N], to name sites ``cell [N] line L``
     cells: dict[str, int] = field(default_factory=dict)
+    #: CUDA: the allocator backend (``torch.cuda.memory.get_allocator_backend()``)
+    allocator_backend: str = ""
+    #: False: no allocator history could be recorded (``history_error`` says why);
+    #: the figures are ``stats_before``/``stats_after`` only
+    history: bool = True
+    history_error: str = ""
+    #: history was already on when the cell started (the user's recording): it was
+    #: left on, with the user's settings, and only the cell's entries were kept
+    user_recording: bool = False
+    #: entries the device's history held when it was read, before trimming to the
+    #: cell, and whether that filled the ring buffer (None: the size is the user's)
+    history_entries: int | None = None
+    history_full: bool | None = None
 
 
 @dataclass

@@ -9,12 +9,14 @@ capture, whose allocator reserves nothing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.analysis.frames import site_of
-from torchlens.analysis.memory import fragmentation, leaks, oom
+from torchlens.analysis.memory import fragmentation, history, leaks, oom
 from torchlens.analysis.memory.allocator import AllocatorConfig
+from torchlens.analysis.memory.allocator.config import round_size
 from torchlens.analysis.memory.timeline import (
     MemoryTimeline,
     SiteRow,
@@ -56,6 +58,8 @@ class MemoryAnalysis:
     oom_x: int | None = None
     #: the shell's cell file names -> In[N] (``GpumemPayload.cells``), for stacks
     cells: dict[str, int] = field(default_factory=dict)
+    #: False: no snapshot could be taken (cudaMallocAsync): no segments to show
+    segments_measured: bool = True
 
     @property
     def scope(self) -> str:
@@ -68,17 +72,72 @@ class MemoryAnalysis:
         return [r for r in self.survivors if r.flagged]
 
 
-def _pick_trace(snap: dict[str, Any], device: int) -> list[dict[str, Any]]:
-    traces = snap.get("device_traces") or []
-    if device < len(traces) and traces[device]:
-        return traces[device]
-    return next((t for t in traces if t), [])
-
-
 def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
     if p.alloc_conf:
         return AllocatorConfig.parse(p.alloc_conf)
     return AllocatorConfig.from_settings(snap.get("allocator_settings"))
+
+
+def _block_size(cfg: AllocatorConfig) -> Callable[[int], int]:
+    """The bytes torch's allocated_bytes counts for a request (the block, rounded)."""
+    return lambda n: round_size(n, cfg) if n > 0 else 0
+
+
+def _stats_timeline(p: GpumemPayload) -> MemoryTimeline:
+    """Start and end from memory_stats, no events between (no history)."""
+    before, after = p.stats_before, p.stats_after
+    tl = MemoryTimeline(start_allocated=int(before.get("allocated_bytes.all.current", 0)),
+                        start_reserved=int(before.get("reserved_bytes.all.current", 0)),
+                        known_peak=history.stats_peak(p))
+    if after:
+        tl.t_us = [max(0, (p.end_us or 0) - (p.start_us or 0))]
+        tl.allocated = [int(after.get("allocated_bytes.all.current", 0))]
+        tl.reserved = [int(after.get("reserved_bytes.all.current", 0))]
+    return tl
+
+
+def _measured_timeline(p: GpumemPayload, snap: dict[str, Any], trace: list[dict[str, Any]],
+                       rounding: Callable[[int], int] | None, notes: list[str]) -> MemoryTimeline:
+    """The timeline of a CUDA capture or a loaded snapshot, from the best base there is:
+    stats_before; for a wrapped history, stats_after less the kept entries' change; for a
+    file, its segments less the trace's change."""
+    probe = build_timeline(trace, block_size=rounding)
+    alloc_delta = probe.end_allocated - probe.start_allocated
+    res_delta = probe.end_reserved - probe.start_reserved
+    start_alloc = p.stats_before.get("allocated_bytes.all.current")
+    start_res = p.stats_before.get("reserved_bytes.all.current")
+    base_from_stats = start_alloc
+    base = None
+    if p.history_full:
+        base = history.wrapped_base(p, alloc_delta)
+        end_res = p.stats_after.get("reserved_bytes.all.current")
+        start_alloc = base
+        start_res = None if end_res is None else end_res - res_delta
+    if start_alloc is None or start_res is None:
+        final = fragmentation.summarize(snap)
+        start_alloc = final.allocated - alloc_delta if start_alloc is None else start_alloc
+        start_res = final.reserved - res_delta if start_res is None else start_res
+    tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res,
+                        cells=p.cells, block_size=rounding)
+    notes += history.history_notes(p, unknown_frees=tl.unknown_frees,
+                                   unknown_bytes=tl.unknown_freed_bytes,
+                                   start_from_stats=base_from_stats, base=base)
+    notes += _stats_check(p, tl)
+    return tl
+
+
+def _stats_check(p: GpumemPayload, tl: MemoryTimeline) -> list[str]:
+    """Say where the trace's figures and torch's own allocated_bytes disagree."""
+    end = p.stats_after.get("allocated_bytes.all.current")
+    peak = history.stats_peak(p)
+    out = []
+    for what, ours, theirs in (("end", tl.end_allocated, end), ("peak", tl.peak_allocated, peak)):
+        if theirs is not None and ours != theirs:
+            out.append(f"Allocated at the {what} from the history is {format_bytes(ours)}, "
+                       f"torch.cuda.memory_stats says {format_bytes(theirs)}: torch counts a "
+                       "block handed out whole (too small a remainder to split) at its full "
+                       "size, the history has the requested size.")
+    return out
 
 
 def _cpu_start_note(tl: MemoryTimeline) -> str:
@@ -93,34 +152,34 @@ def _cpu_start_note(tl: MemoryTimeline) -> str:
 def analyze(profile: Profile) -> MemoryAnalysis:
     """Build the analysis of a ``kind="gpumem"`` profile."""
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
-    snap = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
-    trace = _pick_trace(snap, p.recorded.device)
-    measured_on, stats_before, stats_after = p.measured_on, p.stats_before, p.stats_after
-    notes: list[str] = []
+    raw = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
+    measured_on, stats_after = p.measured_on, p.stats_after
+    # the CPU stand-in has one trace, index 0, whatever --device said
+    view = history.device_view(raw, 0 if measured_on == "cpu" else p.recorded.device,
+                               known=measured_on == "cuda")
+    snap, trace, notes = view.snapshot, view.trace, list(view.notes)
     capacity = p.capacity
     model = simulated = None
-    if measured_on == "cpu":
+    rounding = None if measured_on == "cpu" else _block_size(_config(p, snap))
+    if not p.history:
+        tl = _stats_timeline(p)
+        frag_snap, reserved_source = snap, "memory_stats"
+        notes += history.stats_only_notes(p)
+    elif measured_on == "cpu":
         model = run_model(trace, _config(p, snap), capacity=capacity)
         tl = build_timeline(trace, reserved_steps=model.reserved_steps, infer_start=True,
                             cells=p.cells)
         frag_snap, reserved_source = model.snapshot, "allocator model"
         notes.append(_cpu_start_note(tl))
     else:
-        start_alloc = stats_before.get("allocated_bytes.all.current")
-        start_res = stats_before.get("reserved_bytes.all.current")
-        if start_alloc is None or start_res is None:
-            # A loaded snapshot: work back from its final state over the trace.
-            probe = build_timeline(trace)
-            final = fragmentation.summarize(snap, device=None)
-            start_alloc = final.allocated - (probe.end_allocated - probe.start_allocated)
-            start_res = final.reserved - (probe.end_reserved - probe.start_reserved)
-        tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res,
-                            cells=p.cells)
+        tl = _measured_timeline(p, snap, trace, rounding, notes)
         frag_snap, reserved_source = snap, "snapshot"
         if p.simulate:
             simulated = run_model(trace, _config(p, snap), capacity=capacity,
                                   start_snapshot=snap)
     frag = fragmentation.summarize(frag_snap)
+    if measured_on == "cuda":
+        frag.torch_inactive_split = stats_after.get("inactive_split_bytes.all.current")
     surv = leaks.survivors(tl, repeated_only=measured_on == "snapshot")
     runs = [tuple(r) for r in p.runs]
     growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
@@ -128,7 +187,7 @@ def analyze(profile: Profile) -> MemoryAnalysis:
                        growth, stats_after, model, simulated, notes=notes,
                        sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
                        steady_growth=leaks.steady_growth(growth) if growth else None,
-                       cells=dict(p.cells))
+                       cells=dict(p.cells), segments_measured=p.history)
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))

@@ -3,8 +3,9 @@
 These answer "why did it run out of memory while nvidia-smi shows free
 memory": how much of the reserved memory is cached but free, how big the
 largest free block is (per pool: small-pool blocks never serve large
-requests), how much is stranded in split segments (``inactive_split``, which
-only an allocation that fits the gap or a merge can reuse), and which share of
+requests), how much is stranded in split segments (``inactive_split``, by
+torch's own definition, which only an allocation that fits the gap or a merge
+can reuse), and which share of
 reserved memory is free but useless for a given request size.
 
 Input is a snapshot dict as ``torchlens.model.snapshot.load_snapshot`` returns
@@ -40,8 +41,18 @@ class FragmentationSummary:
     free_by_pool: dict[str, int] = field(
         default_factory=lambda: {"small": 0, "large": 0}
     )
-    inactive_split: int = 0  # bytes of free blocks inside partly used segments
+    #: bytes of free blocks torch counts as ``inactive_split``: a free block with a
+    #: neighbour (C++ ``Block::is_split()``), i.e. every free block of a segment
+    #: with more than one block, except in expandable segments, which
+    #: ``free_block`` leaves out of the stat on purpose ("any fully free page
+    #: within an expandable segment can always be safely released";
+    #: ``if (!block->expandable_segment_)`` around the stat update)
+    inactive_split: int = 0
     inactive_split_blocks: int = 0
+    #: free bytes in expandable segments: cached, not in torch's inactive_split
+    free_expandable: int = 0
+    #: ``inactive_split_bytes.all.current`` of ``memory_stats()`` when measured on CUDA
+    torch_inactive_split: int | None = None
     n_segments: int = 0
     n_segments_by_pool: dict[str, int] = field(
         default_factory=lambda: {"small": 0, "large": 0}
@@ -89,6 +100,8 @@ def summarize(
                 out.free_by_pool[pool] += size
                 if size > out.largest_free[pool]:
                     out.largest_free[pool] = size
+                if expandable:
+                    out.free_expandable += size
                 if split:
                     out.inactive_split += size
                     out.inactive_split_blocks += 1

@@ -32,8 +32,10 @@ from torchlens.analysis.memory.leaks import LeakRow
 from torchlens.model.findings import FAILED, Figure, Finding
 from torchlens.model.units import format_bytes
 
-_SIZE = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
-_MULT = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
+# c10/cuda/CUDACachingAllocator.cpp format_size: "N bytes" up to 1024 bytes,
+# then "%.2f KiB" / "MiB" / "GiB" (GiB has no upper unit: "1536.00 GiB").
+_SIZE = r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB)"
+_MULT = {"bytes": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 
 
 def _find(pattern: str, text: str) -> int | None:
@@ -45,7 +47,8 @@ def parse_oom_message(message: str) -> dict[str, int | None]:
     """Figures from torch's OutOfMemoryError text (None where the text lacks them)."""
     return {
         "requested": _find(r"Tried to allocate " + _SIZE, message),
-        "capacity": _find(r"total capacity of " + _SIZE, message),
+        # torch < 2.2 printed "total capacty of"
+        "capacity": _find(r"total capac(?:i)?ty of " + _SIZE, message),
         "device_free": _find(r"of which " + _SIZE + r" is free", message),
         "allocated": _find(_SIZE + r" is allocated by PyTorch", message),
         "free_cached": _find(_SIZE + r" is reserved by PyTorch but unallocated", message),

@@ -3,9 +3,17 @@
 The same functions serve a real CUDA snapshot and the CPU stand-in trace: a
 list of entries with ``action`` (alloc, free_requested, free_completed,
 segment_alloc/free/map/unmap, oom ...), ``addr``, ``size``, ``time_us`` and
-``frames`` (innermost first). Allocated bytes change at ``alloc`` and at
-``free_completed`` (that is when the caching allocator can reuse the block),
-reserved bytes at the segment actions.
+``frames`` (innermost first). Reserved bytes change at the segment actions.
+
+Allocated bytes follow torch's own ``allocated_bytes`` rule
+(c10/cuda/CUDACachingAllocator.cpp): ``free()`` decreases ``allocated_bytes``
+by the block's size and records ``free_requested``; ``free_completed`` comes
+when the block is back in the pool, which with ``record_stream`` or a side
+stream is later, after the stream's events. So allocated falls at
+``free_requested``; a ``free_completed`` with none before it (the CPU
+allocator's stand-in trace, older formats) is the free itself. Trace sizes are
+what the program asked for, the stat counts the block (``block_size``: the
+allocator's rounding; a block handed out whole, unsplit, is larger still).
 
 Allocation sites are the innermost frame of *user* code: frames in torch,
 site-packages, torchlens, the standard library, IPython/ipykernel and C++
@@ -15,6 +23,7 @@ model and says nothing about which line of the notebook to change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,12 +70,14 @@ class MemoryTimeline:
     unknown_freed_bytes: int = 0  # their bytes: alive at the start, proven by those frees
     start_inferred: bool = False  # start_allocated was inferred from those frees
     t0_us: int = 0
+    #: a peak known from elsewhere (memory_stats) when the trace cannot show it
+    known_peak: int | None = None
 
     @property
     def peak_allocated(self) -> int:
         """The most allocated at any point, the start included (a cell that only frees
         peaks at its start)."""
-        return max(self.start_allocated, max(self.allocated, default=0))
+        return max(self.start_allocated, max(self.allocated, default=0), self.known_peak or 0)
 
     @property
     def end_allocated(self) -> int:
@@ -89,6 +100,7 @@ def build_timeline(
     reserved_steps: list[tuple[int, int]] | None = None,
     infer_start: bool = False,
     cells: CellNames | None = None,
+    block_size: Callable[[int], int] | None = None,
 ) -> MemoryTimeline:
     """Walk the trace once: the allocated/reserved series and every allocation.
 
@@ -103,9 +115,13 @@ def build_timeline(
     show negative allocated memory.
 
     ``cells`` names notebook cells in the sites (``frames.site_of``).
+    ``block_size`` maps a requested size to the bytes the allocator counts for it
+    (``allocator.config.round_size``); None counts the trace's sizes as they are.
     """
     tl = MemoryTimeline(start_allocated=start_allocated, start_reserved=start_reserved)
     live: dict[int, Allocation] = {}
+    pending: set[int] = set()  # free_requested seen, free_completed not yet
+    counted = block_size or (lambda n: n)
     allocated, reserved = start_allocated, start_reserved
     steps = dict(reserved_steps or [])
     times = [int(e.get("time_us") or 0) for e in trace]
@@ -121,16 +137,20 @@ def build_timeline(
             a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
             live[e["addr"]] = a
             tl.allocations.append(a)
-            allocated += e["size"]
-        elif action in ("free_completed", "free"):
+            allocated += counted(e["size"])
+        elif action in ("free_completed", "free") and e["addr"] in pending:
+            pending.discard(e["addr"])  # back in the pool: allocated fell at the request
+        elif action in ("free_requested", "free_completed", "free"):
+            if action == "free_requested":
+                pending.add(e["addr"])
             a = live.pop(e["addr"], None)
             if a is None:
                 tl.unknown_frees += 1
-                tl.unknown_freed_bytes += e["size"]
-                allocated -= e["size"]
+                tl.unknown_freed_bytes += counted(e["size"])
+                allocated -= counted(e["size"])
             else:
                 a.t_free, a.i_free = t, i
-                allocated -= a.size
+                allocated -= counted(a.size)
         elif reserved_steps is None and action in SEG_ADD:
             reserved += e["size"]
         elif reserved_steps is None and action in SEG_SUB:
@@ -221,7 +241,8 @@ def decimate(t: list[int], *series: list[int], max_points: int = 4000) -> tuple[
     """At most ``max_points`` points per series, keeping each bucket's min and max.
 
     A step plot of 100k events cannot show more than a few thousand distinct
-    x pixels; keeping the extremes of each bucket keeps every peak visible.
+    x pixels; keeping the extremes of each bucket keeps every peak visible, and
+    the first and last points keep the axis and the end value.
     """
     n = len(t)
     if n <= max_points:
@@ -234,5 +255,5 @@ def decimate(t: list[int], *series: list[int], max_points: int = 4000) -> tuple[
         chunk = range(start, end)
         lo = min(chunk, key=main.__getitem__)
         hi = max(chunk, key=main.__getitem__)
-        keep += sorted({lo, hi})
+        keep += sorted({lo, hi} | {i for i in (0, n - 1) if start <= i < end})
     return ([t[i] for i in keep], *([s[i] for i in keep] for s in series))

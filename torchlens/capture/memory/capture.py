@@ -1,7 +1,10 @@
 """``MemoryCapture``: run a block with allocator history on, produce a ``Profile``.
 
 On CUDA: stats before, history on, the body, snapshot and stats after, history
-off. The profile holds the snapshot in torch's own format
+off. History that was on before the cell is the user's recording: it is left
+on as it was, and only the cell's entries are kept. Under
+``backend:cudaMallocAsync`` (no history, no snapshot) only the stats are read,
+and ``profile.unmeasured`` says so. The profile holds the snapshot in torch's own format
 (``snapshots["device0"]``), so ``torch.cuda._memory_viz`` and PyTorch's
 memory_viz page accept an export of it unchanged.
 
@@ -32,6 +35,16 @@ CPU_NOTE = (
 )
 
 
+ASYNC_NOTE = (
+    "GPU allocator history: PYTORCH_CUDA_ALLOC_CONF has backend:cudaMallocAsync, which "
+    "records no history and keeps no segments (torch: \"cudaMallocAsync does not yet "
+    "support recordHistory\"). The figures are torch.cuda.memory_stats before and after "
+    "the cell: no timeline, no allocation sites, no fragmentation")
+
+EMPTY_SNAPSHOT: dict[str, Any] = {"segments": [], "device_traces": [], "allocator_settings": {},
+                                  "external_annotations": []}
+
+
 class MemoryCapture:
     """Context manager; ``.profile`` is set on exit. ``mark_run()`` splits ``--repeat`` runs."""
 
@@ -55,13 +68,36 @@ class MemoryCapture:
         opts = self.options
         if self._cuda:
             self._stats_before = cuda_memory.memory_stats(opts.device)
-            cuda_memory.start_history(opts.max_entries, opts.stacks, opts.device)
+            self._start_history()
         else:
             self._start_cpu()
         self._created = time.time()
         self._wall0 = time.perf_counter()
         self._start_us = self._run_start = time.time_ns() // 1000
         return self
+
+    def _start_history(self) -> None:
+        """History on, unless the user's recording is on already (keep it: turning it
+        off at the end would end their recording too) or the backend cannot record."""
+        self._history = {"allocator_backend": cuda_memory.allocator_backend()}
+        if self._history["allocator_backend"] == "cudaMallocAsync":
+            self._history.update(history=False, history_error=ASYNC_NOTE)
+            return
+        try:
+            user = cuda_memory.history_enabled()
+            if user is None:
+                # this torch cannot say: a history in the snapshot means someone records
+                user = any(cuda_memory.take_snapshot().get("device_traces") or [])
+            if not user:
+                cuda_memory.start_history(self.options.max_entries, self.options.stacks)
+        except RuntimeError as exc:
+            # e.g. a pluggable allocator: "... does not yet support recordHistory"
+            self._history.update(history=False, history_error=(
+                f"GPU allocator history: torch refused to record it ({exc}); the figures "
+                "are memory_stats before and after the cell: no timeline, no sites, no "
+                "segments"))
+            return
+        self._history["user_recording"] = bool(user)
 
     def _start_cpu(self) -> None:
         from torchlens.capture.memory.cpu import MemoryEvents, SiteRecorder
@@ -88,8 +124,12 @@ class MemoryCapture:
             self.runs.append((self._run_start, end_us))
         t0 = time.perf_counter()
         unmeasured: list[str] = []
+        history: dict[str, Any] = {}
         if self._cuda:
             snap, stats_after = self._stop_cuda()
+            history = dict(self._history)
+            if not history.get("history", True):
+                unmeasured.append(history["history_error"])
         else:
             snap, stats_after = self._stop_cpu(), {}
             unmeasured.append(CPU_NOTE)
@@ -102,7 +142,7 @@ class MemoryCapture:
                 measured_on="cuda" if self._cuda else "cpu", recorded=self.options,
                 stats_before=self._stats_before, stats_after=stats_after,
                 start_us=self._start_us, end_us=end_us, runs=list(self.runs),
-                capture_stop_s=time.perf_counter() - t0),
+                capture_stop_s=time.perf_counter() - t0, **history),
             created_at=self._created,
             wall_time_s=wall,
             source="gpumem capture" + ("" if self._cuda else " (CPU allocator events)"),
@@ -113,12 +153,19 @@ class MemoryCapture:
         return False
 
     def _stop_cuda(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        dev = self.options.device
+        dev, h = self.options.device, self._history
+        if not h.get("history", True):
+            return dict(EMPTY_SNAPSHOT), cuda_memory.memory_stats(dev)
         try:
             snap = cuda_memory.take_snapshot()
             stats_after = cuda_memory.memory_stats(dev)
         finally:
-            cuda_memory.stop_history(dev)
+            if not h.get("user_recording"):
+                cuda_memory.stop_history()
+        traces = snap.get("device_traces") or []
+        h["history_entries"] = n = len(traces[dev]) if dev < len(traces) else 0
+        # the user's buffer size is theirs and unknown here
+        h["history_full"] = None if h.get("user_recording") else n >= self.options.max_entries
         return _trim_snapshot(snap, self._start_us, self.options.stacks), stats_after
 
     def _stop_cpu(self) -> dict[str, Any]:

@@ -214,6 +214,25 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
     return p
 
 
+def _split_rows(f: Any) -> list[tuple[str, str]]:
+    """inactive_split as torch defines it, measured where memory_stats gave it."""
+    ours = f"{format_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"
+    label = ("inactive_split (free blocks in segments that also hold other blocks; "
+             "expandable segments excluded, as torch does)")
+    torch_value = f.torch_inactive_split
+    if torch_value is None:
+        rows = [(label, f"{ours}, from the segments")]
+    elif torch_value == f.inactive_split:
+        rows = [(label, f"{ours} (memory_stats inactive_split_bytes agrees)")]
+    else:
+        rows = [(label, f"{format_bytes(torch_value)} (memory_stats inactive_split_bytes); "
+                        f"the snapshot's segments give {ours}")]
+    if f.free_expandable:
+        rows.append(("cached free in expandable segments (not inactive_split: free pages "
+                     "can be unmapped)", format_bytes(f.free_expandable)))
+    return rows
+
+
 def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     f = a.frag
     st = a.stats_after or (a.model.stats if a.model else {})
@@ -221,7 +240,7 @@ def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
             ("cached free", f"{format_bytes(f.free_cached)} ({format_percent(100 * f.free_share)} of reserved)"),
             ("largest free block", f"{format_bytes(f.largest_free_block)} of {format_bytes(f.free_cached)} free"),
             ("in flight (pending free)", format_bytes(f.pending_free)),
-            ("inactive_split", f"{format_bytes(f.inactive_split)} in {f.inactive_split_blocks} blocks"),
+            *_split_rows(f),
             ("segments", f"{f.n_segments} ({f.n_segments_by_pool['small']} small, "
                          f"{f.n_segments_by_pool['large']} large)")]
     if a.unusable_for_largest is not None:
@@ -269,6 +288,11 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
     if a.growth:
         out.append(("Growth per run (--repeat)",
                     tables.html_table([vars(g) for g in a.growth], _GROWTH_COLS), "growth"))
+    if not a.segments_measured:
+        out.append(("Fragmentation", html.note(
+            "Not measured: this allocator backend keeps no segments to read "
+            "(see Not measured)."), "fragmentation"))
+        return out
     src = ("the allocator model replaying this cell's allocations (not a GPU)"
            if a.reserved_source == "allocator model" else "the snapshot")
     frag = html.note(f"From {src}.") + _kv(fragmentation_rows(a))
