@@ -36,7 +36,8 @@ OOM_OLD = ("CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total ca
 def test_oom_sizes_printed_as_bytes_are_read():
     f = oom.parse_oom_message(OOM_ZERO_FREE)
     assert f == {"requested": 20 * MIB, "capacity": int(79.15 * GIB), "device_free": 0,
-                 "allocated": int(77.52 * GIB), "free_cached": int(1.12 * GIB)}
+                 "allocated": int(77.52 * GIB), "free_cached": int(1.12 * GIB),
+                 "allowed": None}
     g = oom.parse_oom_message(OOM_SMALL)
     assert g["requested"] == 512 and g["device_free"] == 1024 and g["free_cached"] == 1024
     assert g["allocated"] == 2 * GIB and g["capacity"] == int(14.75 * GIB)
@@ -99,3 +100,23 @@ def test_a_file_from_a_second_gpu_shows_that_gpu_and_says_so(tmp_path):
     assert [x.size for x in a.timeline.allocations] == [4 * MIB, 2 * MIB]
     assert a.timeline.end_allocated == 6 * MIB and a.timeline.start_allocated == 0
     assert any("no data for cuda:0; showing cuda:1" in n for n in a.notes)
+
+
+def test_an_oom_under_a_process_limit_is_diagnosed_against_the_limit() -> None:
+    """The message torch 2.11 printed on an H200 under set_per_process_memory_fraction(0.02)
+    (scripts/gpu-check): 136 GiB free on the device, yet the process was at its 2.80 GiB."""
+    from torchlens.analysis.memory.oom import from_snapshot
+
+    message = ("CUDA out of memory. Tried to allocate 574.00 MiB. GPU 0 has a total capacity of "
+               "139.80 GiB of which 136.11 GiB is free. Process 545 has 954.00 MiB memory in use. "
+               "Including non-PyTorch memory, this process has 2.75 GiB memory in use. 2.80 GiB "
+               "allowed; Of the allocated memory 2.24 GiB is allocated by PyTorch, and 5.50 MiB "
+               "is reserved by PyTorch but unallocated.")
+    d = from_snapshot({"segments": []}, message=message)
+    gib = 1024**3
+    assert d.limit == d.capacity == int(2.80 * gib)
+    assert d.device_free < 0.6 * gib  # what was left under the limit, not 136 GiB
+    assert d.cause == "exhaustion" and d.shortfall > 0
+    assert "left under this process's limit of 2.8 GiB" in d.finding.sentence
+    assert "The process is" in d.finding.sentence
+    assert any("set_per_process_memory_fraction" in a.evidence for a in d.advice)

@@ -52,6 +52,9 @@ def parse_oom_message(message: str) -> dict[str, int | None]:
         "device_free": _find(r"of which " + _SIZE + r" is free", message),
         "allocated": _find(_SIZE + r" is allocated by PyTorch", message),
         "free_cached": _find(_SIZE + r" is reserved by PyTorch but unallocated", message),
+        # set_per_process_memory_fraction: the allocator refuses past this limit
+        # whatever the device has free (CUDACachingAllocator's "N allowed;")
+        "allowed": _find(_SIZE + r" allowed;", message),
     }
 
 
@@ -96,6 +99,9 @@ class OomDiagnosis:
     reserved: int | None = None
     allocated: int | None = None
     free_cached: int | None = None  # reserved by the allocator but not allocated
+    #: the process's limit (``set_per_process_memory_fraction``); then ``capacity`` is
+    #: that limit and ``device_free`` what was left under it, not the device's free
+    limit: int | None = None
     largest_usable: int | None = None  # largest cached block the request could use
     inactive_split: int | None = None
     unusable_share: float | None = None
@@ -147,8 +153,10 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
     _derive(d, req)
     largest = d.largest_usable or 0
     free_text = (f"{format_bytes(d.total_free)} was free in total ({format_bytes(d.free_cached or 0)} "
-                 f"cached by the allocator, {format_bytes(d.device_free or 0)} on the device"
-                 + (f" of {format_bytes(d.capacity)}" if d.capacity else "") + ")")
+                 f"cached by the allocator, {format_bytes(d.device_free or 0)} "
+                 + (f"left under this process's limit of {format_bytes(d.limit)} "
+                    "(set_per_process_memory_fraction)" if d.limit else "on the device"
+                    + (f" of {format_bytes(d.capacity)}" if d.capacity else "")) + ")")
     needs_segment = (d.segment_size is not None and (d.device_free or 0) < d.segment_size)
     segment_text = (f"a request of this size needs a new {format_bytes(d.segment_size)} segment "
                     f"and the device had {format_bytes(d.device_free or 0)} free"
@@ -177,7 +185,8 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
             + (f" ({segment_text})" if segment_text else "")
             + (f"; {format_bytes(d.allocated)} is allocated by tensors" if d.allocated is not None else "")
             + ": the memory is really used, not fragmented. "
-            + (f"The device is {format_bytes(d.shortfall)} short of that segment."
+            + (f"The {'process' if d.limit else 'device'} is {format_bytes(d.shortfall)} short "
+               "of that segment."
                if needs_segment else f"The request is {format_bytes(d.shortfall)} short of fitting."))
         _exhaustion_advice(d, req, needs_segment)
     for leak in (leaks or [])[:3]:
@@ -204,7 +213,8 @@ def figures(d: OomDiagnosis) -> tuple[Figure, ...]:
         ("largest usable cached block", d.largest_usable),
         ("new segment a request of this size needs", d.segment_size),
         ("short by", d.shortfall), ("allocated", d.allocated), ("reserved", d.reserved),
-        ("capacity", d.capacity), ("inactive_split", d.inactive_split)) if value is not None]
+        ("capacity", d.capacity), ("process limit", d.limit),
+        ("inactive_split", d.inactive_split)) if value is not None]
     if d.unusable_share is not None:
         out.append(Figure("reserved memory free but unusable for this request",
                           d.unusable_share, "share"))
@@ -233,7 +243,12 @@ def _exhaustion_advice(d: OomDiagnosis, req: int, needs_segment: bool) -> None:
             f"segments then grow in 2 MiB pages: this request needs {format_bytes(pages)} of the "
             f"{format_bytes(d.device_free)} free instead of a new {format_bytes(d.segment_size)} "
             "segment."))
-    if d.capacity:
+    if d.limit:
+        d.advice.append(Advice(
+            f"Or raise this process's limit to at least {format_bytes(d.limit + short)}",
+            f"torch.cuda.set_per_process_memory_fraction allows it {format_bytes(d.limit)} and "
+            f"the request is {format_bytes(short)} short."))
+    elif d.capacity:
         d.advice.append(Advice(
             f"Or run on a device with at least {format_bytes(d.capacity + short)}",
             f"this one has {format_bytes(d.capacity)} and the request is {format_bytes(short)} short."))
@@ -284,8 +299,23 @@ def from_snapshot(
     else:
         d.allocated = parsed.get("allocated")
         d.free_cached = parsed.get("free_cached")
+    _apply_limit(d, parsed.get("allowed"))
     d.site = site
     return diagnose(d, leaks, scope=scope)
+
+
+def _apply_limit(d: OomDiagnosis, allowed: int | None) -> None:
+    """Under a per-process limit the device's free memory is not what this
+    process could get: what it could is the limit less what it has reserved."""
+    if allowed is None:
+        return
+    reserved = d.reserved
+    if reserved is None and d.allocated is not None and d.free_cached is not None:
+        reserved = d.allocated + d.free_cached
+    d.limit = d.capacity = allowed
+    if reserved is not None:
+        headroom = max(0, allowed - reserved)
+        d.device_free = headroom if d.device_free is None else min(d.device_free, headroom)
 
 
 def from_model_oom(oom: Any, snapshot: dict[str, Any], *, leaks: list[LeakRow] | None = None,
