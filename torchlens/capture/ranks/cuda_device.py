@@ -46,12 +46,14 @@ def script_device() -> torch.device:
     return torch.device("cuda", current)
 
 
-def counters(device: torch.device) -> dict[str, int] | None:
+def counters(device: torch.device) -> dict[str, int | None] | None:
     """Allocated, reserved and inactive-split bytes of ``device``'s caching allocator.
 
     One ``memory_stats_as_nested_dict`` call: ``memory_stats`` flattens and
-    sorts the same dict in Python (about 150 us), and ``memory_allocated`` /
+    sorts the same dict in Python, and ``memory_allocated`` /
     ``memory_reserved`` each call ``memory_stats`` (torch/cuda/memory.py).
+    On an H200, torch 2.11: 12 us, against 135 us for ``memory_stats`` and
+    260 us for the pair (benchmarks/bench_stepper_memory_reads.py).
     None when CUDA is not initialised (nothing was allocated there).
     """
     if device.type != "cuda" or not cuda_in_use():
@@ -59,9 +61,9 @@ def counters(device: torch.device) -> dict[str, int] | None:
     st = torch.cuda.memory_stats_as_nested_dict(device)
     if not st:
         return None
-    return {"allocated": st["allocated_bytes"]["all"]["current"],
-            "reserved": st["reserved_bytes"]["all"]["current"],
-            "inactive_split": st["inactive_split_bytes"]["all"]["current"]}
+    # .get: another backend (cudaMallocAsync, a pluggable allocator) may leave some out
+    return {name: (st.get(f"{name}_bytes") or {}).get("all", {}).get("current")
+            for name in ("allocated", "reserved", "inactive_split")}
 
 
 def allocated(device: torch.device | int) -> int | None:
@@ -75,7 +77,8 @@ def _segments() -> list[dict[str, Any]]:
     """The allocator's segments, without its trace entries where torch can leave them out.
 
     ``memory_snapshot(include_traces=True)``, the default, symbolises every
-    entry of the memory history when the user records one; the segments are
+    entry of the memory history when the user records one (H200, torch 2.11,
+    20,000 recorded entries: 6.3 s, against 0.6 ms without); the segments are
     all the largest free block needs. Older torch has no ``include_traces``.
     """
     fn = torch.cuda.memory_snapshot
