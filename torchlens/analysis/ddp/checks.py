@@ -42,6 +42,33 @@ MEMORY_IMBALANCE = 0.25  # 25% more tensor bytes on one rank than on another
 MEMORY_MIN_BYTES = 16 << 20  # below this, imbalance is noise
 
 
+def shared_gpus(seen: list[tuple[int, dict[str, Any]]], node: dict[int, Any],
+                ) -> tuple[list[tuple[list[int], str]], list[int]]:
+    """(ranks that share one GPU, and how it was told), ranks compared without a UUID.
+
+    A GPU is its UUID (``device_uuid`` in the rank's report): the device name
+    is not, since with per-rank ``CUDA_VISIBLE_DEVICES`` every rank's GPU is
+    ``cuda:0``. Without a UUID (a report from before it was recorded, or a
+    torch whose device properties lack it) the host and device name stand in.
+    """
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    unnamed = []
+    for i, r in seen:
+        device = r.get("device")
+        if not device or not str(device).startswith("cuda"):
+            continue
+        if r.get("device_uuid"):
+            key: tuple[Any, ...] = ("uuid", r["device_uuid"])
+        else:
+            unnamed.append(i)
+            key = ("name", str(device), r.get("hostname"), node.get(i))
+        groups.setdefault(key, []).append(i)
+    shared = [(ranks, f"UUID {key[1]}" if key[0] == "uuid" else
+               key[1] + (f" on {key[2]}" if key[2] else "") + ", no UUID reported")
+              for key, ranks in groups.items() if len(ranks) > 1]
+    return shared, unnamed
+
+
 def check_environment(rec: DdpRun) -> Finding:
     results = rank_results(rec)
     n = rec.world_size or len(results)
@@ -70,10 +97,10 @@ def check_environment(rec: DdpRun) -> Finding:
                         + (" of one node" if rec.nodes else "")
                         + f": {[lr for _, lr in local]}")
     devices = {i: r.get("device") for i, r in seen}
-    cuda = [(node[i], d) for i, d in devices.items() if d and str(d).startswith("cuda")]
-    if len(set(cuda)) != len(cuda):
-        problems.append("two ranks use the same GPU: "
-                        + ", ".join(f"rank {i}={d}" for i, d in devices.items()))
+    shared, unnamed = shared_gpus(seen, node)
+    for ranks, what in shared:
+        problems.append(f"ranks {', '.join(map(str, ranks))} use the same GPU ({what}): "
+                        + ", ".join(f"rank {i}={devices[i]}" for i in ranks))
     versions = {i: r.get("versions", {}) for i, r in seen}
     for key in ("torch", "cuda", "nccl"):
         values = {i: v.get(key) for i, v in versions.items()}
@@ -84,6 +111,10 @@ def check_environment(rec: DdpRun) -> Finding:
                 + ", ".join(f"rank {i}: {d}" for i, d in devices.items())
                 + f"; torch {first.get('torch')}, CUDA {first.get('cuda') or 'none'}, "
                 f"NCCL {first.get('nccl') or 'none'}")
+    if unnamed:
+        evidence += (f"; rank(s) {', '.join(map(str, unnamed))} reported no GPU UUID, so "
+                     "their GPUs were compared by host and device name (under per-rank "
+                     "CUDA_VISIBLE_DEVICES two different GPUs can both be cuda:0)")
     if problems:
         return Finding(FAILED, "; ".join(problems) + f". ({evidence})",
                        advice="set the rendezvous variables once, identically on every rank "

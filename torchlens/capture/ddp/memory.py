@@ -4,7 +4,8 @@ Why a gc scan for tensor bytes: a CPU build keeps no allocator statistics
 outside the profiler, and the profiler's memory events cost far more than a
 scan of live tensors at the end of each step. The scan must run on the main
 thread (see ``worker._heartbeat``). CUDA numbers come from the caching
-allocator's own counters and are None (not 0) where there is no GPU.
+allocator's own counters of the device named (the heartbeat thread's current
+device is 0 on every rank) and are None (not 0) where there is no GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import psutil
 import torch
+
+from torchlens.capture.ranks.cuda_device import counters
 
 _PROCESS = psutil.Process(os.getpid())
 
@@ -37,13 +40,14 @@ def tensor_bytes() -> int:
     return total
 
 
-def sample(with_tensors: bool) -> dict[str, Any]:
-    """One reading; ``tensor_bytes`` only when asked (the scan costs milliseconds)."""
+def sample(with_tensors: bool, device: torch.device | None = None) -> dict[str, Any]:
+    """One reading; ``tensor_bytes`` only when asked (the scan costs milliseconds);
+    CUDA bytes of ``device`` when it is a GPU and CUDA is up (None: not read)."""
     out: dict[str, Any] = {"rss": _PROCESS.memory_info().rss, "tensor_bytes": None,
                            "cuda_allocated": None, "cuda_reserved": None}
     if with_tensors:
         out["tensor_bytes"] = tensor_bytes()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda_allocated"] = torch.cuda.memory_allocated()
-        out["cuda_reserved"] = torch.cuda.memory_reserved()
+    got = counters(device) if device is not None else None
+    if got is not None:
+        out["cuda_allocated"], out["cuda_reserved"] = got["allocated"], got["reserved"]
     return out

@@ -95,6 +95,10 @@ class Worker:
         self.raw_store = raw
         self.timings["store"] = time.time()
         self.phase = "starting"
+        self.device: Any = None  # the rank's device, once the group is up
+        #: whose memory the heartbeat reads: named, since the heartbeat thread's
+        #: current device is 0; set by the main thread (gloo: where the code ran)
+        self.mem_device: Any = None
         self.recorder: Any = None
         self.stepper: Any = None  # --profile: the RankProfiler
         self.summarize = summarize
@@ -126,7 +130,8 @@ class Worker:
             # No live-tensor scan here: gc.get_objects() from a second thread can
             # grab a tuple under construction and make the main thread's
             # _PyTuple_Resize fail (SystemError). Tensors are counted between steps.
-            mem = sample(with_tensors=False)
+            mem = sample(with_tensors=False, device=(
+                self.stepper.device if self.stepper is not None else self.mem_device))
             for k, v in mem.items():
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
@@ -226,6 +231,7 @@ class Worker:
             self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
+        self.mem_device = self.device
         timeout = timedelta(seconds=max(60.0, 3 * job["timeout_s"]))
         if self.elastic is not None:  # the agent's rendezvous: MASTER_ADDR/PORT
             dist.init_process_group(backend, init_method="env://", rank=self.rank,
@@ -253,7 +259,11 @@ class Worker:
                 nccl = ".".join(map(str, torch.cuda.nccl.version()))
             except Exception:  # noqa: BLE001 - NCCL not built in
                 nccl = None
-        self.result.update(device=str(self.device), hostname=os.uname().nodename,
+        from torchlens.capture.ranks.cuda_device import device_uuid
+
+        # the GPU's identity: under per-rank CUDA_VISIBLE_DEVICES every rank is cuda:0
+        self.result.update(device=str(self.device), device_uuid=device_uuid(self.device),
+                           hostname=os.uname().nodename,
                            versions={"torch": torch.__version__, "cuda": cuda, "nccl": nccl,
                                      "python": sys.version.split()[0]})
 
@@ -320,7 +330,11 @@ class Worker:
                 sample,  # live tensors at the step's end, before they go
             )
 
-            for k, v in sample(with_tensors=True).items():
+            if self.device.type != "cuda":  # gloo: the code may still use a GPU
+                from torchlens.capture.ranks.cuda_device import script_device
+
+                self.mem_device = script_device()
+            for k, v in sample(with_tensors=True, device=self.mem_device).items():
                 if v is not None and v > (self.peak.get(k) or 0):
                     self.peak[k] = v
             self.phase = f"checksums {step}"
@@ -332,11 +346,8 @@ class Worker:
 
     def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any]) -> None:
         """--profile: the function is the training loop; it runs once, timed per step."""
-        from torchlens.capture.ranks.stepper import (
-            RankProfiler,
-            StepLimit,
-            save_oom_snapshot,
-        )
+        from torchlens.capture.ranks.oom import oom_line, save_oom_snapshot
+        from torchlens.capture.ranks.stepper import RankProfiler, StepLimit
 
         opts = job["profile"]
         rec = None
@@ -352,7 +363,8 @@ class Worker:
             self.recorder = rec
         call = self._callable(job, steps=opts.get("max_steps"))
         stepper = RankProfiler(
-            rank=self.rank, run_dir=opts["run_dir"], device=self.device,
+            rank=self.rank, run_dir=opts["run_dir"],
+            device=self.device if self.device.type == "cuda" else None,
             every=opts.get("every"), budget=opts.get("budget", 0.03),
             window_s=opts.get("window_s", 1.0), max_steps=opts.get("max_steps"),
             summarize=self.summarize, agree=self._agree)
@@ -368,7 +380,11 @@ class Worker:
                 except StepLimit:
                     out = None
         except BaseException as exc:
-            save_oom_snapshot(exc, opts["run_dir"], self.rank)
+            oom = save_oom_snapshot(exc, opts["run_dir"], self.rank)
+            if oom is not None:  # where the snapshot went, or why there is none
+                self.result["oom_snapshot"] = oom
+                stepper.errors.append(oom_line(self.rank, oom))
+                print(stepper.errors[-1], file=sys.stderr, flush=True)
             raise
         finally:
             stepper.finish()

@@ -100,7 +100,6 @@ class Attachment:
 
     def __init__(self, key: RunKey, host: str, port: int,
                  summarize: Callable[..., dict[str, Any]] | None = None) -> None:
-        import torch
         import torch.distributed as dist
 
         from torchlens.capture.ranks.stepper import RankProfiler
@@ -115,9 +114,9 @@ class Attachment:
         self.chan = protocol.Channel(self.store, key)
         self.slot = int(self.store.add(protocol.slots_key(key.run_id), 1)) - 1
         self.run_dir, self.shared = _run_dir(os.environ.get(ENV_RUN_DIR), self.rank)
-        cuda = torch.cuda.is_available() and self.local_rank < torch.cuda.device_count()
-        self.device = torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
-        self.profiler = RankProfiler(rank=self.rank, run_dir=self.run_dir, device=self.device,
+        # the device is the script's own, read when it has run a step (not
+        # cuda:LOCAL_RANK: with per-rank CUDA_VISIBLE_DEVICES that is no GPU)
+        self.profiler = RankProfiler(rank=self.rank, run_dir=self.run_dir, device=None,
                                      every=None, summarize=summarize, agree=self._agree)
         self.parent = os.getppid()
         self.under_agent = "TORCHELASTIC_RUN_ID" in os.environ
@@ -142,7 +141,8 @@ class Attachment:
             "rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank,
             "node": _int_env("GROUP_RANK"), "host": socket.gethostname(), "pid": os.getpid(),
             "restart": self.restart, "elastic_run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
-            "slot": self.slot, "t": time.time(), "device": str(self.device),
+            "slot": self.slot, "t": time.time(),
+            "device": str(self.profiler.settle_device()),
             "run_dir": self.run_dir, "shared_run_dir": self.shared})
         self.profiler.start()
         self._hook_exit()
@@ -205,6 +205,7 @@ class Attachment:
         def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
             self._error = f"{kind.__name__}: {str(exc).strip()[:300]}"
             self._error_t = time.time()
+            self._oom_snapshot(exc)
             previous(kind, exc, tb)
 
         sys.excepthook = excepthook
@@ -220,6 +221,20 @@ class Attachment:
                 os.kill(os.getpid(), signal.SIGTERM)
 
             signal.signal(signal.SIGTERM, on_term)
+
+    def _oom_snapshot(self, exc: BaseException) -> None:
+        """On a CUDA OOM: the allocator snapshot, or why there is none, in the
+        rank's log and the errors its ``bye`` carries."""
+        from torchlens.capture.ranks.oom import oom_line, save_oom_snapshot
+
+        try:
+            outcome = save_oom_snapshot(exc, self.run_dir, self.rank)
+        except Exception as err:  # noqa: BLE001 - the user's exception is what matters
+            outcome = {"path": None, "why": f"{type(err).__name__}: {err}"}
+        if outcome is not None:
+            line = oom_line(self.rank, outcome)
+            self.profiler.errors.append(line)
+            print(line, file=sys.stderr)
 
     def close(self, reason: str) -> None:
         """The last records and summaries, then ``bye`` with why this rank ended."""

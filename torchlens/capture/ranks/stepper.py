@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 import torch
 
+from torchlens.capture.ranks import cuda_device
 from torchlens.capture.ranks.phases import PhaseClock
 from torchlens.capture.trace import profiler as _profiler
 from torchlens.model.records import StepMemory, StepRecord, StepSummary
@@ -73,26 +74,11 @@ def rss_bytes() -> int:
 
 
 def memory_now(device: torch.device) -> StepMemory:
-    """The step's memory: CUDA allocator counters, or RSS alone on CPU."""
-    if device.type == "cuda":
-        st = torch.cuda.memory_stats(device)
-        return StepMemory(rss=rss_bytes(),
-                          allocated=st.get("allocated_bytes.all.current"),
-                          reserved=st.get("reserved_bytes.all.current"),
-                          inactive_split=st.get("inactive_split_bytes.all.current"),
-                          source="cuda")
-    return StepMemory(rss=rss_bytes(), source="rss")
-
-
-def largest_free_cuda(device: torch.device) -> int | None:
-    """Largest inactive block in the caching allocator (needs a snapshot: profiled steps only)."""
-    try:
-        segments = torch.cuda.memory_snapshot()
-    except Exception:  # noqa: BLE001 - an allocator that cannot snapshot: not measured
-        return None
-    sizes = [b["size"] for s in segments if s.get("device") == device.index
-             for b in s.get("blocks", []) if b.get("state") == "inactive"]
-    return max(sizes, default=0)
+    """The step's memory: ``device``'s allocator counters (one stats read), or RSS alone."""
+    got = cuda_device.counters(device)
+    if got is None:
+        return StepMemory(rss=rss_bytes(), source="rss")
+    return StepMemory(rss=rss_bytes(), source="cuda", **got)
 
 
 class RankProfiler:
@@ -101,14 +87,20 @@ class RankProfiler:
     ``summarize(trace_path, rank=, step=, trace_rel=, cuda_memory=)`` turns an
     exported trace into a bounded summary (injected: capture does not analyse).
     ``agree(proposal)`` returns the interval every rank takes (the store).
+    ``device=None``: the device the script chose, decided at the first step
+    (``cuda_device.script_device``), not where the rank attached: with
+    per-rank ``CUDA_VISIBLE_DEVICES`` every rank's GPU is ``cuda:0``, and a
+    job on the CPU of a GPU host uses no GPU at all.
     """
 
-    def __init__(self, *, rank: int, run_dir: str, device: torch.device,
+    def __init__(self, *, rank: int, run_dir: str, device: torch.device | None,
                  every: int | None, budget: float = BUDGET, window_s: float = 1.0,
                  max_steps: int | None = None,
                  summarize: Callable[..., StepSummary] | None = None,
                  agree: Callable[[int], int] | None = None) -> None:
-        self.rank, self.device = rank, device
+        self.rank = rank
+        self.auto_device = device is None
+        self.device = device or cuda_device.CPU
         self.run_dir = run_dir
         self.fixed_every = every
         self.every = every or MIN_EVERY
@@ -136,7 +128,19 @@ class RankProfiler:
         self.t_mark = 0.0
 
     # -- lifecycle ---------------------------------------------------------
+    def settle_device(self) -> torch.device:
+        """The device whose memory and kernels this rank records (see the class)."""
+        if self.auto_device:
+            self.device = cuda_device.script_device()
+        return self.device
+
+    def uses_cuda(self) -> bool:
+        """Whether the profiler may record CUDA: the job is on a GPU and CUDA is
+        up (``profile.__exit__`` synchronises the device of CUDA activity)."""
+        return self.device.type == "cuda" and cuda_device.cuda_in_use()
+
     def start(self) -> None:
+        self.settle_device()
         os.makedirs(os.path.join(self.run_dir, f"rank{self.rank}"), exist_ok=True)
         self.clock.install()
         self.clock.tick = self._window_tick
@@ -199,9 +203,11 @@ class RankProfiler:
             # building the model and DDP's first broadcast come before step 0's
             # first phase: set-up, not the step
             self.t_mark = max(self.t_mark, min(self.clock.first, t1))
+        if i == 0:
+            self.settle_device()  # the script has run its first step: its device is set
         mem = memory_now(self.device)
         if profiled:
-            self._stop_profiler(i)
+            self._stop_profiler(i, mem=mem)
         else:
             self._walls.append(t1 - self.t_mark)
         self.records.append(StepRecord(step=i, t0=self.t_mark, t1=t1, phases=phases,
@@ -236,11 +242,12 @@ class RankProfiler:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
-        if self.device.type == "cuda":
+        cuda = self.uses_cuda()
+        if cuda:
             activities.append(ProfilerActivity.CUDA)
         self._prof_t0 = time.perf_counter()
         try:
-            prof = profile(activities=activities, profile_memory=self.device.type != "cuda")
+            prof = profile(activities=activities, profile_memory=not cuda)
             prof.step_num = self.index
             prof.record_steps = True  # ProfilerStep#N spans, as with a schedule
             prof.start()
@@ -263,7 +270,8 @@ class RankProfiler:
         self._prof_stopped = True
         return True
 
-    def _stop_profiler(self, i: int, partial: bool = False) -> None:
+    def _stop_profiler(self, i: int, partial: bool = False,
+                       mem: StepMemory | None = None) -> None:
         self._stop_recording()
         prof, self.prof = self.prof, None
         self._prof_stopped = False
@@ -278,9 +286,9 @@ class RankProfiler:
             return
         cost = time.perf_counter() - self._prof_t0
         cuda = None
-        if self.device.type == "cuda":
-            cuda = {**memory_now(self.device).to_dict(),
-                    "largest_free": largest_free_cuda(self.device)}
+        if self.uses_cuda():
+            cuda = {**(mem or memory_now(self.device)).to_dict(),
+                    "largest_free": cuda_device.largest_free(self.device)}
         self._work.put((path, i, cuda))
         if partial:
             return
@@ -333,24 +341,3 @@ class RankProfiler:
                 self._summary_cpu.append(time.thread_time() - cpu0)
                 self._summarised.set()
             self.summaries.put(summary)
-
-
-def save_oom_snapshot(exc: BaseException, run_dir: str, rank: int) -> str | None:
-    """On a CUDA OutOfMemoryError, the allocator's snapshot into the run folder.
-
-    The snapshot is what ``%%gpumem``'s OOM diagnosis reads; without memory
-    history it still holds every segment and block at the moment of the OOM.
-    """
-    oom = getattr(torch.cuda, "OutOfMemoryError", None)
-    if oom is None or not isinstance(exc, oom):
-        return None
-    import pickle
-
-    path = os.path.join(run_dir, f"rank{rank}", "oom.pickle")
-    try:
-        snapshot = torch.cuda.memory._snapshot()
-        with open(path, "wb") as fh:
-            pickle.dump(snapshot, fh)
-    except Exception:  # noqa: BLE001 - the OOM itself is what gets reported
-        return None
-    return path
