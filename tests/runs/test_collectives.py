@@ -81,6 +81,7 @@ def test_a100_ddp_collectives_agree_with_the_raw_json(traces_dir, plain):
         kernels = _nccl_kernels(doc, op)
         assert len(kernels) == 1
         assert c["kernel_us"] == pytest.approx(kernels[0]["dur"])
+        assert c["k0"] == pytest.approx(base_s + kernels[0]["ts"] / 1e6, abs=1e-6)
         assert c["t0"] == pytest.approx(base_s + op["ts"] / 1e6, abs=1e-6)
         end = max(op["ts"] + op["dur"], kernels[0]["ts"] + kernels[0]["dur"])
         assert c["dur_us"] == pytest.approx(end - op["ts"], abs=1e-3)
@@ -112,14 +113,17 @@ def _expected_size(doc: dict[str, Any], op: dict[str, Any]) -> int | None:
 
 def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir, plain):
     """Two ranks of a 128-rank job: their sequences pair by seq, except where they
-    disagree (then the row says so and pairs nothing)."""
+    disagree (then the row says so and pairs nothing). Every collective has its
+    NCCL kernel, so a rank arrives when that kernel starts on its GPU, not when
+    its host enqueued the call (issue 22: NCCL is asynchronous)."""
     figures, raw = {}, {}
     for r in (0, 1):
         path = traces_dir / f"sampled_rank-{r}.json.gz"
         figures[r] = [{"collectives": collective_table(load_trace(path)), "trace": 0}]
         doc = plain(path)
         assert "baseTimeNanoseconds" not in doc  # ts are unix µs
-        raw[r] = [(KIND[e["name"]], e["ts"], _expected_size(doc, e)) for e in _issues(doc)]
+        raw[r] = [(KIND[e["name"]], min(k["ts"] for k in _nccl_kernels(doc, e)),
+                   _expected_size(doc, e), e["ts"]) for e in _issues(doc)]
     assert len(raw[0]) == len(raw[1]) == 10
     rows = collective_rows(figures, world_size=128)
     assert [(r["trace"], r["seq"]) for r in rows] == [(0, s) for s in range(10)]
@@ -127,13 +131,16 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
     caused = {0: 0.0, 1: 0.0}
     mismatched = []
     for seq, row in enumerate(rows):
-        (n0, ts0, b0), (n1, ts1, b1) = raw[0][seq], raw[1][seq]
+        (n0, ts0, b0, host0), (n1, ts1, b1, host1) = raw[0][seq], raw[1][seq]
         if n0 != n1 or (n0 in SAME_SIZE and b0 != b1):
             mismatched.append(seq)
             assert row["mismatch"] and row["last_rank"] is None and row["waits_us"] is None
             assert "rank 0" in row["mismatch"] and "rank 1" in row["mismatch"]
             continue
         assert row["mismatch"] is None and row["name"] == n0 and row["n"] == 128
+        assert row["arrived_by"] == "kernel"
+        assert row["issued"] == {0: pytest.approx(host0 / 1e6, abs=1e-6),
+                                 1: pytest.approx(host1 / 1e6, abs=1e-6)}
         last = 0 if ts0 >= ts1 else 1
         assert row["last_rank"] == last
         assert row["waits_us"][0] == pytest.approx(max(ts0, ts1) - ts0, abs=1.0)
@@ -150,8 +157,12 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
         assert stragglers[r]["last"] == last_count[r] and stragglers[r]["collectives"] == 7
         assert stragglers[r]["caused_us"] == pytest.approx(caused[r], abs=10.0)
         assert stragglers[r]["waited_us"] == pytest.approx(caused[1 - r], abs=10.0)
-    assert last_count == {0: 5, 1: 2}
-    # 5 of 7 for one of two ranks is no standout (binomial chance 23%)
+    # by the hosts' issue times rank 0 was last at 5 of the 7; on the GPUs rank 1's
+    # kernels started last at 6: its host enqueued early while its GPU was still busy
+    assert last_count == {0: 1, 1: 6}
+    assert sum(row["issued"][0] >= row["issued"][1] for row in rows
+               if row["issued"]) == 5
+    # at most 2 of 3 per kind: too few to single a rank out
     (said,) = findings(figures, 128)
     sentence = said.sentence
     assert "disagree at 3 of 10" in sentence and "seq 3" in sentence
@@ -165,7 +176,8 @@ XFER_US = 1_000.0
 NELEMS = 1 << 20  # floats: 4 MiB
 
 
-def _collective(kind: str, t: float, end: float, corr: int, world: int) -> list[dict]:
+def _collective(kind: str, t: float, end: float, corr: int, world: int,
+                kernel_at: float | None = None) -> list[dict]:
     op = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce", "AllReduce"),
           "broadcast": ("c10d::broadcast_", "nccl:broadcast", "Broadcast")}[kind]
     host = {"pid": 1, "tid": 1, "ph": "X"}
@@ -178,8 +190,10 @@ def _collective(kind: str, t: float, end: float, corr: int, world: int) -> list[
         {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + 10, "dur": 5,
          "args": {"correlation": corr}},
         {"ph": "X", "pid": 0, "tid": 7, "cat": "kernel",
-         "name": f"ncclKernel_{op[2]}_RING_LL_Sum_float(ncclDevComm*)", "ts": t + 20,
-         "dur": end - (t + 20), "args": {"correlation": corr, "device": 0, "stream": 7}},
+         "name": f"ncclKernel_{op[2]}_RING_LL_Sum_float(ncclDevComm*)",
+         "ts": t + 20 if kernel_at is None else kernel_at,
+         "dur": end - (t + 20 if kernel_at is None else kernel_at),
+         "args": {"correlation": corr, "device": 0, "stream": 7}},
     ]
 
 
@@ -233,8 +247,93 @@ def test_a_late_rank_is_named_by_stragglers_and_findings(tmp_path):
     (sentence,) = run.findings()
     # no step breakdown in these traces: no part can explain it
     assert sentence.startswith("rank 2 is the slow rank: no measured part explains it; it "
-                               "arrived last at 100% of allreduces (8 of 8)")
+                               "arrived last at 100% of allreduces (8 of 8; arrival = its NCCL "
+                               "kernel's start on the GPU)")
     assert "120.0 ms in total" in sentence and "15.0 ms per allreduce" in sentence
+
+
+def _rank_doc(rank: int, world: int, events: list[dict]) -> dict:
+    return {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "baseTimeNanoseconds": BASE_NS, "traceEvents": events}
+
+
+def test_a_rank_whose_gpu_is_busy_arrives_late_though_its_host_issued_first(tmp_path):
+    """NCCL is asynchronous: rank 1's host enqueues every allreduce first, but its
+    GPU reaches them LATE_US after the others' (a longer backward kernel before
+    them), so the others' kernels wait for it: rank 1 arrived last."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank in range(2):
+        events = []
+        for step in range(8):
+            t0 = 1_000.0 + step * STEP_US
+            issue = t0 - 100.0 if rank == 1 else t0
+            start = t0 + 20 + (LATE_US if rank == 1 else 0.0)
+            end = t0 + 20 + LATE_US + XFER_US
+            events += _collective("allreduce", issue, end, 100 + step, 2, kernel_at=start)
+        (folder / f"rank{rank}.json").write_text(json.dumps(_rank_doc(rank, 2, events)))
+    run = load_run(str(folder), workers=1)
+    rows = run.collectives()
+    assert (rows["arrived_by"] == "kernel").all() and (rows["last_rank"] == 1).all()
+    first = rows.iloc[0]
+    assert first["waits_us"] == {0: pytest.approx(LATE_US, abs=0.5), 1: 0.0}
+    # the hosts' issue times alone would have named rank 0
+    assert first["issued"][1] < first["issued"][0]
+    assert first["dur_us"] == pytest.approx(XFER_US)
+    (sentence,) = run.findings()
+    assert sentence.startswith("rank 1 is the slow rank")
+    assert "(8 of 8; arrival = its NCCL kernel's start on the GPU)" in sentence
+
+
+def test_a_host_only_run_says_its_arrivals_are_host_issues():
+    ranks = {r: [{"collectives": [_rec(i, "allreduce", 10.0 * i + (0.005 if r == 3 else 0))
+                                  for i in range(8)], "trace": 0}] for r in range(4)}
+    rows = collective_rows(ranks, 4)
+    assert {r["arrived_by"] for r in rows} == {"host"}
+    (said,) = findings(ranks, 4, rows=rows)
+    assert "(8 of 8; arrival = when its host issued the call)" in said.sentence
+
+
+def test_a_kernel_whose_launch_is_not_in_the_trace_is_not_a_second_collective(tmp_path):
+    """Two steps' allreduces whose launch calls the trace lacks: each kernel joins
+    the host collective issued before it; a kernel running before any host
+    collective (the trace began during it) is a collective by itself."""
+    events = []
+    for step in range(2):
+        t = 1_000.0 + step * STEP_US
+        events += [e for e in _collective("allreduce", t, t + 2_000, 100 + step, 4)
+                   if e["name"] != "cudaLaunchKernel"]
+    early = {"ph": "X", "pid": 0, "tid": 7, "cat": "kernel", "ts": 500.0, "dur": 100,
+             "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)",
+             "args": {"correlation": 99, "device": 0, "stream": 7}}
+    trace = load_trace(_write(tmp_path / "t.json", {"baseTimeNanoseconds": BASE_NS,
+                                                    "traceEvents": events + [early]}))
+    got = rank_collectives(trace)
+    assert [c["name"] for c in got] == ["allreduce"] * 3
+    assert got[0]["kernel_us"] == 100 and got[0]["k0"] == pytest.approx(
+        BASE_NS / 1e9 + 500 / 1e6)
+    for c, step in zip(got[1:], range(2), strict=True):
+        t = 1_000.0 + step * STEP_US
+        assert c["kernel_us"] == pytest.approx(2_000 - 20)
+        assert c["k0"] == pytest.approx(BASE_NS / 1e9 + (t + 20) / 1e6)
+        assert c["t0"] == pytest.approx(BASE_NS / 1e9 + t / 1e6)
+
+
+def test_a_gloo_collective_never_takes_a_nccl_kernel(tmp_path):
+    host = {"pid": 1, "tid": 1, "ph": "X"}
+    events = [{**host, "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 100, "dur": 50},
+              {**host, "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 110,
+               "dur": 30},
+              {"ph": "X", "pid": 0, "tid": 7, "cat": "kernel", "ts": 200, "dur": 10,
+               "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)",
+               "args": {"correlation": 5, "device": 0, "stream": 7}}]
+    got = rank_collectives(load_trace(_write(tmp_path / "t.json", {"traceEvents": events})))
+    assert [(c["kernel_us"], c["k0"] is None) for c in got] == [(None, True), (10, False)]
+
+
+def _write(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
 
 
 def test_a_mismatch_at_one_seq_is_reported_not_paired(tmp_path):
@@ -251,7 +350,7 @@ def test_a_mismatch_at_one_seq_is_reported_not_paired(tmp_path):
     assert top["rank"] == 2 and top["last"] == 7 and top["collectives"] == 7
     found = run.findings()
     assert found[0].startswith("rank 2 is the slow rank: ")
-    assert "it arrived last at 100% of allreduces (7 of 7)" in found[0]
+    assert "it arrived last at 100% of allreduces (7 of 7; arrival" in found[0]
     assert "disagree at 1 of 8" in found[1] and "seq 3" in found[1]
 
 

@@ -4,7 +4,11 @@ Each fake device is a dict of metric values; a value that is an exception class
 is raised instead (e.g. ``pynvml.NVMLError_NotSupported``), which is what real
 drivers do for metrics a card or a MIG slice lacks.
 
-NVLink counters (``nvlink_kib``: field id -> cumulative KiB) follow
+``nvmlDeviceGetPcieThroughput`` is counted (``pcie_calls``): the real call
+blocks for NVML's 20 ms sampling window, so how often it runs is what costs.
+
+NVLink counters (``nvlink_kib``: field id -> cumulative counter, KiB for
+138/139, bytes for 202/204) follow
 ``nvmlDeviceGetFieldValues``: the call succeeds and each value carries its own
 ``nvmlReturn``; a field mapped to an ``NVML_ERROR_*`` code (int wrapped in
 ``FieldError``) comes back with that code, as real drivers answer for GPUs
@@ -64,6 +68,7 @@ class FakeNvml:
         self.init_error = init_error
         self.calls: list[str] = []
         self.shutdown_called = False
+        self.pcie_calls = 0
 
     def _value(self, handle: dict[str, Any], key: str) -> Any:
         value = handle[key]
@@ -124,6 +129,7 @@ class FakeNvml:
         return self._value(handle, "limit_mw")
 
     def nvmlDeviceGetPcieThroughput(self, handle: dict[str, Any], counter: int) -> int:
+        self.pcie_calls += 1
         return self._value(handle, "pcie_kb")[counter]
 
     def nvmlDeviceGetFieldValues(

@@ -13,7 +13,8 @@ from torchlens.capture.monitor.host import HostSampler
 
 
 def sampler(fake: FakeNvml, **env: str) -> NvmlSampler:
-    return NvmlSampler(api=fake, environ=env, process_name=lambda pid: f"proc{pid}")
+    return NvmlSampler(api=fake, environ=env, process_name=lambda pid: f"proc{pid}",
+                       nested_pids=False)
 
 
 def test_fake_has_exactly_the_functions_the_sampler_calls() -> None:
@@ -178,12 +179,20 @@ def test_mig_slices_are_listed_and_addressable_by_uuid() -> None:
     assert gpus[1]["util_gpu"] is None and gpus[1]["mem_used"] == 10 * 2**30
 
 
-def test_close_shuts_nvml_down_once() -> None:
+def test_nvml_starts_once_per_process_and_close_leaves_it_running() -> None:
+    """nvmlInit can take hundreds of ms: a second sampler (or capture) reuses it."""
     fake = FakeNvml([gpu("GPU-aaa")])
     s = sampler(fake)
     s.close()
     s.close()
-    assert fake.shutdown_called
+    assert not fake.shutdown_called and s.available is False
+    again = sampler(fake)
+    assert again.available and fake.calls.count("nvmlInit") == 1
+    # a failed start is remembered, and said again each time
+    broken = FakeNvml(init_error=pynvml.NVMLError_DriverNotLoaded)
+    for _ in range(2):
+        assert "NVIDIA driver not loaded" in sampler(broken).status
+    assert broken.calls.count("nvmlInit") == 1
 
 
 def test_host_sampler_reads_cpu_and_ram() -> None:
@@ -191,3 +200,141 @@ def test_host_sampler_reads_cpu_and_ram() -> None:
     out = h.sample()
     assert 0 <= out["cpu_percent"] <= 100 and out["cpu_count"] >= 1
     assert 0 < out["ram_used"] <= out["ram_total"] and 0 <= out["ram_percent"] <= 100
+
+
+# ------------------------------------------------------------------ issue 22 #16, #19
+def test_cuda_ordinals_follow_cuda_device_order_on_mixed_gpus() -> None:
+    """NVML numbers GPUs by PCI bus; CUDA's default FASTEST_FIRST puts the faster
+    first: on mixed models an index is not mapped, and the user is told why."""
+    fake = FakeNvml([gpu("GPU-aaa", name="NVIDIA A100-SXM4-40GB"),
+                     gpu("GPU-bbb", name="NVIDIA H100 80GB HBM3")])
+    s = sampler(fake)
+    gpus = s.sample()["gpus"]
+    assert [g["cuda"] for g in gpus] == [None, None]
+    assert "FASTEST_FIRST" in gpus[0]["cuda_note"] and "PCI_BUS_ID" in s.status
+    s = sampler(fake, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    assert [g["cuda"] for g in s.sample()["gpus"]] == [0, 1]
+    assert s.sample()["gpus"][0]["cuda_note"] is None
+    # UUIDs in CUDA_VISIBLE_DEVICES need no order: the list's order is CUDA's
+    s = sampler(fake, CUDA_VISIBLE_DEVICES="GPU-bbb,GPU-aaa")
+    assert {g["uuid"]: g["cuda"] for g in s.sample()["gpus"]} == {"GPU-aaa": 1, "GPU-bbb": 0}
+    assert "CUDA_VISIBLE_DEVICES=GPU-bbb,GPU-aaa" in s.status
+    s = sampler(fake, CUDA_VISIBLE_DEVICES="1,0")
+    assert [g["cuda"] for g in s.sample()["gpus"]] == [None, None]
+
+
+def test_same_model_gpus_map_by_index_under_the_default_order() -> None:
+    fake = FakeNvml([gpu("GPU-aaa"), gpu("GPU-bbb")])
+    assert [g["cuda"] for g in sampler(fake, CUDA_VISIBLE_DEVICES="1").sample()["gpus"]] == [
+        None, 0]
+
+
+def test_mig_without_visible_uuids_maps_nothing_and_says_why() -> None:
+    ns = pynvml.NVMLError_NotSupported
+    slices = [gpu(f"MIG-{k}", name="A100 MIG 3g.20gb", mig_mode=ns) for k in range(2)]
+    other = gpu("GPU-bbb")
+    parent = gpu("GPU-aaa", mig_mode=[pynvml.NVML_DEVICE_MIG_ENABLE, 1], mig=slices)
+    s = sampler(FakeNvml([parent, other]))
+    gpus = s.sample()["gpus"]
+    assert [g["cuda"] for g in gpus] == [None, None, None, None]
+    assert "MIG is on" in s.status and gpus[0]["mig"] is True
+
+
+def test_pcie_is_read_on_its_own_slower_cadence() -> None:
+    fake = FakeNvml([gpu(f"GPU-{k}") for k in range(8)])
+    clock = Clock()
+    s = NvmlSampler(api=fake, environ={}, clock=clock, pcie_interval=5.0, nested_pids=False)
+    for _ in range(10):  # one second at the 0.1 s shortest interval
+        g = s.sample()["gpus"][0]
+        clock.now += 0.1
+    assert fake.pcie_calls == 16  # tx and rx once per GPU, not 160 x 20 ms
+    assert g["pcie_tx_bps"] == 1000 * 1024 and g["pcie_age_s"] == pytest.approx(0.9)
+    clock.now += 5.0
+    s.sample()
+    assert fake.pcie_calls == 32
+
+
+def test_nvlink_falls_back_to_fields_202_204_and_says_what_was_not_read() -> None:
+    ns = FieldError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    xmit, rcv = (pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES,
+                 pynvml.NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES)
+    assert (xmit, rcv) == (202, 204)
+    newer = gpu("GPU-aaa", nvlink_kib={TX: ns, RX: ns, xmit: 10_000, rcv: 0})
+    none = gpu("GPU-bbb", nvlink_kib={TX: ns, RX: ns, xmit: ns, rcv: ns})
+    clock = Clock()
+    s = NvmlSampler(api=FakeNvml([newer, none]), environ={}, clock=clock, nested_pids=False)
+    s.sample()
+    clock.now += 2.0
+    newer["nvlink_kib"] = {TX: ns, RX: ns, xmit: 10_000 + 2 * 3_000_000, rcv: 0}
+    a, b = s.sample()["gpus"]
+    assert a["nvlink_tx_bps"] == 3_000_000 and a["nvlink_rx_bps"] == 0.0  # bytes, not KiB
+    assert "nvlink_tx_bps" not in a["not_read"]
+    assert b["nvlink_tx_bps"] is None
+    assert b["not_read"]["nvlink_tx_bps"] == (
+        "field 138: NVML_ERROR_NOT_SUPPORTED; field 202: NVML_ERROR_NOT_SUPPORTED")
+
+
+def test_a_metric_nvml_refuses_is_named_in_not_read() -> None:
+    dev = gpu("GPU-aaa", util=pynvml.NVMLError_NotSupported, power_mw=pynvml.NVMLError_NoPermission)
+    g = sampler(FakeNvml([dev])).sample()["gpus"][0]
+    assert g["util_gpu"] is None and g["not_read"]["util_gpu"] == "NVMLError_NotSupported"
+    assert g["not_read"]["power_w"] == "NVMLError_NoPermission"
+    assert g["mem_used"] == 10 * 2**30 and "mem_used" not in g["not_read"]
+
+
+def test_in_a_container_nvml_pids_are_the_hosts_and_are_not_named() -> None:
+    asked: list[int] = []
+
+    def name(pid: int) -> str:
+        asked.append(pid)
+        return "python"
+
+    s = NvmlSampler(api=FakeNvml([gpu("GPU-aaa")]), environ={}, process_name=name,
+                    nested_pids=True)
+    out = s.sample()
+    assert out["pids"] == "host" and asked == []
+    assert out["gpus"][0]["processes"] == [{"pid": 1234, "name": None, "mem_used": 2 * 2**30}]
+    local = NvmlSampler(api=FakeNvml([gpu("GPU-aaa")]), environ={}, process_name=name,
+                        nested_pids=False).sample()
+    assert local["pids"] == "local" and asked == [1234]
+
+
+def test_nested_pid_namespace_reads_nspid(tmp_path, monkeypatch) -> None:
+    from torchlens.capture.monitor import gpu as gpu_module
+
+    status = tmp_path / "status"
+    monkeypatch.setattr(gpu_module, "Path", lambda _: status)
+    status.write_text("Name:\tpython\nNSpid:\t4242\t17\n")
+    assert gpu_module._nested_pid_namespace() is True
+    status.write_text("Name:\tpython\nNSpid:\t4242\n")
+    assert gpu_module._nested_pid_namespace() is False
+
+
+def test_a_rocm_build_says_so_instead_of_no_nvidia_gpu() -> None:
+    s = NvmlSampler(api=FakeNvml(init_error=pynvml.NVMLError_LibraryNotFound), environ={},
+                    hip="6.2.41133", nested_pids=False)
+    out = s.sample()
+    assert out["available"] is False
+    assert out["status"].startswith("ROCm build (HIP 6.2.41133), NVML not available")
+    assert "no NVIDIA GPU found" not in out["status"]
+
+
+def test_rocm_build_is_read_from_torch_or_its_version_file(tmp_path, monkeypatch) -> None:
+    """The server's sampler tells a ROCm build without importing torch."""
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    from torchlens.capture.monitor import nvml
+
+    monkeypatch.setitem(sys.modules, "torch",
+                        SimpleNamespace(version=SimpleNamespace(hip="6.2.41133")))
+    assert nvml.rocm_build() == "6.2.41133"
+    monkeypatch.delitem(sys.modules, "torch")
+    (tmp_path / "version.py").write_text(
+        "from typing import Optional\ncuda: Optional[str] = None\nhip: Optional[str] = '6.4.1'\n")
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: SimpleNamespace(submodule_search_locations=[str(tmp_path)]))
+    assert nvml.rocm_build() == "6.4.1"
+    (tmp_path / "version.py").write_text("hip: Optional[str] = None\n")
+    assert nvml.rocm_build() is None

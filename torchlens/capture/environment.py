@@ -36,11 +36,14 @@ RELEVANT_ENV_VARS = (
 
 
 def _nvml_driver() -> tuple[str | None, str | None]:
-    """(driver version, reason it is unknown)."""
+    """(driver version, reason it is unknown). NVML is started once per process
+    (``monitor.nvml.start``) and never shut down here: a capture starts often."""
     try:
         import pynvml
 
-        pynvml.nvmlInit()
+        from torchlens.capture.monitor.nvml import start
+
+        start()
     except Exception as exc:  # any NVML failure means "no driver here"
         return None, f"NVML unavailable ({type(exc).__name__})"
     try:
@@ -48,19 +51,19 @@ def _nvml_driver() -> tuple[str | None, str | None]:
         return (version.decode() if isinstance(version, bytes) else version), None
     except Exception as exc:
         return None, f"driver version not reported ({type(exc).__name__})"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def collect_environment() -> dict[str, Any]:
     """A JSON-able description of this process's software and hardware.
 
-    Keys: python, platform, host, cpu_count, torch, cuda, cudnn, nccl,
-    cuda_available, gpus (name, memory per visible device), driver, env
-    (relevant variables that are set), unmeasured (what could not be told).
+    Keys: python, platform, host, cpu_count, torch, cuda, rocm (HIP version
+    of a ROCm build, else None), cudnn, nccl, cuda_available, gpus (name,
+    memory per visible device), driver, env (relevant variables that are
+    set), unmeasured (what could not be told).
+
+    A ROCm build answers ``torch.cuda`` through HIP, so its GPUs, allocator
+    and NCCL (RCCL) are read as on CUDA; only the driver version, which comes
+    from NVML, is named unmeasured ("ROCm build, NVML not available").
     """
     import torch
 
@@ -72,6 +75,7 @@ def collect_environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "rocm": getattr(torch.version, "hip", None),
         "cudnn": None,
         "nccl": None,
         "cuda_available": False,
@@ -99,9 +103,17 @@ def collect_environment() -> dict[str, Any]:
             env["gpus"].append(
                 {"index": i, "name": props.name, "total_memory": props.total_memory}
             )
-        env["driver"], reason = _nvml_driver()
-        if reason:
-            unmeasured.append(f"GPU driver version: {reason}")
+        if env["rocm"]:
+            unmeasured.append("GPU driver version: ROCm build, NVML not available")
+        else:
+            env["driver"], reason = _nvml_driver()
+            if reason:
+                unmeasured.append(f"GPU driver version: {reason}")
+    elif env["rocm"]:
+        unmeasured.append(
+            f"GPU: no ROCm device visible to torch (torch {torch.__version__}, "
+            f"ROCm build: HIP {env['rocm']}; NVML not available)"
+        )
     else:
         unmeasured.append(
             "GPU: no CUDA device visible to torch "

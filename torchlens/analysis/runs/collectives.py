@@ -28,12 +28,15 @@ attached through their launch), over the whole trace rather than one step:
   input, the larger of ``alltoall_base_``'s two); else ``None``;
 - ``kernel_us``: the summed duration of its NCCL kernels, ``None`` when it
   has none (gloo, CPU);
+- ``k0``: unix seconds when its first NCCL kernel started on the GPU (Kineto
+  writes GPU times on the host clock), ``None`` when it has none;
 - ``group``: ``record_param_comms``' ``Group size``, ``None`` when not
   recorded; ``pg``: its ``Process Group Name`` (or id), ``None`` when not
   recorded.
 
 ``collective_table(trace)`` is the same as columns (one plain list per key,
-names coded against a short vocabulary, ``t1`` left to be ``t0 + dur_us``):
+names coded against a short vocabulary, ``t1`` left to be ``t0 + dur_us``,
+``k0`` sent as ``kernel_start_us``, µs after ``t0``):
 that is what travels from a worker, since a long trace can hold a great
 many collectives. It pickles to about 40 bytes per collective (measured on
 100,000 copies of a100_ddp's collectives: 38 B, where the list of dicts
@@ -54,15 +57,23 @@ Matching is over all of a rank's collectives in one sequence: runs that use
 several process groups in different orders on different ranks show up as
 mismatches.
 
-- arrival: each rank's ``t0``; the *last* rank and each rank's *wait*
-  (``last arrival - its arrival`` in µs, 0 for the last) are
-  ``analysis.ranks.arrivals.last_arrival``'s (ties: the lowest rank). Host clocks of different machines are
-  compared as they are: an offset between them reads as waiting.
+- arrival (``arrived_by``): when every rank has NCCL kernels for it, each
+  rank's ``k0``, its first NCCL kernel's start on the GPU (``"kernel"``);
+  else each rank's ``t0``, when its host issued the call (``"host"``). NCCL
+  is asynchronous: the host enqueues and moves on, so its issue time says
+  when the CPU got there, not when the GPU did (a rank whose GPU is still busy
+  with the backward's kernels issues early and arrives late); its kernel
+  starts when its stream reaches the collective and then waits inside for
+  the others. ``issued`` keeps every rank's ``t0``. The *last* rank and each
+  rank's *wait* (``last arrival - its arrival`` in µs, 0 for the last) are
+  ``analysis.ranks.arrivals.last_arrival``'s (ties: the lowest rank). Clocks
+  of different machines are compared as they are (``clock`` aligns them):
+  an offset between them reads as waiting.
 - ``dur_us``: the shortest time any rank spent in the collective, counted on
   its NCCL kernels when every rank has them (``timed_by: "kernel"``), else
   from issue to end (``"host"``). The last rank to arrive waits least, so the
   shortest time is the closest to the exchange itself; ``span_us`` is from
-  the first arrival to the last end.
+  the first host issue to the last end.
 - ``algbw_GBps`` = bytes / ``dur_us`` (GB/s, 1e9 B); ``busbw_GBps`` =
   algbw x ``busbw_factor(name, n)``, nccl-tests' factors: allreduce
   2(n-1)/n; allgather, reducescatter, alltoall, gather, scatter (n-1)/n;
@@ -96,7 +107,7 @@ SAME_SIZE = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reduces
 #: Kinds whose message size S is the gathered output (nccl-tests).
 GATHERING = frozenset({"allgather", "gather"})
 #: ``collective_table``'s columns besides ``names`` (``t1`` is ``t0 + dur_us``, not sent).
-COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "group", "pg")
+COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "kernel_start_us", "group", "pg")
 
 
 # ---------------------------------------------------------------- one rank
@@ -119,6 +130,8 @@ def collective_table(trace: Trace) -> dict[str, Any]:
         out["dur_us"].append(float(c["end"] - c["ts"]))
         out["bytes"].append(_message_bytes(trace, c["name"], members))
         out["kernel_us"].append(float(np.nan_to_num(dur[kernels]).sum()) if kernels else None)
+        out["kernel_start_us"].append(
+            float(ev["ts"][kernels].min() - c["ts"]) if kernels else None)
         out["group"].append(_first(ev["group_size"][m] for m in members))
         pg = [event_text(trace, "pg_name", m) for m in members]
         out["pg"].append(next((p for p in pg if p), None))
@@ -128,9 +141,11 @@ def collective_table(trace: Trace) -> dict[str, Any]:
 def records(table: dict[str, Any]) -> list[dict[str, Any]]:
     """``collective_table``'s columns as one dict per collective, with ``seq``."""
     names, t0, dur = table["names"], table["t0"], table["dur_us"]
+    k0 = table.get("kernel_start_us") or [None] * len(t0)
     rest = ("bytes", "kernel_us", "group", "pg")
     return [{"seq": i, "name": names[code], "t0": t0[i], "t1": t0[i] + dur[i] / 1e6,
-             "dur_us": dur[i], **{k: table[k][i] for k in rest}}
+             "dur_us": dur[i], "k0": None if k0[i] is None else t0[i] + k0[i] / 1e6,
+             **{k: table[k][i] for k in rest}}
             for i, code in enumerate(table["name"])]
 
 
@@ -225,7 +240,9 @@ def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[d
     Keys: ``trace``, ``seq``, ``name`` (``None`` when the names differ),
     ``mismatch`` (``None``, or what differs), ``ranks`` (how many have it),
     ``missing`` (ranks with that trace but fewer collectives), ``bytes``,
-    ``n``, ``arrivals`` (``{rank: t0}``), ``last_rank``, ``waits_us``
+    ``n``, ``arrivals`` (``{rank: unix s}``), ``arrived_by`` (``kernel``: the
+    first NCCL kernel's start on the GPU, ``host``: the host's issue),
+    ``issued`` (``{rank: t0}``), ``last_rank``, ``waits_us``
     (``{rank: µs}``), ``max_wait_us`` (last minus first arrival),
     ``total_wait_us`` (all waits summed), ``dur_us``, ``timed_by``,
     ``span_us``, ``algbw_GBps``, ``busbw_GBps``. The timing keys are ``None``
@@ -256,18 +273,22 @@ def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int]
         "name": next(iter(names.values())) if len(set(names.values())) == 1 else None,
         "mismatch": mismatch, "ranks": len(at),
         "missing": missing, "bytes": max(sizes.values()) if sizes and not mismatch else None,
-        "n": None, "arrivals": None, "last_rank": None, "waits_us": None,
+        "n": None, "arrivals": None, "arrived_by": None, "issued": None,
+        "last_rank": None, "waits_us": None,
         "max_wait_us": None, "total_wait_us": None, "dur_us": None, "timed_by": None,
         "span_us": None, "algbw_GBps": None, "busbw_GBps": None}
     if mismatch:
         return row
     groups = [c["group"] for c in at.values() if c.get("group")]
     n = max(groups) if groups else fallback_n
-    arrivals = {r: c["t0"] for r, c in at.items()}
+    on_gpu = all(c.get("k0") is not None for c in at.values())
+    arrivals = {r: c["k0"] if on_gpu else c["t0"] for r, c in at.items()}
+    row.update(arrived_by="kernel" if on_gpu else "host",
+               issued={r: c["t0"] for r, c in at.items()})
     by_kernel = all(c["kernel_us"] is not None for c in at.values())
     dur = min((c["kernel_us"] if by_kernel else c["dur_us"]) for c in at.values())
     row.update(n=n, arrivals=arrivals, dur_us=dur, timed_by="kernel" if by_kernel else "host",
-               span_us=(max(c["t1"] for c in at.values()) - min(arrivals.values())) * 1e6)
+               span_us=(max(c["t1"] for c in at.values()) - min(row["issued"].values())) * 1e6)
     if len(at) >= 2:
         last = last_arrival(arrivals)
         del last["last_t0"]

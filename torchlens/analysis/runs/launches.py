@@ -30,9 +30,10 @@ Where this differs from HTA 0.5.0:
 
 - the launch APIs: HTA's launch statistics take ``cudaLaunchKernel``,
   ``cudaLaunchKernelExC``, MTIA's ``runFunction``, ``cudaMemcpyAsync`` and
-  ``cudaMemsetAsync`` only, so a Triton (``cuLaunchKernel``) or ROCm
-  (``hipLaunchKernel``...) trace gets no rows there; we take the wider set
-  HTA itself uses for queue length (``get_runtime_launch_events_query``).
+  ``cudaMemsetAsync`` only, so a Triton (``cuLaunchKernel``/``cuLaunchKernelEx``),
+  CUDA graph (``cudaGraphLaunch``), cooperative or ROCm (``hipLaunchKernel``...)
+  launch gets no row there; we take ``analysis.trace.events.LAUNCH_NAMES``, the
+  one list of launch calls (Kineto's launch flows and HTA's queue-length set).
   ``HTA_LAUNCH_STATS_NAMES`` gives HTA's set to ``launch_stats(names=...)``;
 - GPU work: only kernel, memcpy and memset events (``gpu.gpu_work``); HTA
   pairs any event with a stream;
@@ -49,17 +50,9 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.runs.gpu import GPU_CATEGORIES, GpuWork, gpu_work
-from torchlens.analysis.trace.events import category_mask, phase_mask
+from torchlens.analysis.trace.events import LAUNCH_NAMES, category_mask, phase_mask
 from torchlens.model import Trace
 
-#: HTA's runtime launch events (``get_runtime_launch_events_query``): CUDA,
-#: CUDA driver (Triton), MTIA and ROCm launches of kernels, memcpy and memset.
-LAUNCH_NAMES = (
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
-    "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution",
-    "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync",
-    "hipMemcpyWithStream",
-)
 #: The narrower set of HTA 0.5.0's ``cuda_kernel_launch_stats``.
 HTA_LAUNCH_STATS_NAMES = (
     "cudaLaunchKernel", "cudaLaunchKernelExC",

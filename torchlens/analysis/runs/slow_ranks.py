@@ -25,6 +25,9 @@ Findings (``findings``): a rank stands out at a kind of collective when
    where someone else was last; any wait when there are none); and
 2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
 
+The sentence says how the arrivals were measured (``MEASURED``): on GPU
+traces by the NCCL kernels' start, else by the host's issue.
+
 Each such rank and kind gets the slow rank's one sentence
 (``analysis.ranks.slow.slow_rank_finding``), with its likely cause when
 ``findings`` is given one (``causes.likely_cause``: the part of its step
@@ -158,7 +161,8 @@ def findings(ranks: RankFigures, world_size: int | None = None,
             if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
                 continue
             found.append((caused[r], _slow_rank(r, kind, k, m, caused[r], causes.get(r),
-                                                each[r] / steps[r] if steps.get(r) else None)))
+                                                each[r] / steps[r] if steps.get(r) else None,
+                                                _measured(kind_rows))))
     out = [f for _, f in sorted(found, key=lambda f: -f[0])]
     bad = [r for r in rows if r["mismatch"]]
     if bad:
@@ -174,12 +178,28 @@ def findings(ranks: RankFigures, world_size: int | None = None,
     return out
 
 
+#: How an arrival was measured (``collectives``' ``arrived_by``), in the sentence.
+MEASURED = {"kernel": "arrival = its NCCL kernel's start on the GPU",
+            "host": "arrival = when its host issued the call"}
+
+
+def _measured(rows: list[dict[str, Any]]) -> str:
+    """How the arrivals of ``rows`` were measured, in words ('' when not said)."""
+    ways = {r.get("arrived_by") for r in rows} - {None}
+    if len(ways) == 1:
+        return MEASURED.get(ways.pop(), "")
+    if ways:
+        return "arrival = its NCCL kernel's start on the GPU where traced, else its host's issue"
+    return ""
+
+
 def _slow_rank(rank: int, kind: str, k: int, m: int, caused_us: float, cause: PartTime | None,
-               per_step_us: float | None) -> Finding:
+               per_step_us: float | None, measured: str = "") -> Finding:
     """A rank that stands out at ``kind``, in the slow rank's sentence."""
     per_step = (f", each other rank {format_duration(per_step_us)} per step"
                 if per_step_us else "")
-    waited = (f"it arrived last at {format_percent(100.0 * k / m)} of {kind}s ({k} of {m}), "
+    how = f"; {measured}" if measured else ""
+    waited = (f"it arrived last at {format_percent(100.0 * k / m)} of {kind}s ({k} of {m}{how}), "
               f"the others waited {format_duration(caused_us)} in total for it "
               f"({format_duration(caused_us / k)} per {kind}{per_step})")
     figures = (Figure("last", k), Figure("compared", m), Figure("total_wait_us", caused_us, "µs"),

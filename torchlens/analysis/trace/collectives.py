@@ -25,7 +25,14 @@ Collectives: one event per collective, so that none is counted twice and the
 - NCCL kernels (``^nccl``) are the GPU side: linked through their launch
   (correlation -> runtime call -> the outermost host collective around it) they
   extend that collective's ``dur``; a kernel whose launch lies in no host
-  collective is a collective by itself, at its launch time when known.
+  collective is a collective by itself, at its launch time. A kernel whose
+  launch is not in the trace (a launch call the profiler dropped or did not
+  record) joins the earliest host collective issued before it that has no
+  kernel yet and no host backend (gloo, mpi, ucc), of the same kind or any
+  kind for NCCL's ``SendRecv`` kernel: NCCL runs a communicator's
+  collectives in issue order, so counting it apart would count that
+  collective twice. Only a kernel with no such host collective (one that
+  began before the trace did) is a collective by itself, at its start.
 
 So ``dur`` is from the issue to the end of the last backend span or kernel of
 that collective the trace shows.
@@ -59,6 +66,11 @@ HOST_COLLECTIVE = re.compile(
     r"^(?:c10d::|_?c10d_functional::|gloo:|nccl:|mpi:|ucc:|record_param_comms$)")
 _BACKEND = re.compile(r"^(?:gloo|nccl|mpi|ucc):")
 _WAIT = re.compile(r"wait", re.I)
+#: Backends whose work runs on the host: their collectives launch no NCCL kernel.
+_HOST_BACKEND = re.compile(r"^(?:gloo|mpi|ucc):")
+#: NCCL kernel kinds that may run any collective (NCCL's p2p kernel runs
+#: alltoall and, in some versions, every collective: sampled_rank-0's allreduces).
+_ANY_KIND = frozenset({"sendrecv", "send", "recv", ""})
 #: Canonical collective kinds, longer words first so ``allreduce`` is not ``reduce``.
 _VOCABULARY = ("reducescatter", "allreduce", "allgather", "alltoall", "broadcast",
                "barrier", "reduce", "gather", "scatter", "sendrecv", "send", "recv")
@@ -146,7 +158,8 @@ def collective_events(trace: Trace, host: np.ndarray | None = None) -> list[dict
             continue
         end = max(end_l[i] for i in members)
         entry = {"row": rows_l[r], "name": kind_word, "ts": ts_l[r], "end": end,
-                 "host_end": end, "members": [rows_l[i] for i in members]}
+                 "host_end": end, "members": [rows_l[i] for i in members],
+                 "gloo": any(_HOST_BACKEND.match(w[0]) for w in words)}
         if all(backend):
             spans.append(entry)
         else:
@@ -166,6 +179,7 @@ def collective_events(trace: Trace, host: np.ndarray | None = None) -> list[dict
             issue = queue.popleft()
             issue["end"] = max(issue["end"], span["end"])
             issue["members"] = issue["members"] + span["members"]
+            issue["gloo"] = issue["gloo"] or span["gloo"]
         else:
             counted.append(span)
 
@@ -176,7 +190,7 @@ def collective_events(trace: Trace, host: np.ndarray | None = None) -> list[dict
 
 def _attach_kernels(trace: Trace, kernels: np.ndarray, counted: list[dict],
                     thread: np.ndarray, end_of: np.ndarray) -> None:
-    """NCCL kernels extend the host collective that launched them; the others count alone."""
+    """NCCL kernels extend the host collective that launched them (module docstring)."""
     if len(kernels) == 0:
         return
     ev = trace.events
@@ -192,23 +206,45 @@ def _attach_kernels(trace: Trace, kernels: np.ndarray, counted: list[dict],
         lst.sort(key=lambda c: c["ts"])
     starts = {t: np.array([c["ts"] for c in lst]) for t, lst in by_thread.items()}
     nowhere = np.zeros(0)
+    with_kernel: set[int] = set()
+    alone: list[tuple[int, float]] = []
+    unlaunched: list[int] = []
     for i, k in enumerate(kernels.tolist()):
-        at = float(ts[k])
-        owner = None
-        if launch_of[i] >= 0:
-            rt = int(launch_of[i])
-            at = float(ts[rt])
-            lst = by_thread.get(int(thread[rt]), [])
-            j = int(np.searchsorted(starts.get(int(thread[rt]), nowhere), at, side="right")) - 1
-            if j >= 0 and at <= lst[j]["host_end"]:
-                owner = lst[j]
-        if owner is not None:
-            owner["end"] = max(owner["end"], float(end_of[k]))
-            owner["members"] = owner["members"] + [k]
+        if launch_of[i] < 0:
+            unlaunched.append(k)
+            continue
+        rt = int(launch_of[i])
+        at = float(ts[rt])
+        lst = by_thread.get(int(thread[rt]), [])
+        j = int(np.searchsorted(starts.get(int(thread[rt]), nowhere), at, side="right")) - 1
+        if j >= 0 and at <= lst[j]["host_end"]:
+            _extend(lst[j], k, end_of)
+            with_kernel.add(id(lst[j]))
         else:
-            name = canonical_kind(event_text(trace, "name", k)) or "nccl"
-            counted.append({"row": k, "name": name,
-                            "ts": at, "end": max(at, float(end_of[k])), "members": [k]})
+            alone.append((k, at))
+    # a kernel whose launch the trace lacks runs the earliest host collective
+    # issued before it that has no kernel yet: NCCL runs a communicator's
+    # collectives in issue order, and counting it apart would make it a second one
+    waiting = sorted((c for c in counted if id(c) not in with_kernel
+                      and not c.get("gloo")), key=lambda c: c["ts"])
+    for k in sorted(unlaunched, key=lambda r: float(ts[r])):
+        kind = canonical_kind(event_text(trace, "name", k))
+        owner = next((c for c in waiting if c["ts"] <= float(ts[k])
+                      and (c["name"] == kind or kind in _ANY_KIND)), None)
+        if owner is None:
+            alone.append((k, float(ts[k])))
+            continue
+        waiting.remove(owner)
+        _extend(owner, k, end_of)
+    for k, at in alone:
+        name = canonical_kind(event_text(trace, "name", k)) or "nccl"
+        counted.append({"row": k, "name": name,
+                        "ts": at, "end": max(at, float(end_of[k])), "members": [k]})
+
+
+def _extend(owner: dict, kernel: int, end_of: np.ndarray) -> None:
+    owner["end"] = max(owner["end"], float(end_of[kernel]))
+    owner["members"] = owner["members"] + [kernel]
 
 
 def collective_bytes(trace: Trace, members: list[int]) -> int | None:

@@ -27,6 +27,33 @@ from torchlens.model import Trace
 COMM_KERNEL = re.compile(r"^nccl")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+#: The host calls that launch GPU work (a GPU event's ``correlation`` is its
+#: launch's), the one list every launch figure reads. Kineto draws a launch flow
+#: from these (libkineto ``RuntimeActivity::flowStart``: cudaLaunchKernel,
+#: cudaLaunchKernelExC, the cooperative launches, cudaGraphLaunch and the
+#: cbids cudaMemcpy .. cudaMemset2DAsync; ``DriverActivity``: cuLaunchKernel,
+#: newer Kineto cuLaunchKernelEx), names them by ``runtimeCbidName``
+#: (``cupti_strings.cpp``, where the per-thread default stream forms end in
+#: ``_ptsz``), and HTA adds MTIA's and ROCm's (``get_runtime_launch_events_query``).
+LAUNCH_NAMES = (
+    "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
+    "cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernel_ptsz", "cudaLaunchCooperativeKernelMultiDevice",
+    "cudaGraphLaunch", "cudaGraphLaunch_ptsz",
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyToArray", "cudaMemcpy2DToArray",
+    "cudaMemcpyFromArray", "cudaMemcpy2DFromArray", "cudaMemcpyArrayToArray",
+    "cudaMemcpy2DArrayToArray", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+    "cudaMemcpyAsync", "cudaMemcpyToArrayAsync", "cudaMemcpyFromArrayAsync",
+    "cudaMemcpy2DAsync", "cudaMemcpy2DToArrayAsync", "cudaMemcpy2DFromArrayAsync",
+    "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyAsync_ptsz",
+    "cudaMemcpy2DAsync_ptsz", "cudaMemcpyPeerAsync",
+    "cudaMemset", "cudaMemset2D", "cudaMemsetAsync", "cudaMemset2DAsync",
+    "cudaMemsetAsync_ptsz", "cudaMemset2DAsync_ptsz",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch",
+    "runFunction - job_prep_and_submit_for_execution",
+    "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
+    "hipGraphLaunch", "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
+)
 
 
 def category_mask(trace: Trace, *names: str) -> np.ndarray:
