@@ -115,8 +115,15 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, handle: dict[str, Any]) -> Any:
         return self._value(handle, "util")
 
-    def nvmlDeviceGetMemoryInfo(self, handle: dict[str, Any]) -> Any:
-        return self._value(handle, "mem")
+    def nvmlDeviceGetMemoryInfo(self, handle: dict[str, Any], version: int | None = None) -> Any:
+        """As pynvml: version 1 by default (``used`` = total - free, the driver's
+        reservation included); ``version=nvmlMemory_v2`` reports it apart,
+        where the device has a ``mem_v2`` entry (else the driver refuses)."""
+        if version is None:
+            return self._value(handle, "mem")
+        if "mem_v2" not in handle:
+            raise pynvml.NVMLError_FunctionNotFound()
+        return self._value(handle, "mem_v2")
 
     def nvmlDeviceGetTemperature(self, handle: dict[str, Any], sensor: int) -> int:
         assert sensor == pynvml.NVML_TEMPERATURE_GPU

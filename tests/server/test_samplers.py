@@ -338,3 +338,21 @@ def test_rocm_build_is_read_from_torch_or_its_version_file(tmp_path, monkeypatch
     assert nvml.rocm_build() == "6.4.1"
     (tmp_path / "version.py").write_text("hip: Optional[str] = None\n")
     assert nvml.rocm_build() is None
+
+
+def test_memory_used_is_what_nvidia_smi_shows_not_the_drivers_reservation() -> None:
+    """Figures an H200 gave (driver 580): NVML v1 said 3,726 MiB used where
+    nvidia-smi said 3,111 MiB; v2 reports the driver's 615 MiB apart."""
+    from types import SimpleNamespace
+
+    mib = 2**20
+    dev = gpu("GPU-a", mem=SimpleNamespace(used=3726 * mib, total=143771 * mib, free=140045 * mib),
+              mem_v2=SimpleNamespace(used=3111 * mib, reserved=615 * mib, total=143771 * mib,
+                                     free=140045 * mib))
+    g = sampler(FakeNvml([dev])).sample()["gpus"][0]
+    assert g["mem_used"] == 3111 * mib and g["mem_reserved"] == 615 * mib
+    assert "mem_reserved" not in g["not_read"]
+    # a driver without version 2: version 1's figure, and the sample says what it includes
+    old = sampler(FakeNvml([gpu("GPU-a", mem=dev["mem"])])).sample()["gpus"][0]
+    assert old["mem_used"] == 3726 * mib and old["mem_reserved"] is None
+    assert "includes the driver's reserved memory" in old["not_read"]["mem_reserved"]
