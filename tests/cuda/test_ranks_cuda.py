@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import cloudpickle
+import msgspec
 
 from . import nccl_loop
 from .conftest import REPO, child_env
@@ -35,7 +36,7 @@ def _found(obj, key: str) -> list:
     return []
 
 
-def _check_run_folder(run: Path, figures: dict) -> None:
+def _check_run_folder(run: Path, figures: dict, summaries: list | None = None) -> None:
     """One NCCL rank: NCCL runs an in-place all_reduce of one rank without any
     kernel (nothing to exchange), so what is checked is the collective as the
     host issued it, the step's kernels on their stream, and CUDA memory. NCCL
@@ -52,8 +53,9 @@ def _check_run_folder(run: Path, figures: dict) -> None:
     kernels = [e for e in events if e.get("cat") == "kernel"]
     nccl = sorted({e["name"] for e in events if "nccl" in e.get("name", "").lower()})
     streams = sorted({e.get("args", {}).get("stream") for e in kernels})
-    summaries = run / "rank0" / "summaries.jsonl"
-    largest = _found(_lines(summaries), "largest_free") if summaries.exists() else []
+    if summaries is None:  # torchlens run: the run folder holds them
+        summaries = _lines(run / "rank0" / "summaries.jsonl")
+    largest = _found(summaries, "largest_free")
     figures.update(steps=len(steps), traces=len(traces), nccl_events=nccl[:8],
                    nccl_kernels=[n for n in nccl if any(k["name"] == n for k in kernels)],
                    kernels=len(kernels), streams=streams, allocated=mems[-1].get("allocated"),
@@ -71,7 +73,9 @@ def test_ddp_check_profile_one_nccl_rank(tmp_path: Path, artifacts: Path, figure
                     profile_every=4, run_dir=str(run), live=False, timeout=120)
     shutil.copytree(run, artifacts / "cuda_ddp_run", dirs_exist_ok=True)
     assert res.records.outcome == "finished", res
-    _check_run_folder(run, figures)
+    # %ddp_check keeps the profiled steps' summaries in the result, not the folder
+    kept = [msgspec.to_builtins(s) for s in res.records.profiling.summaries[0]]
+    _check_run_folder(run, figures, kept)
     html = artifacts / "cuda_ddp_profile.html"
     res.export(str(html))
     text = html.read_text(encoding="utf-8").lower()
