@@ -50,13 +50,30 @@ export interface IGpuSample {
   /** bytes/s over all NVLinks since the previous sample; null on the first sample or without NVLink */
   nvlink_tx_bps?: number | null;
   nvlink_rx_bps?: number | null;
+  /** seconds since PCIe was read: it is read every few seconds (each read blocks NVML 20 ms) */
+  pcie_age_s?: number | null;
+  /** memory the driver reserves for itself (NVML memory info v2), not counted in mem_used */
+  mem_reserved?: number | null;
+  /** metric -> why NVML could not read it (e.g. "NVMLError_NotSupported") */
+  not_read?: Record<string, string>;
+  /** why this GPU has no CUDA ordinal (mixed GPU models under FASTEST_FIRST, MIG on) */
+  cuda_note?: string | null;
   processes: IGpuProcess[];
 }
 
 export interface ISample {
   t: number;
   host: IHostSample;
-  gpu: { available: boolean; status: string; driver: string | null; gpus: IGpuSample[] };
+  gpu: {
+    available: boolean;
+    status: string;
+    driver: string | null;
+    gpus: IGpuSample[];
+    /** host: NVML's pids are the host's (the server runs in a container), not this machine's view */
+    pids?: 'host' | 'local';
+    /** set by the server when pids is host: why no names or kernels are shown */
+    pids_note?: string;
+  };
 }
 
 /** Where a rank's memory figures come from (docs/RANK_PROFILE.md `mem.source`). */

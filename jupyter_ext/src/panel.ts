@@ -46,9 +46,43 @@ const RANK_CHART_MAX = 900;
 function na(value: number | null | undefined, fmt: (v: number) => string): string {
   return value === null || value === undefined ? 'n/a' : fmt(value);
 }
+/** '' for a value the sampler did not send: an addition to a line that stands without it. */
+function opt(value: number | null | undefined, fmt: (v: number) => string): string {
+  return value === null || value === undefined ? '' : fmt(value);
+}
 const pct = (v: number) => `${v.toFixed(0)}%`;
 const gib = (v: number) => `${(v / GiB).toFixed(1)} GiB`;
 const mbps = (v: number) => `${(v / 1e6).toFixed(0)} MB/s`;
+
+/** The sampler's metric keys, in the words the card uses for them. */
+const METRIC_NAMES: Record<string, string> = {
+  util_gpu: 'util',
+  mem_used: 'memory',
+  mem_reserved: 'driver-reserved memory',
+  temp_c: 'temp',
+  power_w: 'power',
+  power_limit_w: 'power limit',
+  pcie_tx_bps: 'PCIe tx',
+  pcie_rx_bps: 'PCIe rx',
+  nvlink_tx_bps: 'NVLink tx',
+  nvlink_rx_bps: 'NVLink rx'
+};
+
+/** What shows when NVML's pids are the host's and the server sent no note of its own. */
+const HOST_PIDS_NOTE = 'process ids are the host\u2019s (the server runs in a container); names not shown';
+
+/**
+ * "not read: NVLink tx, NVLink rx (field 138: NVML_ERROR_NOT_SUPPORTED; ...)":
+ * the metrics NVML would not give, grouped by why, or '' when it gave all.
+ */
+export function notReadText(notRead: Record<string, string> | undefined): string {
+  const byWhy = new Map<string, string[]>();
+  for (const [key, why] of Object.entries(notRead ?? {})) {
+    byWhy.set(why, [...(byWhy.get(why) ?? []), METRIC_NAMES[key] ?? key]);
+  }
+  const parts = [...byWhy].map(([why, names]) => `${names.join(', ')} (${why})`);
+  return parts.length ? `not read: ${parts.join('; ')}` : '';
+}
 
 /**
  * How each memory source is named in the rank section: a short tag per rank,
@@ -324,24 +358,31 @@ export class GpuMonitorPanel extends Widget {
       el('span', 'tl-host-cpu', `CPU ${na(h.cpu_percent, pct)} of ${h.cpu_count ?? 'n/a'} cores`),
       el('span', 'tl-host-ram', `RAM ${na(h.ram_used, gib)} / ${na(h.ram_total, gib)}`)
     );
-    this.gpuBox.replaceChildren(...s.gpu.gpus.map(g => this.gpuCard(g)));
+    const pidsNote = s.gpu.pids === 'host' ? s.gpu.pids_note ?? HOST_PIDS_NOTE : '';
+    this.gpuBox.replaceChildren(...s.gpu.gpus.map(g => this.gpuCard(g, pidsNote)));
     const when = new Date(s.t * 1000).toLocaleTimeString();
     this.footer.textContent = `${this.received} samples · last ${when}`;
     this.footer.dataset.samples = String(this.received);
   }
 
-  private gpuCard(g: IGpuSample): HTMLElement {
+  private gpuCard(g: IGpuSample, pidsNote: string): HTMLElement {
     const card = el('div', 'tl-gpu');
     const label = g.mig_parent !== null ? `GPU ${g.index} MIG ${g.mig_slot}` : `GPU ${g.index}`;
     const cuda = g.cuda !== null ? ` (cuda:${g.cuda})` : '';
     card.appendChild(el('div', 'tl-gpu-title', `${label}${cuda}: ${g.name}`));
+    if (g.cuda === null && g.cuda_note) {
+      // which cuda:k this GPU is cannot be told here: say why, not a guess
+      card.appendChild(el('div', 'tl-cuda-note tl-dim', `no CUDA ordinal: ${g.cuda_note}`));
+    }
     const power = `${na(g.power_w, v => `${v.toFixed(0)} W`)} / ${na(g.power_limit_w, v => `${v.toFixed(0)} W`)}`;
+    const reserved = opt(g.mem_reserved, v => ` (+ ${bytesText(v)} reserved by the driver)`);
+    const pcieAge = opt(g.pcie_age_s, v => ` (read ${v.toFixed(0)} s ago)`);
     const rows: [string, string][] = [
       ['util', `${na(g.util_gpu, pct)} (mem ${na(g.util_mem, pct)})`],
-      ['memory', `${na(g.mem_used, gib)} / ${na(g.mem_total, gib)}`],
+      ['memory', `${na(g.mem_used, gib)} / ${na(g.mem_total, gib)}${reserved}`],
       ['temp', na(g.temp_c, v => `${v} °C`)],
       ['power', power],
-      ['PCIe', `tx ${na(g.pcie_tx_bps, mbps)} · rx ${na(g.pcie_rx_bps, mbps)}`],
+      ['PCIe', `tx ${na(g.pcie_tx_bps, mbps)} · rx ${na(g.pcie_rx_bps, mbps)}${pcieAge}`],
       ['NVLink', `tx ${na(g.nvlink_tx_bps, mbps)} · rx ${na(g.nvlink_rx_bps, mbps)}`]
     ];
     const table = el('table', 'tl-metrics');
@@ -351,7 +392,15 @@ export class GpuMonitorPanel extends Widget {
       table.appendChild(tr);
     }
     card.appendChild(table);
+    const notRead = notReadText(g.not_read);
+    if (notRead) {
+      // plain text, not an error: consumer cards, MIG slices and containers lack some metrics
+      card.appendChild(el('div', 'tl-not-read tl-dim', notRead));
+    }
     const procs = el('ul', 'tl-procs');
+    if (pidsNote) {
+      procs.appendChild(el('li', 'tl-pids-note tl-dim', pidsNote));
+    }
     for (const p of g.processes) {
       const item = el('li', '', `${p.pid} ${p.name ?? '?'}: ${na(p.mem_used, gib)}`);
       if (p.kernel) {

@@ -5,7 +5,8 @@ the kernel tag on processes) would never be drawn. jupyter_server loads
 extensions in alphabetical order, so this one installs a ``Monitor`` over the
 NVML fake first and torchlens's loader, finding one, only adds its handlers.
 GPU 0 has NVLink with counters that grow on every read and lists this
-server's kernels as its processes; GPU 1 has no NVLink at all.
+server's kernels as its processes; GPU 1 has no NVLink at all (NVML answers
+its fields NOT_SUPPORTED). They are two models, so neither has a CUDA ordinal.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class GrowingNvml(FakeNvml):
         self, handle: dict[str, Any], field_ids: list[Any]
     ) -> list[Any]:
         counters = handle["nvlink_kib"]
-        if isinstance(counters, dict):
+        if isinstance(counters, dict) and counters:  # {}: a GPU without NVLink
             counters[TX] += 50 * 1024
             counters[RX] += 10 * 1024
         return super().nvmlDeviceGetFieldValues(handle, field_ids)
@@ -55,17 +56,18 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     settings = serverapp.web_app.settings
+    # one driver for both, with memory info v2: the driver's reservation shown apart
+    reserved = SimpleNamespace(used=10 * 2**30, total=40 * 2**30, free=29 * 2**30,
+                               reserved=600 * 2**20)
     devices = [
-        gpu("GPU-fake-0", nvlink_kib={TX: 0, RX: 0}),
-        gpu(
-            "GPU-fake-1",
-            name="NVIDIA GeForce RTX 4090",
-            nvlink_kib=pynvml.NVMLError_NotSupported,
-        ),
+        gpu("GPU-fake-0", nvlink_kib={TX: 0, RX: 0}, mem_v2=reserved),
+        # no NVLink: the driver answers every NVLink field NOT_SUPPORTED
+        gpu("GPU-fake-1", name="NVIDIA GeForce RTX 4090", nvlink_kib={}, mem_v2=reserved),
     ]
+    # two GPU models and no CUDA_DEVICE_ORDER: CUDA's ordinals cannot be mapped
     monitor = Monitor(
         HostSampler(),
-        NvmlSampler(api=GrowingNvml(devices, settings), environ={}),
+        NvmlSampler(api=GrowingNvml(devices, settings), environ={}, nested_pids=False),
         interval=0.5,
     )
     settings["torchlens_monitor"] = monitor

@@ -1,4 +1,6 @@
-"""The per-GPU card in a real browser, over fake GPUs: NVLink rate / n/a, kernel tag.
+"""The per-GPU card in a real browser, over fake GPUs: NVLink rate / n/a, kernel tag,
+what NVML did not read, the PCIe reading's age, the driver's reserved memory and
+why a GPU has no CUDA ordinal.
 
 The server loads ``fake_gpu_ext`` (NVML fake, see there) before torchlens;
 everything after the sampler - monitor, socket, sidebar - is the real thing.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +59,10 @@ def start_kernel(lab: Lab) -> str:
         return json.loads(response.read())["id"]
 
 
-def test_card_shows_nvlink_rate_na_and_kernel_tag(lab: Lab, chromium: Any) -> None:
+def test_card_shows_nvlink_rate_na_and_kernel_tag(
+    lab: Lab, chromium: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    shots = tmp_path_factory.mktemp("screenshots")  # kept by pytest for a look after a run
     kernel = start_kernel(lab)
     page = chromium.new_page()
     try:
@@ -80,6 +86,25 @@ def test_card_shows_nvlink_rate_na_and_kernel_tag(lab: Lab, chromium: Any) -> No
         assert cards.nth(1).locator("tr", has_text="NVLink").inner_text().split() == [
             "NVLink", "tx", "n/a", "·", "rx", "n/a",
         ]  # fmt: skip
+        # what NVML would not read is said per GPU, as plain text, not as an error
+        not_read = cards.nth(1).locator(".tl-not-read")
+        assert not_read.inner_text() == (
+            "not read: NVLink tx (field 138: NVML_ERROR_NOT_SUPPORTED; field 202: "
+            "NVML_ERROR_NOT_SUPPORTED); NVLink rx (field 139: NVML_ERROR_NOT_SUPPORTED; "
+            "field 204: NVML_ERROR_NOT_SUPPORTED)"
+        )
+        assert cards.nth(0).locator(".tl-not-read").count() == 0  # GPU 0 read everything
+        assert page.locator(f"{PANEL} .tl-error").count() == 0
+        # PCIe is read every 5 s: the row says how old its figures are
+        assert re.search(r"\(read \d+ s ago\)$", cards.nth(0).locator("tr", has_text="PCIe").inner_text())
+        memory = cards.nth(0).locator("tr", has_text="memory").inner_text()
+        assert memory.endswith("10.0 GiB / 40.0 GiB (+ 600 MiB reserved by the driver)")
+        # two GPU models under CUDA's default FASTEST_FIRST: no cuda:k, and why
+        for k in (0, 1):
+            assert "(cuda:" not in cards.nth(k).locator(".tl-gpu-title").inner_text()
+            assert cards.nth(k).locator(".tl-cuda-note").inner_text().startswith(
+                "no CUDA ordinal: CUDA_DEVICE_ORDER is FASTEST_FIRST")
+        page.locator(f"{PANEL} .tl-gpus").screenshot(path=str(shots / "gpu-cards.png"))
         # the kernel started above holds memory on GPU 0: tagged with its id
         tag = cards.nth(0).locator(f"li[data-kernel='{kernel}'] .tl-kernel")
         tag.wait_for(timeout=30_000)

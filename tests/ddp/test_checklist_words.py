@@ -166,3 +166,35 @@ def test_one_loop_iteration_fewer_is_not_a_skip():
     assert item.details["skipped"] == [] and item.details["missing"] == [1]
     assert "ranks issued different numbers of collectives" in item.evidence
     assert "skip" not in item.evidence
+
+
+def test_an_oom_line_says_where_the_snapshot_is_or_why_there_is_none():
+    """Rank 0 saved its allocator snapshot; rank 1 ran cudaMallocAsync, which
+    torch cannot snapshot: the user is told both, and what to open."""
+    from torchlens.analysis.ddp.checks import summary
+    from torchlens.render.findings import finding_text
+
+    oom = {"type": "OutOfMemoryError", "t": 101.0, "message": "CUDA out of memory"}
+    why = ("PYTORCH_CUDA_ALLOC_CONF has backend:cudaMallocAsync, which keeps no per-block "
+           "state: torch cannot snapshot it (the OOM message is what there is)")
+    run = DdpRun(world_size=2, backend="nccl", outcome="crashed", t0=100.0,
+                 ranks=[rank(0, oom, oom_snapshot={"path": "/runs/r/rank0/oom.pickle",
+                                                   "why": None}),
+                        rank(1, oom, oom_snapshot={"path": None, "why": why})],
+                 exit_codes=[1, 1], ended_at=[101.1, 101.2], fingerprints=[[], []])
+    checks = items(run)
+    item = checks["out of memory"]
+    assert item.evidence == (
+        "rank 0 ran out of CUDA memory; its allocator snapshot is in /runs/r/rank0/oom.pickle; "
+        f"rank 1 ran out of CUDA memory; no allocator snapshot was saved: {why}")
+    assert item.advice.startswith("%gpumem --load /runs/r/rank0/oom.pickle")
+    assert item.status == "info"  # the crashed-worker line is the failure
+    assert checks["crashed worker"].status == "failed"
+    assert summary(list(checks.values()), run).endswith("1 failed: crashed worker")
+    assert "no allocator snapshot was saved: PYTORCH_CUDA_ALLOC_CONF" in finding_text(item)
+
+
+def test_no_oom_no_oom_line():
+    run = DdpRun(world_size=1, backend="gloo", outcome="finished", ranks=[rank(0)],
+                 exit_codes=[0], fingerprints=[[]])
+    assert "out of memory" not in items(run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -57,3 +58,37 @@ def test_bad_arguments_name_the_parameter() -> None:
         monitor_options(duration=-1)
     with pytest.raises(InputError, match="^minutes must be > 0"):
         monitor_options(minutes=0)
+
+
+def test_summary_says_what_was_not_read_and_how_old_pcie_is() -> None:
+    now = [0.0]
+    devices = [
+        gpu("GPU-a", power_mw=pynvml.NVMLError_NotSupported,
+            limit_mw=pynvml.NVMLError_NotSupported, nvlink_kib={}),
+        gpu("GPU-b", name="NVIDIA GeForce RTX 4090"),
+    ]
+    nvml = NvmlSampler(api=FakeNvml(devices), environ={}, process_name=lambda p: None,
+                       clock=lambda: now[0], nested_pids=True)
+    mon = InlineMonitor(StepHost(), nvml, interval=1.0, minutes=5)  # PCIe read at 0 s
+    now[0] = 3.2
+    text = summary_html(mon.step())
+    gpu0 = text.split("GPU 0 ")[1].split("GPU 1 ")[0]
+    assert "PCIe tx 1 MB/s · rx 2 MB/s (read 3 s ago)" in gpu0
+    # one line per GPU, metrics grouped by why NVML refused them
+    assert "<br>&nbsp;&nbsp;not read: driver-reserved memory (NVML memory info v2 " in gpu0
+    assert ("; power, power limit (NVMLError_NotSupported); "
+            "NVLink tx (field 138: NVML_ERROR_NOT_SUPPORTED; field 202: "
+            "NVML_ERROR_NOT_SUPPORTED); NVLink rx (field 139") in gpu0
+    # two models under CUDA's default order: no cuda:k, and why
+    assert "(cuda:" not in text and "no CUDA ordinal: CUDA_DEVICE_ORDER is FASTEST_FIRST" in gpu0
+    assert "<br>process ids are the host's (this kernel runs in a container); names not shown" in text
+
+
+def test_summary_names_the_cuda_ordinal_and_reserved_memory() -> None:
+    v2 = SimpleNamespace(used=3 * 2**30, total=40 * 2**30, free=36 * 2**30, reserved=2**29)
+    nvml = NvmlSampler(api=FakeNvml([gpu("GPU-a", mem_v2=v2)]), environ={},
+                       process_name=lambda p: None, nested_pids=False)
+    text = summary_html(InlineMonitor(StepHost(), nvml, interval=1.0, minutes=5).step())
+    assert "GPU 0 (cuda:0) NVIDIA A100" in text
+    assert "reserved by the driver" in text and "not read" not in text
+    assert "host's" not in text

@@ -89,7 +89,8 @@ def test_vanished_or_invisible_pid_is_not_ours() -> None:
 def test_tag_kernels_with_real_processes(family: tuple[int, int]) -> None:
     child, grandchild = family
     procs = [SimpleNamespace(pid=p, usedGpuMemory=1) for p in (grandchild, 1)]
-    nvml = NvmlSampler(api=FakeNvml([gpu("GPU-a", compute=procs)]), environ={})
+    nvml = NvmlSampler(api=FakeNvml([gpu("GPU-a", compute=procs)]), environ={},
+                        nested_pids=False)  # local pids, also when the tests run in a container
     mon = Monitor(StepHost(), nvml)
     sample = mon.sample_once()
     settings = {"kernel_manager": FakeKernelManager({"k1": os.getpid()})}
@@ -119,7 +120,8 @@ def test_tag_kernels_with_a_fake_process_table() -> None:
             ),
         ]
     )
-    mon = Monitor(StepHost(), NvmlSampler(api=fake, environ={}, process_name=str))
+    mon = Monitor(StepHost(), NvmlSampler(api=fake, environ={}, process_name=str,
+                                                nested_pids=False))
     older, newest = mon.sample_once(), mon.sample_once()
     settings = {"kernel_manager": FakeKernelManager({"kA": 100, "kB": 200})}
     lookups: list[int] = []
@@ -150,3 +152,18 @@ def test_no_kernels_means_no_parent_lookups() -> None:
     sample = Monitor(StepHost(), NvmlSampler(api=fake, environ={})).sample_once()
     tag_kernels([sample], {}, parent_of=lambda pid: pytest.fail("walked"))
     assert sample["gpu"]["gpus"][0]["processes"][0]["kernel"] is None
+
+
+def test_host_pids_in_a_container_are_not_walked_and_the_sample_says_so() -> None:
+    # NVML's pids are the host's here: kernel 100's own pid number must not be
+    # matched (on the host it is some other process), and no parent is looked up
+    fake = FakeNvml([gpu("GPU-a", compute=[SimpleNamespace(pid=100, usedGpuMemory=1)])])
+    sampler = NvmlSampler(api=fake, environ={}, process_name=str, nested_pids=True)
+    sample = Monitor(StepHost(), sampler).sample_once()
+    settings = {"kernel_manager": FakeKernelManager({"kA": 100})}
+    tag_kernels([sample], settings, parent_of=lambda pid: pytest.fail("walked"))
+    proc = sample["gpu"]["gpus"][0]["processes"][0]
+    assert (proc["kernel"], proc["kernel_child"], proc["name"]) == (None, False, None)
+    assert sample["gpu"]["pids"] == "host"
+    assert "process ids are the host's" in sample["gpu"]["pids_note"]
+    assert "names not shown" in sample["gpu"]["pids_note"]

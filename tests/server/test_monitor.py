@@ -158,6 +158,8 @@ def test_csv_has_one_row_per_sample_and_empty_cells_for_na() -> None:
     # NVLink is a rate of counters: n/a on the first row, then a number (idle fake: 0)
     assert rows[0]["gpu0_nvlink_tx_bps"] == "" and rows[0]["gpu0_nvlink_rx_bps"] == ""
     assert float(rows[2]["gpu0_nvlink_tx_bps"]) == 0.0
+    # the fake's driver has no memory info v2: no figure of the driver's reservation
+    assert rows[0]["gpu0_mem_reserved"] == ""
 
 
 def test_what_the_rank_sink_sends_the_server_keeps() -> None:

@@ -59,6 +59,56 @@ def _na(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
+#: The sampler's metric keys in the words the summary uses (as the sidebar's card).
+METRIC_NAMES = {
+    "util_gpu": "util", "mem_used": "memory", "mem_reserved": "driver-reserved memory",
+    "temp_c": "temp", "power_w": "power", "power_limit_w": "power limit",
+    "pcie_tx_bps": "PCIe tx", "pcie_rx_bps": "PCIe rx",
+    "nvlink_tx_bps": "NVLink tx", "nvlink_rx_bps": "NVLink rx",
+}
+#: Under the GPUs when NVML's pids are the host's (the sampler's ``pids``).
+HOST_PIDS_NOTE = ("process ids are the host's (this kernel runs in a container); "
+                  "names not shown")
+
+
+def not_read_words(not_read: dict[str, str] | None) -> str:
+    """"not read: NVLink tx, NVLink rx (why)": the metrics NVML would not give,
+    grouped by why; "" when it gave every one."""
+    by_why: dict[str, list[str]] = {}
+    for key, why in (not_read or {}).items():
+        by_why.setdefault(why, []).append(METRIC_NAMES.get(key, key))
+    parts = [f"{', '.join(names)} ({why})" for why, names in by_why.items()]
+    return f"not read: {'; '.join(parts)}" if parts else ""
+
+
+def gpu_lines(g: dict[str, Any]) -> list[str]:
+    """One GPU of a sample as HTML lines: its figures, then why any is missing."""
+    label = f"GPU {g['index']}" + (f" MIG {g['mig_slot']}" if g.get("mig_parent") is not None
+                                   else "")
+    cuda = f" (cuda:{g['cuda']})" if g.get("cuda") is not None else ""
+    mem = f"{format_bytes(g['mem_used'])} / {format_bytes(g['mem_total'])}"
+    if g.get("mem_reserved") is not None:
+        mem += f" (+ {format_bytes(g['mem_reserved'])} reserved by the driver)"
+    pcie = (f"PCIe tx {_na(_mb(g.get('pcie_tx_bps')), '{:.0f} MB/s')} · rx "
+            f"{_na(_mb(g.get('pcie_rx_bps')), '{:.0f} MB/s')}")
+    if g.get("pcie_age_s") is not None:
+        pcie += f" (read {g['pcie_age_s']:.0f} s ago)"
+    lines = [
+        f"{label}{cuda} {html.escape(g['name'])}: util {format_percent(g['util_gpu'])}, "
+        f"mem {mem}, {_na(g['temp_c'], '{} °C')}, {_na(g['power_w'], '{:.0f} W')}, {pcie}, "
+        f"{len(g['processes'])} process(es)"
+    ]
+    if g.get("cuda") is None and g.get("cuda_note"):
+        lines.append(f"&nbsp;&nbsp;no CUDA ordinal: {html.escape(g['cuda_note'])}")
+    if words := not_read_words(g.get("not_read")):
+        lines.append(f"&nbsp;&nbsp;{html.escape(words)}")
+    return lines
+
+
+def _mb(value: float | None) -> float | None:
+    return None if value is None else value / 1e6
+
+
 def summary_html(sample: dict[str, Any], stopped: bool = False) -> str:
     """Static text of one combined sample: what the saved notebook shows."""
     host, gpu = sample["host"], sample["gpu"]
@@ -69,11 +119,9 @@ def summary_html(sample: dict[str, Any], stopped: bool = False) -> str:
         f"{format_bytes(host.get('ram_used'))} / {format_bytes(host.get('ram_total'))}",
     ]
     for g in gpu["gpus"]:
-        mem = f"{format_bytes(g['mem_used'])} / {format_bytes(g['mem_total'])}"
-        lines.append(
-            f"GPU {g['index']} {html.escape(g['name'])}: util {format_percent(g['util_gpu'])}, mem {mem}, "
-            f"{_na(g['temp_c'], '{} °C')}, {_na(g['power_w'], '{:.0f} W')}, {len(g['processes'])} process(es)"
-        )
+        lines.extend(gpu_lines(g))
+    if gpu["gpus"] and gpu.get("pids") == "host":
+        lines.append(HOST_PIDS_NOTE)
     lines.append(f"<small>{'stopped' if stopped else 'last sample'} at {when}</small>")
     return "<div class='torchlens-gpumonitor'>" + "<br>".join(lines) + "</div>"
 

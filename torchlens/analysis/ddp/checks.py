@@ -23,6 +23,7 @@ from typing import Any
 from torchlens.analysis.ddp.failures import (
     check_crash,
     check_hang,
+    check_oom,
     ended_how,
     rank_results,
     why_silent,
@@ -354,7 +355,7 @@ def check_signatures(rec: DdpRun) -> Finding | None:
 
 CHECKS = (check_environment, check_communication, check_sequence, check_hang,
           check_parameter_sync, check_determinism, check_memory, check_slow_rank,
-          check_rank_memory, check_crash, check_signatures)
+          check_rank_memory, check_crash, check_oom, check_signatures)
 
 
 def checklist(rec: DdpRun) -> list[Finding]:

@@ -1,6 +1,7 @@
 """How the ranks of a ``%ddp_check`` run ended: which reported, which went
-silent and why, the hang, and the crashed workers (the checklist's "hang" and
-"crashed worker" lines; ``analysis.ddp.checks`` holds the rest).
+silent and why, the hang, the crashed workers and their CUDA out-of-memory
+snapshots (the checklist's "hang", "crashed worker" and "out of memory"
+lines; ``analysis.ddp.checks`` holds the rest).
 
 Pure functions over the run's ``DdpRun`` payload.
 """
@@ -18,7 +19,7 @@ from torchlens.formats.locations import (
     location_label,
 )
 from torchlens.model import DdpRun
-from torchlens.model.findings import FAILED, NA, PASSED, Finding
+from torchlens.model.findings import FAILED, INFO, NA, PASSED, Finding
 from torchlens.model.units import format_seconds
 
 
@@ -183,3 +184,28 @@ def check_crash(rec: DdpRun) -> Finding:
                    details={"traceback": label_cells_in(tb, rec.cells),
                             "first": first if timed else None,
                             "ranks": [r for _, r, _ in failures]})
+
+
+def check_oom(rec: DdpRun) -> Finding | None:
+    """Where each rank that ran out of CUDA memory left its allocator snapshot,
+    or why it left none (cudaMallocAsync, CUDA never started, the snapshot's
+    own error: ``capture.ranks.oom``); None when no rank ran out.
+
+    Not a failure of its own (the crashed-worker line is that): what to open."""
+    outcomes = [(r, res["oom_snapshot"]) for r, res in enumerate(rank_results(rec))
+                if res and isinstance(res.get("oom_snapshot"), dict)]
+    if not outcomes:
+        return None
+    parts, saved = [], []
+    for r, oom in outcomes:
+        if oom.get("path"):
+            saved.append(str(oom["path"]))
+            parts.append(f"rank {r} ran out of CUDA memory; its allocator snapshot is in "
+                         f"{oom['path']}")
+        else:
+            parts.append(f"rank {r} ran out of CUDA memory; no allocator snapshot was saved: "
+                         f"{oom.get('why') or 'no reason given'}")
+    advice = (f"%gpumem --load {saved[0]} shows what held the memory at the OOM" if saved else
+              "the OOM message in the crashed-worker line is what there is")
+    return Finding(INFO, "; ".join(parts), advice=advice, title="out of memory",
+                   details={"ranks": {r: oom for r, oom in outcomes}})

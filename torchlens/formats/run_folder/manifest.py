@@ -53,8 +53,14 @@ class RankEntry(msgspec.Struct, kw_only=True):
     host: str | None = None
     pid: int | None = None
     device: str | None = None
-    #: ``%ddp_check``: its allocator snapshot on OutOfMemoryError (relative path)
+    #: its allocator snapshot on a CUDA out-of-memory (relative path)
     oom_snapshot: str | None = None
+    #: a CUDA out-of-memory, in the rank's own words: where its allocator
+    #: snapshot went or why none was saved (cudaMallocAsync, CUDA never
+    #: started, the snapshot's error); None when it had none. Added within
+    #: version 2: a reader that does not know it ignores it (msgspec drops
+    #: unknown keys), so the version stays.
+    oom: str | None = None
     # ``torchlens run``: where and how the rank's last start ran and ended
     node: int | None = None
     local_rank: int | None = None

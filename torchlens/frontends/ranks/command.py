@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -159,6 +160,9 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         collector.close()
         run_registry.unregister(entry)
     summary.final(view, "")
+    for e in manifest.ranks:  # not in the live view: the goodbye that says it is the last word
+        if e.oom:
+            summary.say(f"torchlens run: rank {e.rank}: {e.oom}")
     if log and code != 0:
         summary.say(_tail(log))
     if leftovers:
@@ -233,6 +237,20 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
     return f"ended with exit code {code}" + (f": {'; '.join(bad)}" if bad else "")
 
 
+#: how the rank's OOM line (``capture.ranks.oom.oom_line``) starts, after its rank
+_OOM_LINE = re.compile(r"^torchlens rank \d+: (CUDA out of memory; .*)", re.S)
+
+
+def _oom_words(bye: dict[str, Any]) -> str | None:
+    """What the rank said about its CUDA OOM in its goodbye's errors: where its
+    allocator snapshot went, or why none was saved; None when it had no OOM."""
+    for line in bye.get("errors") or ():
+        m = _OOM_LINE.match(str(line))
+        if m:
+            return m.group(1)
+    return None
+
+
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
                  code: int | None, interrupted: bool,
                  live: dict[str, Any] | None = None) -> Manifest:
@@ -262,13 +280,15 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         last = slots[-1] if slots else None
         hello = last.hello if last else {}
         hb = last.heartbeat if last else {}
+        bye = (last.bye if last else None) or {}
         ranks.append(RankEntry(
             rank=r, node=row.get("node"), host=row.get("host"), pid=hello.get("pid"),
             local_rank=hello.get("local_rank"), device=hello.get("device"),
             restart=row.get("restart"), state=row["state"], error=row.get("error"),
             stopped_at_step=hb.get("steps_done"), last_heartbeat=hb.get("t"),
             steps=sum(s.counts[0] for s in slots), summaries=sum(s.counts[1] for s in slots),
-            traces=files.rank_traces(run_dir, r)))
+            traces=files.rank_traces(run_dir, r),
+            oom_snapshot=files.oom_snapshot(run_dir, r), oom=_oom_words(bye)))
     nodes: dict[Any, NodeEntry] = {}
     for e in ranks:
         nodes.setdefault((e.node, e.host), NodeEntry(node=e.node, host=e.host)).ranks.append(e.rank)

@@ -276,6 +276,7 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
             "util_mem",
             "mem_used",
             "mem_total",
+            "mem_reserved",
             "temp_c",
             "power_w",
             "pcie_tx_bps",

@@ -64,6 +64,10 @@ def kernel_pids(settings: dict[str, Any]) -> dict[int, str]:
     return pids
 
 
+#: What the sidebar says under a GPU's processes when NVML's pids are the host's.
+HOST_PIDS_NOTE = ("process ids are the host's (the server runs in a container); "
+                  "names not shown, kernels not matched")
+
 #: How many parents up a GPU process may be from its kernel (kernel -> launcher -> rank ...).
 MAX_PARENT_DEPTH = 8
 
@@ -117,8 +121,20 @@ def tag_kernels(
     (True for a process the kernel started, e.g. a DDP rank). Only the newest
     sample is tagged because only it is drawn as text; parent lookups are
     shared across GPUs (one rank may hold memory on several).
+
+    When the sampler says NVML's pids are the host's (``pids == "host"``: the
+    server runs in a container), they are not this server's pids: walking
+    their parents would look up whatever local process has that number, so
+    nothing is tagged and ``pids_note`` says why (the sidebar shows it).
     """
     if not samples:
+        return
+    gpu_sample = samples[-1]["gpu"]
+    if gpu_sample.get("pids") == "host":
+        gpu_sample["pids_note"] = HOST_PIDS_NOTE
+        for gpu in gpu_sample.get("gpus", []):
+            for proc in gpu.get("processes", []):
+                proc["kernel"], proc["kernel_child"] = None, False
         return
     kernels = kernel_pids(settings)
     parents: dict[int, int | None] = {}
@@ -128,7 +144,7 @@ def tag_kernels(
             parents[pid] = parent_of(pid)
         return parents[pid]
 
-    for gpu in samples[-1]["gpu"].get("gpus", []):
+    for gpu in gpu_sample.get("gpus", []):
         for proc in gpu.get("processes", []):
             found = kernel_of(proc["pid"], kernels, cached_parent) if kernels else None
             proc["kernel"] = None if found is None else found[0]
