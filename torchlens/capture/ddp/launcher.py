@@ -377,6 +377,15 @@ class DdpLauncher:
         return out
 
 
+def _oom_words(res: dict[str, Any]) -> str | None:
+    """The manifest's ``oom`` of a %ddp_check rank: where its snapshot went or why none."""
+    oom = res.get("oom_snapshot")
+    if not isinstance(oom, dict):
+        return None
+    return (f"allocator snapshot in {oom['path']}" if oom.get("path")
+            else f"no allocator snapshot: {oom.get('why') or 'no reason given'}")
+
+
 def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
                      steps: list[list[StepRecord]]) -> None:
@@ -390,7 +399,7 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
         entries.append(manifest.RankEntry(
             rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
             traces=files.rank_traces(run_dir, rank),
-            oom_snapshot=files.oom_snapshot(run_dir, rank)))
+            oom_snapshot=files.oom_snapshot(run_dir, rank), oom=_oom_words(res)))
     manifest.write_manifest(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
         backend=job.get("backend"), created=time.time(),
