@@ -31,3 +31,18 @@ def test_notebook_runs(path, tmp_path):
                    and c.source.startswith("%%") and "--quiet" not in c.source]
     for cell in magic_cells:
         assert any("text/html" in o.get("data", {}) for o in cell.outputs), cell.source
+
+
+#: what a new user reads the tutorials for: each must appear in a tutorial's code
+COVERED = ("%%torchprof", "%%gpumem", "%ddp_check", "--profile", "torchlens.load(",
+           "torchlens report", "torchlens run", "torchlens.watch(", "torchlens diff")
+
+
+def test_the_tutorials_cover_every_command_and_the_readme_lists_them() -> None:
+    code = "\n".join(c.source for p in NOTEBOOKS for c in nbformat.read(p, as_version=4).cells
+                     if c.cell_type == "code")
+    missing = [what for what in COVERED if what not in code]
+    assert not missing, f"no tutorial runs {missing}"
+    readme = (NOTEBOOKS[0].parents[1] / "README.md").read_text(encoding="utf-8")
+    unlisted = [p.name for p in NOTEBOOKS if f"notebooks/{p.name}" not in readme]
+    assert not unlisted, f"README does not list the tutorials {unlisted}"
