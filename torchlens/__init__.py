@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from torchlens._version import __version__
-from torchlens.model import InputError, Profile, TorchlensError, load_profile
+from torchlens.model import InputError, Profile, TorchlensError
 
 __all__ = [
     "InputError",
@@ -28,17 +28,16 @@ __all__ = [
 
 
 def load(path: Any) -> Any:
-    """A saved ``.tlprof`` result (a ``Profile``), or, for a folder, a list of
-    per-rank traces or one Kineto trace (``.json``, ``.json.gz``), the run as
-    one result (``frontends.runs.api.RunResult``; ``run.diff(other)`` compares)."""
-    import os
+    """Read what ``torchlens report`` reads (``frontends.loading.load``, one
+    loader for both): a saved ``.tlprof`` result (a ``Profile``); an allocator
+    snapshot ``.pickle`` (a ``MemoryResult``, as ``%%gpumem`` gives); a folder
+    or a list of per-rank traces, or one Kineto trace (``.json``, ``.json.gz``):
+    the run as one result (``frontends.runs.api.RunResult``; ``run.diff(other)``
+    compares, ``run.ignored`` lists the folder's files that are not traces).
+    Raises ``InputError`` for a missing path or a folder with no usable trace."""
+    from torchlens.frontends.loading import load as _load
 
-    if (isinstance(path, (list, tuple)) or os.path.isdir(path)
-            or str(path).lower().endswith((".json", ".json.gz"))):
-        from torchlens.frontends.runs.api import load_run
-
-        return load_run(path)
-    return load_profile(path)
+    return _load(path)
 
 
 def torchprof(**options: Any) -> Any:

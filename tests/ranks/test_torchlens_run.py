@@ -62,6 +62,11 @@ def test_straggler_one_node(tmp_path: Path) -> None:
     verdict = next(line for line in c.lines if line.startswith("verdict:"))
     assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, c.output
     assert f"torchlens report {out}" in c.output
+    # one node: no command for other nodes; the ranks' profiled steps printed
+    # torch's USDT lines, which are not passed on; no log line without step times
+    assert "other nodes:" not in c.output and "TORCHLENS_COLLECTOR=" not in c.output
+    assert "USDT:" not in c.output and "profiler_start" not in c.output, c.output
+    assert "step ms:  |" not in c.output, c.output
     # the run folder: every step of both ranks; rank 1's data phase is the slow one
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and manifest["exit_code"] == 0
@@ -106,7 +111,8 @@ def test_restarts_get_a_fresh_rendezvous_store_unless_the_user_said_otherwise(
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
     extra = {} if user_value is None else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": user_value}
     show = "import os; print('store:', os.environ['TORCH_DISABLE_SHARE_RDZV_TCP_STORE'])"
-    c = Collector(tmp_path / "run", [sys.executable, "-c", show], **extra)
+    # "--nnodes 2": the other nodes' command is printed for a job of several nodes
+    c = Collector(tmp_path / "run", [sys.executable, "-c", show, "--nnodes", "2"], **extra)
     try:
         assert c.wait(timeout=120) == 0, c.output
     finally:

@@ -12,41 +12,44 @@ and exits with status 2, the argparse convention for usage errors.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
-from torchlens.model import InputError, Profile, TorchlensError, load_profile
+from torchlens.model import InputError, Profile, TorchlensError
 from torchlens.model.units import format_percent, format_us_as_ms
 
 EXIT_USAGE = 2
+#: a reader that closed the pipe (``| head``): what a shell reports for SIGPIPE
+EXIT_PIPE = 128 + signal.SIGPIPE
 
 
 def load_input(path: str) -> Profile:
-    """A saved ``.tlprof`` as is, or a Kineto trace wrapped in a Profile."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file. Check the path.")
-    if p.is_dir():  # per-rank traces: the run as one result
-        from torchlens.frontends.runs.api import load_run
+    """What ``torchlens.load`` reads, as a Profile (``frontends.loading``: one
+    loader for both); one Kineto trace is the single-trace report here."""
+    from torchlens.frontends.loading import as_profile, load
 
-        run = load_run(str(p), fork=True)  # a command runs no threads: fork is safe
-        if not run.ranks:
-            why = "; ".join(f"{q.kind}: {Path(q.path).name}" for q in run.problems[:5])
-            raise InputError(f"{path}: no usable per-rank trace in this folder ({why or 'empty'})")
-        return run.profile
-    if p.name.lower().endswith(".tlprof"):
-        return load_profile(p)
-    if p.name.lower().endswith((".pickle", ".pkl")):
-        from torchlens.frontends.api import (
-            load_gpumem,  # an allocator snapshot: kind gpumem
-        )
+    loaded = load(path, one_trace="trace", fork=True)  # a command runs no threads
+    for line in ignored_lines(loaded):
+        print(line, file=sys.stderr)
+    return as_profile(loaded)
 
-        return load_gpumem(str(p)).profile
-    from torchlens.formats.kineto import load_trace
 
-    trace = load_trace(p)
-    return Profile(kind="trace", title=p.name, source=str(path), traces={"main": trace},
-                   created_at=p.stat().st_mtime)
+def ignored_lines(loaded: Any) -> list[str]:
+    """What a run folder held that was not read, for the command's output."""
+    from torchlens.frontends.runs.api import ignored_note
+
+    sources = getattr(loaded, "sources", None)
+    if sources is None:
+        return []
+    return [f"torchlens: {n}" for n in ignored_note(sources.ignored, sources.root)]
+
+
+def _must_exist(path: str) -> None:
+    if not Path(path).exists():
+        raise InputError(f"{path}: no such file or folder. Check the path.")
 
 
 class Command:
@@ -198,6 +201,9 @@ class AnalyzeCommand(Command):
             print(repr(run))
             for p in run.problems:
                 print(f"  {p.kind}: {p.path}: {p.message}")
+            if not run.ranks:  # else the findings below say it
+                for line in ignored_lines(run):
+                    print(f"  {line.removeprefix('torchlens: ')}")
             if run.ranks:
                 print(run.temporal().to_string(index=False))
                 for line in run.findings():
@@ -237,6 +243,8 @@ class DiffCommand(Command):
         out = Path(args.output) if args.output else None
         if out is not None and not out.parent.resolve().is_dir():
             raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
+        for path in (args.a, args.b):  # named itself, not the folder it would be in
+            _must_exist(path)
         result = diff(args.a, args.b, workers=args.workers)
         if args.json:
             print(json.dumps(result.to_json(), indent=1, allow_nan=False, default=str))
@@ -316,11 +324,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # usage errors: argparse prints and exits 2
     try:
-        return args._command.run(args)
+        status = args._command.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        return _reader_went_away()
     except (TorchlensError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"torchlens: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _reader_went_away() -> int:
+    """The reader of our output closed it (``torchlens analyze --json | head``):
+    end quietly, as Unix tools do. What is still buffered cannot be written, and
+    Python would complain when it tries again at exit: stdout becomes /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to silence
+        pass
+    return EXIT_PIPE
 
 
 if __name__ == "__main__":

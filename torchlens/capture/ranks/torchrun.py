@@ -8,6 +8,12 @@ does not reach a worker whose agent could not end it: ``end_leftovers`` kills
 the attached ranks of this host that are still alive (their pids came in
 their hellos; a pid is only killed while it is the process that said hello,
 checked by its start time).
+
+The command's output is relayed, not inherited: torch's profiler prints
+``USDT: ... profiler_start`` on every profiled step of every rank, and the
+same rule that keeps it out of a notebook (``capture.trace.native_output.
+NOISE``) keeps it out of the terminal and the log file. Everything else
+passes through line by line, as it comes.
 """
 
 from __future__ import annotations
@@ -16,23 +22,68 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from typing import Any
 
+from torchlens.capture.trace.native_output import NOISE
+
 GRACE_S = 15.0
+#: after the command ended: how long the relay may take to pass on what is left
+RELAY_WAIT_S = 5.0
+
+
+def _relay(source: Any, out_fd: int, close_out: bool) -> None:
+    """Pass ``source``'s lines to ``out_fd`` as they come, torch's noise left out."""
+    try:
+        for line in iter(source.readline, b""):
+            if not NOISE.match(line):
+                with contextlib.suppress(OSError):  # our own output closed: keep draining
+                    os.write(out_fd, line)
+    finally:
+        source.close()
+        if close_out:
+            os.close(out_fd)
+
+
+def _out_fd(stream: Any, fallback: int) -> int:
+    try:
+        stream.flush()
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return fallback
 
 
 def start(command: list[str], env: dict[str, str],
           log: str | None = None) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session with ``env`` added to this environment;
-    its output goes to the file ``log`` when given, else to ours."""
+    its output goes to the file ``log`` when given, else to ours (stdout as is,
+    stderr through the relay). ``wait_relay(proc)`` after it ended."""
     if log is None:
-        return subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        out, close_out = _out_fd(sys.stderr, 2), False
+        source = proc.stderr
+    else:
+        proc = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
-    with open(log, "wb") as fh:
-        return subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                                stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+        out, close_out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), True
+        source = proc.stdout
+    relay = threading.Thread(target=_relay, args=(source, out, close_out), daemon=True,
+                             name="torchlens-run-output")
+    relay.start()
+    proc.relay = relay  # type: ignore[attr-defined]
+    return proc
+
+
+def wait_relay(proc: subprocess.Popen[bytes], timeout: float = RELAY_WAIT_S) -> None:
+    """Wait until the relay has passed on the command's last lines (it ends when
+    every process that holds the pipe has ended)."""
+    relay = getattr(proc, "relay", None)
+    if relay is not None:
+        relay.join(timeout=timeout)
 
 
 def end(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> int | None:

@@ -5,7 +5,9 @@ files skipped, for ``*.json`` and ``*.json.gz``, ``*.pt.trace.json`` among
 them) or a list of files and folders, and returns every rank it could place
 plus one ``Problem`` per thing wrong with the input. It never raises on a bad
 file: a run with one damaged rank is still worth looking at, as long as the
-report says which rank is missing and why.
+report says which rank is missing and why. Files in the folder that are not
+traces by name (``notes.txt``) and not a torchlens run folder's own files
+are listed in ``ignored``: the report says what it did not read.
 
 (Why only the top-level members are read: ``formats.kineto.peek``.)
 
@@ -36,11 +38,12 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchlens.formats.kineto.peek import Peek, safe_peek
+from torchlens.formats.run_folder import files as run_files
 from torchlens.formats.run_folder.files import LIVE_FEED, LIVE_STATUS, MANIFEST
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, load_manifest
 
@@ -48,6 +51,10 @@ _RANK_WORD = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _RANK_SUFFIX = re.compile(r"_(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)
 _RANK_FOLDER = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _STEP_FILE = re.compile(r"step(\d+)\.pt\.trace\.json(?:\.gz)?$", re.IGNORECASE)
+#: a torchlens run folder's files that are not traces: read elsewhere, not "ignored"
+_RUN_FOLDER_FILES = frozenset({
+    run_files.STEPS, run_files.SUMMARIES, run_files.OOM_SNAPSHOT, run_files.LIVE_FEED,
+    run_files.SECRET_FILE, run_files.LOG_FILE, run_files.RESULT_FILE})
 
 
 @dataclass
@@ -72,12 +79,14 @@ class Problem:
 
 @dataclass
 class RunSources:
-    """The ranks found (sorted by rank), the run's world size, and what was wrong."""
+    """The ranks found (sorted by rank), the run's world size, what was wrong,
+    and the files in the folder that were not read (not traces by name)."""
 
     ranks: list[RankFile]
     world_size: int | None
     problems: list[Problem]
     root: str
+    ignored: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,9 +125,10 @@ def discover(inputs: str | Path | list[str | Path],
     manifests: list[tuple[str, int | None]] = []
     runs: list[_Candidate] = []
     loose: list[_Candidate] = []
+    ignored: list[str] = []
     for p in paths:
         if p.is_dir():
-            run_cands, loose_cands, found = _scan_folder(p, problems)
+            run_cands, loose_cands, found = _scan_folder(p, problems, ignored)
             runs += run_cands
             loose += loose_cands
             manifests += found
@@ -146,7 +156,8 @@ def discover(inputs: str | Path | list[str | Path],
     ranks, kept = _group(placed, problems)
     world = _world_size(kept, manifests, problems)
     _check_ranks(ranks, world, root, problems)
-    return RunSources(ranks=ranks, world_size=world, problems=problems, root=root)
+    return RunSources(ranks=ranks, world_size=world, problems=problems, root=root,
+                      ignored=ignored)
 
 
 def _root(paths: list[Path]) -> str:
@@ -161,9 +172,10 @@ def _root(paths: list[Path]) -> str:
         return ""
 
 
-def _scan_folder(folder: Path, problems: list[Problem]
+def _scan_folder(folder: Path, problems: list[Problem], ignored: list[str]
                  ) -> tuple[list[_Candidate], list[_Candidate], list[tuple[str, int | None]]]:
-    """Trace files under ``folder``: those a run manifest lists, then the rest."""
+    """Trace files under ``folder``: those a run manifest lists, then the rest;
+    other files (hidden ones and a run folder's own aside) go to ``ignored``."""
     files: list[Path] = []
     manifests: dict[Path, Manifest] = {}
 
@@ -176,7 +188,11 @@ def _scan_folder(folder: Path, problems: list[Problem]
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             low = name.lower()
-            if name.startswith(".") or not (low.endswith(".json") or low.endswith(".json.gz")):
+            if name.startswith("."):
+                continue
+            if not (low.endswith(".json") or low.endswith(".json.gz")):
+                if name not in _RUN_FOLDER_FILES:
+                    ignored.append(str(Path(here) / name))
                 continue
             path = Path(here) / name
             if name == LIVE_STATUS and LIVE_FEED in names:

@@ -81,6 +81,24 @@ def _out_dir(out: str | None) -> str:
     return os.path.abspath(out)
 
 
+def nodes(command: list[str]) -> int:
+    """How many nodes ``command`` asks torchrun for: ``--nnodes N`` or the
+    elastic ``--nnodes MIN:MAX`` (MAX), before the training script; 1 without,
+    2 for a value it cannot read (then the other nodes' command is shown)."""
+    for i, word in enumerate(command):
+        if word.endswith(".py"):
+            break
+        value = None
+        if word == "--nnodes" and i + 1 < len(command):
+            value = command[i + 1]
+        elif word.startswith("--nnodes="):
+            value = word.split("=", 1)[1]
+        if value is not None:
+            top = value.rsplit(":", 1)[-1]
+            return int(top) if top.isdigit() else 2
+    return 1
+
+
 def _exit_code(code: int | None) -> int:
     if code is None:
         return 1
@@ -118,12 +136,13 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
              f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {shlex.join(command)}")
-    where = ("the collector listens on loopback only: other machines cannot reach it "
-             "(pass --host IFACE for more than one machine); on this machine run"
-             if loopback else
-             f"the collector listens on {collector.host}; copy {secret_path} to the same "
-             "path on every other node (mode 0600), then run there")
-    summary.say(f"other nodes: {where}:\n  {other}")
+    if nodes(command) > 1 or not loopback:  # one node: no second command to run
+        where = ("the collector listens on loopback only: other machines cannot reach it "
+                 "(pass --host IFACE for more than one machine); on this machine run"
+                 if loopback else
+                 f"the collector listens on {collector.host}; copy {secret_path} to the same "
+                 "path on every other node (mode 0600), then run there")
+        summary.say(f"other nodes: {where}:\n  {other}")
     # on a terminal the command's own output would break the in-place redraw:
     # it goes to a file, and its tail is shown when the command fails
     log = os.path.join(run_dir, files.LOG_FILE) if summary.tty else None
@@ -144,6 +163,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         signal.signal(signal.SIGTERM, previous)
         code = child.end(proc)
         leftovers = child.end_leftovers([s.hello for s in collector.all_slots()])
+        child.wait_relay(proc)  # the command's last lines before the summary's
         for _ in range(FINAL_POLLS):
             with contextlib.suppress(Exception):
                 collector.poll()

@@ -19,6 +19,7 @@ ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ JSON_SCHEMA = {
     "world_size": "from the traces' distributedInfo (null when none says)",
     "ranks": "rank numbers analysed",
     "problems": "[{kind, path, message}]: every input that could not be used, and why",
+    "ignored": "paths of the files in the folder that were not read: not traces by name "
+               "(*.json, *.json.gz) nor a torchlens run folder's own files",
     "temporal": "per rank: span_us, busy_us, idle_us, compute_us, non_compute_us and "
                 "idle/compute/non_compute_pct (HTA's temporal breakdown)",
     "idle": "per rank and stream: idle_us split into host_wait, kernel_wait, other (us, pct)",
@@ -138,13 +141,15 @@ class RunResult(Result):
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
-                             notes=collector_notes(manifest) if manifest else [],
+                             notes=[*(collector_notes(manifest) if manifest else []),
+                                    *ignored_note(sources.ignored, sources.root)],
                              collected_steps=step_series(collected) if collected else {})
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
         self.sources = sources
         self.figures = figures
         self.problems = problems
+        self.ignored = sources.ignored
 
     @property
     def ranks(self) -> list[int]:
@@ -229,7 +234,7 @@ class RunResult(Result):
         rows = a.collectives
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
-                "problems": [vars(p) for p in self.problems],
+                "problems": [vars(p) for p in self.problems], "ignored": self.ignored,
                 **{key: getattr(a, key) for key in JSON_TABLES},
                 "collectives": rows[:MAX_JSON_COLLECTIVES],
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
@@ -247,6 +252,19 @@ class RunResult(Result):
         """The report's findings, each as one line: its sentence with its
         figures, and what to do where there is something (``str(Finding)``)."""
         return [str(f) for f in self.analysis().findings]
+
+
+def ignored_note(ignored: list[str], root: str, shown: int = 3) -> list[str]:
+    """The sentence the findings and ``torchlens analyze`` give for files not
+    read (none when there are none): the first few, relative to the root."""
+    if not ignored:
+        return []
+    names = [os.path.relpath(p, root) if root else p for p in ignored]
+    listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more"
+                                         if len(names) > shown else "")
+    files = "file" if len(names) == 1 else "files"
+    return [f"ignored {len(names)} {files} that {'is' if len(names) == 1 else 'are'} not a "
+            f"trace (only *.json and *.json.gz are read): {listed}"]
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,

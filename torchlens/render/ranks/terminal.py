@@ -105,7 +105,9 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
 
 def one_line(view: RunView) -> str:
     """The log form: the verdict and each rank's median step time."""
-    if len(view.ranks) <= LOG_RANKS or view.spread is None:
+    if not view.ranks:  # before the first rank attaches: say so, not an empty list
+        steps = "none yet, no rank attached"
+    elif len(view.ranks) <= LOG_RANKS or view.spread is None:
         steps = ", ".join(f"r{row['rank']} {format_ms(row.get('step_ms'), unit=False, missing='-')}"
                           for row in view.ranks)
     else:
