@@ -165,7 +165,9 @@ class GpuPhaseTimer:
         self._open: tuple[int, Any] | None = None  # (phase, event) of the phase now running
         self._spans: list[tuple[int, Any, Any]] = []  # the current step's (phase, start, end)
         self._broken = False  # a boundary of the current step was not recorded
-        self._pending: deque[tuple[int, Any, Any, list[tuple[int, Any, Any]]]] = deque()
+        # (step, start, end, spans, whether its end is pooled with it: not when it
+        # is also the next step's start)
+        self._pending: deque[list[Any]] = deque()
 
     def _record(self) -> Any:
         """A pooled event recorded now, or None (not recordable: see ``cuda_device.record``)."""
@@ -207,21 +209,22 @@ class GpuPhaseTimer:
         spans, self._spans = self._spans, []
         if self._start is None or end is None or self._broken:
             # the start is still the end of the step before when that one waits unread
-            shared = bool(self._pending) and self._pending[-1][2] is self._start
-            self._give_back(None if shared else self._start, spans)
+            if self._pending and self._pending[-1][2] is self._start:
+                self._pending[-1][4] = True
+                self._give_back(None, spans)
+            else:
+                self._give_back(self._start, spans)
         else:
-            self._pending.append((step, self._start, end, spans))
+            self._pending.append([step, self._start, end, spans, False])
             if len(self._pending) > MAX_PENDING:
-                _, first, _, old = self._pending.popleft()
-                self._give_back(first, old)
+                self._done(self._pending.popleft())
                 self.dropped += 1
         self._start, self._broken = end, False
 
     def begin(self) -> None:
         """Forget every step (step indices start again) and time the next one from now."""
         while self._pending:
-            _, first, _, spans = self._pending.popleft()
-            self._give_back(first, spans)
+            self._done(self._pending.popleft())
         self._give_back(self._start, self._spans)
         self._spans, self._open, self._broken = [], None, False
         self._start = self._record()
@@ -233,7 +236,7 @@ class GpuPhaseTimer:
             return out
         try:
             while self._pending:
-                step, first, end, spans = self._pending[0]
+                step, first, end, spans, _ = self._pending[0]
                 if not (cuda_device.completed(end)
                         and all(cuda_device.completed(b) for _, _, b in spans)):
                     break
@@ -241,11 +244,16 @@ class GpuPhaseTimer:
                 for phase, a, b in spans:
                     per_phase[phase] += cuda_device.elapsed_s(a, b)
                 out.append((step, cuda_device.elapsed_s(first, end), per_phase))
-                self._pending.popleft()
-                self._give_back(first, spans)
+                self._done(self._pending.popleft())
         except Exception as exc:  # noqa: BLE001 - timing must never end the job
             self.error = f"CUDA event times could not be read: {type(exc).__name__}: {exc}"
         return out
+
+    def _done(self, entry: list[Any]) -> None:
+        """A pending step read or given up: its events back to the pool."""
+        self._give_back(entry[1], entry[3])
+        if entry[4]:
+            self._pool.append(entry[2])
 
     def _give_back(self, first: Any, spans: list[tuple[int, Any, Any]]) -> None:
         if first is not None:
