@@ -61,7 +61,7 @@ def test_the_slow_rank_is_named_from_gpu_times_where_host_timers_see_nothing(
     assert steps[0][5].phases["collective"] < 0.001
     v = slow_rank(steps)
     assert (v.rank, v.cause) == (2, "compute")
-    assert v.timed_by == {0: "gpu", 1: "gpu", 2: "gpu"}
+    assert v.timed_by == {"gpu": [0, 1, 2], "host": []}
     assert v.finding.sentence.startswith(
         "rank 2 is the slow rank: its forward, optimizer and other work took 30.0 ms per step, "
         "3.0x the others' median (10.0 ms); the others waited 20.0 ms per step for it "
@@ -80,7 +80,7 @@ def test_a_rank_with_gpu_times_beside_one_without_says_which_is_which(
              for r in range(2)]
     steps.append([rec.replace(gpu=UNSET) for rec in steps[0]])  # rank 2: host timers only
     v = slow_rank(steps)
-    assert v.timed_by == {0: "gpu", 1: "gpu", 2: "host"}
+    assert v.timed_by == {"gpu": [0, 1], "host": [2]}
     assert ("phase times: GPU time between CUDA events on ranks 0-1, host timers on rank 2 "
             "(with NCCL") in v.finding.sentence
 

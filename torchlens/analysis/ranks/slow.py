@@ -201,8 +201,9 @@ class SlowRank:
     skew_pct: float
     median_step_ms: float
     steps: int
-    #: rank -> ``gpu`` or ``host``: how its phase times were measured (``TIMED``)
-    timed_by: dict[int, str] = field(default_factory=dict)
+    #: ``gpu``/``host`` -> the compared ranks whose phase times were measured so
+    #: (``TIMED``); str keys and lists, so it reads back the same from JSON
+    timed_by: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _rank_list(ranks: list[int]) -> str:
@@ -217,18 +218,17 @@ def _rank_list(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
-def timed_words(timed_by: dict[int, str]) -> str:
+def timed_words(timed_by: dict[str, list[int]]) -> str:
     """``phase times: GPU time between CUDA events`` / ``...: host timers (with
     NCCL ...)`` / both, each with its ranks."""
-    ways = sorted(set(timed_by.values()))
+    ways = [w for w in TIMED if timed_by.get(w)]
     if not ways:
         return ""
     caveat = f" ({HOST_CAVEAT})" if "host" in ways else ""
     if len(ways) == 1:
         return f"phase times: {TIMED[ways[0]]}{caveat}"
     return "phase times: " + ", ".join(
-        f"{TIMED[w]} on {_rank_list(sorted(r for r, x in timed_by.items() if x == w))}"
-        for w in ("gpu", "host")) + caveat
+        f"{TIMED[w]} on {_rank_list(timed_by[w])}" for w in ways) + caveat
 
 
 def _times(rec: StepRecord, gpu: GpuStepTimes | None = None) -> dict[str, float]:
@@ -269,7 +269,7 @@ def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float, step
     return cause_of(measured, step_ms, gap), measured
 
 
-def _nobody(words: str, steps: int = 0, timed_by: dict[int, str] | None = None,
+def _nobody(words: str, steps: int = 0, timed_by: dict[str, list[int]] | None = None,
             **figures: float) -> SlowRank:
     severity = PASSED if steps else NA
     mid, skew = figures.get("median_step_ms", 0.0), figures.get("skew_pct", 0.0)
@@ -297,7 +297,7 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
         return _nobody("only one rank has reported steps" if by_rank
                        else "no rank has reported a step")
     on_gpu = {r: _gpu_steps(steps[r]) for r in by_rank}
-    timed_by = {r: "gpu" if on_gpu[r] else "host" for r in by_rank}
+    timed_by = {w: [r for r in by_rank if bool(on_gpu[r]) == (w == "gpu")] for w in TIMED}
     # a rank timed on its GPU compares the steps whose GPU times have come
     have = [{s for s, rec in d.items() if (rec.start, s) in on_gpu[r]} if on_gpu[r] else set(d)
             for r, d in by_rank.items()]
@@ -306,7 +306,7 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
     if not common:
         return _nobody("no step has ended on every rank yet"
                        + (" (GPU times come a step or more after the step)"
-                          if "gpu" in timed_by.values() else ""))
+                          if timed_by["gpu"] else ""))
     times = {r: [_times(d[s], on_gpu[r].get((d[s].start, s))) for s in common]
              for r, d in by_rank.items()}
     per_rank = [median(x["step"] for x in t) for t in times.values()]
@@ -340,7 +340,7 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
         (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
          Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
          Figure("skew_pct", figures["skew_pct"], "%"),
-         Figure("ranks_timed_on_gpu", sum(w == "gpu" for w in timed_by.values()))),
+         Figure("ranks_timed_on_gpu", len(timed_by["gpu"]))),
         f" ({excess} per step against the others' median)")
     return SlowRank(rank, cause.part if cause else None, finding, gap, share,
                     figures["skew_pct"], mid, n, timed_by)
