@@ -16,6 +16,16 @@ What it keeps from the real thing (torch/cuda/__init__.py, torch/cuda/memory.py)
   refuses to snapshot (its ``snapshot`` raises in CUDAMallocAsyncAllocator.cpp).
 - Per-rank ``CUDA_VISIBLE_DEVICES``: a process sees only its GPUs, numbered
   from 0; the GPU's ``uuid`` says which physical one it is.
+- ``Event`` (torch/cuda/streams.py over c10/cuda/CUDAEvent.h): making one
+  starts nothing, the CUDA event is created at its first ``record(stream)``
+  on the stream's device (a later record on another device fails);
+  ``query()`` is True for an event never recorded, else whether the GPU has
+  passed it; ``elapsed_time(end)`` raises RuntimeError unless both were
+  recorded ("Both events must be recorded...") and completed ("Both events
+  must be completed..."), and returns milliseconds; ``synchronize()`` waits
+  (logged in ``calls``). The GPU is a clock per device: ``work(ms)`` queues
+  work on it, an event records the time its queued work ends, and
+  ``complete()`` lets the GPU finish what is queued (``done`` ms).
 """
 
 from __future__ import annotations
@@ -41,6 +51,53 @@ class Gpu:
     free_blocks: list[int] = field(default_factory=list)
 
 
+class FakeStream:
+    """What ``current_stream(device)`` returns."""
+
+    def __init__(self, fake: FakeCuda, device_index: int) -> None:
+        self.fake, self.device_index = fake, device_index
+
+    def synchronize(self) -> None:
+        self.fake.calls.append(("stream.synchronize", self.device_index))
+
+
+def _event_class(fake: FakeCuda) -> type:
+    class Event:
+        def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                     interprocess: bool = False, external: bool = False) -> None:
+            self.enable_timing = enable_timing
+            self.device: int | None = None
+            self.at: float | None = None  # GPU ms at which its captured work ends
+            fake.events.append(self)
+
+        def record(self, stream: FakeStream | None = None) -> None:
+            stream = stream or fake.current_stream()
+            if self.device is None:
+                self.device = stream.device_index
+            elif self.device != stream.device_index:
+                raise RuntimeError("Event device does not match recording stream's device")
+            self.at = fake.tail[stream.device_index]
+            fake.calls.append(("event.record", stream.device_index))
+
+        def query(self) -> bool:
+            return self.at is None or self.at <= fake.done[self.device]
+
+        def elapsed_time(self, end: Event) -> float:
+            fake.calls.append(("event.elapsed_time", self.device))
+            if self.at is None or end.at is None:
+                raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            if not (self.query() and end.query()):
+                raise RuntimeError("Both events must be completed before calculating elapsed time.")
+            if not (self.enable_timing and end.enable_timing):
+                raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            return end.at - self.at
+
+        def synchronize(self) -> None:
+            fake.calls.append(("event.synchronize", self.device))
+
+    return Event
+
+
 class FakeCuda:
     def __init__(self, gpus: list[Gpu], backend: str = "native") -> None:
         self.gpus = gpus
@@ -50,6 +107,28 @@ class FakeCuda:
         self.calls: list[tuple[str, Any]] = []
         self.snapshot_error: Exception | None = None
         self._local = threading.local()
+        self.events: list[Any] = []  # every Event made
+        self.tail = [0.0] * len(gpus)  # GPU ms when each device's queued work ends
+        self.done = [0.0] * len(gpus)  # GPU ms each device has reached
+        self.capturing = False
+        self.Event = _event_class(self)
+
+    # -- the GPU's clock and CUDA events -------------------------------------------
+    def work(self, ms: float, device: int | None = None) -> None:
+        """Queue ``ms`` of kernels on ``device`` (the calling thread's by default)."""
+        i = self._current() if device is None else device
+        self.tail[i] += ms
+
+    def complete(self) -> None:
+        """The GPUs finish everything queued so far."""
+        self.done = list(self.tail)
+
+    def current_stream(self, device: Any = None) -> FakeStream:
+        self._lazy_init("current_stream")
+        return FakeStream(self, self._index(device))
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
 
     # -- lazy initialisation and the per-thread device -----------------------
     def _lazy_init(self, why: str) -> None:
@@ -146,7 +225,8 @@ class FakeCuda:
         for name in ("is_available", "is_initialized", "device_count", "current_device",
                      "set_device", "synchronize", "get_device_properties",
                      "get_allocator_backend", "memory_stats_as_nested_dict", "memory_stats",
-                     "memory_allocated", "memory_reserved", "memory_snapshot"):
+                     "memory_allocated", "memory_reserved", "memory_snapshot", "Event",
+                     "current_stream", "is_current_stream_capturing"):
             mp.setattr(torch.cuda, name, getattr(self, name))
         mp.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: self.full_snapshot())
         return self

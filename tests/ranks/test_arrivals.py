@@ -21,7 +21,8 @@ def test_the_latest_entry_of_each_seq_is_the_last_arrival() -> None:
     assert [r["seq"] for r in rows] == [0, 1]
     first, second = rows
     assert first["ranks"] == [0, 1, 2] and first["lanes"] == [0, 2, 0]
-    assert first["last_rank"] == 1 and first["last_t0"] == 10.03
+    assert first["last_rank"] == 1 and first["last_arrival"] == 10.03
+    assert first["arrived_by"] == "host" and first["issued"] == first["arrivals"]
     assert first["spread_ms"] == pytest.approx(30.0)
     assert first["name"] == "allreduce0"
     assert second["ranks"] == [0, 1] and second["last_rank"] == 1
@@ -32,11 +33,34 @@ def test_one_rank_and_missing_fields() -> None:
     rows = collective_arrivals({3: {"collectives": [{"seq": 0, "t0": 1.0},
                                                     {"seq": None, "t0": 2.0},
                                                     {"seq": 1}]}, 4: {}})
-    assert rows == [{"seq": 0, "name": "", "ranks": [3], "t0": [1.0], "lanes": [0],
-                     "last_rank": 3, "last_t0": 1.0, "spread_ms": 0.0}]
+    assert rows == [{"seq": 0, "name": "", "ranks": [3], "arrivals": [1.0],
+                     "arrived_by": "host", "issued": [1.0], "lanes": [0],
+                     "last_rank": 3, "last_arrival": 1.0, "spread_ms": 0.0}]
 
 
 def test_a_tie_goes_to_the_lower_rank_as_in_a_multi_rank_run() -> None:
     """One rule (``last_arrival``) for the live view and ``analysis.runs.collectives``."""
     rows = collective_arrivals({0: summary((0, 5.0, 0)), 1: summary((0, 5.0, 0))})
     assert rows[0]["last_rank"] == 0
+
+
+def test_with_nccl_kernels_the_rank_whose_gpu_got_there_last_arrived_last() -> None:
+    """NCCL: rank 0's host issues last but its GPU is idle, so its kernel starts
+    at once; rank 1's host issued first while its GPU was still 20 ms behind."""
+    rows = collective_arrivals({
+        0: {"collectives": [{"seq": 0, "name": "allreduce", "t0": 10.005, "k0": 10.006}]},
+        1: {"collectives": [{"seq": 0, "name": "allreduce", "t0": 10.000, "k0": 10.026}]},
+    })
+    (row,) = rows
+    assert (row["arrived_by"], row["last_rank"]) == ("kernel", 1)
+    assert row["arrivals"] == [10.006, 10.026] and row["issued"] == [10.005, 10.000]
+    assert row["spread_ms"] == pytest.approx(20.0)
+
+
+def test_kernel_starts_count_only_when_every_rank_has_one() -> None:
+    """A kernel start and a host issue do not compare: one way for all ranks."""
+    rows = collective_arrivals({
+        0: {"collectives": [{"seq": 0, "t0": 10.005, "k0": 10.006}]},
+        1: {"collectives": [{"seq": 0, "t0": 10.000}]},  # its kernel fell outside the trace
+    })
+    assert rows[0]["arrived_by"] == "host" and rows[0]["last_rank"] == 0

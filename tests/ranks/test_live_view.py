@@ -138,6 +138,8 @@ def test_last_arrival_is_the_straggler() -> None:
     last = view.panels.last.data
     assert set(last["last"]) == {f"rank {STRAGGLER}"}
     assert all(abs(ms - 30.0) < 1e-3 for ms in last["spread_ms"])
+    # CPU summaries carry no kernel start: arrivals are the hosts' issues, and say so
+    assert set(last["arrived_by"]) == {"when its host issued the call"}
     lanes = view.panels.lanes
     # the marker sits on the straggler's lane, the segment visits every rank
     assert {y for y in last["y"]} == {lanes.slot[(STRAGGLER, f"cpu {2000 + STRAGGLER} autograd")]}

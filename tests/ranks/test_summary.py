@@ -29,6 +29,7 @@ from torchlens.analysis.ranks.summary import (
     encode,
     summarize,
 )
+from torchlens.analysis.runs.collectives import rank_collectives
 from torchlens.analysis.trace.steps import step_breakdown
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.model import InputError
@@ -252,6 +253,22 @@ def test_gpu_collectives_carry_their_kernels_and_bytes(traces_dir):
     assert first["name"] == "allreduce" and first["bytes"] == 2049000 * 4
     assert first["dur"] > 1e-3  # to the end of its NCCL kernel, not the 0.2 ms enqueue
     assert any(lane.startswith("stream") for lane in s["lanes"])
+
+
+def test_a_collective_with_a_nccl_kernel_arrives_when_the_kernel_starts(traces_dir):
+    """``k0``: the first NCCL kernel's start on the GPU, by the same rule as a
+    multi-rank run's (``analysis.runs.collectives``); a gloo collective has none."""
+    trace = load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz")
+    s = summarize(trace, rank=0, step=6, trace_rel="t")
+    whole = {round(c["t0"], 6): c for c in rank_collectives(trace)}
+    for c in s["collectives"]:
+        assert c["k0"] >= c["t0"]  # the GPU reaches it after the host enqueued it
+        assert c["k0"] == pytest.approx(whole[c["t0"]]["k0"], abs=2e-6)
+    bucket = s["collectives"][2]
+    assert bucket["k0"] - bucket["t0"] > 1e-4  # 129 µs: its stream was still busy
+    gloo = summarize(load_trace(traces_dir / "cpu_only_gloo_rank34.json.gz"), rank=0, step=551,
+                     trace_rel="t")
+    assert gloo["collectives"] and not any("k0" in c for c in gloo["collectives"])
 
 
 def test_no_step_means_the_whole_trace(traces_dir):

@@ -367,6 +367,10 @@ def test_analyze_json_carries_collectives_stragglers_and_findings(tmp_path, caps
     assert len(doc["findings"]) == 1 and doc["findings"][0].startswith("rank 2 ")
     assert {"collectives", "collectives_left_out", "stragglers", "findings"} <= set(
         run_api.JSON_SCHEMA)
+    row = doc["collectives"][0]
+    assert row["arrived_by"] in ("kernel", "host") and set(row["issued"]) == set(row["arrivals"])
+    assert "arrived_by (kernel:" in run_api.JSON_SCHEMA["collectives"]
+    assert "issued {rank: unix s}" in run_api.JSON_SCHEMA["collectives"]
     assert main(["analyze", str(folder)]) == 0
     assert "- rank 2 is the slow rank" in capsys.readouterr().out
 

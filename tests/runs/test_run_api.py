@@ -109,6 +109,10 @@ def test_report_of_a_folder_is_one_page_with_findings_tables_and_named_bad_files
                     "Idle time per stream", "Inputs that could not be used"):
         assert heading in page, heading
     assert "<img src=x" not in page and "&lt;img src=x" in page
+    # the collectives table says how each arrival was measured, in the JSON's word
+    table = page.split("Collectives across ranks", 1)[1]
+    assert "arrived by" in table and ">kernel<" in table
+    assert "kernel = each rank&#39;s arrival is its first NCCL kernel&#39;s start" in table
     assert "https://" not in page.split("<script", 1)[0]  # opens offline
 
 

@@ -46,6 +46,18 @@ class StepMemory(msgspec.Struct, frozen=True, gc=False):
         return msgspec.structs.asdict(self)
 
 
+class GpuStepTimes(msgspec.Struct, frozen=True, gc=False):
+    """An earlier step of the same rank timed on its GPU: seconds between CUDA
+    events recorded on the device's current stream at each phase boundary
+    (``phases``, as ``StepRecord.phases``) and at the step's two ends
+    (``step_s``). The GPU's own time in a phase includes a wait for NCCL where
+    the stream waits for it, which the host timers miss."""
+
+    step: int
+    step_s: float
+    phases: dict[str, float | None] = {}
+
+
 class StepRecord(msgspec.Struct, frozen=True, gc=False):
     """One ``torchlens.step()`` call (or fixed window) of one rank.
 
@@ -53,6 +65,10 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     never ran), ``tl_s`` torchlens' own time inside the call. ``restart``:
     which start of the rank the step belongs to, set by the collector's feed
     and run folder for a restarted rank (``start`` reads it as 0 when unset).
+    ``gpu``: on a rank whose job uses CUDA, the GPU times of the earlier steps
+    (of the same start) whose CUDA events had completed when this step ended
+    (they are read without waiting for the GPU, so a step's come with a later
+    record); unset elsewhere.
     """
 
     step: int
@@ -64,6 +80,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     mem: StepMemory | None = None
     tl_s: float | None = None
     restart: int | UnsetType = UNSET
+    gpu: list[GpuStepTimes] | UnsetType = UNSET
 
     @property
     def start(self) -> int:

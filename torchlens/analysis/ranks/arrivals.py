@@ -3,8 +3,19 @@
 matched collectives (``analysis.runs.collectives``, ``analysis.runs.clock``).
 
 A collective completes only when every rank has entered it, so the rank that
-enters last holds the others up: its arrival (``t0``) is the latest; ties go
-to the lowest rank. Each rank waited from its own arrival to the last one.
+enters last holds the others up: its arrival is the latest; ties go to the
+lowest rank. Each rank waited from its own arrival to the last one.
+
+A rank's arrival (``arrivals``, how: ``arrived_by``): when every rank's record
+of the collective has ``k0``, its first NCCL kernel's start on the GPU
+(``"kernel"``); else ``t0``, when its host issued the call (``"host"``). NCCL
+is asynchronous: the host enqueues and moves on, so its issue says when the
+CPU got there, not when the GPU did (a rank whose GPU is still busy with its
+backward issues early and arrives late); the kernel starts when the stream
+reaches it and then waits inside for the others. One way for all ranks of a
+collective, since a kernel start and a host issue of two ranks do not
+compare. ``issued`` keeps every rank's ``t0``.
+
 The summaries of one step (one per rank, docs/RANK_PROFILE.md) are matched by
 ``seq``, the collective's index within the step, which is the same on every
 rank when the ranks issue the same collectives. Plain dicts, no torch.
@@ -14,6 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+#: ``arrived_by`` in words: what a rank's arrival is.
+ARRIVED_BY = {"kernel": "its NCCL kernel's start on the GPU",
+              "host": "when its host issued the call"}
 
 
 def last_arrival(arrivals: Mapping[int, float]) -> dict[str, Any]:
@@ -29,12 +44,22 @@ def last_arrival(arrivals: Mapping[int, float]) -> dict[str, Any]:
             "total_wait_us": sum(waits.values())}
 
 
+def arrival_times(at: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, float], str]:
+    """``at``: rank -> its record of one collective (``t0``, and ``k0`` where
+    its trace has a NCCL kernel for it). Returns (rank -> arrival in unix s,
+    ``arrived_by``), by the module docstring's rule."""
+    on_gpu = all(c.get("k0") is not None for c in at.values())
+    key = "k0" if on_gpu else "t0"
+    return {r: float(c[key]) for r, c in at.items()}, "kernel" if on_gpu else "host"
+
+
 def collective_arrivals(summaries: Mapping[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per ``seq`` of the step: the arrivals in rank order and the last one.
 
     ``summaries``: rank -> that rank's summary of the same step. A row holds
-    ``seq``, ``name`` (the last arrival's), ``ranks``, ``t0`` (unix s, per
-    rank), ``lanes`` (lane index per rank), ``last_rank``, ``last_t0`` and
+    ``seq``, ``name`` (the last arrival's), ``ranks``, ``arrivals`` (unix s,
+    per rank), ``arrived_by``, ``issued`` (unix s, per rank), ``lanes`` (lane
+    index per rank), ``last_rank``, ``last_arrival`` (unix s) and
     ``spread_ms`` (last arrival minus first; 0 when one rank has it). Rows
     come in ``seq`` order.
     """
@@ -50,11 +75,13 @@ def collective_arrivals(summaries: Mapping[int, dict[str, Any]]) -> list[dict[st
     for seq in sorted(by_seq):
         arrived = by_seq[seq]
         ranks = sorted(arrived)
-        t0 = [float(arrived[r]["t0"]) for r in ranks]
-        last = last_arrival(dict(zip(ranks, t0, strict=True)))
+        times, how = arrival_times({r: arrived[r] for r in ranks})
+        last = last_arrival(times)
         rows.append({
             "seq": seq, "name": str(arrived[last["last_rank"]].get("name", "")), "ranks": ranks,
-            "t0": t0, "lanes": [int(arrived[r].get("lane") or 0) for r in ranks],
-            "last_rank": last["last_rank"], "last_t0": last["last_t0"],
+            "arrivals": [times[r] for r in ranks], "arrived_by": how,
+            "issued": [float(arrived[r]["t0"]) for r in ranks],
+            "lanes": [int(arrived[r].get("lane") or 0) for r in ranks],
+            "last_rank": last["last_rank"], "last_arrival": last["last_t0"],
             "spread_ms": last["max_wait_us"] / 1e3})
     return rows

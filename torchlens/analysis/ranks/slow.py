@@ -8,6 +8,15 @@ finished run.
 Definitions (times in ms; a phase that is null or missing counts as 0, since
 its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
 
+- Phase and step times: a rank that sends GPU times (``StepRecord.gpu``: time
+  between CUDA events its stream reached at the phase boundaries) is compared
+  on them, on the steps whose GPU times have arrived; any other rank on its
+  host timers. NCCL work is enqueued and the CPU moves on, so on the host a
+  wait for a late rank shows in whichever phase next blocks on the GPU; on the
+  GPU it shows where the stream waits for the collective (the end of DDP's
+  backward, a synchronous collective). The sentence says which ranks were
+  measured how.
+
 - ``compute`` = forward + optimizer + other: the rank's own work outside data
   loading and synchronisation.
 - ``sync`` = backward + collective: where a rank waits for the others. DDP
@@ -62,21 +71,20 @@ step for it (last in 18 of 20 steps)``, with advice for the part.
 Known blind spots: a rank whose backward itself computes slowly keeps the
 others waiting inside the same ``backward`` timer; all ranks then leave
 backward together and no rank stands out here (its profiled steps show it).
-The timers see a wait only where the host blocks: always with gloo; with NCCL
-only where the rank side synchronises the device at the end of a phase, else
-the wait shows up in whichever phase next blocks on the GPU.
+Host timers see a wait only where the host blocks: always with gloo; with
+NCCL only where the host synchronises the device at the end of a phase.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 
-from torchlens.analysis.ranks.steps import PHASES, Steps, record_ms
+from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, record_ms
 from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
-from torchlens.model.records import StepRecord
+from torchlens.model.records import GpuStepTimes, StepRecord
 from torchlens.model.units import format_duration, format_ms, format_percent
 
 MIN_LATE_SHARE = 0.5
@@ -113,6 +121,9 @@ ADVICE = {
     None: "open rank {r}'s profiled steps on the timeline to see where its time goes",
 }
 _KIND = {"data": "data", "dataloader": "data", "collective": "collective"}
+#: How a rank's phase times were measured (``SlowRank.timed_by``), in the sentence.
+TIMED = {"gpu": "GPU time between CUDA events", "host": "host timers"}
+HOST_CAVEAT = "with NCCL the wait shows in the phase that next blocks on the GPU"
 
 
 @dataclass(frozen=True)
@@ -190,11 +201,39 @@ class SlowRank:
     skew_pct: float
     median_step_ms: float
     steps: int
+    #: ``gpu``/``host`` -> the compared ranks whose phase times were measured so
+    #: (``TIMED``); str keys and lists, so it reads back the same from JSON
+    timed_by: dict[str, list[int]] = field(default_factory=dict)
 
 
-def _times(rec: StepRecord) -> dict[str, float]:
-    """Step, phases (unmeasured as 0) and other, in ms."""
-    step, values, other = record_ms(rec)
+def _rank_list(ranks: list[int]) -> str:
+    """``rank 3`` / ``ranks 0-3, 5``."""
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+
+
+def timed_words(timed_by: dict[str, list[int]]) -> str:
+    """``phase times: GPU time between CUDA events`` / ``...: host timers (with
+    NCCL ...)`` / both, each with its ranks."""
+    ways = [w for w in TIMED if timed_by.get(w)]
+    if not ways:
+        return ""
+    caveat = f" ({HOST_CAVEAT})" if "host" in ways else ""
+    if len(ways) == 1:
+        return f"phase times: {TIMED[ways[0]]}{caveat}"
+    return "phase times: " + ", ".join(
+        f"{TIMED[w]} on {_rank_list(timed_by[w])}" for w in ways) + caveat
+
+
+def _times(rec: StepRecord, gpu: GpuStepTimes | None = None) -> dict[str, float]:
+    """Step, phases (unmeasured as 0) and other, in ms: the GPU's when given."""
+    step, values, other = record_ms(rec) if gpu is None else gpu_ms(gpu)
     out = {p: v or 0.0 for p, v in zip(PHASES, values, strict=True)}
     out["step"], out["other"] = step, other
     return out
@@ -230,13 +269,22 @@ def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float, step
     return cause_of(measured, step_ms, gap), measured
 
 
-def _nobody(words: str, steps: int = 0, **figures: float) -> SlowRank:
+def _nobody(words: str, steps: int = 0, timed_by: dict[str, list[int]] | None = None,
+            **figures: float) -> SlowRank:
     severity = PASSED if steps else NA
     mid, skew = figures.get("median_step_ms", 0.0), figures.get("skew_pct", 0.0)
     shown = (Figure("median_step_ms", mid, "ms"), Figure("skew_pct", skew, "%"),
              Figure("steps_compared", steps)) if steps else ()
-    return SlowRank(None, None, Finding(severity, f"no slow rank: {words}", shown),
-                    figures.get("gap_ms", 0.0), figures.get("late_share", 0.0), skew, mid, steps)
+    how = timed_words(timed_by or {}) if steps else ""
+    return SlowRank(None, None, Finding(severity, f"no slow rank: {words}"
+                                        + (f"; {how}" if how else ""), shown),
+                    figures.get("gap_ms", 0.0), figures.get("late_share", 0.0), skew, mid, steps,
+                    dict(timed_by or {}))
+
+
+def _gpu_steps(recs: list[StepRecord]) -> dict[tuple[int, int], GpuStepTimes]:
+    """A rank's GPU times by (start, step): each came with a later record of its start."""
+    return {(rec.start, g.step): g for rec in recs if rec.gpu for g in rec.gpu}
 
 
 def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
@@ -248,11 +296,19 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
     if len(by_rank) < 2:
         return _nobody("only one rank has reported steps" if by_rank
                        else "no rank has reported a step")
-    common = sorted(set.intersection(*(set(d) for d in by_rank.values())))
+    on_gpu = {r: _gpu_steps(steps[r]) for r in by_rank}
+    timed_by = {w: [r for r in by_rank if bool(on_gpu[r]) == (w == "gpu")] for w in TIMED}
+    # a rank timed on its GPU compares the steps whose GPU times have come
+    have = [{s for s, rec in d.items() if (rec.start, s) in on_gpu[r]} if on_gpu[r] else set(d)
+            for r, d in by_rank.items()]
+    common = sorted(set.intersection(*have))
     common = common[-window:] if window else common
     if not common:
-        return _nobody("no step has ended on every rank yet")
-    times = {r: [_times(d[s]) for s in common] for r, d in by_rank.items()}
+        return _nobody("no step has ended on every rank yet"
+                       + (" (GPU times come a step or more after the step)"
+                          if timed_by["gpu"] else ""))
+    times = {r: [_times(d[s], on_gpu[r].get((d[s].start, s))) for s in common]
+             for r, d in by_rank.items()}
     per_rank = [median(x["step"] for x in t) for t in times.values()]
     mid = median(per_rank)
     figures = {"median_step_ms": mid,
@@ -275,15 +331,16 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
                  f"(median {format_ms(mid)})")
         if share < MIN_LATE_SHARE and gap >= noise_floor_ms(mid):
             words += "; the rank the others wait for changes from step to step"
-        return _nobody(words, n, gap_ms=gap, late_share=share, **figures)
+        return _nobody(words, n, timed_by, gap_ms=gap, late_share=share, **figures)
     last = round(share * n)
     excess = ", ".join(f"{p.part} {format_ms(p.excess_ms, signed=True)}" for p in measured)
     finding = slow_rank_finding(
         rank, cause, f"the others waited {format_ms(gap)} per step for it (last in {last} of "
-        f"{n} steps)",
+        f"{n} steps); {timed_words(timed_by)}",
         (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
          Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
-         Figure("skew_pct", figures["skew_pct"], "%")),
+         Figure("skew_pct", figures["skew_pct"], "%"),
+         Figure("ranks_timed_on_gpu", len(timed_by["gpu"]))),
         f" ({excess} per step against the others' median)")
     return SlowRank(rank, cause.part if cause else None, finding, gap, share,
-                    figures["skew_pct"], mid, n)
+                    figures["skew_pct"], mid, n, timed_by)

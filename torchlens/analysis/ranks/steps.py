@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from torchlens.model.records import StepMemory, StepRecord, StepSummary
+from torchlens.model.records import GpuStepTimes, StepMemory, StepRecord, StepSummary
 from torchlens.model.units import format_bytes
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
@@ -69,7 +69,17 @@ class MemoryCreep:
 
 def record_ms(rec: StepRecord) -> tuple[float, list[float | None], float]:
     """(step, the phases in ``PHASES`` order with None unmeasured, other), in ms."""
-    phases = rec.phases
+    return phases_ms(rec.phases, rec.t1 - rec.t0)
+
+
+def gpu_ms(times: GpuStepTimes) -> tuple[float, list[float | None], float]:
+    """``record_ms`` of a step's GPU times (``StepRecord.gpu``)."""
+    return phases_ms(times.phases, times.step_s)
+
+
+def phases_ms(phases: dict[str, float | None], step_s: float
+              ) -> tuple[float, list[float | None], float]:
+    """(step, the phases in ``PHASES`` order with None unmeasured, other), in ms."""
     values: list[float | None] = []
     measured = 0.0
     for p in PHASES:  # a plain loop: 3x faster than comprehensions, and this runs live
@@ -78,7 +88,7 @@ def record_ms(rec: StepRecord) -> tuple[float, list[float | None], float]:
             v *= 1e3
             measured += v
         values.append(v)
-    step = 1e3 * (rec.t1 - rec.t0)
+    step = 1e3 * step_s
     return step, values, step - measured if step > measured else 0.0
 
 

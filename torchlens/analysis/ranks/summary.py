@@ -16,7 +16,10 @@ Memory: the allocator's counters, or modelled on a CPU run (``step_memory``).
 
 Collectives: those of the step among the trace's collectives, found by
 ``analysis.trace.collectives`` (its docstring gives the rules), so that the
-``seq`` of a collective is the same on every rank.
+``seq`` of a collective is the same on every rank. ``t0`` is when the host
+issued it; ``k0`` (only where the trace has a NCCL kernel of it) when its
+first kernel started on the GPU, which is the arrival
+``analysis.ranks.arrivals`` compares (as ``analysis.runs.collectives`` does).
 """
 
 from __future__ import annotations
@@ -256,7 +259,13 @@ def _collectives(trace: Trace, host: np.ndarray, member: np.ndarray) -> list[dic
     """Every collective of the step, in host order (module docstring)."""
     # collective_events is sorted (stably) by ts: filtering keeps that order
     chosen = [c for c in collective_events(trace, host) if member[c["row"]]]
+    kernel = category_mask(trace, "kernel")
+    ts = trace.events["ts"]
     for seq, c in enumerate(chosen):
+        # its first NCCL kernel's start: the same rule as analysis.runs' ``k0``
+        starts = [float(ts[m]) for m in c["members"] if kernel[m]]
+        if starts:
+            c["k0"] = min(starts)
         c["seq"] = seq
         c["lane"] = _lane_key(trace, c["row"])
         # only what can be sent is worth the look-up
@@ -307,7 +316,9 @@ def _fit(head: dict, tail: dict, ops: list[dict], colls: list[dict], rows: np.nd
                   "kind": o["kind"]}, o) for o in ops]
     coll_items = [({"name": c["name"][:NAME_CHARS], "t0": _round(base_s + c["ts"] / 1e6, 6),
                     "dur": _round((c["end"] - c["ts"]) / 1e6, 7), "lane": c["lane"],
-                    "seq": c["seq"], "bytes": c["bytes"]}, c) for c in colls]
+                    "seq": c["seq"], "bytes": c["bytes"],
+                    **({"k0": _round(base_s + c["k0"] / 1e6, 6)} if "k0" in c else {})}, c)
+                  for c in colls]
     in_step = np.zeros(len(rows) and int(rows.max()) + 1, bool)
     in_step[rows] = True
     top = tail["top_ops"]

@@ -132,3 +132,36 @@ def allocator_backend() -> str | None:
         return str(fn())
     except RuntimeError:
         return None
+
+
+# -- CUDA events at phase boundaries (``phases.GpuPhaseTimer``) --------------------
+def timing_event() -> Any:
+    """A CUDA event that measures time. Created lazily by CUDA at its first
+    ``record`` (torch/cuda/streams.py), so making one starts nothing."""
+    return torch.cuda.Event(enable_timing=True)
+
+
+def record(event: Any, device: torch.device) -> bool:
+    """Record ``event`` on ``device``'s current stream; False (nothing recorded)
+    while that stream is being captured into a CUDA graph, where an event
+    record becomes a graph node and times nothing of this step.
+
+    The stream is named by device: ``Event.record()`` alone takes the calling
+    thread's current device, which is 0 in a script that only moved its model
+    with ``.to(f"cuda:{local_rank}")``."""
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    event.record(torch.cuda.current_stream(device))
+    return True
+
+
+def completed(event: Any) -> bool:
+    """Whether the GPU has done all work before ``event`` (``cudaEventQuery``;
+    never waits)."""
+    return bool(event.query())
+
+
+def elapsed_s(start: Any, end: Any) -> float:
+    """Seconds between two completed events (``Event.elapsed_time`` raises for
+    an event not yet completed: callers ask ``completed`` first)."""
+    return float(start.elapsed_time(end)) / 1e3

@@ -9,15 +9,29 @@ the ``torch.distributed`` collectives the user calls), so a step costs a few
 microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
 which is why the late rank is found by comparing phases across ranks
 (``analysis.ranks.steps``), not by watching collectives.
+
+On a rank whose job runs on a GPU the host timers alone mislead: NCCL work is
+enqueued and the CPU moves on, so a wait for a late rank shows in whichever
+phase next blocks on the GPU (a ``loss.item()`` in "other", the next step's
+forward). ``GpuPhaseTimer`` records a CUDA event on the device's current
+stream at each phase boundary and at each step's end, and reads the times
+between them once ``query()`` says the GPU got past them (at a later step,
+never by waiting): the GPU's own time in each phase, the wait included where
+the stream waits for NCCL (DDP's end of backward, a synchronous collective).
+About 2 event records per phase entry (a few µs each) and one query and one
+``elapsed_time`` per event read; the events come from a pool and are reused.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from torchlens.capture.ranks import cuda_device
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
@@ -35,6 +49,7 @@ class PhaseClock:
         self.entries = 0  # progress for the hang detector: grows inside long steps
         self.first: float | None = None  # when the first phase began (unix s)
         self.tick: Callable[[], None] | None = None
+        self.gpu: GpuPhaseTimer | None = None  # set on a rank whose job uses CUDA
         self._undo: list[Callable[[], None]] = []
         self._opt_t0 = 0.0
 
@@ -52,11 +67,16 @@ class PhaseClock:
             clock.active, clock.entries = index, clock.entries + 1
             if clock.first is None:
                 clock.first = time.time()
+            gpu = clock.gpu
+            if gpu is not None:
+                gpu.enter(index)
             t = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 clock.spent[index] += time.perf_counter() - t
+                if gpu is not None:
+                    gpu.leave()
                 clock.active = -1
                 if clock.tick is not None:
                     clock.tick()
@@ -97,11 +117,15 @@ class PhaseClock:
             if self.active < 0:
                 if self.first is None:
                     self.first = time.time()
+                if self.gpu is not None:
+                    self.gpu.enter(optimizer)
                 self.active, self.entries, self._opt_t0 = optimizer, self.entries + 1, time.perf_counter()
 
         def post(*_: Any) -> None:
             if self.active == optimizer:
                 self.spent[optimizer] += time.perf_counter() - self._opt_t0
+                if self.gpu is not None:
+                    self.gpu.leave()
                 self.active = -1
                 if self.tick is not None:
                     self.tick()
@@ -113,3 +137,126 @@ class PhaseClock:
     def remove(self) -> None:
         while self._undo:
             self._undo.pop()()
+
+
+#: Steps whose events may wait unread (the host ahead of the GPU); past this
+#: the oldest step's GPU times are given up, so a job that never waits for its
+#: GPU does not hold events without end.
+MAX_PENDING = 64
+
+
+class GpuPhaseTimer:
+    """CUDA events at the phase boundaries of one rank's steps (module docstring).
+
+    ``enter``/``leave`` bracket the outermost phase (``PhaseClock``), ``mark(step)``
+    ends a step, ``ready()`` returns ``(step, step_s, phases)`` of each ended step
+    whose events have all completed, oldest first, and gives their events back
+    to the pool. A step with a phase boundary that could not be recorded (a
+    stream being captured into a CUDA graph) has no GPU times. A CUDA error
+    stops the timer (``error`` says why); the job goes on with host timers.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.error: str | None = None
+        self.dropped = 0  # steps given up (MAX_PENDING)
+        self._pool: list[Any] = []
+        self._start: Any = None  # the event at the current step's start
+        self._open: tuple[int, Any] | None = None  # (phase, event) of the phase now running
+        self._spans: list[tuple[int, Any, Any]] = []  # the current step's (phase, start, end)
+        self._broken = False  # a boundary of the current step was not recorded
+        # (step, start, end, spans, whether its end is pooled with it: not when it
+        # is also the next step's start)
+        self._pending: deque[list[Any]] = deque()
+
+    def _record(self) -> Any:
+        """A pooled event recorded now, or None (not recordable: see ``cuda_device.record``)."""
+        if self.error is not None:
+            return None
+        try:
+            ev = self._pool.pop() if self._pool else cuda_device.timing_event()
+        except Exception as exc:  # noqa: BLE001 - timing must never end the job
+            self.error = f"a CUDA event could not be made: {type(exc).__name__}: {exc}"
+            return None
+        try:
+            if cuda_device.record(ev, self.device):
+                return ev
+        except Exception as exc:  # noqa: BLE001 - timing must never end the job
+            self.error = f"a CUDA event could not be recorded: {type(exc).__name__}: {exc}"
+        self._pool.append(ev)
+        return None
+
+    def enter(self, phase: int) -> None:
+        ev = self._record()
+        if ev is None:
+            self._broken = True
+        self._open = (phase, ev) if ev is not None else None
+
+    def leave(self) -> None:
+        opened, self._open = self._open, None
+        if opened is None:
+            return
+        ev = self._record()
+        if ev is None:
+            self._broken = True
+            self._pool.append(opened[1])
+            return
+        self._spans.append((opened[0], opened[1], ev))
+
+    def mark(self, step: int) -> None:
+        """The end of ``step``: its last boundary (also the next step's first)."""
+        end = self._record()
+        spans, self._spans = self._spans, []
+        if self._start is None or end is None or self._broken:
+            # the start is still the end of the step before when that one waits unread
+            if self._pending and self._pending[-1][2] is self._start:
+                self._pending[-1][4] = True
+                self._give_back(None, spans)
+            else:
+                self._give_back(self._start, spans)
+        else:
+            self._pending.append([step, self._start, end, spans, False])
+            if len(self._pending) > MAX_PENDING:
+                self._done(self._pending.popleft())
+                self.dropped += 1
+        self._start, self._broken = end, False
+
+    def begin(self) -> None:
+        """Forget every step (step indices start again) and time the next one from now."""
+        while self._pending:
+            self._done(self._pending.popleft())
+        self._give_back(self._start, self._spans)
+        self._spans, self._open, self._broken = [], None, False
+        self._start = self._record()
+
+    def ready(self) -> list[tuple[int, float, list[float]]]:
+        """The ended steps whose events have all completed, in order; never waits."""
+        out: list[tuple[int, float, list[float]]] = []
+        if self.error is not None:
+            return out
+        try:
+            while self._pending:
+                step, first, end, spans, _ = self._pending[0]
+                if not (cuda_device.completed(end)
+                        and all(cuda_device.completed(b) for _, _, b in spans)):
+                    break
+                per_phase = [0.0] * len(PHASES)
+                for phase, a, b in spans:
+                    per_phase[phase] += cuda_device.elapsed_s(a, b)
+                out.append((step, cuda_device.elapsed_s(first, end), per_phase))
+                self._done(self._pending.popleft())
+        except Exception as exc:  # noqa: BLE001 - timing must never end the job
+            self.error = f"CUDA event times could not be read: {type(exc).__name__}: {exc}"
+        return out
+
+    def _done(self, entry: list[Any]) -> None:
+        """A pending step read or given up: its events back to the pool."""
+        self._give_back(entry[1], entry[3])
+        if entry[4]:
+            self._pool.append(entry[2])
+
+    def _give_back(self, first: Any, spans: list[tuple[int, Any, Any]]) -> None:
+        if first is not None:
+            self._pool.append(first)
+        for _, a, b in spans:
+            self._pool.extend((a, b))

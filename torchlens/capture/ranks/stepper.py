@@ -1,6 +1,8 @@
 """The rank side of ``%ddp_check --profile``: step records, profiled steps, windows.
 
-The phases of each step are timed by ``phases.PhaseClock``.
+The phases of each step are timed by ``phases.PhaseClock``; on a rank whose
+job uses CUDA also on the GPU (``phases.GpuPhaseTimer``): a step's GPU times
+travel with the first record after its CUDA events completed (``gpu``).
 
 Why one torch.profiler per profiled step (``start()`` at the end of the step
 before, ``stop()`` in its own ``step()`` call) instead of a ``schedule``: the
@@ -38,9 +40,14 @@ import psutil
 import torch
 
 from torchlens.capture.ranks import cuda_device
-from torchlens.capture.ranks.phases import PhaseClock
+from torchlens.capture.ranks.phases import (
+    MAX_PENDING,
+    PHASES,
+    GpuPhaseTimer,
+    PhaseClock,
+)
 from torchlens.capture.trace import profiler as _profiler
-from torchlens.model.records import StepMemory, StepRecord, StepSummary
+from torchlens.model.records import GpuStepTimes, StepMemory, StepRecord, StepSummary
 
 MIN_EVERY = 5
 BUDGET = 0.03
@@ -126,6 +133,7 @@ class RankProfiler:
         self._work: queue.Queue[tuple[str, int, dict[str, Any] | None] | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self.t_mark = 0.0
+        self._said_dropped = False
 
     # -- lifecycle ---------------------------------------------------------
     def settle_device(self) -> torch.device:
@@ -146,6 +154,7 @@ class RankProfiler:
         self.clock.tick = self._window_tick
         self._worker = threading.Thread(target=self._ingest, daemon=True, name="tl-ingest")
         self._worker.start()
+        self._time_gpu()
         _profiler.attach_stepper(self)
         self.t_mark = time.time()
         self.window_end = self.t_mark + max(self.window_s,
@@ -166,6 +175,36 @@ class RankProfiler:
         self._work.put(None)
         if self._worker is not None:
             self._worker.join(timeout=wait_s)
+
+    def _time_gpu(self) -> None:
+        """Time the phases on the GPU too when the job uses CUDA (its device is a
+        GPU and CUDA is up: a CPU rank never starts CUDA for it); from the next
+        step boundary on."""
+        gpu = self.clock.gpu
+        if gpu is not None and gpu.device == self.device:
+            return
+        self.clock.gpu = GpuPhaseTimer(self.device) if self.uses_cuda() else None
+        if self.clock.gpu is not None:
+            self.clock.gpu.begin()
+
+    def _gpu_times(self, i: int) -> list[GpuStepTimes] | None:
+        """Mark the end of step ``i`` and read the steps whose events completed."""
+        gpu = self.clock.gpu
+        if gpu is None:
+            return None
+        gpu.mark(i)
+        out = [GpuStepTimes(step=n, step_s=round(step_s, 7),
+                            phases={p: round(v, 7) for p, v in zip(PHASES, per, strict=True)})
+               for n, step_s, per in gpu.ready()]
+        if gpu.error is not None:
+            self.errors.append(f"step {i}: phases are timed on the host only from here: "
+                               f"{gpu.error}")
+            self.clock.gpu = None
+        elif gpu.dropped and not self._said_dropped:  # once: it repeats every step
+            self._said_dropped = True
+            self.errors.append(f"step {i}: GPU times of some steps not read: the GPU was "
+                               f"more than {MAX_PENDING} steps behind the host")
+        return out
 
     def status(self) -> dict[str, Any]:
         return {"steps_done": self.index, "phase_calls": self.clock.entries}
@@ -188,10 +227,12 @@ class RankProfiler:
     def step(self, window: bool = False) -> None:
         """The end of step ``self.index``: record it, drive the profiler."""
         t1 = time.time()
+        gpu = self._gpu_times(self.index)  # before the profiler's stop syncs the device
         stopped = self._stop_recording()  # the trace's ProfilerStep span ends next to t1
         if not window:
             if not self.real_steps and self.windows:
                 self._windows_were_set_up()
+                gpu = None  # the windows' GPU times: set-up too
             self.real_steps = True
         else:
             self.windows = True
@@ -205,6 +246,7 @@ class RankProfiler:
             self.t_mark = max(self.t_mark, min(self.clock.first, t1))
         if i == 0:
             self.settle_device()  # the script has run its first step: its device is set
+            self._time_gpu()
         mem = memory_now(self.device)
         if profiled:
             self._stop_profiler(i, mem=mem)
@@ -212,7 +254,8 @@ class RankProfiler:
             self._walls.append(t1 - self.t_mark)
         self.records.append(StepRecord(step=i, t0=self.t_mark, t1=t1, phases=phases,
                                        profiled=profiled, window=window, mem=mem,
-                                       tl_s=round(time.time() - t1, 6)))
+                                       tl_s=round(time.time() - t1, 6),
+                                       **({"gpu": gpu} if gpu else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:
             self.t_mark = time.time()
@@ -232,6 +275,8 @@ class RankProfiler:
         self.clock.tick = None
         self._stop_recording()
         self.prof, self._prof_stopped = None, False
+        if self.clock.gpu is not None:
+            self.clock.gpu.begin()
         self.index = 0
         self.next_profiled = self.every - 1 if self.fixed_every else MIN_EVERY - 1
         self.every = self.fixed_every or MIN_EVERY

@@ -63,7 +63,11 @@ JSON_SCHEMA = {
     "collectives": "per collective matched across ranks by (trace, seq), at most "
                    f"{MAX_JSON_COLLECTIVES}: trace, seq, name, mismatch (null, or what the "
                    "ranks disagree on: then nothing is paired), ranks, missing, bytes, n, "
-                   "arrivals {rank: unix s}, last_rank, waits_us {rank: us}, max_wait_us, "
+                   "arrivals {rank: unix s}, arrived_by (kernel: each rank's arrival is its "
+                   "first NCCL kernel's start on the GPU, when every rank's trace has one | "
+                   "host: when its host issued the call), issued {rank: unix s} (when each "
+                   "rank's host issued it; never clock-aligned), last_rank, "
+                   "waits_us {rank: us}, max_wait_us, "
                    "total_wait_us, dur_us, timed_by (kernel|host), span_us, algbw_GBps, "
                    "busbw_GBps (nccl-tests' conventions; definitions: "
                    "torchlens.analysis.runs.collectives)",

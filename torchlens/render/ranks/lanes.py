@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from torchlens.analysis.ranks.arrivals import ARRIVED_BY
 from torchlens.model.units import plural
 from torchlens.render.columns import as_number
 
@@ -155,10 +156,11 @@ class Timeline:
             lanes = [(r, lane_name(got[r], lane))
                      for r, lane in zip(a["ranks"], a["lanes"], strict=True)]
             info = {"name": a["name"], "seq": a["seq"], "step": step,
-                    "last": f"rank {a['last_rank']}", "spread_ms": a["spread_ms"]}
-            seg = self.place_segment({"xs": [t - t0 for t in a["t0"]], **info}, lanes)
+                    "last": f"rank {a['last_rank']}", "spread_ms": a["spread_ms"],
+                    "arrived_by": ARRIVED_BY[a["arrived_by"]]}
+            seg = self.place_segment({"xs": [t - t0 for t in a["arrivals"]], **info}, lanes)
             i = a["ranks"].index(a["last_rank"])
-            mark = self.place_point({"x": a["last_t0"] - t0, **info}, lanes[i])
+            mark = self.place_point({"x": a["last_arrival"] - t0, **info}, lanes[i])
             self.arrivals.append((seg, lanes))
             self.last.append((mark, lanes[i]))
             segs.append(seg)

@@ -237,7 +237,9 @@ class Panels:
                     x_axis_label="s since the run started",
                     title="Latest profiled step on every rank: ops by lane (nested ops "
                           "stacked), red = collectives; black line = one collective across "
-                          "ranks, ▼ = the rank that arrived last")
+                          "ranks at each rank's arrival (its NCCL kernel's start on the GPU where "
+                          "the step's trace has one, else its host's issue), ▼ = the rank "
+                          "that arrived last")
         self.tl_fig = tl
         tl.ygrid.grid_line_color = None
         tl.yaxis.ticker = []
@@ -256,9 +258,9 @@ class Panels:
         self.ops = ColumnDataSource({k: [] for k in (*box_cols, "kind")})
         self.colls = ColumnDataSource({k: [] for k in (*box_cols, "seq", "bytes")})
         self.arrivals = ColumnDataSource({k: [] for k in ("xs", "ys", "name", "seq", "step",
-                                                           "last", "spread_ms")})
+                                                           "last", "spread_ms", "arrived_by")})
         self.last = ColumnDataSource({k: [] for k in ("x", "y", "name", "seq", "step", "last",
-                                                       "spread_ms")})
+                                                       "spread_ms", "arrived_by")})
         self.tl_ends = ColumnDataSource({k: [] for k in ("x", "y0", "y1", "text")})
         ops = tl.quad("left", "right", "bottom", "top", source=self.ops, color="color",
                       line_alpha=0)
@@ -280,7 +282,8 @@ class Panels:
                 ("step", "@step")]),
             HoverTool(renderers=[arr, last], tooltips=[
                 ("", "@name #@seq, step @step"), ("last", "@last"),
-                ("spread", "@spread_ms{0,0.0} ms after the first")]))
+                ("spread", "@spread_ms{0,0.0} ms after the first"),
+                ("arrival", "@arrived_by")]))
 
     def _roles_panel(self) -> None:
         """The profiled steps' breakdown with %%torchprof's definitions (one role per instant)."""

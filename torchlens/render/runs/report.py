@@ -60,8 +60,14 @@ COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False)
                Column("mismatch", "ranks disagree", str, False, 80),
                Column("bytes", "bytes", format_count), Column("last_rank", "last rank", str),
                Column("max_wait_us", "first to last arrival", format_us_as_ms),
+               Column("arrived_by", "arrived by", str, False),
                Column("dur_us", "duration", format_us_as_ms), Column("busbw_GBps", "bus bandwidth",
                                                          format_gbps)]
+#: what ``arrived_by`` says (``analysis.runs.collectives``), under the collectives table
+ARRIVED_BY_NOTE = ("arrived by: kernel = each rank's arrival is its first NCCL kernel's start "
+                   "on the GPU (NCCL is asynchronous: the host enqueues the call and moves on); "
+                   "host = when its host issued the call (no NCCL kernel on every rank). "
+                   "run.collectives() keeps the host issue times as issued.")
 #: a report of a long run lists the first collectives; --json and the DataFrame hold all
 MAX_COLLECTIVE_ROWS = 200
 PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
@@ -131,7 +137,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if a.collectives:
         shown = a.collectives[:MAX_COLLECTIVE_ROWS]
         more = len(a.collectives) - len(shown)
-        parts = [tables.html_table(shown, COLLECTIVES)]
+        parts = [tables.html_table(shown, COLLECTIVES), html.note(ARRIVED_BY_NOTE)]
         if more:
             parts.append(html.note(f"{more:,} more collectives: run.collectives() or "
                                    "torchlens analyze --json list them all"))
