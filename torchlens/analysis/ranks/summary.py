@@ -259,13 +259,7 @@ def _collectives(trace: Trace, host: np.ndarray, member: np.ndarray) -> list[dic
     """Every collective of the step, in host order (module docstring)."""
     # collective_events is sorted (stably) by ts: filtering keeps that order
     chosen = [c for c in collective_events(trace, host) if member[c["row"]]]
-    kernel = category_mask(trace, "kernel")
-    ts = trace.events["ts"]
-    for seq, c in enumerate(chosen):
-        # its first NCCL kernel's start: the same rule as analysis.runs' ``k0``
-        starts = [float(ts[m]) for m in c["members"] if kernel[m]]
-        if starts:
-            c["k0"] = min(starts)
+    for seq, c in enumerate(chosen):  # ``k0``: collective_events' first NCCL kernel start
         c["seq"] = seq
         c["lane"] = _lane_key(trace, c["row"])
         # only what can be sent is worth the look-up

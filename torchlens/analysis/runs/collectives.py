@@ -130,8 +130,7 @@ def collective_table(trace: Trace) -> dict[str, Any]:
         out["dur_us"].append(float(c["end"] - c["ts"]))
         out["bytes"].append(_message_bytes(trace, c["name"], members))
         out["kernel_us"].append(float(np.nan_to_num(dur[kernels]).sum()) if kernels else None)
-        out["kernel_start_us"].append(
-            float(ev["ts"][kernels].min() - c["ts"]) if kernels else None)
+        out["kernel_start_us"].append(float(c["k0"] - c["ts"]) if "k0" in c else None)
         out["group"].append(_first(ev["group_size"][m] for m in members))
         pg = [event_text(trace, "pg_name", m) for m in members]
         out["pg"].append(next((p for p in pg if p), None))

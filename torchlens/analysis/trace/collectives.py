@@ -101,7 +101,9 @@ def collective_events(trace: Trace, host: np.ndarray | None = None) -> list[dict
     collective), ``name`` (the canonical kind, e.g. ``allreduce``), ``ts`` (its
     issue time, table µs; a lone kernel's launch time when known), ``end``
     (table µs: the end of its last host span, paired backend span or kernel)
-    and ``members`` (every row of it: host spans, backend spans, kernels).
+    ``members`` (every row of it: host spans, backend spans, kernels) and,
+    where it has NCCL kernels, ``k0`` (table µs: the first one's start on the
+    GPU, which is when the rank arrived at it; the host only enqueues).
     ``host`` is ``host_spans(trace)`` (computed when not given).
     """
     if host is None:
@@ -184,6 +186,13 @@ def collective_events(trace: Trace, host: np.ndarray | None = None) -> list[dict
             counted.append(span)
 
     _attach_kernels(trace, kernels, counted, thread, end_of)
+    if len(kernels):
+        is_kernel = np.zeros(len(ts), bool)
+        is_kernel[kernels] = True
+        for c in counted:
+            starts = [float(ts[m]) for m in c["members"] if is_kernel[m]]
+            if starts:  # when it started on the GPU: what "arrived" means on NCCL
+                c["k0"] = min(starts)
     counted.sort(key=lambda c: c["ts"])
     return counted
 
