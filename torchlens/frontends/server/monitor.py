@@ -288,8 +288,9 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-#: Byte counts a rank sample may carry, each a number or null.
-RANK_BYTES = ("allocated", "reserved", "inactive_split", "largest_free")
+#: Byte counts a rank sample may carry, each a number or null (``peak``: the
+#: report's peak allocated, on a finished ``%%gpumem`` cell's samples).
+RANK_BYTES = ("allocated", "reserved", "inactive_split", "largest_free", "peak")
 
 
 def rank_sample(run: str, s: Any) -> dict[str, Any]:
@@ -297,7 +298,9 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
 
     ``rank`` is a non-negative integer, ``device`` an integer or null, ``t`` a
     finite number (absent: now), the byte counts (``RANK_BYTES``) non-negative
-    finite numbers or null, ``source`` null or one of ``MEMORY_SOURCES``. Anything
+    finite numbers or null, ``source`` null or one of ``MEMORY_SOURCES``,
+    ``final`` (absent: false) true on the report figures a finished
+    ``%%gpumem`` cell posts (``live_publish.report_samples``). Anything
     else raises (the handler answers 400): nothing posted is passed on
     unchecked, so no string a kernel sends can reach the page as markup.
     """
@@ -317,10 +320,14 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
     source = s.get("source")
     if source is not None and source not in MEMORY_SOURCES:
         raise ValueError(f"source must be null or one of {', '.join(MEMORY_SOURCES)}")
+    final = s.get("final", False)
+    if not isinstance(final, bool):
+        raise ValueError("final must be true or false")
     out: dict[str, Any] = {"t": float(t), "run": run, "rank": rank, "device": device}
     for key in RANK_BYTES:
         out[key] = _opt_bytes(key, s.get(key))
     out["source"] = source
+    out["final"] = final
     return out
 
 
