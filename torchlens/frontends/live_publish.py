@@ -123,8 +123,6 @@ class RankSink:
                 "device": hb.get("device") if cuda is not None else None,
                 "allocated": cuda if cuda is not None else hb.get("rss"),
                 "reserved": hb.get("cuda_reserved"),
-                # resident memory is another quantity: the sidebar names it
-                "source": None if cuda is not None else "rss",
             })
 
     def push_memory(self, rank: int, mem: dict[str, Any], t: float,

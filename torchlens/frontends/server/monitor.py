@@ -288,9 +288,8 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-#: Byte counts a rank sample may carry, each a number or null (``peak``: the
-#: report's peak allocated, on a finished ``%%gpumem`` cell's samples).
-RANK_BYTES = ("allocated", "reserved", "inactive_split", "largest_free", "peak")
+#: Byte counts a rank sample may carry, each a number or null.
+RANK_BYTES = ("allocated", "reserved", "inactive_split", "largest_free")
 
 
 def rank_sample(run: str, s: Any) -> dict[str, Any]:
@@ -299,8 +298,9 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
     ``rank`` is a non-negative integer, ``device`` an integer or null, ``t`` a
     finite number (absent: now), the byte counts (``RANK_BYTES``) non-negative
     finite numbers or null, ``source`` null or one of ``MEMORY_SOURCES``,
-    ``final`` (absent: false) true on the report figures a finished
-    ``%%gpumem`` cell posts (``live_publish.report_samples``). Anything
+    ``final`` true or false: true on the report figures a finished
+    ``%%gpumem`` cell posts (``live_publish.report_samples``), which then
+    carry ``peak`` (the report's peak allocated bytes, or null). Anything
     else raises (the handler answers 400): nothing posted is passed on
     unchecked, so no string a kernel sends can reach the page as markup.
     """
@@ -327,7 +327,9 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
     for key in RANK_BYTES:
         out[key] = _opt_bytes(key, s.get(key))
     out["source"] = source
-    out["final"] = final
+    peak = _opt_bytes("peak", s.get("peak"))
+    if final:  # only then: a live sample stays the shape it always had
+        out.update(final=True, peak=peak)
     return out
 
 
