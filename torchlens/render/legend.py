@@ -6,9 +6,9 @@ that same dict, so a colour added to the map is named in the legend without a
 second list to keep in step. Keys sharing a colour share one entry
 ("cuda_runtime / cuda_driver"), so each colour is named exactly once.
 
-The legend's swatches are drawn by renderers without data: they paint nothing
-on the plot and leave its ranges alone, and the legend is there from the start
-in a live view whose bars arrive later.
+The legend's swatches are drawn by renderers of one bar at NaN: they paint
+nothing on the plot and leave its ranges alone, and the legend is there from
+the start in a live view whose bars arrive later.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from bokeh.models import Legend, LegendItem
 
 #: The name every timeline's legend model carries (tests and the page find it by it).
 LEGEND_NAME = "timeline-legend"
+NAN = float("nan")
 #: entries per legend row: a row of 1200 px holds five "name / name" labels
 PER_ROW = 5
 
@@ -40,7 +41,9 @@ def add_colour_legend(fig: Any, entries: Iterable[tuple[str, str]],
     ``alpha``: the fill alpha of a label whose bars are drawn translucent."""
     items = []
     for label, colour in entries:
-        swatch = fig.quad(left=[], right=[], bottom=[], top=[], fill_color=colour,
+        # one row at NaN: BokehJS draws a legend swatch from a row's visuals (none
+        # without a row), and a NaN bar is neither drawn nor counted in a range
+        swatch = fig.quad(left=[NAN], right=[NAN], bottom=[NAN], top=[NAN], fill_color=colour,
                           fill_alpha=(alpha or {}).get(label, 1.0), line_color=None)
         items.append(LegendItem(label=label, renderers=[swatch]))
     legend = Legend(items=items, name=LEGEND_NAME, orientation="horizontal",
