@@ -92,6 +92,14 @@ export interface IRankSample {
   largest_free?: number | null;
   /** cuda: the allocator's counters; modelled: a CPU run replayed through torchlens' allocator model; rss: resident memory */
   source?: MemorySource | null;
+  /**
+   * true on the samples a `%%gpumem` cell posts when it has finished: its
+   * report's allocated bytes over the cell (the analysis's timeline), which
+   * replace what was drawn while it ran
+   */
+  final?: boolean;
+  /** with `final`: the report's peak allocated bytes */
+  peak?: number | null;
 }
 
 export interface ISamplesReply {

@@ -21,6 +21,8 @@ export interface IChartOptions {
   /** y tick labels: bytes (with MiB/GiB picked from the range) or percent */
   yUnit: 'bytes' | '%';
   height?: number;
+  /** draw each value until the next one (a step function, as memory over a cell is) */
+  stepped?: boolean;
 }
 
 const FONT_PX = 11;
@@ -49,20 +51,55 @@ function textWidth(text: string): number {
   return measureCtx.measureText(text).width;
 }
 
-/** Tick labels in one unit for the whole axis, with as many decimals as the step needs. */
+const BYTE_UNITS: [number, string][] = [
+  [1024 ** 4, 'TiB'],
+  [GiB, 'GiB'],
+  [MiB, 'MiB'],
+  [1024, 'KiB'],
+  [1, 'B']
+];
+
+/** Byte tick steps: powers of two, so a step in KiB, MiB or GiB is written exactly (0.25, 64). */
+const BYTE_INCRS = [...Array(51).keys()].map(k => 2 ** k);
+/** the smallest step, in the label's unit, before the next smaller unit is taken */
+const MIN_STEP = 1 / 64;
+
+/**
+ * Tick labels in one unit for the whole axis, each one different.
+ *
+ * The unit comes from the axis's range, not its top value: 424.406 MiB of
+ * resident memory moving by a few KiB has ticks 1 KiB apart, which in MiB
+ * would all read "424.406 MiB". The largest unit in which the tick step is
+ * at least 1/64 is taken, with as many decimals as the step needs (at most
+ * three), so consecutive labels always differ.
+ */
 export function formatTicks(splits: number[], unit: 'bytes' | '%'): string[] {
   if (unit === '%') {
     return splits.map(v => `${v.toFixed(0)}%`);
   }
   const top = Math.max(...splits.map(Math.abs), 0);
-  const [div, name] = top >= GiB ? [GiB, 'GiB'] : [MiB, 'MiB'];
-  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) / div : 1;
-  const decimals = step > 0 ? Math.min(3, Math.max(0, -Math.floor(Math.log10(step)))) : 0;
+  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : top;
+  const [div, name] =
+    BYTE_UNITS.find(([size]) => (step > 0 ? step / size >= MIN_STEP : top >= size)) ?? BYTE_UNITS[BYTE_UNITS.length - 1];
+  // as many decimals as the step has (0.25 -> 2), at most 3: 1/64 reads 0.016
+  const inUnit = step / div;
+  let decimals = 0;
+  while (decimals < 3 && Math.abs(inUnit * 10 ** decimals - Math.round(inUnit * 10 ** decimals)) > 1e-6) {
+    decimals++;
+  }
   return splits.map(v => `${(v / div).toFixed(decimals)} ${name}`);
 }
 
-function clockTime(t: number): string {
-  return new Date(t * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
+function clockTime(t: number, decimals = 0): string {
+  const whole = new Date(t * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
+  return decimals ? `${whole}.${(t % 1).toFixed(decimals).slice(2)}` : whole;
+}
+
+/** Time tick labels, with the fractions of a second a short span needs to tell them apart. */
+export function formatTimes(splits: number[]): string[] {
+  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 1;
+  const decimals = step >= 1 || step <= 0 ? 0 : Math.min(3, Math.ceil(-Math.log10(step) - 1e-9));
+  return splits.map(t => clockTime(t, decimals));
 }
 
 export class RollingChart {
@@ -102,11 +139,12 @@ export class RollingChart {
             ...axis,
             space: 64,
             size: FONT_PX + TICK + GAP + 6,
-            values: (_u, splits) => splits.map(clockTime)
+            values: (_u, splits) => formatTimes(splits)
           },
           {
             ...axis,
             space: 24,
+            ...(yUnit === 'bytes' ? { incrs: BYTE_INCRS } : {}),
             values: (_u, splits) => {
               const labels = formatTicks(splits, yUnit);
               this.host.dataset.yTicks = labels.join('|');
@@ -119,7 +157,17 @@ export class RollingChart {
             }
           }
         ],
-        series: [{}, ...series.map(s => ({ label: s.label, stroke: s.stroke, width: 1.5, spanGaps: false }))]
+        series: [
+          {},
+          ...series.map(s => ({
+            label: s.label,
+            stroke: s.stroke,
+            width: 1.5,
+            spanGaps: false,
+            ...(options.stepped ? { paths: uPlot.paths.stepped!({ align: 1 }) } : {})
+          }))
+        ],
+        hooks: { draw: [u => this.noteRange(u)] }
       },
       this.data as uPlot.AlignedData,
       this.host
@@ -139,6 +187,30 @@ export class RollingChart {
       this.data.forEach(column => column.splice(0, drop));
     }
     this.dirty = true;
+  }
+
+  /**
+   * The y axis's range and the data's, as drawn (`data-y-min`, `data-y-max`,
+   * `data-data-min`, `data-data-max`): what a test compares to say the axis
+   * covers what the chart plots.
+   */
+  private noteRange(u: uPlot): void {
+    const values = this.data.slice(1).flat().filter((v): v is number => v !== null && v !== undefined);
+    const y = u.scales.y;
+    Object.assign(this.host.dataset, {
+      yMin: String(y.min ?? ''),
+      yMax: String(y.max ?? ''),
+      dataMin: values.length ? String(Math.min(...values)) : '',
+      dataMax: values.length ? String(Math.max(...values)) : ''
+    });
+  }
+
+  /** A new title over the plot (the quantity drawn changed, or the run ended). */
+  setTitle(title: string): void {
+    const node = this.host.querySelector('.u-title');
+    if (node) {
+      node.textContent = title;
+    }
   }
 
   /** Redraw if something was appended since the last redraw. */

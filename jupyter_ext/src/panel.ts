@@ -29,7 +29,7 @@ import {
   setSamplingInterval
 } from './api';
 import { RollingChart } from './chart';
-import { bytesText, el } from './dom';
+import { bytesText, el, reportBytesText } from './dom';
 import { RunsSection } from './runs';
 
 const WINDOW_SECONDS = 600;
@@ -40,6 +40,8 @@ const INTERVALS = [0.5, 1, 2, 5, 10];
 const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 
 const GiB = 1024 ** 3;
+/** a run whose chart got no memory sample for this long (while the host's did) is marked stale */
+const RANK_STALE_S = 10;
 const RANK_CHART_MIN = 160;
 const RANK_CHART_MAX = 900;
 
@@ -102,6 +104,17 @@ const SOURCE_TEXT: Record<MemorySource, { tag: string; note: string }> = {
   rss: { tag: 'RSS (CPU)', note: 'RSS: the process\u2019s resident memory; no allocator figures.' }
 };
 
+const clock = (t: number) => new Date(t * 1000).toLocaleTimeString();
+
+/** What the rank chart's line is, in its title: the quantity the samples carry. */
+function rankChartTitle(r: IRankSample): string {
+  if (r.final) {
+    return `${r.run}: allocated memory, as in its report`;
+  }
+  const what = r.source === 'rss' ? 'resident memory (RSS)' : 'memory allocated';
+  return `Run ${r.run}: ${what} per rank`;
+}
+
 /** A sample that carries allocator figures (`%ddp_check --profile`), not just a memory total. */
 function hasAllocatorFigures(r: IRankSample): boolean {
   return (
@@ -135,6 +148,7 @@ export class GpuMonitorPanel extends Widget {
     this.hostCharts = el('div', 'tl-host-charts');
     this.gpuBox = el('div', 'tl-gpus');
     this.rankBox = el('div', 'tl-ranks');
+    this.rankState = el('div', 'tl-rank-state tl-dim');
     this.rankMemBox = el('div', 'tl-rank-mem');
     this.footer = el('div', 'tl-footer');
     this.node.append(
@@ -144,6 +158,7 @@ export class GpuMonitorPanel extends Widget {
       this.hostCharts,
       this.gpuBox,
       this.rankBox,
+      this.rankState,
       this.rankMemBox,
       this.runs.node,
       this.footer
@@ -311,7 +326,10 @@ export class GpuMonitorPanel extends Widget {
     let memChanged = false;
     let toDraw = false;
     ranks.forEach((r, i) => {
-      this.rankSeries(r.run, r.rank);
+      if (r.run === this.rankFinished && !r.final) {
+        return; // a live sample behind the finished cell's report figures
+      }
+      this.rankSeries(r);
       if (hasAllocatorFigures(r)) {
         this.rankMemory.set(r.rank, r);
         memChanged = true;
@@ -321,6 +339,11 @@ export class GpuMonitorPanel extends Widget {
       if (r.source !== 'modelled') {
         this.rankLatest.set(r.rank, r);
         toDraw = true;
+        this.setRankTitle(rankChartTitle(r));
+      }
+      if (r.final) {
+        this.rankEnd = Math.max(this.rankEnd, r.t);
+        this.rankPeak = r.peak ?? this.rankPeak;
       }
       this.since = Math.max(this.since, r.t);
       const endOfGroup = i === ranks.length - 1 || ranks[i + 1].t !== r.t || ranks[i + 1].run !== r.run;
@@ -339,6 +362,7 @@ export class GpuMonitorPanel extends Widget {
     if (last) {
       this.renderText(last);
     }
+    this.renderRankState(last);
     [this.hostChart, ...this.gpuCharts.values(), this.rankChart].forEach(c => c?.redraw());
     this.fitRankChart();
     if (last) {
@@ -443,30 +467,75 @@ export class GpuMonitorPanel extends Widget {
     return chart;
   }
 
-  /** One chart for the latest run that published per-rank memory; new run -> new chart. */
-  private rankSeries(run: string, rank: number): void {
-    if (run !== this.rankRun) {
+  /**
+   * One chart for the latest run that published per-rank memory; new run ->
+   * new chart. A finished `%%gpumem` cell's first report sample (`final`)
+   * starts the chart again: the line becomes the report's figure, not what
+   * was sampled while the cell ran.
+   */
+  private rankSeries(r: IRankSample): void {
+    const { run, rank } = r;
+    const finishing = r.final === true && this.rankFinished !== run;
+    if (run !== this.rankRun || finishing) {
       this.rankChart?.dispose();
       this.rankChart = null;
       this.rankChartT = 0;
-      this.rankRun = run;
       this.rankLatest.clear();
-      this.rankMemory.clear();
-      this.rankMemBox.replaceChildren();
+      this.rankTitle = '';
+      this.rankEnd = 0;
+      this.rankPeak = null;
+      if (run !== this.rankRun) {
+        this.rankMemory.clear();
+        this.rankMemBox.replaceChildren();
+      }
+      this.rankRun = run;
+      this.rankFinished = r.final ? run : '';
     }
     if (!this.rankChart || !this.rankChart.series.some(s => s.label === `rank ${rank}`)) {
       const drawn = (this.rankChart?.series ?? []).map(s => Number(s.label.split(' ')[1]));
       const ranks = new Set([...drawn, rank]);
-      const series = [...ranks].sort((a, b) => a - b).map(r => ({ label: `rank ${r}`, stroke: COLORS[r % COLORS.length] }));
+      const series = [...ranks].sort((a, b) => a - b).map(k => ({ label: `rank ${k}`, stroke: COLORS[k % COLORS.length] }));
       this.rankChart?.dispose();
+      this.rankTitle = this.rankTitle || rankChartTitle(r);
       this.rankChart = new RollingChart(
         this.rankBox,
-        `Run ${run}: memory allocated per rank`,
+        this.rankTitle,
         series,
-        { yRange: null, yUnit: 'bytes', height: RANK_CHART_MIN },
+        { yRange: null, yUnit: 'bytes', height: RANK_CHART_MIN, stepped: this.rankFinished === run },
         WINDOW_SECONDS
       );
     }
+  }
+
+  private setRankTitle(title: string): void {
+    if (title !== this.rankTitle) {
+      this.rankTitle = title;
+      this.rankChart?.setTitle(title);
+    }
+  }
+
+  /**
+   * The line under the rank chart: a finished cell says so (and its report's
+   * peak); a run whose samples stopped while the host's go on is marked
+   * stale, so an old line is not read as the present.
+   */
+  private renderRankState(last: ISample | undefined): void {
+    const box = this.rankState;
+    let state = '';
+    let text = '';
+    if (this.rankChart && this.rankFinished === this.rankRun) {
+      state = 'finished';
+      const peak = this.rankPeak !== null ? `; peak ${reportBytesText(this.rankPeak)} allocated` : '';
+      text = `finished at ${clock(this.rankEnd)}: the line is the report\u2019s allocated memory${peak}`;
+    } else if (this.rankChart && last && this.rankChartT > 0 && last.t - this.rankChartT > RANK_STALE_S) {
+      state = 'stale';
+      text = `no memory sample since ${clock(this.rankChartT)}: the run has ended or stopped sending`;
+    } else if (last === undefined) {
+      return; // no host sample in this batch: nothing new to judge by
+    }
+    box.textContent = text;
+    box.dataset.state = state;
+    this.rankBox.classList.toggle('tl-rank-stale', state === 'stale');
   }
 
   /**
@@ -486,14 +555,19 @@ export class GpuMonitorPanel extends Widget {
       note.dataset.source = k;
       return note;
     });
-    const legend = el('div', 'tl-rank-mem-legend');
-    legend.append(
-      el('span', 'tl-key tl-key-alloc', 'allocated'),
-      el('span', 'tl-key tl-key-split', 'inactive split'),
-      el('span', 'tl-key tl-key-free', 'free')
-    );
-    legend.title = 'Each bar is the rank\u2019s reserved memory.';
-    this.rankMemBox.replaceChildren(title, ...notes, legend, ...rows.map(r => this.rankMemoryRow(r)));
+    // the key to the bars, only when a bar is drawn (a rank with reserved memory)
+    const legend: HTMLElement[] = [];
+    if (rows.some(r => r.reserved !== null && r.reserved > 0)) {
+      const key = el('div', 'tl-rank-mem-legend');
+      key.append(
+        el('span', 'tl-key tl-key-alloc', 'allocated'),
+        el('span', 'tl-key tl-key-split', 'inactive split'),
+        el('span', 'tl-key tl-key-free', 'free')
+      );
+      key.title = 'Each bar is the rank\u2019s reserved memory.';
+      legend.push(key);
+    }
+    this.rankMemBox.replaceChildren(title, ...notes, ...legend, ...rows.map(r => this.rankMemoryRow(r)));
   }
 
   private rankMemoryRow(r: IRankSample): HTMLElement {
@@ -603,6 +677,7 @@ export class GpuMonitorPanel extends Widget {
   private hostCharts: HTMLDivElement;
   private gpuBox: HTMLDivElement;
   private rankBox: HTMLDivElement;
+  private rankState: HTMLDivElement;
   private rankMemBox: HTMLDivElement;
   private footer: HTMLDivElement;
   private runs = new RunsSection();
@@ -610,6 +685,12 @@ export class GpuMonitorPanel extends Widget {
   private gpuCharts = new Map<string, RollingChart>();
   private rankChart: RollingChart | null = null;
   private rankRun = '';
+  /** the run whose chart draws its finished cell's report figures ('' while live) */
+  private rankFinished = '';
+  private rankTitle = '';
+  /** the finished cell's last report sample (s) and its report's peak (bytes) */
+  private rankEnd = 0;
+  private rankPeak: number | null = null;
   /** the latest sample per rank that the chart draws (measured memory) */
   private rankLatest = new Map<number, IRankSample>();
   /** the latest sample per rank with allocator figures (--profile) */

@@ -169,12 +169,30 @@ function runCard(run: IRun): HTMLElement {
   return card;
 }
 
-/** "4 of 4 ranks · 2 node(s) · updated 1 s ago", and restarts and dropped messages when any. */
+/** The ranks that have reported (a waiting rank has not). */
+function attachedRanks(live: IRunLive): IRunRank[] {
+  return live.ranks.filter(r => r.state !== null && r.state !== 'waiting');
+}
+
+/**
+ * "2 of 4 ranks attached" in the verdict's own words (analysis/ranks/verdict.py):
+ * a rank is attached once it has reported; a world size of 0 or null is not
+ * known yet and shows as "?". While waiting the verdict already says it, so
+ * the count is not repeated.
+ */
+function rankCountText(live: IRunLive): string {
+  const attached = attachedRanks(live);
+  const known = live.world_size !== null && live.world_size > 0 ? live.world_size : '?';
+  const count = `${attached.length} of ${known} ranks attached`;
+  return live.verdict.includes('ranks attached') ? '' : count;
+}
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
+
+/** "2 of 4 ranks attached · 2 nodes · updated 1 s ago", and restarts and dropped messages when any. */
 function liveFacts(run: IRun, live: IRunLive): HTMLElement {
-  const facts = [
-    `${live.ranks.length} of ${live.world_size ?? '?'} ranks`,
-    `${new Set(live.ranks.map(r => r.node)).size} node(s)`
-  ];
+  const nodes = new Set(attachedRanks(live).map(r => r.node)).size;
+  const facts = [rankCountText(live), nodes ? plural(nodes, 'node') : ''].filter(f => f);
   if (live.restarts) {
     facts.push(`${live.restarts} restart(s)`);
   }
@@ -184,7 +202,8 @@ function liveFacts(run: IRun, live: IRunLive): HTMLElement {
   const meta = el('div', 'tl-run-meta tl-dim', facts.join(' \u00b7 '));
   if (live.age_s !== null && run.state === 'running') {
     const stale = live.age_s > STALE_S;
-    const age = el('span', stale ? 'tl-run-stale' : '', ` \u00b7 updated ${ago(live.age_s)}`);
+    const sep = facts.length ? ' \u00b7 ' : '';
+    const age = el('span', stale ? 'tl-run-stale' : '', `${sep}updated ${ago(live.age_s)}`);
     if (stale) {
       age.title = 'torchlens run has not rewritten live.json for a while';
     }

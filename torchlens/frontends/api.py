@@ -250,6 +250,9 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         profile = self.capture.profile
         profile.payload = _as_asked(profile.payload, self._asked)
         _finish(self.result, profile, self._export)
+        # the sidebar's line becomes the report's figure, and the run is marked finished
+        self._live.finish(self.result.analysis, self._device if profile.payload.measured_on
+                          == "cuda" else None)
         return False
 
 

@@ -6,6 +6,12 @@ what it returns through the rank channel in ``rank_channel`` (the
 kernel's own Jupyter server, its own token). Outside a Jupyter server (a
 script, VS Code) nothing is started. Publishing is best effort: a slow or
 absent sidebar must never slow or break the user's cell.
+
+When a ``%%gpumem`` cell ends, ``LivePublisher.finish`` posts its report's own
+figure, the allocated bytes over the cell from the analysis's timeline, as
+samples marked ``final``: the sidebar then draws what the report says (the
+CPU's live figure is resident memory, another quantity) and marks the run
+finished rather than leaving the last live line standing as if current.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from torchlens.model.feed import RankFeed
 from torchlens.model.records import StepRecord, StepSummary
 
 Sample = list[dict[str, Any]]
+
+#: points of the report's allocated-memory series sent to the sidebar: a
+#: chart a few hundred pixels wide; ``decimate`` keeps each bucket's peak
+REPORT_POINTS = 240
 
 
 class LivePublisher:
@@ -46,6 +56,7 @@ class LivePublisher:
             self._stop.wait(self.interval)
 
     def __enter__(self) -> LivePublisher:
+        self._started = time.time()
         if self.publisher.enabled:
             self._thread = threading.Thread(target=self._loop, daemon=True,
                                             name="torchlens-live-publish")
@@ -56,7 +67,23 @@ class LivePublisher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.interval + self.publisher.timeout)
+        self._ended = time.time()
         return False
+
+    def finish(self, analysis: Callable[[], Any], device: int | None = None) -> bool:
+        """Post the finished cell's report figures (``report_samples``) after the
+        live ones. ``analysis`` is called only when a sidebar listens (the
+        report computes it anyway and keeps it). Best effort like the loop: a
+        failure here leaves the cell's result and its report as they are."""
+        if not self.publisher.enabled:
+            return False
+        try:
+            samples = report_samples(analysis(), self._started, getattr(self, "_ended", time.time()),
+                                     device)
+        except Exception:  # the report shows the analysis' own error; the cell goes on
+            self.publisher.failures += 1
+            return False
+        return self.publisher.publish(samples)
 
 
 class RankSink:
@@ -170,3 +197,38 @@ def _bytes(value: Any) -> int | None:
     if not math.isfinite(value) or value < 0:
         return None
     return int(value)
+
+
+def report_samples(analysis: Any, started: float, ended: float,
+                   device: int | None = None) -> list[dict[str, Any]]:
+    """A finished ``%%gpumem`` cell's report figure as rank-0 samples marked ``final``.
+
+    ``analysis`` is the cell's ``MemoryAnalysis``: its timeline's allocated bytes
+    (what the report's memory chart draws, the state at the start first) at
+    most ``REPORT_POINTS`` points (``decimate`` keeps each bucket's highest, so
+    the peak is drawn), and its ``peak_allocated`` (the report's "peak ...
+    allocated") on every sample. Times are the trace's own (epoch
+    microseconds) when it has them; a trace with entries only (``clock ==
+    "entry"``) is spread over the cell's wall time, ``started`` to ``ended``.
+    """
+    from torchlens.analysis.memory.timeline import decimate
+
+    tl = analysis.timeline
+    t_us, alloc = decimate(tl.t_us, tl.allocated, max_points=REPORT_POINTS)
+    if tl.clock == "us" and tl.t0_us:
+        times = [(tl.t0_us + t) / 1e6 for t in t_us]
+        first = times[0] if times else started
+    else:
+        span = max(t_us[-1], 1) if t_us else 1
+        times = [started + (ended - started) * t / span for t in t_us]
+        first = started
+    # the sidebar draws one value per time: events of one microsecond keep their
+    # highest, so the peak is never hidden behind a free at the same instant
+    level: dict[float, int] = {min(first, started): tl.start_allocated}
+    for t, a in zip(times, alloc, strict=True):
+        level[t] = max(level.get(t, 0), int(a))
+    if len(level) == 1:  # nothing allocated or freed: the start is the end
+        level[max(ended, first + 1e-3)] = tl.end_allocated
+    return [{"rank": 0, "t": t, "device": device, "allocated": a, "reserved": None,
+             "peak": int(tl.peak_allocated), "final": True}
+            for t, a in sorted(level.items())]

@@ -14,8 +14,9 @@ Sample = list[dict[str, Any]]
 
 def memory_sampler(device: int) -> Callable[[], Sample]:
     """A function returning one sample: CUDA allocator bytes when a GPU is
-    used, else the process's resident memory (the CPU allocator has no
-    "reserved", so that stays None rather than a made-up figure)."""
+    used, else the process's resident memory, marked ``source: rss`` (the
+    CPU allocator has no "reserved", so that stays None rather than a
+    made-up figure)."""
     if cuda_memory.cuda_available():
         def sample() -> Sample:
             stats = cuda_memory.memory_stats(device)
@@ -30,5 +31,5 @@ def memory_sampler(device: int) -> Callable[[], Sample]:
 
     def sample_rss() -> Sample:
         return [{"rank": 0, "t": time.time(), "device": None,
-                 "allocated": proc.memory_info().rss, "reserved": None}]
+                 "allocated": proc.memory_info().rss, "reserved": None, "source": "rss"}]
     return sample_rss

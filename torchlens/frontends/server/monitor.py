@@ -297,7 +297,10 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
 
     ``rank`` is a non-negative integer, ``device`` an integer or null, ``t`` a
     finite number (absent: now), the byte counts (``RANK_BYTES``) non-negative
-    finite numbers or null, ``source`` null or one of ``MEMORY_SOURCES``. Anything
+    finite numbers or null, ``source`` null or one of ``MEMORY_SOURCES``,
+    ``final`` true or false: true on the report figures a finished
+    ``%%gpumem`` cell posts (``live_publish.report_samples``), which then
+    carry ``peak`` (the report's peak allocated bytes, or null). Anything
     else raises (the handler answers 400): nothing posted is passed on
     unchecked, so no string a kernel sends can reach the page as markup.
     """
@@ -317,10 +320,16 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
     source = s.get("source")
     if source is not None and source not in MEMORY_SOURCES:
         raise ValueError(f"source must be null or one of {', '.join(MEMORY_SOURCES)}")
+    final = s.get("final", False)
+    if not isinstance(final, bool):
+        raise ValueError("final must be true or false")
     out: dict[str, Any] = {"t": float(t), "run": run, "rank": rank, "device": device}
     for key in RANK_BYTES:
         out[key] = _opt_bytes(key, s.get(key))
     out["source"] = source
+    peak = _opt_bytes("peak", s.get("peak"))
+    if final:  # only then: a live sample stays the shape it always had
+        out.update(final=True, peak=peak)
     return out
 
 

@@ -27,16 +27,18 @@ from bokeh.plotting import figure
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import MIB, rank_color, to_columns
+from torchlens.render.legend import add_colour_legend, by_colour
 
 FLUSH_S = 0.4  # at least twice a second
 ROLLOVER = 5000  # points kept per source in the live view
 PHASE_COLORS = {"init": "#bbbbbb", "starting": "#bbbbbb", "comm_check": "#9ecae1",
                 "step": "#74c476", "checksums": "#fdae6b",
                 "done": "#eeeeee", "failed": "#d62728"}
+OTHER_PHASE_COLOR = "#cccccc"
 
 
 def _phase_color(phase: str) -> str:
-    return PHASE_COLORS.get(str(phase).split(" ")[0], "#cccccc")
+    return PHASE_COLORS.get(str(phase).split(" ")[0], OTHER_PHASE_COLOR)
 
 
 def _mem_value(hb: dict[str, Any]) -> float:
@@ -60,7 +62,7 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
     coll = figure(height=160, sizing_mode="stretch_width", tools=tools, x_range=mem.x_range,
                   title="Collectives issued per rank" + points)
     row_px = max(1, min(30, 900 // world_size))  # the panel stays about 960 px
-    lanes = figure(height=60 + row_px * world_size, sizing_mode="stretch_width", tools=tools,
+    lanes = figure(height=90 + row_px * world_size, sizing_mode="stretch_width", tools=tools,
                    x_range=mem.x_range, title="Per-rank timeline (phase; ticks = collectives)",
                    y_range=(-0.6, world_size - 0.4))
     every = math.ceil(world_size / 40)
@@ -93,6 +95,7 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
     quads = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "color": [],
                               "phase": [], "rank": []})
     lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_alpha=0)
+    add_colour_legend(lanes, [*by_colour(PHASE_COLORS), ("other phase", OTHER_PHASE_COLOR)])
     ticks = ColumnDataSource({"t": [], "y": [], "label": []})
     lanes.scatter("t", "y", source=ticks, marker="dash", angle=1.5708, size=14, color="#333")
     lanes.add_tools(HoverTool(tooltips=[("", "rank @rank @phase @label")]))

@@ -18,7 +18,7 @@ from torchlens.render.columns import as_number
 LEVELS = 4  # nesting depths drawn inside one lane (deeper ones share the last)
 BAND = 0.8  # a lane's height in lane units
 KIND_COLORS = {"op": "#6baed6", "kernel": "#31a354", "memcpy": "#fd8d3c",
-               "memset": "#bcbd22", "collective": "#d62728"}
+               "memset": "#bcbd22", "collective": "#d62728", "other": "#999999"}
 
 
 def lane_names(summary: dict[str, Any]) -> list[str]:
@@ -119,7 +119,7 @@ class Timeline:
             level = min(int(o.get("depth") or 0), LEVELS - 1) if kind == "op" else None
             left = float(o["t0"]) - t0
             row = {"left": left, "right": left + float(o.get("dur") or 0.0),
-                   "color": KIND_COLORS.get(kind, "#999"), "name": str(o.get("name", "")),
+                   "color": KIND_COLORS.get(kind, KIND_COLORS["other"]), "name": str(o.get("name", "")),
                    "ms": as_number(o.get("dur"), 1e3), "rank": rank, "lane": lane,
                    "step": int(s["step"]), "kind": kind}
             where = (rank, lane, level)

@@ -33,10 +33,12 @@ from torchlens.analysis.ranks.steps import PHASES, ROLES
 from torchlens.model.findings import INFO, Finding
 from torchlens.render.columns import as_mib, as_number, rank_color, to_columns
 from torchlens.render.findings import finding_html
+from torchlens.render.legend import add_colour_legend
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
-from torchlens.render.ranks.lanes import Lanes, Timeline
+from torchlens.render.ranks.lanes import KIND_COLORS, Lanes, Timeline
 from torchlens.render.tables import shorten
 
+COLLECTIVE_ALPHA = 0.45  # collectives are drawn translucent over the ops they overlap
 OPS_BUDGET = 2000  # timeline ops drawn per profiled step, all ranks together
 TIMELINE_ROWS = 3 * OPS_BUDGET  # about the last three profiled steps
 COLLECTIVE_ROWS = 3000
@@ -232,7 +234,7 @@ class Panels:
     def _timeline_panel(self) -> None:
         self.lanes = Lanes(self.world_size)
         self.tl = Timeline(self.lanes, TIMELINE_ROWS, COLLECTIVE_ROWS, ARRIVAL_ROWS)
-        tl = figure(height=160, sizing_mode="stretch_width", tools=TOOLS,
+        tl = figure(height=190, sizing_mode="stretch_width", tools=TOOLS,
                     x_range=Range1d(0, 1), y_range=Range1d(0.5, -0.5),
                     x_axis_label="s since the run started",
                     title="Latest profiled step on every rank: ops by lane (nested ops "
@@ -262,10 +264,11 @@ class Panels:
         self.last = ColumnDataSource({k: [] for k in ("x", "y", "name", "seq", "step", "last",
                                                        "spread_ms", "arrived_by")})
         self.tl_ends = ColumnDataSource({k: [] for k in ("x", "y0", "y1", "text")})
+        add_colour_legend(tl, KIND_COLORS.items(), alpha={"collective": COLLECTIVE_ALPHA})
         ops = tl.quad("left", "right", "bottom", "top", source=self.ops, color="color",
                       line_alpha=0)
         colls = tl.quad("left", "right", "bottom", "top", source=self.colls, color="color",
-                        fill_alpha=0.45, line_color="#900")
+                        fill_alpha=COLLECTIVE_ALPHA, line_color="#900")
         arr = tl.multi_line("xs", "ys", source=self.arrivals, color="#222", line_width=1.5)
         last = tl.scatter("x", "y", source=self.last, marker="inverted_triangle", size=11,
                           color="#222")
@@ -337,7 +340,7 @@ class Panels:
             for (r, name), y in lanes.slot.items()}
         self.tl_fig.y_range.update(start=count - 0.5, end=-0.5, reset_start=count - 0.5,
                                    reset_end=-0.5)
-        self.tl_fig.height = min(120 + 22 * count, 1000)
+        self.tl_fig.height = min(150 + 22 * count, 1000)  # 30 px: the colour legend
         ranks = sorted({r for r, _ in lanes.slot})
         for box, r in zip(self.groups, ranks, strict=False):
             top, bottom = lanes.group(r) or (0.0, 0.0)

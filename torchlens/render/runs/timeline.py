@@ -32,6 +32,7 @@ from torchlens.analysis.runs.lanes import BINS, COLLECTIVES_LANE, KINDS
 from torchlens.model import Profile
 from torchlens.model.units import format_count, format_duration, format_us
 from torchlens.render import html, tables
+from torchlens.render.legend import add_colour_legend
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -42,6 +43,8 @@ MIN_PER_LANE = 8
 ROW_PX = 18
 COLORS = {"compute": "#0072B2", "communication": "#D55E00", "memory": "#E69F00",
           "cpu": "#009E73", "other": "#999999"}
+BUSY_COLOR = "#7f7f7f"
+BUSY_LABEL = "merged shorter events (darker = busier)"
 
 #: select every bar with the tapped bars' collective keys, on every rank
 TAP_JS = """
@@ -146,15 +149,14 @@ def timeline_figure(profile: Profile, a: RunAnalysis) -> tuple[Any, str] | None:
                  x_axis_label="ms from the run's first event (clocks aligned)",
                  title="Every rank on one timeline: tap a collective to see it on every rank",
                  name="run-timeline", output_backend="webgl")
-    fig.hbar(y="y", left="left", right="right", height=0.7, source=busy_src, color="#7f7f7f",
+    fig.hbar(y="y", left="left", right="right", height=0.7, source=busy_src, color=BUSY_COLOR,
              alpha="alpha", line_alpha=0)
     bars = fig.hbar(y="y", left="left", right="right", height=0.8, source=src, color="color",
                     line_color=None, selection_line_color="black",
                     selection_fill_alpha=1.0, nonselection_fill_alpha=0.35,
-                    nonselection_line_alpha=0, legend_field="kind")
-    fig.legend.orientation = "horizontal"
-    fig.legend.location = "top_left"
-    fig.add_layout(fig.legend[0], "above")
+                    nonselection_line_alpha=0)
+    add_colour_legend(fig, [*((kind, COLORS[kind]) for kind in KINDS if kind in ev["kind"]),
+                            *([(BUSY_LABEL, BUSY_COLOR)] if busy["y"] else [])])
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
         ("op", "@name"), ("rank", "@rank"), ("lane", "@lane"), ("duration", "@dur"),
         ("kind", "@kind"), ("collective", "@key")]))

@@ -40,6 +40,7 @@ from bokeh.plotting import figure
 from torchlens.analysis.trace.events import open_before, sweep_order
 from torchlens.model import Trace
 from torchlens.model.units import format_duration, plural
+from torchlens.render.legend import add_colour_legend, by_colour
 
 WIDTH_PX = 1200  # plot width at full zoom-out; the decimation grid
 MAX_KEPT = 8000  # individual events drawn over the whole plot
@@ -61,6 +62,9 @@ CAT_COLORS = {
 }
 OTHER_COLOR = "#999999"
 MERGED_COLOR = "#555555"
+#: the legend's names for the two colours outside ``CAT_COLORS``
+OTHER_LABEL = "other category"
+MERGED_LABEL = "merged short events"
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
 _SKIP_CATS = {"trace", "ac2g", "fwdbwd"}  # whole-trace span and flow arrows
 
@@ -332,6 +336,10 @@ def _figure(
         )
     )
     fig.toolbar.active_scroll = next(t for t in fig.tools if isinstance(t, WheelZoomTool))
+    # each colour drawn, named with the categories the hover shows
+    drawn = {c for part in cols["color"] for c in set(part)}
+    entries = [*by_colour(CAT_COLORS), (OTHER_LABEL, OTHER_COLOR), (MERGED_LABEL, MERGED_COLOR)]
+    add_colour_legend(fig, [(label, c) for label, c in entries if c in drawn])
     fig.yaxis.ticker = FixedTicker(ticks=ticks)
     fig.yaxis.major_label_overrides = labels
     fig.ygrid.grid_line_color = None
