@@ -46,6 +46,12 @@ def _check_run_folder(run: Path, figures: dict, summaries: list | None = None) -
     mems = [s.get("mem") or {} for s in steps]
     assert all(m.get("source") == "cuda" for m in mems), mems[:3]
     assert all((m.get("allocated") or 0) > 0 for m in mems), mems[:3]
+    # GPU phase times between CUDA events, read back at later steps without waiting
+    gpu = [g for s in steps for g in s.get("gpu") or []]
+    figures["gpu_phase_steps"] = len(gpu)
+    figures["gpu_phase_example"] = gpu[len(gpu) // 2] if gpu else None
+    assert len(gpu) >= len(steps) // 2, steps[:3]
+    assert all(g["step_s"] > 0 for g in gpu)
     manifest = json.loads((run / "manifest.json").read_text())
     traces = [run / t for t in manifest["ranks"][0]["traces"]]
     assert traces, manifest
