@@ -49,6 +49,8 @@ def _check_run_folder(run: Path, figures: dict, summaries: list | None = None) -
     # GPU phase times between CUDA events, read back at later steps without waiting
     gpu = [g for s in steps for g in s.get("gpu") or []]
     figures["gpu_phase_steps"] = len(gpu)
+    own = sorted(s["tl_s"] for s in steps if s.get("tl_s") is not None and not s.get("profiled"))
+    figures["torchlens_s_per_unprofiled_step_median"] = own[len(own) // 2] if own else None
     figures["gpu_phase_example"] = gpu[len(gpu) // 2] if gpu else None
     assert len(gpu) >= len(steps) // 2, steps[:3]
     assert all(g["step_s"] > 0 for g in gpu)
