@@ -240,6 +240,8 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested deeper than the reader follows"
     if isinstance(exc, (zlib.error, zipfile.BadZipFile, EOFError)):
-        return f"compressed data damaged or cut short: {str(exc).splitlines()[0][:120]}"
+        # zlib says "Error -3 while decompressing data: invalid ..."; keep the detail
+        detail = str(exc).split("decompressing data: ")[-1].splitlines()[0][:120]
+        return f"compressed data damaged or cut short: {detail}"
     text = " ".join(str(exc).split())
     return text[:160] or "damaged"
