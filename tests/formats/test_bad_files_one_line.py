@@ -168,3 +168,20 @@ def test_a_block_size_of_10_to_the_30_is_named(tmp_path, capsys):
     path.write_bytes(pickle.dumps(snap))
     assert main(["simulate", str(path)]) == 2
     assert "segments[1].blocks[0] field 'size'" in _one_error_line(capsys)
+
+
+def test_a_snapshot_saved_in_a_tlprof_is_checked_as_a_snapshot_file_is(tmp_path, capsys):
+    saved = Path(__file__).resolve().parents[1] / "data" / "v1" / "gpumem.tlprof"
+    with zipfile.ZipFile(saved) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    snap = json.loads(members["snapshots/0.json"])
+    snap["device_traces"][0][0]["frames"] = [-1]
+    members["snapshots/0.json"] = json.dumps(snap).encode()
+    path = tmp_path / "mem.tlprof"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, blob in members.items():
+            zf.writestr(name, blob)
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 2
+    line = _one_error_line(capsys)
+    assert "mem.tlprof (snapshots/0.json): damaged memory snapshot: " \
+           "device_traces[0][0].frames[0] field 'frame' is int -1, not a dict" in line

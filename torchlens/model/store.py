@@ -33,6 +33,7 @@ import numpy as np
 from torchlens.model.errors import FormatVersionError, InputError
 from torchlens.model.payloads import PAYLOADS, from_json, to_json, upgrade_v1
 from torchlens.model.profile import Profile, Trace
+from torchlens.model.snapshot import normalize_snapshot
 from torchlens.model.table import Table
 
 FORMAT = "torchlens-profile"
@@ -195,7 +196,9 @@ def load_profile(path: str | Path) -> Profile:
             snapshots = {}
             for i, key in enumerate(manifest.get("snapshots", [])):
                 member = f"snapshots/{i}.json"
-                snapshots[key] = json.loads(zf.read(member))
+                # checked as a snapshot file is: the memory analysis reads every field
+                snapshots[key] = normalize_snapshot(json.loads(zf.read(member)),
+                                                    name=f"{path} ({member})")
             attachments = {}
             for i, key in enumerate(manifest.get("attachments", [])):
                 member = f"attachments/{i}"
