@@ -203,6 +203,8 @@ def load_profile(path: str | Path) -> Profile:
             for i, key in enumerate(manifest.get("attachments", [])):
                 member = f"attachments/{i}"
                 attachments[key] = zf.read(member)
+        except InputError:
+            raise  # already names the file, the member and the field
         except _DAMAGED as exc:
             raise InputError(f"{path}: damaged .tlprof file: {member} cannot be read "
                              f"({_why(exc)}); save the result again.") from None
