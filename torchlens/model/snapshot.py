@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import reprlib
 from os import PathLike
 from pathlib import Path
 from typing import IO, Any
@@ -113,6 +114,7 @@ def load_snapshot(
         OverflowError,
         MemoryError,
         UnicodeDecodeError,
+        RecursionError,
     ) as exc:
         raise InputError(
             f"{name}: not a memory snapshot: cannot read it as a pickle ({exc})"
@@ -120,21 +122,55 @@ def load_snapshot(
     return normalize_snapshot(obj, name=name)
 
 
-def _as_int(value: Any, what: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(
-            f"{name}: not a memory snapshot: {what} is {value!r}, not an integer"
-        )
+#: No device has this much memory (1 PiB): a size past it is a damaged value
+#: (issue 21: a size of 10**30 overflowed numpy deep inside the analysis).
+MAX_BYTES = 2**50
+#: Addresses and stream handles are 64-bit values.
+_MAX_U64 = 2**64 - 1
+
+
+def _damaged(name: str, where: str, key: str, value: Any, want: str) -> InputError:
+    text = reprlib.repr(value)  # depth-limited: a damaged value may nest thousands deep
+    shown = f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+    return InputError(
+        f"{name}: damaged memory snapshot: {where} field {key!r} is {shown}, not {want}; "
+        "take the snapshot again (torch.cuda.memory._dump_snapshot)")
+
+
+def _check_int(d: dict[str, Any], key: str, where: str, name: str, hi: int = _MAX_U64,
+               want: str = "a whole number of bytes") -> int:
+    value = d[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+        raise _damaged(name, where, key, value, want)
     return value
 
 
-def _normalize_block(raw: Any, addr: int, name: str) -> dict[str, Any]:
+def _check_size(d: dict[str, Any], key: str, where: str, name: str) -> int:
+    return _check_int(d, key, where, name, MAX_BYTES, "a size of 0 to 2**50 bytes")
+
+
+def _check_frames(d: dict[str, Any], where: str, name: str) -> None:
+    """``frames``: a list of dicts whose name and file are text and line a number."""
+    frames = d["frames"]
+    if not isinstance(frames, list):
+        raise _damaged(name, where, "frames", frames, "a list of frames")
+    for k, f in enumerate(frames):
+        if not isinstance(f, dict):
+            raise _damaged(name, f"{where}.frames[{k}]", "frame", f, "a dict")
+        for key in ("name", "filename"):
+            if key in f and not isinstance(f[key], str):
+                raise _damaged(name, f"{where}.frames[{k}]", key, f[key], "text")
+        if "line" in f and (isinstance(f["line"], bool) or not isinstance(f["line"], int)):
+            raise _damaged(name, f"{where}.frames[{k}]", "line", f["line"], "a line number")
+
+
+def _normalize_block(raw: Any, addr: int, name: str, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict) or "size" not in raw:
-        raise InputError(f"{name}: not a memory snapshot: a block has no size")
+        raise InputError(f"{name}: not a memory snapshot: {where} has no size")
     block = dict(raw)
-    block["size"] = _as_int(block["size"], "a block size", name)
+    _check_size(block, "size", where, name)
     block.setdefault("address", addr)
-    block["address"] = _as_int(block["address"], "a block address", name)
+    _check_int(block, "address", where, name, want="an address")
     if "state" not in block:
         # torch < 2.0 wrote two booleans instead of a state string.
         if block.get("allocated"):
@@ -145,32 +181,36 @@ def _normalize_block(raw: Any, addr: int, name: str) -> dict[str, Any]:
             block["state"] = "inactive"
     elif block["state"] == "active_awaiting_free":
         block["state"] = "active_pending_free"  # the docstring's name for it
+    if block["state"] not in BLOCK_STATES:
+        raise _damaged(name, where, "state", block["state"], " or ".join(BLOCK_STATES))
     block.setdefault("requested_size", block["size"])
+    _check_size(block, "requested_size", where, name)
     block.setdefault("frames", [])
+    _check_frames(block, where, name)
     return block
 
 
-def _normalize_segment(raw: Any, name: str) -> dict[str, Any]:
+def _normalize_segment(raw: Any, name: str, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict) or "address" not in raw:
-        raise InputError(f"{name}: not a memory snapshot: a segment has no address")
+        raise InputError(f"{name}: not a memory snapshot: {where} has no address")
     seg = dict(raw)
-    seg["address"] = _as_int(seg["address"], "a segment address", name)
+    _check_int(seg, "address", where, name, want="an address")
     raw_blocks = seg.get("blocks")
     if raw_blocks is None:
         raw_blocks = []
     if not isinstance(raw_blocks, list):
-        raise InputError(f"{name}: not a memory snapshot: segment blocks is not a list")
+        raise _damaged(name, where, "blocks", raw_blocks, "a list")
     blocks = []
     addr = seg["address"]
-    for rb in raw_blocks:
-        b = _normalize_block(rb, addr, name)
+    for j, rb in enumerate(raw_blocks):
+        b = _normalize_block(rb, addr, name, f"{where}.blocks[{j}]")
         blocks.append(b)
         addr = b["address"] + b["size"]
     seg["blocks"] = blocks
     total = sum(b["size"] for b in blocks)
     if "total_size" not in seg:
         seg["total_size"] = total
-    seg["total_size"] = _as_int(seg["total_size"], "a segment total_size", name)
+    _check_size(seg, "total_size", where, name)
     active = [b for b in blocks if b["state"] != "inactive"]
     seg.setdefault(
         "allocated_size",
@@ -178,29 +218,75 @@ def _normalize_segment(raw: Any, name: str) -> dict[str, Any]:
     )
     seg.setdefault("active_size", sum(b["size"] for b in active))
     seg.setdefault("requested_size", sum(b["requested_size"] for b in active))
+    for key in ("allocated_size", "active_size", "requested_size"):
+        _check_int(seg, key, where, name, _MAX_U64)  # sums of checked sizes
     seg.setdefault("device", 0)
+    _check_int(seg, "device", where, name, 2**31, "a device number")
     seg.setdefault("stream", 0)
+    _check_int(seg, "stream", where, name, want="a stream handle")
     if "segment_type" not in seg:
         # Small-pool segments are exactly one 2 MiB buffer; large-pool ones are
         # at least 10 MiB (rounded requests) or 20 MiB buffers.
         seg["segment_type"] = (
             "small" if seg["total_size"] <= _SMALL_SEGMENT else "large"
         )
+    if seg["segment_type"] not in ("small", "large"):
+        raise _damaged(name, where, "segment_type", seg["segment_type"], "'small' or 'large'")
     seg.setdefault("segment_pool_id", (0, 0))
     seg.setdefault("is_expandable", False)
     seg.setdefault("frames", [])
+    _check_frames(seg, where, name)
     return seg
 
 
-def _normalize_trace_entry(raw: Any, name: str) -> dict[str, Any]:
+def _normalize_trace_entry(raw: Any, name: str, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict) or "action" not in raw:
-        raise InputError(f"{name}: not a memory snapshot: a trace entry has no action")
+        raise InputError(f"{name}: not a memory snapshot: {where} has no action")
     entry = dict(raw)
+    if not isinstance(entry["action"], str):
+        raise _damaged(name, where, "action", entry["action"], "an action name")
     entry.setdefault("addr", 0)
+    _check_int(entry, "addr", where, name, want="an address")
     entry.setdefault("size", 0)
+    _check_size(entry, "size", where, name)
     entry.setdefault("stream", 0)
+    _check_int(entry, "stream", where, name, want="a stream handle")
     entry.setdefault("frames", [])
+    _check_frames(entry, where, name)
+    t = entry.get("time_us")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                          or not 0 <= t < 2**63):
+        raise _damaged(name, where, "time_us", t, "a time in microseconds")
+    if "device_free" in entry:
+        _check_int(entry, "device_free", where, name)
     return entry
+
+
+def _check_settings(settings: dict[str, Any], name: str) -> None:
+    """The allocator settings the model reads (``AllocatorConfig.from_settings``)."""
+    where = "allocator_settings"
+    for key in ("max_split_size",):
+        v = settings.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                              or not -1 <= v <= _MAX_U64):
+            raise _damaged(name, where, key, v, "a size in bytes (-1: none)")
+    v = settings.get("garbage_collection_threshold")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not 0.0 <= v <= 1.0):
+        raise _damaged(name, where, "garbage_collection_threshold", v, "a fraction 0..1")
+    rp = settings.get("roundup_power2_divisions")
+    if rp is None:
+        return
+    if isinstance(rp, dict):
+        keys, values = list(rp), list(rp.values())
+    else:
+        keys, values = [], rp if isinstance(rp, list) else None
+    if (values is None
+            or not all(isinstance(k, str) and k.isdigit() and len(k) < 12 for k in keys)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 2**16
+                       for d in values)):
+        raise _damaged(name, where, "roundup_power2_divisions", rp,
+                       "divisions per size interval")
 
 
 def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
@@ -229,7 +315,8 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
     if not isinstance(obj["segments"], list):
         raise InputError(f"{name}: not a memory snapshot: 'segments' is not a list")
     snap = dict(obj)
-    snap["segments"] = [_normalize_segment(s, name) for s in obj["segments"]]
+    snap["segments"] = [_normalize_segment(s, name, f"segments[{i}]")
+                        for i, s in enumerate(obj["segments"])]
     traces = snap.get("device_traces")
     if traces is None:
         traces = []
@@ -238,10 +325,12 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
             f"{name}: not a memory snapshot: 'device_traces' is not a list of lists"
         )
     snap["device_traces"] = [
-        [_normalize_trace_entry(e, name) for e in t] for t in traces
+        [_normalize_trace_entry(e, name, f"device_traces[{d}][{k}]") for k, e in enumerate(t)]
+        for d, t in enumerate(traces)
     ]
     settings = snap.get("allocator_settings")
     snap["allocator_settings"] = dict(settings) if isinstance(settings, dict) else {}
+    _check_settings(snap["allocator_settings"], name)
     if not isinstance(snap.get("external_annotations"), list):
         snap["external_annotations"] = []
     return snap

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import io
 import json
+import reprlib
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ import numpy as np
 from torchlens.model.errors import FormatVersionError, InputError
 from torchlens.model.payloads import PAYLOADS, from_json, to_json, upgrade_v1
 from torchlens.model.profile import Profile, Trace
+from torchlens.model.snapshot import normalize_snapshot
 from torchlens.model.table import Table
 
 FORMAT = "torchlens-profile"
@@ -112,6 +115,38 @@ def save_profile(profile: Profile, path: str | Path) -> str:
     return str(path)
 
 
+#: what reading a damaged zip member, its JSON or its ``.npz`` raises (a changed byte,
+#: a file cut short, a nest deeper than the parser follows)
+_DAMAGED = (KeyError, ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError, RecursionError, OverflowError)
+#: the manifest's keys and the type each must have when present
+_MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "kind": str, "title": str, "environment": dict, "payload": (dict, type(None)),
+    "created_at": (int, float), "wall_time_s": (int, float, type(None)), "source": str,
+    "unmeasured": list, "error": (dict, type(None)), "traces": list, "tables": list,
+    "snapshots": list, "attachments": list, "options": (dict, type(None)),
+    "extra": (dict, type(None)),
+}
+
+
+def _check_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Each key the reader uses has its type: a damaged value is named, not a traceback."""
+    for key, types in _MANIFEST_TYPES.items():
+        if key in manifest and (not isinstance(manifest[key], types)
+                                or isinstance(manifest[key], bool)):
+            raise InputError(f"{path}: damaged .tlprof file: manifest.json field {key!r} is "
+                             f"{_shown(manifest[key])}; save the result again.")
+    for key in ("traces", "tables", "snapshots", "attachments"):
+        if not all(isinstance(k, str) for k in manifest.get(key, [])):
+            raise InputError(f"{path}: damaged .tlprof file: manifest.json field {key!r} "
+                             "holds a name that is not text; save the result again.")
+
+
+def _shown(value: Any) -> str:
+    text = reprlib.repr(value)  # depth-limited: a damaged value may nest thousands deep
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read a ``.tlprof`` file; raises ``InputError`` with advice on bad input."""
     path = Path(path)
@@ -119,19 +154,22 @@ def load_profile(path: str | Path) -> Profile:
         raise InputError(f"{path}: no such file. Check the path.")
     try:
         zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
         raise InputError(
-            f"{path}: not a torchlens .tlprof file (not a zip archive); "
+            f"{path}: not a torchlens .tlprof file (not a zip archive, or one cut short); "
             "for a Kineto trace use a .json or .json.gz file."
         ) from None
     with zf:
         try:
             manifest = json.loads(zf.read("manifest.json"))
-        except (KeyError, ValueError):
+        except KeyError:
             raise InputError(
-                f"{path}: not a torchlens .tlprof file (no readable manifest.json)."
+                f"{path}: not a torchlens .tlprof file (no manifest.json)."
             ) from None
-        if manifest.get("format") != FORMAT:
+        except _DAMAGED as exc:
+            raise InputError(f"{path}: damaged .tlprof file: its manifest.json cannot be "
+                             f"read ({_why(exc)}); save the result again.") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise InputError(f"{path}: not a torchlens .tlprof file.")
         version = manifest.get("format_version", 0)
         if not isinstance(version, int) or version > FORMAT_VERSION:
@@ -139,37 +177,52 @@ def load_profile(path: str | Path) -> Profile:
                 f"{path}: written in .tlprof format version {version}, newer than "
                 f"this torchlens reads ({FORMAT_VERSION}). Upgrade torchlens."
             )
+        _check_manifest(path, manifest)
+        member = "manifest.json"
         try:
-            traces = {
-                key: Trace(
-                    _table_from_bytes(zf.read(f"traces/{i}.npz")),
-                    json.loads(zf.read(f"traces/{i}.json")),
-                )
-                for i, key in enumerate(manifest.get("traces", []))
-            }
-            tables = {
-                key: _table_from_bytes(zf.read(f"tables/{i}.npz"))
-                for i, key in enumerate(manifest.get("tables", []))
-            }
-            snapshots = {
-                key: json.loads(zf.read(f"snapshots/{i}.json"))
-                for i, key in enumerate(manifest.get("snapshots", []))
-            }
-            attachments = {
-                key: zf.read(f"attachments/{i}")
-                for i, key in enumerate(manifest.get("attachments", []))
-            }
-        except (KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-            raise InputError(f"{path}: damaged .tlprof file ({exc}).") from None
+            traces = {}
+            for i, key in enumerate(manifest.get("traces", [])):
+                member = f"traces/{i}.npz"
+                events = _table_from_bytes(zf.read(member))
+                member = f"traces/{i}.json"
+                meta = json.loads(zf.read(member))
+                if not isinstance(meta, dict):
+                    raise ValueError(f"holds a {type(meta).__name__}, not an object")
+                traces[key] = Trace(events, meta)
+            tables = {}
+            for i, key in enumerate(manifest.get("tables", [])):
+                member = f"tables/{i}.npz"
+                tables[key] = _table_from_bytes(zf.read(member))
+            snapshots = {}
+            for i, key in enumerate(manifest.get("snapshots", [])):
+                member = f"snapshots/{i}.json"
+                # checked as a snapshot file is: the memory analysis reads every field
+                snapshots[key] = normalize_snapshot(json.loads(zf.read(member)),
+                                                    name=f"{path} ({member})")
+            attachments = {}
+            for i, key in enumerate(manifest.get("attachments", [])):
+                member = f"attachments/{i}"
+                attachments[key] = zf.read(member)
+        except InputError:
+            raise  # already names the file, the member and the field
+        except _DAMAGED as exc:
+            raise InputError(f"{path}: damaged .tlprof file: {member} cannot be read "
+                             f"({_why(exc)}); save the result again.") from None
     kind = manifest.get("kind", "trace")
     if kind not in PAYLOADS:
         raise InputError(f"{path}: holds a result of kind {kind!r}, which this torchlens "
                          f"does not know ({', '.join(PAYLOADS)}). Upgrade torchlens.")
-    if version < 2:
-        payload = upgrade_v1(kind, manifest.get("options") or {}, manifest.get("extra") or {})
-        tables.pop("collectives", None)  # version 1 kept a copy of the fingerprints
-    else:
-        payload = from_json(kind, manifest.get("payload"))
+    try:
+        if version < 2:
+            payload = upgrade_v1(kind, manifest.get("options") or {},
+                                 manifest.get("extra") or {})
+            tables.pop("collectives", None)  # version 1 kept a copy of the fingerprints
+        else:
+            payload = from_json(kind, manifest.get("payload"))
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        raise InputError(f"{path}: damaged .tlprof file: manifest.json's "
+                         f"{'payload' if version >= 2 else 'options'} cannot be read "
+                         f"({_why(exc)}); save the result again.") from None
     return Profile(
         kind=kind,
         title=manifest.get("title", ""),
@@ -185,3 +238,15 @@ def load_profile(path: str | Path) -> Profile:
         error=manifest.get("error"),
         attachments=attachments,
     )
+
+
+def _why(exc: BaseException) -> str:
+    """An exception in words for a one-line message: no class names, no line breaks."""
+    if isinstance(exc, RecursionError):
+        return "nested deeper than the reader follows"
+    if isinstance(exc, (zlib.error, zipfile.BadZipFile, EOFError)):
+        # zlib says "Error -3 while decompressing data: invalid ..."; keep the detail
+        detail = str(exc).split("decompressing data: ")[-1].splitlines()[0][:120]
+        return f"compressed data damaged or cut short: {detail}"
+    text = " ".join(str(exc).split())
+    return text[:160] or "damaged"

@@ -60,14 +60,51 @@ class RawColumns:
     unparsed: Counter = field(default_factory=Counter)
 
 
+#: A duration longer than this (11.6 days) is no profiled event's: a damaged value
+#: (issue 21: a ``dur`` of 1e300 made sums infinite and ``analyze --json`` fail).
+MAX_DUR_US = 1e12
+#: A timestamp past this (2**53 µs after 1970, the year 2255) is damaged too:
+#: float64 no longer holds its microseconds, nor int64 its nanoseconds much later.
+MAX_TS_US = float(2**53)
+
+
+def _sane_times(cols: dict[str, np.ndarray], cats: dict[str, list[str]]
+                ) -> tuple[np.ndarray | None, Counter]:
+    """Rows whose ``ts`` and ``dur`` are times (None: all), and the others by reason,
+    each reason naming the first such event."""
+    ts, dur = cols["ts"], cols["dur"]
+    with np.errstate(invalid="ignore"):
+        bad_ts = ~(np.abs(ts) <= MAX_TS_US) & ~np.isnan(ts)  # NaN: no ts, kept as before
+        bad_dur = ~(np.abs(dur) <= MAX_DUR_US)
+    dropped: Counter = Counter()
+    if not (bad_ts.any() or bad_dur.any()):
+        return None, dropped
+    for bad, what in ((bad_ts, '"ts" past the year 2255 or not finite'),
+                      (bad_dur, '"dur" over 11 days or not finite')):
+        rows = np.flatnonzero(bad)
+        if len(rows):
+            code = int(cols["name"][rows[0]])
+            name = cats["name"][code] if code >= 0 else "?"
+            dropped[f"{what} (first: {name!r})"] += len(rows)
+    return ~(bad_ts | bad_dur), dropped
+
+
 def finish(raw: RawColumns) -> tuple[Table, dict[str, Any]]:
-    """The events table and its meta from one path's converted columns."""
+    """The events table and its meta from one path's converted columns.
+
+    Rows whose time is no time (``_sane_times``) are left out and counted in
+    ``meta["dropped"]``, so every view of the trace agrees on what it holds."""
     cols, cats = dict(raw.cols), dict(raw.cats)
+    keep, dropped = _sane_times(cols, cats)
+    names = raw.names
+    if keep is not None:
+        cols = {k: v[keep] for k, v in cols.items()}
+        names = [raw.names[i] for i in np.flatnonzero(keep).tolist()]
     ts_abs = cols["ts"]
-    t0 = float(np.nanmin(ts_abs))
+    t0 = float(np.nanmin(ts_abs)) if len(ts_abs) else 0.0
     cols["ts"] = ts_abs - t0
     cat_codes, cat_labels = cols["cat"], cats["cat"]
-    cols["cat"], cats["cat"] = _normalize_categories(cat_codes, cat_labels, raw.names)
+    cols["cat"], cats["cat"] = _normalize_categories(cat_codes, cat_labels, names)
     gpu_codes = [cats["cat"].index(c) for c in GPU_CATEGORIES if c in cats["cat"]]
     is_gpu = np.isin(cols["cat"], gpu_codes)
     device, stream = cols["device"], cols["stream"]
@@ -78,6 +115,7 @@ def finish(raw: RawColumns) -> tuple[Table, dict[str, Any]]:
                             "tid_labels": raw.tid_labels}
     meta.update(_metadata(raw.meta_events, raw.pid_labels, raw.tid_labels))
     meta["unparsed_values"] = dict(raw.unparsed)
+    meta["dropped"] = dict(dropped)
     counts = np.bincount(cat_codes[cat_codes >= 0], minlength=len(cat_labels))
     meta["raw_categories"] = {
         lab: int(c) for lab, c in zip(cat_labels, counts.tolist(), strict=True)

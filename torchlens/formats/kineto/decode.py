@@ -20,15 +20,27 @@ from torchlens.model import InputError
 def decode(data: bytes, source: str) -> KinetoTrace:
     """Typed decode; on odd events fall back to event-by-event, counting losses."""
     try:
-        top = msgspec.json.decode(data, type=KinetoTrace | list[msgspec.Raw])
-    except msgspec.ValidationError:
-        return _decode_leniently(data, source)
+        try:
+            top = msgspec.json.decode(data, type=KinetoTrace | list[msgspec.Raw])
+        except msgspec.ValidationError:
+            return _decode_leniently(data, source)
+        if isinstance(top, list):
+            return _from_json_array(top, source)
     except msgspec.DecodeError as exc:
         raise InputError(
             f"{source}: not valid JSON ({exc}); the file may be cut short."
         ) from None
-    if isinstance(top, list):
-        return _from_json_array(top, source)
+    except RecursionError:
+        raise InputError(
+            f"{source}: JSON nested deeper than this reader follows (thousands of levels; "
+            "a trace's values are a few levels deep): the file is damaged or not a "
+            "trace; export it again."
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{source}: not UTF-8 text (byte {exc.start}): the file is damaged or not "
+            "a trace; copy or export it again."
+        ) from None
     if top.traceEvents is None:
         raise InputError(f"{source}: {_what_is_it(data)}")
     return top
@@ -49,7 +61,11 @@ def _decode_leniently(data: bytes, source: str) -> KinetoTrace:
         except msgspec.ValidationError:
             bad += 1
     doc["traceEvents"] = []
-    top = msgspec.convert(doc, KinetoTrace, strict=False)
+    try:
+        top = msgspec.convert(doc, KinetoTrace, strict=False)
+    except msgspec.ValidationError as exc:  # msgspec names the field: "at $.traceName"
+        raise InputError(f"{source}: a top-level field has the wrong type ({exc}); "
+                         "fix or remove that field.") from None
     top.traceEvents = good
     if bad:
         good.append(Event(ph="__malformed__", id=bad))
@@ -74,7 +90,15 @@ def _out_of_range(data: bytes, exc: Exception) -> str:
 def _from_json_array(items: list[msgspec.Raw], source: str) -> KinetoTrace:
     """Chrome's bare-array trace format, or say what else the list is."""
     if items and bytes(items[0]).lstrip()[:1] == b"{":
-        events = [msgspec.json.decode(bytes(r), type=Event) for r in items]
+        events = []
+        bad = 0
+        for r in items:
+            try:
+                events.append(msgspec.json.decode(bytes(r), type=Event))
+            except msgspec.ValidationError:
+                bad += 1
+        if bad:  # counted as the object form counts them
+            events.append(Event(ph="__malformed__", id=bad))
         return KinetoTrace(traceEvents=events)
     if not items:
         raise InputError(f"{source}: an empty JSON list, not a Kineto trace.")

@@ -75,6 +75,13 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
             )
         columns = python_columns(events, pulled or {})
     events_table, meta = finish(columns)
+    dropped.update(meta.pop("dropped", {}))
+    if not len(events_table):
+        raise InputError(
+            f"{source}: no event has a usable time ("
+            + "; ".join(f"{why}: {n}" for why, n in dropped.items())
+            + "); fix or remove those values, or export the trace again."
+        )
     meta.update(
         source=source,
         schemaVersion=raw.schemaVersion,

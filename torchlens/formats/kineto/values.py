@@ -147,7 +147,7 @@ def _to_int(v: Any) -> int | None:
         except ValueError:
             try:
                 return int(float(v))
-            except ValueError:
+            except (ValueError, OverflowError):  # "1e999" is inf
                 return None
     return None
 
@@ -195,12 +195,16 @@ def id_column(values: list[Any], labels: dict[str, str]) -> np.ndarray:
 def id_code(v: Any, codes: dict[str, int], labels: dict[str, str]) -> int:
     """One pid/tid value as an int: numeric ids as themselves, any other id
     (a name, or a missing id) as the next negative code, named in ``labels``."""
+    number: int | None = None
     if type(v) is int:
-        return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
+        number = v
+    elif isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v.strip()) <= 20:
+        number = int(v)
+    elif isinstance(v, float) and v.is_integer():
+        number = int(v)
+    if number is not None and _INT64_MIN <= number <= _INT64_MAX:
+        return number
+    # a name, a missing id or a number no int64 holds: a label of its own
     key = "" if v is None else str(v)
     if key not in codes:
         codes[key] = -(len(codes) + 1)

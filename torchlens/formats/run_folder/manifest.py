@@ -192,6 +192,10 @@ def load_manifest(path: str, private: bool = False) -> Manifest:
         doc = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:
         raise ManifestError(path, f"not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:  # a changed byte in a string
+        raise ManifestError(path, f"not UTF-8 text (byte {exc.start}): the file is "
+                            "damaged; the run's traces can still be read as a folder "
+                            "of traces once it is removed") from None
     if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
         what = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ManifestError(path, f"not a torchlens run manifest (format {what!r}, not "
