@@ -208,6 +208,10 @@ class AnalyzeCommand(Command):
                 print(run.temporal().to_string(index=False))
                 for line in run.findings():
                     print(f"- {line}")
+        if not run.ranks:  # unusable input: one line on stderr, as every command says it
+            why = (f"{run.problems[0].path}: {run.problems[0].message}" if run.problems
+                   else f"{inputs}: no per-rank trace")
+            print(f"torchlens: error: {why}", file=sys.stderr)
         return 0 if run.ranks else EXIT_USAGE
 
 
