@@ -377,6 +377,20 @@ class DdpLauncher:
         return out
 
 
+def _ending(res: dict[str, Any], steps: int) -> dict[str, Any]:
+    """How a %ddp_check rank ended, in the manifest's words (as ``torchlens run``
+    writes them): a rank that raised is ``failed`` with its exception, so the
+    folder's report says the crash, not only the steps before it."""
+    if not res:
+        return {}
+    err = res.get("error")
+    if not isinstance(err, dict):
+        return {"state": "finished", "steps": steps}
+    first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
+    return {"state": "failed", "error": f"{err.get('type') or 'error'}: {first}"[:300],
+            "stopped_at_step": steps, "steps": steps}
+
+
 def _oom_words(res: dict[str, Any]) -> str | None:
     """The manifest's ``oom`` of a %ddp_check rank: where its snapshot went or why none."""
     oom = res.get("oom_snapshot")
@@ -399,7 +413,8 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
         entries.append(manifest.RankEntry(
             rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
             traces=files.rank_traces(run_dir, rank),
-            oom_snapshot=files.oom_snapshot(run_dir, rank), oom=_oom_words(res)))
+            oom_snapshot=files.oom_snapshot(run_dir, rank), oom=_oom_words(res),
+            **_ending(res, len(steps[rank]))))
     manifest.write_manifest(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
         backend=job.get("backend"), created=time.time(),
