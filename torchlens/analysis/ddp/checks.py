@@ -189,8 +189,8 @@ def check_sequence(rec: DdpRun) -> Finding:
         # in an exception says nothing about rank-dependent branches
         gone = "; ".join(f"rank {r} stopped before collective #{i} "
                          f"({ended.get(r, 'it died first')})" for r in div["missing"])
-        return Finding(NA, f"not judged past collective #{i}: {gone}; up to there every rank "
-                       f"issued the same collectives ({counts})",
+        return Finding(NA, f"not judged past collective #{i} ({'; '.join(lines)}): {gone}; up "
+                       f"to there every rank issued the same collectives ({counts})",
                        advice="see the crashed-worker line", title="collective sequence",
                        details={"index": i, "missing": div["missing"], "crashed": crashed})
     for r in div["missing"]:
