@@ -93,7 +93,7 @@ def test_a_rank_slow_at_loading_data_is_named_and_the_data_blamed():
     said = v.finding
     assert said.sentence.startswith("rank 2 is the slow rank: its data loading took 40.0 ms "
                                     "per step, 4.0x the others' median (10.0 ms)")
-    assert "the others waited 30.0 ms per step for it (last in 20 of 20 steps)" in said.sentence
+    assert "the others waited 30.0 ms per step for it (last in 20 of the last 20 steps)" in said.sentence
     assert said.severity == "warning" and "DataLoader" in said.advice
     assert said.value("wait_per_step_ms") == pytest.approx(30.0)
     assert v.late_share == 1.0 and v.steps == 20
@@ -111,7 +111,8 @@ def test_equal_ranks_have_no_slow_rank():
     v = slow_rank(simulate()[0])
     assert v.rank is None and v.cause is None
     assert v.finding.sentence == (
-        "no slow rank: step times within 1% (median 51.0 ms); phase times: host timers "
+        "no slow rank: step times within 1% (median 51.0 ms over the last 20 steps); phase times: "
+        "host timers "
         "(with NCCL the wait shows in the phase that next blocks on the GPU)")
     assert v.finding.severity == "passed"
     assert round(v.median_step_ms, 3) == 51.0 and v.late_share == 0.0

@@ -39,8 +39,12 @@ from torchlens.model.units import (
 )
 from torchlens.render import html
 
-#: the colour of each severity (inline: the HTML also goes into Bokeh Divs and widgets)
+#: the colour of each severity (inline: the HTML also goes into Bokeh Divs and
+#: widgets): the one map every view draws a status with, so one status has one
+#: colour everywhere (a slow rank's warning is never a rank's line colour)
 COLORS = {FAILED: "#b00", WARNING: "#b35900", INFO: "#333", PASSED: "#1a7f37", NA: "#777"}
+#: the severities whose colour says something (``finding_html``'s ``color`` cannot change it)
+STATUS_COLORED = (FAILED, WARNING, PASSED)
 _SUFFIXES = ("_us", "_ms", "_pct", "_bytes")
 
 
@@ -91,14 +95,17 @@ def finding_text(finding: Finding | str) -> str:
 
 def finding_html(finding: Finding | str, color: str | None = None,
                  figures: bool = True) -> Markup:
-    """The HTML form (module docstring); ``color``: the sentence's colour
-    instead of the severity's (the live view draws a rank's verdict in the
-    rank's colour); ``figures``: False where the view tables them itself."""
+    """The HTML form (module docstring); ``color``: the sentence's colour for
+    a finding whose severity says nothing by colour (info, not applicable);
+    a failed, warning or passed finding is drawn in its severity's colour
+    whatever ``color`` says; ``figures``: False where the view tables them
+    itself."""
     f = as_finding(finding)
     assert f is not None
     shown = [(figure_name(x), figure_text(x)) for x in f.figures] if figures else []
+    own = COLORS.get(f.severity, "#333")
     return html.render("finding.html.j2", f=f, figures=shown,
-                       color=color or COLORS.get(f.severity, "#333"),
+                       color=own if f.severity in STATUS_COLORED or not color else color,
                        severity_color=COLORS.get(f.severity, "#333"))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import median
 from typing import Any
 
 from torchlens.analysis.ddp import checks as ddp
@@ -44,20 +45,33 @@ def heartbeats(profile: Profile) -> list[dict[str, Any]]:
 
 
 def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
-    """One row per rank: pid, device, exit, collectives, step time, peak memory, error."""
+    """One row per rank: pid, device, exit, collectives, step time, peak memory, error.
+
+    ``collectives``: how many the rank issued, None where nothing counted them
+    (--profile without --strict: the per-op recorder is off). ``steps_s``: the
+    rank's median step in seconds: with --profile each ``torchlens.step()``
+    step (the function ran once, as the whole loop), else each call of the
+    function."""
     out = []
     n = run.world_size
+    prof = run.profiling
+    counted = prof is None or run.strict
     for r in range(n):
         res = (run.ranks[r] if r < len(run.ranks) else None) or {}
         peak = (run.memory_peak[r] if r < len(run.memory_peak) else None) or {}
-        steps = [s for s in res.get("steps") or [] if s.get("end")]
+        if prof is not None:
+            recs = prof.steps[r] if r < len(prof.steps) else []
+            times = [rec.t1 - rec.t0 for rec in recs]
+        else:
+            times = [s["end"] - s["start"] for s in res.get("steps") or [] if s.get("end")]
         err = res.get("error") or {}
         code = run.exit_codes[r] if r < len(run.exit_codes) else None
         out.append({
             "rank": r, "pid": res.get("pid"), "device": res.get("device", ""),
             "exit": "killed" if r in run.killed else ("" if code is None else str(code)),
-            "collectives": len(run.fingerprints[r]) if r < len(run.fingerprints) else 0,
-            "steps_s": sum(s["end"] - s["start"] for s in steps) if steps else None,
+            "collectives": (len(run.fingerprints[r]) if r < len(run.fingerprints) else 0)
+            if counted else None,
+            "steps_s": median(times) if times else None,
             "rss": peak.get("rss"), "tensor": peak.get("tensor_bytes"),
             "error": f"{err.get('type')}: {err.get('message')}" if err else ""})
     return out

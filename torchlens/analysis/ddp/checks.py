@@ -182,6 +182,17 @@ def check_sequence(rec: DdpRun) -> Finding:
     i = div["index"]
     lines = [f"rank {r}: {describe_collective(fp)}" for r, fp in sorted(div["fingerprints"].items())]
     ended = ended_how(rec)
+    crashed = _crashed(rec)
+    if (div["difference"] is None and div["missing"] and not div.get("skips")
+            and all(r in crashed for r in div["missing"])):
+        # the sequences agree as far as every rank got: a rank that stopped
+        # in an exception says nothing about rank-dependent branches
+        gone = "; ".join(f"rank {r} stopped before collective #{i} "
+                         f"({ended.get(r, 'it died first')})" for r in div["missing"])
+        return Finding(NA, f"not judged past collective #{i} ({'; '.join(lines)}): {gone}; up "
+                       f"to there every rank issued the same collectives ({counts})",
+                       advice="see the crashed-worker line", title="collective sequence",
+                       details={"index": i, "missing": div["missing"], "crashed": crashed})
     for r in div["missing"]:
         lines.append(f"rank {r}: never issued collective #{i} ({ended.get(r, 'it stopped first')})")
     for r, skip in sorted((div.get("skips") or {}).items()):
@@ -212,6 +223,36 @@ def check_sequence(rec: DdpRun) -> Finding:
                             "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
 
 
+def _crashed(rec: DdpRun) -> list[int]:
+    """Ranks that raised, or died of a signal without a report."""
+    results = rank_results(rec)
+    codes = rec.exit_codes or []
+    return [r for r in range(max(len(results), len(codes)))
+            if (r < len(results) and results[r] and results[r].get("error"))
+            or (r < len(codes) and codes[r] is not None and codes[r] < 0
+                and not (r < len(results) and results[r]))]
+
+
+def _cut_short(rec: DdpRun) -> str:
+    """``rank 1 raised, then rank 0``: the ranks that stopped in their step,
+    the first to raise first ('' when none did)."""
+    crashed = _crashed(rec)
+    if not crashed:
+        return ""
+    results = rank_results(rec)
+
+    def raised_at(r: int) -> float:
+        res = results[r] if r < len(results) else None
+        t = ((res or {}).get("error") or {}).get("t")
+        return float(t) if isinstance(t, (int, float)) else float("inf")
+
+    first, *rest = sorted(crashed, key=lambda r: (raised_at(r), r))
+    how = "raised" if raised_at(first) != float("inf") else "stopped"
+    then = (f", then {'rank' if len(rest) == 1 else 'ranks'} {', '.join(map(str, rest))}"
+            if rest else "")
+    return f"rank {first} {how}{then}"
+
+
 def _param_diff(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if a.get("sha1") == b.get("sha1"):
         return False
@@ -234,6 +275,13 @@ def _modules(res: dict[str, Any], step: int) -> list[dict[str, Any]]:
 def check_parameter_sync(rec: DdpRun) -> Finding:
     results = [r for r in rank_results(rec) if r]
     steps = sorted({s["step"] for r in results for s in r.get("steps") or [] if s.get("modules")})
+    cut = _cut_short(rec)
+    if cut and (len(results) < 2 or not steps):
+        # modules are checksummed when a step returns: a rank that raised or
+        # died never got there, whatever it had built
+        return Finding(NA, f"not compared: {cut} before the step returned, and parameters are "
+                       "checksummed only when it returns", advice="see the crashed-worker line",
+                       title="parameter sync")
     if len(results) < 2 or not steps:
         return Finding(NA,
                        "no DistributedDataParallel module was created and no nn.Module was returned",
@@ -263,6 +311,11 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                             title="parameter sync",
                             details={"step": step, "module": mod["name"], "parameter": pa["name"],
                                      "ranks": [results[0]["rank"], r["rank"]]})
+    if not checked:  # one rank's modules, nobody else's to compare them with
+        return Finding(NA, "not compared: only one rank checksummed its parameters"
+                       + (f" ({cut} before the step returned)" if cut else ""),
+                       advice="see the crashed-worker line" if cut else "",
+                       title="parameter sync")
     names = sorted({m["name"] for r in results for s in steps for m in _modules(r, s)})
     return Finding(PASSED,
                    f"{checked} parameter/buffer comparisons across ranks agree "
@@ -359,10 +412,16 @@ CHECKS = (check_environment, check_communication, check_sequence, check_hang,
 
 
 def checklist(rec: DdpRun) -> list[Finding]:
-    """Every check, in the order the user reads them; the profiled-run lines
+    """Every check, in the order the user reads them (a failed crashed-worker
+    line, and its out-of-memory line, first); the profiled-run lines
     only when the run was profiled. On a multi-node run each rank a line names
     is named with its node and host (the first time in each text)."""
     items = [item for check in CHECKS if (item := check(rec)) is not None]
+    crash = next((i for i in items if i.title == "crashed worker"), None)
+    if crash is not None and crash.severity == FAILED:
+        # a crash leads: the other lines are judged on a run it cut short
+        first = [crash, *(i for i in items if i.title == "out of memory")]
+        items = first + [i for i in items if i not in first]
     if rec.nodes:
         for item in items:
             item.sentence, item.advice = _with_nodes(item.sentence, rec), _with_nodes(item.advice, rec)

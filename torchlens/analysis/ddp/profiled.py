@@ -15,15 +15,22 @@ from torchlens.model.units import format_bytes, format_percent
 
 
 def check_slow_rank(rec: DdpRun) -> Finding | None:
-    """The rank the others wait for, over every step all ranks finished, in
-    the slow rank's one sentence and advice (``analysis.ranks.slow``); None
-    when the run was not profiled."""
+    """The rank the others wait for: ``analysis.ranks.slow.slow_rank``'s verdict,
+    sentence and advice, word for word what the live view, ``slow_rank()``
+    and the run folder's report say; None when the run was not profiled.
+    When a rank raised, the sentence says the steps were those before it."""
     prof = rec.profiling
     if prof is None:
         return None
-    verdict = slow_rank(prof.steps, window=None)
+    verdict = slow_rank(prof.steps)
     said = verdict.finding
     sentence = said.sentence
+    raised = [(res["error"].get("t") or float("inf"), r) for r, res in enumerate(rec.ranks or [])
+              if isinstance(res, dict) and isinstance(res.get("error"), dict)]
+    if raised and verdict.steps:
+        first = min(raised)[1]  # the others usually raise because it went away
+        sentence += (f" (judged on the steps before rank {first} raised: see the crashed-worker "
+                     "line)")
     if prof.windows:
         sentence += (f" (the function never called torchlens.step(), so the steps are "
                      f"{prof.window_s:g} s windows)")

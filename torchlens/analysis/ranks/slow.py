@@ -28,7 +28,14 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   at all (explicit all_reduce loops), sync is the collectives alone.
 - Steps compared: the steps every rank has (a rank that died or lags adds only
   the steps it finished; a rank with no record yet is left out), the last
-  ``window`` of them. Steps pair by their index, also fixed windows
+  ``WINDOW`` (20) of them. One window for every view (the ``%ddp_check``
+  checklist and its live section, ``slow_rank()``, ``torchlens run``, the
+  watch, a run folder's report), so they give one verdict with one set of
+  figures: the last steps rather than all, because the live views recompute
+  it twice a second on runs of any length and ``torchlens run``'s collector
+  keeps only each rank's newest records. The sentence says which steps:
+  ``last in 12 of 12 steps`` when every common step was compared, ``last in
+  19 of the last 20 steps`` when the window left older ones out. Steps pair by their index, also fixed windows
   (``window: true``), which then pair only roughly.
 - Per step: the *late* rank is the one with the least sync; the others waited
   ``median(sync of the others) - its sync`` for it. A step in which that is
@@ -87,6 +94,8 @@ from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
 from torchlens.model.records import GpuStepTimes, StepRecord
 from torchlens.model.units import format_duration, format_ms, format_percent
 
+#: steps compared: the last this many that every rank finished (module docstring)
+WINDOW = 20
 MIN_LATE_SHARE = 0.5
 #: a wait, or a part's excess, under both of these is noise
 MIN_GAP_SHARE = 0.05  # of the median step
@@ -287,9 +296,16 @@ def _gpu_steps(recs: list[StepRecord]) -> dict[tuple[int, int], GpuStepTimes]:
     return {(rec.start, g.step): g for rec in recs if rec.gpu for g in rec.gpu}
 
 
-def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
+def compared_words(n: int, common: int) -> str:
+    """``12 of 12 steps`` -> ``of 12 steps``; a window that left steps out:
+    ``of the last 20 steps``."""
+    return f"of the last {n} steps" if common > n else f"of {n} steps"
+
+
+def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
     """The rank the others wait for in the last ``window`` common steps (all
-    of them when ``window`` is None), and why."""
+    of them when ``window`` is None), and why. Every view calls it with the
+    default (module docstring)."""
     by_rank = {r: {rec.step: rec for rec in recs} for r, recs in enumerate(steps) if recs}
     if len(steps) < 2:
         return _nobody("one rank, nothing to compare")
@@ -302,6 +318,7 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
     have = [{s for s, rec in d.items() if (rec.start, s) in on_gpu[r]} if on_gpu[r] else set(d)
             for r, d in by_rank.items()]
     common = sorted(set.intersection(*have))
+    every = len(common)
     common = common[-window:] if window else common
     if not common:
         return _nobody("no step has ended on every rank yet"
@@ -328,15 +345,15 @@ def slow_rank(steps: Steps, window: int | None = 20) -> SlowRank:
             found, rank, share, gap, cause = True, r2, s2, g2, c2
     if not found:
         words = (f"step times within {format_percent(max(1, figures['skew_pct']))} "
-                 f"(median {format_ms(mid)})")
+                 f"(median {format_ms(mid)}" + (f" over the last {n} steps)" if every > n else ")"))
         if share < MIN_LATE_SHARE and gap >= noise_floor_ms(mid):
             words += "; the rank the others wait for changes from step to step"
         return _nobody(words, n, timed_by, gap_ms=gap, late_share=share, **figures)
     last = round(share * n)
     excess = ", ".join(f"{p.part} {format_ms(p.excess_ms, signed=True)}" for p in measured)
     finding = slow_rank_finding(
-        rank, cause, f"the others waited {format_ms(gap)} per step for it (last in {last} of "
-        f"{n} steps); {timed_words(timed_by)}",
+        rank, cause, f"the others waited {format_ms(gap)} per step for it (last in {last} "
+        f"{compared_words(n, every)}); {timed_words(timed_by)}",
         (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
          Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
          Figure("skew_pct", figures["skew_pct"], "%"),

@@ -25,7 +25,7 @@ the step the ranks were in when they went silent (their last heartbeat's
 
 The verdict (a ``Finding``), first match wins: a lost node; a failed rank
 (the one that raised first); the slow rank (``analysis.ranks.slow.slow_rank``
-over the last 20 steps every rank has, in its words); a rank whose memory
+over the last steps every rank has, its one window, in its words); a rank whose memory
 creeps; else no slow rank, with the step-time skew.
 """
 
@@ -47,10 +47,9 @@ from torchlens.analysis.ranks.steps import (
     per_rank_memory,
     rank_table,
 )
-from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding
+from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding, as_finding
 from torchlens.model.units import format_bytes
 
-WINDOW = 20
 
 @dataclass
 class LostNode:
@@ -173,7 +172,7 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     steps, summaries = snap["steps"], snap["summaries"]
     states = [rank_state(i, snap.get("lost_after_s", 10.0), ended) for i in ranks]
     lost = lost_nodes(ranks, states)
-    slow = slow_rank(steps, window=WINDOW)
+    slow = slow_rank(steps)
     memory = per_rank_memory(steps, summaries)
     creep = memory_creep(steps, summaries, memory=memory)
     table = rank_table(steps, summaries, memory) if steps else []
@@ -264,9 +263,20 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
                   summaries: Summaries) -> dict[str, Any]:
     """``live_status`` of a finished run folder (its manifest, and each rank's
     step records and summaries): for ``torchlens.watch`` on a run without a
-    live feed. The verdict, states and slow rank are the manifest's."""
+    live feed. The states are the manifest's; so are the verdict and slow
+    rank of a folder whose writer judged the run (``torchlens run``), else
+    (``%ddp_check --profile``) they are ``slow_rank``'s over its step records:
+    the one verdict every view gives."""
     table = rank_table(steps, summaries) if any(steps) else []
-    slow = (manifest.get("slow_rank") or {}).get("rank")
+    said = manifest.get("verdict")
+    saved = manifest.get("slow_rank") or {}
+    severity = (saved.get("finding") or {}).get("severity")
+    slow = saved.get("rank")
+    if not said and sum(1 for s in steps if s) >= 2:
+        judged = slow_rank(steps)
+        said, severity, slow = str(judged.finding), judged.finding.severity, judged.rank
+    elif said and said != str(as_finding(saved.get("finding"))):
+        severity = None  # the verdict is not the slow rank's (a lost node, a failure)
     rows = []
     for entry in manifest.get("ranks") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
@@ -280,7 +290,7 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
         row["ended"] = ended_reason(row)
         rows.append(row)
     return {"world_size": manifest.get("world_size"), "attached": len(rows),
-            "verdict": manifest.get("verdict"), "slow_rank": slow, "ranks": rows,
+            "verdict": said, "severity": severity, "slow_rank": slow, "ranks": rows,
             "restarts": manifest.get("restarts") or [],
             "dropped": manifest.get("dropped_messages") or 0,
             "lost": [n.get("words") for n in manifest.get("lost_nodes") or []

@@ -15,8 +15,11 @@ from torchlens.analysis.runs import clock, slow_ranks, tables
 from torchlens.analysis.runs import collectives as colls
 from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.model import Profile
-from torchlens.model.findings import INFO, WARNING, Figure, Finding
+from torchlens.model.findings import INFO, WARNING, Figure, Finding, as_finding
 from torchlens.model.units import format_percent, format_us_as_ms
+
+#: the title of the step records' slow-rank verdict (the ``%ddp_check`` checklist's)
+SLOW_TITLE = "slow rank"
 
 
 @dataclass
@@ -48,10 +51,12 @@ def figures_by_rank(profile: Profile) -> tables.RankFigures:
     return {int(r): f for r, f in profile.payload.figures.items()}  # type: ignore[union-attr]
 
 
-def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[Finding]:
+def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) -> list[Finding]:
     """What the run shows, most telling first.
 
-    - the ranks that arrived last at collectives far more often than chance,
+    - unless the run folder's step records ``judged`` the slow rank already
+      (its verdict leads the findings: one verdict, one set of figures), the
+      ranks that arrived last at collectives far more often than chance,
       with the part of their step breakdown that stands out (``causes``),
       and collective sequences that disagree (``slow_ranks.findings``);
     - clocks that had to be aligned (``clock.findings``);
@@ -68,7 +73,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures) -> list[Finding]:
     for row in a.steps:
         steps[row["rank"]] = steps.get(row["rank"], 0) + 1
     out: list[Finding] = slow_ranks.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
-                                    steps=steps)
+                                             steps=steps, name_ranks=not judged)
     out += clock.findings(a.clocks)
     gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
     if len(gpu) >= 2:
@@ -130,7 +135,10 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.launch_kernels = run_launches.launch_kernel_rows(ranks)
     a.queues = run_launches.queue_rows(ranks)
     a.memory_bw = run_launches.memory_bw_rows(ranks)
-    # the collector's own findings (what stopped the run, its verdict) lead
-    notes = [Finding(INFO, str(n)) for n in getattr(payload, "notes", None) or []]
-    a.findings = notes + findings(a, ranks)
+    # what stopped the run, the slow-rank verdict of the folder's step
+    # records (a finding's dict) and the collector's notes (sentences) lead
+    notes = [f for n in getattr(payload, "notes", None) or []
+             if (f := as_finding(n if isinstance(n, dict) else str(n), INFO)) is not None]
+    judged = any(f.title == SLOW_TITLE for f in notes)
+    a.findings = notes + findings(a, ranks, judged)
     return a

@@ -236,7 +236,9 @@ def _disagreement(what: dict[int, Any], unit: str = "") -> str:
 def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[dict[str, Any]]:
     """One row per ``(trace, seq)`` across ranks (module docstring), in that order.
 
-    Keys: ``trace``, ``seq``, ``name`` (``None`` when the names differ),
+    Keys: ``trace``, ``step`` (``trace_steps``: the ``ProfilerStep`` number
+    of a one-step trace, else ``None``), ``seq`` (the position in its trace),
+    ``name`` (``None`` when the names differ),
     ``mismatch`` (``None``, or what differs), ``ranks`` (how many have it),
     ``missing`` (ranks with that trace but fewer collectives), ``bytes``,
     ``n``, ``arrivals`` (``{rank: unix s}``), ``arrived_by`` (``kernel``: the
@@ -248,14 +250,30 @@ def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[d
     on a mismatch; ``last_rank`` and the waits need two ranks.
     """
     tables = collective_tables(ranks)
+    steps = trace_steps(ranks)
     fallback_n = world_size or len(ranks)
     rows: list[dict[str, Any]] = []
     for trace in sorted({t for per in tables.values() for t in per}):
         have = {r: per[trace] for r, per in tables.items() if trace in per}
         for seq in range(max(len(recs) for recs in have.values())):
             at = {r: recs[seq] for r, recs in have.items() if seq < len(recs)}
-            rows.append(_row(trace, seq, at, [r for r in have if r not in at], fallback_n))
+            row = _row(trace, seq, at, [r for r in have if r not in at], fallback_n)
+            rows.append({"trace": trace, "step": steps.get(trace), **row})
     return rows
+
+
+def trace_steps(ranks: RankFigures) -> dict[int, int]:
+    """``{trace: step}`` for the traces that hold one ``ProfilerStep`` and the
+    same one on every rank that has it (a ``torchlens run`` or ``%ddp_check
+    --profile`` folder writes a trace per profiled step); a trace of several
+    steps, or whose ranks disagree, has none."""
+    seen: dict[int, set[int]] = {}
+    for per_rank in ranks.values():
+        for i, figures in enumerate(per_rank):
+            numbers = {int(s["step"]) for s in figures.get("steps") or [] if "step" in s}
+            key = int(figures.get("trace", i))
+            seen.setdefault(key, set()).update(numbers if len(numbers) == 1 else {-1, -2})
+    return {t: next(iter(n)) for t, n in seen.items() if len(n) == 1}
 
 
 def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int],

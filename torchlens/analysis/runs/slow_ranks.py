@@ -128,13 +128,15 @@ def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[st
 def findings(ranks: RankFigures, world_size: int | None = None,
              rows: list[dict[str, Any]] | None = None,
              causes: dict[int, PartTime] | None = None,
-             steps: dict[int, int] | None = None) -> list[Finding]:
+             steps: dict[int, int] | None = None, name_ranks: bool = True) -> list[Finding]:
     """The ranks that stand out, each in the slow rank's one sentence
     (``analysis.ranks.slow.slow_rank_finding``), and the sequences that
     disagree (the rule: module docstring); empty when nothing does.
 
     ``causes``: rank -> the part of its step that makes it late;
-    ``steps``: rank -> its number of profiled steps (for the wait per step)."""
+    ``steps``: rank -> its number of profiled steps (for the wait per step);
+    ``name_ranks``: False where another verdict names the slow rank (a run
+    folder's step records): only the disagreeing sequences then."""
     rows = rows if rows is not None else collective_rows(ranks, world_size)
     causes = causes or {}
     steps = steps or {}
@@ -142,7 +144,7 @@ def findings(ranks: RankFigures, world_size: int | None = None,
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for row in _compared(rows):
         by_kind.setdefault(row["name"], []).append(row)
-    for kind, kind_rows in by_kind.items():
+    for kind, kind_rows in (by_kind if name_ranks else {}).items():
         p = float(np.mean([1.0 / len(r["waits_us"]) for r in kind_rows]))
         took_part: dict[int, int] = {}
         last: dict[int, int] = {}

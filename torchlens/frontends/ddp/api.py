@@ -85,7 +85,8 @@ class DdpResult(Result):
         return pd.DataFrame(step_rows(profiling.steps))
 
     def slow_rank(self) -> Any:
-        """--profile: the rank the others waited for, and why (``analysis.ranks.slow.SlowRank``)."""
+        """--profile: the rank the others waited for, and why (``analysis.ranks.slow.SlowRank``):
+        the verdict of the checklist's slow-rank line, with the same figures."""
         from torchlens.analysis.ranks.slow import slow_rank
 
         return slow_rank(self._profiling().steps)

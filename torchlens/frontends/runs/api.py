@@ -19,19 +19,26 @@ ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.series import step_series
-from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
-from torchlens.formats.run_folder.records import collected_steps
+from torchlens.analysis.ranks.slow import WINDOW, slow_rank
+from torchlens.analysis.runs.analyze import SLOW_TITLE
+from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
+from torchlens.formats.run_folder.records import collected_steps, iter_steps
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import Profile
+from torchlens.model.findings import as_finding
 from torchlens.model.payloads import RunPayload
+from torchlens.model.records import StepRecord
 
 SCHEMA_VERSION = 1
 #: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
@@ -142,11 +149,11 @@ class RunResult(Result):
         except ManifestError:  # a folder of traces alone; discover named a broken manifest
             manifest = None
         collected = collected_steps(sources.root, manifest) if manifest else None
+        verdict, manifest = folder_verdict(sources.root, manifest)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
-                             notes=[*(collector_notes(manifest) if manifest else []),
-                                    *ignored_note(sources.ignored, sources.root)],
+                             notes=_leading(verdict, manifest, sources),
                              collected_steps=step_series(collected) if collected else {})
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
@@ -256,6 +263,58 @@ class RunResult(Result):
         """The report's findings, each as one line: its sentence with its
         figures, and what to do where there is something (``str(Finding)``)."""
         return [str(f) for f in self.analysis().findings]
+
+
+#: step numbers kept per rank past the window: GPU times may still be missing
+#: for a rank's newest steps (``analysis.ranks.slow``)
+SPARE_STEPS = 8
+
+
+def last_common_steps(root: str, ranks: list[int]) -> list[list[StepRecord]]:
+    """Each rank's records of the last steps every rank has (a few more than
+    ``slow_rank``'s window), read twice rather than held: a long run has
+    millions of records."""
+    have = [{rec.step for rec in iter_steps(root, r)} for r in ranks]
+    common = set(sorted(set.intersection(*have))[-(WINDOW + SPARE_STEPS):]) if have else set()
+    return [[rec for rec in iter_steps(root, r) if rec.step in common] for r in ranks]
+
+
+def folder_verdict(root: str, manifest: Manifest | None,
+                   ) -> tuple[list[dict[str, Any]], Manifest | None]:
+    """A run folder's slow-rank verdict from its step records, the one every
+    view gives (``analysis.ranks.slow.slow_rank``), as the finding that leads
+    its report (titled ``slow rank``, as in the ``%ddp_check`` checklist);
+    and the manifest without its copy of that verdict (``torchlens run``'s
+    collector saved it in words), so the report says it once. None and the
+    manifest as it was for a folder without step records."""
+    if manifest is None or not root:
+        return [], manifest
+    ranks = sorted(e.rank for e in manifest.ranks)
+    steps = last_common_steps(root, ranks)
+    if sum(1 for s in steps if s) < 2:
+        return [], manifest
+    by_rank: list[list[StepRecord]] = [[] for _ in range(max(ranks) + 1)]
+    for r, recs in zip(ranks, steps, strict=True):
+        by_rank[r] = recs
+    judged = slow_rank(by_rank)
+    if not judged.steps:
+        return [], manifest
+    said = dataclasses.replace(judged.finding, title=SLOW_TITLE)
+    saved = as_finding((manifest.slow_rank or {}).get("finding"))
+    if manifest.verdict and saved is not None and manifest.verdict == str(saved):
+        manifest = msgspec.structs.replace(manifest, verdict=None)
+    return [said.to_dict()], manifest
+
+
+def _leading(verdict: list[dict[str, Any]], manifest: Manifest | None,
+             sources: RunSources) -> list[str | dict[str, Any]]:
+    """The report's first findings: what stopped the run (the collector's
+    verdict when it is not the slow rank's: a lost node, a failed rank)
+    leads, then the slow-rank verdict, then the collector's other notes."""
+    notes: list[str | dict[str, Any]] = list(collector_notes(manifest) if manifest else [])
+    first = 1 if manifest is not None and manifest.verdict and notes else 0
+    return [*notes[:first], *verdict, *notes[first:],
+            *ignored_note(sources.ignored, sources.root)]
 
 
 def ignored_note(ignored: list[str], root: str, shown: int = 3) -> list[str]:

@@ -56,7 +56,8 @@ STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", 
               Column("caused_mean_us", "per such collective", format_us_as_ms),
               Column("waited_us", "it waited for others", format_us_as_ms),
               Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
-COLLECTIVES = [Column("seq", "#", str), Column("name", "collective", str, False),
+COLLECTIVES = [Column("step", "step", str), Column("trace", "trace", str),
+               Column("seq", "#", str), Column("name", "collective", str, False),
                Column("mismatch", "ranks disagree", str, False, 80),
                Column("bytes", "bytes", format_count), Column("last_rank", "last rank", str),
                Column("max_wait_us", "first to last arrival", format_us_as_ms),
@@ -72,6 +73,32 @@ ARRIVED_BY_NOTE = ("arrived by: kernel = each rank's arrival is its first NCCL k
 MAX_COLLECTIVE_ROWS = 200
 PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
             Column("message", "what", str, False)]
+
+
+def _filled(value: Any) -> bool:
+    return value not in (None, "", [], {})
+
+
+def collective_columns(rows: list[dict[str, Any]]) -> list[Column]:
+    """The collectives table's columns for ``rows``: a column no row fills is
+    left out (gloo traces record no message size, so no bytes or bandwidth);
+    ``step`` when the traces are one step each, with ``#`` the collective's
+    place in its step, else ``trace`` when there are several, ``#`` its
+    place in that trace (left out when every step holds one collective)."""
+    stepped = any(_filled(r.get("step")) for r in rows)
+    traces = len({r.get("trace") for r in rows}) > 1
+    out = []
+    for c in COLLECTIVES:
+        if c.key == "trace" and (stepped or not traces):
+            continue
+        if c.key == "seq":
+            if stepped and all(r.get("seq") == 0 for r in rows):
+                continue  # one collective per step: the step column says it
+            out.append(Column("seq", "# in step" if stepped else "# in trace" if traces
+                              else "#", str))
+        elif c.key in ("seq", "name") or any(_filled(r.get(c.key)) for r in rows):
+            out.append(c)
+    return out
 
 
 def summary_line(profile: Profile, a: RunAnalysis) -> str:
@@ -137,7 +164,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if a.collectives:
         shown = a.collectives[:MAX_COLLECTIVE_ROWS]
         more = len(a.collectives) - len(shown)
-        parts = [tables.html_table(shown, COLLECTIVES), html.note(ARRIVED_BY_NOTE)]
+        parts = [tables.html_table(shown, collective_columns(shown)), html.note(ARRIVED_BY_NOTE)]
         if more:
             parts.append(html.note(f"{more:,} more collectives: run.collectives() or "
                                    "torchlens analyze --json list them all"))
