@@ -253,9 +253,10 @@ class RunPayload:
     world_size: int | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: what ``torchlens run``'s collector found (its verdict, lost nodes, where
-    #: the run stopped), from the run folder's manifest; shown first in findings
-    notes: list[str] = field(default_factory=list)
+    #: what the run folder says first: the collector's notes (lost nodes, where
+    #: the run stopped) as sentences, and the slow-rank verdict worked out from
+    #: the step records as a Finding's dict (``as_finding`` reads both)
+    notes: list[str | dict[str, Any]] = field(default_factory=list)
     #: ``torchlens run`` folders: every rank's steps over time and the restarts
     #: (``analysis.ranks.series.step_series``); empty for other folders
     collected_steps: dict[str, Any] = field(default_factory=dict)
