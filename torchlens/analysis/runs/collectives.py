@@ -45,10 +45,10 @@ back into ``rank_collectives``' list.
 
 Across ranks (``{rank: [figures per trace]}``, each with ``"collectives"``)
 --------------------------------------------------------------------------
-Collectives are matched by ``(trace, seq)``: ``trace`` is the position of
-the trace among the rank's inputs (``figures["trace"]``, else the list
-position), so step N of a torchlens run folder meets step N of the other
-ranks. A matched collective is compared only when every rank that has it
+Collectives are matched by ``(trace, seq)``: ``trace`` is the step number
+where every trace holds one step (a run folder: step N meets step N of the
+other ranks, even when a rank's other step is unreadable), else the position
+of the trace among the rank's inputs (``trace_keys``). A matched collective is compared only when every rank that has it
 agrees on its name and, for the kinds whose count every rank must pass alike
 (``SAME_SIZE``), on its size where known; otherwise the row is a
 *mismatch* (a sentence naming who did what) and nothing in it is paired.
@@ -200,8 +200,30 @@ def busbw_factor(name: str, n: int) -> float | None:
     return None
 
 
+def trace_keys(ranks: RankFigures) -> dict[tuple[int, int], int]:
+    """``{(rank, i): key}``: which traces of the ranks meet each other.
+
+    Where every trace holds one ``ProfilerStep`` (a ``torchlens run`` or
+    ``%ddp_check --profile`` folder: a trace per profiled step), the key is
+    that step's number, so a rank whose step-4 trace is unreadable still has
+    its step 9 meet the others' step 9. Otherwise it is the trace's position
+    among the rank's inputs (``figures["trace"]``, else the list position)."""
+    pos: dict[tuple[int, int], int] = {}
+    step: dict[tuple[int, int], int | None] = {}
+    for rank, per_rank in ranks.items():
+        for i, figures in enumerate(per_rank):
+            numbers = {int(s["step"]) for s in figures.get("steps") or [] if "step" in s}
+            pos[(rank, i)] = int(figures.get("trace", i))
+            step[(rank, i)] = next(iter(numbers)) if len(numbers) == 1 else None
+    if step and all(v is not None for v in step.values()):
+        return {k: int(v) for k, v in step.items() if v is not None}
+    return pos
+
+
 def collective_tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, Any]]]]:
-    """``{rank: {trace: records}}`` of the ranks' figures that carry collectives."""
+    """``{rank: {trace key: records}}`` of the ranks' figures that carry
+    collectives (``trace_keys``)."""
+    keys = trace_keys(ranks)
     out: dict[int, dict[int, list[dict[str, Any]]]] = {}
     for rank in sorted(ranks):
         for i, figures in enumerate(ranks[rank]):
@@ -209,7 +231,7 @@ def collective_tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, 
             if table is None:
                 continue
             recs = table if isinstance(table, list) else records(table)
-            out.setdefault(rank, {})[int(figures.get("trace", i))] = recs
+            out.setdefault(rank, {})[keys[(rank, i)]] = recs
     return out
 
 
@@ -263,16 +285,16 @@ def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[d
 
 
 def trace_steps(ranks: RankFigures) -> dict[int, int]:
-    """``{trace: step}`` for the traces that hold one ``ProfilerStep`` and the
-    same one on every rank that has it (a ``torchlens run`` or ``%ddp_check
-    --profile`` folder writes a trace per profiled step); a trace of several
+    """``{trace key: step}`` for the traces that hold one ``ProfilerStep`` and
+    the same one on every rank that has it (``trace_keys``); a trace of several
     steps, or whose ranks disagree, has none."""
+    keys = trace_keys(ranks)
     seen: dict[int, set[int]] = {}
-    for per_rank in ranks.values():
+    for rank, per_rank in ranks.items():
         for i, figures in enumerate(per_rank):
             numbers = {int(s["step"]) for s in figures.get("steps") or [] if "step" in s}
-            key = int(figures.get("trace", i))
-            seen.setdefault(key, set()).update(numbers if len(numbers) == 1 else {-1, -2})
+            seen.setdefault(keys[(rank, i)], set()).update(
+                numbers if len(numbers) == 1 else {-1, -2})
     return {t: next(iter(n)) for t, n in seen.items() if len(n) == 1}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -55,10 +56,19 @@ def file_job(path: str, figures_of: FiguresOf, top: int) -> dict[str, Any]:
 
 
 def _context(fork: bool = False) -> Any:
+    """The workers' start method, or None: read in this process.
+
+    A script (``__main__`` is a file) is imported again by every forkserver or
+    spawn worker, which fails without an ``if __name__ == "__main__":`` guard
+    (a screen of RuntimeErrors for a plain ``torchlens.load(folder)``): a
+    script forks when no other Python thread could hold a lock, else reads in
+    this process. A notebook's ``__main__`` is no file, so forkserver is safe."""
     methods = multiprocessing.get_all_start_methods()
-    # fork only where asked (the command line) and no Python thread could hold a lock
-    if fork and "fork" in methods and threading.active_count() == 1:
+    script = getattr(sys.modules.get("__main__"), "__file__", None) is not None
+    if (fork or script) and "fork" in methods and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
+    if script:
+        return None
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
@@ -89,11 +99,14 @@ class RunReader:
         """``discover``'s ``peek_all``: every file read once, its peek returned."""
         todo = [p for p in dict.fromkeys(paths) if p not in self.results]
         workers = min(self.workers, len(todo))
+        context = _context(self.fork) if workers > 1 and self._pool is None else None
+        if workers > 1 and self._pool is None and context is None:
+            workers = 1  # a script with threads: its workers could not import it
         if workers <= 1:
             done = [file_job(p, self.figures_of, self.top) for p in todo]
         else:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(self.fork))
+                self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
             # a few chunks per worker: fewer round trips, still balanced at the end
             chunk = max(1, min(16, len(todo) // (4 * workers)))
             done = list(self._pool.map(file_job, todo, repeat(self.figures_of),
