@@ -67,11 +67,12 @@ const MIN_STEP = 1 / 64;
 /**
  * Tick labels in one unit for the whole axis, each one different.
  *
- * The unit comes from the axis's range, not its top value: 424.406 MiB of
- * resident memory moving by a few KiB has ticks 1 KiB apart, which in MiB
- * would all read "424.406 MiB". The largest unit in which the tick step is
- * at least 1/64 is taken, with as many decimals as the step needs (at most
- * three), so consecutive labels always differ.
+ * The unit is the one the report writes the axis's top value in (155.5 MiB:
+ * MiB, so ticks read "64 MiB", "128 MiB", not "0.063 GiB"), unless the ticks
+ * are too close for it: 424.406 MiB of resident memory moving by a few KiB
+ * has ticks 1 KiB apart, which in MiB would all read "424.406 MiB". Then the
+ * largest unit in which the tick step is at least 1/64 is taken. As many
+ * decimals as the step needs (at most three), so consecutive labels differ.
  */
 export function formatTicks(splits: number[], unit: 'bytes' | '%'): string[] {
   if (unit === '%') {
@@ -79,8 +80,10 @@ export function formatTicks(splits: number[], unit: 'bytes' | '%'): string[] {
   }
   const top = Math.max(...splits.map(Math.abs), 0);
   const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : top;
-  const [div, name] =
-    BYTE_UNITS.find(([size]) => (step > 0 ? step / size >= MIN_STEP : top >= size)) ?? BYTE_UNITS[BYTE_UNITS.length - 1];
+  const smallest = BYTE_UNITS[BYTE_UNITS.length - 1];
+  const ofTop = BYTE_UNITS.find(([size]) => top >= size) ?? smallest;
+  const ofStep = step > 0 ? (BYTE_UNITS.find(([size]) => step / size >= MIN_STEP) ?? smallest) : ofTop;
+  const [div, name] = ofStep[0] < ofTop[0] ? ofStep : ofTop;
   // as many decimals as the step has (0.25 -> 2), at most 3: 1/64 reads 0.016
   const inUnit = step / div;
   let decimals = 0;

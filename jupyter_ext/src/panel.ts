@@ -106,12 +106,21 @@ const SOURCE_TEXT: Record<MemorySource, { tag: string; note: string }> = {
 
 const clock = (t: number) => new Date(t * 1000).toLocaleTimeString();
 
-/** What the rank chart's line is, in its title: the quantity the samples carry. */
+/**
+ * Whether a sample's figure is the process's resident memory: said so
+ * (`source: 'rss'`), or a heartbeat of a rank with no CUDA device, which
+ * carries no source and sends its RSS as `allocated` (frontends/live_publish.py).
+ */
+function isRss(r: IRankSample): boolean {
+  return r.source === 'rss' || (!r.source && r.device === null && (r.reserved === null || r.reserved === undefined));
+}
+
+/** What the rank chart's line is, in its title: the quantity the samples carry, in the report's words. */
 function rankChartTitle(r: IRankSample): string {
   if (r.final) {
     return `${r.run}: allocated memory, as in its report`;
   }
-  const what = r.source === 'rss' ? 'resident memory (RSS)' : 'memory allocated';
+  const what = isRss(r) ? 'resident memory (RSS)' : 'memory allocated';
   return `Run ${r.run}: ${what} per rank`;
 }
 

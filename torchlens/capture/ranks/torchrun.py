@@ -13,7 +13,10 @@ The command's output is relayed, not inherited: torch's profiler prints
 ``USDT: ... profiler_start`` on every profiled step of every rank, and the
 same rule that keeps it out of a notebook (``capture.trace.native_output.
 NOISE``) keeps it out of the terminal and the log file. Everything else
-passes through line by line, as it comes.
+passes through line by line, as it comes. Relayed, the command never writes
+to our stdout itself: when its reader goes away (``torchlens run ... | head``)
+the relay drops the lines and keeps draining, and the training job runs on
+(inherited, its next ``print`` would raise BrokenPipeError in a rank).
 """
 
 from __future__ import annotations
@@ -58,32 +61,35 @@ def _out_fd(stream: Any, fallback: int) -> int:
 def start(command: list[str], env: dict[str, str],
           log: str | None = None) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session with ``env`` added to this environment;
-    its output goes to the file ``log`` when given, else to ours (stdout as is,
-    stderr through the relay). ``wait_relay(proc)`` after it ended."""
+    its output goes to the file ``log`` when given, else to ours (stdout to our
+    stdout, stderr to our stderr, each through a relay). ``wait_relay(proc)``
+    after it ended."""
     if log is None:
         proc = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
-        out, close_out = _out_fd(sys.stderr, 2), False
-        source = proc.stderr
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, close_fds=True)
+        pairs = [(proc.stdout, _out_fd(sys.stdout, 1), False),
+                 (proc.stderr, _out_fd(sys.stderr, 2), False)]
     else:
         proc = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
-        out, close_out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), True
-        source = proc.stdout
-    relay = threading.Thread(target=_relay, args=(source, out, close_out), daemon=True,
-                             name="torchlens-run-output")
-    relay.start()
-    proc.relay = relay  # type: ignore[attr-defined]
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        pairs = [(proc.stdout, out, True)]
+    relays = [threading.Thread(target=_relay, args=pair, daemon=True,
+                               name="torchlens-run-output") for pair in pairs]
+    for relay in relays:
+        relay.start()
+    proc.relays = relays  # type: ignore[attr-defined]
     return proc
 
 
 def wait_relay(proc: subprocess.Popen[bytes], timeout: float = RELAY_WAIT_S) -> None:
     """Wait until the relay has passed on the command's last lines (it ends when
     every process that holds the pipe has ended)."""
-    relay = getattr(proc, "relay", None)
-    if relay is not None:
-        relay.join(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    for relay in getattr(proc, "relays", ()):
+        relay.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def end(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> int | None:

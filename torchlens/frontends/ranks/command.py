@@ -5,7 +5,9 @@ environment its ranks attach with (``capture.ranks.attach``), draws the live
 summary (``analysis.ranks.verdict`` -> ``render.ranks.terminal``) until the
 command ends, then writes the run folder and returns the command's exit
 code. Ctrl-C (or SIGTERM) ends the command's process group and still writes
-the folder. docs/MULTINODE.md says what a user sees.
+the folder. A reader that goes away (``torchlens run ... | head``) ends
+nothing: the summary goes to /dev/null from then on and the run goes on to
+its end (``_Output``). docs/MULTINODE.md says what a user sees.
 
 The secret goes to the local command through its environment only. Other
 nodes get it through a 0600 file in the run folder (``run.secret``), named by
@@ -47,6 +49,8 @@ POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
 FINAL_POLLS = 3
 TAIL_LINES = 20
+#: what a shell reports for Ctrl-C (128 + SIGINT); also after SIGTERM (docs/MULTINODE.md)
+EXIT_INTERRUPTED = 130
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: torch 2.13's c10d rendezvous lends its store to the workers; after an
 #: elastic restart the new gloo workers read their predecessors' stale
@@ -119,7 +123,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     from torchlens.capture.ranks.feed import FeedPublisher
     from torchlens.render.ranks.terminal import TerminalSummary
 
-    stream = stream or sys.stdout
+    stream = _Output(stream or sys.stdout)
     key = RunKey.new()
     try:
         collector = Collector(key, host, port, spool=os.path.join(run_dir, files.SPOOL_DIR))
@@ -153,12 +157,14 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
     interrupted = False
+    stopped_by = "Ctrl-C"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         watch(collector, summary, lambda: proc.poll() is None, feed)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
-        summary.say("torchlens run: interrupted, ending the command's processes")
+        stopped_by = "SIGTERM" if isinstance(exc, _Terminated) else stopped_by
+        summary.say(f"torchlens run: stopped by {stopped_by}, ending the command's processes")
     finally:
         signal.signal(signal.SIGTERM, previous)
         code = child.end(proc)
@@ -183,14 +189,23 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     for e in manifest.ranks:  # not in the live view: the goodbye that says it is the last word
         if e.oom:
             summary.say(f"torchlens run: rank {e.rank}: {e.oom}")
-    if log and code != 0:
-        summary.say(_tail(log))
+    tail = _tail(log) if log and code != 0 and not interrupted else ""
+    if tail:  # after a Ctrl-C the log ends in torchrun's own SignalException: not the news
+        summary.say(tail)
     if leftovers:
         summary.say(f"torchlens run: killed {len(leftovers)} rank process(es) their agent "
                     f"left behind: {', '.join(map(str, leftovers))}")
-    summary.say(f"torchlens run: {manifest.stopped}; exit code {_exit_code(code)}")
+    status = EXIT_INTERRUPTED if interrupted else _exit_code(code)
+    # one exit status, the one the shell gets
+    if interrupted:
+        summary.say(f"torchlens run: {manifest.stopped}; stopped by {stopped_by}: "
+                    f"exit code {status}" + (f" (the command's output: {log})" if log else ""))
+    elif manifest.stopped.startswith("ended with exit code"):
+        summary.say(f"torchlens run: {manifest.stopped}")
+    else:
+        summary.say(f"torchlens run: {manifest.stopped}; exit code {status}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
-    return 130 if interrupted else _exit_code(code)
+    return status
 
 
 def watch(collector: Any, summary: Any, running: Callable[[], bool],
@@ -226,20 +241,83 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
         time.sleep(POLL_S)
 
 
+class _Output:
+    """The summary's stream, for as long as someone reads it. When the reader
+    closes it (``| head``), our stdout's descriptor becomes /dev/null: the
+    summary, the relayed command output and what is still buffered go there,
+    and the run goes on to its end with the exit code it would have had (the
+    other commands of ``frontends.cli`` end at once with 141 instead)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._went_away()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._went_away()
+
+    def isatty(self) -> bool:
+        return not self.gone and self.stream.isatty()
+
+    def _went_away(self) -> None:
+        self.gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+            self.stream.flush()  # what was buffered for the gone reader
+        except (OSError, ValueError, AttributeError):  # no descriptor: writes are dropped above
+            pass
+
+
 def _tail(path: str) -> str:
+    """The log's last lines under a heading; "" for an empty log (no heading alone)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()[-TAIL_LINES:]
     except OSError:
         return ""
+    if not any(line.strip() for line in lines):
+        return ""
     return "\n".join([f"the last lines of {path}:", *lines])
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, told apart from Ctrl-C in what the run says."""
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
-def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
+#: a rank's error that says a peer went away: the consequence of another
+#: rank's failure, not a cause (gloo, NCCL, a TCP store)
+_PEER_GONE = re.compile(r"connection (closed|reset) by peer|remote worker crash|remote process "
+                        r"exited|broken pipe", re.I)
+
+
+def _peer_gone(error: Any) -> bool:
+    return bool(error) and bool(_PEER_GONE.search(str(error)))
+
+
+def _where_stopped(view: Any, interrupted: bool, code: int | None,
+                   raised: dict[int, float] | None = None) -> str:
+    """The run's last words. Of the ranks that did not finish, the one whose own
+    exception came first leads (``raised``: rank -> when its error was raised,
+    from its goodbye); a rank that failed because a peer went away comes after,
+    said as such: on a crash, the closed connection of the others is the side
+    effect, not the news."""
     steps = [r.get("steps") or 0 for r in view.ranks]
     if interrupted:
         return f"interrupted after {max(steps, default=0)} steps"
@@ -252,9 +330,19 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None) -> str:
                     f"every rank said goodbye ({min(steps, default=0)} steps or more each "
                     "since the last restart)")
         return f"finished: every rank said goodbye ({min(steps, default=0)} steps or more each)"
-    bad = [f"rank {r['rank']} {r['state']}" + (f" ({r['error']})" if r.get("error") else "")
-           for r in view.ranks if r["state"] != "finished"]
-    return f"ended with exit code {code}" + (f": {'; '.join(bad)}" if bad else "")
+    raised = raised or {}
+
+    def first(row: dict[str, Any]) -> tuple[bool, float, int]:
+        return (_peer_gone(row.get("error")), raised.get(row["rank"], float("inf")), row["rank"])
+
+    rows = sorted((r for r in view.ranks if r["state"] != "finished"), key=first)
+    bad = []
+    for r in rows:
+        words = f"rank {r['rank']} {r['state']}"
+        if _peer_gone(r.get("error")) and bad:
+            words = f"then rank {r['rank']} {r['state']} because a peer went away"
+        bad.append(words + (f" ({r['error']})" if r.get("error") else ""))
+    return f"ended with exit code {_exit_code(code)}" + (f": {'; '.join(bad)}" if bad else "")
 
 
 #: how the rank's OOM line (``capture.ranks.oom.oom_line``) starts, after its rank
@@ -286,6 +374,7 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     for s in collector.all_slots():
         by_rank.setdefault(s.rank, []).append(s)
     ranks = []
+    raised: dict[int, float] = {}
     for row in view.ranks:
         r = row["rank"]
         slots = by_rank.get(r, [])
@@ -301,6 +390,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         hello = last.hello if last else {}
         hb = last.heartbeat if last else {}
         bye = (last.bye if last else None) or {}
+        if isinstance(bye.get("error_t"), (int, float)):
+            raised[r] = float(bye["error_t"])
         ranks.append(RankEntry(
             rank=r, node=row.get("node"), host=row.get("host"), pid=hello.get("pid"),
             local_rank=hello.get("local_rank"), device=hello.get("device"),
@@ -315,7 +406,7 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     manifest = Manifest(
         source=SOURCE_RUN, world_size=view.world_size, created=time.time(),
         run_id=collector.key.run_id, command=list(command), exit_code=code,
-        interrupted=interrupted, stopped=_where_stopped(view, interrupted, code),
+        interrupted=interrupted, stopped=_where_stopped(view, interrupted, code, raised),
         verdict=str(view.verdict), ranks=ranks, nodes=list(nodes.values()),
         lost_nodes=[dataclasses.asdict(n) for n in view.lost],
         restarts=[dataclasses.asdict(r) for r in view.restarts],
