@@ -92,3 +92,20 @@ def test_summary_names_the_cuda_ordinal_and_reserved_memory() -> None:
     assert "GPU 0 (cuda:0) NVIDIA A100" in text
     assert "reserved by the driver" in text and "not read" not in text
     assert "host's" not in text
+
+
+def test_untrusted_notebook_shows_a_sentence_not_the_widgets_repr(monkeypatch) -> None:
+    """A reopened (untrusted) notebook showed 'VBox(children=(BokehModel(...' and the
+    cell's Out[] '<...InlineMonitor at 0x...>' (a new-user walk)."""
+    import IPython.display
+
+    shown: list = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda *a, **k: shown.append((a, k)) or None)
+    mon = gpumonitor_magic(interval=0.1, duration=0.3)
+    mon.thread.join(10)
+    widget = next(a[0] for a, k in shown if k.get("raw"))
+    assert "application/vnd.jupyter.widget-view+json" in widget
+    assert widget["text/plain"].startswith("GPU monitor: a live widget")
+    assert "VBox" not in widget["text/plain"]
+    assert repr(mon).startswith("GPU monitor: stopped") and "0x" not in repr(mon)

@@ -155,6 +155,13 @@ class InlineMonitor:
         self._stop = threading.Event()
         self.thread: threading.Thread | None = None
 
+    def __repr__(self) -> str:
+        thread = getattr(self, "thread", None)
+        ended = self._stop.is_set() or (thread is not None and not thread.is_alive())
+        state = "stopped" if ended else "running"
+        return (f"GPU monitor: {state}, a sample every {self.interval:g} s "
+                f"(.stop() ends it)")
+
     def _sample(self) -> dict[str, Any]:
         self.last = {
             "t": time.time(),
@@ -205,6 +212,10 @@ class InlineMonitor:
         self._stop.set()
 
 
+UNTRUSTED_WIDGET = ("GPU monitor: a live widget, drawn only with its kernel running in a "
+                    "trusted notebook; re-run the cell to see it")
+
+
 def gpumonitor_magic(
     interval: float = 1.0, minutes: float = 5.0, duration: float = 0.0
 ) -> InlineMonitor:
@@ -220,7 +231,11 @@ def gpumonitor_magic(
     loaded = load_bokehjs([monitor.figure])  # BokehModel draws with the page's BokehJS
     stop = ipywidgets.Button(description="Stop", icon="stop")
     stop.on_click(lambda _button: monitor.stop())
-    display(ipywidgets.VBox([BokehModel(monitor.figure), stop]))
+    box = ipywidgets.VBox([BokehModel(monitor.figure), stop])
+    bundle = box._repr_mimebundle_() or {}
+    # what an untrusted or kernel-less notebook shows instead of the widget
+    bundle["text/plain"] = UNTRUSTED_WIDGET
+    display(bundle, raw=True)
     handle = display(HTML(summary_html(monitor.last)), display_id=True)
 
     def on_sample(sample: dict[str, Any], stopped: bool = False) -> None:
