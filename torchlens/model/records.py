@@ -30,7 +30,10 @@ from msgspec import UNSET, UnsetType
 
 class StepMemory(msgspec.Struct, frozen=True, gc=False):
     """A step's memory at its end: the CUDA allocator's counters (``source``
-    ``cuda``) or the resident set alone (``rss``); None is not measured."""
+    ``cuda``) or the resident set alone (``rss``); None is not measured.
+    ``heap``: the C heap's bytes in use (glibc's ``mallinfo2``), which falls
+    when memory is freed, as RSS seldom does; absent from older records and
+    where the C library does not say."""
 
     rss: int | None = None
     allocated: int | None = None
@@ -38,6 +41,7 @@ class StepMemory(msgspec.Struct, frozen=True, gc=False):
     inactive_split: int | None = None
     largest_free: int | None = None
     source: str | None = None
+    heap: int | None = None
 
     def replace(self, **changes: Any) -> StepMemory:
         return msgspec.structs.replace(self, **changes)
