@@ -209,10 +209,10 @@ def _r2(points: list[tuple[float, float]], slope: float) -> float:
 
 def _heap_points(recs: list[StepRecord]) -> list[tuple[float, float]]:
     """(step, C heap bytes in use) of one rank after its warm-up."""
-    rows = sorted((rec for rec in recs if rec.mem is not None and rec.mem.heap is not None),
-                  key=lambda rec: rec.step)
-    return [(float(rec.step), float(rec.mem.heap)) for rec in rows[int(len(rows) * WARMUP):]
-            if rec.mem is not None and rec.mem.heap is not None]
+    rows = sorted(((rec.step, heap) for rec in recs
+                   if rec.mem is not None and isinstance(heap := rec.mem.heap, int)),
+                  key=lambda row: row[0])
+    return [(float(step), float(heap)) for step, heap in rows[int(len(rows) * WARMUP):]]
 
 
 def _rss_change(memory: list[_Memory], first: float, last: float) -> float | None:

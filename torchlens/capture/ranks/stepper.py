@@ -85,9 +85,11 @@ def memory_now(device: torch.device) -> StepMemory:
     """The step's memory: ``device``'s allocator counters (one stats read), or RSS
     alone; with the C heap's bytes in use either way (about 1 µs)."""
     got = cuda_device.counters(device)
+    heap = heap_in_use()
+    extra: dict[str, Any] = {"heap": heap} if heap is not None else {}
     if got is None:
-        return StepMemory(rss=rss_bytes(), source="rss", heap=heap_in_use())
-    return StepMemory(rss=rss_bytes(), source="cuda", heap=heap_in_use(), **got)
+        return StepMemory(rss=rss_bytes(), source="rss", **extra)
+    return StepMemory(rss=rss_bytes(), source="cuda", **extra, **got)
 
 
 class RankProfiler:
