@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 SHOTS = Path(os.environ.get("TORCHLENS_SCREENSHOTS", "/tmp"))
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "ranks" / "train_script.py"
-STEP_PANEL = "Step time per rank (ms); circles: profiled steps"
+STEP_PANEL = "Step time per rank (ms)"
 
 
 def _free_port() -> int:

@@ -30,7 +30,10 @@ from msgspec import UNSET, UnsetType
 
 class StepMemory(msgspec.Struct, frozen=True, gc=False):
     """A step's memory at its end: the CUDA allocator's counters (``source``
-    ``cuda``) or the resident set alone (``rss``); None is not measured."""
+    ``cuda``) or the resident set alone (``rss``); None is not measured.
+    ``heap``: the C heap's bytes in use (glibc's ``mallinfo2``), which falls
+    when memory is freed, as RSS seldom does; unset (left out of the JSON, so
+    older records keep their exact bytes) where the C library does not say."""
 
     rss: int | None = None
     allocated: int | None = None
@@ -38,12 +41,13 @@ class StepMemory(msgspec.Struct, frozen=True, gc=False):
     inactive_split: int | None = None
     largest_free: int | None = None
     source: str | None = None
+    heap: int | UnsetType = UNSET
 
     def replace(self, **changes: Any) -> StepMemory:
         return msgspec.structs.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.structs.asdict(self)
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not UNSET}
 
 
 class GpuStepTimes(msgspec.Struct, frozen=True, gc=False):

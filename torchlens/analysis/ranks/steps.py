@@ -15,13 +15,17 @@ Memory: per rank and step, the step record's ``mem`` (``cuda`` or ``rss``);
 a CPU step takes allocated, reserved, inactive_split and largest_free from the
 profiled-step summary of the same step (``modelled``). ``frag`` =
 inactive_split / reserved. Creep: per rank with at least ``min_steps`` steps,
-after the first 20% of its steps (warm-up), the least-squares slope of
-allocated bytes over the step index (of RSS when fewer than 3 of those steps
-have measured allocated bytes: a modelled figure replays one profiled step from
-an empty allocator, so it cannot show growth between steps, and CPU creep is
-judged on RSS). A rank creeps when the slope is positive, the growth
-over the fitted steps (slope x their span) is at least 1 MiB (8 MiB for RSS,
-which moves with the C allocator too), the line explains at least 70% of the
+after the first 20% of its steps (warm-up), the least-squares slope over the
+step index of the first of these with at least 3 such steps: measured
+allocated bytes (CUDA); the C heap's bytes in use (``StepMemory.heap``, a CPU
+rank on glibc: a modelled figure replays one profiled step from an empty
+allocator, so it cannot show growth between steps); RSS. RSS rises on every
+rank alike as the C allocator keeps pages, so a rank keeping 1 MiB more per
+step hides in it; the heap figure falls when memory is freed. A rank creeps
+when the slope is positive, the growth over the fitted steps (slope x their
+span) is at least 1 MiB (4 MiB for the heap, where Python's own objects come
+and go; 8 MiB for RSS, which moves with the C allocator too), the line
+explains at least 70% of the
 variance (R^2 >= 0.7: a leak is steady, warm-up stairs are not) and the slope is
 at least twice the median slope of the other ranks (always, when their median
 is 0 or less or there are no others).
@@ -44,6 +48,8 @@ MIN_CREEP_BYTES = 1 << 20
 #: RSS moves with the C allocator's arenas and page reuse, not only with
 #: tensors: its growth must be larger before it counts
 MIN_RSS_CREEP_BYTES = 8 << 20
+#: the C heap holds the interpreter's objects as well as tensors' storage
+MIN_HEAP_CREEP_BYTES = 4 << 20
 #: a creep is steady: the straight line explains most of the variation
 #: (warm-up stairs and allocator noise do not)
 MIN_CREEP_R2 = 0.7
@@ -201,25 +207,53 @@ def _r2(points: list[tuple[float, float]], slope: float) -> float:
     return 1.0 - residual / total
 
 
+def _heap_points(recs: list[StepRecord]) -> list[tuple[float, float]]:
+    """(step, C heap bytes in use) of one rank after its warm-up."""
+    rows = sorted(((rec.step, heap) for rec in recs
+                   if rec.mem is not None and isinstance(heap := rec.mem.heap, int)),
+                  key=lambda row: row[0])
+    return [(float(step), float(heap)) for step, heap in rows[int(len(rows) * WARMUP):]]
+
+
+def _rss_change(memory: list[_Memory], first: float, last: float) -> float | None:
+    """RSS at step ``last`` less RSS at step ``first`` (context for a heap creep)."""
+    at = {m[0]: m[6] for m in memory if m[0] is not None and m[6] is not None}
+    return at[last] - at[first] if first in at and last in at else None
+
+
 def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
                  memory: list[list[_Memory]] | None = None) -> list[MemoryCreep]:
     """The ranks whose memory creeps (definition: the module docstring).
     ``memory``: ``per_rank_memory(steps, summaries)`` when the caller has it."""
     if memory is None:
         memory = per_rank_memory(steps, summaries)
-    fits = {r: f for r, memory in enumerate(memory)
-            if len(memory) >= min_steps and (f := _fit(memory)) is not None}
+    fits = {}
+    for r, mem in enumerate(memory):
+        if len(mem) < min_steps or (fit := _fit(mem)) is None:
+            continue
+        if fit[2] == "rss":  # no measured allocator: the C heap, where the rank sent it
+            heap = _heap_points((steps[r] if r < len(steps) else None) or [])
+            if len(heap) >= MIN_FIT_POINTS:
+                fit = (_slope(heap), heap, "heap")
+        fits[r] = fit
     out = []
     for r, (slope, points, source) in sorted(fits.items()):
-        others = [f[0] for q, f in fits.items() if q != r]
+        # ranks compare on one signal: a heap slope against RSS slopes says nothing
+        others = [f[0] for q, f in fits.items() if q != r and f[2] == source]
         total = slope * (points[-1][0] - points[0][0])
-        floor = MIN_RSS_CREEP_BYTES if source == "rss" else MIN_CREEP_BYTES
+        floor = {"rss": MIN_RSS_CREEP_BYTES, "heap": MIN_HEAP_CREEP_BYTES}.get(
+            source, MIN_CREEP_BYTES)
         if slope <= 0 or total < floor or _r2(points, slope) < MIN_CREEP_R2:
             continue
         if others and median(others) > 0 and slope < CREEP_VS_OTHERS * median(others):
             continue
         span = int(points[-1][0] - points[0][0]) + 1
-        label = {"rss": "RSS", "cuda": "allocated"}.get(source, f"allocated, {source}")
+        label = {"rss": "RSS", "cuda": "allocated",
+                 "heap": "C heap in use"}.get(source, f"allocated, {source}")
+        if source == "heap":
+            rss = _rss_change(memory[r], points[0][0], points[-1][0])
+            if rss is not None:
+                label += f"; RSS {format_bytes(rss, signed=True)} over the same steps"
         out.append(MemoryCreep(r, slope, round(total), span, source,
                                f"rank {r}: memory creep, {format_bytes(slope, signed=True)} per step over "
                                f"{span} steps ({label})"))

@@ -40,6 +40,7 @@ import psutil
 import torch
 
 from torchlens.capture.ranks import cuda_device
+from torchlens.capture.ranks.heap import heap_in_use
 from torchlens.capture.ranks.phases import (
     MAX_PENDING,
     PHASES,
@@ -81,11 +82,14 @@ def rss_bytes() -> int:
 
 
 def memory_now(device: torch.device) -> StepMemory:
-    """The step's memory: ``device``'s allocator counters (one stats read), or RSS alone."""
+    """The step's memory: ``device``'s allocator counters (one stats read), or RSS
+    alone; with the C heap's bytes in use either way (about 1 µs)."""
     got = cuda_device.counters(device)
+    heap = heap_in_use()
+    extra: dict[str, Any] = {"heap": heap} if heap is not None else {}
     if got is None:
-        return StepMemory(rss=rss_bytes(), source="rss")
-    return StepMemory(rss=rss_bytes(), source="cuda", **got)
+        return StepMemory(rss=rss_bytes(), source="rss", **extra)
+    return StepMemory(rss=rss_bytes(), source="cuda", **extra, **got)
 
 
 class RankProfiler:

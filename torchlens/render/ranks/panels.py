@@ -27,6 +27,7 @@ from bokeh.models import (
 )
 from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
+from markupsafe import escape
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.analysis.ranks.steps import PHASES, ROLES
@@ -52,7 +53,7 @@ ROLE_COLORS = {"kernel": "#31a354", "memcpy": "#fd8d3c", "memset": "#bcbd22",
 PART_COLORS = {"data": "#8c564b", "forward": "#1f77b4", "backward": "#ff7f0e",
                "optimizer": "#2ca02c", "collective": "#9467bd", "other": "#c7c7c7"}
 STEP_KEYS = ("step", "step_ms", *(f"{p}_ms" for p in PARTS))
-MEM_KEYS = ("step", "allocated", "reserved", "rss", "frag", "free")
+MEM_KEYS = ("step", "allocated", "reserved", "inactive", "rss", "frag", "free")
 NAN = float("nan")
 RESTART_COLOR = "#d62728"
 
@@ -80,7 +81,8 @@ def columns_or_empty(src: ColumnDataSource, rows: list[dict[str, Any]]) -> dict[
 
 def mem_row(m: dict[str, Any]) -> dict[str, Any]:
     return {"step": m["step"], "allocated": as_mib(m.get("allocated")),
-            "reserved": as_mib(m.get("reserved")), "rss": as_mib(m.get("rss")),
+            "reserved": as_mib(m.get("reserved")), "inactive": as_mib(m.get("inactive_split")),
+            "rss": as_mib(m.get("rss")),
             "frag": as_number(m.get("frag"), 100.0), "free": as_mib(m.get("largest_free"))}
 
 
@@ -128,19 +130,23 @@ class Panels:
         self._timeline_panel()
         self._breakdown_panel()
         self._roles_panel()
-        self.layout = column(self.verdict, self.step_fig, self.mem_fig,
+        # titles are short (a canvas title does not wrap: a 720 px frame cut the
+        # long ones); what a chart needs said at length is in the caption under it
+        self.layout = column(self.verdict, self.step_fig, self.step_note, self.mem_fig,
+                             self.rss_fig,
                              row(self.frag_fig, self.free_fig, sizing_mode="stretch_width"),
-                             self.tl_fig, self.bd_fig, self.roles_fig,
-                             sizing_mode="stretch_width")
+                             self.mem_note, self.tl_fig, self.tl_note, self.bd_fig,
+                             self.roles_fig, self.roles_note, sizing_mode="stretch_width")
 
     def _step_panel(self, every: int) -> None:
         n = len(self.shown)
-        many = (f"; the {n} ranks to look at of {self.world_size:,} (slowest, largest, stopped), "
-                "grey: median and range of all") if self.spread else ""
+        many = (f" The {n} ranks to look at of {self.world_size:,} (slowest, largest, "
+                "stopped); grey: median and range of all.") if self.spread else ""
         step = figure(height=240, sizing_mode="stretch_width", tools=TOOLS,
-                      title="Step time per rank (ms); circles: profiled steps"
-                            + (f" (1 in {every})" if every else "") + many,
-                      x_axis_label="step", y_axis_label="ms")
+                      title="Step time per rank (ms)", x_axis_label="step", y_axis_label="ms")
+        self.step_note = caption(
+            "Circles: profiled steps" + (f" (1 in {every})" if every else "")
+            + "; ✖: where a rank stopped (hover for why)." + many)
         self.step_fig = step
         self.step_spread = ColumnDataSource(spread_columns(("step_ms",)))
         if self.spread:
@@ -155,14 +161,18 @@ class Panels:
         step.add_tools(HoverTool(renderers=self.step_lines, tooltips=[
             ("step", "@step"), ("step time", "@step_ms{0,0.0} ms"),
             *((p, f"@{p}_ms{{0,0.0}} ms") for p in PARTS)]))
-        self.ended = ColumnDataSource({"step": [], "step_ms": [], "text": [], "dy": []})
+        self.ended = ColumnDataSource({"step": [], "step_ms": [], "text": [], "label": [],
+                                       "dy": []})
         ends = step.scatter("step", "step_ms", source=self.ended, marker="x", size=16,
                             line_width=3, color="#b00")
         step.add_tools(HoverTool(renderers=[ends], tooltips=[("", "@text")]))
-        # ranks that stopped at one step (a failure takes its peers with it) stack their labels
-        step.add_layout(LabelSet(x="step", y="step_ms", text="text", source=self.ended,
-                                 x_offset=8, y_offset="dy", text_font_size="9pt",
-                                 text_color="#b00"))
+        # ranks that stopped at one step (a failure takes its peers with it) stack
+        # their labels; a short name left of the mark: a rank stops late in the
+        # run, at the right edge, where a label on the right ran off the plot
+        step.add_layout(LabelSet(x="step", y="step_ms", text="label", source=self.ended,
+                                 x_offset=-10, y_offset="dy", text_font_size="9pt",
+                                 text_color="#b00", text_align="right",
+                                 text_baseline="middle"))
         # above, not beside: the panels that share the step axis keep one width
         step.legend.orientation = "horizontal"
         step.legend.label_text_font_size = "8pt"
@@ -177,7 +187,7 @@ class Panels:
         """Where a restart's steps begin, on every panel drawn by step
         (``torchlens.watch`` of a job the elastic agent restarted)."""
         self.restarts = ColumnDataSource({"step": [], "text": []})
-        for fig in (self.step_fig, self.mem_fig, self.frag_fig, self.free_fig):
+        for fig in (self.step_fig, self.mem_fig, self.rss_fig, self.frag_fig, self.free_fig):
             fig.vspan(x="step", source=self.restarts, line_color=RESTART_COLOR, line_width=2,
                       line_dash="dashed")
         self.step_fig.add_layout(LabelSet(x="step", y=6, y_units="screen", text="text",
@@ -186,22 +196,27 @@ class Panels:
 
     def _memory_panels(self, modelled: bool) -> None:
         n, x = len(self.shown), self.step_fig.x_range
+        # the allocator's figures (KiB to GiB) and the resident set (hundreds of
+        # MiB of interpreter and libraries) on one axis left the first flat on zero
         mem = figure(height=220, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                      x_axis_label="step", y_axis_label="MiB")
+        rss = figure(height=180, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
+                     x_axis_label="step", y_axis_label="MiB (RSS)",
+                     title="Resident memory (RSS) per rank (MiB), measured")
         frag = figure(height=200, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                       x_axis_label="step", y_axis_label="%")
         free = figure(height=200, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                       x_axis_label="step", y_axis_label="MiB")
-        self.mem_fig, self.frag_fig, self.free_fig = mem, frag, free
+        self.mem_fig, self.rss_fig, self.frag_fig, self.free_fig = mem, rss, frag, free
         self.mem = [ColumnDataSource({k: [] for k in MEM_KEYS}) for _ in range(n)]
         self.mem_prof = [ColumnDataSource({k: [] for k in MEM_KEYS}) for _ in range(n)]
         self.mem_marks = ColumnDataSource({k: [] for k in (*MEM_KEYS, "color")})
         self.prof_lines: list[Any] = []  # joined only when the profiled points are all there is
-        rends: dict[Any, list[Any]] = {mem: [], frag: [], free: []}
+        rends: dict[Any, list[Any]] = {mem: [], rss: [], frag: [], free: []}
         self.mem_spread = ColumnDataSource(spread_columns(SPREAD_MEM))
         self.prof_spread = ColumnDataSource(spread_columns(SPREAD_MEM))
         if self.spread:
-            for fig, key in ((mem, "allocated"), (mem, "rss"), (frag, "frag"),
+            for fig, key in ((mem, "allocated"), (rss, "rss"), (frag, "frag"),
                              (free, "largest_free")):
                 band(fig, self.mem_spread, key)
                 self.prof_lines += band(fig, self.prof_spread, key, visible=modelled)
@@ -209,9 +224,10 @@ class Panels:
         for i, r in enumerate(self.shown):
             c, ms, mp = self.color(r), self.mem[i], self.mem_prof[i]
             lines = [mem.line("step", "allocated", source=ms, color=c),
-                     mem.line("step", "reserved", source=ms, color=c, line_dash="dashed"),
-                     mem.line("step", "rss", source=ms, color=c, line_dash="dotted")]
+                     mem.line("step", "reserved", source=ms, color=c, line_dash="dashed")]
             rends[mem] += lines
+            lines.append(rss.line("step", "rss", source=ms, color=c))
+            rends[rss].append(lines[-1])
             lines.append(frag.line("step", "frag", source=ms, color=c))
             rends[frag].append(lines[-1])
             prof = [fig.line("step", key, source=mp, color=c, line_dash=dash, visible=modelled)
@@ -223,12 +239,16 @@ class Panels:
             rends[fig].append(fig.scatter("step", key, source=self.mem_marks, color="color",
                                           size=5))
         for fig, tips in (
-                (mem, [("allocated", "@allocated{0,0.0} MiB"),
-                       ("reserved", "@reserved{0,0.0} MiB"), ("RSS", "@rss{0,0.0} MiB")]),
-                (frag, [("inactive split / reserved", "@frag{0.0} %")]),
-                (free, [("largest free block", "@free{0,0.0} MiB")])):
+                (mem, [("allocated", "@allocated{0,0.000} MiB"),
+                       ("reserved", "@reserved{0,0.000} MiB")]),
+                (rss, [("RSS", "@rss{0,0.0} MiB")]),
+                (frag, [("inactive split / reserved", "@frag{0.0} %"),
+                        ("inactive split", "@inactive{0,0.000} MiB of @reserved{0,0.000} MiB")]),
+                (free, [("largest free block", "@free{0,0.000} MiB")])):
             fig.add_tools(HoverTool(renderers=rends[fig], tooltips=[("step", "@step"), *tips]))
-            fig.y_range.start = 0
+            if fig is not rss:  # RSS starts far from zero: its own range shows its changes
+                fig.y_range.start = 0
+        self.mem_note = caption("")
         self.set_memory_titles({"modelled"} if modelled else {"cuda"})
 
     def _timeline_panel(self) -> None:
@@ -237,11 +257,11 @@ class Panels:
         tl = figure(height=190, sizing_mode="stretch_width", tools=TOOLS,
                     x_range=Range1d(0, 1), y_range=Range1d(0.5, -0.5),
                     x_axis_label="s since the run started",
-                    title="Latest profiled step on every rank: ops by lane (nested ops "
-                          "stacked), red = collectives; black line = one collective across "
-                          "ranks at each rank's arrival (its NCCL kernel's start on the GPU where "
-                          "the step's trace has one, else its host's issue), ▼ = the rank "
-                          "that arrived last")
+                    title="Latest profiled step on every rank")
+        self.tl_note = caption(
+            "Ops by lane (nested ops stacked), red = collectives; black line = one collective "
+            "across ranks at each rank's arrival (its NCCL kernel's start on the GPU where the "
+            "step's trace has one, else its host's issue), ▼ = the rank that arrived last.")
         self.tl_fig = tl
         tl.ygrid.grid_line_color = None
         tl.yaxis.ticker = []
@@ -263,7 +283,7 @@ class Panels:
                                                            "last", "spread_ms", "arrived_by")})
         self.last = ColumnDataSource({k: [] for k in ("x", "y", "name", "seq", "step", "last",
                                                        "spread_ms", "arrived_by")})
-        self.tl_ends = ColumnDataSource({k: [] for k in ("x", "y0", "y1", "text")})
+        self.tl_ends = ColumnDataSource({k: [] for k in ("x", "y0", "y1", "text", "label")})
         add_colour_legend(tl, KIND_COLORS.items(), alpha={"collective": COLLECTIVE_ALPHA})
         ops = tl.quad("left", "right", "bottom", "top", source=self.ops, color="color",
                       line_alpha=0)
@@ -272,8 +292,11 @@ class Panels:
         arr = tl.multi_line("xs", "ys", source=self.arrivals, color="#222", line_width=1.5)
         last = tl.scatter("x", "y", source=self.last, marker="inverted_triangle", size=11,
                           color="#222")
-        tl.segment("x", "y0", "x", "y1", source=self.tl_ends, color="#b00", line_width=3)
-        tl.add_layout(LabelSet(x="x", y="y0", text="text", source=self.tl_ends, x_offset=4,
+        # the rank's name, not its reason (in the hover): a reason ran over the lanes
+        ends = tl.segment("x", "y0", "x", "y1", source=self.tl_ends, color="#b00",
+                          line_width=3)
+        tl.add_tools(HoverTool(renderers=[ends], tooltips=[("", "@text")]))
+        tl.add_layout(LabelSet(x="x", y="y0", text="label", source=self.tl_ends, x_offset=4,
                                y_offset=-2, text_font_size="9pt", text_color="#b00",
                                text_baseline="top"))
         tl.add_tools(
@@ -297,8 +320,7 @@ class Panels:
                                        **{f"{role}_ms": [0.0] * n for role in ROLES}})
         self.roles_fig = _stacked_bars(
             self.roles, ROLES, ROLE_COLORS, labels, "ms (median of the profiled steps)",
-            "Profiled steps as %%torchprof breaks them down (TensorBoard profiler plugin's "
-            "definitions): median ms per role", "0,0.00",
+            "%%torchprof roles of the profiled steps (median ms)", "0,0.00",
             [("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")])
 
     def _breakdown_panel(self) -> None:
@@ -307,6 +329,9 @@ class Panels:
         self.breakdown = ColumnDataSource({"rank": labels,
                                            "median_step_ms": [NAN] * n,
                                            **{f"{p}_ms": [0.0] * n for p in PARTS}})
+        self.roles_note = caption(
+            "The profiled steps as %%torchprof breaks them down (the TensorBoard profiler "
+            "plugin's definitions: one role per instant).")
         self.bd_fig = _stacked_bars(
             self.breakdown, PARTS, PART_COLORS, labels, "ms (median per step)",
             "Where each rank's step goes: median ms per phase", "0,0.0",
@@ -315,20 +340,29 @@ class Panels:
     def set_memory_titles(self, sources: set[str]) -> None:
         """Titles that say where the numbers come from (the sources seen so far)."""
         if "cuda" in sources:
-            self.mem_fig.title.text = ("CUDA memory per rank (MiB): allocated solid, reserved "
-                                       "dashed")
-            self.frag_fig.title.text = "Fragmentation: inactive split / reserved (%)"
-            self.free_fig.title.text = "Largest free block (MiB, profiled steps' snapshots)"
+            self.mem_fig.title.text = "CUDA allocator per rank (MiB), measured"
+            self.frag_fig.title.text = "Fragmentation (%)"
+            self.free_fig.title.text = "Largest free block (MiB)"
+            self.mem_note.text = (
+                "Allocated solid, reserved dashed. Fragmentation: inactive split blocks / "
+                "reserved (hover for the bytes). Largest free block: the profiled steps' "
+                "allocator snapshots.")
         elif "modelled" in sources:
-            self.mem_fig.title.text = (
-                "CPU run, modelled: what a CUDA caching allocator would hold per rank (MiB) "
-                "at profiled steps: allocated solid, reserved dashed; RSS dotted")
-            self.frag_fig.title.text = "Fragmentation, modelled: inactive split / reserved (%)"
+            self.mem_fig.title.text = "CUDA allocator per rank (MiB), modelled"
+            self.frag_fig.title.text = "Fragmentation, modelled (%)"
             self.free_fig.title.text = "Largest free block, modelled (MiB)"
+            self.mem_note.text = (
+                "CPU run: allocated (solid), reserved (dashed), fragmentation and the largest "
+                "free block are the allocator model's, what a CUDA caching allocator would hold "
+                "for each profiled step's requests, not measured. Fragmentation is inactive "
+                "split blocks / reserved: a small model's pool is a few MiB (one 2 MiB "
+                "segment), where a high share is a few KiB; hover for the bytes.")
         else:
-            self.mem_fig.title.text = "RSS per rank (MiB)"
-            self.frag_fig.title.text = "Fragmentation: not measured (no allocator figures)"
+            self.mem_fig.title.text = "Allocator: not measured"
+            self.frag_fig.title.text = "Fragmentation: not measured"
             self.free_fig.title.text = "Largest free block: not measured"
+            self.mem_note.text = ("No allocator figures (no CUDA, no profiled step yet): "
+                                  "the resident set is the memory measured.")
 
     def relayout(self, ended: dict[int, str]) -> None:
         """Lane ticks, rank groups and height for the lanes known now."""
@@ -383,6 +417,12 @@ class Panels:
         self.last.data = columns_or_empty(self.last, [tl.place_point(r, w) for r, w in tl.last])
         self.tl_ends.data = columns_or_empty(self.tl_ends,
                                              [tl.place_end(r, w) for r, w in tl.ends])
+
+
+def caption(text: str) -> Div:
+    """Words under a chart, wrapped to the frame (``text`` is plain: escaped)."""
+    return Div(text=str(escape(text)), sizing_mode="stretch_width",
+               styles={"font-size": "12px", "color": "#555", "margin-top": "0"})
 
 
 def verdict_html(sr: Any, color: str = "#333") -> Any:

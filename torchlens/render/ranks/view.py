@@ -85,6 +85,8 @@ class RankProfileView:
                                                        for _ in range(world_size)]
         self.ended: dict[int, str] = {}
         self._new_steps: list[list[StepRecord]] = [[] for _ in range(world_size)]
+        self._redraw: set[int] = set()  # ranks whose set-up windows were dropped
+        self._windows = self._stepped = False  # windows seen; real steps seen
         self._new_summaries: list[tuple[int, StepSummary]] = []
         self._new_ended: list[tuple[int, str, float]] = []
         self._new_restarts: list[dict[str, Any]] = []
@@ -118,11 +120,24 @@ class RankProfileView:
         self.panels.tl_fig.visible = False
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
-        """A batch of step records of ``rank`` (docs/RANK_PROFILE.md)."""
+        """A batch of step records of ``rank`` (docs/RANK_PROFILE.md).
+
+        Windows a rank cut before its first ``torchlens.step()`` were its
+        set-up (the stepper counts from step 0 again): once a real step
+        arrives they are taken off the panels, as the run's records drop
+        them, so a set-up of seconds is not drawn as step 0.
+        """
         if not records:
             return
         if self.t0 is None:
             self.t0 = records[0].t0
+        self._windows = self._windows or records[0].window
+        if any(not rec.window for rec in records):
+            self._stepped = True
+            if any(rec.window for rec in self.records[rank]):
+                self.records[rank] = [rec for rec in self.records[rank] if not rec.window]
+                self._redraw.add(rank)
+            records = [rec for rec in records if not rec.window]
         self.records[rank].extend(records)
         self._new_steps[rank].extend(records)
         self._dirty = True
@@ -149,7 +164,7 @@ class RankProfileView:
         unless ``force`` (the run's end: held-back collectives are drawn too)."""
         now = time.monotonic()
         analysis_due = self._dirty and (force or now - self._last_analysis >= self._analysis_every)
-        pending = (any(self._new_steps) or self._new_summaries or self._new_ended
+        pending = (any(self._new_steps) or self._redraw or self._new_summaries or self._new_ended
                    or self._new_restarts or analysis_due or (force and self._waiting))
         if not pending or (not force and now - self._last_flush < FLUSH_S):
             return
@@ -170,6 +185,9 @@ class RankProfileView:
     def _flush_steps(self) -> None:
         p = self.panels
         seen = set(self._mem_sources)
+        redraw, self._redraw = self._redraw, set()
+        for r in sorted(redraw):
+            self._redraw_rank(r)
         for r, new in enumerate(self._new_steps):
             if not new:
                 continue
@@ -179,8 +197,6 @@ class RankProfileView:
             new.clear()
             if rows:
                 self._last_point[r] = (rows[-1]["step"], rows[-1]["step_ms"])
-                if rows[-1].get("window"):
-                    p.step_fig.xaxis.axis_label = "window"
             if p.spread:
                 self.step_spread.add(r, rows)
                 self.mem_spread.add(r, mem)
@@ -194,7 +210,26 @@ class RankProfileView:
         if p.spread:
             merge(p.step_spread, self.step_spread.changed(), STEP_ROLLOVER)
             merge(p.mem_spread, mem_spread_units(self.mem_spread.changed()), STEP_ROLLOVER)
+        # "window" only while no rank has called torchlens.step(): then the
+        # points are fixed windows of time, not steps
+        p.step_fig.xaxis.axis_label = "window" if self._windows and not self._stepped else "step"
         self._set_memory_sources(seen)
+
+    def _redraw_rank(self, r: int) -> None:
+        """Rank ``r``'s step and memory points drawn again from its records
+        (its set-up windows were dropped)."""
+        p = self.panels
+        self._last_point.pop(r, None)
+        slot = p.slot_of.get(r)
+        if slot is None:
+            return
+        p.steps[slot].data = columns_or_empty(p.steps[slot], [])
+        p.mem[slot].data = columns_or_empty(p.mem[slot], [])
+        color = p.color(r)
+        keep = [i for i, c in enumerate(p.profiled.data["color"]) if c != color]
+        p.profiled.data = {k: [v[i] for i in keep] for k, v in p.profiled.data.items()}
+        # windows come only before a rank's first real step: what it has left
+        # are the real steps of this batch, streamed next
 
     def _point_at(self, rank: int, t: float) -> tuple[int, float]:
         """The step point ``rank`` had drawn when it stopped at ``t``: its last
@@ -217,8 +252,10 @@ class RankProfileView:
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
             dy = 4 - LABEL_STEP_PX * at.count(step)  # downwards: above is the frame
             at.append(step)
-            steps.append({"step": step, "step_ms": ms, "text": text, "dy": dy})
-            row = p.tl.place_end({"x": t - (self.t0 or t), "text": text}, rank)
+            steps.append({"step": step, "step_ms": ms, "text": text, "label": f"rank {rank}",
+                          "dy": dy})
+            row = p.tl.place_end({"x": t - (self.t0 or t), "text": text,
+                                  "label": f"rank {rank} stopped"}, rank)
             p.tl.ends.append((row, rank))
             ends.append(row)
         if self._new_ended and p.lanes.slot:

@@ -1,0 +1,38 @@
+"""Creep judged on the C heap's bytes in use where ranks send them (issue 21 #9).
+
+Hand-made records of a CPU run of 2 ranks and 12 steps: RSS rises 2 MiB per
+step on both (the C allocator keeps its pages), while rank 1's heap in use
+grows 1 MiB per step and rank 0's stays flat. On RSS alone the two are alike
+and nobody is named; on the heap rank 1 is.
+"""
+
+from __future__ import annotations
+
+from torchlens.analysis.ranks.steps import memory_creep
+from torchlens.model.records import StepMemory, StepRecord
+
+MiB = 1 << 20
+
+
+def _run(heap_growth: tuple[int, int], heap: bool = True) -> list[list[StepRecord]]:
+    return [[StepRecord(step=i, t0=i * 0.1, t1=i * 0.1 + 0.05, mem=StepMemory(
+                 rss=(300 << 20) + i * 2 * MiB + (i % 3) * 4096, source="rss",
+                 heap=((90 << 20) + i * heap_growth[r] + (i % 2) * 8192) if heap else None))
+             for i in range(12)] for r in range(2)]
+
+
+def test_rss_alike_on_every_rank_hides_the_rank_the_heap_names() -> None:
+    assert memory_creep(_run((0, MiB), heap=False), []) == []  # RSS alone: alike
+    (creep,) = memory_creep(_run((0, MiB)), [])
+    assert (creep.rank, creep.source) == (1, "heap")
+    assert creep.words == ("rank 1: memory creep, +1.0 MiB per step over 10 steps "
+                           "(C heap in use; RSS +18.0 MiB over the same steps)")
+
+
+def test_an_even_heap_is_no_creep_and_a_shared_one_neither() -> None:
+    assert memory_creep(_run((0, 0)), []) == []
+    assert memory_creep(_run((MiB, MiB)), []) == []  # both alike: not one rank's leak
+
+
+def test_a_small_heap_drift_is_no_creep() -> None:
+    assert memory_creep(_run((0, 256 << 10)), []) == []  # 2.25 MiB over 10 steps
