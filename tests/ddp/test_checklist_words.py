@@ -198,3 +198,17 @@ def test_no_oom_no_oom_line():
     run = DdpRun(world_size=1, backend="gloo", outcome="finished", ranks=[rank(0)],
                  exit_codes=[0], fingerprints=[[]])
     assert "out of memory" not in items(run)
+
+
+def test_a_small_pools_fragmentation_is_said_in_bytes_not_an_alarming_share() -> None:
+    """'fragmentation 97%' of a tiny model's 2 MiB pool alarmed for 1.9 MiB (issue 21 item 4)."""
+    from torchlens.analysis.ddp.profiled import _rank_memory_words
+
+    mib = 1024 * 1024
+    row = {"rank": 0, "source": "modelled", "allocated": 11 * 1024, "peak_allocated": 13 * 1024,
+           "reserved": 2 * mib, "peak_reserved": 2 * mib, "inactive_split": 2 * mib - 60 * 1024,
+           "frag": (2 * mib - 60 * 1024) / (2 * mib), "largest_free": None, "rss": None}
+    words = _rank_memory_words(row)
+    assert "%" not in words and "of the 2.0 MiB pool free in split blocks" in words
+    big = dict(row, reserved=4096 * mib, inactive_split=1024 * mib, frag=0.25)
+    assert "(fragmentation 25" in _rank_memory_words(big)

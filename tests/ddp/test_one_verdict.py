@@ -142,3 +142,16 @@ def test_the_slow_rank_verdict_is_one_colour_in_every_view(straggler):
 
     block = str(status_html("run", "ended", folder_frame(str(run_dir))["status"]))
     assert re.search(rf'<span style="color:{orange}">rank 2 is the slow rank', block)
+
+
+def test_a_profiled_run_without_strict_draws_no_false_zero_collectives_panel(tmp_path) -> None:
+    """Item 6: the collectives chart was a flat 0 on a -1..1 axis when nothing counted them."""
+    from torchlens.frontends.kinds import analyze
+    from torchlens.render.ddp.heartbeats import rank_figures
+
+    res = ddp_check(profiled.balanced, world_size=2, backend="gloo", profile=True, steps=6,
+                    run_dir=str(tmp_path / "run"), live=False)
+    a = analyze(res.profile)
+    assert a.heartbeats and not any(hb.get("collectives") for hb in a.heartbeats)
+    layout = rank_figures(a.heartbeats, 2, res.records.fingerprints, res.records.t0)
+    assert layout.children[1].visible is False

@@ -38,14 +38,23 @@ def check_slow_rank(rec: DdpRun) -> Finding | None:
     return Finding(said.severity, sentence, said.figures, said.advice, "slow rank", details)
 
 
+#: below this a pool's fragmentation share says little (a few KiB of a 2 MiB segment)
+SMALL_POOL = 64 * 1024 * 1024
+
+
 def _rank_memory_words(row: dict[str, Any]) -> str:
     if row["allocated"] is None:
         return f"rank {row['rank']}: RSS {format_bytes(row['rss'])} (peak {format_bytes(row['peak_rss'])})"
     text = (f"rank {row['rank']}{' (modelled)' if row['source'] == 'modelled' else ''}: "
             f"allocated {format_bytes(row['allocated'])} (peak {format_bytes(row['peak_allocated'])}), "
             f"reserved {format_bytes(row['reserved'])} (peak {format_bytes(row['peak_reserved'])})")
-    if row["frag"] is not None:
-        text += f", fragmentation {format_percent(100 * row['frag'])}"
+    if row["frag"] is not None and row["reserved"]:
+        # a tiny model's pool is a few MiB: say the bytes; a share of it alarms for nothing
+        inactive = row.get("inactive_split") or int(row["frag"] * row["reserved"])
+        text += (f", {format_bytes(inactive)} of the {format_bytes(row['reserved'])} pool free "
+                 "in split blocks (fragmentation"
+                 + (f" {format_percent(100 * row['frag'])})" if row["reserved"] >= SMALL_POOL
+                    else ")"))
     if row["largest_free"] is not None:
         text += f", largest free block {format_bytes(row['largest_free'])}"
     return text

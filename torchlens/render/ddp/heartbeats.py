@@ -180,7 +180,16 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
                  for r, fps in enumerate(collectives or []) for fp in fps if fp.get("t")]
     if tick_rows:
         ticks.data = to_columns(tick_rows)
+    if not tick_rows and not any(hb.get("collectives") for hb in heartbeats):
+        _hide_collectives(layout)  # nothing counted them (--profile without --strict)
     return layout
+
+
+def _hide_collectives(layout: Any) -> None:
+    """Drop the collectives panel where the heartbeats do not count collectives:
+    it would draw a false zero on a -1..1 axis."""
+    layout.children[1].visible = False
+    layout.children[2].title.text = "Per-rank timeline (state)"
 
 
 class LivePlot:
@@ -228,8 +237,7 @@ class LivePlot:
     def hide_collectives(self) -> None:
         """Drop the collectives panel: for heartbeats that do not count them
         (``torchlens run``'s ranks), where it would draw a false zero."""
-        self.layout.children[1].visible = False
-        self.layout.children[2].title.text = "Per-rank timeline (state)"
+        _hide_collectives(self.layout)
 
     def flush(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -142,7 +142,9 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
                     _profiling_html(run, run.profiling, a, figures), "rank-profile"))
     if a.heartbeats:
         figures.append(rank_figures(a.heartbeats, run.world_size or 1, run.fingerprints, run.t0))
-        out.append(("Per-rank memory, collectives and timeline",
+        counted = any(hb.get("collectives") for hb in a.heartbeats) or any(run.fingerprints or [])
+        out.append(("Per-rank memory, collectives and timeline" if counted else
+                    "Per-rank memory and timeline",
                     html.figure_slot(len(figures) - 1), "ranks-plot"))
     out.append(("Ranks", tables.html_table(a.rank_rows, RANK_COLUMNS), "ranks"))
     if a.collective_rows:

@@ -324,7 +324,7 @@ class RankProfileView:
         """The verdict and the breakdown, from every record so far."""
         p = self.panels
         started = time.monotonic()
-        sr = slow_rank(self.records, window=20)
+        sr = slow_rank(self.records)
         self._slow = sr.rank
         self._table = rank_table(self.records, [list(s) for s in self.summaries])
         self._pick()
