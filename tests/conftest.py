@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TESTDATA = REPO.parent / "shared" / "testdata"
+# TORCHLENS_TESTDATA: another place for it (tests/test_shared_data.py points it nowhere)
+TESTDATA = Path(os.environ.get("TORCHLENS_TESTDATA") or REPO.parent / "shared" / "testdata")
 TRACES = TESTDATA / "traces"
 SNAPSHOTS = TESTDATA / "snapshots"
 
