@@ -52,3 +52,16 @@ def add_colour_legend(fig: Any, entries: Iterable[tuple[str, str]],
                     spacing=8, padding=2, margin=2, click_policy="none")
     fig.add_layout(legend, "above")
     return legend
+
+
+def legend_below(fig: Any) -> None:
+    """Move a figure's legend out of the plot, under it: a legend inside a
+    small chart covers the lines it names (the gpumem timeline's did)."""
+    legends = list(fig.legend)
+    if not legends:
+        return
+    legend = legends[0]
+    fig.center = [c for c in fig.center if c is not legend]
+    legend.orientation = "horizontal"
+    legend.click_policy = "hide"
+    fig.add_layout(legend, "below")

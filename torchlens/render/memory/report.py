@@ -30,6 +30,7 @@ from torchlens.model.units import (
 )
 from torchlens.render import html, tables
 from torchlens.render.findings import figure_text, finding_html, finding_text
+from torchlens.render.legend import legend_below
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -159,7 +160,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
     p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
                                                     ("", "@freed"), ("stack", "@stack")]))
-    p.legend.location = "top_left"
+    legend_below(p)
     return p
 
 
