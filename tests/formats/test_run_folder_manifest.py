@@ -128,7 +128,7 @@ def test_a_version_1_manifest_of_torchlens_run_reads(tmp_path: Path) -> None:
         "torchlens run (every step of every rank): rank 1 is the straggler: its data "
         "loading takes 40.0 ms per step",
         "lost node 1 (gpu8) at step 7",
-        "the run finished: every rank said goodbye (12 steps or more each) (exit code 0)",
+        "how the run ended: finished: every rank said goodbye (12 steps or more each) (exit code 0)",
         "restart 1: rank 1 failed at step 5",
         "a note"]
     steps = collected_steps(str(tmp_path), m)

@@ -188,3 +188,11 @@ def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
     assert max(drawn["ms"]) == 2005.0 and drawn["step"][drawn["ms"].index(2005.0)] == 2345
     assert set(drawn["restart"]) == {0, 1} and drawn["t"] == sorted(drawn["t"])
     assert series["restarts"][0]["t"] == 100.0 and series["restarts"][0]["resumed"] == 105.0
+
+
+def test_a_long_state_is_not_cut_in_the_terminal_table() -> None:
+    """'ended by its a' (a new-user walk, after Ctrl-C): the column fits its longest state."""
+    steps = [[_rec(i, 0.0002, 0.002) for i in range(12)] for _ in range(2)]
+    ranks = [_info(0, 0), _info(1, 0, bye={"reason": "SIGTERM", "t": 1.0, "steps": 12})]
+    text = "\n".join(lines(run_view(_snap(ranks, steps))))
+    assert "ended by its agent" in text

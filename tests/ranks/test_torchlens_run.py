@@ -197,7 +197,7 @@ def test_ctrl_c_ends_the_job_and_writes_the_folder(tmp_path: Path) -> None:
     finally:
         c.kill()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["interrupted"] is True
+    assert manifest["interrupted"] is True and manifest["exit_code"] == 130  # what the shell got
     assert manifest["stopped"].startswith("interrupted after")
     for r in (0, 1):
         assert len(_steps(out, r)) >= 5

@@ -405,7 +405,9 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         nodes.setdefault((e.node, e.host), NodeEntry(node=e.node, host=e.host)).ranks.append(e.rank)
     manifest = Manifest(
         source=SOURCE_RUN, world_size=view.world_size, created=time.time(),
-        run_id=collector.key.run_id, command=list(command), exit_code=code,
+        run_id=collector.key.run_id, command=list(command),
+        # the status the shell gets, as the last line says it (130 after a Ctrl-C)
+        exit_code=EXIT_INTERRUPTED if interrupted else _exit_code(code),
         interrupted=interrupted, stopped=_where_stopped(view, interrupted, code, raised),
         verdict=str(view.verdict), ranks=ranks, nodes=list(nodes.values()),
         lost_nodes=[dataclasses.asdict(n) for n in view.lost],

@@ -77,14 +77,16 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
                f"; slow rank: {'none' if slow is None else slow}"
                f"; dropped messages: {view.dropped}"
                + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
-    out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<18} {'steps':>5} "
-               f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
     shown = view.ranks if max_rows is None else rows_in_order(view.ranks, view.order, max_rows)
+    # as wide as the longest state shown ("ended by its agent" is 18): never cut a word
+    sw = max([5, *(len(str(row["state"])) for row in shown)])
+    out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<{sw}} {'steps':>5} "
+               f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
     for row in shown:
         node = "-" if row.get("node") is None else str(row["node"])
         mark = " <- slow" if row["rank"] == slow else ""
         out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
-                   f"{row['state'][:18]:<18} {row.get('steps') or 0:>5} "
+                   f"{row['state']:<{sw}} {row.get('steps') or 0:>5} "
                    f"{format_ms(row.get('step_ms'), unit=False, missing='-'):>8} "
                    f"{format_ms(row.get('data_ms'), unit=False, missing='-'):>8} "
                    f"{memory_cell(row):>14}{mark}")
