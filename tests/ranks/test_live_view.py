@@ -376,3 +376,14 @@ def test_profiled_steps_breakdown_panel_shows_torchprof_roles_per_rank() -> None
         assert data["dataloader_ms"][r] == pytest.approx(0.5 * r)
         assert data["profiled"][r] == len(sums[r])
     assert "%%torchprof" in view.panels.roles_fig.title.text
+
+
+def test_a_rank_that_finished_gets_no_red_mark() -> None:
+    """Every rank that reached --steps was marked with a red x like a crash (a walk)."""
+    steps, sums = make_run(world=WORLD, steps=12, straggler=STRAGGLER)
+    view = RankProfileView(WORLD, every=5, modelled=True, t0=T_START)
+    feed(view, steps, sums)
+    for r in range(WORLD):
+        view.rank_ended(r, "finished", steps[r][-1].t1)
+    view.flush(force=True)
+    assert view.panels.ended.data["step"] == [] and view.panels.tl_ends.data["x"] == []

@@ -155,7 +155,11 @@ class RankProfileView:
         self._new_restarts.append({"step": step, "text": text})
 
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
-        """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``."""
+        """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``.
+        A rank that finished is no news: the red mark is for one that stopped
+        early (a walk saw every rank that reached ``--steps`` marked red)."""
+        if reason.startswith("finished"):
+            return
         self.ended[rank] = reason
         self._new_ended.append((rank, reason, t))
 
