@@ -370,6 +370,8 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
 
             plot: ProfiledLiveView | LivePlot = ProfiledLiveView(
                 world_size, profile_every, modelled=backend != "nccl")
+            if not strict:  # only --strict counts collectives: no flat zero panel
+                plot.beats.hide_collectives()
         else:
             plot = LivePlot(world_size)
         loaded = load_bokehjs([plot.layout])  # the widget draws with the page's BokehJS
