@@ -74,6 +74,8 @@ def test_every_view_gives_the_checklists_verdict_with_its_figures(straggler):
     # the run folder's report leads with it, titled as the checklist's line
     run = load_run(str(run_dir), workers=1)
     assert run.findings()[0] == str(said)
+    # torchlens.load(folder).slow_rank() is the same verdict (a walk got AttributeError)
+    assert run.slow_rank().rank == 2 and str(run.slow_rank().finding) == str(said)
     # ... and no second sentence names the slow rank with other figures
     assert sum(" is the slow rank" in f for f in run.findings()) == 1
     assert run.stragglers().iloc[0]["rank"] == 2  # the traces' evidence stays in its table

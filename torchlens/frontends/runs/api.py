@@ -149,7 +149,8 @@ class RunResult(Result):
         except ManifestError:  # a folder of traces alone; discover named a broken manifest
             manifest = None
         collected = collected_steps(sources.root, manifest) if manifest else None
-        verdict, manifest = folder_verdict(sources.root, manifest)
+        judged = folder_slow_rank(sources.root, manifest)
+        verdict, manifest = folder_verdict(judged, manifest)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
@@ -161,6 +162,15 @@ class RunResult(Result):
         self.figures = figures
         self.problems = problems
         self.ignored = sources.ignored
+        self._slow = judged
+
+    def slow_rank(self) -> Any:
+        """A run folder with step records (``torchlens run``, ``%ddp_check
+        --profile``): the rank the others waited for and why
+        (``analysis.ranks.slow.SlowRank``), the verdict that leads its report,
+        as ``%ddp_check``'s ``result.slow_rank()`` gives it. None for traces
+        alone: ``stragglers()`` judges those from their collectives."""
+        return self._slow
 
     @property
     def ranks(self) -> list[int]:
@@ -279,25 +289,31 @@ def last_common_steps(root: str, ranks: list[int]) -> list[list[StepRecord]]:
     return [[rec for rec in iter_steps(root, r) if rec.step in common] for r in ranks]
 
 
-def folder_verdict(root: str, manifest: Manifest | None,
-                   ) -> tuple[list[dict[str, Any]], Manifest | None]:
-    """A run folder's slow-rank verdict from its step records, the one every
-    view gives (``analysis.ranks.slow.slow_rank``), as the finding that leads
-    its report (titled ``slow rank``, as in the ``%ddp_check`` checklist);
-    and the manifest without its copy of that verdict (``torchlens run``'s
-    collector saved it in words), so the report says it once. None and the
-    manifest as it was for a folder without step records."""
+def folder_slow_rank(root: str, manifest: Manifest | None) -> Any:
+    """A run folder's slow rank from its step records, the one every view gives
+    (``analysis.ranks.slow.slow_rank`` over the last steps every rank finished);
+    None for a folder without a manifest or without two ranks' step records."""
     if manifest is None or not root:
-        return [], manifest
+        return None
     ranks = sorted(e.rank for e in manifest.ranks)
     steps = last_common_steps(root, ranks)
     if sum(1 for s in steps if s) < 2:
-        return [], manifest
+        return None
     by_rank: list[list[StepRecord]] = [[] for _ in range(max(ranks) + 1)]
     for r, recs in zip(ranks, steps, strict=True):
         by_rank[r] = recs
     judged = slow_rank(by_rank)
-    if not judged.steps:
+    return judged if judged.steps else None
+
+
+def folder_verdict(judged: Any, manifest: Manifest | None,
+                   ) -> tuple[list[dict[str, Any]], Manifest | None]:
+    """``folder_slow_rank``'s verdict as the finding that leads the folder's
+    report (titled ``slow rank``, as in the ``%ddp_check`` checklist); and the
+    manifest without its copy of that verdict (``torchlens run``'s collector
+    saved it in words), so the report says it once. None and the manifest as
+    it was when there is no verdict."""
+    if judged is None or manifest is None:
         return [], manifest
     said = dataclasses.replace(judged.finding, title=SLOW_TITLE)
     saved = as_finding((manifest.slow_rank or {}).get("finding"))
