@@ -65,3 +65,17 @@ def test_the_server_passes_final_and_peak_and_refuses_a_bad_flag(cell) -> None:
     for bad in ({"final": "yes"}, {"final": 1}, {"peak": -1}, {"peak": "6 MiB"}):
         with pytest.raises(ValueError):
             rank_sample("x", {"rank": 0, "t": 1.0, "allocated": 5, **bad})
+
+
+def test_the_last_sample_is_the_cells_end_when_its_last_instant_held_a_peak(cell) -> None:
+    """An allocation and its free in the same microsecond at the end of the cell:
+    the instant keeps its highest (the peak shows) and the line still ends on
+    the end figure (a fresh clone's CI drew 4 MiB where the report ends at 3 MiB)."""
+    analysis, started, ended = cell
+    tl = analysis.timeline
+    mib = 1 << 20
+    last = type(tl)(t_us=[0, 10, 20, 20], allocated=[mib, 3 * mib, 4 * mib, 3 * mib],
+                    start_allocated=0, t0_us=tl.t0_us, clock=tl.clock)
+    samples = report_samples(SimpleNamespace(timeline=last), started, ended)
+    assert max(s["allocated"] for s in samples) == 4 * mib
+    assert samples[-1]["allocated"] == last.end_allocated == 3 * mib

@@ -229,6 +229,9 @@ def report_samples(analysis: Any, started: float, ended: float,
         level[t] = max(level.get(t, 0), int(a))
     if len(level) == 1:  # nothing allocated or freed: the start is the end
         level[max(ended, first + 1e-3)] = tl.end_allocated
+    last = max(level)
+    if level[last] != tl.end_allocated:  # the last instant kept its highest: end on the end
+        level[max(ended, last + 1e-6)] = tl.end_allocated
     return [{"rank": 0, "t": t, "device": device, "allocated": a, "reserved": None,
              "peak": int(tl.peak_allocated), "final": True}
             for t, a in sorted(level.items())]

@@ -158,9 +158,9 @@ class RankProfileView:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``.
         A rank that finished is no news: the red mark is for one that stopped
         early (a walk saw every rank that reached ``--steps`` marked red)."""
+        self.ended[rank] = reason
         if reason.startswith("finished"):
             return
-        self.ended[rank] = reason
         self._new_ended.append((rank, reason, t))
 
     def flush(self, force: bool = False) -> None:
