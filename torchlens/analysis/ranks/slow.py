@@ -215,8 +215,9 @@ class SlowRank:
     timed_by: dict[str, list[int]] = field(default_factory=dict)
 
 
-def _rank_list(ranks: list[int]) -> str:
-    """``rank 3`` / ``ranks 0-3, 5``."""
+def rank_list(ranks: list[int]) -> str:
+    """``rank 3`` / ``ranks 0-3, 5`` (sorted first): how every view names a set of ranks."""
+    ranks = sorted(ranks)
     parts, i = [], 0
     while i < len(ranks):
         j = i
@@ -237,7 +238,7 @@ def timed_words(timed_by: dict[str, list[int]]) -> str:
     if len(ways) == 1:
         return f"phase times: {TIMED[ways[0]]}{caveat}"
     return "phase times: " + ", ".join(
-        f"{TIMED[w]} on {_rank_list(timed_by[w])}" for w in ways) + caveat
+        f"{TIMED[w]} on {rank_list(timed_by[w])}" for w in ways) + caveat
 
 
 def _times(rec: StepRecord, gpu: GpuStepTimes | None = None) -> dict[str, float]:

@@ -92,6 +92,7 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.ranks.arrivals import last_arrival
+from torchlens.analysis.ranks.slow import rank_list
 from torchlens.analysis.trace.collectives import (
     DTYPE_BYTES,
     argument_bytes,
@@ -235,24 +236,11 @@ def collective_tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, 
     return out
 
 
-def _rank_list(ranks: list[int]) -> str:
-    """``rank 3`` / ``ranks 0-3, 5``."""
-    ranks = sorted(ranks)
-    parts, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
-
-
 def _disagreement(what: dict[int, Any], unit: str = "") -> str:
     groups: dict[Any, list[int]] = {}
     for rank, value in what.items():
         groups.setdefault(value, []).append(rank)
-    return "; ".join(f"{value}{unit} on {_rank_list(rs)}" for value, rs in groups.items())
+    return "; ".join(f"{value}{unit} on {rank_list(rs)}" for value, rs in groups.items())
 
 
 def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[dict[str, Any]]:
