@@ -66,20 +66,26 @@ def bare_profiler(model, opt) -> tuple[float, float]:
         lambda: prof.key_averages().table(sort_by="cuda_time_total", row_limit=20))
 
 
-def torchlens_torchprof(model, opt) -> tuple[float, float]:
-    import torchlens
+def _torchlens(capture_block, model, opt) -> tuple[float, float]:
+    """A torchlens capture of the workload, then its report (the display bundle)."""
     from torchlens.frontends.kinds import display_bundle
 
     box = {}
 
     def capture():
-        with torchlens.torchprof() as r:
+        with capture_block() as r:
             workload(model, opt)
         box["r"] = r
 
     cap = _timed(capture)
     r = box["r"]
     return cap, _timed(lambda: display_bundle(r.profile, r.analysis()))
+
+
+def torchlens_torchprof(model, opt) -> tuple[float, float]:
+    import torchlens
+
+    return _torchlens(torchlens.torchprof, model, opt)
 
 
 def bare_history(model, opt) -> tuple[float, float]:
@@ -98,18 +104,8 @@ def bare_history(model, opt) -> tuple[float, float]:
 
 def torchlens_gpumem(model, opt) -> tuple[float, float]:
     import torchlens
-    from torchlens.frontends.kinds import display_bundle
 
-    box = {}
-
-    def capture():
-        with torchlens.gpumem() as r:
-            workload(model, opt)
-        box["r"] = r
-
-    cap = _timed(capture)
-    r = box["r"]
-    return cap, _timed(lambda: display_bundle(r.profile, r.analysis()))
+    return _torchlens(torchlens.gpumem, model, opt)
 
 
 GROUPS = {
