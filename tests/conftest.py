@@ -2,7 +2,8 @@
 
 Outside this project's CI that folder may not exist (a plain ``git clone``):
 then every test that reads it is skipped with a reason that says where the
-data comes from, unless ``CI`` is set, where a missing folder is a failure.
+data comes from (``pytest_runtest_makereport``), unless ``CI`` is set, where
+a missing folder is a failure.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -29,25 +29,25 @@ MISSING_SHARED = (
     f"needs the shared test data in {TESTDATA} (real traces and snapshots from other "
     "people's GPU runs), which is not there: this project's CI clones the repository beside "
     "it; elsewhere these tests are skipped")
-# how a test module says it reads ../shared/testdata
-_READS_SHARED = re.compile(r'"testdata"|\bTESTDATA\b|\bTRACES\b|\bSNAPSHOTS\b|traces_dir|'
-                           r"snapshots_dir|shared_snapshots|allocator_fixtures|gpumem_fixtures")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if TESTDATA.is_dir() or os.environ.get("CI"):
-        return
-    texts: dict[str, bool] = {}
-    skip = pytest.mark.skip(reason=MISSING_SHARED)
-    for item in items:
-        path = str(item.fspath)
-        if path not in texts:
-            try:
-                texts[path] = bool(_READS_SHARED.search(Path(path).read_text(encoding="utf-8")))
-            except OSError:
-                texts[path] = False
-        if texts[path]:
-            item.add_marker(skip)
+def _missing_shared(text: str) -> bool:
+    return str(TESTDATA) in text or "shared test data missing" in text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Test by test, not module by module: a test that stopped because the
+    shared data is missing (its fixture's ``pytest.fail``, or a path under
+    ``TESTDATA`` in its error) is reported skipped with ``MISSING_SHARED``;
+    the tests of the same module that do not read the data run as usual."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.failed and call.excinfo is not None and not TESTDATA.is_dir()
+            and not os.environ.get("CI") and _missing_shared(
+                f"{call.excinfo.value}\n{report.longreprtext}")):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {MISSING_SHARED}")
 
 
 @pytest.fixture(scope="session")

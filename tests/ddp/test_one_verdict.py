@@ -157,3 +157,19 @@ def test_a_profiled_run_without_strict_draws_no_false_zero_collectives_panel(tmp
     assert a.heartbeats and not any(hb.get("collectives") for hb in a.heartbeats)
     layout = rank_figures(a.heartbeats, 2, res.records.fingerprints, res.records.t0)
     assert layout.children[1].visible is False
+
+
+def test_the_stragglers_table_gives_the_verdicts_cause_and_no_second_ratio(straggler, tmp_path):
+    """A walk read 90.1x in the findings and 110.4x in "Who the others waited
+    for": the table judged the cause again from the few profiled steps."""
+    res, run_dir = straggler
+    said = res.slow_rank().finding
+    ratio = f"{said.value('ratio'):.1f}x"
+    run = load_run(str(run_dir), workers=1)
+    table = run.stragglers().set_index("rank")
+    assert ratio in table.loc[2, "cause_words"]
+    assert table.drop(index=2)["cause_words"].isna().all()
+    out = tmp_path / "run.html"
+    assert main(["report", str(run_dir), "-o", str(out)]) == 0
+    page = _text(out.read_text())
+    assert set(re.findall(r"(\d[\d,.]*x) the others' median", page)) == {ratio}

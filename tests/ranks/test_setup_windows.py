@@ -69,3 +69,39 @@ def test_a_function_without_steps_keeps_its_windows() -> None:
     view.flush(force=True)
     assert view.panels.step_fig.xaxis.axis_label == "window"
     assert view.panels.steps[0].data["step"] == [0, 1, 2, 3]
+
+
+def test_one_rule_for_every_reader_of_a_torchlens_run(tmp_path) -> None:
+    """``torchlens run`` keeps every record a rank sent, its set-up window too:
+    the collector's verdict and rank table, and the run folder's readers, leave
+    it out as the live view does (one rule, ``model.records.without_setup``)."""
+    from statistics import median
+
+    from torchlens.analysis.ranks.verdict import run_view
+    from torchlens.formats.run_folder.records import read_steps, write_steps
+
+    steps, _ = make_run(world=2, steps=12, straggler=1)
+    sent = [[setup_window(r), *steps[r]] for r in range(2)]
+    info = [{"rank": r, "node": 0, "host": "h0", "silent_s": 0.5, "bye": None,
+             "heartbeat": {"steps_done": 12}, "steps_sent": 13, "shared_run_dir": True}
+            for r in range(2)]
+    view = run_view({"world_size": 2, "ranks": info, "steps": sent,
+                     "summaries": [[], []], "dropped": 0, "restarts": [], "lost_after_s": 10.0})
+    for r, row in enumerate(view.ranks):
+        assert row["step_ms"] == median((s.t1 - s.t0) * 1e3 for s in steps[r])
+    assert view.slow.steps == 12  # the window is not a step the verdict compares
+    for r in range(2):
+        write_steps(str(tmp_path), r, sent[r])
+        assert [s.step for s in read_steps(str(tmp_path), r)] == list(range(12))
+
+
+def test_a_restarted_ranks_set_up_goes_too_and_windows_alone_stay() -> None:
+    from torchlens.model.records import without_setup
+
+    steps, _ = make_run(world=1, steps=4, straggler=0)
+    again = [StepRecord(step=s.step, t0=s.t0 + 100, t1=s.t1 + 100, restart=1) for s in steps[0]]
+    setup2 = StepRecord(step=0, t0=90.0, t1=100.0, window=True, restart=1)
+    kept = list(without_setup([setup_window(0), *steps[0], setup2, *again]))
+    assert kept == [*steps[0], *again]
+    alone = [StepRecord(step=i, t0=i, t1=i + 1, window=True) for i in range(3)]
+    assert list(without_setup(alone)) == alone

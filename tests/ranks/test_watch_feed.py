@@ -355,3 +355,40 @@ def test_bad_targets_say_what_to_do(run, tmp_path: Path, monkeypatch) -> None:
     w = torchlens.watch(address, timeout=5)
     w.stop()
     assert c.key.run_id in w.label
+
+
+def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
+    """A walk read 144.5x in the watch's header and 134.6x in the section
+    under it: the header is the collector's verdict, the section judged the
+    records the watch had received by then. One verdict: the collector's."""
+    import html
+    import re
+    import sys
+
+    c, feed, ranks, out = run
+    ranks.steps(20)
+    said = live_status(run_view(c.snapshot()))  # the collector judged 20 steps ...
+    here = sys.modules[__name__]
+    plain = here._record
+
+    def slower(step: int, slow: bool) -> dict:
+        rec = plain(step, slow)
+        if slow:
+            rec["phases"]["data"] *= 2
+        return rec
+
+    monkeypatch.setattr(here, "_record", slower)
+    ranks.steps(10)  # ... and 10 more, with rank 1 slower, reach the feed with it
+    feed.publish(said)
+    w = torchlens.watch(str(out), timeout=10)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and (w.view is None or len(_steps_shown(w)[1]) < 30):
+            time.sleep(0.1)
+        w.view.profile.flush(force=True)
+        header = html.unescape(re.sub(r"<[^>]+>", "", str(w._html())))
+        section = html.unescape(re.sub(r"<[^>]+>", "", w.view.profile.panels.verdict.text))
+        assert said["slow_finding"]["sentence"] in header
+        assert said["slow_finding"]["sentence"] in section
+    finally:
+        w.stop()

@@ -21,7 +21,7 @@ it stays a dict; ``StepSummary`` names the keys its readers use.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, TypedDict
 
 import msgspec
@@ -119,6 +119,30 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
 
 _ONE = msgspec.json.Decoder(StepRecord)
 _BATCH = msgspec.json.Decoder(list[StepRecord])
+
+
+def without_setup(records: Iterable[StepRecord]) -> Iterator[StepRecord]:
+    """A rank's records without its set-up: the one rule every reader follows.
+
+    The stepper cuts fixed windows (``window``) until the rank's first
+    ``torchlens.step()``, then counts from step 0 again; those windows were
+    its set-up (loading, DDP's construction), not steps, and a set-up of
+    seconds drawn or judged as step 0 hides every real step. So windows
+    before a real step go (a restarted rank's set-up windows too: they come
+    before its first real step), and a rank that never stepped keeps them (a
+    function without ``torchlens.step()`` is measured in windows). Streams:
+    a run folder's records are read one at a time."""
+    held: list[StepRecord] = []
+    stepped = False
+    for rec in records:
+        if rec.window:
+            held.append(rec)
+            continue
+        held.clear()
+        stepped = True
+        yield rec
+    if not stepped:
+        yield from held
 
 
 def records_from(values: Iterable[Any]) -> tuple[list[StepRecord], int]:

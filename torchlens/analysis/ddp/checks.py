@@ -422,10 +422,27 @@ def checklist(rec: DdpRun) -> list[Finding]:
         # a crash leads: the other lines are judged on a run it cut short
         first = [crash, *(i for i in items if i.title == "out of memory")]
         items = first + [i for i in items if i not in first]
+    items = _creep_before_unexplained_slow_rank(items)
     if rec.nodes:
         for item in items:
             item.sentence, item.advice = _with_nodes(item.sentence, rec), _with_nodes(item.advice, rec)
     return items
+
+
+def _creep_before_unexplained_slow_rank(items: list[Finding]) -> list[Finding]:
+    """A rank whose memory creeps is read before a slow rank that no measured
+    part explains: the creep names its cause and ends in an out-of-memory
+    error, the unexplained slow rank is the weaker evidence (a walk saw it lead
+    while a leaking rank's creep sat below it). A slow rank with its cause
+    keeps its place."""
+    slow = next((i for i in items if i.title == "slow rank"), None)
+    creep = next((i for i in items if i.title == "rank memory"), None)
+    if (slow is None or creep is None or slow.severity != WARNING or creep.severity != WARNING
+            or slow.value("cause") is not None or items.index(creep) < items.index(slow)):
+        return items
+    rest = [i for i in items if i is not creep]
+    at = rest.index(slow)
+    return [*rest[:at], creep, *rest[at:]]
 
 
 _RANK = re.compile(r"\brank (\d+)\b(?! \(node)")

@@ -193,8 +193,11 @@ def slow_rank_finding(rank: int, cause: PartTime | None, waited: str,
     waited for it (``waited``) and what to look at."""
     why = part_phrase(cause) if cause else "no measured part explains it" + unexplained
     advice = ADVICE[_KIND.get(cause.part, "compute") if cause else None].format(r=rank)
+    # rank and cause as figures: a view that tables the slow rank (the run
+    # report's "who the others waited for") reads them rather than judge again
+    named = (Figure("rank", rank), *((Figure("cause", cause.part),) if cause else ()))
     return Finding(WARNING, f"rank {rank} is the slow rank: {why}; {waited}",
-                   (*figures, *(part_figures(cause) if cause else ())), advice)
+                   (*named, *figures, *(part_figures(cause) if cause else ())), advice)
 
 
 @dataclass

@@ -48,6 +48,7 @@ from torchlens.analysis.ranks.steps import (
     rank_table,
 )
 from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding, as_finding
+from torchlens.model.records import without_setup
 from torchlens.model.units import format_bytes
 
 
@@ -169,7 +170,9 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
 def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     """The verdict, per-rank rows and lost nodes of one collector snapshot."""
     ranks: list[dict[str, Any] | None] = snap["ranks"]
-    steps, summaries = snap["steps"], snap["summaries"]
+    # the collector holds every record a rank sent: set-up windows included
+    steps = [list(without_setup(recs)) for recs in snap["steps"]]
+    summaries = snap["summaries"]
     states = [rank_state(i, snap.get("lost_after_s", 10.0), ended) for i in ranks]
     lost = lost_nodes(ranks, states)
     slow = slow_rank(steps)
@@ -245,7 +248,8 @@ def live_status(view: RunView) -> dict[str, Any]:
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached,
             "verdict": str(view.verdict), "severity": view.verdict.severity,
-            "slow_rank": view.slow.rank, "ranks": rows, "order": list(view.order),
+            "slow_rank": view.slow.rank, "slow_finding": view.slow.finding.to_dict(),
+            "ranks": rows, "order": list(view.order),
             "spread": None if view.spread is None else [_finite(v) for v in view.spread],
             "restarts": [dataclasses.asdict(r) for r in view.restarts],
             "dropped": view.dropped, "lost": [n.words for n in view.lost]}
@@ -272,9 +276,11 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
     saved = manifest.get("slow_rank") or {}
     severity = (saved.get("finding") or {}).get("severity")
     slow = saved.get("rank")
+    slow_finding = saved.get("finding")
     if not said and sum(1 for s in steps if s) >= 2:
         judged = slow_rank(steps)
         said, severity, slow = str(judged.finding), judged.finding.severity, judged.rank
+        slow_finding = judged.finding.to_dict()
     elif said and said != str(as_finding(saved.get("finding"))):
         severity = None  # the verdict is not the slow rank's (a lost node, a failure)
     rows = []
@@ -290,7 +296,8 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
         row["ended"] = ended_reason(row)
         rows.append(row)
     return {"world_size": manifest.get("world_size"), "attached": len(rows),
-            "verdict": said, "severity": severity, "slow_rank": slow, "ranks": rows,
+            "verdict": said, "severity": severity, "slow_rank": slow,
+            "slow_finding": slow_finding, "ranks": rows,
             "restarts": manifest.get("restarts") or [],
             "dropped": manifest.get("dropped_messages") or 0,
             "lost": [n.get("words") for n in manifest.get("lost_nodes") or []

@@ -139,6 +139,8 @@ def analyze(profile: Profile) -> RunAnalysis:
     # records (a finding's dict) and the collector's notes (sentences) lead
     notes = [f for n in getattr(payload, "notes", None) or []
              if (f := as_finding(n if isinstance(n, dict) else str(n), INFO)) is not None]
-    judged = any(f.title == SLOW_TITLE for f in notes)
-    a.findings = notes + findings(a, ranks, judged)
+    verdict = next((f for f in notes if f.title == SLOW_TITLE), None)
+    if verdict is not None:
+        a.stragglers = why.with_verdict(a.stragglers, verdict)
+    a.findings = notes + findings(a, ranks, verdict is not None)
     return a

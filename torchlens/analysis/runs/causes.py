@@ -23,6 +23,7 @@ from statistics import median
 from typing import Any
 
 from torchlens.analysis.ranks.slow import PART_WORDS, PartTime, cause_of, part_phrase
+from torchlens.model.findings import WARNING, Finding
 
 #: the roles that can be a cause, in the order ties are broken
 ROLES = ("dataloader", "cpu_exec", "kernel", "memcpy", "memset", "runtime")
@@ -91,4 +92,31 @@ def with_causes(stragglers: list[dict[str, Any]],
         part = cause_part(row)
         out.append(row | {"cause_words": part_phrase(part) if part else None,
                           "wait_per_step_us": s["caused_us"] / n if n else None})
+    return out
+
+
+def with_verdict(stragglers: list[dict[str, Any]], verdict: Finding) -> list[dict[str, Any]]:
+    """``with_causes``' rows when a run folder's step records judged the slow
+    rank (``verdict``: ``slow.slow_rank_finding``'s finding): the cause of the
+    rank it names is the verdict's (its figures: measured over more steps than
+    the few profiled ones, and the one every view gives), and no other rank
+    gets one, so the table never names a second cause or ratio beside the
+    verdict's; a verdict of no slow rank leaves every rank without one. A
+    slow-rank verdict without a ``rank`` figure (saved by an older torchlens)
+    leaves the rows as they are."""
+    rank = verdict.value("rank")
+    if verdict.severity == WARNING and not isinstance(rank, int):
+        return stragglers
+    part = verdict.value("cause")
+    own = verdict.value(f"{part}_ms") if part else None
+    theirs = verdict.value("others_median_ms")
+    said = (PartTime(part, own, theirs, own - theirs)
+            if part and own is not None and theirs is not None else None)
+    out = []
+    for s in stragglers:
+        mine = said if s["rank"] == rank else None
+        out.append(s | {"cause": mine.part if mine else None,
+                        "cause_us": mine.own_ms * 1e3 if mine else None,
+                        "cause_others_us": mine.others_ms * 1e3 if mine else None,
+                        "cause_words": part_phrase(mine) if mine else None})
     return out

@@ -48,7 +48,7 @@ from torchlens.capture.ddp.processes import (
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
-from torchlens.model.records import StepRecord
+from torchlens.model.records import StepRecord, without_setup
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -362,10 +362,8 @@ class DdpLauncher:
         told = [(r or {}).get("profile") or {} for r in ranks]
         everies = [t["every"] for t in told if t.get("every")]
         run_dir = opts["run_dir"]
-        for rank, records in enumerate(self.step_records):
-            # windows cut before a late first step() are set-up, not steps
-            if any(not r.window for r in records):
-                self.step_records[rank] = [r for r in records if not r.window]
+        # windows cut before a late first step() are set-up, not steps
+        self.step_records = [list(without_setup(records)) for records in self.step_records]
         out = {"every": max(everies) if everies else (opts.get("every") or 5),
                "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
                "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),

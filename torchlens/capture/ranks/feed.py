@@ -178,7 +178,12 @@ class FeedPublisher:
         if len(body) <= STORE_FRAME_MAX:
             return body
         self.thinned += 1
-        k = math.ceil(len(body) / (0.8 * STORE_FRAME_MAX))
+        # the status and heartbeats stay whole: only the records' share is thinned
+        rest = len(protocol.encode({**frame, "steps": {}, "thinned": 0}))
+        room = 0.8 * STORE_FRAME_MAX - rest
+        k = math.ceil((len(body) - rest) / room) if room > 0 else 0
+        if k <= 0:
+            return protocol.encode({**frame, "steps": {}, "summaries": {}, "thinned": 0})
         steps = {r: recs[k - 1::k] for r, recs in frame["steps"].items()}
         body = protocol.encode({**frame, "steps": steps, "thinned": k})
         if len(body) <= STORE_FRAME_MAX:

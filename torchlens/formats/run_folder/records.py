@@ -21,7 +21,7 @@ from typing import Any
 
 from torchlens.formats.run_folder.files import STEPS, SUMMARIES, rank_dir
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
-from torchlens.model.records import StepRecord
+from torchlens.model.records import StepRecord, without_setup
 
 Record = dict[str, Any]
 
@@ -68,9 +68,14 @@ def write_summaries(run_dir: str, rank: int, summaries: Iterable[Record | bytes]
 
 
 def iter_steps(run_dir: str, rank: int) -> Iterator[StepRecord]:
-    """The rank's step records one at a time (a long run has millions); none when
-    it has no ``steps.jsonl``."""
-    for line in _lines(os.path.join(rank_dir(run_dir, rank), STEPS)):
+    """The rank's step records one at a time (a long run has millions), its
+    set-up windows left out (``model.records.without_setup``: ``torchlens run``
+    writes every record the rank sent); none when it has no ``steps.jsonl``."""
+    yield from without_setup(_records(os.path.join(rank_dir(run_dir, rank), STEPS)))
+
+
+def _records(path: str) -> Iterator[StepRecord]:
+    for line in _lines(path):
         try:
             yield StepRecord.from_json(line)
         except ValueError:

@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from torchlens.model import InputError
+from torchlens.model.findings import as_finding
 from torchlens.model.records import StepRecord
 
 POLL_S = 0.5
@@ -377,6 +378,11 @@ class Watch:
             for s in summaries if isinstance(summaries, list) else []:
                 if isinstance(s, dict) and "step" in s and "t0" in s:
                     view.push_summary(r, self.starts.place_summary(r, s))
+        # the section's verdict is the header's (the collector judged it)
+        said = as_finding((self.status or {}).get("slow_finding"))
+        if said is not None:
+            slow = (self.status or {}).get("slow_rank")
+            view.profile.take_verdict(said, slow if isinstance(slow, int) else None)
         for number, step in self.starts.take_marks():
             view.mark_restart(step, self._restart_label(number))
         for r, ended in _ranks(frame.get("ended_ranks"), world):

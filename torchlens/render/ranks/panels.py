@@ -425,7 +425,7 @@ def caption(text: str) -> Div:
                styles={"font-size": "12px", "color": "#555", "margin-top": "0"})
 
 
-def verdict_html(sr: Any, color: str = "#333") -> Any:
-    if sr is None:
+def verdict_html(finding: Finding | None, color: str = "#333") -> Any:
+    if finding is None:
         return finding_html(Finding(INFO, "Waiting for the ranks' first steps…"), color="#777")
-    return finding_html(sr.finding, color=color)
+    return finding_html(finding, color=color)

@@ -27,6 +27,7 @@ from torchlens.analysis.ranks.steps import (
     rank_table,
     step_rows,
 )
+from torchlens.model.findings import Finding
 from torchlens.model.payloads import RankProfiling
 from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import as_number, to_columns
@@ -101,6 +102,8 @@ class RankProfileView:
         self._table: list[dict[str, Any]] = []  # the last analysis' rank_table
         self._ranked = False  # the slots were picked from a rank_table
         self._slow: int | None = None
+        #: the verdict shown instead of one judged here (``take_verdict``)
+        self._given: tuple[Finding, int | None] | None = None
         self.step_spread = Spread(("step_ms",), keep=SPREAD_STEPS)
         self.mem_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
         self.prof_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
@@ -328,14 +331,18 @@ class RankProfileView:
         """The verdict and the breakdown, from every record so far."""
         p = self.panels
         started = time.monotonic()
-        sr = slow_rank(self.records)
-        self._slow = sr.rank
+        if self._given is not None:
+            finding, slow = self._given
+        else:
+            sr = slow_rank(self.records)
+            finding, slow = sr.finding, sr.rank
+        self._slow = slow
         self._table = rank_table(self.records, [list(s) for s in self.summaries])
         self._pick()
-        color = p.color(sr.rank) if sr.rank is not None else "#333"
-        p.verdict.text = str(verdict_html(sr, color))
+        color = p.color(slow) if slow is not None else "#333"
+        p.verdict.text = str(verdict_html(finding, color))
         for r, line in zip(p.shown, p.step_lines, strict=True):
-            line.glyph.line_width = 3.0 if r == sr.rank else 1.5
+            line.glyph.line_width = 3.0 if r == slow else 1.5
         table = [self._table[r] for r in p.shown]
         data: dict[str, list[Any]] = {"rank": [f"rank {row['rank']}" for row in table],
                                       "median_step_ms": [as_number(row.get("step_ms"))
@@ -355,6 +362,16 @@ class RankProfileView:
         self._last_analysis = time.monotonic()
         # a long run makes the analysis slower: keep it a small share of the kernel's time
         self._analysis_every = max(VERDICT_S, 10 * (self._last_analysis - started))
+
+    def take_verdict(self, finding: Finding, rank: int | None) -> None:
+        """Show ``finding`` (naming ``rank`` slow, or nobody) rather than judge
+        this view's own records: ``torchlens.watch`` gives the collector's,
+        the one its status header says, so the page has one set of figures
+        (the collector judges the records it holds, which this view receives
+        a moment later)."""
+        if self._given != (finding, rank):
+            self._given = (finding, rank)
+            self._dirty = True
 
     def _pick(self) -> None:
         """A job of many ranks: which ranks get a line (the slow rank and the

@@ -55,7 +55,7 @@ STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", 
               Column("caused_us", "others waited for it", format_us_as_ms),
               Column("caused_mean_us", "per such collective", format_us_as_ms),
               Column("waited_us", "it waited for others", format_us_as_ms),
-              Column("cause_words", "likely cause (its step breakdown)", str, False, 120)]
+              Column("cause_words", "likely cause", str, False, 120)]
 COLLECTIVES = [Column("step", "step", str), Column("trace", "trace", str),
                Column("seq", "#", str), Column("name", "collective", str, False),
                Column("mismatch", "ranks disagree", str, False, 80),
