@@ -194,8 +194,9 @@ def test_two_ranks_of_a_real_job_per_step_figures_from_the_raw_json(traces_dir) 
         assert row["b_us"] == pytest.approx(ub, rel=1e-9)
         assert (row["a_calls"], row["b_calls"]) == (ca, cb)
         delta = ub - ua
-        same = abs(delta) <= 10 or abs(delta) <= 0.05 * ua
-        assert row["status"] == ("same" if same else "slower" if delta > 0 else "faster")
+        status = ("same" if abs(delta) <= 0.05 * ua else "small" if abs(delta) <= 10
+                  else "slower" if delta > 0 else "faster")
+        assert row["status"] == status
     # ranks 0 and 1 of one job: compared with each other, and said so
     assert any("rank 0" in n and "rank 1" in n for n in d.diff["notes"])
     assert len(d.steps()) == 1

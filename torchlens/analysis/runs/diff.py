@@ -17,17 +17,28 @@ Definitions (every time in µs):
   step and rank; ``a_calls`` / ``b_calls`` likewise for the count.
   ``delta_us`` = b - a; ``delta_pct`` = 100 * delta / a (``None`` when a is 0).
 - ``status``: ``added`` (no call in A, some in B), ``removed`` (the reverse),
-  ``same`` when the change is within ``same_pct`` (5%) of A's time or within
-  ``same_us`` (10 µs) per step, else ``slower`` or ``faster``: a change must
-  exceed both to count. Each trace keeps its top names per kind
-  (``op_totals.TOP_NAMES``); the rest are one row per kind named ``REST``.
-- Step time: the median ``dur_us`` of every step of every rank and trace of
-  a run (the step breakdown's steps, widened to their GPU work);
-  ``regression_pct`` = 100 * (B - A) / A, positive when B is slower.
-- Per rank: the median step time of each rank both runs have; when they
-  share no rank but each has exactly one (two single traces, e.g. rank 0 of
-  one job and rank 1 of another), those two are compared. Ranks only one run
-  has are named in ``notes``.
+  ``same`` when the change is within ``same_pct`` (5%) of A's time,
+  ``small`` when it is beyond that but within ``same_us`` (10 µs) per step
+  (20 -> 12 µs is -40% yet too little time to matter: it must not read
+  "same"), else ``slower`` or ``faster``: a change must exceed both to count.
+  Each trace keeps its top names per kind (``op_totals.TOP_NAMES``); the
+  rest are one row per kind named ``REST``.
+- Step time (``source``): when both runs have step records (a run folder of
+  ``torchlens run`` or ``%ddp_check --profile``: every ``torchlens.step()``
+  of every rank, ``t1 - t0``), the median over all of them: ``step
+  records``. The profiled steps are a few, one of them often a warm-up, so
+  they are used only when a run has no step records: the median ``dur_us``
+  of every step of every rank and trace (the step breakdown's steps, widened
+  to their GPU work): ``profiled steps``. Both runs always use the same
+  source. ``regression_pct`` = 100 * (B - A) / A, positive when B is slower.
+- Per rank: the median step time (same source) of each rank both runs have;
+  when they share no rank but each has exactly one (two single traces, e.g.
+  rank 0 of one job and rank 1 of another), those two are compared. Ranks
+  only one run has are named in ``notes``.
+- Verdict: the step time change and, when B's step time is below A's, the
+  largest speedup (the faster or removed row whose time fell most); else the
+  largest slowdown (slower or added). ``small`` and ``same`` rows are never
+  named.
 """
 
 from __future__ import annotations
@@ -40,19 +51,24 @@ from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
 from torchlens.model.units import format_duration, format_percent, format_us_as_ms
 
 RankFigures = dict[int, list[dict[str, Any]]]
+#: Per rank, the µs of each recorded step (``t1 - t0`` of its step records).
+RecordedSteps = dict[int, list[float]]
 SAME_PCT = 5.0
 SAME_US = 10.0
 #: The row that sums, per kind, the names outside each trace's kept top.
 REST = "(other names)"
-STATUSES = ("added", "removed", "slower", "faster", "same")
+STATUSES = ("added", "removed", "slower", "faster", "small", "same")
+RECORDED, PROFILED = "step records", "profiled steps"
 
 
-def diff_runs(a: RankFigures, b: RankFigures, *, same_pct: float = SAME_PCT,
-              same_us: float = SAME_US) -> dict[str, Any]:
+def diff_runs(a: RankFigures, b: RankFigures, *,
+              recorded: tuple[RecordedSteps | None, RecordedSteps | None] = (None, None),
+              same_pct: float = SAME_PCT, same_us: float = SAME_US) -> dict[str, Any]:
     """The diff of run ``b`` against run ``a`` as one JSON-able dict (see the
     module docstring): ``ops``, ``kernels``, ``step_time``, ``rank_steps``,
     ``notes``, ``summary`` (rows per status) and ``verdict`` (a ``Finding``'s
-    ``to_dict``; a diff saved by an older torchlens holds the sentence alone)."""
+    ``to_dict``; a diff saved by an older torchlens holds the sentence alone).
+    ``recorded``: each run's step records (None: it has none)."""
     notes: list[str] = []
     sides = {}
     per_trace = False
@@ -69,8 +85,16 @@ def diff_runs(a: RankFigures, b: RankFigures, *, same_pct: float = SAME_PCT,
     rows = _rows(sides["A"], sides["B"], same_pct, same_us)
     ops = [r for r in rows if r["kind"] in HOST_KINDS]
     kernels = [r for r in rows if r["kind"] in GPU_KINDS]
-    step_time = _step_time(a, b)
-    rank_steps = _rank_steps(a, b, notes)
+    rec_a, rec_b = recorded
+    if rec_a and rec_b:
+        steps_a, steps_b, source = rec_a, rec_b, RECORDED
+    else:
+        steps_a, steps_b, source = _profiled(a), _profiled(b), PROFILED
+        if rec_a or rec_b:
+            notes.append(f"only {'A' if rec_a else 'B'} has step records: both step times "
+                         "are of the profiled steps, to compare like with like")
+    step_time = _step_time(steps_a, steps_b, source)
+    rank_steps = _rank_steps(steps_a, steps_b, notes)
     for label in ("A", "B"):
         if step_time[f"{label.lower()}_steps"] == 0:
             notes.append(f"{label} has no ProfilerStep#N spans: no step time (mark steps "
@@ -94,8 +118,9 @@ def regressed(diff: dict[str, Any], pct: float) -> bool | None:
 
 
 def verdict(diff: dict[str, Any]) -> Finding:
-    """The step time change and the largest slowdown, in one sentence: a
-    warning when B is more than ``same_pct`` slower, passed when it is not."""
+    """The step time change and, in the direction the run went, its largest
+    change, in one sentence: a warning when B is more than ``same_pct``
+    slower, passed when it is not."""
     st = diff["step_time"]
     figures: list[Figure] = []
     if st["regression_pct"] is None:
@@ -105,25 +130,47 @@ def verdict(diff: dict[str, Any]) -> Finding:
                + " has ProfilerStep#N spans)"
     else:
         severity = WARNING if st["regression_pct"] > diff["thresholds"]["same_pct"] else PASSED
+        which = "recorded" if st.get("source") == RECORDED else "profiled"
         head = (f"step time {format_us_as_ms(st['a_median_us'])} -> "
                 f"{format_us_as_ms(st['b_median_us'])} "
-                f"({format_percent(st['regression_pct'], signed=True)})")
+                f"({format_percent(st['regression_pct'], signed=True)}, median of "
+                f"{st['a_steps']} {which} steps of A and {st['b_steps']} of B)")
         figures += [Figure("a_median_us", st["a_median_us"], "µs"),
                     Figure("b_median_us", st["b_median_us"], "µs"),
                     Figure("regression_pct", st["regression_pct"], "%")]
     per = "per step" if diff["per"] == "step" else "per trace"
-    worse = [r for r in diff["ops"] + diff["kernels"]
-             if r["status"] in ("slower", "added") and r["name"] != REST]
-    if worse:
-        w = max(worse, key=lambda r: r["delta_us"])
-        name = w["name"] if len(w["name"]) <= 80 else w["name"][:77] + "..."
-        tail = (f"slowest change: {_kind_word(w['kind'])} {name} "
-                f"{format_duration(w['delta_us'], signed=True)} {per}"
-                + (" (added)" if w["status"] == "added" else ""))
-        figures.append(Figure("slowest_change_us", w["delta_us"], "µs"))
+    rows = [r for r in diff["ops"] + diff["kernels"] if r["name"] != REST]
+    if _faster(diff):
+        better = [r for r in rows if r["status"] in ("faster", "removed")]
+        if better:
+            w = min(better, key=lambda r: r["delta_us"])
+            tail = _change("largest speedup", w, per, "removed")
+            figures.append(Figure("largest_speedup_us", w["delta_us"], "µs"))
+        else:
+            tail = "no op or kernel got faster"
     else:
-        tail = "no op or kernel got slower"
+        worse = [r for r in rows if r["status"] in ("slower", "added")]
+        if worse:
+            w = max(worse, key=lambda r: r["delta_us"])
+            tail = _change("largest slowdown", w, per, "added")
+            figures.append(Figure("largest_slowdown_us", w["delta_us"], "µs"))
+        else:
+            tail = "no op or kernel got slower"
     return Finding(severity, f"{head}; {tail}", tuple(figures))
+
+
+def _faster(diff: dict[str, Any]) -> bool:
+    """Whether B's step time is below A's (without a step time nothing says
+    which way the run went: the verdict names its largest slowdown)."""
+    reg = diff["step_time"]["regression_pct"]
+    return reg is not None and reg < 0
+
+
+def _change(label: str, row: dict[str, Any], per: str, whole: str) -> str:
+    name = row["name"] if len(row["name"]) <= 80 else row["name"][:77] + "..."
+    return (f"{label}: {_kind_word(row['kind'])} {name} "
+            f"{format_duration(row['delta_us'], signed=True)} {per}"
+            + (f" ({whole})" if row["status"] == whole else ""))
 
 
 # ------------------------------------------------------------------ internals
@@ -167,8 +214,10 @@ def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
             status = "added"
         elif ca and not cb:
             status = "removed"
-        elif abs(delta) <= same_us or (pct is not None and abs(pct) <= same_pct):
+        elif not delta or (pct is not None and abs(pct) <= same_pct):
             status = "same"
+        elif abs(delta) <= same_us:
+            status = "small"
         else:
             status = "slower" if delta > 0 else "faster"
         rows.append({"kind": key[0], "name": key[1], "status": status, "a_us": a_us,
@@ -178,25 +227,27 @@ def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
     return rows
 
 
-def _durations(run: RankFigures, rank: int | None = None) -> list[float]:
-    return [float(s["dur_us"]) for r in sorted(run) if rank is None or r == rank
-            for figures in run[r] for s in figures.get("steps") or []]
+def _profiled(run: RankFigures) -> RecordedSteps:
+    """Per rank, the µs of each profiled step (the step breakdown's)."""
+    return {r: [float(s["dur_us"]) for figures in run[r] for s in figures.get("steps") or []]
+            for r in sorted(run)}
 
 
 def _median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def _step_time(a: RankFigures, b: RankFigures) -> dict[str, Any]:
-    da, db = _durations(a), _durations(b)
+def _step_time(a: RecordedSteps, b: RecordedSteps, source: str) -> dict[str, Any]:
+    da = [us for r in sorted(a) for us in a[r]]
+    db = [us for r in sorted(b) for us in b[r]]
     ma, mb = _median(da), _median(db)
     delta = mb - ma if ma is not None and mb is not None else None
-    return {"a_median_us": ma, "b_median_us": mb, "a_steps": len(da), "b_steps": len(db),
-            "delta_us": delta, "regression_pct": 100.0 * delta / ma if delta is not None
-            and ma else None}
+    return {"source": source, "a_median_us": ma, "b_median_us": mb, "a_steps": len(da),
+            "b_steps": len(db), "delta_us": delta,
+            "regression_pct": 100.0 * delta / ma if delta is not None and ma else None}
 
 
-def _rank_steps(a: RankFigures, b: RankFigures, notes: list[str]) -> list[dict[str, Any]]:
+def _rank_steps(a: RecordedSteps, b: RecordedSteps, notes: list[str]) -> list[dict[str, Any]]:
     ra, rb = set(a), set(b)
     pairs = [(r, r) for r in sorted(ra & rb)]
     if ra != rb:
@@ -213,7 +264,7 @@ def _rank_steps(a: RankFigures, b: RankFigures, notes: list[str]) -> list[dict[s
                          "op and kernel figures are means over each run's own ranks)")
     rows = []
     for x, y in pairs:
-        ma, mb = _median(_durations(a, x)), _median(_durations(b, y))
+        ma, mb = _median(a[x]), _median(b[y])
         delta = mb - ma if ma is not None and mb is not None else None
         rows.append({"rank_a": x, "rank_b": y, "a_median_us": ma, "b_median_us": mb,
                      "delta_us": delta,

@@ -2,7 +2,9 @@
 
 Each run is read as ``load_run`` reads it (a run folder, one trace file,
 plain or gzip, or a list of files); the diff itself is
-``analysis.runs.diff.diff_runs`` over the two runs' per-trace totals.
+``analysis.runs.diff.diff_runs`` over the two runs' per-trace totals and,
+for run folders, their step records (``recorded_steps``): every step's
+time, where the traces hold only the few profiled steps.
 The result is a ``diff`` Profile: displayed, its report; saved, a ``.tlprof``
 like any result. ``to_json()`` is what ``torchlens diff A B --json`` prints
 (schema: ``DIFF_JSON_SCHEMA``).
@@ -10,17 +12,20 @@ like any result. ``to_json()`` is what ``torchlens diff A B --json`` prints
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from torchlens.analysis.runs import diff as diffs
+from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
+from torchlens.formats.run_folder.records import iter_steps
 from torchlens.frontends.api import Result
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import as_finding
 from torchlens.model.payloads import DiffPayload
 
 DIFF_SCHEMA_VERSION = 1
-_ROW = ("kind, name, status (added|removed|slower|faster|same), a_us, b_us (mean µs per "
+_ROW = ("kind, name, status (added|removed|slower|faster|small|same), a_us, b_us (mean µs per "
         "step and rank; per trace for traces without ProfilerStep#N spans), delta_us = "
         "b - a, delta_pct (null when a_us is 0), a_calls, b_calls (per step and rank); "
         "largest |delta_us| first")
@@ -33,18 +38,46 @@ DIFF_JSON_SCHEMA = {
            "ProfilerStep#N spans) per trace",
     "units": "{a, b}: the steps (a trace without steps counts 1) each run's totals are "
              "divided by",
-    "thresholds": "{same_pct, same_us}: a change within either is status same",
-    "step_time": "{a_median_us, b_median_us, a_steps, b_steps, delta_us, regression_pct}: "
-                 "median step time over every step of every rank; regression_pct = "
-                 "100 * (b - a) / a, null when a run has no steps",
-    "rank_steps": "per rank pair (rank_a, rank_b): a_median_us, b_median_us, delta_us, "
-                  "delta_pct",
-    "summary": "how many ops and kernels have each status",
+    "thresholds": "{same_pct, same_us}: a change within same_pct % of a_us is status "
+                  "same; one beyond it but within same_us µs per step is small; "
+                  "slower and faster exceed both",
+    "step_time": "{source, a_median_us, b_median_us, a_steps, b_steps, delta_us, "
+                 "regression_pct}: median step time over every step of every rank; "
+                 "source: 'step records' (both runs are run folders with step records: "
+                 "every recorded step, steps.jsonl) or 'profiled steps' (the traces' "
+                 "ProfilerStep#N spans); a_steps, b_steps: the steps counted; "
+                 "regression_pct = 100 * (b - a) / a, null when a run has no steps",
+    "rank_steps": "per rank pair (rank_a, rank_b), from step_time's source: a_median_us, "
+                  "b_median_us, delta_us, delta_pct",
+    "summary": "how many ops and kernels have each status (added, removed, slower, "
+               "faster, small, same)",
     "ops": f"host ops and annotations (kind cpu_op, user_annotation): {_ROW}",
     "kernels": f"GPU work (kind kernel, gpu_memcpy, gpu_memset): {_ROW}",
     "notes": "plain sentences: ranks that differ, traces without steps or totals",
-    "verdict": "one sentence: step time A -> B and the largest slowdown",
+    "verdict": "one sentence: step time A -> B (median of how many recorded or profiled "
+               "steps) and, when B is faster, the largest speedup, else the largest "
+               "slowdown",
 }
+
+
+def recorded_steps(run: Any) -> diffs.RecordedSteps | None:
+    """A run folder's step records (``torchlens run``, ``%ddp_check --profile``):
+    per rank it analysed, the µs of each ``torchlens.step()`` (windows of code
+    that never calls it are not steps); None for traces alone."""
+    root = run.sources.root
+    if not root or not os.path.isdir(root):
+        return None
+    try:
+        manifest = read_manifest(root)
+    except ManifestError:  # a folder of traces alone
+        return None
+    out = {}
+    for entry in manifest.ranks:
+        if entry.rank in run.figures:
+            us = [(r.t1 - r.t0) * 1e6 for r in iter_steps(root, entry.rank) if not r.window]
+            if us:
+                out[entry.rank] = us
+    return out or None
 
 
 def _label(run: Any) -> str:
@@ -76,7 +109,8 @@ class DiffResult(Result):
                 why = "; ".join(f"{p.kind}: {p.path}: {p.message}" for p in run.problems[:3])
                 raise InputError(f"{label} ({run.sources.root or 'no input'}): no usable "
                                  f"trace ({why or 'nothing found'})")
-        d = diffs.diff_runs(a.figures, b.figures, **thresholds)
+        d = diffs.diff_runs(a.figures, b.figures,
+                            recorded=(recorded_steps(a), recorded_steps(b)), **thresholds)
         la, lb = _label(a), _label(b)
         payload = DiffPayload(a=la, b=lb, diff=d)
         profile = Profile(kind="diff", title=f"torchlens diff: {Path(la).name} -> "
@@ -89,12 +123,14 @@ class DiffResult(Result):
 
     @property
     def verdict(self) -> str:
-        """One sentence: step time A -> B and the largest slowdown."""
+        """One sentence: step time A -> B and its largest change (a speedup when
+        B is faster, else a slowdown)."""
         return str(as_finding(self.diff["verdict"]))
 
     def regressed(self, pct: float) -> bool | None:
         """Whether B's median step time is more than ``pct`` % above A's
-        (``None`` when a run has no ProfilerStep#N spans)."""
+        (``None`` when a run has no step time: no step records shared by both
+        runs and no ProfilerStep#N spans)."""
         return diffs.regressed(self.diff, pct)
 
     def _frame(self, rows: list[dict[str, Any]]) -> Any:
@@ -111,7 +147,8 @@ class DiffResult(Result):
         return self._frame(self.diff["kernels"])
 
     def steps(self) -> Any:  # type: ignore[override]
-        """Per rank pair: the median step time in A and B and the change."""
+        """Per rank pair: the median step time in A and B (from the step records
+        when both runs have them, else the profiled steps) and the change."""
         return self._frame(self.diff["rank_steps"])
 
     def to_json(self) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 largest changes, the step times, then the ops and kernels that changed.
 
 Only draws: every figure is ``analysis.runs.diff``'s. Tables show the
-changed rows (added, removed, slower, faster) first, at most ``MAX_ROWS``
-per table; ``run.diff(other).ops()`` and ``--json`` hold every row.
+changed rows (added, removed, slower, faster) first, then the small
+changes, then the same ones, at most ``MAX_ROWS`` per table;
+``run.diff(other).ops()`` and ``--json`` hold every row. A diff saved by an
+older torchlens has no ``small`` status and no step time ``source``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from torchlens.render.tables import Column
 MAX_ROWS = 200
 CHART_ROWS = 15
 COLORS = {"slower": "#d62728", "added": "#ff7f0e", "faster": "#2ca02c",
-          "removed": "#17becf", "same": "#c7c7c7"}
+          "removed": "#17becf", "small": "#c7c7c7", "same": "#c7c7c7"}
+#: the statuses the chart and the text list: changes beyond both thresholds
+CHANGED = ("added", "removed", "slower", "faster")
 
 
 def _calls(v: Any) -> str:
@@ -52,25 +56,42 @@ def summary_line(profile: Profile, d: dict[str, Any]) -> str:
 def text_report(profile: Profile, d: dict[str, Any]) -> str:
     p = profile.payload
     lines = [summary_line(profile, d), f"A: {p.a}", f"B: {p.b}"]  # type: ignore[union-attr]
-    s = d["summary"]
-    lines.append(", ".join(f"{s[k]} {k}" for k in ("added", "removed", "slower", "faster")))
+    lines.append(_counts(d, CHANGED + ("small",)))
+    if d["step_time"]["regression_pct"] is not None:
+        lines.append(_step_source(d))
     per = d["per"]
-    for r in _changed(d["ops"] + d["kernels"])[:10]:
+    for r in [r for r in _changed(d["ops"] + d["kernels"]) if r["status"] in CHANGED][:10]:
         lines.append(f"  {r['status']:<8} {r['kind']:<15} {tables.shorten(r['name'], 60)}: "
                      f"{format_duration(r['a_us'])} -> {format_duration(r['b_us'])} per {per}")
     lines += [f"note: {n}" for n in d["notes"]]
     return "\n".join(lines)
 
 
+def _counts(d: dict[str, Any], statuses: tuple[str, ...]) -> str:
+    s = d["summary"]
+    return ", ".join(f"{s.get(k, 0)} {k}" for k in statuses)
+
+
+def _step_source(d: dict[str, Any]) -> str:
+    """Where the step times come from, in words."""
+    st = d["step_time"]
+    if st.get("source") == "step records":
+        return (f"median step time over {st['a_steps']} recorded steps of A and "
+                f"{st['b_steps']} of B (every torchlens.step() of every rank: each "
+                "rank's steps.jsonl)")
+    return (f"median step time over {st['a_steps']} profiled steps of A and "
+            f"{st['b_steps']} of B (the traces' ProfilerStep#N spans)")
+
+
 def _changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Changed rows (largest change first), then the unchanged ones."""
+    """Changed rows (largest change first), then the small changes, then the same."""
     rows = sorted(rows, key=lambda r: -abs(r["delta_us"]))
-    return ([r for r in rows if r["status"] != "same"]
-            + [r for r in rows if r["status"] == "same"])
+    return [r for group in (CHANGED, ("small",), ("same",)) for r in rows
+            if r["status"] in group]
 
 
 def _chart(d: dict[str, Any]) -> Any:
-    rows = [r for r in _changed(d["ops"] + d["kernels"]) if r["status"] != "same"]
+    rows = [r for r in _changed(d["ops"] + d["kernels"]) if r["status"] in CHANGED]
     rows = sorted(rows[:CHART_ROWS], key=lambda r: r["delta_us"])
     labels = [f"{i + 1}. {tables.shorten(r['name'], 50)}" for i, r in enumerate(rows)]
     src = ColumnDataSource({"label": labels, "delta": [r["delta_us"] for r in rows],
@@ -104,15 +125,15 @@ def report_parts(profile: Profile, d: dict[str, Any],
     p = profile.payload
     st, th = d["step_time"], d["thresholds"]
     words = [f"A: {p.a}", f"B: {p.b}",  # type: ignore[union-attr]
-             ", ".join(f"{d['summary'][k]} {k}" for k in STATUS_ORDER)
-             + f" (same: within {th['same_pct']:g}% or {th['same_us']:g} µs per {d['per']})"]
+             _counts(d, STATUS_ORDER) + f" (same: within {th['same_pct']:g}%; small: "
+             f"beyond {th['same_pct']:g}% but within {th['same_us']:g} µs per {d['per']}, "
+             "too little time to count; slower and faster exceed both)"]
     if st["regression_pct"] is not None:
-        words.append(f"median step time over {st['a_steps']} steps of A and {st['b_steps']} "
-                     f"of B")
+        words.append(_step_source(d))
     out = [section("Verdict", html.join([finding_html(d["verdict"]),
                                          *(html.note(w) for w in words + d["notes"])]),
                    "verdict")]
-    if any(r["status"] != "same" for r in d["ops"] + d["kernels"]):
+    if any(r["status"] in CHANGED for r in d["ops"] + d["kernels"]):
         figures.append(_chart(d))
         out.append(section("Largest changes", html.figure_slot(len(figures) - 1), "changes"))
     if d["rank_steps"]:
@@ -127,4 +148,4 @@ def report_parts(profile: Profile, d: dict[str, Any],
     return summary_line(profile, d), out
 
 
-STATUS_ORDER = ("added", "removed", "slower", "faster", "same")
+STATUS_ORDER = ("added", "removed", "slower", "faster", "small", "same")
