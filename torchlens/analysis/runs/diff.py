@@ -35,10 +35,10 @@ Definitions (every time in µs):
   when they share no rank but each has exactly one (two single traces, e.g.
   rank 0 of one job and rank 1 of another), those two are compared. Ranks
   only one run has are named in ``notes``.
-- Verdict: the step time change and, when B's step time is below A's, the
-  largest speedup (the faster or removed row whose time fell most); else the
-  largest slowdown (slower or added). ``small`` and ``same`` rows are never
-  named.
+- Verdict: the step time change; when B's step time is below A's, the
+  largest speedup (the faster or removed row whose time fell most); and the
+  largest slowdown (slower or added), on a faster run too, so what got
+  slower is not hidden. ``small`` and ``same`` rows are never named.
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def regressed(diff: dict[str, Any], pct: float) -> bool | None:
 
 
 def verdict(diff: dict[str, Any]) -> Finding:
-    """The step time change and, in the direction the run went, its largest
-    change, in one sentence: a warning when B is more than ``same_pct``
-    slower, passed when it is not."""
+    """The step time change and its largest slowdown, and on a faster run its
+    largest speedup first, in one sentence: a warning when B is more than
+    ``same_pct`` slower, passed when it is not."""
     st = diff["step_time"]
     figures: list[Figure] = []
     if st["regression_pct"] is None:
@@ -140,22 +140,25 @@ def verdict(diff: dict[str, Any]) -> Finding:
                     Figure("regression_pct", st["regression_pct"], "%")]
     per = "per step" if diff["per"] == "step" else "per trace"
     rows = [r for r in diff["ops"] + diff["kernels"] if r["name"] != REST]
+    better = [r for r in rows if r["status"] in ("faster", "removed")]
+    worse = [r for r in rows if r["status"] in ("slower", "added")]
+    parts = []
     if _faster(diff):
-        better = [r for r in rows if r["status"] in ("faster", "removed")]
         if better:
             w = min(better, key=lambda r: r["delta_us"])
-            tail = _change("largest speedup", w, per, "removed")
+            parts.append(_change("largest speedup", w, per, "removed"))
             figures.append(Figure("largest_speedup_us", w["delta_us"], "µs"))
         else:
-            tail = "no op or kernel got faster"
-    else:
-        worse = [r for r in rows if r["status"] in ("slower", "added")]
-        if worse:
-            w = max(worse, key=lambda r: r["delta_us"])
-            tail = _change("largest slowdown", w, per, "added")
-            figures.append(Figure("largest_slowdown_us", w["delta_us"], "µs"))
-        else:
-            tail = "no op or kernel got slower"
+            parts.append("no op or kernel got faster")
+    if worse:
+        # named on a faster run too: a collective that waits longer is not
+        # hidden by the ops that sped up
+        w = max(worse, key=lambda r: r["delta_us"])
+        parts.append(_change("largest slowdown", w, per, "added"))
+        figures.append(Figure("largest_slowdown_us", w["delta_us"], "µs"))
+    elif not _faster(diff):
+        parts.append("no op or kernel got slower")
+    tail = "; ".join(parts)
     return Finding(severity, f"{head}; {tail}", tuple(figures))
 
 
