@@ -140,4 +140,5 @@ def test_the_failing_rank_leads_the_last_line_not_the_peer_it_took_down(raised) 
     words = (_where_stopped(view, False, 1, raised) if raised is not None
              else _where_stopped(view, False, 1))
     assert words.startswith("ended with exit code 1: rank 1 failed (RuntimeError: rank 1 boom "
-                            "at step 15); then rank 0 failed because a peer went away"), words
+                            "at step 15); rank 0 stopped when rank 1 went away (gloo: "
+                          "connection closed by peer)"), words

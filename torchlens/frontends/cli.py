@@ -12,6 +12,7 @@ and exits with status 2, the argparse convention for usage errors.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
@@ -195,24 +196,32 @@ class AnalyzeCommand(Command):
                              "(or --schema for the --json keys)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
         run = load_run(inputs, workers=args.workers, fork=True)
-        if args.json:
+        if args.json:  # the document, whatever it holds: a script reads its problems
             print(json.dumps(run.to_json(), indent=1, allow_nan=False, default=str))
-        else:
+        if not run.ranks:
+            # unusable input: said once, on stderr, as every command says it
+            # (the text view would only repeat it: "0 ranks analysed")
+            for line in _nothing_read(run, inputs):
+                print(line, file=sys.stderr)
+            return EXIT_USAGE
+        if not args.json:
             print(repr(run))
             for p in run.problems:
                 print(f"  {p.kind}: {p.path}: {p.message}")
-            if not run.ranks:  # else the findings below say it
-                for line in ignored_lines(run):
-                    print(f"  {line.removeprefix('torchlens: ')}")
-            if run.ranks:
-                print(run.temporal().to_string(index=False))
-                for line in run.findings():
-                    print(f"- {line}")
-        if not run.ranks:  # unusable input: one line on stderr, as every command says it
-            why = (f"{run.problems[0].path}: {run.problems[0].message}" if run.problems
-                   else f"{inputs}: no per-rank trace")
-            print(f"torchlens: error: {why}", file=sys.stderr)
-        return 0 if run.ranks else EXIT_USAGE
+            print(run.temporal().to_string(index=False))
+            for line in run.findings():
+                print(f"- {line}")
+        return 0
+
+
+def _nothing_read(run: Any, inputs: Any) -> list[str]:
+    """Why a run gave no rank: its first problem as the error, then the others
+    and what was not read (one line for one missing path)."""
+    first, *rest = run.problems or [None]
+    why = f"{first.path}: {first.message}" if first else f"{inputs}: no per-rank trace"
+    return [f"torchlens: error: {why}",
+            *(f"torchlens: also {p.kind}: {p.path}: {p.message}" for p in rest),
+            *ignored_lines(run)]
 
 
 class DiffCommand(Command):
@@ -319,14 +328,46 @@ def build_parser() -> argparse.ArgumentParser:
     for cmd in COMMANDS:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         cmd.add_arguments(p)
-        p.set_defaults(_command=cmd)
+        p.set_defaults(_command=cmd, _parser=p)
     return parser
+
+
+def unrecognized(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's words for arguments no parser took, with the option each
+    mistyped one was likely meant to be (``--josn``: ``--json``)."""
+    known = [s for action in parser._actions for s in action.option_strings
+             if s.startswith("--")]
+    meant = []
+    for word in extras:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            meant += [(word, close[0])] if close else []
+    said = f"unrecognized arguments: {' '.join(extras)}"
+    if len(meant) == 1:
+        return f"{said}; did you mean {meant[0][1]}?"
+    if meant:
+        return f"{said}; did you mean {', '.join(f'{m} for {w}' for w, m in meant)}?"
+    return said
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, but arguments left over after the subcommand's name are
+    the subcommand's mistake: its usage, not the top level's (argparse's own
+    ``parse_args`` reports them on the top parser). Exits 2 on a usage error."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        sub = args._parser
+        name = args._command.name
+        before = name in argv and any(w in argv[:argv.index(name)] for w in extras)
+        (parser if before else sub).error(unrecognized(extras, parser if before else sub))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``torchlens`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors: argparse prints and exits 2
+    args = _parse(parser, argv)  # usage errors: argparse prints and exits 2
     try:
         status = args._command.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit

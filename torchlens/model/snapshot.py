@@ -289,6 +289,21 @@ def _check_settings(settings: dict[str, Any], name: str) -> None:
                        "divisions per size interval")
 
 
+def _held(obj: Any) -> str:
+    """What a pickle held, in a few words: ``a list of 3 ints``, ``a str``."""
+    kind = type(obj).__name__
+    if isinstance(obj, dict):
+        return f"a dict with keys {sorted(map(str, obj))[:5]}" if obj else "an empty dict"
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            return f"an empty {kind}"
+        kinds = sorted({type(x).__name__ for x in obj})
+        if len(kinds) == 1:
+            return f"a {kind} of {len(obj):,} {kinds[0]}{'s' if len(obj) > 1 else ''}"
+        return f"a {kind} of {len(obj):,} items ({', '.join(kinds[:4])})"
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
     """Return ``obj`` as a snapshot dict with every key torch's newest format has.
 
@@ -297,21 +312,22 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
     from the size, ``is_expandable`` False, sizes summed from the blocks);
     block fields (``address`` from the running offset, ``state`` from the old
     ``allocated``/``active`` booleans, ``requested_size`` = ``size``,
-    ``frames`` []); trace fields (``stream`` 0, ``frames`` []). A bare list is
-    the pre-dict format of ``memory_snapshot()`` (segments only). Anything else
-    raises ``InputError``.
+    ``frames`` []); trace fields (``stream`` 0, ``frames`` []). A bare list of
+    segment dicts is the pre-dict format of ``memory_snapshot()``; a dict with
+    ``device_traces`` and no ``segments`` gets ``segments=[]``. Anything else
+    (a list of numbers, a trace's dict) raises ``InputError`` saying what it held.
     """
-    if isinstance(obj, list):
-        obj = {"segments": obj}
-    if not isinstance(obj, dict) or "segments" not in obj:
-        kind = type(obj).__name__
-        keys = (
-            f" with keys {sorted(map(str, obj))[:5]}" if isinstance(obj, dict) else ""
-        )
+    if isinstance(obj, list) and obj and all(
+            isinstance(s, dict) and "address" in s for s in obj):
+        obj = {"segments": obj}  # torch 1.x: memory_snapshot()'s list of segments
+    if not isinstance(obj, dict) or not ({"segments", "device_traces"} & obj.keys()):
+        # any other pickle (a list of numbers, a trace's dict) is not read as one
         raise InputError(
-            f"{name}: not a memory snapshot: expected a dict with 'segments' "
-            f"(from torch.cuda.memory._dump_snapshot), got a {kind}{keys}"
+            f"{name}: not a memory snapshot: it holds {_held(obj)}, not the dict with "
+            "'segments' and 'device_traces' that torch.cuda.memory._dump_snapshot() "
+            "writes; give that file instead"
         )
+    obj = {"segments": [], **obj}  # device_traces alone: a process that freed everything
     if not isinstance(obj["segments"], list):
         raise InputError(f"{name}: not a memory snapshot: 'segments' is not a list")
     snap = dict(obj)

@@ -23,7 +23,8 @@ def collector_notes(manifest: Manifest) -> list[str]:
         if node.get("words"):
             out.append(f"lost {node['words']}")
     if manifest.stopped:
-        out.append(f"how the run ended: {manifest.stopped} (exit code {manifest.exit_code})")
+        code = "" if "exit code" in manifest.stopped else f" (exit code {manifest.exit_code})"
+        out.append(f"how the run ended: {manifest.stopped}{code}")
     for r in manifest.restarts:
         if r.get("words"):  # analysis.ranks.restarts wrote them
             out.append(f"restart {r.get('number')}: {r['words']}")

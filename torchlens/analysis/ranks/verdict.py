@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
 from torchlens.analysis.ranks.slow import SlowRank, slow_rank
 from torchlens.analysis.ranks.steps import (
@@ -151,6 +152,9 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
                               "log and network")
     if failed:
         row = failed[0]
+        if peer_gone(row["error"]):  # no rank said why: its peer's words, not gloo's page
+            return Finding(FAILED, stopped_when(f"rank {row['rank']}", None, row["error"]),
+                           advice="look at the other ranks' logs for the one that ended first")
         return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
                        advice=f"look at rank {row['rank']}'s log")
     if not any(snap["steps"]):
@@ -198,7 +202,7 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
         return float(t) if isinstance(t, (int, float)) else float("inf")
 
     failed = sorted((row for row in rows if row["state"] == "failed"),
-                    key=lambda row: (raised_at(row), row["rank"]))
+                    key=lambda row: (peer_gone(row["error"]), raised_at(row), row["rank"]))
     verdict = _verdict(snap, lost, failed, attached, slow, creep)
     notes = []
     if any(i is not None and not i.get("shared_run_dir") for i in ranks):
@@ -260,6 +264,8 @@ def ended_reason(row: dict[str, Any]) -> str | None:
     if row.get("state") not in ENDED_STATES:
         return None
     error = row.get("error")
+    if peer_gone(error):
+        return f"{row['state']}: a peer went away ({peer_gone_words(error)})"
     return f"{row['state']}: {error}" if error else str(row["state"])
 
 

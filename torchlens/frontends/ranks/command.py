@@ -301,23 +301,16 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise _Terminated
 
 
-#: a rank's error that says a peer went away: the consequence of another
-#: rank's failure, not a cause (gloo, NCCL, a TCP store)
-_PEER_GONE = re.compile(r"connection (closed|reset) by peer|remote worker crash|remote process "
-                        r"exited|broken pipe", re.I)
-
-
-def _peer_gone(error: Any) -> bool:
-    return bool(error) and bool(_PEER_GONE.search(str(error)))
-
-
 def _where_stopped(view: Any, interrupted: bool, code: int | None,
                    raised: dict[int, float] | None = None) -> str:
     """The run's last words. Of the ranks that did not finish, the one whose own
     exception came first leads (``raised``: rank -> when its error was raised,
-    from its goodbye); a rank that failed because a peer went away comes after,
-    said as such: on a crash, the closed connection of the others is the side
-    effect, not the news."""
+    from its goodbye); the ranks that failed only because a peer went away come
+    last, as one phrase in the transport's few words (``analysis.ranks.crash``):
+    on a crash their closed connection is the side effect, not the news."""
+    from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
+    from torchlens.analysis.ranks.slow import rank_list
+
     steps = [r.get("steps") or 0 for r in view.ranks]
     if interrupted:
         return f"interrupted after {max(steps, default=0)} steps"
@@ -332,16 +325,22 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
         return f"finished: every rank said goodbye ({min(steps, default=0)} steps or more each)"
     raised = raised or {}
 
-    def first(row: dict[str, Any]) -> tuple[bool, float, int]:
-        return (_peer_gone(row.get("error")), raised.get(row["rank"], float("inf")), row["rank"])
+    def first(row: dict[str, Any]) -> tuple[float, int]:
+        return (raised.get(row["rank"], float("inf")), row["rank"])
 
     rows = sorted((r for r in view.ranks if r["state"] != "finished"), key=first)
-    bad = []
+    bad = [f"rank {r['rank']} {r['state']}" + (f" ({r['error']})" if r.get("error") else "")
+           for r in rows if not peer_gone(r.get("error"))]
+    cause = next((r["rank"] for r in rows if r["state"] == "failed"
+                  and not peer_gone(r.get("error"))), None)
+    peers: dict[str, list[dict[str, Any]]] = {}  # one phrase per thing the transport said
     for r in rows:
-        words = f"rank {r['rank']} {r['state']}"
-        if _peer_gone(r.get("error")) and bad:
-            words = f"then rank {r['rank']} {r['state']} because a peer went away"
-        bad.append(words + (f" ({r['error']})" if r.get("error") else ""))
+        if peer_gone(r.get("error")):
+            peers.setdefault(peer_gone_words(r["error"]), []).append(r)
+    for group in peers.values():
+        bad.append(stopped_when(rank_list([r["rank"] for r in group]),
+                                None if cause is None else rank_list([cause]),
+                                group[0]["error"]))
     return f"ended with exit code {_exit_code(code)}" + (f": {'; '.join(bad)}" if bad else "")
 
 

@@ -1,0 +1,101 @@
+"""What the command line says for a mistyped option or a missing input (issue 21).
+
+- ``torchlens analyze RUN --josn``: the usage of ``analyze`` (not the top
+  level's ``torchlens [-h] COMMAND ...``), the option named, ``--json``
+  suggested, exit status 2; the same for every subcommand;
+- ``torchlens analyze /no/such/path``: one line, on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchlens.frontends.cli import main
+
+TOP_USAGE = "usage: torchlens [-h] COMMAND"
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    return err
+
+
+@pytest.mark.parametrize("argv, usage, bad, meant", [
+    (["analyze", "RUN", "--josn"], "usage: torchlens analyze", "--josn", "--json"),
+    (["report", "x.json", "--ouput", "o.html"], "usage: torchlens report", "--ouput",
+     "--output"),
+    (["diff", "a", "b", "--fail-if-slowr", "5"], "usage: torchlens diff", "--fail-if-slowr",
+     "--fail-if-slower"),
+    (["simulate", "s.pickle", "--alloc-cnf", "x"], "usage: torchlens simulate", "--alloc-cnf",
+     "--alloc-conf"),
+    (["run", "--otu", "d", "--", "true"], "usage: torchlens run", "--otu", "--out"),
+    (["demo", "--stesp", "3"], "usage: torchlens demo", "--stesp", "--steps"),
+    (["analyze", "RUN", "--josn=1"], "usage: torchlens analyze", "--josn=1", "--json"),
+], ids=["analyze", "report", "diff", "simulate", "run", "demo", "with-value"])
+def test_a_mistyped_option_gets_the_subcommands_usage_and_a_suggestion(
+        argv, usage, bad, meant, capsys) -> None:
+    err = _usage_error(argv, capsys)
+    assert err.startswith(usage), err
+    assert TOP_USAGE not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"torchlens {argv[0]}: error: unrecognized arguments: {bad}"), last
+    assert f"did you mean {meant}?" in last, last
+
+
+def test_an_option_like_no_other_gets_no_suggestion(capsys) -> None:
+    err = _usage_error(["analyze", "RUN", "--frobnicate"], capsys)
+    assert err.startswith("usage: torchlens analyze")
+    assert "unrecognized arguments: --frobnicate" in err and "did you mean" not in err
+
+
+def test_an_extra_word_is_named_under_the_subcommands_usage(capsys) -> None:
+    err = _usage_error(["report", "a.json", "b.json"], capsys)
+    assert err.startswith("usage: torchlens report")
+    assert "unrecognized arguments: b.json" in err and "did you mean" not in err
+
+
+def test_a_mistyped_option_before_the_subcommand_gets_the_top_usage(capsys) -> None:
+    err = _usage_error(["--josn", "analyze", "RUN"], capsys)
+    assert err.startswith(TOP_USAGE) and "unrecognized arguments: --josn" in err
+
+
+def test_the_commands_own_options_still_reach_it(tmp_path: Path, capsys) -> None:
+    """``torchlens run -- torchrun --josn``: everything after ``--`` is the command's."""
+    from torchlens.frontends.cli import build_parser
+
+    args, extras = build_parser().parse_known_args(["run", "--", "torchrun", "--josn"])
+    assert extras == [] and args.command[-2:] == ["torchrun", "--josn"]
+
+
+def test_a_missing_path_is_said_once_on_stderr(capsys) -> None:
+    assert main(["analyze", "/no/such/path"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("torchlens: error: /no/such/path: no such file"), lines
+
+
+def test_a_folder_with_nothing_usable_is_said_on_stderr_only(tmp_path: Path, capsys) -> None:
+    (tmp_path / "a.json").write_text("[1, 2")
+    assert main(["analyze", str(tmp_path), "--workers", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("torchlens: error: ") and "a.json" in lines[0], err
+    assert len(lines) == 1, err
+
+
+def test_json_keeps_its_document_on_stdout_and_the_error_on_stderr(capsys) -> None:
+    import json
+
+    assert main(["analyze", "/no/such/path", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out)["problems"], out
+    assert err.strip().splitlines() == [err.strip()] and "/no/such/path" in err
