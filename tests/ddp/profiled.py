@@ -35,7 +35,8 @@ class Batches(torch.utils.data.Dataset):
 
 
 def _loop(rank: int, steps: int, data_sleep_s: float = 0.0, grow_bytes: int = 0,
-          fail_at: int | None = None, kill_at: int | None = None) -> torch.nn.Module:
+          fail_at: int | None = None, kill_at: int | None = None,
+          mark: bool = True) -> torch.nn.Module:
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 4)))
@@ -54,7 +55,8 @@ def _loop(rank: int, steps: int, data_sleep_s: float = 0.0, grow_bytes: int = 0,
         opt.step()
         if grow_bytes:
             kept.append(torch.ones(grow_bytes // 4))  # a leak: one more buffer per step
-        torchlens.step()
+        if mark:
+            torchlens.step()
     return model.module
 
 
@@ -81,6 +83,11 @@ def killed(rank, world_size, steps=12):
 
 def balanced(rank, world_size, steps=12):
     return _loop(rank, steps)
+
+
+def unmarked(rank, world_size, steps=8):
+    """The straggler's loop without torchlens.step(): only its optimizer marks the steps."""
+    return _loop(rank, steps, data_sleep_s=0.005 if rank == world_size - 1 else 0.0, mark=False)
 
 
 def no_steps(rank, world_size):

@@ -169,6 +169,8 @@ class RankProfiling:
     every raw trace stays in ``run_dir``). ``windows``: the function never
     called ``torchlens.step()`` and fixed windows of ``window_s`` were cut
     instead. ``max_steps``: the run stopped each rank after that many steps.
+    ``steps_by``: how the steps were found (``torchlens.step()``, the
+    optimizer's steps, fixed windows; ``capture.ranks.autostep``).
     """
 
     every: int = 5
@@ -177,6 +179,7 @@ class RankProfiling:
     max_steps: int | None = None
     keep: int = 50
     windows: bool = False
+    steps_by: str = ""
     steps: list[list[StepRecord]] = field(default_factory=list)
     summaries: list[list[StepSummary]] = field(default_factory=list)
     #: per rank: summaries received but not kept in memory (older than ``keep``)

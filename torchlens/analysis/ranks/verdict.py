@@ -39,7 +39,7 @@ from typing import Any
 
 from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
-from torchlens.analysis.ranks.slow import SlowRank, slow_rank
+from torchlens.analysis.ranks.slow import SlowRank, rank_list, slow_rank
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
     Steps,
@@ -159,7 +159,8 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
                        advice=f"look at rank {row['rank']}'s log")
     if not any(snap["steps"]):
         return Finding(INFO, f"waiting for steps: {attached} of {snap['world_size'] or '?'} "
-                       "ranks attached (a rank attaches at its first torchlens.step())",
+                       "ranks attached (a torchrun rank attaches when it starts, any other at its "
+                       "first torchlens.step())",
                        (Figure("attached", attached),))
     if slow.rank is None and creep:
         c = creep[0]
@@ -169,6 +170,19 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
                        f"look for tensors kept across steps on rank {c.rank} (losses kept "
                        "with their graph, growing lists)")
     return slow.finding
+
+
+def steps_found_by(ranks: list[dict[str, Any] | None]) -> str:
+    """How the ranks' steps were found (their heartbeats' ``steps_by``), one
+    phrase when they agree: "steps: optimizer.step() of Adam"; "" before any."""
+    said: dict[str, list[int]] = {}
+    for info in ranks:
+        by = ((info or {}).get("heartbeat") or {}).get("steps_by")
+        if isinstance(by, str) and by:
+            said.setdefault(by, []).append(int(info["rank"]))  # type: ignore[index]
+    if len(said) <= 1:
+        return "".join(f"steps: {by}" for by in said)
+    return "steps: " + "; ".join(f"{rank_list(r)}: {by}" for by, r in said.items())
 
 
 def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
@@ -218,6 +232,9 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
                      f"summary(ies) of rank(s) {', '.join(str(r) for r, _ in behind)} were "
                      "overwritten before it read them (missing from the run folder; a "
                      "collector per node, or fewer profiled steps, keeps up)")
+    by = steps_found_by(ranks)
+    if by:
+        notes.insert(0, by)
     times = sorted(r["step_ms"] for r in rows if r.get("step_ms") is not None)
     spread = (median(times), times[0], times[-1]) if times else None
     restarts = world_restarts(snap.get("incarnations") or [], snap["world_size"])

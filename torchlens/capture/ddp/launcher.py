@@ -368,6 +368,8 @@ class DdpLauncher:
                "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
                "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),
                "windows": any(t.get("windows") and not t.get("real_steps") for t in told),
+               # how the steps were found: rank 0's words (every rank runs the same function)
+               "steps_by": next((t["steps_by"] for t in told if t.get("steps_by")), ""),
                "steps": self.step_records, "summaries": self.summaries,
                "dropped_summaries": self.dropped_summaries}
         with contextlib.suppress(OSError):

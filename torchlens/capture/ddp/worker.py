@@ -390,6 +390,7 @@ class Worker:
             stepper.finish()
             self.result["profile"] = {"every": stepper.every, "steps": stepper.index,
                                       "windows": stepper.windows, "real_steps": stepper.real_steps,
+                                      "steps_by": stepper.steps_by,
                                       "errors": stepper.errors[:20], "own_s": stepper.own_s,
                                       "budget": stepper.budget_figures}
         record["end"] = time.time()

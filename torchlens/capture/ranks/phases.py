@@ -49,6 +49,9 @@ class PhaseClock:
         self.entries = 0  # progress for the hang detector: grows inside long steps
         self.first: float | None = None  # when the first phase began (unix s)
         self.tick: Callable[[], None] | None = None
+        #: called before an outermost phase begins: where a step found from the
+        #: optimizer is cut (``autostep``), so the new phase is the next step's
+        self.enter: Callable[[], None] | None = None
         self.gpu: GpuPhaseTimer | None = None  # set on a rank whose job uses CUDA
         self._undo: list[Callable[[], None]] = []
         self._opt_t0 = 0.0
@@ -64,6 +67,8 @@ class PhaseClock:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if clock.active >= 0:
                 return fn(*args, **kwargs)
+            if clock.enter is not None:
+                clock.enter()
             clock.active, clock.entries = index, clock.entries + 1
             if clock.first is None:
                 clock.first = time.time()
@@ -115,6 +120,8 @@ class PhaseClock:
 
         def pre(*_: Any) -> None:
             if self.active < 0:
+                if self.enter is not None:
+                    self.enter()
                 if self.first is None:
                     self.first = time.time()
                 if self.gpu is not None:

@@ -40,6 +40,12 @@ import psutil
 import torch
 
 from torchlens.capture.ranks import cuda_device
+from torchlens.capture.ranks.autostep import (
+    EXPLICIT,
+    OptimizerBoundary,
+    optimizer_words,
+    window_words,
+)
 from torchlens.capture.ranks.heap import heap_in_use
 from torchlens.capture.ranks.phases import (
     MAX_PENDING,
@@ -95,6 +101,10 @@ def memory_now(device: torch.device) -> StepMemory:
 class RankProfiler:
     """One rank's ``--profile`` capture; ``torchlens.step()`` calls ``step()``.
 
+    Without such calls the steps end at the job's optimizer steps
+    (``autostep``), and without those in fixed windows of ``window_s``;
+    ``steps_by`` says which (None before the first step ends).
+
     ``summarize(trace_path, rank=, step=, trace_rel=, cuda_memory=)`` turns an
     exported trace into a bounded summary (injected: capture does not analyse).
     ``agree(proposal)`` returns the interval every rank takes (the store).
@@ -125,6 +135,8 @@ class RankProfiler:
         self.next_profiled = self.every - 1
         self.real_steps = False
         self.windows = False
+        self.found = OptimizerBoundary()
+        self.steps_by: str | None = None
         self.own_s = 0.0  # torchlens' own time inside step() calls
         self.prof: Any = None
         self._prof_stopped = False
@@ -156,6 +168,8 @@ class RankProfiler:
         os.makedirs(os.path.join(self.run_dir, f"rank{self.rank}"), exist_ok=True)
         self.clock.install()
         self.clock.tick = self._window_tick
+        self.found.install()  # after the clock's hooks: its optimizer time is taken first
+        self.clock.enter = self._enter
         self._worker = threading.Thread(target=self._ingest, daemon=True, name="tl-ingest")
         self._worker.start()
         self._time_gpu()
@@ -169,7 +183,12 @@ class RankProfiler:
     def finish(self, wait_s: float = 30.0) -> None:
         """The function returned (or raised): close the open step, wait for summaries."""
         _profiler.detach_stepper(self)
-        self.clock.tick = None
+        self.clock.tick = self.clock.enter = None
+        self.found.remove()
+        last = self.found.take()
+        if last is not None:  # the last optimizer step ends the last step: then teardown
+            with contextlib.suppress(StepLimit):
+                self.step(found=True, t1=last)
         if not self.real_steps and time.time() > self.t_mark:
             with contextlib.suppress(StepLimit):
                 self.step(window=True)  # a function without step(): its last window
@@ -211,7 +230,8 @@ class RankProfiler:
         return out
 
     def status(self) -> dict[str, Any]:
-        return {"steps_done": self.index, "phase_calls": self.clock.entries}
+        return {"steps_done": self.index, "phase_calls": self.clock.entries,
+                "steps_by": self.steps_by, "device": str(self.device)}
 
     def drain(self) -> tuple[list[StepRecord], list[StepSummary]]:
         """New step records and summaries, for the heartbeat thread to send."""
@@ -228,9 +248,26 @@ class RankProfiler:
         if not self.real_steps and time.time() >= self.window_end:
             self.step(window=True)
 
-    def step(self, window: bool = False) -> None:
-        """The end of step ``self.index``: record it, drive the profiler."""
-        t1 = time.time()
+    def _enter(self) -> None:
+        """A phase begins: a step found at the optimizer's last step ends here."""
+        if self.found.take() is not None:
+            self.step(found=True)
+
+    def step(self, window: bool = False, found: bool = False, t1: float | None = None) -> None:
+        """The end of step ``self.index``: record it, drive the profiler.
+
+        ``torchlens.step()`` calls it bare, and from then on only it ends steps
+        (its call wins over the optimizer's); ``found``: at an optimizer step
+        (``autostep``); ``window``: a fixed window's end."""
+        if found:
+            self.steps_by = optimizer_words(self.found.name or "an optimizer")
+        elif not window:
+            self.found.off, self.found.pending = True, None
+            self.steps_by = EXPLICIT
+        elif not self.real_steps:
+            self.steps_by = window_words(self.window_s)
+        called = time.time()
+        t1 = called if t1 is None else t1
         gpu = self._gpu_times(self.index)  # before the profiler's stop syncs the device
         stopped = self._stop_recording()  # the trace's ProfilerStep span ends next to t1
         if not window:
@@ -258,7 +295,7 @@ class RankProfiler:
             self._walls.append(t1 - self.t_mark)
         self.records.append(StepRecord(step=i, t0=self.t_mark, t1=t1, phases=phases,
                                        profiled=profiled, window=window, mem=mem,
-                                       tl_s=round(time.time() - t1, 6),
+                                       tl_s=round(time.time() - called, 6),
                                        **({"gpu": gpu} if gpu else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:
@@ -267,7 +304,7 @@ class RankProfiler:
         if self.index == self.next_profiled:
             self._start_profiler()
         self.t_mark = time.time()
-        self.own_s += self.t_mark - t1
+        self.own_s += self.t_mark - called
 
     def _windows_were_set_up(self) -> None:
         """A first step() after windows were cut: those windows were set-up.

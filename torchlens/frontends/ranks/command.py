@@ -42,6 +42,7 @@ from torchlens.formats.run_folder.manifest import (
     RankEntry,
     write_manifest,
 )
+from torchlens.frontends.ranks import autoattach
 from torchlens.frontends.ranks import registry as run_registry
 from torchlens.model import InputError
 
@@ -133,7 +134,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     feed = FeedPublisher(collector, run_dir)  # what torchlens.watch reads (docs/MULTINODE.md)
     secret_path = key.write_secret(os.path.join(run_dir, files.SECRET_FILE))
     env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir,
-           FRESH_STORE: os.environ.get(FRESH_STORE, "1")}
+           FRESH_STORE: os.environ.get(FRESH_STORE, "1"), **autoattach.pythonpath(os.environ)}
     summary = TerminalSummary(stream, tty)
     loopback = collector.host in LOOPBACK
     summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
@@ -393,7 +394,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
             raised[r] = float(bye["error_t"])
         ranks.append(RankEntry(
             rank=r, node=row.get("node"), host=row.get("host"), pid=hello.get("pid"),
-            local_rank=hello.get("local_rank"), device=hello.get("device"),
+            # a rank attached at its start says its device in its heartbeats, once it stepped
+            local_rank=hello.get("local_rank"), device=hb.get("device") or hello.get("device"),
             restart=row.get("restart"), state=row["state"], error=row.get("error"),
             stopped_at_step=hb.get("steps_done"), last_heartbeat=hb.get("t"),
             steps=sum(s.counts[0] for s in slots), summaries=sum(s.counts[1] for s in slots),

@@ -108,8 +108,11 @@ def _profiling_html(run: DdpRun, prof: RankProfiling, a: DdpAnalysis,
     notes = [f"One {unit} in {prof.every} of each rank ran under torch.profiler"
              + (f"; raw traces in {prof.run_dir}." if prof.run_dir else ".")]
     if prof.windows:
-        notes.append(f"The function never called torchlens.step(): {unit}s are fixed "
-                     f"windows of {prof.window_s:g} s.")
+        notes.append(f"The function never called torchlens.step() and no optimizer stepped: "
+                     f"{unit}s are fixed windows of {prof.window_s:g} s.")
+    elif prof.steps_by.startswith("optimizer"):
+        notes.append(f"The function never called torchlens.step(): steps end at each "
+                     f"{prof.steps_by}.")
     if any((s.get("memory") or {}).get("source") == "modelled"
            for sums in prof.summaries for s in sums):
         notes.append("CPU run: allocated, reserved and fragmentation are modelled, what a "

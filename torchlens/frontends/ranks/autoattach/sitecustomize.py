@@ -1,0 +1,61 @@
+"""``torchlens run`` puts this directory first on its command's ``PYTHONPATH``:
+Python imports this ``sitecustomize`` when each of the command's processes
+starts, so a training script attaches to the collector without importing
+torchlens (``frontends.ranks.rank_side.attach``, as ``torchlens.step()`` does).
+
+What it does, in order:
+- the ``sitecustomize`` this one hides (the next one on ``sys.path``, a
+  distribution's or the user's own) is run as if it had been found first;
+- only in a rank of a torchrun-style launcher (``TORCHLENS_COLLECTOR``,
+  ``RANK`` and ``LOCAL_RANK`` set: not the launcher's agent, not a plain
+  ``python``), and not in a process that rank started (a DataLoader's spawned
+  worker inherits its environment: ``TORCHLENS_ATTACHED`` names the rank's
+  pid), this process attaches.
+
+Never breaks the job: a failure prints one line on stderr and the job runs
+on untouched.
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_MARK = "TORCHLENS_ATTACHED"
+
+
+def _chain() -> None:
+    import importlib.machinery
+    import importlib.util
+
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    ours = sys.modules.get(__name__)
+    sys.modules[__name__] = module  # the hidden one sees itself as sitecustomize
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        sys.modules[__name__] = ours
+        raise
+
+
+def _attach() -> None:
+    env = os.environ
+    if not env.get("TORCHLENS_COLLECTOR") or "RANK" not in env or "LOCAL_RANK" not in env:
+        return
+    if env.get(_MARK) and env[_MARK] != str(os.getpid()):
+        return  # a process the attached rank started
+    env[_MARK] = str(os.getpid())
+    from torchlens.frontends.ranks.rank_side import attach
+
+    attach()
+
+
+for _part in (_chain, _attach):
+    try:
+        _part()
+    except Exception as _exc:  # noqa: BLE001 - the user's job must run whatever happens here
+        print(f"torchlens: {'the hidden sitecustomize failed' if _part is _chain else 'not attached'}"
+              f": {type(_exc).__name__}: {_exc}", file=sys.stderr)
