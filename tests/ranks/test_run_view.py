@@ -196,3 +196,20 @@ def test_a_long_state_is_not_cut_in_the_terminal_table() -> None:
     ranks = [_info(0, 0), _info(1, 0, bye={"reason": "SIGTERM", "t": 1.0, "steps": 12})]
     text = "\n".join(lines(run_view(_snap(ranks, steps))))
     assert "ended by its agent" in text
+
+
+def test_the_watch_says_how_steps_were_found() -> None:
+    """Issue 23: the view says how the steps were found (here: the optimizer's
+    step of a script that never calls torchlens.step())."""
+    import html
+    import re
+
+    from torchlens.analysis.ranks.verdict import live_status
+    from torchlens.render.ranks.watch_status import status_html
+
+    steps = [[_rec(i, 0.0002, 0.001) for i in range(12)] for _ in range(2)]
+    ranks = [_info(r, 0, heartbeat={"steps_done": 12, "steps_by": "optimizer.step() of Adam"})
+             for r in range(2)]
+    status = live_status(run_view(_snap(ranks, steps)))
+    page = html.unescape(re.sub(r"<[^>]+>", "", str(status_html("run", "running", status))))
+    assert "steps: optimizer.step() of Adam" in page

@@ -67,7 +67,8 @@ def status_html(source: str, state: str, status: dict[str, Any] | None,
     ``notes`` and the rank table."""
     status = status or {}
     rows = status_rows(status)
-    notes = [*notes, *(f"lost: {w}" for w in status.get("lost") or []),
+    notes = [*notes, *(str(n) for n in status.get("notes") or []),
+             *(f"lost: {w}" for w in status.get("lost") or []),
              *(restart_line(r.get("number"), str(r.get("words") or ""))
                for r in status.get("restarts") or [] if isinstance(r, dict))]
     return html.render("watch_status.html.j2", source=source, state=state,
