@@ -85,6 +85,11 @@ def other_node_env(line: str) -> tuple[dict[str, str], list[str]]:
     extra = {}
     while words and "=" in words[0] and words[0].split("=")[0].isupper():
         name, value = words.pop(0).split("=", 1)
+        if name == "PYTHONPATH":  # a shell expansion: what bash makes of it on that node
+            value = subprocess.run(["bash", "-c", f"echo {value}"], capture_output=True,
+                                   text=True, env={**os.environ, "PATH": os.path.dirname(
+                                       sys.executable) + os.pathsep + os.environ["PATH"]},
+                                   check=True).stdout.strip()
         extra[name] = value
     return extra, words
 

@@ -97,6 +97,9 @@ def _two_nodes(tmp_path: Path, **extra: str) -> tuple[Collector, subprocess.Pope
     assert extra_env["TORCHLENS_RUN_SECRET_FILE"] == str(out / "run.secret")
     # every node's agent must build its rendezvous store the same way
     assert extra_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # its ranks attach at start too, from that node's own torchlens install
+    from torchlens.frontends.ranks.autoattach import DIR
+    assert extra_env["PYTHONPATH"].split(os.pathsep)[0] == DIR
     assert os.stat(out / "run.secret").st_mode & 0o777 == 0o600
     second = subprocess.Popen(printed, cwd=REPO, env=env(**extra_env, **extra),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -59,6 +59,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: torchrun). "1": each rendezvous round builds a fresh store. A value the user
 #: set wins; every node must agree, so the other nodes' command carries the value.
 FRESH_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: the other nodes' ranks attach at start too: the directory of their own
+#: torchlens install first on PYTHONPATH (``autoattach``'s ``__main__`` prints it)
+OTHER_PYTHONPATH = ('PYTHONPATH="$(python -mtorchlens.frontends.ranks.autoattach)'
+                    '${PYTHONPATH:+:$PYTHONPATH}"')
 
 
 def _reachable_address(bound: str) -> str:
@@ -140,7 +144,8 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
-             f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {shlex.join(command)}")
+             f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {OTHER_PYTHONPATH} "
+             f"{shlex.join(command)}")
     if nodes(command) > 1 or not loopback:  # one node: no second command to run
         where = ("the collector listens on loopback only: other machines cannot reach it "
                  "(pass --host IFACE for more than one machine); on this machine run"
