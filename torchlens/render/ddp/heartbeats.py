@@ -21,12 +21,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import MIB, rank_color, to_columns
+from torchlens.render.empty_ranges import hold_empty_ranges
 from torchlens.render.legend import add_colour_legend, by_colour
 
 FLUSH_S = 0.4  # at least twice a second
@@ -189,6 +190,8 @@ def _hide_collectives(layout: Any) -> None:
     """Drop the collectives panel where the heartbeats do not count collectives:
     it would draw a false zero on a -1..1 axis."""
     layout.children[1].visible = False
+    # a hidden plot still fits its ranges: without a span BokehJS warns on load
+    layout.children[1].y_range = Range1d(0, 1)
     layout.children[2].title.text = "Per-rank timeline (state)"
 
 
@@ -213,6 +216,7 @@ class LivePlot:
         if self._widget is None:
             from jupyter_bokeh import BokehModel
 
+            hold_empty_ranges(self.layout)  # its panels open with no rows
             self._widget = BokehModel(self.layout)
         return self._widget
 
