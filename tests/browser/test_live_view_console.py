@@ -57,7 +57,7 @@ def _open(chromium: Any, path: Path) -> tuple[Any, list[str]]:
 def test_live_view_opens_without_warnings_and_fits_its_first_rows(chromium: Any,
                                                                     tmp_path: Path) -> None:
     view = ProfiledLiveView(2, 10, modelled=True)
-    view.widget  # what the notebook is sent: the view as it opens, before any row
+    assert view.widget is not None  # what the notebook is sent: the view as it opens, before any row
     path = tmp_path / "live.html"
     path.write_text(file_html(view.layout, INLINE, "live view"), encoding="utf-8")
     page, messages = _open(chromium, path)

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from bokeh.models import ColumnDataSource, CustomJS, DataRange1d, GlyphRenderer, Plot, Scatter
+from bokeh.models import (
+    ColumnDataSource,
+    CustomJS,
+    DataRange1d,
+    GlyphRenderer,
+    Plot,
+    Scatter,
+)
 
 _DROP = "if (anchor.get_length() > 0) { anchor.data = {x: [], y: []} }"
 
