@@ -95,7 +95,9 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
             fig.legend.label_text_font_size = "8pt"
     quads = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "color": [],
                               "phase": [], "rank": []})
-    lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_alpha=0)
+    # outlined in their own colour: spans that touch are drawn touching (edges
+    # antialiased on their own left a pale seam that read as a silent moment)
+    lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_width=1)
     add_colour_legend(lanes, [*by_colour(PHASE_COLORS), ("other phase", OTHER_PHASE_COLOR)])
     ticks = ColumnDataSource({"t": [], "y": [], "label": []})
     lanes.scatter("t", "y", source=ticks, marker="dash", angle=1.5708, size=14, color="#333")
@@ -162,15 +164,18 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
     mem_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
     coll_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
     quad_rows = []
+    last: dict[int, dict[str, Any]] = {}  # each rank's latest span
     for hb in sorted(heartbeats, key=lambda h: h["t_rel"]):
         m, c, q = conv.rows(hb)
         mem_rows[int(hb["rank"])].append(m)
         coll_rows[int(hb["rank"])].append(c)
         if q:
-            if quad_rows and quad_rows[-1]["rank"] == q["rank"] and quad_rows[-1]["phase"] == q["phase"]:
-                quad_rows[-1]["right"] = q["right"]  # merge runs of one phase
+            prev = last.get(q["rank"])
+            if prev is not None and prev["phase"] == q["phase"]:
+                prev["right"] = q["right"]  # one span per run of one phase
             else:
                 quad_rows.append(q)
+                last[q["rank"]] = q
     _stream_per_source(mem_src, mem_rows, None)  # the static copy keeps every point
     _stream_per_source(coll_src, coll_rows, None)
     if quad_rows:
