@@ -48,8 +48,8 @@ FIT_HEIGHT_JS = (
     "var f = s && s.previousElementSibling; if (!f || f.tagName !== 'IFRAME') { return; } "
     "window.addEventListener('message', function (e) { "
     "var h = e.source === f.contentWindow && e.data && e.data.torchlensReportHeight; "
-    "if (typeof h === 'number' && isFinite(h) && h > 0) { "
-    "f.style.height = Math.ceil(h) + 2 + 'px'; } }); })();</script>")
+    "if (typeof h === 'number' && isFinite(h)) { "
+    "f.style.height = Math.max(0, Math.ceil(h)) + 2 + 'px'; } }); })();</script>")
 
 
 def iframe_html(report: str, height: int = IFRAME_HEIGHT_PX) -> str:
