@@ -30,6 +30,9 @@ const FONT = `${FONT_PX}px system-ui, -apple-system, "Segoe UI", sans-serif`;
 const TICK = 4;
 const GAP = 4;
 const MiB = 1024 ** 2;
+/** y tick labels at least this far apart, and at most this many on a tall chart */
+const Y_TICK_PX = 24;
+const MAX_Y_TICKS = 7;
 const GiB = 1024 ** 3;
 
 /**
@@ -146,7 +149,8 @@ export class RollingChart {
           },
           {
             ...axis,
-            space: 24,
+            // a tall chart spaces its labels out: no more than MAX_Y_TICKS to read
+            space: (_u, _axis, _min, _max, plotPx) => Math.max(Y_TICK_PX, plotPx / MAX_Y_TICKS),
             ...(yUnit === 'bytes' ? { incrs: BYTE_INCRS } : {}),
             values: (_u, splits) => {
               const labels = formatTicks(splits, yUnit);

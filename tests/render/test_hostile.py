@@ -245,9 +245,11 @@ def test_bundle_escapes_the_whole_report(rendered) -> None:
     kind, profile, analysis, html = rendered
     frame = kinds.display_bundle(profile, analysis)["text/html"]
     # the fixed line an untrusted notebook shows (and its remover), then the report
+    # and the fixed script that fits the frame to it
     m = re.fullmatch(r'<p id="torchlens-needs-js-[0-9a-f]{12}" class="torchlens-needs-js">'
                      r'<b>[^<>]*</b></p><script>[^<>]*</script>'
-                     r'<iframe srcdoc="([^"]*)" sandbox="allow-scripts" [^<>]*></iframe>',
+                     r'<iframe srcdoc="([^"]*)" sandbox="allow-scripts" [^<>]*></iframe>'
+                     r'<script>[^<>]*</script>',
                      frame.strip())
     assert m, frame[:200]
     assert "<" not in m.group(1) and ">" not in m.group(1)

@@ -41,8 +41,20 @@ def needs_js_note(key: str) -> str:
             f'if (n && n.id === "{note_id}") {{ n.remove(); }} }})();</script>')
 
 
+#: After the frame: its height follows the report's (the page template posts it),
+#: so the notebook scrolls, not a box inside it. Only a number from this frame is read.
+FIT_HEIGHT_JS = (
+    "<script>(function () { var s = document.currentScript; "
+    "var f = s && s.previousElementSibling; if (!f || f.tagName !== 'IFRAME') { return; } "
+    "window.addEventListener('message', function (e) { "
+    "var h = e.source === f.contentWindow && e.data && e.data.torchlensReportHeight; "
+    "if (typeof h === 'number' && isFinite(h)) { "
+    "f.style.height = Math.max(0, Math.ceil(h)) + 2 + 'px'; } }); })();</script>")
+
+
 def iframe_html(report: str, height: int = IFRAME_HEIGHT_PX) -> str:
     """``report`` as an escaped, sandboxed, vertically resizable iframe, after
-    the line an untrusted notebook shows in its place (``needs_js_note``)."""
+    the line an untrusted notebook shows in its place (``needs_js_note``); the
+    frame grows to the report's height where scripts run (``FIT_HEIGHT_JS``)."""
     frame = str(html.render("iframe.html.j2", report=report, height=int(height)))
-    return needs_js_note(report) + frame
+    return needs_js_note(report) + frame + FIT_HEIGHT_JS

@@ -13,6 +13,10 @@ from typing import Any
 
 import psutil
 
+#: psutil's CPU percent over less than a few clock ticks reads 0.0: the first
+#: sample waits until the baseline is this old.
+MIN_CPU_WINDOW_S = 0.1
+
 
 class HostSampler:
     """CPU percent (all cores, since the previous call), RAM and load average."""
@@ -21,10 +25,14 @@ class HostSampler:
         # psutil measures CPU between two calls; the first call only sets the
         # baseline, so make it here rather than report a meaningless 0.0.
         psutil.cpu_percent(interval=None)
+        self._since = time.monotonic()
         self.cpu_count = psutil.cpu_count() or 1
 
     def sample(self) -> dict[str, Any]:
         """One reading now; percentages are 0-100."""
+        wait = MIN_CPU_WINDOW_S - (time.monotonic() - self._since)
+        cpu = psutil.cpu_percent(interval=wait if wait > 0 else None)
+        self._since = time.monotonic()
         mem = psutil.virtual_memory()
         try:
             load1: float | None = os.getloadavg()[0]
@@ -32,7 +40,7 @@ class HostSampler:
             load1 = None
         return {
             "t": time.time(),
-            "cpu_percent": psutil.cpu_percent(interval=None),
+            "cpu_percent": cpu,
             "cpu_count": self.cpu_count,
             "ram_used": mem.total - mem.available,
             "ram_total": mem.total,

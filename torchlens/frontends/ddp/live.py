@@ -42,6 +42,9 @@ class ProfiledLiveView:
         if self._widget is None:
             from jupyter_bokeh import BokehModel
 
+            from torchlens.render.empty_ranges import hold_empty_ranges
+
+            hold_empty_ranges(self.layout)  # its panels open with no rows
             self._widget = BokehModel(self.layout)
         return self._widget
 

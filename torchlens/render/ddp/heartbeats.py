@@ -21,12 +21,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import MIB, rank_color, to_columns
+from torchlens.render.empty_ranges import hold_empty_ranges
 from torchlens.render.legend import add_colour_legend, by_colour
 
 FLUSH_S = 0.4  # at least twice a second
@@ -94,7 +95,9 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
             fig.legend.label_text_font_size = "8pt"
     quads = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "color": [],
                               "phase": [], "rank": []})
-    lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_alpha=0)
+    # outlined in their own colour: spans that touch are drawn touching (edges
+    # antialiased on their own left a pale seam that read as a silent moment)
+    lanes.quad("left", "right", "bottom", "top", color="color", source=quads, line_width=1)
     add_colour_legend(lanes, [*by_colour(PHASE_COLORS), ("other phase", OTHER_PHASE_COLOR)])
     ticks = ColumnDataSource({"t": [], "y": [], "label": []})
     lanes.scatter("t", "y", source=ticks, marker="dash", angle=1.5708, size=14, color="#333")
@@ -161,15 +164,18 @@ def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
     mem_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
     coll_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
     quad_rows = []
+    last: dict[int, dict[str, Any]] = {}  # each rank's latest span
     for hb in sorted(heartbeats, key=lambda h: h["t_rel"]):
         m, c, q = conv.rows(hb)
         mem_rows[int(hb["rank"])].append(m)
         coll_rows[int(hb["rank"])].append(c)
         if q:
-            if quad_rows and quad_rows[-1]["rank"] == q["rank"] and quad_rows[-1]["phase"] == q["phase"]:
-                quad_rows[-1]["right"] = q["right"]  # merge runs of one phase
+            prev = last.get(q["rank"])
+            if prev is not None and prev["phase"] == q["phase"]:
+                prev["right"] = q["right"]  # one span per run of one phase
             else:
                 quad_rows.append(q)
+                last[q["rank"]] = q
     _stream_per_source(mem_src, mem_rows, None)  # the static copy keeps every point
     _stream_per_source(coll_src, coll_rows, None)
     if quad_rows:
@@ -189,6 +195,8 @@ def _hide_collectives(layout: Any) -> None:
     """Drop the collectives panel where the heartbeats do not count collectives:
     it would draw a false zero on a -1..1 axis."""
     layout.children[1].visible = False
+    # a hidden plot still fits its ranges: without a span BokehJS warns on load
+    layout.children[1].y_range = Range1d(0, 1)
     layout.children[2].title.text = "Per-rank timeline (state)"
 
 
@@ -213,6 +221,7 @@ class LivePlot:
         if self._widget is None:
             from jupyter_bokeh import BokehModel
 
+            hold_empty_ranges(self.layout)  # its panels open with no rows
             self._widget = BokehModel(self.layout)
         return self._widget
 

@@ -76,11 +76,19 @@ def _rank_table_column(key: str, values: list[Any]) -> Column:
     return Column(key, label, lambda v: f"{v:,.3g}")
 
 
+def _memory_key(key: str) -> bool:
+    return key in ("frag", "source") or key.endswith("_frag") or key.endswith(_BYTES)
+
+
 def rank_table_html(rows: list[dict[str, Any]]) -> Markup:
-    """``analysis.ranks.steps.rank_table`` as a sortable table, one row per rank."""
+    """``analysis.ranks.steps.rank_table`` as sortable tables, one row per rank:
+    the times, then the memory (one table of 17 columns was 1310 px wide and
+    scrolled in a box of its own beside the notebook's sidebar)."""
     keys = list(dict.fromkeys(k for row in rows for k in row))
-    return tables.html_table(rows, [_rank_table_column(k, [row.get(k) for row in rows])
-                                    for k in keys])
+    memory = [k for k in keys if _memory_key(k)]
+    groups = [[k for k in keys if not _memory_key(k)], ["rank", *memory] if memory else []]
+    return html.join([tables.html_table(rows, [_rank_table_column(k, [row.get(k) for row in rows])
+                                               for k in group]) for group in groups if group])
 
 
 def _ended(run: DdpRun, a: DdpAnalysis) -> tuple[dict[int, str], dict[int, float]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 from markupsafe import Markup
 
@@ -203,8 +203,10 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
     if len(segs) > len(shown):
         title += f": first {len(shown)} of {len(segs)} segments by address"
     # The title and the x axis take about 80 px whatever the rows: the height is
-    # that plus a band per row, so one segment still gets a visible row.
-    p = figure(height=min(700, SEGMENT_FRAME_PX + SEGMENT_ROW_PX * len(shown)),
+    # that plus a band per row, so one segment still gets a visible row. The x axis
+    # is the segments' own span (Bokeh's padded auto range began below 0 MiB).
+    end = max(seg["total_size"] for seg in shown) / MIB
+    p = figure(x_range=Range1d(0, end, bounds=(0, end)),height=min(700, SEGMENT_FRAME_PX + SEGMENT_ROW_PX * len(shown)),
                sizing_mode="stretch_width", x_axis_label="MiB from segment start", title=title,
                tools="xpan,xwheel_zoom,box_zoom,reset,save",
                y_range=(len(shown) - 0.5, -0.5))
