@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -81,12 +82,12 @@ class Collector:
 
 def other_node_env(line: str) -> tuple[dict[str, str], list[str]]:
     """The printed command for other nodes: its VAR=value words, then the command."""
-    words = line.split()
+    words = shlex.split(line)
     extra = {}
     while words and "=" in words[0] and words[0].split("=")[0].isupper():
         name, value = words.pop(0).split("=", 1)
         if name == "PYTHONPATH":  # a shell expansion: what bash makes of it on that node
-            value = subprocess.run(["bash", "-c", f"echo {value}"], capture_output=True,
+            value = subprocess.run(["bash", "-c", f'echo "{value}"'], capture_output=True,
                                    text=True, env={**os.environ, "PATH": os.path.dirname(
                                        sys.executable) + os.pathsep + os.environ["PATH"]},
                                    check=True).stdout.strip()

@@ -32,8 +32,10 @@ from torchlens.render.legend import add_colour_legend, by_colour
 
 FLUSH_S = 0.4  # at least twice a second
 ROLLOVER = 5000  # points kept per source in the live view
+#: ``training``: a ``--profile`` rank inside the user's loop (its steps are
+#: the step records' business), the same green as a checked step
 PHASE_COLORS = {"init": "#bbbbbb", "starting": "#bbbbbb", "comm_check": "#9ecae1",
-                "step": "#74c476", "checksums": "#fdae6b",
+                "step": "#74c476", "training": "#74c476", "checksums": "#fdae6b",
                 "done": "#eeeeee", "failed": "#d62728"}
 OTHER_PHASE_COLOR = "#cccccc"
 
