@@ -82,6 +82,9 @@ class Slot:
     #: only the newest: these say when this incarnation stepped at all)
     first_t: float | None = None
     last_t: float | None = None
+    #: window records before its first real step, and whether that came
+    setup: int = 0
+    stepped: bool = False
 
     @property
     def rank(self) -> int:
@@ -284,6 +287,15 @@ class Collector:
             if s.first_t is None:
                 s.first_t = records[0].t0
             s.last_t = records[-1].t1
+        real = [r for r in records if not r.window]
+        if real and not s.stepped:
+            # its windows so far were its set-up (``model.records.without_setup``):
+            # not steps it made, and it began stepping at its first real step
+            s.stepped = True
+            s.counts[0] -= s.setup + len(records) - len(real)
+            s.first_t = real[0].t0
+        elif not s.stepped:
+            s.setup += len(records)
         s.steps += records
         del s.steps[:-KEEP_STEPS]
         return payload
