@@ -312,9 +312,25 @@ class RunCommand(Command):
                    metrics=args.metrics)
 
 
+class MetricsCommand(Command):
+    name = "metrics"
+    help = ("print the Prometheus alerting rules or the Grafana dashboard for "
+            "`torchlens run --metrics` (docs/METRICS.md)")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("what", choices=("rules", "dashboard"),
+                            help="rules: alerting rules (YAML); dashboard: Grafana dashboard (JSON)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from torchlens.frontends.metrics_files import shipped
+
+        sys.stdout.write(shipped(args.what))
+        return 0
+
+
 #: Subcommands in the order ``torchlens --help`` lists them.
 COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand(),
-                           DiffCommand(), RunCommand()]
+                           DiffCommand(), RunCommand(), MetricsCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:
