@@ -146,9 +146,9 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
     _binary("prometheus")
     out = tmp_path / "exp1"
     port = free_port()
-    # rank 1 loads data slowly (40 ms a batch); 3 steps a second for a minute at most
+    # rank 1 loads data slowly (40 ms a batch); 3 steps a second, 120 steps
     c = _MetricsCollector(out, f"127.0.0.1:{port}", torchrun_args(1, 2, free_port()),
-                          TL_STEPS="150", TL_SLOW_S="0.04", TL_STEP_SLEEP="0.25")
+                          TL_STEPS="120", TL_SLOW_S="0.04", TL_STEP_SLEEP="0.25")
     prom = None
     try:
         line = c.wait_line("torchlens run: metrics at")
@@ -172,6 +172,18 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
         states = prom.query('torchlens_rank_state{state="up"} == 1')
         assert sorted(r["metric"]["rank"] for r in states) == ["0", "1"]
         _dashboard_expressions_evaluate(prom)
+        assert c.wait() == 0, c.output
+        # the step times Prometheus last scraped are the run folder's first steps'
+        for rank in ("0", "1"):
+            sel = f'{{job="torchlens",rank="{rank}"}}'
+            (count,) = prom.query(f"last_over_time(torchlens_step_seconds_count{sel}[5m])")
+            (total,) = prom.query(f"last_over_time(torchlens_step_seconds_sum{sel}[5m])")
+            n = int(float(count["value"][1]))
+            steps = [json.loads(x) for x in (out / f"rank{rank}" / "steps.jsonl").read_text().split("\n") if x]
+            steps = [s for s in steps if not s.get("window")]
+            assert 20 <= n <= len(steps) == 120
+            assert abs(float(total["value"][1]) - sum(s["t1"] - s["t0"] for s in steps[:n])) < 1e-6
+        assert not token_file.exists()  # deleted with the run
     finally:
         if prom is not None:
             prom.stop()
@@ -185,10 +197,17 @@ CUDA_ONLY = ("torchlens_memory_allocated_bytes", "torchlens_memory_reserved_byte
 
 def _dashboard_expressions_evaluate(prom: _Prometheus) -> None:
     dash = json.loads((FILES / "torchlens-dashboard.json").read_text())
+    # the template variables: Grafana's label_values(SELECTOR, LABEL)
+    for var in dash["templating"]["list"][1:]:
+        selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", var["definition"]).groups()
+        selector = selector.replace("$job", ".*").replace("$run", ".*")
+        url = f"{prom.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert json.load(r)["data"], var["definition"]
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     for expr in exprs:
         concrete = (expr.replace("$__rate_interval", "15s").replace("$job", ".*")
                     .replace("$run", ".*").replace("$rank", ".*"))
-        got = prom.query(concrete)  # Prometheus accepts it
-        if not any(name in expr for name in CUDA_ONLY):
-            assert got, f"no data for the dashboard's {expr}"
+        prom.query(concrete)  # Prometheus accepts it
+        if not any(name in expr for name in CUDA_ONLY):  # a rate needs two scrapes in its window
+            _wait_for(f"data for the dashboard's {expr}", lambda q=concrete: prom.query(q), 30)
