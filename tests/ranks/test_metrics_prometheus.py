@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO, Collector, env, free_port, torchrun_args
+from .helpers import REPO, Collector, env, free_port, processes_of_run, torchrun_args
 
 FILES = REPO / "torchlens" / "frontends" / "metrics_files"
 RULES_TEST = Path(__file__).with_name("metrics_rules_test.yml")
@@ -184,6 +184,34 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
             assert 20 <= n <= len(steps) == 120
             assert abs(float(total["value"][1]) - sum(s["t1"] - s["t0"] for s in steps[:n])) < 1e-6
         assert not token_file.exists()  # deleted with the run
+    finally:
+        if prom is not None:
+            prom.stop()
+        c.kill()
+
+
+def test_a_killed_rank_reaches_prometheus_as_lost(tmp_path: Path) -> None:
+    _binary("prometheus")
+    out = tmp_path / "exp2"
+    port = free_port()
+    c = _MetricsCollector(out, str(port), torchrun_args(1, 2, free_port()), TL_STEPS="2000",
+                          TL_SLOW_S="0.0", TL_STEP_SLEEP="0.05")
+    prom = None
+    try:
+        c.wait_line("torchlens run: metrics at")
+        run_id = re.search(r"run (\w+),", c.wait_line("torchlens run: run")).group(1)
+        prom = _Prometheus(tmp_path, [("torchlens", f"127.0.0.1:{port}", str(out / "metrics.token"))])
+        _wait_for("both ranks up", lambda: len(prom.query('torchlens_rank_state{state="up"} == 1')) == 2)
+        (victim,) = [p for p in processes_of_run(run_id) if p.environ().get("RANK") == "1"]
+        victim.kill()  # SIGKILL: no goodbye; torchrun's agent then ends rank 0 and the job
+        assert c.wait() != 0
+        written = (out / "manifest.json").stat().st_mtime  # just after the final view
+        (lost,) = prom.query('torchlens_rank_state{state="lost",rank="1"}[5m]')
+        first = min(float(t) for t, v in lost["values"] if v == "1")
+        assert first <= written + 2.5, (first, written)  # two scrapes of 1 s
+        ended = prom.query('last_over_time(torchlens_rank_state{rank="0"}[5m]) == 1')
+        # rank 0 saw its peer go (gloo: failed) or was ended by its agent; not up
+        assert [r["metric"]["state"] for r in ended] in (["failed"], ["ended"]), ended
     finally:
         if prom is not None:
             prom.stop()

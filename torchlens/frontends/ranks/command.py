@@ -171,8 +171,6 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         summary.say(f"torchlens run: stopped by {stopped_by}, ending the command's processes")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if exporter is not None:
-            exporter.close()
         code = child.end(proc)
         leftovers = child.end_leftovers([s.hello for s in collector.all_slots()])
         child.wait_relay(proc)  # the command's last lines before the summary's
@@ -181,12 +179,16 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
                 collector.poll()
             time.sleep(POLL_S / 2)
         view = run_view(collector.snapshot(), ended=True)
+        if exporter is not None:  # how each rank ended, for the last scrape
+            exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
             feed.publish(live_status(view), ended=True)
         feed.close()
         manifest = write_folder(run_dir, collector, view, command, code, interrupted,
                                 live=feed.manifest_entry())
         feed.linger()  # store watchers read the last frame before the store goes
+        if exporter is not None:
+            exporter.close(linger=True)
         with contextlib.suppress(OSError):
             os.remove(secret_path)
         collector.close()

@@ -7,6 +7,12 @@ feed computed; its own when theirs is old). A scrape, in the HTTP server's
 thread, formats what the loop last kept: it never polls the collector nor
 computes a verdict, and the loop never waits for a scrape.
 
+At the end, ``close(linger=True)`` keeps serving the final view (how each
+rank ended: a killed rank ``lost``, a crash ``failed``) until Prometheus has
+scraped it once, at most one scrape interval (as seen so far) and a second,
+or ``LINGER_MAX_S``: else the job's end would reach Prometheus only as
+``up == 0``, and no rank-state alert would fire for a job that crashed.
+
 Every request must carry ``Authorization: Bearer <token>``; the token is new
 for every run, in ``RUN_DIR/metrics.token`` (0600), deleted at the end
 (docs/METRICS.md). Bound to 127.0.0.1 unless a host is named.
@@ -35,6 +41,8 @@ TOKEN_FILE = "metrics.token"
 #: a view older than this (or than ``VIEW_COST_FACTOR`` x its cost) is computed again
 VIEW_EVERY_S = 5.0
 VIEW_COST_FACTOR = 10
+#: at the end, how long the endpoint waits at most for a scrape of the final view
+LINGER_MAX_S = 20.0
 
 
 def parse_address(spec: str) -> tuple[str, int]:
@@ -76,6 +84,7 @@ class MetricsEndpoint:
         self._view_at = float("-inf")
         self._view_cost = 0.0
         self._seen: dict[int, float] = {}  # rank -> when its heartbeat last changed (monotonic)
+        self._scrapes: list[float] = []  # the last two authorized scrapes (monotonic)
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family,
                                                               "daemon_threads": True})
@@ -120,7 +129,25 @@ class MetricsEndpoint:
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
                                                                   self.token.encode())
 
-    def close(self) -> None:
+    def scraped(self) -> None:
+        self._scrapes = [*self._scrapes[-1:], time.monotonic()]
+
+    def linger_s(self) -> float:
+        """How long to wait for a scrape of the final view: 0 when nobody scrapes."""
+        if len(self._scrapes) < 2:
+            return 0.0
+        return min(LINGER_MAX_S, self._scrapes[1] - self._scrapes[0] + 1.0)
+
+    def close(self, linger: bool = False) -> None:
+        """Stop serving; ``linger``: after a scrape of the view ``tick`` kept last."""
+        if linger:
+            since = self._view_at
+            deadline = since + self.linger_s()
+            try:
+                while time.monotonic() < deadline and self._scrapes[-1] < since:
+                    time.sleep(0.05)
+            except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
+                pass
         self.server.shutdown()
         self.server.server_close()
         with contextlib.suppress(OSError):
@@ -138,6 +165,7 @@ def _handler(endpoint: MetricsEndpoint) -> type[BaseHTTPRequestHandler]:
                 self._send(404, "torchlens serves /metrics only\n")
             else:
                 self._send(200, endpoint.body(), {}, CONTENT_TYPE)
+                endpoint.scraped()
 
         def _send(self, code: int, text: str, headers: dict[str, str] | None = None,
                   kind: str = "text/plain; charset=utf-8") -> None:
