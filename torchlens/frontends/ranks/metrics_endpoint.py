@@ -25,6 +25,7 @@ import hmac
 import os
 import secrets
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable
@@ -86,8 +87,7 @@ class MetricsEndpoint:
         self._seen: dict[int, float] = {}  # rank -> when its heartbeat last changed (monotonic)
         self._scrapes: list[float] = []  # the last two authorized scrapes (monotonic)
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family,
-                                                              "daemon_threads": True})
+        server_class = type("Server", (_Server,), {"address_family": family})
         self.server = server_class((address, port), _handler(self))
         self.host, self.port = self.server.server_address[:2]
         self.token = write_token(self.token_path)
@@ -152,6 +152,16 @@ class MetricsEndpoint:
         self.server.server_close()
         with contextlib.suppress(OSError):
             os.remove(self.token_path)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        # HTTPServer's own looks the address up in DNS (getfqdn): seconds before
+        # the job starts on a machine whose resolver does not answer
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
 
 
 def _handler(endpoint: MetricsEndpoint) -> type[BaseHTTPRequestHandler]:
