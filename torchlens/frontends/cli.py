@@ -293,7 +293,8 @@ class RunCommand(Command):
             "folder for `torchlens report` (the training loop calls torchlens.step())")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] -- "
+        parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] "
+                        "[--metrics [HOST:]PORT] -- "
                         "torchrun --nnodes ... train.py ARGS")
         parser.epilog = ("Each rank attaches at its first torchlens.step(); everything it "
                          "sends is signed with a per-run secret (never in argv). Other nodes: "
@@ -306,18 +307,39 @@ class RunCommand(Command):
                                  "several nodes)")
         parser.add_argument("--port", type=int, default=0, metavar="P",
                             help="collector port (default: a free one)")
+        parser.add_argument("--metrics", metavar="[HOST:]PORT",
+                            help="serve the job's Prometheus metrics at /metrics (127.0.0.1 "
+                                 "unless a host is named; a bearer token in "
+                                 "RUN_DIR/metrics.token; docs/METRICS.md)")
         parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                             help="the command to run, usually torchrun ... train.py ARGS")
 
     def run(self, args: argparse.Namespace) -> int:
         from torchlens.frontends.ranks.command import run
 
-        return run(args.command, out=args.out, host=args.host, port=args.port)
+        return run(args.command, out=args.out, host=args.host, port=args.port,
+                   metrics=args.metrics)
+
+
+class MetricsCommand(Command):
+    name = "metrics"
+    help = ("print the Prometheus alerting rules or the Grafana dashboard for "
+            "`torchlens run --metrics` (docs/METRICS.md)")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("what", choices=("rules", "dashboard"),
+                            help="rules: alerting rules (YAML); dashboard: Grafana dashboard (JSON)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from torchlens.frontends.metrics_files import shipped
+
+        sys.stdout.write(shipped(args.what))
+        return 0
 
 
 #: Subcommands in the order ``torchlens --help`` lists them.
 COMMANDS: list[Command] = [ReportCommand(), DemoCommand(), SimulateCommand(), AnalyzeCommand(),
-                           DiffCommand(), RunCommand()]
+                           DiffCommand(), RunCommand(), MetricsCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

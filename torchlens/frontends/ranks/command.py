@@ -115,10 +115,13 @@ def _exit_code(code: int | None) -> int:
 
 
 def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", port: int = 0,
-        stream: TextIO | None = None, tty: bool | None = None) -> int:
-    """Run ``command`` under the collector; returns its exit code."""
+        stream: TextIO | None = None, tty: bool | None = None, metrics: str | None = None) -> int:
+    """Run ``command`` under the collector; returns its exit code. ``metrics``:
+    ``[HOST:]PORT`` to serve Prometheus series at (``metrics_endpoint``)."""
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store-wait warnings
     command = _check_command(list(command))
+    from torchlens.frontends.ranks import metrics_endpoint
+    metrics_at = metrics_endpoint.parse_address(metrics) if metrics else None
     run_dir = _out_dir(out)
     from torchlens.analysis.ranks.verdict import live_status, run_view
     from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
@@ -160,13 +163,14 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         summary.say(f"the command's output: {log}")
     summary.say(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
                 f"or torchlens.watch({address!r}, secret_file={secret_path!r})")
+    exporter = metrics_endpoint.serve(metrics_at, run_dir, summary.say) if metrics_at else None
     entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
     interrupted = False
     stopped_by = "Ctrl-C"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        watch(collector, summary, lambda: proc.poll() is None, feed)
+        watch(collector, summary, lambda: proc.poll() is None, feed, exporter)
     except KeyboardInterrupt as exc:
         interrupted = True
         stopped_by = "SIGTERM" if isinstance(exc, _Terminated) else stopped_by
@@ -181,12 +185,16 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
                 collector.poll()
             time.sleep(POLL_S / 2)
         view = run_view(collector.snapshot(), ended=True)
+        if exporter is not None:  # how each rank ended, for the last scrape
+            exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
             feed.publish(live_status(view), ended=True)
         feed.close()
         manifest = write_folder(run_dir, collector, view, command, code, interrupted,
                                 live=feed.manifest_entry())
         feed.linger()  # store watchers read the last frame before the store goes
+        if exporter is not None:
+            exporter.close(linger=True)
         with contextlib.suppress(OSError):
             os.remove(secret_path)
         collector.close()
@@ -215,7 +223,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
 
 
 def watch(collector: Any, summary: Any, running: Callable[[], bool],
-          feed: Any | None = None) -> None:
+          feed: Any | None = None, metrics: Any | None = None) -> None:
     """The live loop: poll the collector, redraw the summary and publish the live
     feed (``capture.ranks.feed``) when due, while ``running()``. One ``RunView``
     serves both when both are due; a frame in between carries the last status
@@ -244,6 +252,8 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
             if view is None and feed.status_due(summary.cost):  # costly at many ranks: not every frame
                 view = timed_view()
             feed.publish(live_status(view) if view is not None else None)
+        if metrics is not None:  # steps counted every poll; a scrape reads what it kept
+            metrics.tick(collector, view)
         time.sleep(POLL_S)
 
 

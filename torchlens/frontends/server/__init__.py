@@ -16,6 +16,7 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
+from torchlens.frontends.server import prometheus
 from torchlens.frontends.server.handlers import handlers
 from torchlens.frontends.server.monitor import Monitor
 from torchlens.frontends.server.stream import Broadcaster
@@ -48,12 +49,15 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         )
         # the loop the server's handlers run on: the thread hands samples to it
         monitor.start(IOLoop.current())
+        # its GPU and host series on the server's own /metrics (docs/METRICS.md)
+        web_app.settings["torchlens_prometheus"] = prometheus.register(monitor)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     serverapp.log.info("torchlens GPU monitor: %s", monitor.gpu.status)
 
 
 def _unload_jupyter_server_extension(serverapp: Any) -> None:
     """Stop the sampler thread when the server shuts down."""
+    prometheus.unregister(serverapp.web_app.settings.pop("torchlens_prometheus", None))
     broadcaster = serverapp.web_app.settings.pop("torchlens_broadcaster", None)
     if broadcaster is not None:
         broadcaster.close()
