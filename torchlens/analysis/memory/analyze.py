@@ -17,6 +17,7 @@ from torchlens.analysis.frames import site_of
 from torchlens.analysis.memory import fragmentation, history, leaks, oom
 from torchlens.analysis.memory.allocator import AllocatorConfig
 from torchlens.analysis.memory.allocator.config import round_size
+from torchlens.analysis.memory.peak import PeakAnalysis, analyze_peak, no_history
 from torchlens.analysis.memory.timeline import (
     MemoryTimeline,
     SiteRow,
@@ -60,6 +61,8 @@ class MemoryAnalysis:
     cells: dict[str, int] = field(default_factory=dict)
     #: False: no snapshot could be taken (cudaMallocAsync): no segments to show
     segments_measured: bool = True
+    #: what was alive at the peak (``analysis.memory.peak``), by inferred category and site
+    peak: PeakAnalysis | None = None
 
     @property
     def scope(self) -> str:
@@ -188,6 +191,8 @@ def analyze(profile: Profile) -> MemoryAnalysis:
                        sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
+    a.peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells,
+                           wrapped=p.history_full) if p.history else no_history(tl.peak_allocated))
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))
