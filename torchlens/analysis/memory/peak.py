@@ -85,6 +85,21 @@ class PeakAnalysis:
         """Whether the blocks alive at the peak could be told at all."""
         return self.entry is not None or bool(self.blocks)
 
+    def to_json(self) -> dict[str, Any]:
+        """The peak as plain data (bytes as integers; categories are inferred)."""
+        def rows(groups: list[GroupRow]) -> list[dict[str, Any]]:
+            return [{"name": r.name, "bytes": r.bytes, "blocks": r.count, "share": r.share,
+                     "function": r.function, "categories": r.categories} for r in groups]
+
+        t = self.trigger
+        return {"peak_allocated": self.peak, "trace_entry": self.entry, "x": self.x,
+                "made_by": None if t is None else {"bytes": t.size, "site": t.site,
+                                                   "function": t.function,
+                                                   "category": t.category},
+                "categories_inferred": True, "by_category": rows(self.by_category),
+                "by_site": rows(self.by_site), "unattributed_bytes": self.unattributed,
+                "missing": list(self.missing)}
+
 
 def _group(blocks: list[PeakBlock], peak: int, key: Callable[[PeakBlock], str],
            extra: int = 0, extra_name: str = "") -> list[GroupRow]:

@@ -31,6 +31,7 @@ from torchlens.model.units import (
 from torchlens.render import html, tables
 from torchlens.render.findings import figure_text, finding_html, finding_text
 from torchlens.render.legend import legend_below
+from torchlens.render.memory.peak import peak_html, peak_lines
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -276,6 +277,9 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
         what = "this machine's allocator" if a.measured_on == "cpu" else "what happened"
         out.append(("Allocator model: what if", _kv(rows, head=("", what, "simulated")),
                     "simulate"))
+    if a.peak is not None:
+        out.append(("Peak: what was alive", peak_html(a.peak, a.timeline.clock, a.cells, top),
+                    "peak"))
     for title, fig, anchor in (("Memory timeline", timeline_figure(a), "timeline"),):
         out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
     sites = a.sites[:top]
@@ -331,6 +335,8 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
     d = a.diagnosis
     if d is not None:
         lines += ["", finding_text(d.finding)]
+    if a.peak is not None:
+        lines += ["", *peak_lines(a.peak, a.timeline.clock, top)]
     lines += ["", "top allocation sites:"]
     lines += [f"  {format_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]
