@@ -11,10 +11,12 @@ Frames are innermost first, as torch records them. A rule matches when any
 frame of the stack matches, except ``activation``, which also needs no
 backward frame (a recomputed checkpoint runs forward inside backward).
 
-Optimizer frames are split by lifetime, not by name (``optimizer_kind``):
-Adam makes ``exp_avg`` in ``_init_group`` but SGD makes its momentum buffer in
-``_single_tensor_sgd`` next to its temporaries, so a name rule cannot tell
-state from scratch space; what an optimizer step keeps past the step is state.
+Optimizer and backward allocations are split by lifetime, not by name
+(``by_lifetime``): Adam makes ``exp_avg`` in ``_init_group`` but SGD makes its
+momentum buffer in ``_single_tensor_sgd`` next to its temporaries, and a
+gradient is a backward node's output like any scratch tensor, so no name rule
+can tell them apart; what a step keeps past the step is state, what a backward
+pass keeps past the pass is gradients.
 """
 
 from __future__ import annotations
@@ -63,13 +65,13 @@ _is_backward = _any(lambda f: "torch/autograd/" in _file(f) or _name(f) in (
 #: (category, test on the stack, why): first match wins.
 RULES: tuple[tuple[str, Callable[[Frames], bool], str], ...] = (
     (OPTIMIZER, _any(lambda f: "torch/optim/" in _file(f)),
-     "torch.optim code made it (Adam's _init_group makes exp_avg / exp_avg_sq); what the "
-     "step frees before it ends is an optimizer temporary instead (optimizer_kind)"),
+     "torch.optim code made it (Adam's _init_group makes exp_avg / exp_avg_sq) and the "
+     "step kept it; what the step frees before it ends is an optimizer temporary"),
     (GRADIENT, _any(lambda f: "AccumulateGrad" in _name(f)),
      "the autograd engine's AccumulateGrad node writes .grad (C++ frames, stacks='all')"),
     (BACKWARD, _is_backward,
-     "made under loss.backward() / the autograd engine: gradients and backward scratch "
-     "(without C++ frames the two cannot be told apart)"),
+     "made under loss.backward() / the autograd engine and freed before the backward pass "
+     "ended; what the pass keeps past its end is a gradient"),
     (PARAMETER, _any(lambda f: "torch/nn/init.py" in _file(f)
                      or "torch/nn/" in _file(f) and _name(f) in ("__init__", "reset_parameters")
                      or "torch/nn/modules/module.py" in _file(f) and _name(f) in _MOVE),
@@ -116,25 +118,35 @@ def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None 
     return UNKNOWN
 
 
-def optimizer_kind(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
-    """Split optimizer allocations into state and temporaries by lifetime.
+#: (category of a run, what it keeps past the run, what it frees within it)
+_LIFETIME = {OPTIMIZER: (OPTIMIZER, OPTIMIZER_TEMP), BACKWARD: (GRADIENT, BACKWARD)}
+
+
+def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
+    """Split optimizer and backward allocations by what outlives their pass.
 
     ``allocs``: (trace index, free index or None, category) in trace order. A run is
-    consecutive optimizer allocations (one step); one freed before the run's last
-    allocation ended is scratch space of that step."""
+    consecutive allocations of one of those categories (one optimizer step, one
+    backward pass; it ends at the next allocation of another category). What a run
+    frees before it ends is scratch space; what it keeps is optimizer state, or the
+    gradients (a backward node's output becomes ``.grad``; only C++ frames would show
+    AccumulateGrad, and a snapshot without them still shows the gradients this way)."""
     out: dict[int, str] = {}
     run: list[tuple[int, int | None]] = []
+    run_cat = ""
 
     def close(end: int | None) -> None:
+        kept, temp = _LIFETIME[run_cat]
         for idx, free in run:
-            temp = free is not None and (end is None or free < end)
-            out[idx] = OPTIMIZER_TEMP if temp else OPTIMIZER
+            out[idx] = temp if free is not None and (end is None or free < end) else kept
         run.clear()
 
-    for idx, free, cat in allocs:
-        if cat == OPTIMIZER:
-            run.append((idx, free))
-        elif run:
+    for idx, free, c in allocs:
+        if run and c != run_cat:
             close(idx)
-    close(None)
+        if c in _LIFETIME:
+            run_cat = c
+            run.append((idx, free))
+    if run:
+        close(None)
     return out

@@ -193,7 +193,7 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     known_peak_only = tl.known_peak is not None and peak > max(
         tl.start_allocated, max(tl.allocated, default=0))
     raw = [(a.index, a.i_free, cat.categorize(a.frames, custom)) for a in tl.allocations]
-    kinds = cat.optimizer_kind(raw)
+    kinds = cat.by_lifetime(raw)
     blocks = []
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
         if a.index > entry:
