@@ -24,8 +24,12 @@ from torchlens.render import html
 
 def stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
                n: int = 12) -> str:
-    """A stack, innermost first, one frame a line (a hover's text)."""
-    return "\n".join(f"{f.get('name', '')} ({frame_label(f, cells)})" for f in frames[:n])
+    """A stack, innermost first, one frame a line (a hover's text): its Python frames
+    when it has any (a CUDA stack starts with a dozen allocator C++ frames)."""
+    python = [f for f in frames if str(f.get("filename", "")).endswith(".py")
+              or str(f.get("filename", "")).startswith("<")]
+    return "\n".join(f"{f.get('name', '')} ({frame_label(f, cells)})"
+                     for f in (python or frames)[:n])
 
 
 def when_text(pk: PeakAnalysis, clock: str) -> str:

@@ -158,6 +158,14 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
                   f"freed after {format_duration(b.t_free - b.t_alloc)}" if timed else
                   f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
     })
+    pk = a.peak
+    if pk is not None and pk.entry is not None:
+        top = pk.by_category[0].name if pk.by_category else ""
+        psrc = ColumnDataSource({"x": [(pk.x or 0) / scale], "y": [pk.peak / MIB],
+                                 "what": [f"peak {format_bytes(pk.peak)}, most of it {top}"]})
+        pr = p.scatter("x", "y", source=psrc, size=14, marker="triangle", color="#CC79A7",
+                       legend_label="peak (see Peak: what was alive)")
+        p.add_tools(HoverTool(renderers=[pr], tooltips=[("", "@what")]))
     r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
     p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
                                                     ("", "@freed"), ("stack", "@stack")]))
