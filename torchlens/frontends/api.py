@@ -185,6 +185,61 @@ class MemoryResult(Result):
     """A ``gpumem`` result: the Profile plus its ``MemoryAnalysis`` (timeline,
     sites, survivors, fragmentation, diagnosis) as plain objects."""
 
+    #: the user's own categories ({name: regex over frames' file:function}), applied first
+    custom_categories: dict[str, str] | None = None
+
+    def analysis(self) -> Any:
+        """The analysis, its peak categorised with ``custom_categories`` when set."""
+        if self._analysis is None and self.custom_categories:
+            from torchlens.analysis.memory.analyze import analyze
+
+            self._analysis = analyze(self.profile, categories=self.custom_categories)
+        return super().analysis()
+
+    def set_categories(self, categories: dict[str, str] | None) -> MemoryResult:
+        """Your own categories, matched before torchlens' rules: an ordered
+        ``{name: regex}`` over each frame's ``file:function`` (InputError on a bad regex)."""
+        from torchlens.analysis.memory.categories import compile_custom
+
+        compile_custom(categories)
+        self.custom_categories = dict(categories or {}) or None
+        self._analysis = None
+        return self
+
+    def peak(self) -> Any:
+        """What was alive at the peak, by site (DataFrame; bytes, share of the peak,
+        the categories at the site, the stack of its largest block)."""
+        import pandas as pd
+
+        from torchlens.render.memory.peak import stack_text
+
+        a = self.analysis()
+        return pd.DataFrame([{"site": r.name, "function": r.function, "categories": r.categories,
+                              "bytes": r.bytes, "share": r.share, "blocks": r.count,
+                              "stack": stack_text(r.frames, a.cells)}
+                             for r in a.peak.by_site],
+                            columns=["site", "function", "categories", "bytes", "share",
+                                     "blocks", "stack"])
+
+    def categories(self) -> Any:
+        """What was alive at the peak, by category (DataFrame). Categories are inferred
+        from the allocating stack (``analysis.memory.categories.RULES``)."""
+        import pandas as pd
+
+        rows = self.analysis().peak.by_category
+        return pd.DataFrame([{"category": r.name, "bytes": r.bytes, "share": r.share,
+                              "blocks": r.count} for r in rows],
+                            columns=["category", "bytes", "share", "blocks"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The memory figures as plain data: peak, end and what was alive at the peak."""
+        a = self.analysis()
+        tl = a.timeline
+        return {"kind": "gpumem", "measured_on": a.measured_on,
+                "peak_allocated": tl.peak_allocated, "end_allocated": tl.end_allocated,
+                "start_allocated": tl.start_allocated, "peak_reserved": tl.peak_reserved,
+                "peak": a.peak.to_json(), "notes": list(a.notes)}
+
     def sites(self, n: int = 15) -> list[Any]:
         """Top allocation sites (user file:line) by bytes allocated in the cell."""
         from torchlens.analysis.memory.timeline import top_sites

@@ -9,7 +9,7 @@ capture, whose allocator reserves nothing).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,8 @@ from torchlens.analysis.frames import site_of
 from torchlens.analysis.memory import fragmentation, history, leaks, oom
 from torchlens.analysis.memory.allocator import AllocatorConfig
 from torchlens.analysis.memory.allocator.config import round_size
+from torchlens.analysis.memory.categories import compile_custom
+from torchlens.analysis.memory.peak import PeakAnalysis, analyze_peak, no_history
 from torchlens.analysis.memory.timeline import (
     MemoryTimeline,
     SiteRow,
@@ -60,6 +62,8 @@ class MemoryAnalysis:
     cells: dict[str, int] = field(default_factory=dict)
     #: False: no snapshot could be taken (cudaMallocAsync): no segments to show
     segments_measured: bool = True
+    #: what was alive at the peak (``analysis.memory.peak``), by inferred category and site
+    peak: PeakAnalysis | None = None
 
     @property
     def scope(self) -> str:
@@ -149,8 +153,10 @@ def _cpu_start_note(tl: MemoryTimeline) -> str:
             "allocator model) counts only the cell's own allocations.")
 
 
-def analyze(profile: Profile) -> MemoryAnalysis:
-    """Build the analysis of a ``kind="gpumem"`` profile."""
+def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) -> MemoryAnalysis:
+    """Build the analysis of a ``kind="gpumem"`` profile; ``categories``: the user's own
+    ``{name: regex}`` for the peak's categories, matched before torchlens' rules."""
+    custom = compile_custom(categories)
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
     raw = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
     measured_on, stats_after = p.measured_on, p.stats_after
@@ -188,6 +194,8 @@ def analyze(profile: Profile) -> MemoryAnalysis:
                        sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
+    a.peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
+                           wrapped=p.history_full) if p.history else no_history(tl.peak_allocated))
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))

@@ -72,6 +72,10 @@ class MemoryTimeline:
     t0_us: int = 0
     #: a peak known from elsewhere (memory_stats) when the trace cannot show it
     known_peak: int | None = None
+    #: the trace entry of each point of ``t_us`` / ``allocated`` (``analysis.memory.peak``)
+    index: list[int] = field(default_factory=list)
+    #: the trace entries of the ``unknown_frees``
+    unknown_free_index: list[int] = field(default_factory=list)
 
     @property
     def peak_allocated(self) -> int:
@@ -146,6 +150,7 @@ def build_timeline(
             a = live.pop(e["addr"], None)
             if a is None:
                 tl.unknown_frees += 1
+                tl.unknown_free_index.append(i)
                 tl.unknown_freed_bytes += counted(e["size"])
                 allocated -= counted(e["size"])
             else:
@@ -161,6 +166,7 @@ def build_timeline(
         if i in steps:
             reserved = steps[i]
         tl.t_us.append(t - t0)
+        tl.index.append(i)
         tl.allocated.append(allocated)
         tl.reserved.append(reserved)
     if infer_start and tl.unknown_freed_bytes:

@@ -31,6 +31,7 @@ from torchlens.model.units import (
 from torchlens.render import html, tables
 from torchlens.render.findings import figure_text, finding_html, finding_text
 from torchlens.render.legend import legend_below
+from torchlens.render.memory.peak import peak_html, peak_lines
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
@@ -157,6 +158,14 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
                   f"freed after {format_duration(b.t_free - b.t_alloc)}" if timed else
                   f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
     })
+    pk = a.peak
+    if pk is not None and pk.entry is not None:
+        top = pk.by_category[0].name if pk.by_category else ""
+        psrc = ColumnDataSource({"x": [(pk.x or 0) / scale], "y": [pk.peak / MIB],
+                                 "what": [f"peak {format_bytes(pk.peak)}, most of it {top}"]})
+        pr = p.scatter("x", "y", source=psrc, size=14, marker="triangle", color="#CC79A7",
+                       legend_label="peak (see Peak: what was alive)")
+        p.add_tools(HoverTool(renderers=[pr], tooltips=[("", "@what")]))
     r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
     p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
                                                     ("", "@freed"), ("stack", "@stack")]))
@@ -278,6 +287,9 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
         what = "this machine's allocator" if a.measured_on == "cpu" else "what happened"
         out.append(("Allocator model: what if", _kv(rows, head=("", what, "simulated")),
                     "simulate"))
+    if a.peak is not None:
+        out.append(("Peak: what was alive", peak_html(a.peak, a.timeline.clock, a.cells, top),
+                    "peak"))
     for title, fig, anchor in (("Memory timeline", timeline_figure(a), "timeline"),):
         out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
     sites = a.sites[:top]
@@ -333,6 +345,8 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
     d = a.diagnosis
     if d is not None:
         lines += ["", finding_text(d.finding)]
+    if a.peak is not None:
+        lines += ["", *peak_lines(a.peak, a.timeline.clock, top)]
     lines += ["", "top allocation sites:"]
     lines += [f"  {format_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]

@@ -1,0 +1,152 @@
+"""What kind of memory a block is, inferred from the stack that allocated it.
+
+A snapshot (or the CPU stand-in's trace) does not say "this is a gradient":
+it has the frames of the call that allocated the block. The kind is inferred
+from them, one rule after another (``RULES``, first match wins), so every
+view must say the categories are *inferred*. The user's own categories come
+first: an ordered ``{name: regex}`` matched against each frame's
+``file:function`` (Meta's Mosaic calls it a custom profile).
+
+Frames are innermost first, as torch records them. A rule matches when any
+frame of the stack matches, except ``activation``, which also needs no
+backward frame (a recomputed checkpoint runs forward inside backward).
+
+Optimizer and backward allocations are split by lifetime, not by name
+(``by_lifetime``): Adam makes ``exp_avg`` in ``_init_group`` but SGD makes its
+momentum buffer in ``_single_tensor_sgd`` next to its temporaries, and a
+gradient is a backward node's output like any scratch tensor, so no name rule
+can tell them apart; what a step keeps past the step is state, what a backward
+pass keeps past the pass is gradients.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torchlens.model import InputError
+
+OPTIMIZER = "optimizer state"
+OPTIMIZER_TEMP = "optimizer temporary"
+GRADIENT = "gradient"
+BACKWARD = "backward temporary"
+PARAMETER = "parameter"
+ACTIVATION = "activation"
+INPUT = "input"
+UNKNOWN = "unknown"
+NO_STACK = "unknown (no stack recorded)"
+
+#: The order a table lists categories in (custom ones come first).
+ORDER = (PARAMETER, GRADIENT, OPTIMIZER, ACTIVATION, BACKWARD, OPTIMIZER_TEMP, INPUT,
+         UNKNOWN, NO_STACK)
+
+Frames = list[dict[str, Any]]
+
+
+def _file(f: dict[str, Any]) -> str:
+    return str(f.get("filename", "")).replace("\\", "/")
+
+
+def _name(f: dict[str, Any]) -> str:
+    return str(f.get("name", ""))
+
+
+def _any(test: Callable[[dict[str, Any]], bool]) -> Callable[[Frames], bool]:
+    return lambda frames: any(test(f) for f in frames)
+
+
+_MODULE_CALL = ("_call_impl", "_wrapped_call_impl")
+_MOVE = ("_apply", "to", "cuda", "to_empty", "load_state_dict", "_load_from_state_dict")
+_is_backward = _any(lambda f: "torch/autograd/" in _file(f) or _name(f) in (
+    "backward", "_engine_run_backward") and "torch/" in _file(f)
+    or "autograd::engine" in _name(f) or "torch::autograd::Engine" in _name(f))
+
+#: (category, test on the stack, why): first match wins.
+RULES: tuple[tuple[str, Callable[[Frames], bool], str], ...] = (
+    (OPTIMIZER, _any(lambda f: "torch/optim/" in _file(f)),
+     "torch.optim code made it (Adam's _init_group makes exp_avg / exp_avg_sq) and the "
+     "step kept it; what the step frees before it ends is an optimizer temporary"),
+    (GRADIENT, _any(lambda f: "AccumulateGrad" in _name(f)),
+     "the autograd engine's AccumulateGrad node writes .grad (C++ frames, stacks='all')"),
+    (BACKWARD, _is_backward,
+     "made under loss.backward() / the autograd engine and freed before the backward pass "
+     "ended; what the pass keeps past its end is a gradient"),
+    (PARAMETER, _any(lambda f: "torch/nn/init.py" in _file(f)
+                     or "torch/nn/" in _file(f) and _name(f) in ("__init__", "reset_parameters")
+                     or "torch/nn/modules/module.py" in _file(f) and _name(f) in _MOVE),
+     "module construction, nn.init or Module.to/_apply made it: parameters and buffers"),
+    (INPUT, _any(lambda f: "torch/utils/data/" in _file(f)),
+     "the DataLoader / collate made it: a batch of inputs"),
+    (ACTIVATION, _any(lambda f: "torch/nn/modules/module.py" in _file(f)
+                      and _name(f) in _MODULE_CALL),
+     "made inside a module's forward, outside backward: activations (kept for backward "
+     "or not)"),
+)
+
+#: Said wherever categories are shown.
+INFERRED = ("Categories are inferred from the stack that allocated each block (torchlens "
+            "rules, first match wins), not recorded by torch.")
+
+
+def compile_custom(custom: Mapping[str, str] | None) -> list[tuple[str, re.Pattern[str]]]:
+    """The user's ordered ``{name: regex}``; InputError names a bad pattern."""
+    out = []
+    for name, pattern in (custom or {}).items():
+        if not isinstance(name, str) or not name or not isinstance(pattern, str):
+            raise InputError(f"custom categories map a name to a regex, got {name!r}: "
+                             f"{pattern!r}")
+        try:
+            out.append((name, re.compile(pattern)))
+        except re.error as err:
+            raise InputError(f"custom category {name!r}: bad regex {pattern!r} ({err})") from None
+    return out
+
+
+def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None = None) -> str:
+    """The category of a block allocated with ``frames`` (innermost first)."""
+    if not frames:
+        return NO_STACK
+    for name, rx in custom or ():
+        if any(rx.search(f"{_file(f)}:{_name(f)}") for f in frames):
+            return name
+    for category, test, _why in RULES:
+        if category == ACTIVATION and _is_backward(frames):
+            continue
+        if test(frames):
+            return category
+    return UNKNOWN
+
+
+#: (category of a run, what it keeps past the run, what it frees within it)
+_LIFETIME = {OPTIMIZER: (OPTIMIZER, OPTIMIZER_TEMP), BACKWARD: (GRADIENT, BACKWARD)}
+
+
+def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
+    """Split optimizer and backward allocations by what outlives their pass.
+
+    ``allocs``: (trace index, free index or None, category) in trace order. A run is
+    consecutive allocations of one of those categories (one optimizer step, one
+    backward pass; it ends at the next allocation of another category). What a run
+    frees before it ends is scratch space; what it keeps is optimizer state, or the
+    gradients (a backward node's output becomes ``.grad``; only C++ frames would show
+    AccumulateGrad, and a snapshot without them still shows the gradients this way)."""
+    out: dict[int, str] = {}
+    run: list[tuple[int, int | None]] = []
+    run_cat = ""
+
+    def close(end: int | None) -> None:
+        kept, temp = _LIFETIME[run_cat]
+        for idx, free in run:
+            out[idx] = temp if free is not None and (end is None or free < end) else kept
+        run.clear()
+
+    for idx, free, c in allocs:
+        if run and c != run_cat:
+            close(idx)
+        if c in _LIFETIME:
+            run_cat = c
+            run.append((idx, free))
+    if run:
+        close(None)
+    return out

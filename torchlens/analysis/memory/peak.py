@@ -1,0 +1,236 @@
+"""What was alive at the peak of allocated memory, by category and by site.
+
+The peak is the timeline's own (``MemoryTimeline.peak_allocated``: the same
+replay, the same block rounding), at its first moment. What was alive then:
+
+- the window's allocations made at or before that trace entry and not yet
+  freed (allocated falls at ``free_requested``, as on the timeline);
+- memory alive before the window began: blocks the trace frees later (their
+  free entry has a size and a stack) and blocks still allocated at the end
+  that the trace never touches (the segments name them, with their stack when
+  recorded: Mosaic's "static" memory);
+- whatever else the window's starting figure holds that neither names
+  (``unattributed``; e.g. a history that wrapped), so the rows always add up
+  to the peak exactly.
+
+The allocation that made the peak is the trace entry the peak is at; a peak at
+the window's start has none. ``missing`` says which answers a snapshot could
+not give and why (no history, a wrapped one, no stacks).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchlens.analysis.frames import site_of
+from torchlens.analysis.memory import categories as cat
+from torchlens.analysis.memory.timeline import MemoryTimeline
+from torchlens.formats.locations import CellNames
+from torchlens.model.snapshot import TRACE_ACTIONS
+from torchlens.model.units import format_bytes
+
+#: where a block alive at the peak comes from
+IN_WINDOW, FREED_LATER, KEPT = "allocated in the window", "alive before, freed later", \
+    "alive before and at the end"
+#: a block alive before the window with no stack (often what the model was built with)
+BEFORE_NO_STACK = "alive before the window (no stack)"
+
+
+@dataclass
+class PeakBlock:
+    """One block alive at the peak (``size``: the bytes the timeline counts)."""
+
+    size: int
+    category: str
+    site: str
+    function: str
+    frames: list[dict[str, Any]]
+    origin: str
+    index: int | None = None  # its alloc's trace entry (None: allocated before the window)
+
+
+@dataclass
+class GroupRow:
+    """Bytes alive at the peak of one category or one site."""
+
+    name: str
+    bytes: int
+    count: int
+    share: float  # of the peak
+    function: str = ""
+    frames: list[dict[str, Any]] = field(default_factory=list)  # the largest block's stack
+    categories: str = ""  # a site's categories, largest first
+
+
+@dataclass
+class PeakAnalysis:
+    """The peak and what it was made of."""
+
+    peak: int
+    entry: int | None  # trace entry of the event the peak is at; None: the start / unknown
+    x: int | None  # that event on the timeline's x axis (``t_us`` units)
+    trigger: PeakBlock | None  # the allocation that made the peak
+    blocks: list[PeakBlock]
+    unattributed: int  # bytes alive at the peak that no block names (may be negative)
+    by_category: list[GroupRow]
+    by_site: list[GroupRow]
+    missing: list[str] = field(default_factory=list)
+    rules: list[tuple[str, str]] = field(default_factory=list)  # (category, why)
+
+    @property
+    def known(self) -> bool:
+        """Whether the blocks alive at the peak could be told at all."""
+        return self.entry is not None or bool(self.blocks)
+
+    def to_json(self) -> dict[str, Any]:
+        """The peak as plain data (bytes as integers; categories are inferred)."""
+        def rows(groups: list[GroupRow]) -> list[dict[str, Any]]:
+            return [{"name": r.name, "bytes": r.bytes, "blocks": r.count, "share": r.share,
+                     "function": r.function, "categories": r.categories} for r in groups]
+
+        t = self.trigger
+        return {"peak_allocated": self.peak, "trace_entry": self.entry, "x": self.x,
+                "made_by": None if t is None else {"bytes": t.size, "site": t.site,
+                                                   "function": t.function,
+                                                   "category": t.category},
+                "categories_inferred": True, "by_category": rows(self.by_category),
+                "by_site": rows(self.by_site), "unattributed_bytes": self.unattributed,
+                "missing": list(self.missing)}
+
+
+def _group(blocks: list[PeakBlock], peak: int, key: Callable[[PeakBlock], str],
+           extra: int = 0, extra_name: str = "") -> list[GroupRow]:
+    rows: dict[str, GroupRow] = {}
+    biggest: dict[str, int] = {}
+    cats: dict[str, dict[str, int]] = {}
+    for b in blocks:
+        k = key(b)
+        r = rows.get(k)
+        if r is None:
+            r = rows[k] = GroupRow(k, 0, 0, 0.0, b.function)
+        r.bytes += b.size
+        r.count += 1
+        if b.size > biggest.get(k, -1):
+            biggest[k], r.frames, r.function = b.size, b.frames, b.function
+        c = cats.setdefault(k, {})
+        c[b.category] = c.get(b.category, 0) + b.size
+    if extra:
+        rows[extra_name] = GroupRow(extra_name, extra, 0, 0.0)
+    for k, r in rows.items():
+        r.share = r.bytes / peak if peak else 0.0
+        r.categories = ", ".join(n for n, _ in sorted(cats.get(k, {}).items(),
+                                                      key=lambda x: -x[1]))
+    return sorted(rows.values(), key=lambda r: (-r.bytes, r.name))
+
+
+def _peak_point(tl: MemoryTimeline) -> int | None:
+    """The first point of the timeline at the peak; None: the peak is the start."""
+    peak = tl.peak_allocated
+    for j, v in enumerate(tl.allocated):
+        if v == peak:
+            return j
+    return None
+
+
+def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, Any]]:
+    """Blocks allocated at the end that no trace entry allocates or frees."""
+    return [b for s in snapshot.get("segments") or [] for b in s.get("blocks") or []
+            if b.get("state") == "active_allocated" and b.get("address") not in touched]
+
+
+def _before(frames: list[dict[str, Any]], custom: Any) -> str:
+    """A block alive before the window: its category, or that it has no stack."""
+    return cat.categorize(frames, custom) if frames else BEFORE_NO_STACK
+
+
+def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
+             unattributed: int, wrapped: bool) -> list[str]:
+    out = []
+    if wrapped:
+        out.append("The history wrapped (its oldest entries were lost): the peak is the kept "
+                   "part's, and memory allocated before it is counted but its blocks not named.")
+    if unattributed:
+        out.append(f"{format_bytes(unattributed)} of the peak was alive before the window "
+                   "and neither freed in it nor found in the segments: its category and "
+                   "site are missing (unattributed).")
+    bare = sum(b.size for b in blocks if not b.frames)
+    if bare:
+        out.append(f"{format_bytes(bare)} of the {format_bytes(peak)} at the peak has no stack "
+                   "(frames not recorded: record with stacks, e.g. "
+                   "torch.cuda.memory._record_memory_history(stacks='all')): its category and "
+                   "site are unknown.")
+    odd = sorted({e["action"] for e in trace} - set(TRACE_ACTIONS) - {"free"})
+    if odd:
+        out.append(f"Trace entries with actions torchlens does not know were skipped "
+                   f"({', '.join(odd[:5])}): the peak counts only the known ones.")
+    return out
+
+
+def no_history(peak: int) -> PeakAnalysis:
+    """A snapshot with segments only (or a capture without history): the peak's figure,
+    when memory_stats has it, and a line saying what is missing."""
+    return PeakAnalysis(peak, None, None, None, [], 0, [], [], missing=[
+        "No allocation history (segments only): the moment of the peak, what was alive "
+        "then and the allocation that made it are missing. Record it with "
+        "torch.cuda.memory._record_memory_history() before the work, or use %%gpumem."])
+
+
+def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict[str, Any],
+                 *, block_size: Callable[[int], int] | None = None,
+                 cells: CellNames | None = None,
+                 custom: list[tuple[str, re.Pattern[str]]] | None = None,
+                 wrapped: bool = False) -> PeakAnalysis:
+    """The peak of ``tl`` (built from ``trace`` with ``block_size``) and what made it."""
+    counted = block_size or (lambda n: n)
+    peak = tl.peak_allocated
+    if not trace:
+        return no_history(peak)
+    j = _peak_point(tl)
+    entry = tl.index[j] if j is not None else -1  # -1: before the first entry
+    known_peak_only = tl.known_peak is not None and peak > max(
+        tl.start_allocated, max(tl.allocated, default=0))
+    raw = [(a.index, a.i_free, cat.categorize(a.frames, custom)) for a in tl.allocations]
+    kinds = cat.by_lifetime(raw)
+    blocks = []
+    for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
+        if a.index > entry:
+            break
+        if a.i_free is None or a.i_free > entry:
+            blocks.append(PeakBlock(counted(a.size), kinds.get(a.index, c), a.site, a.function,
+                                    a.frames, IN_WINDOW, a.index))
+    before = tl.start_allocated
+    for i in tl.unknown_free_index:
+        e = trace[i]
+        if i <= entry:
+            before -= counted(e["size"])
+            continue
+        frames = e.get("frames") or []
+        site, fn = site_of(frames, cells)
+        blocks.append(PeakBlock(counted(e["size"]), _before(frames, custom), site, fn, frames,
+                                FREED_LATER))
+    touched = {e["addr"] for e in trace if e["action"] in
+               ("alloc", "free_requested", "free_completed", "free")}
+    for b in _kept_blocks(snapshot, touched):
+        frames = b.get("frames") or []
+        site, fn = site_of(frames, cells)
+        blocks.append(PeakBlock(int(b["size"]), _before(frames, custom), site, fn, frames, KEPT))
+    unattributed = peak - sum(b.size for b in blocks)
+    trigger = next((b for b in blocks if b.index == entry), None)
+    rules = [(name, rx.pattern) for name, rx in custom or ()]
+    rules += [(c, why) for c, _t, why in cat.RULES]
+    out = PeakAnalysis(peak, entry if j is not None else None, tl.t_us[j] if j is not None
+                       else 0, trigger, blocks, unattributed,
+                       _group(blocks, peak, lambda b: b.category, unattributed,
+                              "alive before the window (unattributed)"),
+                       _group(blocks, peak, lambda b: b.site, unattributed,
+                              "alive before the window (unattributed)"),
+                       missing=_missing(trace, blocks, peak, unattributed, wrapped),
+                       rules=rules)
+    if known_peak_only:
+        out.missing.insert(0, f"The peak {format_bytes(peak)} comes from memory_stats, not "
+                              "from the history: what was alive then is missing.")
+        out.blocks, out.by_category, out.by_site, out.trigger = [], [], [], None
+    return out

@@ -1,0 +1,80 @@
+"""The "peak" section of a gpumem report and its text lines: draws a ``PeakAnalysis``.
+
+Names from a trace (sites, functions, stacks) go through the autoescaped
+template ``peak.html.j2``; the stack is in a ``title`` attribute, shown on hover.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markupsafe import Markup
+
+from torchlens.analysis.frames import frame_label
+from torchlens.analysis.memory.categories import INFERRED
+from torchlens.analysis.memory.peak import GroupRow, PeakAnalysis
+from torchlens.model.units import (
+    format_bytes,
+    format_count,
+    format_duration,
+    format_percent,
+)
+from torchlens.render import html
+
+
+def stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
+               n: int = 12) -> str:
+    """A stack, innermost first, one frame a line (a hover's text): its Python frames
+    when it has any (a CUDA stack starts with a dozen allocator C++ frames)."""
+    python = [f for f in frames if str(f.get("filename", "")).endswith(".py")
+              or str(f.get("filename", "")).startswith("<")]
+    return "\n".join(f"{f.get('name', '')} ({frame_label(f, cells)})"
+                     for f in (python or frames)[:n])
+
+
+def when_text(pk: PeakAnalysis, clock: str) -> str:
+    """When the peak was, in the timeline's units."""
+    if pk.entry is None:
+        return "at the start of the window" if pk.blocks else "not known"
+    at = (f"{format_duration(pk.x or 0)} after the first event" if clock == "us"
+          else f"trace entry {pk.entry:,}")
+    return f"{at} (trace entry {pk.entry:,})" if clock == "us" else at
+
+
+def _row(r: GroupRow, cells: dict[str, int], why: dict[str, str]) -> dict[str, Any]:
+    return {"name": r.name, "bytes": r.bytes, "size": format_bytes(r.bytes), "share": r.share,
+            "pct": format_percent(100 * r.share), "count": r.count,
+            "count_text": format_count(r.count), "function": r.function,
+            "categories": r.categories, "stack": stack_text(r.frames, cells),
+            "why": why.get(r.name, "")}
+
+
+def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> Markup:
+    why = dict(pk.rules)
+    trig = pk.trigger
+    trigger = None if trig is None else {
+        "size": format_bytes(trig.size), "site": trig.site, "category": trig.category,
+        "stack": stack_text(trig.frames, cells)}
+    return html.render(
+        "peak.html.j2",
+        summary=[("peak allocated", format_bytes(pk.peak)), ("when", when_text(pk, clock))],
+        trigger=trigger, missing=pk.missing, inferred=INFERRED,
+        categories=[_row(r, cells, why) for r in pk.by_category],
+        sites=[_row(r, cells, why) for r in pk.by_site[:top]])
+
+
+def peak_lines(pk: PeakAnalysis, clock: str, top: int) -> list[str]:
+    """The peak for the text view."""
+    lines = [f"peak {format_bytes(pk.peak)} allocated, {when_text(pk, clock)}"]
+    if pk.trigger is not None:
+        t = pk.trigger
+        lines.append(f"  made by {format_bytes(t.size)} at {t.site} ({t.category})")
+    if pk.by_category:
+        lines.append("  alive at the peak by category (inferred from stacks):")
+        lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
+                  for r in pk.by_category]
+        lines.append("  alive at the peak by site:")
+        lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
+                  f"  ({r.categories})" for r in pk.by_site[:top]]
+    lines += [f"  missing: {m}" for m in pk.missing]
+    return lines
