@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import gzip
 import re
 from collections.abc import Callable
@@ -98,10 +99,17 @@ def _bokehjs(figures: list[Any], packed: bool) -> Markup:
     # user data; escaping would break it (<script> and <style> are raw text).
     css = [Markup(code) for code in bundle.css_raw]
     if packed:
-        code = ";\n".join(bundle.js_raw).encode()
-        blob = base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
-        return html.render("bokehjs_packed.html.j2", blob=blob, css=css)
+        return html.render("bokehjs_packed.html.j2", blob=_packed(tuple(bundle.js_raw)), css=css)
     return html.render("bokehjs.html.j2", js=[Markup(code) for code in bundle.js_raw], css=css)
+
+
+@functools.lru_cache(maxsize=4)
+def _packed(js_raw: tuple[str, ...]) -> str:
+    """BokehJS gzipped (level 9) and base64-encoded, once per set of bundles:
+    compressing its 1.3 MB took about a tenth of a second of every shown
+    result (issue 26), and every result of a session packs the same code."""
+    code = ";\n".join(js_raw).encode()
+    return base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
 
 
 def assemble_page(profile: Profile, summary: str, sections: list[Markup],
