@@ -4,7 +4,8 @@ BERT built from a config (random weights, no hub access).
 Rank ``TL_SLOW_RANK`` (default 1) sleeps ``TL_SLOW_S`` in its data collator.
 ``TL_STEPS`` optimizer steps (default 8), ``TL_ACCUM`` micro-batches each
 (default 1); ``TL_EVAL_EVERY`` > 0: an evaluation (and a checkpoint) every
-that many steps. ``TL_CALLBACK=1``: the script adds ``TorchlensCallback``
+that many steps, ``TL_SAVE=0``: without the checkpoints; ``TL_EVAL_SLOW=1``:
+the slow rank sleeps for its evaluation batches only. ``TL_CALLBACK=1``: the script adds ``TorchlensCallback``
 itself as well (imported then), which must not count twice.
 """
 
@@ -25,6 +26,8 @@ ACCUM = int(os.environ.get("TL_ACCUM", "1"))
 EVAL_EVERY = int(os.environ.get("TL_EVAL_EVERY", "0"))
 SLOW_RANK = int(os.environ.get("TL_SLOW_RANK", "1"))
 SLOW_S = float(os.environ.get("TL_SLOW_S", "0.05"))
+SAVE = os.environ.get("TL_SAVE", "1") == "1"
+EVAL_SLOW = os.environ.get("TL_EVAL_SLOW") == "1"
 RANK = int(os.environ.get("RANK", "0"))
 
 
@@ -34,11 +37,20 @@ class Rows(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         g = torch.Generator().manual_seed(i)
-        return {"input_ids": torch.randint(0, 100, (16,), generator=g), "labels": i % 2}
+        return {"input_ids": torch.randint(0, 100, (16,), generator=g), "labels": i % 2,
+                "eval": False}
+
+
+class EvalRows(Rows):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> dict:
+        return {**super().__getitem__(i), "eval": True}
 
 
 def collate(rows: list) -> dict:
-    if RANK == SLOW_RANK:
+    if RANK == SLOW_RANK and rows[0]["eval"] == EVAL_SLOW:
         time.sleep(SLOW_S)
     return {"input_ids": torch.stack([r["input_ids"] for r in rows]),
             "labels": torch.tensor([r["labels"] for r in rows])}
@@ -57,14 +69,14 @@ def main() -> None:
         learning_rate=1e-3, report_to=[], use_cpu=True, ddp_backend="gloo",
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
         eval_strategy="steps" if evaluate else "no", eval_steps=EVAL_EVERY or None,
-        save_strategy="steps" if evaluate else "no", save_steps=EVAL_EVERY or None,
-        save_only_model=True)
+        save_strategy="steps" if evaluate and SAVE else "no", save_steps=EVAL_EVERY or None,
+        save_only_model=True, remove_unused_columns=False)
     callbacks = []
     if os.environ.get("TL_CALLBACK") == "1":
         from torchlens.integrations.huggingface import TorchlensCallback
 
         callbacks.append(TorchlensCallback())
-    eval_rows = torch.utils.data.Subset(Rows(), range(16)) if evaluate else None
+    eval_rows = EvalRows() if evaluate else None
     Trainer(model=model, args=args, train_dataset=Rows(), eval_dataset=eval_rows,
             data_collator=collate, callbacks=callbacks).train()
 

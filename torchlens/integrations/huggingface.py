@@ -42,18 +42,25 @@ require("transformers", transformers.__version__)
 #: how the view says the steps were found (``note: steps: ...``)
 STEPS_BY = "the Hugging Face Trainer's optimizer steps (TorchlensCallback)"
 
-#: one acting callback per Trainer state (see the module docstring)
-_acting: weakref.WeakKeyDictionary[Any, TorchlensCallback] = weakref.WeakKeyDictionary()
+#: one acting callback per Trainer state (see the module docstring), by the
+#: state's id: a TrainerState is an unhashable dataclass
+_acting: dict[int, tuple[weakref.ref[Any], TorchlensCallback]] = {}
 
 
 class TorchlensCallback(TrainerCallback):
     """Per-step records that follow the Trainer's structure (module docstring)."""
 
     def _acts(self, state: Any) -> bool:
+        held = _acting.get(id(state))
+        if held is not None and held[0]() is state:
+            return held[1] is self
+        for key in [k for k, (ref, _) in _acting.items() if ref() is None]:
+            del _acting[key]
         try:
-            return _acting.setdefault(state, self) is self
-        except TypeError:  # a state that cannot be weakly referenced: every call acts
-            return True
+            _acting[id(state)] = (weakref.ref(state), self)
+        except TypeError:  # a state without weak references: every callback acts
+            pass
+        return True
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._acts(state):
