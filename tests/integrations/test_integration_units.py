@@ -100,3 +100,62 @@ def test_a_labelled_record_keeps_its_label_and_an_unlabelled_one_its_bytes() -> 
     assert StepRecord.from_json(rec.to_json()).label == "checkpoint" and rec.labelled
     plain = StepRecord(step=3, t0=1.0, t1=2.0)
     assert "label" not in plain.to_json() and not plain.labelled
+
+
+def test_the_callbacks_steps_replace_the_optimizers_and_label_the_spans(tmp_path) -> None:
+    """In one process, as the Trainer calls them: per optimizer step (after 4
+    micro-batches) ``end_step``; after the second, an evaluation then a
+    checkpoint. The optimizer hook ends nothing more."""
+    import torch
+
+    from torchlens.capture.ranks.stepper import RankProfiler
+    from torchlens.integrations import steps
+
+    prof = RankProfiler(rank=0, run_dir=str(tmp_path), device=None, every=10_000)
+    prof.start()
+    try:
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i in range(3):
+            for _ in range(4):  # gradient accumulation: one optimizer step in 4
+                model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            steps.end_step("the Trainer")
+            if i == 1:
+                model(torch.randn(4, 8)).sum().backward()  # an evaluation's phases
+                steps.end_span("evaluation", "the Trainer")
+                steps.end_span("checkpoint", "the Trainer")
+    finally:
+        prof.finish(wait_s=1.0)
+    records, _ = prof.drain()
+    assert [(r.step, r.label or None) for r in records if not r.window] == [
+        (0, None), (1, None), (2, "evaluation"), (3, "checkpoint"), (4, None)]
+    assert prof.status()["steps_by"] == "the Trainer"
+
+
+def test_inside_torchprof_a_training_step_is_a_step_and_a_span_is_not(monkeypatch) -> None:
+    from torchlens.capture.trace import profiler
+    from torchlens.integrations import steps
+
+    class Capture:
+        calls = 0
+
+        def step(self) -> None:
+            Capture.calls += 1
+
+    capture = Capture()
+    profiler.attach_stepper(capture)
+    try:
+        steps.end_step("the Trainer")
+        steps.end_span("evaluation", "the Trainer")
+    finally:
+        profiler.detach_stepper(capture)
+    assert Capture.calls == 1
+
+
+def test_a_trainer_module_without_default_callbacks_gets_one_line(capsys) -> None:
+    autoload.add_trainer_callback(types.ModuleType("transformers.trainer"))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith(
+        "torchlens: the Hugging Face Trainer runs without TorchlensCallback: AttributeError")
