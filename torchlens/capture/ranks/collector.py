@@ -282,7 +282,8 @@ class Collector:
             self._drop("not JSON")
             return None
         self._drop("not a step record", bad)
-        s.counts[0] += len(records)
+        # training steps only: an evaluation or a checkpoint span (``label``) is not one
+        s.counts[0] += sum(not r.labelled for r in records)
         if records:
             if s.first_t is None:
                 s.first_t = records[0].t0
