@@ -1,0 +1,95 @@
+"""%ddp_check on real FSDP on gloo, 2 CPU ranks.
+
+FSDP's collectives are all_gather / reduce_scatter of flat buffers whose
+shapes repeat layer after layer; its parameters are shards, different on
+every rank by design. A correct FSDP job must pass (no drift reported for
+shards that were never meant to agree), a rank that skips one layer must be
+named at that layer's all_gather, and per-rank memory must say what is
+sharded and what is gathered.
+"""
+
+from __future__ import annotations
+
+import cloudpickle
+import pytest
+
+from torchlens.frontends.cli import main
+from torchlens.frontends.ddp.api import ddp_check
+
+from . import fsdp_jobs
+from .conftest import assert_clean
+
+cloudpickle.register_pickle_by_value(fsdp_jobs)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def run(fn, **kw):
+    kw.setdefault("steps", 2)
+    kw.setdefault("timeout", 20)
+    result = ddp_check(fn, world_size=2, backend="gloo", live=False, **kw)
+    assert_clean(result)
+    return result
+
+
+def _statuses(result):
+    return {i.name: i.status for i in result.checklist}
+
+
+def test_correct_fsdp2_job_passes_and_says_what_is_sharded():
+    result = run(fsdp_jobs.fsdp2_step)
+    status = _statuses(result)
+    assert not [n for n, s in status.items() if s in ("failed", "warning")], result.checklist
+    for name in ("collective sequence", "parameter sync", "determinism", "memory"):
+        assert status[name] == "passed", result.item(name)
+    coll = result.collectives()
+    assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= set(coll["op"])
+    assert set(coll["module"].dropna()) >= {"layers.0", "layers.1", "layers.2"}
+    sync = result.item("parameter sync").evidence
+    # 6 sharded parameters (3 weights, 3 biases): each rank holds its own shard
+    assert "6 sharded parameters" in sync and "same global shape and sharding" in sync
+    mem = result.item("memory")
+    fsdp = mem.details["fsdp"]
+    for r in (0, 1):  # 3 x (8x8 + 8) float32 = 864 B gathered, half of it per rank
+        assert fsdp[r]["unsharded_bytes"] == 864
+        assert fsdp[r]["sharded_bytes"] == 432
+    assert "432 B sharded of 864 B" in mem.evidence
+    assert "not measured" in mem.evidence  # the gathered peak is modelled, and says so
+
+
+def test_rank_that_skips_a_layer_is_named_at_that_layers_all_gather():
+    result = run(fsdp_jobs.fsdp2_skips_layer, steps=1, timeout=8)
+    item = result.item("collective sequence")
+    assert item.status == "failed", item
+    assert item.details["index"] == 1 and item.details["skipped"] == [1]
+    assert item.details["skips"][1]["fingerprint"]["module"] == "layers.1"
+    assert ("rank 1 skipped a collective: it never issued rank 0's #1 all_gather_into_tensor"
+            in item.evidence)
+    assert "FSDP module layers.1" in item.evidence
+
+
+def test_strict_stops_the_skipping_rank_before_the_wrong_all_gather_runs():
+    """Without --strict gloo pairs layer 2's all_gather with layer 1's (equal
+    shapes): the job computes garbage silently. --strict compares the module too."""
+    result = run(fsdp_jobs.fsdp2_skips_layer, steps=1, timeout=8, strict=True)
+    err = result.records.ranks[0]["error"]
+    assert err["type"] == "CollectiveMismatch", err
+    assert "collective #1" in err["message"] and "FSDP module layers.2" in err["message"]
+    assert result.item("collective sequence").status == "failed"
+
+
+def test_correct_fsdp1_job_has_no_false_drift():
+    result = run(fsdp_jobs.fsdp1_step)
+    status = _statuses(result)
+    assert not [n for n, s in status.items() if s in ("failed", "warning")], result.checklist
+    assert status["parameter sync"] == "passed"
+    assert "sharded parameter" in result.item("parameter sync").evidence
+
+
+def test_a_profiled_fsdp_run_folder_reads_back_with_torchlens_report(tmp_path):
+    folder = tmp_path / "run"
+    result = run(fsdp_jobs.fsdp2_loop, steps=6, profile=True, run_dir=str(folder))
+    assert not [i for i in result.checklist if i.status == "failed"], result.checklist
+    out = tmp_path / "run.html"
+    assert main(["report", str(folder), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "reduce_scatter" in page or "all_gather" in page
