@@ -85,6 +85,12 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     tl_s: float | None = None
     restart: int | UnsetType = UNSET
     gpu: list[GpuStepTimes] | UnsetType = UNSET
+    label: str | UnsetType = UNSET
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the span is not a training step (``label`` set)."""
+        return isinstance(self.label, str)
 
     @property
     def start(self) -> int:

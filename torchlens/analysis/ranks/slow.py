@@ -26,7 +26,12 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   ``collective`` would miss a slow rank whose peers wait in a logging
   all_reduce after the optimizer, or in one before backward. With no backward
   at all (explicit all_reduce loops), sync is the collectives alone.
-- Steps compared: the steps every rank has (a rank that died or lags adds only
+- Steps compared: training steps only. A span a framework labels as no
+  training step (``StepRecord.label``: the Hugging Face Trainer's
+  ``evaluation`` or ``checkpoint``, ``torchlens.integrations``) is left out:
+  an evaluation is longer than a step by design, and a rank that saves the
+  checkpoint alone (rank 0) is not the rank the others wait for in training.
+  Of the training steps, the steps every rank has (a rank that died or lags adds only
   the steps it finished; a rank with no record yet is left out), the last
   ``WINDOW`` (20) of them. One window for every view (the ``%ddp_check``
   checklist and its live section, ``slow_rank()``, ``torchlens run``, the
@@ -310,7 +315,8 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
     """The rank the others wait for in the last ``window`` common steps (all
     of them when ``window`` is None), and why. Every view calls it with the
     default (module docstring)."""
-    by_rank = {r: {rec.step: rec for rec in recs} for r, recs in enumerate(steps) if recs}
+    by_rank = {r: d for r, recs in enumerate(steps)
+               if (d := {rec.step: rec for rec in recs if not rec.labelled})}
     if len(steps) < 2:
         return _nobody("one rank, nothing to compare")
     if len(by_rank) < 2:

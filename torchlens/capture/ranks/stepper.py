@@ -253,14 +253,21 @@ class RankProfiler:
         if self.found.take() is not None:
             self.step(found=True)
 
-    def step(self, window: bool = False, found: bool = False, t1: float | None = None) -> None:
+    def step(self, window: bool = False, found: bool = False, t1: float | None = None,
+             *, by: str | None = None, label: str | None = None) -> None:
         """The end of step ``self.index``: record it, drive the profiler.
 
         ``torchlens.step()`` calls it bare, and from then on only it ends steps
         (its call wins over the optimizer's); ``found``: at an optimizer step
-        (``autostep``); ``window``: a fixed window's end."""
+        (``autostep``); ``window``: a fixed window's end. ``by``: a framework's
+        callback (``torchlens.integrations``) ends it, said so in ``steps_by``;
+        it wins over the optimizer's as an explicit call does. ``label``: the
+        span was not a training step (``StepRecord.label``)."""
         if found:
             self.steps_by = optimizer_words(self.found.name or "an optimizer")
+        elif by is not None:
+            self.found.off, self.found.pending = True, None
+            self.steps_by = by
         elif not window:
             self.found.off, self.found.pending = True, None
             self.steps_by = EXPLICIT
@@ -291,12 +298,13 @@ class RankProfiler:
         mem = memory_now(self.device)
         if profiled:
             self._stop_profiler(i, mem=mem)
-        else:
+        elif label is None:  # an evaluation's length is no measure of the budget
             self._walls.append(t1 - self.t_mark)
         self.records.append(StepRecord(step=i, t0=self.t_mark, t1=t1, phases=phases,
                                        profiled=profiled, window=window, mem=mem,
                                        tl_s=round(time.time() - called, 6),
-                                       **({"gpu": gpu} if gpu else {})))
+                                       **({"gpu": gpu} if gpu else {}),
+                                       **({"label": label} if label else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:
             self.t_mark = time.time()

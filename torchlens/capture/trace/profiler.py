@@ -56,6 +56,11 @@ def detach_stepper(capture: Any) -> None:
         _active.remove(capture)
 
 
+def innermost() -> Any:
+    """The innermost running capture that ``torchlens.step()`` reaches, or None."""
+    return _active[-1] if _active else None
+
+
 def step() -> None:
     """Mark the end of one training step in the innermost running capture."""
     if _active:

@@ -10,7 +10,8 @@ What it does, in order:
   ``RANK`` and ``LOCAL_RANK`` set: not the launcher's agent, not a plain
   ``python``), and not in a process that rank started (a DataLoader's spawned
   worker inherits its environment: ``TORCHLENS_ATTACHED`` names the rank's
-  pid), this process attaches.
+  pid), this process attaches, and the callbacks of the frameworks it will
+  import are added when it imports them (``torchlens.integrations.autoload``).
 
 Never breaks the job: a failure prints one line on stderr and the job runs
 on untouched.
@@ -50,7 +51,10 @@ def _attach() -> None:
     env[_MARK] = str(os.getpid())
     from torchlens.frontends.ranks.rank_side import attach
 
-    attach()
+    if attach() is not None:  # the frameworks' callbacks, once the job imports them
+        from torchlens.integrations import autoload
+
+        autoload.install()
 
 
 for _part in (_chain, _attach):
