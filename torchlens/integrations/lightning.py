@@ -80,7 +80,10 @@ class TorchlensCallback(Callback):
         self._global_step = 0
 
     def _acts(self, trainer: Any) -> bool:
-        return _acting.setdefault(trainer, self) is self
+        try:
+            return _acting.setdefault(trainer, self) is self
+        except TypeError:  # a trainer without weak references or a hash: every callback acts
+            return True
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self._acts(trainer) and os.environ.get("TORCHLENS_COLLECTOR"):
