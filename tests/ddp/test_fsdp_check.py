@@ -98,3 +98,33 @@ def test_a_profiled_fsdp_run_folder_reads_back_with_torchlens_report(tmp_path):
     assert done.returncode == 0, done.stderr
     page = out.read_text()
     assert "reduce_scatter" in page or "all_gather" in page
+
+
+def _shard(name, shard, shape=(8, 8), value=1.0):
+    return {"kind": "parameter", "name": name, "shape": [4, 8], "dtype": "float32",
+            "sum": value, "abs_sum": value, "sha1": f"{name}{shard}{value}", "head": [value],
+            "shard": f"Shard(dim=0)@{shard}", "layout": "Shard(dim=0)",
+            "global_shape": list(shape)}
+
+
+def _two_ranks(params0, params1):
+    from torchlens.model import DdpRun
+
+    ranks = [{"rank": r, "steps": [{"step": 0, "end": 1.0, "modules": [
+        {"name": "returned #0 (Stack)", "params": ps}]}]}
+        for r, ps in enumerate((params0, params1))]
+    return DdpRun(world_size=2, backend="gloo", outcome="finished", steps=1, ranks=ranks)
+
+
+def test_replicas_of_one_shard_are_compared_and_a_different_global_shape_is_named():
+    from torchlens.analysis.ddp.checks import check_parameter_sync
+
+    # hybrid sharding: both ranks hold shard 0, one of them drifted
+    drift = check_parameter_sync(_two_ranks([_shard("w", 0)], [_shard("w", 0, value=2.0)]))
+    assert drift.severity == "failed" and "'w'" in drift.sentence
+    # the ranks built different models: the same parameter, another global shape
+    shape = check_parameter_sync(_two_ranks([_shard("w", 0)], [_shard("w", 1, shape=(8, 9))]))
+    assert shape.severity == "failed" and "global shape [8x9]" in shape.sentence, shape
+    # different shards of one parameter sharded alike: nothing to compare, no alarm
+    ok = check_parameter_sync(_two_ranks([_shard("w", 0)], [_shard("w", 1, value=5.0)]))
+    assert ok.severity == "passed" and "1 sharded parameter (FSDP)" in ok.sentence

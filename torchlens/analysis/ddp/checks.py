@@ -28,7 +28,12 @@ from torchlens.analysis.ddp.failures import (
     rank_results,
     why_silent,
 )
-from torchlens.analysis.ddp.fsdp import memory_text, shard_relation, sharded_text
+from torchlens.analysis.ddp.fsdp import (
+    layout_text,
+    memory_text,
+    shard_relation,
+    sharded_text,
+)
 from torchlens.analysis.ddp.profiled import check_rank_memory, check_slow_rank
 from torchlens.analysis.ddp.sequence import sequence_divergence
 from torchlens.formats.fingerprints import describe_collective
@@ -309,8 +314,11 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                             FAILED,
                             f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
                             f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
-                            f"rank {results[0]['rank']} sum {pa['sum']:.6g} first {pa['head']}, "
-                            f"rank {r['rank']} sum {pb['sum']:.6g} first {pb['head']}",
+                            + (layout_text(pa, pb, results[0]["rank"], r["rank"])
+                               if how == "layout" else
+                               f"rank {results[0]['rank']} sum {pa['sum']:.6g} first "
+                               f"{pa['head']}, rank {r['rank']} sum {pb['sum']:.6g} first "
+                               f"{pb['head']}"),
                             advice="ranks must update parameters only through synchronized "
                                    "gradients: look for rank-dependent in-place updates, no_sync "
                                    "without a final synced step, or buffers (e.g. BatchNorm "

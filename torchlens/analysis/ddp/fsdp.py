@@ -32,11 +32,21 @@ def shard_relation(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "same" if a.get("shard") == b.get("shard") else "other shard"
 
 
+def layout_text(a: dict[str, Any], b: dict[str, Any], ra: int, rb: int) -> str:
+    """How two ranks shard one parameter differently (``shard_relation`` said ``layout``)."""
+    def one(p: dict[str, Any], r: int) -> str:
+        shape = "x".join(map(str, p.get("global_shape") or [])) or "?"
+        return f"rank {r} {p.get('layout') or 'not sharded'}, global shape [{shape}]"
+
+    return f"{one(a, ra)}; {one(b, rb)} (sharded differently, or a different model)"
+
+
 def sharded_text(sharded: int, layout: str) -> str:
     """The parameter-sync sentence's part about shards (``''`` when there were none)."""
     if not sharded:
         return ""
-    return (f"; {sharded} sharded parameter{'s' if sharded != 1 else ''} (FSDP) have the "
+    return (f"; {sharded} sharded parameter{'s' if sharded != 1 else ''} (FSDP) "
+            f"{'have' if sharded != 1 else 'has'} the "
             f"same global shape and sharding ({layout}) on every rank; each rank holds its "
             "own shard, which has no copy on another rank to compare it with")
 
