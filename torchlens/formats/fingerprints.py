@@ -24,6 +24,8 @@ def describe_collective(fp: dict[str, Any] | None) -> str:
     text = f"#{fp.get('index')} {fp.get('op')}"
     if tensors:
         text += f" {tensors}"
+    if fp.get("module"):
+        text += f" of FSDP module {fp['module']}"
     if fp.get("line"):
         text += f" at {fp['line']}"
     return text
@@ -33,13 +35,15 @@ def first_difference(fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """How the fingerprints of one collective index differ across ranks, or None.
 
     Compares op, shapes and dtypes (what must match for the collective to be
-    valid); the issuing line may legitimately differ between ranks.
+    valid) and the FSDP module it moves (equal layers give equal shapes: a
+    different module is a skipped or extra layer); the issuing line may
+    legitimately differ between ranks.
     """
     ranks = sorted(fps)
     if not ranks:
         return None
     ref = fps[ranks[0]]
-    for what in ("op", "shapes", "dtypes"):
+    for what in ("op", "shapes", "dtypes", "module"):
         values = {r: fps[r].get(what) for r in ranks}
         if any(v != values[ranks[0]] for v in values.values()):
             return {"what": what, "values": values, "reference_rank": ranks[0],

@@ -28,6 +28,12 @@ from torchlens.analysis.ddp.failures import (
     rank_results,
     why_silent,
 )
+from torchlens.analysis.ddp.fsdp import (
+    layout_text,
+    memory_text,
+    shard_relation,
+    sharded_text,
+)
 from torchlens.analysis.ddp.profiled import check_rank_memory, check_slow_rank
 from torchlens.analysis.ddp.sequence import sequence_divergence
 from torchlens.formats.fingerprints import describe_collective
@@ -207,7 +213,9 @@ def check_sequence(rec: DdpRun) -> Finding:
         status_note = "ranks issued different numbers of collectives"
     elif div["difference"]:
         status_note = {"op": "the ranks issued different ops", "shapes": "shapes differ",
-                       "dtypes": "dtypes differ"}.get(what, f"{what} differs")
+                       "dtypes": "dtypes differ",
+                       "module": "the ranks moved different FSDP modules"}.get(
+                           what, f"{what} differs")
     else:
         status_note = "not every rank issued it"
     return Finding(FAILED,
@@ -287,7 +295,7 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                        "no DistributedDataParallel module was created and no nn.Module was returned",
                        advice="return the model from the function to have its parameters compared",
                        title="parameter sync")
-    checked = 0
+    checked, sharded = 0, {}
     for step in steps:
         ref = _modules(results[0], step)
         for m_i, mod in enumerate(ref):
@@ -296,14 +304,21 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                 if m_i >= len(other):
                     continue
                 for pa, pb in zip(mod["params"], other[m_i]["params"], strict=False):
+                    how = shard_relation(pa, pb)
+                    if how == "other shard":  # FSDP: one copy per shard, nothing to compare
+                        sharded.setdefault(pa["name"], pa["layout"])
+                        continue
                     checked += 1
-                    if _param_diff(pa, pb):
+                    if how == "layout" or _param_diff(pa, pb):
                         return Finding(
                             FAILED,
                             f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
                             f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
-                            f"rank {results[0]['rank']} sum {pa['sum']:.6g} first {pa['head']}, "
-                            f"rank {r['rank']} sum {pb['sum']:.6g} first {pb['head']}",
+                            + (layout_text(pa, pb, results[0]["rank"], r["rank"])
+                               if how == "layout" else
+                               f"rank {results[0]['rank']} sum {pa['sum']:.6g} first "
+                               f"{pa['head']}, rank {r['rank']} sum {pb['sum']:.6g} first "
+                               f"{pb['head']}"),
                             advice="ranks must update parameters only through synchronized "
                                    "gradients: look for rank-dependent in-place updates, no_sync "
                                    "without a final synced step, or buffers (e.g. BatchNorm "
@@ -311,15 +326,17 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                             title="parameter sync",
                             details={"step": step, "module": mod["name"], "parameter": pa["name"],
                                      "ranks": [results[0]["rank"], r["rank"]]})
-    if not checked:  # one rank's modules, nobody else's to compare them with
+    if not checked and not sharded:  # one rank's modules, nobody else's to compare them with
         return Finding(NA, "not compared: only one rank checksummed its parameters"
                        + (f" ({cut} before the step returned)" if cut else ""),
                        advice="see the crashed-worker line" if cut else "",
                        title="parameter sync")
     names = sorted({m["name"] for r in results for s in steps for m in _modules(r, s)})
+    compared = (f"{checked} parameter/buffer comparisons across ranks agree (rtol {RTOL:g})"
+                if checked else "no replicated parameter or buffer to compare")
     return Finding(PASSED,
-                   f"{checked} parameter/buffer comparisons across ranks agree "
-                   f"(rtol {RTOL:g}) in {', '.join(names)} after step(s) {steps}",
+                   f"{compared} in {', '.join(names)} after step(s) {steps}"
+                   + sharded_text(len(sharded), ", ".join(sorted(set(sharded.values())))),
                    title="parameter sync")
 
 
@@ -377,14 +394,17 @@ def check_memory(rec: DdpRun) -> Finding:
     text = "; ".join(f"rank {r}: RSS {format_bytes((peaks[r] or {}).get('rss'))}"
                      + ("" if key == "rss" else f", {key.replace('_', ' ')} {format_bytes(v)}")
                      for r, v in values)
+    fsdp, figures = memory_text(rank_results(rec), rec.fingerprints or [])
+    text += fsdp
     hi, lo = max(v for _, v in values), min(v for _, v in values)
     if hi > MEMORY_MIN_BYTES and lo < hi / (1 + MEMORY_IMBALANCE):
         worst = max(values, key=lambda x: x[1])[0]
         return Finding(FAILED, f"peak {text}: rank {worst} holds {hi / max(lo, 1):.1f}x",
                        advice="rank-dependent data or model sizes: the largest rank sets the "
                               "memory limit for all", title="memory",
-                       details={"key": key, "peaks": peaks})
-    return Finding(PASSED, f"peak {text}", title="memory", details={"key": key, "peaks": peaks})
+                       details={"key": key, "peaks": peaks, "fsdp": figures})
+    return Finding(PASSED, f"peak {text}", title="memory",
+                   details={"key": key, "peaks": peaks, "fsdp": figures})
 
 
 def check_signatures(rec: DdpRun) -> Finding | None:

@@ -15,7 +15,16 @@ from torchlens.formats.fingerprints import first_difference
 
 
 def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
-    return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])))
+    return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])),
+            fp.get("module"))
+
+
+def _where(fp: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Where a collective came from: its line, and under FSDP its module (one
+    forward line issues every layer's all_gather)."""
+    if not fp.get("line") and not fp.get("module"):
+        return None
+    return (fp.get("line"), fp.get("module"))
 
 
 def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
@@ -29,16 +38,16 @@ def _left_out(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], upto: in
     """The index ``j <= upto`` of ``theirs`` that ``mine`` left out, or None.
 
     The evidence of a skip is in the next collectives: at ``j`` the two ranks
-    issue from different lines, and my ``#j`` is the peer's ``#j+1`` (same op,
-    tensors and line). That survives --strict, which stops the run at the
-    first *signature* difference: a skipped collective that looked like the
+    issue from different lines (or FSDP modules), and my ``#j`` is the peer's
+    ``#j+1`` (same op, tensors, line and module). That survives --strict,
+    which stops the run at the first *signature* difference: a skipped collective that looked like the
     next one (gloo paired them) shows up there one index late. Without it, a
     mismatch is only a mismatch: the ops (or shapes) differ.
     """
     for j in range(min(upto + 1, len(mine), len(theirs) - 1)):
         a, b, after = mine[j], theirs[j], theirs[j + 1]
-        line = a.get("line")
-        if (line and line != b.get("line") and line == after.get("line")
+        where = _where(a)
+        if (where and where != _where(b) and where == _where(after)
                 and _signature(a) == _signature(after)):
             return j
     return None

@@ -81,9 +81,11 @@ def remove(path: str) -> None:
             os.unlink(path)
 
 
-def digest(index: int, op: str, shapes: Any, dtypes: Any) -> int:
-    """64-bit digest of what must match across ranks, salted with the index."""
-    text = f"{index}|{op}|{shapes}|{dtypes}".encode()
+def digest(index: int, op: str, shapes: Any, dtypes: Any, module: str | None = None) -> int:
+    """64-bit digest of what must match across ranks, salted with the index
+    (``module``: the FSDP module whose parameters the collective moves)."""
+    text = f"{index}|{op}|{shapes}|{dtypes}" + (f"|{module}" if module else "")
+    text = text.encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 

@@ -10,14 +10,24 @@ from typing import Any
 
 
 def module_checksums(name: str, module: Any) -> dict[str, Any]:
-    """Sum, |sum|, sha1 and first values of every parameter and buffer."""
+    """Sum, |sum|, sha1 and first values of every parameter and buffer.
+
+    A sharded (FSDP) parameter is checksummed as the shard this rank holds,
+    with which shard it is (``shard``) and its global shape, so that only
+    ranks holding the same shard compare values; the module's ``fsdp`` bytes
+    are its shards against the same parameters gathered.
+    """
     import torch
 
+    from torchlens.capture.ddp.fsdp import sharded_parameters
+
+    shards = sharded_parameters(module)
     params = []
     for kind, items in (("parameter", module.named_parameters()),
                         ("buffer", module.named_buffers())):
         for pname, t in items:
-            t = t.detach().cpu().contiguous()
+            piece = shards.get(id(t)) if kind == "parameter" else None
+            t = (piece["local"] if piece else t).detach().cpu().contiguous()
             flat = t.reshape(-1)
             try:
                 digest = hashlib.sha1(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
@@ -28,7 +38,14 @@ def module_checksums(name: str, module: Any) -> dict[str, Any]:
                            "dtype": str(t.dtype).replace("torch.", ""),
                            "sum": float(as_f64.sum()), "abs_sum": float(as_f64.abs().sum()),
                            "sha1": digest, "head": as_f64[:3].tolist()})
-    return {"name": name, "params": params}
+            if piece:
+                params[-1].update(shard=piece["shard"], layout=piece["layout"],
+                                  global_shape=piece["global_shape"])
+    out: dict[str, Any] = {"name": name, "params": params}
+    if shards:
+        out["fsdp"] = {k: sum(p[k] for p in shards.values())
+                       for k in ("sharded_bytes", "unsharded_bytes")}
+    return out
 
 
 def track_ddp() -> list[Any]:

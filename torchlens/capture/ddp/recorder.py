@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.ddp.board import FingerprintBoard, digest
+from torchlens.capture.ddp.fsdp import fsdp_module
 from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
 
@@ -107,7 +108,10 @@ def user_line(cells: CellNames | None = None, frame: Any = None) -> str:
 
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
-        return [value]
+        # A DTensor (FSDP2's sharded parameters) is summed as this rank's
+        # shard: summing the DTensor itself would run a collective (or fail
+        # to, on a Partial sum) inside the op being recorded.
+        return [getattr(value, "_local_tensor", value)]
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
     return []
@@ -189,6 +193,9 @@ class CollectiveRecorder(TorchDispatchMode):
             "step": self.step,
             "t": time.time(),
         }
+        module = fsdp_module(sys._getframe(1))
+        if module is not None:  # FSDP: equal layers issue equal buffers; the module differs
+            fp["module"] = module
         # TCPStore.set does not wait for a reply (microseconds) and the bytes
         # are in the kernel's socket before the collective runs, so the
         # fingerprint survives a gloo SIGABRT on a shape mismatch.
@@ -218,7 +225,7 @@ class CollectiveRecorder(TorchDispatchMode):
         """
         index, board = fp["index"], self.board
         assert board is not None  # __init__ refuses --strict without one
-        value = digest(index, fp["op"], fp["shapes"], fp["dtypes"])
+        value = digest(index, fp["op"], fp["shapes"], fp["dtypes"], fp.get("module"))
         board.publish(index, value)
         self.strict_stats["compared"] += 1
         store = self.store
@@ -270,4 +277,5 @@ class CollectiveRecorder(TorchDispatchMode):
             last = self.in_flight or (self.records[-1] if self.records else None)
             return {"ops": self.ops, "collectives": len(self.records), "step": self.step,
                     "in_collective": self.in_flight is not None,
-                    "last": {k: last[k] for k in ("index", "op", "line")} if last else None}
+                    "last": {k: last[k] for k in ("index", "op", "line", "module") if k in last}
+                    if last else None}

@@ -34,6 +34,7 @@ import torch
 from torchlens.capture.ranks import cuda_device
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
+_OPTIMIZER = PHASES.index("optimizer")
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
                "broadcast", "broadcast_object_list", "reduce", "gather", "scatter", "barrier",
@@ -65,6 +66,8 @@ class PhaseClock:
         clock = self
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if clock.active == _OPTIMIZER and index != _OPTIMIZER:
+                return clock._inside_optimizer(index, fn, args, kwargs)
             if clock.active >= 0:
                 return fn(*args, **kwargs)
             if clock.enter is not None:
@@ -90,6 +93,28 @@ class PhaseClock:
         timed.__name__ = getattr(fn, "__name__", "timed")
         timed.__doc__ = getattr(fn, "__doc__", None)
         return timed
+
+    def _inside_optimizer(self, index: int, fn: Callable[..., Any], args: Any,
+                          kwargs: Any) -> Any:
+        """A phase the optimizer's closure runs (Lightning's training step, LBFGS):
+        forward and backward inside ``Optimizer.step`` count as themselves, and
+        DDP's wait for a late rank stays in backward, where it is looked for."""
+        opt, gpu = self.active, self.gpu
+        if gpu is not None:
+            gpu.leave()
+            gpu.enter(index)
+        self.active, self.entries = index, self.entries + 1
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = time.perf_counter() - t
+            self.spent[index] += spent
+            self._opt_t0 += spent  # the optimizer's own time leaves it out
+            if gpu is not None:
+                gpu.leave()
+                gpu.enter(opt)
+            self.active = opt
 
     def _patch(self, owner: Any, name: str, phase: str) -> None:
         original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)

@@ -1,0 +1,76 @@
+"""A PyTorch Lightning job that never imports torchlens unless told to (CPU, gloo).
+
+``strategy="ddp"`` on 2 CPU processes: under torchrun Lightning takes the
+ranks torchrun started; run as ``python lightning_train.py`` Lightning starts
+its own ranks. Rank ``TL_SLOW_RANK`` (default 1) sleeps ``TL_SLOW_S`` per
+batch in its dataset. ``TL_STEPS`` optimizer steps (default 8) of
+``TL_ACCUM`` batches (default 1); ``TL_VAL_EVERY`` > 0: a validation every
+that many batches. ``TL_CALLBACK=1`` (default): the script adds
+``torchlens.integrations.lightning.TorchlensCallback``.
+"""
+
+import os
+import sys
+import time
+
+import lightning.pytorch as pl
+import torch
+
+STEPS = int(os.environ.get("TL_STEPS", "8"))
+ACCUM = int(os.environ.get("TL_ACCUM", "1"))
+VAL_EVERY = int(os.environ.get("TL_VAL_EVERY", "0"))
+SLOW_RANK = int(os.environ.get("TL_SLOW_RANK", "1"))
+SLOW_S = float(os.environ.get("TL_SLOW_S", "0.05"))
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4096
+
+    def __getitem__(self, i: int):
+        # the rank is read here, when the batch is loaded: Lightning's own
+        # launcher sets no RANK before its ranks start
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
+            time.sleep(SLOW_S / 8)  # 8 rows a batch
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(16, generator=g), torch.tensor(float(i % 2))
+
+
+class Model(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                       torch.nn.Linear(32, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y),
+                 sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def main() -> None:
+    callbacks = []
+    if os.environ.get("TL_CALLBACK", "1") == "1":
+        from torchlens.integrations.lightning import TorchlensCallback
+
+        callbacks.append(TorchlensCallback())
+    loader = torch.utils.data.DataLoader(Rows(), batch_size=8)
+    val = torch.utils.data.DataLoader(torch.utils.data.Subset(Rows(), range(32)), batch_size=8)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=STEPS,
+        accumulate_grad_batches=ACCUM, callbacks=callbacks, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=4 if VAL_EVERY else 0,
+        val_check_interval=VAL_EVERY or None, default_root_dir=sys.argv[1])
+    trainer.fit(Model(), loader, val if VAL_EVERY else None)
+
+
+if __name__ == "__main__":
+    main()

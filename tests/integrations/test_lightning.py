@@ -1,0 +1,104 @@
+"""PyTorch Lightning under ``torchlens run`` (issue 23): ``TorchlensCallback``
+gives one step per optimizer step (``accumulate_grad_batches`` counted as
+Lightning counts it), validations labelled and left out of the slow-rank
+verdict, and a rank whose DataLoader is slow named for its data loading, under
+torchrun and under Lightning's own DDP launcher (which starts its ranks itself
+and sets no RANK). Real Lightning, strategy="ddp", 2 CPU processes, gloo;
+figures read from the run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.ranks.helpers import TORCHRUN, Collector, env, free_port
+
+pytest.importorskip("lightning")
+pytestmark = pytest.mark.timeout(300)
+SCRIPT = Path(__file__).with_name("lightning_train.py")
+STEPS_BY = "note: steps: Lightning's optimizer steps (TorchlensCallback)"
+# 6 optimizer steps of 2 batches; a validation every 6 batches (after steps 3 and 6)
+JOB = {"TL_STEPS": "6", "TL_ACCUM": "2", "TL_VAL_EVERY": "6", "TL_SLOW_S": "0.05"}
+LABELS = [None, None, None, "validation", None, None, None, "validation"]
+
+
+def _run(tmp_path: Path, launcher: list[str]) -> tuple[Collector, dict[int, list[dict]]]:
+    out = tmp_path / "run"
+    c = Collector(out, [*launcher, str(SCRIPT), str(tmp_path / "lightning")], **JOB)
+    try:
+        assert c.wait() == 0, c.output
+    finally:
+        c.kill()
+    steps = {}
+    for r in (0, 1):
+        with open(out / f"rank{r}" / "steps.jsonl", encoding="utf-8") as fh:
+            steps[r] = [json.loads(line) for line in fh if not json.loads(line).get("window")]
+    return c, steps
+
+
+def _check(c: Collector, steps: dict[int, list[dict]]) -> None:
+    verdict = next(line for line in c.lines if line.startswith("verdict:"))
+    assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, c.output
+    assert "of 6 steps" in verdict, verdict  # the training steps, not the validations
+    assert STEPS_BY in c.output, c.output
+    for r in (0, 1):
+        assert [s.get("label") for s in steps[r]] == LABELS, steps[r]
+        assert [s["step"] for s in steps[r]] == list(range(len(LABELS)))
+    # one step is 2 batches of rank 1's 50 ms data loading
+    train = [s for s in steps[1] if not s.get("label")]
+    assert min(s["phases"]["data"] for s in train) >= 0.09, train
+
+
+def test_lightning_under_torchrun_names_the_straggler(tmp_path: Path) -> None:
+    port = free_port()
+    c, steps = _run(tmp_path, [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2",
+                               "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                               f"127.0.0.1:{port}", "--rdzv-id", f"job{port}"])
+    _check(c, steps)
+
+
+def test_lightnings_own_ddp_launcher_attaches_every_rank(tmp_path: Path) -> None:
+    """``torchlens run -- python train.py``: Lightning starts rank 1 itself and
+    rank 0 is the process torchlens started; neither has RANK when it starts."""
+    c, steps = _run(tmp_path, [sys.executable])
+    assert "ranks: 2 of 2 attached" in c.output, c.output
+    _check(c, steps)
+
+
+def test_importing_torchlens_and_its_integrations_imports_no_lightning() -> None:
+    code = ("import sys, torchlens, torchlens.integrations; "
+            "print([m for m in ('lightning', 'pytorch_lightning') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env())
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def test_outside_torchlens_run_the_callback_changes_nothing(monkeypatch) -> None:
+    from torchlens.integrations.lightning import TorchlensCallback
+
+    monkeypatch.delenv("TORCHLENS_COLLECTOR", raising=False)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHLENS_ATTACHED"):
+        monkeypatch.delenv(name, raising=False)
+    trainer = SimpleNamespace(global_rank=1, world_size=2, local_rank=1, global_step=0)
+    cb = TorchlensCallback()
+    cb.setup(trainer, None, "fit")
+    cb.on_train_start(trainer, None)
+    trainer.global_step = 1
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    cb.on_validation_end(trainer, None)
+    assert "RANK" not in os.environ and "TORCHLENS_ATTACHED" not in os.environ
+
+
+def test_an_old_lightning_gets_one_line() -> None:
+    from torchlens.integrations.lightning import too_old
+
+    assert too_old("2.6.6") is None
+    said = too_old("1.9.5")
+    assert said is not None and "\n" not in said
+    assert "lightning 1.9.5" in said and "pip install 'lightning>=2.0'" in said
