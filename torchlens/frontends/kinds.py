@@ -67,6 +67,10 @@ KINDS: dict[str, Kind] = {
                  report="torchlens.render.runs.diff:report_parts",
                  text="torchlens.render.runs.diff:text_report",
                  summary="torchlens.render.runs.diff:summary_line"),
+    "memdiff": Kind(analyze="torchlens.analysis.memory.diff:analyze",
+                    report="torchlens.render.memory.diff:report_parts",
+                    text="torchlens.render.memory.diff:text_report",
+                    summary="torchlens.render.memory.diff:summary_line"),
 }
 
 

@@ -32,7 +32,8 @@ _ZIP = b"PK\x03\x04"
 _PICKLE = b"\x80"  # protocol 2 and later start with PROTO
 
 
-def _kind(path: Path) -> str:
+def file_kind(path: Path) -> str:
+    """What a file holds: ``tlprof``, ``snapshot`` or ``trace`` (see the module doc)."""
     name = path.name.lower()
     if name.endswith(".tlprof"):
         return "tlprof"
@@ -70,7 +71,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
         raise InputError(f"{path}: no such file or folder. Check the path.")
     if p.is_dir():
         return _load_run(str(p), fork)
-    kind = _kind(p)
+    kind = file_kind(p)
     if kind == "tlprof":
         return load_profile(p)
     if kind == "snapshot":

@@ -279,7 +279,18 @@ class DiffPayload:
     diff: dict[str, Any] = field(default_factory=dict)
 
 
-Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
+@dataclass
+class MemoryDiffPayload:
+    """``kind="memdiff"``: memory result B against A (``torchlens diff A.pickle B.pickle``,
+    ``result.diff(other)``); ``diff`` is ``analysis.memory.diff.diff_memory``'s result."""
+
+    a: str = ""
+    b: str = ""
+    diff: dict[str, Any] = field(default_factory=dict)
+
+
+Payload = (TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
+           | MemoryDiffPayload)
 
 #: kind -> its payload type; the kinds a Profile can be.
 PAYLOADS: dict[str, type] = {
@@ -289,6 +300,7 @@ PAYLOADS: dict[str, type] = {
     "trace": TracePayload,
     "run": RunPayload,
     "diff": DiffPayload,
+    "memdiff": MemoryDiffPayload,
 }
 
 
