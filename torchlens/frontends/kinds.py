@@ -71,6 +71,10 @@ KINDS: dict[str, Kind] = {
                     report="torchlens.render.memory.diff:report_parts",
                     text="torchlens.render.memory.diff:text_report",
                     summary="torchlens.render.memory.diff:summary_line"),
+    "memranks": Kind(analyze="torchlens.analysis.memory.ranks:analyze",
+                     report="torchlens.render.memory.ranks:report_parts",
+                     text="torchlens.render.memory.ranks:text_report",
+                     summary="torchlens.render.memory.ranks:summary_line"),
 }
 
 

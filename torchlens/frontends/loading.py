@@ -6,6 +6,9 @@ so what one reads the other reads, with the same messages.
 
 What a path is, first match wins:
 
+- a folder of per-rank allocator snapshots and no traces (the naming rule:
+  ``formats.snapshot_set``): one memory result of every rank
+  (``memory_ranks.load_ranks``);
 - a list, or a folder: the per-rank traces of a run (``runs.api.load_run``);
 - ``.tlprof``: a saved result (``model.load_profile``);
 - ``.pickle`` / ``.pkl``: an allocator snapshot (``api.load_gpumem``; no
@@ -70,6 +73,13 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
     if not p.exists():
         raise InputError(f"{path}: no such file or folder. Check the path.")
     if p.is_dir():
+        from torchlens.formats.snapshot_set import snapshot_set
+
+        ranks = snapshot_set(str(p))  # None for a run of traces: read as before
+        if ranks is not None:
+            from torchlens.frontends.memory_ranks import load_ranks
+
+            return load_ranks(str(p), ranks)
         return _load_run(str(p), fork)
     kind = file_kind(p)
     if kind == "tlprof":

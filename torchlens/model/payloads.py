@@ -289,8 +289,18 @@ class MemoryDiffPayload:
     diff: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class MemoryRanksPayload:
+    """``kind="memranks"``: a folder of per-rank snapshots as one result
+    (``torchlens.load(FOLDER)``); ``analysis`` is ``analysis.memory.ranks.analyze_ranks``'s
+    result, kept as computed (the snapshots stay in the folder)."""
+
+    root: str = ""
+    analysis: dict[str, Any] = field(default_factory=dict)
+
+
 Payload = (TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
-           | MemoryDiffPayload)
+           | MemoryDiffPayload | MemoryRanksPayload)
 
 #: kind -> its payload type; the kinds a Profile can be.
 PAYLOADS: dict[str, type] = {
@@ -301,6 +311,7 @@ PAYLOADS: dict[str, type] = {
     "run": RunPayload,
     "diff": DiffPayload,
     "memdiff": MemoryDiffPayload,
+    "memranks": MemoryRanksPayload,
 }
 
 
