@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "ddp_check",
     "load",
+    "load_snapshots",
     "load_ipython_extension",
     "step",
     "torchprof",
@@ -31,6 +32,7 @@ def load(path: Any) -> Any:
     """Read what ``torchlens report`` reads (``frontends.loading.load``, one
     loader for both): a saved ``.tlprof`` result (a ``Profile``); an allocator
     snapshot ``.pickle`` (a ``MemoryResult``, as ``%%gpumem`` gives); a folder
+    of per-rank snapshots (``load_snapshots``); a folder
     or a list of per-rank traces, or one Kineto trace (``.json``, ``.json.gz``):
     the run as one result (``frontends.runs.api.RunResult``; ``run.diff(other)``
     compares, ``run.ignored`` lists the folder's files that are not traces).
@@ -38,6 +40,17 @@ def load(path: Any) -> Any:
     from torchlens.frontends.loading import load as _load
 
     return _load(path)
+
+
+def load_snapshots(folder: Any) -> Any:
+    """A folder of per-rank allocator snapshots (``rank0.pickle``, ``rank1.pickle`` ...
+    or ``rank<N>/*.pickle``; a ``%ddp_check --profile`` run folder's OOM snapshots
+    ``rank<r>/oom.pickle``) as one result: each rank's peak, the imbalance named
+    (``frontends.memory_ranks``). ``torchlens.load(FOLDER)`` reads such a folder
+    the same way when it holds no traces."""
+    from torchlens.frontends.memory_ranks import load_snapshots as _load_snapshots
+
+    return _load_snapshots(os.fspath(folder))
 
 
 def torchprof(**options: Any) -> Any:

@@ -240,6 +240,18 @@ class MemoryResult(Result):
                 "start_allocated": tl.start_allocated, "peak_reserved": tl.peak_reserved,
                 "peak": a.peak.to_json(), "notes": list(a.notes)}
 
+    def diff(self, other: Any, **thresholds: float) -> Any:
+        """This result (A) against ``other`` (B: a memory result, a snapshot file or a
+        saved ``%%gpumem`` result): peak, start and end, and what was alive at each peak
+        by category and site, added / removed / grew / shrank (``MemoryDiffResult``)."""
+        from torchlens.frontends.memory_diff import MemoryDiffResult, as_memory
+
+        b = as_memory(other)
+        if b is None:
+            raise InputError(f"{other!r:.80}: not a memory result; diff a memory result "
+                             "with another one, a snapshot .pickle or a saved %%gpumem .tlprof")
+        return MemoryDiffResult.of(self, b, **thresholds)
+
     def sites(self, n: int = 15) -> list[Any]:
         """Top allocation sites (user file:line) by bytes allocated in the cell."""
         from torchlens.analysis.memory.timeline import top_sites

@@ -67,6 +67,14 @@ KINDS: dict[str, Kind] = {
                  report="torchlens.render.runs.diff:report_parts",
                  text="torchlens.render.runs.diff:text_report",
                  summary="torchlens.render.runs.diff:summary_line"),
+    "memdiff": Kind(analyze="torchlens.analysis.memory.diff:analyze",
+                    report="torchlens.render.memory.diff:report_parts",
+                    text="torchlens.render.memory.diff:text_report",
+                    summary="torchlens.render.memory.diff:summary_line"),
+    "memranks": Kind(analyze="torchlens.analysis.memory.ranks:analyze",
+                     report="torchlens.render.memory.ranks:report_parts",
+                     text="torchlens.render.memory.ranks:text_report",
+                     summary="torchlens.render.memory.ranks:summary_line"),
 }
 
 

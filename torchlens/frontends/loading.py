@@ -6,6 +6,9 @@ so what one reads the other reads, with the same messages.
 
 What a path is, first match wins:
 
+- a folder of per-rank allocator snapshots and no traces (the naming rule:
+  ``formats.snapshot_set``): one memory result of every rank
+  (``memory_ranks.load_ranks``);
 - a list, or a folder: the per-rank traces of a run (``runs.api.load_run``);
 - ``.tlprof``: a saved result (``model.load_profile``);
 - ``.pickle`` / ``.pkl``: an allocator snapshot (``api.load_gpumem``; no
@@ -32,7 +35,8 @@ _ZIP = b"PK\x03\x04"
 _PICKLE = b"\x80"  # protocol 2 and later start with PROTO
 
 
-def _kind(path: Path) -> str:
+def file_kind(path: Path) -> str:
+    """What a file holds: ``tlprof``, ``snapshot`` or ``trace`` (see the module doc)."""
     name = path.name.lower()
     if name.endswith(".tlprof"):
         return "tlprof"
@@ -69,8 +73,15 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
     if not p.exists():
         raise InputError(f"{path}: no such file or folder. Check the path.")
     if p.is_dir():
+        from torchlens.formats.snapshot_set import snapshot_set
+
+        ranks = snapshot_set(str(p))  # None for a run of traces: read as before
+        if ranks is not None:
+            from torchlens.frontends.memory_ranks import load_ranks
+
+            return load_ranks(str(p), ranks)
         return _load_run(str(p), fork)
-    kind = _kind(p)
+    kind = file_kind(p)
     if kind == "tlprof":
         return load_profile(p)
     if kind == "snapshot":

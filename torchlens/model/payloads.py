@@ -279,7 +279,28 @@ class DiffPayload:
     diff: dict[str, Any] = field(default_factory=dict)
 
 
-Payload = TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
+@dataclass
+class MemoryDiffPayload:
+    """``kind="memdiff"``: memory result B against A (``torchlens diff A.pickle B.pickle``,
+    ``result.diff(other)``); ``diff`` is ``analysis.memory.diff.diff_memory``'s result."""
+
+    a: str = ""
+    b: str = ""
+    diff: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MemoryRanksPayload:
+    """``kind="memranks"``: a folder of per-rank snapshots as one result
+    (``torchlens.load(FOLDER)``); ``analysis`` is ``analysis.memory.ranks.analyze_ranks``'s
+    result, kept as computed (the snapshots stay in the folder)."""
+
+    root: str = ""
+    analysis: dict[str, Any] = field(default_factory=dict)
+
+
+Payload = (TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
+           | MemoryDiffPayload | MemoryRanksPayload)
 
 #: kind -> its payload type; the kinds a Profile can be.
 PAYLOADS: dict[str, type] = {
@@ -289,6 +310,8 @@ PAYLOADS: dict[str, type] = {
     "trace": TracePayload,
     "run": RunPayload,
     "diff": DiffPayload,
+    "memdiff": MemoryDiffPayload,
+    "memranks": MemoryRanksPayload,
 }
 
 

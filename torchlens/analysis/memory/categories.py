@@ -21,6 +21,7 @@ pass keeps past the pass is gradients.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -107,9 +108,24 @@ def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None 
     """The category of a block allocated with ``frames`` (innermost first)."""
     if not frames:
         return NO_STACK
-    for name, rx in custom or ():
-        if any(rx.search(f"{_file(f)}:{_name(f)}") for f in frames):
+    # a snapshot repeats a few thousand stacks over its allocations: each is judged once
+    # (the rules read only each frame's file and function)
+    key = tuple((_file(f), _name(f)) for f in frames)
+    return _categorize_stack(key, tuple((n, rx.pattern, rx.flags) for n, rx in custom or ()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _categorize_stack(stack: tuple[tuple[str, str], ...],
+                      custom: tuple[tuple[str, str, int], ...]) -> str:
+    frames = [{"filename": file, "name": name} for file, name in stack]
+    for name, pattern, flags in custom:
+        rx = re.compile(pattern, flags)
+        if any(rx.search(f"{file}:{fn}") for file, fn in stack):
             return name
+    return _by_rules(frames)
+
+
+def _by_rules(frames: Frames) -> str:
     for category, test, _why in RULES:
         if category == ACTIVATION and _is_backward(frames):
             continue

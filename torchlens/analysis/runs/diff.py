@@ -46,6 +46,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from torchlens.analysis.changes import change_status
 from torchlens.analysis.runs.op_totals import GPU_KINDS, HOST_KINDS
 from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
 from torchlens.model.units import format_duration, format_percent, format_us_as_ms
@@ -213,16 +214,8 @@ def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
         a_calls, b_calls = (ca / ua if ua else 0.0), (cb / ub if ub else 0.0)
         delta = b_us - a_us
         pct = 100.0 * delta / a_us if a_us else None
-        if not ca and cb:
-            status = "added"
-        elif ca and not cb:
-            status = "removed"
-        elif not delta or (pct is not None and abs(pct) <= same_pct):
-            status = "same"
-        elif abs(delta) <= same_us:
-            status = "small"
-        else:
-            status = "slower" if delta > 0 else "faster"
+        status = change_status(a_us, b_us, in_a=bool(ca), in_b=bool(cb), same_pct=same_pct,
+                               small=same_us, up="slower", down="faster")
         rows.append({"kind": key[0], "name": key[1], "status": status, "a_us": a_us,
                      "b_us": b_us, "delta_us": delta, "delta_pct": pct,
                      "a_calls": a_calls, "b_calls": b_calls})

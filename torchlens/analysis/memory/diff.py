@@ -1,0 +1,171 @@
+"""The diff of two memory results (``torchlens diff A.pickle B.pickle``,
+``result.diff(other)`` on a ``%%gpumem`` result or a loaded snapshot).
+
+Inputs are the two ``MemoryAnalysis`` objects; the diff is one JSON-able dict
+(it is saved as computed, like the trace diff). Definitions (bytes):
+
+- ``figures``: peak, start and end allocated of each side, as its report
+  shows them (the timeline's: block rounding on a snapshot, requested sizes
+  on the CPU), ``delta`` = B - A and ``pct`` = 100 * delta / A.
+- ``categories`` and ``sites``: what was alive at each side's peak
+  (``analysis.memory.peak``), grouped by inferred category and by site (the
+  user's line): ``a_bytes``, ``b_bytes``, ``delta``, ``delta_pct`` and a
+  ``status`` from ``analysis.changes.change_status``: ``added`` (alive at B's
+  peak only), ``removed``, ``same`` within ``same_pct`` (5%) of A's bytes,
+  ``small`` beyond that but within ``small_share`` (1%) of the larger peak,
+  else ``grew`` or ``shrank``. The bytes of each side add up to its peak, so
+  the category deltas add up to the peak's change.
+- ``timelines``: each side's allocated memory over its window, decimated,
+  on one x axis: ms since each side's first event when both have times,
+  else each window's share (0-100%), said in ``x_label``.
+- ``verdict``: the peak's change, then what grew most (by category and by
+  site) when the peak grew, what shrank most when it fell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchlens.analysis.changes import change_status
+from torchlens.analysis.memory.peak import GroupRow, PeakAnalysis
+from torchlens.analysis.memory.timeline import MemoryTimeline, decimate
+from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
+from torchlens.model.units import format_bytes, format_percent
+
+SAME_PCT = 5.0
+SMALL_SHARE = 0.01  # of the larger peak
+STATUSES = ("added", "removed", "grew", "shrank", "small", "same")
+CHANGED = ("added", "removed", "grew", "shrank")
+TIMELINE_POINTS = 2000
+
+
+def _figure(a: int, b: int) -> dict[str, Any]:
+    return {"a": a, "b": b, "delta": b - a, "pct": 100.0 * (b - a) / a if a else None}
+
+
+def _rows(ra: list[GroupRow], rb: list[GroupRow], same_pct: float,
+          small: float) -> list[dict[str, Any]]:
+    a = {r.name: r for r in ra}
+    b = {r.name: r for r in rb}
+    rows = []
+    for name in set(a) | set(b):
+        x, y = a.get(name), b.get(name)
+        ab, bb = (x.bytes if x else 0), (y.bytes if y else 0)
+        rows.append({"name": name, "status": change_status(
+                         ab, bb, in_a=x is not None, in_b=y is not None, same_pct=same_pct,
+                         small=small, up="grew", down="shrank"),
+                     "a_bytes": ab, "b_bytes": bb, "delta": bb - ab,
+                     "delta_pct": 100.0 * (bb - ab) / ab if ab else None,
+                     "categories": (y or x).categories,  # type: ignore[union-attr]
+                     "function": (y or x).function})  # type: ignore[union-attr]
+    rows.sort(key=lambda r: (-abs(r["delta"]), r["name"]))
+    return rows
+
+
+def _series(tl: MemoryTimeline, timed: bool) -> dict[str, list[float]]:
+    """Allocated over the window, the start first, on the shared x axis."""
+    t, alloc = decimate(tl.t_us, tl.allocated, max_points=TIMELINE_POINTS)
+    t, alloc = [0, *t], [tl.start_allocated, *alloc]
+    span = max(t[-1], 1)
+    return {"x": [v / 1000 if timed else 100.0 * v / span for v in t], "allocated": alloc}
+
+
+def _side(label: str, a: Any) -> dict[str, Any]:
+    pk: PeakAnalysis = a.peak
+    t = pk.trigger
+    return {"label": label, "measured_on": a.measured_on, "clock": a.timeline.clock,
+            "peak_known": pk.known, "events": len(a.trace),
+            "made_by": None if t is None else {"bytes": t.size, "site": t.site,
+                                               "category": t.category},
+            "missing": list(pk.missing)}
+
+
+def diff_memory(a: Any, b: Any, *, same_pct: float = SAME_PCT,
+                small_share: float = SMALL_SHARE) -> dict[str, Any]:
+    """The diff of memory analysis ``b`` against ``a`` (two ``MemoryAnalysis``)."""
+    ta, tb = a.timeline, b.timeline
+    figures = {"peak": _figure(ta.peak_allocated, tb.peak_allocated),
+               "start": _figure(ta.start_allocated, tb.start_allocated),
+               "end": _figure(ta.end_allocated, tb.end_allocated)}
+    small = small_share * max(ta.peak_allocated, tb.peak_allocated)
+    pa, pb = a.peak, b.peak
+    categories = _rows(pa.by_category, pb.by_category, same_pct, small)
+    sites = _rows(pa.by_site, pb.by_site, same_pct, small)
+    notes = []
+    for label, an in (("A", a), ("B", b)):
+        if not an.peak.known:
+            notes.append(f"{label}: what was alive at its peak is unknown ("
+                         + (an.peak.missing[0] if an.peak.missing else "no history")
+                         + "): its categories and sites are left out")
+    if a.measured_on != b.measured_on and "cpu" in (a.measured_on, b.measured_on):
+        notes.append("one side is a CPU capture (requested sizes, no block rounding), the "
+                     "other a GPU snapshot: their bytes are not counted alike")
+    timed = ta.clock == tb.clock == "us"
+    if not timed:
+        notes.append("a side's snapshot records no times: both timelines are drawn over "
+                     "their window's share (0-100%), not time")
+    out = {"thresholds": {"same_pct": same_pct, "small_share": small_share,
+                          "small_bytes": int(small)},
+           "figures": figures, "categories": categories, "sites": sites,
+           "summary": {s: sum(r["status"] == s for r in categories) for s in STATUSES},
+           "sides": {"a": _side("A", a), "b": _side("B", b)},
+           "timelines": {"x_label": "ms since the first event" if timed else
+                         "share of the recorded window (%)",
+                         "a": _series(ta, timed) if ta.t_us else None,
+                         "b": _series(tb, timed) if tb.t_us else None},
+           "notes": notes}
+    out["verdict"] = verdict(out).to_dict()
+    return out
+
+
+def regressed(diff: dict[str, Any], pct: float) -> bool | None:
+    """Whether B's peak is more than ``pct`` % above A's (None: A's peak is 0)."""
+    p = diff["figures"]["peak"]["pct"]
+    return None if p is None else p > pct
+
+
+def _named(rows: list[dict[str, Any]], grew: bool) -> dict[str, Any] | None:
+    moved = [r for r in rows if r["status"] in (("grew", "added") if grew else
+                                               ("shrank", "removed"))]
+    if not moved:
+        return None
+    return max(moved, key=lambda r: r["delta"]) if grew else min(moved, key=lambda r: r["delta"])
+
+
+def verdict(diff: dict[str, Any]) -> Finding:
+    """The peak's change and what made it, in one sentence: a warning when B's
+    peak is more than ``same_pct`` above A's."""
+    p = diff["figures"]["peak"]
+    same_pct = diff["thresholds"]["same_pct"]
+    head = (f"peak allocated {format_bytes(p['a'])} -> {format_bytes(p['b'])} "
+            f"({format_bytes(p['delta'], signed=True)}"
+            + (f", {format_percent(p['pct'], signed=True)})" if p["pct"] is not None else ")"))
+    figures = [Figure("a_peak", p["a"], "B"), Figure("b_peak", p["b"], "B"),
+               Figure("peak_delta", p["delta"], "B")]
+    if p["pct"] is None:
+        severity = INFO
+    else:
+        severity = WARNING if p["pct"] > same_pct else PASSED
+        if abs(p["pct"]) <= same_pct:
+            head += f": the same within {same_pct:g}%"
+    grew = p["delta"] > 0
+    parts = []
+    for what, rows in (("category", diff["categories"]), ("site", diff["sites"])):
+        r = _named(rows, grew)
+        if r is not None:
+            parts.append(f"{r['name']} {format_bytes(r['delta'], signed=True)}"
+                         + (f" ({r['status']})" if r["status"] in ("added", "removed") else ""))
+            figures.append(Figure(f"largest_{what}_change", r["delta"], "B"))
+    if parts:
+        tail = ("; most growth at the peak: " if grew else "; most fall at the peak: ") \
+            + ", at ".join(parts)
+    elif p["delta"]:
+        tail = "; no category or site changed beyond the thresholds"
+    else:
+        tail = ""
+    return Finding(severity, head + tail, tuple(figures))
+
+
+def analyze(profile: Any) -> dict[str, Any]:
+    """The analysis of a ``memdiff`` Profile: the diff it holds, made when it was made."""
+    return profile.payload.diff

@@ -1,0 +1,138 @@
+"""A set of per-rank snapshots as one result: each rank's peak, when it was and what
+it was made of, and the imbalance named.
+
+Input: ``{rank: MemoryAnalysis}`` (each rank's snapshot analysed alone, its peak
+by ``analysis.memory.peak``). Definitions (bytes):
+
+- Per rank: ``peak`` (its timeline's peak allocated), ``x`` (when: µs since its
+  first event, or the trace entry when the snapshot has no times), the
+  category and site holding the most bytes at its peak, ``end`` allocated.
+- ``median_peak``: the median of the ranks' peaks; the imbalanced rank is the
+  one with the highest peak, ``above_median`` = its peak - the median.
+- What makes the difference: per category (and per site) the rank's bytes at
+  its peak less the median over the other ranks of theirs (0 where a rank
+  has none); the category and the site with the largest excess are named.
+- The imbalance counts when ``above_median`` is more than ``same_pct`` (5%)
+  of the median and more than ``small_share`` (1%) of the highest peak, the
+  thresholds of ``torchlens diff`` (``analysis.changes``).
+- ``timelines``: every rank's allocated memory, decimated, on one x axis (ms
+  since each rank's first event; each window's share when a rank has no times).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from torchlens.analysis.memory.diff import SAME_PCT, SMALL_SHARE
+from torchlens.analysis.memory.peak import GroupRow
+from torchlens.analysis.memory.timeline import decimate
+from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
+from torchlens.model.units import format_bytes
+
+POINTS_PER_RANK = 1000
+MAX_DRAWN = 64  # ranks drawn on the chart (the highest peaks); the table holds every rank
+
+
+def _top(rows: list[GroupRow]) -> dict[str, Any] | None:
+    return {"name": rows[0].name, "bytes": rows[0].bytes} if rows else None
+
+
+def _excess(mine: list[GroupRow], others: list[list[GroupRow]]) -> dict[str, Any] | None:
+    """The group this rank holds most more of than the median other rank."""
+    best = None
+    for r in mine:
+        typical = statistics.median([next((o.bytes for o in rows if o.name == r.name), 0)
+                                     for rows in others]) if others else 0
+        extra = r.bytes - typical
+        if best is None or extra > best["extra"]:
+            best = {"name": r.name, "bytes": r.bytes, "extra": int(extra)}
+    return best if best and best["extra"] > 0 else None
+
+
+def _series(a: Any, timed: bool) -> dict[str, list[float]] | None:
+    tl = a.timeline
+    if not tl.t_us:
+        return None
+    t, alloc = decimate(tl.t_us, tl.allocated, max_points=POINTS_PER_RANK)
+    t, alloc = [0, *t], [tl.start_allocated, *alloc]
+    span = max(t[-1], 1)
+    return {"x": [v / 1000 if timed else 100.0 * v / span for v in t], "allocated": alloc}
+
+
+def analyze_ranks(ranks: dict[int, Any], sources: dict[int, str], *,
+                  same_pct: float = SAME_PCT, small_share: float = SMALL_SHARE) -> dict[str, Any]:
+    """The per-rank table, the imbalance and the timelines (see the module doc)."""
+    rows = []
+    for rank in sorted(ranks):
+        a = ranks[rank]
+        pk, tl = a.peak, a.timeline
+        rows.append({"rank": rank, "source": sources.get(rank, ""), "peak": tl.peak_allocated,
+                     "x": pk.x if pk.entry is not None else None, "clock": tl.clock,
+                     "entry": pk.entry, "top_category": _top(pk.by_category),
+                     "top_site": _top(pk.by_site), "end": tl.end_allocated,
+                     "events": len(a.trace), "missing": list(pk.missing)})
+    peaks = [r["peak"] for r in rows]
+    median = float(statistics.median(peaks)) if peaks else 0.0
+    worst = max(rows, key=lambda r: (r["peak"], -r["rank"])) if rows else None
+    notes = [f"rank {r['rank']}: {r['missing'][0]}" for r in rows if r["missing"]]
+    timed = all(ranks[r].timeline.clock == "us" for r in ranks)
+    if not timed:
+        notes.append("a rank's snapshot records no times: the timelines are drawn over each "
+                     "window's share (0-100%), not time")
+    drawn = sorted(rows, key=lambda r: -r["peak"])[:MAX_DRAWN]
+    out: dict[str, Any] = {
+        "thresholds": {"same_pct": same_pct, "small_share": small_share},
+        "ranks": rows, "median_peak": median, "notes": notes,
+        "imbalance": None,
+        "timelines": {"x_label": "ms since each rank's first event" if timed else
+                      "share of the recorded window (%)",
+                      "series": {str(r["rank"]): _series(ranks[r["rank"]], timed)
+                                 for r in sorted(drawn, key=lambda r: r["rank"])},
+                      "left_out": max(0, len(rows) - MAX_DRAWN)}}
+    if worst is not None and len(rows) > 1:
+        others = [ranks[r].peak for r in ranks if r != worst["rank"]]
+        mine = ranks[worst["rank"]].peak
+        out["imbalance"] = {
+            "rank": worst["rank"], "peak": worst["peak"],
+            "above_median": int(worst["peak"] - median),
+            "category": _excess(mine.by_category, [p.by_category for p in others]),
+            "site": _excess(mine.by_site, [p.by_site for p in others])}
+    out["verdict"] = verdict(out).to_dict()
+    return out
+
+
+def verdict(d: dict[str, Any]) -> Finding:
+    """The imbalance in one sentence: which rank peaks how far above the median, and
+    the category and site that hold the difference."""
+    rows, im = d["ranks"], d["imbalance"]
+    if not rows:
+        return Finding(INFO, "no rank snapshot could be read")
+    if im is None:
+        r = rows[0]
+        return Finding(INFO, f"one rank (rank {r['rank']}) peaks at {format_bytes(r['peak'])}: "
+                             "nothing to compare it with", (Figure("peak", r["peak"], "B"),))
+    median, above = d["median_peak"], im["above_median"]
+    th = d["thresholds"]
+    figures = [Figure("rank", im["rank"]), Figure("peak", im["peak"], "B"),
+               Figure("median_peak", int(median), "B"), Figure("above_median", above, "B")]
+    notable = above > th["same_pct"] / 100 * median and above > th["small_share"] * im["peak"]
+    if not notable:
+        return Finding(PASSED, f"{len(rows)} ranks peak within {format_bytes(above)} of the "
+                               f"median ({format_bytes(median)}): no rank stands out",
+                       tuple(figures))
+    head = (f"rank {im['rank']} peaks {format_bytes(above)} above the median of "
+            f"{len(rows)} ranks ({format_bytes(im['peak'])} vs {format_bytes(median)})")
+    c, s = im["category"], im["site"]
+    if c and s:
+        head += (f": {c['name']} at {s['name']} ({format_bytes(c['extra'], signed=True)} "
+                 f"{c['name']} and {format_bytes(s['extra'], signed=True)} at that site "
+                 "over the median other rank)")
+    elif c:
+        head += f": {c['name']} ({format_bytes(c['extra'], signed=True)} over the median)"
+    return Finding(WARNING, head, tuple(figures))
+
+
+def analyze(profile: Any) -> dict[str, Any]:
+    """The analysis of a ``memranks`` Profile: the figures made when it was loaded."""
+    return profile.payload.analysis

@@ -1,0 +1,139 @@
+"""``result.diff(other)`` on memory results and ``torchlens diff A.pickle B.pickle``.
+
+``diff(a, b)`` is the one way in for both diffs: memory inputs (a
+``MemoryResult``, a snapshot ``.pickle``, a saved ``%%gpumem`` ``.tlprof``)
+make a ``memdiff`` result (``analysis.memory.diff``); anything else is a run
+or trace and goes to the trace diff (``frontends.runs.diff``). Mixing the two
+is refused with a line saying which side is which.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torchlens.analysis.memory import diff as memdiff
+from torchlens.frontends.api import MemoryResult, Result
+from torchlens.model import InputError, Profile
+from torchlens.model.findings import as_finding
+from torchlens.model.payloads import MemoryDiffPayload
+
+DIFF_SCHEMA_VERSION = 1
+_ROW = ("name, status (added|removed|grew|shrank|small|same), a_bytes, b_bytes (alive at "
+        "each side's peak), delta = b - a, delta_pct (null when a_bytes is 0), categories, "
+        "function; largest |delta| first")
+#: The ``torchlens diff --json`` document of two memory results, key by key.
+MEMORY_DIFF_JSON_SCHEMA = {
+    "schema": "torchlens-memory-diff, integer version",
+    "kind": "memdiff",
+    "a": "A's source (a snapshot file, a .tlprof or the capture's title)",
+    "b": "B's source",
+    "thresholds": "{same_pct, small_share, small_bytes}: a change within same_pct % of A's "
+                  "bytes is same; beyond it but within small_bytes (small_share of the "
+                  "larger peak) small; grew and shrank exceed both",
+    "figures": "{peak, start, end}: allocated bytes, each {a, b, delta, pct}",
+    "categories": f"what was alive at each peak by inferred category: {_ROW}",
+    "sites": f"the same by site (the user's line): {_ROW}",
+    "summary": "how many categories have each status",
+    "sides": "{a, b}: measured_on, clock, peak_known, events, made_by, missing",
+    "timelines": "{x_label, a, b}: each side's allocated bytes over one shared x axis",
+    "notes": "plain sentences: what a side could not answer, unlike sides",
+    "verdict": "one sentence: the peak A -> B and the category and site that grew most",
+}
+
+
+def _source(r: MemoryResult) -> str:
+    """A file's path; a capture's title and when it was taken (two captures share a title)."""
+    import time
+
+    p = r.profile
+    if p.source and os.path.exists(p.source):
+        return p.source
+    when = time.strftime("%H:%M:%S", time.localtime(p.created_at)) if p.created_at else ""
+    return f"{p.title or p.source or 'capture'}" + (f", taken {when}" if when else "")
+
+
+class MemoryDiffResult(Result):
+    """Memory result B against A: ``categories()``, ``sites()``, ``figures()`` as
+    DataFrames, ``verdict``, ``regressed(pct)``, ``to_json()``; displayed, its report."""
+
+    @classmethod
+    def of(cls, a: MemoryResult, b: MemoryResult, **thresholds: float) -> MemoryDiffResult:
+        d = memdiff.diff_memory(a.analysis(), b.analysis(), **thresholds)
+        la, lb = _source(a), _source(b)
+        profile = Profile(kind="memdiff", title=f"torchlens diff: {Path(la).name} -> "
+                          f"{Path(lb).name}", source=lb,
+                          payload=MemoryDiffPayload(a=la, b=lb, diff=d))
+        return cls(profile)
+
+    @property
+    def diff(self) -> dict[str, Any]:
+        return self.analysis()
+
+    @property
+    def verdict(self) -> str:
+        """One sentence: the peak A -> B and what grew (or fell) most."""
+        return str(as_finding(self.diff["verdict"]))
+
+    def regressed(self, pct: float) -> bool | None:
+        """Whether B's peak is more than ``pct`` % above A's (None when A's peak is 0)."""
+        return memdiff.regressed(self.diff, pct)
+
+    def _frame(self, key: str) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.diff[key], columns=["name", "status", "a_bytes", "b_bytes",
+                                                     "delta", "delta_pct", "categories",
+                                                     "function"])
+
+    def categories(self) -> Any:
+        """Alive at each peak per inferred category: bytes in A and B, change, status."""
+        return self._frame("categories")
+
+    def sites(self) -> Any:
+        """Alive at each peak per site (the user's line): bytes in A and B, change, status."""
+        return self._frame("sites")
+
+    def figures(self) -> Any:
+        """Peak, start and end allocated of A and B (DataFrame indexed by figure)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.diff["figures"]).T
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``torchlens diff --json`` document (``MEMORY_DIFF_JSON_SCHEMA``)."""
+        p = self.profile.payload
+        return {"schema": DIFF_SCHEMA_VERSION, "kind": "memdiff",
+                "a": p.a, "b": p.b,  # type: ignore[union-attr]
+                **self.diff, "verdict": self.verdict}
+
+
+def as_memory(value: Any) -> MemoryResult | None:
+    """``value`` as a memory result, or None when it is not one (a run, a trace)."""
+    if isinstance(value, MemoryResult):
+        return value
+    if isinstance(value, Profile):
+        return MemoryResult(value) if value.kind == "gpumem" else None
+    if isinstance(value, (str, os.PathLike)) and os.path.isfile(value):
+        from torchlens.frontends.loading import file_kind, load
+
+        kind = file_kind(Path(value))
+        if kind == "snapshot" or kind == "tlprof":
+            return as_memory(load(value))
+    return None
+
+
+def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> Any:
+    """B against A: a ``MemoryDiffResult`` for two memory results (or snapshot files,
+    or saved ``%%gpumem`` results), else the trace diff of two runs (``DiffResult``)."""
+    ma, mb = as_memory(a), as_memory(b)
+    if ma is not None and mb is not None:
+        return MemoryDiffResult.of(ma, mb, **thresholds)
+    if ma is not None or mb is not None:
+        mem, other = ("A", "B") if ma is not None else ("B", "A")
+        raise InputError(f"{mem} is a memory result (a snapshot or a %%gpumem result) and "
+                         f"{other} is not: diff two snapshots, or two runs / traces")
+    from torchlens.frontends.runs.diff import diff as run_diff
+
+    return run_diff(a, b, workers=workers, **thresholds)
