@@ -173,3 +173,26 @@ def test_the_stragglers_table_gives_the_verdicts_cause_and_no_second_ratio(strag
     assert main(["report", str(run_dir), "-o", str(out)]) == 0
     page = _text(out.read_text())
     assert set(re.findall(r"(\d[\d,.]*x) the others' median", page)) == {ratio}
+
+
+def test_the_stragglers_wait_per_step_is_the_verdicts(straggler):
+    """A walk read "the others waited 39.4 ms per step" in the verdict and
+    79,578 µs in stragglers() (the sum over the two waiting ranks)."""
+    res, run_dir = straggler
+    said = res.slow_rank().finding
+    run = load_run(str(run_dir), workers=1)
+    row = run.stragglers().set_index("rank").loc[2]
+    assert row["wait_per_step_us"] == pytest.approx(said.value("wait_per_step_ms") * 1e3)
+    # per collective it was last at: one other rank's wait, not the sum of both
+    rows = [r for r in run.analysis().collectives if r["last_rank"] == 2]
+    each = sum(r["total_wait_us"] / (len(r["waits_us"]) - 1) for r in rows) / len(rows)
+    assert row["caused_mean_us"] == pytest.approx(each)
+
+
+def test_no_profiled_step_names_another_slow_rank(straggler):
+    """A walk's report warned "step 4: rank 1 took 52.1 ms, 20% longer than the
+    median rank" under the verdict that rank 2 is slow."""
+    _, run_dir = straggler
+    run = load_run(str(run_dir), workers=1)
+    assert not any("longer than the median rank" in f for f in run.findings())
+    assert run.step_skew() is not None  # the table stays, as evidence

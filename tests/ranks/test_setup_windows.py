@@ -105,3 +105,24 @@ def test_a_restarted_ranks_set_up_goes_too_and_windows_alone_stay() -> None:
     assert kept == [*steps[0], *again]
     alone = [StepRecord(step=i, t0=i, t1=i + 1, window=True) for i in range(3)]
     assert list(without_setup(alone)) == alone
+
+
+def test_a_verdict_handed_in_shows_at_the_next_flush() -> None:
+    """The watch's section lagged its header while the job ran (a walk): a
+    verdict handed in (``take_verdict``) waits for no analysis interval."""
+    import time
+
+    from torchlens.model.findings import WARNING, Finding
+    from torchlens.render.ddp.heartbeats import FLUSH_S
+
+    steps, _ = make_run(world=2, steps=6, straggler=1)
+    view = RankProfileView(2, every=5, modelled=False)
+    for r in range(2):
+        view.push_steps(r, steps[r])
+    view.flush(force=True)
+    view._analysis_every = 3600.0  # as a long run's analysis makes it
+    said = Finding(WARNING, "rank 1 is the slow rank: as the collector says, 42.2 ms")
+    view.take_verdict(said, 1)
+    time.sleep(FLUSH_S + 0.05)
+    view.flush()
+    assert "as the collector says, 42.2 ms" in view.panels.verdict.text

@@ -241,7 +241,9 @@ def test_a_late_rank_is_named_by_stragglers_and_findings(tmp_path):
     top = stragglers.iloc[0]
     assert top["rank"] == 2 and top["last"] == 8 and top["last_pct"] == 100.0
     assert top["caused_us"] == pytest.approx(8 * 3 * LATE_US, abs=20)
-    assert top["caused_mean_us"] == pytest.approx(3 * LATE_US, abs=2)
+    # one other rank's wait, as the slow-rank sentence gives it (a walk read
+    # the sum over the 3 waiting ranks there and 1/3 of it in the findings)
+    assert top["caused_mean_us"] == pytest.approx(LATE_US, abs=1)
     assert list(stragglers.set_index("rank").loc[[0, 1, 3], "waited_us"]) == \
         pytest.approx([8 * LATE_US] * 3, abs=5)
     (sentence,) = run.findings()

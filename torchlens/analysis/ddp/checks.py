@@ -36,6 +36,7 @@ from torchlens.analysis.ddp.fsdp import (
 )
 from torchlens.analysis.ddp.profiled import check_rank_memory, check_slow_rank
 from torchlens.analysis.ddp.sequence import sequence_divergence
+from torchlens.analysis.ranks.slow import weak
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun
 from torchlens.model.findings import FAILED, NA, PASSED, WARNING, Finding
@@ -442,23 +443,22 @@ def checklist(rec: DdpRun) -> list[Finding]:
         # a crash leads: the other lines are judged on a run it cut short
         first = [crash, *(i for i in items if i.title == "out of memory")]
         items = first + [i for i in items if i not in first]
-    items = _creep_before_unexplained_slow_rank(items)
+    items = _creep_before_weak_slow_rank(items)
     if rec.nodes:
         for item in items:
             item.sentence, item.advice = _with_nodes(item.sentence, rec), _with_nodes(item.advice, rec)
     return items
 
 
-def _creep_before_unexplained_slow_rank(items: list[Finding]) -> list[Finding]:
-    """A rank whose memory creeps is read before a slow rank that no measured
-    part explains: the creep names its cause and ends in an out-of-memory
-    error, the unexplained slow rank is the weaker evidence (a walk saw it lead
-    while a leaking rank's creep sat below it). A slow rank with its cause
-    keeps its place."""
+def _creep_before_weak_slow_rank(items: list[Finding]) -> list[Finding]:
+    """A rank whose memory creeps is read before a weak slow rank
+    (``analysis.ranks.slow.weak``: unexplained, or a small wait), as in every
+    other view (a walk saw a weak slow rank lead while a leaking rank's creep
+    sat below it). A strong slow rank keeps its place."""
     slow = next((i for i in items if i.title == "slow rank"), None)
     creep = next((i for i in items if i.title == "rank memory"), None)
-    if (slow is None or creep is None or slow.severity != WARNING or creep.severity != WARNING
-            or slow.value("cause") is not None or items.index(creep) < items.index(slow)):
+    if (slow is None or creep is None or creep.severity != WARNING or not weak(slow)
+            or items.index(creep) < items.index(slow)):
         return items
     rest = [i for i in items if i is not creep]
     at = rest.index(slow)

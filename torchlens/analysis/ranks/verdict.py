@@ -39,7 +39,7 @@ from typing import Any
 
 from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
-from torchlens.analysis.ranks.slow import SlowRank, rank_list, slow_rank
+from torchlens.analysis.ranks.slow import SlowRank, rank_list, slow_rank, weak
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
     Steps,
@@ -162,14 +162,20 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
                        "ranks attached (a torchrun rank attaches when it starts, any other at its "
                        "first torchlens.step())",
                        (Figure("attached", attached),))
-    if slow.rank is None and creep:
-        c = creep[0]
-        return Finding(WARNING, f"rank {c.rank}'s memory creeps: {format_bytes(c.bytes_per_step, signed=True)} "
-                       f"per step over {c.steps} steps",
-                       (Figure("bytes_per_step", c.bytes_per_step, "B"), Figure("steps", c.steps)),
-                       f"look for tensors kept across steps on rank {c.rank} (losses kept "
-                       "with their graph, growing lists)")
+    if creep and (slow.rank is None or weak(slow.finding)):
+        return creep_finding(creep[0])
     return slow.finding
+
+
+def creep_finding(c: MemoryCreep) -> Finding:
+    """A rank's memory creep as the finding every view gives (the terminal's
+    verdict, a run folder's report)."""
+    return Finding(WARNING, f"rank {c.rank}'s memory creeps: "
+                   f"{format_bytes(c.bytes_per_step, signed=True)} per step over {c.steps} steps",
+                   (Figure("rank", c.rank), Figure("bytes_per_step", c.bytes_per_step, "B"),
+                    Figure("steps", c.steps)),
+                   f"look for tensors kept across steps on rank {c.rank} (losses kept "
+                   "with their graph, growing lists)")
 
 
 def steps_found_by(ranks: list[dict[str, Any] | None]) -> str:

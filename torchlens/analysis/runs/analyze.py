@@ -63,7 +63,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
     - the rank with the most idle GPU time, when it idles at least 10 points
       more than the median rank;
     - the largest step-time skew, when a step's slowest rank took at least 5%
-      longer than the median;
+      longer than the median (unless the step records judged the run);
     - communication that compute barely hides (median overlap under 20%, over
       the ranks with compute and at least 10% non-compute time);
     - what could not be read.
@@ -86,7 +86,10 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
                 f"its timeline, against {format_percent(median)} for the median rank",
                 (Figure("idle_pct", worst["idle_pct"], "%"),
                  Figure("median_idle_pct", median, "%"))))
-    if a.step_skew:
+    # a run folder's verdict judged the ranks' step times over every recorded
+    # step: one profiled step's skew (where, in DDP, each rank's wall time
+    # includes its wait for the others) would name another rank
+    if a.step_skew and not judged:
         worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
         if (worst_step["skew_pct"] or 0) >= 5:
             out.append(Finding(

@@ -76,8 +76,9 @@ def with_causes(stragglers: list[dict[str, Any]],
                 step_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``straggler_rows`` with ``cause`` (a role or ``None``), ``cause_us``,
     ``cause_others_us`` and ``cause_words`` (``slow.part_phrase``) for every
-    rank that arrived last at least once; ``wait_per_step_us``: the wait it
-    caused per profiled step of its own (``None`` without steps)."""
+    rank that arrived last at least once; ``wait_per_step_us``: the wait of
+    one other rank for it per profiled step of its own (``None`` without
+    steps), as the slow-rank sentence counts it."""
     medians = role_medians(step_rows)
     steps: dict[int, int] = {}
     for row in step_rows:
@@ -90,8 +91,9 @@ def with_causes(stragglers: list[dict[str, Any]],
                    "cause_us": cause["rank_us"] if cause else None,
                    "cause_others_us": cause["others_us"] if cause else None}
         part = cause_part(row)
+        each = s.get("caused_each_us", s["caused_us"])
         out.append(row | {"cause_words": part_phrase(part) if part else None,
-                          "wait_per_step_us": s["caused_us"] / n if n else None})
+                          "wait_per_step_us": each / n if n else None})
     return out
 
 
@@ -112,11 +114,15 @@ def with_verdict(stragglers: list[dict[str, Any]], verdict: Finding) -> list[dic
     theirs = verdict.value("others_median_ms")
     said = (PartTime(part, own, theirs, own - theirs)
             if part and own is not None and theirs is not None else None)
+    waited = verdict.value("wait_per_step_ms")
     out = []
     for s in stragglers:
         mine = said if s["rank"] == rank else None
-        out.append(s | {"cause": mine.part if mine else None,
-                        "cause_us": mine.own_ms * 1e3 if mine else None,
-                        "cause_others_us": mine.others_ms * 1e3 if mine else None,
-                        "cause_words": part_phrase(mine) if mine else None})
+        row = s | {"cause": mine.part if mine else None,
+                   "cause_us": mine.own_ms * 1e3 if mine else None,
+                   "cause_others_us": mine.others_ms * 1e3 if mine else None,
+                   "cause_words": part_phrase(mine) if mine else None}
+        if s["rank"] == rank and waited is not None:
+            row["wait_per_step_us"] = waited * 1e3  # the verdict's, over its steps
+        out.append(row)
     return out

@@ -65,7 +65,10 @@ def _compared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def straggler_rows(ranks: RankFigures, world_size: int | None = None,
                    rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Per rank (module docstring): ``rank``, ``collectives``, ``last``,
-    ``last_pct``, ``caused_us``, ``caused_mean_us``, ``waited_us``; ranked by
+    ``last_pct``, ``caused_us`` (every other rank's wait for it, summed),
+    ``caused_each_us`` / ``caused_mean_us`` (the wait of one other rank, on
+    average over the ranks that waited: in all, and per collective it arrived
+    last at, the figure the slow-rank sentence gives), ``waited_us``; ranked by
     ``caused_us`` (largest first), then rank. ``rows``: ``collective_rows``'
     result when already computed."""
     compared = _compared(rows if rows is not None else collective_rows(ranks, world_size))
@@ -81,11 +84,14 @@ def straggler_rows(ranks: RankFigures, world_size: int | None = None,
         s = stats[row["last_rank"]]
         s["last"] += 1
         s["caused_us"] += row["total_wait_us"]
+        # what one other rank waited, as the slow-rank sentence counts it
+        s["caused_each_us"] = s.get("caused_each_us", 0.0) + row["total_wait_us"] / max(
+            1, len(row["waits_us"]) - 1)
     for s in stats.values():
         if s["collectives"]:
             s["last_pct"] = 100.0 * s["last"] / s["collectives"]
         if s["last"]:
-            s["caused_mean_us"] = s["caused_us"] / s["last"]
+            s["caused_mean_us"] = s.get("caused_each_us", 0.0) / s["last"]
     return sorted(stats.values(), key=lambda s: (-s["caused_us"], s["rank"]))
 
 

@@ -28,7 +28,9 @@ import msgspec
 
 from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.series import step_series
-from torchlens.analysis.ranks.slow import WINDOW, slow_rank
+from torchlens.analysis.ranks.slow import WINDOW, slow_rank, weak
+from torchlens.analysis.ranks.steps import MemoryCreep
+from torchlens.analysis.ranks.verdict import creep_finding
 from torchlens.analysis.runs.analyze import SLOW_TITLE
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
 from torchlens.formats.run_folder.records import collected_steps, iter_steps
@@ -36,7 +38,7 @@ from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import Profile
-from torchlens.model.findings import as_finding
+from torchlens.model.findings import WARNING, Finding, as_finding
 from torchlens.model.payloads import RunPayload
 from torchlens.model.records import StepRecord
 
@@ -80,7 +82,11 @@ JSON_SCHEMA = {
                    "torchlens.analysis.runs.collectives)",
     "collectives_left_out": "how many collective rows did not fit in collectives",
     "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
-                  "last), last_pct, caused_us, caused_mean_us, waited_us, wait_per_step_us; "
+                  "last), last_pct, caused_us (every other rank's wait, summed), "
+                  "caused_each_us and caused_mean_us (one other rank's wait: in all, per "
+                  "collective it was last at), waited_us, wait_per_step_us (one other rank's "
+                  "wait per step: the slow-rank verdict's own figure where the run folder's "
+                  "step records judged it); "
                   "for a rank that arrived last: cause (the step-breakdown role that stands "
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
@@ -313,13 +319,32 @@ def folder_verdict(judged: Any, manifest: Manifest | None,
     manifest without its copy of that verdict (``torchlens run``'s collector
     saved it in words), so the report says it once. None and the manifest as
     it was when there is no verdict."""
-    if judged is None or manifest is None:
+    if manifest is None:
         return [], manifest
+    creep = _creep(manifest)
+    if creep is not None and manifest.verdict == str(creep):  # said once, here
+        manifest = msgspec.structs.replace(manifest, verdict=None)
+    if judged is None:
+        return ([creep.to_dict()] if creep else []), manifest
     said = dataclasses.replace(judged.finding, title=SLOW_TITLE)
     saved = as_finding((manifest.slow_rank or {}).get("finding"))
     if manifest.verdict and saved is not None and manifest.verdict == str(saved):
         manifest = msgspec.structs.replace(manifest, verdict=None)
-    return [said.to_dict()], manifest
+    if creep is None:
+        return [said.to_dict()], manifest
+    # a creep leads a weak slow rank, as in the terminal and the checklist
+    both = [creep, said] if weak(said) else [said, creep]
+    return [f.to_dict() for f in both], manifest
+
+
+def _creep(manifest: Manifest) -> Finding | None:
+    """The collector's first memory creep (``torchlens run``) as its finding."""
+    for c in manifest.memory_creep[:1]:
+        try:
+            return creep_finding(MemoryCreep(**c))
+        except TypeError:  # a manifest from an older torchlens: its words alone
+            return Finding(WARNING, str(c.get("words") or "")) if c.get("words") else None
+    return None
 
 
 def _leading(verdict: list[dict[str, Any]], manifest: Manifest | None,

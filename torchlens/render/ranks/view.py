@@ -104,6 +104,7 @@ class RankProfileView:
         self._slow: int | None = None
         #: the verdict shown instead of one judged here (``take_verdict``)
         self._given: tuple[Finding, int | None] | None = None
+        self._given_new = False
         self.step_spread = Spread(("step_ms",), keep=SPREAD_STEPS)
         self.mem_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
         self.prof_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
@@ -170,7 +171,9 @@ class RankProfileView:
         """Stream what arrived since the last flush; at most every ``FLUSH_S``
         unless ``force`` (the run's end: held-back collectives are drawn too)."""
         now = time.monotonic()
-        analysis_due = self._dirty and (force or now - self._last_analysis >= self._analysis_every)
+        # a verdict handed in is shown at once: the header above says it already
+        analysis_due = self._dirty and (force or self._given_new
+                                        or now - self._last_analysis >= self._analysis_every)
         pending = (any(self._new_steps) or self._redraw or self._new_summaries or self._new_ended
                    or self._new_restarts or analysis_due or (force and self._waiting))
         if not pending or (not force and now - self._last_flush < FLUSH_S):
@@ -331,6 +334,7 @@ class RankProfileView:
         """The verdict and the breakdown, from every record so far."""
         p = self.panels
         started = time.monotonic()
+        self._given_new = False
         if self._given is not None:
             finding, slow = self._given
         else:
@@ -371,7 +375,7 @@ class RankProfileView:
         a moment later)."""
         if self._given != (finding, rank):
             self._given = (finding, rank)
-            self._dirty = True
+            self._dirty = self._given_new = True
 
     def _pick(self) -> None:
         """A job of many ranks: which ranks get a line (the slow rank and the

@@ -52,8 +52,10 @@ SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
         Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", format_percent)]
 STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", format_count),
               Column("last", "arrived last", format_count), Column("last_pct", "share", format_percent),
-              Column("caused_us", "others waited for it", format_us_as_ms),
-              Column("caused_mean_us", "per such collective", format_us_as_ms),
+              Column("caused_us", "others waited for it (all together)", format_us_as_ms),
+              Column("caused_mean_us", "each other rank, per such collective",
+                     format_us_as_ms),
+              Column("wait_per_step_us", "each other rank, per step", format_us_as_ms),
               Column("waited_us", "it waited for others", format_us_as_ms),
               Column("cause_words", "likely cause", str, False, 120)]
 COLLECTIVES = [Column("step", "step", str), Column("trace", "trace", str),

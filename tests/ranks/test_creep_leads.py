@@ -1,0 +1,74 @@
+"""A rank's memory creep against a weak slow rank (a walk planted a 4 MiB a
+step leak, no slow rank, and was told first of a slow rank whose others
+waited 1.2 ms of a 15.3 ms step; the run report never named the creep)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torchlens.analysis.ranks.slow import slow_rank_finding, weak
+from torchlens.analysis.ranks.steps import MemoryCreep
+from torchlens.analysis.ranks.verdict import creep_finding, run_view
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
+from torchlens.frontends.runs.api import folder_verdict
+from torchlens.model.findings import Figure
+from torchlens.model.records import StepRecord
+
+MIB = 1 << 20
+
+
+def _rec(rank: int, i: int) -> StepRecord:
+    """15 ms steps; rank 1 loads data 3 ms, 1.2 ms of which the others wait
+    for in backward; rank 0 keeps 4 MiB more every step."""
+    t0 = i * 0.1
+    data, backward = (0.003, 0.0008) if rank == 1 else (0.00024, 0.002)
+    return StepRecord.from_dict({
+        "step": i, "t0": t0, "t1": t0 + 0.0153,
+        "phases": {"data": data, "forward": 0.004, "backward": backward, "optimizer": 0.001,
+                   "collective": 0.0},
+        "mem": {"rss": (300 + (4 * i if rank == 0 else 0)) * MIB, "source": "rss"}})
+
+
+def _snap() -> dict:
+    ranks = [{"rank": r, "node": 0, "host": "h0", "silent_s": 0.5, "bye": None,
+              "heartbeat": {"steps_done": 30}, "steps_sent": 30, "shared_run_dir": True}
+             for r in range(2)]
+    return {"world_size": 2, "ranks": ranks, "steps": [[_rec(r, i) for i in range(30)]
+                                                        for r in range(2)],
+            "summaries": [[], []], "dropped": 0, "restarts": [], "lost_after_s": 10.0}
+
+
+def test_the_terminal_leads_with_the_creep_over_a_weak_slow_rank() -> None:
+    view = run_view(_snap())
+    assert view.slow.rank == 1 and weak(view.slow.finding)  # found, but weak
+    assert view.creep and view.creep[0].rank == 0
+    assert view.verdict.sentence.startswith("rank 0's memory creeps: +4.0 MiB per step")
+
+
+def test_a_strong_slow_rank_keeps_the_lead() -> None:
+    unexplained = slow_rank_finding(1, None, "the others waited 30 ms per step", (
+        Figure("wait_per_step_ms", 30.0, "ms"), Figure("median_step_ms", 60.0, "ms")))
+    assert weak(unexplained)  # no measured part explains it: weak whatever the wait
+    from torchlens.analysis.ranks.slow import PartTime
+
+    explained = slow_rank_finding(1, PartTime("data", 40.0, 10.0, 30.0),
+                                  "the others waited 30 ms per step", (
+                                      Figure("wait_per_step_ms", 30.0, "ms"),
+                                      Figure("median_step_ms", 60.0, "ms")))
+    assert not weak(explained)
+
+
+def test_the_run_report_names_the_creep_and_orders_it_the_same_way() -> None:
+    view = run_view(_snap())
+    creep = view.creep[0]
+    manifest = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(view.verdict),
+                        memory_creep=[dataclasses.asdict(creep)])
+    findings, left = folder_verdict(view.slow, manifest)
+    assert [f["sentence"].split(":")[0] for f in findings] == [
+        "rank 0's memory creeps", "rank 1 is the slow rank"]
+    assert findings[0]["sentence"] == creep_finding(creep).sentence
+    assert left.verdict is None  # said once, not again as the collector's words
+    # without a slow rank the creep is still there
+    alone, _ = folder_verdict(None, manifest)
+    assert alone[0]["sentence"] == creep_finding(creep).sentence
+    assert isinstance(MemoryCreep(**dataclasses.asdict(creep)), MemoryCreep)
