@@ -6,7 +6,9 @@ its own ranks. Rank ``TL_SLOW_RANK`` (default 1) sleeps ``TL_SLOW_S`` per
 batch in its dataset. ``TL_STEPS`` optimizer steps (default 8) of
 ``TL_ACCUM`` batches (default 1); ``TL_VAL_EVERY`` > 0: a validation every
 that many batches. ``TL_CALLBACK=1`` (default): the script adds
-``torchlens.integrations.lightning.TorchlensCallback``.
+``torchlens.integrations.lightning.TorchlensCallback`` (``0``: under ``torchlens
+run`` it is added by itself). ``TL_CKPT=1``: Lightning's default
+``ModelCheckpoint`` saves after each validation.
 """
 
 import os
@@ -66,7 +68,7 @@ def main() -> None:
     trainer = pl.Trainer(
         accelerator="cpu", devices=2, strategy="ddp", max_steps=STEPS,
         accumulate_grad_batches=ACCUM, callbacks=callbacks, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=os.environ.get("TL_CKPT") == "1", enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, limit_val_batches=4 if VAL_EVERY else 0,
         val_check_interval=VAL_EVERY or None, default_root_dir=sys.argv[1])
     trainer.fit(Model(), loader, val if VAL_EVERY else None)

@@ -28,9 +28,10 @@ JOB = {"TL_STEPS": "6", "TL_ACCUM": "2", "TL_VAL_EVERY": "6", "TL_SLOW_S": "0.05
 LABELS = [None, None, None, "validation", None, None, None, "validation"]
 
 
-def _run(tmp_path: Path, launcher: list[str]) -> tuple[Collector, dict[int, list[dict]]]:
+def _run(tmp_path: Path, launcher: list[str],
+         **extra: str) -> tuple[Collector, dict[int, list[dict]]]:
     out = tmp_path / "run"
-    c = Collector(out, [*launcher, str(SCRIPT), str(tmp_path / "lightning")], **JOB)
+    c = Collector(out, [*launcher, str(SCRIPT), str(tmp_path / "lightning")], **JOB, **extra)
     try:
         assert c.wait() == 0, c.output
     finally:
@@ -42,14 +43,14 @@ def _run(tmp_path: Path, launcher: list[str]) -> tuple[Collector, dict[int, list
     return c, steps
 
 
-def _check(c: Collector, steps: dict[int, list[dict]]) -> None:
+def _check(c: Collector, steps: dict[int, list[dict]], labels: list = LABELS) -> None:
     verdict = next(line for line in c.lines if line.startswith("verdict:"))
     assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, c.output
     assert "of 6 steps" in verdict, verdict  # the training steps, not the validations
     assert STEPS_BY in c.output, c.output
     for r in (0, 1):
-        assert [s.get("label") for s in steps[r]] == LABELS, steps[r]
-        assert [s["step"] for s in steps[r]] == list(range(len(LABELS)))
+        assert [s.get("label") for s in steps[r]] == labels, steps[r]
+        assert [s["step"] for s in steps[r]] == list(range(len(labels)))
     # one step is 2 batches of rank 1's 50 ms data loading
     train = [s for s in steps[1] if not s.get("label")]
     assert min(s["phases"]["data"] for s in train) >= 0.09, train
@@ -61,6 +62,21 @@ def test_lightning_under_torchrun_names_the_straggler(tmp_path: Path) -> None:
                                "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                f"127.0.0.1:{port}", "--rdzv-id", f"job{port}"])
     _check(c, steps)
+
+
+def _torchrun() -> list[str]:
+    port = free_port()
+    return [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"job{port}"]
+
+
+def test_a_script_without_the_callback_gets_it_under_torchlens_run(tmp_path: Path) -> None:
+    """No torchlens in the script: Lightning's callbacks_factory entry point adds
+    the callback; the checkpoint saved after each validation is labelled."""
+    c, steps = _run(tmp_path, _torchrun(), TL_CALLBACK="0", TL_CKPT="1")
+    _check(c, steps, [None, None, None, "validation", "checkpoint",
+                      None, None, None, "validation", "checkpoint"])
+    assert list((tmp_path / "lightning").rglob("*.ckpt")), "the job's own checkpoints"
 
 
 def test_lightnings_own_ddp_launcher_attaches_every_rank(tmp_path: Path) -> None:

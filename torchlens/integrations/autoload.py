@@ -10,6 +10,9 @@ method, and puts it right after ``DefaultFlowCallback``. It is appended once
 it, runs its code, then appends, and takes itself off ``sys.meta_path``. A job
 that never imports the Trainer imports nothing more.
 
+A Lightning ``Trainer`` gets its callback through Lightning's own
+callbacks-factory entry point instead (``lightning_autoload``).
+
 A transformers older than supported, or anything that fails here: one line on
 stderr, nothing added, and the job runs on untouched (its steps then come from
 its optimizer, ``capture.ranks.autostep``).
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from torchlens.integrations import lightning_autoload
 from torchlens.integrations.versions import message
 
 TRAINER = "transformers.trainer"
@@ -96,6 +100,7 @@ def install() -> None:
     """Add the callbacks of the frameworks this job imports (module docstring);
     never raises."""
     try:
+        lightning_autoload.install()
         module = sys.modules.get(TRAINER)
         if module is not None:
             add_trainer_callback(module)

@@ -18,8 +18,14 @@
 - ``on_validation_end`` ends the span since the last end as ``validation``
   (the sanity check before training too): a validation is longer than a
   training step by design, and without the label it would be judged as a slow
-  step. A checkpoint that ``ModelCheckpoint`` saves after it (Lightning runs
-  that callback last) falls into the next training step.
+  step.
+- ``on_save_checkpoint`` (every rank, as ``ModelCheckpoint`` or
+  ``trainer.save_checkpoint`` assembles a checkpoint, before writing it) begins
+  a span labelled ``checkpoint``; it ends where the job next enters a phase
+  (Lightning's barrier after the write, or the next batch), or at
+  ``on_train_end`` after the last step.
+
+Under ``torchlens run`` the callback is added by itself (``lightning_autoload``).
 
 Outside ``torchlens run`` and ``%ddp_check --profile`` it does nothing.
 """
@@ -103,3 +109,13 @@ class TorchlensCallback(Callback):
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._acts(trainer):
             steps.end_span("validation", STEPS_BY)
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
+        # called as the checkpoint is assembled, before it is written: the span
+        # ends where the job next enters a phase (the barrier after the write)
+        if self._acts(trainer):
+            steps.end_span_at_next_phase("checkpoint", STEPS_BY)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._acts(trainer):
+            steps.end_pending()  # a checkpoint saved after the last step

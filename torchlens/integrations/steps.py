@@ -54,3 +54,20 @@ def end_span(label: str, by: str) -> None:
     capture = _capture()
     if isinstance(capture, RankProfiler):
         capture.step(by=by, label=label)
+
+
+def end_span_at_next_phase(label: str, by: str) -> None:
+    """A span that is no training step starts now and ends where the job next
+    enters a phase (its next batch, forward, ...) or at ``end_pending``: a
+    save told before it writes (Lightning's ``on_save_checkpoint``)."""
+    capture = _capture()
+    if isinstance(capture, RankProfiler):
+        capture.label_next = (label, by)
+
+
+def end_pending() -> None:
+    """End the span ``end_span_at_next_phase`` began, if no phase has (the job's end)."""
+    capture = _capture()
+    if isinstance(capture, RankProfiler) and capture.label_next is not None:
+        (label, by), capture.label_next = capture.label_next, None
+        capture.step(by=by, label=label)

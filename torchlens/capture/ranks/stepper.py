@@ -137,6 +137,8 @@ class RankProfiler:
         self.windows = False
         self.found = OptimizerBoundary()
         self.steps_by: str | None = None
+        #: (label, by) of a span a callback began, ended at the next phase
+        self.label_next: tuple[str, str] | None = None
         self.own_s = 0.0  # torchlens' own time inside step() calls
         self.prof: Any = None
         self._prof_stopped = False
@@ -249,7 +251,11 @@ class RankProfiler:
             self.step(window=True)
 
     def _enter(self) -> None:
-        """A phase begins: a step found at the optimizer's last step ends here."""
+        """A phase begins: a step found at the optimizer's last step ends here,
+        and so does a labelled span a callback began (``label_next``)."""
+        if self.label_next is not None:
+            (label, by), self.label_next = self.label_next, None
+            self.step(by=by, label=label)
         if self.found.take() is not None:
             self.step(found=True)
 

@@ -120,7 +120,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     ``[HOST:]PORT`` to serve Prometheus series at (``metrics_endpoint``)."""
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store-wait warnings
     command = _check_command(list(command))
-    from torchlens.frontends.ranks import metrics_endpoint
+    from torchlens.frontends.ranks import launchers, metrics_endpoint
     metrics_at = metrics_endpoint.parse_address(metrics) if metrics else None
     run_dir = _out_dir(out)
     from torchlens.analysis.ranks.verdict import live_status, run_view
@@ -145,6 +145,8 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     summary = TerminalSummary(stream, tty)
     loopback = collector.host in LOOPBACK
     summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
+    if (unattached := launchers.accelerate_cpu(command)) is not None:
+        summary.say(unattached)
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
              f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {OTHER_PYTHONPATH} "
