@@ -87,6 +87,14 @@ def test_lightnings_own_ddp_launcher_attaches_every_rank(tmp_path: Path) -> None
     _check(c, steps)
 
 
+def test_lightnings_own_launcher_adds_the_callback_to_a_script_without_it(tmp_path) -> None:
+    """The same with no torchlens in the script: the launcher's own process
+    gets Lightning's callbacks factory, and each rank attaches at set-up."""
+    c, steps = _run(tmp_path, [sys.executable], TL_CALLBACK="0")
+    assert "ranks: 2 of 2 attached" in c.output, c.output
+    _check(c, steps)
+
+
 def test_importing_torchlens_and_its_integrations_imports_no_lightning() -> None:
     code = ("import sys, torchlens, torchlens.integrations; "
             "print([m for m in ('lightning', 'pytorch_lightning') if m in sys.modules])")

@@ -6,6 +6,10 @@ torchlens (``frontends.ranks.rank_side.attach``, as ``torchlens.step()`` does).
 What it does, in order:
 - the ``sitecustomize`` this one hides (the next one on ``sys.path``, a
   distribution's or the user's own) is run as if it had been found first;
+- in a process with ``TORCHLENS_COLLECTOR`` but no ``RANK`` (a launcher's
+  own process: torchrun's agent, or Lightning's DDP launcher, which starts
+  its ranks itself), Lightning's callbacks factory only: the callback
+  attaches each rank when its Trainer sets up;
 - only in a rank of a torchrun-style launcher (``TORCHLENS_COLLECTOR``,
   ``RANK`` and ``LOCAL_RANK`` set: not the launcher's agent, not a plain
   ``python``), and not in a process that rank started (a DataLoader's spawned
@@ -44,7 +48,17 @@ def _chain() -> None:
 
 def _attach() -> None:
     env = os.environ
-    if not env.get("TORCHLENS_COLLECTOR") or "RANK" not in env or "LOCAL_RANK" not in env:
+    if not env.get("TORCHLENS_COLLECTOR"):
+        return
+    if "RANK" not in env or "LOCAL_RANK" not in env:
+        # a launcher's own process (torchrun's agent; Lightning's DDP launcher,
+        # whose rank 0 is this process and which starts the others itself):
+        # only Lightning's callbacks factory, which attaches each rank when its
+        # Trainer sets up; nothing is imported until a Trainer is built
+        if not env.get(_MARK):
+            from torchlens.integrations import lightning_autoload
+
+            lightning_autoload.install()
         return
     if env.get(_MARK) and env[_MARK] != str(os.getpid()):
         return  # a process the attached rank started
