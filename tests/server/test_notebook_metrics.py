@@ -111,3 +111,18 @@ async def test_post_needs_the_token(jp_fetch: Any, monitor: Any) -> None:
         await jp_fetch("torchlens", "monitor", "metrics", method="POST", body=body,
                        headers={"Authorization": ""})
     assert err.value.code == 403
+
+
+def test_metrics_needs_profile_and_a_server(monkeypatch: Any, tmp_path: Any) -> None:
+    from torchlens.frontends.ddp.api import ddp_check
+    from torchlens.frontends.ranks.watch import watch
+    from torchlens.model import InputError
+
+    monkeypatch.delenv("TORCHLENS_SERVER_URL", raising=False)
+    monkeypatch.setattr("torchlens.frontends.rank_channel._server_files", lambda: [])
+    with pytest.raises(InputError, match="add --profile"):
+        ddp_check(lambda rank, world_size: None, metrics=True, live=False)
+    with pytest.raises(InputError, match="none was found"):
+        ddp_check(lambda rank, world_size: None, metrics=True, profile=True, live=False)
+    with pytest.raises(InputError, match="none was found"):
+        watch(str(tmp_path), metrics=True)
