@@ -261,6 +261,9 @@ class TorchlensMagics(Magics):
                    "(default ./torchlens-runs/<name>-<time>)")
     @argument("--no-live", dest="no_live", action="store_true",
               help="no live per-rank plot while the ranks run")
+    @argument("--metrics", action="store_true",
+              help="with --profile: the per-rank series (docs/METRICS.md) on the Jupyter "
+                   "server's /metrics while the ranks run")
     @_outputs("ddp_check")
     @line_cell_magic
     def ddp_check(self, line: str, cell: str | None = None) -> None:
@@ -323,7 +326,7 @@ class TorchlensMagics(Magics):
                 run_dir=args.run_dir, nnodes=nnodes, nproc_per_node=nproc,
                 rdzv_endpoint=args.rdzv_endpoint, host=args.host,
                 export=args.export, show=not args.quiet, cell=cell, cell_filename=filename,
-                namespace=self.shell.user_ns)
+                namespace=self.shell.user_ns, metrics=args.metrics)
         if args.output:
             self.shell.user_ns[args.output] = result
         if interrupted:

@@ -100,6 +100,7 @@ class RankPublisher:
         self.server = server if server is not None else find_server()
         self.timeout = timeout
         self.failures = 0
+        self.last_error = ""
 
     @property
     def enabled(self) -> bool:
@@ -107,11 +108,17 @@ class RankPublisher:
 
     def publish(self, samples: list[dict[str, Any]]) -> bool:
         """POST ``samples``; returns False (and counts) on any failure, never raises."""
-        if self.server is None or not samples:
+        if not samples:
+            return False
+        return self.post("torchlens/monitor/ranks", {"run": self.run, "samples": samples})
+
+    def post(self, path: str, body: dict[str, Any]) -> bool:
+        """POST ``body`` as JSON to the server's ``path``; False (and counted) on any failure."""
+        if self.server is None:
             return False
         request = urllib.request.Request(
-            self.server.url + "torchlens/monitor/ranks",
-            data=json.dumps({"run": self.run, "samples": samples}).encode(),
+            self.server.url + path,
+            data=json.dumps(body).encode(),
             headers={
                 "Authorization": f"token {self.server.token}",
                 "Content-Type": "application/json",
@@ -121,6 +128,7 @@ class RankPublisher:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return 200 <= response.status < 300
-        except OSError:
+        except OSError as exc:
             self.failures += 1
+            self.last_error = str(exc)
             return False

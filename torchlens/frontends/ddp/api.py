@@ -245,7 +245,7 @@ def ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
               nproc_per_node: int | None = None, rdzv_endpoint: str | None = None,
               host: str | None = None,
               on_other_nodes: Callable[[list[str], dict[str, str]], Any] | None = None,
-              ) -> DdpResult:
+              metrics: bool = False) -> DdpResult:
     """Run ``fn`` on ``world_size`` spawned ranks and check it; returns the result.
 
     ``fn(rank, world_size)`` is one training step from a fixed start; it runs
@@ -273,13 +273,17 @@ def ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     additions) to ``on_other_nodes``. ``host``: where the kernel's store
     listens (default loopback; name an interface when other nodes are other
     machines).
+
+    ``metrics`` (with ``profile``): the job's per-rank series (those of
+    ``torchlens run --metrics``, docs/METRICS.md) on the Jupyter server's
+    ``/metrics`` while it runs, labelled with the run folder's name.
     """
     result, interrupted = run_ddp_check(
         fn, world_size=world_size, backend=backend, timeout=timeout, steps=steps,
         strict=strict, live=live, export=export, show=show, seed=seed, profile=profile,
         profile_every=profile_every, profile_window=profile_window, run_dir=run_dir,
         nnodes=nnodes, nproc_per_node=nproc_per_node, rdzv_endpoint=rdzv_endpoint, host=host,
-        on_other_nodes=on_other_nodes)
+        on_other_nodes=on_other_nodes, metrics=metrics)
     if interrupted:
         raise KeyboardInterrupt
     return result
@@ -295,7 +299,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                   run_dir: str | None = None, nnodes: int | None = None,
                   nproc_per_node: int | None = None, rdzv_endpoint: str | None = None,
                   host: str | None = None, on_other_nodes: Any = None,
-                  ) -> tuple[DdpResult, bool]:
+                  metrics: bool = False) -> tuple[DdpResult, bool]:
     """``ddp_check`` for front ends: also runs a cell; returns (result, interrupted).
 
     With ``show``, the live view (if any) is replaced by the result's display,
@@ -315,6 +319,13 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     check_options(world_size, backend, timeout, steps, export, profile=profile,
                   profile_every=profile_every, profile_window=profile_window, run_dir=run_dir,
                   local_ranks=spec.nproc_per_node if spec else None)
+    publisher = None
+    if metrics:
+        from torchlens.frontends.metrics_publish import needs_server
+
+        if not profile:
+            raise InputError("--metrics publishes --profile's step series: add --profile")
+        publisher = needs_server("--metrics")
     skipped: list[str] = []
     if cell is not None:
         sent, skipped = cell_globals(cell, cell_filename, namespace or {})
@@ -379,12 +390,19 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         return plot
 
     from torchlens.frontends.live_publish import RankSink
+    from torchlens.frontends.metrics_publish import MetricsFeed, Tee
 
+    feed = (MetricsFeed(os.path.basename(run_dir), world_size, publisher)
+            if publisher is not None and run_dir is not None else None)
+    make = live_plot if live else None
+    if feed is not None:  # the Jupyter server's /metrics too (metrics_publish)
+        make = (lambda: Tee(live_plot(), feed)) if live else (lambda: feed)
     # the GPU Monitor sidebar shows every rank's memory too, while they run
-    sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}",
-                    make_inner=live_plot if live else None)
+    sink = RankSink(f"%ddp_check {source} {time.strftime('%H:%M:%S')}", make_inner=make)
     rec = run_check(job, options, sink)
     sink.close()  # the terminal's progress line ends
+    if feed is not None and feed.trouble():
+        print(f"%ddp_check: {feed.trouble()}", file=sys.stderr)
     profile = build_profile(rec, source, skipped)
     result = DdpResult(profile)
     if export:

@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any
 
+from torchlens.frontends.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.model import InputError
 from torchlens.model.findings import as_finding
 from torchlens.model.records import StepRecord
@@ -49,7 +50,7 @@ FOLDER_BEATS = 2000
 
 
 def watch(target: Any, secret_file: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-          run_id: str | None = None) -> Watch:
+          run_id: str | None = None, metrics: bool = False) -> Watch:
     """Watch a ``torchlens run`` job; returns a handle that shows its live view.
 
     ``target``: the run folder (``--out``) or the collector's ``host:port``
@@ -59,13 +60,16 @@ def watch(target: Any, secret_file: str | None = None, timeout: float = DEFAULT_
     that run). ``timeout``: seconds without a new frame after which the
     watch gives up (the collector publishes one a second). The handle polls
     in the background and stops by itself when the run ends; ``.stop()``
-    stops it sooner, ``.wait()`` waits for the end.
+    stops it sooner, ``.wait()`` waits for the end. ``metrics``: the run's per-rank
+    series also on this kernel's Jupyter server's ``/metrics`` (docs/METRICS.md).
     """
     if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
             or not math.isfinite(timeout) or timeout <= 0):
         raise InputError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    publisher = needs_server("torchlens.watch(metrics=True)") if metrics else None
     source, label, note = _open(target, secret_file, run_id, float(timeout))
     handle = Watch(source, label, float(timeout), note)
+    handle.metrics = watch_feed(os.fspath(target), source, publisher)
     handle.start()
     return handle
 
@@ -244,6 +248,7 @@ class Watch:
         self.state = "waiting"
         self.message = ""
         self.ended = False
+        self.metrics: Any = None  # a MetricsFeed (watch(metrics=True))
         from torchlens.analysis.ranks.starts import StepStarts
 
         #: a restarted job's steps counted across its starts, for the panels drawn by step
@@ -324,8 +329,7 @@ class Watch:
                 with self._lock:
                     for frame in frames:
                         self._apply(frame)
-                    if self.view is not None:
-                        self.view.flush(force=self.ended)
+                    Tee(self.view, self.metrics).flush(force=self.ended)
                 if frames:
                     last = time.monotonic()
                     self.state = "ended" if self.ended else "running"
@@ -372,12 +376,15 @@ class Watch:
         # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
         batches = {r: records for r, records in _ranks(frame.get("steps"), world)
                    if isinstance(records, list)}
+        feed = Tee(view, self.metrics)  # the metrics too, when asked
         for r, records in self.starts.place_steps(batches).items():
-            view.push_steps(r, records)
+            feed.push_steps(r, records)
         for r, summaries in _ranks(frame.get("summaries"), world):
             for s in summaries if isinstance(summaries, list) else []:
                 if isinstance(s, dict) and "step" in s and "t0" in s:
-                    view.push_summary(r, self.starts.place_summary(r, s))
+                    feed.push_summary(r, self.starts.place_summary(r, s))
+        if self.metrics is not None:
+            self.metrics.take_status(self.status)
         # the section's verdict is the header's (the collector judged it)
         said = as_finding((self.status or {}).get("slow_finding"))
         if said is not None:

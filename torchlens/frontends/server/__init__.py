@@ -19,6 +19,7 @@ from tornado.ioloop import IOLoop
 from torchlens.frontends.server import prometheus
 from torchlens.frontends.server.handlers import handlers
 from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.server.notebook_metrics import NotebookRuns
 from torchlens.frontends.server.stream import Broadcaster
 
 
@@ -50,7 +51,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         # the loop the server's handlers run on: the thread hands samples to it
         monitor.start(IOLoop.current())
         # its GPU and host series on the server's own /metrics (docs/METRICS.md)
-        web_app.settings["torchlens_prometheus"] = prometheus.register(monitor)
+        # and the per-rank series notebook kernels publish (notebook_metrics.py)
+        notebook = web_app.settings["torchlens_notebook_metrics"] = NotebookRuns()
+        web_app.settings["torchlens_prometheus"] = prometheus.register(monitor, notebook)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     serverapp.log.info("torchlens GPU monitor: %s", monitor.gpu.status)
 

@@ -15,6 +15,8 @@ Endpoints (relative to the server's base_url, e.g. ``/user/alice/``):
 * ``POST torchlens/monitor/ranks`` - a kernel publishes per-rank memory
   (see ``torchlens/frontends/rank_channel.py`` for the channel);
   ``GET torchlens/monitor/ranks?since=T`` - the per-rank samples newer than T.
+* ``POST torchlens/monitor/metrics`` - a kernel publishes a run's per-rank
+  series for the server's ``/metrics`` (``notebook_metrics.py``).
 * ``GET  torchlens/monitor/history.csv`` - the history as CSV.
 * ``GET  torchlens/runs`` - the ``torchlens run`` jobs of this machine and their
   ranks (``{"t", "registry", "runs": [...]}``, see ``RunsHandler``).
@@ -125,6 +127,23 @@ class RanksHandler(_MonitorHandler):
         self.finish({"stored": stored})
 
 
+class MetricsHandler(_MonitorHandler):
+    """A kernel's run series: ``{"run": str, "families": [{"name", "samples":
+    [[suffix, labels, value]]}]}`` replaces that run's batch; anything
+    ``notebook_metrics.checked`` refuses is 400, the whole batch."""
+
+    @tornado.web.authenticated
+    def post(self) -> None:
+        runs = self.settings.get("torchlens_notebook_metrics")
+        if runs is None:
+            raise tornado.web.HTTPError(404, "this server does not keep notebook metrics")
+        try:
+            stored = runs.put(self._json_body())
+        except ValueError as err:
+            raise tornado.web.HTTPError(400, f"bad metrics: {err}") from err
+        self.finish({"stored": stored})
+
+
 class CsvHandler(_MonitorHandler):
     @tornado.web.authenticated
     def get(self) -> None:
@@ -164,6 +183,7 @@ def handlers(base_url: str) -> list[tuple[str, type[JupyterHandler]]]:
         (url_path_join(root, "samples"), SamplesHandler),
         (url_path_join(root, "config"), ConfigHandler),
         (url_path_join(root, "ranks"), RanksHandler),
+        (url_path_join(root, "metrics"), MetricsHandler),
         (url_path_join(root, "history.csv"), CsvHandler),
         (url_path_join(base_url, "torchlens", "runs"), RunsHandler),
     ]

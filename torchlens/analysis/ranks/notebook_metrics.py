@@ -1,0 +1,137 @@
+"""The series of a job a notebook runs or watches, for the Jupyter server's ``/metrics``.
+
+``%ddp_check --profile --metrics`` has no collector, and ``torchlens.watch(...,
+metrics=True)`` sees the collector's feed, not its snapshot; both hold what
+that snapshot holds for the verdict (each rank's newest step records and
+summaries, its node and host, how it ended). ``NotebookRun`` keeps that and
+makes the one ``RunView`` (``verdict.run_view``) and the same families
+``torchlens run --metrics`` exports (``metrics.metric_families``): one rule,
+one set of names, whichever way the job was started.
+
+``family_table`` is what the Jupyter server accepts from a kernel: the
+families' names, types and help text are the server's own, only the samples
+come from the kernel (``frontends.server.notebook_metrics`` checks them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torchlens.analysis.ranks.metrics import Family, Histogram, metric_families
+from torchlens.analysis.ranks.slow import SlowRank
+from torchlens.analysis.ranks.verdict import RunView, run_view
+from torchlens.model.findings import INFO, Finding
+from torchlens.model.records import StepRecord
+
+#: the newest step records / summaries kept per rank: the collector's own
+#: window (``capture.ranks.collector.KEEP_STEPS``), so the figures are the same
+KEEP_STEPS = 64
+KEEP_SUMMARIES = 16
+
+
+def family_table() -> dict[str, tuple[str, str]]:
+    """Every family ``metric_families`` writes: name -> (type, help)."""
+    slow = SlowRank(None, None, Finding(INFO, ""), 0.0, 0.0, 0.0, 0.0, 0)
+    empty = RunView(Finding(INFO, ""), [], slow, [], [], 0, [], 0, 0)
+    return {f.name: (f.kind, f.help) for f in metric_families(empty, "", {}, {})}
+
+
+def ended_state(reason: str) -> str:
+    """A rank's state (``verdict.rank_state``'s words) from how ``%ddp_check``'s
+    launcher or the watch's feed says it ended: ``finished``; killed, or gone
+    without a result: ``lost``; its agent ended it; else (an error) ``failed``."""
+    words = reason.lower()
+    if words.startswith("finished"):
+        return "finished"
+    if words.startswith("ended by its agent"):
+        return "ended by its agent"
+    if words.startswith(("killed", "lost", "its process ended", "sent no result")):
+        return "lost"
+    return "failed"
+
+
+class NotebookRun:
+    """What one job's series need, fed as a ``RankFeed`` is (steps, summaries, ends)."""
+
+    def __init__(self, run: str, world_size: int) -> None:
+        self.run = run
+        self.world_size = world_size
+        self.steps: dict[int, list[StepRecord]] = {}
+        self.summaries: dict[int, list[Any]] = {}
+        self.histograms: dict[int, Histogram] = {}
+        self.rows: dict[int, dict[str, Any]] = {}  # rank -> node, host, state, restart
+        self.seen: dict[int, float] = {}  # rank -> unix time of its newest news
+
+    def heartbeat(self, rank: int, t: float, node: Any = None, host: Any = None) -> None:
+        row = self.rows.setdefault(rank, {})
+        for key, value in (("node", node), ("host", host)):
+            if value is not None:
+                row[key] = value
+        self.seen[rank] = max(self.seen.get(rank, 0.0), t)
+
+    def add_steps(self, rank: int, records: Iterable[StepRecord]) -> None:
+        records = list(records)
+        kept = self.steps.setdefault(rank, [])
+        kept.extend(records)
+        del kept[:-KEEP_STEPS]
+        steps = [rec.t1 - rec.t0 for rec in records if not rec.window]
+        if steps:
+            self.histograms[rank] = self.histograms.get(rank, Histogram()).add(steps)
+        if records:
+            self.heartbeat(rank, records[-1].t1)
+
+    def add_summary(self, rank: int, summary: Any) -> None:
+        kept = self.summaries.setdefault(rank, [])
+        kept.append(summary)
+        del kept[:-KEEP_SUMMARIES]
+
+    def ended(self, rank: int, reason: str, t: float | None) -> None:
+        self.rows.setdefault(rank, {})["state"] = ended_state(reason)
+        if t is not None:
+            self.heartbeat(rank, t)
+
+    def take_status(self, status: Mapping[str, Any] | None) -> None:
+        """The collector's own rows (``verdict.live_status``): its state, node,
+        host and restart count win over what the feed let this guess."""
+        for row in (status or {}).get("ranks") or []:
+            if isinstance(row, dict) and isinstance(row.get("rank"), int):
+                mine = self.rows.setdefault(row["rank"], {})
+                mine.update({k: row[k] for k in ("node", "host", "state", "restart")
+                             if row.get(k) is not None})
+        world = (status or {}).get("world_size")
+        if isinstance(world, int) and world > self.world_size:
+            self.world_size = world
+
+    def view(self) -> RunView:
+        """The verdict and rows, as ``torchlens run``'s collector would judge them."""
+        world = max([self.world_size, *(r + 1 for r in self.rows),
+                     *(r + 1 for r in self.steps)])
+        ranks: list[dict[str, Any] | None] = []
+        for r in range(world):
+            row = self.rows.get(r)
+            if row is None and r not in self.steps:
+                ranks.append(None)
+                continue
+            row = row or {}
+            ranks.append({"rank": r, "node": row.get("node"), "host": row.get("host"),
+                          "incarnation": row.get("restart") or 0, "silent_s": 0.0,
+                          "bye": None, "heartbeat": {}, "overwritten": [],
+                          "shared_run_dir": True,
+                          "steps_sent": self.histograms.get(r, Histogram()).count})
+        snap = {"world_size": world, "ranks": ranks, "dropped": 0, "incarnations": [],
+                "lost_after_s": math.inf,
+                "steps": [list(self.steps.get(r, [])) for r in range(world)],
+                "summaries": [list(self.summaries.get(r, [])) for r in range(world)]}
+        view = run_view(snap)
+        for row in view.ranks:
+            state = self.rows.get(row["rank"], {}).get("state")
+            if state is not None:
+                row["state"] = state
+        return view
+
+    def families(self, now: float) -> list[Family]:
+        """The run's series now (``now``: unix time, for each rank's heartbeat age)."""
+        ages = {r: max(0.0, now - t) for r, t in self.seen.items()}
+        return metric_families(self.view(), self.run, dict(self.histograms), ages)
