@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchlens.analysis.frames import site_of
+from torchlens.analysis.frames import SiteMemo
 from torchlens.analysis.memory import categories as cat
 from torchlens.analysis.memory.timeline import MemoryTimeline
 from torchlens.formats.locations import CellNames
@@ -141,9 +141,9 @@ def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, 
             if b.get("state") == "active_allocated" and b.get("address") not in touched]
 
 
-def _before(frames: list[dict[str, Any]], custom: Any) -> str:
+def _before(frames: list[dict[str, Any]], categorize: cat.Categorizer) -> str:
     """A block alive before the window: its category, or that it has no stack."""
-    return cat.categorize(frames, custom) if frames else BEFORE_NO_STACK
+    return categorize(frames) if frames else BEFORE_NO_STACK
 
 
 def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
@@ -192,7 +192,8 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     entry = tl.index[j] if j is not None else -1  # -1: before the first entry
     known_peak_only = tl.known_peak is not None and peak > max(
         tl.start_allocated, max(tl.allocated, default=0))
-    raw = [(a.index, a.i_free, cat.categorize(a.frames, custom)) for a in tl.allocations]
+    categorize, site_of = cat.Categorizer(custom), SiteMemo(cells)
+    raw = [(a.index, a.i_free, categorize(a.frames)) for a in tl.allocations]
     kinds = cat.by_lifetime(raw)
     blocks = []
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
@@ -208,15 +209,15 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
             before -= counted(e["size"])
             continue
         frames = e.get("frames") or []
-        site, fn = site_of(frames, cells)
-        blocks.append(PeakBlock(counted(e["size"]), _before(frames, custom), site, fn, frames,
+        site, fn = site_of(frames)
+        blocks.append(PeakBlock(counted(e["size"]), _before(frames, categorize), site, fn, frames,
                                 FREED_LATER))
     touched = {e["addr"] for e in trace if e["action"] in
                ("alloc", "free_requested", "free_completed", "free")}
     for b in _kept_blocks(snapshot, touched):
         frames = b.get("frames") or []
-        site, fn = site_of(frames, cells)
-        blocks.append(PeakBlock(int(b["size"]), _before(frames, custom), site, fn, frames, KEPT))
+        site, fn = site_of(frames)
+        blocks.append(PeakBlock(int(b["size"]), _before(frames, categorize), site, fn, frames, KEPT))
     unattributed = peak - sum(b.size for b in blocks)
     trigger = next((b for b in blocks if b.index == entry), None)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
