@@ -152,14 +152,16 @@ def _check_size(d: dict[str, Any], key: str, where: str, name: str) -> int:
 def _check_frames(d: dict[str, Any], where: str, name: str, seen: set[int]) -> None:
     """``frames``: a list of dicts whose name and file are text and line a number.
 
-    ``seen``: ids of frame dicts already checked in this snapshot. Pickle shares
-    one dict between every stack that repeats a frame (700k frames, under 1k
-    distinct in a training step's snapshot), so each is checked once; the ids stay
-    valid because the snapshot being normalized holds every frame."""
+    ``seen``: ids of frame dicts and frame lists already checked in this snapshot.
+    Pickle shares one dict between every stack that repeats a frame (700k frames,
+    under 1k distinct in a training step's snapshot) and a list between a block and
+    its trace entries, so each is checked once; the ids stay valid because the
+    snapshot being normalized holds every frame."""
     frames = d["frames"]
     if not isinstance(frames, list):
         raise _damaged(name, where, "frames", frames, "a list of frames")
-    if seen.issuperset(map(id, frames)):
+    if id(frames) in seen or seen.issuperset(map(id, frames)):
+        seen.add(id(frames))
         return
     for k, f in enumerate(frames):
         if id(f) in seen:
@@ -172,6 +174,7 @@ def _check_frames(d: dict[str, Any], where: str, name: str, seen: set[int]) -> N
         if "line" in f and (isinstance(f["line"], bool) or not isinstance(f["line"], int)):
             raise _damaged(name, f"{where}.frames[{k}]", "line", f["line"], "a line number")
         seen.add(id(f))
+    seen.add(id(frames))
 
 
 def _normalize_block(raw: Any, addr: int, name: str, where: str,
