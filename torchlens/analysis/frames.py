@@ -37,3 +37,24 @@ def site_of(frames: list[dict[str, Any]], cells: CellNames | None = None) -> tup
         return ("(no user frame) " + frame_label(frames[0], cells),
                 str(frames[0].get("name", "")))
     return "(no Python stack)", ""
+
+
+class SiteMemo:
+    """``site_of`` for the many stacks of one trace, each distinct stack judged once.
+
+    A snapshot's pickle shares one dict per distinct frame between all the stacks
+    that hold it (417k frames walked for 6.8k allocations, a few hundred distinct
+    stacks), so a stack is keyed by its frames' ids. Each key keeps its frames
+    alive, so an id is never reused while the memo lives; the memo lives for one
+    analysis (files may appear on disk between two, and ``is_user_file`` looks)."""
+
+    def __init__(self, cells: CellNames | None = None) -> None:
+        self.cells = cells
+        self._memo: dict[tuple[int, ...], tuple[tuple[str, str], list[Any]]] = {}
+
+    def __call__(self, frames: list[dict[str, Any]]) -> tuple[str, str]:
+        key = tuple(map(id, frames))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = (site_of(frames, self.cells), frames)
+        return hit[0]

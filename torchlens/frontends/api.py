@@ -231,6 +231,17 @@ class MemoryResult(Result):
                               "blocks": r.count} for r in rows],
                             columns=["category", "bytes", "share", "blocks"])
 
+    def stages(self) -> Any:
+        """What was alive at the peak, by the innermost ``record_function`` range open
+        when each block was allocated (DataFrame: stage, bytes, share, blocks, its
+        categories). Empty when none were recorded; the peak's ``missing`` says why."""
+        import pandas as pd
+
+        rows = self.analysis().peak.by_stage
+        return pd.DataFrame([{"stage": r.name, "bytes": r.bytes, "share": r.share,
+                              "blocks": r.count, "categories": r.categories} for r in rows],
+                            columns=["stage", "bytes", "share", "blocks", "categories"])
+
     def to_json(self) -> dict[str, Any]:
         """The memory figures as plain data: peak, end and what was alive at the peak."""
         a = self.analysis()

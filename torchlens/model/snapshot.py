@@ -149,12 +149,23 @@ def _check_size(d: dict[str, Any], key: str, where: str, name: str) -> int:
     return _check_int(d, key, where, name, MAX_BYTES, "a size of 0 to 2**50 bytes")
 
 
-def _check_frames(d: dict[str, Any], where: str, name: str) -> None:
-    """``frames``: a list of dicts whose name and file are text and line a number."""
+def _check_frames(d: dict[str, Any], where: str, name: str, seen: set[int]) -> None:
+    """``frames``: a list of dicts whose name and file are text and line a number.
+
+    ``seen``: ids of frame dicts and frame lists already checked in this snapshot.
+    Pickle shares one dict between every stack that repeats a frame (700k frames,
+    under 1k distinct in a training step's snapshot) and a list between a block and
+    its trace entries, so each is checked once; the ids stay valid because the
+    snapshot being normalized holds every frame."""
     frames = d["frames"]
     if not isinstance(frames, list):
         raise _damaged(name, where, "frames", frames, "a list of frames")
+    if id(frames) in seen or seen.issuperset(map(id, frames)):
+        seen.add(id(frames))
+        return
     for k, f in enumerate(frames):
+        if id(f) in seen:
+            continue
         if not isinstance(f, dict):
             raise _damaged(name, f"{where}.frames[{k}]", "frame", f, "a dict")
         for key in ("name", "filename"):
@@ -162,9 +173,12 @@ def _check_frames(d: dict[str, Any], where: str, name: str) -> None:
                 raise _damaged(name, f"{where}.frames[{k}]", key, f[key], "text")
         if "line" in f and (isinstance(f["line"], bool) or not isinstance(f["line"], int)):
             raise _damaged(name, f"{where}.frames[{k}]", "line", f["line"], "a line number")
+        seen.add(id(f))
+    seen.add(id(frames))
 
 
-def _normalize_block(raw: Any, addr: int, name: str, where: str) -> dict[str, Any]:
+def _normalize_block(raw: Any, addr: int, name: str, where: str,
+                     seen: set[int]) -> dict[str, Any]:
     if not isinstance(raw, dict) or "size" not in raw:
         raise InputError(f"{name}: not a memory snapshot: {where} has no size")
     block = dict(raw)
@@ -186,11 +200,11 @@ def _normalize_block(raw: Any, addr: int, name: str, where: str) -> dict[str, An
     block.setdefault("requested_size", block["size"])
     _check_size(block, "requested_size", where, name)
     block.setdefault("frames", [])
-    _check_frames(block, where, name)
+    _check_frames(block, where, name, seen)
     return block
 
 
-def _normalize_segment(raw: Any, name: str, where: str) -> dict[str, Any]:
+def _normalize_segment(raw: Any, name: str, where: str, seen: set[int]) -> dict[str, Any]:
     if not isinstance(raw, dict) or "address" not in raw:
         raise InputError(f"{name}: not a memory snapshot: {where} has no address")
     seg = dict(raw)
@@ -203,7 +217,7 @@ def _normalize_segment(raw: Any, name: str, where: str) -> dict[str, Any]:
     blocks = []
     addr = seg["address"]
     for j, rb in enumerate(raw_blocks):
-        b = _normalize_block(rb, addr, name, f"{where}.blocks[{j}]")
+        b = _normalize_block(rb, addr, name, f"{where}.blocks[{j}]", seen)
         blocks.append(b)
         addr = b["address"] + b["size"]
     seg["blocks"] = blocks
@@ -235,11 +249,12 @@ def _normalize_segment(raw: Any, name: str, where: str) -> dict[str, Any]:
     seg.setdefault("segment_pool_id", (0, 0))
     seg.setdefault("is_expandable", False)
     seg.setdefault("frames", [])
-    _check_frames(seg, where, name)
+    _check_frames(seg, where, name, seen)
     return seg
 
 
-def _normalize_trace_entry(raw: Any, name: str, where: str) -> dict[str, Any]:
+def _normalize_trace_entry(raw: Any, name: str, where: str,
+                           seen: set[int]) -> dict[str, Any]:
     if not isinstance(raw, dict) or "action" not in raw:
         raise InputError(f"{name}: not a memory snapshot: {where} has no action")
     entry = dict(raw)
@@ -252,7 +267,7 @@ def _normalize_trace_entry(raw: Any, name: str, where: str) -> dict[str, Any]:
     entry.setdefault("stream", 0)
     _check_int(entry, "stream", where, name, want="a stream handle")
     entry.setdefault("frames", [])
-    _check_frames(entry, where, name)
+    _check_frames(entry, where, name, seen)
     t = entry.get("time_us")
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                           or not 0 <= t < 2**63):
@@ -331,7 +346,8 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
     if not isinstance(obj["segments"], list):
         raise InputError(f"{name}: not a memory snapshot: 'segments' is not a list")
     snap = dict(obj)
-    snap["segments"] = [_normalize_segment(s, name, f"segments[{i}]")
+    seen: set[int] = set()  # frame dicts checked (``_check_frames``)
+    snap["segments"] = [_normalize_segment(s, name, f"segments[{i}]", seen)
                         for i, s in enumerate(obj["segments"])]
     traces = snap.get("device_traces")
     if traces is None:
@@ -341,7 +357,8 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
             f"{name}: not a memory snapshot: 'device_traces' is not a list of lists"
         )
     snap["device_traces"] = [
-        [_normalize_trace_entry(e, name, f"device_traces[{d}][{k}]") for k, e in enumerate(t)]
+        [_normalize_trace_entry(e, name, f"device_traces[{d}][{k}]", seen)
+         for k, e in enumerate(t)]
         for d, t in enumerate(traces)
     ]
     settings = snap.get("allocator_settings")

@@ -24,6 +24,7 @@ from torchlens.analysis.memory.timeline import (
     SiteRow,
     alive_at,
     build_timeline,
+    rebase,
     top_sites,
     x_of,
 )
@@ -105,7 +106,8 @@ def _measured_timeline(p: GpumemPayload, snap: dict[str, Any], trace: list[dict[
     """The timeline of a CUDA capture or a loaded snapshot, from the best base there is:
     stats_before; for a wrapped history, stats_after less the kept entries' change; for a
     file, its segments less the trace's change."""
-    probe = build_timeline(trace, block_size=rounding)
+    # the levels at the start need the trace's net change: one walk from 0, then shifted
+    probe = build_timeline(trace, cells=p.cells, block_size=rounding)
     alloc_delta = probe.end_allocated - probe.start_allocated
     res_delta = probe.end_reserved - probe.start_reserved
     start_alloc = p.stats_before.get("allocated_bytes.all.current")
@@ -121,8 +123,7 @@ def _measured_timeline(p: GpumemPayload, snap: dict[str, Any], trace: list[dict[
         final = fragmentation.summarize(snap)
         start_alloc = final.allocated - alloc_delta if start_alloc is None else start_alloc
         start_res = final.reserved - res_delta if start_res is None else start_res
-    tl = build_timeline(trace, start_allocated=start_alloc, start_reserved=start_res,
-                        cells=p.cells, block_size=rounding)
+    tl = rebase(probe, start_alloc, start_res)
     notes += history.history_notes(p, unknown_frees=tl.unknown_frees,
                                    unknown_bytes=tl.unknown_freed_bytes,
                                    start_from_stats=base_from_stats, base=base)
@@ -195,7 +196,7 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) ->
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
     a.peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
-                           wrapped=p.history_full) if p.history else no_history(tl.peak_allocated))
+                           wrapped=p.history_full, device=view.device) if p.history else no_history(tl.peak_allocated))
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))

@@ -114,6 +114,24 @@ def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None 
     return _categorize_stack(key, tuple((n, rx.pattern, rx.flags) for n, rx in custom or ()))
 
 
+class Categorizer:
+    """``categorize`` for the many stacks of one trace: a stack whose frame dicts are
+    the same objects as an earlier one's (a snapshot's pickle shares them) is not read
+    again. Keyed by the frames' ids, each key keeping its frames alive (so no id is
+    reused) for as long as the memo lives: one analysis."""
+
+    def __init__(self, custom: list[tuple[str, re.Pattern[str]]] | None = None) -> None:
+        self.custom = custom
+        self._memo: dict[tuple[int, ...], tuple[str, Frames]] = {}
+
+    def __call__(self, frames: Frames) -> str:
+        key = tuple(map(id, frames))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = (categorize(frames, self.custom), frames)
+        return hit[0]
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _categorize_stack(stack: tuple[tuple[str, str], ...],
                       custom: tuple[tuple[str, str, int], ...]) -> str:

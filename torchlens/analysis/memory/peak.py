@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchlens.analysis.frames import site_of
+from torchlens.analysis.frames import SiteMemo
 from torchlens.analysis.memory import categories as cat
+from torchlens.analysis.memory import stages
 from torchlens.analysis.memory.timeline import MemoryTimeline
 from torchlens.formats.locations import CellNames
 from torchlens.model.snapshot import TRACE_ACTIONS
@@ -50,6 +51,7 @@ class PeakBlock:
     frames: list[dict[str, Any]]
     origin: str
     index: int | None = None  # its alloc's trace entry (None: allocated before the window)
+    stage: str = ""  # the innermost record_function range open at its allocation
 
 
 @dataclass
@@ -79,6 +81,8 @@ class PeakAnalysis:
     by_site: list[GroupRow]
     missing: list[str] = field(default_factory=list)
     rules: list[tuple[str, str]] = field(default_factory=list)  # (category, why)
+    #: by the record_function range each block was allocated in; [] when none recorded
+    by_stage: list[GroupRow] = field(default_factory=list)
 
     @property
     def known(self) -> bool:
@@ -97,7 +101,8 @@ class PeakAnalysis:
                                                    "function": t.function,
                                                    "category": t.category},
                 "categories_inferred": True, "by_category": rows(self.by_category),
-                "by_site": rows(self.by_site), "unattributed_bytes": self.unattributed,
+                "by_site": rows(self.by_site), "by_stage": rows(self.by_stage),
+                "unattributed_bytes": self.unattributed,
                 "missing": list(self.missing)}
 
 
@@ -141,9 +146,9 @@ def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, 
             if b.get("state") == "active_allocated" and b.get("address") not in touched]
 
 
-def _before(frames: list[dict[str, Any]], custom: Any) -> str:
+def _before(frames: list[dict[str, Any]], categorize: cat.Categorizer) -> str:
     """A block alive before the window: its category, or that it has no stack."""
-    return cat.categorize(frames, custom) if frames else BEFORE_NO_STACK
+    return categorize(frames) if frames else BEFORE_NO_STACK
 
 
 def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
@@ -182,8 +187,9 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                  *, block_size: Callable[[int], int] | None = None,
                  cells: CellNames | None = None,
                  custom: list[tuple[str, re.Pattern[str]]] | None = None,
-                 wrapped: bool = False) -> PeakAnalysis:
-    """The peak of ``tl`` (built from ``trace`` with ``block_size``) and what made it."""
+                 wrapped: bool = False, device: int = 0) -> PeakAnalysis:
+    """The peak of ``tl`` (built from ``trace`` with ``block_size``) and what made it;
+    by stage from the snapshot's ``external_annotations`` of ``device``."""
     counted = block_size or (lambda n: n)
     peak = tl.peak_allocated
     if not trace:
@@ -192,7 +198,8 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     entry = tl.index[j] if j is not None else -1  # -1: before the first entry
     known_peak_only = tl.known_peak is not None and peak > max(
         tl.start_allocated, max(tl.allocated, default=0))
-    raw = [(a.index, a.i_free, cat.categorize(a.frames, custom)) for a in tl.allocations]
+    categorize, site_of = cat.Categorizer(custom), SiteMemo(cells)
+    raw = [(a.index, a.i_free, categorize(a.frames)) for a in tl.allocations]
     kinds = cat.by_lifetime(raw)
     blocks = []
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
@@ -208,15 +215,15 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
             before -= counted(e["size"])
             continue
         frames = e.get("frames") or []
-        site, fn = site_of(frames, cells)
-        blocks.append(PeakBlock(counted(e["size"]), _before(frames, custom), site, fn, frames,
+        site, fn = site_of(frames)
+        blocks.append(PeakBlock(counted(e["size"]), _before(frames, categorize), site, fn, frames,
                                 FREED_LATER))
     touched = {e["addr"] for e in trace if e["action"] in
                ("alloc", "free_requested", "free_completed", "free")}
     for b in _kept_blocks(snapshot, touched):
         frames = b.get("frames") or []
-        site, fn = site_of(frames, cells)
-        blocks.append(PeakBlock(int(b["size"]), _before(frames, custom), site, fn, frames, KEPT))
+        site, fn = site_of(frames)
+        blocks.append(PeakBlock(int(b["size"]), _before(frames, categorize), site, fn, frames, KEPT))
     unattributed = peak - sum(b.size for b in blocks)
     trigger = next((b for b in blocks if b.index == entry), None)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
@@ -229,8 +236,22 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                               "alive before the window (unattributed)"),
                        missing=_missing(trace, blocks, peak, unattributed, wrapped),
                        rules=rules)
+    ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
+    why_not = stages.missing_line(ranges, skipped, tl.clock == "us")
+    if why_not:
+        out.missing.append(why_not)
+    if ranges and tl.clock == "us":
+        fresh = [b for b in blocks if b.origin == IN_WINDOW]
+        at = stages.stages_at([trace[b.index]["time_us"] for b in fresh], ranges)  # type: ignore[index]
+        for b, name in zip(fresh, at, strict=True):
+            b.stage = name
+        for b in blocks:
+            b.stage = b.stage or stages.BEFORE
+        out.by_stage = _group(blocks, peak, lambda b: b.stage, unattributed,
+                              "alive before the window (unattributed)")
     if known_peak_only:
         out.missing.insert(0, f"The peak {format_bytes(peak)} comes from memory_stats, not "
                               "from the history: what was alive then is missing.")
         out.blocks, out.by_category, out.by_site, out.trigger = [], [], [], None
+        out.by_stage = []
     return out

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchlens.analysis.frames import site_of
+from torchlens.analysis.frames import SiteMemo
 from torchlens.formats.locations import CellNames
 
 SEG_ADD = ("segment_alloc", "segment_map")
@@ -123,6 +123,7 @@ def build_timeline(
     (``allocator.config.round_size``); None counts the trace's sizes as they are.
     """
     tl = MemoryTimeline(start_allocated=start_allocated, start_reserved=start_reserved)
+    sites = SiteMemo(cells)
     live: dict[int, Allocation] = {}
     pending: set[int] = set()  # free_requested seen, free_completed not yet
     counted = block_size or (lambda n: n)
@@ -137,7 +138,7 @@ def build_timeline(
         action = e["action"]
         t = times[i] or t0
         if action == "alloc":
-            site, fn = site_of(e.get("frames") or [], cells)
+            site, fn = sites(e.get("frames") or [])
             a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
             live[e["addr"]] = a
             tl.allocations.append(a)
@@ -174,6 +175,19 @@ def build_timeline(
         tl.start_allocated += base
         tl.allocated = [v + base for v in tl.allocated]
         tl.start_inferred = True
+    return tl
+
+
+def rebase(tl: MemoryTimeline, start_allocated: int, start_reserved: int) -> MemoryTimeline:
+    """``tl`` built from 0 moved to start at the given levels: every point of both series
+    is the start plus the trace's running change, so building once from 0 and shifting
+    gives what building again from these starts would, without walking the trace twice."""
+    da, dr = start_allocated - tl.start_allocated, start_reserved - tl.start_reserved
+    tl.start_allocated, tl.start_reserved = start_allocated, start_reserved
+    if da:
+        tl.allocated = [v + da for v in tl.allocated]
+    if dr:
+        tl.reserved = [v + dr for v in tl.reserved]
     return tl
 
 

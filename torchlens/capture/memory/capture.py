@@ -180,7 +180,7 @@ class MemoryCapture:
         events, base_ns = self._prof.events()
         trace = device_trace_from_events(events, base_ns, self._recorder, self.options.stacks)
         return {"segments": [], "device_traces": [trace], "allocator_settings": {},
-                "external_annotations": []}
+                "external_annotations": self._prof.annotations()}
 
 
 def _trim_snapshot(snap: dict[str, Any], start_us: int, depth: int) -> dict[str, Any]:

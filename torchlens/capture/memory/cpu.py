@@ -163,6 +163,7 @@ class MemoryEvents:
     def __init__(self) -> None:
         self._prof: Any = None
         self._result: Any = None
+        self._annotations: list[dict[str, Any]] = []
 
     def __enter__(self) -> MemoryEvents:
         try:
@@ -200,8 +201,33 @@ class MemoryEvents:
         from torchlens.capture.trace.profiler import trace_json
 
         raw = json.loads(trace_json(self._result.save))
+        base_ns = int(raw.get("baseTimeNanoseconds", 0))
         events = [e for e in raw.get("traceEvents", []) if e.get("name") == "[memory]"]
-        return events, int(raw.get("baseTimeNanoseconds", 0))
+        self._annotations = annotations_from_events(raw.get("traceEvents", []), base_ns)
+        return events, base_ns
+
+    def annotations(self) -> list[dict[str, Any]]:
+        """The ``record_function`` ranges of the last ``events()`` call, as a snapshot's
+        ``external_annotations`` (``annotations_from_events``)."""
+        return self._annotations
+
+
+def annotations_from_events(trace_events: list[dict[str, Any]],
+                            base_ns: int) -> list[dict[str, Any]]:
+    """The profiler's ``user_annotation`` ranges (``record_function``: the user's names
+    and torch's ``Optimizer.step#...``) as torch's snapshot writes them: a START and an
+    END per range, ``time_us`` on the allocations' unix-microsecond axis (same flooring,
+    so an allocation inside a range lies inside it here too)."""
+    out = []
+    for e in trace_events:
+        if e.get("cat") != "user_annotation" or e.get("ph") != "X":
+            continue
+        start_ns = base_ns + int(e["ts"] * 1000)
+        end_ns = base_ns + int((e["ts"] + e.get("dur", 0)) * 1000)
+        for stage, t_ns in (("START", start_ns), ("END", end_ns)):
+            out.append({"stage": stage, "name": str(e.get("name", "")), "device": 0,
+                        "time_us": t_ns // 1000})
+    return sorted(out, key=lambda a: a["time_us"])
 
 
 def _symbolize(tbs: list[Any], depth: int) -> list[list[dict[str, Any]]]:

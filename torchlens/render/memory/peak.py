@@ -60,6 +60,7 @@ def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> 
         summary=[("peak allocated", format_bytes(pk.peak)), ("when", when_text(pk, clock))],
         trigger=trigger, missing=pk.missing, inferred=INFERRED,
         categories=[_row(r, cells, why) for r in pk.by_category],
+        stages=[_row(r, cells, why) for r in pk.by_stage],
         sites=[_row(r, cells, why) for r in pk.by_site[:top]])
 
 
@@ -76,5 +77,9 @@ def peak_lines(pk: PeakAnalysis, clock: str, top: int) -> list[str]:
         lines.append("  alive at the peak by site:")
         lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
                   f"  ({r.categories})" for r in pk.by_site[:top]]
+    if pk.by_stage:
+        lines.append("  alive at the peak by stage (record_function range at allocation):")
+        lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
+                  f"  ({r.categories})" for r in pk.by_stage]
     lines += [f"  missing: {m}" for m in pk.missing]
     return lines

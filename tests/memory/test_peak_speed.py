@@ -1,0 +1,53 @@
+"""A loaded snapshot is read once per distinct frame and stack (issue 24's speed target):
+pickle shares one dict per distinct frame, so the checks and site lookups are keyed by it,
+and must still name a damaged frame wherever it sits."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import torchlens
+from torchlens.analysis import frames as frames_mod
+from torchlens.model import InputError
+from torchlens.model.snapshot import load_snapshot
+
+USER = {"filename": "/home/me/train.py", "name": "step", "line": 12}
+TORCH = {"filename": "/x/site-packages/torch/nn/modules/module.py", "name": "_call_impl",
+         "line": 1}
+
+
+def _snapshot(n: int, last_frames: list | None = None) -> dict:
+    stack = [TORCH, USER]  # one list of shared dicts, as torch's pickle shares them
+    trace = []
+    for i in range(n):
+        trace.append({"action": "alloc", "addr": 4096 * (i + 1), "size": 512,
+                      "time_us": 10 + i, "frames": list(stack)})
+    if last_frames is not None:
+        trace.append({"action": "alloc", "addr": 1, "size": 512, "time_us": 10 + n,
+                      "frames": last_frames})
+    seg = {"address": 0, "total_size": 2 << 20, "blocks": [  # what the trace left allocated
+        {"address": e["addr"], "size": 512, "state": "active_allocated"} for e in trace]}
+    return {"segments": [seg], "device_traces": [trace]}
+
+
+def test_site_is_looked_up_once_per_distinct_stack(tmp_path, monkeypatch):
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(_snapshot(500)))
+    calls = []
+    real = frames_mod.site_of
+    monkeypatch.setattr(frames_mod, "site_of", lambda f, c=None: calls.append(1) or real(f, c))
+    r = torchlens.load(str(path))
+    sites = r.peak()
+    assert sites.iloc[0]["site"] == "/home/me/train.py:12"
+    assert sites.iloc[0]["bytes"] == r.analysis().peak.peak == 500 * 512
+    assert len(calls) <= 2  # 500 allocations, one stack (once for the timeline, once more)
+
+
+def test_a_damaged_frame_after_shared_ones_is_still_named(tmp_path):
+    bad = [TORCH, {"filename": "/home/me/train.py", "name": 7, "line": 3}]
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(pickle.dumps(_snapshot(50, bad)))
+    with pytest.raises(InputError, match=r"device_traces\[0\]\[50\]\.frames\[1\].*'name'"):
+        load_snapshot(path)
