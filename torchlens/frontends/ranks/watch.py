@@ -63,11 +63,22 @@ def watch(target: Any, secret_file: str | None = None, timeout: float = DEFAULT_
     """
     if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
             or not math.isfinite(timeout) or timeout <= 0):
-        raise InputError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-    source, label, note = _open(target, secret_file, run_id, float(timeout))
+        raise _one_line(InputError(f"timeout must be a number of seconds > 0, got {timeout!r}"))
+    try:
+        source, label, note = _open(target, secret_file, run_id, float(timeout))
+    except InputError as exc:
+        raise _one_line(exc) from None
     handle = Watch(source, label, float(timeout), note)
     handle.start()
     return handle
+
+
+def _one_line(exc: InputError) -> InputError:
+    """``exc`` as a notebook shows it (IPython draws ``_render_traceback_``):
+    its one line, not the frames that found the target wrong."""
+    exc.__traceback__ = None
+    exc._render_traceback_ = lambda: [f"{type(exc).__name__}: {exc}"]  # type: ignore[attr-defined]
+    return exc
 
 
 # -- what is watched ------------------------------------------------------------------
