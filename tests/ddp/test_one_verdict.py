@@ -64,7 +64,7 @@ def test_every_view_gives_the_checklists_verdict_with_its_figures(straggler):
     assert said.sentence in _text(_live_verdict(res).text)
 
     # the watch's header on the run folder
-    from torchlens.frontends.ranks.watch import folder_frame
+    from torchlens.frontends.ranks.watch_sources import folder_frame
     from torchlens.render.ranks.watch_status import status_html
 
     status = folder_frame(str(run_dir))["status"]
@@ -139,7 +139,7 @@ def test_the_slow_rank_verdict_is_one_colour_in_every_view(straggler):
     sentence_style = re.search(r'<span style="color:([^"]+)">rank 2 is the slow rank', div)
     assert sentence_style and sentence_style.group(1) == orange
     # the watch's header
-    from torchlens.frontends.ranks.watch import folder_frame
+    from torchlens.frontends.ranks.watch_sources import folder_frame
     from torchlens.render.ranks.watch_status import status_html
 
     block = str(status_html("run", "ended", folder_frame(str(run_dir))["status"]))

@@ -40,3 +40,26 @@ def test_a_garbled_order_falls_back_to_rank_order() -> None:
     html = str(status_html("runs/x", "running", st))
     assert rows(html) == [str(r) for r in range(STATUS_ROWS)]
     assert "24 more ranks, not shown" in html and "median" not in html
+
+
+#: what gloo raises on the rank whose peer died (torch 2.13)
+GLOO = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+        "Connection closed by peer [127.0.0.1]:15797. This is typically caused by a remote "
+        "worker crashing. GLHF! \U0001f3d6\ufe0f")
+
+
+def test_a_rank_stopped_by_its_peer_says_so_in_the_terminals_words() -> None:
+    from torchlens.render.ranks.watch_status import status_rows
+
+    st = {"ranks": [
+        {"rank": 0, "state": "failed", "error": GLOO, "steps": 150},
+        {"rank": 1, "state": "failed", "error": "RuntimeError: boom on rank 1 at step 150",
+         "steps": 150}]}
+    cells = {row["cells"][0]: row["cells"][3] for row in status_rows(st)}
+    assert cells["0"] == ("failed (stopped when rank 1 went away (gloo: connection closed "
+                          "by peer))"), cells
+    assert cells["1"] == "failed (RuntimeError: boom on rank 1 at step 150)"
+    # no rank said why: a peer
+    st["ranks"][1].update(state="ended by its agent", error=None)
+    cells = {row["cells"][0]: row["cells"][3] for row in status_rows(st)}
+    assert cells["0"] == "failed (stopped when a peer went away (gloo: connection closed by peer))"

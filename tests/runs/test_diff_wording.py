@@ -23,7 +23,7 @@ def _x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):
 
 
 def _trace(path: Path, step_us: float, ops: dict[str, float],
-           gemm_us: float | None = None) -> Path:
+           gemm_us: float | None = None, rank: int | None = None) -> Path:
     """Two steps of ``step_us``; in each, one call of every op for its µs (and one
     ``gemm`` kernel of ``gemm_us``)."""
     events = []
@@ -39,7 +39,10 @@ def _trace(path: Path, step_us: float, ops: dict[str, float],
             events.append(_x("cudaLaunchKernel", t0 + 1, 1, "cuda_runtime", correlation=corr))
             events.append(_x("gemm", t0 + 3, gemm_us, "kernel", pid=0, tid=7,
                              correlation=corr, stream=7, device=0))
-    path.write_text(json.dumps({"traceEvents": events}))
+    doc: dict = {"traceEvents": events}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": 2}
+    path.write_text(json.dumps(doc))
     return path
 
 
@@ -93,3 +96,20 @@ def test_a_small_change_is_not_called_same(tmp_path, capsys) -> None:
     assert main(["diff", str(a), str(b), "--fail-if-slower", "1"]) == 0
     out = capsys.readouterr().out
     assert "1 small" in out and "aten::add" not in out  # the text lists real changes only
+
+
+def test_per_step_figures_of_several_ranks_say_they_are_a_mean_over_ranks(tmp_path) -> None:
+    # two ranks each: aten::mm 20 -> 60 µs per step on both; the verdict's
+    # +40 µs is per step and rank (not the 80 µs of both ranks together),
+    # and says so, so it is not read against a view's per-rank figures
+    a = [_trace(tmp_path / f"a{r}.json", 100, {"aten::mm": 20}, rank=r) for r in (0, 1)]
+    b = [_trace(tmp_path / f"b{r}.json", 140, {"aten::mm": 60}, rank=r) for r in (0, 1)]
+    d = torchlens.load([str(p) for p in a]).diff([str(p) for p in b])
+    assert ("largest slowdown: op aten::mm +40.0 µs per step and rank, mean of 2 ranks"
+            in d.verdict), d.verdict
+    # ranks that differ: each run's count
+    d = torchlens.load([str(p) for p in a]).diff([str(b[0])])
+    assert "per step and rank, mean of 2 ranks of A and 1 of B" in d.verdict, d.verdict
+    # one trace against one: per step, as before
+    one = torchlens.load(str(a[0])).diff(str(b[0]))
+    assert "+40.0 µs per step" in one.verdict and "rank" not in one.verdict.split("; ")[-1]

@@ -320,15 +320,18 @@ class RunCommand(Command):
     name = "run"
     help = ("run a torchrun job (one node or several) under a live collector: a terminal "
             "summary that names the slow rank, lost nodes and memory creep, and a run "
-            "folder for `torchlens report` (the training loop calls torchlens.step())")
+            "folder for `torchlens report` (no code change: the script need not import "
+            "torchlens)")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] "
                         "[--metrics [HOST:]PORT] -- "
                         "torchrun --nnodes ... train.py ARGS")
-        parser.epilog = ("Each rank attaches at its first torchlens.step(); everything it "
-                         "sends is signed with a per-run secret (never in argv). Other nodes: "
-                         "run the command printed at the start. docs/MULTINODE.md")
+        parser.epilog = ("Each torchrun rank attaches when it starts (no code change); a step "
+                         "ends at each torchlens.step() where the script calls it, else at "
+                         "each optimizer step (or a framework's step callbacks). Everything "
+                         "a rank sends is signed with a per-run secret (never in argv). Other "
+                         "nodes: run the command printed at the start. docs/MULTINODE.md")
         parser.add_argument("--out", metavar="RUN_DIR",
                             help="run folder (default: torchlens-run-DATE-TIME)")
         parser.add_argument("--host", default="127.0.0.1", metavar="IFACE",

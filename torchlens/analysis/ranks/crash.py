@@ -38,4 +38,23 @@ def peer_gone_words(error: Any) -> str:
 def stopped_when(ranks: str, gone: str | None, error: Any) -> str:
     """``rank 0 stopped when rank 1 went away (gloo: connection closed by peer)``;
     ``ranks``, ``gone``: as ``slow.rank_list`` names them (``gone`` None: unknown)."""
-    return f"{ranks} stopped when {gone or 'a peer'} went away ({peer_gone_words(error)})"
+    return f"{ranks} {went_away(gone, error)}"
+
+
+def went_away(gone: str | None, error: Any) -> str:
+    """``stopped when rank 1 went away (gloo: connection closed by peer)``."""
+    return f"stopped when {gone or 'a peer'} went away ({peer_gone_words(error)})"
+
+
+def error_words(rows: list[dict[str, Any]]) -> dict[Any, str]:
+    """Each rank's error as a rank table says it (``rank`` -> words, for the
+    rows with an error): a rank that failed only because a peer went away,
+    as the run's last line says it (``stopped when rank 1 went away (gloo:
+    connection closed by peer)``, the peer being the rank that failed of its
+    own error); any other error as the rank gave it."""
+    cause = next((r.get("rank") for r in rows if r.get("state") == "failed"
+                  and r.get("error") and not peer_gone(r.get("error"))), None)
+    gone = None if cause is None else f"rank {cause}"
+    return {r.get("rank"): (went_away(gone, r["error"]) if peer_gone(r["error"])
+                            else str(r["error"]))
+            for r in rows if r.get("error")}

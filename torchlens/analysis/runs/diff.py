@@ -49,7 +49,12 @@ from typing import Any
 from torchlens.analysis.changes import change_status
 from torchlens.analysis.runs.op_totals import GPU_KINDS, HOST_KINDS
 from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
-from torchlens.model.units import format_duration, format_percent, format_us_as_ms
+from torchlens.model.units import (
+    format_duration,
+    format_percent,
+    format_us_as_ms,
+    plural,
+)
 
 RankFigures = dict[int, list[dict[str, Any]]]
 #: Per rank, the µs of each recorded step (``t1 - t0`` of its step records).
@@ -107,7 +112,7 @@ def diff_runs(a: RankFigures, b: RankFigures, *,
            "summary": {s: sum(r["status"] == s for r in rows) for s in STATUSES},
            "ops": ops, "kernels": kernels, "notes": notes}
     # kept as a plain dict: the diff is stored as JSON (``DiffPayload.diff``)
-    out["verdict"] = verdict(out).to_dict()
+    out["verdict"] = verdict(out, (len(a), len(b))).to_dict()
     return out
 
 
@@ -118,10 +123,12 @@ def regressed(diff: dict[str, Any], pct: float) -> bool | None:
     return None if reg is None else reg > pct
 
 
-def verdict(diff: dict[str, Any]) -> Finding:
+def verdict(diff: dict[str, Any], ranks: tuple[int, int] = (1, 1)) -> Finding:
     """The step time change and its largest slowdown, and on a faster run its
     largest speedup first, in one sentence: a warning when B is more than
-    ``same_pct`` slower, passed when it is not."""
+    ``same_pct`` slower, passed when it is not. ``ranks``: A's and B's rank
+    counts; with several, a change's unit says it is a mean over the ranks,
+    so it is not read against a view's per-rank figures."""
     st = diff["step_time"]
     figures: list[Figure] = []
     if st["regression_pct"] is None:
@@ -140,6 +147,9 @@ def verdict(diff: dict[str, Any]) -> Finding:
                     Figure("b_median_us", st["b_median_us"], "µs"),
                     Figure("regression_pct", st["regression_pct"], "%")]
     per = "per step" if diff["per"] == "step" else "per trace"
+    if diff["per"] == "step" and max(ranks) > 1:
+        per += (f" and rank, mean of {ranks[0]} ranks" if ranks[0] == ranks[1]
+                else f" and rank, mean of {plural(ranks[0], 'rank')} of A and {ranks[1]} of B")
     rows = [r for r in diff["ops"] + diff["kernels"] if r["name"] != REST]
     better = [r for r in rows if r["status"] in ("faster", "removed")]
     worse = [r for r in rows if r["status"] in ("slower", "added")]

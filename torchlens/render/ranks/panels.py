@@ -162,14 +162,14 @@ class Panels:
             ("step", "@step"), ("step time", "@step_ms{0,0.0} ms"),
             *((p, f"@{p}_ms{{0,0.0}} ms") for p in PARTS)]))
         self.ended = ColumnDataSource({"step": [], "step_ms": [], "text": [], "label": [],
-                                       "dy": []})
+                                       "label_ms": [], "dy": []})
         ends = step.scatter("step", "step_ms", source=self.ended, marker="x", size=16,
                             line_width=3, color="#b00")
         step.add_tools(HoverTool(renderers=[ends], tooltips=[("", "@text")]))
         # ranks that stopped at one step (a failure takes its peers with it) stack
         # their labels; a short name left of the mark: a rank stops late in the
         # run, at the right edge, where a label on the right ran off the plot
-        step.add_layout(LabelSet(x="step", y="step_ms", text="label", source=self.ended,
+        step.add_layout(LabelSet(x="step", y="label_ms", text="label", source=self.ended,
                                  x_offset=-10, y_offset="dy", text_font_size="9pt",
                                  text_color="#b00", text_align="right",
                                  text_baseline="middle"))
@@ -429,3 +429,22 @@ def verdict_html(finding: Finding | None, color: str = "#333") -> Any:
     if finding is None:
         return finding_html(Finding(INFO, "Waiting for the ranks' first steps…"), color="#777")
     return finding_html(finding, color=color)
+
+
+#: the ended marks' labels (9pt text, 12 px) one line apart when ranks stopped at one step
+LABEL_LINE_PX = 15
+
+
+def end_mark(drawn: dict[str, list[Any]], new: list[dict[str, Any]], step: int, ms: float,
+             text: str, rank: int) -> dict[str, Any]:
+    """``rank``'s ✖ at its last step point (``step``, ``ms``) as a row of
+    ``Panels.ended``, after the marks ``drawn`` and ``new`` (this flush's).
+    Ranks that stopped at one step (a failure takes its peers with it) each
+    keep their ✖ at their own point, but their labels share the first one's
+    height, a line apart downwards (above is the frame): at their own heights
+    a few px apart, offsets alone left them drawn over each other."""
+    earlier = [*zip(drawn["step"], drawn["label_ms"], strict=True),
+               *((m["step"], m["label_ms"]) for m in new)]
+    same = [y for s, y in earlier if s == step]
+    return {"step": step, "step_ms": ms, "text": text, "label": f"rank {rank}",
+            "label_ms": same[0] if same else ms, "dy": 4 - LABEL_LINE_PX * len(same)}

@@ -43,6 +43,7 @@ from torchlens.render.ranks.panels import (
     TIMELINE_ROWS,
     Panels,
     columns_or_empty,
+    end_mark,
     mem_row,
     one_rank,
     profiled_points,
@@ -57,8 +58,6 @@ WAITING_STEPS = 3  # profiled steps held back until every rank sent its summary
 VERDICT_S = 1.0  # the verdict and breakdown are recomputed at most this often
 KEEP_SUMMARIES = 50  # per rank, as RankProfiling.keep
 REASON_CHARS = 80
-#: one label above the other when ranks stopped at the same step
-LABEL_STEP_PX = 13
 
 
 class RankProfileView:
@@ -254,16 +253,12 @@ class RankProfileView:
     def _flush_ended(self) -> None:
         p = self.panels
         steps, ends = [], []
-        at = list(p.ended.data["step"])
         for rank, reason, t in self._new_ended:
             if rank not in self.panels.slot_of:  # one of many: the checklist names it
                 continue
             step, ms = self._point_at(rank, t)
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
-            dy = 4 - LABEL_STEP_PX * at.count(step)  # downwards: above is the frame
-            at.append(step)
-            steps.append({"step": step, "step_ms": ms, "text": text, "label": f"rank {rank}",
-                          "dy": dy})
+            steps.append(end_mark(p.ended.data, steps, step, ms, text, rank))
             row = p.tl.place_end({"x": t - (self.t0 or t), "text": text,
                                   "label": f"rank {rank} stopped"}, rank)
             p.tl.ends.append((row, rank))

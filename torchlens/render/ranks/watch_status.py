@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from torchlens.analysis.ranks.crash import error_words
 from torchlens.model.findings import INFO, SEVERITIES, as_finding
 from torchlens.model.units import format_ms
 from torchlens.render import html
@@ -39,10 +40,11 @@ def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dic
     """The table's rows (text cells) and which one is the slow rank."""
     out = []
     ranks = [r for r in status.get("ranks") or [] if isinstance(r, dict)]
+    said = error_words(ranks)  # a peer's closed connection in the terminal's words
     for row in rows_in_order(ranks, status.get("order"), max_rows):
         state = str(row.get("state") or "-")
         if row.get("error"):
-            state = f"{state} ({str(row['error'])[:80]})"
+            state = f"{state} ({said[row.get('rank')][:80]})"
         out.append({"slow": bool(row.get("slow")), "cells": [
             str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
             str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",

@@ -77,7 +77,7 @@ def _step_source(d: dict[str, Any]) -> str:
     st = d["step_time"]
     if st.get("source") == "step records":
         return (f"median step time over {st['a_steps']} recorded steps of A and "
-                f"{st['b_steps']} of B (every torchlens.step() of every rank: each "
+                f"{st['b_steps']} of B (every recorded step of every rank: each "
                 "rank's steps.jsonl)")
     return (f"median step time over {st['a_steps']} profiled steps of A and "
             f"{st['b_steps']} of B (the traces' ProfilerStep#N spans)")

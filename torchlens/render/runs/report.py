@@ -15,6 +15,7 @@ from markupsafe import Markup
 
 from torchlens.analysis.runs.analyze import RunAnalysis
 from torchlens.model import Profile
+from torchlens.model.findings import FAILED
 from torchlens.model.units import (
     format_count,
     format_gbps,
@@ -103,11 +104,24 @@ def collective_columns(rows: list[dict[str, Any]]) -> list[Column]:
     return out
 
 
+#: the most of a failure's sentence the headline holds (an exception's message can be long)
+HEADLINE_CHARS = 160
+
+
 def summary_line(profile: Profile, a: RunAnalysis) -> str:
+    """``run: 2 ranks of 2 analysed``; a run that failed (its leading finding
+    failed: a rank raised, a node was lost) says so first, in the finding's words."""
     n = len(a.ranks)
     of = f" of {a.world_size}" if a.world_size else ""
     bad = f", {plural(len(a.problems), 'input problem')}" if a.problems else ""
-    return f"run: {plural(n, 'rank')}{of} analysed{bad}"
+    counted = f"{plural(n, 'rank')}{of} analysed{bad}"
+    lead = a.findings[0] if a.findings else None
+    if lead is None or lead.severity != FAILED:
+        return f"run: {counted}"
+    said = lead.sentence
+    if len(said) > HEADLINE_CHARS:
+        said = said[:HEADLINE_CHARS - 1].rstrip() + "…"
+    return f"run: {said} ({counted})"
 
 
 def text_report(profile: Profile, a: RunAnalysis) -> str:
