@@ -1,7 +1,8 @@
 """A real Prometheus scrapes the Jupyter server's /metrics with the server's token, through
 the scrape config docs/METRICS.md shows: torchlens's GPU series (fake NVML, installed before
 the server starts so every sample and scrape sees it), a notebook run posted the way
-``%ddp_check --profile --metrics`` posts it, and ``up == 0`` for a scrape without the token.
+``%ddp_check --profile --metrics`` posts it, ``up == 0`` for a scrape without the token, and
+every GPU panel and variable of the shipped Grafana dashboard evaluated against it.
 
 Needs Debian's ``prometheus`` package (skips without it, fails under CI=true).
 """
@@ -9,24 +10,24 @@ Needs Debian's ``prometheus`` package (skips without it, fails under CI=true).
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import pynvml
 import pytest
-from fake_nvml import FakeNvml, gpu
+from fake_monitor import install_fake_gpus
+from fake_nvml import gpu
 from ranks.prometheus_server import Prometheus, binary, wait_for
 from test_notebook_metrics import _publisher, _straggler
 
-import torchlens.frontends.server as server_extension
-from torchlens.capture.monitor.gpu import NvmlSampler
-from torchlens.capture.monitor.host import HostSampler
 from torchlens.frontends.metrics_publish import MetricsFeed
-from torchlens.frontends.server.monitor import Monitor
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "METRICS.md"
+DASHBOARD = REPO / "torchlens" / "frontends" / "metrics_files" / "torchlens-dashboard.json"
 GIB = 2**30
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,13 +45,8 @@ def jp_server_config(jp_server_config: Any, monkeypatch: pytest.MonkeyPatch) -> 
     utilisation counter: NVML answers NOT_SUPPORTED)."""
     binary("prometheus")  # skip before a server starts
 
-    def fake_monitor(settings: dict[str, Any]) -> Monitor:
-        devices = [gpu("GPU-a", temp=61), gpu("GPU-b", util=pynvml.NVMLError_NotSupported)]
-        return Monitor(HostSampler(),
-                       NvmlSampler(api=FakeNvml(devices), environ={}, process_name=lambda p: None),
-                       interval=0.2)
-
-    monkeypatch.setattr(server_extension, "make_monitor", fake_monitor)
+    install_fake_gpus(monkeypatch, [gpu("GPU-a", temp=61),
+                                    gpu("GPU-b", util=pynvml.NVMLError_NotSupported)])
     return jp_server_config
 
 
@@ -113,6 +109,38 @@ async def test_prometheus_scrapes_the_jupyter_server(jp_fetch: Any, jp_serverapp
         assert _by(prom.query('torchlens_steps_total{job="jupyter"}'), "rank") == {"0": 12, "1": 12}
         # nothing came through the scrape without the token
         assert prom.query('{job="no-token", __name__=~"torchlens_.*"}') == []
+        await asyncio.to_thread(_gpu_panels_evaluate, prom)
     finally:
         await asyncio.to_thread(prom.stop)
 
+
+def _gpu_panels_evaluate(prom: Prometheus) -> None:
+    """Every GPU variable and panel expression of the dashboard, with the values its
+    variables offer, is a non-empty instant vector of finite numbers."""
+    dash = json.loads(DASHBOARD.read_text())
+    values: dict[str, str] = {}
+    gpu_vars = [v for v in dash["templating"]["list"] if "torchlens_gpu_" in v.get("definition", "")]
+    assert [v["name"] for v in gpu_vars] == ["host", "gpu"]
+    for var in gpu_vars:
+        selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", var["definition"]).groups()
+        for name, value in values.items():
+            selector = selector.replace(f"${name}", value)
+        offered = prom.label_values(label, selector)
+        assert offered, var["definition"]
+        values[var["name"]] = offered[0]  # Grafana's default pick
+    assert values["gpu"] == "0"
+    panels = [p for p in dash["panels"] if any("torchlens_gpu_" in t["expr"] for t in p["targets"])]
+    families = {re.match(r"\w+", t["expr"]).group() for p in panels for t in p["targets"]}
+    assert families == {"torchlens_gpu_utilization_ratio", "torchlens_gpu_memory_used_bytes",
+                        "torchlens_gpu_memory_total_bytes", "torchlens_gpu_temperature_celsius",
+                        "torchlens_gpu_power_watts", "torchlens_gpu_power_limit_watts"}
+    for panel in panels:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name in ("host", "gpu"):  # one value (Grafana's pick), then All
+                assert f"${name}" in expr, expr
+            for concrete in (expr.replace("$host", values["host"]).replace("$gpu", values["gpu"]),
+                             expr.replace("$host", ".*").replace("$gpu", ".*")):
+                data = prom.query_data(concrete)
+                assert data["resultType"] == "vector" and data["result"], (panel["title"], concrete)
+                assert all(math.isfinite(float(r["value"][1])) for r in data["result"]), data
