@@ -8,13 +8,11 @@ except under CI=true, where they fail.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,20 +21,12 @@ from pathlib import Path
 import pytest
 
 from .helpers import REPO, Collector, env, free_port, processes_of_run, torchrun_args
+from .prometheus_server import Prometheus, binary, wait_for
 
 FILES = REPO / "torchlens" / "frontends" / "metrics_files"
 RULES_TEST = Path(__file__).with_name("metrics_rules_test.yml")
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is missing: scripts/setup test installs Debian's prometheus package")
-        pytest.skip(f"{name} is not installed (apt-get install prometheus, or scripts/setup test)")
-    return path
 
 
 def _cli(*args: str) -> str:
@@ -62,7 +52,7 @@ def test_cli_prints_the_shipped_rules_and_dashboard() -> None:
 
 
 def test_promtool_checks_and_unit_tests_every_alert(tmp_path: Path) -> None:
-    promtool = _binary("promtool")
+    promtool = binary("promtool")
     rules = tmp_path / "torchlens-rules.yml"
     rules.write_text(_cli("metrics", "rules"))
     checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
@@ -75,57 +65,6 @@ def test_promtool_checks_and_unit_tests_every_alert(tmp_path: Path) -> None:
     alerts = set(re.findall(r"- alert: (\w+)", rules.read_text()))
     covered = set(re.findall(r"alertname: (\w+)", RULES_TEST.read_text()))
     assert alerts and alerts == covered
-
-
-class _Prometheus:
-    """A real Prometheus on a free loopback port, scraping ``targets`` every second."""
-
-    def __init__(self, tmp: Path, targets: list[tuple[str, str, str | None]]) -> None:
-        jobs = []
-        for name, target, token_file in targets:
-            job = (f"  - job_name: {name}\n    scrape_interval: 1s\n    scrape_timeout: 1s\n"
-                   f"    static_configs:\n      - targets: ['{target}']\n")
-            if token_file:
-                job += (f"    authorization:\n      type: Bearer\n"
-                        f"      credentials_file: {token_file}\n")
-            jobs.append(job)
-        config = tmp / "prometheus.yml"
-        config.write_text("global:\n  evaluation_interval: 1s\nscrape_configs:\n" + "".join(jobs))
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [_binary("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w"))  # noqa: SIM115
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).close()
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise AssertionError("prometheus did not start: " + (tmp / "prometheus.log").read_text())
-
-    def query(self, expr: str) -> list[dict]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.load(r)
-        assert body["status"] == "success", body
-        return body["data"]["result"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-
-def _wait_for(what: str, check, timeout: float = 90) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} within {timeout} s")
 
 
 class _MetricsCollector(Collector):
@@ -143,7 +82,7 @@ class _MetricsCollector(Collector):
 
 
 def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
-    _binary("prometheus")
+    binary("prometheus")
     out = tmp_path / "exp1"
     port = free_port()
     # rank 1 loads data slowly (40 ms a batch); 3 steps a second, 120 steps
@@ -155,9 +94,9 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
         assert f"http://127.0.0.1:{port}/metrics" in line
         token_file = out / "metrics.token"
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
-        prom = _Prometheus(tmp_path, [("torchlens", f"127.0.0.1:{port}", str(token_file)),
+        prom = Prometheus(tmp_path, [("torchlens", f"127.0.0.1:{port}", str(token_file)),
                                       ("no-token", f"127.0.0.1:{port}", None)])
-        slow = _wait_for("slow rank", lambda: prom.query('torchlens_slow_rank{job="torchlens"} == 1'))
+        slow = wait_for("slow rank", lambda: prom.query('torchlens_slow_rank{job="torchlens"} == 1'))
         (series,) = slow
         assert series["metric"]["rank"] == "1" and series["metric"]["cause"] == "data", series
         assert series["metric"]["run"] == "exp1"
@@ -191,7 +130,7 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
 
 
 def test_a_killed_rank_reaches_prometheus_as_lost(tmp_path: Path) -> None:
-    _binary("prometheus")
+    binary("prometheus")
     out = tmp_path / "exp2"
     port = free_port()
     c = _MetricsCollector(out, str(port), torchrun_args(1, 2, free_port()), TL_STEPS="2000",
@@ -200,8 +139,8 @@ def test_a_killed_rank_reaches_prometheus_as_lost(tmp_path: Path) -> None:
     try:
         c.wait_line("torchlens run: metrics at")
         run_id = re.search(r"run (\w+),", c.wait_line("torchlens run: run")).group(1)
-        prom = _Prometheus(tmp_path, [("torchlens", f"127.0.0.1:{port}", str(out / "metrics.token"))])
-        _wait_for("both ranks up", lambda: len(prom.query('torchlens_rank_state{state="up"} == 1')) == 2)
+        prom = Prometheus(tmp_path, [("torchlens", f"127.0.0.1:{port}", str(out / "metrics.token"))])
+        wait_for("both ranks up", lambda: len(prom.query('torchlens_rank_state{state="up"} == 1')) == 2)
         (victim,) = [p for p in processes_of_run(run_id) if p.environ().get("RANK") == "1"]
         victim.kill()  # SIGKILL: no goodbye; torchrun's agent then ends rank 0 and the job
         assert c.wait() != 0
@@ -221,21 +160,26 @@ def test_a_killed_rank_reaches_prometheus_as_lost(tmp_path: Path) -> None:
 #: dashboard series only a CUDA rank has (the test job runs on CPU)
 CUDA_ONLY = ("torchlens_memory_allocated_bytes", "torchlens_memory_reserved_bytes",
              "torchlens_fragmentation_ratio", "torchlens_largest_free_block_bytes")
+#: the Jupyter server's machine series: not in a torchlens run's scrape
+GPU_SERIES = "torchlens_gpu_"
 
 
-def _dashboard_expressions_evaluate(prom: _Prometheus) -> None:
+def _dashboard_expressions_evaluate(prom: Prometheus) -> None:
     dash = json.loads((FILES / "torchlens-dashboard.json").read_text())
-    # the template variables: Grafana's label_values(SELECTOR, LABEL)
+    # the template variables: Grafana's label_values(SELECTOR, LABEL); the GPU ones read the
+    # Jupyter server's series (tests/server/test_prometheus_scrapes_jupyter.py)
     for var in dash["templating"]["list"][1:]:
         selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", var["definition"]).groups()
+        if selector.startswith(GPU_SERIES):
+            continue
         selector = selector.replace("$job", ".*").replace("$run", ".*")
-        url = f"{prom.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
-        with urllib.request.urlopen(url, timeout=10) as r:
-            assert json.load(r)["data"], var["definition"]
+        assert prom.label_values(label, selector), var["definition"]
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     for expr in exprs:
+        if expr.startswith(GPU_SERIES):
+            continue
         concrete = (expr.replace("$__rate_interval", "15s").replace("$job", ".*")
                     .replace("$run", ".*").replace("$rank", ".*"))
         prom.query(concrete)  # Prometheus accepts it
         if not any(name in expr for name in CUDA_ONLY):  # a rate needs two scrapes in its window
-            _wait_for(f"data for the dashboard's {expr}", lambda q=concrete: prom.query(q), 30)
+            wait_for(f"data for the dashboard's {expr}", lambda q=concrete: prom.query(q), 30)

@@ -7,11 +7,10 @@ from typing import Any
 
 import pynvml
 import pytest
-from fake_nvml import FakeNvml, gpu
+from fake_monitor import install_fake_gpus
+from fake_nvml import gpu
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
-
-from torchlens.capture.monitor.gpu import NvmlSampler
 
 
 def _series(body: bytes) -> dict[str, list]:
@@ -19,9 +18,14 @@ def _series(body: bytes) -> dict[str, list]:
             for f in text_string_to_metric_families(body.decode())}
 
 
+@pytest.fixture
+def jp_server_config(jp_server_config: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Two fake GPUs from the monitor's first sample on (fake_monitor.py says why)."""
+    install_fake_gpus(monkeypatch, [gpu("GPU-a"), gpu("GPU-b", util=pynvml.NVMLError_NotSupported)])
+    return jp_server_config
+
+
 async def test_gpu_series_with_the_token(jp_fetch: Any, monitor: Any) -> None:
-    devices = [gpu("GPU-a"), gpu("GPU-b", util=pynvml.NVMLError_NotSupported)]
-    monitor.gpu = NvmlSampler(api=FakeNvml(devices), environ={}, process_name=lambda p: None)
     monitor.sample_once()
     got = _series((await jp_fetch("metrics")).body)
     used = {labels["gpu"]: v for labels, v in got["torchlens_gpu_memory_used_bytes"]}
