@@ -22,17 +22,21 @@ class HostSampler:
     """CPU percent (all cores, since the previous call), RAM and load average."""
 
     def __init__(self) -> None:
-        # psutil measures CPU between two calls; the first call only sets the
-        # baseline, so make it here rather than report a meaningless 0.0.
-        psutil.cpu_percent(interval=None)
+        # psutil measures CPU between two calls (a first call or a window of a
+        # few microseconds reads 0.0). Measured here once, over MIN_CPU_WINDOW_S (the only wait: a sample
+        # must never block its caller, the server's sampler thread or loop):
+        # a sample that comes sooner than that after the last gives this
+        # last measured figure rather than psutil's 0.0 for a tiny window.
+        self._last_cpu: float = psutil.cpu_percent(interval=MIN_CPU_WINDOW_S)
         self._since = time.monotonic()
         self.cpu_count = psutil.cpu_count() or 1
 
     def sample(self) -> dict[str, Any]:
         """One reading now; percentages are 0-100."""
-        wait = MIN_CPU_WINDOW_S - (time.monotonic() - self._since)
-        cpu = psutil.cpu_percent(interval=wait if wait > 0 else None)
-        self._since = time.monotonic()
+        if time.monotonic() - self._since >= MIN_CPU_WINDOW_S:
+            self._last_cpu = psutil.cpu_percent(interval=None)
+            self._since = time.monotonic()
+        cpu = self._last_cpu
         mem = psutil.virtual_memory()
         try:
             load1: float | None = os.getloadavg()[0]
