@@ -280,14 +280,22 @@ def main(argv: list[str] | None = None) -> int:
           f"collator sleeps {a.slow_ms:g} ms a batch; {a.runs} run(s) each; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     records: list[dict[str, Any]] = []
+    failed: list[str] = []
     try:
         for i in range(a.runs):
             for scenario in scenarios:
                 for variant in (variants if i % 2 == 0 else variants[::-1]):
                     tag = f"{scenario}-{variant}-{i}"
                     load = os.getloadavg()[0]
+                    try:
+                        got = VARIANTS[variant](a, scenario, work, tag)
+                    except RuntimeError as exc:  # printed, counted, tried once more
+                        failed.append(f"{tag}: {str(exc).splitlines()[0]}")
+                        print(f"  run {i} {scenario} {variant}: launch failed, once more "
+                              f"({failed[-1]})", flush=True)
+                        got = VARIANTS[variant](a, scenario, work, f"{tag}-again")
                     rec = {"run": i, "scenario": scenario, "variant": variant, "load": load,
-                           **VARIANTS[variant](a, scenario, work, tag)}
+                           **got}
                     records.append(rec)
                     print(f"  run {i} {scenario:9s} {variant:9s} step {rec['step_ms']:6.2f} ms "
                           f"mean {rec['mean_ms']:6.2f}  wall {rec['wall_s']:5.1f} s  "
@@ -299,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     report(a, records, scenarios, variants)
+    print(f"\nlaunches that failed and were run again: {len(failed)}"
+          + "".join(f"\n  {f}" for f in failed))
     print(f"\nload average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -94,6 +94,10 @@ def main() -> None:
     sleep_s = a.slow_ms / 1e3 if RANK == a.slow_rank else 0.0
     Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Rows(),
             data_collator=Collate(sleep_s), callbacks=[StepClock(out, a.warmup)]).train()
+    # without it gloo's threads sometimes abort the exit ("terminate called
+    # without an active exception"), failing a launch that trained fine
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
