@@ -426,9 +426,7 @@ class Watch:
     def _fill_box(self) -> None:
         children = [self._header]
         if self.view is not None:
-            from jupyter_bokeh import BokehModel
-
-            children.append(BokehModel(self.view.layout))
+            children.append(self.view.widget)  # its empty panels held (render.empty_ranges)
         self._box.children = [*children, self._button]
 
     def _refresh(self) -> None:
