@@ -23,7 +23,7 @@ OVERFLOWING = """() => [...document.querySelectorAll('.tl-table')]
   .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => [e.scrollWidth, e.clientWidth])"""
 
 
-@pytest.mark.parametrize("width", [800, 1000])
+@pytest.mark.parametrize("width", [640, 800, 1000])
 def test_rank_table_has_no_scroll_box_of_its_own(chromium: Any, tmp_path: Path, width: int) -> None:
     rows = [ROW, {**ROW, "rank": 1, "data_ms": 21.2, "step_ms": 26.1}]
     path = tmp_path / "t.html"

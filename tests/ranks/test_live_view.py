@@ -330,7 +330,8 @@ def test_ddp_report_shows_the_profiling_section() -> None:
     assert 'class="bk-root"' in body or "data-root-id" in body  # the figures' div
     assert "<table" in body and "median step" in body and "/runs/x" in body
     assert "modelled" in body
-    assert len(re.findall(r"<tr>\s*<td", body)) == 2 * WORLD  # a row per rank: times, memory
+    # a row per rank in each table: times, allocator, resident set
+    assert len(re.findall(r"<tr>\s*<td", body)) == 3 * WORLD
     plain = kinds.report_html(ddp_profile(None))
     assert 'id="rank-profile"' not in plain
 

@@ -373,7 +373,8 @@ class DdpLauncher:
                "steps": self.step_records, "summaries": self.summaries,
                "dropped_summaries": self.dropped_summaries}
         with contextlib.suppress(OSError):
-            write_run_folder(run_dir, self.job, self.options, ranks, self.step_records)
+            write_run_folder(run_dir, self.job, self.options, ranks, self.step_records,
+                             started=self.t0)
         return out
 
 
@@ -402,8 +403,9 @@ def _oom_words(res: dict[str, Any]) -> str | None:
 
 def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
-                     steps: list[list[StepRecord]]) -> None:
-    """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already)."""
+                     steps: list[list[StepRecord]], started: float | None = None) -> None:
+    """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already);
+    ``started``: the launch (unix s), the origin of the run's times in its view."""
     from torchlens.formats.run_folder import files, manifest, records
 
     entries = []
@@ -417,7 +419,7 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
             **_ending(res, len(steps[rank]))))
     manifest.write_manifest(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
-        backend=job.get("backend"), created=time.time(),
+        backend=job.get("backend"), created=time.time(), started=started,
         profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
         ranks=entries))
 

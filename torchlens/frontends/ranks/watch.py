@@ -217,6 +217,7 @@ class Watch:
         world = view.profile.world_size
         rows = {row.get("rank"): row for row in (self.status or {}).get("ranks") or []}
         t0 = float(frame.get("t0") or 0.0)
+        view.profile.t0 = view.profile.t0 or t0 or None  # the timeline's origin: the lanes'
         for r, beats in _ranks(frame.get("heartbeats"), world):
             row = rows.get(r) or {}
             for beat in beats if isinstance(beats, list) else [beats]:
@@ -279,9 +280,7 @@ class Watch:
     def _fill_box(self) -> None:
         children = [self._header]
         if self.view is not None:
-            from jupyter_bokeh import BokehModel
-
-            children.append(BokehModel(self.view.layout))
+            children.append(self.view.widget)  # its empty panels held (render.empty_ranges)
         self._box.children = [*children, self._button]
 
     def _refresh(self) -> None:

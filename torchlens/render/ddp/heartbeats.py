@@ -64,6 +64,7 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
                  x_axis_label="s since launch")
     coll = figure(height=160, sizing_mode="stretch_width", tools=tools, x_range=mem.x_range,
                   title="Collectives issued per rank" + points)
+    coll.y_range.start = 0  # a count: no axis below 0 while it waits for its first rows
     row_px = max(1, min(30, 900 // world_size))  # the panel stays about 960 px
     lanes = figure(height=90 + row_px * world_size, sizing_mode="stretch_width", tools=tools,
                    x_range=mem.x_range, title="Per-rank timeline (phase; ticks = collectives)",
@@ -92,9 +93,12 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
                       mode="after")
             mem_src.append(ms)
             coll_src.append(cs)
-        for fig in (mem, coll):
-            fig.legend.location = "top_left"
-            fig.legend.label_text_font_size = "8pt"
+        for fig in (mem, coll):  # above the plot: inside, it covered the lines it names
+            legend = fig.legend[0]
+            fig.center = [c for c in fig.center if c is not legend]
+            legend.update(orientation="horizontal", label_text_font_size="8pt", margin=0,
+                          padding=2, click_policy="hide", nrows=2 if world_size > 8 else "auto")
+            fig.add_layout(legend, "above")
     quads = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "color": [],
                               "phase": [], "rank": []})
     # outlined in their own colour: spans that touch are drawn touching (edges

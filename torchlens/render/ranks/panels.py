@@ -37,6 +37,7 @@ from torchlens.render.findings import finding_html
 from torchlens.render.legend import add_colour_legend
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
 from torchlens.render.ranks.lanes import KIND_COLORS, Lanes, Timeline
+from torchlens.render.step_axis import CappedAxis
 from torchlens.render.tables import shorten
 
 COLLECTIVE_ALPHA = 0.45  # collectives are drawn translucent over the ops they overlap
@@ -182,6 +183,18 @@ class Panels:
         if len(self.shown) > 8:  # one row of 16 names is wider than the panel
             step.legend.nrows = 2
         step.add_layout(step.legend[0], "above")
+        self.step_cap = CappedAxis(step)  # one spike does not flatten the other lines
+
+    def fit_step_axis(self) -> None:
+        """The step chart's axis to a robust top, for the points its lines draw."""
+        xs: list[float] = []
+        ys: list[float] = []
+        where: list[str] = []
+        for r, src in zip(self.shown, self.steps, strict=False):
+            xs += src.data["step"]
+            ys += src.data["step_ms"]
+            where += [f"step {s} (rank {r})" for s in src.data["step"]]
+        self.step_cap.update(xs, ys, where)
 
     def _restart_marks(self) -> None:
         """Where a restart's steps begin, on every panel drawn by step

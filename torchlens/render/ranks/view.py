@@ -222,6 +222,7 @@ class RankProfileView:
         # "window" only while no rank has called torchlens.step(): then the
         # points are fixed windows of time, not steps
         p.step_fig.xaxis.axis_label = "window" if self._windows and not self._stepped else "step"
+        p.fit_step_axis()
         self._set_memory_sources(seen)
 
     def _redraw_rank(self, r: int) -> None:

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from torchlens.render import html
 from torchlens.render.columns import rank_color
 from torchlens.render.page import section
+from torchlens.render.step_axis import CappedAxis, robust_top
 
 RESTART_COLOR = "#b00"
 #: ranks named in the legend (more make it taller than the chart)
@@ -75,7 +76,8 @@ def steps_figure(series: dict[str, Any]) -> Any:
     fig.add_tools(HoverTool(renderers=[dots], tooltips=[
         ("rank", "@rank"), ("step", "@step"), ("step time", "@ms{0,0.0} ms"),
         ("start", "@start"), ("ended at", "@t{0,0.0} s")]))
-    top = max(max(cols["ms"]) for cols in ranks.values())
+    # the labels at the axis' top, which a spike's point may be above
+    top = robust_top(points["ms"]) or max(max(cols["ms"]) for cols in ranks.values())
     for r in series.get("restarts") or []:
         if r.get("t") is None:
             continue
@@ -88,6 +90,9 @@ def steps_figure(series: dict[str, Any]) -> Any:
                              text_font_size="9pt", x_offset=4, text_baseline="top",
                              background_fill_color="white", background_fill_alpha=0.7))
     fig.y_range.start = 0
+    CappedAxis(fig).update(points["t"], points["ms"],  # one spike does not flatten the rest
+                           [f"step {s} (rank {r})" for s, r in zip(points["step"],
+                                                                   points["rank"], strict=True)])
     if fig.legend:
         fig.legend.orientation = "horizontal"
         fig.legend.label_text_font_size = "8pt"
