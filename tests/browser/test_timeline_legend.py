@@ -133,7 +133,7 @@ def test_ddp_report_timelines_name_each_phase_and_kind(chromium, tmp_path) -> No
         assert len(legends) == 1, legends
         check_named(legends, page.evaluate(DRAWN_JS, ["phase"]))
         labels = {label for label, _ in legends[0]}
-        assert {"step", "failed", "init / starting", "other phase"} <= labels, labels
+        assert {"step / training", "failed", "init / starting", "other phase"} <= labels, labels
         assert len(labels) == len(set(PHASE_COLORS.values())) + 1
         page.locator("#ranks-plot").screenshot(path=str(SHOTS / "timeline-legend-ddp.png"))
     finally:
