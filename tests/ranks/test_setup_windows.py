@@ -126,3 +126,23 @@ def test_a_verdict_handed_in_shows_at_the_next_flush() -> None:
     time.sleep(FLUSH_S + 0.05)
     view.flush()
     assert "as the collector says, 42.2 ms" in view.panels.verdict.text
+
+
+def test_a_ranks_first_steps_are_judged_at_the_next_flush() -> None:
+    """A walk's live view said "no slow rank: only one rank has reported
+    steps" while it drew three ranks' lines: the verdict waited for its
+    analysis interval after the other ranks' first steps came."""
+    import time
+
+    from torchlens.render.ddp.heartbeats import FLUSH_S
+
+    steps, _ = make_run(world=2, steps=6, straggler=1)
+    view = RankProfileView(2, every=5, modelled=False)
+    view.push_steps(0, steps[0])
+    view.flush(force=True)
+    assert "only one rank has reported" in view.panels.verdict.text
+    view._analysis_every = 3600.0  # as a long run's or a loaded machine's analysis makes it
+    view.push_steps(1, steps[1])
+    time.sleep(FLUSH_S + 0.05)
+    view.flush()
+    assert "only one rank has reported" not in view.panels.verdict.text

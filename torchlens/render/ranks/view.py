@@ -103,7 +103,7 @@ class RankProfileView:
         self._slow: int | None = None
         #: the verdict shown instead of one judged here (``take_verdict``)
         self._given: tuple[Finding, int | None] | None = None
-        self._given_new = False
+        self._due_now = False
         self.step_spread = Spread(("step_ms",), keep=SPREAD_STEPS)
         self.mem_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
         self.prof_spread = Spread(SPREAD_MEM, keep=SPREAD_STEPS)
@@ -141,6 +141,9 @@ class RankProfileView:
                 self.records[rank] = [rec for rec in self.records[rank] if not rec.window]
                 self._redraw.add(rank)
             records = [rec for rec in records if not rec.window]
+        # a rank's first steps are judged at the next flush: a verdict that
+        # lags the lines drawn said "only one rank has reported steps" (a walk)
+        self._due_now = self._due_now or (not self.records[rank] and bool(records))
         self.records[rank].extend(records)
         self._new_steps[rank].extend(records)
         self._dirty = True
@@ -170,8 +173,8 @@ class RankProfileView:
         """Stream what arrived since the last flush; at most every ``FLUSH_S``
         unless ``force`` (the run's end: held-back collectives are drawn too)."""
         now = time.monotonic()
-        # a verdict handed in is shown at once: the header above says it already
-        analysis_due = self._dirty and (force or self._given_new
+        # a verdict handed in, or a rank's first steps, are shown at once
+        analysis_due = self._dirty and (force or self._due_now
                                         or now - self._last_analysis >= self._analysis_every)
         pending = (any(self._new_steps) or self._redraw or self._new_summaries or self._new_ended
                    or self._new_restarts or analysis_due or (force and self._waiting))
@@ -330,7 +333,7 @@ class RankProfileView:
         """The verdict and the breakdown, from every record so far."""
         p = self.panels
         started = time.monotonic()
-        self._given_new = False
+        self._due_now = False
         if self._given is not None:
             finding, slow = self._given
         else:
@@ -371,7 +374,7 @@ class RankProfileView:
         a moment later)."""
         if self._given != (finding, rank):
             self._given = (finding, rank)
-            self._dirty = self._given_new = True
+            self._dirty = self._due_now = True
 
     def _pick(self) -> None:
         """A job of many ranks: which ranks get a line (the slow rank and the
