@@ -16,7 +16,8 @@ import pytest
 
 from torchlens.formats.run_folder.manifest import read_manifest
 from torchlens.frontends.ddp.api import ddp_check
-from torchlens.frontends.ranks.watch import Watch, _folder, folder_frame
+from torchlens.frontends.ranks.watch import Watch
+from torchlens.frontends.ranks.watch_sources import _folder, folder_frame
 
 from . import profiled
 from .conftest import assert_clean
