@@ -100,7 +100,10 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
         (series,) = slow
         assert series["metric"]["rank"] == "1" and series["metric"]["cause"] == "data", series
         assert series["metric"]["run"] == "exp1"
-        up = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
+        # both targets scraped at least once (each job keeps its own schedule)
+        up = wait_for("both targets' up", lambda: (
+            got if len(got := {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}) == 2
+            else None))
         assert up == {"torchlens": "1", "no-token": "0"}, up
         # the endpoint itself: 401 without the token
         try:
