@@ -8,15 +8,21 @@ batch in its dataset. ``TL_STEPS`` optimizer steps (default 8) of
 that many batches. ``TL_CALLBACK=1`` (default): the script adds
 ``torchlens.integrations.lightning.TorchlensCallback`` (``0``: under ``torchlens
 run`` it is added by itself). ``TL_CKPT=1``: Lightning's default
-``ModelCheckpoint`` saves after each validation.
+``ModelCheckpoint`` saves after each validation. ``TL_PACKAGE=pytorch_lightning``:
+the job is written against the older ``pytorch_lightning`` distribution (its
+own classes, its own callbacks-factory group).
 """
 
 import os
 import sys
 import time
 
-import lightning.pytorch as pl
 import torch
+
+if os.environ.get("TL_PACKAGE") == "pytorch_lightning":
+    import pytorch_lightning as pl
+else:
+    import lightning.pytorch as pl
 
 STEPS = int(os.environ.get("TL_STEPS", "8"))
 ACCUM = int(os.environ.get("TL_ACCUM", "1"))

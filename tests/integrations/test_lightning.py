@@ -79,6 +79,14 @@ def test_a_script_without_the_callback_gets_it_under_torchlens_run(tmp_path: Pat
     assert list((tmp_path / "lightning").rglob("*.ckpt")), "the job's own checkpoints"
 
 
+def test_a_pytorch_lightning_script_gets_it_under_torchlens_run(tmp_path: Path) -> None:
+    """The same job written against the older ``pytorch_lightning`` distribution
+    (``import pytorch_lightning as pl``), no torchlens in it."""
+    pytest.importorskip("pytorch_lightning")
+    c, steps = _run(tmp_path, _torchrun(), TL_CALLBACK="0", TL_PACKAGE="pytorch_lightning")
+    _check(c, steps)
+
+
 def test_lightnings_own_ddp_launcher_attaches_every_rank(tmp_path: Path) -> None:
     """``torchlens run -- python train.py``: Lightning starts rank 1 itself and
     rank 0 is the process torchlens started; neither has RANK when it starts."""

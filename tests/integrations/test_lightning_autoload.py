@@ -32,8 +32,8 @@ def _ours(trainer) -> int:
     return sum(isinstance(cb, TorchlensCallback) for cb in trainer.callbacks)
 
 
-def _trainer(callbacks: list):
-    import lightning.pytorch as pl
+def _trainer(callbacks: list, package: str = "lightning.pytorch"):
+    pl = pytest.importorskip(package)
 
     return pl.Trainer(accelerator="cpu", devices=1, callbacks=callbacks, logger=False,
                       enable_progress_bar=False, enable_model_summary=False)
@@ -58,11 +58,27 @@ def test_outside_torchlens_run_the_factory_adds_nothing(factory, monkeypatch) ->
 
 def test_the_entry_point_exists_only_once_installed_and_imports_no_lightning() -> None:
     code = ("import sys; from importlib.metadata import entry_points as e; "
-            "g = 'lightning.pytorch.callbacks_factory'; n = len(e(group=g)); "
+            "gs = ('lightning.pytorch.callbacks_factory', 'pytorch_lightning.callbacks_factory'); "
+            "n = sum(len(e(group=g)) for g in gs); "
             "from torchlens.integrations import autoload; autoload.install(); "
-            "print(n, [p.value for p in e(group=g)], 'lightning' in sys.modules)")
+            "print(n, [p.value for g in gs for p in e(group=g)], "
+            "[m for m in ('lightning', 'pytorch_lightning') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.split(" ", 1) == [
-        "0", "['torchlens.integrations.lightning_autoload:callbacks'] False\n"], done.stdout
+        "0", "['torchlens.integrations.lightning_autoload:callbacks', "
+        "'torchlens.integrations.lightning_autoload:callbacks'] []\n"], done.stdout
+
+
+def test_a_pytorch_lightning_trainer_gets_the_callback_too(factory, monkeypatch) -> None:
+    """The older ``pytorch_lightning`` distribution: its own Trainer, its own
+    ``Callback`` class and its own callbacks-factory group; the user's callback
+    added by hand is one of its callbacks too (not doubled)."""
+    from torchlens.integrations.lightning import TorchlensCallback
+
+    monkeypatch.setenv("TORCHLENS_COLLECTOR", "127.0.0.1:1")
+    assert _ours(_trainer([], "pytorch_lightning")) == 1
+    mine = TorchlensCallback()
+    trainer = _trainer([mine], "pytorch_lightning")
+    assert _ours(trainer) == 1 and mine in trainer.callbacks

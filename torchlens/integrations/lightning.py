@@ -32,21 +32,33 @@ Outside ``torchlens run`` and ``%ddp_check --profile`` it does nothing.
 
 from __future__ import annotations
 
+import importlib
 import os
 import weakref
 from typing import Any
-
-try:
-    import lightning as _lightning
-    from lightning.pytorch import Callback
-except ImportError:  # the older distribution name of the same package
-    import pytorch_lightning as _lightning  # type: ignore[no-redef]
-    from pytorch_lightning import Callback  # type: ignore[no-redef,assignment]
 
 from torchlens.integrations import steps
 from torchlens.integrations.versions import UnsupportedVersion, parse
 
 OLDEST = (2, 0)
+
+
+def _distributions() -> list[tuple[str, type]]:
+    """(version, ``Callback``) of each Lightning distribution installed: ``lightning``
+    (``lightning.pytorch``) and the older ``pytorch_lightning``, which ships the
+    same code under its own names, classes and callbacks-factory group."""
+    found = []
+    for root, package in (("lightning", "lightning.pytorch"),
+                          ("pytorch_lightning", "pytorch_lightning")):
+        try:
+            version = importlib.import_module(root).__version__
+            found.append((version, importlib.import_module(package).Callback))
+        except ImportError:
+            continue
+    if not found:
+        raise ImportError("torchlens.integrations.lightning needs Lightning: "
+                          "pip install 'lightning>=2.0'")
+    return found
 
 
 def too_old(version: str) -> str | None:
@@ -57,8 +69,10 @@ def too_old(version: str) -> str | None:
             "integration supports: pip install 'lightning>=2.0'")
 
 
-if (_said := too_old(_lightning.__version__)) is not None:
-    raise UnsupportedVersion(_said)
+_FOUND = _distributions()
+for _version, _ in _FOUND:
+    if (_said := too_old(_version)) is not None:
+        raise UnsupportedVersion(_said)
 
 #: how the view says the steps were found (``note: steps: ...``)
 STEPS_BY = "Lightning's optimizer steps (TorchlensCallback)"
@@ -78,8 +92,13 @@ def _rank_env(trainer: Any) -> None:
     env.setdefault(_ATTACHED, str(os.getpid()))
 
 
-class TorchlensCallback(Callback):
-    """Per-step records that follow Lightning's structure (module docstring)."""
+class TorchlensCallback(*(callback for _, callback in _FOUND)):  # type: ignore[misc]
+    """Per-step records that follow Lightning's structure (module docstring).
+
+    One class for both distributions: where ``lightning`` and ``pytorch_lightning``
+    are both installed it subclasses both ``Callback`` classes (the same code
+    under two names, no state of their own), so either Trainer takes it as its
+    own and a job written against either needs one name."""
 
     def __init__(self) -> None:
         super().__init__()

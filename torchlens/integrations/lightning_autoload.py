@@ -3,7 +3,8 @@ with no change to the job, through Lightning's own mechanism.
 
 Why this way: every Lightning 2.x ``Trainer`` extends its callbacks with what
 the factories of the entry point group ``lightning.pytorch.callbacks_factory``
-return (``_CallbackConnector.on_trainer_init``, after the user's callbacks and
+(``pytorch_lightning.callbacks_factory`` in the older ``pytorch_lightning``
+distribution) return (``_CallbackConnector.on_trainer_init``, after the user's callbacks and
 its defaults, before it moves checkpoint callbacks last). Entry points are
 read from the distributions that ``importlib.metadata`` finds on
 ``sys.meta_path``; ``install`` puts there a finder of one small distribution
@@ -30,8 +31,9 @@ from torchlens.integrations.versions import UnsupportedVersion
 
 #: the distribution ``importlib.metadata`` sees under ``torchlens run``
 NAME = "torchlens-run-callbacks"
-GROUP = "lightning.pytorch.callbacks_factory"
-_ENTRY_POINTS = f"[{GROUP}]\ntorchlens = {__name__}:callbacks\n"
+#: ``lightning``'s group and the older ``pytorch_lightning`` distribution's
+GROUPS = ("lightning.pytorch.callbacks_factory", "pytorch_lightning.callbacks_factory")
+_ENTRY_POINTS = "".join(f"[{g}]\ntorchlens = {__name__}:callbacks\n" for g in GROUPS)
 
 
 class _Distribution(importlib.metadata.Distribution):
