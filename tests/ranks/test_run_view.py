@@ -59,6 +59,21 @@ def test_lost_node_leads_and_groups_ranks() -> None:
     assert [n.ranks for n in ended.lost] == [[0]]
 
 
+def test_one_killed_rank_beside_a_live_one_is_a_lost_rank_not_a_lost_node() -> None:
+    """kill -9 of one worker: its node's other rank went on (and failed on the
+    closed connection), so the node was not lost; the verdict names the rank."""
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)] for _ in range(2)]
+    ranks = [_info(0, 0, bye={"reason": "exception",
+                              "error": "RuntimeError: Connection closed by peer"}),
+             _info(1, 0, silent_s=30.0, heartbeat={"steps_done": 9})]
+    view = run_view(_snap(ranks, steps))
+    said = str(view.verdict)
+    assert said.startswith("rank 1 was lost: it stopped sending at step 9"), said
+    assert "node 0 (host h0)'s other ranks went on: killed (kill -9" in said, said
+    assert [n.ranks for n in view.lost] == [[1]] and not view.lost[0].whole_node
+    assert [r["state"] for r in view.ranks] == ["failed", "lost"]
+
+
 def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:
     steps = [[_rec(i, 0.001, 0.01) for i in range(12)] for _ in range(2)]
     view = run_view(_snap([_info(0, 0), _info(1, 0)], steps))

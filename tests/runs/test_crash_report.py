@@ -90,6 +90,24 @@ def test_a_lost_node_is_failed_too(tmp_path, traces_dir) -> None:
                                "log and network")
 
 
+def test_a_killed_rank_leads_as_a_lost_rank(tmp_path, traces_dir) -> None:
+    """One rank killed while its node's other rank went on: the report's first
+    finding is the lost rank, titled so, not a lost node."""
+    from torchlens.formats.run_folder.manifest import read_manifest
+
+    lost = ("rank 1 was lost: it stopped sending at step 7 (no goodbye, and node 0 (host vm)'s "
+            "other ranks went on: killed (kill -9, the OOM killer) or hung); the other ranks' "
+            "data is kept; look at torchrun's exit codes (-9: killed) and the kernel log "
+            "(dmesg) for the OOM killer")
+    m = read_manifest(str(_folder(tmp_path, traces_dir, verdict=lost, lost_nodes=[
+        {"node": 0, "host": "vm", "ranks": [1], "words": "rank 1: it stopped sending",
+         "whole_node": False}])))
+    first = collector_notes(m)[0]
+    assert first["severity"] == FAILED and first["title"] == "lost rank"
+    assert first["sentence"].startswith("rank 1 was lost: it stopped sending at step 7")
+    assert first["advice"].startswith("the other ranks' data is kept; look at torchrun's exit")
+
+
 @pytest.mark.parametrize("state", ["finished", "ended by its agent"])
 def test_a_run_that_did_not_fail_keeps_its_verdict_as_a_sentence(tmp_path, traces_dir,
                                                                   state) -> None:

@@ -22,12 +22,14 @@ from torchlens.model.findings import FAILED, Finding
 
 #: the titles of a failure verdict: the %ddp_check checklist's word for a
 #: rank that raised or died, and the collector's for a node that went silent
-CRASHED_TITLE, LOST_TITLE = "crashed worker", "lost node"
+CRASHED_TITLE, LOST_TITLE, LOST_RANK_TITLE = "crashed worker", "lost node", "lost rank"
 #: the advice ``verdict._verdict`` gives a failure, after the sentence's "; "
 _ADVICE = re.compile(r"; ((?:the other ranks' data is kept; )?look at [^;]*)$")
 #: ``verdict._verdict``'s failure sentences (an older manifest's verdict can be
 #: the slow rank's even with a node lost, so the words decide, not the states)
 _LOST = re.compile(r"^(?:node \S+|a node)(?: \(host [^)]*\))? was lost: ")
+#: a rank lost while the other ranks of its node went on (killed or hung)
+_RANK_LOST = re.compile(r"^ranks? [\d, ]+ was lost: ")
 _CRASHED = re.compile(r"^rank \d+ (?:failed: |stopped when )")
 
 
@@ -38,12 +40,14 @@ def failure_finding(manifest: Manifest) -> Finding | None:
     if manifest.source != SOURCE_RUN or not said:
         return None
     lost = bool(manifest.lost_nodes and _LOST.match(said))
-    if not lost and not (_CRASHED.match(said)
-                         and any(e.state == "failed" for e in manifest.ranks)):
+    rank_lost = bool(manifest.lost_nodes and _RANK_LOST.match(said))
+    if not (lost or rank_lost) and not (_CRASHED.match(said)
+                                        and any(e.state == "failed" for e in manifest.ranks)):
         return None
     m = _ADVICE.search(said)
+    title = LOST_TITLE if lost else LOST_RANK_TITLE if rank_lost else CRASHED_TITLE
     return Finding(FAILED, said[:m.start()] if m else said, advice=m.group(1) if m else "",
-                   title=LOST_TITLE if lost else CRASHED_TITLE)
+                   title=title)
 
 
 def collector_notes(manifest: Manifest) -> list[str | dict[str, Any]]:

@@ -61,6 +61,9 @@ class LostNode:
     step: int | None
     why: str
     words: str
+    #: every rank of the node went silent (or its agent died); False: other
+    #: ranks of the node went on, so these ranks were lost, not their node
+    whole_node: bool = True
 
 
 @dataclass
@@ -121,22 +124,37 @@ def _step_now(info: dict[str, Any]) -> int | None:
 
 
 def lost_nodes(ranks: list[dict[str, Any] | None], states: list[str]) -> list[LostNode]:
-    """Lost ranks grouped by node, with where they stopped."""
+    """Lost ranks grouped by node, with where they stopped. A node whose other
+    ranks went on (said goodbye, failed, still run) was not lost: those ranks
+    were (killed or hung: ``kill -9``, the OOM killer), and the words say so."""
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    alive: set[tuple[Any, Any]] = set()
     for info, state in zip(ranks, states, strict=True):
-        if info is not None and state == "lost":
-            groups.setdefault((info.get("node"), info.get("host")), []).append(info)
+        if info is None:
+            continue
+        key = (info.get("node"), info.get("host"))
+        if state == "lost":
+            groups.setdefault(key, []).append(info)
+        else:
+            alive.add(key)
     out = []
     for (node, host), infos in sorted(groups.items(), key=lambda kv: min(i["rank"] for i in kv[1])):
         numbers = sorted(i["rank"] for i in infos)
         steps = [s for s in (_step_now(i) for i in infos) if s is not None]
         step = min(steps) if steps else None
         died = any((i.get("bye") or {}).get("reason") == "agent died" for i in infos)
-        why = "their elastic agent died" if died else "no heartbeat, no goodbye"
         where = f"node {node}" if node is not None else "a node"
         label = f"{where} (host {host})" if host else where
         who = ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(map(str, numbers))
         at = f" at step {step}" if step is not None else ""
+        if (node, host) in alive and not died:
+            why = (f"no goodbye, and {label}'s other ranks went on: killed (kill -9, "
+                   "the OOM killer) or hung")
+            out.append(LostNode(node, host, numbers, step, why,
+                                f"{who}: {'it' if len(numbers) == 1 else 'they'} stopped "
+                                f"sending{at} ({why})", whole_node=False))
+            continue
+        why = "their elastic agent died" if died else "no heartbeat, no goodbye"
         out.append(LostNode(node, host, numbers, step, why,
                             f"{label}: {who} stopped sending{at} ({why})"))
     return out
@@ -147,6 +165,11 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
     """What leads the summary (the order: the module docstring)."""
     if lost:
         where, what = lost[0].words.split(": ", 1)
+        if not lost[0].whole_node:
+            return Finding(FAILED, f"{where} was lost: {what}",
+                           advice="the other ranks' data is kept; look at torchrun's exit "
+                                  "codes (-9: killed) and the kernel log (dmesg) for the "
+                                  "OOM killer")
         return Finding(FAILED, f"{where} was lost: {what}",
                        advice="the other ranks' data is kept; look at that node's torchrun "
                               "log and network")
