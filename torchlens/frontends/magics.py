@@ -42,7 +42,7 @@ from torchlens.model import InputError
 _PARAMETERS = frozenset({
     "top", "sort", "schedule", "device", "stacks", "repeat", "capacity", "alloc_conf",
     "world_size", "backend", "timeout", "steps", "interval", "minutes", "duration",
-    "nnodes", "nproc_per_node", "rdzv_endpoint", "host",
+    "nnodes", "nproc_per_node", "rdzv_endpoint", "host", "categories",
 })
 
 
@@ -87,6 +87,26 @@ def _schedule(text: str | None) -> tuple[int, ...] | None:
     except ValueError:
         raise InputError(f"--schedule {text!r}: expected WAIT,WARMUP,ACTIVE as three whole "
                          "numbers, e.g. --schedule 1,1,3") from None
+
+
+def _custom_categories(items: list[str]) -> dict[str, str] | None:
+    """``--category NAME=REGEX`` options as an ordered ``{name: regex}``; InputError
+    names the option and the regex that is wrong."""
+    import re
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, pattern = _unquote(item).partition("=")
+        name = name.strip()
+        if not eq or not name or not pattern:
+            raise InputError(f"--category {item!r}: expected NAME=REGEX, e.g. "
+                             "--category 'attention=attn|softmax'")
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise InputError(f"--category {name}: bad regex {pattern!r} ({err})") from None
+        out[name] = pattern
+    return out or None
 
 
 @contextmanager
@@ -173,6 +193,13 @@ class TorchlensMagics(Magics):
     @argument("--repeat", default="1", metavar="N",
               help="run the cell N times and report the memory growth per run (leak test)")
     @argument("--top", default="15", metavar="N", help="rows in the site and leak tables")
+    @argument("--categories", default="inferred", metavar="inferred|torch",
+              help="who names what was alive at the peak: inferred (torchlens' rules on the "
+                   "allocating stack, default) or torch (torch's memory profiler as well: "
+                   "seconds more per cell)")
+    @argument("--category", action="append", default=[], metavar="NAME=REGEX",
+              help="your own category, matched first against each frame's file:function; "
+                   "repeat for more, first match wins")
     @argument("--load", metavar="SNAPSHOT",
               help="line form: analyse a snapshot file (torch.cuda.memory._dump_snapshot) "
                    "instead of running a cell; the file cannot run code")
@@ -199,19 +226,22 @@ class TorchlensMagics(Magics):
                     "stacks": _number(args.stacks, "--stacks"), "simulate": args.simulate,
                     "capacity": args.capacity, "alloc_conf": args.alloc_conf,
                     "top": _number(args.top, "--top")}
-            gpumem_options(repeat=repeat, **opts)
+            gpumem_options(repeat=repeat, categories=args.categories, **opts)
+            custom = _custom_categories(args.category)
             if cell is None:
                 if not args.load:
                     raise InputError("needs --load SNAPSHOT (or use %%gpumem on a cell)")
                 if args.export:
                     check_export_path(args.export, "gpumem")
-                result = load_gpumem(args.load, **opts)
+                result = load_gpumem(args.load, custom_categories=custom,
+                                     categories=args.categories, **opts)
                 if args.export:
                     result.export(args.export)
             elif args.load:
                 raise InputError("--load analyses a file; use it as %gpumem --load FILE, not on a cell")
             else:
-                ctx = gpumem_ctx(repeat=repeat, export=args.export, **opts)
+                ctx = gpumem_ctx(repeat=repeat, export=args.export, categories=args.categories,
+                                 custom_categories=custom, **opts)
         if cell is None:
             self._show(result, args)
             return
