@@ -174,6 +174,31 @@ def gpumem_options(
                          alloc_conf=alloc_conf or "", repeat=repeat, top=top)
 
 
+def category_options(items: list[str]) -> dict[str, str] | None:
+    """``--category NAME=REGEX`` options (``%%gpumem``, ``torchlens report``) as an ordered
+    ``{name: regex}``; InputError names the option and the regex that is wrong."""
+    import re
+
+    def _unquote(text: str) -> str:  # IPython's splitter keeps the quotes
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            return text[1:-1]
+        return text
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, pattern = _unquote(item).partition("=")
+        name = name.strip()
+        if not eq or not name or not pattern:
+            raise InputError(f"--category {item!r}: expected NAME=REGEX, e.g. "
+                             "--category 'attention=attn|softmax'")
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise InputError(f"--category {name}: bad regex {pattern!r} ({err})") from None
+        out[name] = pattern
+    return out or None
+
+
 def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
     """What capture measured, with what the user asked the analysis to do, and the
     shell's cell numbers (a kernel's cells compile under temp names that lack them)."""
@@ -247,13 +272,14 @@ class MemoryResult(Result):
                             columns=["stage", "bytes", "share", "blocks", "categories"])
 
     def to_json(self) -> dict[str, Any]:
-        """The memory figures as plain data: peak, end and what was alive at the peak."""
-        a = self.analysis()
-        tl = a.timeline
-        return {"kind": "gpumem", "measured_on": a.measured_on,
-                "peak_allocated": tl.peak_allocated, "end_allocated": tl.end_allocated,
-                "start_allocated": tl.start_allocated, "peak_reserved": tl.peak_reserved,
-                "peak": a.peak.to_json(), "notes": list(a.notes)}
+        """The memory figures as plain data, the text view's own: peak, start and end,
+        what was alive at the peak (categories, sites, stages), top sites,
+        fragmentation, possible leaks, the OOM diagnosis (``analysis.memory.document``)."""
+        from torchlens.analysis.memory.document import memory_document
+
+        doc = memory_document(self.analysis(), top=self.profile.payload.top)
+        doc["not_measured"] = list(self.profile.unmeasured)
+        return doc
 
     def diff(self, other: Any, **thresholds: float) -> Any:
         """This result (A) against ``other`` (B: a memory result, a snapshot file or a

@@ -89,26 +89,6 @@ def _schedule(text: str | None) -> tuple[int, ...] | None:
                          "numbers, e.g. --schedule 1,1,3") from None
 
 
-def _custom_categories(items: list[str]) -> dict[str, str] | None:
-    """``--category NAME=REGEX`` options as an ordered ``{name: regex}``; InputError
-    names the option and the regex that is wrong."""
-    import re
-
-    out: dict[str, str] = {}
-    for item in items:
-        name, eq, pattern = _unquote(item).partition("=")
-        name = name.strip()
-        if not eq or not name or not pattern:
-            raise InputError(f"--category {item!r}: expected NAME=REGEX, e.g. "
-                             "--category 'attention=attn|softmax'")
-        try:
-            re.compile(pattern)
-        except re.error as err:
-            raise InputError(f"--category {name}: bad regex {pattern!r} ({err})") from None
-        out[name] = pattern
-    return out or None
-
-
 @contextmanager
 def _usage_errors(name: str) -> Iterator[None]:
     """The API's InputError as the magic's UsageError, with option spellings."""
@@ -214,8 +194,12 @@ class TorchlensMagics(Magics):
         and fragmentation, which the report says.
         """
         __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        from torchlens.frontends.api import (
+            category_options,
+            gpumem_options,
+            load_gpumem,
+        )
         from torchlens.frontends.api import gpumem as gpumem_ctx
-        from torchlens.frontends.api import gpumem_options, load_gpumem
         from torchlens.frontends.export import check_export_path
 
         name = "%gpumem" if cell is None else "%%gpumem"
@@ -227,7 +211,7 @@ class TorchlensMagics(Magics):
                     "capacity": args.capacity, "alloc_conf": args.alloc_conf,
                     "top": _number(args.top, "--top")}
             gpumem_options(repeat=repeat, categories=args.categories, **opts)
-            custom = _custom_categories(args.category)
+            custom = category_options(args.category)
             if cell is None:
                 if not args.load:
                     raise InputError("needs --load SNAPSHOT (or use %%gpumem on a cell)")
