@@ -186,3 +186,14 @@ def test_torch_categories_on_a_loaded_snapshot_is_refused(fresh, tmp_path):
     path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}))
     res = fresh.run_cell(f"%gpumem --quiet --categories torch --load {path}")
     assert not res.success and "needs a live capture" in str(res.error_in_exec)
+
+
+def test_hover_of_a_torch_category_names_torch(fresh):
+    res = fresh.run_cell("%%gpumem --quiet --categories torch -o tc_r" + STEPS)
+    assert res.success, res.error_in_exec
+    pk = fresh.user_ns["tc_r"].analysis().peak
+    why = dict(pk.rules)
+    torch_only = {b.category for b in pk.blocks if b.source == "torch"} - {
+        b.category for b in pk.blocks if b.source != "torch"}
+    assert torch_only
+    assert all(why[name] == "named by torch's memory profiler" for name in torch_only)

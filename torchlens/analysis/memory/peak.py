@@ -176,9 +176,15 @@ def _name_sources(out: PeakAnalysis, custom: list[tuple[str, re.Pattern[str]]] |
         out.category_note = cat.FROM_TORCH_NOTE + (
             " Blocks it did not name are inferred from their stack (torchlens rules)."
             if cat.FROM_RULES in used else "")
-        named = dict(out.rules)
-        out.rules += [(b.category, "named by torch's memory profiler") for b in out.blocks
-                      if b.source == cat.FROM_TORCH and b.category not in named]
+        # the hover of a category row: torch's word, and the rule where some blocks of
+        # that category were inferred (later entries win in the views' dict)
+        rule = dict(out.rules)
+        mixed = {b.category for b in out.blocks if b.source != cat.FROM_TORCH}
+        for name in dict.fromkeys(b.category for b in out.blocks if b.source == cat.FROM_TORCH):
+            why = "named by torch's memory profiler"
+            if name in mixed and name in rule:
+                why += f"; the blocks it did not track: {rule[name]}"
+            out.rules.append((name, why))
     if torch_error:
         out.missing.append(f"Categories were asked of torch's memory profiler (--categories "
                            f"torch), but {torch_error}: they are inferred from stacks.")
