@@ -197,3 +197,16 @@ def test_hover_of_a_torch_category_names_torch(fresh):
         b.category for b in pk.blocks if b.source != "torch"}
     assert torch_only
     assert all(why[name] == "named by torch's memory profiler" for name in torch_only)
+
+
+def test_diff_says_who_named_the_categories(fresh):
+    for name, mode in (("tc_a", "torch"), ("tc_b", "torch"), ("tc_c", "inferred")):
+        res = fresh.run_cell(f"%%gpumem --quiet --categories {mode} -o {name}" + STEPS)
+        assert res.success, res.error_in_exec
+    a, b, c = (fresh.user_ns[n] for n in ("tc_a", "tc_b", "tc_c"))
+    same = a.diff(b)
+    assert same.to_json()["category_from"].startswith("from torch's memory profiler")
+    mixed = a.diff(c).to_json()
+    assert mixed["category_from"].startswith("A: from torch's memory profiler")
+    assert any("a category's change may be a change of who named it" in n
+               for n in mixed["notes"])
