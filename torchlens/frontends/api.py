@@ -140,10 +140,12 @@ def _finish(result: Result, profile: Profile | None, export: str | None) -> None
 
 def gpumem_options(
     *, device: int = 0, stacks: int = 32, simulate: bool = False, capacity: str | int | None = None,
-    alloc_conf: str | None = None, repeat: int = 1, top: int = 15,
+    alloc_conf: str | None = None, repeat: int = 1, top: int = 15, categories: str = "inferred",
 ) -> GpumemPayload:
     """The ``%%gpumem`` options, validated, as the payload the user asked for
-    (capture fills in what it measured); InputError on bad input.
+    (capture fills in what it measured); InputError on bad input. ``categories``:
+    ``"inferred"`` (torchlens' stack rules, cheap) or ``"torch"`` (torch's memory
+    profiler as well: seconds more per cell).
 
     Checked before anything runs: a typo in ``--alloc-conf`` or ``--capacity``
     must not cost the user a long cell.
@@ -151,7 +153,8 @@ def gpumem_options(
     from torchlens.analysis.memory.allocator import AllocatorConfig
     from torchlens.analysis.memory.what_if import parse_size
 
-    recorded = MemoryOptions(device=device, stacks=stacks)  # checks device and stacks
+    # checks device, stacks and categories
+    recorded = MemoryOptions(device=device, stacks=stacks, categories=categories)
     for name, value, low in (("repeat", repeat, 1), ("top", top, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise InputError(f"{name} must be a whole number >= {low}, got {value!r}")
@@ -169,6 +172,31 @@ def gpumem_options(
         raise InputError("capacity and alloc_conf only apply with simulate (--simulate)")
     return GpumemPayload(recorded=recorded, simulate=bool(simulate), capacity=cap,
                          alloc_conf=alloc_conf or "", repeat=repeat, top=top)
+
+
+def category_options(items: list[str]) -> dict[str, str] | None:
+    """``--category NAME=REGEX`` options (``%%gpumem``, ``torchlens report``) as an ordered
+    ``{name: regex}``; InputError names the option and the regex that is wrong."""
+    import re
+
+    def _unquote(text: str) -> str:  # IPython's splitter keeps the quotes
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            return text[1:-1]
+        return text
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, pattern = _unquote(item).partition("=")
+        name = name.strip()
+        if not eq or not name or not pattern:
+            raise InputError(f"--category {item!r}: expected NAME=REGEX, e.g. "
+                             "--category 'attention=attn|softmax'")
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise InputError(f"--category {name}: bad regex {pattern!r} ({err})") from None
+        out[name] = pattern
+    return out or None
 
 
 def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
@@ -222,14 +250,15 @@ class MemoryResult(Result):
                                      "blocks", "stack"])
 
     def categories(self) -> Any:
-        """What was alive at the peak, by category (DataFrame). Categories are inferred
-        from the allocating stack (``analysis.memory.categories.RULES``)."""
+        """What was alive at the peak, by category (DataFrame). ``source`` says who named
+        each: inferred from the allocating stack (``analysis.memory.categories.RULES``),
+        torch's memory profiler (``categories="torch"``) or your regexes."""
         import pandas as pd
 
         rows = self.analysis().peak.by_category
         return pd.DataFrame([{"category": r.name, "bytes": r.bytes, "share": r.share,
-                              "blocks": r.count} for r in rows],
-                            columns=["category", "bytes", "share", "blocks"])
+                              "blocks": r.count, "source": r.source} for r in rows],
+                            columns=["category", "bytes", "share", "blocks", "source"])
 
     def stages(self) -> Any:
         """What was alive at the peak, by the innermost ``record_function`` range open
@@ -243,13 +272,14 @@ class MemoryResult(Result):
                             columns=["stage", "bytes", "share", "blocks", "categories"])
 
     def to_json(self) -> dict[str, Any]:
-        """The memory figures as plain data: peak, end and what was alive at the peak."""
-        a = self.analysis()
-        tl = a.timeline
-        return {"kind": "gpumem", "measured_on": a.measured_on,
-                "peak_allocated": tl.peak_allocated, "end_allocated": tl.end_allocated,
-                "start_allocated": tl.start_allocated, "peak_reserved": tl.peak_reserved,
-                "peak": a.peak.to_json(), "notes": list(a.notes)}
+        """The memory figures as plain data, the text view's own: peak, start and end,
+        what was alive at the peak (categories, sites, stages), top sites,
+        fragmentation, possible leaks, the OOM diagnosis (``analysis.memory.document``)."""
+        from torchlens.analysis.memory.document import memory_document
+
+        doc = memory_document(self.analysis(), top=self.profile.payload.top)
+        doc["not_measured"] = list(self.profile.unmeasured)
+        return doc
 
     def diff(self, other: Any, **thresholds: float) -> Any:
         """This result (A) against ``other`` (B: a memory result, a snapshot file or a
@@ -287,7 +317,9 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
 
     Options mirror ``%%gpumem``: ``device``, ``stacks`` (frames kept per
     allocation), ``simulate`` with ``capacity`` ("24GiB") and ``alloc_conf``
-    (PYTORCH_CUDA_ALLOC_CONF syntax), ``top``, ``export``. Without CUDA the
+    (PYTORCH_CUDA_ALLOC_CONF syntax), ``top``, ``export``, ``categories``
+    ("inferred" or "torch": from torch's memory profiler, seconds more) and
+    ``custom_categories`` (your ``{name: regex}``, matched first). Without CUDA the
     CPU allocator's events are recorded and the allocator model stands in for
     the GPU's reserved memory, which the result says.
     """
@@ -296,18 +328,20 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         self, *, device: int = 0, stacks: int = 32, simulate: bool = False,
         capacity: str | int | None = None, alloc_conf: str | None = None, top: int = 15,
         export: str | None = None, title: str = "", repeat: int = 1,
+        categories: str = "inferred", custom_categories: dict[str, str] | None = None,
     ) -> None:
         from torchlens.capture.memory.capture import MemoryCapture
         from torchlens.frontends.export import check_export_path
 
         self._asked = gpumem_options(device=device, stacks=stacks, simulate=simulate,
                                        capacity=capacity, alloc_conf=alloc_conf, repeat=repeat,
-                                       top=top)
+                                       top=top, categories=categories)
         if export:
             check_export_path(export, "gpumem")
         self._export = export
         self.capture = MemoryCapture(self._asked.recorded, title=title)
-        self.result = MemoryResult()
+        # a bad regex fails here, before the block runs
+        self.result = MemoryResult().set_categories(custom_categories)
         self._device = device
         self._title = title
 
@@ -334,19 +368,27 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         return False
 
 
-def load_gpumem(path: str, **options: Any) -> MemoryResult:
+def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
+                **options: Any) -> MemoryResult:
     """A snapshot file someone sent (``torch.cuda.memory._dump_snapshot``) as a result.
 
     Loaded with ``load_snapshot``, which refuses every pickle global: the file
-    cannot run code. ``options`` as ``gpumem_options`` (simulate, capacity ...).
+    cannot run code. ``options`` as ``gpumem_options`` (simulate, capacity ...);
+    ``custom_categories`` as ``MemoryResult.set_categories``.
     """
     import os
 
     from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)
+    if display.recorded.categories == "torch":
+        raise InputError("categories 'torch' needs a live capture (torch's memory profiler "
+                         "runs while the cell does); a loaded snapshot's categories are "
+                         "inferred from its frames")
+    result = MemoryResult().set_categories(custom_categories)
     snap = load_snapshot(path)
     name = os.path.basename(str(path))
-    profile = Profile(kind="gpumem", title=name, source=str(path), snapshots={"file": snap},
-                      payload=dataclasses.replace(display, measured_on="snapshot"))
-    return MemoryResult(profile)
+    result._profile = Profile(kind="gpumem", title=name, source=str(path),
+                              snapshots={"file": snap},
+                              payload=dataclasses.replace(display, measured_on="snapshot"))
+    return result

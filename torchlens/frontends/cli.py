@@ -77,15 +77,43 @@ class ReportCommand(Command):
                                          "allocator snapshot .pickle")
         parser.add_argument("-o", "--output", metavar="OUT.html",
                             help="where to write the report (default: PATH with .html)")
+        parser.add_argument("--json", action="store_true",
+                            help="memory reports (a snapshot .pickle, a saved %%gpumem "
+                                 ".tlprof): print the figures as one JSON document instead "
+                                 "(peak, categories, stages, sites, fragmentation, leaks)")
+        parser.add_argument("--category", action="append", default=[], metavar="NAME=REGEX",
+                            help="memory reports: your own category, matched first against "
+                                 "each frame's file:function; repeat for more")
 
     def run(self, args: argparse.Namespace) -> int:
+        import json
+
+        from torchlens.frontends.api import category_options
+
+        custom = category_options(args.category)  # a bad regex: before reading the file
         profile = load_input(args.path)
         from torchlens.frontends import kinds  # after the input is known good
 
+        if (args.json or custom) and profile.kind != "gpumem":
+            raise InputError(f"{args.path}: {'--json' if args.json else '--category'} is for "
+                             "memory reports (an allocator snapshot .pickle or a saved "
+                             f"%%gpumem .tlprof), this is a {profile.kind} result"
+                             + ("; for traces use torchlens analyze --json" if args.json
+                                else ""))
+        if profile.kind == "gpumem":
+            from torchlens.frontends.api import MemoryResult
+
+            result = MemoryResult(profile).set_categories(custom)
+            if args.json:
+                print(json.dumps(result.to_json(), indent=1, allow_nan=False, default=str))
+                return 0
+            analysis = result.analysis()
+        else:
+            analysis = kinds.analyze(profile)
         out = Path(args.output) if args.output else _default_output(args.path)
         if out.parent and not out.parent.resolve().is_dir():
             raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
-        out.write_text(kinds.report_html(profile, kinds.analyze(profile)), encoding="utf-8")
+        out.write_text(kinds.report_html(profile, analysis), encoding="utf-8")
         print(f"torchlens: wrote {out}")
         return 0
 
@@ -194,6 +222,11 @@ class AnalyzeCommand(Command):
         if not args.paths:
             raise InputError("torchlens analyze: name a run folder or trace files "
                              "(or --schema for the --json keys)")
+        snap = next((p for p in args.paths if p.lower().endswith((".pickle", ".pkl"))), None)
+        if snap is not None:  # else: "not JSON (it starts with ...)"
+            raise InputError(f"{snap}: an allocator snapshot, not a trace; for its memory "
+                             f"figures use torchlens report {snap} (--json for a JSON "
+                             "document)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
         run = load_run(inputs, workers=args.workers, fork=True)
         if args.json:  # the document, whatever it holds: a script reads its problems

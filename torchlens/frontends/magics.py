@@ -42,7 +42,7 @@ from torchlens.model import InputError
 _PARAMETERS = frozenset({
     "top", "sort", "schedule", "device", "stacks", "repeat", "capacity", "alloc_conf",
     "world_size", "backend", "timeout", "steps", "interval", "minutes", "duration",
-    "nnodes", "nproc_per_node", "rdzv_endpoint", "host",
+    "nnodes", "nproc_per_node", "rdzv_endpoint", "host", "categories",
 })
 
 
@@ -173,6 +173,13 @@ class TorchlensMagics(Magics):
     @argument("--repeat", default="1", metavar="N",
               help="run the cell N times and report the memory growth per run (leak test)")
     @argument("--top", default="15", metavar="N", help="rows in the site and leak tables")
+    @argument("--categories", default="inferred", metavar="inferred|torch",
+              help="who names what was alive at the peak: inferred (torchlens' rules on the "
+                   "allocating stack, default) or torch (torch's memory profiler as well: "
+                   "seconds more per cell)")
+    @argument("--category", action="append", default=[], metavar="NAME=REGEX",
+              help="your own category, matched first against each frame's file:function; "
+                   "repeat for more, first match wins")
     @argument("--load", metavar="SNAPSHOT",
               help="line form: analyse a snapshot file (torch.cuda.memory._dump_snapshot) "
                    "instead of running a cell; the file cannot run code")
@@ -187,8 +194,12 @@ class TorchlensMagics(Magics):
         and fragmentation, which the report says.
         """
         __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        from torchlens.frontends.api import (
+            category_options,
+            gpumem_options,
+            load_gpumem,
+        )
         from torchlens.frontends.api import gpumem as gpumem_ctx
-        from torchlens.frontends.api import gpumem_options, load_gpumem
         from torchlens.frontends.export import check_export_path
 
         name = "%gpumem" if cell is None else "%%gpumem"
@@ -199,19 +210,22 @@ class TorchlensMagics(Magics):
                     "stacks": _number(args.stacks, "--stacks"), "simulate": args.simulate,
                     "capacity": args.capacity, "alloc_conf": args.alloc_conf,
                     "top": _number(args.top, "--top")}
-            gpumem_options(repeat=repeat, **opts)
+            gpumem_options(repeat=repeat, categories=args.categories, **opts)
+            custom = category_options(args.category)
             if cell is None:
                 if not args.load:
                     raise InputError("needs --load SNAPSHOT (or use %%gpumem on a cell)")
                 if args.export:
                     check_export_path(args.export, "gpumem")
-                result = load_gpumem(args.load, **opts)
+                result = load_gpumem(args.load, custom_categories=custom,
+                                     categories=args.categories, **opts)
                 if args.export:
                     result.export(args.export)
             elif args.load:
                 raise InputError("--load analyses a file; use it as %gpumem --load FILE, not on a cell")
             else:
-                ctx = gpumem_ctx(repeat=repeat, export=args.export, **opts)
+                ctx = gpumem_ctx(repeat=repeat, export=args.export, categories=args.categories,
+                                 custom_categories=custom, **opts)
         if cell is None:
             self._show(result, args)
             return

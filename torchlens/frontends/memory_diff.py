@@ -33,7 +33,11 @@ MEMORY_DIFF_JSON_SCHEMA = {
                   "bytes is same; beyond it but within small_bytes (small_share of the "
                   "larger peak) small; grew and shrank exceed both",
     "figures": "{peak, start, end}: allocated bytes, each {a, b, delta, pct}",
-    "categories": f"what was alive at each peak by inferred category: {_ROW}",
+    "categories": f"what was alive at each peak by category: {_ROW}",
+    "category_from": "who named the categories: inferred from stacks, torch's memory "
+                     "profiler (a --categories torch capture) or your regexes; per side "
+                     "when they differ",
+    "category_note": "the same as the sentence the views show",
     "sites": f"the same by site (the user's line): {_ROW}",
     "summary": "how many categories have each status",
     "sides": "{a, b}: measured_on, clock, peak_known, events, made_by, missing",

@@ -87,6 +87,11 @@ class TorchprofPayload:
     steps_marked: int = 0
 
 
+#: where a live capture's categories come from: torchlens' stack rules or torch's
+#: memory profiler (``torch.profiler._memory_profiler``)
+CATEGORY_SOURCES = ("inferred", "torch")
+
+
 @dataclass(frozen=True)
 class MemoryOptions:
     """What allocator history to record: the CUDA device, Python frames kept
@@ -106,8 +111,13 @@ class MemoryOptions:
     device: int = 0
     stacks: int = 32
     max_entries: int = 100_000
+    #: "torch": also run torch's memory profiler for the categories (costs seconds)
+    categories: str = "inferred"
 
     def __post_init__(self) -> None:
+        if self.categories not in CATEGORY_SOURCES:
+            raise InputError(f"categories must be one of {', '.join(CATEGORY_SOURCES)}, "
+                             f"got {self.categories!r}")
         for name in ("device", "stacks"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -157,6 +167,8 @@ class GpumemPayload:
     #: cell, and whether that filled the ring buffer (None: the size is the user's)
     history_entries: int | None = None
     history_full: bool | None = None
+    #: categories were asked of torch's memory profiler and it gave none: why (one line)
+    categories_error: str = ""
 
 
 @dataclass

@@ -196,7 +196,9 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) ->
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
     a.peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
-                           wrapped=p.history_full, device=view.device) if p.history else no_history(tl.peak_allocated))
+                           wrapped=p.history_full, device=view.device,
+                           torch_error=p.categories_error)
+              if p.history else no_history(tl.peak_allocated))
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))

@@ -37,10 +37,16 @@ ACTIVATION = "activation"
 INPUT = "input"
 UNKNOWN = "unknown"
 NO_STACK = "unknown (no stack recorded)"
+#: torch's memory profiler's own (``--categories torch``); the rest share the names above
+TEMPORARY = "temporary"
+AUTOGRAD_DETAIL = "autograd detail"
 
 #: The order a table lists categories in (custom ones come first).
-ORDER = (PARAMETER, GRADIENT, OPTIMIZER, ACTIVATION, BACKWARD, OPTIMIZER_TEMP, INPUT,
-         UNKNOWN, NO_STACK)
+ORDER = (PARAMETER, GRADIENT, OPTIMIZER, ACTIVATION, BACKWARD, OPTIMIZER_TEMP, TEMPORARY,
+         AUTOGRAD_DETAIL, INPUT, UNKNOWN, NO_STACK)
+
+#: where a block's category came from
+FROM_TORCH, FROM_RULES, FROM_USER = "torch", "inferred", "yours"
 
 Frames = list[dict[str, Any]]
 
@@ -88,6 +94,47 @@ RULES: tuple[tuple[str, Callable[[Frames], bool], str], ...] = (
 #: Said wherever categories are shown.
 INFERRED = ("Categories are inferred from the stack that allocated each block (torchlens "
             "rules, first match wins), not recorded by torch.")
+
+
+#: Said where every category came from torch's memory profiler.
+FROM_TORCH_NOTE = ("Categories are torch's memory profiler's (torch.profiler with "
+                   "record_shapes, profile_memory and with_stack; torch names each tensor "
+                   "version by how the ops used it).")
+
+
+def source_label(sources: set[str]) -> str:
+    """Where the categories of a table came from, in a few words."""
+    parts = ["your regexes"] if FROM_USER in sources else []
+    if FROM_TORCH in sources:
+        parts.append("torch's memory profiler")
+    if not parts:
+        return "inferred from stacks"
+    return "from " + ", then ".join(parts) + (
+        ", the rest inferred from stacks" if FROM_RULES in sources else "")
+
+
+def torch_category_at(entry: dict[str, Any], t_us: float) -> str | None:
+    """The category torch's memory profiler gave the tensor of an ``alloc`` entry at
+    ``t_us`` (the version current then); None when torch named none."""
+    versions = entry.get("torch_category")
+    if not isinstance(versions, list) or not versions:
+        return None
+    name = None
+    for i, item in enumerate(versions):
+        if not (isinstance(item, (list, tuple)) and len(item) == 2):
+            return None  # not what the capture writes: ignore it rather than guess
+        if i and item[0] > t_us:
+            break
+        name = item[1]
+    return name if isinstance(name, str) and name else None
+
+
+def custom_match(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None) -> str | None:
+    """The first of the user's categories whose regex matches a frame's ``file:function``."""
+    for name, rx in custom or ():
+        if any(rx.search(f"{_file(f)}:{_name(f)}") for f in frames):
+            return name
+    return None
 
 
 def compile_custom(custom: Mapping[str, str] | None) -> list[tuple[str, re.Pattern[str]]]:

@@ -100,6 +100,9 @@ def diff_memory(a: Any, b: Any, *, same_pct: float = SAME_PCT,
     if a.measured_on != b.measured_on and "cpu" in (a.measured_on, b.measured_on):
         notes.append("one side is a CPU capture (requested sizes, no block rounding), the "
                      "other a GPU snapshot: their bytes are not counted alike")
+    if pa.category_from != pb.category_from:
+        notes.append(f"A's categories are {pa.category_from}, B's {pb.category_from}: a "
+                     "category's change may be a change of who named it")
     timed = ta.clock == tb.clock == "us"
     if not timed:
         notes.append("a side's snapshot records no times: both timelines are drawn over "
@@ -107,6 +110,10 @@ def diff_memory(a: Any, b: Any, *, same_pct: float = SAME_PCT,
     out = {"thresholds": {"same_pct": same_pct, "small_share": small_share,
                           "small_bytes": int(small)},
            "figures": figures, "categories": categories, "sites": sites,
+           "category_from": pa.category_from if pa.category_from == pb.category_from
+           else f"A: {pa.category_from}; B: {pb.category_from}",
+           "category_note": pa.category_note if pa.category_note == pb.category_note
+           else f"A: {pa.category_note} B: {pb.category_note}",
            "summary": {s: sum(r["status"] == s for r in categories) for s in STATUSES},
            "sides": {"a": _side("A", a), "b": _side("B", b)},
            "timelines": {"x_label": "ms since the first event" if timed else

@@ -52,6 +52,7 @@ class PeakBlock:
     origin: str
     index: int | None = None  # its alloc's trace entry (None: allocated before the window)
     stage: str = ""  # the innermost record_function range open at its allocation
+    source: str = cat.FROM_RULES  # who named its category: torch, your regexes, the rules
 
 
 @dataclass
@@ -65,6 +66,7 @@ class GroupRow:
     function: str = ""
     frames: list[dict[str, Any]] = field(default_factory=list)  # the largest block's stack
     categories: str = ""  # a site's categories, largest first
+    source: str = ""  # where the group's blocks' categories came from (``source_label``)
 
 
 @dataclass
@@ -83,6 +85,9 @@ class PeakAnalysis:
     rules: list[tuple[str, str]] = field(default_factory=list)  # (category, why)
     #: by the record_function range each block was allocated in; [] when none recorded
     by_stage: list[GroupRow] = field(default_factory=list)
+    #: where the categories came from, in a few words and as the sentence views show
+    category_from: str = "inferred from stacks"
+    category_note: str = cat.INFERRED
 
     @property
     def known(self) -> bool:
@@ -90,17 +95,20 @@ class PeakAnalysis:
         return self.entry is not None or bool(self.blocks)
 
     def to_json(self) -> dict[str, Any]:
-        """The peak as plain data (bytes as integers; categories are inferred)."""
+        """The peak as plain data (bytes as integers; ``categories_from`` says who named
+        the categories, each category row's ``source`` the same for its blocks)."""
         def rows(groups: list[GroupRow]) -> list[dict[str, Any]]:
             return [{"name": r.name, "bytes": r.bytes, "blocks": r.count, "share": r.share,
-                     "function": r.function, "categories": r.categories} for r in groups]
+                     "function": r.function, "categories": r.categories, "source": r.source}
+                    for r in groups]
 
         t = self.trigger
         return {"peak_allocated": self.peak, "trace_entry": self.entry, "x": self.x,
                 "made_by": None if t is None else {"bytes": t.size, "site": t.site,
                                                    "function": t.function,
                                                    "category": t.category},
-                "categories_inferred": True, "by_category": rows(self.by_category),
+                "categories_inferred": self.category_from == "inferred from stacks",
+                "categories_from": self.category_from, "by_category": rows(self.by_category),
                 "by_site": rows(self.by_site), "by_stage": rows(self.by_stage),
                 "unattributed_bytes": self.unattributed,
                 "missing": list(self.missing)}
@@ -111,6 +119,7 @@ def _group(blocks: list[PeakBlock], peak: int, key: Callable[[PeakBlock], str],
     rows: dict[str, GroupRow] = {}
     biggest: dict[str, int] = {}
     cats: dict[str, dict[str, int]] = {}
+    sources: dict[str, set[str]] = {}
     for b in blocks:
         k = key(b)
         r = rows.get(k)
@@ -122,12 +131,14 @@ def _group(blocks: list[PeakBlock], peak: int, key: Callable[[PeakBlock], str],
             biggest[k], r.frames, r.function = b.size, b.frames, b.function
         c = cats.setdefault(k, {})
         c[b.category] = c.get(b.category, 0) + b.size
+        sources.setdefault(k, set()).add(b.source)
     if extra:
         rows[extra_name] = GroupRow(extra_name, extra, 0, 0.0)
     for k, r in rows.items():
         r.share = r.bytes / peak if peak else 0.0
         r.categories = ", ".join(n for n, _ in sorted(cats.get(k, {}).items(),
                                                       key=lambda x: -x[1]))
+        r.source = cat.source_label(sources[k]) if k in sources else ""
     return sorted(rows.values(), key=lambda r: (-r.bytes, r.name))
 
 
@@ -149,6 +160,34 @@ def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, 
 def _before(frames: list[dict[str, Any]], categorize: cat.Categorizer) -> str:
     """A block alive before the window: its category, or that it has no stack."""
     return categorize(frames) if frames else BEFORE_NO_STACK
+
+
+def _source(category: str, custom: list[tuple[str, re.Pattern[str]]] | None) -> str:
+    return cat.FROM_USER if any(category == n for n, _ in custom or ()) else cat.FROM_RULES
+
+
+def _name_sources(out: PeakAnalysis, custom: list[tuple[str, re.Pattern[str]]] | None,
+                  torch_error: str) -> None:
+    """Say where the peak's categories came from (label, sentence, hovers, and why torch's
+    memory profiler, when asked, gave none)."""
+    used = {b.source for b in out.blocks}
+    out.category_from = cat.source_label(used)
+    if cat.FROM_TORCH in used:
+        out.category_note = cat.FROM_TORCH_NOTE + (
+            " Blocks it did not name are inferred from their stack (torchlens rules)."
+            if cat.FROM_RULES in used else "")
+        # the hover of a category row: torch's word, and the rule where some blocks of
+        # that category were inferred (later entries win in the views' dict)
+        rule = dict(out.rules)
+        mixed = {b.category for b in out.blocks if b.source != cat.FROM_TORCH}
+        for name in dict.fromkeys(b.category for b in out.blocks if b.source == cat.FROM_TORCH):
+            why = "named by torch's memory profiler"
+            if name in mixed and name in rule:
+                why += f"; the blocks it did not track: {rule[name]}"
+            out.rules.append((name, why))
+    if torch_error:
+        out.missing.append(f"Categories were asked of torch's memory profiler (--categories "
+                           f"torch), but {torch_error}: they are inferred from stacks.")
 
 
 def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
@@ -187,9 +226,12 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                  *, block_size: Callable[[int], int] | None = None,
                  cells: CellNames | None = None,
                  custom: list[tuple[str, re.Pattern[str]]] | None = None,
-                 wrapped: bool = False, device: int = 0) -> PeakAnalysis:
+                 wrapped: bool = False, device: int = 0, torch_error: str = "") -> PeakAnalysis:
     """The peak of ``tl`` (built from ``trace`` with ``block_size``) and what made it;
-    by stage from the snapshot's ``external_annotations`` of ``device``."""
+    by stage from the snapshot's ``external_annotations`` of ``device``. An allocation
+    torch's memory profiler named (``torch_category``) has torch's category at the peak,
+    unless one of the user's ``custom`` categories matched it; ``torch_error``: why
+    torch's memory profiler, asked, named none."""
     counted = block_size or (lambda n: n)
     peak = tl.peak_allocated
     if not trace:
@@ -202,12 +244,18 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     raw = [(a.index, a.i_free, categorize(a.frames)) for a in tl.allocations]
     kinds = cat.by_lifetime(raw)
     blocks = []
+    t_peak = trace[entry].get("time_us", 0) if entry >= 0 else 0
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
         if a.index > entry:
             break
         if a.i_free is None or a.i_free > entry:
-            blocks.append(PeakBlock(counted(a.size), kinds.get(a.index, c), a.site, a.function,
-                                    a.frames, IN_WINDOW, a.index))
+            kind, source = kinds.get(a.index, c), _source(c, custom)
+            theirs = None if source == cat.FROM_USER else cat.torch_category_at(
+                trace[a.index], t_peak)
+            if theirs is not None:
+                kind, source = theirs, cat.FROM_TORCH
+            blocks.append(PeakBlock(counted(a.size), kind, a.site, a.function,
+                                    a.frames, IN_WINDOW, a.index, source=source))
     before = tl.start_allocated
     for i in tl.unknown_free_index:
         e = trace[i]
@@ -216,14 +264,17 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
             continue
         frames = e.get("frames") or []
         site, fn = site_of(frames)
-        blocks.append(PeakBlock(counted(e["size"]), _before(frames, categorize), site, fn, frames,
-                                FREED_LATER))
+        c = _before(frames, categorize)
+        blocks.append(PeakBlock(counted(e["size"]), c, site, fn, frames, FREED_LATER,
+                                source=_source(c, custom)))
     touched = {e["addr"] for e in trace if e["action"] in
                ("alloc", "free_requested", "free_completed", "free")}
     for b in _kept_blocks(snapshot, touched):
         frames = b.get("frames") or []
         site, fn = site_of(frames)
-        blocks.append(PeakBlock(int(b["size"]), _before(frames, categorize), site, fn, frames, KEPT))
+        c = _before(frames, categorize)
+        blocks.append(PeakBlock(int(b["size"]), c, site, fn, frames, KEPT,
+                                source=_source(c, custom)))
     unattributed = peak - sum(b.size for b in blocks)
     trigger = next((b for b in blocks if b.index == entry), None)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
@@ -236,6 +287,7 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                               "alive before the window (unattributed)"),
                        missing=_missing(trace, blocks, peak, unattributed, wrapped),
                        rules=rules)
+    _name_sources(out, custom, torch_error)
     ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
     why_not = stages.missing_line(ranges, skipped, tl.clock == "us")
     if why_not:

@@ -24,6 +24,7 @@ from typing import Any
 
 from torchlens.capture.environment import collect_environment
 from torchlens.capture.memory import cuda as cuda_memory
+from torchlens.capture.memory import torch_categories as tc
 from torchlens.capture.trace.native_output import quiet_native_noise
 from torchlens.model import GpumemPayload, MemoryOptions, Profile, error_record
 
@@ -55,6 +56,8 @@ class MemoryCapture:
         self.runs: list[tuple[int, int]] = []
         self._run_start = 0
         self._cuda = False
+        self._torch_prof: Any = None
+        self._categories_error = ""
 
     def mark_run(self) -> None:
         """Close one run of the body (for per-run growth) and open the next."""
@@ -69,6 +72,8 @@ class MemoryCapture:
         if self._cuda:
             self._stats_before = cuda_memory.memory_stats(opts.device)
             self._start_history()
+            if opts.categories == "torch":
+                self._start_torch_profiler()
         else:
             self._start_cpu()
         self._created = time.time()
@@ -99,11 +104,28 @@ class MemoryCapture:
             return
         self._history["user_recording"] = bool(user)
 
+    def _start_torch_profiler(self) -> None:
+        """On CUDA, torch's memory profiler runs beside the allocator history; if it cannot
+        start (another profiler is running), the categories are inferred and the view
+        says why."""
+        try:
+            self._torch_prof = tc.start_profiler()
+        except Exception as exc:  # noqa: BLE001 - any failure: inferred categories, one line
+            self._categories_error = (f"torch's profiler could not start "
+                                      f"({type(exc).__name__}: {str(exc)[:160]})")
+
+    def _torch_categories(self, prof: Any, trace: list[dict[str, Any]], device: str,
+                          tolerance_us: int) -> None:
+        recs, why = tc.records(prof)
+        if not why and not tc.annotate(trace, recs, device, tolerance_us):
+            why = "torch's memory profiler named none of the cell's allocations"
+        self._categories_error = why
+
     def _start_cpu(self) -> None:
         from torchlens.capture.memory.cpu import MemoryEvents, SiteRecorder
 
         self._stats_before = {}
-        self._prof = MemoryEvents()
+        self._prof = MemoryEvents(torch_categories=self.options.categories == "torch")
         self._recorder = SiteRecorder() if self.options.stacks > 0 else None
         # the profiler's start/stop lines and its "block of unknown size" warning
         # for every pre-cell tensor the cell frees are torch's, not the user's
@@ -142,7 +164,8 @@ class MemoryCapture:
                 measured_on="cuda" if self._cuda else "cpu", recorded=self.options,
                 stats_before=self._stats_before, stats_after=stats_after,
                 start_us=self._start_us, end_us=end_us, runs=list(self.runs),
-                capture_stop_s=time.perf_counter() - t0, **history),
+                capture_stop_s=time.perf_counter() - t0,
+                categories_error=self._categories_error, **history),
             created_at=self._created,
             wall_time_s=wall,
             source="gpumem capture" + ("" if self._cuda else " (CPU allocator events)"),
@@ -154,6 +177,8 @@ class MemoryCapture:
 
     def _stop_cuda(self) -> tuple[dict[str, Any], dict[str, Any]]:
         dev, h = self.options.device, self._history
+        if self._torch_prof is not None:
+            tc.stop_profiler(self._torch_prof)
         if not h.get("history", True):
             return dict(EMPTY_SNAPSHOT), cuda_memory.memory_stats(dev)
         try:
@@ -166,7 +191,11 @@ class MemoryCapture:
         h["history_entries"] = n = len(traces[dev]) if dev < len(traces) else 0
         # the user's buffer size is theirs and unknown here
         h["history_full"] = None if h.get("user_recording") else n >= self.options.max_entries
-        return _trim_snapshot(snap, self._start_us, self.options.stacks), stats_after
+        out = _trim_snapshot(snap, self._start_us, self.options.stacks)
+        if self._torch_prof is not None and dev < len(out["device_traces"]):
+            self._torch_categories(self._torch_prof, out["device_traces"][dev], f"cuda:{dev}",
+                                   tc.CUDA_TOLERANCE_US)
+        return out, stats_after
 
     def _stop_cpu(self) -> dict[str, Any]:
         from torchlens.capture.memory.cpu import device_trace_from_events
@@ -179,6 +208,8 @@ class MemoryCapture:
             self._quiet.__exit__(None, None, None)
         events, base_ns = self._prof.events()
         trace = device_trace_from_events(events, base_ns, self._recorder, self.options.stacks)
+        if self._prof.profiler is not None:
+            self._torch_categories(self._prof.profiler, trace, "cpu", tc.CPU_TOLERANCE_US)
         return {"segments": [], "device_traces": [trace], "allocator_settings": {},
                 "external_annotations": self._prof.annotations()}
 

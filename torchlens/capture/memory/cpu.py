@@ -160,12 +160,24 @@ class MemoryEvents:
     path, and the same allocations and frees are recorded.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, torch_categories: bool = False) -> None:
         self._prof: Any = None
         self._result: Any = None
         self._annotations: list[dict[str, Any]] = []
+        # the full profiler (every op, shapes, stacks), which _memory_profile needs
+        self._full = torch_categories
+
+    @property
+    def profiler(self) -> Any:
+        """The ``torch.profiler.profile`` when one ran (``torch_categories``), else None."""
+        return self._prof
 
     def __enter__(self) -> MemoryEvents:
+        if self._full:
+            from torchlens.capture.memory.torch_categories import start_profiler
+
+            self._prof = start_profiler()
+            return self
         try:
             from torch._C._profiler import RecordScope, _ExperimentalConfig
             from torch.autograd import (

@@ -63,8 +63,9 @@ def text_report(profile: Profile, d: dict[str, Any]) -> str:
     for what in ("categories", "sites"):
         changed = [r for r in _ordered(d[what]) if r["status"] not in ("same", "small")]
         if changed:
-            lines.append("alive at the peak by " + ("category (inferred from stacks):"
-                                                    if what == "categories" else "site:"))
+            lines.append("alive at the peak by " + (
+                f"category ({d.get('category_from', 'inferred from stacks')}):"
+                if what == "categories" else "site:"))
         for r in changed[:10]:
             lines.append(f"  {r['status']:<8} {tables.shorten(r['name'], 60)}: "
                          f"{format_bytes(r['a_bytes'])} -> {format_bytes(r['b_bytes'])}")
@@ -126,7 +127,7 @@ def report_parts(profile: Profile, d: dict[str, Any],
         out.append(section("Timelines", html.figure_slot(len(figures) - 1), "timelines"))
     if d["categories"]:
         out.append(section("Alive at the peak by category",
-                           html.join([html.note(INFERRED), _table(d["categories"],
+                           html.join([html.note(d.get("category_note", INFERRED)), _table(d["categories"],
                                                                   "categories", ROWS[:-1])]),
                            "categories"))
     if d["sites"]:

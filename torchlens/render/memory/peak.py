@@ -11,7 +11,6 @@ from typing import Any
 from markupsafe import Markup
 
 from torchlens.analysis.frames import frame_label
-from torchlens.analysis.memory.categories import INFERRED
 from torchlens.analysis.memory.peak import GroupRow, PeakAnalysis
 from torchlens.model.units import (
     format_bytes,
@@ -58,7 +57,8 @@ def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> 
     return html.render(
         "peak.html.j2",
         summary=[("peak allocated", format_bytes(pk.peak)), ("when", when_text(pk, clock))],
-        trigger=trigger, missing=pk.missing, inferred=INFERRED,
+        trigger=trigger, missing=pk.missing, inferred=pk.category_note,
+        category_from=pk.category_from,
         categories=[_row(r, cells, why) for r in pk.by_category],
         stages=[_row(r, cells, why) for r in pk.by_stage],
         sites=[_row(r, cells, why) for r in pk.by_site[:top]])
@@ -71,7 +71,7 @@ def peak_lines(pk: PeakAnalysis, clock: str, top: int) -> list[str]:
         t = pk.trigger
         lines.append(f"  made by {format_bytes(t.size)} at {t.site} ({t.category})")
     if pk.by_category:
-        lines.append("  alive at the peak by category (inferred from stacks):")
+        lines.append(f"  alive at the peak by category ({pk.category_from}):")
         lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
                   for r in pk.by_category]
         lines.append("  alive at the peak by site:")
