@@ -1,0 +1,129 @@
+"""Allocated memory over time split by category: the stacked timeline (pure, no torch).
+
+Every point of the stack is a point of the plain timeline (``MemoryTimeline``),
+and its categories add up to that point's ``allocated`` exactly: each event's
+change of allocated bytes is booked to the category of the block it allocates
+or frees (``PeakAnalysis.entry_categories``, the same categories the peak
+section lists), never re-derived from sizes. So the rounding of a snapshot's
+blocks, a wrapped history's base and the CPU capture's inferred start all
+carry over unchanged. The start is split the way the peak splits memory alive
+before the window: blocks the trace frees later (by their free's stack),
+blocks the segments still hold and the trace never touches, and the rest,
+unattributed (which may be negative when the segments name more than the
+start held).
+
+A big trace is thinned to at most ``max_points`` points by keeping, per
+bucket, the points of least and most allocated (``kept_points``), plus the
+first, the last and the peak: a kept point keeps its exact figures, so the
+peak is drawn at its exact height and every drawn stack still adds up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchlens.analysis.memory import categories as cat
+from torchlens.analysis.memory.peak import KEPT, UNATTRIBUTED, PeakAnalysis
+from torchlens.analysis.memory.timeline import MemoryTimeline
+
+MAX_POINTS = 4000
+
+#: memory alive before the window: below the window's own categories, not known last
+_BEFORE_ORDER = ("alive before the window (no stack)", UNATTRIBUTED)
+
+
+@dataclass
+class CategorySeries:
+    """Allocated bytes per category at each kept point of a timeline (bottom of the
+    stack first). Point 0 is the window's start (x 0); ``x`` is in the timeline's
+    ``t_us`` units (``clock``)."""
+
+    names: list[str]
+    x: list[int]
+    bytes: dict[str, list[int]]
+    total: list[int]  # the timeline's allocated at each point: the stack's sum
+    reserved: list[int]
+    peak_point: int  # the kept point at the peak (the timeline's first point at it)
+    events: int  # the timeline's points before thinning (the start included)
+    clock: str = "us"
+    inferred: bool = True  # categories come from stacks (``categories.INFERRED``)
+    #: bytes per category at the start (memory alive before the window)
+    start: dict[str, int] = field(default_factory=dict)
+
+    def at(self, point: int) -> dict[str, int]:
+        """Bytes per category at one kept point."""
+        return {n: self.bytes[n][point] for n in self.names}
+
+
+def kept_points(values: list[int], max_points: int, must: tuple[int, ...] = ()) -> list[int]:
+    """Sorted indices of at most about ``max_points`` points of ``values``: per bucket
+    its least and greatest, the first and last point and ``must`` (a few more)."""
+    n = len(values)
+    if n <= max_points:
+        return list(range(n))
+    bucket = -(-n // max(1, max_points // 2))
+    keep = {0, n - 1, *(i for i in must if 0 <= i < n)}
+    for start in range(0, n, bucket):
+        chunk = range(start, min(n, start + bucket))
+        keep.add(min(chunk, key=values.__getitem__))
+        keep.add(max(chunk, key=values.__getitem__))
+    return sorted(keep)
+
+
+def _order(names: set[str]) -> list[str]:
+    """Stacking order: the user's own categories, torchlens' in ``categories.ORDER``,
+    then memory alive before the window."""
+    known = [n for n in cat.ORDER if n in names]
+    before = [n for n in _BEFORE_ORDER if n in names]
+    custom = sorted(names - set(known) - set(before))
+    return custom + known + before
+
+
+def category_series(tl: MemoryTimeline, pk: PeakAnalysis,
+                    max_points: int = MAX_POINTS) -> CategorySeries | None:
+    """The stacked timeline of ``tl`` in ``pk``'s categories; None without events
+    (no history: there is nothing to split)."""
+    if not tl.index or not pk.entry_categories:
+        return None
+    allocated = [tl.start_allocated, *tl.allocated]
+    reserved = [tl.start_reserved, *tl.reserved]
+    # the peak section's moment: the first event at the peak, the start only when no
+    # event reaches it
+    peak = max(allocated)
+    peak_point = tl.allocated.index(peak) + 1 if peak in tl.allocated else 0
+    keep = kept_points(allocated, max_points, (peak_point,))
+    entry_cat = pk.entry_categories
+    # what each event changes: the timeline's own step, booked to its block's category
+    deltas: list[tuple[int, str]] = []
+    freed_before: dict[str, int] = {}
+    unknown = set(tl.unknown_free_index)
+    for j, i in enumerate(tl.index, start=1):
+        d = allocated[j] - allocated[j - 1]
+        if not d:
+            continue
+        name = entry_cat.get(i, UNATTRIBUTED)
+        deltas.append((j, name))
+        if i in unknown:  # alive at the start, freed here
+            freed_before[name] = freed_before.get(name, 0) - d
+    start: dict[str, int] = dict(freed_before)
+    for b in pk.blocks:
+        if b.origin == KEPT:
+            start[b.category] = start.get(b.category, 0) + b.size
+    rest = tl.start_allocated - sum(start.values())
+    if rest:
+        start[UNATTRIBUTED] = start.get(UNATTRIBUTED, 0) + rest
+    names = _order({n for _, n in deltas} | {n for n, v in start.items() if v})
+    series: dict[str, list[int]] = {n: [] for n in names}
+    level = {n: start.get(n, 0) for n in names}
+    k = 0  # next event of ``deltas``
+    for p in keep:
+        while k < len(deltas) and deltas[k][0] <= p:
+            j, name = deltas[k]
+            level[name] += allocated[j] - allocated[j - 1]
+            k += 1
+        for n in names:
+            series[n].append(level[n])
+    x = [0, *tl.t_us]
+    return CategorySeries(names, [x[i] for i in keep], series, [allocated[i] for i in keep],
+                          [reserved[i] for i in keep], keep.index(peak_point), len(allocated),
+                          tl.clock, start=start)
