@@ -5,13 +5,18 @@ is thinned to a bounded number of points without losing the peak."""
 
 from __future__ import annotations
 
+import html
 import pickle
+import re
+from html import unescape
 
 import pytest
 from gpumem_fixtures import SNAPSHOT_FILES
 
 from torchlens.analysis.memory.timeline_categories import MAX_POINTS
 from torchlens.frontends.api import load_gpumem
+from torchlens.frontends.kinds import report_html
+from torchlens.render.memory.timeline import timeline_figure
 
 MODULE = {"filename": "/x/site-packages/torch/nn/modules/module.py", "name": "_call_impl",
           "line": 1}
@@ -98,3 +103,49 @@ def test_big_trace_is_thinned_but_keeps_its_peak(tmp_path):
     assert len(s.x) <= MAX_POINTS + 3
     _check(a)
     assert s.x[-1] == a.timeline.t_us[-1] and s.total[-1] == a.timeline.end_allocated
+
+
+def _report(tmp_path, categories=None):
+    path = tmp_path / "small.pickle"
+    path.write_bytes(pickle.dumps(_snapshot(6)))
+    r = load_gpumem(str(path))
+    if categories:
+        r.set_categories(categories)
+    a = r.analysis()
+    return a, report_html(r.profile, a), timeline_figure(a)
+
+
+def _areas(fig) -> dict[str, str]:
+    """legend label -> fill colour of the stacked areas"""
+    out = {}
+    for item in fig.legend[0].items:
+        for g in item.renderers:
+            if type(g.glyph).__name__ == "VAreaStep":
+                out[item.label.value] = g.glyph.fill_color
+    return out
+
+
+def test_report_draws_the_stack_with_a_legend_naming_each_category(tmp_path):
+    a, page, fig = _report(tmp_path)
+    names = a.category_timeline.names
+    assert {"parameter", "optimizer state", "activation", "backward temporary"} <= set(names)
+    areas = _areas(fig)
+    assert list(areas) == names  # one legend entry per category, in stacking order
+    assert len(set(areas.values())) == len(names)  # one colour each
+    assert "inferred" in fig.title.text
+    for n in names:
+        assert html.escape(n) in page
+    # one word, one colour: the peak section's swatch of a category is its area's colour
+    swatches = dict((unescape(n), c) for c, n in re.findall(
+        r'class="swatch" style="[^"]*background:(#[0-9A-Fa-f]{6})"></span>([^<]+)</td>', page))
+    assert swatches and all(areas[n] == c for n, c in swatches.items())
+
+
+def test_a_category_named_like_markup_is_escaped(tmp_path):
+    evil = "<script>alert(1)</script>"
+    _a, calm, _f = _report(tmp_path, {"mine": r"train\.py"})
+    a, page, fig = _report(tmp_path, {evil: r"train\.py"})
+    assert evil in a.category_timeline.names and evil in _areas(fig)
+    assert evil not in page and "alert(1)" in page
+    assert page.count("<script") == calm.count("<script")
+    assert html.escape(evil) in page  # the peak table names it, as text

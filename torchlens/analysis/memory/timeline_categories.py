@@ -28,7 +28,7 @@ from torchlens.analysis.memory.timeline import MemoryTimeline
 
 MAX_POINTS = 4000
 
-#: memory alive before the window: below the window's own categories, not known last
+#: memory alive before the window: the floor of the stack, under the window's own
 _BEFORE_ORDER = ("alive before the window (no stack)", UNATTRIBUTED)
 
 
@@ -71,12 +71,13 @@ def kept_points(values: list[int], max_points: int, must: tuple[int, ...] = ()) 
 
 
 def _order(names: set[str]) -> list[str]:
-    """Stacking order: the user's own categories, torchlens' in ``categories.ORDER``,
-    then memory alive before the window."""
+    """Stacking order, bottom first: memory alive before the window (constant or falling,
+    a floor the window's memory stands on), the user's own categories, then torchlens'
+    in ``categories.ORDER`` (parameters low, the unknown ones on top)."""
     known = [n for n in cat.ORDER if n in names]
     before = [n for n in _BEFORE_ORDER if n in names]
     custom = sorted(names - set(known) - set(before))
-    return custom + known + before
+    return before + custom + known
 
 
 def category_series(tl: MemoryTimeline, pk: PeakAnalysis,
