@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from torchlens.analysis.memory import categories as cat
 from torchlens.analysis.memory.peak import KEPT, UNATTRIBUTED, PeakAnalysis
 from torchlens.analysis.memory.timeline import MemoryTimeline
@@ -62,12 +64,15 @@ def kept_points(values: list[int], max_points: int, must: tuple[int, ...] = ()) 
     if n <= max_points:
         return list(range(n))
     bucket = -(-n // max(1, max_points // 2))
+    # buckets as rows; the last row padded with the last value (argmin/argmax take the
+    # first of equals, so a pad is never picked over the real point it copies)
+    v = np.asarray(values, dtype=np.int64)
+    rows = np.concatenate([v, np.full(-n % bucket, v[-1])]).reshape(-1, bucket)
+    base = np.arange(rows.shape[0]) * bucket
     keep = {0, n - 1, *(i for i in must if 0 <= i < n)}
-    for start in range(0, n, bucket):
-        chunk = range(start, min(n, start + bucket))
-        keep.add(min(chunk, key=values.__getitem__))
-        keep.add(max(chunk, key=values.__getitem__))
-    return sorted(keep)
+    keep.update((base + rows.argmin(axis=1)).tolist())
+    keep.update((base + rows.argmax(axis=1)).tolist())
+    return sorted(i for i in keep if i < n)
 
 
 def _order(names: set[str]) -> list[str]:
@@ -93,37 +98,38 @@ def category_series(tl: MemoryTimeline, pk: PeakAnalysis,
     peak = max(allocated)
     peak_point = tl.allocated.index(peak) + 1 if peak in tl.allocated else 0
     keep = kept_points(allocated, max_points, (peak_point,))
-    entry_cat = pk.entry_categories
     # what each event changes: the timeline's own step, booked to its block's category
-    deltas: list[tuple[int, str]] = []
-    freed_before: dict[str, int] = {}
-    unknown = set(tl.unknown_free_index)
-    for j, i in enumerate(tl.index, start=1):
-        d = allocated[j] - allocated[j - 1]
-        if not d:
-            continue
-        name = entry_cat.get(i, UNATTRIBUTED)
-        deltas.append((j, name))
-        if i in unknown:  # alive at the start, freed here
-            freed_before[name] = freed_before.get(name, 0) - d
-    start: dict[str, int] = dict(freed_before)
+    step = np.diff(np.asarray(allocated, dtype=np.int64))  # step[j - 1]: point j's change
+    # each event's category as a code, looked up by trace entry in one array (a big
+    # trace has a million events: no Python work per event)
+    entry_cat = pk.entry_categories
+    labels = sorted(set(entry_cat.values()) | {UNATTRIBUTED})
+    code = {n: k for k, n in enumerate(labels)}
+    index = np.asarray(tl.index, dtype=np.int64)
+    keys = np.fromiter(entry_cat, dtype=np.int64, count=len(entry_cat))
+    lut = np.full(int(max(index.max(), keys.max())) + 1, code[UNATTRIBUTED], dtype=np.int64)
+    lut[keys] = np.fromiter(map(code.__getitem__, entry_cat.values()), dtype=np.int64,
+                            count=len(entry_cat))
+    event = lut[index]  # event[j - 1]: point j's category
+    start: dict[str, int] = {}
+    # blocks alive at the start and freed in the window (each such free is a point)
+    for j in np.searchsorted(index, tl.unknown_free_index).tolist():
+        name = labels[event[j]]
+        start[name] = start.get(name, 0) - int(step[j])
     for b in pk.blocks:
         if b.origin == KEPT:
             start[b.category] = start.get(b.category, 0) + b.size
     rest = tl.start_allocated - sum(start.values())
     if rest:
         start[UNATTRIBUTED] = start.get(UNATTRIBUTED, 0) + rest
-    names = _order({n for _, n in deltas} | {n for n, v in start.items() if v})
-    series: dict[str, list[int]] = {n: [] for n in names}
-    level = {n: start.get(n, 0) for n in names}
-    k = 0  # next event of ``deltas``
-    for p in keep:
-        while k < len(deltas) and deltas[k][0] <= p:
-            j, name = deltas[k]
-            level[name] += allocated[j] - allocated[j - 1]
-            k += 1
-        for n in names:
-            series[n].append(level[n])
+    moved = {labels[k] for k in np.unique(event[step != 0]).tolist()}
+    names = _order(moved | {n for n, v in start.items() if v})
+    at = np.asarray(keep, dtype=np.int64)
+    series: dict[str, list[int]] = {}
+    for n in names:
+        # the category's level at point p: its start plus its events' steps up to p
+        level = np.concatenate([[0], np.cumsum(np.where(event == code.get(n, -1), step, 0))])
+        series[n] = (start.get(n, 0) + level[at]).tolist()
     x = [0, *tl.t_us]
     return CategorySeries(names, [x[i] for i in keep], series, [allocated[i] for i in keep],
                           [reserved[i] for i in keep], keep.index(peak_point), len(allocated),

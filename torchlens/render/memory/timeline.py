@@ -61,7 +61,8 @@ def _stack(p: Any, s: CategorySeries, ms: list[float], cut: int, custom: list[st
                          fill_alpha=alpha, legend_label=name)
     top = ColumnDataSource({**data, "total": (np.asarray(s.total, dtype=np.float64) / MIB).astype(np.float32)})
     line = p.line("x", "total", source=top, line_alpha=0.0)
-    tips = [("allocated", "@total{0,0.0} MiB")]
+    at = "@x{0,0.000} ms" if s.clock == "us" else "trace entry @x{0,0}"
+    tips = [("at", at), ("allocated", "@total{0,0.0} MiB")]
     # listed top of the stack first, as the areas lie on screen
     tips += [(name, f"@c{k}{{0,0.0}} MiB") for k, name in reversed(list(enumerate(s.names)))]
     p.add_tools(HoverTool(renderers=[line], mode="vline", tooltips=tips))
