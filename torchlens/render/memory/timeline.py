@@ -22,7 +22,6 @@ from torchlens.analysis.frames import frame_label
 from torchlens.analysis.memory.analyze import MemoryAnalysis
 from torchlens.analysis.memory.oom import OomDiagnosis
 from torchlens.analysis.memory.timeline import biggest_allocations, decimate
-from torchlens.analysis.memory.timeline_categories import CategorySeries
 from torchlens.model.units import format_bytes, format_duration
 from torchlens.render.legend import legend_below
 from torchlens.render.memory.colours import colour_of, custom_names
@@ -42,29 +41,31 @@ def _stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = Non
     return " <- ".join(f"{f.get('name', '')} ({frame_label(f, cells)})" for f in frames[:n])
 
 
-def _stack(p: Any, s: CategorySeries, ms: list[float], cut: int, custom: list[str]) -> None:
-    """The categories as stacked step areas (bottom first), faded past ``cut``; an
-    invisible line along the top carries the hover that names each category's bytes."""
+def _stack(p: Any, names: list[str], levels: dict[str, list[int]], total: list[int],
+           ms: list[float], cut: int, clock: str, custom: list[str]) -> None:
+    """The categories as stacked step areas (bottom first), faded from point ``cut`` on;
+    an invisible line along the top carries the hover that names each category's bytes."""
     # float32 halves the page (a 4,000-point stack of ten categories); MiB to 0.01 at 50 GiB
-    cols = {f"c{k}": (np.asarray(s.bytes[n], dtype=np.float64) / MIB).astype(np.float32)
-            for k, n in enumerate(s.names)}
+    cols = {f"c{k}": (np.asarray(levels[n], dtype=np.float64) / MIB).astype(np.float32)
+            for k, n in enumerate(names)}
     data = {"x": np.asarray(ms, dtype=np.float64), **cols}
     fields = list(cols)
-    parts = [(slice(0, cut), 0.9)]
+    parts = [(slice(0, cut + 1), 0.9)]
     if cut < len(ms):
-        parts.append((slice(cut - 1, len(ms)), 0.3))
+        parts.append((slice(cut, len(ms)), 0.3))
     for part, alpha in parts:
         src = ColumnDataSource({k: v[part] for k, v in data.items()})
-        for k, name in enumerate(s.names):
+        for k, name in enumerate(names):
             p.varea_step(x="x", y1=stack(*fields[:k]) if k else 0, y2=stack(*fields[:k + 1]),
                          step_mode="after", source=src, fill_color=colour_of(name, custom),
                          fill_alpha=alpha, legend_label=name)
-    top = ColumnDataSource({**data, "total": (np.asarray(s.total, dtype=np.float64) / MIB).astype(np.float32)})
+    top = ColumnDataSource({**data, "total": (np.asarray(total, dtype=np.float64) / MIB)
+                            .astype(np.float32)})
     line = p.line("x", "total", source=top, line_alpha=0.0)
-    at = "@x{0,0.000} ms" if s.clock == "us" else "trace entry @x{0,0}"
+    at = "@x{0,0.000} ms" if clock == "us" else "trace entry @x{0,0}"
     tips = [("at", at), ("allocated", "@total{0,0.0} MiB")]
     # listed top of the stack first, as the areas lie on screen
-    tips += [(name, f"@c{k}{{0,0.0}} MiB") for k, name in reversed(list(enumerate(s.names)))]
+    tips += [(name, f"@c{k}{{0,0.0}} MiB") for k, name in reversed(list(enumerate(names)))]
     p.add_tools(HoverTool(renderers=[line], mode="vline", tooltips=tips))
 
 
@@ -79,7 +80,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     scale = 1000 if timed else 1
     s = a.category_timeline
     if s is not None:
-        t, alloc, res = s.x, s.total, s.reserved
+        t, alloc, res = list(s.x), list(s.total), list(s.reserved)
     else:
         t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
         # the state at the start comes first, so a cell that begins by freeing starts high
@@ -100,17 +101,24 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     # model's reserved memory ends there and what the CPU went on to allocate is
     # drawn faded, not above a reserved line it could never have fit under.
     cut = len(ms)
+    levels = {n: list(v) for n, v in s.bytes.items()} if s is not None else {}
     if d is not None and a.oom_x is not None and a.measured_on == "cpu":
         cut = next((i for i, x in enumerate(t) if x >= a.oom_x), len(t))
+        if 0 < cut < len(t):
+            # a point at the OOM holding the levels before it: the solid part ends there,
+            # the faded part starts there
+            ms.insert(cut, a.oom_x / scale)
+            for series in (alloc, res, *levels.values()):
+                series.insert(cut, series[cut - 1])
     custom = custom_names(a.peak.rules) if a.peak is not None else []
     if s is not None:
-        _stack(p, s, ms, cut, custom)
-    p.step(ms[:cut], [x / MIB for x in res[:cut]], mode="after", color=RESERVED, line_width=1.5,
-           line_dash="dashed", legend_label=f"reserved ({a.reserved_source})")
-    p.step(ms[:cut], [x / MIB for x in alloc[:cut]], mode="after", color=ALLOCATED,
+        _stack(p, s.names, levels, alloc, ms, cut, s.clock, custom)
+    p.step(ms[:cut + 1], [x / MIB for x in res[:cut + 1]], mode="after", color=RESERVED,
+           line_width=1.5, line_dash="dashed", legend_label=f"reserved ({a.reserved_source})")
+    p.step(ms[:cut + 1], [x / MIB for x in alloc[:cut + 1]], mode="after", color=ALLOCATED,
            line_width=1.5 if s is not None else 2, legend_label="allocated")
     if cut < len(ms):
-        p.step(ms[cut - 1:], [x / MIB for x in alloc[cut - 1:]], mode="after", color=ALLOCATED,
+        p.step(ms[cut:], [x / MIB for x in alloc[cut:]], mode="after", color=ALLOCATED,
                alpha=0.3, line_width=2, legend_label="allocated after the simulated OOM (on a GPU "
                "the cell would have raised)")
     if d is not None and a.oom_x is not None:
