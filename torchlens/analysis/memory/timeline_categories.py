@@ -32,6 +32,11 @@ MAX_POINTS = 4000
 
 #: memory alive before the window: the floor of the stack, under the window's own
 _BEFORE_ORDER = ("alive before the window (no stack)", UNATTRIBUTED)
+#: torchlens' categories, longest-lived lowest: parameters and optimizer state stay flat
+#: while gradients come and go each step above them (the table order puts gradients
+#: second, which would lift the optimizer state every time they appear)
+STACK_ORDER = (cat.PARAMETER, cat.OPTIMIZER, cat.GRADIENT, cat.ACTIVATION, cat.BACKWARD,
+               cat.OPTIMIZER_TEMP, cat.INPUT, cat.UNKNOWN, cat.NO_STACK)
 
 
 @dataclass
@@ -78,8 +83,9 @@ def kept_points(values: list[int], max_points: int, must: tuple[int, ...] = ()) 
 def _order(names: set[str]) -> list[str]:
     """Stacking order, bottom first: memory alive before the window (constant or falling,
     a floor the window's memory stands on), the user's own categories, then torchlens'
-    in ``categories.ORDER`` (parameters low, the unknown ones on top)."""
-    known = [n for n in cat.ORDER if n in names]
+    in ``STACK_ORDER`` (parameters low, the unknown ones on top)."""
+    order = STACK_ORDER + tuple(n for n in cat.ORDER if n not in STACK_ORDER)
+    known = [n for n in order if n in names]
     before = [n for n in _BEFORE_ORDER if n in names]
     custom = sorted(names - set(known) - set(before))
     return before + custom + known
