@@ -28,6 +28,10 @@ from torchlens.analysis.memory.timeline import (
     top_sites,
     x_of,
 )
+from torchlens.analysis.memory.timeline_categories import (
+    CategorySeries,
+    category_series,
+)
 from torchlens.analysis.memory.what_if import ModelRun, compare, real_figures, run_model
 from torchlens.model import GpumemPayload, Profile
 from torchlens.model.units import format_bytes
@@ -65,6 +69,8 @@ class MemoryAnalysis:
     segments_measured: bool = True
     #: what was alive at the peak (``analysis.memory.peak``), by inferred category and site
     peak: PeakAnalysis | None = None
+    #: allocated bytes over time by the peak's categories (None: no history)
+    category_timeline: CategorySeries | None = None
 
     @property
     def scope(self) -> str:
@@ -199,6 +205,7 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) ->
                            wrapped=p.history_full, device=view.device,
                            torch_error=p.categories_error)
               if p.history else no_history(tl.peak_allocated))
+    a.category_timeline = category_series(tl, a.peak)
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:
         a.unusable_for_largest = (biggest, fragmentation.unusable_free_share(frag_snap, biggest))

@@ -38,6 +38,8 @@ IN_WINDOW, FREED_LATER, KEPT = "allocated in the window", "alive before, freed l
     "alive before and at the end"
 #: a block alive before the window with no stack (often what the model was built with)
 BEFORE_NO_STACK = "alive before the window (no stack)"
+#: memory alive before the window that no block names
+UNATTRIBUTED = "alive before the window (unattributed)"
 
 
 @dataclass
@@ -88,6 +90,9 @@ class PeakAnalysis:
     #: where the categories came from, in a few words and as the sentence views show
     category_from: str = "inferred from stacks"
     category_note: str = cat.INFERRED
+    #: trace entry of every alloc, free and free of a block from before the window ->
+    #: the block's category (the stacked timeline, ``timeline_categories``)
+    entry_categories: dict[int, str] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -243,6 +248,11 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     categorize, site_of = cat.Categorizer(custom), SiteMemo(cells)
     raw = [(a.index, a.i_free, categorize(a.frames)) for a in tl.allocations]
     kinds = cat.by_lifetime(raw)
+    entry_categories: dict[int, str] = {}
+    for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
+        entry_categories[a.index] = kinds.get(a.index, c)
+        if a.i_free is not None:
+            entry_categories[a.i_free] = entry_categories[a.index]
     blocks = []
     t_peak = trace[entry].get("time_us", 0) if entry >= 0 else 0
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
@@ -254,17 +264,22 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                 trace[a.index], t_peak)
             if theirs is not None:
                 kind, source = theirs, cat.FROM_TORCH
+                # the stacked timeline draws the block as the peak names it
+                entry_categories[a.index] = kind
+                if a.i_free is not None:
+                    entry_categories[a.i_free] = kind
             blocks.append(PeakBlock(counted(a.size), kind, a.site, a.function,
                                     a.frames, IN_WINDOW, a.index, source=source))
     before = tl.start_allocated
     for i in tl.unknown_free_index:
         e = trace[i]
+        frames = e.get("frames") or []
+        entry_categories[i] = _before(frames, categorize)
         if i <= entry:
             before -= counted(e["size"])
             continue
-        frames = e.get("frames") or []
         site, fn = site_of(frames)
-        c = _before(frames, categorize)
+        c = entry_categories[i]
         blocks.append(PeakBlock(counted(e["size"]), c, site, fn, frames, FREED_LATER,
                                 source=_source(c, custom)))
     touched = {e["addr"] for e in trace if e["action"] in
@@ -282,11 +297,11 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     out = PeakAnalysis(peak, entry if j is not None else None, tl.t_us[j] if j is not None
                        else 0, trigger, blocks, unattributed,
                        _group(blocks, peak, lambda b: b.category, unattributed,
-                              "alive before the window (unattributed)"),
+                              UNATTRIBUTED),
                        _group(blocks, peak, lambda b: b.site, unattributed,
-                              "alive before the window (unattributed)"),
+                              UNATTRIBUTED),
                        missing=_missing(trace, blocks, peak, unattributed, wrapped),
-                       rules=rules)
+                       rules=rules, entry_categories=entry_categories)
     _name_sources(out, custom, torch_error)
     ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
     why_not = stages.missing_line(ranges, skipped, tl.clock == "us")
@@ -300,7 +315,7 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
         for b in blocks:
             b.stage = b.stage or stages.BEFORE
         out.by_stage = _group(blocks, peak, lambda b: b.stage, unattributed,
-                              "alive before the window (unattributed)")
+                              UNATTRIBUTED)
     if known_peak_only:
         out.missing.insert(0, f"The peak {format_bytes(peak)} comes from memory_stats, not "
                               "from the history: what was alive then is missing.")

@@ -28,7 +28,8 @@ from torchlens.render.tables import Column
 MAX_ROWS = 100
 MIB = 1024 * 1024
 ORDER = ("added", "removed", "grew", "shrank", "small", "same")
-COLORS = {"a": "#0072B2", "b": "#D55E00"}
+# A and B are not categories: neither takes a category's hue (render.memory.colours)
+COLORS = {"a": "#444444", "b": "#D55E00"}
 
 CHANGE = [Column("delta", "change", lambda v: format_bytes(v, signed=True)),
           Column("delta_pct", "change %", lambda v: format_percent(v, signed=True))]

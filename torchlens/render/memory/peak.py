@@ -19,6 +19,7 @@ from torchlens.model.units import (
     format_percent,
 )
 from torchlens.render import html
+from torchlens.render.memory.colours import colour_of, custom_names
 
 
 def stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
@@ -40,8 +41,9 @@ def when_text(pk: PeakAnalysis, clock: str) -> str:
     return f"{at} (trace entry {pk.entry:,})" if clock == "us" else at
 
 
-def _row(r: GroupRow, cells: dict[str, int], why: dict[str, str]) -> dict[str, Any]:
-    return {"name": r.name, "bytes": r.bytes, "size": format_bytes(r.bytes), "share": r.share,
+def _row(r: GroupRow, cells: dict[str, int], why: dict[str, str],
+         custom: list[str] | None = None) -> dict[str, Any]:
+    return {"name": r.name, "colour": colour_of(r.name, custom or ()), "bytes": r.bytes, "size": format_bytes(r.bytes), "share": r.share,
             "pct": format_percent(100 * r.share), "count": r.count,
             "count_text": format_count(r.count), "function": r.function,
             "categories": r.categories, "stack": stack_text(r.frames, cells),
@@ -50,6 +52,8 @@ def _row(r: GroupRow, cells: dict[str, int], why: dict[str, str]) -> dict[str, A
 
 def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> Markup:
     why = dict(pk.rules)
+    custom = custom_names(pk.rules)
+    categories = [_row(r, cells, why, custom) for r in pk.by_category]
     trig = pk.trigger
     trigger = None if trig is None else {
         "size": format_bytes(trig.size), "site": trig.site, "category": trig.category,
@@ -59,7 +63,7 @@ def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> 
         summary=[("peak allocated", format_bytes(pk.peak)), ("when", when_text(pk, clock))],
         trigger=trigger, missing=pk.missing, inferred=pk.category_note,
         category_from=pk.category_from,
-        categories=[_row(r, cells, why) for r in pk.by_category],
+        categories=categories, bar=[c for c in categories if c["share"] > 0],
         stages=[_row(r, cells, why) for r in pk.by_stage],
         sites=[_row(r, cells, why) for r in pk.by_site[:top]])
 

@@ -4,7 +4,7 @@ Draws only a ``MemoryAnalysis`` (``analysis.memory``); computes nothing itself. 
 came from a trace (file names, function names, the error text) is escaped:
 the HTML comes from autoescaped templates (``render.html``), and Bokeh hover
 fields are plain ``@field`` references, which BokehJS shows as text. Big traces
-are decimated (``memory_timeline.decimate``, per-bucket min and max, so peaks
+are thinned (``render.memory.timeline``: kept points are exact, so peaks
 survive) and the segment map draws at most ``MAX_SEGMENTS`` segments, saying so.
 """
 
@@ -16,40 +16,32 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 from markupsafe import Markup
 
-from torchlens.analysis.frames import frame_label
 from torchlens.analysis.memory import leaks
 from torchlens.analysis.memory.analyze import MemoryAnalysis
 from torchlens.analysis.memory.oom import OomDiagnosis
-from torchlens.analysis.memory.timeline import biggest_allocations, decimate
 from torchlens.model import Profile
 from torchlens.model.units import (
     format_bytes,
     format_count,
-    format_duration,
     format_percent,
 )
 from torchlens.render import html, tables
 from torchlens.render.findings import figure_text, finding_html, finding_text
-from torchlens.render.legend import legend_below
 from torchlens.render.memory.peak import peak_html, peak_lines
+from torchlens.render.memory.timeline import timeline_figure
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
-MAX_POINTS = 4000  # timeline points per series after decimation
-MAX_MARKED = 12  # biggest allocations marked on the timeline
 MAX_SEGMENTS = 200  # segments drawn in the block map
 SEGMENT_FRAME_PX = 100  # the block map's title, x axis and borders
 SEGMENT_ROW_PX = 16  # and its height per segment (down to 3 px past 37 segments)
 MIB = 1024 * 1024
-STATE_COLORS = {"active_allocated": "#0072B2", "inactive": "#cccccc",
-                "active_pending_free": "#E69F00"}
+# not the memory categories' hues (render.memory.colours): "allocated" is the timeline's
+# dark allocated line, in flight the one hue no category takes
+STATE_COLORS = {"active_allocated": "#444444", "inactive": "#cccccc",
+                "active_pending_free": "#D55E00"}
 STATE_NAMES = {"active_allocated": "allocated", "inactive": "cached free",
                "active_pending_free": "in flight (freed, stream still using it)"}
-
-
-def _stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
-                n: int = 8) -> str:
-    return " <- ".join(f"{f.get('name', '')} ({frame_label(f, cells)})" for f in frames[:n])
 
 
 def summary_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
@@ -109,88 +101,6 @@ def diagnosis_html(d: OomDiagnosis) -> Markup:
                        rows=diagnosis_rows(d))
 
 
-def timeline_figure(a: MemoryAnalysis) -> Any:
-    """Allocated and reserved over the cell or window (ms, or trace entries when the
-    trace has no times), the biggest allocations marked."""
-    tl = a.timeline
-    if not tl.t_us:
-        return None
-    timed = tl.clock == "us"
-    scale = 1000 if timed else 1
-    t, alloc, res = decimate(tl.t_us, tl.allocated, tl.reserved, max_points=MAX_POINTS)
-    # the state at the start comes first, so a cell that begins by freeing starts high
-    t, alloc, res = [0, *t], [tl.start_allocated, *alloc], [tl.start_reserved, *res]
-    ms = [x / scale for x in t]
-    p = figure(height=300, sizing_mode="stretch_width",
-               x_axis_label="ms since the first event" if timed else
-               "trace entry (the snapshot records no times)",
-               y_axis_label="MiB", title=f"Memory over {a.scope}"
-               + (f" ({len(tl.t_us):,} events, {len(t):,} points drawn)" if len(t) < len(tl.t_us) else ""),
-               tools="xpan,xwheel_zoom,box_zoom,reset,save")
-    d = a.diagnosis
-    # A simulated OOM on a CPU capture: a GPU would have raised there, so the
-    # model's reserved memory ends there and what the CPU went on to allocate is
-    # drawn faded, not above a reserved line it could never have fit under.
-    cut = len(ms)
-    if d is not None and a.oom_x is not None and a.measured_on == "cpu":
-        cut = next((i for i, x in enumerate(t) if x >= a.oom_x), len(t))
-    p.step(ms[:cut], [x / MIB for x in res[:cut]], mode="after", color="#999999", line_width=2,
-           legend_label=f"reserved ({a.reserved_source})")
-    p.step(ms[:cut], [x / MIB for x in alloc[:cut]], mode="after", color="#0072B2", line_width=2,
-           legend_label="allocated")
-    if cut < len(ms):
-        p.step(ms[cut - 1:], [x / MIB for x in alloc[cut - 1:]], mode="after", color="#0072B2",
-               alpha=0.3, line_width=2, legend_label="allocated after the simulated OOM (on a GPU "
-               "the cell would have raised)")
-    if d is not None and a.oom_x is not None:
-        _mark_oom(p, d, a.oom_x / scale, [ms[0], ms[-1]])
-    if tl.start_inferred:
-        p.line([ms[0], ms[-1]], [tl.start_allocated / MIB] * 2, color="#0072B2", line_dash="dashed",
-               legend_label="alive at the start (inferred from frees)")
-    big = biggest_allocations(tl, MAX_MARKED)
-    level = dict(zip(tl.t_us, tl.allocated, strict=True))
-    src = ColumnDataSource({
-        "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
-        "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
-        "size": [format_bytes(b.size) for b in big], "site": [b.site for b in big],
-        "stack": [_stack_text(b.frames, a.cells) for b in big],
-        "freed": ["still alive at the end" if b.t_free is None else
-                  f"freed after {format_duration(b.t_free - b.t_alloc)}" if timed else
-                  f"freed {b.t_free - b.t_alloc:,} trace entries later" for b in big],
-    })
-    pk = a.peak
-    if pk is not None and pk.entry is not None:
-        top = pk.by_category[0].name if pk.by_category else ""
-        psrc = ColumnDataSource({"x": [(pk.x or 0) / scale], "y": [pk.peak / MIB],
-                                 "what": [f"peak {format_bytes(pk.peak)}, most of it {top}"]})
-        pr = p.scatter("x", "y", source=psrc, size=14, marker="triangle", color="#CC79A7",
-                       legend_label="peak (see Peak: what was alive)")
-        p.add_tools(HoverTool(renderers=[pr], tooltips=[("", "@what")]))
-    r = p.scatter("x", "y", source=src, size=9, color="#D55E00", legend_label="biggest allocations")
-    p.add_tools(HoverTool(renderers=[r], tooltips=[("size", "@size"), ("site", "@site"),
-                                                    ("", "@freed"), ("stack", "@stack")]))
-    legend_below(p)
-    return p
-
-
-def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float]) -> None:
-    """The failing request at its place on the timeline, from the diagnosis' own figures:
-    a bar from what was allocated to allocated + requested, and the card's capacity."""
-    if d.capacity:
-        p.line(x_span, [d.capacity / MIB] * 2, color="#CC0000", line_dash="dotted",
-               legend_label=f"capacity {format_bytes(d.capacity)}")
-    base = (d.allocated or 0) / MIB
-    src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / MIB],
-                            "what": [f"{d.cause}: {format_bytes(d.requested)} requested, "
-                                     f"{format_bytes(d.shortfall)} short" if d.shortfall is not None
-                                     else f"{d.cause}: {format_bytes(d.requested)} requested"],
-                            "free": [f"{format_bytes(d.total_free)} free in total, "
-                                     f"{format_bytes(d.usable_free)} usable"]})
-    r = p.segment("x", "y0", "x", "y1", source=src, color="#CC0000", line_width=4,
-                  legend_label=f"out of memory ({d.source})")
-    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@what"), ("", "@free")]))
-
-
 def segment_map_figure(a: MemoryAnalysis) -> Any:
     """One row per segment, its blocks coloured by state (allocated / cached free / in flight)."""
     segs = a.segments
@@ -208,7 +118,7 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
             cols["size"].append(format_bytes(b["size"]))
             cols["seg"].append(f"{seg['segment_type']} segment of {format_bytes(seg['total_size'])}"
                                f" at {seg['address']:#x}")
-    title = "Segments and blocks (blue allocated, grey cached free, orange in flight)"
+    title = "Segments and blocks (dark allocated, light grey cached free, red-orange in flight)"
     if len(segs) > len(shown):
         title += f": first {len(shown)} of {len(segs)} segments by address"
     # The title and the x axis take about 80 px whatever the rows: the height is
