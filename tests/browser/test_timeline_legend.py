@@ -33,8 +33,10 @@ LEGENDS_JS = """
   .filter(m => m.name === 'timeline-legend')
   .map(legend => legend.items.map(item => {
     const label = item.label && typeof item.label === 'object' ? item.label.value : item.label;
-    const glyph = item.renderers[0].glyph;
-    const fill = glyph.fill_color && typeof glyph.fill_color === 'object' ? glyph.fill_color.value : glyph.fill_color;
+    const renderer = item.renderers[0];
+    let fill = renderer.glyph.fill_color;
+    if (fill && typeof fill === 'object')  // a value, or a column read at the item's row
+      fill = 'value' in fill ? fill.value : renderer.data_source.data[fill.field][item.index ?? 0];
     return [label, fill];
   })))
 """

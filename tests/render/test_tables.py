@@ -137,14 +137,16 @@ def test_step_chart_stacks_the_roles_of_each_step(traces_dir) -> None:
 
     steps = step_breakdown(load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"))
     fig = build_step_chart(steps, has_gpu=True)
-    bars = [r for r in fig.renderers if r.glyph.__class__.__name__ == "VBar"]
-    data = bars[0].data_source.data
-    assert len(bars) == 8 and data["step"]  # one bar renderer per role == [f"step {s}" for s in steps.step]
-    stacked = sum(pd.Series(data[k]) for k in tables.GPU_STEP_COLUMNS
-                  + ("dataloader_us", "cpu_exec_us", "other_us"))
-    assert list(stacked) == pytest.approx(list(steps.dur_us / 1e3))  # a bar is its step
+    data = fig.renderers[0].data_source.data
+    roles = [item.label.value for item in fig.legend[0].items]
+    assert len(roles) == 8 and len(set(data["color"])) == 8  # a colour per role, named
+    assert data["step"][:len(steps)] == [f"step {s}" for s in steps.step]
+    # stacked: each role's bar starts where the one below ends, the last ends at the step's time
+    top = pd.DataFrame({"step": data["step"], "top": data["top"]}).groupby("step", sort=False)
+    assert list(top.top.max()) == pytest.approx(list(steps.dur_us / 1e3))  # a bar is its step
+    assert data["bottom"][len(steps):] == pytest.approx(data["top"][:-len(steps)])
     cpu = build_step_chart(steps.assign(**{k: 0.0 for k in tables.GPU_STEP_COLUMNS}), False)
-    assert len([r for r in cpu.renderers if r.glyph.__class__.__name__ == "VBar"]) == 3
+    assert len(cpu.legend[0].items) == 3
     assert build_step_chart(steps.head(0), True) is None
 
 

@@ -6,9 +6,12 @@ that same dict, so a colour added to the map is named in the legend without a
 second list to keep in step. Keys sharing a colour share one entry
 ("cuda_runtime / cuda_driver"), so each colour is named exactly once.
 
-The legend's swatches are drawn by renderers of one bar at NaN: they paint
-nothing on the plot and leave its ranges alone, and the legend is there from
-the start in a live view whose bars arrive later.
+The legend's swatches are drawn by one renderer of bars at NaN, one bar per
+entry (the entry names its row): they paint nothing on the plot and leave its
+ranges alone, and the legend is there from the start in a live view whose bars
+arrive later. One renderer for all entries, not one each: a renderer brings
+eight Bokeh models into the page (glyphs, source, view, selection), and every
+model costs each shown report a serializing walk (issue 26).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bokeh.models import Legend, LegendItem
+from bokeh.models import ColumnDataSource, GlyphRenderer, Legend, LegendItem, Quad
+
+from torchlens.render.glyphs import add_bare
 
 #: The name every timeline's legend model carries (tests and the page find it by it).
 LEGEND_NAME = "timeline-legend"
@@ -36,16 +41,31 @@ def by_colour(colours: Mapping[str, str]) -> list[tuple[str, str]]:
 
 
 def add_colour_legend(fig: Any, entries: Iterable[tuple[str, str]],
-                      alpha: Mapping[str, float] | None = None) -> Legend:
+                      alpha: Mapping[str, float] | None = None,
+                      drawn: tuple[GlyphRenderer, Mapping[str, int]] | None = None) -> Legend:
     """A legend above ``fig`` naming each (label, colour) of ``entries``;
-    ``alpha``: the fill alpha of a label whose bars are drawn translucent."""
-    items = []
-    for label, colour in entries:
-        # one row at NaN: BokehJS draws a legend swatch from a row's visuals (none
-        # without a row), and a NaN bar is neither drawn nor counted in a range
-        swatch = fig.quad(left=[NAN], right=[NAN], bottom=[NAN], top=[NAN], fill_color=colour,
-                          fill_alpha=(alpha or {}).get(label, 1.0), line_color=None)
-        items.append(LegendItem(label=label, renderers=[swatch]))
+    ``alpha``: the fill alpha of a label whose bars are drawn translucent.
+    ``drawn``: a finished chart's renderer and, per colour, the row of one of
+    its bars: the swatches are those bars' (no renderer of the legend's own)."""
+    entries = list(entries)
+    if drawn is not None:
+        renderer, rows = drawn
+        return _legend(fig, [LegendItem(label=label, renderers=[renderer], index=rows[colour])
+                             for label, colour in entries])
+    # NaN rows: BokehJS draws a legend swatch from a row's visuals (none without
+    # a row), and a NaN bar is neither drawn nor counted in a range
+    nans = [NAN] * len(entries)
+    swatches = add_bare(fig, Quad(left="left", right="right", bottom="bottom", top="top",
+                                  fill_color="color", fill_alpha="alpha", line_color=None),
+                        ColumnDataSource({
+                            "left": nans, "right": nans, "bottom": nans, "top": nans,
+                            "color": [colour for _, colour in entries],
+                            "alpha": [(alpha or {}).get(label, 1.0) for label, _ in entries]}))
+    return _legend(fig, [LegendItem(label=label, renderers=[swatches], index=i)
+                         for i, (label, _) in enumerate(entries)])
+
+
+def _legend(fig: Any, items: list[LegendItem]) -> Legend:
     legend = Legend(items=items, name=LEGEND_NAME, orientation="horizontal",
                     nrows=max(1, math.ceil(len(items) / PER_ROW)),
                     label_text_font_size="8pt", glyph_width=14, glyph_height=10,

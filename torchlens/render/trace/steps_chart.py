@@ -5,16 +5,24 @@ Draws ``analysis.trace.steps.step_breakdown`` as it is: the roles add up to the
 step time, so each bar is as tall as its step. Roles are the step table's
 columns (``tables.step_columns``), GPU roles only where the trace has GPU
 activity.
+
+All bars are one renderer over one source, a row per (role, step) with its
+stacked bottom and top, rather than Bokeh's ``vbar_stack`` (a renderer, two
+stack transforms and a hover tool per role): the same bars, legend and hover
+in a third of the Bokeh models, and each model costs every shown report a
+serializing walk (issue 26).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool
+import numpy as np
+from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, VBar
 from bokeh.plotting import figure
 
 from torchlens.model.units import format_us_as_ms
+from torchlens.render.glyphs import add_bare
 from torchlens.render.tables import step_columns
 
 #: One colour per role, the kernel and CPU roles the strongest.
@@ -32,27 +40,33 @@ def build_step_chart(steps: Any, has_gpu: bool, title: str = "Step breakdown") -
     cols = [c for c in step_columns(has_gpu)
             if c.key in ROLE_COLORS and c.key in steps.columns]
     labels = [f"step {int(s)}" for s in steps["step"]]
-    data: dict[str, Any] = {"step": labels,
-                            "total": [format_us_as_ms(v) for v in steps["dur_us"]]}
-    for c in cols:
-        data[c.key] = (steps[c.key].to_numpy(dtype=float) / 1e3).tolist()
+    totals = [format_us_as_ms(v) for v in steps["dur_us"]]
+    ms = np.array([steps[c.key].to_numpy(dtype=float) / 1e3 for c in cols])  # role x step
+    tops = np.cumsum(ms, axis=0)  # stacked in column order, the first role at the bottom
+    n = len(labels)
+    source = ColumnDataSource({
+        "step": labels * len(cols), "total": totals * len(cols),
+        "role": [c.label for c in cols for _ in range(n)],
+        "color": [ROLE_COLORS[c.key] for c in cols for _ in range(n)],
+        "ms": ms.ravel().tolist(), "bottom": (tops - ms).ravel().tolist(),
+        "top": tops.ravel().tolist(),
+    })
     fig = figure(
         title=f"{title}: time per role in each step (ms)", x_range=labels,
         height=300, sizing_mode="stretch_width", toolbar_location=None,
         tools="", y_axis_label="ms",
     )
-    renderers = fig.vbar_stack(
-        [c.key for c in cols], x="step", width=0.8, source=ColumnDataSource(data),
-        color=[ROLE_COLORS[c.key] for c in cols],
-        legend_label=[c.label for c in cols],
-    )
-    for r, c in zip(renderers, cols, strict=True):
-        fig.add_tools(HoverTool(renderers=[r], tooltips=[
-            ("step", "@step"), (c.label, f"@{{{c.key}}}{{0,0.0}} ms"), ("step time", "@total")]))
+    # nothing selects, the legend does not mute: a renderer without the glyph copies
+    bars = add_bare(fig, VBar(x="step", bottom="bottom", top="top", width=0.8,
+                              fill_color="color", line_color="color"), source)
+    fig.add_tools(HoverTool(renderers=[bars], tooltips=[
+        ("step", "@step"), ("role", "@role"), ("time", "@ms{0,0.0} ms"),
+        ("step time", "@total")]))
     fig.y_range.start = 0
     fig.xgrid.grid_line_color = None
     fig.xaxis.major_label_orientation = 0.8 if len(labels) > 12 else 0
-    fig.legend.orientation = "horizontal"
-    fig.legend.location = "top_left"
-    fig.add_layout(fig.legend[0], "above")
+    # one entry per role, its swatch drawn from the role's first bar
+    fig.add_layout(Legend(items=[LegendItem(label=c.label, renderers=[bars], index=i * n)
+                                 for i, c in enumerate(cols)],
+                          orientation="horizontal", location="top_left"), "above")
     return fig

@@ -32,6 +32,7 @@ from bokeh.models import (
     ColumnDataSource,
     FixedTicker,
     HoverTool,
+    Quad,
     Range1d,
     WheelZoomTool,
 )
@@ -40,6 +41,7 @@ from bokeh.plotting import figure
 from torchlens.analysis.trace.events import open_before, sweep_order
 from torchlens.model import Trace
 from torchlens.model.units import format_duration, plural
+from torchlens.render.glyphs import add_bare
 from torchlens.render.legend import add_colour_legend, by_colour
 
 WIDTH_PX = 1200  # plot width at full zoom-out; the decimation grid
@@ -325,10 +327,9 @@ def _figure(
         sizing_mode="stretch_width",
         output_backend="canvas",
     )
-    fig.quad(
-        left="left", right="right", bottom="bottom", top="top",
-        color="color", line_color=None, source=source,
-    )
+    # no selecting tool, no muting legend: a renderer without the glyph copies
+    bars = add_bare(fig, Quad(left="left", right="right", bottom="bottom", top="top",
+                              fill_color="color", line_color=None), source)
     fig.add_tools(
         HoverTool(
             tooltips=[("name", "@name"), ("category", "@cat"), ("duration", "@dur"),
@@ -336,10 +337,12 @@ def _figure(
         )
     )
     fig.toolbar.active_scroll = next(t for t in fig.tools if isinstance(t, WheelZoomTool))
-    # each colour drawn, named with the categories the hover shows
-    drawn = {c for part in cols["color"] for c in set(part)}
+    # each colour drawn, named with the categories the hover shows; its swatch
+    # is the first bar drawn in it (the chart is finished: no bars arrive later)
+    colours, first = np.unique(np.asarray(source.data["color"], dtype=str), return_index=True)
+    rows = dict(zip(colours.tolist(), first.tolist(), strict=True))
     entries = [*by_colour(CAT_COLORS), (OTHER_LABEL, OTHER_COLOR), (MERGED_LABEL, MERGED_COLOR)]
-    add_colour_legend(fig, [(label, c) for label, c in entries if c in drawn])
+    add_colour_legend(fig, [(label, c) for label, c in entries if c in rows], drawn=(bars, rows))
     fig.yaxis.ticker = FixedTicker(ticks=ticks)
     fig.yaxis.major_label_overrides = labels
     fig.ygrid.grid_line_color = None
