@@ -271,6 +271,7 @@ def test_with_the_last_step(loaded, name: str) -> None:
 @pytest.mark.parametrize("name", GPU_TRACES + CPU_TRACES)
 def test_rank_figures_are_the_four_and_json(loaded, name: str) -> None:
     from torchlens.analysis.runs import (
+        collective_overlap,
         launch_stats,
         memory_bandwidth,
         queue_length,
@@ -281,7 +282,8 @@ def test_rank_figures_are_the_four_and_json(loaded, name: str) -> None:
     assert figures == {"temporal": temporal_breakdown(trace), "idle": idle_time(trace),
                        "overlap": comm_comp_overlap(trace),
                        "kernels": kernel_breakdown(trace), "launches": launch_stats(trace),
-                       "queues": queue_length(trace), "memory_bw": memory_bandwidth(trace)}
+                       "queues": queue_length(trace), "memory_bw": memory_bandwidth(trace),
+                       "collective_overlap": collective_overlap(trace)}
     assert json.loads(json.dumps(figures, allow_nan=False)) == figures
 
 

@@ -208,6 +208,8 @@ class StepSummary(TypedDict, total=False):
     bytes: int
     dropped: int
     kinds: dict[str, int]
+    #: communication overlapped by compute, per collective (docs/RANK_PROFILE.md)
+    overlap: dict[str, Any]
     lanes: list[str]
     ops: list[dict[str, Any]]
     collectives: list[dict[str, Any]]

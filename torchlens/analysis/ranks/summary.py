@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.ranks.step_memory import step_memory
+from torchlens.analysis.runs.comm_overlap import overlap_of_rows
 from torchlens.analysis.trace.collectives import (
     HOST_COLLECTIVE,
     collective_bytes,
@@ -96,6 +97,7 @@ def summarize(trace: Trace, *, rank: int, step: int, trace_rel: str,
         "breakdown": span.breakdown,
         "events": int(len(rows)),
         "kinds": dict(zip(KINDS, counts, strict=True)),
+        "overlap": _overlap(trace, np.flatnonzero(gpu & member)),
     }
     tail = {
         "top_ops": _top_ops(trace, member),
@@ -252,6 +254,18 @@ def _lane_names(keys: list[tuple[int, int, int]], labels: dict[str, Any]) -> lis
             pid = labels["pid"].get(str(a), a)
             out.append(f"cpu {pid}:{tid}" if len(pids) > 1 else f"cpu {tid}")
     return [s[:NAME_CHARS] for s in out]
+
+
+def _overlap(trace: Trace, rows: np.ndarray) -> dict[str, Any]:
+    """The step's communication overlapped by compute, per collective
+    (``analysis.runs.comm_overlap``), µs to 0.1: ``collectives`` is None when
+    the step ran no GPU work (``gpu`` false: a CPU run has nothing to time)."""
+    got = overlap_of_rows(trace, rows)
+    if got["collectives"] is None:
+        return got
+    return {"gpu": True, "collectives": {
+        name: {k: _round(c[k], 1) for k in ("communication_us", "overlapped_us")}
+        for name, c in got["collectives"].items()}}
 
 
 # ----------------------------------------------------------------- collectives

@@ -9,7 +9,8 @@ differ from HTA's: ``gpu`` (which GPU work, its kinds, the window) and
 (``rank_collectives``) and matches them across ranks (``collective_rows``);
 ``slow_ranks`` says who waited for whom and which ranks stand out
 (``straggler_rows``, ``findings``); ``run`` turns every rank's figures into
-the run's tables. ``launches`` (``launch_stats``: CUDA kernel launch
+the run's tables. ``comm_overlap`` (``collective_overlap``) splits the
+overlap by collective (all_gather, reduce_scatter, all_reduce, other). ``launches`` (``launch_stats``: CUDA kernel launch
 statistics) and ``counters`` (``queue_length``, ``memory_bandwidth``) add
 HTA's remaining per-rank figures.
 """
@@ -18,6 +19,11 @@ from torchlens.analysis.runs.collectives import (
     collective_rows,
     collective_table,
     rank_collectives,
+)
+from torchlens.analysis.runs.comm_overlap import (
+    COLLECTIVES,
+    collective_of,
+    collective_overlap,
 )
 from torchlens.analysis.runs.counters import memory_bandwidth, queue_length
 from torchlens.analysis.runs.figures import (
@@ -31,7 +37,8 @@ from torchlens.analysis.runs.gpu import KINDS, GpuWork, gpu_work, kind_of
 from torchlens.analysis.runs.launches import launch_stats
 from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 
-__all__ = ["KINDS", "GpuWork", "collective_rows", "collective_table", "comm_comp_overlap",
+__all__ = ["COLLECTIVES", "KINDS", "GpuWork", "collective_of", "collective_overlap",
+           "collective_rows", "collective_table", "comm_comp_overlap",
            "findings", "gpu_work", "idle_time", "kernel_breakdown", "kind_of", "launch_stats",
            "memory_bandwidth", "queue_length",
            "rank_collectives", "rank_figures", "straggler_rows", "temporal_breakdown"]

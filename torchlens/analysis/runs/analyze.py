@@ -45,6 +45,7 @@ class RunAnalysis:
     launch_kernels: list[dict[str, Any]] = field(default_factory=list)
     queues: list[dict[str, Any]] = field(default_factory=list)
     memory_bw: list[dict[str, Any]] = field(default_factory=list)
+    collective_overlap: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -66,6 +67,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
       longer than the median (unless the step records judged the run);
     - communication that compute barely hides (median overlap under 20%, over
       the ranks with compute and at least 10% non-compute time);
+    - all_gather time that compute did not hide (``exposed_all_gather``);
     - what could not be read.
     """
     causes = {s["rank"]: part for s in a.stragglers if (part := why.cause_part(s))}
@@ -110,12 +112,42 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
             INFO, f"compute hides little of the communication: median overlap "
             f"{format_percent(overlaps[len(overlaps) // 2])} of communication time",
             (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),)))
+    out += exposed_all_gather(a.collective_overlap)
     if a.problems:
         kinds = sorted({p["kind"] for p in a.problems})
         out.append(Finding(
             WARNING, f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "
             "below; the other ranks were analysed", (Figure("problems", len(a.problems)),)))
     return out
+
+
+#: exposed all_gather time, as a share of a rank's GPU timeline, worth a finding
+EXPOSED_ALL_GATHER_PCT = 10.0
+
+
+def exposed_all_gather(rows: list[dict[str, Any]]) -> list[Finding]:
+    """The rank whose all_gathers compute hid least, when their exposed time is
+    at least ``EXPOSED_ALL_GATHER_PCT`` of its GPU timeline
+    (``tables.collective_overlap_rows``): in FSDP that is the parameter
+    prefetch that failed to hide, the GPU waiting for parameters."""
+    gathers = [r for r in rows if r["collective"] == "all_gather"
+               and (r.get("exposed_pct") or 0) >= EXPOSED_ALL_GATHER_PCT]
+    if not gathers:
+        return []
+    worst = max(gathers, key=lambda r: r["exposed_pct"])
+    others = f" ({len(gathers) - 1} other rank(s) over {EXPOSED_ALL_GATHER_PCT:.0f}% too)" \
+        if len(gathers) > 1 else ""
+    return [Finding(
+        WARNING, f"rank {worst['rank']}: {format_us_as_ms(worst['exposed_us'])} of all_gather "
+        f"not hidden by compute (exposed), {format_percent(worst['exposed_pct'])} of its GPU "
+        f"timeline; compute overlapped {format_percent(worst['overlap_pct'])} of its "
+        f"{format_us_as_ms(worst['communication_us'])} of all_gather{others}",
+        (Figure("exposed_us", worst["exposed_us"], "µs"),
+         Figure("exposed_pct", worst["exposed_pct"], "%"),
+         Figure("overlap_pct", worst["overlap_pct"], "%")),
+        advice="with FSDP, this is parameter prefetch that did not hide: see "
+               "docs/integrations/fsdp.md, \"Reading the overlap\"",
+        title="exposed all_gather")]
 
 
 def analyze(profile: Profile) -> RunAnalysis:
@@ -127,6 +159,7 @@ def analyze(profile: Profile) -> RunAnalysis:
                     overlap=tables.overlap_rows(ranks), kernels=tables.kernel_rows(ranks),
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
+    a.collective_overlap = tables.collective_overlap_rows(ranks)
     a.collectives = colls.collective_rows(ranks, a.world_size)
     # stragglers and findings read arrivals on aligned clocks (clock's docstring)
     a.clocks = clock.clock_rows(ranks, a.collectives)

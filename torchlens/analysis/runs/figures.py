@@ -126,14 +126,17 @@ def kernel_breakdown(trace: Trace, top: int = 10,
 def rank_figures(trace: Trace, top: int = 10, include_last_step: bool = False,
                  kernel_wait_us: float = KERNEL_WAIT_US) -> dict[str, Any]:
     """All figures of one rank, the GPU work selected once: ``temporal``,
-    ``idle``, ``overlap``, ``kernels``, and ``launches`` (``launches.py``),
+    ``idle``, ``overlap``, ``kernels``, ``collective_overlap`` (``comm_overlap.py``:
+    the overlap split by collective), and ``launches`` (``launches.py``),
     ``queues`` and ``memory_bw`` (``counters.py``)."""
+    from torchlens.analysis.runs.comm_overlap import overlap_of_work
     from torchlens.analysis.runs.counters import memory_bw_of_work, queues_of_work
     from torchlens.analysis.runs.launches import launch_stats_of_work
 
     work = gpu_work(trace, include_last_step)
     return {"temporal": _temporal(work), "idle": _idle(work, kernel_wait_us),
             "overlap": _overlap(work), "kernels": _kernels(work, trace, top),
+            "collective_overlap": overlap_of_work(work, trace),
             "launches": launch_stats_of_work(trace, work, top), "queues": queues_of_work(trace, work),
             "memory_bw": memory_bw_of_work(trace, work)}
 

@@ -76,6 +76,44 @@ def overlap_rows(ranks: RankFigures) -> list[dict[str, Any]]:
     return rows
 
 
+#: the ``collective`` of a rank's row for every collective together (HTA's figure)
+ALL_COLLECTIVES = "all collectives"
+
+
+def collective_overlap_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+    """Per rank with communication kernels: a row for all collectives together
+    (``overlap_rows``' figures), then one per collective it ran
+    (``comm_overlap.COLLECTIVES`` order): ``communication_us``,
+    ``overlapped_us``, ``exposed_us`` (not overlapped), ``overlap_pct`` and
+    ``exposed_pct``, the exposed time's share of the rank's GPU timeline
+    (``temporal_rows``' ``span_us``). Ranks without GPU work or without
+    communication kernels have no rows."""
+    from torchlens.analysis.runs.comm_overlap import COLLECTIVES
+
+    span = {r["rank"]: r["span_us"] for r in temporal_rows(ranks)}
+    total = {r["rank"]: r for r in overlap_rows(ranks)}
+    rows = []
+    for rank in sorted(ranks):
+        if not total[rank]["communication_us"]:
+            continue
+        sums: dict[str, list[float]] = {}
+        for figures in ranks[rank]:
+            split = (figures.get("collective_overlap") or {}).get("collectives") or {}
+            for name, c in split.items():
+                got = sums.setdefault(name, [0.0, 0.0])
+                got[0] += c.get("communication_us") or 0.0
+                got[1] += c.get("overlapped_us") or 0.0
+        parts = [(ALL_COLLECTIVES, total[rank]["communication_us"], total[rank]["overlapped_us"])]
+        parts += [(name, *sums[name]) for name in COLLECTIVES if name in sums]
+        for name, comm, over in parts:
+            exposed = comm - (over or 0.0)
+            rows.append({"rank": rank, "collective": name, "communication_us": comm,
+                         "overlapped_us": over, "exposed_us": exposed,
+                         "overlap_pct": _pct(over, comm),
+                         "exposed_pct": _pct(exposed, span.get(rank))})
+    return rows
+
+
 def kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
     """Per rank and kernel kind (compute, communication, memory, other): µs and count."""
     rows = []

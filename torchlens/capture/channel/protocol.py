@@ -130,7 +130,7 @@ RING = {"steps": 32, "prof": 4}
 #: live view reads these); the rest (the ops of the step's timeline, ~50 KB)
 #: it only verifies and writes to the run folder
 SUMMARY_KEYS = ("rank", "step", "trace", "t0", "t1", "step_ms", "breakdown", "memory",
-                "events", "bytes")
+                "events", "bytes", "overlap")
 
 
 def ring_key(run_id: str, slot: int, kind: str, seq: int) -> str:

@@ -46,7 +46,7 @@ SCHEMA_VERSION = 1
 #: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
 JSON_TABLES = ("temporal", "idle", "overlap", "kernels", "top_kernels", "steps", "step_skew",
                "stragglers", "clocks", "launches", "launch_outliers", "launch_kernels",
-               "queues", "memory_bw")
+               "queues", "memory_bw", "collective_overlap")
 #: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
 #: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
 MAX_JSON_COLLECTIVES = 256
@@ -63,6 +63,10 @@ JSON_SCHEMA = {
                 "idle/compute/non_compute_pct (HTA's temporal breakdown)",
     "idle": "per rank and stream: idle_us split into host_wait, kernel_wait, other (us, pct)",
     "overlap": "per rank: communication_us, overlapped_us, overlap_pct",
+    "collective_overlap": "per rank with communication kernels and collective (all "
+                          "collectives, all_gather, reduce_scatter, all_reduce, other): "
+                          "communication_us, overlapped_us, exposed_us (not overlapped), "
+                          "overlap_pct, exposed_pct (of the rank's GPU timeline)",
     "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
     "top_kernels": "per rank, kind and name: count, total_us",
     "steps": "per rank and ProfilerStep: dur_us and us per role (kernel, memcpy, memset, "
@@ -202,6 +206,11 @@ class RunResult(Result):
     def overlap(self) -> Any:
         """Per rank: communication time overlapped by computation."""
         return self._table("overlap")
+
+    def collective_overlap(self) -> Any:
+        """Per rank and collective: communication time overlapped by compute and
+        exposed (FSDP's all_gather apart from its reduce_scatter and DDP's all_reduce)."""
+        return self._table("collective_overlap")
 
     def kernels(self) -> Any:
         """Per rank and kernel kind: time, count and share."""

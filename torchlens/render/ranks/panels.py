@@ -137,7 +137,8 @@ class Panels:
                              self.rss_fig,
                              row(self.frag_fig, self.free_fig, sizing_mode="stretch_width"),
                              self.mem_note, self.tl_fig, self.tl_note, self.bd_fig,
-                             self.roles_fig, self.roles_note, sizing_mode="stretch_width")
+                             self.roles_fig, self.roles_note, self.overlap_note,
+                             sizing_mode="stretch_width")
 
     def _step_panel(self, every: int) -> None:
         n = len(self.shown)
@@ -345,6 +346,7 @@ class Panels:
         self.roles_note = caption(
             "The profiled steps as %%torchprof breaks them down (the TensorBoard profiler "
             "plugin's definitions: one role per instant).")
+        self.overlap_note = caption("")  # render.ranks.overlap's words, once steps are profiled
         self.bd_fig = _stacked_bars(
             self.breakdown, PARTS, PART_COLORS, labels, "ms (median per step)",
             "Where each rank's step goes: median ms per phase", "0,0.0",

@@ -17,7 +17,10 @@ import time
 from collections import deque
 from typing import Any
 
+from markupsafe import escape
+
 from torchlens.analysis.ranks.arrivals import collective_arrivals
+from torchlens.analysis.ranks.overlap import profiled_overlap
 from torchlens.analysis.ranks.slow import slow_rank
 from torchlens.analysis.ranks.spread import Spread, ranks_to_show
 from torchlens.analysis.ranks.steps import (
@@ -34,6 +37,7 @@ from torchlens.render.columns import as_number, to_columns
 from torchlens.render.ddp.heartbeats import FLUSH_S
 from torchlens.render.ranks.bands import SPREAD_MEM, mem_spread_units, merge
 from torchlens.render.ranks.lanes import lane_names
+from torchlens.render.ranks.overlap import overlap_caption
 from torchlens.render.ranks.panels import (
     ARRIVAL_ROWS,
     COLLECTIVE_ROWS,
@@ -361,6 +365,10 @@ class RankProfileView:
                         "profiled": [row["profiled"] for row in roles],
                         **{f"{role}_ms": [row[f"{role}_ms"] or 0.0 for row in roles]
                            for role in ROLES}}
+        said = str(escape(overlap_caption(profiled_overlap([list(s) for s in self.summaries]),
+                                          p.shown)))
+        if p.overlap_note.text != said:
+            p.overlap_note.text = said
         self._dirty = False
         self._last_analysis = time.monotonic()
         # a long run makes the analysis slower: keep it a small share of the kernel's time

@@ -39,9 +39,22 @@ PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7")
 TEMPORAL = [Column("rank", "rank", str), Column("traces", "traces", str),
             Column("span_us", "GPU timeline", format_us_as_ms), Column("compute_pct", "compute", format_percent),
             Column("non_compute_pct", "non-compute", format_percent), Column("idle_pct", "idle", format_percent)]
-OVERLAP = [Column("rank", "rank", str), Column("communication_us", "communication", format_us_as_ms),
+OVERLAP = [Column("rank", "rank", str), Column("collective", "collective", str, False),
+           Column("communication_us", "communication", format_us_as_ms),
            Column("overlapped_us", "overlapped by compute", format_us_as_ms),
-           Column("overlap_pct", "overlap", format_percent)]
+           Column("overlap_pct", "overlap", format_percent),
+           Column("exposed_us", "exposed (not overlapped)", format_us_as_ms),
+           Column("exposed_pct", "exposed, share of GPU timeline", format_percent)]
+OVERLAP_NOTE = ("Measured from GPU kernels: the time each collective's kernels run while a "
+                "compute kernel also runs. all_gather is FSDP's parameter gather (unshard and "
+                "prefetch), reduce_scatter its gradient reduction, all_reduce DDP's; exposed "
+                "all_gather is prefetch that compute did not hide. Collectives on different "
+                "streams can run at once, so their rows can add up to more than all "
+                "collectives.")
+#: what the report and the text view say when no rank ran a GPU kernel
+NO_GPU_OVERLAP = ("Overlap is measured from GPU kernels only: no rank's trace holds GPU "
+                  "kernels (a CPU run, e.g. gloo), so communication overlap is not available "
+                  "for this run.")
 KERNELS = [Column("rank", "rank", str), Column("kind", "kind", str, False),
            Column("count", "kernels", format_count), Column("us", "time", format_us_as_ms),
            Column("pct", "share", format_percent)]
@@ -132,6 +145,8 @@ def text_report(profile: Profile, a: RunAnalysis) -> str:
         else:
             lines.append(f"rank {r['rank']}: compute {format_percent(r['compute_pct'])}, non-compute "
                          f"{format_percent(r['non_compute_pct'])}, idle {format_percent(r['idle_pct'])}")
+    if not _any_gpu(a):
+        lines.append(f"overlap: {NO_GPU_OVERLAP}")
     lines += [f"problem: {p['kind']}: {p['path']}: {p['message']}" for p in a.problems]
     return "\n".join(lines)
 
@@ -154,6 +169,23 @@ def _temporal_chart(a: RunAnalysis) -> Any:
     fig.ygrid.grid_line_color = None
     fig.add_layout(fig.legend[0], "right")
     return fig
+
+
+def _any_gpu(a: RunAnalysis) -> bool:
+    return any(r.get("gpu") for r in a.temporal)
+
+
+def _overlap_section(a: RunAnalysis) -> Markup:
+    """The overlap table by rank and collective, or why there is none."""
+    if a.collective_overlap:
+        body = html.join([tables.html_table(a.collective_overlap, OVERLAP),
+                          html.note(OVERLAP_NOTE)])
+    elif not _any_gpu(a):
+        body = html.note(NO_GPU_OVERLAP)
+    else:
+        body = html.note("No rank's trace holds communication kernels (NCCL or RCCL): "
+                         "there is no communication to overlap.")
+    return section("Communication overlapped by compute", body, "overlap")
 
 
 def report_parts(profile: Profile, a: RunAnalysis,
@@ -188,9 +220,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if a.step_skew:
         out.append(section("Step time across ranks", tables.html_table(a.step_skew, SKEW),
                            "steps"))
-    if any(r.get("communication_us") for r in a.overlap):
-        out.append(section("Communication overlapped by compute",
-                           tables.html_table(a.overlap, OVERLAP), "overlap"))
+    out.append(_overlap_section(a))
     if a.kernels:
         out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
     if a.idle:
