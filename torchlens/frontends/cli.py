@@ -186,6 +186,7 @@ class AnalyzeCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
+        from torchlens.analysis.runs.analyze import NS_NOTE
         from torchlens.frontends.runs.api import JSON_SCHEMA, SCHEMA_VERSION, load_run
 
         if args.schema:
@@ -209,6 +210,7 @@ class AnalyzeCommand(Command):
             for p in run.problems:
                 print(f"  {p.kind}: {p.path}: {p.message}")
             print(run.temporal().to_string(index=False))
+            print(f"({NS_NOTE})")
             for line in run.findings():
                 print(f"- {line}")
         return 0

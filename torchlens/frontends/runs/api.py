@@ -31,7 +31,7 @@ from torchlens.analysis.ranks.series import step_series
 from torchlens.analysis.ranks.slow import WINDOW, slow_rank, weak
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
-from torchlens.analysis.runs.analyze import SLOW_TITLE
+from torchlens.analysis.runs.analyze import NS_NOTE, SLOW_TITLE
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
 from torchlens.formats.run_folder.records import collected_steps, iter_steps
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
@@ -60,7 +60,7 @@ JSON_SCHEMA = {
     "ignored": "paths of the files in the folder that were not read: not traces by name "
                "(*.json, *.json.gz) nor a torchlens run folder's own files",
     "temporal": "per rank: span_us, busy_us, idle_us, compute_us, non_compute_us and "
-                "idle/compute/non_compute_pct (HTA's temporal breakdown)",
+                f"idle/compute/non_compute_pct (HTA's temporal breakdown; {NS_NOTE})",
     "idle": "per rank and stream: idle_us split into host_wait, kernel_wait, other (us, pct)",
     "overlap": "per rank: communication_us, overlapped_us, overlap_pct",
     "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
