@@ -144,6 +144,15 @@ def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
     return one
 
 
+def _import_before_fork() -> None:
+    """What every forked worker would import again (``_trace_figures``'s modules;
+    numpy.ma, which numpy's percentile and unique import on first use, here too
+    in the run's own analysis): imported once, before the workers fork."""
+    import numpy.ma  # noqa: F401
+
+    from torchlens.analysis.runs import lanes, op_totals  # noqa: F401
+
+
 class RunResult(Result):
     """The ranks of one run: tables as DataFrames, ``to_json()``, ``problems``;
     displayed, the report (a ``run`` Profile, saved as ``.tlprof`` like any)."""
@@ -376,6 +385,8 @@ def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = Non
     """Discover a run's per-rank traces and summarise each file in a worker process
     (``run_workers``: each file read once, its peek and figures together).
     ``fork``: the caller runs no threads (the command line), workers may fork."""
+    if fork:
+        _import_before_fork()
     with RunReader(_trace_figures, top, workers, fork=fork) as reader:
         sources = discover(inputs, reader.peek_all)
     problems = list(sources.problems)
