@@ -196,7 +196,8 @@ class AnalyzeCommand(Command):
             raise InputError("torchlens analyze: name a run folder or trace files "
                              "(or --schema for the --json keys)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
-        run = load_run(inputs, workers=args.workers, fork=True)
+        # tables only: the timeline and diff figures are never printed here
+        run = load_run(inputs, workers=args.workers, fork=True, tables_only=True)
         if args.json:  # the document, whatever it holds: a script reads its problems
             print(json_text(run.to_json()))
         if not run.ranks:
