@@ -20,6 +20,11 @@ from torchlens.model.units import format_percent, format_us_as_ms
 
 #: the title of the step records' slow-rank verdict (the ``%ddp_check`` checklist's)
 SLOW_TITLE = "slow rank"
+#: under every view of the temporal breakdown: a user holding HTA's figures
+#: beside ours sees different last digits on an ns-resolution trace, and why
+NS_NOTE = ("times as the trace recorded them, to the nanosecond; HTA rounds an "
+           "ns-resolution trace down to whole µs unless HTA_DISABLE_NS_ROUNDING=1, "
+           "so its figures can differ in the last digits")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool
 from bokeh.plotting import figure
 from markupsafe import Markup
 
-from torchlens.analysis.runs.analyze import RunAnalysis
+from torchlens.analysis.runs.analyze import NS_NOTE, RunAnalysis
 from torchlens.model import Profile
 from torchlens.model.findings import FAILED
 from torchlens.model.units import (
@@ -199,7 +199,8 @@ def report_parts(profile: Profile, a: RunAnalysis,
     if any(r.get("idle_pct") is not None for r in a.temporal):
         figures.append(_temporal_chart(a))
         out.append(section("GPU time per rank", html.join(
-            [html.figure_slot(len(figures) - 1), tables.html_table(a.temporal, TEMPORAL)]),
+            [html.figure_slot(len(figures) - 1), tables.html_table(a.temporal, TEMPORAL),
+             html.note(NS_NOTE[0].upper() + NS_NOTE[1:] + ".")]),
             "temporal"))
     else:
         out.append(section("GPU time per rank", html.join(
