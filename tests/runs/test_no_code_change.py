@@ -42,6 +42,16 @@ def _steps(run_dir: Path, rank: int) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
+def _set_up_windows_then(steps: list[dict]) -> None:
+    """Steps 0..ITERATIONS-1, one per optimizer.step(). On a loaded machine the
+    set-up before the first step can outlast the first fixed window (10 s):
+    such window records come first, marked ``window``, and steps count from 0
+    after them (``Stepper._windows_were_set_up``)."""
+    windows = [s for s in steps if s.get("window")]
+    assert steps[:len(windows)] == windows, steps
+    assert [s["step"] for s in steps[len(windows):]] == list(range(ITERATIONS)), steps
+
+
 def test_a_script_without_torchlens_gets_steps_the_slow_rank_and_the_report(
         tmp_path: Path) -> None:
     c, out = _run(tmp_path)
@@ -55,8 +65,7 @@ def test_a_script_without_torchlens_gets_steps_the_slow_rank_and_the_report(
     assert "steps: optimizer.step() of Adam" in manifest["notes"]
     for r in (0, 1):  # one step per iteration: each optimizer.step() ended one
         steps = _steps(out, r)
-        assert [s["step"] for s in steps] == list(range(ITERATIONS))
-        assert not any(s.get("window") for s in steps)
+        _set_up_windows_then(steps)
     html = tmp_path / "report.html"
     done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
                           cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
@@ -69,7 +78,7 @@ def test_a_script_that_also_calls_torchlens_step_is_not_counted_twice(tmp_path: 
     c, out = _run(tmp_path, TL_ALSO_STEP="1")
     assert "note: steps: torchlens.step()" in c.output, c.output
     for r in (0, 1):
-        assert [s["step"] for s in _steps(out, r)] == list(range(ITERATIONS))
+        _set_up_windows_then(_steps(out, r))
 
 
 def _python(code: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
