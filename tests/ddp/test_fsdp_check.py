@@ -63,7 +63,8 @@ def test_correct_fsdp2_job_passes_and_says_what_is_sharded():
         assert fsdp[r]["optimizer_state_bytes"] == 0  # plain SGD keeps no state
     assert ("gathered at once 576 B (measured: gathered parameters alive at once" in
             mem.evidence), mem.evidence
-    assert "prefetch" in mem.evidence and "optimizer state 0 B" in mem.evidence
+    assert "2 modules together" in mem.evidence and "a prefetch" in mem.evidence
+    assert "optimizer state 0 B (measured: SGD's state tensors" in mem.evidence
 
 
 def test_adam_state_is_measured_per_rank_as_two_moments_of_the_shards():

@@ -1,0 +1,58 @@
+"""The FSDP memory figures' labels: what was measured and how, what was modelled.
+
+The CUDA allocator's peak is read through two thin functions faked here
+(no GPU on the test machine); the CPU measurements run on real FSDP in
+test_fsdp_check.
+"""
+
+from __future__ import annotations
+
+from torchlens.analysis.ddp.fsdp import memory_text, rank_row
+from torchlens.capture.ddp import fsdp_memory
+
+
+def _rank(r, memory=None):
+    step = {"step": 0, "modules": [{"name": "returned #0 (Stack)", "params": [],
+                                    "fsdp": {"sharded_bytes": 432, "unsharded_bytes": 864}}]}
+    if memory:
+        step["fsdp_memory"] = memory
+    return {"rank": r, "steps": [step]}
+
+
+def test_cuda_allocator_peak_is_read_over_the_step_and_labelled(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fsdp_memory, "reset_allocator_peak",
+                        lambda d: calls.append(("reset", d)) or True)
+    monkeypatch.setattr(fsdp_memory, "allocator_peak", lambda d: calls.append(("read", d)) or 5 << 20)
+    held = fsdp_memory.FsdpMemory()
+    held.start("cuda:1")
+    held.gathered(1, "layers.0", 288)
+    held.gathered(2, "layers.1", 288)
+    held.gathered(1, "layers.0", 0)
+    record: dict = {}
+    held.finish_into(record)
+    assert calls == [("reset", "cuda:1"), ("read", "cuda:1")]  # reset at the start, read at end
+    got = record["fsdp_memory"]
+    assert got["allocator_peak_bytes"] == 5 << 20
+    assert got["gathered_peak_bytes"] == 576 and got["gathered_peak_modules"] == ["layers.0",
+                                                                                  "layers.1"]
+    text, figures = memory_text([_rank(0, got)], [[]])
+    assert "allocator peak 5.0 MiB over the step (measured: allocator peak" in text, text
+    assert "gathered at once 576 B (measured: gathered parameters alive at once" in text
+    assert rank_row(figures[0])["fsdp_gathered_how"] == "measured"
+
+
+def test_without_a_measurement_the_largest_all_gather_is_given_as_modelled():
+    fps = [{"op": "all_gather_into_tensor", "module": "layers.0", "shapes": [[72]],
+            "dtypes": ["float32"]}]
+    text, figures = memory_text([_rank(0)], [fps])
+    assert ("largest module gathered at once 288 B (modelled: the largest all_gather output"
+            in text), text
+    assert "optimizer state not measured" in text
+    assert rank_row(figures[0])["fsdp_gathered_how"] == "modelled"
+
+
+def test_a_cpu_device_reads_no_allocator_peak():
+    held = fsdp_memory.FsdpMemory()
+    held.start(None)
+    assert held.finish() is None  # nothing gathered, no optimizer stepped, no GPU
