@@ -56,3 +56,21 @@ def test_a_cpu_device_reads_no_allocator_peak():
     held = fsdp_memory.FsdpMemory()
     held.start(None)
     assert held.finish() is None  # nothing gathered, no optimizer stepped, no GPU
+
+
+def test_fsdp_internals_that_moved_stop_the_count_and_say_so_without_failing_the_job():
+    class Group:  # an FSDP whose group lacks the attributes this torch's has
+        def unshard(self):
+            return "ran"
+
+    fsdp_memory._wrap(Group, ("unshard",), fsdp_memory._fsdp2_after)
+    held = fsdp_memory.FsdpMemory()
+    held.start(None)
+    assert Group().unshard() == "ran"  # the job's call went through
+    got = held.finish()
+    assert "AttributeError" in got["gathered_error"]
+    fps = [{"op": "all_gather_into_tensor", "module": "layers.0", "shapes": [[72]],
+            "dtypes": ["float32"]}]
+    text, _ = memory_text([_rank(0, got)], [fps])
+    assert "(modelled: the largest all_gather output; not measured: the count failed: " \
+           "AttributeError" in text, text

@@ -129,8 +129,10 @@ def _rank_text(f: dict[str, Any]) -> str:
         parts.append(f"gathered at once {format_bytes(f['gathered_peak_bytes'])} "
                      f"({how}{many})")
     elif how == MODELLED:
+        why = (f"the count failed: {f['gathered_error']}" if f.get("gathered_error") else
+               "prefetching can hold two at once")
         parts.append(f"largest module gathered at once {format_bytes(f['gathered_peak_bytes'])}"
-                     f" ({how}; not measured: prefetching can hold two at once)")
+                     f" ({how}; not measured: {why})")
     if f.get("allocator_peak_bytes") is not None:
         parts.append(f"allocator peak {format_bytes(f['allocator_peak_bytes'])} over the step "
                      f"({ALLOCATOR}: activations and gradients included)")
@@ -139,7 +141,9 @@ def _rank_text(f: dict[str, Any]) -> str:
         parts.append(f"optimizer state {format_bytes(f['optimizer_state_bytes'])} "
                      f"(measured: {names}'s state tensors after its step)")
     else:
-        parts.append("optimizer state not measured (no optimizer.step() in the step)")
+        why = (f"reading it failed: {f['optimizer_state_error']}"
+               if f.get("optimizer_state_error") else "no optimizer.step() in the step")
+        parts.append(f"optimizer state not measured ({why})")
     return ", ".join(parts)
 
 

@@ -87,6 +87,9 @@ class FsdpMemory:
         self.optimizers: dict[int, tuple[str, int]] = {}
         self.device: Any = None
         self.cuda = False
+        #: why counting stopped (FSDP's internals not as this torch's): said, not guessed
+        self.broken: str | None = None
+        self.broken_state: str | None = None
 
     def start(self, device: Any = None) -> None:
         global _ACTIVE
@@ -105,9 +108,13 @@ class FsdpMemory:
         global _ACTIVE
         _ACTIVE = None
         out: dict[str, Any] = {}
-        if self.peak:
+        if self.broken:
+            out["gathered_error"] = self.broken
+        elif self.peak:
             out.update(gathered_peak_bytes=self.peak, gathered_peak_modules=self.peak_modules)
-        if self.optimizers:
+        if self.broken_state:
+            out["optimizer_state_error"] = self.broken_state
+        elif self.optimizers:
             out.update(optimizer_state_bytes=sum(b for _, b in self.optimizers.values()),
                        optimizers=[n for n, _ in self.optimizers.values()])
         if self.cuda:
@@ -132,8 +139,13 @@ class FsdpMemory:
 
 
 def _stepped(optimizer: Any, *_: Any) -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.optimizers[id(optimizer)] = (type(optimizer).__name__, state_bytes(optimizer))
+    active = _ACTIVE
+    if active is None:
+        return
+    try:
+        active.optimizers[id(optimizer)] = (type(optimizer).__name__, state_bytes(optimizer))
+    except Exception as exc:  # noqa: BLE001 - an optimizer whose state is not tensors in dicts
+        active.broken_state = f"{type(exc).__name__}: {exc}"
 
 
 def _group_bytes(group: Any) -> int:
@@ -167,8 +179,12 @@ def _wrap(cls: Any, names: tuple[str, ...], after: Callable[[Any], None]) -> Non
 
         def wrapper(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
             out = _real(self, *args, **kwargs)
-            if _ACTIVE is not None:
-                after(self)
+            active = _ACTIVE
+            if active is not None and active.broken is None:
+                try:
+                    after(self)
+                except Exception as exc:  # noqa: BLE001 - FSDP's internals moved: the job runs on
+                    active.broken = f"{type(exc).__name__}: {exc}"
             return out
 
         wrapper._torchlens_wrapped = True  # type: ignore[attr-defined]
