@@ -74,3 +74,20 @@ def test_fsdp_internals_that_moved_stop_the_count_and_say_so_without_failing_the
     text, _ = memory_text([_rank(0, got)], [fps])
     assert "(modelled: the largest all_gather output; not measured: the count failed: " \
            "AttributeError" in text, text
+
+
+def test_optimizer_state_is_read_at_its_first_step_and_again_when_it_grows():
+    import torch
+
+    a, b = (torch.nn.Parameter(torch.ones(4)) for _ in range(2))
+    opt = torch.optim.Adam([a, b])
+    held = fsdp_memory.FsdpMemory()
+    held.start(None)
+    a.grad = torch.ones(4)  # only a has a gradient: only a gets state
+    opt.step()
+    first = held.finish()["optimizer_state_bytes"]
+    held.start(None)
+    opt.step()
+    b.grad = torch.ones(4)
+    opt.step()
+    assert held.finish()["optimizer_state_bytes"] == 2 * first == 2 * (2 * 16 + 4)

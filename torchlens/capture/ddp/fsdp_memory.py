@@ -18,8 +18,10 @@ second), and count only while a ``FsdpMemory`` is started.
 
 Why the optimizer state is read in torch's global optimizer post-hook: the
 optimizer is usually a local of the user's function, gone when the step
-ends. Its ``state`` tensors are summed at each of its steps (a DTensor
-counts its local shard): a walk over its state dict, no copy.
+ends. Its ``state`` tensors are summed (a DTensor counts its local shard)
+at its first step, and again only when more parameters have state: the walk
+over the state dict costs milliseconds for a thousand parameters, and the
+tensors in it keep their sizes.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class FsdpMemory:
         self.now = self.peak = 0
         self.peak_modules: list[str] = []
         self.optimizers: dict[int, tuple[str, int]] = {}
+        self.entries: dict[int, int] = {}  # id(optimizer) -> len(state) when last read
         self.device: Any = None
         self.cuda = False
         #: why counting stopped (FSDP's internals not as this torch's): said, not guessed
@@ -142,8 +145,12 @@ def _stepped(optimizer: Any, *_: Any) -> None:
     active = _ACTIVE
     if active is None:
         return
+    entries = len(getattr(optimizer, "state", ()))
+    if active.entries.get(id(optimizer)) == entries:
+        return  # read already, and no parameter gained state since
     try:
         active.optimizers[id(optimizer)] = (type(optimizer).__name__, state_bytes(optimizer))
+        active.entries[id(optimizer)] = entries
     except Exception as exc:  # noqa: BLE001 - an optimizer whose state is not tensors in dicts
         active.broken_state = f"{type(exc).__name__}: {exc}"
 
