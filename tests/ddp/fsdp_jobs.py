@@ -59,10 +59,29 @@ def fsdp2_loop(rank, world_size, steps=6):
 
 
 def fsdp1_step(rank, world_size):
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    return _fsdp1(rank)
+
+
+def fsdp2_adam(rank, world_size):
+    """Adam keeps two moments per parameter: on each rank, of its own shard."""
+    from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     model = Stack()
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 8) + rank).pow(2).mean().backward()
+    opt.step()
+    return model
+
+
+def _fsdp1(rank: int, skip: tuple[int, int] | None = None):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    torch.manual_seed(0)
+    model = Stack(skip)
     for i, layer in enumerate(model.layers):
         model.layers[i] = FSDP(layer, device_id=torch.device("cpu"))
     model = FSDP(model, device_id=torch.device("cpu"))
@@ -70,3 +89,8 @@ def fsdp1_step(rank, world_size):
     model(torch.randn(4, 8) + rank).pow(2).mean().backward()
     opt.step()
     return model
+
+
+def fsdp1_skips_layer(rank, world_size):
+    """FSDP1: rank 1 leaves layer 1 out of its forward."""
+    return _fsdp1(rank, skip=(1, 1))

@@ -55,7 +55,27 @@ def test_correct_fsdp2_job_passes_and_says_what_is_sharded():
         assert fsdp[r]["unsharded_bytes"] == 864
         assert fsdp[r]["sharded_bytes"] == 432
     assert "432 B sharded of 864 B" in mem.evidence
-    assert "not measured" in mem.evidence  # the gathered peak is modelled, and says so
+    for r in (0, 1):  # backward prefetches: two layers (2 x 288 B) gathered at once
+        assert fsdp[r]["gathered_peak_bytes"] == 576, fsdp[r]
+        assert fsdp[r]["gathered_how"] == "measured: gathered parameters alive at once"
+        assert len(fsdp[r]["gathered_peak_modules"]) == 2, fsdp[r]
+        assert set(fsdp[r]["gathered_peak_modules"]) <= {"layers.0", "layers.1", "layers.2"}
+        assert fsdp[r]["optimizer_state_bytes"] == 0  # plain SGD keeps no state
+    assert ("gathered at once 576 B (measured: gathered parameters alive at once" in
+            mem.evidence), mem.evidence
+    assert "2 modules together" in mem.evidence and "a prefetch" in mem.evidence
+    assert "optimizer state 0 B (measured: SGD's state tensors" in mem.evidence
+
+
+def test_adam_state_is_measured_per_rank_as_two_moments_of_the_shards():
+    result = run(fsdp_jobs.fsdp2_adam, steps=1)
+    mem = result.item("memory")
+    for r in (0, 1):
+        f = mem.details["fsdp"][r]
+        # exp_avg and exp_avg_sq of each rank's 432 B of shards, plus 6 float32 step counts
+        assert f["optimizer_state_bytes"] == 2 * f["sharded_bytes"] + 6 * 4 == 888, f
+        assert f["optimizers"] == ["Adam"]
+    assert "optimizer state 888 B (measured: Adam's state tensors" in mem.evidence, mem.evidence
 
 
 def test_rank_that_skips_a_layer_is_named_at_that_layers_all_gather():
@@ -79,12 +99,28 @@ def test_strict_stops_the_skipping_rank_before_the_wrong_all_gather_runs():
     assert result.item("collective sequence").status == "failed"
 
 
+def test_fsdp1_rank_that_skips_a_layer_is_named_with_the_layers_name():
+    result = run(fsdp_jobs.fsdp1_skips_layer, steps=1, timeout=8)
+    item = result.item("collective sequence")
+    assert item.status == "failed", item
+    modules = list(result.collectives().query("rank == 0")["module"])
+    # the layers by name, not by class (three Linear layers look alike)
+    assert {"layers.0", "layers.1", "layers.2"} <= set(modules), modules
+    assert item.details["skipped"] == [1], item.details
+    assert item.details["skips"][1]["fingerprint"]["module"] == "layers.1"
+    assert "FSDP module layers.1" in item.evidence, item.evidence
+
+
 def test_correct_fsdp1_job_has_no_false_drift():
     result = run(fsdp_jobs.fsdp1_step)
     status = _statuses(result)
     assert not [n for n, s in status.items() if s in ("failed", "warning")], result.checklist
     assert status["parameter sync"] == "passed"
     assert "sharded parameter" in result.item("parameter sync").evidence
+    fsdp = result.item("memory").details["fsdp"]
+    for r in (0, 1):  # FSDP1's flat parameters: from its handles' unshard to reshard
+        assert fsdp[r]["gathered_how"] == "measured: gathered parameters alive at once"
+        assert fsdp[r]["gathered_peak_bytes"] >= 288, fsdp[r]
 
 
 def test_a_profiled_fsdp_run_folder_reads_back_with_torchlens_report(tmp_path):

@@ -13,6 +13,8 @@ from statistics import median
 from typing import Any
 
 from torchlens.analysis.ddp import checks as ddp
+from torchlens.analysis.ddp.failures import rank_results
+from torchlens.analysis.ddp.fsdp import rank_figures, rank_row
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun, Profile
 from torchlens.model.findings import Finding
@@ -45,7 +47,8 @@ def heartbeats(profile: Profile) -> list[dict[str, Any]]:
 
 
 def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
-    """One row per rank: pid, device, exit, collectives, step time, peak memory, error.
+    """One row per rank: pid, device, exit, collectives, step time, peak memory, error
+    (and with FSDP: shards, gathered peak, optimizer state).
 
     ``collectives``: how many the rank issued, None where nothing counted them
     (--profile without --strict: the per-op recorder is off). ``steps_s``: the
@@ -56,6 +59,7 @@ def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
     n = run.world_size
     prof = run.profiling
     counted = prof is None or run.strict
+    fsdp = rank_figures(rank_results(run), run.fingerprints or [])
     for r in range(n):
         res = (run.ranks[r] if r < len(run.ranks) else None) or {}
         peak = (run.memory_peak[r] if r < len(run.memory_peak) else None) or {}
@@ -73,7 +77,8 @@ def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
             if counted else None,
             "steps_s": median(times) if times else None,
             "rss": peak.get("rss"), "tensor": peak.get("tensor_bytes"),
-            "error": f"{err.get('type')}: {err.get('message')}" if err else ""})
+            "error": f"{err.get('type')}: {err.get('message')}" if err else "",
+            **rank_row(fsdp.get(r))})
     return out
 
 

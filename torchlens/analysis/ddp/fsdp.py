@@ -1,12 +1,13 @@
 """FSDP in the %ddp_check checklist: which parameters can be compared, and what
-the ranks' parameters weigh sharded and gathered.
+the ranks' parameters weigh sharded and gathered, with the optimizer state.
 
 FSDP keeps one copy of each shard, on one rank: two ranks' shards are
 different numbers by design, so parameter sync compares a sharded parameter
 only between ranks that hold the same shard (hybrid sharding's replicas);
 elsewhere it checks that every rank shards the same parameter the same way.
 The worker records each shard's key and global shape
-(``capture.ddp.fsdp``); plain dicts here, no torch.
+(``capture.ddp.fsdp``), and per step the gathered peak and optimizer state it
+measured (``capture.ddp.fsdp_memory``); plain dicts here, no torch.
 """
 
 from __future__ import annotations
@@ -80,22 +81,101 @@ def largest_gather(fingerprints: list[dict[str, Any]]) -> int:
     return best
 
 
+#: how each gathered figure was obtained, as the memory line and ``details`` say it
+ALIVE = "measured: gathered parameters alive at once"
+ALLOCATOR = "measured: allocator peak"
+MODELLED = "modelled: the largest all_gather output"
+
+
+def _measured(res: dict[str, Any]) -> dict[str, Any]:
+    """The worker's ``fsdp_memory`` figures of the rank's last step that has them."""
+    steps = [s for s in res.get("steps") or [] if s.get("fsdp_memory")]
+    return dict(steps[-1]["fsdp_memory"]) if steps else {}
+
+
+def rank_figures(results: list[dict[str, Any] | None],
+                 fingerprints: list[list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """Per FSDP rank: shard and gathered bytes, the gathered peak and how it was
+    obtained (``gathered_how``), the allocator peak (CUDA) and the optimizer state."""
+    figures: dict[int, dict[str, Any]] = dict(rank_bytes(results))
+    for res in results:
+        if not res:
+            continue
+        r, got = res["rank"], _measured(res)
+        if r not in figures and not got.get("gathered_peak_bytes"):
+            continue  # no FSDP on this rank: its optimizer alone is not this line's
+        f = figures.setdefault(r, {})
+        f.update(got)
+        if f.get("gathered_peak_bytes"):
+            f["gathered_how"] = ALIVE
+        else:
+            gather = largest_gather(fingerprints[r] if r < len(fingerprints) else [])
+            if gather:
+                f.update(largest_gather_bytes=gather, gathered_peak_bytes=gather,
+                         gathered_how=MODELLED)
+    return figures
+
+
+def _rank_text(f: dict[str, Any]) -> str:
+    parts = []
+    if "sharded_bytes" in f:
+        parts.append(f"{format_bytes(f['sharded_bytes'])} sharded of "
+                     f"{format_bytes(f['unsharded_bytes'])} gathered")
+    how = f.get("gathered_how")
+    if how == ALIVE:
+        mods = f.get("gathered_peak_modules") or []
+        many = (f"; {len(mods)} modules together, {' + '.join(mods)}: a prefetch, or a "
+                "module kept gathered" if len(mods) > 1 else f"; {mods[0]}" if mods else "")
+        parts.append(f"gathered at once {format_bytes(f['gathered_peak_bytes'])} "
+                     f"({how}{many})")
+    elif how == MODELLED:
+        why = (f"the count failed: {f['gathered_error']}" if f.get("gathered_error") else
+               "prefetching can hold two at once")
+        parts.append(f"largest module gathered at once {format_bytes(f['gathered_peak_bytes'])}"
+                     f" ({how}; not measured: {why})")
+    if f.get("allocator_peak_bytes") is not None:
+        parts.append(f"allocator peak {format_bytes(f['allocator_peak_bytes'])} over the step "
+                     f"({ALLOCATOR}: activations and gradients included)")
+    if "optimizer_state_bytes" in f:
+        names = ", ".join(sorted(set(f.get("optimizers") or []))) or "the optimizer"
+        parts.append(f"optimizer state {format_bytes(f['optimizer_state_bytes'])} "
+                     f"(measured: {names}'s state tensors after its step)")
+    else:
+        why = (f"reading it failed: {f['optimizer_state_error']}"
+               if f.get("optimizer_state_error") else "no optimizer.step() in the step")
+        parts.append(f"optimizer state not measured ({why})")
+    return ", ".join(parts)
+
+
 def memory_text(results: list[dict[str, Any] | None],
-                fingerprints: list[list[dict[str, Any]]]) -> tuple[str, dict[int, dict[str, int]]]:
-    """The memory line's FSDP sentence and its figures per rank ('' when no FSDP)."""
-    figures = rank_bytes(results)
+                fingerprints: list[list[dict[str, Any]]]) -> tuple[str, dict[int, dict[str, Any]]]:
+    """The memory line's FSDP sentence and its figures per rank ('' when no FSDP).
+    Ranks with the same figures share one clause."""
+    figures = rank_figures(results, fingerprints)
     if not figures:
         return "", {}
-    parts = []
+    clauses: dict[str, list[int]] = {}
     for r, f in sorted(figures.items()):
-        gather = largest_gather(fingerprints[r] if r < len(fingerprints) else [])
-        if gather:
-            f["largest_gather_bytes"] = gather
-        parts.append(f"rank {r}: {format_bytes(f['sharded_bytes'])} sharded of "
-                     f"{format_bytes(f['unsharded_bytes'])} gathered"
-                     + (f", largest module gathered at once {format_bytes(gather)}"
-                        if gather else ""))
-    return ("; FSDP parameters " + "; ".join(parts)
-            + " (the gathered peak is not measured: a CPU build keeps no allocator peak; "
-            "it is the largest all_gather output, and prefetching can hold two at once; "
-            "optimizer state is not measured)"), figures
+        clauses.setdefault(_rank_text(f), []).append(r)
+    return "; FSDP per rank: " + "; ".join(
+        f"{_ranks(rs)}: {text}" for text, rs in clauses.items()), figures
+
+
+def _ranks(rs: list[int]) -> str:
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if rs == list(range(rs[0], rs[-1] + 1)):
+        return f"ranks {rs[0]}-{rs[-1]}"
+    return "ranks " + ", ".join(map(str, rs))
+
+
+def rank_row(f: dict[str, Any] | None) -> dict[str, Any]:
+    """The ranks table's FSDP cells of one rank (empty without FSDP): shard bytes,
+    the gathered peak and whether it was measured or modelled, the optimizer state."""
+    if not f:
+        return {}
+    how = f.get("gathered_how")
+    return {"fsdp_sharded": f.get("sharded_bytes"), "fsdp_gathered": f.get("gathered_peak_bytes"),
+            "fsdp_gathered_how": how.split(":")[0] if how else None,
+            "allocator_peak": f.get("allocator_peak_bytes"),
+            "optimizer_state": f.get("optimizer_state_bytes")}

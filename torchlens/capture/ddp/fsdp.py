@@ -6,7 +6,8 @@ layers give equal buffers, so the op and shapes alone cannot tell layer 1's
 all_gather from layer 2's; a rank that skipped a layer would look like one
 that ran it (gloo pairs the two and the job computes garbage). FSDP2 issues
 them from its ``FSDPParamGroup`` (``_module_fqn``: ``layers.1``), FSDP1 from
-its runtime helpers with the ``FlatParamHandle`` in hand.
+its runtime helpers with the ``FlatParamHandle`` in hand (the module's name
+there comes from the root's ``named_modules``: ``fsdp1_name``).
 
 Why shards get a key: FSDP keeps one copy of each shard, on one rank, so two
 ranks' local shards are different numbers by design. Parameter sync compares
@@ -17,6 +18,7 @@ of hybrid sharding); elsewhere only its global shape and sharding must agree.
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 _FSDP_DIR = os.sep + os.path.join("torch", "distributed", "fsdp") + os.sep
@@ -37,9 +39,61 @@ def fsdp_module(frame: Any) -> str | None:
                 return fqn or "(root)"
             module = getattr(local.get("handle"), "_fully_sharded_module", None)
             if module is not None:  # FSDP1: the module has no name of its own here
-                return type(module).__name__
+                return fsdp1_name(module, frame)
         frame = frame.f_back
     return None
+
+
+#: FSDP1: per root (keyed by the ``_ExecOrderData`` the root shares with every
+#: FSDP state under it), id(module) -> its name in the root, FSDP's wrapper
+#: prefixes taken out (``layers.1``, as FSDP2 names it)
+_FSDP1_NAMES: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def fsdp1_name(module: Any, frame: Any) -> str:
+    """FSDP1's module by its name in the root FSDP module, its class where that is unknown.
+
+    A frame of FSDP1's runtime holds the FSDP state it runs for (``state``
+    or ``self``), not the root; every state shares the root's
+    ``_exec_order_data``, and the root is on the stack in its forward (its
+    ``_is_root``), which runs before any backward. The names are computed
+    there once per root and looked up by that shared object afterwards.
+    """
+    names = None
+    while frame is not None and names is None:
+        if _FSDP_DIR in frame.f_code.co_filename:
+            local = frame.f_locals
+            for state in (local.get("state"), local.get("self")):
+                names = _names_of(state)
+                if names is not None:
+                    break
+        frame = frame.f_back
+    found = (names or {}).get(id(module))
+    return found if found is not None else type(module).__name__
+
+
+def _names_of(state: Any) -> dict[int, str] | None:
+    order = getattr(state, "_exec_order_data", None)
+    if order is None:
+        return None
+    try:
+        names = _FSDP1_NAMES.get(order)
+    except TypeError:  # not weakly referenceable: not FSDP1's own object
+        return None
+    if names is None and getattr(state, "_is_root", False) and hasattr(state, "named_modules"):
+        names = {id(m): _clean(n) for n, m in state.named_modules()}
+        _FSDP1_NAMES[order] = names
+    return names
+
+
+def _clean(name: str) -> str:
+    parts = [p for p in name.split(".") if p not in _WRAPPER_PARTS]
+    return ".".join(parts) or "(root)"
+
+
+#: the attribute names FSDP1 (and activation checkpointing) put between a
+#: module and its children
+_WRAPPER_PARTS = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
 
 
 def _dtensor_piece(p: Any) -> dict[str, Any] | None:

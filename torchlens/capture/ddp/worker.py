@@ -44,6 +44,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
 from torchlens.capture.ddp.elastic import rank_args
+from torchlens.capture.ddp.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
@@ -298,8 +299,9 @@ class Worker:
         from torchlens.capture.ddp.recorder import CollectiveRecorder
 
         ddp_modules = track_ddp()
+        held = FsdpMemory()
         if job.get("profile"):
-            self._profiled_run(job, ddp_modules)
+            self._profiled_run(job, ddp_modules, held)
             return
         call = self._callable(job)
         board = None
@@ -323,9 +325,11 @@ class Worker:
             ddp_modules.clear()
             record: dict[str, Any] = {"step": step, "start": time.time(), "end": None}
             self.result["steps"].append(record)
+            held.start(self.mem_device)
             with rec:
                 out = call()
             record["end"] = time.time()
+            held.finish_into(record)
             from torchlens.capture.ddp.memory import (
                 sample,  # live tensors at the step's end, before they go
             )
@@ -344,7 +348,8 @@ class Worker:
                 torch.cuda.synchronize()
         rec.current = None
 
-    def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any]) -> None:
+    def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any],
+                      held: FsdpMemory) -> None:
         """--profile: the function is the training loop; it runs once, timed per step."""
         from torchlens.capture.ranks.oom import oom_line, save_oom_snapshot
         from torchlens.capture.ranks.stepper import RankProfiler, StepLimit
@@ -372,6 +377,7 @@ class Worker:
         record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
         self.result["steps"].append(record)
         self.phase = "training"
+        held.start(self.device)
         stepper.start()
         try:
             with rec if rec is not None else contextlib.nullcontext():
@@ -394,6 +400,7 @@ class Worker:
                                       "errors": stepper.errors[:20], "own_s": stepper.own_s,
                                       "budget": stepper.budget_figures}
         record["end"] = time.time()
+        held.finish_into(record)
         self.phase = "checksums 0"
         record_modules(record, ddp_modules, out)
 

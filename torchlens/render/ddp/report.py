@@ -38,6 +38,12 @@ RANK_COLUMNS = [Column("rank", "rank", str), Column("pid", "pid", str),
                 Column("rss", "peak RSS", format_bytes),
                 Column("tensor", "peak tensor bytes", format_bytes),
                 Column("error", "error", str, False)]
+#: only when a rank used FSDP; "how": measured or modelled (see the memory line)
+FSDP_COLUMNS = [Column("fsdp_sharded", "FSDP shards", format_bytes),
+                Column("fsdp_gathered", "gathered at once", format_bytes),
+                Column("fsdp_gathered_how", "how", str, False),
+                Column("allocator_peak", "allocator peak", format_bytes),
+                Column("optimizer_state", "optimizer state", format_bytes)]
 COLLECTIVE_COLUMNS = [Column("rank", "rank", str), Column("index", "#", str),
                       Column("op", "op", str, False), Column("tensors", "tensors", str, False),
                       Column("line", "issued at", str, False),
@@ -163,7 +169,9 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
         out.append(("Per-rank memory, collectives and timeline" if counted else
                     "Per-rank memory and timeline",
                     html.figure_slot(len(figures) - 1), "ranks-plot"))
-    out.append(("Ranks", tables.html_table(a.rank_rows, RANK_COLUMNS), "ranks"))
+    fsdp = [c for c in FSDP_COLUMNS if any(row.get(c.key) is not None for row in a.rank_rows)]
+    out.append(("Ranks", tables.html_table(a.rank_rows, RANK_COLUMNS[:-1] + fsdp
+                                           + RANK_COLUMNS[-1:]), "ranks"))
     if a.collective_rows:
         out.append(("Collectives", tables.html_table(a.collective_rows, COLLECTIVE_COLUMNS),
                     "collectives"))

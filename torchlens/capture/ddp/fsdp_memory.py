@@ -1,0 +1,242 @@
+"""What an FSDP step holds beyond its shards, measured in the rank: the
+gathered parameters alive at once, and the optimizer state.
+
+Why FSDP's own unshard and reshard are wrapped: a CPU build keeps no
+allocator peak, and the shapes of the all_gathers alone cannot say how many
+modules were gathered at once (FSDP2 prefetches the next module's all_gather
+in backward, so two are). Each FSDP2 ``FSDPParamGroup`` counts as gathered
+from its ``unshard`` (the all_gather issued) until its ``reshard``, each FSDP1
+``FlatParamHandle`` while its padded unsharded flat parameter has storage;
+the peak is the most bytes gathered at once, with the modules that made it.
+The all_gather's own buffer, alive during FSDP2's copy-out into the
+parameters, is not in that figure. On CUDA the allocator's peak over the
+step is read as well (``allocator_peak``: everything the step allocated).
+
+The wrappers are put on FSDP's classes once per process, when the class is
+imported (importing FSDP for a job that never uses it costs most of a
+second), and count only while a ``FsdpMemory`` is started.
+
+Why the optimizer state is read in torch's global optimizer post-hook: the
+optimizer is usually a local of the user's function, gone when the step
+ends. Its ``state`` tensors are summed (a DTensor counts its local shard)
+at its first step, and again only when more parameters have state: the walk
+over the state dict costs milliseconds for a thousand parameters, and the
+tensors in it keep their sizes.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from torchlens.capture.ddp.fsdp import fsdp_module
+
+_FSDP2 = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
+_FSDP1 = "torch.distributed.fsdp._flat_param"
+
+#: the tracker counting now (one step of one rank at a time), or None
+_ACTIVE: FsdpMemory | None = None
+
+
+def reset_allocator_peak(device: Any) -> bool:
+    """Start ``device``'s allocator peak afresh; False where there is none to read
+    (not a GPU, or CUDA not initialised: nothing is initialised here)."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_initialized():
+        return False
+    torch.cuda.reset_peak_memory_stats(device)
+    return True
+
+
+def allocator_peak(device: Any) -> int | None:
+    """``device``'s allocator peak since ``reset_allocator_peak`` (None: not a GPU in use)."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.max_memory_allocated(device))
+
+
+def state_bytes(optimizer: Any) -> int:
+    """Bytes of every tensor in ``optimizer.state`` (a DTensor's local shard)."""
+    import torch
+
+    total = 0
+    for per_param in getattr(optimizer, "state", {}).values():
+        values = per_param.values() if isinstance(per_param, dict) else (per_param,)
+        for t in values:
+            if isinstance(t, torch.Tensor):
+                t = getattr(t, "_local_tensor", t)
+                total += t.numel() * t.element_size()
+    return total
+
+
+class FsdpMemory:
+    """One step's gathered-parameter peak and optimizer state on this rank."""
+
+    def __init__(self) -> None:
+        self._hook: Any = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.live: dict[int, tuple[str, int]] = {}
+        self.now = self.peak = 0
+        self.peak_modules: list[str] = []
+        self.optimizers: dict[int, tuple[str, int]] = {}
+        self.entries: dict[int, int] = {}  # id(optimizer) -> len(state) when last read
+        self.device: Any = None
+        self.cuda = False
+        #: why counting stopped (FSDP's internals not as this torch's): said, not guessed
+        self.broken: str | None = None
+        self.broken_state: str | None = None
+
+    def start(self, device: Any = None) -> None:
+        global _ACTIVE
+        self.reset()
+        _watch_fsdp()
+        if self._hook is None:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._hook = register_optimizer_step_post_hook(_stepped)
+        self.device = device
+        self.cuda = reset_allocator_peak(device)
+        _ACTIVE = self
+
+    def finish(self) -> dict[str, Any] | None:
+        """The step's figures; None when it had no FSDP module and no optimizer."""
+        global _ACTIVE
+        _ACTIVE = None
+        out: dict[str, Any] = {}
+        if self.broken:
+            out["gathered_error"] = self.broken
+        elif self.peak:
+            out.update(gathered_peak_bytes=self.peak, gathered_peak_modules=self.peak_modules)
+        if self.broken_state:
+            out["optimizer_state_error"] = self.broken_state
+        elif self.optimizers:
+            out.update(optimizer_state_bytes=sum(b for _, b in self.optimizers.values()),
+                       optimizers=[n for n, _ in self.optimizers.values()])
+        if self.cuda:
+            out["allocator_peak_bytes"] = allocator_peak(self.device)
+        return out or None
+
+    def finish_into(self, record: dict[str, Any]) -> None:
+        """``finish``, its figures put in the step's record as ``fsdp_memory``."""
+        figures = self.finish()
+        if figures:
+            record["fsdp_memory"] = figures
+
+    def gathered(self, key: int, name: str, nbytes: int) -> None:
+        """The module ``key`` now holds ``nbytes`` gathered (0: resharded)."""
+        old = self.live.pop(key, None)
+        self.now -= old[1] if old else 0
+        if nbytes:
+            self.live[key] = (name, nbytes)
+            self.now += nbytes
+        if self.now > self.peak:
+            self.peak, self.peak_modules = self.now, [n for n, _ in self.live.values()]
+
+
+def _stepped(optimizer: Any, *_: Any) -> None:
+    active = _ACTIVE
+    if active is None:
+        return
+    entries = len(getattr(optimizer, "state", ()))
+    if active.entries.get(id(optimizer)) == entries:
+        return  # read already, and no parameter gained state since
+    try:
+        active.optimizers[id(optimizer)] = (type(optimizer).__name__, state_bytes(optimizer))
+        active.entries[id(optimizer)] = entries
+    except Exception as exc:  # noqa: BLE001 - an optimizer whose state is not tensors in dicts
+        active.broken_state = f"{type(exc).__name__}: {exc}"
+
+
+def _group_bytes(group: Any) -> int:
+    """An FSDP2 group's parameters unsharded (in the dtype they are gathered in)."""
+    total = 0
+    for p in getattr(group, "fsdp_params", ()):
+        dtype = getattr(p, "param_dtype", None) or p.orig_dtype
+        total += p._orig_size.numel() * dtype.itemsize
+    return total
+
+
+def _fsdp2_after(group: Any) -> None:
+    held = group._all_gather_result is not None or group.is_unsharded
+    _ACTIVE.gathered(id(group), group._module_fqn or "(root)",  # type: ignore[union-attr]
+                     _group_bytes(group) if held else 0)
+
+
+def _fsdp1_after(handle: Any) -> None:
+    nbytes = 0
+    if handle.uses_sharded_strategy:
+        nbytes = handle._get_padded_unsharded_flat_param().untyped_storage().nbytes()
+    _ACTIVE.gathered(id(handle), fsdp_module(sys._getframe(2)) or "?",  # type: ignore[union-attr]
+                     nbytes)
+
+
+def _wrap(cls: Any, names: tuple[str, ...], after: Callable[[Any], None]) -> None:
+    for name in names:
+        real = getattr(cls, name)
+        if getattr(real, "_torchlens_wrapped", False):
+            continue
+
+        def wrapper(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            out = _real(self, *args, **kwargs)
+            active = _ACTIVE
+            if active is not None and active.broken is None:
+                try:
+                    after(self)
+                except Exception as exc:  # noqa: BLE001 - FSDP's internals moved: the job runs on
+                    active.broken = f"{type(exc).__name__}: {exc}"
+            return out
+
+        wrapper._torchlens_wrapped = True  # type: ignore[attr-defined]
+        wrapper.__wrapped__ = real  # type: ignore[attr-defined]
+        setattr(cls, name, wrapper)
+
+
+def _patch(module: Any) -> None:
+    if module.__name__ == _FSDP2:
+        _wrap(module.FSDPParamGroup, ("unshard", "reshard"), _fsdp2_after)
+    else:
+        _wrap(module.FlatParamHandle, ("unshard", "reshard"), _fsdp1_after)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Patches an FSDP module right after it is first imported, by the job."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in (_FSDP1, _FSDP2):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                break
+        else:
+            return None
+        real = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            real(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+_FINDER = _AfterImport()
+
+
+def _watch_fsdp() -> None:
+    """Patch the FSDP classes already imported; patch the others when they are."""
+    for name in (_FSDP1, _FSDP2):
+        if name in sys.modules:
+            _patch(sys.modules[name])
+    if _FINDER not in sys.meta_path and not all(n in sys.modules for n in (_FSDP1, _FSDP2)):
+        sys.meta_path.insert(0, _FINDER)
