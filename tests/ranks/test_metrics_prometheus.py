@@ -70,10 +70,11 @@ def test_promtool_checks_and_unit_tests_every_alert(tmp_path: Path) -> None:
 class _MetricsCollector(Collector):
     """``python -m torchlens run --metrics ADDRESS``, read as ``helpers.Collector`` reads it."""
 
-    def __init__(self, out: Path, metrics: str, command: list[str], **extra: str) -> None:
+    def __init__(self, out: Path, metrics: str, command: list[str],
+                 extra_args: list[str] | None = None, **extra: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "torchlens", "run", "--out", str(out), "--metrics", metrics,
-             "--", *command],
+             *(extra_args or []), "--", *command],
             cwd=REPO, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True)
         self.lines = []
