@@ -63,8 +63,8 @@ def test_a_raising_rank_reaches_prometheus_as_failed_despite_a_poller(tmp_path: 
                                              stop), daemon=True).start()
         # Prometheus has scraped twice (the hold knows its interval) with both ranks up
         wait_for("two scrapes of both ranks up", lambda: len(prom.query(
-            f'count_over_time(torchlens_rank_state{{state="up"}}[1m]) >= 2 '
-            f'and torchlens_rank_state{{state="up"}} == 1')) == 2)
+            'count_over_time(torchlens_rank_state{state="up"}[1m]) >= 2 '
+            'and torchlens_rank_state{state="up"} == 1')) == 2)
         # rank 1 raises just after a scrape: the job ends before the next one (the walk's
         # case, where only the hold could let Prometheus see how it ended)
         wait_for("a fresh scrape", lambda: float(prom.query(
