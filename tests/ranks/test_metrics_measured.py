@@ -75,3 +75,16 @@ def test_each_rank_exports_the_terminals_median_step() -> None:
     assert medians == {str(r): view.ranks[r]["step_ms"] / 1000 for r in range(2)}
     assert abs(medians["0"] - statistics.median(times[0])) < 1e-12
     assert abs(medians["1"] - statistics.median(times[1])) < 1e-12
+
+
+def test_a_poll_between_the_setup_window_and_the_first_step_loses_no_step() -> None:
+    """The collector counts a slot's set-up windows until its first step, then takes them
+    back (``Collector._take``); a poll in between had marked the window as counted, so the
+    histogram missed the first real step (the Prometheus test's sum was one step off)."""
+    window = StepRecord.from_dict({"step": 0, "t0": 0.0, "t1": 5.0, "window": True})
+    real = [_rec(i, 0.03 + i / 1000) for i in range(3)]
+    hist = StepHistograms()
+    hist.take(0, 0, 1, [window])  # the collector: counts[0] == 1 (the window, for now)
+    hist.take(0, 0, 3, [window, *real])  # first steps: the window taken back, 3 real
+    assert hist.ranks[0].count == 3
+    assert abs(hist.ranks[0].total_s - sum(r.t1 - r.t0 for r in real)) < 1e-12

@@ -91,6 +91,8 @@ class StepHistograms:
     seen: dict[int, int] = field(default_factory=dict)
     #: step records sent but gone from the collector's memory before a take
     missed: int = 0
+    #: slots that sent a real step (before it, the collector's count is set-up windows)
+    stepped: set[int] = field(default_factory=set)
 
     def take(self, rank: int, slot: int, sent: int, kept: list[StepRecord]) -> None:
         """A slot (one start of ``rank``) has sent ``sent`` step records; ``kept``
@@ -98,10 +100,15 @@ class StepHistograms:
         new = sent - self.seen.get(slot, 0)
         if new <= 0:
             return
-        self.seen[slot] = sent
         fresh = kept[-new:] if new <= len(kept) else kept
-        self.missed += max(0, new - len(kept))
         steps = [rec.t1 - rec.t0 for rec in fresh if not rec.window]
+        if not steps and slot not in self.stepped:
+            # set-up windows only: the collector counts them until the slot's first
+            # step, then takes them back; marked seen, they would hide that step
+            return
+        self.stepped.add(slot)
+        self.seen[slot] = sent
+        self.missed += max(0, new - len(kept))
         if steps:
             self.ranks[rank] = self.ranks.get(rank, Histogram()).add(steps)
 
