@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -70,10 +71,11 @@ def test_promtool_checks_and_unit_tests_every_alert(tmp_path: Path) -> None:
 class _MetricsCollector(Collector):
     """``python -m torchlens run --metrics ADDRESS``, read as ``helpers.Collector`` reads it."""
 
-    def __init__(self, out: Path, metrics: str, command: list[str], **extra: str) -> None:
+    def __init__(self, out: Path, metrics: str, command: list[str],
+                 extra_args: list[str] | None = None, **extra: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "torchlens", "run", "--out", str(out), "--metrics", metrics,
-             "--", *command],
+             *(extra_args or []), "--", *command],
             cwd=REPO, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True)
         self.lines = []
@@ -125,6 +127,20 @@ def test_prometheus_scrapes_a_straggler_job(tmp_path: Path) -> None:
             steps = [s for s in steps if not s.get("window")]
             assert 20 <= n <= len(steps) == 120
             assert abs(float(total["value"][1]) - sum(s["t1"] - s["t0"] for s in steps[:n])) < 1e-6
+            # the median the terminal shows (the collector's newest 64 steps), not a bucket's
+            # interpolation: the run's last scrape is its final view (the end-of-run hold)
+            (median,) = prom.query(f"last_over_time(torchlens_step_median_seconds{sel}[5m])")
+            kept = [s["t1"] - s["t0"] for s in
+                    [json.loads(x) for x in (out / f"rank{rank}" / "steps.jsonl").read_text()
+                     .split("\n") if x][-64:]]
+            assert abs(float(median["value"][1]) - statistics.median(kept)) < 1e-9, median
+        # a CPU run's allocator figures are modelled: not exported, no fragmentation alert
+        for name in CUDA_ONLY:
+            assert prom.query(f"last_over_time({name}[5m])") == [], name
+        rules = (FILES / "torchlens-rules.yml").read_text()
+        frag = re.search(r"alert: TorchlensFragmentation\n\s+expr: (.*)\n", rules).group(1)
+        assert prom.query(frag.replace("torchlens_fragmentation_ratio",
+                                       "last_over_time(torchlens_fragmentation_ratio[5m])")) == []
         assert not token_file.exists()  # deleted with the run
     finally:
         if prom is not None:

@@ -10,6 +10,8 @@ and the second start runs to the end. ``TL_HOLD_S`` with ``TL_HOLD_MARK`` (a
 path): the other ranks sleep that long at step N, once (the mark file says
 it happened), outside any collective: as NCCL ranks hang, not fail, when a
 peer dies, so their agent restarts them without counting a failure.
+``TL_FAIL_WHEN`` (a path): rank ``TL_FAIL_RANK`` raises at its first step after
+the file exists (a test picks the moment).
 """
 
 import os
@@ -31,6 +33,7 @@ FAIL_RANK = int(os.environ.get("TL_FAIL_RANK", "1"))
 FIRST_START = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 HOLD_S = float(os.environ.get("TL_HOLD_S", "0"))
 HOLD_MARK = os.environ.get("TL_HOLD_MARK", "")
+FAIL_WHEN = os.environ.get("TL_FAIL_WHEN", "")
 
 
 def hold_once() -> None:
@@ -66,6 +69,8 @@ def main() -> None:
     for i in range(STEPS):
         if i == FAIL_AT and rank == FAIL_RANK and FIRST_START:
             raise RuntimeError(f"rank {rank} fails on purpose at step {i} (TL_FAIL_ONCE_AT)")
+        if FAIL_WHEN and rank == FAIL_RANK and os.path.exists(FAIL_WHEN):
+            raise RuntimeError(f"rank {rank} fails on purpose at step {i} (TL_FAIL_WHEN)")
         if i == FAIL_AT and rank != FAIL_RANK and HOLD_S and HOLD_MARK:
             hold_once()
         x, y = next(loader)

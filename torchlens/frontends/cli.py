@@ -374,7 +374,7 @@ class RunCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] "
-                        "[--metrics [HOST:]PORT] -- "
+                        "[--metrics [HOST:]PORT [--metrics-token-file PATH]] -- "
                         "torchrun --nnodes ... train.py ARGS")
         parser.epilog = ("Each torchrun rank attaches when it starts (no code change); a step "
                          "ends at each torchlens.step() where the script calls it, else at "
@@ -393,6 +393,10 @@ class RunCommand(Command):
                             help="serve the job's Prometheus metrics at /metrics (127.0.0.1 "
                                  "unless a host is named; a bearer token in "
                                  "RUN_DIR/metrics.token; docs/METRICS.md)")
+        parser.add_argument("--metrics-token-file", metavar="PATH",
+                            help="the bearer token for --metrics from this file of yours "
+                                 "(mode 0600, read, never deleted): one Prometheus config "
+                                 "for every run")
         parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                             help="the command to run, usually torchrun ... train.py ARGS")
 
@@ -400,7 +404,7 @@ class RunCommand(Command):
         from torchlens.frontends.ranks.command import run
 
         return run(args.command, out=args.out, host=args.host, port=args.port,
-                   metrics=args.metrics)
+                   metrics=args.metrics, metrics_token_file=args.metrics_token_file)
 
 
 class MetricsCommand(Command):

@@ -44,8 +44,8 @@ class MetricsFeed:
     """A ``RankFeed`` that keeps a ``NotebookRun`` and posts its series."""
 
     def __init__(self, run: str, world_size: int, publisher: RankPublisher,
-                 interval: float = INTERVAL_S) -> None:
-        self.job = NotebookRun(run, world_size)
+                 interval: float = INTERVAL_S, where: dict[str, Any] | None = None) -> None:
+        self.job = NotebookRun(run, world_size, where)
         self.publisher = publisher
         self.interval = interval
         self.sent = 0
@@ -111,6 +111,14 @@ class Tee:
             for f in self.feeds:
                 getattr(f, name)(*args, **kwargs)
         return call
+
+
+def this_machine() -> dict[str, Any]:
+    """Where a ``%ddp_check`` without ``--nnodes`` runs every rank: this host, node 0
+    (``torchlens run``'s labels: ``GROUP_RANK``, and the rank's host name)."""
+    import socket
+
+    return {"node": 0, "host": socket.gethostname()}
 
 
 def watch_feed(target: str, source: Any, publisher: RankPublisher | None) -> MetricsFeed | None:

@@ -55,9 +55,13 @@ def ended_state(reason: str) -> str:
 class NotebookRun:
     """What one job's series need, fed as a ``RankFeed`` is (steps, summaries, ends)."""
 
-    def __init__(self, run: str, world_size: int) -> None:
+    def __init__(self, run: str, world_size: int, where: Mapping[str, Any] | None = None) -> None:
+        """``where``: the ``node`` and ``host`` of every rank when the launcher knows
+        them (``%ddp_check`` without ``--nnodes``: this machine, node 0, and its
+        heartbeats say neither); a rank's own heartbeat or the collector's status wins."""
         self.run = run
         self.world_size = world_size
+        self.where = dict(where or {})
         self.steps: dict[int, list[StepRecord]] = {}
         self.summaries: dict[int, list[Any]] = {}
         self.histograms: dict[int, Histogram] = {}
@@ -114,7 +118,7 @@ class NotebookRun:
             if row is None and r not in self.steps:
                 ranks.append(None)
                 continue
-            row = row or {}
+            row = {**self.where, **(row or {})}
             ranks.append({"rank": r, "node": row.get("node"), "host": row.get("host"),
                           "incarnation": row.get("restart") or 0, "silent_s": 0.0,
                           "bye": None, "heartbeat": {}, "overwritten": [],

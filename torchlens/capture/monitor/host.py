@@ -18,24 +18,42 @@ import psutil
 MIN_CPU_WINDOW_S = 0.1
 
 
+def busy_percent(before: Any, after: Any) -> float | None:
+    """All cores' busy share (0-100) between two ``psutil.cpu_times()``, as psutil's
+    ``cpu_percent`` computes it (idle and iowait are not busy; guest time is already
+    in user time on Linux); None when no clock tick passed."""
+    delta = {k: max(0.0, getattr(after, k) - getattr(before, k)) for k in after._fields}
+    total = sum(delta.values()) - delta.get("guest", 0.0) - delta.get("guest_nice", 0.0)
+    if total <= 0:
+        return None
+    busy = total - delta["idle"] - delta.get("iowait", 0.0)
+    return round(min(max(0.0, 100.0 * busy / total), 100.0), 1)
+
+
 class HostSampler:
     """CPU percent (all cores, since the previous call), RAM and load average."""
 
     def __init__(self) -> None:
-        # psutil measures CPU between two calls (a first call or a window of a
-        # few microseconds reads 0.0). Measured here once, over MIN_CPU_WINDOW_S (the only wait: a sample
-        # must never block its caller, the server's sampler thread or loop):
-        # a sample that comes sooner than that after the last gives this
-        # last measured figure rather than psutil's 0.0 for a tiny window.
-        self._last_cpu: float = psutil.cpu_percent(interval=MIN_CPU_WINDOW_S)
+        # CPU busy share between two psutil.cpu_times() kept here, not psutil's
+        # cpu_percent: that keeps its baseline per thread (psutil >= 5.9.6), and the
+        # Jupyter server makes this sampler on its loop but samples in the monitor's
+        # thread, whose first reading was 0.0 on a busy machine. Measured once here
+        # over MIN_CPU_WINDOW_S (the only wait: a sample must never block its caller);
+        # a sample sooner than that after the last repeats the last measured figure.
+        start = psutil.cpu_times()
+        time.sleep(MIN_CPU_WINDOW_S)
+        self._times = psutil.cpu_times()
         self._since = time.monotonic()
+        self._last_cpu: float | None = busy_percent(start, self._times)
         self.cpu_count = psutil.cpu_count() or 1
 
     def sample(self) -> dict[str, Any]:
-        """One reading now; percentages are 0-100."""
+        """One reading now; percentages are 0-100 (CPU None until one was measured)."""
         if time.monotonic() - self._since >= MIN_CPU_WINDOW_S:
-            self._last_cpu = psutil.cpu_percent(interval=None)
-            self._since = time.monotonic()
+            now = psutil.cpu_times()
+            measured = busy_percent(self._times, now)
+            if measured is not None:
+                self._last_cpu, self._times, self._since = measured, now, time.monotonic()
         cpu = self._last_cpu
         mem = psutil.virtual_memory()
         try:

@@ -390,9 +390,11 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         return plot
 
     from torchlens.frontends.live_publish import RankSink
-    from torchlens.frontends.metrics_publish import MetricsFeed, Tee
+    from torchlens.frontends.metrics_publish import MetricsFeed, Tee, this_machine
 
-    feed = (MetricsFeed(os.path.basename(run_dir), world_size, publisher)
+    # the same host and node labels as torchlens run's: under --nnodes the ranks' heartbeats say them
+    feed = (MetricsFeed(os.path.basename(run_dir), world_size, publisher,
+                        where=None if spec is not None else this_machine())
             if publisher is not None and run_dir is not None else None)
     make = live_plot if live else None
     if feed is not None:  # the Jupyter server's /metrics too (metrics_publish)

@@ -115,13 +115,19 @@ def _exit_code(code: int | None) -> int:
 
 
 def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", port: int = 0,
-        stream: TextIO | None = None, tty: bool | None = None, metrics: str | None = None) -> int:
+        stream: TextIO | None = None, tty: bool | None = None, metrics: str | None = None,
+        metrics_token_file: str | None = None) -> int:
     """Run ``command`` under the collector; returns its exit code. ``metrics``:
-    ``[HOST:]PORT`` to serve Prometheus series at (``metrics_endpoint``)."""
+    ``[HOST:]PORT`` to serve Prometheus series at (``metrics_endpoint``);
+    ``metrics_token_file``: the user's bearer token for it (else one per run)."""
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store-wait warnings
     command = _check_command(list(command))
     from torchlens.frontends.ranks import launchers, metrics_endpoint
     metrics_at = metrics_endpoint.parse_address(metrics) if metrics else None
+    if metrics_token_file is not None:  # checked before the job starts
+        if metrics_at is None:
+            raise InputError("--metrics-token-file is for --metrics: add --metrics [HOST:]PORT")
+        metrics_endpoint.read_token(metrics_token_file)
     run_dir = _out_dir(out)
     from torchlens.analysis.ranks.verdict import live_status, run_view
     from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
@@ -165,7 +171,8 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         summary.say(f"the command's output: {log}")
     summary.say(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
                 f"or torchlens.watch({address!r}, secret_file={secret_path!r})")
-    exporter = metrics_endpoint.serve(metrics_at, run_dir, summary.say) if metrics_at else None
+    exporter = (metrics_endpoint.serve(metrics_at, run_dir, summary.say, metrics_token_file)
+                if metrics_at else None)
     entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
     interrupted = False

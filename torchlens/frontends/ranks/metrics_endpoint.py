@@ -12,10 +12,15 @@ rank ended: a killed rank ``lost``, a crash ``failed``) until Prometheus has
 scraped it once, at most one scrape interval (as seen so far) and a second,
 or ``LINGER_MAX_S``: else the job's end would reach Prometheus only as
 ``up == 0``, and no rank-state alert would fire for a job that crashed.
+Only a request whose User-Agent is Prometheus's (``Prometheus/<version>``,
+sent on every scrape) counts as a scrape there: a user's curl loop with the
+token gets the figures too, but it neither ends the hold nor sets its length.
 
 Every request must carry ``Authorization: Bearer <token>``; the token is new
-for every run, in ``RUN_DIR/metrics.token`` (0600), deleted at the end
-(docs/METRICS.md). Bound to 127.0.0.1 unless a host is named.
+for every run, in ``RUN_DIR/metrics.token`` (0600), deleted at the end, or
+the user's own from ``--metrics-token-file`` (read, never deleted: a fixed
+Prometheus config across runs; docs/METRICS.md). Bound to 127.0.0.1 unless
+a host is named.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ VIEW_EVERY_S = 5.0
 VIEW_COST_FACTOR = 10
 #: at the end, how long the endpoint waits at most for a scrape of the final view
 LINGER_MAX_S = 20.0
+#: how Prometheus's scrapes start their User-Agent header (every version sends it)
+PROMETHEUS_AGENT = "prometheus/"
 
 
 def parse_address(spec: str) -> tuple[str, int]:
@@ -73,24 +80,49 @@ def write_token(path: str) -> str:
     return token
 
 
+def read_token(path: str) -> str:
+    """The bearer token in the user's file (``--metrics-token-file``); InputError, one
+    line, when it is missing, empty, or readable by group or others. Surrounding
+    white space is not part of it (Prometheus trims the file's content too)."""
+    what = f"--metrics-token-file {path}"
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except FileNotFoundError:
+        raise InputError(f"{what} does not exist: make it first, e.g. "
+                         f"(umask 077; openssl rand -hex 32 > {path})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} cannot be read ({getattr(exc, 'strerror', None) or exc})") \
+            from None
+    if st.st_mode & 0o077:
+        raise InputError(f"{what} is readable by group or others (mode "
+                         f"{oct(st.st_mode & 0o777)[2:]}): chmod 600 {path}")
+    if not token:
+        raise InputError(f"{what} is empty: write a token into it (e.g. openssl rand -hex 32)")
+    return token
+
+
 class MetricsEndpoint:
     """The HTTP server and what the loop hands it."""
 
-    def __init__(self, host: str, port: int, run_dir: str) -> None:
+    def __init__(self, host: str, port: int, run_dir: str, token_file: str | None = None) -> None:
         address = interface_address(host)
         self.run = os.path.basename(os.path.normpath(run_dir))
-        self.token_path = os.path.join(run_dir, TOKEN_FILE)
+        #: the user's token file (kept), else this run's own (deleted at the end)
+        self.own_token = token_file is None
+        self.token_path = os.path.join(run_dir, TOKEN_FILE) if token_file is None else token_file
         self.histograms = StepHistograms()
         self.view: RunView | None = None
         self._view_at = float("-inf")
         self._view_cost = 0.0
         self._seen: dict[int, float] = {}  # rank -> when its heartbeat last changed (monotonic)
-        self._scrapes: list[float] = []  # the last two authorized scrapes (monotonic)
+        self._scrapes: list[float] = []  # Prometheus's last two scrapes (monotonic)
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         server_class = type("Server", (_Server,), {"address_family": family})
         self.server = server_class((address, port), _handler(self))
         self.host, self.port = self.server.server_address[:2]
-        self.token = write_token(self.token_path)
+        self.token = write_token(self.token_path) if self.own_token else read_token(token_file)
         self._thread = threading.Thread(target=self.server.serve_forever, name="torchlens-metrics",
                                         daemon=True)
         self._thread.start()
@@ -129,11 +161,14 @@ class MetricsEndpoint:
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
                                                                   self.token.encode())
 
-    def scraped(self) -> None:
-        self._scrapes = [*self._scrapes[-1:], time.monotonic()]
+    def scraped(self, user_agent: str | None) -> None:
+        """A request was answered; only Prometheus's own count for the hold."""
+        if (user_agent or "").lower().startswith(PROMETHEUS_AGENT):
+            self._scrapes = [*self._scrapes[-1:], time.monotonic()]
 
     def linger_s(self) -> float:
-        """How long to wait for a scrape of the final view: 0 when nobody scrapes."""
+        """How long to wait for a scrape of the final view: 0 when Prometheus
+        has not scraped twice (its interval unknown)."""
         if len(self._scrapes) < 2:
             return 0.0
         return min(LINGER_MAX_S, self._scrapes[1] - self._scrapes[0] + 1.0)
@@ -150,8 +185,9 @@ class MetricsEndpoint:
                 pass
         self.server.shutdown()
         self.server.server_close()
-        with contextlib.suppress(OSError):
-            os.remove(self.token_path)
+        if self.own_token:
+            with contextlib.suppress(OSError):
+                os.remove(self.token_path)
 
 
 class _Server(ThreadingHTTPServer):
@@ -175,7 +211,7 @@ def _handler(endpoint: MetricsEndpoint) -> type[BaseHTTPRequestHandler]:
                 self._send(404, "torchlens serves /metrics only\n")
             else:
                 self._send(200, endpoint.body(), {}, CONTENT_TYPE)
-                endpoint.scraped()
+                endpoint.scraped(self.headers.get("User-Agent"))
 
         def _send(self, code: int, text: str, headers: dict[str, str] | None = None,
                   kind: str = "text/plain; charset=utf-8") -> None:
@@ -194,12 +230,12 @@ def _handler(endpoint: MetricsEndpoint) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(address: tuple[str, int], run_dir: str,
-          say: Callable[[str], None]) -> MetricsEndpoint | None:
+def serve(address: tuple[str, int], run_dir: str, say: Callable[[str], None],
+          token_file: str | None = None) -> MetricsEndpoint | None:
     """The endpoint, or None after one line when it cannot listen (the job runs without it)."""
     host, port = address
     try:
-        endpoint = MetricsEndpoint(host, port, run_dir)
+        endpoint = MetricsEndpoint(host, port, run_dir, token_file)
     except OSError as exc:
         say(f"torchlens run: metrics: cannot listen on {host}:{port} "
             f"({exc.strerror or exc}); the job runs without metrics")

@@ -28,7 +28,7 @@ from torchlens.analysis.ranks.notebook_metrics import family_table
 LABELS = frozenset(("run", "rank", "node", "host", "phase", "state", "cause", "le"))
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("",), "gauge": ("",)}
 MAX_TEXT = 200
-#: 1,024 ranks of 35 series each fit; more is not a torchlens kernel
+#: 1,024 ranks of 36 series each fit; more is not a torchlens kernel
 MAX_SAMPLES = 64 * 1024
 MAX_RUNS = 16
 KEEP_S = 600.0
