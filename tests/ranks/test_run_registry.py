@@ -68,7 +68,9 @@ def test_register_lists_the_run_and_unregister_removes_it(registry: Path,
     (run,) = reg.live_runs()
     assert run["state"] == "running"
     live = run["live"]
-    assert live["verdict"].startswith("node 1 (host gpu-b) was lost")
+    # rank 3 on the same node said goodbye (it raised): the node was reachable, rank 2 lost
+    assert live["verdict"].startswith("rank 2 was lost: it stopped sending at step 9 (no "
+                                      "goodbye, and node 1 (host gpu-b)'s other ranks went on")
     assert live["world_size"] == 4 and live["ended"] is False
     assert [r["state"] for r in live["ranks"]] == ["running", "running", "lost", "failed"]
     assert [r["host"] for r in live["ranks"]] == ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]

@@ -57,7 +57,9 @@ async def test_runs_empty_then_a_running_job(jp_fetch: Any, monitor: Any, regist
     live = run["live"]
     assert set(live) == {"t", "age_s", "run_id", "world_size", "verdict", "ended", "restarts",
                          "dropped", "ranks"}
-    assert live["verdict"].startswith("node 1 (host gpu-b) was lost")
+    # rank 3 on the same node said goodbye (it raised): the node was reachable, rank 2 lost
+    assert live["verdict"].startswith("rank 2 was lost: it stopped sending at step 9 (no "
+                                      "goodbye, and node 1 (host gpu-b)'s other ranks went on")
     assert [(r["rank"], r["node"], r["host"], r["state"]) for r in live["ranks"]] == [
         (0, 0, "gpu-a", "running"), (1, 0, "gpu-a", "running"),
         (2, 1, "gpu-b", "lost"), (3, 1, "gpu-b", "failed")]
