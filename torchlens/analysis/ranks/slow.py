@@ -61,7 +61,9 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
      profiled window's ``analysis.runs.slow_ranks``, which asks for 1%:
      here test 3 holds the wait to its spread too). A growing window needs
      enough steps for that: 6 of 6 with 2 ranks, 4 of 4 with 4; 10 of 12
-     with 2;
+     with 2. Or, with few steps, it was late in every one of at least
+     ``FEW_STEPS`` (4) and the median wait is ``FEW_DISPERSION`` (3x) its
+     robust spread (a 2-rank Accelerate loop of 4 steps: 160 ms ± 38 ms);
   2. ``gap_ms`` >= 5% of the median step and >= 0.5 ms (the noise floor);
   3. the median wait >= ``DISPERSION`` (1x) the waits' robust spread, over
      the same n' steps (1.4826 x their median absolute deviation,
@@ -136,6 +138,9 @@ MIN_LATE_SHARE = 0.5
 STANDOUT_P = 0.05
 #: the median wait against the waits' robust spread over the steps
 DISPERSION = 1.0
+#: few steps: late in all of at least this many, by a wait this many spreads large
+FEW_STEPS = 4
+FEW_DISPERSION = 3.0
 #: an unexplained rank must arrive last in this share of the steps (test 4)
 UNEXPLAINED_SHARE = 0.9
 #: a wait, or a part's excess, under both of these is noise
@@ -342,8 +347,14 @@ class Late:
         a wait large against its own spread), over the steps someone was late
         in: a step the ranks end together tells nothing."""
         gaps = [self.gaps[i] for i in self.decided]
-        return (bool(gaps) and self.chance() < STANDOUT_P / self.ranks
-                and median(gaps) >= DISPERSION * robust_spread(gaps))
+        if not gaps or median(gaps) < DISPERSION * robust_spread(gaps):
+            return False
+        if self.chance() < STANDOUT_P / self.ranks:
+            return True
+        # few steps, where no count is unlikely enough: late in every one of at
+        # least FEW_STEPS, by a wait far above its spread
+        return (self.last == len(gaps) >= FEW_STEPS
+                and median(gaps) >= FEW_DISPERSION * robust_spread(gaps))
 
 
 def _late(times: dict[int, list[dict[str, float]]], sync: tuple[str, ...]) -> Late:
