@@ -143,7 +143,9 @@ def run_bare(a: argparse.Namespace, scenario: str, work: Path, tag: str) -> dict
     return {**read_steps(out), "wall_s": wall, "cpu_s": cpu}
 
 
-SLOW = re.compile(r"rank (\d+) is the slow rank: its (.+?) took")
+# every slow-rank verdict, the unexplained one included ("no measured part
+# explains it"), which an "its ... took" pattern alone missed (issue 26)
+SLOW = re.compile(r"rank (\d+) is the slow rank: (?:its (.+?) took|(no measured part))")
 
 
 def run_torchlens(a: argparse.Namespace, scenario: str, work: Path, tag: str) -> dict[str, Any]:
@@ -158,7 +160,7 @@ def run_torchlens(a: argparse.Namespace, scenario: str, work: Path, tag: str) ->
     m = SLOW.search(line)
     profiled = sum(1 for _ in (run_dir / "rank0" / "summaries.jsonl").open()) \
         if (run_dir / "rank0" / "summaries.jsonl").exists() else 0
-    named = f"rank {m.group(1)} ({m.group(2)})" if m else "none"
+    named = f"rank {m.group(1)} ({m.group(2) or m.group(3)})" if m else "none"
     return {**read_steps(out), "wall_s": wall, "cpu_s": cpu,
             "headline_rank": int(m.group(1)) if m else None, "named": named,
             "listed_ranks": [], "listed": "-", "words": line[:200],

@@ -38,6 +38,10 @@ refreshed every ``--interval`` s: "Issue: INPUT STRAGGLER / Why: r1 waited
 prints the same verdict once, at the end. ``traceml view D/R/final_summary.json``
 prints a stored summary again.
 
+Counting, the same for both tools (issue 26): on the straggler run a hit is
+rank 1 named with data loading as the cause; on the healthy run any straggler
+verdict is a false alarm, whichever rank and cause.
+
 Within each repeat the sides alternate, first side swapped every repeat, so a
 change in the shared machine's load hits both; the overhead is computed per
 repeat (paired) and the median pair is printed. "wall" is the whole command,
@@ -350,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
             named = "-"
             verdicts = [r["verdict"] for r in rows if r.get("verdict")]
             if verdicts:
-                # the rank and its cause: TraceML's INPUT_STRAGGLER, torchlens' cause "data"
-                hits = sum(1 for v in verdicts if v["kind"] and "STRAGGLER" in v["kind"]
-                           and v["culprit_rank"] == a.slow_rank
-                           and ("INPUT" in v["kind"] or v.get("cause") == "data"))
+                # straggler run: the rank and its cause (TraceML's INPUT_STRAGGLER,
+                # torchlens' cause "data"); even run: any straggler verdict, whichever
+                # rank and cause, for both tools (issue 26)
+                said = [v for v in verdicts if v["kind"] and "STRAGGLER" in v["kind"]]
+                hits = len(said) if variant != "straggler" else sum(
+                    1 for v in said if v["culprit_rank"] == a.slow_rank
+                    and ("INPUT" in v["kind"] or v.get("cause") == "data"))
                 named = (f"{hits}/{len(verdicts)}" if variant == "straggler"
                          else f"false alarms {hits}/{len(verdicts)}")
             def med(key: str, rows: list[dict[str, Any]] = rows) -> float:

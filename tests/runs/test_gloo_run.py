@@ -133,6 +133,8 @@ def test_an_even_run_names_no_straggler(tmp_path):
     # Measured with this setup: 0 of 20 quiet runs named a rank.
     run = load_run(str(_make(tmp_path / "run", ranks=4, slow_rank=-1, steps=8, base_ms=20)),
                    workers=2)
-    assert not any("arrived last" in f for f in run.findings())
+    # no slow-rank verdict (a rank late with nothing of its steps explaining it
+    # is at most a note saying so: issue 26)
+    assert not any("is the slow rank" in f for f in run.findings())
     # every rank's data loading is alike, so none is named as a cause
     assert "dataloader" not in set(run.stragglers()["cause"].dropna())

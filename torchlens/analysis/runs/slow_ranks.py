@@ -19,11 +19,23 @@ Findings (``findings``): a rank stands out at a kind of collective when
    which without the division grows with the world size; an even 4-rank run
    has one rank or another last at all 4 of its allreduces 1.6% of the
    time); or, for short traces where no count can be that unlikely, it was
-   last at least ``FEW_LAST`` (3) times and at half or more of them, and
-   the wait it caused per such collective is at least ``FEW_RATIO`` (5x)
-   the mean wait at the kind's other collectives (those
-   where someone else was last; any wait when there are none); and
+   last at least ``FEW_LAST`` (3) times and at half or more of them, and the
+   median wait it caused at those collectives is at least ``FEW_RATIO`` (5x)
+   the median wait at the kind's other collectives (those where someone
+   else was last; any wait when there are none) and at least the robust
+   spread of its own waits (``chance.robust_spread``). Medians and the
+   spread since issue 26: with means, one scheduler hiccup of 230 ms on an
+   even 4-rank run named the rank last at it and at 3 other allreduces of 8;
+   and
 2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
+
+A rank that stands out while its profiled steps were broken down and no part
+of them explains it (``causes`` has none for it, or its part's excess is under
+``EXPLAINS``, half, of the wait per step, the step records' test) gets a note, not the slow
+rank's sentence (issue 26): its time went outside its measured work, which
+on a machine with fewer free cores than ranks is the OS scheduler holding
+it back (an even 2-rank CPU run on 2 busy cores had rank 1 last at all 8
+allreduces, 9 ms each, with every part of its steps equal to rank 0's).
 
 The sentence says how the arrivals were measured (``MEASURED``): on GPU
 traces by the NCCL kernels' start, else by the host's issue.
@@ -38,14 +50,15 @@ how many.
 
 from __future__ import annotations
 
-import math
+from statistics import median
 from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.ranks.slow import PartTime, slow_rank_finding
+from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
+from torchlens.analysis.ranks.slow import EXPLAINS, PartTime, slow_rank_finding
 from torchlens.analysis.runs.collectives import RankFigures, collective_rows
-from torchlens.model.findings import WARNING, Figure, Finding
+from torchlens.model.findings import INFO, WARNING, Figure, Finding
 from torchlens.model.units import format_duration, format_percent
 
 #: A rank stands out when the chance of arriving last that often is below this.
@@ -95,40 +108,20 @@ def straggler_rows(ranks: RankFigures, world_size: int | None = None,
     return sorted(stats.values(), key=lambda s: (-s["caused_us"], s["rank"]))
 
 
-def binomial_tail(k: int, m: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(m, p)."""
-    if k <= 0:
-        return 1.0
-    if k > m or p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    # the terms from k up, in logs; past the mode they only shrink, so the sum
-    # stops once a term no longer changes it
-    lp, lq = math.log(p), math.log1p(-p)
-    log_term = math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + k * lp + (
-        m - k) * lq
-    total = 0.0
-    for i in range(k, m + 1):
-        term = math.exp(log_term)
-        total += term
-        if i > m * p and term <= total * 1e-15:
-            break
-        if i < m:
-            log_term += math.log(m - i) - math.log(i + 1) + lp - lq
-    return min(total, 1.0)
-
-
 def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
                 rank: int, family: int) -> bool:
     if caused < STANDOUT_WAIT_US or k <= m * p:
         return False
-    if binomial_tail(k, m, p) < STANDOUT_P / max(1, family):
+    alpha = STANDOUT_P / max(1, family)
+    if binomial_tail(k, m, p) < alpha:
         return True
     if k < FEW_LAST or 2 * k < m:
         return False
+    own = [r["total_wait_us"] for r in kind_rows if r["last_rank"] == rank]
     rest = [r["total_wait_us"] for r in kind_rows if r["last_rank"] != rank]
-    return not rest or caused / k >= FEW_RATIO * (sum(rest) / len(rest))
+    if median(own) < robust_spread(own):
+        return False  # one hiccup, not a wait at every collective it was last at
+    return not rest or median(own) >= FEW_RATIO * median(rest)
 
 
 def findings(ranks: RankFigures, world_size: int | None = None,
@@ -168,9 +161,14 @@ def findings(ranks: RankFigures, world_size: int | None = None,
             m = took_part[r]
             if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
                 continue
+            per_step = each[r] / steps[r] if steps.get(r) else None
+            part = causes.get(r)
+            if per_step is not None and (part is None
+                                         or part.excess_ms < EXPLAINS * per_step / 1e3):
+                found.append((0.0, _unexplained(r, kind, k, m, per_step)))
+                continue
             found.append((caused[r], _slow_rank(r, kind, k, m, caused[r], causes.get(r),
-                                                each[r] / steps[r] if steps.get(r) else None,
-                                                _measured(kind_rows))))
+                                                per_step, _measured(kind_rows))))
     out = [f for _, f in sorted(found, key=lambda f: -f[0])]
     bad = [r for r in rows if r["mismatch"]]
     if bad:
@@ -199,6 +197,17 @@ def _measured(rows: list[dict[str, Any]]) -> str:
     if ways:
         return "arrival = its NCCL kernel's start on the GPU where traced, else its host's issue"
     return ""
+
+
+def _unexplained(rank: int, kind: str, k: int, m: int, per_step_us: float) -> Finding:
+    """The note for a rank that stands out with no part of its steps explaining it."""
+    return Finding(
+        INFO, f"rank {rank} arrived last at {k} of {m} {kind}s (each other rank waited "
+        f"{format_duration(per_step_us)} per step), but no part of its profiled steps explains "
+        "that wait: the time went outside its measured work (with fewer free cores than "
+        "ranks, the OS scheduler holding it back); not a slow-rank verdict",
+        (Figure("late_rank", rank), Figure("last", k), Figure("compared", m),
+         Figure("wait_per_step_us", per_step_us, "µs")))
 
 
 def _slow_rank(rank: int, kind: str, k: int, m: int, caused_us: float, cause: PartTime | None,
