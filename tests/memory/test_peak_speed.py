@@ -51,3 +51,27 @@ def test_a_damaged_frame_after_shared_ones_is_still_named(tmp_path):
     path.write_bytes(pickle.dumps(_snapshot(50, bad)))
     with pytest.raises(InputError, match=r"device_traces\[0\]\[50\]\.frames\[1\].*'name'"):
         load_snapshot(path)
+
+
+def test_peak_and_categories_skip_the_rest_of_the_report(tmp_path, monkeypatch):
+    """``peak()`` and ``categories()`` walk the trace once and compute no fragmentation,
+    leaks or top sites; the report made afterwards reuses that walk and gives the same
+    tables as a report made first."""
+    from torchlens.analysis.memory import analyze as analyze_mod
+    from torchlens.analysis.memory import leaks
+
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(_snapshot(40)))
+    first = torchlens.load(str(path))
+    first.analysis()
+    walks, rest = [], []
+    real_build = analyze_mod.build_timeline
+    monkeypatch.setattr(analyze_mod, "build_timeline",
+                        lambda *a, **k: walks.append(1) or real_build(*a, **k))
+    real_surv = leaks.survivors
+    monkeypatch.setattr(leaks, "survivors", lambda *a, **k: rest.append(1) or real_surv(*a, **k))
+    r = torchlens.load(str(path))
+    sites, cats = r.peak(), r.categories()
+    assert (walks, rest) == ([1], [])
+    assert sites.equals(first.peak()) and cats.equals(first.categories())
+    assert r.analysis().peak.peak == 40 * 512 and (walks, rest) == ([1], [1])
