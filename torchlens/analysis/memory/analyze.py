@@ -90,8 +90,16 @@ def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
 
 
 def _block_size(cfg: AllocatorConfig) -> Callable[[int], int]:
-    """The bytes torch's allocated_bytes counts for a request (the block, rounded)."""
-    return lambda n: round_size(n, cfg) if n > 0 else 0
+    """The bytes torch's allocated_bytes counts for a request (the block, rounded); each
+    distinct size rounded once (a training step repeats a few hundred sizes 13k times)."""
+    memo: dict[int, int] = {}
+
+    def size(n: int) -> int:
+        out = memo.get(n)
+        if out is None:
+            out = memo[n] = round_size(n, cfg) if n > 0 else 0
+        return out
+    return size
 
 
 def _stats_timeline(p: GpumemPayload) -> MemoryTimeline:
