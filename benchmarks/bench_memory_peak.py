@@ -20,8 +20,11 @@ What each timer holds (issue 26: the same work on both sides):
   time over it while the file must be read whole).
 
 Imports are outside every timer. The timers alternate (torchlens peak, Mosaic, full
-report, floor) ``--repeat`` times after a warm-up round, and each median is kept; the
-load average before and after is printed (the machine is shared). Mosaic is never a
+report, floor) ``--repeat`` times after a warm-up round, each after a ``gc.collect()``
+outside it, and each median is kept, of wall time and of this process's CPU time (which
+a loaded machine moves less); the load average before and after is printed (the
+machine is shared). ``--stages``: where torchlens' peak time goes, in CPU seconds
+(unpickle, check and normalize, timeline, peak by category and site, the DataFrames). Mosaic is never a
 torchlens dependency: pass its checkout with ``--mosaic``
 (``git clone https://github.com/facebookresearch/mosaic``). Its plotting and config
 imports (altair, omegaconf, tabulate), unused on the peak path, are stubbed when
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import os
 import pickle
@@ -109,6 +113,44 @@ def unpickle(path: str) -> None:
         pickle.load(f)  # noqa: S301 - the benchmark's own shared test file
 
 
+def stages(path: str) -> dict[str, float]:
+    """CPU seconds of each stage of ``torchlens_peak`` (private names: a benchmark's)."""
+    from torchlens.analysis.memory import analyze
+    from torchlens.frontends.api import load_gpumem
+    from torchlens.model import snapshot
+
+    out, real = {}, analyze.analyze_peak
+    gc.collect()
+    c = time.process_time()
+    with open(path, "rb") as f, snapshot._no_gc():
+        obj = snapshot._NoGlobalsUnpickler(f).load()
+    out["unpickle (collector paused)"] = time.process_time() - c
+    c = time.process_time()
+    snapshot.normalize_snapshot(obj)
+    out["check + normalize"] = time.process_time() - c
+    r, spent = load_gpumem(path), []
+
+    def timed_peak(*a, **k):  # noqa: ANN002, ANN003
+        c0 = time.process_time()
+        res = real(*a, **k)
+        spent.append(time.process_time() - c0)
+        return res
+
+    analyze.analyze_peak = timed_peak
+    try:
+        c = time.process_time()
+        r._peak_part()
+        whole = time.process_time() - c
+    finally:
+        analyze.analyze_peak = real
+    out["timeline (+ start level)"] = whole - spent[0]
+    out["peak by category and site"] = spent[0]
+    c = time.process_time()
+    r.categories(), r.peak()
+    out["the two DataFrames"] = time.process_time() - c
+    return out
+
+
 def _either(fn, snap: Path) -> dict:
     """One side's figures, or why it could not read the file (a side's failure is a
     figure here, not the end of the comparison)."""
@@ -118,15 +160,19 @@ def _either(fn, snap: Path) -> dict:
         return {"failed": f"failed: {type(exc).__name__}: {str(exc)[:60]}"}
 
 
-def alternating(sides: dict[str, object], path: str, repeat: int) -> dict[str, float]:
-    """Each side once per round, in turn, ``repeat`` rounds: the median per side."""
-    times: dict[str, list[float]] = {k: [] for k in sides}
+def alternating(sides: dict[str, object], path: str,
+                repeat: int) -> dict[str, tuple[float, float]]:
+    """Each side once per round, in turn, ``repeat`` rounds: per side the median wall
+    and CPU seconds of this process (CPU time moves less with the machine's load)."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
     for _ in range(repeat):
         for name, fn in sides.items():
-            t0 = time.perf_counter()
+            gc.collect()  # no side pays for the collections the one before it left due
+            t0, c0 = time.perf_counter(), time.process_time()
             fn(path)  # type: ignore[operator]
-            times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+    return {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+            for k, v in times.items()}
 
 
 def main() -> int:
@@ -136,6 +182,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--all", action="store_true",
                     help="also the peak figures of every shared snapshot, side by side")
+    ap.add_argument("--stages", action="store_true",
+                    help="also torchlens' peak time by stage (CPU seconds)")
     args = ap.parse_args()
     path = args.snapshot or str(max(SNAPSHOTS.glob("*.pickle"), key=os.path.getsize))
     mosaic = mosaic_peak_fn(args.mosaic)
@@ -152,20 +200,27 @@ def main() -> int:
     load_after = os.getloadavg()[0]
     tl, mo = torchlens_report(path), mosaic(path)
     same = "same" if torchlens_peak(path)["peak"] == tl["peak"] else "DIFFERS"
-    tl_s, mo_s = med["torchlens peak"], med["Mosaic peak"]
     print(f"snapshot: {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
     print(f"load average {load_before:.1f} before, {load_after:.1f} after; medians of "
           f"{args.repeat}, alternating")
-    for name, secs in med.items():
-        print(f"{name + ':':24s}{secs:.3f} s")
-    print(f"ratio (Mosaic / torchlens peak): {mo_s / tl_s:.1f}x  (target 5x; the unpickle "
-          f"floor bounds it at {mo_s / med['unpickle floor']:.1f}x)")
-    print(f"ratio (Mosaic / torchlens full report): {mo_s / med['torchlens full report']:.1f}x")
+    print(f"{'':24s}{'wall':>8s}{'CPU':>8s}")
+    for name, (wall, cpu) in med.items():
+        print(f"{name + ':':24s}{wall:7.3f}s{cpu:7.3f}s")
+    for i, what in enumerate(("wall", "CPU")):
+        mo_s, floor = med["Mosaic peak"][i], med["unpickle floor"][i]
+        print(f"ratio ({what}) Mosaic / torchlens peak: {mo_s / med['torchlens peak'][i]:.2f}x"
+              f" (target 5x; the unpickle floor bounds it at {mo_s / floor:.1f}x); Mosaic / "
+              f"torchlens full report: {mo_s / med['torchlens full report'][i]:.2f}x")
     print(f"torchlens peak: {tl['peak'] / GIB:.3f} GiB (largest category {tl['top']}; "
           f"the peak-only path's categories add up to it: {same})")
     print(f"Mosaic: dynamic peak {mo['dynamic'] / GIB:.3f} GiB + static "
           f"{mo['static'] / GIB:.3f} GiB = {mo['overall'] / GIB:.3f} GiB")
     print(f"torchlens / Mosaic overall: {tl['peak'] / mo['overall']:.4f}")
+    if args.stages:
+        print("\ntorchlens peak by stage, CPU s (median of --repeat):")
+        rows = [stages(path) for _ in range(args.repeat)]
+        for k in rows[0]:
+            print(f"  {k + ':':30s}{statistics.median(r[k] for r in rows):.3f}")
     if args.all:
         print("\nsnapshot | torchlens peak GiB | Mosaic dynamic + static = overall GiB | ratio")
         for snap in sorted(SNAPSHOTS.glob("*.pickle")):
