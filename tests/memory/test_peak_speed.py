@@ -114,7 +114,7 @@ def test_a_damaged_frame_shared_by_many_entries_is_named_at_its_first(tmp_path, 
 
 
 def test_sound_edge_values_load_as_the_per_entry_path_gives_them(tmp_path):
-    from torchlens.model.snapshot import _normalize_trace_entry
+    from torchlens.model.snapshot import _Checked, _normalize_trace_entry
 
     snap = _snapshot(5)
     t = snap["device_traces"][0]
@@ -123,7 +123,7 @@ def test_sound_edge_values_load_as_the_per_entry_path_gives_them(tmp_path):
     path = tmp_path / "edge.pickle"
     path.write_bytes(pickle.dumps(snap))
     got = load_snapshot(path)["device_traces"][0]
-    want = [_normalize_trace_entry(e, "s", "x", set()) for e in pickle.loads(
+    want = [_normalize_trace_entry(e, "s", "x", _Checked()) for e in pickle.loads(
         path.read_bytes())["device_traces"][0]]
     assert got == want and [list(e) for e in got] == [list(e) for e in want]
 
