@@ -51,10 +51,16 @@ class SiteMemo:
     def __init__(self, cells: CellNames | None = None) -> None:
         self.cells = cells
         self._memo: dict[tuple[int, ...], tuple[tuple[str, str], list[Any]]] = {}
+        #: by the list's own id first: a loaded snapshot has one list per distinct stack
+        #: (``model.snapshot._check_frames``), so most lookups build no key
+        self._lists: dict[int, tuple[tuple[str, str], list[Any]]] = {}
 
     def __call__(self, frames: list[dict[str, Any]]) -> tuple[str, str]:
-        key = tuple(map(id, frames))
-        hit = self._memo.get(key)
+        hit = self._lists.get(id(frames))
         if hit is None:
-            hit = self._memo[key] = (site_of(frames, self.cells), frames)
+            key = tuple(map(id, frames))
+            hit = self._memo.get(key)
+            if hit is None:
+                hit = self._memo[key] = (site_of(frames, self.cells), frames)
+            self._lists[id(frames)] = (hit[0], frames)
         return hit[0]

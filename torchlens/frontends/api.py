@@ -216,13 +216,32 @@ class MemoryResult(Result):
     #: the user's own categories ({name: regex over frames' file:function}), applied first
     custom_categories: dict[str, str] | None = None
 
+    _peak: Any = None  # ``analysis.memory.analyze.PeakPart``, made once
+
     def analysis(self) -> Any:
         """The analysis, its peak categorised with ``custom_categories`` when set."""
-        if self._analysis is None and self.custom_categories:
+        if self._analysis is None:
             from torchlens.analysis.memory.analyze import analyze
 
-            self._analysis = analyze(self.profile, categories=self.custom_categories)
-        return super().analysis()
+            self._analysis = analyze(self.profile, categories=self.custom_categories,
+                                     part=self._peak_part())
+        return self._analysis
+
+    def _peak_part(self) -> Any:
+        """The timeline and its peak alone: ``peak()`` and ``categories()`` need no more
+        of the report (fragmentation, leaks, the OOM diagnosis), which ``analysis()``
+        adds to it."""
+        if self._analysis is not None:
+            return None
+        if self._peak is None:
+            from torchlens.analysis.memory.analyze import peak_part
+
+            self._peak = peak_part(self.profile, categories=self.custom_categories)
+        return self._peak
+
+    def _peak_analysis(self) -> Any:
+        part = self._peak_part()
+        return self._analysis.peak if part is None else part.peak
 
     def set_categories(self, categories: dict[str, str] | None) -> MemoryResult:
         """Your own categories, matched before torchlens' rules: an ordered
@@ -231,7 +250,7 @@ class MemoryResult(Result):
 
         compile_custom(categories)
         self.custom_categories = dict(categories or {}) or None
-        self._analysis = None
+        self._analysis = self._peak = None
         return self
 
     def peak(self) -> Any:
@@ -241,11 +260,11 @@ class MemoryResult(Result):
 
         from torchlens.render.memory.peak import stack_text
 
-        a = self.analysis()
+        cells = dict(self.profile.payload.cells)  # type: ignore[attr-defined]
         return pd.DataFrame([{"site": r.name, "function": r.function, "categories": r.categories,
                               "bytes": r.bytes, "share": r.share, "blocks": r.count,
-                              "stack": stack_text(r.frames, a.cells)}
-                             for r in a.peak.by_site],
+                              "stack": stack_text(r.frames, cells)}
+                             for r in self._peak_analysis().by_site],
                             columns=["site", "function", "categories", "bytes", "share",
                                      "blocks", "stack"])
 
@@ -255,7 +274,7 @@ class MemoryResult(Result):
         torch's memory profiler (``categories="torch"``) or your regexes."""
         import pandas as pd
 
-        rows = self.analysis().peak.by_category
+        rows = self._peak_analysis().by_category
         return pd.DataFrame([{"category": r.name, "bytes": r.bytes, "share": r.share,
                               "blocks": r.count, "source": r.source} for r in rows],
                             columns=["category", "bytes", "share", "blocks", "source"])
@@ -266,7 +285,7 @@ class MemoryResult(Result):
         categories). Empty when none were recorded; the peak's ``missing`` says why."""
         import pandas as pd
 
-        rows = self.analysis().peak.by_stage
+        rows = self._peak_analysis().by_stage
         return pd.DataFrame([{"stage": r.name, "bytes": r.bytes, "share": r.share,
                               "blocks": r.count, "categories": r.categories} for r in rows],
                             columns=["stage", "bytes", "share", "blocks", "categories"])

@@ -90,8 +90,16 @@ def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
 
 
 def _block_size(cfg: AllocatorConfig) -> Callable[[int], int]:
-    """The bytes torch's allocated_bytes counts for a request (the block, rounded)."""
-    return lambda n: round_size(n, cfg) if n > 0 else 0
+    """The bytes torch's allocated_bytes counts for a request (the block, rounded); each
+    distinct size rounded once (a training step repeats a few hundred sizes 13k times)."""
+    memo: dict[int, int] = {}
+
+    def size(n: int) -> int:
+        out = memo.get(n)
+        if out is None:
+            out = memo[n] = round_size(n, cfg) if n > 0 else 0
+        return out
+    return size
 
 
 def _stats_timeline(p: GpumemPayload) -> MemoryTimeline:
@@ -160,18 +168,36 @@ def _cpu_start_note(tl: MemoryTimeline) -> str:
             "allocator model) counts only the cell's own allocations.")
 
 
-def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) -> MemoryAnalysis:
-    """Build the analysis of a ``kind="gpumem"`` profile; ``categories``: the user's own
-    ``{name: regex}`` for the peak's categories, matched before torchlens' rules."""
+@dataclass
+class PeakPart:
+    """The timeline and its peak with categories and sites: what ``result.peak()`` and
+    ``result.categories()`` need, made without the rest of the report (fragmentation,
+    leaks, top sites, the OOM diagnosis). ``analyze`` builds on it, so a report after
+    the peak walks the trace no second time."""
+
+    view: history.DeviceView
+    timeline: MemoryTimeline
+    peak: PeakAnalysis
+    notes: list[str]
+    rounding: Callable[[int], int] | None
+    frag_snap: dict[str, Any]
+    reserved_source: str
+    model: ModelRun | None
+    simulated: ModelRun | None
+    custom: list[tuple[str, Any]]
+
+
+def peak_part(profile: Profile, *, categories: Mapping[str, str] | None = None) -> PeakPart:
+    """The timeline of a ``kind="gpumem"`` profile and what was alive at its peak;
+    ``categories`` as ``analyze``'s."""
     custom = compile_custom(categories)
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
     raw = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
-    measured_on, stats_after = p.measured_on, p.stats_after
+    measured_on = p.measured_on
     # the CPU stand-in has one trace, index 0, whatever --device said
     view = history.device_view(raw, 0 if measured_on == "cpu" else p.recorded.device,
                                known=measured_on == "cuda")
     snap, trace, notes = view.snapshot, view.trace, list(view.notes)
-    capacity = p.capacity
     model = simulated = None
     rounding = None if measured_on == "cpu" else _block_size(_config(p, snap))
     if not p.history:
@@ -179,7 +205,7 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) ->
         frag_snap, reserved_source = snap, "memory_stats"
         notes += history.stats_only_notes(p)
     elif measured_on == "cpu":
-        model = run_model(trace, _config(p, snap), capacity=capacity)
+        model = run_model(trace, _config(p, snap), capacity=p.capacity)
         tl = build_timeline(trace, reserved_steps=model.reserved_steps, infer_start=True,
                             cells=p.cells)
         frag_snap, reserved_source = model.snapshot, "allocator model"
@@ -188,23 +214,38 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) ->
         tl = _measured_timeline(p, snap, trace, rounding, notes)
         frag_snap, reserved_source = snap, "snapshot"
         if p.simulate:
-            simulated = run_model(trace, _config(p, snap), capacity=capacity,
+            simulated = run_model(trace, _config(p, snap), capacity=p.capacity,
                                   start_snapshot=snap)
+    peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
+                         wrapped=p.history_full, device=view.device,
+                         torch_error=p.categories_error)
+            if p.history else no_history(tl.peak_allocated))
+    return PeakPart(view, tl, peak, notes, rounding, frag_snap, reserved_source, model,
+                    simulated, custom)
+
+
+def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None,
+            part: PeakPart | None = None) -> MemoryAnalysis:
+    """Build the analysis of a ``kind="gpumem"`` profile; ``categories``: the user's own
+    ``{name: regex}`` for the peak's categories, matched before torchlens' rules;
+    ``part``: its ``peak_part`` when already made (with the same ``categories``)."""
+    part = part or peak_part(profile, categories=categories)
+    p: GpumemPayload = profile.payload  # type: ignore[assignment]
+    measured_on, stats_after = p.measured_on, p.stats_after
+    snap, trace, notes = part.view.snapshot, part.view.trace, list(part.notes)
+    tl, frag_snap, model, simulated = part.timeline, part.frag_snap, part.model, part.simulated
     frag = fragmentation.summarize(frag_snap)
     if measured_on == "cuda":
         frag.torch_inactive_split = stats_after.get("inactive_split_bytes.all.current")
     surv = leaks.survivors(tl, repeated_only=measured_on == "snapshot")
     runs = [tuple(r) for r in p.runs]
     growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
-    a = MemoryAnalysis(measured_on, snap, trace, tl, reserved_source, frag_snap, frag, surv,
-                       growth, stats_after, model, simulated, notes=notes,
+    a = MemoryAnalysis(measured_on, snap, trace, tl, part.reserved_source, frag_snap, frag,
+                       surv, growth, stats_after, model, simulated, notes=notes,
                        sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
-    a.peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
-                           wrapped=p.history_full, device=view.device,
-                           torch_error=p.categories_error)
-              if p.history else no_history(tl.peak_allocated))
+    a.peak = part.peak
     a.category_timeline = category_series(tl, a.peak)
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:

@@ -170,12 +170,16 @@ class Categorizer:
     def __init__(self, custom: list[tuple[str, re.Pattern[str]]] | None = None) -> None:
         self.custom = custom
         self._memo: dict[tuple[int, ...], tuple[str, Frames]] = {}
+        self._lists: dict[int, tuple[str, Frames]] = {}  # as ``frames.SiteMemo``'s
 
     def __call__(self, frames: Frames) -> str:
-        key = tuple(map(id, frames))
-        hit = self._memo.get(key)
+        hit = self._lists.get(id(frames))
         if hit is None:
-            hit = self._memo[key] = (categorize(frames, self.custom), frames)
+            key = tuple(map(id, frames))
+            hit = self._memo.get(key)
+            if hit is None:
+                hit = self._memo[key] = (categorize(frames, self.custom), frames)
+            self._lists[id(frames)] = (hit[0], frames)
         return hit[0]
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from torchlens.analysis.frames import SiteMemo
@@ -127,24 +128,27 @@ def build_timeline(
     live: dict[int, Allocation] = {}
     pending: set[int] = set()  # free_requested seen, free_completed not yet
     counted = block_size or (lambda n: n)
-    allocated, reserved = start_allocated, start_reserved
     steps = dict(reserved_steps or [])
     times = [int(e.get("time_us") or 0) for e in trace]
     t0 = next((t for t in times if t), 0)
     if len(trace) > 1 and (not t0 or max(times) == min(t for t in times if t)):
         tl.clock, times, t0 = "entry", list(range(len(trace))), 0
     tl.t0_us = t0
+    # one point per event that changes a level: its entry and the two changes; the levels
+    # are the running sums, taken after the walk (Python ints: no overflow)
+    index, d_alloc, d_res = tl.index, [], []
     for i, e in enumerate(trace):
         action = e["action"]
-        t = times[i] or t0
         if action == "alloc":
-            site, fn = sites(e.get("frames") or [])
-            a = Allocation(i, e["addr"], e["size"], t, None, e.get("frames") or [], site, fn)
+            frames = e.get("frames") or []
+            site, fn = sites(frames)
+            a = Allocation(i, e["addr"], e["size"], times[i] or t0, None, frames, site, fn)
             live[e["addr"]] = a
             tl.allocations.append(a)
-            allocated += counted(e["size"])
+            change, res = counted(e["size"]), 0
         elif action in ("free_completed", "free") and e["addr"] in pending:
             pending.discard(e["addr"])  # back in the pool: allocated fell at the request
+            change = res = 0
         elif action in ("free_requested", "free_completed", "free"):
             if action == "free_requested":
                 pending.add(e["addr"])
@@ -152,24 +156,32 @@ def build_timeline(
             if a is None:
                 tl.unknown_frees += 1
                 tl.unknown_free_index.append(i)
-                tl.unknown_freed_bytes += counted(e["size"])
-                allocated -= counted(e["size"])
+                change = counted(e["size"])
+                tl.unknown_freed_bytes += change
             else:
-                a.t_free, a.i_free = t, i
-                allocated -= counted(a.size)
+                a.t_free, a.i_free = times[i] or t0, i
+                change = counted(a.size)
+            change, res = -change, 0
         elif reserved_steps is None and action in SEG_ADD:
-            reserved += e["size"]
+            change, res = 0, e["size"]
         elif reserved_steps is None and action in SEG_SUB:
-            reserved -= e["size"]
+            change, res = 0, -e["size"]
+        elif i in steps:
+            change = res = 0
         else:
-            if i not in steps:
-                continue
-        if i in steps:
-            reserved = steps[i]
-        tl.t_us.append(t - t0)
-        tl.index.append(i)
-        tl.allocated.append(allocated)
-        tl.reserved.append(reserved)
+            continue
+        index.append(i)
+        d_alloc.append(change)
+        d_res.append(res)
+    tl.t_us = [(times[i] or t0) - t0 for i in index]
+    tl.allocated = list(accumulate(d_alloc, initial=start_allocated))[1:]
+    if reserved_steps is None:
+        tl.reserved = list(accumulate(d_res, initial=start_reserved))[1:]
+    else:  # the model's level from its last step at or before each point
+        level, tl.reserved = start_reserved, []
+        for i in index:
+            level = steps.get(i, level)
+            tl.reserved.append(level)
     if infer_start and tl.unknown_freed_bytes:
         base = tl.unknown_freed_bytes
         tl.start_allocated += base
