@@ -162,6 +162,20 @@ def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, 
             if b.get("state") == "active_allocated" and b.get("address") not in touched]
 
 
+def _kept_within(kept: list[dict[str, Any]], room: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The segments' blocks the history never touches, when they fit in what the window's
+    start leaves at the peak (``room``); else none, and why. More means the segments and
+    the history disagree (segments not recorded with this history, addresses that differ):
+    such blocks cannot all have been alive before the window, so none is named."""
+    total = sum(int(b["size"]) for b in kept)
+    if total <= max(room, 0):
+        return kept, []
+    return [], [f"The segments hold {format_bytes(total)} in {len(kept):,} blocks the history "
+                f"never allocates or frees, more than the {format_bytes(max(room, 0))} the "
+                "window's start leaves at the peak: segments and history disagree (not "
+                "recorded together), so those blocks are not counted at the peak."]
+
+
 def _before(frames: list[dict[str, Any]], categorize: cat.Categorizer) -> str:
     """A block alive before the window: its category, or that it has no stack."""
     return categorize(frames) if frames else BEFORE_NO_STACK
@@ -284,13 +298,16 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                                 source=_source(c, custom)))
     touched = {e["addr"] for e in trace if e["action"] in
                ("alloc", "free_requested", "free_completed", "free")}
-    for b in _kept_blocks(snapshot, touched):
+    kept, disagree = _kept_within(_kept_blocks(snapshot, touched),
+                                  peak - sum(b.size for b in blocks))
+    for b in kept:
         frames = b.get("frames") or []
         site, fn = site_of(frames)
         c = _before(frames, categorize)
         blocks.append(PeakBlock(int(b["size"]), c, site, fn, frames, KEPT,
                                 source=_source(c, custom)))
-    unattributed = peak - sum(b.size for b in blocks)
+    # never a negative row: what the blocks name beyond the peak is said in ``missing``
+    unattributed = max(0, peak - sum(b.size for b in blocks))
     trigger = next((b for b in blocks if b.index == entry), None)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
     rules += [(c, why) for c, _t, why in cat.RULES]
@@ -300,8 +317,11 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                               UNATTRIBUTED),
                        _group(blocks, peak, lambda b: b.site, unattributed,
                               UNATTRIBUTED),
-                       missing=_missing(trace, blocks, peak, unattributed, wrapped),
+                       missing=disagree + _missing(trace, blocks, peak, unattributed,
+                                                   wrapped),
                        rules=rules, entry_categories=entry_categories)
+    assert all(r.bytes >= 0 and r.share <= 1.0 + 1e-9 for r in out.by_category), \
+        "peak rows must be parts of the peak"
     _name_sources(out, custom, torch_error)
     ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
     why_not = stages.missing_line(ranges, skipped, tl.clock == "us")
