@@ -110,3 +110,11 @@ def test_a_damaged_record_is_said_in_one_line_and_the_file_still_reads(shell, tm
     back = torchlens.load(str(out))
     assert back.analysis().measured_on == "snapshot"
     assert any("damaged (runs is not a list" in line for line in back.profile.unmeasured)
+
+
+def test_a_cell_that_allocates_nothing_says_so(shell):
+    assert shell.run_cell("%%gpumem -o r --quiet\nz = 1 + 1").success
+    r = shell.user_ns["r"]
+    out = text_report(r.profile, r.analysis())
+    assert "segments only" not in out, out
+    assert "nothing was allocated in the cell" in out

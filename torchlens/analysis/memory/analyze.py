@@ -18,7 +18,14 @@ from torchlens.analysis.memory import fragmentation, history, leaks, oom
 from torchlens.analysis.memory.allocator import AllocatorConfig
 from torchlens.analysis.memory.allocator.config import round_size
 from torchlens.analysis.memory.categories import compile_custom
-from torchlens.analysis.memory.peak import PeakAnalysis, analyze_peak, no_history
+from torchlens.analysis.memory.peak import (
+    NOTHING,
+    SEGMENTS_ONLY,
+    STATS_ONLY,
+    PeakAnalysis,
+    analyze_peak,
+    no_history,
+)
 from torchlens.analysis.memory.timeline import (
     MemoryTimeline,
     SiteRow,
@@ -69,6 +76,8 @@ class MemoryAnalysis:
     segments_measured: bool = True
     #: what was alive at the peak (``analysis.memory.peak``), by inferred category and site
     peak: PeakAnalysis | None = None
+    #: why ``sites`` is empty when there is no history to name them ('' otherwise)
+    sites_missing: str = ""
     #: allocated bytes over time by the peak's categories (None: no history)
     category_timeline: CategorySeries | None = None
 
@@ -127,7 +136,18 @@ def _measured_timeline(p: GpumemPayload, snap: dict[str, Any], trace: list[dict[
         start_res = None if end_res is None else end_res - res_delta
     if start_alloc is None or start_res is None:
         final = fragmentation.summarize(snap)
-        start_alloc = final.allocated - alloc_delta if start_alloc is None else start_alloc
+        if start_alloc is None:
+            start_alloc = final.allocated - alloc_delta
+            if start_alloc < probe.unknown_freed_bytes:
+                # what the history frees from before the window was alive at its start
+                notes.append(
+                    f"The snapshot's segments hold {format_bytes(final.allocated)} allocated, "
+                    "less than its history leaves alive at the end "
+                    f"({format_bytes(alloc_delta + probe.unknown_freed_bytes)}): segments and "
+                    "history disagree, so the timeline starts from the "
+                    f"{format_bytes(probe.unknown_freed_bytes)} the history frees from before "
+                    "the window.")
+                start_alloc = probe.unknown_freed_bytes
         start_res = final.reserved - res_delta if start_res is None else start_res
     tl = rebase(probe, start_alloc, start_res)
     notes += history.history_notes(p, unknown_frees=tl.unknown_frees,
@@ -201,10 +221,19 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None) ->
                        sites=top_sites(tl, p.top), segments=fragmentation.segment_map(frag_snap),
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
-    a.peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
-                           wrapped=p.history_full, device=view.device,
-                           torch_error=p.categories_error)
-              if p.history else no_history(tl.peak_allocated))
+    if p.history and trace:
+        a.peak = analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells,
+                              custom=custom, wrapped=p.history_full, device=view.device,
+                              torch_error=p.categories_error)
+    else:
+        why = STATS_ONLY if not p.history else (
+            SEGMENTS_ONLY if measured_on == "snapshot" else NOTHING)
+        a.peak = no_history(tl.peak_allocated, why)
+        a.sites_missing = {STATS_ONLY: "no allocation history was recorded (cudaMallocAsync):"
+                                       " which lines allocated is not known",
+                           SEGMENTS_ONLY: "no allocation history (the snapshot has segments "
+                                          "only): which lines allocated is not known",
+                           NOTHING: f"nothing was allocated in {a.scope}"}[why]
     a.category_timeline = category_series(tl, a.peak)
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:

@@ -90,6 +90,8 @@ class PeakAnalysis:
     #: where the categories came from, in a few words and as the sentence views show
     category_from: str = "inferred from stacks"
     category_note: str = cat.INFERRED
+    #: why the peak has no moment, in the words of its "when" (no history, nothing allocated)
+    moment: str = ""
     #: trace entry of every alloc, free and free of a block from before the window ->
     #: the block's category (the stacked timeline, ``timeline_categories``)
     entry_categories: dict[int, str] = field(default_factory=dict)
@@ -232,13 +234,34 @@ def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
     return out
 
 
-def no_history(peak: int) -> PeakAnalysis:
-    """A snapshot with segments only (or a capture without history): the peak's figure,
-    when memory_stats has it, and a line saying what is missing."""
-    return PeakAnalysis(peak, None, None, None, [], 0, [], [], missing=[
-        "No allocation history (segments only): the moment of the peak, what was alive "
-        "then and the allocation that made it are missing. Record it with "
-        "torch.cuda.memory._record_memory_history() before the work, or use %%gpumem."])
+#: why a peak has no moment, blocks or trigger (``no_history``'s ``why``)
+SEGMENTS_ONLY, STATS_ONLY, NOTHING = "segments only", "stats only", "nothing allocated"
+_RECORD = ("Record it with torch.cuda.memory._record_memory_history() before the work, "
+           "or use %%gpumem.")
+
+
+def no_history(peak: int, why: str = SEGMENTS_ONLY) -> PeakAnalysis:
+    """A peak with no history to tell what made it: a snapshot with segments only
+    (``peak`` is what they hold), a capture whose allocator records none (memory_stats'
+    figures), or a window that allocated nothing; ``missing`` says which."""
+    if why == NOTHING:
+        return PeakAnalysis(peak, None, None, None, [], 0, [], [], moment="at the start "
+                            "(nothing was allocated or freed)", missing=[
+                                "Nothing was allocated or freed in the window: the peak is "
+                                "what was alive at its start, and no block names it."])
+    if why == STATS_ONLY:
+        return PeakAnalysis(peak, None, None, None, [], 0, [], [], moment="moment not known "
+                            "(no allocation history)", missing=[
+                                "No allocation history (the allocator records none: "
+                                "cudaMallocAsync): the figure is memory_stats'; the moment of "
+                                "the peak, what was alive then and the allocation that made "
+                                "it are missing."])
+    return PeakAnalysis(peak, None, None, None, [], 0, [], [], moment="moment not known "
+                        "(no allocation history)", missing=[
+                            f"No allocation history (segments only): {format_bytes(peak)} is "
+                            "what the segments held allocated when the snapshot was taken, so "
+                            "the peak was at least that; its moment, what was alive then and "
+                            "the allocation that made it are missing. " + _RECORD])
 
 
 def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict[str, Any],
@@ -306,8 +329,13 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
         c = _before(frames, categorize)
         blocks.append(PeakBlock(int(b["size"]), c, site, fn, frames, KEPT,
                                 source=_source(c, custom)))
-    # never a negative row: what the blocks name beyond the peak is said in ``missing``
-    unattributed = max(0, peak - sum(b.size for b in blocks))
+    # never a negative row: blocks naming more than the peak are said in ``missing``
+    over = sum(b.size for b in blocks) - peak
+    unattributed = max(0, -over)
+    if over > 0:
+        disagree.append(f"The blocks alive at the peak add to {format_bytes(over)} more than "
+                        "the peak: the window's starting figure is lower than the history "
+                        "shows was alive then, so shares add to more than 100%.")
     trigger = next((b for b in blocks if b.index == entry), None)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
     rules += [(c, why) for c, _t, why in cat.RULES]
@@ -320,8 +348,8 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                        missing=disagree + _missing(trace, blocks, peak, unattributed,
                                                    wrapped),
                        rules=rules, entry_categories=entry_categories)
-    assert all(r.bytes >= 0 and r.share <= 1.0 + 1e-9 for r in out.by_category), \
-        "peak rows must be parts of the peak"
+    assert out.unattributed >= 0 and all(r.bytes >= 0 for r in out.by_category), \
+        "a row alive at the peak is never negative"
     _name_sources(out, custom, torch_error)
     ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
     why_not = stages.missing_line(ranges, skipped, tl.clock == "us")

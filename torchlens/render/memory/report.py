@@ -204,7 +204,8 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
         out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
     sites = a.sites[:top]
     out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
-                if sites else html.note("No allocations."), "sites"))
+                if sites else html.note(a.sites_missing[:1].upper() + a.sites_missing[1:] + "."
+                                        if a.sites_missing else "No allocations."), "sites"))
     leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
     out.append((f"Still alive at the end of {a.scope} (possible leaks)",
                 html.render("leaks.html.j2", table=tables.html_table(leak_rows, _LEAK_COLS)
@@ -257,7 +258,8 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
         lines += ["", finding_text(d.finding)]
     if a.peak is not None:
         lines += ["", *peak_lines(a.peak, a.timeline.clock, top)]
-    lines += ["", "top allocation sites:"]
+    lines += ["", "top allocation sites:" if a.sites or not a.sites_missing
+              else f"top allocation sites: none, {a.sites_missing}"]
     lines += [f"  {format_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]
     if a.possible_leaks:
