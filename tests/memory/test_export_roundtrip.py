@@ -118,3 +118,21 @@ def test_a_cell_that_allocates_nothing_says_so(shell):
     out = text_report(r.profile, r.analysis())
     assert "segments only" not in out, out
     assert "nothing was allocated in the cell" in out
+
+
+def test_allocated_is_one_figure_in_the_summary_and_the_fragmentation_table(shell, tmp_path):
+    from torchlens.render.memory.report import fragmentation_rows, summary_rows
+
+    live, out = _capture(shell, tmp_path, ADAM)
+    a = live.analysis()
+    assert a.frag.allocated != a.timeline.end_allocated  # the model rounds 40 B biases up
+    frag, summary = dict(fragmentation_rows(a)), dict(summary_rows(a))
+    assert frag["allocated"] == summary["allocated at end"]
+
+
+def test_a_4_byte_tensor_stays_4_bytes_after_export(shell, tmp_path):
+    cell = "%%gpumem -o r --quiet --export {out}\nsmall = torch.ones(1)\n"
+    live, out = _capture(shell, tmp_path, cell)
+    back = torchlens.load(str(out))
+    assert [s.bytes for s in back.sites()] == [s.bytes for s in live.sites()] == [4]
+    assert back.analysis().timeline.peak_allocated == 4

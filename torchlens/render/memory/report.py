@@ -158,7 +158,12 @@ def _split_rows(f: Any) -> list[tuple[str, str]]:
 def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     f = a.frag
     st = a.stats_after or (a.model.stats if a.model else {})
-    rows = [("reserved", format_bytes(f.reserved)), ("allocated", format_bytes(f.allocated)),
+    # "allocated" is the timeline's figure everywhere; a CPU capture's model rounds to blocks
+    modelled = a.model is not None and a.frag_snapshot is a.model.snapshot
+    rows = [("reserved", format_bytes(f.reserved)),
+            ("allocated", format_bytes(a.timeline.end_allocated if modelled else f.allocated)),
+            *([("in the allocator model's blocks (the cell's own allocations, each request "
+                "rounded up to a block)", format_bytes(f.allocated))] if modelled else []),
             ("cached free", f"{format_bytes(f.free_cached)} ({format_percent(100 * f.free_share)} of reserved)"),
             ("largest free block", f"{format_bytes(f.largest_free_block)} of {format_bytes(f.free_cached)} free"),
             ("in flight (pending free)", format_bytes(f.pending_free)),
