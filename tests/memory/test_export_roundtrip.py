@@ -136,3 +136,17 @@ def test_a_4_byte_tensor_stays_4_bytes_after_export(shell, tmp_path):
     back = torchlens.load(str(out))
     assert [s.bytes for s in back.sites()] == [s.bytes for s in live.sites()] == [4]
     assert back.analysis().timeline.peak_allocated == 4
+
+
+def test_report_help_says_where_the_default_output_goes(shell, tmp_path, monkeypatch, capsys):
+    from torchlens.frontends.cli import main
+
+    _live, out = _capture(shell, tmp_path, LEAK, name="cell.pickle")
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "in the current folder" in " ".join(capsys.readouterr().out.split())
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["report", str(out)]) == 0
+    assert (here / "cell.html").exists() and not (tmp_path / "cell.html").exists()
