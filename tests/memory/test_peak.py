@@ -98,9 +98,15 @@ def _alloc(addr, size, t, frames):
 def test_segments_only_says_which_answers_are_missing(tmp_path, snapshots_dir):
     r = load_gpumem(str(snapshots_dir / "segments_only.pickle"))
     out = text(r.profile, r.analysis())
-    assert "missing: No allocation history (segments only): the moment of the peak" in out
+    assert "missing: No allocation history (segments only): 20.0 MiB is what the segments " \
+        "held allocated when the snapshot was taken, so the peak was at least that" in out
+    assert "peak 20.0 MiB allocated, moment not known (no allocation history)" in out
+    assert "not known\n" not in out and "top allocation sites:\n" not in out + "\n"
+    assert "top allocation sites: none, no allocation history (the snapshot has segments " \
+        "only)" in out
     html = report_html(r.profile, r.analysis())
     assert "No allocation history (segments only)" in html and "Traceback" not in html
+    assert "No allocations." not in html and "which lines allocated is not known" in html
 
 
 def test_no_frames_and_blocks_from_before_the_window(tmp_path):

@@ -169,7 +169,8 @@ def gpumem_options(
     if alloc_conf:
         AllocatorConfig.parse(alloc_conf)  # raises InputError with torch's wording
     if (cap is not None or alloc_conf) and not simulate:
-        raise InputError("capacity and alloc_conf only apply with simulate (--simulate)")
+        raise InputError("--capacity and --alloc-conf only apply with --simulate "
+                         "(in Python: capacity= and alloc_conf= with simulate=True)")
     return GpumemPayload(recorded=recorded, simulate=bool(simulate), capacity=cap,
                          alloc_conf=alloc_conf or "", repeat=repeat, top=top)
 
@@ -397,6 +398,7 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     """
     import os
 
+    from torchlens.formats.gpumem_record import RECORD_KEY, restore
     from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)
@@ -407,7 +409,16 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     result = MemoryResult().set_categories(custom_categories)
     snap = load_snapshot(path)
     name = os.path.basename(str(path))
+    # a %%gpumem export: the capture itself, with the live result's figures
+    capture, damaged = restore(snap, display)
+    if capture is not None:
+        result._profile = Profile(kind="gpumem", title=name, source=str(path),
+                                  snapshots={"file": capture.snapshot},
+                                  payload=capture.payload, unmeasured=capture.unmeasured,
+                                  error=capture.error)
+        return result
+    snap.pop(RECORD_KEY, None)
     result._profile = Profile(kind="gpumem", title=name, source=str(path),
-                              snapshots={"file": snap},
+                              snapshots={"file": snap}, unmeasured=[damaged] if damaged else [],
                               payload=dataclasses.replace(display, measured_on="snapshot"))
     return result

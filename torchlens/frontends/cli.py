@@ -58,7 +58,8 @@ class ReportCommand(Command):
         parser.add_argument("path", help="a .tlprof result, a Kineto trace .json/.json.gz or an "
                                          "allocator snapshot .pickle")
         parser.add_argument("-o", "--output", metavar="OUT.html",
-                            help="where to write the report (default: PATH with .html)")
+                            help="where to write the report (default: PATH's file name "
+                                 "with .html, in the current folder)")
         parser.add_argument("--json", action="store_true",
                             help="memory reports (a snapshot .pickle, a saved %%gpumem "
                                  ".tlprof): print the figures as one JSON document instead "

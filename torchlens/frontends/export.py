@@ -92,15 +92,24 @@ def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
     A CPU capture has no CUDA segments: its file holds the CPU allocator's
     trace and, as ``segments``, what the allocator model would hold after it
     (``allocator_settings`` says which setting), so memory_viz draws both.
+    A capture's file also holds what the format has no key for (the device it
+    measured on, cell numbers, runs: ``formats.gpumem_record``), so loading it
+    gives the live result's figures.
     """
+    from torchlens.formats.gpumem_record import RECORD_KEY, make_record
+
     if not profile.snapshots:
         raise InputError(f"cannot export {path!s}: this result holds no allocator snapshot")
     snap = dict(next(iter(profile.snapshots.values())))
-    if profile.payload.measured_on == "cpu":  # type: ignore[union-attr]
+    payload = profile.payload
+    if payload.measured_on == "cpu":  # type: ignore[union-attr]
         model = (analysis or kinds.analyze(profile)).model
         if model is not None:
             snap["segments"] = model.snapshot["segments"]
             snap["allocator_settings"] = model.snapshot["allocator_settings"]
+    if payload.measured_on in ("cpu", "cuda"):  # type: ignore[union-attr]
+        snap[RECORD_KEY] = make_record(payload, list(profile.unmeasured),  # type: ignore[arg-type]
+                                       profile.error)
     path.write_bytes(pickle.dumps(_builtins_only(snap), protocol=4))
     return str(path)
 

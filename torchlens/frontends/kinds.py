@@ -133,7 +133,8 @@ EXPORT_FORMATS = {
     **COMMON_EXPORTS,
     ".json": "Chrome/Perfetto trace (Kineto JSON as the profiler wrote it)",
     ".json.gz": "Chrome/Perfetto trace, gzipped",
-    ".pickle": "allocator snapshot in torch's format (memory_viz, torch.cuda._memory_viz)",
+    ".pickle": ("allocator snapshot in torch's format (memory_viz, torch.cuda._memory_viz); "
+                "torchlens reopens it with the live figures"),
     "/": "the run folder of a --profile run (a path ending in /): every rank's traces, "
          "step records and manifest, plus the result itself",
 }

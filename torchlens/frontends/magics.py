@@ -63,6 +63,13 @@ def _parse(magic: Callable[..., Any], line: str, name: str) -> Any:
         args = parse_argstring(magic, line)
     except UsageError as err:
         raise UsageError(f"{name}: {err}") from None
+    paths = getattr(args, "export", None)
+    if isinstance(paths, list):  # ``append``: a second --export is not silently dropped
+        if len(paths) > 1:
+            raise UsageError(f"{name}: --export given {len(paths)} times ("
+                             + ", ".join(_unquote(x) for x in paths) + "): give it once and "
+                             "write the others from the result (-o r, then r.export(PATH))")
+        args.export = paths[0]
     for key, value in vars(args).items():
         if isinstance(value, str):
             setattr(args, key, _unquote(value))
@@ -109,7 +116,8 @@ def _outputs(kind: str) -> Callable[[Any], Any]:
                         for suffix in kinds.export_suffixes(kind))
     options = (argument("-o", dest="output", metavar="VAR",
                         help="store the result object in variable VAR"),
-               argument("--export", metavar="PATH", help=f"also write PATH: {formats}"),
+               argument("--export", metavar="PATH", action="append",
+                        help=f"also write PATH (once): {formats}"),
                argument("--quiet", action="store_true", help="display nothing"))
 
     def apply(magic: Any) -> Any:

@@ -18,7 +18,14 @@ from torchlens.analysis.memory import fragmentation, history, leaks, oom
 from torchlens.analysis.memory.allocator import AllocatorConfig
 from torchlens.analysis.memory.allocator.config import round_size
 from torchlens.analysis.memory.categories import compile_custom
-from torchlens.analysis.memory.peak import PeakAnalysis, analyze_peak, no_history
+from torchlens.analysis.memory.peak import (
+    NOTHING,
+    SEGMENTS_ONLY,
+    STATS_ONLY,
+    PeakAnalysis,
+    analyze_peak,
+    no_history,
+)
 from torchlens.analysis.memory.timeline import (
     MemoryTimeline,
     SiteRow,
@@ -69,6 +76,8 @@ class MemoryAnalysis:
     segments_measured: bool = True
     #: what was alive at the peak (``analysis.memory.peak``), by inferred category and site
     peak: PeakAnalysis | None = None
+    #: why ``sites`` is empty when there is no history to name them ('' otherwise)
+    sites_missing: str = ""
     #: allocated bytes over time by the peak's categories (None: no history)
     category_timeline: CategorySeries | None = None
 
@@ -135,7 +144,18 @@ def _measured_timeline(p: GpumemPayload, snap: dict[str, Any], trace: list[dict[
         start_res = None if end_res is None else end_res - res_delta
     if start_alloc is None or start_res is None:
         final = fragmentation.summarize(snap)
-        start_alloc = final.allocated - alloc_delta if start_alloc is None else start_alloc
+        if start_alloc is None:
+            start_alloc = final.allocated - alloc_delta
+            if start_alloc < probe.unknown_freed_bytes:
+                # what the history frees from before the window was alive at its start
+                notes.append(
+                    f"The snapshot's segments hold {format_bytes(final.allocated)} allocated, "
+                    "less than its history leaves alive at the end "
+                    f"({format_bytes(alloc_delta + probe.unknown_freed_bytes)}): segments and "
+                    "history disagree, so the timeline starts from the "
+                    f"{format_bytes(probe.unknown_freed_bytes)} the history frees from before "
+                    "the window.")
+                start_alloc = probe.unknown_freed_bytes
         start_res = final.reserved - res_delta if start_res is None else start_res
     tl = rebase(probe, start_alloc, start_res)
     notes += history.history_notes(p, unknown_frees=tl.unknown_frees,
@@ -187,6 +207,12 @@ class PeakPart:
     custom: list[tuple[str, Any]]
 
 
+def _no_history_why(history: bool, measured_on: str) -> str:
+    """Why a result has no allocation history to analyse the peak from."""
+    return STATS_ONLY if not history else (
+        SEGMENTS_ONLY if measured_on == "snapshot" else NOTHING)
+
+
 def peak_part(profile: Profile, *, categories: Mapping[str, str] | None = None) -> PeakPart:
     """The timeline of a ``kind="gpumem"`` profile and what was alive at its peak;
     ``categories`` as ``analyze``'s."""
@@ -219,7 +245,8 @@ def peak_part(profile: Profile, *, categories: Mapping[str, str] | None = None) 
     peak = (analyze_peak(tl, trace, snap, block_size=rounding, cells=p.cells, custom=custom,
                          wrapped=p.history_full, device=view.device,
                          torch_error=p.categories_error)
-            if p.history else no_history(tl.peak_allocated))
+            if p.history and trace else
+            no_history(tl.peak_allocated, _no_history_why(p.history, measured_on)))
     return PeakPart(view, tl, peak, notes, rounding, frag_snap, reserved_source, model,
                     simulated, custom)
 
@@ -246,6 +273,13 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None,
                        steady_growth=leaks.steady_growth(growth) if growth else None,
                        cells=dict(p.cells), segments_measured=p.history)
     a.peak = part.peak
+    if not (p.history and trace):
+        a.sites_missing = {STATS_ONLY: "no allocation history was recorded (cudaMallocAsync):"
+                                       " which lines allocated is not known",
+                           SEGMENTS_ONLY: "no allocation history (the snapshot has segments "
+                                          "only): which lines allocated is not known",
+                           NOTHING: f"nothing was allocated in {a.scope}"}[
+                               _no_history_why(p.history, measured_on)]
     a.category_timeline = category_series(tl, a.peak)
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:

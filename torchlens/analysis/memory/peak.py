@@ -90,6 +90,8 @@ class PeakAnalysis:
     #: where the categories came from, in a few words and as the sentence views show
     category_from: str = "inferred from stacks"
     category_note: str = cat.INFERRED
+    #: why the peak has no moment, in the words of its "when" (no history, nothing allocated)
+    moment: str = ""
     #: trace entry of every alloc, free and free of a block from before the window ->
     #: the block's category (the stacked timeline, ``timeline_categories``)
     entry_categories: dict[int, str] = field(default_factory=dict)
@@ -162,6 +164,20 @@ def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, 
             if b.get("state") == "active_allocated" and b.get("address") not in touched]
 
 
+def _kept_within(kept: list[dict[str, Any]], room: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The segments' blocks the history never touches, when they fit in what the window's
+    start leaves at the peak (``room``); else none, and why. More means the segments and
+    the history disagree (segments not recorded with this history, addresses that differ):
+    such blocks cannot all have been alive before the window, so none is named."""
+    total = sum(int(b["size"]) for b in kept)
+    if total <= max(room, 0):
+        return kept, []
+    return [], [f"The segments hold {format_bytes(total)} in {len(kept):,} blocks the history "
+                f"never allocates or frees, more than the {format_bytes(max(room, 0))} the "
+                "window's start leaves at the peak: segments and history disagree (not "
+                "recorded together), so those blocks are not counted at the peak."]
+
+
 def _before(frames: list[dict[str, Any]], categorize: cat.Categorizer) -> str:
     """A block alive before the window: its category, or that it has no stack."""
     return categorize(frames) if frames else BEFORE_NO_STACK
@@ -218,13 +234,34 @@ def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
     return out
 
 
-def no_history(peak: int) -> PeakAnalysis:
-    """A snapshot with segments only (or a capture without history): the peak's figure,
-    when memory_stats has it, and a line saying what is missing."""
-    return PeakAnalysis(peak, None, None, None, [], 0, [], [], missing=[
-        "No allocation history (segments only): the moment of the peak, what was alive "
-        "then and the allocation that made it are missing. Record it with "
-        "torch.cuda.memory._record_memory_history() before the work, or use %%gpumem."])
+#: why a peak has no moment, blocks or trigger (``no_history``'s ``why``)
+SEGMENTS_ONLY, STATS_ONLY, NOTHING = "segments only", "stats only", "nothing allocated"
+_RECORD = ("Record it with torch.cuda.memory._record_memory_history() before the work, "
+           "or use %%gpumem.")
+
+
+def no_history(peak: int, why: str = SEGMENTS_ONLY) -> PeakAnalysis:
+    """A peak with no history to tell what made it: a snapshot with segments only
+    (``peak`` is what they hold), a capture whose allocator records none (memory_stats'
+    figures), or a window that allocated nothing; ``missing`` says which."""
+    if why == NOTHING:
+        return PeakAnalysis(peak, None, None, None, [], 0, [], [], moment="at the start "
+                            "(nothing was allocated or freed)", missing=[
+                                "Nothing was allocated or freed in the window: the peak is "
+                                "what was alive at its start, and no block names it."])
+    if why == STATS_ONLY:
+        return PeakAnalysis(peak, None, None, None, [], 0, [], [], moment="moment not known "
+                            "(no allocation history)", missing=[
+                                "No allocation history (the allocator records none: "
+                                "cudaMallocAsync): the figure is memory_stats'; the moment of "
+                                "the peak, what was alive then and the allocation that made "
+                                "it are missing."])
+    return PeakAnalysis(peak, None, None, None, [], 0, [], [], moment="moment not known "
+                        "(no allocation history)", missing=[
+                            f"No allocation history (segments only): {format_bytes(peak)} is "
+                            "what the segments held allocated when the snapshot was taken, so "
+                            "the peak was at least that; its moment, what was alive then and "
+                            "the allocation that made it are missing. " + _RECORD])
 
 
 def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict[str, Any],
@@ -284,13 +321,21 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                                 source=_source(c, custom)))
     touched = {e["addr"] for e in trace if e["action"] in
                ("alloc", "free_requested", "free_completed", "free")}
-    for b in _kept_blocks(snapshot, touched):
+    kept, disagree = _kept_within(_kept_blocks(snapshot, touched),
+                                  peak - sum(b.size for b in blocks))
+    for b in kept:
         frames = b.get("frames") or []
         site, fn = site_of(frames)
         c = _before(frames, categorize)
         blocks.append(PeakBlock(int(b["size"]), c, site, fn, frames, KEPT,
                                 source=_source(c, custom)))
-    unattributed = peak - sum(b.size for b in blocks)
+    # never a negative row: blocks naming more than the peak are said in ``missing``
+    over = sum(b.size for b in blocks) - peak
+    unattributed = max(0, -over)
+    if over > 0:
+        disagree.append(f"The blocks alive at the peak add to {format_bytes(over)} more than "
+                        "the peak: the window's starting figure is lower than the history "
+                        "shows was alive then, so shares add to more than 100%.")
     trigger = next((b for b in blocks if b.index == entry), None)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
     rules += [(c, why) for c, _t, why in cat.RULES]
@@ -300,8 +345,11 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
                               UNATTRIBUTED),
                        _group(blocks, peak, lambda b: b.site, unattributed,
                               UNATTRIBUTED),
-                       missing=_missing(trace, blocks, peak, unattributed, wrapped),
+                       missing=disagree + _missing(trace, blocks, peak, unattributed,
+                                                   wrapped),
                        rules=rules, entry_categories=entry_categories)
+    assert out.unattributed >= 0 and all(r.bytes >= 0 for r in out.by_category), \
+        "a row alive at the peak is never negative"
     _name_sources(out, custom, torch_error)
     ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
     why_not = stages.missing_line(ranges, skipped, tl.clock == "us")

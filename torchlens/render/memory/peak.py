@@ -35,7 +35,7 @@ def stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None
 def when_text(pk: PeakAnalysis, clock: str) -> str:
     """When the peak was, in the timeline's units."""
     if pk.entry is None:
-        return "at the start of the window" if pk.blocks else "not known"
+        return "at the start of the window" if pk.blocks else (pk.moment or "not known")
     at = (f"{format_duration(pk.x or 0)} after the first event" if clock == "us"
           else f"trace entry {pk.entry:,}")
     return f"{at} (trace entry {pk.entry:,})" if clock == "us" else at

@@ -158,7 +158,12 @@ def _split_rows(f: Any) -> list[tuple[str, str]]:
 def fragmentation_rows(a: MemoryAnalysis) -> list[tuple[str, str]]:
     f = a.frag
     st = a.stats_after or (a.model.stats if a.model else {})
-    rows = [("reserved", format_bytes(f.reserved)), ("allocated", format_bytes(f.allocated)),
+    # "allocated" is the timeline's figure everywhere; a CPU capture's model rounds to blocks
+    modelled = a.model is not None and a.frag_snapshot is a.model.snapshot
+    rows = [("reserved", format_bytes(f.reserved)),
+            ("allocated", format_bytes(a.timeline.end_allocated if modelled else f.allocated)),
+            *([("in the allocator model's blocks (the cell's own allocations, each request "
+                "rounded up to a block)", format_bytes(f.allocated))] if modelled else []),
             ("cached free", f"{format_bytes(f.free_cached)} ({format_percent(100 * f.free_share)} of reserved)"),
             ("largest free block", f"{format_bytes(f.largest_free_block)} of {format_bytes(f.free_cached)} free"),
             ("in flight (pending free)", format_bytes(f.pending_free)),
@@ -204,7 +209,8 @@ def sections(a: MemoryAnalysis, top: int, figures: list[Any]) -> list[tuple[str,
         out.append((title, _fig(fig, figures, "no allocations recorded"), anchor))
     sites = a.sites[:top]
     out.append(("Top allocation sites", tables.html_table([vars(s) for s in sites], _SITE_COLS)
-                if sites else html.note("No allocations."), "sites"))
+                if sites else html.note(a.sites_missing[:1].upper() + a.sites_missing[1:] + "."
+                                        if a.sites_missing else "No allocations."), "sites"))
     leak_rows = [dict(vars(r), flag="yes" if r.flagged else "") for r in a.survivors[:top]]
     out.append((f"Still alive at the end of {a.scope} (possible leaks)",
                 html.render("leaks.html.j2", table=tables.html_table(leak_rows, _LEAK_COLS)
@@ -257,7 +263,8 @@ def text_report(profile: Profile, a: MemoryAnalysis) -> str:
         lines += ["", finding_text(d.finding)]
     if a.peak is not None:
         lines += ["", *peak_lines(a.peak, a.timeline.clock, top)]
-    lines += ["", "top allocation sites:"]
+    lines += ["", "top allocation sites:" if a.sites or not a.sites_missing
+              else f"top allocation sites: none, {a.sites_missing}"]
     lines += [f"  {format_bytes(s.bytes):>12}  {s.count:>6}x  {s.site}  {s.function}"
               for s in a.sites[:top]]
     if a.possible_leaks:
