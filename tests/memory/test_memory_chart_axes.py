@@ -94,8 +94,9 @@ def test_diff_legend_tells_a_from_b(tmp_path):
     timelines = page[page.index(">Timelines<"):]
     timelines = timelines[:timelines.index("</section>")] if "</section>" in timelines \
         else timelines
-    for key, name in (("A", d.profile.payload.a), ("B", d.profile.payload.b)):
-        assert f"{key}: {name}" in timelines
+    for key, name, peak in (("A", d.profile.payload.a, "22.0 MiB"),
+                            ("B", d.profile.payload.b, "24.0 MiB")):
+        assert f"{key}: {name} (peak {peak})" in timelines
 
 
 def _ranks(folder: Path, sizes: dict[int, tuple[int, int]]):

@@ -129,7 +129,8 @@ def verdict(d: dict[str, Any]) -> Finding:
     figures = [Figure("rank", im["rank"]), Figure("peak", im["peak"], "B"),
                Figure("median_peak", int(median), "B"), Figure("above_median", above, "B")]
     if other is not None:
-        figures[2:] = [Figure("other_peak", int(base), "B"), Figure("above_other", above, "B")]
+        figures[2:] = [Figure("other_rank_peak", int(base), "B"),
+                       Figure("above_other_rank", above, "B")]
     notable = above > th["same_pct"] / 100 * base and above > th["small_share"] * im["peak"]
     if not notable:
         within = ("of each other" if other is not None else

@@ -130,8 +130,12 @@ def report_parts(profile: Profile, d: dict[str, Any],
     fig = timelines_figure(d)
     if fig is not None:
         figures.append(fig)
+        # each named in full, with its peak: two captures of one session can share
+        # their description to the second
+        peak = d["figures"]["peak"]
         out.append(section("Timelines", html.join([
-            html.note(f"A: {p.a}"), html.note(f"B: {p.b}"),  # type: ignore[union-attr]
+            *(html.note(f"{k.upper()}: {name} (peak {format_bytes(peak[k])})")
+              for k, name in (("a", p.a), ("b", p.b))),  # type: ignore[union-attr]
             html.figure_slot(len(figures) - 1)]), "timelines"))
     if d["categories"]:
         out.append(section("Alive at the peak by category",
