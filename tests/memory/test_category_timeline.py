@@ -151,3 +151,41 @@ def test_a_category_named_like_markup_is_escaped(tmp_path):
     assert evil not in page and "alert(1)" in page
     assert page.count("<script") == calm.count("<script")
     assert html.escape(evil) in page  # the peak table names it, as text
+
+
+#: torch's memory profiler's words (``--categories torch``), written out here
+TORCH_WORDS = {"parameter", "optimizer state", "input", "temporary", "activation", "gradient",
+               "autograd detail"}
+
+ADAM_STEPS = """%%gpumem --quiet --categories torch -o ct_r
+for _ in range(3):
+    ct_opt.zero_grad()
+    ct_model(ct_x).pow(2).mean().backward()
+    ct_opt.step()
+"""
+
+
+def test_torch_categories_stack_is_the_peak_table_in_torchs_words(shell):
+    """The walk's Adam cell: the legend listed "backward temporary" and "optimizer
+    temporary" (torchlens' words) for allocations torch's memory profiler had named, next
+    to a peak table in torch's words. Every allocation torch named is drawn in torch's
+    word; only those it named none fall back to the rules."""
+    from torchlens.analysis.memory import categories as cat
+
+    assert shell.run_cell("import torch\nfrom torch import nn\ntorch.manual_seed(0)\n"
+                          "ct_model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(3)])\n"
+                          "ct_opt = torch.optim.Adam(ct_model.parameters(), lr=1e-3)\n"
+                          "ct_x = torch.randn(64, 256)").success
+    res = shell.run_cell(ADAM_STEPS)
+    assert res.success, res.error_in_exec
+    a = shell.user_ns["ct_r"].analysis()
+    _check(a)  # at the peak point the stack is the peak table, row for row
+    s = a.category_timeline
+    assert "from torch's memory profiler" in timeline_figure(a).title.text
+    unnamed = {cat.categorize(e.get("frames") or []) for e in a.trace
+               if e["action"] == "alloc" and not any(
+                   n for _t, n in e.get("torch_category") or [])}
+    lifetime = {cat.OPTIMIZER: {cat.OPTIMIZER_TEMP}, cat.BACKWARD: {cat.GRADIENT}}
+    allowed = TORCH_WORDS | unnamed | set().union(*(lifetime.get(c, set()) for c in unnamed))
+    assert set(s.names) <= allowed, set(s.names) - allowed
+    assert cat.BACKWARD not in s.names  # torch named every allocation of backward

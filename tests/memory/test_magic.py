@@ -155,3 +155,14 @@ def test_failing_cell_traceback_names_its_cell(shell, capsys):
     tb = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     assert f"Cell In[{n}], line 2" in tb and "In[0]" not in tb
     assert os.path.dirname(torchlens.__file__) not in tb
+
+
+def test_load_of_a_folder_points_to_the_folder_readers(shell, tmp_path, capsys):
+    """The walk: `%gpumem --load ranks` said only "is a directory, not a snapshot file"."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    res = shell.run_cell(f"%gpumem --load {folder}")
+    out = capsys.readouterr()
+    said = out.err + out.out + str(res.error_in_exec)
+    assert not res.success and "is a directory, not a snapshot file" in said
+    assert f"torchlens report {folder}" in said and "torchlens.load_snapshots(" in said

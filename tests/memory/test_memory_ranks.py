@@ -136,3 +136,21 @@ def test_balanced_ranks_pass(tmp_path):
         (folder / f"rank_{rank}.pickle").write_bytes(_snapshot(32 * MIB))
     r = torchlens.load(folder)
     assert r.verdict.startswith("3 ranks peak within 0 B of the median")
+
+
+def test_two_ranks_compare_with_each_other_not_their_mean(tmp_path, capsys):
+    """The walk: "rank 1 peaks 2.1 GiB above the median of 2 ranks (22.4 GiB vs 20.3
+    GiB)": the median of two is their mean, a figure no rank had."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for rank, size in ((0, 32 * MIB), (1, 64 * MIB)):
+        (folder / f"rank{rank}.pickle").write_bytes(_snapshot(size))
+    r = torchlens.load(folder)
+    low, high = PARAMS + ACTS * 32 * MIB, PARAMS + ACTS * 64 * MIB  # 160 and 256 MiB
+    assert r.verdict.startswith("rank 1 peaks 96.0 MiB above rank 0 (256.0 MiB vs 160.0 MiB)")
+    assert "median" not in r.verdict
+    out = text(r.profile, r.analysis())
+    assert "-96.0 MiB" in out and "+96.0 MiB" in out
+    page = report_html(r.profile, r.analysis())
+    assert "vs the other rank" in page and "vs median" not in page
+    assert r.figures["imbalance"]["above"] == high - low

@@ -123,10 +123,12 @@ def assert_diagnosis_agrees(r):
     fig = timeline_figure(a)
     (bar,) = [g for g in fig.renderers if type(g.glyph).__name__ == "Segment"]
     data = bar.data_source.data
-    assert data["y0"][0] * MIB == (d.allocated or 0)
-    assert data["y1"][0] * MIB == (d.allocated or 0) + d.requested
+    # drawn in the axis' unit (GiB from a 1 GiB peak)
+    per = {"MiB": MIB, "GiB": 1 << 30}[fig.yaxis[0].axis_label.split()[0]]
+    assert data["y0"][0] * per == (d.allocated or 0)
+    assert data["y1"][0] * per == (d.allocated or 0) + d.requested
     if d.capacity:
-        assert any(set(g.data_source.data.get("y", [])) == {d.capacity / MIB}
+        assert any(set(g.data_source.data.get("y", [])) == {d.capacity / per}
                    for g in fig.renderers if type(g.glyph).__name__ == "Line")
     return a, d
 

@@ -210,3 +210,20 @@ def test_diff_says_who_named_the_categories(fresh):
     assert mixed["category_from"].startswith("A: from torch's memory profiler")
     assert any("a category's change may be a change of who named it" in n
                for n in mixed["notes"])
+
+
+def test_made_by_says_torch_named_its_category(fresh):
+    """The walk's "made by 4.0 MiB at cell [2] line 5 (activation)", line 5 being
+    opt.step(): torch's memory profiler does name Adam's sqrt/div scratch tensors
+    parameter and activation, so each view says the word is torch's."""
+    res = fresh.run_cell("%%gpumem --quiet --categories torch -o tc_r" + STEPS)
+    assert res.success, res.error_in_exec
+    r = fresh.user_ns["tc_r"]
+    a = r.analysis()
+    t = a.peak.trigger
+    assert t is not None and t.source == "torch"
+    said = f"({t.category}, named by torch's memory profiler)"
+    made_by = next(line for line in text(r.profile, a).splitlines() if "made by" in line)
+    assert made_by.endswith(said)
+    assert said.replace("'", "&#39;") in report_html(r.profile, a)
+    assert a.peak.to_json()["made_by"]["source"] == "torch"

@@ -81,7 +81,9 @@ def _read_bytes(
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a snapshot file") from None
+        raise InputError(f"{path}: is a directory, not a snapshot file; for a folder of "
+                         f"per-rank snapshots run torchlens report {path} or call "
+                         f"torchlens.load_snapshots({str(path)!r})") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
 

@@ -113,20 +113,44 @@ def source_label(sources: set[str]) -> str:
         ", the rest inferred from stacks" if FROM_RULES in sources else "")
 
 
-def torch_category_at(entry: dict[str, Any], t_us: float) -> str | None:
-    """The category torch's memory profiler gave the tensor of an ``alloc`` entry at
-    ``t_us`` (the version current then); None when torch named none."""
+def _torch_versions(entry: dict[str, Any]) -> list[tuple[float, Any]] | None:
+    """An ``alloc`` entry's ``torch_category`` versions; None when absent or not what the
+    capture writes (ignored rather than guessed at)."""
     versions = entry.get("torch_category")
     if not isinstance(versions, list) or not versions:
         return None
+    if not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in versions):
+        return None
+    return [(v[0], v[1]) for v in versions]
+
+
+def torch_category_at(entry: dict[str, Any], t_us: float) -> str | None:
+    """The category torch's memory profiler gave the tensor of an ``alloc`` entry at
+    ``t_us`` (the version current then); None when torch named none."""
+    versions = _torch_versions(entry)
+    if versions is None:
+        return None
     name = None
-    for i, item in enumerate(versions):
-        if not (isinstance(item, (list, tuple)) and len(item) == 2):
-            return None  # not what the capture writes: ignore it rather than guess
-        if i and item[0] > t_us:
+    for i, (t, item) in enumerate(versions):
+        if i and t > t_us:
             break
-        name = item[1]
+        name = item
     return name if isinstance(name, str) and name else None
+
+
+def torch_category_longest(entry: dict[str, Any], t_end: float) -> str | None:
+    """The category torch's memory profiler gave the tensor of an ``alloc`` entry for the
+    longest time up to ``t_end`` (its free, or the window's end); None when torch named
+    none. Ties go to the earlier version."""
+    versions = _torch_versions(entry)
+    if versions is None:
+        return None
+    held: dict[str, float] = {}
+    for (t, name), (t_next, _n) in zip(versions, [*versions[1:], (t_end, None)],
+                                       strict=True):
+        if isinstance(name, str) and name:
+            held[name] = held.get(name, 0) + max(0, t_next - t)
+    return max(held, key=held.__getitem__) if held else None
 
 
 def custom_match(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None) -> str | None:

@@ -56,6 +56,15 @@ class PeakBlock:
     stage: str = ""  # the innermost record_function range open at its allocation
     source: str = cat.FROM_RULES  # who named its category: torch, your regexes, the rules
 
+    @property
+    def category_text(self) -> str:
+        """Its category, and that torch's memory profiler named it when it did: torch calls
+        Adam's scratch tensors "parameter" and "activation", which next to an opt.step()
+        line would read as torchlens contradicting itself."""
+        if self.source == cat.FROM_TORCH:
+            return f"{self.category}, named by torch's memory profiler"
+        return self.category
+
 
 @dataclass
 class GroupRow:
@@ -113,7 +122,8 @@ class PeakAnalysis:
         return {"peak_allocated": self.peak, "trace_entry": self.entry, "x": self.x,
                 "made_by": None if t is None else {"bytes": t.size, "site": t.site,
                                                    "function": t.function,
-                                                   "category": t.category},
+                                                   "category": t.category,
+                                                   "source": t.source},
                 "categories_inferred": self.category_from == "inferred from stacks",
                 "categories_from": self.category_from, "by_category": rows(self.by_category),
                 "by_site": rows(self.by_site), "by_stage": rows(self.by_stage),
@@ -286,8 +296,18 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     raw = [(a.index, a.i_free, categorize(a.frames)) for a in tl.allocations]
     kinds = cat.by_lifetime(raw)
     entry_categories: dict[int, str] = {}
+    t_last = trace[-1].get("time_us", 0)
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
-        entry_categories[a.index] = kinds.get(a.index, c)
+        # The stack draws a block in one category for its whole life (its alloc and free
+        # are the only events that move it). Torch names each tensor version; a block torch
+        # named is drawn in the one it held longest, so the area drawn in each colour is
+        # mostly right; the category at the allocation alone would paint a buffer torch
+        # renamed after one op in the wrong colour for all its life. A block alive at the
+        # peak is drawn as the peak table names it (below), so the two agree exactly.
+        theirs = None if _source(c, custom) == cat.FROM_USER else cat.torch_category_longest(
+            trace[a.index], trace[a.i_free].get("time_us", 0) if a.i_free is not None
+            else t_last)
+        entry_categories[a.index] = theirs or kinds.get(a.index, c)
         if a.i_free is not None:
             entry_categories[a.i_free] = entry_categories[a.index]
     blocks = []

@@ -9,10 +9,13 @@ by ``analysis.memory.peak``). Definitions (bytes):
   category and site holding the most bytes at its peak, ``end`` allocated.
 - ``median_peak``: the median of the ranks' peaks; the imbalanced rank is the
   one with the highest peak, ``above_median`` = its peak - the median.
+- ``compared_with``: what a rank's peak is set against in the views: the median,
+  or with two ranks the other rank (their median is their mean, a figure no rank
+  had). ``above`` (the imbalance's, and each row's): the peak less that.
 - What makes the difference: per category (and per site) the rank's bytes at
   its peak less the median over the other ranks of theirs (0 where a rank
   has none); the category and the site with the largest excess are named.
-- The imbalance counts when ``above_median`` is more than ``same_pct`` (5%)
+- The imbalance counts when ``above`` is more than ``same_pct`` (5%)
   of the median and more than ``small_share`` (1%) of the highest peak, the
   thresholds of ``torchlens diff`` (``analysis.changes``).
 - ``timelines``: every rank's allocated memory, decimated, on one x axis (ms
@@ -80,10 +83,15 @@ def analyze_ranks(ranks: dict[int, Any], sources: dict[int, str], *,
     if not timed:
         notes.append("a rank's snapshot records no times: the timelines are drawn over each "
                      "window's share (0-100%), not time")
+    pair = len(rows) == 2
+    for r in rows:
+        r["above"] = r["peak"] - (next(o["peak"] for o in rows if o is not r) if pair
+                                  else median)
     drawn = sorted(rows, key=lambda r: -r["peak"])[:MAX_DRAWN]
     out: dict[str, Any] = {
         "thresholds": {"same_pct": same_pct, "small_share": small_share},
         "ranks": rows, "median_peak": median, "notes": notes,
+        "compared_with": "the other rank" if pair else "median",
         "imbalance": None,
         "timelines": {"x_label": "ms since each rank's first event" if timed else
                       "share of the recorded window (%)",
@@ -95,7 +103,8 @@ def analyze_ranks(ranks: dict[int, Any], sources: dict[int, str], *,
         mine = ranks[worst["rank"]].peak
         out["imbalance"] = {
             "rank": worst["rank"], "peak": worst["peak"],
-            "above_median": int(worst["peak"] - median),
+            "above_median": int(worst["peak"] - median), "above": int(worst["above"]),
+            "reference": next(r for r in rows if r is not worst)["rank"] if pair else None,
             "category": _excess(mine.by_category, [p.by_category for p in others]),
             "site": _excess(mine.by_site, [p.by_site for p in others])}
     out["verdict"] = verdict(out).to_dict()
@@ -103,8 +112,8 @@ def analyze_ranks(ranks: dict[int, Any], sources: dict[int, str], *,
 
 
 def verdict(d: dict[str, Any]) -> Finding:
-    """The imbalance in one sentence: which rank peaks how far above the median, and
-    the category and site that hold the difference."""
+    """The imbalance in one sentence: which rank peaks how far above the median (with two
+    ranks: above the other), and the category and site that hold the difference."""
     rows, im = d["ranks"], d["imbalance"]
     if not rows:
         return Finding(INFO, "no rank snapshot could be read")
@@ -112,24 +121,34 @@ def verdict(d: dict[str, Any]) -> Finding:
         r = rows[0]
         return Finding(INFO, f"one rank (rank {r['rank']}) peaks at {format_bytes(r['peak'])}: "
                              "nothing to compare it with", (Figure("peak", r["peak"], "B"),))
-    median, above = d["median_peak"], im["above_median"]
+    median = d["median_peak"]
+    other = im.get("reference")  # with two ranks: the other one (older results: None)
+    above = im.get("above", im["above_median"])
+    base = im["peak"] - above
     th = d["thresholds"]
     figures = [Figure("rank", im["rank"]), Figure("peak", im["peak"], "B"),
                Figure("median_peak", int(median), "B"), Figure("above_median", above, "B")]
-    notable = above > th["same_pct"] / 100 * median and above > th["small_share"] * im["peak"]
+    if other is not None:
+        figures[2:] = [Figure("other_rank_peak", int(base), "B"),
+                       Figure("above_other_rank", above, "B")]
+    notable = above > th["same_pct"] / 100 * base and above > th["small_share"] * im["peak"]
     if not notable:
-        return Finding(PASSED, f"{len(rows)} ranks peak within {format_bytes(above)} of the "
-                               f"median ({format_bytes(median)}): no rank stands out",
-                       tuple(figures))
-    head = (f"rank {im['rank']} peaks {format_bytes(above)} above the median of "
-            f"{len(rows)} ranks ({format_bytes(im['peak'])} vs {format_bytes(median)})")
+        within = ("of each other" if other is not None else
+                  f"of the median ({format_bytes(median)})")
+        return Finding(PASSED, f"{len(rows)} ranks peak within {format_bytes(above)} "
+                               f"{within}: no rank stands out", tuple(figures))
+    than = f"rank {other}" if other is not None else f"the median of {len(rows)} ranks"
+    head = (f"rank {im['rank']} peaks {format_bytes(above)} above {than} "
+            f"({format_bytes(im['peak'])} vs {format_bytes(base)})")
     c, s = im["category"], im["site"]
+    over = f"rank {other}" if other is not None else "the median other rank"
     if c and s:
         head += (f": {c['name']} at {s['name']} ({format_bytes(c['extra'], signed=True)} "
                  f"{c['name']} and {format_bytes(s['extra'], signed=True)} at that site "
-                 "over the median other rank)")
+                 f"over {over})")
     elif c:
-        head += f": {c['name']} ({format_bytes(c['extra'], signed=True)} over the median)"
+        head += (f": {c['name']} ({format_bytes(c['extra'], signed=True)} over "
+                 f"{over if other is not None else 'the median'})")
     return Finding(WARNING, head, tuple(figures))
 
 

@@ -22,11 +22,11 @@ from torchlens.model.units import format_bytes, format_percent
 from torchlens.render import html, tables
 from torchlens.render.findings import finding_html
 from torchlens.render.legend import legend_below
+from torchlens.render.memory.axis import memory_axis, memory_unit
 from torchlens.render.page import section
 from torchlens.render.tables import Column
 
 MAX_ROWS = 100
-MIB = 1024 * 1024
 ORDER = ("added", "removed", "grew", "shrank", "small", "same")
 # A and B are not categories: neither takes a category's hue (render.memory.colours)
 COLORS = {"a": "#444444", "b": "#D55E00"}
@@ -74,26 +74,31 @@ def text_report(profile: Profile, d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def timelines_figure(d: dict[str, Any], a_name: str, b_name: str) -> Any:
-    """Allocated memory of A and B over one x axis, each peak marked."""
+def timelines_figure(d: dict[str, Any]) -> Any:
+    """Allocated memory of A and B over one x axis, each peak marked. The legend says
+    only "A" and "B": two captures' descriptions often differ only at their end (the
+    time taken), which a legend cuts; the text above the chart names each in full."""
     tls = d["timelines"]
     if not (tls["a"] or tls["b"]):
         return None
+    unit, per = memory_unit(max((max(tls[k]["allocated"], default=0)
+                                 for k in ("a", "b") if tls[k]), default=0))
     p = figure(height=300, sizing_mode="stretch_width", x_axis_label=tls["x_label"],
-               y_axis_label="MiB allocated", title="Allocated memory, A and B on one axis",
+               title="Allocated memory, A and B on one axis",
                tools="xpan,xwheel_zoom,box_zoom,reset,save")
-    for key, name in (("a", a_name), ("b", b_name)):
+    for key in ("a", "b"):
         s = tls[key]
         if not s:
             continue
-        y = [v / MIB for v in s["allocated"]]
+        y = [v / per for v in s["allocated"]]
         p.step(s["x"], y, mode="after", color=COLORS[key], line_width=2,
-               legend_label=f"{key.upper()}: {tables.shorten(name, 50)}")
+               legend_label=key.upper())
         i = max(range(len(y)), key=y.__getitem__)
         dot = p.scatter([s["x"][i]], [y[i]], size=11, marker="triangle", color=COLORS[key],
                         legend_label=f"{key.upper()}'s peak")
         p.add_tools(HoverTool(renderers=[dot], tooltips=[
             ("", f"{key.upper()}'s peak {format_bytes(s['allocated'][i])}")]))
+    memory_axis(p, unit, "allocated")
     legend_below(p)
     return p
 
@@ -122,10 +127,16 @@ def report_parts(profile: Profile, d: dict[str, Any],
                    "verdict"),
            section("Peak, start and end", tables.html_table(_figure_rows(d), FIGURES),
                    "figures")]
-    fig = timelines_figure(d, p.a, p.b)  # type: ignore[union-attr]
+    fig = timelines_figure(d)
     if fig is not None:
         figures.append(fig)
-        out.append(section("Timelines", html.figure_slot(len(figures) - 1), "timelines"))
+        # each named in full, with its peak: two captures of one session can share
+        # their description to the second
+        peak = d["figures"]["peak"]
+        out.append(section("Timelines", html.join([
+            *(html.note(f"{k.upper()}: {name} (peak {format_bytes(peak[k])})")
+              for k, name in (("a", p.a), ("b", p.b))),  # type: ignore[union-attr]
+            html.figure_slot(len(figures) - 1)]), "timelines"))
     if d["categories"]:
         out.append(section("Alive at the peak by category",
                            html.join([html.note(d.get("category_note", INFERRED)), _table(d["categories"],

@@ -56,7 +56,7 @@ def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> 
     categories = [_row(r, cells, why, custom) for r in pk.by_category]
     trig = pk.trigger
     trigger = None if trig is None else {
-        "size": format_bytes(trig.size), "site": trig.site, "category": trig.category,
+        "size": format_bytes(trig.size), "site": trig.site, "category": trig.category_text,
         "stack": stack_text(trig.frames, cells)}
     return html.render(
         "peak.html.j2",
@@ -73,7 +73,7 @@ def peak_lines(pk: PeakAnalysis, clock: str, top: int) -> list[str]:
     lines = [f"peak {format_bytes(pk.peak)} allocated, {when_text(pk, clock)}"]
     if pk.trigger is not None:
         t = pk.trigger
-        lines.append(f"  made by {format_bytes(t.size)} at {t.site} ({t.category})")
+        lines.append(f"  made by {format_bytes(t.size)} at {t.site} ({t.category_text})")
     if pk.by_category:
         lines.append(f"  alive at the peak by category ({pk.category_from}):")
         lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"

@@ -22,10 +22,9 @@ from torchlens.model.units import format_bytes, format_duration
 from torchlens.render import html, tables
 from torchlens.render.findings import finding_html
 from torchlens.render.legend import legend_below
+from torchlens.render.memory.axis import HOVER, memory_axis, memory_unit
 from torchlens.render.page import section
 from torchlens.render.tables import Column
-
-MIB = 1024 * 1024
 
 
 def summary_line(profile: Profile, d: dict[str, Any]) -> str:
@@ -45,11 +44,18 @@ def _rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**r, "when": when_text(r),
              "category": (r["top_category"] or {}).get("name", ""),
              "site": (r["top_site"] or {}).get("name", ""),
-             "above": r["peak"] - d["median_peak"]} for r in d["ranks"]]
+             # a result saved before ``above`` was kept: against the median
+             "above": r.get("above", r["peak"] - d["median_peak"])} for r in d["ranks"]]
+
+
+def _columns(d: dict[str, Any]) -> list[Column]:
+    """The table's columns; the comparison's says what each peak is set against."""
+    vs = Column("above", f"vs {d.get('compared_with', 'median')}",
+                lambda v: format_bytes(v, signed=True))
+    return [COLUMNS[0], COLUMNS[1], vs, *COLUMNS[2:]]
 
 
 COLUMNS = [Column("rank", "rank", str), Column("peak", "peak allocated", format_bytes),
-           Column("above", "vs median", lambda v: format_bytes(v, signed=True)),
            Column("when", "when", str, False),
            Column("category", "largest category at the peak", str, False),
            Column("site", "largest site at the peak", str, False, tables.NAME_CHARS),
@@ -78,21 +84,24 @@ def timelines_figure(d: dict[str, Any]) -> Any:
     if not series:
         return None
     im = d["imbalance"]
+    unit, scale = memory_unit(max((max(s["allocated"], default=0) for s in series.values()),
+                                  default=0))
     p = figure(height=340, sizing_mode="stretch_width", x_axis_label=tls["x_label"],
-               y_axis_label="MiB allocated", title="Allocated memory of every rank"
+               title="Allocated memory of every rank"
                + (f" ({tls['left_out']} ranks with lower peaks not drawn)"
                   if tls["left_out"] else ""),
                tools="xpan,xwheel_zoom,box_zoom,reset,save")
     for i, (rank, s) in enumerate(series.items()):
         standout = im is not None and str(im["rank"]) == rank
-        y = [v / MIB for v in s["allocated"]]
+        y = [v / scale for v in s["allocated"]]
         line = p.step("x", "y", source=ColumnDataSource({
             "x": s["x"], "y": y, "rank": [f"rank {rank}"] * len(y)}), mode="after",
             color=_colour(i, len(series)), line_width=3 if standout else 1.5,
             alpha=1.0 if standout or len(series) <= 10 else 0.6,
             legend_label=f"rank {rank}" if len(series) <= 16 else "ranks")
         p.add_tools(HoverTool(renderers=[line], tooltips=[("", "@rank"),
-                                                          ("allocated", "@y{0,0.0} MiB")]))
+                                                          ("allocated", f"@y{HOVER[unit]} {unit}")]))
+    memory_axis(p, unit, "allocated")
     legend_below(p)
     return p
 
@@ -102,11 +111,13 @@ def report_parts(profile: Profile, d: dict[str, Any],
     """Summary line and sections of a per-rank memory report."""
     p = profile.payload
     th = d["thresholds"]
+    pair = d.get("compared_with") == "the other rank"
+    ref = "the other rank" if pair else "the median"
     words = [f"Folder: {p.root}",  # type: ignore[union-attr]
-             f"A rank stands out when its peak is more than {th['same_pct']:g}% above the "
-             f"median and more than {100 * th['small_share']:g}% of its peak. What it holds "
-             "more of: per category and site, its bytes at its peak less the median other "
-             "rank's. " + INFERRED]
+             f"A rank stands out when its peak is more than {th['same_pct']:g}% above "
+             f"{ref} and more than {100 * th['small_share']:g}% of its peak. What it holds "
+             f"more of: per category and site, its bytes at its peak less "
+             f"{ref if pair else 'the median other rank'}'s. " + INFERRED]
     out = [section("Imbalance", html.join([finding_html(d["verdict"]),
                                            *(html.note(w) for w in words + d["notes"])]),
                    "imbalance")]
@@ -114,5 +125,5 @@ def report_parts(profile: Profile, d: dict[str, Any],
     if fig is not None:
         figures.append(fig)
         out.append(section("Timelines", html.figure_slot(len(figures) - 1), "timelines"))
-    out.append(section("Per rank", tables.html_table(_rows(d), COLUMNS), "ranks"))
+    out.append(section("Per rank", tables.html_table(_rows(d), _columns(d)), "ranks"))
     return summary_line(profile, d), out

@@ -24,11 +24,11 @@ from torchlens.analysis.memory.oom import OomDiagnosis
 from torchlens.analysis.memory.timeline import biggest_allocations, decimate
 from torchlens.model.units import format_bytes, format_duration
 from torchlens.render.legend import legend_below
+from torchlens.render.memory.axis import HOVER, memory_axis, memory_unit
 from torchlens.render.memory.colours import colour_of, custom_names
 
 MAX_POINTS = 4000  # timeline points per series after decimation (no categories)
 MAX_MARKED = 12  # biggest allocations marked on the timeline
-MIB = 1024 * 1024
 ALLOCATED = "#222222"  # the stack's top edge: the allocated line
 RESERVED = "#666666"
 PEAK = "#000000"
@@ -42,11 +42,15 @@ def _stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = Non
 
 
 def _stack(p: Any, names: list[str], levels: dict[str, list[int]], total: list[int],
-           ms: list[float], cut: int, clock: str, custom: list[str]) -> None:
+           ms: list[float], cut: int, clock: str, custom: list[str],
+           unit: tuple[str, int]) -> None:
     """The categories as stacked step areas (bottom first), faded from point ``cut`` on;
-    an invisible line along the top carries the hover that names each category's bytes."""
-    # float32 halves the page (a 4,000-point stack of ten categories); MiB to 0.01 at 50 GiB
-    cols = {f"c{k}": (np.asarray(levels[n], dtype=np.float64) / MIB).astype(np.float32)
+    an invisible line along the top carries the hover that names each category's bytes
+    (in ``unit``: its name and bytes)."""
+    name_of, per = unit
+    # float32 halves the page (a 4,000-point stack of ten categories); 7 digits: MiB to
+    # 0.01 at 50 GiB
+    cols = {f"c{k}": (np.asarray(levels[n], dtype=np.float64) / per).astype(np.float32)
             for k, n in enumerate(names)}
     data = {"x": np.asarray(ms, dtype=np.float64), **cols}
     fields = list(cols)
@@ -59,13 +63,14 @@ def _stack(p: Any, names: list[str], levels: dict[str, list[int]], total: list[i
             p.varea_step(x="x", y1=stack(*fields[:k]) if k else 0, y2=stack(*fields[:k + 1]),
                          step_mode="after", source=src, fill_color=colour_of(name, custom),
                          fill_alpha=alpha, legend_label=name)
-    top = ColumnDataSource({**data, "total": (np.asarray(total, dtype=np.float64) / MIB)
+    top = ColumnDataSource({**data, "total": (np.asarray(total, dtype=np.float64) / per)
                             .astype(np.float32)})
     line = p.line("x", "total", source=top, line_alpha=0.0)
     at = "@x{0,0.000} ms" if clock == "us" else "trace entry @x{0,0}"
-    tips = [("at", at), ("allocated", "@total{0,0.0} MiB")]
+    fmt = f"{HOVER[name_of]} {name_of}"
+    tips = [("at", at), ("allocated", f"@total{fmt}")]
     # listed top of the stack first, as the areas lie on screen
-    tips += [(name, f"@c{k}{{0,0.0}} MiB") for k, name in reversed(list(enumerate(names)))]
+    tips += [(name, f"@c{k}{fmt}") for k, name in reversed(list(enumerate(names)))]
     p.add_tools(HoverTool(renderers=[line], mode="vline", tooltips=tips))
 
 
@@ -96,7 +101,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     p = figure(height=340, sizing_mode="stretch_width",
                x_axis_label="ms since the first event" if timed else
                "trace entry (the snapshot records no times)",
-               y_axis_label="MiB", title=title, tools="xpan,xwheel_zoom,box_zoom,reset,save")
+               title=title, tools="xpan,xwheel_zoom,box_zoom,reset,save")
     d = a.diagnosis
     # A simulated OOM on a CPU capture: a GPU would have raised there, so the
     # model's reserved memory ends there and what the CPU went on to allocate is
@@ -112,23 +117,26 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
             for series in (alloc, res, *levels.values()):
                 series.insert(cut, series[cut - 1])
     custom = custom_names(a.peak.rules) if a.peak is not None else []
+    unit = memory_unit(tl.peak_allocated)
+    per = unit[1]
     if s is not None:
-        _stack(p, s.names, levels, alloc, ms, cut, s.clock, custom)
-    p.step(ms[:cut + 1], [x / MIB for x in res[:cut + 1]], mode="after", color=RESERVED,
+        _stack(p, s.names, levels, alloc, ms, cut, s.clock, custom, unit)
+    p.step(ms[:cut + 1], [x / per for x in res[:cut + 1]], mode="after", color=RESERVED,
            line_width=1.5, line_dash="dashed", legend_label=f"reserved ({a.reserved_source})")
-    p.step(ms[:cut + 1], [x / MIB for x in alloc[:cut + 1]], mode="after", color=ALLOCATED,
+    p.step(ms[:cut + 1], [x / per for x in alloc[:cut + 1]], mode="after", color=ALLOCATED,
            line_width=1.5 if s is not None else 2, legend_label="allocated")
     if cut < len(ms):
-        p.step(ms[cut:], [x / MIB for x in alloc[cut:]], mode="after", color=ALLOCATED,
+        p.step(ms[cut:], [x / per for x in alloc[cut:]], mode="after", color=ALLOCATED,
                alpha=0.3, line_width=2, legend_label="allocated after the simulated OOM (on a GPU "
                "the cell would have raised)")
     if d is not None and a.oom_x is not None:
-        _mark_oom(p, d, a.oom_x / scale, [ms[0], ms[-1]])
+        _mark_oom(p, d, a.oom_x / scale, [ms[0], ms[-1]], per)
     if tl.start_inferred:
-        p.line([ms[0], ms[-1]], [tl.start_allocated / MIB] * 2, color=ALLOCATED,
+        p.line([ms[0], ms[-1]], [tl.start_allocated / per] * 2, color=ALLOCATED,
                line_dash="dotted", legend_label="alive at the start (inferred from frees)")
-    _mark_biggest(p, a, scale, timed)
-    _mark_peak(p, a, scale)
+    _mark_biggest(p, a, scale, timed, per)
+    _mark_peak(p, a, scale, per)
+    memory_axis(p, unit[0])
     legend_below(p)
     legend = p.legend[0]
     legend.nrows = max(1, math.ceil(len(legend.items) / LEGEND_PER_ROW))
@@ -137,12 +145,12 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     return p
 
 
-def _mark_peak(p: Any, a: MemoryAnalysis, scale: int) -> None:
+def _mark_peak(p: Any, a: MemoryAnalysis, scale: int, per: int) -> None:
     pk = a.peak
     if pk is None or pk.entry is None:
         return
     top = pk.by_category[0].name if pk.by_category else ""
-    psrc = ColumnDataSource({"x": [(pk.x or 0) / scale], "y": [pk.peak / MIB],
+    psrc = ColumnDataSource({"x": [(pk.x or 0) / scale], "y": [pk.peak / per],
                              "what": [f"peak {format_bytes(pk.peak)}"
                                       + (f", most of it {top}" if top else "")]})
     pr = p.scatter("x", "y", source=psrc, size=14, marker="inverted_triangle", color=PEAK,
@@ -150,13 +158,13 @@ def _mark_peak(p: Any, a: MemoryAnalysis, scale: int) -> None:
     p.add_tools(HoverTool(renderers=[pr], tooltips=[("", "@what")]))
 
 
-def _mark_biggest(p: Any, a: MemoryAnalysis, scale: int, timed: bool) -> None:
+def _mark_biggest(p: Any, a: MemoryAnalysis, scale: int, timed: bool, per: int) -> None:
     tl = a.timeline
     big = biggest_allocations(tl, MAX_MARKED)
     level = dict(zip(tl.t_us, tl.allocated, strict=True))
     src = ColumnDataSource({
         "x": [(b.t_alloc - tl.t0_us) / scale for b in big],
-        "y": [level.get(b.t_alloc - tl.t0_us, 0) / MIB for b in big],
+        "y": [level.get(b.t_alloc - tl.t0_us, 0) / per for b in big],
         "size": [format_bytes(b.size) for b in big], "site": [b.site for b in big],
         "stack": [_stack_text(b.frames, a.cells) for b in big],
         "freed": ["still alive at the end" if b.t_free is None else
@@ -170,14 +178,14 @@ def _mark_biggest(p: Any, a: MemoryAnalysis, scale: int, timed: bool) -> None:
                                                     ("", "@freed"), ("stack", "@stack")]))
 
 
-def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float]) -> None:
+def _mark_oom(p: Any, d: OomDiagnosis, x: float, x_span: list[float], per: int) -> None:
     """The failing request at its place on the timeline, from the diagnosis' own figures:
     a bar from what was allocated to allocated + requested, and the card's capacity."""
     if d.capacity:
-        p.line(x_span, [d.capacity / MIB] * 2, color=OOM, line_dash="dotted",
+        p.line(x_span, [d.capacity / per] * 2, color=OOM, line_dash="dotted",
                legend_label=f"capacity {format_bytes(d.capacity)}")
-    base = (d.allocated or 0) / MIB
-    src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / MIB],
+    base = (d.allocated or 0) / per
+    src = ColumnDataSource({"x": [x], "y0": [base], "y1": [base + (d.requested or 0) / per],
                             "what": [f"{d.cause}: {format_bytes(d.requested)} requested, "
                                      f"{format_bytes(d.shortfall)} short" if d.shortfall is not None
                                      else f"{d.cause}: {format_bytes(d.requested)} requested"],
