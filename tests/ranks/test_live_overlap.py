@@ -58,6 +58,17 @@ def _with(sums: list[list[dict]], overlap: dict) -> list[list[dict]]:
     return [[dict(s, overlap=overlap) for s in rank] for rank in sums]
 
 
+def _fed_view(steps: list, sums: list) -> RankProfileView:
+    """A 2-rank live view given every step and summary, then flushed."""
+    view = RankProfileView(2, every=5, modelled=True, t0=T_START)
+    for r in range(2):
+        view.push_steps(r, steps[r])
+        for s in sums[r]:
+            view.push_summary(r, s)
+    view.flush(force=True)
+    return view
+
+
 def test_the_view_says_each_ranks_all_gather_overlap() -> None:
     steps, sums = make_run(world=2, steps=10, straggler=1)
     sums = _with(sums, {"gpu": True, "collectives": {
@@ -67,12 +78,7 @@ def test_the_view_says_each_ranks_all_gather_overlap() -> None:
     got = rows[0]["collectives"]["all_gather"]
     assert got["overlap_pct"] == 75.0 and got["exposed_us"] == 2 * 1000.0  # 2 profiled steps
     assert got["exposed_pct"] == 100 * 2000.0 / step_us
-    view = RankProfileView(2, every=5, modelled=True, t0=T_START)
-    for r in range(2):
-        view.push_steps(r, steps[r])
-        for s in sums[r]:
-            view.push_summary(r, s)
-    view.flush(force=True)
+    view = _fed_view(steps, sums)
     text = view.panels.overlap_note.text
     assert "rank 0: all_gather 75% overlapped, 2.0 ms exposed" in text
     assert "rank 1: all_gather 75%" in text
@@ -82,11 +88,6 @@ def test_the_view_says_each_ranks_all_gather_overlap() -> None:
 def test_the_view_of_a_cpu_run_says_overlap_is_not_available() -> None:
     steps, sums = make_run(world=2, steps=10, straggler=1)
     sums = _with(sums, {"gpu": False, "collectives": None})
-    view = RankProfileView(2, every=5, modelled=True, t0=T_START)
-    for r in range(2):
-        view.push_steps(r, steps[r])
-        for s in sums[r]:
-            view.push_summary(r, s)
-    view.flush(force=True)
+    view = _fed_view(steps, sums)
     assert view.panels.overlap_note.text == str(escape(NO_GPU))
     assert "measured from GPU kernels only" in NO_GPU and "not available" in NO_GPU
