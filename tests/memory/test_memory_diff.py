@@ -135,3 +135,19 @@ def test_cli_unusable_input_exits_2(tmp_path, capsys):
 def test_result_diff_refuses_a_run(two_batches):
     with pytest.raises(InputError, match="not a memory result"):
         two_batches[0].diff(str(DATA / "cuda_torchprof.json.gz"))
+
+
+def test_two_captures_in_one_second_are_told_apart(two_batches):
+    """The walk: two cells captured within one second read "A: ... taken 21:30:05" and
+    "B: ... taken 21:30:05", so the user cannot tell which side is which."""
+    small, large = two_batches
+    small.profile.created_at, large.profile.created_at = 1_800_000_000.125, 1_800_000_000.875
+    d = small.diff(large)
+    a, b = d.profile.payload.a, d.profile.payload.b
+    assert a != b and a.endswith(".125") and b.endswith(".875")
+    shown = text(d.profile, d.analysis())
+    assert f"A: {a}" in shown and f"B: {b}" in shown
+    # a second apart, the seconds alone tell them apart
+    large.profile.created_at += 1
+    d = small.diff(large)
+    assert not d.profile.payload.a.endswith(".125")

@@ -47,14 +47,17 @@ MEMORY_DIFF_JSON_SCHEMA = {
 }
 
 
-def _source(r: MemoryResult) -> str:
-    """A file's path; a capture's title and when it was taken (two captures share a title)."""
+def _source(r: MemoryResult, ms: bool = False) -> str:
+    """A file's path; a capture's title and when it was taken (two captures share a
+    title); ``ms``: to the millisecond, for two captures taken in the same second."""
     import time
 
     p = r.profile
     if p.source and os.path.exists(p.source):
         return p.source
     when = time.strftime("%H:%M:%S", time.localtime(p.created_at)) if p.created_at else ""
+    if when and ms:
+        when += f".{int(p.created_at * 1000) % 1000:03d}"
     return f"{p.title or p.source or 'capture'}" + (f", taken {when}" if when else "")
 
 
@@ -66,6 +69,8 @@ class MemoryDiffResult(Result):
     def of(cls, a: MemoryResult, b: MemoryResult, **thresholds: float) -> MemoryDiffResult:
         d = memdiff.diff_memory(a.analysis(), b.analysis(), **thresholds)
         la, lb = _source(a), _source(b)
+        if la == lb:  # two captures in one second would read as the same side
+            la, lb = _source(a, ms=True), _source(b, ms=True)
         profile = Profile(kind="memdiff", title=f"torchlens diff: {Path(la).name} -> "
                           f"{Path(lb).name}", source=lb,
                           payload=MemoryDiffPayload(a=la, b=lb, diff=d))
