@@ -102,6 +102,11 @@ def test_segments_only_says_which_answers_are_missing(tmp_path, snapshots_dir):
         "held allocated when the snapshot was taken, so the peak was at least that" in out
     assert "peak 20.0 MiB allocated, moment not known (no allocation history)" in out
     assert "not known\n" not in out and "top allocation sites:\n" not in out + "\n"
+    # the first line gives one moment's figure, not a peak, end and change over a window
+    # that was never recorded ("end 20.0 MiB (0 B across the recorded window)")
+    assert out.splitlines()[0].startswith("torchlens gpumem: 20.0 MiB allocated when the "
+                                          "snapshot was taken (segments only")
+    assert "across the recorded window" not in out.splitlines()[0]
     assert "top allocation sites: none, no allocation history (the snapshot has segments " \
         "only)" in out
     html = report_html(r.profile, r.analysis())

@@ -78,6 +78,8 @@ class MemoryAnalysis:
     peak: PeakAnalysis | None = None
     #: why ``sites`` is empty when there is no history to name them ('' otherwise)
     sites_missing: str = ""
+    #: which history is missing (``peak.SEGMENTS_ONLY``, ``STATS_ONLY``, ``NOTHING``; '')
+    history_missing: str = ""
     #: allocated bytes over time by the peak's categories (None: no history)
     category_timeline: CategorySeries | None = None
 
@@ -274,12 +276,12 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None,
                        cells=dict(p.cells), segments_measured=p.history)
     a.peak = part.peak
     if not (p.history and trace):
+        a.history_missing = _no_history_why(p.history, measured_on)
         a.sites_missing = {STATS_ONLY: "no allocation history was recorded (cudaMallocAsync):"
                                        " which lines allocated is not known",
                            SEGMENTS_ONLY: "no allocation history (the snapshot has segments "
                                           "only): which lines allocated is not known",
-                           NOTHING: f"nothing was allocated in {a.scope}"}[
-                               _no_history_why(p.history, measured_on)]
+                           NOTHING: f"nothing was allocated in {a.scope}"}[a.history_missing]
     a.category_timeline = category_series(tl, a.peak)
     biggest = max((x.size for x in tl.allocations), default=0)
     if biggest:

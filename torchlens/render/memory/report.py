@@ -19,6 +19,7 @@ from markupsafe import Markup
 from torchlens.analysis.memory import leaks
 from torchlens.analysis.memory.analyze import MemoryAnalysis
 from torchlens.analysis.memory.oom import OomDiagnosis
+from torchlens.analysis.memory.peak import SEGMENTS_ONLY
 from torchlens.model import Profile
 from torchlens.model.units import (
     format_bytes,
@@ -73,6 +74,9 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
              f"end {format_bytes(tl.end_allocated)} ({format_bytes(tl.end_allocated - tl.start_allocated)} "
              f"across {a.scope})",
              f"reserved {format_bytes(tl.end_reserved)} ({a.reserved_source})"]
+    if a.history_missing == SEGMENTS_ONLY:  # one moment: no peak, end or change to give
+        parts[:2] = [f"{format_bytes(tl.end_allocated)} allocated when the snapshot was taken "
+                     "(segments only, no allocation history: the peak was at least that)"]
     if tl.start_inferred:
         parts.insert(2, f"allocated counts {format_bytes(tl.start_allocated)} alive at the start "
                         "(inferred from frees)")
