@@ -45,8 +45,10 @@ def _verdict(c: Collector) -> str:
 
 
 def test_trainer_straggler_accumulation_and_labelled_evaluation(tmp_path: Path) -> None:
-    # 6 optimizer steps of 4 micro-batches each; evaluation and a checkpoint every 3
-    c, steps = _run(tmp_path, TL_STEPS="6", TL_ACCUM="4", TL_EVAL_EVERY="3", TL_SLOW_S="0.02")
+    # 6 optimizer steps of 4 micro-batches each; evaluation and a checkpoint every 3.
+    # 50 ms a batch (200 ms a step): with 6 steps the few-steps rule needs rank 1 late
+    # in 80% of them, and at 20 ms a loaded machine once put rank 0 late in one
+    c, steps = _run(tmp_path, TL_STEPS="6", TL_ACCUM="4", TL_EVAL_EVERY="3", TL_SLOW_S="0.05")
     assert "not attached" not in c.output and "without TorchlensCallback" not in c.output, (
         c.output)
     verdict = _verdict(c)
