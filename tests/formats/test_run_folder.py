@@ -153,6 +153,8 @@ def test_ddp_check_writes_the_typed_manifest(torch_run):
     assert (manifest.version, manifest.source, manifest.backend) == (
         VERSION, SOURCE_DDP_CHECK, "gloo")
     assert manifest.profile == {"every": 5} and manifest.run_id is None
+    # one machine: every rank on node 0, as torchlens run writes it (was null)
+    assert [e.node for e in manifest.ranks] == [0, 0]
     assert [e.traces for e in manifest.ranks] == [
         [f"rank{r}/step{s:05d}.pt.trace.json" for s in (3, 12)] for r in (0, 1)]
 

@@ -416,6 +416,9 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
             rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
             traces=files.rank_traces(run_dir, rank),
             oom_snapshot=files.oom_snapshot(run_dir, rank), oom=_oom_words(res),
+            # one machine unless --nnodes: node 0, as torchlens run labels it (a watch of
+            # the finished folder then labels its series node="0", not node="")
+            node=res.get("node", None if options.elastic else 0),
             **_ending(res, len(steps[rank]))))
     manifest.write_manifest(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
