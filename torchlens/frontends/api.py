@@ -75,9 +75,8 @@ class Result:
     def _trace_view(self) -> Any:
         views = getattr(self.analysis(), "views", None)
         if not views:
-            raise InputError(
-                "this result has no trace: " + "; ".join(self.profile.unmeasured)
-            )
+            why = "; ".join(self.profile.unmeasured) or f"a {self.profile.kind} result holds none"
+            raise InputError(f"this result has no trace: {why}")
         return views[0]
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:

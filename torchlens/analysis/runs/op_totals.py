@@ -104,3 +104,28 @@ def _per_name(trace: Trace, rows: np.ndarray, top: int) -> dict[str, Any]:
             "us": [float(total[g]) for g in shown],
             "rest": ({"names": len(rest), "count": int(count[rest].sum()),
                       "us": float(total[rest].sum())} if rest else None)}
+
+
+def op_rows(per_rank: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``run.ops()``: per rank, kind and name, the count and total µs of its traces
+    (``op_totals`` of each, summed), and µs per step where the traces had steps.
+    Names past each trace's bound are one ``(N other names)`` row per kind."""
+    rows = []
+    for rank, totals in sorted(per_rank.items()):
+        steps = sum(t["steps"] for t in totals)
+        merged: dict[tuple[str, str], list[float]] = {}
+        for t in totals:
+            for kind, got in t["kinds"].items():
+                names = list(zip(got["names"], got["count"], got["us"], strict=True))
+                if got["rest"]:
+                    rest = got["rest"]
+                    names.append((f"({rest['names']} other names)", rest["count"], rest["us"]))
+                for name, count, us in names:
+                    acc = merged.setdefault((kind, name), [0, 0.0])
+                    acc[0] += count
+                    acc[1] += us
+        for (kind, name), (count, us) in sorted(merged.items(), key=lambda kv: -kv[1][1]):
+            rows.append({"rank": rank, "kind": kind, "name": name, "count": int(count),
+                         "total_us": us, "steps": steps,
+                         "us_per_step": us / steps if steps else None})
+    return rows

@@ -313,6 +313,22 @@ class RunResult(Result):
         figures, and what to do where there is something (``str(Finding)``)."""
         return [str(f) for f in self.analysis().findings]
 
+    def hints(self) -> list[str]:
+        """A run's known problems: its ``findings()`` (the word a run's report uses)."""
+        return self.findings()
+
+    def ops(self) -> Any:
+        """Per rank, kind (cpu_op, user_annotation, kernel, gpu_memcpy, gpu_memset) and
+        name: count, total µs (inclusive) and µs per step, inside the traces'
+        ``ProfilerStep`` spans where they have them (``analysis.runs.op_totals``)."""
+        from torchlens.analysis.runs.op_totals import op_rows
+
+        if self.tables_only:
+            raise InputError("run.ops(): a run loaded with tables_only=True has no op "
+                             "totals; load it again without tables_only.")
+        return self._frame(op_rows({r: [f["op_totals"] for f in figs]
+                                    for r, figs in self.figures.items()}))
+
 
 #: step numbers kept per rank past the window: GPU times may still be missing
 #: for a rank's newest steps (``analysis.ranks.slow``)
