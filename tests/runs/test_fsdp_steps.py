@@ -61,6 +61,9 @@ def test_each_rank_gets_its_highest_gathered_step_and_its_last_shards_and_state(
     assert "gathered at once not measured (the count failed: AttributeError" in lines[1]
     assert "allocator peak not measured (torchlens run leaves the job's CUDA peak" in lines[1]
     assert rows[1]["fsdp_gathered"] is None
+    # ranks that read alike share one line, as in %ddp_check's memory line
+    alike = [dict(zero), dict(zero, rank=1), dict(zero, rank=2)]
+    assert fsdp_lines(alike) == ["ranks 0-2: FSDP: " + lines[0].split(": FSDP: ")[1]]
 
 
 def _profile(fsdp: dict) -> Profile:

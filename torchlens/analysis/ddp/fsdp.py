@@ -160,11 +160,18 @@ def memory_text(results: list[dict[str, Any] | None],
     figures = rank_figures(results, fingerprints)
     if not figures:
         return "", {}
-    clauses: dict[str, list[int]] = {}
-    for r, f in sorted(figures.items()):
-        clauses.setdefault(rank_text(f), []).append(r)
     return "; FSDP per rank: " + "; ".join(
-        f"{_ranks(rs)}: {text}" for text, rs in clauses.items()), figures
+        f"{ranks}: {text}" for ranks, text in by_text(
+            {r: rank_text(f) for r, f in figures.items()})), figures
+
+
+def by_text(texts: dict[int, str]) -> list[tuple[str, str]]:
+    """(``rank 0`` or ``ranks 0-3``, text): ranks with the same text share one,
+    so a thousand alike ranks read as one clause."""
+    clauses: dict[str, list[int]] = {}
+    for r, text in sorted(texts.items()):
+        clauses.setdefault(text, []).append(r)
+    return [(_ranks(rs), text) for text, rs in clauses.items()]
 
 
 def _ranks(rs: list[int]) -> str:

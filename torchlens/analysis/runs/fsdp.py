@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchlens.analysis.ddp.fsdp import ALIVE, rank_row, rank_text
+from torchlens.analysis.ddp.fsdp import ALIVE, by_text, rank_row, rank_text
 from torchlens.model.records import FsdpStep, StepRecord
 
 #: why there is no allocator peak, after "allocator peak not measured"
@@ -71,5 +71,7 @@ def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fsdp_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """``rank R: FSDP: ...`` for each FSDP rank (the text view, ``torchlens report``)."""
-    return [f"rank {row['rank']}: FSDP: {row['text']}" for row in rows]
+    """``rank R: FSDP: ...`` per FSDP rank, one line for ranks that read alike
+    (``ranks 0-7: FSDP: ...``): the text view, ``torchlens report``."""
+    return [f"{ranks}: FSDP: {text}"
+            for ranks, text in by_text({row["rank"]: row["text"] for row in rows})]
