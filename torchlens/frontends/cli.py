@@ -98,6 +98,11 @@ class ReportCommand(Command):
             raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
         out.write_text(kinds.report_html(profile, analysis), encoding="utf-8")
         print(f"torchlens: wrote {out}")
+        if profile.kind == "run":  # what a run folder holds beyond the traces' tables
+            from torchlens.analysis.runs.fsdp import fsdp_lines
+
+            for line in fsdp_lines(analysis.fsdp):
+                print(line)
         return 0
 
 

@@ -275,6 +275,9 @@ class RunPayload:
     #: ``torchlens run`` folders: every rank's steps over time and the restarts
     #: (``analysis.ranks.series.step_series``); empty for other folders
     collected_steps: dict[str, Any] = field(default_factory=dict)
+    #: ``torchlens run`` folders of an FSDP job: rank (a string) -> its FSDP
+    #: memory figures (``analysis.runs.fsdp.FsdpSteps``); empty otherwise
+    fsdp: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

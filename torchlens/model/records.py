@@ -62,6 +62,29 @@ class GpuStepTimes(msgspec.Struct, frozen=True, gc=False):
     phases: dict[str, float | None] = {}
 
 
+class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """What a ``torchlens run`` step of an FSDP rank held beyond its activations
+    (``capture.ddp.fsdp_memory``, bytes): the rank's parameter shards and the
+    same parameters gathered (``sharded_bytes``, ``unsharded_bytes``); the most
+    gathered parameters alive at once in the step and the FSDP modules they
+    were (``gathered_peak_*``); the optimizer state (the local shard of each
+    state tensor) and which optimizers held it. ``*_error``: why a figure was
+    not measured (FSDP's internals not as expected). Unset fields are left out
+    of the JSON."""
+
+    sharded_bytes: int | None = None
+    unsharded_bytes: int | None = None
+    gathered_peak_bytes: int | None = None
+    gathered_peak_modules: list[str] = []
+    gathered_error: str | None = None
+    optimizer_state_bytes: int | None = None
+    optimizers: list[str] = []
+    optimizer_state_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v not in (None, [])}
+
+
 class StepRecord(msgspec.Struct, frozen=True, gc=False):
     """One ``torchlens.step()`` call (or fixed window) of one rank.
 
@@ -72,7 +95,8 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     ``gpu``: on a rank whose job uses CUDA, the GPU times of the earlier steps
     (of the same start) whose CUDA events had completed when this step ended
     (they are read without waiting for the GPU, so a step's come with a later
-    record); unset elsewhere.
+    record); unset elsewhere. ``fsdp``: an FSDP rank's parameter and optimizer
+    memory in the step (``FsdpStep``); unset on a rank without FSDP.
     """
 
     step: int
@@ -86,6 +110,7 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     restart: int | UnsetType = UNSET
     gpu: list[GpuStepTimes] | UnsetType = UNSET
     label: str | UnsetType = UNSET
+    fsdp: FsdpStep | UnsetType = UNSET
 
     @property
     def labelled(self) -> bool:

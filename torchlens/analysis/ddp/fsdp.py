@@ -116,7 +116,9 @@ def rank_figures(results: list[dict[str, Any] | None],
     return figures
 
 
-def _rank_text(f: dict[str, Any]) -> str:
+def rank_text(f: dict[str, Any]) -> str:
+    """One rank's FSDP figures in words, each said measured or modelled (or why
+    not measured): the ``%ddp_check`` memory line's clause and the run report's."""
     parts = []
     if "sharded_bytes" in f:
         parts.append(f"{format_bytes(f['sharded_bytes'])} sharded of "
@@ -133,9 +135,13 @@ def _rank_text(f: dict[str, Any]) -> str:
                "prefetching can hold two at once")
         parts.append(f"largest module gathered at once {format_bytes(f['gathered_peak_bytes'])}"
                      f" ({how}; not measured: {why})")
+    elif f.get("gathered_error"):
+        parts.append(f"gathered at once not measured (the count failed: {f['gathered_error']})")
     if f.get("allocator_peak_bytes") is not None:
         parts.append(f"allocator peak {format_bytes(f['allocator_peak_bytes'])} over the step "
                      f"({ALLOCATOR}: activations and gradients included)")
+    elif f.get("allocator_unmeasured"):
+        parts.append(f"allocator peak not measured {f['allocator_unmeasured']}")
     if "optimizer_state_bytes" in f:
         names = ", ".join(sorted(set(f.get("optimizers") or []))) or "the optimizer"
         parts.append(f"optimizer state {format_bytes(f['optimizer_state_bytes'])} "
@@ -154,11 +160,18 @@ def memory_text(results: list[dict[str, Any] | None],
     figures = rank_figures(results, fingerprints)
     if not figures:
         return "", {}
-    clauses: dict[str, list[int]] = {}
-    for r, f in sorted(figures.items()):
-        clauses.setdefault(_rank_text(f), []).append(r)
     return "; FSDP per rank: " + "; ".join(
-        f"{_ranks(rs)}: {text}" for text, rs in clauses.items()), figures
+        f"{ranks}: {text}" for ranks, text in by_text(
+            {r: rank_text(f) for r, f in figures.items()})), figures
+
+
+def by_text(texts: dict[int, str]) -> list[tuple[str, str]]:
+    """(``rank 0`` or ``ranks 0-3``, text): ranks with the same text share one,
+    so a thousand alike ranks read as one clause."""
+    clauses: dict[str, list[int]] = {}
+    for r, text in sorted(texts.items()):
+        clauses.setdefault(text, []).append(r)
+    return [(_ranks(rs), text) for text, rs in clauses.items()]
 
 
 def _ranks(rs: list[int]) -> str:

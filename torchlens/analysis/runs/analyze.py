@@ -14,6 +14,7 @@ from torchlens.analysis.runs import causes as why
 from torchlens.analysis.runs import clock, slow_ranks, tables
 from torchlens.analysis.runs import collectives as colls
 from torchlens.analysis.runs import launch_tables as run_launches
+from torchlens.analysis.runs.fsdp import fsdp_rows
 from torchlens.model import Profile
 from torchlens.model.findings import INFO, WARNING, Figure, Finding, as_finding
 from torchlens.model.units import format_percent, format_us_as_ms
@@ -51,6 +52,8 @@ class RunAnalysis:
     queues: list[dict[str, Any]] = field(default_factory=list)
     memory_bw: list[dict[str, Any]] = field(default_factory=list)
     collective_overlap: list[dict[str, Any]] = field(default_factory=list)
+    #: FSDP ranks' parameter and optimizer memory (``fsdp.fsdp_rows``); empty without FSDP
+    fsdp: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -165,6 +168,7 @@ def analyze(profile: Profile) -> RunAnalysis:
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),
                     step_skew=tables.step_skew_rows(ranks))
     a.collective_overlap = tables.collective_overlap_rows(ranks)
+    a.fsdp = fsdp_rows(getattr(payload, "fsdp", None) or {})
     a.collectives = colls.collective_rows(ranks, a.world_size)
     # stragglers and findings read arrivals on aligned clocks (clock's docstring)
     a.clocks = clock.clock_rows(ranks, a.collectives)

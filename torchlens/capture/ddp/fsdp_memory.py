@@ -22,6 +22,14 @@ ends. Its ``state`` tensors are summed (a DTensor counts its local shard)
 at its first step, and again only when more parameters have state: the walk
 over the state dict costs milliseconds for a thousand parameters, and the
 tensors in it keep their sizes.
+
+``torchlens run`` keeps one tracker started for the rank's whole job and
+``take``s its figures at each step's end (``capture.ranks.stepper``): the
+gathered peak starts again from what is gathered then, the optimizer state
+and the shard bytes (read once per FSDP module, at its first unshard) carry
+over, and the allocator's peak is left alone (the job may read it itself).
+With ``fsdp_only`` the optimizer state is read only once an FSDP module has
+unsharded: a job without FSDP pays one dict lookup per optimizer step.
 """
 
 from __future__ import annotations
@@ -78,8 +86,9 @@ def state_bytes(optimizer: Any) -> int:
 class FsdpMemory:
     """One step's gathered-parameter peak and optimizer state on this rank."""
 
-    def __init__(self) -> None:
+    def __init__(self, fsdp_only: bool = False) -> None:
         self._hook: Any = None
+        self.fsdp_only = fsdp_only
         self.reset()
 
     def reset(self) -> None:
@@ -88,6 +97,8 @@ class FsdpMemory:
         self.peak_modules: list[str] = []
         self.optimizers: dict[int, tuple[str, int]] = {}
         self.entries: dict[int, int] = {}  # id(optimizer) -> len(state) when last read
+        #: id(FSDP module's group or handle) -> (its shards' bytes, the same gathered)
+        self.shards: dict[int, tuple[int, int]] = {}
         self.device: Any = None
         self.cuda = False
         #: why counting stopped (FSDP's internals not as this torch's): said, not guessed
@@ -110,6 +121,25 @@ class FsdpMemory:
         """The step's figures; None when it had no FSDP module and no optimizer."""
         global _ACTIVE
         _ACTIVE = None
+        out = self._figures()
+        if self.cuda:
+            out["allocator_peak_bytes"] = allocator_peak(self.device)
+        return out or None
+
+    def take(self) -> dict[str, Any] | None:
+        """The figures since the last ``take`` (one step of ``torchlens run``), with
+        the shard bytes; None without FSDP. Counting goes on: the next step's
+        gathered peak starts from what is gathered now."""
+        if not self.shards and self.broken is None:
+            return None  # no FSDP module has unsharded: the cost of a job without FSDP
+        out = self._figures()
+        if self.shards:
+            out["sharded_bytes"] = sum(s for s, _ in self.shards.values())
+            out["unsharded_bytes"] = sum(u for _, u in self.shards.values())
+        self.peak, self.peak_modules = self.now, [n for n, _ in self.live.values()]
+        return out
+
+    def _figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.broken:
             out["gathered_error"] = self.broken
@@ -120,9 +150,7 @@ class FsdpMemory:
         elif self.optimizers:
             out.update(optimizer_state_bytes=sum(b for _, b in self.optimizers.values()),
                        optimizers=[n for n, _ in self.optimizers.values()])
-        if self.cuda:
-            out["allocator_peak_bytes"] = allocator_peak(self.device)
-        return out or None
+        return out
 
     def finish_into(self, record: dict[str, Any]) -> None:
         """``finish``, its figures put in the step's record as ``fsdp_memory``."""
@@ -143,7 +171,7 @@ class FsdpMemory:
 
 def _stepped(optimizer: Any, *_: Any) -> None:
     active = _ACTIVE
-    if active is None:
+    if active is None or (active.fsdp_only and not active.shards):
         return
     entries = len(getattr(optimizer, "state", ()))
     if active.entries.get(id(optimizer)) == entries:
@@ -164,18 +192,36 @@ def _group_bytes(group: Any) -> int:
     return total
 
 
+def _fsdp2_shards(group: Any) -> tuple[int, int]:
+    """An FSDP2 group's local shards' bytes, and its parameters' bytes unsharded
+    (both in the dtype they are stored in, as ``capture.ddp.fsdp`` counts them)."""
+    sharded = unsharded = 0
+    for p in getattr(group, "fsdp_params", ()):
+        local = p._sharded_local_tensor
+        sharded += local.numel() * local.element_size()
+        unsharded += p._orig_size.numel() * p.orig_dtype.itemsize
+    return sharded, unsharded
+
+
 def _fsdp2_after(group: Any) -> None:
+    active: FsdpMemory = _ACTIVE  # type: ignore[assignment]
     held = group._all_gather_result is not None or group.is_unsharded
-    _ACTIVE.gathered(id(group), group._module_fqn or "(root)",  # type: ignore[union-attr]
-                     _group_bytes(group) if held else 0)
+    active.gathered(id(group), group._module_fqn or "(root)", _group_bytes(group) if held else 0)
+    if id(group) not in active.shards:
+        active.shards[id(group)] = _fsdp2_shards(group)
 
 
 def _fsdp1_after(handle: Any) -> None:
+    active: FsdpMemory = _ACTIVE  # type: ignore[assignment]
     nbytes = 0
     if handle.uses_sharded_strategy:
         nbytes = handle._get_padded_unsharded_flat_param().untyped_storage().nbytes()
-    _ACTIVE.gathered(id(handle), fsdp_module(sys._getframe(2)) or "?",  # type: ignore[union-attr]
-                     nbytes)
+    active.gathered(id(handle), fsdp_module(sys._getframe(2)) or "?", nbytes)
+    if id(handle) not in active.shards:
+        flat = handle.flat_param
+        full = getattr(flat, "_unpadded_unsharded_size", flat.shape)
+        active.shards[id(handle)] = (flat.numel() * flat.element_size(),
+                                     int(full.numel()) * flat.element_size())
 
 
 def _wrap(cls: Any, names: tuple[str, ...], after: Callable[[Any], None]) -> None:

@@ -102,6 +102,7 @@ class Attachment:
                  summarize: Callable[..., dict[str, Any]] | None = None) -> None:
         import torch.distributed as dist
 
+        from torchlens.capture.ddp.fsdp_memory import FsdpMemory
         from torchlens.capture.ranks.stepper import RankProfiler
 
         self.key = key
@@ -117,7 +118,8 @@ class Attachment:
         # the device is the script's own, read when it has run a step (not
         # cuda:LOCAL_RANK: with per-rank CUDA_VISIBLE_DEVICES that is no GPU)
         self.profiler = RankProfiler(rank=self.rank, run_dir=self.run_dir, device=None,
-                                     every=None, summarize=summarize, agree=self._agree)
+                                     every=None, summarize=summarize, agree=self._agree,
+                                     fsdp=FsdpMemory(fsdp_only=True))
         self.parent = os.getppid()
         self.under_agent = "TORCHELASTIC_RUN_ID" in os.environ
         self._lock = threading.RLock()  # the SIGTERM handler may run inside a flush

@@ -54,7 +54,13 @@ from torchlens.capture.ranks.phases import (
     PhaseClock,
 )
 from torchlens.capture.trace import profiler as _profiler
-from torchlens.model.records import GpuStepTimes, StepMemory, StepRecord, StepSummary
+from torchlens.model.records import (
+    FsdpStep,
+    GpuStepTimes,
+    StepMemory,
+    StepRecord,
+    StepSummary,
+)
 
 MIN_EVERY = 5
 BUDGET = 0.03
@@ -108,6 +114,9 @@ class RankProfiler:
     ``summarize(trace_path, rank=, step=, trace_rel=, cuda_memory=)`` turns an
     exported trace into a bounded summary (injected: capture does not analyse).
     ``agree(proposal)`` returns the interval every rank takes (the store).
+    ``fsdp``: a tracker of FSDP's gathered parameters and optimizer state
+    (``capture.ddp.fsdp_memory``, ``torchlens run``), counting from
+    ``start()``, its figures taken into each step's record.
     ``device=None``: the device the script chose, decided at the first step
     (``cuda_device.script_device``), not where the rank attached: with
     per-rank ``CUDA_VISIBLE_DEVICES`` every rank's GPU is ``cuda:0``, and a
@@ -118,8 +127,9 @@ class RankProfiler:
                  every: int | None, budget: float = BUDGET, window_s: float = 1.0,
                  max_steps: int | None = None,
                  summarize: Callable[..., StepSummary] | None = None,
-                 agree: Callable[[int], int] | None = None) -> None:
+                 agree: Callable[[int], int] | None = None, fsdp: Any = None) -> None:
         self.rank = rank
+        self.fsdp = fsdp
         self.auto_device = device is None
         self.device = device or cuda_device.CPU
         self.run_dir = run_dir
@@ -175,6 +185,8 @@ class RankProfiler:
         self._worker = threading.Thread(target=self._ingest, daemon=True, name="tl-ingest")
         self._worker.start()
         self._time_gpu()
+        if self.fsdp is not None:
+            self.fsdp.start(None)  # no device: the job's own allocator peak is left alone
         _profiler.attach_stepper(self)
         self.t_mark = time.time()
         self.window_end = self.t_mark + max(self.window_s,
@@ -197,6 +209,8 @@ class RankProfiler:
         elif self.prof is not None:  # a profiled step the function never finished
             self._stop_profiler(self.index, partial=True)
         self.clock.remove()
+        if self.fsdp is not None:
+            self.fsdp.finish()
         self._work.put(None)
         if self._worker is not None:
             self._worker.join(timeout=wait_s)
@@ -302,6 +316,7 @@ class RankProfiler:
             self.settle_device()  # the script has run its first step: its device is set
             self._time_gpu()
         mem = memory_now(self.device)
+        fsdp = self.fsdp.take() if self.fsdp is not None else None
         if profiled:
             self._stop_profiler(i, mem=mem)
         elif label is None:  # an evaluation's length is no measure of the budget
@@ -310,6 +325,7 @@ class RankProfiler:
                                        profiled=profiled, window=window, mem=mem,
                                        tl_s=round(time.time() - called, 6),
                                        **({"gpu": gpu} if gpu else {}),
+                                       **({"fsdp": FsdpStep(**fsdp)} if fsdp else {}),
                                        **({"label": label} if label else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,15 +102,20 @@ class CollectedSteps:
     started: float | None  # when the collector started (unix s)
 
 
-def collected_steps(run_dir: str, manifest: Manifest) -> CollectedSteps | None:
+def collected_steps(run_dir: str, manifest: Manifest,
+                    seen: Callable[[int, StepRecord], None] | None = None
+                    ) -> CollectedSteps | None:
     """The step records of a ``torchlens run`` folder; None for a folder of another
-    writer (its traces hold its profiled steps)."""
+    writer (its traces hold its profiled steps). ``seen(rank, record)``: each
+    record as it is read, for a reader that wants more than the columns."""
     if manifest.source != SOURCE_RUN:
         return None
     ranks: dict[int, dict[str, list[Any]]] = {}
     for entry in manifest.ranks:
         cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": []}
         for rec in iter_steps(run_dir, entry.rank):
+            if seen is not None:
+                seen(entry.rank, rec)
             cols["restart"].append(rec.start)
             cols["step"].append(rec.step)
             cols["t0"].append(rec.t0)

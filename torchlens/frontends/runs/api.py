@@ -32,6 +32,7 @@ from torchlens.analysis.ranks.slow import WINDOW, slow_rank, weak
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
 from torchlens.analysis.runs.analyze import NS_NOTE, SLOW_TITLE
+from torchlens.analysis.runs.fsdp import FsdpSteps
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
 from torchlens.formats.run_folder.records import collected_steps, iter_steps
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
@@ -46,7 +47,7 @@ SCHEMA_VERSION = 1
 #: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
 JSON_TABLES = ("temporal", "idle", "overlap", "kernels", "top_kernels", "steps", "step_skew",
                "stragglers", "clocks", "launches", "launch_outliers", "launch_kernels",
-               "queues", "memory_bw", "collective_overlap")
+               "queues", "memory_bw", "collective_overlap", "fsdp")
 #: The most ``collectives`` rows ``to_json()`` holds (the first ones, in
 #: ``(trace, seq)`` order); ``collectives_left_out`` counts the rest.
 MAX_JSON_COLLECTIVES = 256
@@ -67,6 +68,11 @@ JSON_SCHEMA = {
                           "collectives, all_gather, reduce_scatter, all_reduce, other): "
                           "communication_us, overlapped_us, exposed_us (not overlapped), "
                           "overlap_pct, exposed_pct (of the rank's GPU timeline)",
+    "fsdp": "per FSDP rank of a torchlens run folder (empty otherwise): fsdp_sharded, "
+            "fsdp_unsharded (its parameters' shards and the same gathered, bytes), "
+            "fsdp_gathered (most gathered parameters alive at once in a step, measured), "
+            "fsdp_gathered_how, gathered_modules, gathered_step, optimizer_state (bytes), "
+            "allocator_peak (null: not read under torchlens run), text (in words)",
     "kernels": "per rank and kind (compute, communication, memory, other): us, count, pct",
     "top_kernels": "per rank, kind and name: count, total_us",
     "steps": "per rank and ProfilerStep: dur_us and us per role (kernel, memcpy, memset, "
@@ -176,14 +182,16 @@ class RunResult(Result):
             manifest = read_manifest(sources.root) if sources.root else None
         except ManifestError:  # a folder of traces alone; discover named a broken manifest
             manifest = None
-        collected = collected_steps(sources.root, manifest) if manifest else None
+        fsdp = FsdpSteps()
+        collected = collected_steps(sources.root, manifest, fsdp.add) if manifest else None
         judged = folder_slow_rank(sources.root, manifest)
         verdict, manifest = folder_verdict(judged, manifest)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
                              notes=_leading(verdict, manifest, sources),
-                             collected_steps=step_series(collected) if collected else {})
+                             collected_steps=step_series(collected) if collected else {},
+                             fsdp=fsdp.figures())
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
         self.sources = sources

@@ -27,6 +27,7 @@ from torchlens.model.units import (
 from torchlens.render import html, tables
 from torchlens.render.ddp.heartbeats import rank_figures
 from torchlens.render.findings import finding_text, findings_html
+from torchlens.render.fsdp import FSDP_COLUMNS  # only when a rank used FSDP
 from torchlens.render.page import section
 from torchlens.render.ranks.view import rank_profile_figures
 from torchlens.render.tables import Column
@@ -38,12 +39,6 @@ RANK_COLUMNS = [Column("rank", "rank", str), Column("pid", "pid", str),
                 Column("rss", "peak RSS", format_bytes),
                 Column("tensor", "peak tensor bytes", format_bytes),
                 Column("error", "error", str, False)]
-#: only when a rank used FSDP; "how": measured or modelled (see the memory line)
-FSDP_COLUMNS = [Column("fsdp_sharded", "FSDP shards", format_bytes),
-                Column("fsdp_gathered", "gathered at once", format_bytes),
-                Column("fsdp_gathered_how", "how", str, False),
-                Column("allocator_peak", "allocator peak", format_bytes),
-                Column("optimizer_state", "optimizer state", format_bytes)]
 COLLECTIVE_COLUMNS = [Column("rank", "rank", str), Column("index", "#", str),
                       Column("op", "op", str, False), Column("tensors", "tensors", str, False),
                       Column("line", "issued at", str, False),

@@ -14,9 +14,11 @@ from bokeh.plotting import figure
 from markupsafe import Markup
 
 from torchlens.analysis.runs.analyze import NS_NOTE, RunAnalysis
+from torchlens.analysis.runs.fsdp import fsdp_lines
 from torchlens.model import Profile
 from torchlens.model.findings import FAILED
 from torchlens.model.units import (
+    format_bytes,
     format_count,
     format_gbps,
     format_percent,
@@ -25,6 +27,7 @@ from torchlens.model.units import (
 )
 from torchlens.render import html, tables
 from torchlens.render.findings import finding_text, findings_html
+from torchlens.render.fsdp import FSDP_COLUMNS
 from torchlens.render.page import section
 from torchlens.render.runs import steps_chart as run_steps_chart
 from torchlens.render.runs import timeline as run_timeline
@@ -87,6 +90,12 @@ ARRIVED_BY_NOTE = ("arrived by: kernel = each rank's arrival is its first NCCL k
                    "run.collectives() keeps the host issue times as issued.")
 #: a report of a long run lists the first collectives; --json and the DataFrame hold all
 MAX_COLLECTIVE_ROWS = 200
+#: the FSDP section's table: the %ddp_check ranks table's FSDP columns, with the
+#: gathered bytes of all parameters beside the shards and the peak's modules and step
+FSDP = [Column("rank", "rank", str), FSDP_COLUMNS[0],
+        Column("fsdp_unsharded", "all parameters gathered", format_bytes),
+        *FSDP_COLUMNS[1:3], Column("gathered_modules", "modules gathered at once", str, False),
+        Column("gathered_step", "in step", str), *FSDP_COLUMNS[3:]]
 PROBLEMS = [Column("kind", "problem", str, False), Column("path", "file", str, False, 120),
             Column("message", "what", str, False)]
 
@@ -147,8 +156,18 @@ def text_report(profile: Profile, a: RunAnalysis) -> str:
                          f"{format_percent(r['non_compute_pct'])}, idle {format_percent(r['idle_pct'])}")
     if not _any_gpu(a):
         lines.append(f"overlap: {NO_GPU_OVERLAP}")
+    lines += fsdp_lines(a.fsdp)
     lines += [f"problem: {p['kind']}: {p['path']}: {p['message']}" for p in a.problems]
     return "\n".join(lines)
+
+
+def _fsdp_section(a: RunAnalysis) -> Markup:
+    """Each FSDP rank's parameter and optimizer memory: the table, then the
+    figures in words, each said measured or not (as ``%ddp_check`` says them)."""
+    shown = [c for c in FSDP if any(row.get(c.key) is not None for row in a.fsdp)]
+    words = [html.note(line) for line in fsdp_lines(a.fsdp)]
+    return section("FSDP memory per rank", html.join(
+        [tables.html_table(a.fsdp, shown), *words]), "fsdp")
 
 
 def _temporal_chart(a: RunAnalysis) -> Any:
@@ -222,6 +241,8 @@ def report_parts(profile: Profile, a: RunAnalysis,
         out.append(section("Step time across ranks", tables.html_table(a.step_skew, SKEW),
                            "steps"))
     out.append(_overlap_section(a))
+    if a.fsdp:
+        out.append(_fsdp_section(a))
     if a.kernels:
         out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
     if a.idle:
