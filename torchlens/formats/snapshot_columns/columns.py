@@ -1,0 +1,48 @@
+"""The columns of an allocator snapshot (``SnapshotColumns``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: action codes (``e_action``; -1: an action not listed), as ``read.c``'s ACTIONS
+ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+           "segment_map", "segment_unmap", "snapshot", "oom", "user_defined", "free")
+#: block state codes (``b_state``), as ``model.snapshot.BLOCK_STATES``
+STATES = ("active_allocated", "active_pending_free", "inactive")
+
+
+@dataclass
+class SnapshotColumns:
+    """Trace entries (``e_*``, every device's, in order), segments (``s_*``), their
+    blocks (``b_*``; segment k's are ``s_first[k]`` on, ``s_count[k]`` of them) and
+    ``stacks``: each distinct stack once, as the list of frame dicts the loader gives
+    (``*_stack`` index it). An entry's absent ``time_us`` is 0, its absent ``frames``
+    the empty stack."""
+
+    e_device: np.ndarray
+    e_action: np.ndarray
+    e_addr: np.ndarray  # uint64
+    e_size: np.ndarray
+    e_time: np.ndarray
+    e_stack: np.ndarray
+    s_addr: np.ndarray
+    s_total: np.ndarray
+    s_device: np.ndarray
+    s_first: np.ndarray
+    s_count: np.ndarray
+    s_stack: np.ndarray
+    b_addr: np.ndarray
+    b_size: np.ndarray
+    b_state: np.ndarray
+    b_stack: np.ndarray
+    stacks: list[list[dict[str, Any]]]
+    n_devices: int  # len(device_traces)
+    allocator_settings: dict[str, Any] = field(default_factory=dict)
+    external_annotations: list[Any] = field(default_factory=list)
+
+    def stack_contents(self) -> list[tuple[tuple[tuple[str, Any], ...], ...]]:
+        """Each stack as plain values (comparing two readers' stacks by content)."""
+        return [tuple(tuple(sorted(f.items())) for f in s) for s in self.stacks]
