@@ -177,11 +177,22 @@ def compile_custom(custom: Mapping[str, str] | None) -> list[tuple[str, re.Patte
 
 def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None = None) -> str:
     """The category of a block allocated with ``frames`` (innermost first)."""
-    if not frames:
-        return NO_STACK
     # a snapshot repeats a few thousand stacks over its allocations: each is judged once
     # (the rules read only each frame's file and function)
-    key = tuple((_file(f), _name(f)) for f in frames)
+    return categorize_key(tuple(map(frame_key, frames)), custom)
+
+
+def frame_key(f: dict[str, Any]) -> tuple[str, str]:
+    """What the rules read of a frame: its file (forward slashes) and function."""
+    return _file(f), _name(f)
+
+
+def categorize_key(key: tuple[tuple[str, str], ...],
+                   custom: list[tuple[str, re.Pattern[str]]] | None = None) -> str:
+    """``categorize`` of a stack given as its frames' ``frame_key``s (for a caller that
+    holds each distinct frame once: the key costs no second reading of every frame)."""
+    if not key:
+        return NO_STACK
     return _categorize_stack(key, tuple((n, rx.pattern, rx.flags) for n, rx in custom or ()))
 
 

@@ -67,16 +67,24 @@ def _rounded(size: np.ndarray, cfg: AllocatorConfig) -> np.ndarray:
 class _Stacks:
     """Each distinct stack's category, site and function, judged once."""
 
-    def __init__(self, stacks: list[list[dict[str, Any]]],
+    def __init__(self, cols: SnapshotColumns,
                  custom: list[tuple[str, re.Pattern[str]]] | None, cells: CellNames | None):
-        self.stacks, self.custom, self.cells = stacks, custom, cells
+        self.stacks, self.custom, self.cells = cols.stacks, custom, cells
+        self.cols = cols
+        self._keys: list[tuple[str, str] | None] = [None] * len(cols.frames)
         self._cat: dict[int, str] = {}
         self._site: dict[int, tuple[str, str]] = {}
 
     def category(self, k: int) -> str:
         c = self._cat.get(k)
         if c is None:
-            c = self._cat[k] = cat.categorize(self.stacks[k], self.custom)
+            # each distinct frame's (file, function) read once for all stacks
+            keys, frames = self._keys, self.cols.frames
+            for i in self.cols.stack_items[k]:
+                if keys[i] is None:
+                    keys[i] = cat.frame_key(frames[i])
+            c = self._cat[k] = cat.categorize_key(
+                tuple(map(keys.__getitem__, self.cols.stack_items[k])), self.custom)
         return c
 
     def before(self, k: int) -> str:
@@ -124,24 +132,23 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
     mine = cols.e_device == chosen
     act, addr, size = cols.e_action[mine], cols.e_addr[mine], cols.e_size[mine]
     times, stack = cols.e_time[mine], cols.e_stack[mine]
-    segs = np.flatnonzero(cols.s_device == chosen)
-    blocks = np.concatenate([np.arange(cols.s_first[s], cols.s_first[s] + cols.s_count[s])
-                             for s in segs.tolist()]) if len(segs) else np.zeros(0, np.int64)
-    blocks = blocks.astype(np.int64)
+    blocks = np.flatnonzero(np.repeat(cols.s_device == chosen, cols.s_count))
     b_alive = blocks[cols.b_state[blocks] == 0]
     final_alloc = int(cols.b_size[b_alive].sum())
     n = len(act)
     if not n:
         return no_history(max(final_alloc, 0), SEGMENTS_ONLY)
-    rounded = _rounded(size, cfg)
-    if int(rounded.max(initial=0)) >= (1 << 62) // max(n, 1):
-        return None  # levels past int64: the dict path's Python ints
     nz = times[times != 0]
     t0 = int(nz[0]) if len(nz) else 0
     if n > 1 and (not t0 or int(times.max()) == int(nz.min())):
         times, t0 = np.arange(n, dtype=np.int64), 0
-    paired = native.pair(act, addr) or python_reader.pair(act, addr)
-    kind, partner = paired
+    kind, partner = native.pair(act, addr) or python_reader.pair(act, addr)
+    # the bytes each alloc and each free of a block from before the window counts
+    rounded = np.zeros(n, np.int64)
+    counted = np.flatnonzero((kind == 1) | (kind == 3))
+    rounded[counted] = _rounded(size[counted], cfg)
+    if int(rounded.max(initial=0)) >= (1 << 62) // n:
+        return None  # levels past int64: the dict path's Python ints
     points = np.flatnonzero(kind > 0)
     k = kind[points]
     d_alloc = np.zeros(len(points), np.int64)
@@ -160,7 +167,7 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
     entry = int(points[j]) if j is not None else -1
     x = (int(times[entry]) or t0) - t0 if j is not None else 0
 
-    st = _Stacks(cols.stacks, custom, cells)
+    st = _Stacks(cols, custom, cells)
     users = {name for name, _rx in custom or ()}
     allocs = np.flatnonzero(kind == 1)
     frees = np.full(n, -1, np.int64)

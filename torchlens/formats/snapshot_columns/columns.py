@@ -19,7 +19,8 @@ class SnapshotColumns:
     """Trace entries (``e_*``, every device's, in order), segments (``s_*``), their
     blocks (``b_*``; segment k's are ``s_first[k]`` on, ``s_count[k]`` of them) and
     ``stacks``: each distinct stack once, as the list of frame dicts the loader gives
-    (``*_stack`` index it). An entry's absent ``time_us`` is 0, its absent ``frames``
+    (``*_stack`` index it; ``stack_items``: the same as indices into ``frames``,
+    numbered by first appearance). An entry's absent ``time_us`` is 0, its absent ``frames``
     the empty stack."""
 
     e_device: np.ndarray
@@ -40,6 +41,9 @@ class SnapshotColumns:
     b_stack: np.ndarray
     stacks: list[list[dict[str, Any]]]
     n_devices: int  # len(device_traces)
+    #: each distinct frame dict once, and each stack as indices into it
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    stack_items: list[list[int]] = field(default_factory=list)
     allocator_settings: dict[str, Any] = field(default_factory=dict)
     external_annotations: list[Any] = field(default_factory=list)
 

@@ -20,6 +20,9 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
     before the traces, one per distinct sequence of frame dicts."""
     stacks: list[list[dict[str, Any]]] = []
     ids: dict[tuple[int, ...], int] = {}
+    frames_seen: dict[int, int] = {}
+    distinct: list[dict[str, Any]] = []
+    items: list[list[int]] = []
 
     def stack(frames: list[dict[str, Any]]) -> int:
         key = tuple(map(id, frames))
@@ -27,6 +30,11 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
         if k is None:
             k = ids[key] = len(stacks)
             stacks.append(frames)
+            for f in frames:
+                if id(f) not in frames_seen:
+                    frames_seen[id(f)] = len(distinct)
+                    distinct.append(f)
+            items.append([frames_seen[id(f)] for f in frames])
         return k
 
     seg_rows, block_rows = [], []
@@ -49,7 +57,8 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
         col(seg_rows, 3, np.int32), col(seg_rows, 4, np.int32), col(seg_rows, 5, np.int32),
         col(block_rows, 0, np.uint64), col(block_rows, 1, np.int64),
         col(block_rows, 2, np.int8), col(block_rows, 3, np.int32),
-        stacks, len(snap["device_traces"]), dict(snap.get("allocator_settings") or {}),
+        stacks, len(snap["device_traces"]), distinct, items,
+        dict(snap.get("allocator_settings") or {}),
         list(snap.get("external_annotations") or []))
 
 

@@ -24,11 +24,11 @@ enum { OK = 0, REFUSED = 1, UNSUPPORTED = 2, TRUNCATED = 3, MALFORMED = 4, SHAPE
 enum { T_NONE, T_BOOL, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT, T_MARK };
 
 typedef struct {
-    uint8_t type, neg, big;     /* big: the magnitude needs more than 64 bits */
     uint64_t u;                 /* int magnitude, bool, str offset, float bits */
-    int64_t len;                /* str bytes; container item count */
-    int64_t cap;
     int32_t *items;             /* dict: key, value, key, value ... */
+    int32_t len, cap;           /* str bytes; container items (cap 0: shared items) */
+    int32_t tag;                /* a list with interned items: its entry + 1 */
+    uint8_t type, neg, big;     /* big: the magnitude needs more than 64 bits */
 } Node;
 
 typedef struct {
@@ -59,13 +59,24 @@ typedef struct {
     int8_t *f_has;              /* bit 1 filename, 2 name, 4 line */
     int64_t n_stacks, n_stack_items;
     int32_t *st_start, *st_items; /* stack k: items[start[k] .. start[k+1]) */
-    int32_t *frame_of, *stack_of; /* node -> frame / stack index, -1 none */
+    int32_t *frame_of, *stack_of; /* node -> frame / stack index + 1, 0 none */
+    /* interned list items: lists of the same items share one array (a training step's
+       12.7k frame lists hold a few hundred distinct stacks) */
+    int32_t **it_ptr;
+    int32_t *it_len, *it_stack, *it_slot;
+    uint64_t *it_hash;
+    int64_t n_it, cap_it, it_slots;
     int64_t cap_stacks, cap_stack_items;
     int32_t *st_hash;            /* open addressing over stack indices */
     struct Chunk *chunks;
-    int8_t *key_code;            /* per string node: which known key it is (K_*), -1 unread */
+    int8_t *key_code;            /* per string node: which known key it is (K_* + 1), 0 unread */
     int64_t hash_cap;
 } Reader;
+
+/* Small non-negative ints are no node: their id is IMM + the value (a snapshot's sizes,
+   counts and line numbers are most of its objects; a node each touched megabytes) */
+#define IMM (1 << 30)
+#define TYPE(k) ((k) >= IMM ? T_INT : r->nodes[k].type)
 
 static int fail(Reader *r, int status, const char *what) {
     if (r->status == OK) {
@@ -77,13 +88,16 @@ static int fail(Reader *r, int status, const char *what) {
 
 static int32_t new_node(Reader *r, uint8_t type) {
     if (r->n_nodes == r->cap_nodes) {
-        int64_t cap = r->cap_nodes ? r->cap_nodes * 2 : 4096;
+        /* first room for one node per 8 bytes of pickle (a training step's snapshot
+           has one per 25): growing by copies touched twice the memory, and fresh
+           pages cost more than the walk */
+        int64_t cap = r->cap_nodes ? r->cap_nodes * 2 : r->n / 8 + 4096;
         Node *p = realloc(r->nodes, (size_t)cap * sizeof(Node));
         if (!p) return fail(r, NOMEM, "out of memory");
         r->nodes = p;
         r->cap_nodes = cap;
     }
-    if (r->n_nodes >= INT32_MAX) return fail(r, SHAPE, "too many objects");
+    if (r->n_nodes >= IMM) return fail(r, SHAPE, "too many objects");
     Node *x = &r->nodes[r->n_nodes];
     memset(x, 0, sizeof *x);
     x->type = type;
@@ -111,8 +125,76 @@ static int32_t *room(Reader *r, int64_t n) {
     return p;
 }
 
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL; }
+
+static int intern_grow(Reader *r) {
+    int64_t slots = r->it_slots ? r->it_slots * 2 : 4096;
+    int32_t *p = malloc((size_t)slots * sizeof(int32_t));
+    if (!p) return fail(r, NOMEM, "out of memory");
+    for (int64_t i = 0; i < slots; i++) p[i] = -1;
+    for (int64_t e = 0; e < r->n_it; e++) {
+        int64_t s = (int64_t)(r->it_hash[e] & (uint64_t)(slots - 1));
+        while (p[s] >= 0) s = (s + 1) & (slots - 1);
+        p[s] = (int32_t)e;
+    }
+    free(r->it_slot);
+    r->it_slot = p;
+    r->it_slots = slots;
+    return 0;
+}
+
+/* a fresh list's first items, shared with every list that holds the same ones */
+static int intern(Reader *r, int32_t c, const int32_t *src, int64_t count) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)count;
+    for (int64_t i = 0; i < count; i++) h = mix(h, (uint64_t)src[i]);
+    if ((r->n_it + 1) * 2 > r->it_slots && intern_grow(r)) return -1;
+    int64_t mask = r->it_slots - 1, s = (int64_t)(h & (uint64_t)mask);
+    for (; r->it_slot[s] >= 0; s = (s + 1) & mask) {
+        int32_t e = r->it_slot[s];
+        if (r->it_hash[e] == h && r->it_len[e] == count
+            && memcmp(r->it_ptr[e], src, (size_t)count * sizeof(int32_t)) == 0) {
+            Node *x = &r->nodes[c];
+            x->items = r->it_ptr[e];
+            x->len = (int32_t)count;
+            x->cap = 0;
+            x->tag = e + 1;
+            return 0;
+        }
+    }
+    if (r->n_it == r->cap_it) {
+        int64_t cap = r->cap_it ? r->cap_it * 2 : 1024;
+        void *a = realloc(r->it_ptr, (size_t)cap * sizeof(int32_t *));
+        if (a) r->it_ptr = a;
+        void *b = realloc(r->it_len, (size_t)cap * sizeof(int32_t));
+        if (b) r->it_len = b;
+        void *d = realloc(r->it_stack, (size_t)cap * sizeof(int32_t));
+        if (d) r->it_stack = d;
+        void *e = realloc(r->it_hash, (size_t)cap * sizeof(uint64_t));
+        if (e) r->it_hash = e;
+        if (!a || !b || !d || !e) return fail(r, NOMEM, "out of memory");
+        r->cap_it = cap;
+    }
+    int32_t *p = room(r, count);
+    if (!p) return -1;
+    memcpy(p, src, (size_t)count * sizeof(int32_t));
+    int64_t e = r->n_it++;
+    r->it_ptr[e] = p;
+    r->it_len[e] = (int32_t)count;
+    r->it_stack[e] = -1;
+    r->it_hash[e] = h;
+    r->it_slot[s] = (int32_t)e;
+    Node *x = &r->nodes[c];
+    x->items = p;
+    x->len = (int32_t)count;
+    x->cap = 0;
+    x->tag = (int32_t)e + 1;
+    return 0;
+}
+
 static int extend(Reader *r, int32_t c, const int32_t *src, int64_t count) {
     Node *x = &r->nodes[c];
+    if (x->type == T_LIST && x->len == 0 && count >= 4) return intern(r, c, src, count);
+    if (x->len + count > INT32_MAX) return fail(r, SHAPE, "a container past 2**31 items");
     if (x->len + count > x->cap) {
         int64_t cap = x->cap ? x->cap * 2 : 4;
         while (cap < x->len + count) cap *= 2;
@@ -121,7 +203,8 @@ static int extend(Reader *r, int32_t c, const int32_t *src, int64_t count) {
         x = &r->nodes[c];
         if (x->len) memcpy(p, x->items, (size_t)x->len * sizeof(int32_t));
         x->items = p;
-        x->cap = cap;
+        x->cap = (int32_t)cap;
+        x->tag = 0;
     }
     memcpy(x->items + x->len, src, (size_t)count * sizeof(int32_t));
     x->len += count;
@@ -164,6 +247,7 @@ static inline uint64_t le(const uint8_t *p, int k) {
 }
 
 static int32_t int_node(Reader *r, int64_t v) {
+    if (v >= 0 && v < IMM) return (int32_t)(IMM + v);
     int32_t k = new_node(r, T_INT);
     if (k < 0) return k;
     r->nodes[k].neg = v < 0;
@@ -254,9 +338,10 @@ static int walk(Reader *r) {
             uint64_t len = le(buf + pos, k);
             pos += k;
             if (len > (uint64_t)(r->n - pos)) { fail(r, TRUNCATED, "the pickle ends early"); goto done; }
+            if (len > INT32_MAX) { fail(r, SHAPE, "a string past 2 GiB"); goto done; }
             if ((a = new_node(r, T_STR)) < 0) goto done;
             r->nodes[a].u = (uint64_t)pos;
-            r->nodes[a].len = (int64_t)len;
+            r->nodes[a].len = (int32_t)len;
             pos += (int64_t)len;
             if (SPUSH(a)) goto done;
             break; }
@@ -292,7 +377,7 @@ static int walk(Reader *r) {
             POP(b);
             if (st.n <= base) { fail(r, MALFORMED, "append to nothing"); goto done; }
             a = st.v[st.n - 1];
-            if (r->nodes[a].type != T_LIST) { fail(r, MALFORMED, "append to a non-list"); goto done; }
+            if (TYPE(a) != T_LIST) { fail(r, MALFORMED, "append to a non-list"); goto done; }
             if (push_item(r, a, b)) goto done;
             break;
         case 'e': case 'u': case 't': {                            /* APPENDS, SETITEMS, TUPLE */
@@ -311,15 +396,15 @@ static int walk(Reader *r) {
             }
             if (from <= base || from < 1) { fail(r, MALFORMED, "nothing to add to"); goto done; }
             a = st.v[from - 1];
-            if (op == 'e' ? r->nodes[a].type != T_LIST
-                          : (r->nodes[a].type != T_DICT || count % 2)) {
+            if (op == 'e' ? TYPE(a) != T_LIST
+                          : (TYPE(a) != T_DICT || count % 2)) {
                 fail(r, MALFORMED, "items added to the wrong kind of object"); goto done; }
             if (extend(r, a, st.v + from, count)) goto done;
             st.n = from;
             break; }
         case 's':                                                   /* SETITEM */
             POP(b); POP(c);
-            if (st.n <= base || r->nodes[st.v[st.n - 1]].type != T_DICT) {
+            if (st.n <= base || TYPE(st.v[st.n - 1]) != T_DICT) {
                 fail(r, MALFORMED, "setitem on a non-dict"); goto done; }
             if (push_item(r, st.v[st.n - 1], c) || push_item(r, st.v[st.n - 1], b)) goto done;
             break;
@@ -354,6 +439,7 @@ done:
 /* ---- taking the columns ---- */
 
 static int str_is(Reader *r, int32_t k, const char *s) {
+    if (k >= IMM) return 0;
     Node *x = &r->nodes[k];
     size_t n = strlen(s);
     return x->type == T_STR && (size_t)x->len == n && memcmp(r->buf + x->u, s, n) == 0;
@@ -373,12 +459,12 @@ static const char *KEYS[K_N] = {"", "action", "addr", "size", "stream", "time_us
 /* which known key string node ``k`` is; each key node is read once (pickle memoizes
    keys, so 19k entries share one "action" node) */
 static int key_of(Reader *r, int32_t k) {
-    if (r->nodes[k].type != T_STR) return K_OTHER;
-    int c = r->key_code[k];
+    if (TYPE(k) != T_STR) return K_OTHER;
+    int c = r->key_code[k] - 1;
     if (c >= 0) return c;
     c = K_OTHER;
     for (int i = 1; i < K_N; i++) if (str_is(r, k, KEYS[i])) { c = i; break; }
-    r->key_code[k] = (int8_t)c;
+    r->key_code[k] = (int8_t)(c + 1);
     return c;
 }
 
@@ -392,6 +478,11 @@ static void fields(Reader *r, int32_t d, int32_t *out) {
 /* an int node in [0, hi] (hi < 2**64), not a bool */
 static int uint_in(Reader *r, int32_t k, uint64_t hi, uint64_t *out) {
     if (k < 0) return 0;
+    if (k >= IMM) {
+        if ((uint64_t)(k - IMM) > hi) return 0;
+        *out = (uint64_t)(k - IMM);
+        return 1;
+    }
     Node *x = &r->nodes[k];
     if (x->type != T_INT || x->big || (x->neg && x->u) || x->u > hi) return 0;
     *out = x->u;
@@ -402,16 +493,23 @@ static int uint_in(Reader *r, int32_t k, uint64_t hi, uint64_t *out) {
 #define MAX_U64 UINT64_MAX
 
 static int check_frame(Reader *r, int32_t f) {
-    if (r->frame_of[f] >= 0) return r->frame_of[f];
+    if (TYPE(f) != T_DICT) return fail(r, SHAPE, "a frame is not a dict");
+    if (r->frame_of[f]) return r->frame_of[f] - 1;
     Node *x = &r->nodes[f];
-    if (x->type != T_DICT) return fail(r, SHAPE, "a frame is not a dict");
     int64_t k = r->n_frames++;
     r->f_file[k] = r->f_name[k] = -1;
     r->f_file_len[k] = r->f_name_len[k] = r->f_line[k] = 0;
     r->f_has[k] = 0;
     for (int64_t i = 0; i < x->len; i += 2) {
         int key = key_of(r, x->items[i]);
-        Node *vx = &r->nodes[x->items[i + 1]];
+        int32_t v = x->items[i + 1];
+        if (key == K_LINE && v >= IMM) {  /* the usual line number */
+            r->f_line[k] = v - IMM;
+            r->f_has[k] |= 4;
+            continue;
+        }
+        if (v >= IMM && key != K_LINE) return fail(r, SHAPE, "a frame's name is not text");
+        Node *vx = &r->nodes[v];
         if (key == K_FILENAME || key == K_NAME) {
             if (vx->type != T_STR) return fail(r, SHAPE, "a frame's name is not text");
             int file = key == K_FILENAME;
@@ -427,21 +525,20 @@ static int check_frame(Reader *r, int32_t f) {
             return fail(r, SHAPE, "a frame has another key");
         }
     }
-    r->frame_of[f] = (int32_t)k;
+    r->frame_of[f] = (int32_t)k + 1;
     return (int)k;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h;
-}
 
 static int grow_hash(Reader *r);
 
 /* the stack index of frames list ``l`` (lists holding the same frame dicts share one) */
 static int32_t stack_id(Reader *r, int32_t l) {
-    if (l >= 0 && r->stack_of[l] >= 0) return r->stack_of[l];
+    if (l >= IMM) return fail(r, SHAPE, "frames is not a list");
+    if (l >= 0 && r->stack_of[l]) return r->stack_of[l] - 1;
     Node *x = l >= 0 ? &r->nodes[l] : NULL;
+    int32_t tag = x && x->type == T_LIST ? x->tag : 0;
+    if (tag && r->it_stack[tag - 1] >= 0) return r->it_stack[tag - 1];
     if (x && x->type != T_LIST) return fail(r, SHAPE, "frames is not a list");
     int64_t n = x ? x->len : 0;
     if (r->n_stack_items + n > r->cap_stack_items) {
@@ -466,7 +563,8 @@ static int32_t stack_id(Reader *r, int32_t l) {
         if (s < 0) break;
         int64_t len = r->st_start[s + 1] - r->st_start[s];
         if (len == n && memcmp(r->st_items + r->st_start[s], mine, (size_t)n * 4) == 0) {
-            if (l >= 0) r->stack_of[l] = s;
+            if (l >= 0) r->stack_of[l] = s + 1;
+            if (tag) r->it_stack[tag - 1] = s;
             return s;
         }
     }
@@ -483,7 +581,8 @@ static int32_t stack_id(Reader *r, int32_t l) {
     for (uint64_t slot = h & mask;; slot = (slot + 1) & mask) {
         if (r->st_hash[slot] < 0) { r->st_hash[slot] = s; break; }
     }
-    if (l >= 0) r->stack_of[l] = s;
+    if (l >= 0) r->stack_of[l] = s + 1;
+    if (tag) r->it_stack[tag - 1] = s;
     return s;
 }
 
@@ -520,21 +619,20 @@ static const char *STATES[] = {"active_allocated", "active_pending_free", "inact
     if (!(ptr)) return fail(r, NOMEM, "out of memory"); } while (0)
 
 static int take(Reader *r) {
-    Node *top = &r->nodes[r->top];
-    if (top->type != T_DICT) return fail(r, SHAPE, "not a dict");
+    if (TYPE(r->top) != T_DICT) return fail(r, SHAPE, "not a dict");
     int32_t segs = get(r, r->top, "segments"), traces = get(r, r->top, "device_traces");
     if (segs < 0 && traces < 0) return fail(r, SHAPE, "neither segments nor device_traces");
-    if (segs >= 0 && r->nodes[segs].type != T_LIST) return fail(r, SHAPE, "segments not a list");
-    if (traces >= 0 && r->nodes[traces].type == T_NONE) traces = -1;
-    if (traces >= 0 && r->nodes[traces].type != T_LIST) return fail(r, SHAPE, "traces not a list");
-    ALLOC(r->key_code, r->n_nodes);
-    memset(r->key_code, 0xff, (size_t)r->n_nodes);
+    if (segs >= 0 && TYPE(segs) != T_LIST) return fail(r, SHAPE, "segments not a list");
+    if (traces >= 0 && TYPE(traces) == T_NONE) traces = -1;
+    if (traces >= 0 && TYPE(traces) != T_LIST) return fail(r, SHAPE, "traces not a list");
+    /* zeroed by calloc (fresh pages: only the entries used are touched) */
+    r->key_code = calloc((size_t)r->n_nodes + 1, 1);
+    r->frame_of = calloc((size_t)r->n_nodes + 1, sizeof(int32_t));
+    r->stack_of = calloc((size_t)r->n_nodes + 1, sizeof(int32_t));
+    if (!r->key_code || !r->frame_of || !r->stack_of) return fail(r, NOMEM, "out of memory");
     int32_t F[K_N];
-    ALLOC(r->frame_of, r->n_nodes);
-    ALLOC(r->stack_of, r->n_nodes);
-    for (int64_t i = 0; i < r->n_nodes; i++) r->frame_of[i] = r->stack_of[i] = -1;
     int64_t n_frames_max = 0;
-    for (int64_t i = 0; i < r->n_nodes; i++) n_frames_max += r->nodes[i].type == T_DICT;
+    for (int64_t i = 0; i < r->n_nodes; i++) n_frames_max += TYPE(i) == T_DICT;
     ALLOC(r->f_file, n_frames_max); ALLOC(r->f_file_len, n_frames_max);
     ALLOC(r->f_name, n_frames_max); ALLOC(r->f_name_len, n_frames_max);
     ALLOC(r->f_line, n_frames_max); ALLOC(r->f_has, n_frames_max);
@@ -545,10 +643,10 @@ static int take(Reader *r) {
     int64_t ns = segs >= 0 ? r->nodes[segs].len : 0, nb = 0;
     for (int64_t i = 0; i < ns; i++) {
         int32_t s = r->nodes[segs].items[i];
-        if (r->nodes[s].type != T_DICT) return fail(r, SHAPE, "a segment is not a dict");
+        if (TYPE(s) != T_DICT) return fail(r, SHAPE, "a segment is not a dict");
         fields(r, s, F);
         int32_t bl = F[K_BLOCKS];
-        if (bl < 0 || r->nodes[bl].type != T_LIST) return fail(r, SHAPE, "blocks not a list");
+        if (bl < 0 || TYPE(bl) != T_LIST) return fail(r, SHAPE, "blocks not a list");
         nb += r->nodes[bl].len;
     }
     r->n_segments = ns;
@@ -583,7 +681,7 @@ static int take(Reader *r) {
         r->s_count[i] = (int32_t)r->nodes[bl].len;
         for (int64_t j = 0; j < r->nodes[bl].len; j++, at++) {
             int32_t b = r->nodes[bl].items[j];
-            if (r->nodes[b].type != T_DICT) return fail(r, SHAPE, "a block is not a dict");
+            if (TYPE(b) != T_DICT) return fail(r, SHAPE, "a block is not a dict");
             fields(r, b, F);
             uint64_t size;
             if (!uint_in(r, F[K_SIZE], MAX_BYTES, &size)
@@ -603,7 +701,7 @@ static int take(Reader *r) {
     int64_t nd = traces >= 0 ? r->nodes[traces].len : 0, ne = 0;
     for (int64_t d = 0; d < nd; d++) {
         int32_t t = r->nodes[traces].items[d];
-        if (r->nodes[t].type != T_LIST) return fail(r, SHAPE, "a trace is not a list");
+        if (TYPE(t) != T_LIST) return fail(r, SHAPE, "a trace is not a list");
         ne += r->nodes[t].len;
     }
     r->n_entries = ne;
@@ -615,11 +713,11 @@ static int take(Reader *r) {
         for (int64_t j = 0; j < r->nodes[t].len; j++, at++) {
             int32_t e = r->nodes[t].items[j], k;
             uint64_t v;
-            if (r->nodes[e].type != T_DICT) return fail(r, SHAPE, "an entry is not a dict");
+            if (TYPE(e) != T_DICT) return fail(r, SHAPE, "an entry is not a dict");
             fields(r, e, F);
             r->e_device[at] = (int32_t)d;
             int32_t act = F[K_ACTION];
-            if (act < 0 || r->nodes[act].type != T_STR) return fail(r, SHAPE, "entry action");
+            if (act < 0 || TYPE(act) != T_STR) return fail(r, SHAPE, "entry action");
             r->e_action[at] = -1;
             for (int a = 0; a < 11; a++) if (str_is(r, act, ACTIONS[a])) { r->e_action[at] = (int8_t)a; break; }
             k = F[K_ADDR];
@@ -633,7 +731,7 @@ static int take(Reader *r) {
             if (k >= 0 && !uint_in(r, k, MAX_U64, &v)) return fail(r, SHAPE, "entry stream");
             k = F[K_TIME];
             r->e_time[at] = 0;
-            if (k >= 0 && r->nodes[k].type != T_NONE) {
+            if (k >= 0 && TYPE(k) != T_NONE) {
                 if (!uint_in(r, k, (uint64_t)INT64_MAX, &v)) return fail(r, SHAPE, "entry time");
                 r->e_time[at] = (int64_t)v;
             }
@@ -677,7 +775,8 @@ void sr_free(void *p) {
                       r->s_addr, r->s_total, r->s_device, r->s_first, r->s_count, r->s_stack,
                       r->b_addr, r->b_size, r->b_state, r->b_stack, r->f_file, r->f_file_len,
                       r->f_name, r->f_name_len, r->f_line, r->f_has, r->st_start, r->st_items,
-                      r->frame_of, r->stack_of, r->st_hash, r->key_code};
+                      r->frame_of, r->stack_of, r->st_hash, r->key_code,
+                      r->it_ptr, r->it_len, r->it_stack, r->it_slot, r->it_hash};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
     free(r);
 }
@@ -706,17 +805,20 @@ void *sr_column(void *p, int k) {
 }
 
 /* generic access to small parts (allocator_settings ...): type, length, item, value */
-int sr_node_type(void *p, int32_t k) { return ((Reader *)p)->nodes[k].type; }
+int sr_node_type(void *p, int32_t k) { Reader *r = p; return TYPE(k); }
 int64_t sr_node_len(void *p, int32_t k) { return ((Reader *)p)->nodes[k].len; }
 int32_t sr_node_item(void *p, int32_t k, int64_t i) { return ((Reader *)p)->nodes[k].items[i]; }
-uint64_t sr_node_u(void *p, int32_t k) { return ((Reader *)p)->nodes[k].u; }
+uint64_t sr_node_u(void *p, int32_t k) {
+    return k >= IMM ? (uint64_t)(k - IMM) : ((Reader *)p)->nodes[k].u;
+}
 int sr_node_flags(void *p, int32_t k) {
+    if (k >= IMM) return 0;
     Node *x = &((Reader *)p)->nodes[k];
     return x->neg | (x->big << 1);
 }
 int32_t sr_get(void *p, int32_t d, const char *key) {
     Reader *r = p;
-    if (d < 0 || r->nodes[d].type != T_DICT) return -1;
+    if (d < 0 || TYPE(d) != T_DICT) return -1;
     return get(r, d, key);
 }
 
