@@ -435,6 +435,7 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     import io
     import os
 
+    from torchlens.frontends import snapshot_file
     from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)
@@ -444,9 +445,9 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
                          "inferred from its frames")
     result = MemoryResult().set_categories(custom_categories)
     name = os.path.basename(str(path))
-    fast = _snapshot_columns(path)
+    fast = snapshot_file.columns_of(path)
     if fast is None:
-        result._profile = _snapshot_profile(load_snapshot(path), path, name, display)
+        result._profile = snapshot_file.profile_of(load_snapshot(path), path, name, display)
         return result
     data, cols = fast
     # peak() and categories() read the columns; anything else makes the Profile from
@@ -456,47 +457,6 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     def made() -> Profile:
         source = io.BytesIO(data)
         source.name = str(path)  # the loader's messages name the file, as from a path
-        return _snapshot_profile(load_snapshot(source), path, name, display)
+        return snapshot_file.profile_of(load_snapshot(source), path, name, display)
     result._made = made
     return result
-
-
-def _snapshot_columns(path: str) -> tuple[bytes, Any] | None:
-    """(the file's bytes, their columns) when the compiled reader takes the file; None
-    otherwise (not built, TORCHLENS_NO_NATIVE, a torchlens export, any file it declines:
-    the Python loader then reads it and says what is wrong). The settings are checked
-    here as the Python loader checks them, so a file fails to load the same either way."""
-    from pathlib import Path
-
-    from torchlens.formats.gpumem_record import RECORD_KEY
-    from torchlens.formats.snapshot_columns import native
-    from torchlens.model.snapshot import normalize_snapshot
-
-    if not native.available():
-        return None
-    try:
-        data = Path(path).read_bytes()
-    except (OSError, TypeError):
-        return None
-    cols = native.read(data, RECORD_KEY)
-    if cols is None:
-        return None
-    normalize_snapshot({"segments": [], "allocator_settings": cols.allocator_settings},
-                       name=str(path))
-    return data, cols
-
-
-def _snapshot_profile(snap: dict[str, Any], path: str, name: str,
-                      display: GpumemPayload) -> Profile:
-    """The Profile of a loaded snapshot (a %%gpumem export: the capture itself)."""
-    from torchlens.formats.gpumem_record import RECORD_KEY, restore
-
-    capture, damaged = restore(snap, display)
-    if capture is not None:
-        return Profile(kind="gpumem", title=name, source=str(path),
-                       snapshots={"file": capture.snapshot}, payload=capture.payload,
-                       unmeasured=capture.unmeasured, error=capture.error)
-    snap.pop(RECORD_KEY, None)
-    return Profile(kind="gpumem", title=name, source=str(path), snapshots={"file": snap},
-                   unmeasured=[damaged] if damaged else [],
-                   payload=dataclasses.replace(display, measured_on="snapshot"))

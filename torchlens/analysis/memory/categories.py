@@ -239,7 +239,7 @@ def _by_rules(frames: Frames) -> str:
 
 
 #: (category of a run, what it keeps past the run, what it frees within it)
-_LIFETIME = {OPTIMIZER: (OPTIMIZER, OPTIMIZER_TEMP), BACKWARD: (GRADIENT, BACKWARD)}
+LIFETIME = {OPTIMIZER: (OPTIMIZER, OPTIMIZER_TEMP), BACKWARD: (GRADIENT, BACKWARD)}
 
 
 def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
@@ -256,7 +256,7 @@ def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
     run_cat = ""
 
     def close(end: int | None) -> None:
-        kept, temp = _LIFETIME[run_cat]
+        kept, temp = LIFETIME[run_cat]
         for idx, free in run:
             out[idx] = temp if free is not None and (end is None or free < end) else kept
         run.clear()
@@ -264,7 +264,7 @@ def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
     for idx, free, c in allocs:
         if run and c != run_cat:
             close(idx)
-        if c in _LIFETIME:
+        if c in LIFETIME:
             run_cat = c
             run.append((idx, free))
     if run:

@@ -19,7 +19,6 @@ timeline, missing lines) is the dict path's. None: a case it leaves to that path
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 
@@ -186,7 +185,7 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
 
     stack_code = {s: code(st.category(s)) for s in np.unique(stack[allocs]).tolist()}
     raw = np.array([stack_code[s] for s in stack[allocs].tolist()], np.int64)
-    split = {code(c): (code(kept), code(temp)) for c, (kept, temp) in cat._LIFETIME.items()
+    split = {code(c): (code(kept), code(temp)) for c, (kept, temp) in cat.LIFETIME.items()
              if c in code_of}
     final = _lifetime(raw, allocs, a_free, split)
     alive = (allocs <= entry) & ((a_free < 0) | (a_free > entry))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
