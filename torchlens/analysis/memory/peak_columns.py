@@ -68,32 +68,28 @@ class _Stacks:
 
     def __init__(self, cols: SnapshotColumns,
                  custom: list[tuple[str, re.Pattern[str]]] | None, cells: CellNames | None):
-        self.stacks, self.custom, self.cells = cols.stacks, custom, cells
-        self.cols = cols
-        self._keys: list[tuple[str, str] | None] = [None] * len(cols.frames)
+        self.custom, self.cells, self.cols = custom, cells, cols
+        self.stack = cols.stack
+        # each distinct frame's (file, function) read once for all stacks
+        self._keys = [cat.frame_key(f) for f in cols.frames]
         self._cat: dict[int, str] = {}
         self._site: dict[int, tuple[str, str]] = {}
 
     def category(self, k: int) -> str:
         c = self._cat.get(k)
         if c is None:
-            # each distinct frame's (file, function) read once for all stacks
-            keys, frames = self._keys, self.cols.frames
-            for i in self.cols.stack_items[k]:
-                if keys[i] is None:
-                    keys[i] = cat.frame_key(frames[i])
             c = self._cat[k] = cat.categorize_key(
-                tuple(map(keys.__getitem__, self.cols.stack_items[k])), self.custom)
+                tuple(map(self._keys.__getitem__, self.cols.stack_items[k])), self.custom)
         return c
 
     def before(self, k: int) -> str:
         """``peak._before``: a block from before the window with no stack says so."""
-        return self.category(k) if self.stacks[k] else BEFORE_NO_STACK
+        return self.category(k) if self.cols.stack_items[k] else BEFORE_NO_STACK
 
     def site(self, k: int) -> tuple[str, str]:
         s = self._site.get(k)
         if s is None:
-            s = self._site[k] = site_of(self.stacks[k], self.cells)
+            s = self._site[k] = site_of(self.stack(k), self.cells)
         return s
 
 
@@ -222,7 +218,7 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
         s = int(stack[entry])
         c = names[int(final[np.searchsorted(allocs, entry)])]
         site, fn = st.site(s)
-        trigger = PeakBlock(int(rounded[entry]), c, site, fn, cols.stacks[s], IN_WINDOW, entry,
+        trigger = PeakBlock(int(rounded[entry]), c, site, fn, cols.stack(s), IN_WINDOW, entry,
                             source=cat.FROM_USER if st.category(s) in users else cat.FROM_RULES)
     rules = [(name, rx.pattern) for name, rx in custom or ()]
     rules += [(c, why) for c, _t, why in cat.RULES]
@@ -276,7 +272,7 @@ def _group(units: list[tuple[int, int, bool, int, int, int, int, int]], names: l
         best = biggest.get(k)
         if best is None or big > best[0] or big == best[0] and big_at < best[1]:
             biggest[k] = (big, big_at)
-            r.frames, r.function = st.stacks[s], fn
+            r.frames, r.function = st.stack(s), fn
         got = cats.setdefault(k, {}).setdefault(name, [0, first])
         got[0] += total
         got[1] = min(got[1], first)

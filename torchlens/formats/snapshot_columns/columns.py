@@ -18,9 +18,9 @@ STATES = ("active_allocated", "active_pending_free", "inactive")
 class SnapshotColumns:
     """Trace entries (``e_*``, every device's, in order), segments (``s_*``), their
     blocks (``b_*``; segment k's are ``s_first[k]`` on, ``s_count[k]`` of them) and
-    ``stacks``: each distinct stack once, as the list of frame dicts the loader gives
-    (``*_stack`` index it; ``stack_items``: the same as indices into ``frames``,
-    numbered by first appearance). An entry's absent ``time_us`` is 0, its absent ``frames``
+    ``stack_items``: each distinct stack once
+    (``*_stack`` index it), as indices into ``frames``, each distinct frame dict once
+    (numbered by first appearance; ``stack(k)`` gives the list of dicts). An entry's absent ``time_us`` is 0, its absent ``frames``
     the empty stack."""
 
     e_device: np.ndarray
@@ -39,7 +39,6 @@ class SnapshotColumns:
     b_size: np.ndarray
     b_state: np.ndarray
     b_stack: np.ndarray
-    stacks: list[list[dict[str, Any]]]
     n_devices: int  # len(device_traces)
     #: each distinct frame dict once, and each stack as indices into it
     frames: list[dict[str, Any]] = field(default_factory=list)
@@ -47,6 +46,18 @@ class SnapshotColumns:
     allocator_settings: dict[str, Any] = field(default_factory=dict)
     external_annotations: list[Any] = field(default_factory=list)
 
+    _stacks: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False,
+                                                     compare=False)
+
+    def stack(self, k: int) -> list[dict[str, Any]]:
+        """Stack ``k`` as the list of frame dicts the loader gives (made on first use:
+        the peak reads the frames of a few dozen of a few hundred stacks)."""
+        s = self._stacks.get(k)
+        if s is None:
+            s = self._stacks[k] = [self.frames[i] for i in self.stack_items[k]]
+        return s
+
     def stack_contents(self) -> list[tuple[tuple[tuple[str, Any], ...], ...]]:
         """Each stack as plain values (comparing two readers' stacks by content)."""
-        return [tuple(tuple(sorted(f.items())) for f in s) for s in self.stacks]
+        return [tuple(tuple(sorted(self.frames[i].items())) for i in s)
+                for s in self.stack_items]

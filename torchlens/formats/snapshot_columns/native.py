@@ -171,12 +171,11 @@ def read(data: bytes, record_key: str) -> SnapshotColumns | None:
         return None
     starts, items = cols.pop("st_start").tolist(), cols.pop("st_items").tolist()
     stack_items = [items[a:b] for a, b in zip(starts, starts[1:], strict=False)]
-    stacks = [[frames[i] for i in s] for s in stack_items]
     for name in ("f_file", "f_file_len", "f_name", "f_name_len", "f_line", "f_has"):
         cols.pop(name)
     settings = extra.get("allocator_settings")
     notes = extra.get("external_annotations")
-    return SnapshotColumns(**cols, stacks=stacks, n_devices=int(n_devices), frames=frames,
+    return SnapshotColumns(**cols, n_devices=int(n_devices), frames=frames,
                            stack_items=stack_items,
                            allocator_settings=dict(settings) if isinstance(settings, dict)
                            else {},

@@ -57,9 +57,9 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
         col(seg_rows, 3, np.int32), col(seg_rows, 4, np.int32), col(seg_rows, 5, np.int32),
         col(block_rows, 0, np.uint64), col(block_rows, 1, np.int64),
         col(block_rows, 2, np.int8), col(block_rows, 3, np.int32),
-        stacks, len(snap["device_traces"]), distinct, items,
-        dict(snap.get("allocator_settings") or {}),
-        list(snap.get("external_annotations") or []))
+        n_devices=len(snap["device_traces"]), frames=distinct, stack_items=items,
+        allocator_settings=dict(snap.get("allocator_settings") or {}),
+        external_annotations=list(snap.get("external_annotations") or []))
 
 
 def pair(action: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

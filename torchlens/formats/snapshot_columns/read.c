@@ -257,6 +257,16 @@ static int32_t int_node(Reader *r, int64_t v) {
 
 /* LONG1: little-endian two's complement of k bytes */
 static int32_t long_node(Reader *r, const uint8_t *p, int k) {
+    if (k > 0 && k <= 8 && !(p[k - 1] & 0x80)) {  /* the usual: an address, positive */
+        uint64_t v = 0;
+        memcpy(&v, p, (size_t)k);  /* little-endian bytes, as the host's (x86, arm) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (v < IMM) return (int32_t)(IMM + v);
+        int32_t id = new_node(r, T_INT);
+        if (id >= 0) r->nodes[id].u = v;
+        return id;
+#endif
+    }
     int32_t id = new_node(r, T_INT);
     if (id < 0 || k == 0) return id;
     Node *x = &r->nodes[id];
@@ -365,13 +375,18 @@ static int walk(Reader *r) {
             memo.v[idx] = st.v[st.n - 1];
             break; }
         case 'h': case 'j': {                                      /* BINGET, LONG_BINGET */
-            int k = op == 'h' ? 1 : 4;
-            NEED(k);
-            uint64_t idx = le(buf + pos, k);
-            pos += k;
-            if (idx >= (uint64_t)memo.n || memo.v[idx] < 0) {
-                fail(r, MALFORMED, "memo key not found"); goto done; }
-            if (SPUSH(memo.v[idx])) goto done;
+            /* a stack's frames are a run of these: taken in one loop, not one switch each */
+            for (;;) {
+                uint64_t idx;
+                if (op == 'h') { NEED(1); idx = buf[pos++]; }
+                else { NEED(4); idx = le(buf + pos, 4); pos += 4; }
+                int32_t got;
+                if (idx >= (uint64_t)memo.n || (got = memo.v[idx]) < 0) {
+                    fail(r, MALFORMED, "memo key not found"); goto done; }
+                st.v[st.n++] = got;
+                if (pos >= r->n || (buf[pos] != 'h' && buf[pos] != 'j')) break;
+                op = buf[pos++];
+            }
             break; }
         case 'a':                                                   /* APPEND */
             POP(b);
