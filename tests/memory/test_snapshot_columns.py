@@ -82,8 +82,8 @@ def test_shared_snapshots_same_columns(path, monkeypatch):
     cols = native.read(data, RECORD_KEY)
     assert cols is not None, native.status(data)
     _columns_equal(cols, python_reader.from_snapshot(load_snapshot(data)))
-    got, want = native.pair(cols.e_action, cols.e_addr), python_reader.pair(
-        cols.e_action, cols.e_addr)
+    got, want = (native.pair(cols.e_action, cols.e_addr, cols.b_addr),
+                 python_reader.pair(cols.e_action, cols.e_addr, cols.b_addr))
     assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
 
 

@@ -39,8 +39,6 @@ from torchlens.analysis.memory.peak import (
 from torchlens.formats.locations import CellNames
 from torchlens.formats.snapshot_columns import SnapshotColumns, native, python_reader
 
-_FREEING = (0, 1, 2, 10)  # alloc, free_requested, free_completed, free: touch a block
-
 
 def _device(cols: SnapshotColumns, device: int) -> int:
     """``history.device_view``'s choice for a file: the asked device when it has data,
@@ -137,7 +135,8 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
     t0 = int(nz[0]) if len(nz) else 0
     if n > 1 and (not t0 or int(times.max()) == int(nz.min())):
         times, t0 = np.arange(n, dtype=np.int64), 0
-    kind, partner = native.pair(act, addr) or python_reader.pair(act, addr)
+    kind, partner, touched = (native.pair(act, addr, cols.b_addr[b_alive])
+                              or python_reader.pair(act, addr, cols.b_addr[b_alive]))
     # the bytes each alloc and each free of a block from before the window counts
     rounded = np.zeros(n, np.int64)
     counted = np.flatnonzero((kind == 1) | (kind == 3))
@@ -179,8 +178,10 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
             names.append(name)
         return c
 
-    stack_code = {s: code(st.category(s)) for s in np.unique(stack[allocs]).tolist()}
-    raw = np.array([stack_code[s] for s in stack[allocs].tolist()], np.int64)
+    lut = np.full(len(cols.stack_items), -1, np.int64)  # stack -> its category's code
+    used = np.unique(stack[allocs])
+    lut[used] = [code(st.category(s)) for s in used.tolist()]
+    raw = lut[stack[allocs]]
     split = {code(c): (code(kept), code(temp)) for c, (kept, temp) in cat.LIFETIME.items()
              if c in code_of}
     final = _lifetime(raw, allocs, a_free, split)
@@ -199,8 +200,7 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
         b_cat.append(np.array(cats, np.int64))
         b_user.append(np.array([names[c] in users for c in cats], bool))
         b_size.append(rounded[later])
-    touched = np.unique(addr[np.isin(act, _FREEING)])
-    kept = b_alive[~np.isin(cols.b_addr[b_alive], touched)]
+    kept = b_alive[~touched]
     room = peak - sum(int(s.sum()) for s in b_size)
     if len(kept) and int(cols.b_size[kept].sum()) <= max(room, 0):
         cats = [code(st.before(s)) for s in cols.b_stack[kept].tolist()]

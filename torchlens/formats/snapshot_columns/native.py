@@ -62,7 +62,7 @@ def _load() -> Any:
     lib.sr_node_flags.restype, lib.sr_node_flags.argtypes = ctypes.c_int, [p, i32]
     lib.sr_get.restype, lib.sr_get.argtypes = i32, [p, i32, ctypes.c_char_p]
     lib.sr_pair.restype = ctypes.c_int
-    lib.sr_pair.argtypes = [i64, p, p, p, p]
+    lib.sr_pair.argtypes = [i64, p, p, p, p, i64, p, p]
     return lib
 
 
@@ -201,15 +201,18 @@ def _frames(data: bytes, cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     return out
 
 
-def pair(action: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def pair(action: np.ndarray, addr: np.ndarray,
+         blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``sr_pair`` (the replay's pairing, ``python_reader.pair``'s), or None unbuilt."""
     if not available():
         return None
     n = len(action)
     action = np.ascontiguousarray(action, np.int8)
     addr = np.ascontiguousarray(addr, np.uint64)
+    blocks = np.ascontiguousarray(blocks, np.uint64)
     kind, partner = np.zeros(n, np.int8), np.zeros(n, np.int32)
+    touched = np.zeros(len(blocks), np.int8)
     if _LIB.sr_pair(n, action.ctypes.data, addr.ctypes.data, kind.ctypes.data,
-                    partner.ctypes.data):
+                    partner.ctypes.data, len(blocks), blocks.ctypes.data, touched.ctypes.data):
         return None
-    return kind, partner
+    return kind, partner, touched.astype(bool)

@@ -62,11 +62,13 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
         external_annotations=list(snap.get("external_annotations") or []))
 
 
-def pair(action: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pair(action: np.ndarray, addr: np.ndarray,
+         blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per entry what it does to the allocated level (``read.c``'s ``sr_pair`` kinds:
     0 nothing, 1 alloc, 2 free of an alloc in the trace, 3 free of a block from before
     it, 4 free_completed after its free_requested, 5/6 segment added/removed) and for
-    a kind-2 free its alloc's entry: ``timeline.build_timeline``'s walk."""
+    a kind-2 free its alloc's entry: ``timeline.build_timeline``'s walk; and whether an
+    alloc or free names each address of ``blocks`` (``peak._kept_blocks``' test)."""
     n = len(action)
     kind, partner = np.zeros(n, np.int8), np.full(n, -1, np.int32)
     live: dict[int, int] = {}
@@ -86,4 +88,5 @@ def pair(action: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 pending.add(ad)
             j = live.pop(ad, -1)
             kind[i], partner[i] = (2, j) if j >= 0 else (3, -1)
-    return kind, partner
+    named = set(addr[np.isin(action, (0, 1, 2, 10))].tolist())
+    return kind, partner, np.array([b in named for b in blocks.tolist()], bool)

@@ -841,39 +841,58 @@ int32_t sr_get(void *p, int32_t d, const char *key) {
    allocated level, and for a free the alloc it frees.
    kind: 0 no point, 1 alloc, 2 free of an alloc in the trace, 3 free of a block from
    before the trace, 4 free_completed after its free_requested (no change),
-   5 segment added, 6 segment removed. */
+   5 segment added, 6 segment removed.
+   Then for each of ``n_q`` addresses whether an alloc or a free names it (``touched``:
+   the segments' blocks the trace never touches are memory from before the window). */
+typedef struct { uint64_t *keys; int32_t *slot_of; int64_t cap; int32_t used; } AddrMap;
+
+static int64_t addr_find(const AddrMap *m, uint64_t a) {
+    int64_t s = (int64_t)((a * 0x9e3779b97f4a7c15ULL) >> 11) & (m->cap - 1);
+    while (m->slot_of[s] >= 0 && m->keys[s] != a) s = (s + 1) & (m->cap - 1);
+    return s;
+}
+
+static int addr_grow(AddrMap *m) {
+    AddrMap g = {NULL, NULL, m->cap ? m->cap * 2 : 4096, m->used};
+    g.keys = malloc((size_t)g.cap * sizeof(uint64_t));
+    g.slot_of = malloc((size_t)g.cap * sizeof(int32_t));
+    if (!g.keys || !g.slot_of) { free(g.keys); free(g.slot_of); return -1; }
+    for (int64_t i = 0; i < g.cap; i++) g.slot_of[i] = -1;
+    for (int64_t i = 0; i < m->cap; i++) {
+        if (m->slot_of[i] < 0) continue;
+        int64_t s = addr_find(&g, m->keys[i]);
+        g.keys[s] = m->keys[i];
+        g.slot_of[s] = m->slot_of[i];
+    }
+    free(m->keys); free(m->slot_of);
+    *m = g;
+    return 0;
+}
+
 int sr_pair(int64_t n, const int8_t *action, const uint64_t *addr, int8_t *kind,
-            int32_t *partner) {
-    int64_t cap = 16;
-    while (cap < 2 * n + 2) cap *= 2;
-    uint64_t *keys = malloc((size_t)cap * sizeof(uint64_t));
-    int32_t *slot_of = malloc((size_t)cap * sizeof(int32_t));
+            int32_t *partner, int64_t n_q, const uint64_t *q, int8_t *touched) {
+    AddrMap m = {0};
     int32_t *live = malloc((size_t)(n + 1) * sizeof(int32_t));
     uint8_t *pending = calloc((size_t)n + 1, 1);
-    if (!keys || !slot_of || !live || !pending) {
-        free(keys); free(slot_of); free(live); free(pending);
-        return -1;
-    }
-    for (int64_t i = 0; i < cap; i++) slot_of[i] = -1;
-    int32_t used = 0;
-    for (int64_t i = 0; i < n; i++) {
+    int bad = !live || !pending || addr_grow(&m);
+    for (int64_t i = 0; i < n && !bad; i++) {
         int8_t a = action[i];
         partner[i] = -1;
         kind[i] = 0;
         if (a == 3 || a == 5) { kind[i] = 5; continue; }
         if (a == 4 || a == 6) { kind[i] = 6; continue; }
         if (a != 0 && a != 1 && a != 2 && a != 10) continue;
-        uint64_t h = addr[i] * 0x9e3779b97f4a7c15ULL;
-        int64_t s = (int64_t)(h >> 11) & (cap - 1);
-        while (slot_of[s] >= 0 && keys[s] != addr[i]) s = (s + 1) & (cap - 1);
-        if (slot_of[s] < 0) { keys[s] = addr[i]; slot_of[s] = used; live[used] = -1; used++; }
-        int32_t k = slot_of[s];
+        if ((int64_t)(m.used + 1) * 2 > m.cap && addr_grow(&m)) { bad = 1; break; }
+        int64_t s = addr_find(&m, addr[i]);
+        if (m.slot_of[s] < 0) { m.keys[s] = addr[i]; m.slot_of[s] = m.used; live[m.used] = -1; m.used++; }
+        int32_t k = m.slot_of[s];
         if (a == 0) { live[k] = (int32_t)i; kind[i] = 1; continue; }
         if ((a == 2 || a == 10) && pending[k]) { pending[k] = 0; kind[i] = 4; continue; }
         if (a == 1) pending[k] = 1;
         if (live[k] >= 0) { kind[i] = 2; partner[i] = live[k]; live[k] = -1; }
         else kind[i] = 3;
     }
-    free(keys); free(slot_of); free(live); free(pending);
-    return 0;
+    for (int64_t j = 0; j < n_q && !bad; j++) touched[j] = m.slot_of[addr_find(&m, q[j])] >= 0;
+    free(m.keys); free(m.slot_of); free(live); free(pending);
+    return bad ? -1 : 0;
 }
