@@ -39,6 +39,7 @@ typedef struct {
     Node *nodes;
     int64_t n_nodes, cap_nodes;
     int32_t top;
+    int64_t n_dicts;
     /* columns */
     int64_t n_entries;
     int32_t *e_device, *e_stack;
@@ -307,7 +308,8 @@ static int walk(Reader *r) {
         case 0x80: NEED(1); pos += 1; break;                     /* PROTO */
         case 0x95: NEED(8); pos += 8; break;                     /* FRAME */
         case '.': stopped = 1; break;                             /* STOP */
-        case '}': if ((a = new_node(r, T_DICT)) < 0 || SPUSH(a)) goto done;
+        case '}': r->n_dicts++;
+                  if ((a = new_node(r, T_DICT)) < 0 || SPUSH(a)) goto done;
                   break;
         case ']': if ((a = new_node(r, T_LIST)) < 0 || SPUSH(a)) goto done;
                   break;
@@ -468,16 +470,26 @@ static int32_t get(Reader *r, int32_t d, const char *s) {
     return -1;
 }
 
-enum { K_OTHER, K_ACTION, K_ADDR, K_SIZE, K_STREAM, K_TIME, K_FRAMES, K_DEVICE_FREE, K_TORCH_CAT, K_FILENAME, K_NAME, K_LINE, K_ADDRESS, K_TOTAL, K_ALLOCATED, K_ACTIVE, K_REQUESTED, K_DEVICE, K_SEGTYPE, K_POOL, K_EXPANDABLE, K_BLOCKS, K_STATE, K_N };
-static const char *KEYS[K_N] = {"", "action", "addr", "size", "stream", "time_us", "frames", "device_free", "torch_category", "filename", "name", "line", "address", "total_size", "allocated_size", "active_size", "requested_size", "device", "segment_type", "segment_pool_id", "is_expandable", "blocks", "state"};
+enum { K_OTHER, K_ACTION, K_ADDR, K_SIZE, K_STREAM, K_TIME, K_FRAMES, K_DEVICE_FREE, K_TORCH_CAT, K_FILENAME, K_NAME, K_LINE, K_ADDRESS, K_TOTAL, K_ALLOCATED, K_ACTIVE, K_REQUESTED, K_DEVICE, K_SEGTYPE, K_POOL, K_EXPANDABLE, K_BLOCKS, K_STATE,
+       /* values read by name: actions (columns.py's ACTIONS order), block states */
+       K_ACTION0, K_STATE0 = K_ACTION0 + 11, K_N = K_STATE0 + 3 };
+static const char *KEYS[K_N] = {"", "action", "addr", "size", "stream", "time_us", "frames", "device_free", "torch_category", "filename", "name", "line", "address", "total_size", "allocated_size", "active_size", "requested_size", "device", "segment_type", "segment_pool_id", "is_expandable", "blocks", "state",
+    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+    "segment_map", "segment_unmap", "snapshot", "oom", "user_defined", "free",
+    "active_allocated", "active_pending_free", "inactive"};
 
 /* which known key string node ``k`` is; each key node is read once (pickle memoizes
    keys, so 19k entries share one "action" node) */
-static int key_of(Reader *r, int32_t k) {
+static int key_read(Reader *r, int32_t k);
+
+static inline int key_of(Reader *r, int32_t k) {
+    if (k < IMM && r->key_code[k]) return r->key_code[k] - 1;
+    return key_read(r, k);
+}
+
+static int key_read(Reader *r, int32_t k) {
     if (TYPE(k) != T_STR) return K_OTHER;
-    int c = r->key_code[k] - 1;
-    if (c >= 0) return c;
-    c = K_OTHER;
+    int c = K_OTHER;
     for (int i = 1; i < K_N; i++) if (str_is(r, k, KEYS[i])) { c = i; break; }
     r->key_code[k] = (int8_t)(c + 1);
     return c;
@@ -625,10 +637,6 @@ static int grow_hash(Reader *r) {
     return 0;
 }
 
-static const char *ACTIONS[] = {"alloc", "free_requested", "free_completed", "segment_alloc",
-                                "segment_free", "segment_map", "segment_unmap", "snapshot",
-                                "oom", "user_defined", "free"};
-static const char *STATES[] = {"active_allocated", "active_pending_free", "inactive"};
 
 #define ALLOC(ptr, n) do { (ptr) = malloc(((size_t)(n) + 1) * sizeof(*(ptr))); \
     if (!(ptr)) return fail(r, NOMEM, "out of memory"); } while (0)
@@ -646,8 +654,7 @@ static int take(Reader *r) {
     r->stack_of = calloc((size_t)r->n_nodes + 1, sizeof(int32_t));
     if (!r->key_code || !r->frame_of || !r->stack_of) return fail(r, NOMEM, "out of memory");
     int32_t F[K_N];
-    int64_t n_frames_max = 0;
-    for (int64_t i = 0; i < r->n_nodes; i++) n_frames_max += TYPE(i) == T_DICT;
+    int64_t n_frames_max = r->n_dicts;  /* every frame is a dict */
     ALLOC(r->f_file, n_frames_max); ALLOC(r->f_file_len, n_frames_max);
     ALLOC(r->f_name, n_frames_max); ALLOC(r->f_name_len, n_frames_max);
     ALLOC(r->f_line, n_frames_max); ALLOC(r->f_has, n_frames_max);
@@ -705,8 +712,8 @@ static int take(Reader *r) {
                 return fail(r, SHAPE, "block size or address");
             r->b_size[at] = (int64_t)size;
             int32_t stt = F[K_STATE];
-            r->b_state[at] = -1;
-            for (int k = 0; k < 3 && stt >= 0; k++) if (str_is(r, stt, STATES[k])) r->b_state[at] = (int8_t)k;
+            int sc = stt >= 0 ? key_of(r, stt) - K_STATE0 : -1;
+            r->b_state[at] = (int8_t)(sc >= 0 && sc < 3 ? sc : -1);
             if (r->b_state[at] < 0) return fail(r, SHAPE, "block state");
             int32_t bf = F[K_FRAMES];
             if (bf < 0 || (r->b_stack[at] = stack_id(r, bf)) < 0) return fail(r, SHAPE, "block frames");
@@ -733,8 +740,8 @@ static int take(Reader *r) {
             r->e_device[at] = (int32_t)d;
             int32_t act = F[K_ACTION];
             if (act < 0 || TYPE(act) != T_STR) return fail(r, SHAPE, "entry action");
-            r->e_action[at] = -1;
-            for (int a = 0; a < 11; a++) if (str_is(r, act, ACTIONS[a])) { r->e_action[at] = (int8_t)a; break; }
+            int ac = key_of(r, act) - K_ACTION0;
+            r->e_action[at] = (int8_t)(ac >= 0 && ac < 11 ? ac : -1);
             k = F[K_ADDR];
             if (k < 0) r->e_addr[at] = 0;
             else if (!uint_in(r, k, MAX_U64, &r->e_addr[at])) return fail(r, SHAPE, "entry addr");
