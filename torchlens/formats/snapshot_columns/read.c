@@ -851,16 +851,17 @@ int32_t sr_get(void *p, int32_t d, const char *key) {
    5 segment added, 6 segment removed.
    Then for each of ``n_q`` addresses whether an alloc or a free names it (``touched``:
    the segments' blocks the trace never touches are memory from before the window). */
-typedef struct { uint64_t *keys; int32_t *slot_of; int64_t cap; int32_t used; } AddrMap;
+typedef struct { uint64_t *keys; int32_t *slot_of; int64_t cap; int32_t used, bits; } AddrMap;
 
 static int64_t addr_find(const AddrMap *m, uint64_t a) {
-    int64_t s = (int64_t)((a * 0x9e3779b97f4a7c15ULL) >> 11) & (m->cap - 1);
+    /* the product's top bits: addresses are multiples of 512 or 2 MiB, low bits alike */
+    int64_t s = (int64_t)((a * 0x9e3779b97f4a7c15ULL) >> (64 - m->bits));
     while (m->slot_of[s] >= 0 && m->keys[s] != a) s = (s + 1) & (m->cap - 1);
     return s;
 }
 
 static int addr_grow(AddrMap *m) {
-    AddrMap g = {NULL, NULL, m->cap ? m->cap * 2 : 4096, m->used};
+    AddrMap g = {NULL, NULL, m->cap ? m->cap * 2 : 4096, m->used, m->cap ? m->bits + 1 : 12};
     g.keys = malloc((size_t)g.cap * sizeof(uint64_t));
     g.slot_of = malloc((size_t)g.cap * sizeof(int32_t));
     if (!g.keys || !g.slot_of) { free(g.keys); free(g.slot_of); return -1; }
