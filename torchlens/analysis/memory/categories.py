@@ -182,12 +182,14 @@ def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None 
     return categorize_key(tuple(map(frame_key, frames)), custom)
 
 
-def frame_key(f: dict[str, Any]) -> tuple[str, str]:
-    """What the rules read of a frame: its file (forward slashes) and function."""
-    return _file(f), _name(f)
+def frame_key(f: dict[str, Any]) -> str:
+    """What the rules read of a frame: its file (forward slashes) and function, as one
+    string (a stack's key hashes its strings once each: a tuple of pairs re-hashed every
+    pair at every lookup)."""
+    return f"{_file(f)}\0{_name(f)}"
 
 
-def categorize_key(key: tuple[tuple[str, str], ...],
+def categorize_key(key: tuple[str, ...],
                    custom: list[tuple[str, re.Pattern[str]]] | None = None) -> str:
     """``categorize`` of a stack given as its frames' ``frame_key``s (for a caller that
     holds each distinct frame once: the key costs no second reading of every frame)."""
@@ -219,8 +221,8 @@ class Categorizer:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _categorize_stack(stack: tuple[tuple[str, str], ...],
-                      custom: tuple[tuple[str, str, int], ...]) -> str:
+def _categorize_stack(key: tuple[str, ...], custom: tuple[tuple[str, str, int], ...]) -> str:
+    stack = [k.split("\0", 1) for k in key]
     frames = [{"filename": file, "name": name} for file, name in stack]
     for name, pattern, flags in custom:
         rx = re.compile(pattern, flags)

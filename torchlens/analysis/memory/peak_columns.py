@@ -40,6 +40,10 @@ from torchlens.formats.locations import CellNames
 from torchlens.formats.snapshot_columns import SnapshotColumns, native, python_reader
 
 
+#: the sign of each pairing kind's change to allocated (``python_reader.pair``'s kinds)
+_SIGN = np.array([0, 1, -1, -1, 0, 0, 0], np.int64)
+
+
 def _device(cols: SnapshotColumns, device: int) -> int:
     """``history.device_view``'s choice for a file: the asked device when it has data,
     else the first that has."""
@@ -145,10 +149,9 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
         return None  # levels past int64: the dict path's Python ints
     points = np.flatnonzero(kind > 0)
     k = kind[points]
-    d_alloc = np.zeros(len(points), np.int64)
-    d_alloc[k == 1] = rounded[points[k == 1]]
-    d_alloc[k == 2] = -rounded[partner[points[k == 2]]]
-    d_alloc[k == 3] = -rounded[points[k == 3]]
+    # an alloc adds its bytes, a free takes its alloc's (or, from before, its own)
+    whose = np.where(k == 2, partner[points], points)
+    d_alloc = _SIGN[k] * rounded[whose]
     unknown = points[k == 3]
     unknown_freed = int(rounded[unknown].sum())
     start = final_alloc - int(d_alloc.sum())
