@@ -126,9 +126,11 @@ def peak_from_columns(cols: SnapshotColumns, *, device: int = 0, alloc_conf: str
     chosen = _device(cols, device)
     cfg = (AllocatorConfig.parse(alloc_conf) if alloc_conf
            else AllocatorConfig.from_settings(cols.allocator_settings))
+    act, addr, size = cols.e_action, cols.e_addr, cols.e_size
+    times, stack = cols.e_time, cols.e_stack
     mine = cols.e_device == chosen
-    act, addr, size = cols.e_action[mine], cols.e_addr[mine], cols.e_size[mine]
-    times, stack = cols.e_time[mine], cols.e_stack[mine]
+    if not mine.all():  # else the columns as they are (no copies)
+        act, addr, size, times, stack = (x[mine] for x in (act, addr, size, times, stack))
     blocks = np.flatnonzero(np.repeat(cols.s_device == chosen, cols.s_count))
     b_alive = blocks[cols.b_state[blocks] == 0]
     final_alloc = int(cols.b_size[b_alive].sum())

@@ -50,6 +50,7 @@ def _load() -> Any:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
     lib.sr_read.restype, lib.sr_read.argtypes = p, [ctypes.c_char_p, i64]
     lib.sr_free.restype, lib.sr_free.argtypes = None, [p]
+    lib.sr_free_tree.restype, lib.sr_free_tree.argtypes = None, [p]
     lib.sr_status.restype, lib.sr_status.argtypes = ctypes.c_int, [p]
     lib.sr_error.restype, lib.sr_error.argtypes = ctypes.c_char_p, [p]
     lib.sr_top.restype, lib.sr_top.argtypes = i32, [p]
@@ -139,32 +140,33 @@ def read(data: bytes, record_key: str) -> SnapshotColumns | None:
     h = _LIB.sr_read(data, len(data))
     if not h:
         return None
+    owner = _Owner(h)  # sr_free when the last column is dropped
+    if _LIB.sr_status(h) != 0:
+        return None
+    top = _LIB.sr_top(h)
+    if _LIB.sr_get(h, top, record_key.encode()) >= 0:
+        return None
+    nodes = _Nodes(h, data)
     try:
-        if _LIB.sr_status(h) != 0:
-            return None
-        top = _LIB.sr_top(h)
-        if _LIB.sr_get(h, top, record_key.encode()) >= 0:
-            return None
-        counts = [_LIB.sr_count(h, i) for i in range(6)]
-        cols: dict[str, np.ndarray] = {}
-        for k, (name, dtype, which) in enumerate(COLUMNS):
-            n = counts[which] + (1 if name == "st_start" else 0)
-            ptr = _LIB.sr_column(h, k)
-            cols[name] = (np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(
-                np.ctypeslib.as_ctypes_type(dtype))), (n,)).copy() if n else
-                np.zeros(0, dtype))
-        nodes = _Nodes(h, data)
-        try:
-            extra = {key: nodes.value(k) for key in ("allocator_settings",
-                                                     "external_annotations")
-                     if (k := _LIB.sr_get(h, top, key.encode())) >= 0}
-            traces = _LIB.sr_get(h, top, b"device_traces")
-            n_devices = (_LIB.sr_node_len(h, traces)
-                         if traces >= 0 and _LIB.sr_node_type(h, traces) == _T_LIST else 0)
-        except (ValueError, UnicodeDecodeError):
-            return None
-    finally:
-        _LIB.sr_free(h)
+        extra = {key: nodes.value(k) for key in ("allocator_settings", "external_annotations")
+                 if (k := _LIB.sr_get(h, top, key.encode())) >= 0}
+    except (ValueError, UnicodeDecodeError):
+        return None
+    traces = _LIB.sr_get(h, top, b"device_traces")
+    n_devices = (_LIB.sr_node_len(h, traces)
+                 if traces >= 0 and _LIB.sr_node_type(h, traces) == _T_LIST else 0)
+    _LIB.sr_free_tree(h)
+    counts = [_LIB.sr_count(h, i) for i in range(6)]
+    cols: dict[str, np.ndarray] = {}
+    for k, (name, dtype, which) in enumerate(COLUMNS):
+        n = counts[which] + (1 if name == "st_start" else 0)
+        if not n:
+            cols[name] = np.zeros(0, dtype)
+            continue
+        # read in place (no copy: fresh pages cost more than the walk)
+        buf = (np.ctypeslib.as_ctypes_type(dtype) * n).from_address(_LIB.sr_column(h, k))
+        buf._owner = owner
+        cols[name] = np.frombuffer(buf, dtype)
     try:
         frames = _frames(data, cols)
     except UnicodeDecodeError:
@@ -180,6 +182,19 @@ def read(data: bytes, record_key: str) -> SnapshotColumns | None:
                            allocator_settings=dict(settings) if isinstance(settings, dict)
                            else {},
                            external_annotations=notes if isinstance(notes, list) else [])
+
+
+class _Owner:
+    """Frees a reader's columns when the last array reading them is dropped."""
+
+    __slots__ = ("h",)
+
+    def __init__(self, h: int) -> None:
+        self.h = h
+
+    def __del__(self) -> None:
+        if _LIB is not None:  # (not at interpreter exit, after the module is torn down)
+            _LIB.sr_free(self.h)
 
 
 def _frames(data: bytes, cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:

@@ -40,6 +40,8 @@ typedef struct {
     int64_t n_nodes, cap_nodes;
     int32_t top;
     int64_t n_dicts;
+    uint64_t *bigs;
+    int64_t n_bigs, cap_bigs;
     /* columns */
     int64_t n_entries;
     int32_t *e_device, *e_stack;
@@ -77,7 +79,11 @@ typedef struct {
 /* Small non-negative ints are no node: their id is IMM + the value (a snapshot's sizes,
    counts and line numbers are most of its objects; a node each touched megabytes) */
 #define IMM (1 << 30)
-#define TYPE(k) ((k) >= IMM ? T_INT : r->nodes[k].type)
+/* Larger non-negative ints below 2**64 (addresses) are no node either: their id is BIG +
+   their index in ``bigs``, 8 bytes each instead of a node's 32 */
+#define BIG (1 << 29)
+#define TYPE(k) ((k) >= BIG ? T_INT : r->nodes[k].type)
+#define INT_OF(k) ((k) >= IMM ? (uint64_t)((k) - IMM) : r->bigs[(k) - BIG])
 
 static int fail(Reader *r, int status, const char *what) {
     if (r->status == OK) {
@@ -98,7 +104,7 @@ static int32_t new_node(Reader *r, uint8_t type) {
         r->nodes = p;
         r->cap_nodes = cap;
     }
-    if (r->n_nodes >= IMM) return fail(r, SHAPE, "too many objects");
+    if (r->n_nodes >= BIG) return fail(r, SHAPE, "too many objects");
     Node *x = &r->nodes[r->n_nodes];
     memset(x, 0, sizeof *x);
     x->type = type;
@@ -197,7 +203,8 @@ static int extend(Reader *r, int32_t c, const int32_t *src, int64_t count) {
     if (x->type == T_LIST && x->len == 0 && count >= 4) return intern(r, c, src, count);
     if (x->len + count > INT32_MAX) return fail(r, SHAPE, "a container past 2**31 items");
     if (x->len + count > x->cap) {
-        int64_t cap = x->cap ? x->cap * 2 : 4;
+        /* a dict's SETITEMS and a list's APPENDS usually come once: room for them exactly */
+        int64_t cap = x->len == 0 ? count : (x->cap ? x->cap * 2 : 4);
         while (cap < x->len + count) cap *= 2;
         int32_t *p = room(r, cap);
         if (!p) return -1;
@@ -263,9 +270,16 @@ static int32_t long_node(Reader *r, const uint8_t *p, int k) {
         memcpy(&v, p, (size_t)k);  /* little-endian bytes, as the host's (x86, arm) */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         if (v < IMM) return (int32_t)(IMM + v);
-        int32_t id = new_node(r, T_INT);
-        if (id >= 0) r->nodes[id].u = v;
-        return id;
+        if (r->n_bigs == r->cap_bigs) {
+            int64_t cap = r->cap_bigs ? r->cap_bigs * 2 : r->n / 64 + 1024;
+            uint64_t *p2 = realloc(r->bigs, (size_t)cap * sizeof(uint64_t));
+            if (!p2) return fail(r, NOMEM, "out of memory");
+            r->bigs = p2;
+            r->cap_bigs = cap;
+        }
+        if (r->n_bigs >= IMM - BIG) return fail(r, SHAPE, "too many numbers");
+        r->bigs[r->n_bigs] = v;
+        return (int32_t)(BIG + r->n_bigs++);
 #endif
     }
     int32_t id = new_node(r, T_INT);
@@ -456,7 +470,7 @@ done:
 /* ---- taking the columns ---- */
 
 static int str_is(Reader *r, int32_t k, const char *s) {
-    if (k >= IMM) return 0;
+    if (k >= BIG) return 0;
     Node *x = &r->nodes[k];
     size_t n = strlen(s);
     return x->type == T_STR && (size_t)x->len == n && memcmp(r->buf + x->u, s, n) == 0;
@@ -483,7 +497,7 @@ static const char *KEYS[K_N] = {"", "action", "addr", "size", "stream", "time_us
 static int key_read(Reader *r, int32_t k);
 
 static inline int key_of(Reader *r, int32_t k) {
-    if (k < IMM && r->key_code[k]) return r->key_code[k] - 1;
+    if (k < BIG && r->key_code[k]) return r->key_code[k] - 1;
     return key_read(r, k);
 }
 
@@ -505,9 +519,10 @@ static void fields(Reader *r, int32_t d, int32_t *out) {
 /* an int node in [0, hi] (hi < 2**64), not a bool */
 static int uint_in(Reader *r, int32_t k, uint64_t hi, uint64_t *out) {
     if (k < 0) return 0;
-    if (k >= IMM) {
-        if ((uint64_t)(k - IMM) > hi) return 0;
-        *out = (uint64_t)(k - IMM);
+    if (k >= BIG) {
+        uint64_t v = INT_OF(k);
+        if (v > hi) return 0;
+        *out = v;
         return 1;
     }
     Node *x = &r->nodes[k];
@@ -530,12 +545,13 @@ static int check_frame(Reader *r, int32_t f) {
     for (int64_t i = 0; i < x->len; i += 2) {
         int key = key_of(r, x->items[i]);
         int32_t v = x->items[i + 1];
-        if (key == K_LINE && v >= IMM) {  /* the usual line number */
-            r->f_line[k] = v - IMM;
+        if (key == K_LINE && v >= BIG) {  /* the usual line number */
+            if (INT_OF(v) > (uint64_t)INT64_MAX) return fail(r, SHAPE, "a line past 2**63");
+            r->f_line[k] = (int64_t)INT_OF(v);
             r->f_has[k] |= 4;
             continue;
         }
-        if (v >= IMM && key != K_LINE) return fail(r, SHAPE, "a frame's name is not text");
+        if (v >= BIG) return fail(r, SHAPE, "a frame's name is not text");
         Node *vx = &r->nodes[v];
         if (key == K_FILENAME || key == K_NAME) {
             if (vx->type != T_STR) return fail(r, SHAPE, "a frame's name is not text");
@@ -561,7 +577,7 @@ static int grow_hash(Reader *r);
 
 /* the stack index of frames list ``l`` (lists holding the same frame dicts share one) */
 static int32_t stack_id(Reader *r, int32_t l) {
-    if (l >= IMM) return fail(r, SHAPE, "frames is not a list");
+    if (l >= BIG) return fail(r, SHAPE, "frames is not a list");
     if (l >= 0 && r->stack_of[l]) return r->stack_of[l] - 1;
     Node *x = l >= 0 ? &r->nodes[l] : NULL;
     int32_t tag = x && x->type == T_LIST ? x->tag : 0;
@@ -777,6 +793,8 @@ static void free_nodes(Reader *r) {
     }
     free(r->nodes);
     r->nodes = NULL;
+    free(r->bigs);
+    r->bigs = NULL;
 }
 
 void *sr_read(const uint8_t *buf, int64_t n) {
@@ -801,6 +819,20 @@ void sr_free(void *p) {
                       r->it_ptr, r->it_len, r->it_stack, r->it_slot, r->it_hash};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
     free(r);
+}
+
+/* The tree and the maps freed, the columns kept (numpy reads them in place until the
+   columns are dropped, then sr_free) */
+void sr_free_tree(void *p) {
+    Reader *r = p;
+    free_nodes(r);
+    void *maps[] = {r->frame_of, r->stack_of, r->st_hash, r->key_code, r->it_ptr, r->it_len,
+                    r->it_stack, r->it_slot, r->it_hash};
+    for (size_t i = 0; i < sizeof maps / sizeof *maps; i++) free(maps[i]);
+    r->frame_of = r->stack_of = r->st_hash = r->it_len = r->it_stack = r->it_slot = NULL;
+    r->key_code = NULL;
+    r->it_ptr = NULL;
+    r->it_hash = NULL;
 }
 
 int sr_status(void *p) { return ((Reader *)p)->status; }
@@ -831,10 +863,11 @@ int sr_node_type(void *p, int32_t k) { Reader *r = p; return TYPE(k); }
 int64_t sr_node_len(void *p, int32_t k) { return ((Reader *)p)->nodes[k].len; }
 int32_t sr_node_item(void *p, int32_t k, int64_t i) { return ((Reader *)p)->nodes[k].items[i]; }
 uint64_t sr_node_u(void *p, int32_t k) {
-    return k >= IMM ? (uint64_t)(k - IMM) : ((Reader *)p)->nodes[k].u;
+    Reader *r = p;
+    return k >= BIG ? INT_OF(k) : r->nodes[k].u;
 }
 int sr_node_flags(void *p, int32_t k) {
-    if (k >= IMM) return 0;
+    if (k >= BIG) return 0;
     Node *x = &((Reader *)p)->nodes[k];
     return x->neg | (x->big << 1);
 }
