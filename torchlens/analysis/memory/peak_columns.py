@@ -39,7 +39,6 @@ from torchlens.analysis.memory.peak import (
 from torchlens.formats.locations import CellNames
 from torchlens.formats.snapshot_columns import SnapshotColumns, native, python_reader
 
-
 #: the sign of each pairing kind's change to allocated (``python_reader.pair``'s kinds)
 _SIGN = np.array([0, 1, -1, -1, 0, 0, 0], np.int64)
 
