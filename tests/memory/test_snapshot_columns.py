@@ -282,6 +282,25 @@ def test_truncated_and_empty_files_read_as_before(tmp_path, monkeypatch):
         load_gpumem(str(empty))
 
 
+def test_text_pickle_cannot_decode_fails_the_same_on_both_paths(tmp_path, monkeypatch):
+    # an action whose bytes are not UTF-8: the reader compares no bytes it has not checked
+    snap = _snapshot()
+    snap["device_traces"][0][1]["action"] = "QQ"
+    data = pickle.dumps(snap, protocol=4)
+    assert data.count(b"QQ") == 1
+    p = tmp_path / "bad_text.pickle"
+    p.write_bytes(data.replace(b"QQ", b"\xff\xfe"))
+    monkeypatch.delenv("TORCHLENS_NO_NATIVE", raising=False)
+    assert native.status(p.read_bytes()) == ("shape", "a string not UTF-8")
+    msgs = []
+    for no_native in ("", "1"):
+        monkeypatch.setenv("TORCHLENS_NO_NATIVE", no_native)
+        with pytest.raises(InputError) as err:
+            load_gpumem(str(p))
+        msgs.append(str(err.value))
+    assert msgs[0] == msgs[1] and "cannot read it as a pickle" in msgs[0]
+
+
 def test_damaged_settings_fail_the_same_on_both_paths(tmp_path, monkeypatch):
     snap = _snapshot()
     snap["allocator_settings"]["garbage_collection_threshold"] = 7.0

@@ -254,6 +254,31 @@ static inline uint64_t le(const uint8_t *p, int k) {
     return v;
 }
 
+/* Whether a string's bytes are UTF-8 as pickle decodes them ('surrogatepass': encoded
+   surrogates pass): a string pickle cannot decode makes the file the Python loader's,
+   whatever key holds it */
+static int utf8_ok(const uint8_t *p, int64_t n) {
+    int64_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) { i++; continue; }
+        int k;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c == 0xE0) { k = 2; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEF) k = 2;
+        else if (c == 0xF0) { k = 3; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) k = 3;
+        else if (c == 0xF4) { k = 3; hi = 0x8F; }
+        else return 0;
+        if (i + k >= n) return 0;  /* the sequence runs past the string */
+        if (p[i + 1] < lo || p[i + 1] > hi) return 0;
+        for (int j = 2; j <= k; j++) if ((p[i + j] & 0xC0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
 static int32_t int_node(Reader *r, int64_t v) {
     if (v >= 0 && v < IMM) return (int32_t)(IMM + v);
     int32_t k = new_node(r, T_INT);
@@ -365,6 +390,7 @@ static int walk(Reader *r) {
             pos += k;
             if (len > (uint64_t)(r->n - pos)) { fail(r, TRUNCATED, "the pickle ends early"); goto done; }
             if (len > INT32_MAX) { fail(r, SHAPE, "a string past 2 GiB"); goto done; }
+            if (!utf8_ok(buf + pos, (int64_t)len)) { fail(r, SHAPE, "a string not UTF-8"); goto done; }
             if ((a = new_node(r, T_STR)) < 0) goto done;
             r->nodes[a].u = (uint64_t)pos;
             r->nodes[a].len = (int32_t)len;
