@@ -132,10 +132,10 @@ def stages(path: str) -> dict[str, float]:
     out["read the file"] = time.process_time() - c
     c = time.process_time()
     cols = native.read(data, RECORD_KEY)
-    out["compiled reader: walk, check, columns"] = time.process_time() - c
+    out["reader: walk, check, columns"] = time.process_time() - c
     c = time.process_time()
     peak_from_columns(cols)
-    out["peak by category and site (columns)"] = time.process_time() - c
+    out["peak, categories, sites"] = time.process_time() - c
     r = load_gpumem(path)
     r._fast = peak_from_columns(cols)
     c = time.process_time()
@@ -251,7 +251,7 @@ def main() -> int:
         print("\ntorchlens peak by stage, CPU s (median of --repeat):")
         rows = [stages(path) for _ in range(args.repeat)]
         for k in rows[0]:
-            print(f"  {k + ':':30s}{statistics.median(r[k] for r in rows):.3f}")
+            print(f"  {k + ':':30s}{statistics.median(r[k] for r in rows):.4f}")
     if args.all:
         print("\nsnapshot | torchlens peak GiB | Mosaic dynamic + static = overall GiB | ratio")
         for snap in sorted(SNAPSHOTS.glob("*.pickle")):
