@@ -1,18 +1,21 @@
-"""Build hook: compile torchlens' C trace scanner when a C compiler is present.
+"""Build hook: compile torchlens' C readers when a C compiler is present.
 
-The scanner (torchlens/formats/kineto/scan.c) is plain C loaded with ctypes,
-so it needs no Python headers, only ``cc``. Its file name carries a hash of
-the C source (``scanner_file.library_name``), so the package never loads a
-library built from another version of scan.c.
+Two libraries, each plain C loaded with ctypes (no Python headers, only ``cc``):
+the trace scanner (torchlens/formats/kineto/scan.c) and the allocator snapshot
+reader (torchlens/formats/snapshot_columns/read.c). Each file name carries a
+hash of its C source (``scanner_file.library_name``,
+``library_file.library_name``), so the package never loads a library built
+from another version of the source.
 
 Where it goes: a wheel gets it compiled in a temporary folder and added to the
 archive (nothing is written into the source tree); an editable install imports
 the package from the source tree, so there it is compiled next to scan.c,
 after removing libraries built from older sources.
 
-Without a compiler the wheel is still complete: every trace is then read by
-the Python path (slower, same tables), and
-``torchlens.formats.kineto.native_available()`` says so.
+Without a compiler the wheel is still complete: every trace and snapshot is
+then read by the Python path (slower, same tables), and
+``torchlens.formats.kineto.native_available()`` /
+``formats.snapshot_columns.native.available()`` say so.
 """
 
 from __future__ import annotations
@@ -28,13 +31,15 @@ from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-PACKAGE_DIR = "torchlens/formats/kineto"
+#: (package folder, C source, the module that names its library)
+LIBRARIES = (("torchlens/formats/kineto", "scan.c", "scanner_file.py"),
+             ("torchlens/formats/snapshot_columns", "read.c", "library_file.py"))
 
 
-def _scanner_file(root: Path):
-    """``scanner_file.py`` loaded by path: it names the library (stdlib only)."""
+def _names(root: Path, package: str, namer: str):
+    """The naming module loaded by path: it names the library (stdlib only)."""
     spec = importlib.util.spec_from_file_location(
-        "_torchlens_scanner_file", root / PACKAGE_DIR / "scanner_file.py")
+        f"_torchlens_{namer[:-3]}", root / package / namer)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -47,9 +52,18 @@ class NativeScannerHook(BuildHookInterface):
         self._tmp = None
         if self.target_name != "wheel":
             return
+        if version != "editable":
+            self._tmp = tempfile.mkdtemp(prefix="torchlens-scan-")
+        built = [self._compile(version, build_data, *lib) for lib in LIBRARIES]
+        if any(built):
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+
+    def _compile(self, version: str, build_data: dict, package: str, c_file: str,
+                 namer: str) -> bool:
         root = Path(self.root)
-        names = _scanner_file(root)
-        source = root / PACKAGE_DIR / "scan.c"
+        names = _names(root, package, namer)
+        source = root / package / c_file
         name = names.library_name(source.read_bytes())
         if version == "editable":
             out_dir = source.parent
@@ -57,7 +71,6 @@ class NativeScannerHook(BuildHookInterface):
                 if old.name != name:
                     old.unlink()
         else:
-            self._tmp = tempfile.mkdtemp(prefix="torchlens-scan-")
             out_dir = Path(self._tmp)
         cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
         cmd = [*shlex.split(cc), "-O3", "-shared", "-fPIC",
@@ -67,13 +80,12 @@ class NativeScannerHook(BuildHookInterface):
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
             self.app.display_warning(
-                f"torchlens: C trace scanner not built ({detail.strip()[:200]}); "
-                "traces will be read by the slower Python path")
-            return
+                f"torchlens: {c_file} not built ({detail.strip()[:200]}); "
+                "files it reads will be read by the slower Python path")
+            return False
         if version != "editable":
-            build_data["force_include"][str(out_dir / name)] = f"{PACKAGE_DIR}/{name}"
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
+            build_data["force_include"][str(out_dir / name)] = f"{package}/{name}"
+        return True
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
         if getattr(self, "_tmp", None):

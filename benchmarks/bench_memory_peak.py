@@ -4,27 +4,29 @@ largest shared snapshot in under 1 s and at least 5x faster than Mosaic's peak).
 
 What each timer holds (issue 26: the same work on both sides):
 
-- "torchlens peak": ``r = torchlens.load_gpumem(path)`` (read the file, unpickle it
-  refusing every global, check and normalize every entry), then ``r.categories()`` and
-  ``r.peak()``: the timeline, the peak, what was alive then by category and by site
-  (the site table carries each site's stack as text), as DataFrames. Nothing else of
-  the report (``analysis.memory.analyze.peak_part``).
+- "torchlens peak": ``r = torchlens.load_gpumem(path)`` (read the file; the compiled
+  reader ``formats/snapshot_columns/read.c`` walks the pickle's opcodes without running
+  pickle, refusing every global, checks every entry and gives columns; without it, or
+  for a file it declines, the Python loader unpickles and normalizes), then
+  ``r.categories()`` and ``r.peak()``: the timeline, the peak, what was alive then by
+  category and by site (the site table carries each site's stack as text), as
+  DataFrames (``analysis.memory.peak_columns``; without columns ``analyze.peak_part``).
 - "Mosaic peak": ``mosaic.cmd.entry_point.get_memory_usage_peak`` as its
   ``mosaic_get_memory_usage_peak`` command runs it: ``pickle.load`` of the file, the
   dynamic and static peak, and the stack at the peak printed (to a buffer here).
 - "torchlens full report" (a second figure, more work than Mosaic's): the above plus
   ``r.analysis()``: fragmentation, leaks, top sites, the stacked timeline by
   category and the OOM diagnosis, what ``torchlens report X.pickle`` computes.
-- "unpickle floor": ``pickle.load`` of the file alone, as Mosaic reads it: the part of
-  Mosaic's time both sides must pay in some form (the ratio can never pass Mosaic's
-  time over it while the file must be read whole).
+- "unpickle floor": ``pickle.load`` of the file alone, as Mosaic reads it (the part of
+  Mosaic's time its reading costs; torchlens' compiled reader does not unpickle).
 
 Imports are outside every timer. The timers alternate (torchlens peak, Mosaic, full
 report, floor) ``--repeat`` times after a warm-up round, each after a ``gc.collect()``
 outside it, and each median is kept, of wall time and of this process's CPU time (which
 a loaded machine moves less); the load average before and after is printed (the
 machine is shared). ``--stages``: where torchlens' peak time goes, in CPU seconds
-(unpickle, check and normalize, timeline, peak by category and site, the DataFrames). Mosaic is never a
+(reading the file, the compiled reader's walk and columns, the peak from the columns,
+the DataFrames; ``TORCHLENS_NO_NATIVE=1``: the Python loader's stages). Mosaic is never a
 torchlens dependency: pass its checkout with ``--mosaic``
 (``git clone https://github.com/facebookresearch/mosaic``). Its plotting and config
 imports (altair, omegaconf, tabulate), unused on the peak path, are stubbed when
@@ -115,6 +117,35 @@ def unpickle(path: str) -> None:
 
 def stages(path: str) -> dict[str, float]:
     """CPU seconds of each stage of ``torchlens_peak`` (private names: a benchmark's)."""
+    from torchlens.formats.gpumem_record import RECORD_KEY
+    from torchlens.formats.snapshot_columns import native
+
+    if not native.available():
+        return python_stages(path)
+    from torchlens.analysis.memory.peak_columns import peak_from_columns
+    from torchlens.frontends.api import load_gpumem
+
+    out = {}
+    gc.collect()
+    c = time.process_time()
+    data = Path(path).read_bytes()
+    out["read the file"] = time.process_time() - c
+    c = time.process_time()
+    cols = native.read(data, RECORD_KEY)
+    out["reader: walk, check, columns"] = time.process_time() - c
+    c = time.process_time()
+    peak_from_columns(cols)
+    out["peak, categories, sites"] = time.process_time() - c
+    r = load_gpumem(path)
+    r._fast = peak_from_columns(cols)
+    c = time.process_time()
+    r.categories(), r.peak()
+    out["the two DataFrames"] = time.process_time() - c
+    return out
+
+
+def python_stages(path: str) -> dict[str, float]:
+    """``stages`` of the Python path (``TORCHLENS_NO_NATIVE=1``, or no reader built)."""
     from torchlens.analysis.memory import analyze
     from torchlens.frontends.api import load_gpumem
     from torchlens.model import snapshot
@@ -209,7 +240,7 @@ def main() -> int:
     for i, what in enumerate(("wall", "CPU")):
         mo_s, floor = med["Mosaic peak"][i], med["unpickle floor"][i]
         print(f"ratio ({what}) Mosaic / torchlens peak: {mo_s / med['torchlens peak'][i]:.2f}x"
-              f" (target 5x; the unpickle floor bounds it at {mo_s / floor:.1f}x); Mosaic / "
+              f" (target 5x; Mosaic / unpickle floor {mo_s / floor:.1f}x); Mosaic / "
               f"torchlens full report: {mo_s / med['torchlens full report'][i]:.2f}x")
     print(f"torchlens peak: {tl['peak'] / GIB:.3f} GiB (largest category {tl['top']}; "
           f"the peak-only path's categories add up to it: {same})")
@@ -220,7 +251,7 @@ def main() -> int:
         print("\ntorchlens peak by stage, CPU s (median of --repeat):")
         rows = [stages(path) for _ in range(args.repeat)]
         for k in rows[0]:
-            print(f"  {k + ':':30s}{statistics.median(r[k] for r in rows):.3f}")
+            print(f"  {k + ':':30s}{statistics.median(r[k] for r in rows):.4f}")
     if args.all:
         print("\nsnapshot | torchlens peak GiB | Mosaic dynamic + static = overall GiB | ratio")
         for snap in sorted(SNAPSHOTS.glob("*.pickle")):

@@ -9,7 +9,8 @@ Run::
     PYTHONPATH=. python benchmarks/check_memory_peak_same.py --compare /tmp/peak-before.json
 
 Per snapshot (``/work/shared/testdata/snapshots/*.pickle``, ``--snapshots`` another
-folder), through ``torchlens.load``: the peak, its trace entry and x, the trigger, the
+folder), through ``torchlens.load``: ``categories()`` and ``peak()`` of a fresh result
+(the DataFrames as a user gets them first), then of the report: the peak, its trace entry and x, the trigger, the
 unattributed bytes, every category and site row (bytes, blocks, categories, function),
 the timeline's start/end/peak reserved and its series' sum, the top sites, the notes
 and ``to_json()`` less the peak's ``missing`` lines and its ``by_stage`` rows (both
@@ -32,6 +33,10 @@ def figures(path: Path) -> dict[str, Any]:
     import torchlens
 
     try:
+        # peak() and categories() first, as a user asks them (a loaded file's come
+        # from its columns until the report is made), then the report
+        fresh = torchlens.load(str(path))
+        tables = [fresh.categories().to_dict("split"), fresh.peak().to_dict("split")]
         r = torchlens.load(str(path))
         a = r.analysis()
     except Exception as exc:  # noqa: BLE001 - the error line is the figure
@@ -51,6 +56,7 @@ def figures(path: Path) -> dict[str, Any]:
             "peak_reserved": tl.peak_reserved, "points": len(tl.allocated),
             "allocated_sum": sum(tl.allocated), "notes": a.notes,
             "sites": [[s.site, s.bytes, s.count, s.alive_bytes] for s in a.sites],
+            "peak_and_categories_tables": json.loads(json.dumps(tables, default=str)),
             "to_json": json.loads(json.dumps(doc, default=str))}
 
 

@@ -217,6 +217,22 @@ class MemoryResult(Result):
     custom_categories: dict[str, str] | None = None
 
     _peak: Any = None  # ``analysis.memory.analyze.PeakPart``, made once
+    #: a loaded file's (columns, payload) (``formats.snapshot_columns``), its Profile's
+    #: maker (run on first use of the Profile), and the peak from the columns
+    _columns: Any = None
+    _made: Any = None
+    _fast: Any = None
+
+    @property
+    def profile(self) -> Profile:
+        if self._profile is None and self._made is not None:
+            self._profile, self._made = self._made(), None
+        return Result.profile.fget(self)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        if self._made is not None:
+            self.profile  # noqa: B018 - a loaded file's Profile, made now
+        return super().__repr__()
 
     def analysis(self) -> Any:
         """The analysis, its peak categorised with ``custom_categories`` when set."""
@@ -243,6 +259,23 @@ class MemoryResult(Result):
         part = self._peak_part()
         return self._analysis.peak if part is None else part.peak
 
+    def _peak_rows(self) -> Any:
+        """What ``peak()`` and ``categories()`` show: for a loaded file read by the
+        compiled reader, from its columns (the same rows, no dict per trace entry,
+        ``analysis.memory.peak_columns``), until the report is made."""
+        if self._analysis is None and self._peak is None and self._columns is not None:
+            if self._fast is None:
+                from torchlens.analysis.memory.categories import compile_custom
+                from torchlens.analysis.memory.peak_columns import peak_from_columns
+
+                cols, p = self._columns
+                self._fast = peak_from_columns(
+                    cols, device=p.recorded.device, alloc_conf=p.alloc_conf,
+                    custom=compile_custom(self.custom_categories), cells=p.cells) or False
+            if self._fast:
+                return self._fast
+        return self._peak_analysis()
+
     def set_categories(self, categories: dict[str, str] | None) -> MemoryResult:
         """Your own categories, matched before torchlens' rules: an ordered
         ``{name: regex}`` over each frame's ``file:function`` (InputError on a bad regex)."""
@@ -250,7 +283,7 @@ class MemoryResult(Result):
 
         compile_custom(categories)
         self.custom_categories = dict(categories or {}) or None
-        self._analysis = self._peak = None
+        self._analysis = self._peak = self._fast = None
         return self
 
     def peak(self) -> Any:
@@ -260,11 +293,14 @@ class MemoryResult(Result):
 
         from torchlens.render.memory.peak import stack_text
 
-        cells = dict(self.profile.payload.cells)  # type: ignore[attr-defined]
+        rows = self._peak_rows().by_site
+        payload = self._columns[1] if self._profile is None and self._columns else \
+            self.profile.payload
+        cells = dict(payload.cells)  # type: ignore[attr-defined]
         return pd.DataFrame([{"site": r.name, "function": r.function, "categories": r.categories,
                               "bytes": r.bytes, "share": r.share, "blocks": r.count,
                               "stack": stack_text(r.frames, cells)}
-                             for r in self._peak_analysis().by_site],
+                             for r in rows],
                             columns=["site", "function", "categories", "bytes", "share",
                                      "blocks", "stack"])
 
@@ -274,7 +310,7 @@ class MemoryResult(Result):
         torch's memory profiler (``categories="torch"``) or your regexes."""
         import pandas as pd
 
-        rows = self._peak_analysis().by_category
+        rows = self._peak_rows().by_category
         return pd.DataFrame([{"category": r.name, "bytes": r.bytes, "share": r.share,
                               "blocks": r.count, "source": r.source} for r in rows],
                             columns=["category", "bytes", "share", "blocks", "source"])
@@ -395,9 +431,10 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     cannot run code. ``options`` as ``gpumem_options`` (simulate, capacity ...);
     ``custom_categories`` as ``MemoryResult.set_categories``.
     """
+    import io
     import os
 
-    from torchlens.formats.gpumem_record import RECORD_KEY, restore
+    from torchlens.frontends import snapshot_file
     from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)
@@ -406,18 +443,19 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
                          "runs while the cell does); a loaded snapshot's categories are "
                          "inferred from its frames")
     result = MemoryResult().set_categories(custom_categories)
-    snap = load_snapshot(path)
     name = os.path.basename(str(path))
-    # a %%gpumem export: the capture itself, with the live result's figures
-    capture, damaged = restore(snap, display)
-    if capture is not None:
-        result._profile = Profile(kind="gpumem", title=name, source=str(path),
-                                  snapshots={"file": capture.snapshot},
-                                  payload=capture.payload, unmeasured=capture.unmeasured,
-                                  error=capture.error)
+    fast = snapshot_file.columns_of(path)
+    if fast is None:
+        result._profile = snapshot_file.profile_of(load_snapshot(path), path, name, display)
         return result
-    snap.pop(RECORD_KEY, None)
-    result._profile = Profile(kind="gpumem", title=name, source=str(path),
-                              snapshots={"file": snap}, unmeasured=[damaged] if damaged else [],
-                              payload=dataclasses.replace(display, measured_on="snapshot"))
+    data, cols = fast
+    # peak() and categories() read the columns; anything else makes the Profile from
+    # the same bytes by the Python loader, once, on first use
+    result._columns = (cols, dataclasses.replace(display, measured_on="snapshot"))
+
+    def made() -> Profile:
+        source = io.BytesIO(data)
+        source.name = str(path)  # the loader's messages name the file, as from a path
+        return snapshot_file.profile_of(load_snapshot(source), path, name, display)
+    result._made = made
     return result

@@ -177,11 +177,24 @@ def compile_custom(custom: Mapping[str, str] | None) -> list[tuple[str, re.Patte
 
 def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None = None) -> str:
     """The category of a block allocated with ``frames`` (innermost first)."""
-    if not frames:
-        return NO_STACK
     # a snapshot repeats a few thousand stacks over its allocations: each is judged once
     # (the rules read only each frame's file and function)
-    key = tuple((_file(f), _name(f)) for f in frames)
+    return categorize_key(tuple(map(frame_key, frames)), custom)
+
+
+def frame_key(f: dict[str, Any]) -> str:
+    """What the rules read of a frame: its file (forward slashes) and function, as one
+    string (a stack's key hashes its strings once each: a tuple of pairs re-hashed every
+    pair at every lookup)."""
+    return f"{_file(f)}\0{_name(f)}"
+
+
+def categorize_key(key: tuple[str, ...],
+                   custom: list[tuple[str, re.Pattern[str]]] | None = None) -> str:
+    """``categorize`` of a stack given as its frames' ``frame_key``s (for a caller that
+    holds each distinct frame once: the key costs no second reading of every frame)."""
+    if not key:
+        return NO_STACK
     return _categorize_stack(key, tuple((n, rx.pattern, rx.flags) for n, rx in custom or ()))
 
 
@@ -208,8 +221,8 @@ class Categorizer:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _categorize_stack(stack: tuple[tuple[str, str], ...],
-                      custom: tuple[tuple[str, str, int], ...]) -> str:
+def _categorize_stack(key: tuple[str, ...], custom: tuple[tuple[str, str, int], ...]) -> str:
+    stack = [k.split("\0", 1) for k in key]
     frames = [{"filename": file, "name": name} for file, name in stack]
     for name, pattern, flags in custom:
         rx = re.compile(pattern, flags)
@@ -228,7 +241,7 @@ def _by_rules(frames: Frames) -> str:
 
 
 #: (category of a run, what it keeps past the run, what it frees within it)
-_LIFETIME = {OPTIMIZER: (OPTIMIZER, OPTIMIZER_TEMP), BACKWARD: (GRADIENT, BACKWARD)}
+LIFETIME = {OPTIMIZER: (OPTIMIZER, OPTIMIZER_TEMP), BACKWARD: (GRADIENT, BACKWARD)}
 
 
 def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
@@ -245,7 +258,7 @@ def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
     run_cat = ""
 
     def close(end: int | None) -> None:
-        kept, temp = _LIFETIME[run_cat]
+        kept, temp = LIFETIME[run_cat]
         for idx, free in run:
             out[idx] = temp if free is not None and (end is None or free < end) else kept
         run.clear()
@@ -253,7 +266,7 @@ def by_lifetime(allocs: list[tuple[int, int | None, str]]) -> dict[int, str]:
     for idx, free, c in allocs:
         if run and c != run_cat:
             close(idx)
-        if c in _LIFETIME:
+        if c in LIFETIME:
             run_cat = c
             run.append((idx, free))
     if run:
