@@ -168,3 +168,26 @@ def test_names_in_the_peak_section_are_escaped(tmp_path):
     html = report_html(r.profile, r.analysis())
     assert "<script>alert(1)</script>.py" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;.py" in html
+
+
+def test_a_stack_of_cpp_frames_alone_has_no_python_stack(tmp_path):
+    """The walk: the ranks report named such sites "(no user frame) ??:0", beside
+    "(no Python stack)" for the same thing elsewhere (torch's unwinder records C++
+    frames with file "??" and line 0; the autograd engine's threads have no Python)."""
+    cpp = [{"filename": "??", "line": 0, "name": "torch::unwind::unwind()"},
+           {"filename": "memory_snapshot.cpp", "line": 0, "name": "gather_with_cpp()"}]
+    torch_only = [{"filename": "/site-packages/torch/nn/functional.py", "line": 12,
+                   "name": "linear"}, *cpp]
+    trace = [_alloc(0x1000, 4 << 20, 10, cpp), _alloc(0x9000, 1 << 20, 20, torch_only)]
+    path = tmp_path / "s.pickle"
+    path.write_bytes(_snap(trace))
+    for native in ("", "1"):  # the compiled reader's columns, then the Python loader
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TORCHLENS_NO_NATIVE", native)
+            r = load_gpumem(str(path))
+            sites = set(r.peak()["site"])
+        assert "(no Python stack)" in sites
+        assert "(no user frame) /site-packages/torch/nn/functional.py:12" in sites
+        assert not any("??" in s or ".cpp" in s for s in sites)
+    out = text(r.profile, r.analysis())
+    assert "??:0" not in out and "(no Python stack)" in out

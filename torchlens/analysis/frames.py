@@ -33,10 +33,14 @@ def site_of(frames: list[dict[str, Any]], cells: CellNames | None = None) -> tup
     for f in frames:
         if is_user_frame(f):
             return frame_label(f, cells), str(f.get("name", ""))
-    if frames:
-        return ("(no user frame) " + frame_label(frames[0], cells),
-                str(frames[0].get("name", "")))
-    return "(no Python stack)", ""
+    # the innermost Python frame (torch's own, say): C++ frames name no line a user
+    # can change ("??:0", "memory_snapshot.cpp:0"), so a stack of those alone, as
+    # the autograd engine's threads and a snapshot's segment blocks record, has
+    # no Python stack, in the words every view uses for an empty one
+    for f in frames:
+        if str(f.get("filename", "")).endswith(".py"):
+            return "(no user frame) " + frame_label(f, cells), str(f.get("name", ""))
+    return "(no Python stack)", str(frames[0].get("name", "")) if frames else ""
 
 
 class SiteMemo:
