@@ -2,8 +2,8 @@
 
 BokehJS is inlined (``bokeh.resources.INLINE``) so the file needs no network and
 can be mailed to a colleague. The page is assembled from autoescaped template
-fragments (``render.html``, ``templates/``) and the Bokeh figures embedded with
-``components``.
+fragments (``render.html``, ``templates/``) and the Bokeh figures embedded as
+Bokeh's ``components`` would (``render.embed``, for less work per shown result).
 
 The output is deterministic: Bokeh numbers its model ids from a process-wide
 counter and names documents with random UUIDs, so the same profile rendered
@@ -24,13 +24,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
 from markupsafe import Markup
 
 from torchlens.model import Profile
-from torchlens.render import html, tables
+from torchlens.render import embed, html, tables
 
 #: A kind's ``(profile, analysis, figures) -> (summary line, [section Markup])``.
 ReportParts = Callable[[Profile, Any, list[Any]], tuple[str, list[Markup]]]
@@ -130,7 +129,7 @@ def assemble_page(profile: Profile, summary: str, sections: list[Markup],
                              tables.error_html(profile.error), "error"))
     body, script = str(html.join(parts)), ""
     if figures:
-        script, divs = components(figures)
+        script, divs = embed.components(figures)
         for i, div in enumerate(divs):
             body = body.replace(str(html.figure_slot(i)), div, 1)
     # One renaming over both: the div and the script name the same ids. BokehJS
