@@ -58,6 +58,7 @@ def test_report_figures_pass_bokehs_validation(profile) -> None:
 def test_a_report_walks_each_figure_at_most_twice(profile, monkeypatch) -> None:
     """Each walk of a figure's models reads every property of every model: the
     warm cell's report cost most of its time in five walks per figure."""
+    kinds.report_html(profile, packed=True)  # a warm cell: not the process's first report
     walks: dict[str, int] = {}
     real = Model.references
 
@@ -74,3 +75,37 @@ def test_a_report_walks_each_figure_at_most_twice(profile, monkeypatch) -> None:
     monkeypatch.setattr("bokeh.embed.util.submodel_has_python_callbacks", callbacks_walk)
     kinds.report_html(profile, packed=True)
     assert walks and max(walks.values()) <= 2, walks
+
+
+def test_a_shown_report_reads_bokehjs_from_disk_once(profile, monkeypatch) -> None:
+    """Inlining BokehJS read its 1.3 MB files three times per shown report."""
+    from bokeh.resources import Resources
+
+    reads: list[str] = []
+    real = Resources._inline
+
+    def counted(path: Any) -> str:
+        reads.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(Resources, "_inline", staticmethod(counted))
+    first = kinds.report_html(profile, packed=True)
+    reads.clear()
+    assert kinds.report_html(profile, packed=True) == first
+    assert reads == []
+
+
+def test_bokehjs_holds_the_bundles_the_figures_need() -> None:
+    """The inlined BokehJS follows the figures: WebGL's bundle only for a WebGL plot."""
+    from bokeh.plotting import figure
+
+    from torchlens.render.page import _bokehjs
+
+    def plot(backend: str) -> Any:
+        fig = figure(output_backend=backend)
+        fig.line([0, 1], [0, 1])
+        return fig
+
+    assert "BEGIN bokeh-gl" in _bokehjs([plot("webgl")], packed=False)
+    assert "BEGIN bokeh-gl" not in _bokehjs([plot("canvas")], packed=False)
+    assert "BEGIN bokeh-gl" in _bokehjs([plot("webgl")], packed=False)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import functools
 import gzip
 import re
 from collections.abc import Callable
 from typing import Any
 
 from bokeh.embed.bundle import bundle_for_objs_and_resources
-from bokeh.resources import INLINE
+from bokeh.resources import CDN, INLINE
 from markupsafe import Markup
 
 from torchlens.model import Profile
@@ -88,9 +87,28 @@ def _bokehjs(figures: list[Any], packed: bool) -> Markup:
     by the browser's ``DecompressionStream`` when the page opens: every result
     shown in a notebook carries its own copy (``bundle.iframe_html``), so ten
     profiled cells would otherwise add about 15 MB to the saved notebook.
+
+    Bokeh names the bundles the figures need as CDN addresses without reading
+    a file; each set is inlined once per process. An inline bundle reads and
+    decodes the 1.3 MB from disk three times (about 10 ms of every shown result,
+    issue 26), and packing it took about a tenth of a second more.
     """
     if not figures:
         return Markup("")
+    need = bundle_for_objs_and_resources(figures, CDN)
+    key = (tuple(str(url) for url in need.js_files), tuple(need.js_raw),
+           tuple(str(url) for url in need.css_files), tuple(need.css_raw), packed)
+    if key not in _INLINED:
+        if len(_INLINED) >= 8:  # a session with many bundle sets keeps the latest
+            _INLINED.clear()
+        _INLINED[key] = _inline_bokehjs(figures, packed)
+    return _INLINED[key]
+
+
+_INLINED: dict[tuple[Any, ...], Markup] = {}
+
+
+def _inline_bokehjs(figures: list[Any], packed: bool) -> Markup:
     bundle = bundle_for_objs_and_resources(figures, INLINE)
     if bundle.js_files or bundle.css_files:  # would need the network to open
         raise RuntimeError("BokehJS resources are not inline")
@@ -98,17 +116,10 @@ def _bokehjs(figures: list[Any], packed: bool) -> Markup:
     # user data; escaping would break it (<script> and <style> are raw text).
     css = [Markup(code) for code in bundle.css_raw]
     if packed:
-        return html.render("bokehjs_packed.html.j2", blob=_packed(tuple(bundle.js_raw)), css=css)
+        code = ";\n".join(bundle.js_raw).encode()
+        blob = base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
+        return html.render("bokehjs_packed.html.j2", blob=blob, css=css)
     return html.render("bokehjs.html.j2", js=[Markup(code) for code in bundle.js_raw], css=css)
-
-
-@functools.lru_cache(maxsize=4)
-def _packed(js_raw: tuple[str, ...]) -> str:
-    """BokehJS gzipped (level 9) and base64-encoded, once per set of bundles:
-    compressing its 1.3 MB took about a tenth of a second of every shown
-    result (issue 26), and every result of a session packs the same code."""
-    code = ";\n".join(js_raw).encode()
-    return base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
 
 
 def assemble_page(profile: Profile, summary: str, sections: list[Markup],
