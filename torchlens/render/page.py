@@ -78,8 +78,8 @@ def _title(profile: Profile) -> str:
     return profile.title or f"torchlens {profile.kind} report"
 
 
-def _bokehjs(figures: list[Any], packed: bool) -> Markup:
-    """The BokehJS the figures need, inlined.
+def _bokehjs(models: set[Any], packed: bool) -> Markup:
+    """The BokehJS the figures need (``models``: all of theirs), inlined.
 
     Only the bundles the models use (core BokehJS, not widgets, tables, WebGL
     or MathJax): 1.3 MB instead of the 3.9 MB of ``INLINE.render_js()``.
@@ -93,23 +93,23 @@ def _bokehjs(figures: list[Any], packed: bool) -> Markup:
     decodes the 1.3 MB from disk three times (about 10 ms of every shown result,
     issue 26), and packing it took about a tenth of a second more.
     """
-    if not figures:
+    if not models:
         return Markup("")
-    need = bundle_for_objs_and_resources(figures, CDN)
+    need = bundle_for_objs_and_resources([embed.Walked(models)], CDN)
     key = (tuple(str(url) for url in need.js_files), tuple(need.js_raw),
            tuple(str(url) for url in need.css_files), tuple(need.css_raw), packed)
     if key not in _INLINED:
         if len(_INLINED) >= 8:  # a session with many bundle sets keeps the latest
             _INLINED.clear()
-        _INLINED[key] = _inline_bokehjs(figures, packed)
+        _INLINED[key] = _inline_bokehjs(models, packed)
     return _INLINED[key]
 
 
 _INLINED: dict[tuple[Any, ...], Markup] = {}
 
 
-def _inline_bokehjs(figures: list[Any], packed: bool) -> Markup:
-    bundle = bundle_for_objs_and_resources(figures, INLINE)
+def _inline_bokehjs(models: set[Any], packed: bool) -> Markup:
+    bundle = bundle_for_objs_and_resources([embed.Walked(models)], INLINE)
     if bundle.js_files or bundle.css_files:  # would need the network to open
         raise RuntimeError("BokehJS resources are not inline")
     # Markup: BokehJS's own code and CSS from the installed bokeh package, not
@@ -138,9 +138,9 @@ def assemble_page(profile: Profile, summary: str, sections: list[Markup],
     if profile.error:
         parts.append(section("The profiled code raised an exception",
                              tables.error_html(profile.error), "error"))
-    body, script = str(html.join(parts)), ""
+    body, script, models = str(html.join(parts)), "", set()
     if figures:
-        script, divs = embed.components(figures)
+        script, divs, models = embed.components(figures)
         for i, div in enumerate(divs):
             body = body.replace(str(html.figure_slot(i)), div, 1)
     # One renaming over both: the div and the script name the same ids. BokehJS
@@ -151,7 +151,7 @@ def assemble_page(profile: Profile, summary: str, sections: list[Markup],
     # data serialized and escaped by Bokeh); the renaming touches only ids.
     if packed:  # Bokeh's embedding script runs once the packed BokehJS is unpacked
         script = _SCRIPT_TAG.sub(f'<script type="{_AFTER}">', script)
-    return Markup(body), _bokehjs(figures, packed) + Markup(script)
+    return Markup(body), _bokehjs(models, packed) + Markup(script)
 
 
 def render_report(profile: Profile, analysis: Any, report_parts: ReportParts,
