@@ -113,3 +113,16 @@ def test_bokehjs_holds_the_bundles_the_figures_need() -> None:
     assert "BEGIN bokeh-gl" in bokehjs("webgl")
     assert "BEGIN bokeh-gl" not in bokehjs("canvas")
     assert "BEGIN bokeh-gl" in bokehjs("webgl")
+
+
+def test_gpumem_figures_carry_no_glyph_copies(gpumem_profile) -> None:
+    """No tool selects and no legend mutes in the gpumem figures: BokehJS derives
+    the non-selection and muted copies itself, so none is built and serialized
+    (Bokeh's glyph methods made two per renderer: 142 models in the warm cell's report)."""
+    from bokeh.models import GlyphRenderer
+
+    figures = _figures(gpumem_profile)
+    renderers = [m for f in figures for m in f.references() if isinstance(m, GlyphRenderer)]
+    assert len(renderers) >= 5
+    assert all(r.nonselection_glyph == "auto" and r.muted_glyph == "auto" for r in renderers)
+    assert all(legend.click_policy != "mute" for f in figures for legend in f.legend)
