@@ -126,3 +126,14 @@ def test_gpumem_figures_carry_no_glyph_copies(gpumem_profile) -> None:
     assert len(renderers) >= 5
     assert all(r.nonselection_glyph == "auto" and r.muted_glyph == "auto" for r in renderers)
     assert all(legend.click_policy != "mute" for f in figures for legend in f.legend)
+
+
+def test_trace_figures_carry_no_invisible_grid(hostile_profile) -> None:
+    """A grid whose lines are not drawn paints nothing: it only cost every shown
+    report a model to build, walk and serialize."""
+    from bokeh.models import Grid
+
+    figures = _figures(hostile_profile)
+    grids = [m for f in figures for m in f.references() if isinstance(m, Grid)]
+    assert len(grids) == len(figures)  # one drawn grid each: time or ms lines
+    assert all(g.grid_line_color is not None for g in grids)
