@@ -10,6 +10,7 @@ from torchlens.model.units import (
     format_bytes,
     format_count,
     format_duration,
+    format_durations,
     format_flop_rate,
     format_flops,
     format_gbps,
@@ -45,6 +46,17 @@ def test_bytes(n: float, text: str) -> None:
 ])
 def test_a_duration_picks_its_unit(us: float, text: str) -> None:
     assert format_duration(us) == text
+
+
+def test_a_column_of_durations_reads_as_each_one_alone() -> None:
+    """A timeline's hover labels (thousands per report) go through the batch form."""
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.exponential(scale, 2000) for scale in (10, 1e3, 1e6, 1e9)])
+    edges = [0.0, -0.0, 999.94, 999.95, 999.96, 999_949.9, 999_950, -12_300, 3_600e6,
+             float("inf"), NAN]
+    values = np.concatenate([values, -values[:50], edges]).astype(np.float64)
+    assert format_durations(values) == [format_duration(v) for v in values]
+    assert format_durations([None, 1.5]) == ["n/a", "1.5 µs"]
 
 
 def test_fixed_units_and_signs() -> None:

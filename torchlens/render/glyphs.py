@@ -22,3 +22,13 @@ def add_bare(fig: Any, glyph: Any, source: ColumnDataSource) -> GlyphRenderer:
     """Draw ``glyph`` (its specs naming ``source``'s columns) on ``fig``; only
     for a renderer that nothing can select and no legend mutes."""
     return fig.add_glyph(source, glyph)
+
+
+def drop_copies(fig: Any) -> None:
+    """Leave out the copies ``figure``'s glyph methods built for ``fig``'s renderers
+    (``"auto"``, as ``add_bare`` does): only for a chart with no selecting tool
+    whose legend does not mute, so that BokehJS never draws them."""
+    for renderer in fig.renderers:
+        if isinstance(renderer, GlyphRenderer):
+            renderer.nonselection_glyph = "auto"
+            renderer.muted_glyph = "auto"

@@ -2,8 +2,8 @@
 
 BokehJS is inlined (``bokeh.resources.INLINE``) so the file needs no network and
 can be mailed to a colleague. The page is assembled from autoescaped template
-fragments (``render.html``, ``templates/``) and the Bokeh figures embedded with
-``components``.
+fragments (``render.html``, ``templates/``) and the Bokeh figures embedded as
+Bokeh's ``components`` would (``render.embed``, for less work per shown result).
 
 The output is deterministic: Bokeh numbers its model ids from a process-wide
 counter and names documents with random UUIDs, so the same profile rendered
@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import functools
 import gzip
 import re
 from collections.abc import Callable
 from typing import Any
 
-from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
-from bokeh.resources import INLINE
+from bokeh.resources import CDN, INLINE
 from markupsafe import Markup
 
 from torchlens.model import Profile
-from torchlens.render import html, tables
+from torchlens.render import embed, html, tables
 
 #: A kind's ``(profile, analysis, figures) -> (summary line, [section Markup])``.
 ReportParts = Callable[[Profile, Any, list[Any]], tuple[str, list[Markup]]]
@@ -80,8 +78,8 @@ def _title(profile: Profile) -> str:
     return profile.title or f"torchlens {profile.kind} report"
 
 
-def _bokehjs(figures: list[Any], packed: bool) -> Markup:
-    """The BokehJS the figures need, inlined.
+def _bokehjs(models: set[Any], packed: bool) -> Markup:
+    """The BokehJS the figures need (``models``: all of theirs), inlined.
 
     Only the bundles the models use (core BokehJS, not widgets, tables, WebGL
     or MathJax): 1.3 MB instead of the 3.9 MB of ``INLINE.render_js()``.
@@ -89,27 +87,39 @@ def _bokehjs(figures: list[Any], packed: bool) -> Markup:
     by the browser's ``DecompressionStream`` when the page opens: every result
     shown in a notebook carries its own copy (``bundle.iframe_html``), so ten
     profiled cells would otherwise add about 15 MB to the saved notebook.
+
+    Bokeh names the bundles the figures need as CDN addresses without reading
+    a file; each set is inlined once per process. An inline bundle reads and
+    decodes the 1.3 MB from disk three times (about 10 ms of every shown result,
+    issue 26), and packing it took about a tenth of a second more.
     """
-    if not figures:
+    if not models:
         return Markup("")
-    bundle = bundle_for_objs_and_resources(figures, INLINE)
+    need = bundle_for_objs_and_resources([embed.Walked(models)], CDN)
+    key = (tuple(str(url) for url in need.js_files), tuple(need.js_raw),
+           tuple(str(url) for url in need.css_files), tuple(need.css_raw), packed)
+    if key not in _INLINED:
+        if len(_INLINED) >= 8:  # a session with many bundle sets keeps the latest
+            _INLINED.clear()
+        _INLINED[key] = _inline_bokehjs(models, packed)
+    return _INLINED[key]
+
+
+_INLINED: dict[tuple[Any, ...], Markup] = {}
+
+
+def _inline_bokehjs(models: set[Any], packed: bool) -> Markup:
+    bundle = bundle_for_objs_and_resources([embed.Walked(models)], INLINE)
     if bundle.js_files or bundle.css_files:  # would need the network to open
         raise RuntimeError("BokehJS resources are not inline")
     # Markup: BokehJS's own code and CSS from the installed bokeh package, not
     # user data; escaping would break it (<script> and <style> are raw text).
     css = [Markup(code) for code in bundle.css_raw]
     if packed:
-        return html.render("bokehjs_packed.html.j2", blob=_packed(tuple(bundle.js_raw)), css=css)
+        code = ";\n".join(bundle.js_raw).encode()
+        blob = base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
+        return html.render("bokehjs_packed.html.j2", blob=blob, css=css)
     return html.render("bokehjs.html.j2", js=[Markup(code) for code in bundle.js_raw], css=css)
-
-
-@functools.lru_cache(maxsize=4)
-def _packed(js_raw: tuple[str, ...]) -> str:
-    """BokehJS gzipped (level 9) and base64-encoded, once per set of bundles:
-    compressing its 1.3 MB took about a tenth of a second of every shown
-    result (issue 26), and every result of a session packs the same code."""
-    code = ";\n".join(js_raw).encode()
-    return base64.b64encode(gzip.compress(code, 9, mtime=0)).decode("ascii")
 
 
 def assemble_page(profile: Profile, summary: str, sections: list[Markup],
@@ -128,9 +138,9 @@ def assemble_page(profile: Profile, summary: str, sections: list[Markup],
     if profile.error:
         parts.append(section("The profiled code raised an exception",
                              tables.error_html(profile.error), "error"))
-    body, script = str(html.join(parts)), ""
+    body, script, models = str(html.join(parts)), "", set()
     if figures:
-        script, divs = components(figures)
+        script, divs, models = embed.components(figures)
         for i, div in enumerate(divs):
             body = body.replace(str(html.figure_slot(i)), div, 1)
     # One renaming over both: the div and the script name the same ids. BokehJS
@@ -141,7 +151,7 @@ def assemble_page(profile: Profile, summary: str, sections: list[Markup],
     # data serialized and escaped by Bokeh); the renaming touches only ids.
     if packed:  # Bokeh's embedding script runs once the packed BokehJS is unpacked
         script = _SCRIPT_TAG.sub(f'<script type="{_AFTER}">', script)
-    return Markup(body), _bokehjs(figures, packed) + Markup(script)
+    return Markup(body), _bokehjs(models, packed) + Markup(script)
 
 
 def render_report(profile: Profile, analysis: Any, report_parts: ReportParts,

@@ -28,6 +28,7 @@ from torchlens.model.units import (
 )
 from torchlens.render import html, tables
 from torchlens.render.findings import figure_text, finding_html, finding_text
+from torchlens.render.glyphs import drop_copies
 from torchlens.render.memory.peak import peak_html, peak_lines
 from torchlens.render.memory.timeline import timeline_figure
 from torchlens.render.page import section
@@ -137,6 +138,7 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
     r = p.rect("x", "y", "w", 0.8, source=ColumnDataSource(cols), fill_color="color",
                line_color="white", line_width=0.5)
     p.add_tools(HoverTool(renderers=[r], tooltips=[("block", "@size @state"), ("", "@seg")]))
+    drop_copies(p)  # nothing selects, no legend
     return p
 
 

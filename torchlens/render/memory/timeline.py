@@ -23,6 +23,7 @@ from torchlens.analysis.memory.analyze import MemoryAnalysis
 from torchlens.analysis.memory.oom import OomDiagnosis
 from torchlens.analysis.memory.timeline import biggest_allocations, decimate
 from torchlens.model.units import format_bytes, format_duration
+from torchlens.render.glyphs import drop_copies
 from torchlens.render.legend import legend_below
 from torchlens.render.memory.axis import HOVER, memory_axis, memory_unit
 from torchlens.render.memory.colours import colour_of, custom_names
@@ -142,6 +143,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     legend.nrows = max(1, math.ceil(len(legend.items) / LEGEND_PER_ROW))
     legend.label_text_font_size = "9pt"
     legend.location = "center"  # under the plot, not off at its right edge
+    drop_copies(p)  # nothing selects, the legend hides (issue 26: 16 models fewer)
     return p
 
 

@@ -63,7 +63,7 @@ def build_step_chart(steps: Any, has_gpu: bool, title: str = "Step breakdown") -
         ("step", "@step"), ("role", "@role"), ("time", "@ms{0,0.0} ms"),
         ("step time", "@total")]))
     fig.y_range.start = 0
-    fig.xgrid.grid_line_color = None
+    fig.center = [r for r in fig.center if r not in fig.xgrid]  # no lines between steps
     fig.xaxis.major_label_orientation = 0.8 if len(labels) > 12 else 0
     # one entry per role, its swatch drawn from the role's first bar
     fig.add_layout(Legend(items=[LegendItem(label=c.label, renderers=[bars], index=i * n)

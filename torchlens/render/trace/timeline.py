@@ -40,7 +40,7 @@ from bokeh.plotting import figure
 
 from torchlens.analysis.trace.events import open_before, sweep_order
 from torchlens.model import Trace
-from torchlens.model.units import format_duration, plural
+from torchlens.model.units import format_durations, plural
 from torchlens.render.glyphs import add_bare
 from torchlens.render.legend import add_colour_legend, by_colour
 
@@ -251,13 +251,13 @@ def build_timeline(trace: Trace, title: str = "Timeline") -> tuple[Any, Timeline
         stats.merged_events += int(count.sum())
         _extend(cols, left, np.maximum(right, left + px), np.full(n, r),
                 [f"{c:,} events merged" for c in count], ["merged"] * n,
-                [f"{format_duration(b)} busy" for b in busy], [""] * n, [MERGED_COLOR] * n)
+                [f"{d} busy" for d in format_durations(busy)], [""] * n, [MERGED_COLOR] * n)
     kept = all_idx[keep]
     stats.drawn = len(kept)
     rows = e["rows"][kept]
     cat = _text(trace, "cat", rows)
     _extend(cols, start[kept], end[kept], all_row[keep], _text(trace, "name", rows),
-            cat, [format_duration(d) for d in e["dur"][kept]], _text(trace, "input_dims", rows),
+            cat, format_durations(e["dur"][kept]), _text(trace, "input_dims", rows),
             [CAT_COLORS.get(c, OTHER_COLOR) for c in cat])
     return _figure(cols, ticks, labels, n_rows, span, stats, title), stats
 
@@ -345,5 +345,7 @@ def _figure(
     add_colour_legend(fig, [(label, c) for label, c in entries if c in rows], drawn=(bars, rows))
     fig.yaxis.ticker = FixedTicker(ticks=ticks)
     fig.yaxis.major_label_overrides = labels
-    fig.ygrid.grid_line_color = None
+    # no y grid lines: lanes are rows, not values (a grid drawing nothing still costs
+    # every shown report a model, issue 26)
+    fig.center = [r for r in fig.center if r not in fig.ygrid]
     return fig
