@@ -137,3 +137,22 @@ def test_trace_figures_carry_no_invisible_grid(hostile_profile) -> None:
     grids = [m for f in figures for m in f.references() if isinstance(m, Grid)]
     assert len(grids) == len(figures)  # one drawn grid each: time or ms lines
     assert all(g.grid_line_color is not None for g in grids)
+
+
+@pytest.mark.parametrize("broken", ["moved", "reshaped"])
+def test_a_bokeh_whose_internals_moved_still_gets_the_same_page(profile, monkeypatch,
+                                                              broken) -> None:
+    """The fast path reads Bokeh internals; a Bokeh release that moves them (the CI
+    installs the latest) must still give the page ``components`` writes, not an error."""
+    if broken == "moved":
+        monkeypatch.setattr(embed, "RenderItem", None)
+    else:
+        def reshaped(*_: Any, **__: Any) -> Any:
+            raise TypeError("RenderItem() got an unexpected keyword argument 'roots'")
+
+        monkeypatch.setattr(embed, "RenderItem", reshaped)
+    figures = _figures(profile)
+    script, divs, models = embed.components(figures)
+    want_script, want_divs = bokeh.embed.components(_figures(profile))
+    assert stable_ids(script + "".join(divs)) == stable_ids(want_script + "".join(want_divs))
+    assert set(figures) <= models  # the bundle check gets every model

@@ -25,21 +25,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bokeh.core.templates import MACROS, ROOT_DIV
 from bokeh.document import Document
-from bokeh.embed.bundle import Script, bundle_for_objs_and_resources
-from bokeh.embed.elements import script_for_render_items
-from bokeh.embed.util import RenderItem
-from bokeh.util.serialization import (
-    make_globally_unique_css_safe_id,
-    make_globally_unique_id,
-)
+
+try:  # Bokeh's internals: a release that moves them gets components() itself
+    from bokeh.core.templates import MACROS, ROOT_DIV
+    from bokeh.embed.bundle import Script, bundle_for_objs_and_resources
+    from bokeh.embed.elements import script_for_render_items
+    from bokeh.embed.util import RenderItem
+    from bokeh.util.serialization import (
+        make_globally_unique_css_safe_id,
+        make_globally_unique_id,
+    )
+except ImportError:  # pragma: no cover - tested by faking the failure
+    RenderItem = None
 
 
 def components(figures: Sequence[Any]) -> tuple[str, list[str], set[Any]]:
     """``(script, divs)`` for ``figures``, as ``bokeh.embed.components(figures)``
     returns them, and every model of the figures (the one walk's, for ``bundle``);
-    the figures end up roots of one new Document, as there."""
+    the figures end up roots of one new Document, as there. With a Bokeh whose
+    internals are not where this module reads them, ``components`` itself."""
+    if RenderItem is not None:
+        try:
+            return _components(figures)
+        except (TypeError, AttributeError, ValueError):  # internals changed shape
+            pass
+    from bokeh.embed import components as bokeh_components
+
+    script, divs = bokeh_components(list(figures))
+    return script, list(divs), set().union(*(f.references() for f in figures))
+
+
+def _components(figures: Sequence[Any]) -> tuple[str, list[str], set[Any]]:
     doc = Document()
     with doc.models.freeze():  # one walk of the models when the block ends
         for fig in figures:
