@@ -9,7 +9,11 @@ Latency: a cell with about 100k profiler events; time from the cell's end to
 the display bundle (HTML + text) being ready, vs ``prof.key_averages().table()``
 on the same kind of profile.
 
-Run: .venv/bin/python benchmarks/bench_torchprof.py
+One torch thread on both sides by default (``--threads N`` to change): with two
+threads on a 2-core machine another process's work stalls torch's thread pool,
+and the same 300 steps took 0.3 to 2.2 s round to round on either side.
+
+Run: .venv/bin/python benchmarks/bench_torchprof.py [--threads 1]
 """
 
 from __future__ import annotations
@@ -114,7 +118,13 @@ def _latency_peer(steps: int) -> float:
 
 
 def main() -> None:
+    import argparse
+
     from torchlens.formats.kineto import native_available as available
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    torch.set_num_threads(p.parse_args().threads)
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"C trace scanner: {available()}")
