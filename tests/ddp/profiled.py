@@ -109,3 +109,26 @@ def huge_steps(rank, world_size, steps=4):
             x.add_(1)
         dist.all_reduce(t)
         torchlens.step()
+
+
+
+def plain_loop(rank, world_size, steps=8):
+    """No DDP (as FSDP's or a hand-written loop's modules are not DDP's): gradients
+    averaged by hand; returns the model after its ``steps``."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        model(torch.ones(4, 8)).sum().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        opt.step()
+        opt.zero_grad()
+        torchlens.step()
+    return model
+
+
+def plain_fixed(rank, world_size):
+    """``plain_loop``'s own 8 steps whatever --steps says (no ``steps`` parameter)."""
+    return plain_loop(rank, world_size, 8)

@@ -98,6 +98,23 @@ def test_steps_stops_every_rank_at_the_same_step(tmp_path):
     assert res.records.outcome == "finished"
 
 
+def test_steps_given_to_the_loop_leave_its_return_to_it(tmp_path):
+    """The walk (FSDP, --profile --steps 30): "no nn.Module was returned ... return the
+    model" from a function that returns its model: --steps cut the loop at its last step."""
+    res = _run(profiled.plain_loop, tmp_path, steps=5)
+    assert [len(s) for s in res.records.profiling.steps] == [5, 5]
+    assert res.item("parameter sync").status == "passed", res.item("parameter sync")
+
+
+def test_steps_that_cut_a_loop_before_its_return_say_so(tmp_path):
+    res = _run(profiled.plain_fixed, tmp_path, steps=4)
+    assert [len(s) for s in res.records.profiling.steps] == [4, 4]
+    item = res.item("parameter sync")
+    assert "--steps 4 stopped the loop at its step 4, before the function returned" in str(
+        item), item
+    assert "return the model" not in str(item)
+
+
 def test_bad_profile_options_are_refused_before_anything_starts(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")

@@ -291,6 +291,13 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
         return Finding(NA, f"not compared: {cut} before the step returned, and parameters are "
                        "checksummed only when it returns", advice="see the crashed-worker line",
                        title="parameter sync")
+    limit = max((s.get("step_limit") or 0 for r in results for s in r.get("steps") or []),
+                default=0)
+    if limit and not steps:  # the function never returned: nothing to blame it for
+        return Finding(NA, f"not compared: --steps {limit} stopped the loop at its step {limit}, "
+                       "before the function returned its model (checksummed when it returns)",
+                       advice="leave out --steps, or set it above the loop's own step count",
+                       title="parameter sync")
     if len(results) < 2 or not steps:
         return Finding(NA,
                        "no DistributedDataParallel module was created and no nn.Module was returned",

@@ -366,12 +366,17 @@ class Worker:
                                                             self.world_size),
                                      cells=job.get("cells"))
             self.recorder = rec
-        call = self._callable(job, steps=opts.get("max_steps"))
+        limit = opts.get("max_steps")
+        call = self._callable(job, steps=limit)
+        if limit and job["kind"] != "cell" and "steps" in inspect.signature(job["fn"]).parameters:
+            # its loop is told steps=N and returns its model after step N: stopping it
+            # there would cut that return; one step more only if it ignores steps
+            limit += 1
         stepper = RankProfiler(
             rank=self.rank, run_dir=opts["run_dir"],
             device=self.device if self.device.type == "cuda" else None,
             every=opts.get("every"), budget=opts.get("budget", 0.03),
-            window_s=opts.get("window_s", 1.0), max_steps=opts.get("max_steps"),
+            window_s=opts.get("window_s", 1.0), max_steps=limit,
             summarize=self.summarize, agree=self._agree)
         self.stepper = stepper
         record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
@@ -383,8 +388,9 @@ class Worker:
             with rec if rec is not None else contextlib.nullcontext():
                 try:
                     out = call()
-                except StepLimit:
+                except StepLimit:  # --steps ended the loop: the function never returned
                     out = None
+                    record["step_limit"] = opts.get("max_steps")
         except BaseException as exc:
             oom = save_oom_snapshot(exc, opts["run_dir"], self.rank)
             if oom is not None:  # where the snapshot went, or why there is none
