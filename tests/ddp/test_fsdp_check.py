@@ -134,6 +134,12 @@ def test_a_profiled_fsdp_run_folder_reads_back_with_torchlens_report(tmp_path):
     assert done.returncode == 0, done.stderr
     page = out.read_text()
     assert "reduce_scatter" in page or "all_gather" in page
+    # the walk: the folder's report had no FSDP memory (each step's record now carries
+    # it): three Linear(8, 8) layers, 288 B each gathered, half of them a rank's shard
+    assert "FSDP memory per rank" in page
+    assert "ranks 0-1: FSDP: 432 B sharded of 864 B gathered" in done.stdout, done.stdout
+    memory = next(i for i in result.checklist if "gathered at once" in str(i))
+    assert "gathered at once" in str(memory) and "measured" in str(memory)
 
 
 def _shard(name, shard, shape=(8, 8), value=1.0):

@@ -93,8 +93,10 @@ class FsdpMemory:
 
     def reset(self) -> None:
         self.live: dict[int, tuple[str, int]] = {}
-        self.now = self.peak = 0
+        self.now = self.peak = self.run_peak = 0
         self.peak_modules: list[str] = []
+        #: the most gathered at once since ``start`` (``take`` restarts ``peak``)
+        self.run_peak_modules: list[str] = []
         self.optimizers: dict[int, tuple[str, int]] = {}
         self.entries: dict[int, int] = {}  # id(optimizer) -> len(state) when last read
         #: id(FSDP module's group or handle) -> (its shards' bytes, the same gathered)
@@ -121,6 +123,8 @@ class FsdpMemory:
         """The step's figures; None when it had no FSDP module and no optimizer."""
         global _ACTIVE
         _ACTIVE = None
+        if self.run_peak > self.peak:  # steps were taken: the whole span's peak
+            self.peak, self.peak_modules = self.run_peak, self.run_peak_modules
         out = self._figures()
         if self.cuda:
             out["allocator_peak_bytes"] = allocator_peak(self.device)
@@ -167,6 +171,8 @@ class FsdpMemory:
             self.now += nbytes
         if self.now > self.peak:
             self.peak, self.peak_modules = self.now, [n for n, _ in self.live.values()]
+            if self.now > self.run_peak:
+                self.run_peak, self.run_peak_modules = self.now, self.peak_modules
 
 
 def _stepped(optimizer: Any, *_: Any) -> None:

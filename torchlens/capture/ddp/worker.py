@@ -377,13 +377,12 @@ class Worker:
             device=self.device if self.device.type == "cuda" else None,
             every=opts.get("every"), budget=opts.get("budget", 0.03),
             window_s=opts.get("window_s", 1.0), max_steps=limit,
-            summarize=self.summarize, agree=self._agree)
+            summarize=self.summarize, agree=self._agree, fsdp=held)
         self.stepper = stepper
         record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
         self.result["steps"].append(record)
         self.phase = "training"
-        held.start(self.device)
-        stepper.start()
+        stepper.start()  # starts ``held`` too: each step's FSDP figures in its record
         try:
             with rec if rec is not None else contextlib.nullcontext():
                 try:

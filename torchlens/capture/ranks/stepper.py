@@ -186,7 +186,9 @@ class RankProfiler:
         self._worker.start()
         self._time_gpu()
         if self.fsdp is not None:
-            self.fsdp.start(None)  # no device: the job's own allocator peak is left alone
+            # torchlens run (the script's device): the job's own allocator peak is left
+            # alone; %ddp_check --profile's device is its own, its peak read over the run
+            self.fsdp.start(None if self.auto_device else self.device)
         _profiler.attach_stepper(self)
         self.t_mark = time.time()
         self.window_end = self.t_mark + max(self.window_s,

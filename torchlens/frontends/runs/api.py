@@ -184,6 +184,10 @@ class RunResult(Result):
             manifest = None
         fsdp = FsdpSteps()
         collected = collected_steps(sources.root, manifest, fsdp.add) if manifest else None
+        if manifest is not None and collected is None:  # %ddp_check --profile's records
+            for entry in manifest.ranks:
+                for rec in iter_steps(sources.root, entry.rank):
+                    fsdp.add(entry.rank, rec)
         judged = folder_slow_rank(sources.root, manifest)
         verdict, manifest = folder_verdict(judged, manifest)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
