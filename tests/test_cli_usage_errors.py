@@ -99,3 +99,15 @@ def test_json_keeps_its_document_on_stdout_and_the_error_on_stderr(capsys) -> No
     out, err = capsys.readouterr()
     assert json.loads(out)["problems"], out
     assert err.strip().splitlines() == [err.strip()] and "/no/such/path" in err
+
+
+def test_report_of_a_script_says_it_is_not_a_file_torchlens_reads(tmp_path, capsys):
+    """The walk: `torchlens report train.py` said the JSON "may be cut short"."""
+    from torchlens.frontends.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nprint('hello')\n")
+    assert main(["report", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "train.py: not a file torchlens reads" in err and "cut short" not in err
+    assert ".tlprof" in err and ".pickle" in err and "run folder" in err

@@ -53,7 +53,11 @@ def file_kind(path: Path) -> str:
         return "tlprof"
     if head.startswith(_PICKLE):
         return "snapshot"
-    return "trace"
+    if head.lstrip()[:1] in (b"{", b"") or head.startswith(b"\x1f\x8b"):  # JSON, gzip
+        return "trace"
+    raise InputError(f"{path}: not a file torchlens reads (by its name and first bytes): "
+                     "give a saved result (.tlprof), a Kineto trace (.json, .json.gz), an "
+                     "allocator snapshot (.pickle) or a run folder.")
 
 
 def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
