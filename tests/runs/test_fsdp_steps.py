@@ -141,3 +141,13 @@ def test_each_step_takes_its_own_gathered_peak_and_carries_shards_and_state(trac
         "layers.0"]
     assert second["optimizer_state_bytes"] == first["optimizer_state_bytes"]
     assert second["unsharded_bytes"] == 200
+
+
+def test_an_nn_sequentials_numbered_modules_do_not_read_as_a_sum():
+    """The walk: "2 modules together, 2 + 1" for an nn.Sequential's children."""
+    seen = FsdpSteps()
+    seen.add(0, _rec(0, CPU, sharded_bytes=8, unsharded_bytes=16, gathered_peak_bytes=12,
+                     gathered_peak_modules=["2", "1"]))
+    row = fsdp_rows(seen.figures())[0]
+    assert row["gathered_modules"] == "module 2 + module 1"
+    assert "2 modules together, module 2 + module 1: a prefetch" in row["text"]

@@ -116,6 +116,12 @@ def rank_figures(results: list[dict[str, Any] | None],
     return figures
 
 
+def module_names(names: list[str]) -> list[str]:
+    """FSDP modules as the text names them: an ``nn.Sequential``'s children are "0",
+    "1" ... ("2 + 1" reads as a sum), so a bare number is "module 2"."""
+    return [f"module {n}" if n.isdigit() else n for n in names]
+
+
 def rank_text(f: dict[str, Any]) -> str:
     """One rank's FSDP figures in words, each said measured or modelled (or why
     not measured): the ``%ddp_check`` memory line's clause and the run report's."""
@@ -125,7 +131,7 @@ def rank_text(f: dict[str, Any]) -> str:
                      f"{format_bytes(f['unsharded_bytes'])} gathered")
     how = f.get("gathered_how")
     if how == ALIVE:
-        mods = f.get("gathered_peak_modules") or []
+        mods = module_names(f.get("gathered_peak_modules") or [])
         many = (f"; {len(mods)} modules together, {' + '.join(mods)}: a prefetch, or a "
                 "module kept gathered" if len(mods) > 1 else f"; {mods[0]}" if mods else "")
         parts.append(f"gathered at once {format_bytes(f['gathered_peak_bytes'])} "

@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchlens.analysis.ddp.fsdp import ALIVE, by_text, rank_row, rank_text
+from torchlens.analysis.ddp.fsdp import (
+    ALIVE,
+    by_text,
+    module_names,
+    rank_row,
+    rank_text,
+)
 from torchlens.model.records import FsdpStep, StepRecord
 
 #: why there is no allocator peak, after "allocator peak not measured"
@@ -64,8 +70,9 @@ def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         if f.get("gathered_peak_bytes"):
             f["gathered_how"] = ALIVE
         f["allocator_unmeasured"] = ON_GPU if f.get("cuda") else ON_CPU
+        mods = module_names(f.get("gathered_peak_modules") or [])
         rows.append({"rank": int(r), **rank_row(f), "fsdp_unsharded": f.get("unsharded_bytes"),
-                     "gathered_modules": " + ".join(f.get("gathered_peak_modules") or []) or None,
+                     "gathered_modules": " + ".join(mods) or None,
                      "gathered_step": f.get("gathered_peak_step"), "text": rank_text(f)})
     return rows
 
