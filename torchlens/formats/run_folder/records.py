@@ -74,12 +74,24 @@ def iter_steps(run_dir: str, rank: int) -> Iterator[StepRecord]:
     yield from without_setup(_records(os.path.join(rank_dir(run_dir, rank), STEPS)))
 
 
+#: path -> lines of its last full read that were not a step record (cut short,
+#: damaged): a reader skips them and the run's report names them (``damaged``)
+_DAMAGED: dict[str, int] = {}
+
+
 def _records(path: str) -> Iterator[StepRecord]:
+    bad = 0
     for line in _lines(path):
         try:
             yield StepRecord.from_json(line)
         except ValueError:
-            continue
+            bad += 1
+    _DAMAGED[path] = bad
+
+
+def damaged(run_dir: str, rank: int) -> int:
+    """How many lines of the rank's ``steps.jsonl`` its last full read skipped."""
+    return _DAMAGED.get(os.path.join(rank_dir(run_dir, rank), STEPS), 0)
 
 
 def read_steps(run_dir: str, rank: int) -> list[StepRecord]:

@@ -33,8 +33,9 @@ from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
 from torchlens.analysis.runs.analyze import NS_NOTE, SLOW_TITLE
 from torchlens.analysis.runs.fsdp import FsdpSteps
+from torchlens.formats.run_folder.files import rank_dir
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
-from torchlens.formats.run_folder.records import collected_steps, iter_steps
+from torchlens.formats.run_folder.records import collected_steps, damaged, iter_steps
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
 from torchlens.frontends.runs.workers import RunReader
@@ -189,6 +190,7 @@ class RunResult(Result):
                 for rec in iter_steps(sources.root, entry.rank):
                     fsdp.add(entry.rank, rec)
         judged = folder_slow_rank(sources.root, manifest)
+        problems = problems + _damaged_steps(sources.root, manifest)
         verdict, manifest = folder_verdict(judged, manifest)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
@@ -340,6 +342,20 @@ class RunResult(Result):
                              "totals; load it again without tables_only.")
         return self._frame(op_rows({r: [f["op_totals"] for f in figs]
                                     for r, figs in self.figures.items()}))
+
+
+def _damaged_steps(root: str, manifest: Manifest | None) -> list[Problem]:
+    """A rank's step records that could not be read (a file cut short by a crash, or
+    damaged): skipped, and named here rather than left out silently."""
+    out = []
+    for entry in manifest.ranks if manifest is not None else []:
+        bad = damaged(root, entry.rank)
+        if bad:
+            path = os.path.join(rank_dir(root, entry.rank), "steps.jsonl")
+            out.append(Problem("truncated", path, f"{bad} line(s) of rank {entry.rank}'s "
+                               "step records could not be read (cut short or damaged) and "
+                               "were left out of its steps"))
+    return out
 
 
 #: step numbers kept per rank past the window: GPU times may still be missing
