@@ -8,6 +8,7 @@ alarms stay zero). Real torchrun, 2 gloo ranks, a script without torchlens."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,9 @@ def test_an_fsdp2_rank_with_slow_data_loading_is_named_the_slow_rank(tmp_path: P
         assert _median_phase(out, r, "forward") > 0, said
     page = _report(out, tmp_path)
     assert "rank 1 is the slow rank" in page
+    # the profiled window's "who the others waited for" names the same cause
+    table = page[page.index("Who the others waited for"):]
+    assert re.search(r"<td>its data loading took [\d.]+ ms per step, [\d.]+x the others", table)
 
 
 def test_an_even_fsdp2_run_has_no_slow_rank(tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ run a few times per step (DataLoader batches, ``DistributedDataParallel.forward`
 the ``torch.distributed`` collectives the user calls), so a step costs a few
 microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
 which is why the late rank is found by comparing phases across ranks
-(``analysis.ranks.steps``), not by watching collectives.
+(``analysis.ranks.steps``), not by watching collectives. FSDP waits for a late
+rank in the all_gathers of its forward (Python ``all_gather_single`` calls):
+those count as collective, not forward, so the rank the others wait for has
+the least sync there too. FSDP's classes are timed once the job imports them.
 
 On a rank whose job runs on a GPU the host timers alone mislead: NCCL work is
 enqueued and the CPU moves on, so a wait for a late rank shows in whichever
