@@ -262,7 +262,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """Patches an FSDP module right after it is first imported, by the job."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in (_FSDP1, _FSDP2):
+        if fullname not in (_FSDP1, _FSDP2) and fullname not in _AFTER:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -276,13 +276,29 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             real(module)
-            _patch(module)
+            if fullname in (_FSDP1, _FSDP2):
+                _patch(module)
+            for then in _AFTER.pop(fullname, ()):
+                then(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 _FINDER = _AfterImport()
+#: module name -> what to do with it once the job imports it (``when_imported``)
+_AFTER: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def when_imported(name: str, then: Callable[[Any], None]) -> None:
+    """``then(module)`` now if ``name`` is imported, else right after the job imports
+    it (the FSDP phase timers of ``capture.ranks.phases``: one import hook for both)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+        return
+    _AFTER.setdefault(name, []).append(then)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
 
 
 def _watch_fsdp() -> None:

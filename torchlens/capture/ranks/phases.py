@@ -8,7 +8,10 @@ run a few times per step (DataLoader batches, ``DistributedDataParallel.forward`
 the ``torch.distributed`` collectives the user calls), so a step costs a few
 microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
 which is why the late rank is found by comparing phases across ranks
-(``analysis.ranks.steps``), not by watching collectives.
+(``analysis.ranks.steps``), not by watching collectives. FSDP waits for a late
+rank in the all_gathers of its forward (Python ``all_gather_single`` calls):
+those count as collective, not forward, so the rank the others wait for has
+the least sync there too. FSDP's classes are timed once the job imports them.
 
 On a rank whose job runs on a GPU the host timers alone mislead: NCCL work is
 enqueued and the CPU moves on, so a wait for a late rank shows in whichever
@@ -31,14 +34,19 @@ from typing import Any
 
 import torch
 
+from torchlens.capture.ddp.fsdp_memory import when_imported
 from torchlens.capture.ranks import cuda_device
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
-_OPTIMIZER = PHASES.index("optimizer")
+_FORWARD, _OPTIMIZER, _COLLECTIVE = (PHASES.index(p) for p in ("forward", "optimizer", "collective"))
+#: ``*_single``: what FSDP2 calls for its own all_gathers and reduce_scatters
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
-               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+               "all_gather_single", "reduce_scatter", "reduce_scatter_tensor",
+               "reduce_scatter_single", "all_to_all", "all_to_all_single",
                "broadcast", "broadcast_object_list", "reduce", "gather", "scatter", "barrier",
                "send", "recv", "isend", "irecv", "monitored_barrier")
+_FSDP2 = "torch.distributed.fsdp._fully_shard._fully_shard"
+_FSDP1 = "torch.distributed.fsdp.fully_sharded_data_parallel"
 
 
 class PhaseClock:
@@ -55,6 +63,7 @@ class PhaseClock:
         self.enter: Callable[[], None] | None = None
         self.gpu: GpuPhaseTimer | None = None  # set on a rank whose job uses CUDA
         self._undo: list[Callable[[], None]] = []
+        self._fsdp_undone = False
         self._opt_t0 = 0.0
 
     def take(self) -> dict[str, float]:
@@ -68,6 +77,8 @@ class PhaseClock:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if clock.active == _OPTIMIZER and index != _OPTIMIZER:
                 return clock._inside_optimizer(index, fn, args, kwargs)
+            if clock.active == _FORWARD and index == _COLLECTIVE:
+                return clock._inside_forward(fn, args, kwargs)
             if clock.active >= 0:
                 return fn(*args, **kwargs)
             if clock.enter is not None:
@@ -116,6 +127,45 @@ class PhaseClock:
                 gpu.enter(opt)
             self.active = opt
 
+    def _inside_forward(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """A collective the forward runs: FSDP's all_gathers of the parameters. The
+        wait for a late rank is there (not in backward, as DDP's), so it counts as
+        collective, where ``analysis.ranks.slow`` looks for it."""
+        gpu = self.gpu
+        if gpu is not None:
+            gpu.leave()
+            gpu.enter(_COLLECTIVE)
+        self.active, self.entries = _COLLECTIVE, self.entries + 1
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = time.perf_counter() - t
+            self.spent[_COLLECTIVE] += spent
+            self.spent[_FORWARD] -= spent  # the forward's timer, still running, counts it too
+            if gpu is not None:
+                gpu.leave()
+                gpu.enter(_FORWARD)
+            self.active = _FORWARD
+
+    def _time_fsdp2(self, module: Any) -> None:
+        """An FSDP2 module's call (the root's: the outermost counts) as the forward:
+        ``fully_shard`` gives each module a class deriving from ``FSDPModule``
+        first, so a ``__call__`` put there runs before ``nn.Module``'s."""
+        fsdp_module = module.FSDPModule
+        if "__call__" in fsdp_module.__dict__ or self._fsdp_undone:
+            return
+
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return super(fsdp_module, self).__call__(*args, **kwargs)
+
+        fsdp_module.__call__ = self._wrap(_FORWARD, call)
+        self._undo.append(lambda: delattr(fsdp_module, "__call__"))
+
+    def _time_fsdp1(self, module: Any) -> None:
+        if not self._fsdp_undone:
+            self._patch(module.FullyShardedDataParallel, "forward", "forward")
+
     def _patch(self, owner: Any, name: str, phase: str) -> None:
         original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
         if original is None:
@@ -135,6 +185,11 @@ class PhaseClock:
 
         self._patch(dataloader._BaseDataLoaderIter, "__next__", "data")
         self._patch(DistributedDataParallel, "forward", "forward")
+        # FSDP's forward, timed once the job imports it (importing it here costs
+        # most of a second for a job without FSDP)
+        self._fsdp_undone = False
+        when_imported(_FSDP2, self._time_fsdp2)
+        when_imported(_FSDP1, self._time_fsdp1)
         self._patch(torch.Tensor, "backward", "backward")
         self._patch(torch.autograd, "backward", "backward")
         for module in (dist, distributed_c10d):
@@ -167,6 +222,7 @@ class PhaseClock:
             self._undo.append(handle.remove)
 
     def remove(self) -> None:
+        self._fsdp_undone = True  # an FSDP import after this is not timed
         while self._undo:
             self._undo.pop()()
 
