@@ -29,6 +29,7 @@ from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 from markupsafe import escape
 
+from torchlens.analysis.ranks.slow import WINDOW
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.analysis.ranks.steps import PHASES, ROLES
 from torchlens.model.findings import INFO, Finding
@@ -349,7 +350,8 @@ class Panels:
         self.overlap_note = caption("")  # render.ranks.overlap's words, once steps are profiled
         self.bd_fig = _stacked_bars(
             self.breakdown, PARTS, PART_COLORS, labels, "ms (median per step)",
-            "Where each rank's step goes: median ms per phase", "0,0.0",
+            f"Where each rank's step goes: median ms per phase (last {WINDOW} steps, as the "
+            "verdict)", "0,0.0",
             [("median step", "@median_step_ms{0,0.0} ms")])
 
     def set_memory_titles(self, sources: set[str]) -> None:

@@ -14,6 +14,7 @@ import textwrap
 import time
 from typing import Any, TextIO
 
+from torchlens.analysis.ranks.slow import WINDOW
 from torchlens.analysis.ranks.verdict import RunView
 from torchlens.model.units import format_bytes, format_ms
 from torchlens.render.findings import finding_text
@@ -90,6 +91,9 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
                    f"{format_ms(row.get('step_ms'), unit=False, missing='-'):>8} "
                    f"{format_ms(row.get('data_ms'), unit=False, missing='-'):>8} "
                    f"{memory_cell(row):>14}{mark}")
+    if any(row.get("step_ms") is not None for row in shown):
+        out.append(f"step ms, data ms: each rank's median over its last {WINDOW} steps, "
+                   "the steps the verdict compares (evaluation and checkpoint spans left out)")
     if len(shown) < len(view.ranks):
         out.append(more_ranks_line(len(view.ranks) - len(shown), view.spread))
     if any(row.get("source") == "modelled" and row.get("allocated") is not None

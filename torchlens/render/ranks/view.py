@@ -21,7 +21,7 @@ from markupsafe import escape
 
 from torchlens.analysis.ranks.arrivals import collective_arrivals
 from torchlens.analysis.ranks.overlap import profiled_overlap
-from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.analysis.ranks.slow import WINDOW, slow_rank
 from torchlens.analysis.ranks.spread import Spread, ranks_to_show
 from torchlens.analysis.ranks.steps import (
     ROLES,
@@ -344,7 +344,7 @@ class RankProfileView:
             sr = slow_rank(self.records)
             finding, slow = sr.finding, sr.rank
         self._slow = slow
-        self._table = rank_table(self.records, [list(s) for s in self.summaries])
+        self._table = rank_table(self.records, [list(s) for s in self.summaries], window=WINDOW)
         self._pick()
         color = p.color(slow) if slow is not None else "#333"
         p.verdict.text = str(verdict_html(finding, color))
