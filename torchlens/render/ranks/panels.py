@@ -77,6 +77,25 @@ def profiled_points(color: str, rows: list[dict[str, Any]]) -> list[dict[str, An
             for row in rows if row["profiled"]]
 
 
+#: the step chart's caption lists this many profiled steps in full, then the first and last
+LIST_PROFILED = 6
+
+
+def profiled_words(steps: list[int], every: int | None) -> str:
+    """``Circles: profiled steps 4, 9 (then 1 in 48)``: the steps that were
+    profiled (the first two come before the interval is chosen), then the interval."""
+    then = f"then 1 in {every}" if every else ""
+    if not steps:
+        return "Circles: profiled steps (none yet" + (f"; {then}" if then else "") + ")"
+    if len(steps) <= LIST_PROFILED:
+        named, count = ", ".join(map(str, steps)), ""
+    else:
+        named = ", ".join(map(str, steps[:LIST_PROFILED - 2])) + f", …, {steps[-1]}"
+        count = f"{len(steps)} steps"
+    more = "; ".join(w for w in (count, then) if w)
+    return f"Circles: profiled steps {named}" + (f" ({more})" if more else "")
+
+
 def columns_or_empty(src: ColumnDataSource, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return to_columns(rows) if rows else {k: [] for k in src.data}
 
@@ -147,9 +166,9 @@ class Panels:
                 "stopped); grey: median and range of all.") if self.spread else ""
         step = figure(height=240, sizing_mode="stretch_width", tools=TOOLS,
                       title="Step time per rank (ms)", x_axis_label="step", y_axis_label="ms")
-        self.step_note = caption(
-            "Circles: profiled steps" + (f" (1 in {every})" if every else "")
-            + "; ✖: where a rank stopped (hover for why)." + many)
+        self.every = every
+        self._step_note_rest = "; ✖: where a rank stopped (hover for why)." + many
+        self.step_note = caption(profiled_words([], every) + self._step_note_rest)
         self.step_fig = step
         self.step_spread = ColumnDataSource(spread_columns(("step_ms",)))
         if self.spread:
@@ -337,6 +356,10 @@ class Panels:
             self.roles, ROLES, ROLE_COLORS, labels, "ms (median of the profiled steps)",
             "%%torchprof roles of the profiled steps (median ms)", "0,0.00",
             [("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")])
+
+    def set_profiled_steps(self, steps: list[int]) -> None:
+        """The step chart's caption names the steps profiled so far (sorted)."""
+        self.step_note.text = profiled_words(steps, self.every) + self._step_note_rest
 
     def _breakdown_panel(self) -> None:
         labels = [f"rank {r}" for r in self.shown]

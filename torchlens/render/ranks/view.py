@@ -102,6 +102,7 @@ class RankProfileView:
         self._last_flush = 0.0
         self._last_analysis = -math.inf
         self._analysis_every = VERDICT_S
+        self._profiled_steps: set[int] = set()  # every step some rank profiled
         self._table: list[dict[str, Any]] = []  # the last analysis' rank_table
         self._ranked = False  # the slots were picked from a rank_table
         self._slow: int | None = None
@@ -213,6 +214,10 @@ class RankProfileView:
             new.clear()
             if rows:
                 self._last_point[r] = (rows[-1]["step"], rows[-1]["step_ms"])
+            profiled = {row["step"] for row in rows if row["profiled"]} - self._profiled_steps
+            if profiled:
+                self._profiled_steps |= profiled
+                p.set_profiled_steps(sorted(self._profiled_steps))
             if p.spread:
                 self.step_spread.add(r, rows)
                 self.mem_spread.add(r, mem)
