@@ -58,3 +58,27 @@ def test_the_note_under_the_chart_says_what_the_markers_are(tmp_path: Path) -> N
     text = str(sections(_series(tmp_path), figures)[0])
     assert "6 evaluation and checkpoint spans" in text, text
     assert "left out of the step lines" in text
+
+
+def test_the_live_step_chart_marks_labelled_spans_apart_from_the_steps() -> None:
+    """The same for the live view (``%ddp_check --profile``, ``torchlens.watch``)."""
+    from ranks.rank_fixtures import T_START, make_run
+
+    from torchlens.render.ranks.view import RankProfileView
+
+    steps, _ = make_run(world=2, steps=30, straggler=1)
+    for recs in steps:
+        last = recs[19]
+        recs.insert(20, last.replace(t0=last.t1, t1=last.t1 + 0.9, label="evaluation",
+                                     profiled=False))
+    view = RankProfileView(2, every=5, modelled=False, t0=T_START)
+    p = view.panels
+    legend = {getattr(i.label, "value", None): i for i in p.step_fig.legend[0].items}
+    assert not legend["evaluation or checkpoint (not a step)"].visible  # none yet
+    for r in range(2):
+        view.push_steps(r, steps[r])
+    view.flush(force=True)
+    assert all(max(src.data["step_ms"]) < 300 for src in p.steps)  # not on the step line
+    assert all(len(src.data["step"]) == 30 for src in p.steps)
+    assert p.spans.data["label"] == ["evaluation", "evaluation"]
+    assert legend["evaluation or checkpoint (not a step)"].visible

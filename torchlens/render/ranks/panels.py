@@ -38,6 +38,7 @@ from torchlens.render.findings import finding_html
 from torchlens.render.legend import add_colour_legend
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
 from torchlens.render.ranks.lanes import KIND_COLORS, Lanes, Timeline
+from torchlens.render.ranks.spans import span_marks
 from torchlens.render.step_axis import CappedAxis
 from torchlens.render.tables import shorten
 
@@ -177,6 +178,7 @@ class Panels:
         self.step_lines = [step.line("step", "step_ms", source=self.steps[i], color=self.color(r),
                                      line_width=1.5, legend_label=f"rank {r}")
                            for i, r in enumerate(self.shown)]
+        self.spans, self.spans_legend = span_marks(step)
         self.profiled = ColumnDataSource({"step": [], "step_ms": [], "color": []})
         step.scatter("step", "step_ms", source=self.profiled, color="color", size=6,
                      fill_color="white")

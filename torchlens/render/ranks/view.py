@@ -54,6 +54,7 @@ from torchlens.render.ranks.panels import (
     stream,
     verdict_html,
 )
+from torchlens.render.ranks.spans import span_points, training
 from torchlens.render.tables import shorten
 
 STEP_ROLLOVER = 5000  # points per rank in the step and memory panels
@@ -208,7 +209,9 @@ class RankProfileView:
         for r, new in enumerate(self._new_steps):
             if not new:
                 continue
-            rows = step_rows(one_rank(new))
+            rows = step_rows(one_rank(training(new)))
+            spans = span_points(p.color(r), new)
+            p.spans_legend.visible = p.spans_legend.visible or bool(spans)
             mem = memory_rows(one_rank(new), [[]])
             seen.update(m.get("source") for m in mem)
             new.clear()
@@ -227,6 +230,7 @@ class RankProfileView:
             stream(p.steps[slot], [{k: row[k] for k in STEP_KEYS} for row in rows],
                     STEP_ROLLOVER)
             stream(p.profiled, profiled_points(p.color(r), rows), STEP_ROLLOVER * len(p.shown))
+            stream(p.spans, spans, STEP_ROLLOVER)
             stream(p.mem[slot], [mem_row(m) for m in mem], STEP_ROLLOVER)
         if p.spread:
             merge(p.step_spread, self.step_spread.changed(), STEP_ROLLOVER)
@@ -408,9 +412,10 @@ class RankProfileView:
     def _show(self, shown: list[int]) -> None:
         p, old = self.panels, list(self.panels.shown)
         p.show_ranks(shown)
-        points, marks = [], []
+        points, marks, spans = [], [], []
         for i, r in enumerate(shown):
-            rows = step_rows(one_rank(self.records[r]))
+            rows = step_rows(one_rank(training(self.records[r])))
+            spans += span_points(p.color(r), self.records[r])
             prof = [mem_row(m) for m in memory_rows([[]], one_rank(self.summaries[r]))]
             points += profiled_points(p.color(r), rows)
             marks += [{**m, "color": p.color(r)} for m in prof]
@@ -422,6 +427,7 @@ class RankProfileView:
             p.mem[i].data = columns_or_empty(p.mem[i], [mem_row(m) for m in mem])
             p.mem_prof[i].data = columns_or_empty(p.mem_prof[i], prof)
         p.profiled.data = columns_or_empty(p.profiled, points[-STEP_ROLLOVER * len(shown):])
+        p.spans.data = columns_or_empty(p.spans, spans[-STEP_ROLLOVER:])
         p.mem_marks.data = columns_or_empty(p.mem_marks, marks)
         # the timeline keeps the lanes of the ranks drawn
         kept = set(shown)
