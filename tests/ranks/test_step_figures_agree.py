@@ -42,3 +42,15 @@ def test_the_verdict_median_step_is_the_median_of_the_rows_below_it() -> None:
     text = "\n".join(lines(view))
     # the table says which steps its times cover, in the verdict's words
     assert "last 20 steps" in text.split("verdict:", 1)[1].split("\n", 1)[1]
+
+
+def test_the_report_calls_one_steps_median_over_ranks_by_another_name() -> None:
+    """The report's "Step time across ranks" table has, per profiled step, the
+    median of the ranks' times: not a rank's median step, so not that name."""
+    from torchlens.render import tables
+    from torchlens.render.runs.report import SKEW
+
+    html = str(tables.html_table([{"step": 4, "ranks": 2, "median_us": 30_500.0,
+                                   "max_us": 31_000.0, "slowest_rank": 1,
+                                   "skew_pct": 1.6}], SKEW))
+    assert "median of the ranks" in html and "median step" not in html
