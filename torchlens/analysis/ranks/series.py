@@ -12,6 +12,11 @@ Why it is bounded: a long run of many ranks has millions of steps. Each rank
 gets an equal share of ``MAX_POINTS`` (at least ``MIN_PER_RANK``); a rank
 with more steps is cut into time bins per start and each bin keeps its
 slowest step, so the spikes a user looks for survive.
+
+A span a framework labelled (``StepRecord.label``: the Hugging Face
+Trainer's ``evaluation`` and ``checkpoint``) is no training step: it goes
+to the rank's ``labelled`` columns (every one kept: a run has few), not
+into the steps, whose line it would spike (an evaluation) or bin away.
 """
 
 from __future__ import annotations
@@ -47,18 +52,22 @@ def step_series(collected: CollectedSteps) -> dict[str, Any]:
     zero = collected.started if collected.started is not None else min(firsts, default=0.0)
     budget = max(MIN_PER_RANK, MAX_POINTS // max(1, len(collected.ranks)))
     ranks: dict[str, dict[str, list[Any]]] = {}
-    total = drawn = 0
+    total = drawn = spans = 0
     for rank, cols in sorted(collected.ranks.items()):
         t0, t1 = np.asarray(cols["t0"], float), np.asarray(cols["t1"], float)
         start = np.asarray(cols["restart"], np.int64)
         ms = (t1 - t0) * 1e3
-        keep = _kept(t1, ms, start, budget)
+        labels = cols.get("label") or [None] * len(t1)
+        marked = np.asarray([lab is not None for lab in labels], bool)
+        train = np.flatnonzero(~marked)
+        keep = train[_kept(t1[train], ms[train], start[train], budget)]
+        other = np.flatnonzero(marked)
         total += len(t1)
-        drawn += len(keep)
-        ranks[str(rank)] = {"t": np.round(t1[keep] - zero, 6).tolist(),
-                            "ms": np.round(ms[keep], 4).tolist(),
-                            "step": [cols["step"][i] for i in keep],
-                            "restart": start[keep].tolist()}
+        drawn += len(keep) + len(other)
+        spans += len(other)
+        ranks[str(rank)] = {**_columns(keep, t1, ms, start, cols["step"], zero),
+                            "labelled": {**_columns(other, t1, ms, start, cols["step"], zero),
+                                         "label": [labels[i] for i in other]}}
     restarts = []
     for r in collected.restarts:
         t, resumed = r.get("t"), r.get("resumed_t")
@@ -67,4 +76,10 @@ def step_series(collected: CollectedSteps) -> dict[str, Any]:
                          "t": None if t is None else t - zero,
                          "resumed": None if resumed is None else resumed - zero})
     return {"zero": zero, "ranks": ranks, "restarts": restarts, "steps": total,
-            "drawn": drawn}
+            "drawn": drawn, "labelled": spans}
+
+
+def _columns(idx: np.ndarray, t1: np.ndarray, ms: np.ndarray, start: np.ndarray,
+             steps: list[Any], zero: float) -> dict[str, list[Any]]:
+    return {"t": np.round(t1[idx] - zero, 6).tolist(), "ms": np.round(ms[idx], 4).tolist(),
+            "step": [steps[i] for i in idx], "restart": start[idx].tolist()}

@@ -292,15 +292,20 @@ def profiled_breakdown(summaries: Summaries) -> list[dict[str, Any]]:
 
 
 def rank_table(steps: Steps, summaries: Summaries,
-               per_rank: list[list[_Memory]] | None = None) -> list[dict[str, Any]]:
-    """One row per rank: median step and phase times over all its steps, the
-    latest and peak allocator figures, fragmentation and RSS. ``per_rank``:
+               per_rank: list[list[_Memory]] | None = None,
+               window: int | None = None) -> list[dict[str, Any]]:
+    """One row per rank: median step and phase times over its training steps
+    (a labelled span, an evaluation or checkpoint, is no step), its last
+    ``window`` of them when given (the slow-rank verdict's window, so the
+    rows and the verdict's median step are of the same steps), the latest and
+    peak allocator figures, fragmentation and RSS. ``per_rank``:
     ``per_rank_memory(steps, summaries)`` when the caller has it."""
     out = []
     for r, memory in enumerate(per_rank if per_rank is not None
                                else per_rank_memory(steps, summaries)):
-        timed = [record_ms(rec) for rec in steps[r] or []]
-        row: dict[str, Any] = {"rank": r, "steps": len(timed),
+        training = [rec for rec in steps[r] or [] if not rec.labelled]
+        timed = [record_ms(rec) for rec in (training[-window:] if window else training)]
+        row: dict[str, Any] = {"rank": r, "steps": len(training),
                                "step_ms": _median([t[0] for t in timed]),
                                "other_ms": _median([t[2] for t in timed])}
         for i, key in enumerate(_PHASE_KEYS):

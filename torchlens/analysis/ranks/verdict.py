@@ -39,7 +39,7 @@ from typing import Any
 
 from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
-from torchlens.analysis.ranks.slow import SlowRank, rank_list, slow_rank, weak
+from torchlens.analysis.ranks.slow import WINDOW, SlowRank, rank_list, slow_rank, weak
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
     Steps,
@@ -225,7 +225,7 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     slow = slow_rank(steps)
     memory = per_rank_memory(steps, summaries)
     creep = memory_creep(steps, summaries, memory=memory)
-    table = rank_table(steps, summaries, memory) if steps else []
+    table = rank_table(steps, summaries, memory, WINDOW) if steps else []
     rows = []
     for r, (info, state) in enumerate(zip(ranks, states, strict=True)):
         info = info or {}

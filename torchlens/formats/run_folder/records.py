@@ -107,7 +107,9 @@ def read_summaries(run_dir: str, rank: int) -> list[Record]:
 @dataclass
 class CollectedSteps:
     """Every step record of every rank of a ``torchlens run`` folder, cut to what a
-    chart over time needs: per rank, columns ``restart``, ``step``, ``t0``, ``t1``."""
+    chart over time needs: per rank, columns ``restart``, ``step``, ``t0``, ``t1``,
+    ``label`` (None for a training step; ``StepRecord.label`` for a span a
+    framework labelled, an evaluation or a checkpoint)."""
 
     ranks: dict[int, dict[str, list[Any]]]
     restarts: list[dict[str, Any]]  # the manifest's (``analysis.ranks.restarts.Restart``)
@@ -124,7 +126,8 @@ def collected_steps(run_dir: str, manifest: Manifest,
         return None
     ranks: dict[int, dict[str, list[Any]]] = {}
     for entry in manifest.ranks:
-        cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": []}
+        cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": [],
+                                      "label": []}
         for rec in iter_steps(run_dir, entry.rank):
             if seen is not None:
                 seen(entry.rank, rec)
@@ -132,5 +135,6 @@ def collected_steps(run_dir: str, manifest: Manifest,
             cols["step"].append(rec.step)
             cols["t0"].append(rec.t0)
             cols["t1"].append(rec.t1)
+            cols["label"].append(rec.label if rec.labelled else None)
         ranks[entry.rank] = cols
     return CollectedSteps(ranks, list(manifest.restarts), manifest.started)

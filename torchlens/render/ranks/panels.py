@@ -29,6 +29,7 @@ from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 from markupsafe import escape
 
+from torchlens.analysis.ranks.slow import WINDOW
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.analysis.ranks.steps import PHASES, ROLES
 from torchlens.model.findings import INFO, Finding
@@ -37,6 +38,7 @@ from torchlens.render.findings import finding_html
 from torchlens.render.legend import add_colour_legend
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
 from torchlens.render.ranks.lanes import KIND_COLORS, Lanes, Timeline
+from torchlens.render.ranks.spans import span_marks
 from torchlens.render.step_axis import CappedAxis
 from torchlens.render.tables import shorten
 
@@ -74,6 +76,25 @@ def one_rank(items: list[Any]) -> list[list[Any]]:
 def profiled_points(color: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"step": row["step"], "step_ms": row["step_ms"], "color": color}
             for row in rows if row["profiled"]]
+
+
+#: the step chart's caption lists this many profiled steps in full, then the first and last
+LIST_PROFILED = 6
+
+
+def profiled_words(steps: list[int], every: int | None) -> str:
+    """``Circles: profiled steps 4, 9 (then 1 in 48)``: the steps that were
+    profiled (the first two come before the interval is chosen), then the interval."""
+    then = f"then 1 in {every}" if every else ""
+    if not steps:
+        return "Circles: profiled steps (none yet" + (f"; {then}" if then else "") + ")"
+    if len(steps) <= LIST_PROFILED:
+        named, count = ", ".join(map(str, steps)), ""
+    else:
+        named = ", ".join(map(str, steps[:LIST_PROFILED - 2])) + f", …, {steps[-1]}"
+        count = f"{len(steps)} steps"
+    more = "; ".join(w for w in (count, then) if w)
+    return f"Circles: profiled steps {named}" + (f" ({more})" if more else "")
 
 
 def columns_or_empty(src: ColumnDataSource, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -146,9 +167,9 @@ class Panels:
                 "stopped); grey: median and range of all.") if self.spread else ""
         step = figure(height=240, sizing_mode="stretch_width", tools=TOOLS,
                       title="Step time per rank (ms)", x_axis_label="step", y_axis_label="ms")
-        self.step_note = caption(
-            "Circles: profiled steps" + (f" (1 in {every})" if every else "")
-            + "; ✖: where a rank stopped (hover for why)." + many)
+        self.every = every
+        self._step_note_rest = "; ✖: where a rank stopped (hover for why)." + many
+        self.step_note = caption(profiled_words([], every) + self._step_note_rest)
         self.step_fig = step
         self.step_spread = ColumnDataSource(spread_columns(("step_ms",)))
         if self.spread:
@@ -157,6 +178,7 @@ class Panels:
         self.step_lines = [step.line("step", "step_ms", source=self.steps[i], color=self.color(r),
                                      line_width=1.5, legend_label=f"rank {r}")
                            for i, r in enumerate(self.shown)]
+        self.spans, self.spans_legend = span_marks(step)
         self.profiled = ColumnDataSource({"step": [], "step_ms": [], "color": []})
         step.scatter("step", "step_ms", source=self.profiled, color="color", size=6,
                      fill_color="white")
@@ -337,6 +359,10 @@ class Panels:
             "%%torchprof roles of the profiled steps (median ms)", "0,0.00",
             [("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")])
 
+    def set_profiled_steps(self, steps: list[int]) -> None:
+        """The step chart's caption names the steps profiled so far (sorted)."""
+        self.step_note.text = profiled_words(steps, self.every) + self._step_note_rest
+
     def _breakdown_panel(self) -> None:
         labels = [f"rank {r}" for r in self.shown]
         n = len(labels)
@@ -349,7 +375,8 @@ class Panels:
         self.overlap_note = caption("")  # render.ranks.overlap's words, once steps are profiled
         self.bd_fig = _stacked_bars(
             self.breakdown, PARTS, PART_COLORS, labels, "ms (median per step)",
-            "Where each rank's step goes: median ms per phase", "0,0.0",
+            f"Where each rank's step goes: median ms per phase (last {WINDOW} steps, as the "
+            "verdict)", "0,0.0",
             [("median step", "@median_step_ms{0,0.0} ms")])
 
     def set_memory_titles(self, sources: set[str]) -> None:

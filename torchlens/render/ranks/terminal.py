@@ -14,6 +14,7 @@ import textwrap
 import time
 from typing import Any, TextIO
 
+from torchlens.analysis.ranks.slow import WINDOW
 from torchlens.analysis.ranks.verdict import RunView
 from torchlens.model.units import format_bytes, format_ms
 from torchlens.render.findings import finding_text
@@ -32,12 +33,23 @@ def restart_line(number: Any, words: str) -> str:
     return f"restart {number}: {words}"
 
 
+def shows_modelled(row: dict[str, Any]) -> bool:
+    """Whether ``memory_cell`` shows the modelled figure: only with nothing measured."""
+    return (row.get("source") == "modelled" and row.get("allocated") is not None
+            and row.get("rss") is None)
+
+
 def memory_cell(row: dict[str, Any]) -> str:
-    """A rank row's memory as one cell: allocated (``~`` when modelled), else RSS."""
-    if row.get("allocated") is not None:
-        mark = "~" if row.get("source") == "modelled" else ""
-        return f"{mark}{format_bytes(row['allocated'])}"
-    return f"{format_bytes(row['rss'])} rss" if row.get("rss") is not None else "-"
+    """A rank row's memory as one cell, one kind of figure for the whole run: the
+    CUDA allocator's allocated bytes, else the process's RSS (both measured). The
+    modelled figure of a CPU run (the allocations made inside a profiled step, as
+    the CUDA caching allocator would hold them: no weights, kilobytes for a model
+    of megabytes) is no rank's memory; ``~`` only when nothing was measured."""
+    if row.get("allocated") is not None and row.get("source") != "modelled":
+        return format_bytes(row["allocated"])
+    if row.get("rss") is not None:
+        return f"{format_bytes(row['rss'])} rss"
+    return f"~{format_bytes(row['allocated'])}" if shows_modelled(row) else "-"
 
 
 def rows_in_order(ranks: list[Any], order: Any, max_rows: int) -> list[Any]:
@@ -90,12 +102,15 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
                    f"{format_ms(row.get('step_ms'), unit=False, missing='-'):>8} "
                    f"{format_ms(row.get('data_ms'), unit=False, missing='-'):>8} "
                    f"{memory_cell(row):>14}{mark}")
+    if any(row.get("step_ms") is not None for row in shown):
+        out.append(f"step ms, data ms: each rank's median over its last {WINDOW} steps, "
+                   "the steps the verdict compares (evaluation and checkpoint spans left out)")
     if len(shown) < len(view.ranks):
         out.append(more_ranks_line(len(view.ranks) - len(shown), view.spread))
-    if any(row.get("source") == "modelled" and row.get("allocated") is not None
-           for row in view.ranks):
-        out.append("~ memory modelled: the profiled steps' CPU allocations replayed through "
-                   "the CUDA caching-allocator model")
+    if any(shows_modelled(row) for row in shown):
+        out.append("~ memory modelled: the allocations made inside the profiled steps "
+                   "(not the weights or other tensors made before), replayed through the "
+                   "CUDA caching-allocator model")
     for node in view.lost:
         out.append(f"lost: {node.words}")
     for c in view.creep:

@@ -21,7 +21,7 @@ from markupsafe import escape
 
 from torchlens.analysis.ranks.arrivals import collective_arrivals
 from torchlens.analysis.ranks.overlap import profiled_overlap
-from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.analysis.ranks.slow import WINDOW, slow_rank
 from torchlens.analysis.ranks.spread import Spread, ranks_to_show
 from torchlens.analysis.ranks.steps import (
     ROLES,
@@ -54,6 +54,7 @@ from torchlens.render.ranks.panels import (
     stream,
     verdict_html,
 )
+from torchlens.render.ranks.spans import span_points, training
 from torchlens.render.tables import shorten
 
 STEP_ROLLOVER = 5000  # points per rank in the step and memory panels
@@ -102,6 +103,7 @@ class RankProfileView:
         self._last_flush = 0.0
         self._last_analysis = -math.inf
         self._analysis_every = VERDICT_S
+        self._profiled_steps: set[int] = set()  # every step some rank profiled
         self._table: list[dict[str, Any]] = []  # the last analysis' rank_table
         self._ranked = False  # the slots were picked from a rank_table
         self._slow: int | None = None
@@ -207,12 +209,18 @@ class RankProfileView:
         for r, new in enumerate(self._new_steps):
             if not new:
                 continue
-            rows = step_rows(one_rank(new))
+            rows = step_rows(one_rank(training(new)))
+            spans = span_points(p.color(r), new)
+            p.spans_legend.visible = p.spans_legend.visible or bool(spans)
             mem = memory_rows(one_rank(new), [[]])
             seen.update(m.get("source") for m in mem)
             new.clear()
             if rows:
                 self._last_point[r] = (rows[-1]["step"], rows[-1]["step_ms"])
+            profiled = {row["step"] for row in rows if row["profiled"]} - self._profiled_steps
+            if profiled:
+                self._profiled_steps |= profiled
+                p.set_profiled_steps(sorted(self._profiled_steps))
             if p.spread:
                 self.step_spread.add(r, rows)
                 self.mem_spread.add(r, mem)
@@ -222,6 +230,7 @@ class RankProfileView:
             stream(p.steps[slot], [{k: row[k] for k in STEP_KEYS} for row in rows],
                     STEP_ROLLOVER)
             stream(p.profiled, profiled_points(p.color(r), rows), STEP_ROLLOVER * len(p.shown))
+            stream(p.spans, spans, STEP_ROLLOVER)
             stream(p.mem[slot], [mem_row(m) for m in mem], STEP_ROLLOVER)
         if p.spread:
             merge(p.step_spread, self.step_spread.changed(), STEP_ROLLOVER)
@@ -344,7 +353,7 @@ class RankProfileView:
             sr = slow_rank(self.records)
             finding, slow = sr.finding, sr.rank
         self._slow = slow
-        self._table = rank_table(self.records, [list(s) for s in self.summaries])
+        self._table = rank_table(self.records, [list(s) for s in self.summaries], window=WINDOW)
         self._pick()
         color = p.color(slow) if slow is not None else "#333"
         p.verdict.text = str(verdict_html(finding, color))
@@ -403,9 +412,10 @@ class RankProfileView:
     def _show(self, shown: list[int]) -> None:
         p, old = self.panels, list(self.panels.shown)
         p.show_ranks(shown)
-        points, marks = [], []
+        points, marks, spans = [], [], []
         for i, r in enumerate(shown):
-            rows = step_rows(one_rank(self.records[r]))
+            rows = step_rows(one_rank(training(self.records[r])))
+            spans += span_points(p.color(r), self.records[r])
             prof = [mem_row(m) for m in memory_rows([[]], one_rank(self.summaries[r]))]
             points += profiled_points(p.color(r), rows)
             marks += [{**m, "color": p.color(r)} for m in prof]
@@ -417,6 +427,7 @@ class RankProfileView:
             p.mem[i].data = columns_or_empty(p.mem[i], [mem_row(m) for m in mem])
             p.mem_prof[i].data = columns_or_empty(p.mem_prof[i], prof)
         p.profiled.data = columns_or_empty(p.profiled, points[-STEP_ROLLOVER * len(shown):])
+        p.spans.data = columns_or_empty(p.spans, spans[-STEP_ROLLOVER:])
         p.mem_marks.data = columns_or_empty(p.mem_marks, marks)
         # the timeline keeps the lanes of the ranks drawn
         kept = set(shown)

@@ -65,7 +65,7 @@ IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
         Column("idle_us", "idle", format_us_as_ms), Column("host_wait_pct", "host wait", format_percent),
         Column("kernel_wait_pct", "kernel wait", format_percent), Column("other_pct", "other", format_percent)]
 SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
-        Column("median_us", "median step", format_us_as_ms), Column("max_us", "slowest", format_us_as_ms),
+        Column("median_us", "median of the ranks", format_us_as_ms), Column("max_us", "slowest", format_us_as_ms),
         Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", format_percent)]
 STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", format_count),
               Column("last", "arrived last", format_count), Column("last_pct", "share", format_percent),

@@ -7,6 +7,11 @@ pale with hollow points, its last start solid, so the two starts cannot be
 mistaken for one run; each restart is a red line where the old workers stopped, a pale band
 until the new ones stepped again, and its label (the findings above the
 chart say each restart in full).
+
+A span a framework labelled (the Hugging Face Trainer's ``evaluation`` and
+``checkpoint``) is no step: a marker of its own per label, in the legend,
+and not on the rank's step line (an evaluation of seconds there read as a
+spike of the training, a short one as a dip).
 """
 
 from __future__ import annotations
@@ -27,13 +32,49 @@ RESTART_COLOR = "#b00"
 LEGEND_RANKS = 16
 
 
+#: marker and fill of each labelled span (``StepRecord.label``); others: the last
+SPAN_MARKS = {"evaluation": ("diamond", "#6a3d9a"), "checkpoint": ("square", "#222222"),
+              None: ("triangle", "#555555")}
+
+
+def span_labels(series: dict[str, Any]) -> list[str]:
+    """The labels of the labelled spans, evaluation and checkpoint first."""
+    seen = {lab for cols in series.get("ranks", {}).values()
+            for lab in (cols.get("labelled") or {}).get("label", [])}
+    known = [k for k in SPAN_MARKS if k in seen]
+    return known + sorted(seen - set(known))
+
+
+def _spans(fig: Any, ranks: dict[int, dict[str, Any]], labels: list[str]) -> list[Any]:
+    """One marker per labelled span, a legend entry per label; their renderers."""
+    out = []
+    for label in labels:
+        pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "label",
+                                                     "color")}
+        for r, cols in sorted(ranks.items()):
+            spans = cols.get("labelled") or {}
+            for i, lab in enumerate(spans.get("label", [])):
+                if lab == label:
+                    for k in ("t", "ms", "step"):
+                        pts[k].append(spans[k][i])
+                    pts["rank"].append(r)
+                    pts["label"].append(lab)
+                    pts["color"].append(rank_color(r))
+        marker, fill = SPAN_MARKS.get(label, SPAN_MARKS[None])
+        out.append(fig.scatter("t", "ms", source=ColumnDataSource(pts), marker=marker, size=10,
+                               fill_color=fill, line_color="color", line_width=1.5,
+                               legend_label=f"{label} (not a step)"))
+    return out
+
+
 def _start(restart: int) -> str:
     return "first start" if restart == 0 else f"after restart {restart}"
 
 
 def steps_figure(series: dict[str, Any]) -> Any:
     """The figure, or None when no rank has a step."""
-    ranks = {int(r): cols for r, cols in series.get("ranks", {}).items() if cols["t"]}
+    ranks = {int(r): cols for r, cols in series.get("ranks", {}).items()
+             if cols["t"] or (cols.get("labelled") or {}).get("t")}
     if not ranks:
         return None
     lines: dict[bool, dict[str, list[Any]]] = {
@@ -76,8 +117,14 @@ def steps_figure(series: dict[str, Any]) -> Any:
     fig.add_tools(HoverTool(renderers=[dots], tooltips=[
         ("rank", "@rank"), ("step", "@step"), ("step time", "@ms{0,0.0} ms"),
         ("start", "@start"), ("ended at", "@t{0,0.0} s")]))
+    spans = _spans(fig, ranks, span_labels(series))
+    if spans:
+        fig.add_tools(HoverTool(renderers=spans, tooltips=[
+            ("", "@label (not a training step)"), ("rank", "@rank"), ("after step", "@step"),
+            ("took", "@ms{0,0.0} ms"), ("ended at", "@t{0,0.0} s")]))
+    span_ms = [m for s in spans for m in s.data_source.data["ms"]]
     # the labels at the axis' top, which a spike's point may be above
-    top = robust_top(points["ms"]) or max(max(cols["ms"]) for cols in ranks.values())
+    top = robust_top(points["ms"]) or max([*points["ms"], *span_ms])
     for r in series.get("restarts") or []:
         if r.get("t") is None:
             continue
@@ -113,6 +160,13 @@ def sections(series: dict[str, Any], figures: list[Any]) -> list[Markup]:
     if series["drawn"] < series["steps"]:
         what += (f"; drawn as {series['drawn']:,} points, each rank's slowest step per time "
                  "bin")
+    labels = span_labels(series)
+    if labels:
+        n = series.get("labelled") or sum(len((c.get("labelled") or {}).get("t", []))
+                                          for c in series["ranks"].values())
+        what += (f"; {n:,} {' and '.join(labels)} span{'s' if n != 1 else ''} (a "
+                 "framework's labels, e.g. the Hugging Face Trainer's): markers of their own, "
+                 "left out of the step lines")
     if series.get("restarts"):  # the sentences themselves lead the findings
         what += ("; dashed lines and hollow points: a rank's steps before a restart, red: "
                  "the restarts (the band: until the new workers stepped again)")
