@@ -1,7 +1,7 @@
 """The new-user walk's FSDP2 job of issue 23 (``fsdp_slow.py``), copied: four
 ``fully_shard`` Linear layers under a ``fully_shard`` root, Adam, 60 steps,
 rank 1's DataLoader collate sleeping 30 ms a batch. It never imports torchlens.
-``TL_EVEN=1``: no rank sleeps (the even run)."""
+``TL_EVEN=1``: no rank sleeps (the even run); ``TL_SLOW_S``: the sleep (default 0.03)."""
 import os
 import time
 
@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 SLOW = -1 if os.environ.get("TL_EVEN") == "1" else 1
+SLOW_S = float(os.environ.get("TL_SLOW_S", "0.03"))
 
 
 class Net(torch.nn.Module):
@@ -33,7 +34,7 @@ def main():
     ds = [(torch.randn(64), torch.randint(0, 4, ()).item()) for _ in range(16 * 60)]
 
     def collate(b):
-        if dist.get_rank() == SLOW: time.sleep(0.03)  # noqa: E701
+        if dist.get_rank() == SLOW: time.sleep(SLOW_S)  # noqa: E701
         return torch.stack([t[0] for t in b]), torch.tensor([t[1] for t in b])
     it = iter(torch.utils.data.DataLoader(ds, batch_size=16, collate_fn=collate))
     for _step in range(60):

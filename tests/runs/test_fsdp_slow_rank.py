@@ -51,12 +51,14 @@ def _median_phase(out: Path, rank: int, phase: str) -> float:
 
 
 def test_an_fsdp2_rank_with_slow_data_loading_is_named_the_slow_rank(tmp_path: Path) -> None:
-    said, out = _run(tmp_path)
+    # 60 ms a batch: FSDP's backward on a loaded 2-core machine swung 12-72 ms, which at
+    # the walk's 30 ms once made rank 0's own wait too noisy to call (the rule held)
+    said, out = _run(tmp_path, TL_SLOW_S="0.06")
     verdict = said.splitlines()[0]
     assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, said
     # rank 0's wait for rank 1 is FSDP's all_gather in the forward: a collective,
     # and the forward itself is timed as forward on both ranks
-    assert _median_phase(out, 0, "collective") > 0.015, said
+    assert _median_phase(out, 0, "collective") > 0.03, said
     for r in (0, 1):
         assert _median_phase(out, r, "forward") > 0, said
     page = _report(out, tmp_path)
