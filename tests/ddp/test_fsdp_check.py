@@ -97,6 +97,9 @@ def test_strict_stops_the_skipping_rank_before_the_wrong_all_gather_runs():
     assert err["type"] == "CollectiveMismatch", err
     assert "collective #1" in err["message"] and "FSDP module layers.2" in err["message"]
     assert result.item("collective sequence").status == "failed"
+    # the walk: the parameter-sync line said "rank 0 raised" for a rank --strict stopped
+    sync = str(result.item("parameter sync"))
+    assert "was stopped by --strict" in sync and "raised" not in sync, sync
 
 
 def test_fsdp1_rank_that_skips_a_layer_is_named_with_the_layers_name():

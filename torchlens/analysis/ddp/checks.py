@@ -250,13 +250,13 @@ def _cut_short(rec: DdpRun) -> str:
         return ""
     results = rank_results(rec)
 
-    def raised_at(r: int) -> float:
-        res = results[r] if r < len(results) else None
-        t = ((res or {}).get("error") or {}).get("t")
-        return float(t) if isinstance(t, (int, float)) else float("inf")
-
-    first, *rest = sorted(crashed, key=lambda r: (raised_at(r), r))
-    how = "raised" if raised_at(first) != float("inf") else "stopped"
+    errors = {r: ((results[r] if r < len(results) else None) or {}).get("error") or {}
+              for r in crashed}
+    at = {r: float(t) if isinstance(t := e.get("t"), (int, float)) else float("inf")
+          for r, e in errors.items()}
+    first, *rest = sorted(crashed, key=lambda r: (at[r], r))
+    how = ("was stopped by --strict" if errors[first].get("type") == "CollectiveMismatch" else
+           "raised" if at[first] != float("inf") else "stopped")
     then = (f", then {'rank' if len(rest) == 1 else 'ranks'} {', '.join(map(str, rest))}"
             if rest else "")
     return f"rank {first} {how}{then}"
