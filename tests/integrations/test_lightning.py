@@ -93,6 +93,9 @@ def test_lightnings_own_ddp_launcher_attaches_every_rank(tmp_path: Path) -> None
     c, steps = _run(tmp_path, [sys.executable])
     assert "ranks: 2 of 2 attached" in c.output, c.output
     _check(c, steps)
+    # the walk: the node column read "-" (no GROUP_RANK without torchrun): node 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert [e["node"] for e in manifest["ranks"]] == [0, 0], manifest["ranks"]
 
 
 def test_lightnings_own_launcher_adds_the_callback_to_a_script_without_it(tmp_path) -> None:

@@ -141,7 +141,10 @@ class Attachment:
         self._put(self._key("hb"), self._heartbeat())
         self._put(self._key("hello"), {
             "rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank,
-            "node": _int_env("GROUP_RANK"), "host": socket.gethostname(), "pid": os.getpid(),
+            # torchrun's agent sets GROUP_RANK; Lightning's own launcher NODE_RANK, or
+            # nothing on one machine (node 0, as Lightning reads it)
+            "node": _int_env("GROUP_RANK", _int_env("NODE_RANK", 0)),
+            "host": socket.gethostname(), "pid": os.getpid(),
             "restart": self.restart, "elastic_run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
             "slot": self.slot, "t": time.time(),
             "device": str(self.profiler.settle_device()),
