@@ -129,6 +129,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
             raise InputError("--metrics-token-file is for --metrics: add --metrics [HOST:]PORT")
         metrics_endpoint.read_token(metrics_token_file)
     run_dir = _out_dir(out)
+    from torchlens.analysis.ranks.job_exit import job_ended
     from torchlens.analysis.ranks.verdict import live_status, run_view
     from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
     from torchlens.capture.ranks import torchrun as child
@@ -194,6 +195,8 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
                 collector.poll()
             time.sleep(POLL_S / 2)
         view = run_view(collector.snapshot(), ended=True)
+        if not interrupted:  # a job can fail where no rank says so (a mistyped script)
+            view = job_ended(view, code, list(getattr(proc, "tail", ())))
         if exporter is not None:  # how each rank ended, for the last scrape
             exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
