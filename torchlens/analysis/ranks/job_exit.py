@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from torchlens.analysis.ranks.slow import rank_list
-from torchlens.model.findings import FAILED, Figure, Finding
+from torchlens.analysis.ranks.verdict import no_step_words
+from torchlens.model.findings import FAILED, WARNING, Figure, Finding
 
 _RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
 _EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\b")
@@ -70,10 +71,16 @@ def job_failed(code: int, lines: list[str]) -> Finding:
                    details={"output": said, "rank_exit_codes": by_code})
 
 
-def job_ended(view: Any, code: int | None, lines: list[str]) -> Any:
+def job_ended(view: Any, code: int | None, lines: list[str],
+              unattached: str | None = None) -> Any:
     """``view`` (a ``RunView`` of the ended run) as the job's end makes it: a job
     that failed where no rank said why leads with that (``job_failed``), and a
-    rank torchrun says exited non-zero is not shown as finished."""
+    rank torchrun says exited non-zero is not shown as finished. ``unattached``:
+    why the job's ranks could not attach (its launcher), said when none did."""
+    if not view.attached and unattached and view.verdict.severity != FAILED and not code:
+        return dataclasses.replace(view, verdict=Finding(
+            WARNING, no_step_words(0, view.world_size, unattached),
+            view.verdict.figures))
     if not code:
         return view
     codes = rank_exit_codes(lines)

@@ -153,7 +153,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     loopback = collector.host in LOOPBACK
     summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
     if (unattached := launchers.accelerate_cpu(command)) is not None:
-        summary.say(unattached)
+        summary.say(f"torchlens run: {unattached}")
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
              f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {OTHER_PYTHONPATH} "
@@ -196,7 +196,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
             time.sleep(POLL_S / 2)
         view = run_view(collector.snapshot(), ended=True)
         if not interrupted:  # a job can fail where no rank says so (a mistyped script)
-            view = job_ended(view, code, list(getattr(proc, "tail", ())))
+            view = job_ended(view, code, list(getattr(proc, "tail", ())), unattached)
         if exporter is not None:  # how each rank ended, for the last scrape
             exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
@@ -340,8 +340,16 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
     from torchlens.analysis.ranks.slow import rank_list
 
     steps = [r.get("steps") or 0 for r in view.ranks]
+    # the same words as the verdict's when nothing was recorded (not "every rank said goodbye")
+    none = ("no rank attached, no step recorded"
+            if all(r["state"] == "waiting" for r in view.ranks)
+            else "no step recorded" if not any(steps) else "")
     if interrupted:
-        return f"interrupted after {max(steps, default=0)} steps"
+        return f"interrupted before any step: {none}" if none else (
+            f"interrupted after {max(steps)} steps")
+    if none and code == 0 and not view.lost and all(
+            r["state"] == "finished" for r in view.ranks):
+        return f"the command ended: {none}"
     if view.lost:
         return "stopped: " + "; ".join(n.words for n in view.lost)
     if code == 0 and all(r["state"] == "finished" for r in view.ranks):
