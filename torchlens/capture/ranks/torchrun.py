@@ -39,15 +39,22 @@ RELAY_WAIT_S = 5.0
 #: the command's last lines kept in memory (``proc.tail``): what a failed job
 #: said is shown with the verdict, whether its output went to a log or not
 TAIL_KEPT = 200
+#: how torchlens' own one-line messages in a rank start (an integration
+#: skipped, not attached): ``proc.own`` keeps them, for the terminal
+OWN_LINE = b"torchlens: "
 
 
-def _relay(source: Any, out_fd: int, close_out: bool, tail: deque[str]) -> None:
+def _relay(source: Any, out_fd: int, close_out: bool, tail: deque[str],
+           own: deque[str]) -> None:
     """Pass ``source``'s lines to ``out_fd`` as they come, torch's noise left out;
-    the last ones kept in ``tail`` too."""
+    the last ones kept in ``tail`` too, torchlens' own lines in ``own``."""
     try:
         for line in iter(source.readline, b""):
             if not NOISE.match(line):
-                tail.append(line.decode("utf-8", "replace").rstrip("\n"))
+                text = line.decode("utf-8", "replace").rstrip("\n")
+                tail.append(text)
+                if line.startswith(OWN_LINE):
+                    own.append(text)
                 with contextlib.suppress(OSError):  # our own output closed: keep draining
                     os.write(out_fd, line)
     finally:
@@ -69,7 +76,9 @@ def start(command: list[str], env: dict[str, str],
     """Start ``command`` in its own session with ``env`` added to this environment;
     its output goes to the file ``log`` when given, else to ours (stdout to our
     stdout, stderr to our stderr, each through a relay). ``wait_relay(proc)``
-    after it ended; ``proc.tail``: its last lines (stdout and stderr as they came)."""
+    after it ended; ``proc.tail``: its last lines (stdout and stderr as they
+    came); ``proc.own``: the lines of torchlens' own in it (``OWN_LINE``),
+    taken from the left by their reader."""
     if log is None:
         proc = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -83,12 +92,14 @@ def start(command: list[str], env: dict[str, str],
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         pairs = [(proc.stdout, out, True)]
     tail: deque[str] = deque(maxlen=TAIL_KEPT)
-    relays = [threading.Thread(target=_relay, args=(*pair, tail), daemon=True,
+    own: deque[str] = deque(maxlen=TAIL_KEPT)
+    relays = [threading.Thread(target=_relay, args=(*pair, tail, own), daemon=True,
                                name="torchlens-run-output") for pair in pairs]
     for relay in relays:
         relay.start()
     proc.relays = relays  # type: ignore[attr-defined]
     proc.tail = tail  # type: ignore[attr-defined]
+    proc.own = own  # type: ignore[attr-defined]
     return proc
 
 

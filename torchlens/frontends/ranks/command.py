@@ -176,11 +176,12 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
                 if metrics_at else None)
     entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
+    own = _OwnLines(proc.own, summary) if log else None  # relayed as they are otherwise
     interrupted = False
     stopped_by = "Ctrl-C"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        watch(collector, summary, lambda: proc.poll() is None, feed, exporter)
+        watch(collector, summary, lambda: proc.poll() is None, feed, exporter, own)
     except KeyboardInterrupt as exc:
         interrupted = True
         stopped_by = "SIGTERM" if isinstance(exc, _Terminated) else stopped_by
@@ -190,6 +191,8 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         code = child.end(proc)
         leftovers = child.end_leftovers([s.hello for s in collector.all_slots()])
         child.wait_relay(proc)  # the command's last lines before the summary's
+        if own is not None:
+            own.say()
         for _ in range(FINAL_POLLS):
             with contextlib.suppress(Exception):
                 collector.poll()
@@ -235,12 +238,13 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
 
 
 def watch(collector: Any, summary: Any, running: Callable[[], bool],
-          feed: Any | None = None, metrics: Any | None = None) -> None:
+          feed: Any | None = None, metrics: Any | None = None, own: Any | None = None) -> None:
     """The live loop: poll the collector, redraw the summary and publish the live
     feed (``capture.ranks.feed``) when due, while ``running()``. One ``RunView``
     serves both when both are due; a frame in between carries the last status
     (``FeedPublisher.status_due``: the verdict's cost stays a small share of
-    the loop however many ranks).
+    the loop however many ranks). ``own``: torchlens' own lines in the
+    command's output (``_OwnLines``), said above the summary as they come.
 
     One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
     benchmark measures the loop a user gets.
@@ -266,7 +270,26 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
             feed.publish(live_status(view) if view is not None else None)
         if metrics is not None:  # steps counted every poll; a scrape reads what it kept
             metrics.tick(collector, view)
+        if own is not None:
+            own.say()
         time.sleep(POLL_S)
+
+
+class _OwnLines:
+    """What torchlens itself said in the ranks (an integration skipped for an
+    old version), when the command's output goes to ``command.log``: each line
+    once on the terminal, however many ranks said it."""
+
+    def __init__(self, lines: Any, summary: Any) -> None:
+        self.lines, self.summary = lines, summary
+        self.seen: set[str] = set()
+
+    def say(self) -> None:
+        while self.lines:
+            line = self.lines.popleft()
+            if line not in self.seen:
+                self.seen.add(line)
+                self.summary.say(line)
 
 
 class _Output:
