@@ -109,8 +109,10 @@ def test_ctrl_c_says_the_exit_status_the_shell_gets_and_no_log_tail(tmp_path: Pa
     code, output = _ctrl_c(tmp_path, STUBBORN)
     assert code == 130
     last = [line for line in output.splitlines() if "exit code" in line]
-    assert last and last[-1].startswith("torchlens run: interrupted after 0 steps; "
-                                        "stopped by Ctrl-C: exit code 130"), output
+    # a plain python job: no rank attached, and the last line says so
+    assert last and last[-1].startswith("torchlens run: interrupted before any step: no rank "
+                                        "attached, no step recorded; stopped by Ctrl-C: "
+                                        "exit code 130"), output
     assert "exit code 1 " not in output and "exit code 143" not in output, output
     # the log's end is the job's reaction to being stopped: not shown
     assert "the last lines of" not in output and "SignalException" not in output, output

@@ -160,8 +160,18 @@ def lost_nodes(ranks: list[dict[str, Any] | None], states: list[str]) -> list[Lo
     return out
 
 
+def no_step_words(attached: int, world_size: int | None, why: str) -> str:
+    """An ended run's words when no rank recorded a step; ``why``: what the
+    reader should know (how ranks attach, or why these could not)."""
+    if not attached:
+        return f"no step recorded: no rank attached: {why}"
+    return (f"no step recorded: {attached} of {world_size or '?'} ranks attached, "
+            f"none ran a step ({why})")
+
+
 def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, Any]],
-             attached: int, slow: SlowRank, creep: list[MemoryCreep]) -> Finding:
+             attached: int, slow: SlowRank, creep: list[MemoryCreep],
+             ended: bool = False) -> Finding:
     """What leads the summary (the order: the module docstring)."""
     if lost:
         where, what = lost[0].words.split(": ", 1)
@@ -181,10 +191,13 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
         return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
                        advice=f"look at rank {row['rank']}'s log")
     if not any(snap["steps"]):
+        how = ("a torchrun rank attaches when it starts, any other at its first "
+               "torchlens.step()")
+        if ended:  # nothing more will come: not "waiting"
+            return Finding(WARNING, no_step_words(attached, snap["world_size"], how),
+                           (Figure("attached", attached),))
         return Finding(INFO, f"waiting for steps: {attached} of {snap['world_size'] or '?'} "
-                       "ranks attached (a torchrun rank attaches when it starts, any other at its "
-                       "first torchlens.step())",
-                       (Figure("attached", attached),))
+                       f"ranks attached ({how})", (Figure("attached", attached),))
     if creep and (slow.rank is None or weak(slow.finding)):
         return creep_finding(creep[0])
     return slow.finding
@@ -246,7 +259,7 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
 
     failed = sorted((row for row in rows if row["state"] == "failed"),
                     key=lambda row: (peer_gone(row["error"]), raised_at(row), row["rank"]))
-    verdict = _verdict(snap, lost, failed, attached, slow, creep)
+    verdict = _verdict(snap, lost, failed, attached, slow, creep, ended)
     notes = []
     if any(i is not None and not i.get("shared_run_dir") for i in ranks):
         far = [str(i["rank"]) for i in ranks if i is not None and not i.get("shared_run_dir")]

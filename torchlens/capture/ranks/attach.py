@@ -252,7 +252,7 @@ class Attachment:
             reason = "agent died"
         if reason == "exit":
             with contextlib.suppress(Exception):
-                self.profiler.finish(wait_s=FINISH_WAIT_S)
+                self.profiler.finish(wait_s=FINISH_WAIT_S, setup_is_step=False)
         with contextlib.suppress(Exception):
             self._flush()
             if self._error and reason == "exit":

@@ -196,8 +196,13 @@ class RankProfiler:
         if self.next_profiled == 0:
             self._start_profiler()
 
-    def finish(self, wait_s: float = 30.0) -> None:
-        """The function returned (or raised): close the open step, wait for summaries."""
+    def finish(self, wait_s: float = 30.0, setup_is_step: bool = True) -> None:
+        """The function returned (or raised): close the open step, wait for summaries.
+
+        ``setup_is_step=False``: a process attached when it started
+        (``torchlens run``) that ended before its first step or window ran
+        only set-up, or nothing of the script at all (a mistyped path):
+        its open window is not a step."""
         _profiler.detach_stepper(self)
         self.clock.tick = self.clock.enter = None
         self.found.remove()
@@ -205,7 +210,8 @@ class RankProfiler:
         if last is not None:  # the last optimizer step ends the last step: then teardown
             with contextlib.suppress(StepLimit):
                 self.step(found=True, t1=last)
-        if not self.real_steps and time.time() > self.t_mark:
+        if not self.real_steps and time.time() > self.t_mark and (
+                setup_is_step or self.windows):
             with contextlib.suppress(StepLimit):
                 self.step(window=True)  # a function without step(): its last window
         elif self.prof is not None:  # a profiled step the function never finished

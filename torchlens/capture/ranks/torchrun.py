@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from torchlens.capture.trace.native_output import NOISE
@@ -35,13 +36,25 @@ from torchlens.capture.trace.native_output import NOISE
 GRACE_S = 15.0
 #: after the command ended: how long the relay may take to pass on what is left
 RELAY_WAIT_S = 5.0
+#: the command's last lines kept in memory (``proc.tail``): what a failed job
+#: said is shown with the verdict, whether its output went to a log or not
+TAIL_KEPT = 200
+#: how torchlens' own one-line messages in a rank start (an integration
+#: skipped, not attached): ``proc.own`` keeps them, for the terminal
+OWN_LINE = b"torchlens: "
 
 
-def _relay(source: Any, out_fd: int, close_out: bool) -> None:
-    """Pass ``source``'s lines to ``out_fd`` as they come, torch's noise left out."""
+def _relay(source: Any, out_fd: int, close_out: bool, tail: deque[str],
+           own: deque[str]) -> None:
+    """Pass ``source``'s lines to ``out_fd`` as they come, torch's noise left out;
+    the last ones kept in ``tail`` too, torchlens' own lines in ``own``."""
     try:
         for line in iter(source.readline, b""):
             if not NOISE.match(line):
+                text = line.decode("utf-8", "replace").rstrip("\n")
+                tail.append(text)
+                if line.startswith(OWN_LINE):
+                    own.append(text)
                 with contextlib.suppress(OSError):  # our own output closed: keep draining
                     os.write(out_fd, line)
     finally:
@@ -63,7 +76,9 @@ def start(command: list[str], env: dict[str, str],
     """Start ``command`` in its own session with ``env`` added to this environment;
     its output goes to the file ``log`` when given, else to ours (stdout to our
     stdout, stderr to our stderr, each through a relay). ``wait_relay(proc)``
-    after it ended."""
+    after it ended; ``proc.tail``: its last lines (stdout and stderr as they
+    came); ``proc.own``: the lines of torchlens' own in it (``OWN_LINE``),
+    taken from the left by their reader."""
     if log is None:
         proc = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -76,11 +91,15 @@ def start(command: list[str], env: dict[str, str],
                                 start_new_session=True, close_fds=True)
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         pairs = [(proc.stdout, out, True)]
-    relays = [threading.Thread(target=_relay, args=pair, daemon=True,
+    tail: deque[str] = deque(maxlen=TAIL_KEPT)
+    own: deque[str] = deque(maxlen=TAIL_KEPT)
+    relays = [threading.Thread(target=_relay, args=(*pair, tail, own), daemon=True,
                                name="torchlens-run-output") for pair in pairs]
     for relay in relays:
         relay.start()
     proc.relays = relays  # type: ignore[attr-defined]
+    proc.tail = tail  # type: ignore[attr-defined]
+    proc.own = own  # type: ignore[attr-defined]
     return proc
 
 

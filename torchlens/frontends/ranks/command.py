@@ -129,6 +129,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
             raise InputError("--metrics-token-file is for --metrics: add --metrics [HOST:]PORT")
         metrics_endpoint.read_token(metrics_token_file)
     run_dir = _out_dir(out)
+    from torchlens.analysis.ranks.job_exit import job_ended
     from torchlens.analysis.ranks.verdict import live_status, run_view
     from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
     from torchlens.capture.ranks import torchrun as child
@@ -152,7 +153,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     loopback = collector.host in LOOPBACK
     summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
     if (unattached := launchers.accelerate_cpu(command)) is not None:
-        summary.say(unattached)
+        summary.say(f"torchlens run: {unattached}")
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
              f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {OTHER_PYTHONPATH} "
@@ -175,11 +176,12 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
                 if metrics_at else None)
     entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
     proc = child.start(command, env, log)
+    own = _OwnLines(proc.own, summary) if log else None  # relayed as they are otherwise
     interrupted = False
     stopped_by = "Ctrl-C"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        watch(collector, summary, lambda: proc.poll() is None, feed, exporter)
+        watch(collector, summary, lambda: proc.poll() is None, feed, exporter, own)
     except KeyboardInterrupt as exc:
         interrupted = True
         stopped_by = "SIGTERM" if isinstance(exc, _Terminated) else stopped_by
@@ -189,11 +191,15 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         code = child.end(proc)
         leftovers = child.end_leftovers([s.hello for s in collector.all_slots()])
         child.wait_relay(proc)  # the command's last lines before the summary's
+        if own is not None:
+            own.say()
         for _ in range(FINAL_POLLS):
             with contextlib.suppress(Exception):
                 collector.poll()
             time.sleep(POLL_S / 2)
         view = run_view(collector.snapshot(), ended=True)
+        if not interrupted:  # a job can fail where no rank says so (a mistyped script)
+            view = job_ended(view, code, list(getattr(proc, "tail", ())), unattached)
         if exporter is not None:  # how each rank ended, for the last scrape
             exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
@@ -232,12 +238,13 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
 
 
 def watch(collector: Any, summary: Any, running: Callable[[], bool],
-          feed: Any | None = None, metrics: Any | None = None) -> None:
+          feed: Any | None = None, metrics: Any | None = None, own: Any | None = None) -> None:
     """The live loop: poll the collector, redraw the summary and publish the live
     feed (``capture.ranks.feed``) when due, while ``running()``. One ``RunView``
     serves both when both are due; a frame in between carries the last status
     (``FeedPublisher.status_due``: the verdict's cost stays a small share of
-    the loop however many ranks).
+    the loop however many ranks). ``own``: torchlens' own lines in the
+    command's output (``_OwnLines``), said above the summary as they come.
 
     One function for ``run`` and ``benchmarks/bench_collector_load.py``, so the
     benchmark measures the loop a user gets.
@@ -263,7 +270,26 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
             feed.publish(live_status(view) if view is not None else None)
         if metrics is not None:  # steps counted every poll; a scrape reads what it kept
             metrics.tick(collector, view)
+        if own is not None:
+            own.say()
         time.sleep(POLL_S)
+
+
+class _OwnLines:
+    """What torchlens itself said in the ranks (an integration skipped for an
+    old version), when the command's output goes to ``command.log``: each line
+    once on the terminal, however many ranks said it."""
+
+    def __init__(self, lines: Any, summary: Any) -> None:
+        self.lines, self.summary = lines, summary
+        self.seen: set[str] = set()
+
+    def say(self) -> None:
+        while self.lines:
+            line = self.lines.popleft()
+            if line not in self.seen:
+                self.seen.add(line)
+                self.summary.say(line)
 
 
 class _Output:
@@ -337,8 +363,16 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
     from torchlens.analysis.ranks.slow import rank_list
 
     steps = [r.get("steps") or 0 for r in view.ranks]
+    # the same words as the verdict's when nothing was recorded (not "every rank said goodbye")
+    none = ("no rank attached, no step recorded"
+            if all(r["state"] == "waiting" for r in view.ranks)
+            else "no step recorded" if not any(steps) else "")
     if interrupted:
-        return f"interrupted after {max(steps, default=0)} steps"
+        return f"interrupted before any step: {none}" if none else (
+            f"interrupted after {max(steps)} steps")
+    if none and code == 0 and not view.lost and all(
+            r["state"] == "finished" for r in view.ranks):
+        return f"the command ended: {none}"
     if view.lost:
         return "stopped: " + "; ".join(n.words for n in view.lost)
     if code == 0 and all(r["state"] == "finished" for r in view.ranks):

@@ -22,8 +22,9 @@ def _value(words: list[str], *names: str) -> str | None:
 
 
 def accelerate_cpu(command: list[str]) -> str | None:
-    """One line when ``command`` is ``accelerate launch --cpu`` with several
-    processes (given on the command line), else None."""
+    """Why ``command``'s ranks will not attach, one line, when it is
+    ``accelerate launch --cpu`` with several processes (given on the command
+    line), else None; said before the job starts and in the verdict at its end."""
     if not command or os.path.basename(command[0]) != "accelerate" or command[1:2] != ["launch"]:
         return None
     flags = []
@@ -34,7 +35,7 @@ def accelerate_cpu(command: list[str]) -> str | None:
     n = _value(flags, "--num_processes", "--num-processes")
     if "--cpu" not in flags or n is None or not n.isdigit() or int(n) < 2:
         return None
-    return (f"torchlens run: accelerate launch --cpu starts its {n} processes without torchrun "
+    return (f"accelerate launch --cpu starts its {n} processes without torchrun "
             "(mpirun with --mpirun_hostfile, else one process): they will not attach; run "
             f"torchrun --nproc-per-node {n} SCRIPT, or accelerate launch --multi_gpu "
             f"--num_processes {n} with Accelerator(cpu=True) in the script (gloo on the CPU)")
