@@ -11,12 +11,20 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A pytest started in the background by a non-interactive shell (`cmd &` in a script,
+# as a CI runner may) ignores SIGINT, and SIG_IGN survives exec: every job the Ctrl-C
+# tests start would ignore their Ctrl-C. A handler does not survive exec, so the jobs
+# get the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 # TORCHLENS_TESTDATA: another place for it (tests/test_shared_data.py points it nowhere)
