@@ -145,7 +145,9 @@ class MetricsEndpoint:
             view = run_view(collector.snapshot())
             self._view_cost = time.monotonic() - now
         if view is not None:
-            self.view, self._view_at = view, now
+            self.view = view
+            # stamped after the swap: a scrape that began at or after this time read it
+            self._view_at = time.monotonic()
 
     def body(self) -> str:
         """One scrape (in the server's thread: reads only what ``tick`` replaced whole)."""
@@ -161,10 +163,14 @@ class MetricsEndpoint:
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
                                                                   self.token.encode())
 
-    def scraped(self, user_agent: str | None) -> None:
-        """A request was answered; only Prometheus's own count for the hold."""
+    def scraped(self, user_agent: str | None, began: float) -> None:
+        """A request begun at ``began`` (monotonic, before it read the view) was
+        answered; only Prometheus's own count for the hold. Counted once the answer
+        is written, so the hold never shuts the server under it; timed by when it
+        read the view, so an answer of the view before the last ``tick`` does not
+        pass for a scrape of the last."""
         if (user_agent or "").lower().startswith(PROMETHEUS_AGENT):
-            self._scrapes = [*self._scrapes[-1:], time.monotonic()]
+            self._scrapes = [*self._scrapes[-1:], began]
 
     def linger_s(self) -> float:
         """How long to wait for a scrape of the final view: 0 when Prometheus
@@ -210,8 +216,9 @@ def _handler(endpoint: MetricsEndpoint) -> type[BaseHTTPRequestHandler]:
             elif self.path.split("?", 1)[0] != "/metrics":
                 self._send(404, "torchlens serves /metrics only\n")
             else:
+                began = time.monotonic()
                 self._send(200, endpoint.body(), {}, CONTENT_TYPE)
-                endpoint.scraped(self.headers.get("User-Agent"))
+                endpoint.scraped(self.headers.get("User-Agent"), began)
 
         def _send(self, code: int, text: str, headers: dict[str, str] | None = None,
                   kind: str = "text/plain; charset=utf-8") -> None:
