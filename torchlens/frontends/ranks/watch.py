@@ -112,6 +112,7 @@ class Watch:
         self._header: Any = None
         self._button: Any = None
         self._loaded: Any = None
+        self._copied = False  # the final status was written above the widget (_end)
         self._thread = threading.Thread(target=self._run, daemon=True, name="torchlens-watch")
 
     # -- public ------------------------------------------------------------------
@@ -147,7 +148,7 @@ class Watch:
             if self._box is None:
                 import ipywidgets
 
-                self._header = ipywidgets.HTML(self._html())
+                self._header = ipywidgets.HTML(self._header_html())
                 self._button = ipywidgets.Button(description="Stop", icon="stop",
                                                  disabled=self._done.is_set())
                 self._button.on_click(lambda _b: self._stop.set())
@@ -285,26 +286,37 @@ class Watch:
 
     def _refresh(self) -> None:
         if self._header is not None:
-            self._header.value = self._html()
+            self._header.value = self._header_html()
+
+    def _header_html(self) -> str:
+        """The widget's status block; once the final status has been copied above
+        it (``_end``), a note pointing there, so the block is not shown twice, also
+        when the widget is first drawn after the run ended (a watch of an ended run)."""
+        if self._copied:
+            from torchlens.render.ranks.watch_status import note_html
+
+            return str(note_html(f"torchlens.watch {self.label}: {self.state}; "
+                                 "its final status is above"))
+        return str(self._html())
 
     def _end(self, state: str, why: str) -> None:
-        self.state, self.message = state, why
-        self._done.set()
-        self._refresh()
-        if self._button is not None:
-            self._button.disabled = True
-        if self._loaded is not None and self._loaded.handle is not None:
-            from IPython.display import HTML
+        # under the lock, and ``_done`` last: a ``wait()`` that returns, and a widget
+        # drawn after it, find the final status already copied (shown once)
+        with self._lock:
+            self.state, self.message = state, why
+            if self._loaded is not None and self._loaded.handle is not None:
+                from IPython.display import HTML
 
-            copy = self._html(["the final state, kept when the notebook is saved (the live "
-                               "view below is a widget: a saved notebook does not keep it)"])
-            self._loaded.handle.update(HTML(str(copy)))
-            self._loaded.handle = None
-            if self._header is not None:  # the copy above says it all, once is enough
-                from torchlens.render.ranks.watch_status import note_html
-
-                self._header.value = str(note_html(f"torchlens.watch {self.label}: {state}; "
-                                                   "its final status is above"))
+                copy = self._html(["the final state, kept when the notebook is saved (the "
+                                   "live view below is a widget: a saved notebook does not "
+                                   "keep it)"])
+                self._loaded.handle.update(HTML(str(copy)))
+                self._loaded.handle = None
+                self._copied = True  # the copy above says it all, once is enough
+            if self._button is not None:
+                self._button.disabled = True
+            self._refresh()
+            self._done.set()
 
     # -- words ---------------------------------------------------------------------
     def _facts(self) -> str:
