@@ -146,3 +146,20 @@ def test_a_ranks_first_steps_are_judged_at_the_next_flush() -> None:
     time.sleep(FLUSH_S + 0.05)
     view.flush()
     assert "only one rank has reported" not in view.panels.verdict.text
+
+
+def test_the_live_step_chart_starts_at_zero_also_with_a_spike_above_its_axis() -> None:
+    # issue 23's walk: the live chart's axis began near the lowest step time, so
+    # ranks a few ms apart looked far apart; the run report's chart starts at 0
+    steps, sums = make_run(world=2, steps=40, straggler=1)
+    view = RankProfileView(2, every=5, modelled=True)
+    spike = steps[0][30]
+    steps[0][30] = StepRecord(step=spike.step, t0=spike.t0, t1=spike.t0 + 5.0,
+                              phases=spike.phases)
+    for r in range(2):
+        view.push_steps(r, steps[r])
+    view.flush(force=True)
+    p = view.panels
+    assert min(drawn_ms(view)) > 50  # every line is far above 0 ...
+    assert p.step_fig.y_range.start == 0  # ... and the axis starts at 0 all the same
+    assert p.step_cap.top is not None and p.step_cap.top < 1000  # the spike is off the axis

@@ -207,6 +207,9 @@ class Panels:
             step.legend.nrows = 2
         step.add_layout(step.legend[0], "above")
         self.step_cap = CappedAxis(step)  # one spike does not flatten the other lines
+        # a duration: from 0, so two lines 2 ms apart do not look twice as far apart as
+        # they are (the run report's step chart does the same)
+        step.y_range.start = 0
 
     def fit_step_axis(self) -> None:
         """The step chart's axis to a robust top, for the points its lines draw."""
