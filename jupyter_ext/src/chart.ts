@@ -96,7 +96,8 @@ export function formatTicks(splits: number[], unit: 'bytes' | '%'): string[] {
   return splits.map(v => `${(v / div).toFixed(decimals)} ${name}`);
 }
 
-function clockTime(t: number, decimals = 0): string {
+/** A time of day as the sidebar writes it everywhere (axes and text): 24-hour, hh:mm:ss. */
+export function clockTime(t: number, decimals = 0): string {
   const whole = new Date(t * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
   return decimals ? `${whole}.${(t % 1).toFixed(decimals).slice(2)}` : whole;
 }
@@ -145,7 +146,11 @@ export class RollingChart {
             ...axis,
             space: 64,
             size: FONT_PX + TICK + GAP + 6,
-            values: (_u, splits) => formatTimes(splits)
+            values: (_u, splits) => {
+              const labels = formatTimes(splits);
+              this.host.dataset.xTicks = labels.join('|'); // what a test reads, as for y
+              return labels;
+            }
           },
           {
             ...axis,

@@ -28,7 +28,7 @@ import {
   openFeed,
   setSamplingInterval
 } from './api';
-import { RollingChart } from './chart';
+import { clockTime, RollingChart } from './chart';
 import { bytesText, el, reportBytesText } from './dom';
 import { RunsSection } from './runs';
 
@@ -104,7 +104,9 @@ const SOURCE_TEXT: Record<MemorySource, { tag: string; note: string }> = {
   rss: { tag: 'RSS (CPU)', note: 'RSS: the process\u2019s resident memory; no allocator figures.' }
 };
 
-const clock = (t: number) => new Date(t * 1000).toLocaleTimeString();
+// one clock for the axes and the text: the axes' 24-hour time (a 12-hour
+// text under a 24-hour axis read as two different times)
+const clock = (t: number) => clockTime(t);
 
 /**
  * Whether a sample's figure is the process's resident memory: said so
@@ -393,7 +395,7 @@ export class GpuMonitorPanel extends Widget {
     );
     const pidsNote = s.gpu.pids === 'host' ? s.gpu.pids_note ?? HOST_PIDS_NOTE : '';
     this.gpuBox.replaceChildren(...s.gpu.gpus.map(g => this.gpuCard(g, pidsNote)));
-    const when = new Date(s.t * 1000).toLocaleTimeString();
+    const when = clock(s.t);
     this.footer.textContent = `${this.received} samples · last ${when}`;
     this.footer.dataset.samples = String(this.received);
   }
@@ -545,6 +547,20 @@ export class GpuMonitorPanel extends Widget {
     box.textContent = text;
     box.dataset.state = state;
     this.rankBox.classList.toggle('tl-rank-stale', state === 'stale');
+    this.placeRankSection(state === '');
+  }
+
+  /**
+   * A live run's rank chart sits under the GPUs; an ended or stale one goes
+   * below the "torchrun jobs" section, so a finished `%ddp_check` from minutes
+   * ago does not push a running job below the fold.
+   */
+  private placeRankSection(live: boolean): void {
+    const section = [this.rankBox, this.rankState, this.rankMemBox];
+    const anchor = live ? this.gpuBox : this.runs.node;
+    if (anchor.nextElementSibling !== this.rankBox) {
+      anchor.after(...section);
+    }
   }
 
   /**
