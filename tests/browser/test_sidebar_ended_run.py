@@ -24,11 +24,11 @@ SHOTS = Path(os.environ.get("TORCHLENS_SCREENSHOTS", "/tmp"))
 CLOCK = r"\d\d:\d\d:\d\d"
 #: which of the rank chart and the jobs section comes first in the panel
 ORDER_JS = """() => {
-  const ranks = document.querySelector('%s .tl-ranks');
-  const runs = document.querySelector('%s .tl-runs');
+  const ranks = document.querySelector('PANEL .tl-ranks');
+  const runs = document.querySelector('PANEL .tl-runs');
   return ranks.compareDocumentPosition(runs) & Node.DOCUMENT_POSITION_FOLLOWING ? 'ranks first'
                                                                                 : 'jobs first';
-}""" % (PANEL, PANEL)
+}""".replace("PANEL", PANEL)
 
 
 @pytest.fixture(scope="module")
