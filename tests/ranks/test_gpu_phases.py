@@ -149,3 +149,19 @@ def test_events_come_from_a_pool_and_a_captured_step_has_no_gpu_times(
     # two steps in flight (2 phase events each and the marks around them), reused: not 150
     assert len(fake.events) <= 7
     assert not rp.errors
+
+
+def test_the_rank_table_times_steps_as_the_verdict_does(tmp_path, monkeypatch) -> None:
+    # issue 23's walk: on a GPU run the verdict compared GPU times while the table
+    # showed host timers, so its median step and the table's disagreed
+    from torchlens.analysis.ranks.steps import rank_table
+
+    steps = [_nccl_rank(tmp_path, monkeypatch, r, 30.0 if r == 2 else 10.0, 12)
+             for r in range(3)]
+    v = slow_rank(steps)
+    rows = rank_table(steps, [[] for _ in steps], window=20)
+    assert [row["step_ms"] for row in rows] == pytest.approx([31.0] * 3)
+    assert v.median_step_ms == pytest.approx(rows[0]["step_ms"])
+    assert rows[0]["collective_ms"] == pytest.approx(21.0)  # the host timer saw µs
+    assert rows[2]["forward_ms"] == pytest.approx(30.0)
+    assert [row["steps"] for row in rows] == [12] * 3  # every step counted, timed or not yet

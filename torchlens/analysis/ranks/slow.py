@@ -128,7 +128,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
-from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, record_ms
+from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, gpu_steps, record_ms
 from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
 from torchlens.model.records import GpuStepTimes, StepRecord
 from torchlens.model.units import format_duration, format_ms, format_percent
@@ -419,11 +419,6 @@ def _nobody(words: str, steps: int = 0, timed_by: dict[str, list[int]] | None = 
                     dict(timed_by or {}))
 
 
-def _gpu_steps(recs: list[StepRecord]) -> dict[tuple[int, int], GpuStepTimes]:
-    """A rank's GPU times by (start, step): each came with a later record of its start."""
-    return {(rec.start, g.step): g for rec in recs if rec.gpu for g in rec.gpu}
-
-
 def compared_words(n: int, common: int) -> str:
     """``12 of 12 steps`` -> ``of 12 steps``; a window that left steps out:
     ``of the last 20 steps``."""
@@ -441,7 +436,7 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
     if len(by_rank) < 2:
         return _nobody("only one rank has reported steps" if by_rank
                        else "no rank has reported a step")
-    on_gpu = {r: _gpu_steps(steps[r]) for r in by_rank}
+    on_gpu = {r: gpu_steps(steps[r]) for r in by_rank}
     timed_by = {w: [r for r in by_rank if bool(on_gpu[r]) == (w == "gpu")] for w in TIMED}
     # a rank timed on its GPU compares the steps whose GPU times have come
     have = [{s for s, rec in d.items() if (rec.start, s) in on_gpu[r]} if on_gpu[r] else set(d)

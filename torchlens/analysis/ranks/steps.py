@@ -83,6 +83,21 @@ def gpu_ms(times: GpuStepTimes) -> tuple[float, list[float | None], float]:
     return phases_ms(times.phases, times.step_s)
 
 
+def gpu_steps(recs: list[StepRecord]) -> dict[tuple[int, int], GpuStepTimes]:
+    """A rank's GPU times by (start, step): each came with a later record of its start."""
+    return {(rec.start, g.step): g for rec in recs if rec.gpu for g in rec.gpu}
+
+
+def timed_ms(recs: list[StepRecord]) -> list[tuple[float, list[float | None], float]]:
+    """``record_ms`` of each step as the slow-rank verdict times it: a rank timed
+    on its GPU (its records carry CUDA-event times) by those, for the steps whose
+    GPU times have come (a step or more later); any other by its host timers."""
+    on_gpu = gpu_steps(recs)
+    if not on_gpu:
+        return [record_ms(rec) for rec in recs]
+    return [gpu_ms(g) for rec in recs if (g := on_gpu.get((rec.start, rec.step))) is not None]
+
+
 def phases_ms(phases: dict[str, float | None], step_s: float
               ) -> tuple[float, list[float | None], float]:
     """(step, the phases in ``PHASES`` order with None unmeasured, other), in ms."""
@@ -295,7 +310,8 @@ def rank_table(steps: Steps, summaries: Summaries,
                per_rank: list[list[_Memory]] | None = None,
                window: int | None = None) -> list[dict[str, Any]]:
     """One row per rank: median step and phase times over its training steps
-    (a labelled span, an evaluation or checkpoint, is no step), its last
+    (a labelled span, an evaluation or checkpoint, is no step; timed as the
+    verdict times them, ``timed_ms``), its last
     ``window`` of them when given (the slow-rank verdict's window, so the
     rows and the verdict's median step are of the same steps), the latest and
     peak allocator figures, fragmentation and RSS. ``per_rank``:
@@ -304,7 +320,9 @@ def rank_table(steps: Steps, summaries: Summaries,
     for r, memory in enumerate(per_rank if per_rank is not None
                                else per_rank_memory(steps, summaries)):
         training = [rec for rec in steps[r] or [] if not rec.labelled]
-        timed = [record_ms(rec) for rec in (training[-window:] if window else training)]
+        # the verdict's times (GPU or host), so its median step is the table's
+        timed = timed_ms(training)
+        timed = timed[-window:] if window else timed
         row: dict[str, Any] = {"rank": r, "steps": len(training),
                                "step_ms": _median([t[0] for t in timed]),
                                "other_ms": _median([t[2] for t in timed])}
