@@ -3,9 +3,9 @@
 Two libraries, each plain C loaded with ctypes (no Python headers, only ``cc``):
 the trace scanner (torchlens/formats/kineto/scan.c) and the allocator snapshot
 reader (torchlens/formats/snapshot_columns/read.c). Each file name carries a
-hash of its C source (``scanner_file.library_name``,
-``library_file.library_name``), so the package never loads a library built
-from another version of the source.
+hash of its C source (``torchlens/formats/native_library.py``, the one module
+that names them, loaded here by path), so the package never loads a library
+built from another version of the source.
 
 Where it goes: a wheel gets it compiled in a temporary folder and added to the
 archive (nothing is written into the source tree); an editable install imports
@@ -25,24 +25,28 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-#: (package folder, C source, the module that names its library)
-LIBRARIES = (("torchlens/formats/kineto", "scan.c", "scanner_file.py"),
-             ("torchlens/formats/snapshot_columns", "read.c", "library_file.py"))
+#: the module that names the libraries (standard library only)
+NAMER = "torchlens/formats/native_library.py"
 
 
-def _names(root: Path, package: str, namer: str):
-    """The naming module loaded by path: it names the library (stdlib only)."""
-    spec = importlib.util.spec_from_file_location(
-        f"_torchlens_{namer[:-3]}", root / package / namer)
+def _libraries(root: Path):
+    """``native_library.LIBRARIES``, its module loaded by path (the package's
+    dependencies are not installed while it builds)."""
+    spec = importlib.util.spec_from_file_location("_torchlens_native_library", root / NAMER)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    sys.modules[spec.name] = module  # dataclasses looks its module up while it builds
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module.LIBRARIES
 
 
 class NativeScannerHook(BuildHookInterface):
@@ -54,20 +58,18 @@ class NativeScannerHook(BuildHookInterface):
             return
         if version != "editable":
             self._tmp = tempfile.mkdtemp(prefix="torchlens-scan-")
-        built = [self._compile(version, build_data, *lib) for lib in LIBRARIES]
+        built = [self._compile(version, build_data, lib) for lib in _libraries(Path(self.root))]
         if any(built):
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
 
-    def _compile(self, version: str, build_data: dict, package: str, c_file: str,
-                 namer: str) -> bool:
-        root = Path(self.root)
-        names = _names(root, package, namer)
-        source = root / package / c_file
-        name = names.library_name(source.read_bytes())
+    def _compile(self, version: str, build_data: dict, library) -> bool:
+        source = library.source
+        package = source.resolve().parent.relative_to(Path(self.root).resolve()).as_posix()
+        name = library.library_name(source.read_bytes())
         if version == "editable":
             out_dir = source.parent
-            for old in out_dir.glob(names.PATTERN):
+            for old in out_dir.glob(library.pattern):
                 if old.name != name:
                     old.unlink()
         else:
@@ -80,7 +82,7 @@ class NativeScannerHook(BuildHookInterface):
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
             self.app.display_warning(
-                f"torchlens: {c_file} not built ({detail.strip()[:200]}); "
+                f"torchlens: {source.name} not built ({detail.strip()[:200]}); "
                 "files it reads will be read by the slower Python path")
             return False
         if version != "editable":

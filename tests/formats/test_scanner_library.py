@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchlens.formats.kineto import ingest_bytes, native, scanner_file, schema
+from torchlens.formats.kineto import ingest_bytes, native, schema
+from torchlens.formats.native_library import SCANNER
 
 CC = shutil.which("cc")
 
@@ -42,11 +43,11 @@ def test_layouts_agree():
 
 
 def test_library_name_follows_the_c_source():
-    a = scanner_file.library_name(b"int x;")
-    assert a != scanner_file.library_name(b"int y;")
-    assert Path(a).match(scanner_file.PATTERN)
-    assert scanner_file.library_path().name == scanner_file.library_name(
-        scanner_file.SOURCE.read_bytes())
+    a = SCANNER.library_name(b"int x;")
+    assert a != SCANNER.library_name(b"int y;")
+    assert Path(a).match(SCANNER.pattern)
+    assert SCANNER.library_path().name == SCANNER.library_name(
+        SCANNER.source.read_bytes())
 
 
 def test_mismatching_layout_is_refused_and_python_reader_used(traces_dir, monkeypatch):
@@ -67,7 +68,7 @@ def test_mismatching_layout_is_refused_and_python_reader_used(traces_dir, monkey
 
 
 def test_not_a_shared_library_is_refused(tmp_path):
-    bogus = tmp_path / scanner_file.library_name(b"whatever")
+    bogus = tmp_path / SCANNER.library_name(b"whatever")
     bogus.write_bytes(b"this is not an ELF file\n")
     with pytest.warns(RuntimeWarning, match=r"not a loadable shared library"):
         assert native._load(bogus) is None
@@ -96,7 +97,7 @@ def test_library_from_older_source_is_not_loaded(tmp_path, monkeypatch):
     """Only a stale build beside scan.c: warned about, not loaded."""
     source = tmp_path / "scan.c"
     source.write_bytes(b"/* edited */\n")
-    (tmp_path / scanner_file.library_name(b"/* before */\n")).write_bytes(b"")
-    monkeypatch.setattr(scanner_file, "SOURCE", source)
+    (tmp_path / SCANNER.library_name(b"/* before */\n")).write_bytes(b"")
+    monkeypatch.setattr(SCANNER, "source", source)
     with pytest.warns(RuntimeWarning, match=r"built from another version of scan.c"):
         assert native._load() is None

@@ -21,7 +21,6 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from torchlens.formats.kineto import scanner_file
 from torchlens.formats.kineto.columns import FLOW_PHASES, RawColumns
 from torchlens.formats.kineto.schema import (
     SCANNER_COLUMNS,
@@ -31,6 +30,7 @@ from torchlens.formats.kineto.schema import (
     scanner_layout,
 )
 from torchlens.formats.kineto.values import compact_raw, id_code
+from torchlens.formats.native_library import SCANNER
 
 _TEXT, _INT, _FLOAT = (SCANNER_COLUMNS[k] for k in ("text", "int", "float"))
 
@@ -42,9 +42,9 @@ def _load(path: Path | None = None, expected: list[str] | None = None) -> Any:
     (another build, another project's library), is refused: reading its
     arrays with the wrong column order would give wrong tables silently.
     """
-    path = path or scanner_file.library_path()
+    path = path or SCANNER.library_path()
     if path is None or not path.exists():
-        stale = sorted(scanner_file.SOURCE.parent.glob(scanner_file.PATTERN))
+        stale = sorted(SCANNER.source.parent.glob(SCANNER.pattern))
         if stale:
             _refuse(stale[0], "it was built from another version of scan.c")
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.formats.snapshot_columns import library_file
+from torchlens.formats.native_library import SNAPSHOT_READER
 from torchlens.formats.snapshot_columns.columns import SnapshotColumns
 
 #: ``sr_column``'s order: (name, dtype, count index of ``sr_count``)
@@ -38,7 +38,7 @@ _T_NONE, _T_BOOL, _T_INT, _T_FLOAT, _T_STR, _T_LIST, _T_TUPLE, _T_DICT = range(8
 
 
 def _load() -> Any:
-    path = library_file.library_path()
+    path = SNAPSHOT_READER.library_path()
     if path is None or not path.exists():
         return None
     try:
