@@ -112,7 +112,8 @@ class RankProfiler:
     ``steps_by`` says which (None before the first step ends).
 
     ``summarize(trace_path, rank=, step=, trace_rel=, cuda_memory=)`` turns an
-    exported trace into a bounded summary (injected: capture does not analyse).
+    exported trace into a bounded summary (injected: capture does not analyse);
+    its ``warm()``, if it has one, runs first on the summary thread (its imports).
     ``agree(proposal)`` returns the interval every rank takes (the store).
     ``fsdp``: a tracker of FSDP's gathered parameters and optimizer state
     (``capture.ddp.fsdp_memory``, ``torchlens run``), counting from
@@ -446,6 +447,12 @@ class RankProfiler:
             return mine
 
     def _ingest(self) -> None:
+        warm = getattr(self.summarize, "warm", None)
+        if warm is not None:  # the summariser's imports, during set-up, not in a step
+            try:
+                warm()
+            except Exception as exc:  # noqa: BLE001 - the first summary will say it again
+                self.errors.append(f"summary imports failed: {type(exc).__name__}: {exc}")
         while True:
             job = self._work.get()
             if job is None:
