@@ -1,9 +1,11 @@
 """What ``%ddp_check --profile`` costs per step on a rank, outside profiled steps.
 
 Times, in one process, ``RankProfiler.step()`` alone (the step record, RSS,
-phase totals) and a small forward/backward/optimizer step with and without
-the phase wrappers installed (``PhaseClock``), as medians of repeated timeit
-runs. No process group: the figures are the rank side's own cost.
+phase totals) and a small forward/backward/optimizer step bare, with the
+phase wrappers installed (``PhaseClock``), and with the optimizer step
+ending each step too (a job that never calls ``torchlens.step()``: a step
+record per ``optimizer.step()``), as medians of repeated timeit runs. No
+process group: the figures are the rank side's own cost.
 
     .venv/bin/python benchmarks/bench_rank_step_cost.py
 """
@@ -38,13 +40,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rp = RankProfiler(rank=0, run_dir=tmp, device=torch.device("cpu"), every=10**9)
         rp.start()
+        # a job without torchlens.step(): each optimizer step ends a step (its record)
+        found = _median_us(train_step, 2000)
+        rp.found.remove()  # the phase wrappers alone
         wrapped = _median_us(train_step, 2000)
         step = _median_us(rp.step, 2000)
         rp.finish()
     print(f"RSS read (/proc/self/statm): {_median_us(rss_bytes, 5000):.1f} µs")
     print(f"torchlens.step() (no profiling): {step:.1f} µs")
     print(f"forward+backward+SGD step: bare {bare:.1f} µs, with phase wrappers {wrapped:.1f} µs "
-          f"(+{wrapped - bare:.1f} µs)")
+          f"(+{wrapped - bare:.1f} µs); with the optimizer step ending each step (no "
+          f"torchlens.step() in the job) {found:.1f} µs (+{found - bare:.1f} µs)")
 
 
 if __name__ == "__main__":
