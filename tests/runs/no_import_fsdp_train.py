@@ -4,6 +4,8 @@ gloo): ``torchlens run`` must find its per-rank FSDP memory by itself.
 Three Linear layers of different sizes, each its own FSDP module (the root
 holds no parameter of its own), Adam, ``TL_STEPS`` iterations (default 6).
 ``TL_PLAIN=1``: the same model without FSDP (replicated, no wrapping).
+``TL_FSDP1=1``: FSDP1 (``FullyShardedDataParallel``, each layer and the root
+wrapped, ``use_orig_params``) instead of FSDP2.
 """
 
 import os
@@ -13,6 +15,7 @@ import torch.distributed as dist
 
 STEPS = int(os.environ.get("TL_STEPS", "6"))
 PLAIN = os.environ.get("TL_PLAIN") == "1"
+FSDP1 = os.environ.get("TL_FSDP1") == "1"
 #: (in, out) of each layer: every dimension even, so 2 ranks shard it evenly
 SIZES = ((4, 8), (8, 4), (4, 2))
 
@@ -33,7 +36,14 @@ def main() -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = Stack()
-    if not PLAIN:
+    if FSDP1:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        cpu = torch.device("cpu")
+        model.layers = torch.nn.ModuleList(FSDP(layer, device_id=cpu, use_orig_params=True)
+                                           for layer in model.layers)
+        model = FSDP(model, device_id=cpu, use_orig_params=True)
+    elif not PLAIN:
         from torch.distributed.fsdp import fully_shard
 
         for layer in model.layers:

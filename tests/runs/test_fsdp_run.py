@@ -84,3 +84,26 @@ def test_an_fsdp_job_run_report_shows_each_rank_s_shards_gathered_peak_and_adam_
 def test_a_job_without_fsdp_gets_no_fsdp_section(tmp_path: Path) -> None:
     said, page = _run(tmp_path, TL_PLAIN="1")
     assert "FSDP" not in said and "FSDP memory per rank" not in page, said
+
+
+def test_an_fsdp1_job_shows_each_rank_s_flat_shard_not_the_gathered_flat_parameter(
+        tmp_path: Path) -> None:
+    # FSDP1 (FullyShardedDataParallel, use_orig_params): the shard was read after
+    # the first unshard, when the flat parameter holds the gathered data, and said
+    # "344 B sharded of 344 B gathered" (found running it for issue 23's leftovers)
+    said, page = _run(tmp_path, TL_FSDP1="1")
+    for r in range(WORLD):
+        line = next((ln for ln in said.splitlines() if r in _ranks_of(ln)), None)
+        assert line is not None, said
+        assert f"{_b(SHARD)} sharded of {_b(ALL)} gathered" in line, line
+        got = re.search(r"gathered at once (\d+) B \(measured: gathered parameters alive at "
+                        r"once; (?:\d+ modules together, (.+?): a prefetch|([\w.]+)\))", line)
+        assert got, line
+        modules = (got[2] or got[3]).split(" + ")
+        assert set(modules) <= set(LAYER_BYTES), line  # the user's names, not FSDP1's wrappers
+        assert int(got[1]) == sum(LAYER_BYTES[m] for m in modules), line
+        # Adam: two moments of the shard, and a step counter for each parameter that
+        # has elements in this rank's shard (FSDP1 cuts the flat parameter anywhere)
+        state = int(re.search(r"optimizer state (\d+) B \(measured", line)[1])
+        assert (state - 2 * SHARD) % F32 == 0 and 1 <= (state - 2 * SHARD) // F32 <= PARAMS, line
+        assert str(escape(line)) in page, line

@@ -50,10 +50,12 @@ def _median_phase(out: Path, rank: int, phase: str) -> float:
     return values[len(values) // 2]
 
 
-def test_an_fsdp2_rank_with_slow_data_loading_is_named_the_slow_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsdp", ["FSDP2", "FSDP1"])
+def test_an_fsdp_rank_with_slow_data_loading_is_named_the_slow_rank(tmp_path: Path,
+                                                                    fsdp: str) -> None:
     # 60 ms a batch: FSDP's backward on a loaded 2-core machine swung 12-72 ms, which at
     # the walk's 30 ms once made rank 0's own wait too noisy to call (the rule held)
-    said, out = _run(tmp_path, TL_SLOW_S="0.06")
+    said, out = _run(tmp_path, TL_SLOW_S="0.06", **({"TL_FSDP1": "1"} if fsdp == "FSDP1" else {}))
     verdict = said.splitlines()[0]
     assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, said
     # rank 0's wait for rank 1 is FSDP's all_gather in the forward: a collective,

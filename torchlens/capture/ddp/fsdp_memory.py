@@ -226,7 +226,11 @@ def _fsdp1_after(handle: Any) -> None:
     if id(handle) not in active.shards:
         flat = handle.flat_param
         full = getattr(flat, "_unpadded_unsharded_size", flat.shape)
-        active.shards[id(handle)] = (flat.numel() * flat.element_size(),
+        # the shard: after unshard ``flat_param`` holds the gathered data, so not
+        # its size; ``_local_shard`` is the rank's (padded) shard throughout
+        shard = getattr(flat, "_local_shard", None) if handle.uses_sharded_strategy else None
+        local = shard if shard is not None else flat
+        active.shards[id(handle)] = (local.numel() * local.element_size(),
                                      int(full.numel()) * flat.element_size())
 
 
