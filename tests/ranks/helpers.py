@@ -33,10 +33,20 @@ def env(**extra: str) -> dict[str, str]:
     return out
 
 
-def torchrun_args(nnodes: int, nproc: int, port: int) -> list[str]:
+def torchrun_args(nnodes: int, nproc: int, port: int, script: Path = SCRIPT) -> list[str]:
     return [TORCHRUN, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-            "--rdzv-id", f"job{port}", str(SCRIPT)]
+            "--rdzv-id", f"job{port}", str(script)]
+
+
+def report(out: Path, tmp_path: Path, timeout: float = 180) -> tuple[str, str]:
+    """``torchlens report OUT -o tmp_path/report.html``, as a user runs it: what it
+    printed and the page it wrote (it must exit 0)."""
+    html = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
+                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, html.read_text(encoding="utf-8")
 
 
 class Collector:

@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from .helpers import (
     free_port,
     other_node_env,
     processes_of_run,
+    report,
     torchrun_args,
 )
 
@@ -87,11 +87,7 @@ def test_a_restarted_job_is_one_restart_in_the_summary_manifest_and_report(tmp_p
         second = [r["step"] for r in records if r["restart"] == 1]
         assert first == list(range(FAIL_AT)) and second == list(range(STEPS)), rank
     # the report names the restart and marks it on the chart of every step
-    html = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    page = html.read_text(encoding="utf-8")
+    _, page = report(out, tmp_path)
     assert "restart 1: the elastic agent restarted all 2 workers" in page
     assert "Every step over time" in page and "restart 1: rank 1 failed" in page
     assert not processes_of_run(run_id), [p.cmdline() for p in processes_of_run(run_id)]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +23,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.ranks.feed import KEEP_FRAMES
 
-from .helpers import REPO, Collector, env, free_port, torchrun_args
+from .helpers import Collector, free_port, report, torchrun_args
 
 pytestmark = pytest.mark.timeout(400)
 STEPS = 60
@@ -101,11 +99,7 @@ def test_watch_a_running_job_on_its_folder_and_its_address(tmp_path: Path) -> No
     status = json.loads((out / "live.json").read_text())
     assert status["ended"] is True and status["run_id"] == run_id
     assert not (out / ".spool").exists()
-    html = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    page = html.read_text(encoding="utf-8")
+    _, page = report(out, tmp_path)
     assert "rank 1 is the slow rank" in page and "live.json" not in page
     # and a watch of the finished folder replays it to the same final state
     again = torchlens.watch(out, timeout=30)

@@ -8,14 +8,12 @@ worked out here from the layers' shapes."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from markupsafe import escape
 
-from tests.ranks.helpers import REPO, TORCHRUN, Collector, env, free_port
+from tests.ranks.helpers import Collector, free_port, report, torchrun_args
 from tests.runs.no_import_fsdp_train import SIZES
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,19 +31,12 @@ ADAM = 2 * SHARD + PARAMS * F32
 
 def _run(tmp_path: Path, **extra: str) -> tuple[str, str]:
     out = tmp_path / "run"
-    port = free_port()
-    c = Collector(out, [TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(WORLD),
-                        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                        "--rdzv-id", f"job{port}", str(SCRIPT)], **extra)
+    c = Collector(out, torchrun_args(1, WORLD, free_port(), SCRIPT), **extra)
     try:
         assert c.wait() == 0, c.output
     finally:
         c.kill()
-    html = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout, html.read_text(encoding="utf-8")
+    return report(out, tmp_path)
 
 
 def _ranks_of(line: str) -> set[int]:

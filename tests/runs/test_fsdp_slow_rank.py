@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.ranks.helpers import REPO, TORCHRUN, Collector, env, free_port
+from tests.ranks.helpers import Collector, free_port, report, torchrun_args
 
 pytestmark = pytest.mark.timeout(300)
 SCRIPT = Path(__file__).with_name("fsdp_slow_job.py")
@@ -23,24 +21,13 @@ SCRIPT = Path(__file__).with_name("fsdp_slow_job.py")
 
 def _run(tmp_path: Path, **extra: str) -> tuple[str, Path]:
     out = tmp_path / "run"
-    port = free_port()
-    c = Collector(out, [TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2",
-                        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                        "--rdzv-id", f"job{port}", str(SCRIPT)], **extra)
+    c = Collector(out, torchrun_args(1, 2, free_port(), SCRIPT), **extra)
     try:
         assert c.wait() == 0, c.output
     finally:
         c.kill()
     verdict = next(line for line in c.lines if line.startswith("verdict:"))
     return verdict + "\n" + c.output, out
-
-
-def _report(out: Path, tmp_path: Path) -> str:
-    html = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return html.read_text(encoding="utf-8")
 
 
 def _median_phase(out: Path, rank: int, phase: str) -> float:
@@ -63,7 +50,7 @@ def test_an_fsdp_rank_with_slow_data_loading_is_named_the_slow_rank(tmp_path: Pa
     assert _median_phase(out, 0, "collective") > 0.03, said
     for r in (0, 1):
         assert _median_phase(out, r, "forward") > 0, said
-    page = _report(out, tmp_path)
+    _, page = report(out, tmp_path)
     assert "rank 1 is the slow rank" in page
     # the profiled window's "who the others waited for" names the same cause
     table = page[page.index("Who the others waited for"):]

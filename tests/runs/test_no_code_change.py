@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ranks.helpers import REPO, TORCHRUN, Collector, env, free_port
+from tests.ranks.helpers import REPO, TORCHRUN, Collector, env, free_port, report
 from torchlens.frontends.ranks.autoattach import DIR as AUTOATTACH
 
 pytestmark = pytest.mark.timeout(300)
@@ -66,11 +66,7 @@ def test_a_script_without_torchlens_gets_steps_the_slow_rank_and_the_report(
     for r in (0, 1):  # one step per iteration: each optimizer.step() ended one
         steps = _steps(out, r)
         _set_up_windows_then(steps)
-    html = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "torchlens", "report", str(out), "-o", str(html)],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    text = html.read_text(encoding="utf-8")
+    _, text = report(out, tmp_path)
     assert "rank 1 is the slow rank" in text and "optimizer.step() of Adam" in text
 
 
