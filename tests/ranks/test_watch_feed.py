@@ -265,6 +265,8 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             assert not w.view.beats.layout.children[1].visible
             verdict = w.view.profile.panels.verdict.text
             assert "rank 1 is the slow rank" in verdict
+            # said once: in the status block, not again above the step chart
+            assert not w.view.profile.panels.verdict.visible
             table = str(w._html())
             assert table.count("<tr") == 3 and "finished" in table  # header + two ranks
             assert "rank 1 is the slow rank" in w.status["verdict"]

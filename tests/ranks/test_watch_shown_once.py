@@ -80,3 +80,21 @@ def test_a_watch_displayed_before_the_run_ended_shows_its_status_once(in_a_kerne
     source.frames = frames
     assert w.wait(timeout=10)
     assert len(_shown(w, in_a_kernel)) == 1
+
+
+def test_an_ended_watch_has_no_stop_button(in_a_kernel: _Handle) -> None:
+    import ipywidgets
+
+    source = _EndedRun()
+    frames, source.frames = source.frames, []
+    w = watch_module.Watch(source, "runs/hf", timeout=5)
+    w.start()
+    buttons = [c for c in w.widget.children if isinstance(c, ipywidgets.Button)]
+    assert [b.description for b in buttons] == ["Stop"]  # while it runs
+    source.frames = frames
+    assert w.wait(timeout=10)
+    assert not [c for c in w.widget.children if isinstance(c, ipywidgets.Button)]
+    later = watch_module.Watch(_EndedRun(), "runs/hf", timeout=5)  # drawn after its end
+    later.start()
+    assert later.wait(timeout=10)
+    assert not [c for c in later.widget.children if isinstance(c, ipywidgets.Button)]

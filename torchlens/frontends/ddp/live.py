@@ -32,8 +32,10 @@ class ProfiledLiveView:
         """As ``torchlens.watch`` shows a ``torchlens run`` job: its heartbeats
         count no collectives, and its live feed's summaries have no ops (the
         ``timeline`` of a finished folder's full summaries stays), so those
-        panels go rather than draw nothing."""
+        panels go rather than draw nothing. Its verdict is the status block's,
+        above the view: the view does not repeat it."""
         self.beats.hide_collectives()
+        self.profile.hide_verdict()
         if not timeline:
             self.profile.hide_timeline()
 

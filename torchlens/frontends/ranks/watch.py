@@ -143,7 +143,8 @@ class Watch:
 
     @property
     def widget(self) -> Any:
-        """The notebook widget: the status block, the live view, a Stop button."""
+        """The notebook widget: the status block, the live view, a Stop button
+        while the watch runs."""
         with self._lock:
             if self._box is None:
                 import ipywidgets
@@ -282,7 +283,9 @@ class Watch:
         children = [self._header]
         if self.view is not None:
             children.append(self.view.widget)  # its empty panels held (render.empty_ranges)
-        self._box.children = [*children, self._button]
+        if self.state not in ("ended", "stopped"):  # nothing left to stop once it ended
+            children.append(self._button)
+        self._box.children = children
 
     def _refresh(self) -> None:
         if self._header is not None:
@@ -313,8 +316,8 @@ class Watch:
                 self._loaded.handle.update(HTML(str(copy)))
                 self._loaded.handle = None
                 self._copied = True  # the copy above says it all, once is enough
-            if self._button is not None:
-                self._button.disabled = True
+            if self._box is not None:
+                self._fill_box()  # the Stop button goes
             self._refresh()
             self._done.set()
 

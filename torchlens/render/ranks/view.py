@@ -123,6 +123,12 @@ class RankProfileView:
             self._widget = BokehModel(self.layout)
         return self._widget
 
+    def hide_verdict(self) -> None:
+        """Drop the verdict line above the step chart: ``torchlens.watch`` says the
+        collector's verdict in its status block, newest first; a second copy here
+        repeated it, and between analyses (throttled) showed an older one."""
+        self.panels.verdict.visible = False
+
     def hide_timeline(self) -> None:
         """Drop the profiled-step timeline: for summaries cut to their figures
         (``torchlens run``'s live feed has no ops to draw)."""
