@@ -234,12 +234,14 @@ def test_timeline_shows_the_newest_profiled_step_within_its_data(report: Any) ->
 
 
 def test_step_chart_draws_the_real_steps_on_a_step_axis(report: Any) -> None:
-    """No set-up point: the range is the steps' (about 110-126 ms), not 8,500 ms."""
+    """No set-up point: the range is the steps' (0 to about 126 ms: a duration's
+    axis starts at 0), not 8,500 ms."""
     _, plots, real = report
     step = _plot(plots, "Step time per rank")
     assert step["x_label"] == "step"
     ms = [(rec.t1 - rec.t0) * 1e3 for recs in real for rec in recs]
-    _covers_and_hugs("step time", step["y"], ms)
+    assert step["y"]["start"] == 0
+    _covers_and_hugs("step time", step["y"], ms, zero=True)
     assert max(v for g in step["glyphs"] for v in g["ys"]) < 2 * max(ms)
 
 

@@ -18,7 +18,7 @@ axis, and every renderer again once none is.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,14 +31,30 @@ HOLD = 0.1
 MARK_COLOR = "#b00"
 
 
-def robust_top(values: Sequence[float]) -> float | None:
+def _finite(values: Sequence[Any]) -> np.ndarray:
+    return np.asarray([v for v in values if isinstance(v, (int, float)) and math.isfinite(v)],
+                      dtype=float)
+
+
+def robust_top(values: Sequence[float], groups: Sequence[Hashable] | None = None) -> float | None:
     """The axis top when the highest finite value is above ``TOP_FACTOR`` x the
-    99th percentile, else None (the axis fits every point)."""
-    finite = np.asarray([v for v in values if isinstance(v, (int, float)) and math.isfinite(v)],
-                        dtype=float)
+    99th percentile, else None (the axis fits every point). ``groups`` (a rank
+    per value): the percentile is each rank's own and the highest of them
+    counts, so a spike every rank has once (the warm-up step 0: 2 of 60 points
+    of a 2-rank run, above the 99th percentile of them all) is still one
+    rank's outlier."""
+    finite = _finite(values)
     if finite.size == 0:
         return None
-    top = TOP_FACTOR * float(np.percentile(finite, QUANTILE, method="lower"))  # a data point
+    if groups is None:
+        ref = float(np.percentile(finite, QUANTILE, method="lower"))  # a data point
+    else:
+        by: dict[Hashable, list[float]] = {}
+        for v, g in zip(values, groups, strict=True):
+            by.setdefault(g, []).append(v)
+        ref = max(float(np.percentile(f, QUANTILE, method="lower"))
+                  for f in map(_finite, by.values()) if f.size)
+    top = TOP_FACTOR * ref
     return top if top > 0 and float(finite.max()) > top else None
 
 
@@ -68,9 +84,11 @@ class CappedAxis:
                           text_font_style="normal")
         fig.add_layout(self.note, "above")
 
-    def update(self, xs: Sequence[float], ys: Sequence[float], where: Sequence[str]) -> None:
-        """``where``: each point's words ("step 425 (rank 1)")."""
-        top = robust_top(ys)
+    def update(self, xs: Sequence[float], ys: Sequence[float], where: Sequence[str],
+               groups: Sequence[Hashable] | None = None) -> None:
+        """``where``: each point's words ("step 425 (rank 1)"); ``groups``: each
+        point's rank (``robust_top``)."""
+        top = robust_top(ys, groups)
         if top is None:
             if self.top is not None:
                 self.top = None

@@ -216,11 +216,13 @@ class Panels:
         xs: list[float] = []
         ys: list[float] = []
         where: list[str] = []
+        ranks: list[int] = []
         for r, src in zip(self.shown, self.steps, strict=False):
             xs += src.data["step"]
             ys += src.data["step_ms"]
             where += [f"step {s} (rank {r})" for s in src.data["step"]]
-        self.step_cap.update(xs, ys, where)
+            ranks += [r] * len(src.data["step"])
+        self.step_cap.update(xs, ys, where, ranks)
 
     def _restart_marks(self) -> None:
         """Where a restart's steps begin, on every panel drawn by step

@@ -124,7 +124,7 @@ def steps_figure(series: dict[str, Any]) -> Any:
             ("took", "@ms{0,0.0} ms"), ("ended at", "@t{0,0.0} s")]))
     span_ms = [m for s in spans for m in s.data_source.data["ms"]]
     # the labels at the axis' top, which a spike's point may be above
-    top = robust_top(points["ms"]) or max([*points["ms"], *span_ms])
+    top = robust_top(points["ms"], points["rank"]) or max([*points["ms"], *span_ms])
     for r in series.get("restarts") or []:
         if r.get("t") is None:
             continue
@@ -139,7 +139,8 @@ def steps_figure(series: dict[str, Any]) -> Any:
     fig.y_range.start = 0
     CappedAxis(fig).update(points["t"], points["ms"],  # one spike does not flatten the rest
                            [f"step {s} (rank {r})" for s, r in zip(points["step"],
-                                                                   points["rank"], strict=True)])
+                                                                   points["rank"], strict=True)],
+                           points["rank"])
     if fig.legend:
         fig.legend.orientation = "horizontal"
         fig.legend.label_text_font_size = "8pt"
