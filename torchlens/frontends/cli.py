@@ -34,9 +34,18 @@ def load_input(path: str) -> Profile:
     from torchlens.frontends.loading import as_profile, load
 
     loaded = load(path, one_trace="trace", fork=True)  # a command runs no threads
-    for line in ignored_lines(loaded):
+    for line in [*problem_lines(loaded), *ignored_lines(loaded)]:
         print(line, file=sys.stderr)
     return as_profile(loaded)
+
+
+def problem_lines(loaded: Any) -> list[str]:
+    """Each input problem of a run, one line: the file, what is wrong and what was
+    done instead (walk 25: a damaged manifest.json was named only inside the
+    HTML). The report is still written and the status stays 0, as ``torchlens
+    analyze`` gives a partly readable folder; nothing readable is an error (2)."""
+    return [f"torchlens: {p.kind}: {p.path}: {p.message}"
+            for p in getattr(loaded, "problems", None) or []]
 
 
 def ignored_lines(loaded: Any) -> list[str]:

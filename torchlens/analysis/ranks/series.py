@@ -75,8 +75,11 @@ def step_series(collected: CollectedSteps) -> dict[str, Any]:
                          f"restart {r.get('number')}", "words": r.get("words") or "",
                          "t": None if t is None else t - zero,
                          "resumed": None if resumed is None else resumed - zero})
-    return {"zero": zero, "ranks": ranks, "restarts": restarts, "steps": total,
-            "drawn": drawn, "labelled": spans}
+    # the time zero in words, for the chart's axis: a folder whose manifest is
+    # damaged has no collector start (records.steps_without_manifest)
+    since = "torchlens run started" if collected.started is not None else "the first step began"
+    return {"zero": zero, "since": since, "ranks": ranks, "restarts": restarts,
+            "steps": total, "drawn": drawn, "labelled": spans}
 
 
 def _columns(idx: np.ndarray, t1: np.ndarray, ms: np.ndarray, start: np.ndarray,

@@ -7,6 +7,7 @@ DataFrames and ``--json``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from torchlens.analysis.runs import clock, slow_ranks, tables
 from torchlens.analysis.runs import collectives as colls
 from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.analysis.runs.fsdp import fsdp_rows
+from torchlens.formats.run_folder.files import MANIFEST
 from torchlens.model import Profile
 from torchlens.model.findings import INFO, WARNING, Figure, Finding, as_finding
 from torchlens.model.units import format_percent, format_us_as_ms
@@ -121,11 +123,22 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
             f"{format_percent(overlaps[len(overlaps) // 2])} of communication time",
             (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),)))
     out += exposed_all_gather(a.collective_overlap)
-    if a.problems:
-        kinds = sorted({p["kind"] for p in a.problems})
+    return out + problem_findings(a.problems)
+
+
+def problem_findings(problems: list[dict[str, Any]]) -> list[Finding]:
+    """The inputs that could not be used: a damaged manifest in its own words
+    (it is no rank: what it held is what is lost, ``frontends.runs.
+    manifest_lost``), then how many other problems there were."""
+    lost = [p for p in problems if p["kind"] == "unreadable"
+            and os.path.basename(p["path"]) == MANIFEST]
+    out = [Finding(WARNING, p["message"].rstrip(".")) for p in lost]
+    rest = [p for p in problems if p not in lost]
+    if rest:
+        kinds = sorted({p["kind"] for p in rest})
         out.append(Finding(
-            WARNING, f"{len(a.problems)} input problem(s) ({', '.join(kinds)}): see the list "
-            "below; the other ranks were analysed", (Figure("problems", len(a.problems)),)))
+            WARNING, f"{len(rest)} input problem(s) ({', '.join(kinds)}): see the list "
+            "below; what could be read was analysed", (Figure("problems", len(rest)),)))
     return out
 
 

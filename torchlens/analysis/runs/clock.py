@@ -123,6 +123,27 @@ def applied_offsets(clocks: list[dict[str, Any]]) -> dict[int, float]:
     return {c["rank"]: c["offset_us"] for c in clocks if c["applied"]}
 
 
+def alignment_words(clocks: list[dict[str, Any]]) -> str:
+    """What was done to the ranks' clocks, in the words the run timeline's axis
+    and its caption both use (one phrase, so they cannot disagree: walk 25's
+    axis said "clocks aligned" under a caption saying no offset was applied).
+    Ranks on one host keep their own clock (module docstring), so there the
+    axis is each rank's recorded time, not an aligned one."""
+    moved = applied_offsets(clocks)
+    if moved:
+        return (f"{len(moved)} rank's clock moved by its offset" if len(moved) == 1 else
+                f"{len(moved)} ranks' clocks moved by their offsets")
+    hosts = {c.get("host") for c in clocks}
+    if not clocks:
+        why = "no two ranks share a collective to compare their clocks by"
+    elif len(hosts) == 1 and None not in hosts:
+        why = "one host, one clock"
+    else:
+        why = (f"no offset over {APPLY_MIN_US:g} µs and {APPLY_FACTOR:g}x its rank's "
+               "residual")
+    return f"no clock offset applied: {why}"
+
+
 def align_rows(rows: list[dict[str, Any]], clocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` with aligned arrivals and the raw ones as ``*_raw`` (module docstring)."""
     offsets = applied_offsets(clocks)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -124,17 +125,47 @@ def collected_steps(run_dir: str, manifest: Manifest,
     record as it is read, for a reader that wants more than the columns."""
     if manifest.source != SOURCE_RUN:
         return None
-    ranks: dict[int, dict[str, list[Any]]] = {}
-    for entry in manifest.ranks:
+    return CollectedSteps(_columns(run_dir, [e.rank for e in manifest.ranks], seen),
+                          list(manifest.restarts), manifest.started)
+
+
+def ranks_with_steps(run_dir: str) -> list[int]:
+    """The ranks whose ``rank<r>/steps.jsonl`` is in the folder, sorted: who
+    recorded steps, where no manifest says it."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    found = (re.fullmatch(r"rank(\d+)", n) for n in names)
+    return sorted(int(m.group(1)) for m in found
+                  if m and os.path.isfile(os.path.join(run_dir, m.group(0), STEPS)))
+
+
+def steps_without_manifest(run_dir: str,
+                           seen: Callable[[int, StepRecord], None] | None = None
+                           ) -> CollectedSteps | None:
+    """``collected_steps`` of a folder whose manifest is missing or damaged: the
+    records are each rank's own file, whole without it; what only the
+    manifest holds is left out (the restarts' times, when the collector
+    started: the chart's zero is then the first step). None without any
+    ``rank<r>/steps.jsonl``."""
+    ranks = ranks_with_steps(run_dir)
+    return CollectedSteps(_columns(run_dir, ranks, seen), [], None) if ranks else None
+
+
+def _columns(run_dir: str, ranks: list[int], seen: Callable[[int, StepRecord], None] | None
+             ) -> dict[int, dict[str, list[Any]]]:
+    out: dict[int, dict[str, list[Any]]] = {}
+    for rank in ranks:
         cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": [],
                                       "label": []}
-        for rec in iter_steps(run_dir, entry.rank):
+        for rec in iter_steps(run_dir, rank):
             if seen is not None:
-                seen(entry.rank, rec)
+                seen(rank, rec)
             cols["restart"].append(rec.start)
             cols["step"].append(rec.step)
             cols["t0"].append(rec.t0)
             cols["t1"].append(rec.t1)
             cols["label"].append(rec.label if rec.labelled else None)
-        ranks[entry.rank] = cols
-    return CollectedSteps(ranks, list(manifest.restarts), manifest.started)
+        out[rank] = cols
+    return out

@@ -265,7 +265,9 @@ def _peek_each(paths: list[str]) -> list[Peek]:
 def _place(c: _Candidate, result: Peek, problems: list[Problem],
            default_rank: int | None = None) -> _Placed | None:
     if result.kind is not None:
-        problems.append(Problem(result.kind, c.path, result.message))
+        # what was done, for the command line's one line per problem
+        problems.append(Problem(result.kind, c.path, f"{result.message.rstrip('.')}; "
+                                "left out of the run."))
         return None
     info = result.members.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
@@ -290,7 +292,7 @@ def _place(c: _Candidate, result: Peek, problems: list[Problem],
                        trace_world, group, step)
     problems.append(Problem("no rank", c.path, (
         "the trace has no distributedInfo.rank and its name gives none (rank3, "
-        "rank-3, rank_3 or a _3 before the extension); rename it, e.g. to "
+        "rank-3, rank_3 or a _3 before the extension), so it is left out; rename it, e.g. to "
         "rank3.json, or pass the run's files in a torchlens run folder.")))
     return None
 
@@ -352,7 +354,7 @@ def _world_size(kept: list[_Placed], manifests: list[tuple[str, int | None]],
             problems.append(Problem("world size", path, (
                 f"it says world size {other}, but {_names(claims[world])} "
                 f"{'says' if len(claims[world]) == 1 else 'say'} {world}; "
-                "are these files from one run?")))
+                f"are these files from one run? World size {world} is used.")))
     return world
 
 
@@ -376,7 +378,8 @@ def _check_ranks(ranks: list[RankFile], world: int | None, root: str,
         for r in ranks:
             if r.rank >= world:
                 problems.append(Problem("world size", r.paths[0], (
-                    f"it is rank {r.rank}, outside world size {world} (ranks 0-{world - 1}).")))
+                    f"it is rank {r.rank}, outside world size {world} (ranks 0-{world - 1}); "
+                    "it is analysed with the others.")))
         missing = [r for r in range(world) if r not in have]
         if missing:
             word = "rank" if len(missing) == 1 else "ranks"

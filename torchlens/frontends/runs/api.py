@@ -35,9 +35,16 @@ from torchlens.analysis.runs.analyze import NS_NOTE, SLOW_TITLE
 from torchlens.analysis.runs.fsdp import FsdpSteps
 from torchlens.formats.run_folder.files import rank_dir
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
-from torchlens.formats.run_folder.records import collected_steps, damaged, iter_steps
+from torchlens.formats.run_folder.records import (
+    collected_steps,
+    damaged,
+    iter_steps,
+    ranks_with_steps,
+    steps_without_manifest,
+)
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
+from torchlens.frontends.runs.manifest_lost import damaged_manifest, said_lost
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import WARNING, Finding, as_finding
@@ -189,8 +196,17 @@ class RunResult(Result):
             for entry in manifest.ranks:
                 for rec in iter_steps(sources.root, entry.rank):
                     fsdp.add(entry.rank, rec)
-        judged = folder_slow_rank(sources.root, manifest)
-        problems = problems + _damaged_steps(sources.root, manifest)
+        # a damaged manifest: the step records are each rank's own file, whole without it
+        broken = damaged_manifest(sources.root) if manifest is None else None
+        if broken is not None:
+            collected = steps_without_manifest(sources.root, fsdp.add)
+        step_ranks = ([e.rank for e in manifest.ranks] if manifest is not None
+                      else ranks_with_steps(sources.root) if broken is not None else [])
+        judged = folder_slow_rank(sources.root, step_ranks)
+        problems = problems + _damaged_steps(sources.root, step_ranks)
+        if broken is not None:
+            problems = said_lost(problems, sources.root, broken, chart=collected is not None,
+                                 verdict=judged is not None)
         verdict, manifest = folder_verdict(judged, manifest)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
@@ -344,15 +360,15 @@ class RunResult(Result):
                                     for r, figs in self.figures.items()}))
 
 
-def _damaged_steps(root: str, manifest: Manifest | None) -> list[Problem]:
+def _damaged_steps(root: str, ranks: list[int]) -> list[Problem]:
     """A rank's step records that could not be read (a file cut short by a crash, or
     damaged): skipped, and named here rather than left out silently."""
     out = []
-    for entry in manifest.ranks if manifest is not None else []:
-        bad = damaged(root, entry.rank)
+    for rank in ranks:
+        bad = damaged(root, rank)
         if bad:
-            path = os.path.join(rank_dir(root, entry.rank), "steps.jsonl")
-            out.append(Problem("truncated", path, f"{bad} line(s) of rank {entry.rank}'s "
+            path = os.path.join(rank_dir(root, rank), "steps.jsonl")
+            out.append(Problem("truncated", path, f"{bad} line(s) of rank {rank}'s "
                                "step records could not be read (cut short or damaged) and "
                                "were left out of its steps"))
     return out
@@ -372,13 +388,14 @@ def last_common_steps(root: str, ranks: list[int]) -> list[list[StepRecord]]:
     return [[rec for rec in iter_steps(root, r) if rec.step in common] for r in ranks]
 
 
-def folder_slow_rank(root: str, manifest: Manifest | None) -> Any:
+def folder_slow_rank(root: str, ranks: list[int]) -> Any:
     """A run folder's slow rank from its step records, the one every view gives
     (``analysis.ranks.slow.slow_rank`` over the last steps every rank finished);
-    None for a folder without a manifest or without two ranks' step records."""
-    if manifest is None or not root:
+    None for a folder without two ranks' step records. ``ranks``: the
+    manifest's (or, when it is damaged, those with a ``steps.jsonl``)."""
+    if not ranks or not root:
         return None
-    ranks = sorted(e.rank for e in manifest.ranks)
+    ranks = sorted(ranks)
     steps = last_common_steps(root, ranks)
     if sum(1 for s in steps if s) < 2:
         return None
@@ -396,8 +413,9 @@ def folder_verdict(judged: Any, manifest: Manifest | None,
     manifest without its copy of that verdict (``torchlens run``'s collector
     saved it in words), so the report says it once. None and the manifest as
     it was when there is no verdict."""
-    if manifest is None:
-        return [], manifest
+    if manifest is None:  # a damaged manifest: the step records judged it alone
+        said = [dataclasses.replace(judged.finding, title=SLOW_TITLE).to_dict()] if judged else []
+        return said, manifest
     creep = _creep(manifest)
     if creep is not None and manifest.verdict == str(creep):  # said once, here
         manifest = msgspec.structs.replace(manifest, verdict=None)

@@ -51,7 +51,8 @@ def file_job(path: str, figures_of: FiguresOf, top: int) -> dict[str, Any]:
         out["figures"] = figures_of(trace, top)
     except Exception as exc:  # noqa: BLE001 - named, the other traces go on
         out["problem"] = {"kind": "unreadable", "path": path,
-                          "message": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                          "message": f"{type(exc).__name__}: {str(exc)[:300]}; left out "
+                                     "of the run"}
     return out
 
 

@@ -100,7 +100,7 @@ def steps_figure(series: dict[str, Any]) -> Any:
         # close together for its dashed line to show
         points["fill"] += [rank_color(r) if s == final else "white" for s in cols["restart"]]
     fig = figure(height=300, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,box_zoom,reset,save",
-                 active_scroll="xwheel_zoom", x_axis_label="s since torchlens run started",
+                 active_scroll="xwheel_zoom", x_axis_label=f"s since {series.get('since', 'torchlens run started')}",
                  y_axis_label="ms per step", output_backend="webgl",
                  title="Every step of every rank over time"
                        + ("; red: restarts by the elastic agent" if series.get("restarts")

@@ -27,7 +27,7 @@ from bokeh.plotting import figure
 from markupsafe import Markup
 
 from torchlens.analysis.runs.analyze import RunAnalysis
-from torchlens.analysis.runs.clock import applied_offsets, run_skew
+from torchlens.analysis.runs.clock import alignment_words, applied_offsets, run_skew
 from torchlens.analysis.runs.lanes import BINS, COLLECTIVES_LANE, KINDS
 from torchlens.model import Profile
 from torchlens.model.units import format_count, format_duration, format_us
@@ -146,7 +146,7 @@ def timeline_figure(profile: Profile, a: RunAnalysis) -> tuple[Any, str] | None:
     fig = figure(height=min(30_000, 120 + ROW_PX * len(factors)), sizing_mode="stretch_width",
                  y_range=FactorRange(*reversed(factors), group_padding=0.6),
                  tools="xpan,xwheel_zoom,box_zoom,reset,save", active_scroll="xwheel_zoom",
-                 x_axis_label="ms from the run's first event (clocks aligned)",
+                 x_axis_label=f"ms from the run's first event ({alignment_words(a.clocks)})",
                  title="Every rank on one timeline: tap a collective to see it on every rank",
                  name="run-timeline", output_backend="webgl")
     fig.hbar(y="y", left="left", right="right", height=0.7, source=busy_src, color=BUSY_COLOR,
@@ -166,9 +166,8 @@ def timeline_figure(profile: Profile, a: RunAnalysis) -> tuple[Any, str] | None:
     fig.yaxis.group_text_font_size = "9pt"
     fig.yaxis.group_label_orientation = "horizontal"
     fig.ygrid.grid_line_color = None
-    offsets = applied_offsets(a.clocks)
-    moved = (f"clocks of {len(offsets)} rank(s) moved by their offsets (table below)"
-             if offsets else "no clock offset applied (table below)")
+    # the axis' words, the same phrase: timeline_source moves exactly the applied offsets
+    moved = f"{alignment_words(a.clocks)} (table below)"
     note = (f"{len(ev['y']):,} bars: each lane's longest events and every collective; "
             f"{merged:,} shorter events are drawn as grey busy bars (darker = busier); {moved}.")
     return fig, note
