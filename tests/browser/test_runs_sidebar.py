@@ -212,6 +212,10 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
         assert header == "rss"
         assert [f"{c} {header}" for c in cells] == [memory_cell(r) for r in cpu["ranks"]]
         assert not any("~" in c for c in cells) and "KiB" not in " ".join(cells)
+        # the terminal's one-decimal figure still fits the sidebar's default width
+        fits = page.locator(f'{RUNS} .tl-run[data-run-id="{cpu_id}"] .tl-run-table').evaluate(
+            "box => box.scrollWidth <= box.clientWidth")
+        assert fits
 
         header, cells = _memory_texts(page.locator(f'{RUNS} .tl-run[data-run-id="{mixed_id}"]'))
         assert header == "memory"
