@@ -185,7 +185,7 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
     cpu_id, mixed_id = "5a5a5a5a5a5a5a5a", "6b6b6b6b6b6b6b6b"
     cpu = live_document(four_rank_view(), cpu_id)
     cpu["ranks"] = cpu["ranks"][:2]
-    for row, allocated in zip(cpu["ranks"], (int(47.5 * KiB), 4 * KiB)):
+    for row, allocated in zip(cpu["ranks"], (int(47.5 * KiB), 4 * KiB), strict=True):
         row.update(allocated=allocated, reserved=2 * MiB, rss=320 * MiB, source="modelled")
     mixed = live_document(four_rank_view(), mixed_id)
     # rank 0: CUDA (3 GiB allocated); 1: modelled and RSS; 2: modelled alone; 3: RSS alone

@@ -63,7 +63,7 @@ def test_ended_runs_allocator_block_names_its_run_below_a_running_job(
     # the running torchrun job of the walk: two CPU ranks (modelled figures and RSS)
     job = live_document(four_rank_view(), JOB_ID)
     job["ranks"] = job["ranks"][:2]
-    for row, allocated in zip(job["ranks"], (80 * 1024, 4096)):
+    for row, allocated in zip(job["ranks"], (80 * 1024, 4096), strict=True):
         row.update(allocated=allocated, reserved=2 * MiB, rss=320 * MiB, source="modelled")
     write_live(tmp_path, job)
     entry = reg.register(JOB_ID, str(tmp_path), "127.0.0.1:41236", ["torchrun", "fsdp2.py"])
