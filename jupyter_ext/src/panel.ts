@@ -558,6 +558,8 @@ export class GpuMonitorPanel extends Widget {
   private placeRankSection(live: boolean): void {
     const section = [this.rankBox, this.rankState, this.rankMemBox];
     const anchor = live ? this.gpuBox : this.runs.node;
+    // below the jobs, a rule like the jobs section's own sets it apart from their rank rows
+    this.rankBox.classList.toggle('tl-ranks-below', !live);
     if (anchor.nextElementSibling !== this.rankBox) {
       anchor.after(...section);
     }
@@ -573,7 +575,10 @@ export class GpuMonitorPanel extends Widget {
    */
   private renderRankMemory(): void {
     const rows = [...this.rankMemory.values()].sort((a, b) => a.rank - b.rank);
-    const title = el('div', 'tl-rank-mem-title', 'Allocator memory per rank (latest step)');
+    // named for its run: moved below "torchrun jobs" once ended, an unnamed
+    // block read as the running job's figures
+    const run = rows.length ? ` of ${rows[0].run}` : '';
+    const title = el('div', 'tl-rank-mem-title', `Allocator memory per rank (latest step)${run}`);
     const sources = (Object.keys(SOURCE_TEXT) as MemorySource[]).filter(k => rows.some(r => r.source === k));
     const notes = sources.map(k => {
       const note = el('div', `tl-rank-mem-note tl-source-${k}`, SOURCE_TEXT[k].note);

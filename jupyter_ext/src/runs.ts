@@ -8,7 +8,7 @@
  * server (the registry, live.json): all of it goes in as text.
  */
 import { fetchRuns, IRun, IRunLive, IRunRank, IRunsReply } from './api';
-import { bytesText, el } from './dom';
+import { el, reportBytesText } from './dom';
 
 const POLL_MS = 2000;
 /** live.json older than this while the run is not over: said next to the run */
@@ -26,8 +26,10 @@ const STATE_CLASS: Record<string, string> = {
 
 const MEMORY_NOTE: Record<string, string> = {
   cuda: 'allocated: the CUDA caching allocator\u2019s counters',
-  modelled: 'allocated, modelled (~): a CPU step replayed through the CUDA allocator model',
-  rss: 'resident memory of the rank\u2019s process (no allocator figures)'
+  modelled:
+    'modelled (~), nothing measured: the allocations made inside the profiled steps (not the weights), ' +
+    'replayed through the CUDA caching-allocator model',
+  rss: 'resident memory of the rank\u2019s process (measured; a CPU run\u2019s modelled allocator figure is not its memory)'
 };
 
 const ms = (v: number | null) => (v === null ? '-' : v.toFixed(1));
@@ -37,25 +39,45 @@ function shellJoin(words: string[]): string {
   return words.map(w => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'"'"'`)}'`)).join(' ');
 }
 
+/**
+ * The memory column follows `torchlens run`'s terminal (render/ranks/terminal.py
+ * `memory_cell`), one figure per row from the same live.json row: the CUDA
+ * allocator's allocated bytes when measured, else the process's RSS, and the
+ * modelled figure (`~`, a CPU step's in-step allocations, no weights) only
+ * when nothing was measured. Bytes as the terminal writes them (`format_bytes`).
+ */
+type MemoryFigure = 'cuda' | 'rss' | 'modelled' | null;
+
+function memoryFigure(r: IRunRank): MemoryFigure {
+  if (r.allocated !== null && r.source !== 'modelled') {
+    return 'cuda';
+  }
+  if (r.rss !== null) {
+    return 'rss';
+  }
+  return r.allocated !== null && r.source === 'modelled' ? 'modelled' : null;
+}
+
 /** What the memory column holds: allocator figures (`~` when modelled), RSS, or both kinds. */
 type MemoryKind = 'alloc' | 'rss' | 'mixed';
 
 function memoryKind(ranks: IRunRank[]): MemoryKind {
-  const kinds = new Set(ranks.map(r => (r.allocated !== null ? 'alloc' : r.rss !== null ? 'rss' : null)));
+  const kinds = new Set(ranks.map(r => memoryFigure(r)).map(f => (f === 'rss' ? 'rss' : f === null ? null : 'alloc')));
   kinds.delete(null);
   return kinds.size === 1 ? (kinds.has('rss') ? 'rss' : 'alloc') : 'mixed';
 }
 
 function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
   const td = el('td', 'tl-num tl-run-mem');
-  if (r.allocated !== null) {
-    td.textContent = `${r.source === 'modelled' ? '~' : ''}${bytesText(r.allocated)}`;
-    td.title = MEMORY_NOTE[r.source === 'modelled' ? 'modelled' : 'cuda'];
-  } else if (r.rss !== null) {
+  const figure = memoryFigure(r);
+  if (figure === 'rss') {
     // the header says "rss" when every rank's figure is one; else the cell does,
     // free to go under the number in a narrow sidebar
-    td.append(el('span', 'tl-nowrap', bytesText(r.rss)), kind === 'rss' ? '' : ' rss');
+    td.append(el('span', 'tl-nowrap', reportBytesText(r.rss!)), kind === 'rss' ? '' : ' rss');
     td.title = MEMORY_NOTE.rss;
+  } else if (figure !== null) {
+    td.textContent = `${figure === 'modelled' ? '~' : ''}${reportBytesText(r.allocated!)}`;
+    td.title = MEMORY_NOTE[figure];
   } else {
     td.textContent = '-';
   }
@@ -83,9 +105,9 @@ function rankRow(r: IRunRank, kind: MemoryKind): HTMLTableRowElement {
 }
 
 const MEMORY_HEADER: Record<MemoryKind, [string, string]> = {
-  alloc: ['alloc', 'latest allocated memory (~: modelled, a CPU run)'],
+  alloc: ['alloc', 'latest allocated memory (~: modelled, a CPU run that measured nothing)'],
   rss: ['rss', MEMORY_NOTE.rss],
-  mixed: ['memory', 'latest allocated memory (~: modelled) or resident memory (rss)']
+  mixed: ['memory', 'latest CUDA allocated memory, else resident memory (rss); ~: modelled, nothing measured']
 };
 
 function columns(kind: MemoryKind): [string, string][] {

@@ -20,6 +20,7 @@ from lab_harness import Lab, start_lab, stop_lab
 from ranks.live_doc import four_rank_view, live_document, write_live
 
 from torchlens.frontends.ranks import registry as reg
+from torchlens.render.ranks.terminal import memory_cell
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +117,10 @@ def test_sidebar_lists_a_runs_ranks(lab: Lab, registry: Path, chromium: Any,
         assert [c[1] for c in cells] == ["running", "running", "lost", "failed"]
         assert [c[2] for c in cells] == ["12"] * 4
         assert cells[0][3] == "50.0" and cells[1][4] == "0.4"
-        assert cells[0][5] == "3.00 GiB" and cells[1][5] == "101 MiB rss"
+        # the memory column as the terminal writes it: CUDA allocated, else RSS
+        rows_doc = live_document(four_rank_view(host1=MARKUP_HOST), RUN_ID)["ranks"]
+        assert [c[5] for c in cells[:2]] == [memory_cell(r) for r in rows_doc[:2]]
+        assert cells[0][5] == "3.0 GiB" and cells[1][5] == "101.0 MiB rss"
         state = card.locator("td.tl-run-state")
         assert state.nth(0).get_attribute("class").split()[-1] == "tl-state-ok"
         assert state.nth(2).get_attribute("class").split()[-1] == "tl-state-bad"
@@ -157,3 +161,68 @@ def test_runs_endpoint_refuses_without_token(lab: Lab) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"{lab.url}torchlens/runs", timeout=10)
     assert err.value.code == 403
+
+
+KiB, MiB = 1024, 1024**2
+
+
+def _memory_texts(card: Any) -> tuple[str, list[str]]:
+    """The memory column's header and each rank row's memory cell, as shown."""
+    header = card.locator("table.tl-run-ranks th").last.inner_text()
+    cells = card.locator("tr.tl-run-rank td.tl-run-mem").all_inner_texts()
+    return header, [" ".join(c.split()) for c in cells]
+
+
+def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chromium: Any,
+                                                 tmp_path: Path) -> None:
+    """The walk's FSDP2 CPU job: the sidebar showed the modelled in-step figure
+    ("~47.5 KiB") where ``torchlens run``'s terminal showed "320.0 MiB rss". Both
+    now show what the terminal's ``memory_cell`` gives for the same live.json row:
+    CUDA allocated when measured, else the RSS, ``~`` only with nothing measured."""
+    cpu_dir, mixed_dir = tmp_path / "fsdp2-cpu", tmp_path / "mixed"
+    cpu_dir.mkdir()
+    mixed_dir.mkdir()
+    cpu_id, mixed_id = "5a5a5a5a5a5a5a5a", "6b6b6b6b6b6b6b6b"
+    cpu = live_document(four_rank_view(), cpu_id)
+    cpu["ranks"] = cpu["ranks"][:2]
+    for row, allocated in zip(cpu["ranks"], (int(47.5 * KiB), 4 * KiB), strict=True):
+        row.update(allocated=allocated, reserved=2 * MiB, rss=320 * MiB, source="modelled")
+    mixed = live_document(four_rank_view(), mixed_id)
+    # rank 0: CUDA (3 GiB allocated); 1: modelled and RSS; 2: modelled alone; 3: RSS alone
+    mixed["ranks"][1].update(allocated=int(47.5 * KiB), rss=330 * MiB, source="modelled")
+    mixed["ranks"][2].update(allocated=4 * KiB, rss=None, source="modelled")
+    mixed["ranks"][3].update(allocated=None, reserved=None, rss=101 * MiB, source="rss")
+    write_live(cpu_dir, cpu)
+    write_live(mixed_dir, mixed)
+    entries = [reg.register(cpu_id, str(cpu_dir), "127.0.0.1:41234", ["torchrun", "fsdp2.py"]),
+               reg.register(mixed_id, str(mixed_dir), "127.0.0.1:41235", ["torchrun", "mix.py"])]
+    page = chromium.new_page()
+    try:
+        page.goto(f"{lab.url}lab?token={lab.token}", timeout=60_000)
+        open_panel(page)
+        for run_id in (cpu_id, mixed_id):
+            page.locator(f'{RUNS} .tl-run[data-run-id="{run_id}"] tr.tl-run-rank').first.wait_for(
+                timeout=30_000)
+        page.wait_for_timeout(500)
+        page.locator(f'{RUNS} .tl-run[data-run-id="{cpu_id}"]').screenshot(
+            path=str(tmp_path / "runs-memory-cpu.png"))
+
+        # every rank measured its RSS: the header names it once, each cell the figure
+        header, cells = _memory_texts(page.locator(f'{RUNS} .tl-run[data-run-id="{cpu_id}"]'))
+        assert header == "rss"
+        assert [f"{c} {header}" for c in cells] == [memory_cell(r) for r in cpu["ranks"]]
+        assert not any("~" in c for c in cells) and "KiB" not in " ".join(cells)
+        # the terminal's one-decimal figure still fits the sidebar's default width
+        fits = page.locator(f'{RUNS} .tl-run[data-run-id="{cpu_id}"] .tl-run-table').evaluate(
+            "box => box.scrollWidth <= box.clientWidth")
+        assert fits
+
+        header, cells = _memory_texts(page.locator(f'{RUNS} .tl-run[data-run-id="{mixed_id}"]'))
+        assert header == "memory"
+        assert cells == [memory_cell(r) for r in mixed["ranks"]]
+        # CUDA: allocated; modelled with RSS: the RSS; modelled alone: "~"; RSS alone
+        assert cells == ["3.0 GiB", "330.0 MiB rss", "~4.0 KiB", "101.0 MiB rss"], cells
+    finally:
+        for entry in entries:
+            reg.unregister(entry)
+        page.close()
