@@ -68,6 +68,10 @@ def start_lab(tmp: Path, base_url: str = "/", extra: list[str] | None = None) ->
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
         "JUPYTER_CONFIG_DIR": str(tmp / "config"),
     }
+    # the sidebar's "torchrun jobs" from a registry of this lab's own, unless the
+    # test made one: the user's ~/.cache/torchlens/runs may list any job running
+    # on the machine (another test's, a helper's), which moved the charts below it
+    env.setdefault("TORCHLENS_RUNS_DIR", str(tmp / "runs"))
     # Serve the sidebar built in this checkout (torchlens/labextension), not
     # whichever copy `pip install` left in the environment: JUPYTER_PATH comes
     # first when JupyterLab looks for labextensions.
