@@ -36,8 +36,53 @@ def test_cut_step_records_are_named_in_the_report(tmp_path: Path, traces_dir: Pa
     res = load_run(str(run))
     said = [p for p in res.problems if p.path == str(steps)]
     assert [p.kind for p in said] == ["truncated"]
-    assert "1 line(s) of rank 1's step records could not be read" in said[0].message
+    assert "rank 1's step records: 1 line(s) could not be read" in said[0].message
     assert not [p for p in res.problems if "rank0" in p.path and "steps" in p.path]
     assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
-    assert "rank 1&#39;s step records could not be read" in (tmp_path / "r.html").read_text() \
-        or "rank 1's step records could not be read" in (tmp_path / "r.html").read_text()
+    page = (tmp_path / "r.html").read_text()
+    assert "rank 1&#39;s step records: 1 line(s) could not be read" in page \
+        or "rank 1's step records: 1 line(s) could not be read" in page
+
+
+def _run_folder(tmp_path: Path, traces_dir: Path, steps: int) -> Path:
+    """A two-rank torchlens run folder whose manifest says each rank sent ``steps``."""
+    run = tmp_path / "run"
+    ranks = []
+    for r in (0, 1):
+        (run / f"rank{r}").mkdir(parents=True)
+        (run / f"rank{r}" / "step00004.pt.trace.json.gz").symlink_to(
+            traces_dir / f"sampled_rank-{r}.json.gz")
+        write_steps(str(run), r, [StepRecord(step=i, t0=i, t1=i + 0.5) for i in range(steps)])
+        ranks.append(RankEntry(rank=r, traces=[f"rank{r}/step00004.pt.trace.json.gz"],
+                               steps=steps))
+    write_manifest(str(run), Manifest(source=SOURCE_RUN, world_size=128, ranks=ranks))
+    return run
+
+
+def test_step_records_cut_short_say_how_many_are_missing(tmp_path: Path, traces_dir: Path,
+                                                          capsys) -> None:
+    # second walk of session 14: a steps.jsonl cut to 22 of its 60 lines said
+    # "1 line(s) ... were left out" while 38 records were gone
+    run = _run_folder(tmp_path, traces_dir, 60)
+    steps = run / "rank1" / "steps.jsonl"
+    lines = steps.read_bytes().splitlines(keepends=True)
+    steps.write_bytes(b"".join(lines[:21]) + lines[21][:10])  # 21 whole, one cut
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
+    err = capsys.readouterr().err
+    assert ("rank 1's step records: 1 line(s) could not be read (cut short or damaged); "
+            "38 of the 60 the collector got are not in the file (cut short?); its steps are "
+            "the 21 that could be read") in err, err
+    assert "rank 0's step records" not in err
+
+
+def test_a_deleted_manifest_is_named_and_the_steps_still_drawn(tmp_path: Path,
+                                                                traces_dir: Path,
+                                                                capsys) -> None:
+    run = _run_folder(tmp_path, traces_dir, 12)
+    (run / "manifest.json").unlink()
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
+    err = capsys.readouterr().err
+    assert "manifest.json could not be read: it is missing; not shown: how the run ended" in err
+    page = (tmp_path / "r.html").read_text()
+    assert "manifest.json could not be read: it is missing" in page
+    assert "Every step over time" in page

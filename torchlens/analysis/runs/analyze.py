@@ -129,8 +129,8 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
 def problem_findings(problems: list[dict[str, Any]]) -> list[Finding]:
     """The inputs that could not be used: a damaged manifest in its own words
     (it is no rank: what it held is what is lost, ``frontends.runs.
-    manifest_lost``), then how many other problems there were."""
-    lost = [p for p in problems if p["kind"] == "unreadable"
+    damaged_files``), then how many other problems there were."""
+    lost = [p for p in problems if p["kind"] in ("unreadable", "missing")
             and os.path.basename(p["path"]) == MANIFEST]
     out = [Finding(WARNING, p["message"].rstrip(".")) for p in lost]
     rest = [p for p in problems if p not in lost]

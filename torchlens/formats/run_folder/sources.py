@@ -72,7 +72,7 @@ class Problem:
     """One thing wrong with the input, named with the file (or folder) it is about."""
 
     kind: str  # "not a trace" | "truncated" | "duplicate rank" | "world size" |
-    #            "missing rank" | "no rank" | "unreadable" | "no traces"
+    #            "missing rank" | "no rank" | "unreadable" | "no traces" | "missing"
     path: str
     message: str
 

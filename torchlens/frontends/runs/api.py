@@ -33,18 +33,20 @@ from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
 from torchlens.analysis.runs.analyze import NS_NOTE, SLOW_TITLE
 from torchlens.analysis.runs.fsdp import FsdpSteps
-from torchlens.formats.run_folder.files import rank_dir
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
 from torchlens.formats.run_folder.records import (
     collected_steps,
-    damaged,
     iter_steps,
     ranks_with_steps,
     steps_without_manifest,
 )
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
 from torchlens.frontends.api import Result
-from torchlens.frontends.runs.manifest_lost import damaged_manifest, said_lost
+from torchlens.frontends.runs.damaged_files import (
+    damaged_manifest,
+    damaged_steps,
+    said_lost,
+)
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import WARNING, Finding, as_finding
@@ -203,7 +205,7 @@ class RunResult(Result):
         step_ranks = ([e.rank for e in manifest.ranks] if manifest is not None
                       else ranks_with_steps(sources.root) if broken is not None else [])
         judged = folder_slow_rank(sources.root, step_ranks)
-        problems = problems + _damaged_steps(sources.root, step_ranks)
+        problems = problems + damaged_steps(sources.root, step_ranks, manifest)
         if broken is not None:
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
                                  verdict=judged is not None)
@@ -358,20 +360,6 @@ class RunResult(Result):
                              "totals; load it again without tables_only.")
         return self._frame(op_rows({r: [f["op_totals"] for f in figs]
                                     for r, figs in self.figures.items()}))
-
-
-def _damaged_steps(root: str, ranks: list[int]) -> list[Problem]:
-    """A rank's step records that could not be read (a file cut short by a crash, or
-    damaged): skipped, and named here rather than left out silently."""
-    out = []
-    for rank in ranks:
-        bad = damaged(root, rank)
-        if bad:
-            path = os.path.join(rank_dir(root, rank), "steps.jsonl")
-            out.append(Problem("truncated", path, f"{bad} line(s) of rank {rank}'s "
-                               "step records could not be read (cut short or damaged) and "
-                               "were left out of its steps"))
-    return out
 
 
 #: step numbers kept per rank past the window: GPU times may still be missing
