@@ -73,7 +73,9 @@ function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
   if (figure === 'rss') {
     // the header says "rss" when every rank's figure is one; else the cell does,
     // free to go under the number in a narrow sidebar
-    td.append(el('span', 'tl-nowrap', reportBytesText(r.rss!)), kind === 'rss' ? '' : ' rss');
+    // the number and its unit may go on two lines: "356.0 MiB" on one overflowed
+    // the sidebar's default width, cutting the column (second walk)
+    td.append(reportBytesText(r.rss!), kind === 'rss' ? '' : ' rss');
     td.title = MEMORY_NOTE.rss;
   } else if (figure !== null) {
     td.textContent = `${figure === 'modelled' ? '~' : ''}${reportBytesText(r.allocated!)}`;

@@ -186,7 +186,9 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
     cpu = live_document(four_rank_view(), cpu_id)
     cpu["ranks"] = cpu["ranks"][:2]
     for row, allocated in zip(cpu["ranks"], (int(47.5 * KiB), 4 * KiB), strict=True):
-        row.update(allocated=allocated, reserved=2 * MiB, rss=320 * MiB, source="modelled")
+        # the second walk's widths: four-digit steps and milliseconds beside "356.0 MiB"
+        row.update(allocated=allocated, reserved=2 * MiB, rss=356 * MiB, source="modelled",
+                   steps=1234, step_ms=1362.6, data_ms=1245.8)
     mixed = live_document(four_rank_view(), mixed_id)
     # rank 0: CUDA (3 GiB allocated); 1: modelled and RSS; 2: modelled alone; 3: RSS alone
     mixed["ranks"][1].update(allocated=int(47.5 * KiB), rss=330 * MiB, source="modelled")
@@ -212,7 +214,8 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
         assert header == "rss"
         assert [f"{c} {header}" for c in cells] == [memory_cell(r) for r in cpu["ranks"]]
         assert not any("~" in c for c in cells) and "KiB" not in " ".join(cells)
-        # the terminal's one-decimal figure still fits the sidebar's default width
+        # the terminal's one-decimal figure still fits the sidebar's default width (its
+        # unit may go under it)
         fits = page.locator(f'{RUNS} .tl-run[data-run-id="{cpu_id}"] .tl-run-table').evaluate(
             "box => box.scrollWidth <= box.clientWidth")
         assert fits
