@@ -124,9 +124,8 @@ class RankProfileView:
         return self._widget
 
     def hide_verdict(self) -> None:
-        """Drop the verdict line above the step chart: ``torchlens.watch`` says the
-        collector's verdict in its status block, newest first; a second copy here
-        repeated it, and between analyses (throttled) showed an older one."""
+        """No verdict line above the step chart: ``torchlens.watch``'s status block
+        says it, newest first (a copy here lagged it between analyses)."""
         self.panels.verdict.visible = False
 
     def hide_timeline(self) -> None:
