@@ -21,15 +21,7 @@ from torchlens.model.records import StepRecord
 
 def test_cut_step_records_are_named_in_the_report(tmp_path: Path, traces_dir: Path,
                                                    capsys) -> None:
-    run = tmp_path / "run"
-    ranks = []
-    for r in (0, 1):
-        (run / f"rank{r}").mkdir(parents=True)
-        (run / f"rank{r}" / "step00004.pt.trace.json.gz").symlink_to(
-            traces_dir / f"sampled_rank-{r}.json.gz")
-        write_steps(str(run), r, [StepRecord(step=i, t0=i, t1=i + 0.5) for i in range(6)])
-        ranks.append(RankEntry(rank=r, traces=[f"rank{r}/step00004.pt.trace.json.gz"]))
-    write_manifest(str(run), Manifest(source=SOURCE_RUN, world_size=128, ranks=ranks))
+    run = _run_folder(tmp_path, traces_dir, 6)
     steps = run / "rank1" / "steps.jsonl"
     steps.write_bytes(steps.read_bytes()[:-25])  # the last record cut mid-line
     assert len(read_steps(str(run), 1)) == 5
