@@ -14,6 +14,7 @@ import re
 import msgspec
 
 from torchlens.formats.kineto.schema import Event, KinetoTrace
+from torchlens.formats.text import first_bad_utf8_byte
 from torchlens.model import InputError
 
 
@@ -27,6 +28,9 @@ def decode(data: bytes, source: str) -> KinetoTrace:
         if isinstance(top, list):
             return _from_json_array(top, source)
     except msgspec.DecodeError as exc:
+        bad = first_bad_utf8_byte(data)
+        if bad is not None:
+            raise InputError(_not_utf8(source, bad)) from None
         raise InputError(
             f"{source}: not valid JSON ({exc}); the file may be cut short."
         ) from None
@@ -37,13 +41,15 @@ def decode(data: bytes, source: str) -> KinetoTrace:
             "trace; export it again."
         ) from None
     except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{source}: not UTF-8 text (byte {exc.start}): the file is damaged or not "
-            "a trace; copy or export it again."
-        ) from None
+        raise InputError(_not_utf8(source, exc.start)) from None
     if top.traceEvents is None:
         raise InputError(f"{source}: {_what_is_it(data)}")
     return top
+
+
+def _not_utf8(source: str, offset: int) -> str:
+    return (f"{source}: not UTF-8 text (byte {offset}): the file is damaged or not "
+            "a trace; copy or export it again.")
 
 
 def _decode_leniently(data: bytes, source: str) -> KinetoTrace:

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from torchlens.formats.run_folder.files import MANIFEST, RUN_FORMAT, read_capped
+from torchlens.formats.text import first_bad_utf8_byte
 from torchlens.model import InputError
 
 #: the version this torchlens writes, and the newest it reads
@@ -190,12 +191,13 @@ def load_manifest(path: str, private: bool = False) -> Manifest:
         raise ManifestError(path, f"cannot read it ({exc})") from None
     try:
         doc = msgspec.json.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        bad = first_bad_utf8_byte(data)
+        if bad is not None:  # a changed byte in a string
+            raise ManifestError(path, f"not UTF-8 text (byte {bad}): the file is "
+                                "damaged; the run's traces can still be read as a "
+                                "folder of traces once it is removed") from None
         raise ManifestError(path, f"not valid JSON ({exc})") from None
-    except UnicodeDecodeError as exc:  # a changed byte in a string
-        raise ManifestError(path, f"not UTF-8 text (byte {exc.start}): the file is "
-                            "damaged; the run's traces can still be read as a folder "
-                            "of traces once it is removed") from None
     if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
         what = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ManifestError(path, f"not a torchlens run manifest (format {what!r}, not "
