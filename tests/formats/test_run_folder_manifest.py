@@ -182,3 +182,13 @@ def test_rank_records_round_trip_and_a_cut_last_line_is_skipped(tmp_path: Path) 
     assert read_steps(run_dir, 4) == [] and read_summaries(run_dir, 4) == []
     (tmp_path / "rank3" / "step00001.pt.trace.json").write_text("{}")
     assert rank_traces(run_dir, 3) == ["rank3/step00001.pt.trace.json"]
+
+
+def test_a_manifest_with_a_changed_byte_outside_utf8_names_the_byte(tmp_path: Path) -> None:
+    data = json.dumps({"format": "torchlens-run", "version": 2, "world_size": 2,
+                       "verdict": "rank 1 slow"}).encode()
+    at = data.index(b"slow")
+    (tmp_path / MANIFEST).write_bytes(data[:at] + b"\xa5" + data[at + 1:])
+    with pytest.raises(ManifestError) as caught:
+        read_manifest(str(tmp_path))
+    assert f"not UTF-8 text (byte {at})" in str(caught.value)
