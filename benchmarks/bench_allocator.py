@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+import paths
+
 from torchlens.analysis.memory.allocator import (
     AllocatorConfig,
     rebuild_initial_state,
@@ -36,7 +38,7 @@ from torchlens.model.snapshot import load_snapshot
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "memory" / "allocator"))
 from synthetic_traces import training_trace  # noqa: E402
 
-SNAPSHOTS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "snapshots"
+SNAPSHOTS = paths.snapshots()
 
 _CHILD = (
     "import sys; from torchlens.model.snapshot import load_snapshot; "

@@ -49,12 +49,15 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import timedelta
 from typing import Any
 
-TRACE = "/work/shared/testdata/traces/a100_ddp_resnet_rank0_nccl.json.gz"
+import paths
+
+TRACE = str(paths.traces() / "a100_ddp_resnet_rank0_nccl.json.gz")
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(HERE))
 
@@ -120,7 +123,7 @@ class SimRank:
             "rank": self.rank, "world_size": self.world, "local_rank": self.rank % 8,
             "node": self.rank // 8, "host": f"sim-node{self.rank // 8}", "pid": os.getpid(),
             "restart": 0, "elastic_run_id": "bench", "slot": self.slot, "t": time.time(),
-            "device": "cpu", "run_dir": "/tmp/none", "shared_run_dir": True}))
+            "device": "cpu", "run_dir": os.path.join(tempfile.gettempdir(), "none"), "shared_run_dir": True}))
 
     def flush(self, steps_per_s: float, summary: tuple[dict[str, Any], bytes] | None) -> None:
         """What ``Attachment._flush`` sends: a step batch, a summary (if one is due), a heartbeat."""
@@ -263,7 +266,6 @@ def collect(args: argparse.Namespace, n: int, summary_path: str) -> dict[str, An
             book["cpu"] += time.thread_time() - c0
 
     import shutil
-    import tempfile
 
     from torchlens.capture.ranks.feed import FeedPublisher
 
@@ -383,7 +385,7 @@ def _summary_file() -> str:
     summary = summarize(load_trace(TRACE), rank=0, step=1, trace_rel="rank0/step00001.json")
     summary.pop("rank")
     summary.pop("step")
-    path = os.path.join("/tmp", f"tl-bench-summary-{os.getpid()}.json")
+    path = os.path.join(tempfile.gettempdir(), f"tl-bench-summary-{os.getpid()}.json")
     with open(path, "wb") as fh:
         fh.write(protocol.encode(summary))
     return path

@@ -21,10 +21,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-TRACE = REPO.parent / "shared" / "testdata" / "traces" / "a100_simple_add.json.gz"
+import paths
+
+REPO = paths.REPO
+TRACE = paths.traces() / "a100_simple_add.json.gz"
 
 _CHILD = """
 import json, sys, time
@@ -46,7 +49,7 @@ def _py(code: str, *args: str) -> str:
 def _imports_pandas(*cmd: str) -> bool:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     got = subprocess.run([sys.executable, "-X", "importtime", "-m", "torchlens", *cmd],
-                         capture_output=True, text=True, env=env, cwd="/tmp")
+                         capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     return any(line.rstrip().endswith("| pandas") for line in got.stderr.splitlines())
 
 
@@ -65,8 +68,9 @@ def main() -> None:
           f"{any(r['had'] for r in runs)})")
     print(f"  second run.ops()             {med['second'] * 1000:.2f} ms")
     print(f"  import pandas alone          {statistics.median(pandas):.3f} s")
-    out = "/tmp/bench_first_dataframe.html"
-    print(f"  torchlens report imports pandas: {_imports_pandas('report', a.trace, '-o', out)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "bench_first_dataframe.html")
+        print(f"  torchlens report imports pandas: {_imports_pandas('report', a.trace, '-o', out)}")
     print(f"  torchlens analyze --json imports pandas: "
           f"{_imports_pandas('analyze', a.trace, '--json')}")
 

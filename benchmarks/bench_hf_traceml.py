@@ -2,16 +2,15 @@
 HF integration, side by side (issues 23 and 26): what each names, and the
 overhead of each over the same job run bare.
 
-Run: ``/work/bench-venv/bin/python benchmarks/bench_hf_traceml.py [--runs 3]
-[--steps 30] [--slow-ms 30]``.
+Run: ``python benchmarks/bench_hf_traceml.py [--runs 3] [--steps 30] [--slow-ms 30]
+[--peer-python PY]``.
 
 TraceML (PyPI ``traceml-ai``) and transformers are never torchlens
-dependencies: they live in a benchmark venv of their own, made once with::
-
-    /work/main/.venv/bin/python -m venv /work/bench-venv   # no --system-site-packages
-    /work/bench-venv/bin/pip install torch==2.13.0          # the CPU wheel on local disk
-    /work/bench-venv/bin/pip install traceml-ai transformers accelerate
-    /work/bench-venv/bin/pip install -e .                   # torchlens from this checkout, no extras
+dependencies: they live in a benchmark venv of their own, which
+``scripts/bench-env`` makes (``.bench-venv``: torch 2.13.0 CPU, traceml-ai,
+transformers, accelerate and torchlens from this checkout, no extras). Every
+launch runs that venv's Python (``--peer-python``, else
+``$TORCHLENS_BENCH_PYTHON``, else ``.bench-venv``; ``benchmarks/paths.py``).
 
 The job is ``benchmarks/hf_trainer_job.py``: a tiny BERT from a config,
 ``Trainer.train()`` for ``--steps`` optimizer steps, 2 gloo ranks under
@@ -80,6 +79,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paths
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 JOB = HERE / "hf_trainer_job.py"
@@ -137,7 +138,7 @@ def read_steps(out: Path) -> dict[str, Any]:
 
 def run_bare(a: argparse.Namespace, scenario: str, work: Path, tag: str) -> dict[str, Any]:
     out = work / tag
-    cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_flags(), str(JOB),
+    cmd = [a.python, "-m", "torch.distributed.run", *torchrun_flags(), str(JOB),
            *job_args(a, scenario, out)]
     _, wall, cpu = run_cmd(cmd, a, work)
     return {**read_steps(out), "wall_s": wall, "cpu_s": cpu}
@@ -150,8 +151,8 @@ SLOW = re.compile(r"rank (\d+) is the slow rank: (?:its (.+?) took|(no measured 
 
 def run_torchlens(a: argparse.Namespace, scenario: str, work: Path, tag: str) -> dict[str, Any]:
     out, run_dir = work / tag, work / f"{tag}-run"
-    cmd = [sys.executable, "-m", "torchlens", "run", "--out", str(run_dir), "--",
-           sys.executable, "-m", "torch.distributed.run", *torchrun_flags(), str(JOB),
+    cmd = [a.python, "-m", "torchlens", "run", "--out", str(run_dir), "--",
+           a.python, "-m", "torch.distributed.run", *torchrun_flags(), str(JOB),
            *job_args(a, scenario, out)]
     text, wall, cpu = run_cmd(cmd, a, work)
     line = next((x.strip() for x in text.splitlines() if x.startswith("verdict:")), None)
@@ -177,7 +178,7 @@ def box_line(text: str, label: str) -> str | None:
 
 def run_traceml(a: argparse.Namespace, scenario: str, work: Path, tag: str) -> dict[str, Any]:
     out, logs = work / tag, work / "traceml-logs"
-    cmd = [str(Path(sys.executable).with_name("traceml")), "run", str(JOB),
+    cmd = [str(Path(a.python).with_name("traceml")), "run", str(JOB),
            "--nproc-per-node", str(WORLD), "--mode", "summary", "--logs-dir", str(logs),
            "--run-name", tag, "--master-port", str(free_port()),
            "--aggregator-port", str(free_port()), "--args", *job_args(a, scenario, out)]
@@ -267,13 +268,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per launch")
     p.add_argument("--json", default=None, help="write every run's record here")
     p.add_argument("--keep", default=None, help="keep run folders and TraceML logs here")
+    p.add_argument("--peer-python", default=None,
+                   help="the Python with TraceML, transformers and torchlens (default: "
+                        "$TORCHLENS_BENCH_PYTHON, else .bench-venv's; scripts/bench-env)")
     a = p.parse_args(argv)
+    a.python = paths.peer_python(a.peer_python)
 
     variants = [v for v in a.variants.split(",") if v]
     scenarios = [s for s in a.scenarios.split(",") if s]
-    if "traceml" in variants and not Path(sys.executable).with_name("traceml").exists():
-        print("TraceML is not installed in this Python: run with /work/bench-venv/bin/python "
-              "(see this file's docstring for how to make it)", file=sys.stderr)
+    if "traceml" in variants and not Path(a.python).with_name("traceml").exists():
+        print(f"TraceML is not installed beside {a.python}: make the peers' venv with "
+              "scripts/bench-env, or name one with --peer-python", file=sys.stderr)
         return 2
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench-hf-traceml-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,9 @@ HTA imports with its module and torchlens's ``op_table`` imports on first use
 count; issue 26). Memory is shown as peak RSS and as growth over the RSS
 after imports.
 
-Run: ``python benchmarks/bench_ingest.py [--repeat N]``
+Run with the peers' venv (``scripts/bench-env``), which has HTA:
+``PYTHONPATH=. .bench-venv/bin/python benchmarks/bench_ingest.py [--repeat N]``;
+the traces are ``benchmarks/paths.py``'s (``$TORCHLENS_TESTDATA``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "testdata" / "traces"
+import paths
+
+REPO = paths.REPO
+TRACES = paths.traces()
 
 _CHILD = r"""
 import gc, json, resource, sys, time, logging

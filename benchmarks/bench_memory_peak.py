@@ -28,7 +28,7 @@ machine is shared). ``--stages``: where torchlens' peak time goes, in CPU second
 (reading the file, the compiled reader's walk and columns, the peak from the columns,
 the DataFrames; ``TORCHLENS_NO_NATIVE=1``: the Python loader's stages). Mosaic is never a
 torchlens dependency: pass its checkout with ``--mosaic``
-(``git clone https://github.com/facebookresearch/mosaic``). Its plotting and config
+(``git clone https://github.com/facebookresearch/mosaic``, or ``scripts/bench-env``). Its plotting and config
 imports (altair, omegaconf, tabulate), unused on the peak path, are stubbed when
 missing.
 
@@ -44,7 +44,8 @@ The figures differ by definition, printed side by side:
   dump less the trace's net change (so blocks allocated before the window and
   freed in it count too).
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_memory_peak.py --mosaic /tmp/mosaic
+Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_memory_peak.py [--mosaic CHECKOUT]
+(``scripts/bench-env`` fetches Mosaic where the default finds it)
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ import time
 import types
 from pathlib import Path
 
-SNAPSHOTS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "snapshots"
+import paths
+
+SNAPSHOTS = paths.snapshots()
 GIB = 1 << 30
 
 
@@ -209,7 +212,8 @@ def alternating(sides: dict[str, object], path: str,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("snapshot", nargs="?", help="default: the largest shared snapshot")
-    ap.add_argument("--mosaic", required=True, help="a checkout of facebookresearch/mosaic")
+    ap.add_argument("--mosaic", help="a checkout of facebookresearch/mosaic (default: "
+                    "$TORCHLENS_MOSAIC, else the copy scripts/bench-env fetched)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--all", action="store_true",
                     help="also the peak figures of every shared snapshot, side by side")
@@ -217,7 +221,10 @@ def main() -> int:
                     help="also torchlens' peak time by stage (CPU seconds)")
     args = ap.parse_args()
     path = args.snapshot or str(max(SNAPSHOTS.glob("*.pickle"), key=os.path.getsize))
-    mosaic = mosaic_peak_fn(args.mosaic)
+    checkout = paths.mosaic_checkout(args.mosaic)
+    if checkout is None:
+        ap.error("no Mosaic checkout: pass --mosaic, set $TORCHLENS_MOSAIC or run scripts/bench-env")
+    mosaic = mosaic_peak_fn(checkout)
     import pandas  # noqa: F401  both sides use it: imported before either timer
 
     import torchlens.analysis.memory.analyze  # noqa: F401

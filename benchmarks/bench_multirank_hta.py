@@ -3,20 +3,22 @@ folder of per-rank Kineto traces, wall time and peak memory.
 
 Run::
 
-    /work/bench-venv/bin/python benchmarks/bench_multirank_hta.py \\
-        --make 8 32 128 --workdir /tmp/i13-ranks [--json OUT.json]
-    /work/bench-venv/bin/python benchmarks/bench_multirank_hta.py FOLDER [...]
-    /work/bench-venv/bin/python benchmarks/bench_multirank_hta.py \\
+    .bench-venv/bin/python benchmarks/bench_multirank_hta.py \\
+        --make 8 32 128 --workdir ../rank-sets [--json OUT.json]
+    .bench-venv/bin/python benchmarks/bench_multirank_hta.py FOLDER [...]
+    .bench-venv/bin/python benchmarks/bench_multirank_hta.py \\
         --figures benchmarks/hta_reference_figures.json
 
 HolisticTraceAnalysis (PyPI ``HolisticTraceAnalysis``, 0.5.0 measured) is never
-a torchlens dependency; it lives in the benchmark venv only::
+a torchlens dependency; it lives in the benchmark venv only, which
+``scripts/bench-env`` makes (``.bench-venv``; HTA pulls pandas, plotly,
+jupyterlab, pytest... and leaves torch 2.13.0+cpu alone). Interpreters: HTA's
+``--peer-python`` (else ``$TORCHLENS_BENCH_PYTHON``, else ``.bench-venv``'s),
+torchlens' ``--torchlens-python`` (else ``$TORCHLENS_PYTHON``, else the
+checkout's ``.venv``); see ``benchmarks/paths.py``.
 
-    /work/bench-venv/bin/pip install --dry-run --report r.json HolisticTraceAnalysis
-    /work/bench-venv/bin/pip install HolisticTraceAnalysis
-    # pulls pandas, plotly, jupyterlab, pytest...; leaves torch 2.13.0+cpu alone
-
-``--make N...`` writes ``WORKDIR/ranks<N>`` with ``benchmarks/make_rank_set.py``
+``--make N...`` writes ``WORKDIR/ranks<N>`` (``--workdir``, default a new
+temporary folder, kept and printed) with ``benchmarks/make_rank_set.py``
 (the ``a100`` source: 2-rank DDP ResNet, NCCL; rank r's clock shifted by
 r*10 µs) unless it is already there; positional folders are used as they are.
 
@@ -33,7 +35,7 @@ Each side runs in a fresh subprocess, once per folder:
   ``get_cuda_kernel_launch_stats(ranks=all)`` (HTA's own defaults otherwise;
   the per-rank ones default to rank 0 only, which is not the multi-rank job).
 - ``torchlens``: ``run_torchlens`` below, ``python -m torchlens analyze FOLDER
-  --json`` with ``/work/main/.venv/bin/python`` (``--torchlens-python``) and
+  --json`` with ``--torchlens-python`` and
   this checkout first on ``PYTHONPATH``; skipped, and said so, while
   ``python -m torchlens analyze --help`` fails (the command does not exist yet).
 
@@ -86,7 +88,7 @@ MiB PSS): the wall time moves 1.5-3x with the machine's load, the memory does
 not; compare the sides only within one invocation (``--repeat``).
 
 ``--figures PATH`` runs HTA, the same six analyses, on each shared trace in
-``/work/shared/testdata/traces`` on its own (a folder holding one symlink, all
+the shared traces folder (``benchmarks/paths.py``) on its own (a folder holding one symlink, all
 ranks, ``show_idle_interval_stats=True``) and writes the figures only (no trace
 data) so torchlens' numbers can be compared with them: per rank the temporal
 breakdown, comm/comp overlap, idle split per stream (and interval stats),
@@ -110,11 +112,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paths
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-TRACES = Path(os.environ.get("TORCHLENS_TRACES", "/work/shared/testdata/traces"))
-BENCH_PY = os.environ.get("BENCH_PYTHON", "/work/bench-venv/bin/python")
-TORCHLENS_PY = "/work/main/.venv/bin/python"
+TRACES = paths.traces()
 WHY_FAILS = {  # what the shared traces are, where HTA 0.5.0 fails on them
     "cpu_only_gloo_rank34.json.gz": "CPU-only (gloo) trace: no GPU kernels, so "
     "the temporal breakdown (IndexError) and idle split (ValueError) fail",
@@ -528,7 +530,8 @@ def table(rows: list[dict]) -> str:
 def bench(args: argparse.Namespace) -> int:
     folders = [Path(f).resolve() for f in args.folders]
     if args.make:
-        workdir = Path(args.workdir).resolve()
+        workdir = Path(args.workdir).resolve() if args.workdir else paths.scratch("multirank")
+        print(f"rank sets in {workdir}", file=sys.stderr)
         if workdir == REPO or REPO in workdir.parents:
             raise SystemExit("--workdir must be outside the repository")
         folders += [make_folder(workdir, n, args) for n in args.make]
@@ -649,19 +652,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="*", help="folders of per-rank traces")
     ap.add_argument("--make", type=int, nargs="*", default=[], help="rank counts")
-    ap.add_argument("--workdir", default="/tmp/torchlens-multirank")
+    ap.add_argument("--workdir", default=None,
+                    help="where --make writes its rank sets (default: a new temporary folder)")
     ap.add_argument("--make-jobs", type=int, default=2)
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--figures", help="write HTA's figures per shared trace here")
     ap.add_argument("--timeout", type=float, default=1800.0, help="s per side")
     ap.add_argument("--sample-s", type=float, default=0.05)
     ap.add_argument("--repeat", type=int, default=1, help="runs per side, alternating")
-    ap.add_argument("--hta-python", default=BENCH_PY)
-    ap.add_argument("--torchlens-python", default=TORCHLENS_PY)
+    ap.add_argument("--peer-python", "--hta-python", dest="hta_python", default=None,
+                    help="the Python with HTA (default: $TORCHLENS_BENCH_PYTHON, "
+                         "else .bench-venv's; scripts/bench-env)")
+    ap.add_argument("--torchlens-python", default=None,
+                    help="the Python to run torchlens with (default: $TORCHLENS_PYTHON, "
+                         "else the checkout's .venv)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--child-figures", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.hta_python = paths.peer_python(args.hta_python)
+    args.torchlens_python = paths.torchlens_python(args.torchlens_python)
     if args.child:
         return child(args.child, args.result, args.child_figures)
     if args.figures:

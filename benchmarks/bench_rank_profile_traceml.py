@@ -1,15 +1,15 @@
 """Per-rank step profiling (issue 12): step-time overhead and straggler diagnosis,
 bare torchrun vs TraceML (and, once it exists, torchlens ``%ddp_check --profile``).
 
-Run: ``/work/bench-venv/bin/python benchmarks/bench_rank_profile_traceml.py
-[--runs 2] [--steps 300] [--slow-ms 5]``.
+Run: ``python benchmarks/bench_rank_profile_traceml.py [--runs 2] [--steps 300]
+[--slow-ms 5] [--peer-python PY] [--torchlens-python PY]``.
 
 TraceML (PyPI ``traceml-ai``) is never a dependency of torchlens: it lives in
-a separate benchmark venv, made once with::
-
-    /work/main/.venv/bin/python -m venv /work/bench-venv
-    /work/bench-venv/bin/pip install torch==2.13.0   # the CPU wheel on local disk
-    /work/bench-venv/bin/pip install traceml-ai       # pulls no torch of its own
+a separate benchmark venv, which ``scripts/bench-env`` makes (``.bench-venv``:
+torch 2.13.0 CPU and traceml-ai). The bare and TraceML launches run that venv's
+Python (``--peer-python``, else ``$TORCHLENS_BENCH_PYTHON``, else
+``.bench-venv``); torchlens runs in ``--torchlens-python`` (else
+``$TORCHLENS_PYTHON``, else the checkout's ``.venv``; ``benchmarks/paths.py``).
 
 Every side runs the same job, ``benchmarks/ddp_jobs.py`` (2 ranks, gloo, DDP
 MLP, SGD, a DataLoader over synthetic batches; ``OMP_NUM_THREADS=1``), in two
@@ -75,6 +75,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paths
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 JOB = HERE / "ddp_jobs.py"
@@ -128,7 +130,7 @@ def run_cmd(cmd: list[str], timeout: float,
 
 def run_bare(a: argparse.Namespace, variant: str, work: Path, tag: str) -> dict[str, Any]:
     out = work / f"bare-{tag}"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+    cmd = [a.python, "-m", "torch.distributed.run", "--nnodes=1",
            f"--nproc_per_node={WORLD}", "--node_rank=0", "--master_addr=127.0.0.1",
            f"--master_port={free_port()}", str(JOB), *job_args(a, variant, out)]
     _, wall, cpu = run_cmd(cmd, a.timeout, work)
@@ -165,7 +167,7 @@ def traceml_verdict(summary: dict[str, Any], stdout: str) -> dict[str, Any]:
 def run_traceml(a: argparse.Namespace, variant: str, work: Path, tag: str) -> dict[str, Any]:
     out = work / f"traceml-{tag}"
     logs = work / "traceml-logs"
-    traceml = Path(sys.executable).with_name("traceml")
+    traceml = Path(a.python).with_name("traceml")
     cmd = [str(traceml), "run", str(JOB), "--nproc-per-node", str(WORLD), "--mode", "summary",
            "--logs-dir", str(logs), "--run-name", tag, "--master-port", str(free_port()),
            "--aggregator-port", str(free_port()), "--args", "--traceml",
@@ -187,10 +189,8 @@ def run_traceml(a: argparse.Namespace, variant: str, work: Path, tag: str) -> di
 # ---------------------------------------------------------------------------
 
 def torchlens_python(a: argparse.Namespace) -> str | None:
-    for cand in (a.torchlens_python, REPO / ".venv/bin/python", Path("/work/main/.venv/bin/python")):
-        if cand and Path(cand).exists():
-            return str(cand)
-    return None
+    py = paths.torchlens_python(a.torchlens_python)
+    return py if Path(py).exists() else None
 
 
 def torchlens_profile_support(a: argparse.Namespace) -> str | None:
@@ -288,15 +288,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="healthy,straggler")
     p.add_argument("--sides", default="bare,traceml,torchlens")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per launch")
-    p.add_argument("--torchlens-python", default=None)
+    p.add_argument("--torchlens-python", default=None,
+                   help="the Python to run torchlens with (default: $TORCHLENS_PYTHON, "
+                        "else the checkout's .venv)")
+    p.add_argument("--peer-python", default=None,
+                   help="the Python with TraceML (default: $TORCHLENS_BENCH_PYTHON, "
+                        "else .bench-venv's; scripts/bench-env)")
     p.add_argument("--json", default=None, help="write every run's record here")
     p.add_argument("--keep", default=None, help="keep step files and TraceML logs in this folder")
     a = p.parse_args(argv)
+    a.python = paths.peer_python(a.peer_python)
 
     sides = [s for s in a.sides.split(",") if s]
-    if "traceml" in sides and not Path(sys.executable).with_name("traceml").exists():
-        print("TraceML is not installed in this Python: run with /work/bench-venv/bin/python "
-              "(see this file's docstring)", file=sys.stderr)
+    if "traceml" in sides and not Path(a.python).with_name("traceml").exists():
+        print(f"TraceML is not installed beside {a.python}: make the peers' venv with "
+              "scripts/bench-env, or name one with --peer-python", file=sys.stderr)
         return 2
     skipped: dict[str, str] = {}
     if "torchlens" in sides:

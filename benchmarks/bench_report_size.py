@@ -7,17 +7,18 @@ glyphs (see torchlens.render.trace.timeline for why merging sub-pixel events is 
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
+
+import paths
 
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.kinds import report_html as render_report
 from torchlens.model import Profile
 from torchlens.render.trace import timeline
 
-DEFAULT = (Path(__file__).resolve().parents[2] / "shared" / "testdata" / "traces"
-           / "v100_ddp_sgd_annotations_rank0.json.gz")
+DEFAULT = paths.traces() / "v100_ddp_sgd_annotations_rank0.json.gz"
 
 
 def main(path: Path = DEFAULT) -> None:
@@ -41,4 +42,7 @@ def main(path: Path = DEFAULT) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT,
+                    help="default: the largest shared trace (benchmarks/paths.py)")
+    main(ap.parse_args().trace)

@@ -13,11 +13,13 @@ fallback and the previous transport) at the same rates.
 Latency: a real JupyterLab in Debian Chromium; the panel stamps
 ``data-latency-ms`` (now - sample time) in the animation frame after drawing.
 
-``--nvd-python /tmp/nvd-venv/bin/python`` also measures jupyterlab-nvdashboard's
-server (installed in its own venv, never the project's) with 3 WebSocket
-clients on its CPU endpoint (the only one it registers without a GPU).
+``--nvd-python PY`` also measures jupyterlab-nvdashboard's server (installed in
+its own venv, never the project's: ``scripts/bench-env`` makes
+``.bench-venv-nvd``, which is the default, as is ``$TORCHLENS_BENCH_NVD_PYTHON``;
+``--no-nvd`` leaves it out) with 3 WebSocket clients on its CPU endpoint (the
+only one it registers without a GPU).
 
-    python benchmarks/bench_sampler.py [--seconds 20] [--compare-poll] [--nvd-python PY] [--no-latency]
+    python benchmarks/bench_sampler.py [--seconds 20] [--compare-poll] [--nvd-python PY | --no-nvd] [--no-latency]
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import paths
 import psutil
 
 CLIENTS = 3
@@ -244,8 +247,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument(
-        "--nvd-python", help="python of a venv with jupyterlab-nvdashboard"
+        "--nvd-python",
+        help="python of a venv with jupyterlab-nvdashboard (default: "
+        "$TORCHLENS_BENCH_NVD_PYTHON, else .bench-venv-nvd's when scripts/bench-env made it)",
     )
+    parser.add_argument("--no-nvd", action="store_true", help="leave nvdashboard out")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument(
         "--compare-poll",
@@ -256,6 +262,7 @@ def main() -> None:
         "--skip-torchlens", action="store_true", help="only nvdashboard / latency"
     )
     args = parser.parse_args()
+    args.nvd_python = None if args.no_nvd else paths.nvd_python(args.nvd_python)
     py = sys.executable
     print(
         f"machine: {psutil.cpu_count()} cores; window {args.seconds:.0f} s; {CLIENTS} clients"

@@ -3,15 +3,19 @@ after a change (speed work must not move a single figure).
 
 Run::
 
+    # rank sets to analyse (benchmarks/make_rank_set.py), outside the checkout
+    python benchmarks/make_rank_set.py ../rank-sets/ranks8 --ranks 8
+    python benchmarks/make_rank_set.py ../rank-sets/ranks32 --ranks 32
     # before the change: record
-    python benchmarks/check_analyze_same.py --record /tmp/analyze-before \\
-        /tmp/i13-ranks/ranks8 /tmp/i13-ranks/ranks32
+    python benchmarks/check_analyze_same.py --record ../analyze-before \\
+        ../rank-sets/ranks8 ../rank-sets/ranks32
     # after: compare (exit 1 and the first differences when any)
-    python benchmarks/check_analyze_same.py --compare /tmp/analyze-before \\
-        /tmp/i13-ranks/ranks8 /tmp/i13-ranks/ranks32
+    python benchmarks/check_analyze_same.py --compare ../analyze-before \\
+        ../rank-sets/ranks8 ../rank-sets/ranks32
 
 Inputs: the folders given, plus every shared trace
-(``/work/shared/testdata/traces/*.json.gz``, ``$TORCHLENS_TRACES`` overrides)
+(``*.json.gz`` in ``benchmarks/paths.py``'s traces folder: ``$TORCHLENS_TESTDATA``
+or ``../shared/testdata`` beside the checkout, ``$TORCHLENS_TRACES`` overrides)
 on its own, each again as ``rank0.json.gz`` in a folder of its own (so the
 ones without ``distributedInfo`` are analysed too), a folder of bad input
 (``bad_folder``) and the two ``sampled_rank-*`` traces as one run. Each input runs
@@ -33,8 +37,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-TRACES = Path(os.environ.get("TORCHLENS_TRACES", "/work/shared/testdata/traces"))
+import paths as bench_paths
+
+REPO = bench_paths.REPO
+TRACES = bench_paths.traces()
 
 
 def inputs(folders: list[str]) -> dict[str, list[str]]:
@@ -114,7 +120,7 @@ def differences(a: Any, b: Any, where: str = "") -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folders", nargs="*", help="run folders (e.g. /tmp/i13-ranks/ranks8)")
+    ap.add_argument("folders", nargs="*", help="run folders (e.g. ../rank-sets/ranks8)")
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", metavar="DIR", help="write each input's output here")
     mode.add_argument("--compare", metavar="DIR", help="compare with what DIR holds")

@@ -21,8 +21,8 @@ with data loading as its cause. ``--keep DIR`` keeps every run's folder;
 ``--reanalyse DIR`` applies the current rule to folders kept before, so a
 change of the rule is measured on the same runs.
 
-    python benchmarks/check_even_runs.py --runs 10 --ranks 2,4 --keep /tmp/even
-    python benchmarks/check_even_runs.py --reanalyse /tmp/even
+    python benchmarks/check_even_runs.py --runs 10 --ranks 2,4 --keep ../even-runs
+    python benchmarks/check_even_runs.py --reanalyse ../even-runs
 """
 
 from __future__ import annotations

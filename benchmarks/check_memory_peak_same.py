@@ -3,12 +3,12 @@ change (issue 24's speed work must not move a figure).
 
 Run::
 
-    # before the change (another checkout on PYTHONPATH): record
-    PYTHONPATH=/work/main python benchmarks/check_memory_peak_same.py --record /tmp/peak-before.json
+    # before the change (the other checkout on PYTHONPATH): record
+    PYTHONPATH=../before python benchmarks/check_memory_peak_same.py --record peak-before.json
     # after: compare (exit 1 and the snapshots that differ when any)
-    PYTHONPATH=. python benchmarks/check_memory_peak_same.py --compare /tmp/peak-before.json
+    PYTHONPATH=. python benchmarks/check_memory_peak_same.py --compare peak-before.json
 
-Per snapshot (``/work/shared/testdata/snapshots/*.pickle``, ``--snapshots`` another
+Per snapshot (``benchmarks/paths.py``'s ``snapshots/*.pickle``, ``--snapshots`` another
 folder), through ``torchlens.load``: ``categories()`` and ``peak()`` of a fresh result
 (the DataFrames as a user gets them first), then of the report: the peak, its trace entry and x, the trigger, the
 unattributed bytes, every category and site row (bytes, blocks, categories, function),
@@ -26,7 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SNAPSHOTS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "snapshots"
+import paths
+
+SNAPSHOTS = paths.snapshots()
 
 
 def figures(path: Path) -> dict[str, Any]:

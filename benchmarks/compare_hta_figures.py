@@ -22,6 +22,8 @@ import argparse
 import json
 from pathlib import Path
 
+import paths
+
 from torchlens.analysis.runs import (
     comm_comp_overlap,
     idle_time,
@@ -39,7 +41,8 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default=str(HERE.parent.parent / "shared/testdata/traces"))
+    ap.add_argument("--traces", default=str(paths.traces()),
+                    help="the shared traces (default: benchmarks/paths.py's)")
     args = ap.parse_args()
     ref = json.loads((HERE / "hta_reference_figures.json").read_text())["traces"]
     print(f"{'trace':40s} {'figure':12s} {'torchlens':>10s} {'HTA':>8s} {'diff':>7s}")

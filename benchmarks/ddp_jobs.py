@@ -21,7 +21,7 @@ Three ways to run it:
 (a) bare, under torchrun::
 
       OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 \\
-          benchmarks/ddp_jobs.py --steps 300 --out /tmp/bare
+          benchmarks/ddp_jobs.py --steps 300 --out bare-steps
 
 (b) under TraceML's launcher (it runs ``torch.distributed.run`` itself, starts
     its aggregator, and executes this file as ``__main__`` in every rank);
@@ -30,8 +30,8 @@ Three ways to run it:
     ``dev/demo/mlp_ddp_input_straggler.py`` do::
 
       OMP_NUM_THREADS=1 traceml run benchmarks/ddp_jobs.py --nproc-per-node 2 \\
-          --mode summary --logs-dir /tmp/tml --run-name r1 \\
-          --args --traceml --steps 300 --out /tmp/tml-steps
+          --mode summary --logs-dir tml-logs --run-name r1 \\
+          --args --traceml --steps 300 --out tml-steps
 
 (c) as a function, for torchlens (``%ddp_check train --profile`` or
     ``torchlens.ddp_check``), which starts the process group itself and calls

@@ -6,8 +6,11 @@ needed to read that file).
 Run with the benchmark venv (HolisticTraceAnalysis 0.5.0, never a torchlens
 dependency)::
 
-    /work/bench-venv/bin/python benchmarks/hta_counter_figures.py \\
-        [--traces /work/shared/testdata/traces] [--out benchmarks/hta_counter_figures.json]
+    .bench-venv/bin/python benchmarks/hta_counter_figures.py \\
+        [--traces ../shared/testdata/traces] [--out benchmarks/hta_counter_figures.json]
+
+(``scripts/bench-env`` makes ``.bench-venv``; the default traces are
+``benchmarks/paths.py``'s.)
 
 Each trace is read on its own (a folder holding one symlink), twice: HTA's
 default (nanosecond traces rounded to whole µs: start up, end down) and with
@@ -34,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 # this folder is on sys.path when run as a script
+import paths
 from bench_multirank_hta import json_safe
 
 HERE = Path(__file__).resolve().parent
-TRACES = Path(os.environ.get("TORCHLENS_TRACES", "/work/shared/testdata/traces"))
+TRACES = paths.traces()
 
 
 def _clean(x: Any) -> Any:

@@ -30,8 +30,8 @@ separators; every file is checked for that after it is written).
 ``a100_ddp_resnet_rank0_nccl.json.gz``, 2-rank DDP ResNet with NCCL, 9.8 MB of
 JSON, ~18k events after HTA's filtering), ``sampled`` (``sampled_rank-0`` and
 ``sampled_rank-1``, alternating), or several ``--source`` flags. The shared
-traces live in ``/work/shared/testdata/traces`` (``$TORCHLENS_TRACES``
-overrides). The output folder must not be inside the repository.
+traces are ``benchmarks/paths.py``'s (``$TORCHLENS_TESTDATA`` or
+``../shared/testdata`` beside the checkout; ``$TORCHLENS_TRACES`` overrides). The output folder must not be inside the repository.
 
 The rewrite streams: the source is read in 4 MiB pieces, each cut after its
 last comma (a ``"ts": <number>`` token never holds one), rewritten with one
@@ -54,8 +54,10 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
 
-REPO = Path(__file__).resolve().parent.parent
-TRACES = Path(os.environ.get("TORCHLENS_TRACES", "/work/shared/testdata/traces"))
+import paths
+
+REPO = paths.REPO
+TRACES = paths.traces()
 PRESETS = {
     "a100": ["a100_ddp_resnet_rank0_nccl.json.gz"],
     "sampled": ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"],

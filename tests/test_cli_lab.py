@@ -1,4 +1,4 @@
-"""``scripts/lab`` opens the tutorials, or the notebook folder you name (issue 21 item 13).
+"""``scripts/lab`` opens the tutorials, or the notebook folder you name.
 
 It used to pass ``--notebook-dir=notebooks`` always, so naming another folder
 made Jupyter refuse to start ("root_dir only accepts one value"). Here the

@@ -1,5 +1,5 @@
 """The README's complete ``train(rank, world_size)`` runs under ``%ddp_check --profile``
-as the README says (issue 21 item 13): the code block is read from README.md,
+as the README says: the code block is read from README.md,
 so the README cannot drift from what works."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What ``torchlens run`` prints for a one-node job (issue 21 item 12).
+"""What ``torchlens run`` prints for a one-node job.
 
 - no "other nodes: ... run: ..." line: there is no second node to start;
 - written to a file (not a terminal), no ``step ms:  |`` line with no value;

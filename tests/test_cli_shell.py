@@ -1,4 +1,4 @@
-"""The shell, as a new user meets it (issue 21, items 11, 13 and 14).
+"""The shell, as a new user meets it.
 
 - a reader that closes the pipe early (``torchlens analyze RUN --json | head``)
   ends the command quietly, not with "torchlens: error: Broken pipe" and the

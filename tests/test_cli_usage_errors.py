@@ -1,4 +1,4 @@
-"""What the command line says for a mistyped option or a missing input (issue 21).
+"""What the command line says for a mistyped option or a missing input.
 
 - ``torchlens analyze RUN --josn``: the usage of ``analyze`` (not the top
   level's ``torchlens [-h] COMMAND ...``), the option named, ``--json``

@@ -1,7 +1,7 @@
 """Every package pyproject.toml makes a user install is one torchlens uses.
 
-holoviews and panel were installed by every user and imported by nothing
-(issue 21, item 23); this keeps the next unused dependency out.
+holoviews and panel were installed by every user and imported by nothing;
+this keeps the next unused dependency out.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one rule per unit of ``model/units.py`` (issue 20 item 4): every view
+"""The one rule per unit of ``model/units.py``: every view
 writes a size, a duration, a share or a rate through these."""
 
 from __future__ import annotations

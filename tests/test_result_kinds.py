@@ -3,7 +3,7 @@
 tests/data/v1 holds one small .tlprof of each kind written by torchlens with
 format version 1 (untyped ``options``/``extra``), and the text view that
 version showed for each (``*.expected.txt``; its figures rewritten once, when
-issue 20 gave every view the one rule per unit of ``model/units.py``). They
+every view took the one rule per unit of ``model/units.py``). They
 must load, upgrade to the typed payload, and render the same.
 """
 
@@ -134,7 +134,7 @@ assert not loaded, loaded
 
 
 def test_ddp_bytes_read_the_same_in_checklist_and_ranks_table() -> None:
-    """Issue 11 item 14: tensor bytes said "16 B" in the checklist but "0.0 MiB"
+    """Tensor bytes said "16 B" in the checklist but "0.0 MiB"
     in the ranks table of the same report."""
     profile = load_profile(V1 / "ddp_check.tlprof")
     memory = next(i for i in kinds.analyze(profile).checklist if i.name == "memory")

@@ -2,7 +2,7 @@
 
 A reader looking for "how fast is X" finds it in the first screen, with what
 it was measured by, on which machine, when and at which commit; the history
-lives in benchmarks/HISTORY.md (issue 21, item 21).
+lives in benchmarks/HISTORY.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/setup says what it is doing (issue 11 item 17: it printed nothing
+"""scripts/setup says what it is doing (it printed nothing
 for four and a half minutes). Run against a stand-in .venv whose ``python``
 and ``pip`` do nothing, so the test checks the script's own words in seconds."""
 

@@ -1,5 +1,5 @@
 """Without ../shared/testdata (a plain clone), the tests that read it are skipped
-with a reason that says where it comes from; with CI set they fail (issue 21 item 2)."""
+with a reason that says where it comes from; with CI set they fail."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Walk 11 items 1 and 6: the panels of ``%ddp_check --profile``'s live view
+"""The panels of ``%ddp_check --profile``'s live view
 and of ``torchlens.watch`` as they open, before the ranks' first steps.
 
 A walk saw them open on -1..1 axes (negative milliseconds), and BokehJS

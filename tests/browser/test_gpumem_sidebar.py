@@ -1,6 +1,6 @@
 """The sidebar's memory chart for a ``%%gpumem`` cell, and its wording, in Chromium.
 
-What a user sees (issue 21 #15): while a CPU cell runs the line is its resident
+What a user sees: while a CPU cell runs the line is its resident
 memory, named so; when the cell ends the line is the figure its report shows
 (peak allocated), the axis covers that data with tick labels that differ, and
 the chart says the cell finished. The "Allocator memory per rank" block shows

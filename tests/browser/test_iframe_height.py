@@ -1,4 +1,4 @@
-"""Issue 21 item 5: a report in a notebook is as tall as its content, so the
+"""A report in a notebook is as tall as its content, so the
 notebook's own scroll reads it: in a fixed 720 px frame it scrolled inside the
 page as well (the reader scrolled twice)."""
 

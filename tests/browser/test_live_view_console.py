@@ -1,4 +1,4 @@
-"""Issue 21 item 4: the live view of ``%ddp_check --profile`` (and the report
+"""The live view of ``%ddp_check --profile`` (and the report
 left in its place) loads without BokehJS warnings. Its panels start with no
 rows, and BokehJS logged "could not set initial ranges" for each empty figure
 on every layout pass (27 times when the view opened). Once rows arrive, each

@@ -1,6 +1,6 @@
 """The notebook's copy of a report carries BokehJS packed, and still draws.
 
-``kinds.display_bundle`` gzips BokehJS into the iframe (issue 11 item 17: a
+``kinds.display_bundle`` gzips BokehJS into the iframe (a
 notebook with ten results grew by about 15 MB). The check opens each kind's
 bundle the way JupyterLab shows it, a sandboxed srcdoc iframe, in Chromium:
 the Bokeh canvases appear and the console stays clean.

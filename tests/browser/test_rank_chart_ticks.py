@@ -1,4 +1,4 @@
-"""Issue 21 item 3: the sidebar's rank chart keeps a readable number of y tick
+"""The sidebar's rank chart keeps a readable number of y tick
 labels however tall the panel makes it (a tall panel drew one label every 24 px,
 34 labels on a resident-memory line moving by a few KiB), in Chromium against
 JupyterLab."""

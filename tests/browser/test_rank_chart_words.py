@@ -1,5 +1,5 @@
 """The sidebar's rank chart names the quantity its line draws and labels its
-axis in the report's units (walk 22 #6, #7), in Chromium against JupyterLab.
+axis in the report's units, in Chromium against JupyterLab.
 
 A ``%ddp_check --profile`` run on CPU posts heartbeats whose figure is the
 rank's resident memory with no ``source`` (``live_publish`` sends RSS as

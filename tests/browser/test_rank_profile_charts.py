@@ -1,4 +1,4 @@
-"""The ``%ddp_check --profile`` report's charts, read in Chromium (issue 21 #3, #4, #8).
+"""The ``%ddp_check --profile`` report's charts, read in Chromium.
 
 One 4-rank report whose ranks 1 and 3 stopped at the end of the run, and
 whose ranks 0 and 1 carry the set-up window they cut before their first

@@ -1,4 +1,4 @@
-"""Issue 21 item 5: the per-rank table of a ``%ddp_check --profile`` report
+"""The per-rank table of a ``%ddp_check --profile`` report
 (steps, phase times and memory per rank) fits a notebook beside the open
 sidebar: as one table of 17 columns it sat in a scroll box of its own, 1310 px
 wide in 758, so the reader scrolled inside the page as well as the page."""

@@ -1,4 +1,4 @@
-"""Every shared trace's report fits a 1280 px wide window (issue 11: long CUDA
+"""Every shared trace's report fits a 1280 px wide window (long CUDA
 kernel names made the A100 DDP report about 13,700 px wide)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run report's joint timeline in Chromium (issue 13): a collective tapped
+"""The run report's joint timeline in Chromium: a collective tapped
 on one rank is selected on every rank, in the saved file, without a server.
 
 The run is four copies of the shared A100 DDP trace with their clocks moved

@@ -1,4 +1,4 @@
-"""Issue 21 item 1: the "Segments and blocks" chart's x axis covers the segments
+"""The "Segments and blocks" chart's x axis covers the segments
 drawn and nothing else (it began at -1 MiB for a 2 MiB segment, the left third
 of the chart empty)."""
 

@@ -1,4 +1,4 @@
-"""Issue 11 item 5 in a browser: the "Segments and blocks" chart of a capture
+"""In a browser: the "Segments and blocks" chart of a capture
 with one segment draws its row (it used to be an empty strip)."""
 
 from __future__ import annotations

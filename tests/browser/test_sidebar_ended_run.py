@@ -1,4 +1,4 @@
-"""An ended run's rank chart in the GPU Monitor sidebar (issue 23's walk): it
+"""An ended run's rank chart in the GPU Monitor sidebar: it
 no longer sits above the "torchrun jobs" section, where a `%ddp_check` that
 ended minutes ago pushed a running job below the fold; and its words give the
 time as its axis does (the text said ``10:06:16 PM`` under an axis of

@@ -1,5 +1,5 @@
 """An ended notebook run's "Allocator memory per rank" block under a running
-``torchlens run`` job (a new-user walk): once the `%ddp_check --profile` run
+``torchlens run`` job: once the `%ddp_check --profile` run
 ended, its section moved below "torchrun jobs", and its block ("allocated
 11.5 KiB") sat right under the running job's rank rows without saying which run
 it belonged to, so it read as the job's figures. Its title now names its run, and

@@ -1,4 +1,4 @@
-"""Issue 21 item 6: the per-rank state lanes (the heartbeats' phases over time)
+"""The per-rank state lanes (the heartbeats' phases over time)
 draw consecutive spans touching, with no pale seam between them: a seam reads
 as a moment the rank sent nothing."""
 

@@ -1,4 +1,4 @@
-"""Walk 11 item 2: one spike does not flatten the step-time lines.
+"""One spike does not flatten the step-time lines.
 
 A 350 ms step among 55 ms ones fitted the step chart's axis to itself, so the
 lines sat flat at the bottom (the live view, ``torchlens.watch`` and the run

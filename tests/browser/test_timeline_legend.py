@@ -1,4 +1,4 @@
-"""Every timeline names its colours (issue 21 #16), in Chromium.
+"""Every timeline names its colours, in Chromium.
 
 A trace report, a run report's joint timeline and a ``%ddp_check`` report
 (its heartbeat lanes, and with ``--profile`` its lanes of ops) each carry a

@@ -1,5 +1,5 @@
 """Which checklist line a user reads first when a run has several warnings
-(issue 21, second walk: a leaking rank's creep sat below a slow-rank warning
+(a leaking rank's creep sat below a slow-rank warning
 that no measured part explained)."""
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def test_no_oom_no_oom_line():
 
 
 def test_a_small_pools_fragmentation_is_said_in_bytes_not_an_alarming_share() -> None:
-    """'fragmentation 97%' of a tiny model's 2 MiB pool alarmed for 1.9 MiB (issue 21 item 4)."""
+    """'fragmentation 97%' of a tiny model's 2 MiB pool alarmed for 1.9 MiB."""
     from torchlens.analysis.ddp.profiled import _rank_memory_words
 
     mib = 1024 * 1024

@@ -1,4 +1,4 @@
-"""A run where one rank raises (issue 21 item 7): the crash leads the
+"""A run where one rank raises: the crash leads the
 checklist, and no other line claims what the crash left unmeasured.
 
 Real gloo ranks, with and without --profile.

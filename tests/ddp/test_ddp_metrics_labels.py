@@ -1,5 +1,5 @@
 """``%ddp_check --profile --metrics``'s series carry the ``host`` and ``node`` that
-``torchlens run --metrics`` gives (issue 25's walk: they were ``host=""``, ``node=""``,
+``torchlens run --metrics`` gives (they were ``host=""``, ``node=""``,
 so a dashboard's host join and node filter lost the notebook's ranks)."""
 
 from __future__ import annotations

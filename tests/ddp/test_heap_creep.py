@@ -1,4 +1,4 @@
-"""Memory creep on the CPU is judged on memory that falls when freed (issue 21 #9).
+"""Memory creep on the CPU is judged on memory that falls when freed.
 
 Two gloo ranks train 12 steps; in one run rank 1 keeps 1 MiB more every step.
 RSS grows on both ranks alike (the C allocator keeps pages), so it cannot tell

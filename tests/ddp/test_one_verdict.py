@@ -1,5 +1,5 @@
-"""One ``%ddp_check --profile`` run seen through every view (issue 21 items 5,
-6, 8, 10): the checklist, ``slow_rank()``, the live section, the watch's
+"""One ``%ddp_check --profile`` run seen through every view: the checklist,
+``slow_rank()``, the live section, the watch's
 header, the run folder's report and its tables say one verdict with one set
 of figures, in one colour.
 

@@ -1,5 +1,5 @@
 """A run folder written by ``%ddp_check --profile`` (one trace per profiled step
-per rank) on the run report's joint timeline and clock table (issue 13)."""
+per rank) on the run report's joint timeline and clock table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``torchlens.watch`` of a ``%ddp_check --profile`` run folder (walk 11, items 5 and 7).
+"""``torchlens.watch`` of a ``%ddp_check --profile`` run folder.
 
 The folder keeps every rank's step records and its profiled steps' Kineto
 traces, but no ``summaries.jsonl`` (``torchlens run`` writes that). A walk

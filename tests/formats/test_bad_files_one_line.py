@@ -1,4 +1,4 @@
-"""Issue 21 items 17-20: each bad file the issue names is one line naming the file
+"""Each kind of bad file a user may pass is one line naming the file
 and the field, with exit status 2 (or, for an absurd duration, the event left out
 and said), never a traceback."""
 

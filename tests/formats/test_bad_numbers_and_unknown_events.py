@@ -1,6 +1,6 @@
 """Bad input read as one line; device events of an unknown kind said, not hidden.
 
-Issue 11 item 18: a number too large for a float in a trace, or an infinite
+A number too large for a float in a trace, or an infinite
 ``--capacity``, used to end in a msgspec / OverflowError traceback; an
 accelerator's events that torchlens does not know (MTIA here) were silently
 counted as nothing, so the report showed 99.5% CPU time.

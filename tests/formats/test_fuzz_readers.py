@@ -1,6 +1,6 @@
 """Every reader of a user's file, fed damaged files: no traceback, no hang.
 
-Issue 21 items 17-20: mutated traces, snapshots, saved ``.tlprof`` files and run
+Mutated traces, snapshots, saved ``.tlprof`` files and run
 folders (byte flips, files cut short, a value of the wrong type, huge numbers,
 deep nesting) each ended in a Python traceback from ``torchlens report``,
 ``analyze``, ``simulate`` or ``diff``. Here a fixed seed builds a few hundred

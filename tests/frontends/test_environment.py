@@ -1,4 +1,4 @@
-"""The environment a capture records (``capture.environment``, issue 22 #17, #19).
+"""The environment a capture records (``capture.environment``).
 
 torch.cuda and NVML are faked at exactly their boundary: a fake ``pynvml``
 module in ``sys.modules`` (pynvml's own error classes, its function names)

@@ -1,6 +1,6 @@
 """A plain Accelerate loop (``accelerator.prepare``, ``accelerator.backward``,
 ``optimizer.step()``) that never imports torchlens, under ``torchlens run``
-with torchrun and with ``accelerate launch`` (issue 23). No code of torchlens
+with torchrun and with ``accelerate launch``. No code of torchlens
 is Accelerate's: ``AcceleratedOptimizer.step`` calls the wrapped optimizer's
 ``step``, which torch's global optimizer hook sees, and under
 ``accelerator.accumulate`` Accelerate skips that call on the micro-batches

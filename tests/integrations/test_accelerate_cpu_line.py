@@ -1,6 +1,6 @@
 """``torchlens run -- accelerate launch --cpu --num_processes N``: Accelerate
 starts those processes without torchrun, so they do not attach; torchlens run
-says so in one line with what to run instead (issue 23)."""
+says so in one line with what to run instead."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Hugging Face Trainer under ``torchlens run -- torchrun`` with no change to
-the job (issue 23): ``TorchlensCallback`` is added when the job imports the
+the job: ``TorchlensCallback`` is added when the job imports the
 Trainer, one step per optimizer step (gradient accumulation counted as the
 Trainer counts it), evaluations and checkpoint saves labelled and left out of
 the slow-rank verdict. Real transformers and torchrun, CPU, gloo, a tiny BERT

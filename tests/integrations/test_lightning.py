@@ -1,4 +1,4 @@
-"""PyTorch Lightning under ``torchlens run`` (issue 23): ``TorchlensCallback``
+"""PyTorch Lightning under ``torchlens run``: ``TorchlensCallback``
 gives one step per optimizer step (``accumulate_grad_batches`` counted as
 Lightning counts it), validations labelled and left out of the slow-rank
 verdict, and a rank whose DataLoader is slow named for its data loading, under

@@ -1,4 +1,4 @@
-"""Lightning's callbacks-factory entry point under ``torchlens run`` (issue 23):
+"""Lightning's callbacks-factory entry point under ``torchlens run``:
 a Trainer gets exactly one ``TorchlensCallback`` whether or not the user added
 one, none outside ``torchlens run``, and nothing is seen or imported before
 ``autoload`` installs the finder. Real Lightning Trainers, built, not fitted."""

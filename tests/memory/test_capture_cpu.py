@@ -192,7 +192,7 @@ def _sizes(text: str) -> list[float]:
 
 
 def test_cell_that_frees_tensors_made_before_it_is_never_negative(shell):
-    """Issue 11 item 3: frees of memory allocated before the cell made its peak and
+    """Frees of memory allocated before the cell made its peak and
     end negative ("peak -4 B allocated") and the chart dip below zero."""
     from torchlens.render.memory.report import summary_rows, timeline_figure
 

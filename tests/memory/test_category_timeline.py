@@ -1,4 +1,4 @@
-"""The memory timeline by category (issue 24: "the timeline coloured by category"): at
+"""The memory timeline coloured by category: at
 every drawn point the categories add up to the plain timeline's allocated bytes, the
 peak is drawn at its exact height with the peak section's categories, and a big trace
 is thinned to a bounded number of points without losing the peak."""

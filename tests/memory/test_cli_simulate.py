@@ -68,7 +68,7 @@ def test_simulate_through_python_dash_m():
     assert "--alloc-conf" in proc.stdout
 
 
-# ---- issue 11 item 12: what-ifs that cannot mean what they seem say so
+# ---- what-ifs that cannot mean what they seem say so
 
 def _window_after_last_segment(tmp_path, name: str):
     """The shared snapshot cut to the events after its last ``segment_alloc``: a window

@@ -1,4 +1,4 @@
-"""A %%gpumem result exported to a snapshot .pickle and opened again (issue 24's walk):
+"""A %%gpumem result exported to a snapshot .pickle and opened again:
 ``torchlens.load``, ``torchlens report`` and ``%gpumem --load`` give the live result's
 figures (peak, categories, sites, leaks, timeline), never a negative row."""
 

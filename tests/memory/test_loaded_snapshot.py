@@ -1,4 +1,4 @@
-"""A loaded snapshot is a recorded window, not a cell (issue 11 item 11): leaks need
+"""A loaded snapshot is a recorded window, not a cell: leaks need
 repetition, the time axis comes from the trace, the wording names the window."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every memory chart (the single timeline, the diff's, the per-rank one) is drawn from 0
-in the unit its text states the peak in (issue 24's walk: a 51.3 GiB peak drawn up to
+in the unit its text states the peak in (a 51.3 GiB peak drawn up to
 60,000 MiB on an axis starting at 13,000 MiB made a 10% gap look like a doubling), and
 the diff's legend tells A from B."""
 

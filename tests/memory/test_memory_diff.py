@@ -1,4 +1,4 @@
-"""``torchlens diff A B`` and ``result.diff(other)`` on memory results (issue 24): the
+"""``torchlens diff A B`` and ``result.diff(other)`` on memory results: the
 peak's change, what was alive at each peak by category and site, both timelines on one
 axis, and ``--fail-if-larger`` as a CI gate."""
 

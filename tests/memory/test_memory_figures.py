@@ -36,7 +36,7 @@ def _assert_rows_visible(fig, n_rows):
 
 
 def test_one_segment_snapshot_map_shows_its_row(tmp_path):
-    """Issue 11 item 5: with one segment the block map's plot area was 0 px tall."""
+    """With one segment the block map's plot area was 0 px tall."""
     a = _one_segment_snapshot(tmp_path).analysis()
     assert len(a.segments) == 1
     _assert_rows_visible(segment_map_figure(a), 1)

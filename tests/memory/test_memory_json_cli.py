@@ -1,5 +1,5 @@
 """`torchlens report X.pickle --json`: a memory result as one JSON document with the
-text view's own figures (issue 24), `--category` on the command line, and
+text view's own figures, `--category` on the command line, and
 `torchlens analyze X.pickle` pointing at it instead of "not JSON"."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A folder of per-rank snapshots as one result (issue 24): the per-rank table, the
+"""A folder of per-rank snapshots as one result: the per-rank table, the
 imbalance named with its category and site, every rank on one chart, through
 ``torchlens.load(FOLDER)`` and ``torchlens report FOLDER``, without changing how a
 folder of traces is read."""

@@ -1,4 +1,4 @@
-"""A pickle that is not an allocator snapshot is refused in one line (issue 21).
+"""A pickle that is not an allocator snapshot is refused in one line.
 
 ``pickle.dump([1, 2, 3], f)`` is a pickle, not a snapshot: ``torchlens report
 X.pickle`` exits 2 and ``torchlens.load`` raises ``InputError``, each naming the

@@ -57,7 +57,7 @@ def test_synthetic_exhaustion_with_the_model():
     d = from_model_oom(first, run.snapshot, site="cell [3] line 4")
     assert d.cause == "exhaustion" and d.requested == 100 * MIB
     assert d.capacity == GIB and d.allocated >= 10 * 100 * MIB
-    # issue 11 item 9: this trace has no backward pass, so no batch to shrink; the
+    # this trace has no backward pass, so no batch to shrink; the
     # advice says how much is missing instead (a new 100 MiB segment, 24 MiB free)
     assert d.advice[0].action == "Keep less alive when this allocation runs"
     assert d.shortfall == 76 * MIB and "76.0 MiB more free on the device" in d.advice[0].evidence
@@ -65,7 +65,7 @@ def test_synthetic_exhaustion_with_the_model():
     assert "smaller batch" in trained.advice[0].action
 
 
-# --- issue 11 item 9: the explanation, the table, the chart and the fields agree ---
+# --- the explanation, the table, the chart and the fields agree ---
 
 _PHRASES = {
     "requested": r"^(\S+ \S+) was requested",

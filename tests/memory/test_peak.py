@@ -1,4 +1,4 @@
-"""What was alive at the peak (issue 24, first part): the peak agrees with the timeline,
+"""What was alive at the peak: the peak agrees with the timeline,
 its rows add up to it, categories come from the allocating stack, and a snapshot that
 cannot answer says which answers are missing."""
 

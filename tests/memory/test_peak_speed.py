@@ -1,4 +1,4 @@
-"""A loaded snapshot is read once per distinct frame and stack (issue 24's speed target):
+"""A loaded snapshot is read once per distinct frame and stack:
 pickle shares one dict per distinct frame, so the checks and site lookups are keyed by it,
 and must still name a damaged frame wherever it sits."""
 

@@ -1,4 +1,4 @@
-"""Categories from torch's own memory profiler on a live capture (issue 24):
+"""Categories from torch's own memory profiler on a live capture:
 ``%%gpumem --categories torch`` names what was alive at the peak as torch's
 ``_memory_profile()`` does, the figures equal torch's for the same run (computed
 here from the profiler object itself), a private API that is missing or fails

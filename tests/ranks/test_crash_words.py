@@ -1,4 +1,4 @@
-"""How ``torchlens run`` words a crash (issue 21): the rank that raised leads
+"""How ``torchlens run`` words a crash: the rank that raised leads
 with its own exception; a rank that failed only because a peer went away is
 said in a few words ("rank 0 stopped when rank 1 went away (gloo: connection
 closed by peer)"), never with gloo's whole message, its source path or emoji.

@@ -5,8 +5,8 @@ last 20 steps of each of 4 gloo DDP ranks under ``torchlens run`` on a
 2-core machine, ``benchmarks/check_even_runs.py``). On the even run the
 scheduler holds one rank or another back: rank 2 arrived last in 10 of the
 20 steps (chance alone: 5), the others waiting 1.5 ms in the median while
-their own waits moved by 10-30 ms from step to step. Before issue 26 that
-was the headline ``rank 2 is the slow rank: no measured part explains it``.
+their own waits moved by 10-30 ms from step to step. A rule on one median
+made that the headline ``rank 2 is the slow rank: no measured part explains it``.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def test_events_come_from_a_pool_and_a_captured_step_has_no_gpu_times(
 
 
 def test_the_rank_table_times_steps_as_the_verdict_does(tmp_path, monkeypatch) -> None:
-    # issue 23's walk: on a GPU run the verdict compared GPU times while the table
+    # on a GPU run the verdict compared GPU times while the table
     # showed host timers, so its median step and the table's disagreed
     from torchlens.analysis.ranks.steps import rank_table
 

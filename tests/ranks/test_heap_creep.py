@@ -1,4 +1,4 @@
-"""Creep judged on the C heap's bytes in use where ranks send them (issue 21 #9).
+"""Creep judged on the C heap's bytes in use where ranks send them.
 
 Hand-made records of a CPU run of 2 ranks and 12 steps: RSS rises 2 MiB per
 step on both (the C allocator keeps its pages), while rank 1's heap in use

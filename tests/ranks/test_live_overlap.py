@@ -1,4 +1,4 @@
-"""The live rank view's overlap of communication with compute (issue 23: FSDP's
+"""The live rank view's overlap of communication with compute (FSDP's
 prefetch all_gathers): each profiled-step summary carries it, the view says it
 per rank, and a CPU run is told it is not available."""
 

@@ -380,7 +380,7 @@ def test_profiled_steps_breakdown_panel_shows_torchprof_roles_per_rank() -> None
 
 
 def test_a_rank_that_finished_gets_no_red_mark() -> None:
-    """Every rank that reached --steps was marked with a red x like a crash (a walk)."""
+    """Every rank that reached --steps was marked with a red x like a crash."""
     steps, sums = make_run(world=WORLD, steps=12, straggler=STRAGGLER)
     view = RankProfileView(WORLD, every=5, modelled=True, t0=T_START)
     feed(view, steps, sums)

@@ -1,5 +1,5 @@
 """The end-of-run hold of ``torchlens run --metrics`` counts only Prometheus's scrapes,
-and ``--metrics-token-file`` reads a token the user keeps across runs (issue 25's walk)."""
+and ``--metrics-token-file`` reads a token the user keeps across runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What ``torchlens run --metrics`` exports is what was measured (issue 25's walk): a CPU
+"""What ``torchlens run --metrics`` exports is what was measured: a CPU
 run's modelled allocator figures are not exported as the CUDA allocator's, and each rank's
 median step time is the terminal's own figure, not a bucket interpolation."""
 

@@ -1,4 +1,4 @@
-"""How a ``torchlens run --metrics`` job ended reaches a real Prometheus (issue 25's walk):
+"""How a ``torchlens run --metrics`` job ended reaches a real Prometheus:
 a rank that raises is ``failed`` in Prometheus even while a user polls ``/metrics`` with
 the token (the poll had ended the end-of-run hold before Prometheus's next scrape), and a
 token file of the user's serves every run with one scrape config.

@@ -1,5 +1,5 @@
 """The live step chart names the steps that were profiled, not only the interval
-(issue: "profiled steps (1 in 48)" under a 30-step run whose steps 4 and 9 were)."""
+(never "profiled steps (1 in 48)" under a 30-step run whose steps 4 and 9 were)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def test_entry_exists_while_the_run_lasts(tmp_path: Path, monkeypatch: pytest.Mo
         assert "secret" not in path.read_text().lower()
         (run,) = reg.live_runs()
         assert run["run_id"] == entry["run_id"]
-        # "running" once torchlens run writes live.json (issue 14's live.json), else "starting"
+        # "running" once torchlens run writes live.json, else "starting"
         assert run["state"] in ("starting", "running")
         assert c.wait() == 0, c.output
     finally:

@@ -214,7 +214,7 @@ def test_a_long_state_is_not_cut_in_the_terminal_table() -> None:
 
 
 def test_the_watch_says_how_steps_were_found() -> None:
-    """Issue 23: the view says how the steps were found (here: the optimizer's
+    """The view says how the steps were found (here: the optimizer's
     step of a script that never calls torchlens.step())."""
     import html
     import re

@@ -1,4 +1,4 @@
-"""Set-up is not a step (issue 21 #3): a rank whose set-up ran past the first
+"""Set-up is not a step: a rank whose set-up ran past the first
 window sent a window record (8.5 s at step 0) before its first
 ``torchlens.step()``; the live view, its static copy and the watch must draw
 only the real steps, on an axis named "step", as the run's steps.jsonl has them.
@@ -108,7 +108,7 @@ def test_a_restarted_ranks_set_up_goes_too_and_windows_alone_stay() -> None:
 
 
 def test_a_verdict_handed_in_shows_at_the_next_flush() -> None:
-    """The watch's section lagged its header while the job ran (a walk): a
+    """The watch's section lagged its header while the job ran: a
     verdict handed in (``take_verdict``) waits for no analysis interval."""
     import time
 
@@ -149,7 +149,7 @@ def test_a_ranks_first_steps_are_judged_at_the_next_flush() -> None:
 
 
 def test_the_live_step_chart_starts_at_zero_also_with_a_spike_above_its_axis() -> None:
-    # issue 23's walk: the live chart's axis began near the lowest step time, so
+    # the live chart's axis began near the lowest step time, so
     # ranks a few ms apart looked far apart; the run report's chart starts at 0
     steps, sums = make_run(world=2, steps=40, straggler=1)
     view = RankProfileView(2, every=5, modelled=True)

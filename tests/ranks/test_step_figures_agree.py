@@ -1,5 +1,5 @@
 """One "median step" figure: the verdict's and the per-rank table's come from
-the same steps (issue: the verdict said 28.4 ms, the rows below it 32.3 ms)."""
+the same steps (not 28.4 ms in the verdict and 32.3 ms in the rows below it)."""
 
 from __future__ import annotations
 

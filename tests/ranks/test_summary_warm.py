@@ -1,5 +1,5 @@
 """The summary thread imports what the first summary needs as soon as a rank
-attaches, during the job's set-up (issue 23's walk: the step after the first
+attaches, during the job's set-up (the step after the first
 profiled step was 3-10x its neighbours, partly that import taking the
 interpreter from the training thread). Checked in a fresh interpreter, with
 no step taken."""

@@ -1,4 +1,4 @@
-"""``torchlens.watch`` shows the final status once (issue 23's walk: the tutorial's
+"""``torchlens.watch`` shows the final status once (the tutorial's
 watch of an ended run showed the block twice: the copy a saved notebook keeps,
 then the widget's own).
 

@@ -1,5 +1,5 @@
 """Embedding a report's figures: the page Bokeh's ``components`` writes, for less
-work per shown result (issue 26: every notebook cell that shows a report pays it).
+work per shown result (every notebook cell that shows a report pays it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Walk 11 item 3: no legend of the per-rank charts sits inside its plot.
+"""No legend of the per-rank charts sits inside its plot.
 
 The RSS chart of ``%ddp_check``'s report and of ``torchlens.watch`` had its
 rank legend in the top-left corner, over the lines it names (a rank's RSS

@@ -102,7 +102,7 @@ def _section(html: str, anchor: str) -> str:
 
 
 def test_cpu_trace_steps_without_gpu_columns_with_a_chart(traces_dir) -> None:
-    """Issue 11: six always-zero GPU columns in the step table of a CPU trace;
+    """Six always-zero GPU columns in the step table of a CPU trace;
     the step breakdown is also drawn as a stacked bar chart; "1 lanes"."""
     html = render_report(_profile(traces_dir, "no_distributed_info.json.gz"))
     steps = _section(html, "steps-main")

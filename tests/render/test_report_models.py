@@ -1,4 +1,4 @@
-"""A trace report's Bokeh document stays small (issue 26).
+"""A trace report's Bokeh document stays small.
 
 Bokeh walks every model's properties to build and again to serialize it, and a
 notebook pays that for every shown result: the warm ``%%torchprof`` cell's

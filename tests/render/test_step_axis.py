@@ -1,5 +1,5 @@
 """The step chart's robust axis top (``render.step_axis``): one spike does not
-flatten the other lines, also when every rank has one (issue 23's walk: an
+flatten the other lines, also when every rank has one (an
 FSDP2 report's axis ran to 145 ms for the two warm-up steps 0 while its other
 58 steps were 10-50 ms)."""
 

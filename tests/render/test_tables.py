@@ -94,7 +94,7 @@ def test_a_cell_without_a_figure_is_blank() -> None:
 
 
 def test_hint_figures_are_formatted(traces_dir) -> None:
-    """Issue 11: hint tables showed raw floats (0.7639053309591854)."""
+    """Hint tables showed raw floats (0.7639053309591854)."""
     from torchlens.analysis.trace.hints import find_hints
     from torchlens.analysis.trace.steps import step_breakdown
     from torchlens.formats.kineto import load_trace
@@ -151,7 +151,7 @@ def test_step_chart_stacks_the_roles_of_each_step(traces_dir) -> None:
 
 
 def test_long_kernel_names_are_cut_with_the_whole_name_on_hover() -> None:
-    """Issue 11: 300-character CUDA kernel names made the report 13,700 px wide."""
+    """300-character CUDA kernel names made the report 13,700 px wide."""
     from html import unescape
 
     name = "void cutlass::Kernel<" + ", ".join(["float"] * 60) + ">(" + HOSTILE + ")"

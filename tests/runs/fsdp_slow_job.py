@@ -1,4 +1,4 @@
-"""The new-user walk's FSDP2 job of issue 23 (``fsdp_slow.py``), copied: four
+"""A new user's FSDP2 job (``fsdp_slow.py``), copied: four
 ``fully_shard`` Linear layers under a ``fully_shard`` root, Adam, 60 steps,
 rank 1's DataLoader collate sleeping 30 ms a batch. It never imports torchlens.
 ``TL_EVEN=1``: no rank sleeps (the even run); ``TL_SLOW_S``: the sleep (default 0.03).

@@ -1,5 +1,5 @@
 """``torchlens analyze --json`` prints the text ``json.dumps(doc, indent=1)``
-printed before it was made faster (issue 26): a script diffing two runs'
+printed before it was made faster: a script diffing two runs'
 documents must see no change in a single character."""
 
 from __future__ import annotations

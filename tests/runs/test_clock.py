@@ -1,4 +1,4 @@
-"""Clock alignment across ranks (``analysis.runs.clock``, issue 13).
+"""Clock alignment across ranks (``analysis.runs.clock``).
 
 The ranks are one shared trace written again with every ``ts`` moved by a
 known shift (as ``benchmarks/make_rank_set.py`` does): the clock offset found

@@ -1,4 +1,4 @@
-"""Communication overlapped by compute, split by collective (issue 23: FSDP's
+"""Communication overlapped by compute, split by collective (FSDP's
 prefetch all_gathers): exact µs on traces built here, the real A100 DDP trace
 against HTA's figure, the report's table and finding, and what a CPU run says."""
 

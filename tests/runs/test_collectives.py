@@ -1,4 +1,4 @@
-"""Collectives across ranks (``analysis.runs.collectives``, issue 13).
+"""Collectives across ranks (``analysis.runs.collectives``).
 
 The shared traces are checked against a plain-json reading written here from
 the module docstring's definitions (each collective of these traces is one
@@ -115,7 +115,7 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
     """Two ranks of a 128-rank job: their sequences pair by seq, except where they
     disagree (then the row says so and pairs nothing). Every collective has its
     NCCL kernel, so a rank arrives when that kernel starts on its GPU, not when
-    its host enqueued the call (issue 22: NCCL is asynchronous)."""
+    its host enqueued the call (NCCL is asynchronous)."""
     figures, raw = {}, {}
     for r in (0, 1):
         path = traces_dir / f"sampled_rank-{r}.json.gz"

@@ -1,4 +1,4 @@
-"""A ``torchlens run`` folder whose ``manifest.json`` is damaged (walk 25: cut
+"""A ``torchlens run`` folder whose ``manifest.json`` is damaged (cut
 short, or garbage written into it): ``torchlens report`` says so on the
 terminal, not only inside the HTML; the report says what the manifest held
 that it cannot show (not "the other ranks were analysed": the manifest is no

@@ -1,6 +1,6 @@
 """A run folder whose step records were cut short (a crash mid-write, a copy cut
 off): the readable records are used and the damaged lines are named in the
-report, not skipped silently (issue 23's walk: a cut ``steps.jsonl`` gave exit 0
+report, not skipped silently (a cut ``steps.jsonl`` gave exit 0
 and no word of it)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _run_folder(tmp_path: Path, traces_dir: Path, steps: int) -> Path:
 
 def test_step_records_cut_short_say_how_many_are_missing(tmp_path: Path, traces_dir: Path,
                                                           capsys) -> None:
-    # second walk of session 14: a steps.jsonl cut to 22 of its 60 lines said
+    # a steps.jsonl cut to 22 of its 60 lines said
     # "1 line(s) ... were left out" while 38 records were gone
     run = _run_folder(tmp_path, traces_dir, 60)
     steps = run / "rank1" / "steps.jsonl"

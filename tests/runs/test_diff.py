@@ -1,4 +1,4 @@
-"""``torchlens diff A B`` and ``run.diff(other)`` (issue 13: the diff).
+"""``torchlens diff A B`` and ``run.diff(other)``.
 
 Two small CPU runs are recorded here with torch.profiler: B multiplies larger
 matrices (``aten::mm`` slower), drops a ``tanh`` (removed) and adds a

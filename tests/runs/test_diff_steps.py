@@ -1,4 +1,4 @@
-"""``torchlens diff`` of two run folders with step records (issue 21): the step
+"""``torchlens diff`` of two run folders with step records: the step
 time is the median of every recorded step, not of the few profiled ones.
 
 Two real ``%ddp_check --profile`` runs of 2 gloo ranks: B multiplies a larger

@@ -1,4 +1,4 @@
-"""What the diff says (issue 21): a run that got faster is never given a
+"""What the diff says: a run that got faster is never given a
 "slowest change", and no row reads "same" next to a change beyond 5%.
 
 Synthetic traces with two ``ProfilerStep#N`` spans each, so every figure is

@@ -1,4 +1,4 @@
-"""An FSDP2 job under ``torchlens run`` (issue 23): per rank, the run report and
+"""An FSDP2 job under ``torchlens run``: per rank, the run report and
 ``torchlens report``'s output say the parameters' sharded and gathered bytes,
 the gathered parameters alive at once (and which modules), and the optimizer
 state, each said measured or not. Real torchrun, 2 gloo ranks, a script that
@@ -81,7 +81,7 @@ def test_an_fsdp1_job_shows_each_rank_s_flat_shard_not_the_gathered_flat_paramet
         tmp_path: Path) -> None:
     # FSDP1 (FullyShardedDataParallel, use_orig_params): the shard was read after
     # the first unshard, when the flat parameter holds the gathered data, and said
-    # "344 B sharded of 344 B gathered" (found running it for issue 23's leftovers)
+    # "344 B sharded of 344 B gathered"
     said, page = _run(tmp_path, TL_FSDP1="1")
     for r in range(WORLD):
         line = next((ln for ln in said.splitlines() if r in _ranks_of(ln)), None)

@@ -1,5 +1,5 @@
-"""The slow rank of an FSDP2 job under ``torchlens run`` (issue 23, the new-user
-walk's ``fsdp_slow.py``): rank 1's data loading takes 30 ms more per step,
+"""The slow rank of an FSDP2 job under ``torchlens run`` (a new
+user's ``fsdp_slow.py``): rank 1's data loading takes 30 ms more per step,
 and the others wait for it inside FSDP's own all_gathers (in the root's
 forward), not in DDP's backward. The verdict names rank 1 and data loading,
 ``torchlens report`` does too; an even FSDP2 run has no slow rank (false

@@ -1,4 +1,4 @@
-"""Real multi-rank CPU runs (gloo) made here, read as one run (issue 13).
+"""Real multi-rank CPU runs (gloo) made here, read as one run.
 
 ``benchmarks/make_gloo_run.py`` spawns the ranks of a small DDP job; each
 profiles its steps with ``torch.profiler`` and ``tensorboard_trace_handler``,
@@ -134,7 +134,7 @@ def test_an_even_run_names_no_straggler(tmp_path):
     run = load_run(str(_make(tmp_path / "run", ranks=4, slow_rank=-1, steps=8, base_ms=20)),
                    workers=2)
     # no slow-rank verdict (a rank late with nothing of its steps explaining it
-    # is at most a note saying so: issue 26)
+    # is at most a note saying so)
     assert not any("is the slow rank" in f for f in run.findings())
     # every rank's data loading is alike, so none is named as a cause
     assert "dataloader" not in set(run.stragglers()["cause"].dropna())

@@ -1,4 +1,4 @@
-"""Issue 26: torchlens keeps a trace's nanoseconds, HolisticTraceAnalysis rounds
+"""torchlens keeps a trace's nanoseconds, HolisticTraceAnalysis rounds
 them down to whole µs unless HTA_DISABLE_NS_ROUNDING=1. A user comparing the two
 on an ns-resolution trace (the V100 one) sees different last digits; the
 temporal breakdown says why, wherever it is shown."""

@@ -1,5 +1,5 @@
-"""What each rank keeps for the run's joint timeline (``analysis.runs.lanes``,
-issue 13), checked against the raw JSON."""
+"""What each rank keeps for the run's joint timeline (``analysis.runs.lanes``),
+checked against the raw JSON."""
 
 from __future__ import annotations
 

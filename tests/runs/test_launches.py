@@ -1,5 +1,5 @@
 """Launch statistics, queue length and memcpy/memset bandwidth per rank
-(analysis.runs.launches / counters, issue 13) against a plain-json reading.
+(analysis.runs.launches / counters) against a plain-json reading.
 
 ``_Plain`` re-reads each trace with ``json`` and recomputes the figures event
 by event from the definitions (HTA's, as the modules' docstrings state): GPU

@@ -1,5 +1,5 @@
 """``torchlens run -- torchrun ... train.py`` on a script that never imports
-torchlens (issue 23, "No code change"): the ranks attach when they start
+torchlens: the ranks attach when they start
 (``frontends/ranks/autoattach/sitecustomize.py``) and their steps are found
 from the optimizer (``capture.ranks.autostep``). Real torchrun, CPU, gloo;
 expected figures read from the run folder's own files with json."""

@@ -1,5 +1,5 @@
 """A folder of per-rank traces as one result: ``torchlens.load(RUN_DIR)`` and
-``torchlens analyze RUN_DIR --json`` (issue 13, first part)."""
+``torchlens analyze RUN_DIR --json``."""
 
 from __future__ import annotations
 

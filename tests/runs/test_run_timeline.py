@@ -1,4 +1,4 @@
-"""The run report's joint timeline (issue 13): the size of a 64-rank report."""
+"""The run report's joint timeline: the size of a 64-rank report."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``load_run(..., tables_only=True)``, what ``torchlens analyze`` reads
-(issue 26: 10x HTA's speed at 8 ranks): the workers skip the report's joint
+(10x HTA's speed at 8 ranks): the workers skip the report's joint
 timeline and ``run.diff()``'s op totals, which neither the text nor the
 ``--json`` document shows; every table stays the same, and a diff of such a
 run says what is missing instead of comparing nothing."""

@@ -1,5 +1,5 @@
 """The run report's timeline says one thing about clocks, in its caption and on
-its axis (walk 25: the caption said "no clock offset applied" while the axis
+its axis (the caption said "no clock offset applied" while the axis
 said "clocks aligned", for two ranks on one host, where no offset is applied).
 """
 

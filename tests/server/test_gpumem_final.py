@@ -1,4 +1,4 @@
-"""A finished %%gpumem cell's report figures reach the sidebar (issue 21 #15).
+"""A finished %%gpumem cell's report figures reach the sidebar.
 
 The sidebar plotted the cell's resident memory (about 424 MiB) beside a report
 saying "peak 6.0 MiB allocated". The kernel now posts the report's own series

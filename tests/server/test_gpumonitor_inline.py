@@ -96,7 +96,7 @@ def test_summary_names_the_cuda_ordinal_and_reserved_memory() -> None:
 
 def test_untrusted_notebook_shows_a_sentence_not_the_widgets_repr(monkeypatch) -> None:
     """A reopened (untrusted) notebook showed 'VBox(children=(BokehModel(...' and the
-    cell's Out[] '<...InlineMonitor at 0x...>' (a new-user walk)."""
+    cell's Out[] '<...InlineMonitor at 0x...>'."""
     import IPython.display
 
     shown: list = []

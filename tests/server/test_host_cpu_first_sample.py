@@ -1,4 +1,4 @@
-"""Issue 21 item 2: the monitor's first host-CPU reading is measured, not the
+"""The monitor's first host-CPU reading is measured, not the
 0 % psutil gives for a window of a few microseconds (a fake dip on every
 ``%gpumonitor`` and sidebar start)."""
 
@@ -38,7 +38,7 @@ def test_first_cpu_sample_sees_a_busy_core() -> None:
 
 
 def test_a_sample_in_the_samplers_thread_is_measured_too() -> None:
-    """Issue 25 item 7: the Jupyter server makes its HostSampler on its loop and samples
+    """The Jupyter server makes its HostSampler on its loop and samples
     in the monitor's thread; psutil (>= 5.9.6) keeps a baseline per thread, so that
     thread's first ``cpu_percent`` read 0.0 with load1 at 14 (``/metrics`` exported it)."""
     sampler = HostSampler()  # the server's loop thread

@@ -202,7 +202,7 @@ def test_host_sampler_reads_cpu_and_ram() -> None:
     assert 0 < out["ram_used"] <= out["ram_total"] and 0 <= out["ram_percent"] <= 100
 
 
-# ------------------------------------------------------------------ issue 22 #16, #19
+# ------------------------------------------------------ GPU numbering and names
 def test_cuda_ordinals_follow_cuda_device_order_on_mixed_gpus() -> None:
     """NVML numbers GPUs by PCI bus; CUDA's default FASTEST_FIRST puts the faster
     first: on mixed models an index is not mapped, and the user is told why."""

@@ -146,7 +146,7 @@ def test_summary_cpu_only_and_empty():
 
 
 def test_counts_are_singular_when_one():
-    """Issue 11: "1 syncs inside 1 steps" reads wrong."""
+    """One sync in one step is said in the singular, never "1 syncs inside 1 steps"."""
     hints = _hints([
         _x("ProfilerStep#1", 0, 1000, "user_annotation"),
         _x("cudaLaunchKernel", 10, 5, "cuda_runtime", correlation=1),
@@ -168,7 +168,7 @@ def _steps(durations_ms):
 
 
 def test_a_step_five_times_the_median_is_named():
-    """Issue 11: a step that takes five times the median deserves a hint naming it."""
+    """A step that takes five times the median deserves a hint naming it."""
     hint = _steps([2, 2, 11, 2, 2])["Slow 1 step"]
     assert hint.title == "Slow 1 step: #2" and hint.severity == "warning"
     assert "5.5x the median step" in hint.sentence and "11.0 ms" in hint.sentence

@@ -1,4 +1,4 @@
-"""The one list of launch calls (``analysis.trace.events.LAUNCH_NAMES``, issue 22).
+"""The one list of launch calls (``analysis.trace.events.LAUNCH_NAMES``).
 
 Kineto draws a launch flow from the runtime and driver calls of libkineto's
 ``RuntimeActivity::flowStart`` / ``DriverActivity`` and names them by

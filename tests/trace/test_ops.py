@@ -147,7 +147,7 @@ def _plain_self_times(raw):
 @pytest.mark.parametrize("name", [A100, "v100_ddp_sgd_annotations_rank0.json.gz",
                                   "sampled_rank-0.json.gz", "amd_mi250_rocm.json.gz"])
 def test_self_time_leaves_out_runtime_calls(traces_dir, plain, name):
-    """Issue 11: an op's self time excludes its cudaLaunchKernel & co, as
+    """An op's self time excludes its cudaLaunchKernel & co, as
     key_averages and the TensorBoard plugin count it; on GPU traces those
     calls are most of many ops' host time."""
     path = traces_dir / name

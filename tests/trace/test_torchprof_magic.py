@@ -184,7 +184,7 @@ def test_stack_names_the_function_of_the_cell_that_issued_each_op(shell):
 
 def test_cpu_item_calls_give_no_gpu_sync_hint(shell):
     """On a CPU-only machine .item() waits for no GPU: the report must not say so
-    (issue 11: a demo said "1 syncs ... stall the CPU until the GPU catches up")."""
+    (a demo said "1 syncs ... stall the CPU until the GPU catches up")."""
     res = shell.run_cell("%%torchprof --quiet -o r\nfor _ in range(3):\n"
                          "    train_step().item()")
     assert res.success, res.error_in_exec
@@ -196,7 +196,7 @@ def test_cpu_item_calls_give_no_gpu_sync_hint(shell):
 
 
 def test_flops_of_a_known_matmul_reach_the_tables(shell):
-    """Issue 11: --flops showed NaN everywhere on torch 2.13 (the exported trace
+    """--flops showed NaN everywhere on torch 2.13 (the exported trace
     has no FLOPs). A (M x K) @ (K x N) product is 2*M*N*K FLOPs per call."""
     m, k, n = 64, 96, 32
     res = shell.run_cell(
@@ -229,7 +229,7 @@ def test_flops_asked_but_none_counted_is_said(shell):
 
 
 def test_profiler_start_stop_time_with_a_schedule_is_not_negative(shell):
-    """Issue 11: with --schedule the trace is exported inside a step() call, and
+    """With --schedule the trace is exported inside a step() call, and
     its export time was taken off the stop time: "profiler start/stop -1.67 ms"."""
     res = shell.run_cell("%%torchprof --schedule 1,1,2 --flops --quiet -o r\n"
                          "for _ in range(6):\n    train_step()")

@@ -41,7 +41,7 @@ def load_input(path: str) -> Profile:
 
 def problem_lines(loaded: Any) -> list[str]:
     """Each input problem of a run, one line: the file, what is wrong and what was
-    done instead (walk 25: a damaged manifest.json was named only inside the
+    done instead (so a damaged manifest.json is named here, not only inside the
     HTML). The report is still written and the status stays 0, as ``torchlens
     analyze`` gives a partly readable folder; nothing readable is an error (2)."""
     return [f"torchlens: {p.kind}: {p.path}: {p.message}"

@@ -1,7 +1,7 @@
 """One loader for every file torchlens reads: ``torchlens.load`` and the command line.
 
-Why one: ``torchlens report X.pickle`` read an allocator snapshot while
-``torchlens.load(X.pickle)`` refused it (issue 21). Both now call ``load``,
+Why one: with two loaders, ``torchlens report X.pickle`` could read an allocator
+snapshot that ``torchlens.load(X.pickle)`` refuses. Both call ``load``,
 so what one reads the other reads, with the same messages.
 
 What a path is, first match wins:

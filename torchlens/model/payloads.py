@@ -1,9 +1,9 @@
 """One typed payload per kind of Profile: what a capture knew that the traces,
 tables and snapshots do not say.
 
-Why typed: each kind's facts used to live in two untyped dicts (``options`` and
-``extra``) read through ``.get()`` chains, with capture names (``record_shapes``)
-and display names (``shapes``) mixed and reconciled in render. A payload names
+Why typed: in untyped dicts (say ``options`` and ``extra``) read through
+``.get()`` chains, capture names (``record_shapes``) and display names
+(``shapes``) mix and render has to reconcile them. A payload names
 every field once, with its type and default, and is the only place a reader
 looks. Capture builds it; the ``.tlprof`` file stores it as JSON under
 ``payload`` (format version 2); ``upgrade_v1`` turns a version-1 file's
@@ -102,7 +102,7 @@ class MemoryOptions:
     an entry at "several KB" with stacks (the Python stack of an allocation
     plus the symbolized dict ``_snapshot`` builds from it, and the trimmed copy
     the capture keeps). 100,000 entries is about 0.1 to 0.5 GB at that rate,
-    where the old 1,000,000 could cost gigabytes; it holds about ten training
+    where 1,000,000 could cost gigabytes; it holds about ten training
     steps of a model making 3,000 allocations a step (alloc, free_requested
     and free_completed: three entries each). A longer cell wraps the buffer:
     the analysis detects it and says how much of the cell is missing.

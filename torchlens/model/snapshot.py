@@ -144,7 +144,7 @@ def _no_gc() -> Iterator[None]:
 
 
 #: No device has this much memory (1 PiB): a size past it is a damaged value
-#: (issue 21: a size of 10**30 overflowed numpy deep inside the analysis).
+#: (a size of 10**30 would overflow numpy deep inside the analysis).
 MAX_BYTES = 2**50
 #: Addresses and stream handles are 64-bit values.
 _MAX_U64 = 2**64 - 1

@@ -2,7 +2,7 @@
 figure: what ``bokeh.embed.components`` writes, for a third of its work.
 
 Every shown result in a notebook builds and embeds its figures again, so this
-work is paid per cell (issue 26). ``components`` adds the figures to a new
+work is paid per cell. ``components`` adds the figures to a new
 Document one root at a time (a walk of all their models per root added),
 validates the Document (another walk, and every model's checks), walks it once
 more for Python callbacks, and only then serializes it. Here:

@@ -8,7 +8,7 @@ the first, and one whose legend does not mute never draws the second. Left as
 glyph in the browser, so nothing on the page changes, while the report's
 document holds two models fewer per renderer: every model costs Bokeh a
 property walk to build and another to serialize, and every notebook cell that
-shows a report pays them (issue 26).
+shows a report pays them.
 """
 
 from __future__ import annotations

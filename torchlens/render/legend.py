@@ -11,7 +11,7 @@ entry (the entry names its row): they paint nothing on the plot and leave its
 ranges alone, and the legend is there from the start in a live view whose bars
 arrive later. One renderer for all entries, not one each: a renderer brings
 eight Bokeh models into the page (glyphs, source, view, selection), and every
-model costs each shown report a serializing walk (issue 26).
+model costs each shown report a serializing walk.
 """
 
 from __future__ import annotations

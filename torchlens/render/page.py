@@ -90,8 +90,8 @@ def _bokehjs(models: set[Any], packed: bool) -> Markup:
 
     Bokeh names the bundles the figures need as CDN addresses without reading
     a file; each set is inlined once per process. An inline bundle reads and
-    decodes the 1.3 MB from disk three times (about 10 ms of every shown result,
-    issue 26), and packing it took about a tenth of a second more.
+    decodes the 1.3 MB from disk three times (about 10 ms of every shown
+    result), and packing it takes about a tenth of a second more.
     """
     if not models:
         return Markup("")

@@ -7,8 +7,8 @@ points drawn when the highest is above that; every point is still drawn: a
 line above the axis leaves the frame through its top, each point above it
 gets a red mark at the top edge (hover: its time) and the chart says, above
 the plot, how many points are off the axis and the highest ("1 step above
-the axis: 350.0 ms at step 425 (rank 1)"). So the rule of issue 21, every
-axis covers what it draws, holds or is said where it does not.
+the axis: 350.0 ms at step 425 (rank 1)"). So the rule that every axis
+covers what it draws holds, or is said where it does not.
 
 The y range keeps fitting in the browser: it follows one invisible frame
 renderer (the points' lowest value and the top) while points are off the

@@ -1,4 +1,4 @@
-"""A recorded window whose program called ``torch.cuda.empty_cache()`` (issue 11 item 12a).
+"""A recorded window whose program called ``torch.cuda.empty_cache()``.
 
 None of the shared snapshots has ``segment_free`` entries, so the window is
 made by the model itself (its trace has the torch format): 30 segments of

@@ -460,8 +460,8 @@ def checklist(rec: DdpRun) -> list[Finding]:
 def _creep_before_weak_slow_rank(items: list[Finding]) -> list[Finding]:
     """A rank whose memory creeps is read before a weak slow rank
     (``analysis.ranks.slow.weak``: unexplained, or a small wait), as in every
-    other view (a walk saw a weak slow rank lead while a leaking rank's creep
-    sat below it). A strong slow rank keeps its place."""
+    other view (a weak slow rank never leads while a leaking rank's creep
+    sits below it). A strong slow rank keeps its place."""
     slow = next((i for i in items if i.title == "slow rank"), None)
     creep = next((i for i in items if i.title == "rank memory"), None)
     if (slow is None or creep is None or creep.severity != WARNING or not weak(slow)

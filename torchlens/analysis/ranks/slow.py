@@ -50,7 +50,7 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   steps of how long the others waited for it (every step of the window, not
   only those it was last in).
 - It is the slow rank when the evidence holds across the steps, not in one
-  median (issue 26: on a 2-core machine the scheduler holds one of 4 CPU
+  median (on a 2-core machine the scheduler holds one of 4 CPU
   ranks back now and then, and a fixed ratio named it in most even runs):
 
   1. ``late_share`` >= 50%, and arriving last that often is unlikely by
@@ -277,9 +277,9 @@ def weak(finding: Finding) -> bool:
     rank's memory creep: no measured part explains it, or the others wait
     for it under ``WEAK_SHARE`` of the median step. A creep names its cause
     and ends in an out-of-memory error; such a slow rank costs little and may
-    be the creeping rank's own side effect (a walk planted a 4 MiB-a-step
-    leak and was first told of a slow rank whose others waited 1.2 ms of a
-    15.3 ms step). Every view that has both orders them by this."""
+    be the creeping rank's own side effect (with a planted 4 MiB-a-step leak,
+    the others waited 1.2 ms of a 15.3 ms step for the leaking rank). Every
+    view that has both orders them by this."""
     if finding.severity != WARNING or not isinstance(finding.value("rank"), int):
         return False
     if finding.value("cause") is None:

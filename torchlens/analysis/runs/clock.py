@@ -125,8 +125,8 @@ def applied_offsets(clocks: list[dict[str, Any]]) -> dict[int, float]:
 
 def alignment_words(clocks: list[dict[str, Any]]) -> str:
     """What was done to the ranks' clocks, in the words the run timeline's axis
-    and its caption both use (one phrase, so they cannot disagree: walk 25's
-    axis said "clocks aligned" under a caption saying no offset was applied).
+    and its caption both use (one phrase, so an axis never says "clocks
+    aligned" under a caption saying no offset was applied).
     Ranks on one host keep their own clock (module docstring), so there the
     axis is each rank's recorded time, not an aligned one."""
     moved = applied_offsets(clocks)

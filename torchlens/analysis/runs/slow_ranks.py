@@ -24,7 +24,7 @@ Findings (``findings``): a rank stands out at a kind of collective when
    the median wait at the kind's other collectives (those where someone
    else was last; any wait when there are none) and at least the robust
    spread of its own waits (``chance.robust_spread``). Medians and the
-   spread since issue 26: with means, one scheduler hiccup of 230 ms on an
+   spread, not means: with means, one scheduler hiccup of 230 ms on an
    even 4-rank run named the rank last at it and at 3 other allreduces of 8;
    and
 2. the others waited at least ``STANDOUT_WAIT_US`` (1 ms) in total for it there.
@@ -32,7 +32,7 @@ Findings (``findings``): a rank stands out at a kind of collective when
 A rank that stands out while its profiled steps were broken down and no part
 of them explains it (``causes`` has none for it, or its part's excess is under
 ``EXPLAINS``, half, of the wait per step, the step records' test) gets a note, not the slow
-rank's sentence (issue 26): its time went outside its measured work, which
+rank's sentence: its time went outside its measured work, which
 on a machine with fewer free cores than ranks is the OS scheduler holding
 it back (an even 2-rank CPU run on 2 busy cores had rank 1 last at all 8
 allreduces, 9 ms each, with every part of its steps equal to rank 0's).

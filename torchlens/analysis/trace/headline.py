@@ -39,7 +39,7 @@ def summarize(profile: Profile) -> Summary:
     """
     trace = profile.trace
     overhead_s = getattr(profile.payload, "profiler_overhead_s", None)
-    # a negative figure (captures with --schedule before issue 11) measured nothing
+    # a negative figure (older captures with --schedule wrote one) measured nothing
     overhead = None if overhead_s is None or overhead_s < 0 else float(overhead_s) * 1e6
     if trace is None or len(trace.events) == 0:
         wall = (profile.wall_time_s or 0.0) * 1e6

@@ -61,7 +61,7 @@ class RawColumns:
 
 
 #: A duration longer than this (11.6 days) is no profiled event's: a damaged value
-#: (issue 21: a ``dur`` of 1e300 made sums infinite and ``analyze --json`` fail).
+#: (a ``dur`` of 1e300 would make sums infinite and ``analyze --json`` fail).
 MAX_DUR_US = 1e12
 #: A timestamp past this (2**53 µs after 1970, the year 2255) is damaged too:
 #: float64 no longer holds its microseconds, nor int64 its nanoseconds much later.

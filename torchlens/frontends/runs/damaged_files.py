@@ -5,8 +5,8 @@ The manifest is no rank: without it every rank is still read (its traces are
 placed by their ``distributedInfo`` and names, its step records are its own
 ``rank<r>/steps.jsonl``), but what only the collector wrote there is gone:
 how the run ended and why. The problem ``discover`` named is said again in
-those words (walk 25: the report said "the other ranks were analysed" and
-the ending and the step chart vanished without a word).
+those words, so the report never says "the other ranks were analysed"
+while the ending and the step chart are missing without a word.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def damaged_manifest(root: str) -> str | None:
     """Why the folder's ``manifest.json`` cannot be used; None when it reads, is
     another program's, or is not there in a folder of traces alone. A folder
     with ranks' step records but no manifest is a run folder that lost it
-    (walk: a deleted manifest gave a report with no word of it)."""
+    (a deleted manifest is said in the report, not passed over)."""
     if not root:
         return None
     if not os.path.isfile(os.path.join(root, MANIFEST)):
@@ -64,8 +64,8 @@ def said_lost(problems: list[Problem], root: str, why: str, chart: bool,
 def damaged_steps(root: str, ranks: list[int], manifest: Manifest | None) -> list[Problem]:
     """A rank's step records that could not be read (a line cut short by a crash,
     or damaged), and those missing from a file cut short: the manifest says how
-    many the collector got (walk: 22 of 60 lines left read "1 line(s) ... were
-    left out"). Named here rather than left out silently."""
+    many the collector got (a file cut to 22 of 60 lines is 38 records
+    missing, not one bad line). Named here rather than left out silently."""
     got = {e.rank: e.steps for e in manifest.ranks} if manifest is not None else {}
     out = []
     for rank in ranks:

@@ -143,7 +143,7 @@ def timeline_figure(a: MemoryAnalysis) -> Any:
     legend.nrows = max(1, math.ceil(len(legend.items) / LEGEND_PER_ROW))
     legend.label_text_font_size = "9pt"
     legend.location = "center"  # under the plot, not off at its right edge
-    drop_copies(p)  # nothing selects, the legend hides (issue 26: 16 models fewer)
+    drop_copies(p)  # nothing selects, the legend hides (16 models fewer)
     return p
 
 

@@ -153,7 +153,7 @@ class RankProfileView:
                 self._redraw.add(rank)
             records = [rec for rec in records if not rec.window]
         # a rank's first steps are judged at the next flush: a verdict that
-        # lags the lines drawn said "only one rank has reported steps" (a walk)
+        # lags the lines drawn would say "only one rank has reported steps"
         self._due_now = self._due_now or (not self.records[rank] and bool(records))
         self.records[rank].extend(records)
         self._new_steps[rank].extend(records)
@@ -174,7 +174,7 @@ class RankProfileView:
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``.
         A rank that finished is no news: the red mark is for one that stopped
-        early (a walk saw every rank that reached ``--steps`` marked red)."""
+        early, never for every rank that reached ``--steps``."""
         self.ended[rank] = reason
         if reason.startswith("finished"):
             return

@@ -10,7 +10,7 @@ All bars are one renderer over one source, a row per (role, step) with its
 stacked bottom and top, rather than Bokeh's ``vbar_stack`` (a renderer, two
 stack transforms and a hover tool per role): the same bars, legend and hover
 in a third of the Bokeh models, and each model costs every shown report a
-serializing walk (issue 26).
+serializing walk, paid by every notebook cell that shows one.
 """
 
 from __future__ import annotations

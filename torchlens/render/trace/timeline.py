@@ -346,6 +346,6 @@ def _figure(
     fig.yaxis.ticker = FixedTicker(ticks=ticks)
     fig.yaxis.major_label_overrides = labels
     # no y grid lines: lanes are rows, not values (a grid drawing nothing still costs
-    # every shown report a model, issue 26)
+    # every shown report a model)
     fig.center = [r for r in fig.center if r not in fig.ygrid]
     return fig
