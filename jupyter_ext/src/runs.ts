@@ -9,7 +9,7 @@
  */
 import { fetchRuns, IRun, IRunLive, IRunRank, IRunsReply } from './api';
 import { el } from './dom';
-import { formatAgo, formatBytes, formatCount, formatMs, MISSING } from './units';
+import { formatAgo, formatBytes, formatMs, MISSING } from './units';
 
 const POLL_MS = 2000;
 /** live.json older than this while the run is not over: said next to the run */
@@ -33,8 +33,11 @@ const MEMORY_NOTE: Record<string, string> = {
   rss: 'resident memory of the rank\u2019s process (measured; a CPU run\u2019s modelled allocator figure is not its memory)'
 };
 
-/** A time in a column whose header says ms: `12.3`. */
-const ms = (v: number | null) => formatMs(v, { unit: false });
+/**
+ * A time in a column whose header says ms: `12.3`; no thousands separator, so
+ * a row of four-digit times fits the sidebar's default width.
+ */
+const ms = (v: number | null) => formatMs(v, { unit: false, grouping: false });
 
 /** The command as a shell would show it: words with spaces or quotes quoted. */
 function shellJoin(words: string[]): string {
@@ -100,7 +103,8 @@ function rankRow(r: IRunRank, kind: MemoryKind): HTMLTableRowElement {
   tr.append(
     el('td', 'tl-num', String(r.rank)),
     stateCell,
-    el('td', 'tl-num', formatCount(r.steps)),
+    // steps as the terminal's table writes them: no separator in a narrow column
+    el('td', 'tl-num', r.steps === null ? MISSING : String(r.steps)),
     el('td', 'tl-num', ms(r.step_ms)),
     el('td', 'tl-num', ms(r.data_ms)),
     memoryCell(r, kind)

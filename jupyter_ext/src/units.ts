@@ -138,6 +138,8 @@ export function formatUs(us: Figure, options: IUnitOptions = {}): string {
 export interface IMsOptions extends IUnitOptions {
   /** false: the figure alone (`12.3`), in a column whose header names the unit */
   unit?: boolean;
+  /** false: no thousands separator (`1362.6`), for a column too narrow for `1,362.6` */
+  grouping?: boolean;
 }
 
 /** Milliseconds, in ms: `12.3 ms`. */
@@ -145,7 +147,7 @@ export function formatMs(ms: Figure, options: IMsOptions = {}): string {
   if (isMissing(ms)) {
     return options.missing ?? MISSING;
   }
-  return fixed(ms, 1, options.signed) + (options.unit === false ? '' : ' ms');
+  return fixed(ms, 1, options.signed, options.grouping ?? true) + (options.unit === false ? '' : ' ms');
 }
 
 /** Microseconds written in ms: `12.3 ms` for 12,300 µs. */
