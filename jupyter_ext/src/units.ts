@@ -18,9 +18,9 @@
  * Decimals round as Python's format() does: the exact binary value, and a
  * tie to the even digit (1.25 ms is `1.2 ms`, where toFixed writes `1.3`).
  *
- * The sidebar's own figures that no Python module formats alike (the GPU
- * card's W, °C and MB/s, chart ticks) are written here too, so no other file
- * of the sidebar formats a number.
+ * Figures model/units.py has no rule for (the GPU card's W, °C and MB/s,
+ * written as frontends/gpumonitor.py writes them; chart ticks; times of day)
+ * are written here too, so no other file of the sidebar formats a number.
  */
 
 /** What a missing figure reads as. */
