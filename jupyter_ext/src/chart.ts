@@ -10,6 +10,8 @@
  */
 import uPlot from 'uplot';
 
+import { byteTicks, percentTicks, timeTicks } from './units';
+
 export interface ISeriesSpec {
   label: string;
   stroke: string;
@@ -18,7 +20,7 @@ export interface ISeriesSpec {
 export interface IChartOptions {
   /** fixed y range (percentages); null: fit the data */
   yRange: [number, number] | null;
-  /** y tick labels: bytes (with MiB/GiB picked from the range) or percent */
+  /** y tick labels: bytes (in the unit picked from the range) or percent */
   yUnit: 'bytes' | '%';
   height?: number;
   /** draw each value until the next one (a step function, as memory over a cell is) */
@@ -29,11 +31,9 @@ const FONT_PX = 11;
 const FONT = `${FONT_PX}px system-ui, -apple-system, "Segoe UI", sans-serif`;
 const TICK = 4;
 const GAP = 4;
-const MiB = 1024 ** 2;
 /** y tick labels at least this far apart, and at most this many on a tall chart */
 const Y_TICK_PX = 24;
 const MAX_Y_TICKS = 7;
-const GiB = 1024 ** 3;
 
 /**
  * A CSS custom property's value: canvas colours cannot be `var(--...)` (the
@@ -54,60 +54,8 @@ function textWidth(text: string): number {
   return measureCtx.measureText(text).width;
 }
 
-const BYTE_UNITS: [number, string][] = [
-  [1024 ** 4, 'TiB'],
-  [GiB, 'GiB'],
-  [MiB, 'MiB'],
-  [1024, 'KiB'],
-  [1, 'B']
-];
-
-/** Byte tick steps: powers of two, so a step in KiB, MiB or GiB is written exactly (0.25, 64). */
+/** Byte tick steps: powers of two, so a step in any binary unit is written exactly (0.25, 64). */
 const BYTE_INCRS = [...Array(51).keys()].map(k => 2 ** k);
-/** the smallest step, in the label's unit, before the next smaller unit is taken */
-const MIN_STEP = 1 / 64;
-
-/**
- * Tick labels in one unit for the whole axis, each one different.
- *
- * The unit is the one the report writes the axis's top value in (155.5 MiB:
- * MiB, so ticks read "64 MiB", "128 MiB", not "0.063 GiB"), unless the ticks
- * are too close for it: 424.406 MiB of resident memory moving by a few KiB
- * has ticks 1 KiB apart, which in MiB would all read "424.406 MiB". Then the
- * largest unit in which the tick step is at least 1/64 is taken. As many
- * decimals as the step needs (at most three), so consecutive labels differ.
- */
-export function formatTicks(splits: number[], unit: 'bytes' | '%'): string[] {
-  if (unit === '%') {
-    return splits.map(v => `${v.toFixed(0)}%`);
-  }
-  const top = Math.max(...splits.map(Math.abs), 0);
-  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : top;
-  const smallest = BYTE_UNITS[BYTE_UNITS.length - 1];
-  const ofTop = BYTE_UNITS.find(([size]) => top >= size) ?? smallest;
-  const ofStep = step > 0 ? (BYTE_UNITS.find(([size]) => step / size >= MIN_STEP) ?? smallest) : ofTop;
-  const [div, name] = ofStep[0] < ofTop[0] ? ofStep : ofTop;
-  // as many decimals as the step has (0.25 -> 2), at most 3: 1/64 reads 0.016
-  const inUnit = step / div;
-  let decimals = 0;
-  while (decimals < 3 && Math.abs(inUnit * 10 ** decimals - Math.round(inUnit * 10 ** decimals)) > 1e-6) {
-    decimals++;
-  }
-  return splits.map(v => `${(v / div).toFixed(decimals)} ${name}`);
-}
-
-/** A time of day as the sidebar writes it everywhere (axes and text): 24-hour, hh:mm:ss. */
-export function clockTime(t: number, decimals = 0): string {
-  const whole = new Date(t * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
-  return decimals ? `${whole}.${(t % 1).toFixed(decimals).slice(2)}` : whole;
-}
-
-/** Time tick labels, with the fractions of a second a short span needs to tell them apart. */
-export function formatTimes(splits: number[]): string[] {
-  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 1;
-  const decimals = step >= 1 || step <= 0 ? 0 : Math.min(3, Math.ceil(-Math.log10(step) - 1e-9));
-  return splits.map(t => clockTime(t, decimals));
-}
 
 export class RollingChart {
   constructor(parent: HTMLElement, title: string, series: ISeriesSpec[], options: IChartOptions, windowSeconds: number) {
@@ -147,7 +95,7 @@ export class RollingChart {
             space: 64,
             size: FONT_PX + TICK + GAP + 6,
             values: (_u, splits) => {
-              const labels = formatTimes(splits);
+              const labels = timeTicks(splits);
               this.host.dataset.xTicks = labels.join('|'); // what a test reads, as for y
               return labels;
             }
@@ -158,7 +106,7 @@ export class RollingChart {
             space: (_u, _axis, _min, _max, plotPx) => Math.max(Y_TICK_PX, plotPx / MAX_Y_TICKS),
             ...(yUnit === 'bytes' ? { incrs: BYTE_INCRS } : {}),
             values: (_u, splits) => {
-              const labels = formatTicks(splits, yUnit);
+              const labels = yUnit === 'bytes' ? byteTicks(splits) : percentTicks(splits);
               this.host.dataset.yTicks = labels.join('|');
               return labels;
             },

@@ -28,9 +28,10 @@ import {
   openFeed,
   setSamplingInterval
 } from './api';
-import { clockTime, RollingChart } from './chart';
-import { bytesText, el, reportBytesText } from './dom';
+import { RollingChart } from './chart';
+import { el } from './dom';
 import { RunsSection } from './runs';
+import { clockTime, formatAgo, formatBytes, formatCelsius, formatMBps, formatPercent, formatWatts, MISSING } from './units';
 
 const WINDOW_SECONDS = 600;
 const LONG_POLL_SECONDS = 10;
@@ -39,22 +40,15 @@ const BACKOFF_MAX_SECONDS = 30;
 const INTERVALS = [0.5, 1, 2, 5, 10];
 const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 
-const GiB = 1024 ** 3;
 /** a run whose chart got no memory sample for this long (while the host's did) is marked stale */
 const RANK_STALE_S = 10;
 const RANK_CHART_MIN = 160;
 const RANK_CHART_MAX = 900;
 
-function na(value: number | null | undefined, fmt: (v: number) => string): string {
-  return value === null || value === undefined ? 'n/a' : fmt(value);
-}
 /** '' for a value the sampler did not send: an addition to a line that stands without it. */
 function opt(value: number | null | undefined, fmt: (v: number) => string): string {
   return value === null || value === undefined ? '' : fmt(value);
 }
-const pct = (v: number) => `${v.toFixed(0)}%`;
-const gib = (v: number) => `${(v / GiB).toFixed(1)} GiB`;
-const mbps = (v: number) => `${(v / 1e6).toFixed(0)} MB/s`;
 
 /** The sampler's metric keys, in the words the card uses for them. */
 const METRIC_NAMES: Record<string, string> = {
@@ -379,7 +373,7 @@ export class GpuMonitorPanel extends Widget {
     if (last) {
       requestAnimationFrame(() => {
         const latencyMs = Date.now() - last.t * 1000;
-        this.node.dataset.latencyMs = latencyMs.toFixed(0);
+        this.node.dataset.latencyMs = String(Math.round(latencyMs));
       });
     }
   }
@@ -390,8 +384,8 @@ export class GpuMonitorPanel extends Widget {
     this.status.textContent = s.gpu.status;
     const h = s.host;
     this.hostText.replaceChildren(
-      el('span', 'tl-host-cpu', `CPU ${na(h.cpu_percent, pct)} of ${h.cpu_count ?? 'n/a'} cores`),
-      el('span', 'tl-host-ram', `RAM ${na(h.ram_used, gib)} / ${na(h.ram_total, gib)}`)
+      el('span', 'tl-host-cpu', `CPU ${formatPercent(h.cpu_percent)} of ${h.cpu_count ?? MISSING} cores`),
+      el('span', 'tl-host-ram', `RAM ${formatBytes(h.ram_used)} / ${formatBytes(h.ram_total)}`)
     );
     const pidsNote = s.gpu.pids === 'host' ? s.gpu.pids_note ?? HOST_PIDS_NOTE : '';
     this.gpuBox.replaceChildren(...s.gpu.gpus.map(g => this.gpuCard(g, pidsNote)));
@@ -409,16 +403,16 @@ export class GpuMonitorPanel extends Widget {
       // which cuda:k this GPU is cannot be told here: say why, not a guess
       card.appendChild(el('div', 'tl-cuda-note tl-dim', `no CUDA ordinal: ${g.cuda_note}`));
     }
-    const power = `${na(g.power_w, v => `${v.toFixed(0)} W`)} / ${na(g.power_limit_w, v => `${v.toFixed(0)} W`)}`;
-    const reserved = opt(g.mem_reserved, v => ` (+ ${bytesText(v)} reserved by the driver)`);
-    const pcieAge = opt(g.pcie_age_s, v => ` (read ${v.toFixed(0)} s ago)`);
+    const power = `${formatWatts(g.power_w)} / ${formatWatts(g.power_limit_w)}`;
+    const reserved = opt(g.mem_reserved, v => ` (+ ${formatBytes(v)} reserved by the driver)`);
+    const pcieAge = opt(g.pcie_age_s, v => ` (read ${formatAgo(v)})`);
     const rows: [string, string][] = [
-      ['util', `${na(g.util_gpu, pct)} (mem ${na(g.util_mem, pct)})`],
-      ['memory', `${na(g.mem_used, gib)} / ${na(g.mem_total, gib)}${reserved}`],
-      ['temp', na(g.temp_c, v => `${v} °C`)],
+      ['util', `${formatPercent(g.util_gpu)} (mem ${formatPercent(g.util_mem)})`],
+      ['memory', `${formatBytes(g.mem_used)} / ${formatBytes(g.mem_total)}${reserved}`],
+      ['temp', formatCelsius(g.temp_c)],
       ['power', power],
-      ['PCIe', `tx ${na(g.pcie_tx_bps, mbps)} · rx ${na(g.pcie_rx_bps, mbps)}${pcieAge}`],
-      ['NVLink', `tx ${na(g.nvlink_tx_bps, mbps)} · rx ${na(g.nvlink_rx_bps, mbps)}`]
+      ['PCIe', `tx ${formatMBps(g.pcie_tx_bps)} · rx ${formatMBps(g.pcie_rx_bps)}${pcieAge}`],
+      ['NVLink', `tx ${formatMBps(g.nvlink_tx_bps)} · rx ${formatMBps(g.nvlink_rx_bps)}`]
     ];
     const table = el('table', 'tl-metrics');
     for (const [k, v] of rows) {
@@ -437,7 +431,7 @@ export class GpuMonitorPanel extends Widget {
       procs.appendChild(el('li', 'tl-pids-note tl-dim', pidsNote));
     }
     for (const p of g.processes) {
-      const item = el('li', '', `${p.pid} ${p.name ?? '?'}: ${na(p.mem_used, gib)}`);
+      const item = el('li', '', `${p.pid} ${p.name ?? '?'}: ${formatBytes(p.mem_used)}`);
       if (p.kernel) {
         // a kernel's own process, or one it started (DDP rank): say which kernel
         const who = `kernel ${p.kernel.slice(0, 8)}${p.kernel_child ? ' (child)' : ''}`;
@@ -536,7 +530,7 @@ export class GpuMonitorPanel extends Widget {
     let text = '';
     if (this.rankChart && this.rankFinished === this.rankRun) {
       state = 'finished';
-      const peak = this.rankPeak !== null ? `; peak ${reportBytesText(this.rankPeak)} allocated` : '';
+      const peak = this.rankPeak !== null ? `; peak ${formatBytes(this.rankPeak)} allocated` : '';
       text = `finished at ${clock(this.rankEnd)}: the line is the report\u2019s allocated memory${peak}`;
     } else if (this.rankChart && last && this.rankChartT > 0 && last.t - this.rankChartT > RANK_STALE_S) {
       state = 'stale';
@@ -619,7 +613,8 @@ export class GpuMonitorPanel extends Widget {
     const split = r.inactive_split ?? null;
     if (reserved !== null && reserved > 0) {
       const bar = el('div', 'tl-rank-bar');
-      const share = (v: number | null) => `${Math.max(0, Math.min(100, (100 * (v ?? 0)) / reserved)).toFixed(2)}%`;
+      // a bar's width in CSS, not a figure to read
+      const share = (v: number | null) => `${Math.max(0, Math.min(100, (100 * (v ?? 0)) / reserved))}%`;
       const alloc = el('span', 'tl-bar-alloc');
       alloc.style.width = share(r.allocated);
       const splitBar = el('span', 'tl-bar-split');
@@ -629,23 +624,23 @@ export class GpuMonitorPanel extends Widget {
       row.appendChild(bar);
     }
     // a number and its unit never part at a line break
-    const size = (v: number) => el('span', 'tl-nowrap', bytesText(v));
+    const size = (v: number) => el('span', 'tl-nowrap', formatBytes(v));
     const allocated = el('td', '');
-    allocated.append(r.allocated === null ? 'n/a' : size(r.allocated));
+    allocated.append(r.allocated === null ? MISSING : size(r.allocated));
     if (reserved !== null) {
       allocated.append(' of ', size(reserved), ' reserved');
     }
     const fragmentation = el('td', '');
     if (split === null) {
-      fragmentation.append('n/a');
+      fragmentation.append(MISSING);
     } else {
       if (reserved !== null && reserved > 0) {
-        fragmentation.append(el('span', 'tl-nowrap', `${((100 * split) / reserved).toFixed(1)}%`), ' · ');
+        fragmentation.append(el('span', 'tl-nowrap', formatPercent((100 * split) / reserved)), ' · ');
       }
       fragmentation.append(size(split), ' inactive split');
     }
     const largest = el('td', '');
-    largest.append(r.largest_free === null || r.largest_free === undefined ? 'n/a' : size(r.largest_free));
+    largest.append(r.largest_free === null || r.largest_free === undefined ? MISSING : size(r.largest_free));
     const table = el('table', 'tl-metrics tl-rank-metrics');
     for (const [key, label, cell] of [
       ['allocated', 'allocated', allocated],

@@ -8,7 +8,8 @@
  * server (the registry, live.json): all of it goes in as text.
  */
 import { fetchRuns, IRun, IRunLive, IRunRank, IRunsReply } from './api';
-import { el, reportBytesText } from './dom';
+import { el } from './dom';
+import { formatAgo, formatBytes, formatMs, MISSING } from './units';
 
 const POLL_MS = 2000;
 /** live.json older than this while the run is not over: said next to the run */
@@ -32,7 +33,11 @@ const MEMORY_NOTE: Record<string, string> = {
   rss: 'resident memory of the rank\u2019s process (measured; a CPU run\u2019s modelled allocator figure is not its memory)'
 };
 
-const ms = (v: number | null) => (v === null ? '-' : v.toFixed(1));
+/**
+ * A time in a column whose header says ms: `12.3`; no thousands separator, so
+ * a row of four-digit times fits the sidebar's default width.
+ */
+const ms = (v: number | null) => formatMs(v, { unit: false, grouping: false });
 
 /** The command as a shell would show it: words with spaces or quotes quoted. */
 function shellJoin(words: string[]): string {
@@ -75,13 +80,13 @@ function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
     // free to go under the number in a narrow sidebar
     // the number and its unit may go on two lines: "356.0 MiB" on one overflowed
     // the sidebar's default width, cutting the column (second walk)
-    td.append(reportBytesText(r.rss!), kind === 'rss' ? '' : ' rss');
+    td.append(formatBytes(r.rss), kind === 'rss' ? '' : ' rss');
     td.title = MEMORY_NOTE.rss;
   } else if (figure !== null) {
-    td.textContent = `${figure === 'modelled' ? '~' : ''}${reportBytesText(r.allocated!)}`;
+    td.textContent = `${figure === 'modelled' ? '~' : ''}${formatBytes(r.allocated)}`;
     td.title = MEMORY_NOTE[figure];
   } else {
-    td.textContent = '-';
+    td.textContent = MISSING;
   }
   return td;
 }
@@ -98,7 +103,8 @@ function rankRow(r: IRunRank, kind: MemoryKind): HTMLTableRowElement {
   tr.append(
     el('td', 'tl-num', String(r.rank)),
     stateCell,
-    el('td', 'tl-num', r.steps === null ? '-' : String(r.steps)),
+    // steps as the terminal's table writes them: no separator in a narrow column
+    el('td', 'tl-num', r.steps === null ? MISSING : String(r.steps)),
     el('td', 'tl-num', ms(r.step_ms)),
     el('td', 'tl-num', ms(r.data_ms)),
     memoryCell(r, kind)
@@ -159,10 +165,6 @@ function rankTable(ranks: IRunRank[]): HTMLElement {
   const box = el('div', 'tl-run-table');
   box.appendChild(table);
   return box;
-}
-
-function ago(seconds: number): string {
-  return seconds < 90 ? `${seconds.toFixed(0)} s ago` : `${(seconds / 60).toFixed(0)} min ago`;
 }
 
 function runCard(run: IRun): HTMLElement {
@@ -227,7 +229,7 @@ function liveFacts(run: IRun, live: IRunLive): HTMLElement {
   if (live.age_s !== null && run.state === 'running') {
     const stale = live.age_s > STALE_S;
     const sep = facts.length ? ' \u00b7 ' : '';
-    const age = el('span', stale ? 'tl-run-stale' : '', `${sep}updated ${ago(live.age_s)}`);
+    const age = el('span', stale ? 'tl-run-stale' : '', `${sep}updated ${formatAgo(live.age_s)}`);
     if (stale) {
       age.title = 'torchlens run has not rewritten live.json for a while';
     }

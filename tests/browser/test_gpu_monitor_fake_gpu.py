@@ -98,7 +98,7 @@ def test_card_shows_nvlink_rate_na_and_kernel_tag(
         # PCIe is read every 5 s: the row says how old its figures are
         assert re.search(r"\(read \d+ s ago\)$", cards.nth(0).locator("tr", has_text="PCIe").inner_text())
         memory = cards.nth(0).locator("tr", has_text="memory").inner_text()
-        assert memory.endswith("10.0 GiB / 40.0 GiB (+ 600 MiB reserved by the driver)")
+        assert memory.endswith("10.0 GiB / 40.0 GiB (+ 600.0 MiB reserved by the driver)")
         # two GPU models under CUDA's default FASTEST_FIRST: no cuda:k, and why
         for k in (0, 1):
             assert "(cuda:" not in cards.nth(k).locator(".tl-gpu-title").inner_text()

@@ -171,14 +171,14 @@ def test_profiled_ranks_show_allocator_memory_and_fragmentation(
         assert zero.locator(".tl-rank-source").inner_text() == "modelled (CPU)"
         note = page.locator(f"{PANEL} .tl-rank-mem-note").inner_text()
         assert note.startswith("Modelled, not measured: a CPU run has no CUDA allocator"), note
-        # every figure with its unit
+        # every figure with its unit, as the Python reports write it (model/units.py)
         assert metrics(zero) == {
-            "allocated": "180 MiB of 256 MiB reserved",
-            "fragmentation": "7.0% · 18.0 MiB inactive split",
+            "allocated": "180.0 MiB of 256.0 MiB reserved",
+            "fragmentation": "7% · 18.0 MiB inactive split",
             "largest_free": "40.0 MiB"}
         assert metrics(rows.nth(1)) == {
-            "allocated": "96.0 MiB of 128 MiB reserved",
-            "fragmentation": "1.2% · 1.50 MiB inactive split",
+            "allocated": "96.0 MiB of 128.0 MiB reserved",
+            "fragmentation": "1% · 1.5 MiB inactive split",
             "largest_free": "30.0 MiB"}
         # the bar: allocated and inactive split as shares of reserved
         alloc = zero.locator(".tl-bar-alloc").bounding_box()
@@ -216,8 +216,8 @@ def test_profiled_ranks_show_allocator_memory_and_fragmentation(
         notes = page.locator(f"{PANEL} .tl-rank-mem-note")
         assert notes.count() == 1 and notes.get_attribute("data-source") == "cuda"
         assert metrics(rows.nth(0)) == {
-            "allocated": "3.00 GiB of 4.00 GiB reserved",
-            "fragmentation": "7.3% · 300 MiB inactive split",
+            "allocated": "3.0 GiB of 4.0 GiB reserved",
+            "fragmentation": "7% · 300.0 MiB inactive split",
             "largest_free": "n/a"}
     finally:
         page.close()
