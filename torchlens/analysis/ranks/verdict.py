@@ -48,7 +48,19 @@ from torchlens.analysis.ranks.steps import (
     per_rank_memory,
     rank_table,
 )
-from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding, as_finding
+from torchlens.model.findings import (
+    FAILED,
+    FAILED_RANK,
+    INFO,
+    LOST_NODE,
+    MEMORY_CREEP,
+    NO_STEPS,
+    WAITING,
+    WARNING,
+    Figure,
+    Finding,
+    as_finding,
+)
 from torchlens.model.records import without_setup
 from torchlens.model.units import format_bytes
 
@@ -179,25 +191,26 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
             return Finding(FAILED, f"{where} was lost: {what}",
                            advice="the other ranks' data is kept; look at torchrun's exit "
                                   "codes (-9: killed) and the kernel log (dmesg) for the "
-                                  "OOM killer")
+                                  "OOM killer", code=LOST_NODE)
         return Finding(FAILED, f"{where} was lost: {what}",
                        advice="the other ranks' data is kept; look at that node's torchrun "
-                              "log and network")
+                              "log and network", code=LOST_NODE)
     if failed:
         row = failed[0]
         if peer_gone(row["error"]):  # no rank said why: its peer's words, not gloo's page
             return Finding(FAILED, stopped_when(f"rank {row['rank']}", None, row["error"]),
-                           advice="look at the other ranks' logs for the one that ended first")
+                           advice="look at the other ranks' logs for the one that ended first",
+                           code=FAILED_RANK)
         return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
-                       advice=f"look at rank {row['rank']}'s log")
+                       advice=f"look at rank {row['rank']}'s log", code=FAILED_RANK)
     if not any(snap["steps"]):
         how = ("a torchrun rank attaches when it starts, any other at its first "
                "torchlens.step()")
         if ended:  # nothing more will come: not "waiting"
             return Finding(WARNING, no_step_words(attached, snap["world_size"], how),
-                           (Figure("attached", attached),))
+                           (Figure("attached", attached),), code=NO_STEPS)
         return Finding(INFO, f"waiting for steps: {attached} of {snap['world_size'] or '?'} "
-                       f"ranks attached ({how})", (Figure("attached", attached),))
+                       f"ranks attached ({how})", (Figure("attached", attached),), code=WAITING)
     if creep and (slow.rank is None or weak(slow.finding)):
         return creep_finding(creep[0])
     return slow.finding
@@ -211,7 +224,7 @@ def creep_finding(c: MemoryCreep) -> Finding:
                    (Figure("rank", c.rank), Figure("bytes_per_step", c.bytes_per_step, "B"),
                     Figure("steps", c.steps)),
                    f"look for tensors kept across steps on rank {c.rank} (losses kept "
-                   "with their graph, growing lists)")
+                   "with their graph, growing lists)", code=MEMORY_CREEP)
 
 
 def steps_found_by(ranks: list[dict[str, Any] | None]) -> str:

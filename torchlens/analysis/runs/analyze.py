@@ -18,11 +18,9 @@ from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.analysis.runs.fsdp import fsdp_rows
 from torchlens.formats.run_folder.files import MANIFEST
 from torchlens.model import Profile
-from torchlens.model.findings import INFO, WARNING, Figure, Finding, as_finding
+from torchlens.model.findings import INFO, SLOW_RANK, WARNING, Figure, Finding
 from torchlens.model.units import format_percent, format_us_as_ms
 
-#: the title of the step records' slow-rank verdict (the ``%ddp_check`` checklist's)
-SLOW_TITLE = "slow rank"
 #: under every view of the temporal breakdown: a user holding HTA's figures
 #: beside ours sees different last digits on an ns-resolution trace, and why
 NS_NOTE = ("times as the trace recorded them, to the nanosecond; HTA rounds an "
@@ -194,10 +192,9 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.queues = run_launches.queue_rows(ranks)
     a.memory_bw = run_launches.memory_bw_rows(ranks)
     # what stopped the run, the slow-rank verdict of the folder's step
-    # records (a finding's dict) and the collector's notes (sentences) lead
-    notes = [f for n in getattr(payload, "notes", None) or []
-             if (f := as_finding(n if isinstance(n, dict) else str(n), INFO)) is not None]
-    verdict = next((f for f in notes if f.title == SLOW_TITLE), None)
+    # records and the collector's notes lead (``verdict.leading_findings``)
+    notes = list(getattr(payload, "notes", None) or [])
+    verdict = next((f for f in notes if f.code == SLOW_RANK), None)
     if verdict is not None:
         a.stragglers = why.with_verdict(a.stragglers, verdict)
     a.findings = notes + findings(a, ranks, verdict is not None)
