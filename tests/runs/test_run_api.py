@@ -30,7 +30,7 @@ def test_analyze_json_has_every_rank_and_names_what_it_could_not_use(two_ranks, 
     (two_ranks / "rank_5.json.gz").write_bytes(gzip.compress(gzip.decompress(cut)[:200_000]))
     assert main(["analyze", str(two_ranks), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)  # strict JSON: no NaN
-    assert doc["schema"] == 1 and doc["ranks"] == [0, 1] and doc["world_size"] == 128
+    assert doc["schema"] == 2 and doc["ranks"] == [0, 1] and doc["world_size"] == 128
     kinds = {(p["kind"], p["path"].rsplit("/", 1)[-1]) for p in doc["problems"]}
     assert ("not a trace", "notes.json") in kinds and ("truncated", "rank_5.json.gz") in kinds
     assert any(k == "missing rank" for k, _ in kinds)

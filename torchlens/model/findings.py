@@ -115,6 +115,31 @@ class Finding:
         return str(self)
 
 
+class FindingLine(str):
+    """A finding as the line a user reads (``str(Finding)``: a plain ``str``
+    everywhere a string is expected) that keeps its ``finding``, so a script
+    picks findings by ``code`` and ``severity``, never by their words."""
+
+    finding: Finding
+
+    def __new__(cls, finding: Finding) -> FindingLine:
+        line = super().__new__(cls, str(finding))
+        line.finding = finding
+        return line
+
+    @property
+    def code(self) -> str:
+        return self.finding.code
+
+    @property
+    def severity(self) -> str:
+        return self.finding.severity
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``--json`` gives: the finding's ``to_dict`` and the line as ``text``."""
+        return {**self.finding.to_dict(), "text": str(self)}
+
+
 def as_finding(value: Finding | str | dict[str, Any] | None,
                severity: str = INFO, code: str = "") -> Finding | None:
     """A ``Finding`` from what a saved file or an older one holds: a plain

@@ -55,6 +55,7 @@ from torchlens.model.findings import (
     LOST_NODE,
     MEMORY_CREEP,
     NO_STEPS,
+    SLOW_RANK,
     WAITING,
     WARNING,
     Figure,
@@ -323,7 +324,8 @@ def live_status(view: RunView) -> dict[str, Any]:
         out["ended"] = ended_reason(out)
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached,
-            "verdict": str(view.verdict), "severity": view.verdict.severity,
+            "verdict": str(view.verdict), "verdict_code": view.verdict.code,
+            "severity": view.verdict.severity,
             "slow_rank": view.slow.rank, "slow_finding": view.slow.finding.to_dict(),
             "notes": list(view.notes),
             "ranks": rows, "order": list(view.order),
@@ -356,11 +358,13 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
     severity = (saved.get("finding") or {}).get("severity")
     slow = saved.get("rank")
     slow_finding = saved.get("finding")
+    code = manifest.get("verdict_code")
     if not said and sum(1 for s in steps if s) >= 2:
         judged = slow_rank(steps)
         said, severity, slow = str(judged.finding), judged.finding.severity, judged.rank
-        slow_finding = judged.finding.to_dict()
-    elif said and said != str(as_finding(saved.get("finding"))):
+        slow_finding, code = judged.finding.to_dict(), judged.finding.code
+    elif said and (code != SLOW_RANK if code is not None  # older manifests: by its words
+                   else said != str(as_finding(saved.get("finding")))):
         severity = None  # the verdict is not the slow rank's (a lost node, a failure)
     rows = []
     for entry in manifest.get("ranks") or []:
@@ -375,7 +379,7 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
         row["ended"] = ended_reason(row)
         rows.append(row)
     return {"world_size": manifest.get("world_size"), "attached": len(rows),
-            "verdict": said, "severity": severity, "slow_rank": slow,
+            "verdict": said, "verdict_code": code, "severity": severity, "slow_rank": slow,
             "slow_finding": slow_finding, "ranks": rows,
             "notes": [n for n in manifest.get("notes") or [] if isinstance(n, str)],
             "restarts": manifest.get("restarts") or [],

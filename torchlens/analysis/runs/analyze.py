@@ -95,7 +95,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
                 WARNING, f"rank {worst['rank']}'s GPU was idle {format_percent(worst['idle_pct'])} of "
                 f"its timeline, against {format_percent(median)} for the median rank",
                 (Figure("idle_pct", worst["idle_pct"], "%"),
-                 Figure("median_idle_pct", median, "%"))))
+                 Figure("median_idle_pct", median, "%")), code="idle_rank"))
     # a run folder's verdict judged the ranks' step times over every recorded
     # step: one profiled step's skew (where, in DDP, each rank's wall time
     # includes its wait for the others) would name another rank
@@ -109,7 +109,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
                 f"({format_us_as_ms(worst_step['median_us'])})",
                 (Figure("max_us", worst_step["max_us"], "µs"),
                  Figure("median_us", worst_step["median_us"], "µs"),
-                 Figure("skew_pct", worst_step["skew_pct"], "%"))))
+                 Figure("skew_pct", worst_step["skew_pct"], "%")), code="step_skew"))
     # only where there is compute that could hide it and communication worth hiding
     busy = {r["rank"] for r in a.temporal
             if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
@@ -119,7 +119,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
         out.append(Finding(
             INFO, f"compute hides little of the communication: median overlap "
             f"{format_percent(overlaps[len(overlaps) // 2])} of communication time",
-            (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),)))
+            (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),), code="low_overlap"))
     out += exposed_all_gather(a.collective_overlap)
     return out + problem_findings(a.problems)
 
@@ -130,13 +130,14 @@ def problem_findings(problems: list[dict[str, Any]]) -> list[Finding]:
     damaged_files``), then how many other problems there were."""
     lost = [p for p in problems if p["kind"] in ("unreadable", "missing")
             and os.path.basename(p["path"]) == MANIFEST]
-    out = [Finding(WARNING, p["message"].rstrip(".")) for p in lost]
+    out = [Finding(WARNING, p["message"].rstrip("."), code="manifest_lost") for p in lost]
     rest = [p for p in problems if p not in lost]
     if rest:
         kinds = sorted({p["kind"] for p in rest})
         out.append(Finding(
             WARNING, f"{len(rest)} input problem(s) ({', '.join(kinds)}): see the list "
-            "below; what could be read was analysed", (Figure("problems", len(rest)),)))
+            "below; what could be read was analysed", (Figure("problems", len(rest)),),
+            code="input_problems"))
     return out
 
 

@@ -204,7 +204,7 @@ def _slow_steps(steps: pd.DataFrame) -> Finding | None:
          Figure("worst_step_us", float(worst.dur_us), "µs"),
          Figure("median_step_us", median, "µs"),
          Figure("ratio", float(worst.dur_us / median), "x")),
-        why, f"Slow {plural(len(slow), 'step')}: {names}")
+        why, f"Slow {plural(len(slow), 'step')}: {names}", code="slow_steps")
 
 
 def _dominant_op(ops: pd.DataFrame) -> Finding | None:
@@ -222,4 +222,4 @@ def _dominant_op(ops: pd.DataFrame) -> Finding | None:
         (Figure("op", name), Figure("self_cpu_share", share, "share"),
          Figure("self_cpu_us", float(by_name.max()), "µs")),
         "Start with it: optimizing anything else cannot help much.",
-        f"One op dominates CPU time: {name}")
+        f"One op dominates CPU time: {name}", code="dominant_op")

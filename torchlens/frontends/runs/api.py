@@ -42,9 +42,11 @@ from torchlens.frontends.runs.damaged_files import (
 )
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
+from torchlens.model.findings import FindingLine
 from torchlens.model.payloads import RunPayload
 
-SCHEMA_VERSION = 1
+#: 2: each finding is an object with its code (it was the sentence alone)
+SCHEMA_VERSION = 2
 #: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
 JSON_TABLES = ("temporal", "idle", "overlap", "kernels", "top_kernels", "steps", "step_skew",
                "stragglers", "clocks", "launches", "launch_outliers", "launch_kernels",
@@ -130,7 +132,10 @@ JSON_SCHEMA = {
     "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
                  "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
                  "(HTA's get_memory_bw_summary)",
-    "findings": "plain sentences (each with what to do, where there is something): "
+    "findings": "one object per finding: code (its kind, stable: slow_rank, memory_creep, "
+                "lost_node, failed_rank, straggler, step_skew, ...), severity, sentence, "
+                "figures [{name, value, unit}], advice, title, details, and text (the "
+                "sentence with what to do, as the report says it), most telling first: "
                 "the slow ranks (arrived last far more often than chance with at least "
                 "1 ms of others' wait) and their likely cause, and collective sequences "
                 "that disagree",
@@ -316,7 +321,7 @@ class RunResult(Result):
                 **{key: getattr(a, key) for key in JSON_TABLES},
                 "collectives": rows[:MAX_JSON_COLLECTIVES],
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
-                "findings": self.findings()}
+                "findings": [f.to_dict() for f in self.findings()]}
 
     def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:
         """This run (A) against ``other`` (B: a RunResult, or what ``load_run``
@@ -330,12 +335,13 @@ class RunResult(Result):
                              "totals to compare; load it again without tables_only.")
         return DiffResult.of(self, other)
 
-    def findings(self) -> list[str]:
+    def findings(self) -> list[FindingLine]:
         """The report's findings, each as one line: its sentence with its
-        figures, and what to do where there is something (``str(Finding)``)."""
-        return [str(f) for f in self.analysis().findings]
+        figures, and what to do where there is something (``str(Finding)``),
+        a string that keeps its ``code``, ``severity`` and ``finding``."""
+        return [FindingLine(f) for f in self.analysis().findings]
 
-    def hints(self) -> list[str]:
+    def hints(self) -> list[FindingLine]:
         """A run's known problems: its ``findings()`` (the word a run's report uses)."""
         return self.findings()
 
