@@ -10,8 +10,8 @@ from typing import Any
 from torchlens.analysis.ranks.slow import SlowRank, slow_rank
 from torchlens.analysis.ranks.steps import memory_creep, rank_table
 from torchlens.model import DdpRun
-from torchlens.model.payloads import RankProfiling
 from torchlens.model.findings import NA, PASSED, WARNING, Finding
+from torchlens.model.payloads import RankProfiling
 from torchlens.model.units import format_bytes, format_percent
 
 
