@@ -54,6 +54,41 @@ class RunAnalysis:
     collective_overlap: list[dict[str, Any]] = field(default_factory=list)
     #: FSDP ranks' parameter and optimizer memory (``fsdp.fsdp_rows``); empty without FSDP
     fsdp: list[dict[str, Any]] = field(default_factory=list)
+    #: table name (``stragglers``, ``step_skew``) -> what it is evidence for and
+    #: over which window (``evidence``): said under the table
+    evidence: dict[str, str] = field(default_factory=dict)
+
+
+def evidence(a: RunAnalysis, judged: Finding | None) -> dict[str, str]:
+    """What the stragglers and step-skew tables are evidence for, and their
+    window: the slow rank has one verdict, the run folder's step records'
+    (``judged``, ``analysis.ranks.slow``) when it has them, else the
+    collective-arrival test's (``slow_ranks.findings``); these tables show what
+    it rests on, never a second verdict."""
+    profiled = len({row["step"] for row in a.steps})
+    window = (f"the {profiled} profiled step(s) in the traces" if profiled
+              else "the collectives in the traces")
+    named = judged.value("rank") if judged is not None else None
+    steps = judged.value("steps_compared") if judged is not None else None
+    over = f" over {steps} steps" if steps else ""
+    if judged is None:
+        said = ("the slow-rank test (a rank that arrived last far more often than chance, "
+                f"with at least 1 ms of others' wait, is a finding above), over {window}")
+    elif isinstance(named, int):
+        said = (f"evidence for the verdict above (rank {named}, judged from the step "
+                f"records{over}); arrivals over {window}; rank {named}'s wait is the "
+                "verdict's, per step over its steps")
+    else:
+        said = (f"the verdict above names no slow rank (judged from the step "
+                f"records{over}); arrivals over {window}")
+    out = {"stragglers": f"Window and role: {said}."}
+    if a.step_skew:
+        out["step_skew"] = (
+            f"Window and role: {window}, each rank's wall time per step; it includes the "
+            "rank's waits for the others, so the longest is not the slow rank: "
+            + ("the verdict above names it." if isinstance(named, int)
+               else "the findings above say whether one stands out."))
+    return out
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -103,7 +138,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
         worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
         if (worst_step["skew_pct"] or 0) >= 5:
             out.append(Finding(
-                WARNING, f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
+                WARNING, f"step {worst_step['step']}: rank {worst_step['longest_rank']} took "
                 f"{format_us_as_ms(worst_step['max_us'])}, "
                 f"{format_percent(worst_step['skew_pct'])} longer than the median rank "
                 f"({format_us_as_ms(worst_step['median_us'])})",
@@ -199,4 +234,5 @@ def analyze(profile: Profile) -> RunAnalysis:
     if verdict is not None:
         a.stragglers = why.with_verdict(a.stragglers, verdict)
     a.findings = notes + findings(a, ranks, verdict is not None)
+    a.evidence = evidence(a, verdict)
     return a

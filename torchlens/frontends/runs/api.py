@@ -80,8 +80,9 @@ JSON_SCHEMA = {
     "top_kernels": "per rank, kind and name: count, total_us",
     "steps": "per rank and ProfilerStep: dur_us and us per role (kernel, memcpy, memset, "
              "runtime, dataloader, cpu_exec, other, comm): the %%torchprof breakdown",
-    "step_skew": "per step number present on every rank: median_us, max_us, slowest rank, "
-                 "skew_pct = (max - median) / median",
+    "step_skew": "per step number present on every rank: median_us, max_us, longest_rank "
+                 "(the rank whose wall time, waits included, was longest: evidence, not the "
+                 "slow-rank verdict), skew_pct = (max - median) / median",
     "collectives": "per collective matched across ranks by (trace, seq), at most "
                    f"{MAX_JSON_COLLECTIVES}: trace, seq, name, mismatch (null, or what the "
                    "ranks disagree on: then nothing is paired), ranks, missing, bytes, n, "
@@ -97,9 +98,10 @@ JSON_SCHEMA = {
     "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
                   "last), last_pct, caused_us (every other rank's wait, summed), "
                   "caused_each_us and caused_mean_us (one other rank's wait: in all, per "
-                  "collective it was last at), waited_us, wait_per_step_us (one other rank's "
-                  "wait per step: the slow-rank verdict's own figure where the run folder's "
-                  "step records judged it); "
+                  "collective it was last at; null for the rank the run folder's verdict "
+                  "names: its one wait figure is the verdict's), waited_us, wait_per_step_us "
+                  "(one other rank's wait per step: the slow-rank verdict's own figure, over "
+                  "its steps, where the run folder's step records judged it); "
                   "for a rank that arrived last: cause (the step-breakdown role that stands "
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
