@@ -118,3 +118,18 @@ def test_a_run_that_did_not_fail_keeps_its_verdict_as_a_sentence(tmp_path, trace
     notes = collector_notes(read_manifest(str(run)))
     assert str(notes[0]) == "torchlens run (every step of every rank): rank 1 is the slow rank: "\
         "x; look at y"
+
+
+@pytest.mark.parametrize("code, failed", [("failed_rank", True), ("slow_rank", False)])
+def test_the_manifests_verdict_code_says_what_stopped_the_run(tmp_path, traces_dir, code,
+                                                              failed) -> None:
+    """The collector saves its verdict's code: that, not the words, says
+    whether the verdict is a failure the report leads with."""
+    from torchlens.formats.run_folder.manifest import read_manifest
+
+    said = "rank 1 could not go on: RuntimeError: boom; look at rank 1's log"
+    first = collector_notes(read_manifest(str(_folder(tmp_path, traces_dir, verdict=said,
+                                                      verdict_code=code))))[0]
+    assert (first.severity == FAILED) is failed
+    assert first.code == (code if failed else "collector_note")
+    assert first.details.get("verdict_code", code) == code
