@@ -213,3 +213,55 @@ def test_no_module_uses_another_modules_private_names(scope):
         f"{scope}: modules use other modules' private (underscore) names; make the name "
         "public where it is defined, or move it to where both can use it:\n  "
         + "\n  ".join(offending))
+
+
+# ------------------------------------------------------- front ends never judge
+#: what a front end may take from ``torchlens.model.findings``: the line a
+#: result hands out and the reader of a finding a saved file holds
+FRONTEND_FINDING_NAMES = {"FindingLine", "as_finding"}
+#: the rules that judge a run: a front end calls the kinds' entry points in
+#: analysis (``analysis.runs.verdict.folder_verdict``, ``analysis.ddp.profiled.
+#: profiled_slow_rank``, ...), never these
+JUDGES = {"slow_rank", "weak", "slow_rank_finding", "memory_creep", "creep_finding",
+          "collector_notes", "failure_finding", "folder_slow_rank", "verdict_findings",
+          "leading_findings", "straggler_rows", "findings", "checklist"}
+
+
+def judging(source: str) -> list[tuple[int, str]]:
+    """Where ``source`` builds a finding (a call of ``Finding``), imports what
+    only analysis may (a severity, ``Finding`` itself) from the findings
+    module, or imports one of ``JUDGES``: (line, what)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else \
+                func.attr if isinstance(func, ast.Attribute) else ""
+            if name == "Finding":
+                bad.append((node.lineno, "Finding("))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchlens"):
+            for alias in node.names:
+                if (node.module == "torchlens.model.findings"
+                        and alias.name not in FRONTEND_FINDING_NAMES) or alias.name in JUDGES:
+                    bad.append((node.lineno, f"{node.module}.{alias.name}"))
+    return bad
+
+
+def test_judging_checker_catches_each_form():
+    source = ("from torchlens.model.findings import WARNING, FindingLine, as_finding\n"
+              "from torchlens.analysis.ranks.slow import slow_rank\n"
+              "from torchlens.analysis.runs.verdict import folder_verdict\n"
+              "import torchlens.model.findings as f\n"
+              "x = f.Finding('info', 'said here')\n")
+    assert judging(source) == [(1, "torchlens.model.findings.WARNING"),
+                               (2, "torchlens.analysis.ranks.slow.slow_rank"),
+                               (5, "Finding(")]
+
+
+def test_front_ends_never_judge():
+    """Every verdict and finding a view shows is worked out in analysis; a
+    front end loads, dispatches and shows it."""
+    offending = [f"{path.relative_to(PACKAGE.parent)}:{line} {what}"
+                 for name, path in _all_modules().items() if _under(name, "torchlens.frontends")
+                 for line, what in judging(path.read_text(encoding="utf-8"))]
+    assert not offending, "front ends judge:\n  " + "\n  ".join(offending)

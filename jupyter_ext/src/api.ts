@@ -189,6 +189,8 @@ export interface IRunLive {
   age_s: number | null;
   world_size: number | null;
   verdict: string;
+  /** the verdict's kind (a Finding's code: waiting, no_steps, slow_rank, lost_node, ...) */
+  verdict_code: string | null;
   ended: boolean;
   restarts: number;
   dropped: number;

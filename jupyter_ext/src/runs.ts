@@ -200,17 +200,20 @@ function attachedRanks(live: IRunLive): IRunRank[] {
   return live.ranks.filter(r => r.state !== null && r.state !== 'waiting');
 }
 
+/** Verdicts (their codes, analysis/ranks/verdict.py) that say how many ranks attached. */
+const SAYS_ATTACHED = new Set(['waiting', 'no_steps']);
+
 /**
  * "2 of 4 ranks attached" in the verdict's own words (analysis/ranks/verdict.py):
  * a rank is attached once it has reported; a world size of 0 or null is not
- * known yet and shows as "?". While waiting the verdict already says it, so
- * the count is not repeated.
+ * known yet and shows as "?". While waiting (and when no step was recorded)
+ * the verdict already says it, so the count is not repeated.
  */
 function rankCountText(live: IRunLive): string {
   const attached = attachedRanks(live);
   const known = live.world_size !== null && live.world_size > 0 ? live.world_size : '?';
   const count = `${attached.length} of ${known} ranks attached`;
-  return live.verdict.includes('ranks attached') ? '' : count;
+  return SAYS_ATTACHED.has(live.verdict_code ?? '') ? '' : count;
 }
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;

@@ -14,6 +14,7 @@ import html
 import re
 from statistics import median
 
+import pandas as pd
 import pytest
 from bokeh.models import Div
 
@@ -183,10 +184,10 @@ def test_the_stragglers_wait_per_step_is_the_verdicts(straggler):
     run = load_run(str(run_dir), workers=1)
     row = run.stragglers().set_index("rank").loc[2]
     assert row["wait_per_step_us"] == pytest.approx(said.value("wait_per_step_ms") * 1e3)
-    # per collective it was last at: one other rank's wait, not the sum of both
-    rows = [r for r in run.analysis().collectives if r["last_rank"] == 2]
-    each = sum(r["total_wait_us"] / (len(r["waits_us"]) - 1) for r in rows) / len(rows)
-    assert row["caused_mean_us"] == pytest.approx(each)
+    # one wait figure per rank and window: no per-collective wait of the
+    # profiled steps beside the verdict's (a walk read 77.3 ms per collective
+    # beside 30.5 ms per step for one rank)
+    assert pd.isna(row["caused_mean_us"]) and pd.isna(row["caused_each_us"])
 
 
 def test_no_profiled_step_names_another_slow_rank(straggler):

@@ -124,7 +124,10 @@ def test_a_version_1_manifest_of_torchlens_run_reads(tmp_path: Path) -> None:
     assert m.nodes == [NodeEntry(node=0, host="gpu7", ranks=[0, 1])]
     assert m.live.frames == 14 and m.slow_rank["rank"] == 1
     assert m.restarts[0]["label"] == "restart 1: rank 1 failed"
-    assert collector_notes(m) == [
+    notes = collector_notes(m)
+    assert [n.code for n in notes] == ["collector_note", "lost_node", "run_ended", "restart",
+                                       "collector_note"]
+    assert [str(n) for n in notes] == [
         "torchlens run (every step of every rank): rank 1 is the straggler: its data "
         "loading takes 40.0 ms per step",
         "lost node 1 (gpu8) at step 7",

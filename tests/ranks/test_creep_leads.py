@@ -9,8 +9,8 @@ import dataclasses
 from torchlens.analysis.ranks.slow import slow_rank_finding, weak
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding, run_view
+from torchlens.analysis.runs.verdict import leading_findings
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
-from torchlens.frontends.runs.api import folder_verdict
 from torchlens.model.findings import Figure
 from torchlens.model.records import StepRecord
 
@@ -62,13 +62,20 @@ def test_the_run_report_names_the_creep_and_orders_it_the_same_way() -> None:
     view = run_view(_snap())
     creep = view.creep[0]
     manifest = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(view.verdict),
+                        verdict_code=view.verdict.code,
                         memory_creep=[dataclasses.asdict(creep)])
-    findings, left = folder_verdict(view.slow, manifest)
-    assert [f["sentence"].split(":")[0] for f in findings] == [
+    findings = leading_findings(view.slow, manifest, [], "")
+    assert [f.code for f in findings] == ["memory_creep", "slow_rank"]
+    assert [f.sentence.split(":")[0] for f in findings] == [
         "rank 0's memory creeps", "rank 1 is the slow rank"]
-    assert findings[0]["sentence"] == creep_finding(creep).sentence
-    assert left.verdict is None  # said once, not again as the collector's words
+    assert findings[0].sentence == creep_finding(creep).sentence
+    # said once, not again as the collector's words (nor, in an older
+    # manifest without the verdict's code, by its words)
+    older = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(view.verdict),
+                     memory_creep=[dataclasses.asdict(creep)])
+    assert [f.code for f in leading_findings(view.slow, older, [], "")] == [
+        "memory_creep", "slow_rank"]
     # without a slow rank the creep is still there
-    alone, _ = folder_verdict(None, manifest)
-    assert alone[0]["sentence"] == creep_finding(creep).sentence
+    alone = leading_findings(None, manifest, [], "")
+    assert alone[0].sentence == creep_finding(creep).sentence
     assert isinstance(MemoryCreep(**dataclasses.asdict(creep)), MemoryCreep)

@@ -51,6 +51,6 @@ def test_the_report_calls_one_steps_median_over_ranks_by_another_name() -> None:
     from torchlens.render.runs.report import SKEW
 
     html = str(tables.html_table([{"step": 4, "ranks": 2, "median_us": 30_500.0,
-                                   "max_us": 31_000.0, "slowest_rank": 1,
+                                   "max_us": 31_000.0, "longest_rank": 1,
                                    "skew_pct": 1.6}], SKEW))
     assert "median of the ranks" in html and "median step" not in html

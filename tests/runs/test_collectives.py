@@ -366,7 +366,9 @@ def test_analyze_json_carries_collectives_stragglers_and_findings(tmp_path, caps
     assert len(doc["collectives"]) == 5 and doc["collectives_left_out"] == 3
     assert doc["collectives"][0]["waits_us"]["2"] == 0.0
     assert doc["stragglers"][0]["rank"] == 2
-    assert len(doc["findings"]) == 1 and doc["findings"][0].startswith("rank 2 ")
+    (found,) = doc["findings"]
+    assert found["code"] == "slow_rank" and found["text"].startswith("rank 2 ")
+    assert found["text"] == found["sentence"] + "; " + found["advice"]
     assert {"collectives", "collectives_left_out", "stragglers", "findings"} <= set(
         run_api.JSON_SCHEMA)
     row = doc["collectives"][0]

@@ -50,9 +50,9 @@ def test_the_collectors_failure_verdict_is_a_failed_finding(tmp_path, traces_dir
 
     notes = collector_notes(read_manifest(str(_folder(tmp_path, traces_dir))))
     first = notes[0]
-    assert isinstance(first, dict) and first["severity"] == FAILED, notes
-    assert first["sentence"] == f"rank 1 failed: {BOOM}"
-    assert first["advice"] == "look at rank 1's log" and first["title"]
+    assert first.severity == FAILED and first.code == "failed_rank", notes
+    assert first.sentence == f"rank 1 failed: {BOOM}"
+    assert first.advice == "look at rank 1's log" and first.title
 
 
 def test_a_crashed_runs_report_leads_with_the_failure(tmp_path, traces_dir) -> None:
@@ -83,11 +83,11 @@ def test_a_lost_node_is_failed_too(tmp_path, traces_dir) -> None:
     m = read_manifest(str(_folder(tmp_path, traces_dir, verdict=lost, lost_nodes=[
         {"node": 1, "host": "gpu8", "words": "node 1 (host gpu8): rank 1 stopped sending"}])))
     first = collector_notes(m)[0]
-    assert first["severity"] == FAILED
-    assert first["sentence"] == ("node 1 (host gpu8) was lost: rank 1 stopped sending at step 7 "
-                                 "(no heartbeat, no goodbye)")
-    assert first["advice"] == ("the other ranks' data is kept; look at that node's torchrun "
-                               "log and network")
+    assert first.severity == FAILED and first.code == "lost_node"
+    assert first.sentence == ("node 1 (host gpu8) was lost: rank 1 stopped sending at step 7 "
+                              "(no heartbeat, no goodbye)")
+    assert first.advice == ("the other ranks' data is kept; look at that node's torchrun "
+                            "log and network")
 
 
 def test_a_killed_rank_leads_as_a_lost_rank(tmp_path, traces_dir) -> None:
@@ -103,9 +103,9 @@ def test_a_killed_rank_leads_as_a_lost_rank(tmp_path, traces_dir) -> None:
         {"node": 0, "host": "vm", "ranks": [1], "words": "rank 1: it stopped sending",
          "whole_node": False}])))
     first = collector_notes(m)[0]
-    assert first["severity"] == FAILED and first["title"] == "lost rank"
-    assert first["sentence"].startswith("rank 1 was lost: it stopped sending at step 7")
-    assert first["advice"].startswith("the other ranks' data is kept; look at torchrun's exit")
+    assert first.severity == FAILED and first.title == "lost rank" and first.code == "lost_node"
+    assert first.sentence.startswith("rank 1 was lost: it stopped sending at step 7")
+    assert first.advice.startswith("the other ranks' data is kept; look at torchrun's exit")
 
 
 @pytest.mark.parametrize("state", ["finished", "ended by its agent"])
@@ -116,5 +116,20 @@ def test_a_run_that_did_not_fail_keeps_its_verdict_as_a_sentence(tmp_path, trace
     run = _folder(tmp_path, traces_dir, verdict="rank 1 is the slow rank: x; look at y",
                   ranks=[RankEntry(rank=r, state=state) for r in (0, 1)])
     notes = collector_notes(read_manifest(str(run)))
-    assert notes[0] == "torchlens run (every step of every rank): rank 1 is the slow rank: x; "\
-        "look at y"
+    assert str(notes[0]) == "torchlens run (every step of every rank): rank 1 is the slow rank: "\
+        "x; look at y"
+
+
+@pytest.mark.parametrize("code, failed", [("failed_rank", True), ("slow_rank", False)])
+def test_the_manifests_verdict_code_says_what_stopped_the_run(tmp_path, traces_dir, code,
+                                                              failed) -> None:
+    """The collector saves its verdict's code: that, not the words, says
+    whether the verdict is a failure the report leads with."""
+    from torchlens.formats.run_folder.manifest import read_manifest
+
+    said = "rank 1 could not go on: RuntimeError: boom; look at rank 1's log"
+    first = collector_notes(read_manifest(str(_folder(tmp_path, traces_dir, verdict=said,
+                                                      verdict_code=code))))[0]
+    assert (first.severity == FAILED) is failed
+    assert first.code == (code if failed else "collector_note")
+    assert first.details.get("verdict_code", code) == code

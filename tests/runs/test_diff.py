@@ -150,6 +150,7 @@ def test_cli_gate_exit_codes(runs, capsys, tmp_path) -> None:
     assert main(["diff", str(a), str(b), "--json", "-o", str(out)]) == 0
     doc = json.loads(capsys.readouterr().out)  # strict JSON, nothing else on stdout
     assert doc["schema"] == 1 and doc["per"] == "step" and doc["a"]["ranks"] == [0]
+    assert doc["verdict_code"] == "run_diff" and doc["verdict"]
     assert {r["name"] for r in doc["ops"] if r["status"] == "added"} >= {"aten::sigmoid",
                                                                           HTML_NAME}
     page = out.read_text()

@@ -30,7 +30,7 @@ def test_analyze_json_has_every_rank_and_names_what_it_could_not_use(two_ranks, 
     (two_ranks / "rank_5.json.gz").write_bytes(gzip.compress(gzip.decompress(cut)[:200_000]))
     assert main(["analyze", str(two_ranks), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)  # strict JSON: no NaN
-    assert doc["schema"] == 1 and doc["ranks"] == [0, 1] and doc["world_size"] == 128
+    assert doc["schema"] == 2 and doc["ranks"] == [0, 1] and doc["world_size"] == 128
     kinds = {(p["kind"], p["path"].rsplit("/", 1)[-1]) for p in doc["problems"]}
     assert ("not a trace", "notes.json") in kinds and ("truncated", "rank_5.json.gz") in kinds
     assert any(k == "missing rank" for k, _ in kinds)
@@ -93,7 +93,7 @@ def test_steps_and_skew_use_the_torchprof_breakdown_of_each_rank(two_ranks, trac
     for row in run.to_json()["step_skew"]:
         t = {r: float(own[r].set_index("step").loc[row["step"], "dur_us"]) for r in (0, 1)}
         median = (t[0] + t[1]) / 2
-        assert row["slowest_rank"] == max(t, key=t.get)
+        assert row["longest_rank"] == max(t, key=t.get)
         assert row["skew_pct"] == pytest.approx(100 * (max(t.values()) - median) / median)
 
 

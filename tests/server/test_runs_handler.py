@@ -55,9 +55,10 @@ async def test_runs_empty_then_a_running_job(jp_fetch: Any, monitor: Any, regist
     assert run["run_id"] == "8c1f0e27a4b9d3e1" and run["run_dir"] == str(run_dir)
     assert run["pid"] == os.getpid() and run["state"] == "running"
     live = run["live"]
-    assert set(live) == {"t", "age_s", "run_id", "world_size", "verdict", "ended", "restarts",
-                         "dropped", "ranks"}
+    assert set(live) == {"t", "age_s", "run_id", "world_size", "verdict", "verdict_code",
+                         "ended", "restarts", "dropped", "ranks"}
     # rank 3 on the same node said goodbye (it raised): the node was reachable, rank 2 lost
+    assert live["verdict_code"] == "lost_node"
     assert live["verdict"].startswith("rank 2 was lost: it stopped sending at step 9 (no "
                                       "goodbye, and node 1 (host gpu-b)'s other ranks went on")
     assert [(r["rank"], r["node"], r["host"], r["state"]) for r in live["ranks"]] == [

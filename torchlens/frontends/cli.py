@@ -50,12 +50,12 @@ def problem_lines(loaded: Any) -> list[str]:
 
 def ignored_lines(loaded: Any) -> list[str]:
     """What a run folder held that was not read, for the command's output."""
-    from torchlens.frontends.runs.api import ignored_note
+    from torchlens.analysis.runs.verdict import ignored_findings
 
     sources = getattr(loaded, "sources", None)
     if sources is None:
         return []
-    return [f"torchlens: {n}" for n in ignored_note(sources.ignored, sources.root)]
+    return [f"torchlens: {f}" for f in ignored_findings(sources.ignored, sources.root)]
 
 
 class ReportCommand(Command):

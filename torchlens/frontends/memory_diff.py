@@ -43,6 +43,7 @@ MEMORY_DIFF_JSON_SCHEMA = {
     "sides": "{a, b}: measured_on, clock, peak_known, events, made_by, missing",
     "timelines": "{x_label, a, b}: each side's allocated bytes over one shared x axis",
     "notes": "plain sentences: what a side could not answer, unlike sides",
+    "verdict_code": "the verdict's kind (a finding's code): memory_diff",
     "verdict": "one sentence: the peak A -> B and the category and site that grew most",
 }
 
@@ -115,7 +116,8 @@ class MemoryDiffResult(Result):
         p = self.profile.payload
         return {"schema": DIFF_SCHEMA_VERSION, "kind": "memdiff",
                 "a": p.a, "b": p.b,  # type: ignore[union-attr]
-                **self.diff, "verdict": self.verdict}
+                **self.diff, "verdict": self.verdict,
+                "verdict_code": as_finding(self.diff["verdict"], code="memory_diff").code}
 
 
 def as_memory(value: Any) -> MemoryResult | None:

@@ -51,7 +51,8 @@ class MemoryRanksResult(Result):
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, "kind": "memranks",
                 "root": self.profile.payload.root,  # type: ignore[union-attr]
-                **self.figures, "verdict": self.verdict}
+                **self.figures, "verdict": self.verdict,
+                "verdict_code": as_finding(self.figures["verdict"], code="memory_ranks").code}
 
 
 def load_ranks(root: str, paths: dict[int, str], **options: Any) -> MemoryRanksResult:

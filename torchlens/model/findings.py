@@ -6,6 +6,11 @@ conclusion are each a ``Finding``: how serious it is, one sentence that says it
 with its figures, the figures themselves (named, with their unit, so a view or a
 script can read them without parsing the sentence) and what to do about it.
 ``render.findings`` draws one as text and as HTML, the same way everywhere.
+
+Every finding has a ``code``: one short word per kind of finding (``slow_rank``,
+``memory_creep``, ``lost_node``, ...), stable across releases, so a script, the
+sidebar or another analysis picks a finding by what it is, never by its words.
+A checklist line's code is its name with underscores (``crashed_worker``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,31 @@ from typing import Any
 FAILED, WARNING, INFO, PASSED, NA = "failed", "warning", "info", "passed", "not applicable"
 #: most severe first
 SEVERITIES = (FAILED, WARNING, INFO, PASSED, NA)
+
+# The codes more than one module picks a finding by.
+#: the run's slow rank (``analysis.ranks.slow``), or that there is none
+SLOW_RANK = "slow_rank"
+#: a rank whose memory grows step after step
+MEMORY_CREEP = "memory_creep"
+#: a node (or a rank's process) that stopped reporting
+LOST_NODE = "lost_node"
+#: a rank that raised or died
+FAILED_RANK = "failed_rank"
+#: the run ended, or goes on, without a step recorded
+NO_STEPS = "no_steps"
+#: ranks still attaching: the run has not recorded a step yet
+WAITING = "waiting"
+#: a sentence the collector of ``torchlens run`` saved (a manifest's note)
+COLLECTOR_NOTE = "collector_note"
+#: files in a run folder that are not traces
+IGNORED_FILES = "ignored_files"
+#: a sentence from an older saved file, whose kind is not known
+NOTE = "note"
+
+
+def code_of(title: str) -> str:
+    """A checklist name as its code: ``"crashed worker"`` -> ``"crashed_worker"``."""
+    return "_".join(title.replace("-", " ").split()).lower()
 
 
 @dataclass(frozen=True)
@@ -35,7 +65,8 @@ class Finding:
     (``severity``: one of ``SEVERITIES``) and what to do (``advice``, "" when
     nothing). ``title``: what it is about (a hint's headline, the check a
     checklist line is for), "" when the sentence says it; ``details``: what a
-    view needs beyond the figures (a traceback, per-rank rows)."""
+    view needs beyond the figures (a traceback, per-rank rows); ``code``: the
+    kind of finding (the module docstring), from the title when not given."""
 
     severity: str
     sentence: str
@@ -43,6 +74,11 @@ class Finding:
     advice: str = ""
     title: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    code: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.code:
+            self.code = code_of(self.title) if self.title else NOTE
 
     def value(self, name: str, default: Any = None) -> Any:
         """The figure called ``name``'s value."""
@@ -79,16 +115,42 @@ class Finding:
         return str(self)
 
 
+class FindingLine(str):
+    """A finding as the line a user reads (``str(Finding)``: a plain ``str``
+    everywhere a string is expected) that keeps its ``finding``, so a script
+    picks findings by ``code`` and ``severity``, never by their words."""
+
+    finding: Finding
+
+    def __new__(cls, finding: Finding) -> FindingLine:
+        line = super().__new__(cls, str(finding))
+        line.finding = finding
+        return line
+
+    @property
+    def code(self) -> str:
+        return self.finding.code
+
+    @property
+    def severity(self) -> str:
+        return self.finding.severity
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``--json`` gives: the finding's ``to_dict`` and the line as ``text``."""
+        return {**self.finding.to_dict(), "text": str(self)}
+
+
 def as_finding(value: Finding | str | dict[str, Any] | None,
-               severity: str = INFO) -> Finding | None:
+               severity: str = INFO, code: str = "") -> Finding | None:
     """A ``Finding`` from what a saved file or an older one holds: a plain
-    sentence (an older diff's verdict, a manifest's), or ``to_dict``'s dict."""
+    sentence (an older diff's verdict, a manifest's), or ``to_dict``'s dict.
+    ``code``: the kind of a plain sentence (and of a dict saved without one)."""
     if value is None or isinstance(value, Finding):
         return value
     if isinstance(value, str):
-        return Finding(severity, value)
+        return Finding(severity, value, code=code)
     figures = tuple(Figure(**f) if isinstance(f, dict) else Figure(*f)
                     for f in value.get("figures") or ())
     return Finding(str(value.get("severity") or severity), str(value.get("sentence") or ""),
                    figures, str(value.get("advice") or ""), str(value.get("title") or ""),
-                   dict(value.get("details") or {}))
+                   dict(value.get("details") or {}), str(value.get("code") or code))

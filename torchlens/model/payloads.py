@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.model.errors import InputError
+from torchlens.model.findings import INFO, NOTE, Finding, as_finding
 from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
@@ -268,10 +269,10 @@ class RunPayload:
     world_size: int | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: what the run folder says first: the collector's notes (lost nodes, where
-    #: the run stopped) as sentences, and the slow-rank verdict worked out from
-    #: the step records as a Finding's dict (``as_finding`` reads both)
-    notes: list[str | dict[str, Any]] = field(default_factory=list)
+    #: what the run folder says first (``analysis.runs.verdict.leading_findings``):
+    #: what stopped the run, the slow-rank verdict worked out from the step
+    #: records, the collector's notes, the files not read
+    notes: list[Finding] = field(default_factory=list)
     #: ``torchlens run`` folders: every rank's steps over time and the restarts
     #: (``analysis.ranks.series.step_series``); empty for other folders
     collected_steps: dict[str, Any] = field(default_factory=dict)
@@ -370,6 +371,9 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [tuple(r) for r in value]
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is RunPayload and f.name == "notes":
+            # a saved finding's dict; an older file's plain sentence
+            value = [found for n in value or () if (found := as_finding(n, INFO, NOTE)) is not None]
         values[f.name] = value
     return cls(**values)
 

@@ -35,7 +35,7 @@ class DdpAnalysis:
 
     def item(self, name: str) -> Finding | None:
         """The checklist line of the check called ``name``."""
-        return next((i for i in self.checklist if i.title == name), None)
+        return next((i for i in self.checklist if name in (i.title, i.code)), None)
 
 
 def heartbeats(profile: Profile) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from torchlens.analysis.ddp.sequence import sequence_divergence
 from torchlens.analysis.ranks.slow import weak
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun
-from torchlens.model.findings import FAILED, NA, PASSED, WARNING, Finding
+from torchlens.model.findings import FAILED, NA, PASSED, SLOW_RANK, WARNING, Finding
 from torchlens.model.units import format_bytes, format_gbps
 
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -445,10 +445,10 @@ def checklist(rec: DdpRun) -> list[Finding]:
     only when the run was profiled. On a multi-node run each rank a line names
     is named with its node and host (the first time in each text)."""
     items = [item for check in CHECKS if (item := check(rec)) is not None]
-    crash = next((i for i in items if i.title == "crashed worker"), None)
+    crash = next((i for i in items if i.code == "crashed_worker"), None)
     if crash is not None and crash.severity == FAILED:
         # a crash leads: the other lines are judged on a run it cut short
-        first = [crash, *(i for i in items if i.title == "out of memory")]
+        first = [crash, *(i for i in items if i.code == "out_of_memory")]
         items = first + [i for i in items if i not in first]
     items = _creep_before_weak_slow_rank(items)
     if rec.nodes:
@@ -462,8 +462,8 @@ def _creep_before_weak_slow_rank(items: list[Finding]) -> list[Finding]:
     (``analysis.ranks.slow.weak``: unexplained, or a small wait), as in every
     other view (a weak slow rank never leads while a leaking rank's creep
     sits below it). A strong slow rank keeps its place."""
-    slow = next((i for i in items if i.title == "slow rank"), None)
-    creep = next((i for i in items if i.title == "rank memory"), None)
+    slow = next((i for i in items if i.code == SLOW_RANK), None)
+    creep = next((i for i in items if i.code == "rank_memory"), None)
     if (slow is None or creep is None or creep.severity != WARNING or not weak(slow)
             or items.index(creep) < items.index(slow)):
         return items

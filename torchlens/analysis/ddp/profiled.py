@@ -7,11 +7,17 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.analysis.ranks.slow import SlowRank, slow_rank
 from torchlens.analysis.ranks.steps import memory_creep, rank_table
 from torchlens.model import DdpRun
 from torchlens.model.findings import NA, PASSED, WARNING, Finding
+from torchlens.model.payloads import RankProfiling
 from torchlens.model.units import format_bytes, format_percent
+
+
+def profiled_slow_rank(prof: RankProfiling) -> SlowRank:
+    """The slow rank of a profiled run's step records (``result.slow_rank()``)."""
+    return slow_rank(prof.steps)
 
 
 def check_slow_rank(rec: DdpRun) -> Finding | None:
@@ -22,7 +28,7 @@ def check_slow_rank(rec: DdpRun) -> Finding | None:
     prof = rec.profiling
     if prof is None:
         return None
-    verdict = slow_rank(prof.steps)
+    verdict = profiled_slow_rank(prof)
     said = verdict.finding
     sentence = said.sentence
     raised = [(res["error"].get("t") or float("inf"), r) for r, res in enumerate(rec.ranks or [])

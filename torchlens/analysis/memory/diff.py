@@ -170,7 +170,7 @@ def verdict(diff: dict[str, Any]) -> Finding:
         tail = "; no category or site changed beyond the thresholds"
     else:
         tail = ""
-    return Finding(severity, head + tail, tuple(figures))
+    return Finding(severity, head + tail, tuple(figures), code="memory_diff")
 
 
 def analyze(profile: Any) -> dict[str, Any]:

@@ -148,7 +148,7 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
     req = d.requested
     if req is None:
         d.finding = Finding(FAILED, "The request size is unknown; no diagnosis.",
-                            title="Out of memory")
+                            title="Out of memory", code="out_of_memory")
         return d
     _derive(d, req)
     largest = d.largest_usable or 0
@@ -199,7 +199,7 @@ def diagnose(d: OomDiagnosis, leaks: list[LeakRow] | None = None, *,
             "loss.item() or .detach() instead."))
     d.finding = Finding(FAILED, explanation, figures(d),
                         " ".join(f"{a.action}: {a.evidence}" for a in d.advice),
-                        f"Out of memory ({d.cause})")
+                        f"Out of memory ({d.cause})", code="out_of_memory")
     return d
 
 

@@ -116,11 +116,12 @@ def verdict(d: dict[str, Any]) -> Finding:
     ranks: above the other), and the category and site that hold the difference."""
     rows, im = d["ranks"], d["imbalance"]
     if not rows:
-        return Finding(INFO, "no rank snapshot could be read")
+        return Finding(INFO, "no rank snapshot could be read", code="memory_ranks")
     if im is None:
         r = rows[0]
         return Finding(INFO, f"one rank (rank {r['rank']}) peaks at {format_bytes(r['peak'])}: "
-                             "nothing to compare it with", (Figure("peak", r["peak"], "B"),))
+                             "nothing to compare it with", (Figure("peak", r["peak"], "B"),),
+                       code="memory_ranks")
     median = d["median_peak"]
     other = im.get("reference")  # with two ranks: the other one (older results: None)
     above = im.get("above", im["above_median"])
@@ -136,7 +137,8 @@ def verdict(d: dict[str, Any]) -> Finding:
         within = ("of each other" if other is not None else
                   f"of the median ({format_bytes(median)})")
         return Finding(PASSED, f"{len(rows)} ranks peak within {format_bytes(above)} "
-                               f"{within}: no rank stands out", tuple(figures))
+                               f"{within}: no rank stands out", tuple(figures),
+                       code="memory_ranks")
     than = f"rank {other}" if other is not None else f"the median of {len(rows)} ranks"
     head = (f"rank {im['rank']} peaks {format_bytes(above)} above {than} "
             f"({format_bytes(im['peak'])} vs {format_bytes(base)})")
@@ -149,7 +151,7 @@ def verdict(d: dict[str, Any]) -> Finding:
     elif c:
         head += (f": {c['name']} ({format_bytes(c['extra'], signed=True)} over "
                  f"{over if other is not None else 'the median'})")
-    return Finding(WARNING, head, tuple(figures))
+    return Finding(WARNING, head, tuple(figures), code="memory_ranks")
 
 
 def analyze(profile: Any) -> dict[str, Any]:

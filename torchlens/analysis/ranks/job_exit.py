@@ -18,7 +18,7 @@ from typing import Any
 
 from torchlens.analysis.ranks.slow import rank_list
 from torchlens.analysis.ranks.verdict import no_step_words
-from torchlens.model.findings import FAILED, WARNING, Figure, Finding
+from torchlens.model.findings import FAILED, NO_STEPS, WARNING, Figure, Finding
 
 _RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
 _EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\b")
@@ -68,7 +68,7 @@ def job_failed(code: int, lines: list[str]) -> Finding:
                 + (f"; its last line: {said[-1].strip()}" if said else ""))
     return Finding(FAILED, sentence, (Figure("exit_code", code),),
                    advice="the job's output above (or the run's command.log) says why",
-                   details={"output": said, "rank_exit_codes": by_code})
+                   details={"output": said, "rank_exit_codes": by_code}, code="job_failed")
 
 
 def job_ended(view: Any, code: int | None, lines: list[str],
@@ -80,7 +80,7 @@ def job_ended(view: Any, code: int | None, lines: list[str],
     if not view.attached and unattached and view.verdict.severity != FAILED and not code:
         return dataclasses.replace(view, verdict=Finding(
             WARNING, no_step_words(0, view.world_size, unattached),
-            view.verdict.figures))
+            view.verdict.figures, code=NO_STEPS))
     if not code:
         return view
     codes = rank_exit_codes(lines)

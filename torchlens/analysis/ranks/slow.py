@@ -129,7 +129,7 @@ from statistics import median
 
 from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
 from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, gpu_steps, record_ms
-from torchlens.model.findings import NA, PASSED, WARNING, Figure, Finding
+from torchlens.model.findings import NA, PASSED, SLOW_RANK, WARNING, Figure, Finding
 from torchlens.model.records import GpuStepTimes, StepRecord
 from torchlens.model.units import format_duration, format_ms, format_percent
 
@@ -247,7 +247,8 @@ def slow_rank_finding(rank: int, cause: PartTime | None, waited: str,
     # report's "who the others waited for") reads them rather than judge again
     named = (Figure("rank", rank), *((Figure("cause", cause.part),) if cause else ()))
     return Finding(WARNING, f"rank {rank} is the slow rank: {why}; {waited}",
-                   (*named, *figures, *(part_figures(cause) if cause else ())), advice)
+                   (*named, *figures, *(part_figures(cause) if cause else ())), advice,
+                   code=SLOW_RANK)
 
 
 @dataclass
@@ -414,7 +415,7 @@ def _nobody(words: str, steps: int = 0, timed_by: dict[str, list[int]] | None = 
              Figure("steps_compared", steps)) if steps else ()
     how = timed_words(timed_by or {}) if steps else ""
     return SlowRank(None, None, Finding(severity, f"no slow rank: {words}"
-                                        + (f"; {how}" if how else ""), shown),
+                                        + (f"; {how}" if how else ""), shown, code=SLOW_RANK),
                     figures.get("gap_ms", 0.0), figures.get("late_share", 0.0), skew, mid, steps,
                     dict(timed_by or {}))
 

@@ -48,7 +48,20 @@ from torchlens.analysis.ranks.steps import (
     per_rank_memory,
     rank_table,
 )
-from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding, as_finding
+from torchlens.model.findings import (
+    FAILED,
+    FAILED_RANK,
+    INFO,
+    LOST_NODE,
+    MEMORY_CREEP,
+    NO_STEPS,
+    SLOW_RANK,
+    WAITING,
+    WARNING,
+    Figure,
+    Finding,
+    as_finding,
+)
 from torchlens.model.records import without_setup
 from torchlens.model.units import format_bytes
 
@@ -179,25 +192,26 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
             return Finding(FAILED, f"{where} was lost: {what}",
                            advice="the other ranks' data is kept; look at torchrun's exit "
                                   "codes (-9: killed) and the kernel log (dmesg) for the "
-                                  "OOM killer")
+                                  "OOM killer", code=LOST_NODE)
         return Finding(FAILED, f"{where} was lost: {what}",
                        advice="the other ranks' data is kept; look at that node's torchrun "
-                              "log and network")
+                              "log and network", code=LOST_NODE)
     if failed:
         row = failed[0]
         if peer_gone(row["error"]):  # no rank said why: its peer's words, not gloo's page
             return Finding(FAILED, stopped_when(f"rank {row['rank']}", None, row["error"]),
-                           advice="look at the other ranks' logs for the one that ended first")
+                           advice="look at the other ranks' logs for the one that ended first",
+                           code=FAILED_RANK)
         return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
-                       advice=f"look at rank {row['rank']}'s log")
+                       advice=f"look at rank {row['rank']}'s log", code=FAILED_RANK)
     if not any(snap["steps"]):
         how = ("a torchrun rank attaches when it starts, any other at its first "
                "torchlens.step()")
         if ended:  # nothing more will come: not "waiting"
             return Finding(WARNING, no_step_words(attached, snap["world_size"], how),
-                           (Figure("attached", attached),))
+                           (Figure("attached", attached),), code=NO_STEPS)
         return Finding(INFO, f"waiting for steps: {attached} of {snap['world_size'] or '?'} "
-                       f"ranks attached ({how})", (Figure("attached", attached),))
+                       f"ranks attached ({how})", (Figure("attached", attached),), code=WAITING)
     if creep and (slow.rank is None or weak(slow.finding)):
         return creep_finding(creep[0])
     return slow.finding
@@ -211,7 +225,7 @@ def creep_finding(c: MemoryCreep) -> Finding:
                    (Figure("rank", c.rank), Figure("bytes_per_step", c.bytes_per_step, "B"),
                     Figure("steps", c.steps)),
                    f"look for tensors kept across steps on rank {c.rank} (losses kept "
-                   "with their graph, growing lists)")
+                   "with their graph, growing lists)", code=MEMORY_CREEP)
 
 
 def steps_found_by(ranks: list[dict[str, Any] | None]) -> str:
@@ -310,7 +324,8 @@ def live_status(view: RunView) -> dict[str, Any]:
         out["ended"] = ended_reason(out)
         rows.append(out)
     return {"world_size": view.world_size, "attached": view.attached,
-            "verdict": str(view.verdict), "severity": view.verdict.severity,
+            "verdict": str(view.verdict), "verdict_code": view.verdict.code,
+            "severity": view.verdict.severity,
             "slow_rank": view.slow.rank, "slow_finding": view.slow.finding.to_dict(),
             "notes": list(view.notes),
             "ranks": rows, "order": list(view.order),
@@ -343,11 +358,13 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
     severity = (saved.get("finding") or {}).get("severity")
     slow = saved.get("rank")
     slow_finding = saved.get("finding")
+    code = manifest.get("verdict_code")
     if not said and sum(1 for s in steps if s) >= 2:
         judged = slow_rank(steps)
         said, severity, slow = str(judged.finding), judged.finding.severity, judged.rank
-        slow_finding = judged.finding.to_dict()
-    elif said and said != str(as_finding(saved.get("finding"))):
+        slow_finding, code = judged.finding.to_dict(), judged.finding.code
+    elif said and (code != SLOW_RANK if code is not None  # older manifests: by its words
+                   else said != str(as_finding(saved.get("finding")))):
         severity = None  # the verdict is not the slow rank's (a lost node, a failure)
     rows = []
     for entry in manifest.get("ranks") or []:
@@ -362,7 +379,7 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
         row["ended"] = ended_reason(row)
         rows.append(row)
     return {"world_size": manifest.get("world_size"), "attached": len(rows),
-            "verdict": said, "severity": severity, "slow_rank": slow,
+            "verdict": said, "verdict_code": code, "severity": severity, "slow_rank": slow,
             "slow_finding": slow_finding, "ranks": rows,
             "notes": [n for n in manifest.get("notes") or [] if isinstance(n, str)],
             "restarts": manifest.get("restarts") or [],

@@ -18,11 +18,9 @@ from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.analysis.runs.fsdp import fsdp_rows
 from torchlens.formats.run_folder.files import MANIFEST
 from torchlens.model import Profile
-from torchlens.model.findings import INFO, WARNING, Figure, Finding, as_finding
+from torchlens.model.findings import INFO, SLOW_RANK, WARNING, Figure, Finding
 from torchlens.model.units import format_percent, format_us_as_ms
 
-#: the title of the step records' slow-rank verdict (the ``%ddp_check`` checklist's)
-SLOW_TITLE = "slow rank"
 #: under every view of the temporal breakdown: a user holding HTA's figures
 #: beside ours sees different last digits on an ns-resolution trace, and why
 NS_NOTE = ("times as the trace recorded them, to the nanosecond; HTA rounds an "
@@ -56,6 +54,41 @@ class RunAnalysis:
     collective_overlap: list[dict[str, Any]] = field(default_factory=list)
     #: FSDP ranks' parameter and optimizer memory (``fsdp.fsdp_rows``); empty without FSDP
     fsdp: list[dict[str, Any]] = field(default_factory=list)
+    #: table name (``stragglers``, ``step_skew``) -> what it is evidence for and
+    #: over which window (``evidence``): said under the table
+    evidence: dict[str, str] = field(default_factory=dict)
+
+
+def evidence(a: RunAnalysis, judged: Finding | None) -> dict[str, str]:
+    """What the stragglers and step-skew tables are evidence for, and their
+    window: the slow rank has one verdict, the run folder's step records'
+    (``judged``, ``analysis.ranks.slow``) when it has them, else the
+    collective-arrival test's (``slow_ranks.findings``); these tables show what
+    it rests on, never a second verdict."""
+    profiled = len({row["step"] for row in a.steps})
+    window = (f"the {profiled} profiled step(s) in the traces" if profiled
+              else "the collectives in the traces")
+    named = judged.value("rank") if judged is not None else None
+    steps = judged.value("steps_compared") if judged is not None else None
+    over = f" over {steps} steps" if steps else ""
+    if judged is None:
+        said = ("the slow-rank test (a rank that arrived last far more often than chance, "
+                f"with at least 1 ms of others' wait, is a finding above), over {window}")
+    elif isinstance(named, int):
+        said = (f"evidence for the verdict above (rank {named}, judged from the step "
+                f"records{over}); arrivals over {window}; rank {named}'s wait is the "
+                "verdict's, per step over its steps")
+    else:
+        said = (f"the verdict above names no slow rank (judged from the step "
+                f"records{over}); arrivals over {window}")
+    out = {"stragglers": f"Window and role: {said}."}
+    if a.step_skew:
+        out["step_skew"] = (
+            f"Window and role: {window}, each rank's wall time per step; it includes the "
+            "rank's waits for the others, so the longest is not the slow rank: "
+            + ("the verdict above names it." if isinstance(named, int)
+               else "the findings above say whether one stands out."))
+    return out
 
 
 def figures_by_rank(profile: Profile) -> tables.RankFigures:
@@ -97,7 +130,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
                 WARNING, f"rank {worst['rank']}'s GPU was idle {format_percent(worst['idle_pct'])} of "
                 f"its timeline, against {format_percent(median)} for the median rank",
                 (Figure("idle_pct", worst["idle_pct"], "%"),
-                 Figure("median_idle_pct", median, "%"))))
+                 Figure("median_idle_pct", median, "%")), code="idle_rank"))
     # a run folder's verdict judged the ranks' step times over every recorded
     # step: one profiled step's skew (where, in DDP, each rank's wall time
     # includes its wait for the others) would name another rank
@@ -105,13 +138,13 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
         worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
         if (worst_step["skew_pct"] or 0) >= 5:
             out.append(Finding(
-                WARNING, f"step {worst_step['step']}: rank {worst_step['slowest_rank']} took "
+                WARNING, f"step {worst_step['step']}: rank {worst_step['longest_rank']} took "
                 f"{format_us_as_ms(worst_step['max_us'])}, "
                 f"{format_percent(worst_step['skew_pct'])} longer than the median rank "
                 f"({format_us_as_ms(worst_step['median_us'])})",
                 (Figure("max_us", worst_step["max_us"], "µs"),
                  Figure("median_us", worst_step["median_us"], "µs"),
-                 Figure("skew_pct", worst_step["skew_pct"], "%"))))
+                 Figure("skew_pct", worst_step["skew_pct"], "%")), code="step_skew"))
     # only where there is compute that could hide it and communication worth hiding
     busy = {r["rank"] for r in a.temporal
             if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
@@ -121,7 +154,7 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
         out.append(Finding(
             INFO, f"compute hides little of the communication: median overlap "
             f"{format_percent(overlaps[len(overlaps) // 2])} of communication time",
-            (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),)))
+            (Figure("overlap_pct", overlaps[len(overlaps) // 2], "%"),), code="low_overlap"))
     out += exposed_all_gather(a.collective_overlap)
     return out + problem_findings(a.problems)
 
@@ -132,13 +165,14 @@ def problem_findings(problems: list[dict[str, Any]]) -> list[Finding]:
     damaged_files``), then how many other problems there were."""
     lost = [p for p in problems if p["kind"] in ("unreadable", "missing")
             and os.path.basename(p["path"]) == MANIFEST]
-    out = [Finding(WARNING, p["message"].rstrip(".")) for p in lost]
+    out = [Finding(WARNING, p["message"].rstrip("."), code="manifest_lost") for p in lost]
     rest = [p for p in problems if p not in lost]
     if rest:
         kinds = sorted({p["kind"] for p in rest})
         out.append(Finding(
             WARNING, f"{len(rest)} input problem(s) ({', '.join(kinds)}): see the list "
-            "below; what could be read was analysed", (Figure("problems", len(rest)),)))
+            "below; what could be read was analysed", (Figure("problems", len(rest)),),
+            code="input_problems"))
     return out
 
 
@@ -194,11 +228,11 @@ def analyze(profile: Profile) -> RunAnalysis:
     a.queues = run_launches.queue_rows(ranks)
     a.memory_bw = run_launches.memory_bw_rows(ranks)
     # what stopped the run, the slow-rank verdict of the folder's step
-    # records (a finding's dict) and the collector's notes (sentences) lead
-    notes = [f for n in getattr(payload, "notes", None) or []
-             if (f := as_finding(n if isinstance(n, dict) else str(n), INFO)) is not None]
-    verdict = next((f for f in notes if f.title == SLOW_TITLE), None)
+    # records and the collector's notes lead (``verdict.leading_findings``)
+    notes = list(getattr(payload, "notes", None) or [])
+    verdict = next((f for f in notes if f.code == SLOW_RANK), None)
     if verdict is not None:
         a.stragglers = why.with_verdict(a.stragglers, verdict)
     a.findings = notes + findings(a, ranks, verdict is not None)
+    a.evidence = evidence(a, verdict)
     return a

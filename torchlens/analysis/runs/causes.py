@@ -123,6 +123,9 @@ def with_verdict(stragglers: list[dict[str, Any]], verdict: Finding) -> list[dic
                    "cause_others_us": mine.others_ms * 1e3 if mine else None,
                    "cause_words": part_phrase(mine) if mine else None}
         if s["rank"] == rank and waited is not None:
-            row["wait_per_step_us"] = waited * 1e3  # the verdict's, over its steps
+            # one wait figure per rank and window: the verdict's, over its steps;
+            # the profiled collectives' per-collective wait would be a second one
+            row |= {"wait_per_step_us": waited * 1e3, "caused_each_us": None,
+                    "caused_mean_us": None}
         out.append(row)
     return out

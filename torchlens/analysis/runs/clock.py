@@ -196,4 +196,4 @@ def findings(clocks: list[dict[str, Any]]) -> list[Finding]:
         f"at most {format_duration(skew['residual_max_us'])})",
         (Figure("ranks_offset", len(moved)), Figure("max_offset_us", abs(worst["offset_us"]), "µs"),
          Figure("residual_median_us", skew["residual_median_us"], "µs"),
-         Figure("residual_max_us", skew["residual_max_us"], "µs")))]
+         Figure("residual_max_us", skew["residual_max_us"], "µs")), code="clock_offset")]

@@ -170,7 +170,7 @@ def verdict(diff: dict[str, Any], ranks: tuple[int, int] = (1, 1)) -> Finding:
     elif not _faster(diff):
         parts.append("no op or kernel got slower")
     tail = "; ".join(parts)
-    return Finding(severity, f"{head}; {tail}", tuple(figures))
+    return Finding(severity, f"{head}; {tail}", tuple(figures), code="run_diff")
 
 
 def _faster(diff: dict[str, Any]) -> bool:

@@ -180,7 +180,8 @@ def findings(ranks: RankFigures, world_size: int | None = None,
             f"collectives, first at {where} ({first['mismatch']}); those are not paired "
             "(a collective skipped or issued in another order, another process group, "
             "or trace windows that start at different points)",
-            (Figure("mismatched", len(bad)), Figure("collectives", len(rows)))))
+            (Figure("mismatched", len(bad)), Figure("collectives", len(rows))),
+            code="collective_mismatch"))
     return out
 
 
@@ -207,7 +208,7 @@ def _unexplained(rank: int, kind: str, k: int, m: int, per_step_us: float) -> Fi
         "that wait: the time went outside its measured work (with fewer free cores than "
         "ranks, the OS scheduler holding it back); not a slow-rank verdict",
         (Figure("late_rank", rank), Figure("last", k), Figure("compared", m),
-         Figure("wait_per_step_us", per_step_us, "µs")))
+         Figure("wait_per_step_us", per_step_us, "µs")), code="late_rank")
 
 
 def _slow_rank(rank: int, kind: str, k: int, m: int, caused_us: float, cause: PartTime | None,

@@ -158,9 +158,11 @@ def step_rows(ranks: RankFigures) -> list[dict[str, Any]]:
 
 
 def step_skew_rows(ranks: RankFigures) -> list[dict[str, Any]]:
-    """Per step number that every rank has: the median and the slowest rank's
-    step time, and the skew = (slowest - median) / median in %. A step number a
-    rank lacks is left out (ranks profiled different steps)."""
+    """Per step number that every rank has: the median and the longest of the
+    ranks' step times, the rank that took it (``longest_rank``: its wall time
+    includes its waits for the others, so it is not the slow rank's verdict,
+    ``analysis.ranks.slow``), and the skew = (longest - median) / median in %.
+    A step number a rank lacks is left out (ranks profiled different steps)."""
     by_step: dict[int, dict[int, float]] = {}
     for row in step_rows(ranks):
         by_step.setdefault(row["step"], {})[row["rank"]] = row["dur_us"]
@@ -173,7 +175,7 @@ def step_skew_rows(ranks: RankFigures) -> list[dict[str, Any]]:
         ordered = sorted(times.values())
         n = len(ordered)
         median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-        slowest = max(times, key=lambda r: times[r])
-        out.append({"step": step, "ranks": n, "median_us": median, "max_us": times[slowest],
-                    "slowest_rank": slowest, "skew_pct": _pct(times[slowest] - median, median)})
+        longest = max(times, key=lambda r: times[r])
+        out.append({"step": step, "ranks": n, "median_us": median, "max_us": times[longest],
+                    "longest_rank": longest, "skew_pct": _pct(times[longest] - median, median)})
     return out

@@ -84,7 +84,7 @@ def _dataloader(steps: pd.DataFrame) -> Finding | None:
          Figure("steps", len(steps))),
         "Try DataLoader(num_workers=..., pin_memory=True, persistent_workers=True) "
         "or prefetching.",
-        "Input pipeline takes a large share of each step")
+        "Input pipeline takes a large share of each step", code="dataloader")
 
 
 def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Finding | None:
@@ -119,7 +119,7 @@ def _gpu_idle(trace: Trace, steps: pd.DataFrame) -> Finding | None:
          Figure("window_us", span, "µs"), Figure("largest_gap_us", largest, "µs")),
         "Look for Python overhead, syncs, or small kernels; try larger "
         "batches, CUDA graphs or torch.compile.",
-        "GPU idle between launches")
+        "GPU idle between launches", code="gpu_idle")
 
 
 def _syncs(trace: Trace) -> Finding | None:
@@ -167,7 +167,7 @@ def _syncs(trace: Trace) -> Finding | None:
         ".item(), .cpu(), printing tensors and torch.cuda.synchronize() "
         "stall the CPU until the GPU catches up; keep values on the device or "
         "read them every N steps.",
-        "Host-device synchronizations inside the loop")
+        "Host-device synchronizations inside the loop", code="host_sync")
 
 
 def _slow_steps(steps: pd.DataFrame) -> Finding | None:
@@ -204,7 +204,7 @@ def _slow_steps(steps: pd.DataFrame) -> Finding | None:
          Figure("worst_step_us", float(worst.dur_us), "µs"),
          Figure("median_step_us", median, "µs"),
          Figure("ratio", float(worst.dur_us / median), "x")),
-        why, f"Slow {plural(len(slow), 'step')}: {names}")
+        why, f"Slow {plural(len(slow), 'step')}: {names}", code="slow_steps")
 
 
 def _dominant_op(ops: pd.DataFrame) -> Finding | None:
@@ -222,4 +222,4 @@ def _dominant_op(ops: pd.DataFrame) -> Finding | None:
         (Figure("op", name), Figure("self_cpu_share", share, "share"),
          Figure("self_cpu_us", float(by_name.max()), "µs")),
         "Start with it: optimizing anything else cannot help much.",
-        f"One op dominates CPU time: {name}")
+        f"One op dominates CPU time: {name}", code="dominant_op")

@@ -119,6 +119,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     #: where the run stopped, as one sentence ("finished: every rank said goodbye ...")
     stopped: str | None = None
     verdict: str | None = None
+    #: the verdict's kind (``Finding.code``: slow_rank, lost_node, failed_rank, ...);
+    #: None in a manifest written before it was saved
+    verdict_code: str | None = None
     nodes: list[NodeEntry] = []
     lost_nodes: list[dict[str, Any]] = []
     restarts: list[dict[str, Any]] = []

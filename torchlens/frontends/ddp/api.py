@@ -87,9 +87,9 @@ class DdpResult(Result):
     def slow_rank(self) -> Any:
         """--profile: the rank the others waited for, and why (``analysis.ranks.slow.SlowRank``):
         the verdict of the checklist's slow-rank line, with the same figures."""
-        from torchlens.analysis.ranks.slow import slow_rank
+        from torchlens.analysis.ddp.profiled import profiled_slow_rank
 
-        return slow_rank(self._profiling().steps)
+        return profiled_slow_rank(self._profiling())
 
     def rank_memory(self) -> Any:
         """--profile: per rank and step: allocated, reserved, fragmentation (DataFrame)."""

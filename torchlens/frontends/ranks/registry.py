@@ -188,6 +188,8 @@ def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
             "run_id": _text(raw.get("run_id"), 64),
             "world_size": _number(raw.get("world_size")),
             "verdict": _text(raw.get("verdict")) or "",
+            # the verdict's kind (``Finding.code``): what the sidebar decides by
+            "verdict_code": _text(raw.get("verdict_code"), 64),
             "ended": raw.get("ended") is True,
             "restarts": len(restarts) if isinstance(restarts, list) else 0,
             "dropped": _number(raw.get("dropped")) or 0,

@@ -19,21 +19,14 @@ ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.series import step_series
-from torchlens.analysis.ranks.slow import WINDOW, slow_rank, weak
-from torchlens.analysis.ranks.steps import MemoryCreep
-from torchlens.analysis.ranks.verdict import creep_finding
-from torchlens.analysis.runs.analyze import NS_NOTE, SLOW_TITLE
+from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
-from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
+from torchlens.analysis.runs.verdict import folder_verdict
+from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import (
     collected_steps,
     iter_steps,
@@ -49,11 +42,11 @@ from torchlens.frontends.runs.damaged_files import (
 )
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
-from torchlens.model.findings import WARNING, Finding, as_finding
+from torchlens.model.findings import FindingLine
 from torchlens.model.payloads import RunPayload
-from torchlens.model.records import StepRecord
 
-SCHEMA_VERSION = 1
+#: 2: each finding is an object with its code (it was the sentence alone)
+SCHEMA_VERSION = 2
 #: The analysis tables ``to_json()`` holds whole, as ``RunAnalysis`` has them.
 JSON_TABLES = ("temporal", "idle", "overlap", "kernels", "top_kernels", "steps", "step_skew",
                "stragglers", "clocks", "launches", "launch_outliers", "launch_kernels",
@@ -87,8 +80,9 @@ JSON_SCHEMA = {
     "top_kernels": "per rank, kind and name: count, total_us",
     "steps": "per rank and ProfilerStep: dur_us and us per role (kernel, memcpy, memset, "
              "runtime, dataloader, cpu_exec, other, comm): the %%torchprof breakdown",
-    "step_skew": "per step number present on every rank: median_us, max_us, slowest rank, "
-                 "skew_pct = (max - median) / median",
+    "step_skew": "per step number present on every rank: median_us, max_us, longest_rank "
+                 "(the rank whose wall time, waits included, was longest: evidence, not the "
+                 "slow-rank verdict), skew_pct = (max - median) / median",
     "collectives": "per collective matched across ranks by (trace, seq), at most "
                    f"{MAX_JSON_COLLECTIVES}: trace, seq, name, mismatch (null, or what the "
                    "ranks disagree on: then nothing is paired), ranks, missing, bytes, n, "
@@ -104,9 +98,10 @@ JSON_SCHEMA = {
     "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
                   "last), last_pct, caused_us (every other rank's wait, summed), "
                   "caused_each_us and caused_mean_us (one other rank's wait: in all, per "
-                  "collective it was last at), waited_us, wait_per_step_us (one other rank's "
-                  "wait per step: the slow-rank verdict's own figure where the run folder's "
-                  "step records judged it); "
+                  "collective it was last at; null for the rank the run folder's verdict "
+                  "names: its one wait figure is the verdict's), waited_us, wait_per_step_us "
+                  "(one other rank's wait per step: the slow-rank verdict's own figure, over "
+                  "its steps, where the run folder's step records judged it); "
                   "for a rank that arrived last: cause (the step-breakdown role that stands "
                   "out: dataloader, cpu_exec, kernel, memcpy, memset, runtime, or null), "
                   "cause_us and cause_others_us (its and the other ranks' median us per step), "
@@ -139,7 +134,10 @@ JSON_SCHEMA = {
     "memory_bw": "per rank and memory kind (Memcpy HtoD/DtoH/DtoD..., Memset): events, bytes, "
                  "count and mean/std/min/p25/p50/p75/max_GBps of the bandwidth series "
                  "(HTA's get_memory_bw_summary)",
-    "findings": "plain sentences (each with what to do, where there is something): "
+    "findings": "one object per finding: code (its kind, stable: slow_rank, memory_creep, "
+                "lost_node, failed_rank, straggler, step_skew, ...), severity, sentence, "
+                "figures [{name, value, unit}], advice, title, details, and text (the "
+                "sentence with what to do, as the report says it), most telling first: "
                 "the slow ranks (arrived last far more often than chance with at least "
                 "1 ms of others' wait) and their likely cause, and collective sequences "
                 "that disagree",
@@ -204,16 +202,15 @@ class RunResult(Result):
             collected = steps_without_manifest(sources.root, fsdp.add)
         step_ranks = ([e.rank for e in manifest.ranks] if manifest is not None
                       else ranks_with_steps(sources.root) if broken is not None else [])
-        judged = folder_slow_rank(sources.root, step_ranks)
+        verdict = folder_verdict(sources.root, manifest, step_ranks, sources.ignored)
         problems = problems + damaged_steps(sources.root, step_ranks, manifest)
         if broken is not None:
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
-                                 verdict=judged is not None)
-        verdict, manifest = folder_verdict(judged, manifest)
+                                 verdict=verdict.slow is not None)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
                              problems=[vars(p) for p in problems],
                              figures={str(r): f for r, f in sorted(figures.items())},
-                             notes=_leading(verdict, manifest, sources),
+                             notes=verdict.findings,
                              collected_steps=step_series(collected) if collected else {},
                              fsdp=fsdp.figures())
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
@@ -222,7 +219,7 @@ class RunResult(Result):
         self.figures = figures
         self.problems = problems
         self.ignored = sources.ignored
-        self._slow = judged
+        self._slow = verdict.slow
         #: loaded by ``load_run(tables_only=True)``: no timeline, no op totals
         self.tables_only = False
 
@@ -326,7 +323,7 @@ class RunResult(Result):
                 **{key: getattr(a, key) for key in JSON_TABLES},
                 "collectives": rows[:MAX_JSON_COLLECTIVES],
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
-                "findings": self.findings()}
+                "findings": [f.to_dict() for f in self.findings()]}
 
     def diff(self, other: RunResult | str | Path | list[str | Path]) -> Any:
         """This run (A) against ``other`` (B: a RunResult, or what ``load_run``
@@ -340,12 +337,13 @@ class RunResult(Result):
                              "totals to compare; load it again without tables_only.")
         return DiffResult.of(self, other)
 
-    def findings(self) -> list[str]:
+    def findings(self) -> list[FindingLine]:
         """The report's findings, each as one line: its sentence with its
-        figures, and what to do where there is something (``str(Finding)``)."""
-        return [str(f) for f in self.analysis().findings]
+        figures, and what to do where there is something (``str(Finding)``),
+        a string that keeps its ``code``, ``severity`` and ``finding``."""
+        return [FindingLine(f) for f in self.analysis().findings]
 
-    def hints(self) -> list[str]:
+    def hints(self) -> list[FindingLine]:
         """A run's known problems: its ``findings()`` (the word a run's report uses)."""
         return self.findings()
 
@@ -360,98 +358,6 @@ class RunResult(Result):
                              "totals; load it again without tables_only.")
         return self._frame(op_rows({r: [f["op_totals"] for f in figs]
                                     for r, figs in self.figures.items()}))
-
-
-#: step numbers kept per rank past the window: GPU times may still be missing
-#: for a rank's newest steps (``analysis.ranks.slow``)
-SPARE_STEPS = 8
-
-
-def last_common_steps(root: str, ranks: list[int]) -> list[list[StepRecord]]:
-    """Each rank's records of the last steps every rank has (a few more than
-    ``slow_rank``'s window), read twice rather than held: a long run has
-    millions of records."""
-    have = [{rec.step for rec in iter_steps(root, r)} for r in ranks]
-    common = set(sorted(set.intersection(*have))[-(WINDOW + SPARE_STEPS):]) if have else set()
-    return [[rec for rec in iter_steps(root, r) if rec.step in common] for r in ranks]
-
-
-def folder_slow_rank(root: str, ranks: list[int]) -> Any:
-    """A run folder's slow rank from its step records, the one every view gives
-    (``analysis.ranks.slow.slow_rank`` over the last steps every rank finished);
-    None for a folder without two ranks' step records. ``ranks``: the
-    manifest's (or, when it is damaged, those with a ``steps.jsonl``)."""
-    if not ranks or not root:
-        return None
-    ranks = sorted(ranks)
-    steps = last_common_steps(root, ranks)
-    if sum(1 for s in steps if s) < 2:
-        return None
-    by_rank: list[list[StepRecord]] = [[] for _ in range(max(ranks) + 1)]
-    for r, recs in zip(ranks, steps, strict=True):
-        by_rank[r] = recs
-    judged = slow_rank(by_rank)
-    return judged if judged.steps else None
-
-
-def folder_verdict(judged: Any, manifest: Manifest | None,
-                   ) -> tuple[list[dict[str, Any]], Manifest | None]:
-    """``folder_slow_rank``'s verdict as the finding that leads the folder's
-    report (titled ``slow rank``, as in the ``%ddp_check`` checklist); and the
-    manifest without its copy of that verdict (``torchlens run``'s collector
-    saved it in words), so the report says it once. None and the manifest as
-    it was when there is no verdict."""
-    if manifest is None:  # a damaged manifest: the step records judged it alone
-        said = [dataclasses.replace(judged.finding, title=SLOW_TITLE).to_dict()] if judged else []
-        return said, manifest
-    creep = _creep(manifest)
-    if creep is not None and manifest.verdict == str(creep):  # said once, here
-        manifest = msgspec.structs.replace(manifest, verdict=None)
-    if judged is None:
-        return ([creep.to_dict()] if creep else []), manifest
-    said = dataclasses.replace(judged.finding, title=SLOW_TITLE)
-    saved = as_finding((manifest.slow_rank or {}).get("finding"))
-    if manifest.verdict and saved is not None and manifest.verdict == str(saved):
-        manifest = msgspec.structs.replace(manifest, verdict=None)
-    if creep is None:
-        return [said.to_dict()], manifest
-    # a creep leads a weak slow rank, as in the terminal and the checklist
-    both = [creep, said] if weak(said) else [said, creep]
-    return [f.to_dict() for f in both], manifest
-
-
-def _creep(manifest: Manifest) -> Finding | None:
-    """The collector's first memory creep (``torchlens run``) as its finding."""
-    for c in manifest.memory_creep[:1]:
-        try:
-            return creep_finding(MemoryCreep(**c))
-        except TypeError:  # a manifest from an older torchlens: its words alone
-            return Finding(WARNING, str(c.get("words") or "")) if c.get("words") else None
-    return None
-
-
-def _leading(verdict: list[dict[str, Any]], manifest: Manifest | None,
-             sources: RunSources) -> list[str | dict[str, Any]]:
-    """The report's first findings: what stopped the run (the collector's
-    verdict when it is not the slow rank's: a lost node, a failed rank)
-    leads, then the slow-rank verdict, then the collector's other notes."""
-    notes: list[str | dict[str, Any]] = list(collector_notes(manifest) if manifest else [])
-    first = 1 if manifest is not None and manifest.verdict and notes else 0
-    return [*notes[:first], *verdict, *notes[first:],
-            *ignored_note(sources.ignored, sources.root)]
-
-
-def ignored_note(ignored: list[str], root: str, shown: int = 3) -> list[str]:
-    """The sentence the findings and ``torchlens analyze`` give for files not
-    read (none when there are none): the first few, relative to the root."""
-    if not ignored:
-        return []
-    names = [os.path.relpath(p, root) if root else p for p in ignored]
-    listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more"
-                                         if len(names) > shown else "")
-    files = "file" if len(names) == 1 else "files"
-    return [f"ignored {len(names)} {files} that {'is' if len(names) == 1 else 'are'} not a "
-            f"trace (only *.json and *.json.gz are read): {listed}"]
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,

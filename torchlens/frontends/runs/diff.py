@@ -54,6 +54,7 @@ DIFF_JSON_SCHEMA = {
     "ops": f"host ops and annotations (kind cpu_op, user_annotation): {_ROW}",
     "kernels": f"GPU work (kind kernel, gpu_memcpy, gpu_memset): {_ROW}",
     "notes": "plain sentences: ranks that differ, traces without steps or totals",
+    "verdict_code": "the verdict's kind (a finding's code): run_diff",
     "verdict": "one sentence: step time A -> B (median of how many recorded or profiled "
                "steps) and, when B is faster, the largest speedup, else the largest "
                "slowdown",
@@ -154,7 +155,8 @@ class DiffResult(Result):
     def to_json(self) -> dict[str, Any]:
         """The ``torchlens diff --json`` document (``DIFF_JSON_SCHEMA``)."""
         return {"schema": DIFF_SCHEMA_VERSION, "a": self.a, "b": self.b, **self.diff,
-                "verdict": self.verdict}
+                "verdict": self.verdict,
+                "verdict_code": as_finding(self.diff["verdict"], code="run_diff").code}
 
 
 def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> DiffResult:

@@ -65,8 +65,8 @@ IDLE = [Column("rank", "rank", str), Column("stream", "stream", str),
         Column("idle_us", "idle", format_us_as_ms), Column("host_wait_pct", "host wait", format_percent),
         Column("kernel_wait_pct", "kernel wait", format_percent), Column("other_pct", "other", format_percent)]
 SKEW = [Column("step", "step", str), Column("ranks", "ranks", str),
-        Column("median_us", "median of the ranks", format_us_as_ms), Column("max_us", "slowest", format_us_as_ms),
-        Column("slowest_rank", "slowest rank", str), Column("skew_pct", "skew", format_percent)]
+        Column("median_us", "median of the ranks", format_us_as_ms), Column("max_us", "longest", format_us_as_ms),
+        Column("longest_rank", "longest on rank", str), Column("skew_pct", "skew", format_percent)]
 STRAGGLERS = [Column("rank", "rank", str), Column("collectives", "collectives", format_count),
               Column("last", "arrived last", format_count), Column("last_pct", "share", format_percent),
               Column("caused_us", "others waited for it (all together)", format_us_as_ms),
@@ -227,8 +227,9 @@ def report_parts(profile: Profile, a: RunAnalysis,
                        "timeline to break down."), tables.html_table(a.temporal, TEMPORAL)]),
             "temporal"))
     if a.stragglers:
-        out.append(section("Who the others waited for (slow ranks)",
-                           tables.html_table(a.stragglers, STRAGGLERS), "stragglers"))
+        out.append(section("Who the others waited for (slow ranks)", html.join(
+            [tables.html_table(a.stragglers, STRAGGLERS),
+             *(html.note(n) for n in [a.evidence.get("stragglers")] if n)]), "stragglers"))
     if a.collectives:
         shown = a.collectives[:MAX_COLLECTIVE_ROWS]
         more = len(a.collectives) - len(shown)
@@ -238,8 +239,9 @@ def report_parts(profile: Profile, a: RunAnalysis,
                                    "torchlens analyze --json list them all"))
         out.append(section("Collectives across ranks", html.join(parts), "collectives"))
     if a.step_skew:
-        out.append(section("Step time across ranks", tables.html_table(a.step_skew, SKEW),
-                           "steps"))
+        out.append(section("Step time across ranks", html.join(
+            [tables.html_table(a.step_skew, SKEW),
+             *(html.note(n) for n in [a.evidence.get("step_skew")] if n)]), "steps"))
     out.append(_overlap_section(a))
     if a.fsdp:
         out.append(_fsdp_section(a))
