@@ -77,7 +77,7 @@ class Heartbeat(msgspec.Struct, frozen=True):
     step now running; ``bye`` rides on its last one."""
 
     t: float | None = None
-    beat: int | None = None
+    beat: float | None = None  # a counter: only whether it changed is read
     rss: int | None = None
     sent: list[int] | None = None
     steps_done: int | None = None
