@@ -71,6 +71,17 @@ class Bye(msgspec.Struct, frozen=True):
     oom: OomOutcome | None = None
 
 
+class RankProgress(msgspec.Struct, frozen=True):
+    """Where a rank's stepper is: ``steps_done`` the index of the step now
+    running, ``phase_calls`` phase timers entered, ``steps_by`` how its steps
+    were found ("optimizer.step() of Adam"), ``device`` the device it steps on."""
+
+    steps_done: int | None = None
+    phase_calls: int | None = None
+    steps_by: str | None = None
+    device: str | None = None
+
+
 class Heartbeat(msgspec.Struct, frozen=True):
     """A rank's newest heartbeat: ``sent`` counts the step batches and summaries
     it has set (which ring keys hold new values); ``steps_done`` the index of the

@@ -26,13 +26,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.model.messages import Bye, Incarnation
 from torchlens.model.units import format_seconds, plural
 
 #: an error message is cut to this many characters in the sentence
 ERROR_CHARS = 160
+
+
+@dataclass
+class RankBefore:
+    """One rank of a restart: the steps its previous incarnation sent (None: it
+    had none), and its agent's restart count now."""
+
+    rank: int
+    steps: int | None
+    restart_count: int | None
 
 
 @dataclass
@@ -51,7 +60,7 @@ class Restart:
     cause_step: int | None  # the step the cause rank was in
     error: str | None
     #: per rank: steps its previous incarnation sent, and its agent's restart count now
-    before: list[dict[str, Any]] = field(default_factory=list)
+    before: list[RankBefore] = field(default_factory=list)
     words: str = ""  # the sentence the terminal, the manifest and the report show
     label: str = ""  # a few words for a chart's marker: "restart 1: rank 1 failed"
 
@@ -143,8 +152,8 @@ def world_restarts(incarnations: list[Incarnation], world_size: int) -> list[Res
             number=k, ranks=ranks, world_size=world, t=t, resumed_t=resumed, cause=cause,
             cause_rank=who.rank if who else None, cause_step=_step(who) if who else None,
             error=who.bye.error if who and who.bye else None,
-            before=[{"rank": i.rank, "steps": before[i.rank].steps
-                     if i.rank in before else None, "restart_count": i.restart_count}
+            before=[RankBefore(i.rank, before[i.rank].steps if i.rank in before else None,
+                               i.restart_count)
                     for i in sorted(new, key=lambda i: i.rank)])
         restart.words = _words(restart, _because(cause, who))
         restart.label = f"restart {k}" + (f": {_SHORT[cause].format(r=who.rank)}" if who

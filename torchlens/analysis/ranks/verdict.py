@@ -48,6 +48,7 @@ from torchlens.analysis.ranks.steps import (
     per_rank_memory,
     rank_table,
 )
+from torchlens.formats.run_folder.manifest import Manifest
 from torchlens.model.findings import FAILED, INFO, WARNING, Figure, Finding, as_finding
 from torchlens.model.messages import RankInfo, RankSnapshot
 from torchlens.model.records import without_setup
@@ -339,8 +340,7 @@ def ended_reason(row: dict[str, Any]) -> str | None:
     return f"{row['state']}: {error}" if error else str(row["state"])
 
 
-def folder_status(manifest: dict[str, Any], steps: Steps,
-                  summaries: Summaries) -> dict[str, Any]:
+def folder_status(manifest: Manifest, steps: Steps, summaries: Summaries) -> dict[str, Any]:
     """``live_status`` of a finished run folder (its manifest, and each rank's
     step records and summaries): for ``torchlens.watch`` on a run without a
     live feed. The states are the manifest's; so are the verdict and slow
@@ -348,8 +348,8 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
     (``%ddp_check --profile``) they are ``slow_rank``'s over its step records:
     the one verdict every view gives."""
     table = rank_table(steps, summaries) if any(steps) else []
-    said = manifest.get("verdict")
-    saved = manifest.get("slow_rank") or {}
+    said = manifest.verdict
+    saved = manifest.slow_rank or {}
     severity = (saved.get("finding") or {}).get("severity")
     slow = saved.get("rank")
     slow_finding = saved.get("finding")
@@ -360,22 +360,21 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
     elif said and said != str(as_finding(saved.get("finding"))):
         severity = None  # the verdict is not the slow rank's (a lost node, a failure)
     rows = []
-    for entry in manifest.get("ranks") or []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
-            continue
-        r = entry["rank"]
-        row = {k: entry.get(k) for k in STATUS_KEYS}
+    for entry in manifest.ranks:
+        r = entry.rank
+        # the entry's own fields (rank, node, host, state, restart, error, steps); the
+        # step and memory figures come from the table
+        row = {k: getattr(entry, k, None) for k in STATUS_KEYS}
         if r < len(table):
             row.update({k: _finite(v) for k, v in table[r].items()
                         if k in STATUS_KEYS and k not in ("rank", "steps")})
         row["slow"] = r == slow
         row["ended"] = ended_reason(row)
         rows.append(row)
-    return {"world_size": manifest.get("world_size"), "attached": len(rows),
+    return {"world_size": manifest.world_size, "attached": len(rows),
             "verdict": said, "severity": severity, "slow_rank": slow,
             "slow_finding": slow_finding, "ranks": rows,
-            "notes": [n for n in manifest.get("notes") or [] if isinstance(n, str)],
-            "restarts": manifest.get("restarts") or [],
-            "dropped": manifest.get("dropped_messages") or 0,
-            "lost": [n.get("words") for n in manifest.get("lost_nodes") or []
-                     if isinstance(n, dict)]}
+            "notes": [n for n in manifest.notes if isinstance(n, str)],
+            "restarts": list(manifest.restarts),
+            "dropped": manifest.dropped_messages or 0,
+            "lost": [n.get("words") for n in manifest.lost_nodes if isinstance(n, dict)]}

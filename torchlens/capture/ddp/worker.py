@@ -140,7 +140,7 @@ class Worker:
                     self.peak[k] = v
             status = self.recorder.status() if self.recorder else {}
             if self.stepper is not None:
-                status.update(self.stepper.status())
+                status.update(msgspec.structs.asdict(self.stepper.status()))
                 with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
                     self._send_profiling(store)
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op

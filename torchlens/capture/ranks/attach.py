@@ -43,7 +43,7 @@ import msgspec
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
-from torchlens.model.messages import Bye, Hello, OomOutcome
+from torchlens.model.messages import Bye, Heartbeat, Hello, OomOutcome
 
 ENV_COLLECTOR = "TORCHLENS_COLLECTOR"
 #: where ranks export their profiled steps' traces (the run folder, when this
@@ -156,13 +156,15 @@ class Attachment:
         self._hook_exit()
         threading.Thread(target=self._loop, daemon=True, name="tl-collector").start()
 
-    def _heartbeat(self) -> dict[str, Any]:
+    def _heartbeat(self, bye: Bye | None = None) -> Heartbeat:
         from torchlens.capture.ranks.stepper import rss_bytes
 
         self._beat += 1
+        progress = self.profiler.status()
         # "sent" tells the collector which ring keys hold new values
-        return {"t": time.time(), "beat": self._beat, "rss": rss_bytes(),
-                "sent": list(self._sent), **self.profiler.status()}
+        return Heartbeat(t=time.time(), beat=self._beat, rss=rss_bytes(), sent=list(self._sent),
+                         steps_done=progress.steps_done, phase_calls=progress.phase_calls,
+                         steps_by=progress.steps_by, device=progress.device, bye=bye)
 
     def _set_numbered(self, kind: int, body: bytes) -> None:
         what = ("steps", "prof")[kind]
@@ -265,7 +267,7 @@ class Attachment:
             bye = Bye(t=time.time(), reason=reason, error=self._error, error_t=self._error_t,
                       steps=self.profiler.index, errors=self.profiler.errors[:20],
                       oom=self._oom)
-            self._put(self._key("hb"), {**self._heartbeat(), "bye": msgspec.to_builtins(bye)})
+            self._put(self._key("hb"), self._heartbeat(bye))
 
 
 def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment | None:
