@@ -36,7 +36,7 @@ def _train(tmp_path, iterations: int, optimizers: int = 1, mark: bool = False):
     # that window was set-up (``_windows_were_set_up``) and comes first, marked
     windows = [r for r in records if r.window]
     assert records[:len(windows)] == windows
-    return records[len(windows):], prof.status()["steps_by"]
+    return records[len(windows):], prof.status().steps_by
 
 
 def test_each_optimizer_step_ends_a_step_and_the_view_is_told_so(tmp_path):

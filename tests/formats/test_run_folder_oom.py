@@ -17,7 +17,8 @@ from torchlens.formats.run_folder.manifest import (
     read_manifest,
     write_manifest,
 )
-from torchlens.frontends.ranks.command import _oom_words
+from torchlens.formats.run_folder.write import RankFiles, write_run_folder
+from torchlens.model.messages import OomOutcome
 
 WHY = ("PYTORCH_CUDA_ALLOC_CONF has backend:cudaMallocAsync, which keeps no per-block "
        "state: torch cannot snapshot it (the OOM message is what there is)")
@@ -37,16 +38,22 @@ class OlderManifest(msgspec.Struct, kw_only=True):
     ranks: list[OlderRankEntry] = []
 
 
-def test_the_ranks_own_oom_line_becomes_the_manifest_field() -> None:
-    # the words come from the line the rank put in its goodbye's errors
-    saved = oom_line(0, {"path": "/runs/r/rank0/oom.pickle", "why": None})
-    none = oom_line(1, {"path": None, "why": WHY})
-    assert _oom_words({"errors": ["step 3: memory_stats failed", saved]}) == (
-        "CUDA out of memory; allocator snapshot in /runs/r/rank0/oom.pickle")
-    assert _oom_words({"errors": [none]}) == (
-        f"CUDA out of memory; no allocator snapshot saved: {WHY}")
-    assert _oom_words({"errors": ["step 3: memory_stats failed"]}) is None
-    assert _oom_words({}) is None
+def test_the_ranks_log_line_and_the_manifest_field_say_the_same() -> None:
+    saved, none = OomOutcome(path="/runs/r/rank0/oom.pickle"), OomOutcome(why=WHY)
+    assert saved.words() == "CUDA out of memory; allocator snapshot in /runs/r/rank0/oom.pickle"
+    assert none.words() == f"CUDA out of memory; no allocator snapshot saved: {WHY}"
+    assert oom_line(1, none) == f"torchlens rank 1: {none.words()}"
+
+
+def test_both_writers_put_the_oom_in_the_manifest_from_the_ranks_outcome(tmp_path: Path) -> None:
+    (tmp_path / "rank0").mkdir()
+    (tmp_path / "rank0" / "oom.pickle").write_bytes(b"")
+    back = write_run_folder(str(tmp_path), Manifest(source=SOURCE_RUN, world_size=2), [
+        RankFiles(RankEntry(rank=0), [], oom=OomOutcome(path=str(tmp_path / "rank0" / "oom.pickle"))),
+        RankFiles(RankEntry(rank=1), [], oom=OomOutcome(why=WHY))])
+    assert read_manifest(str(tmp_path)) == back
+    assert back.rank(0).oom_snapshot == "rank0/oom.pickle"
+    assert back.rank(1).oom == f"CUDA out of memory; no allocator snapshot saved: {WHY}"
 
 
 def test_the_oom_field_round_trips_and_an_older_reader_still_reads(tmp_path: Path) -> None:

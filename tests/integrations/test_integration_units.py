@@ -131,7 +131,7 @@ def test_the_callbacks_steps_replace_the_optimizers_and_label_the_spans(tmp_path
     records, _ = prof.drain()
     assert [(r.step, r.label or None) for r in records if not r.window] == [
         (0, None), (1, None), (2, "evaluation"), (3, "checkpoint"), (4, None)]
-    assert prof.status()["steps_by"] == "the Trainer"
+    assert prof.status().steps_by == "the Trainer"
 
 
 def test_inside_torchprof_a_training_step_is_a_step_and_a_span_is_not(monkeypatch) -> None:

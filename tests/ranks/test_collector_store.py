@@ -82,7 +82,7 @@ def test_forged_and_foreign_messages_are_dropped_and_counted(collector) -> None:
     kept = c.all_slots()[0].steps
     assert [s.t1 for s in kept] == [0.1]
     assert c.dropped == 4
-    assert c.snapshot()["dropped"] == 4
+    assert c.snapshot().dropped == 4
     # a forged heartbeat claiming far more values is dropped, read nothing
     # and cost no wait (a counter, which cannot be sealed, could not say so)
     _beat(store, forger, slot, 3, [500, 500])
@@ -102,7 +102,7 @@ def test_a_collector_behind_by_more_than_a_ring_counts_what_it_lost(collector) -
     c.poll()
     s = c.all_slots()[0]
     assert [r.step for r in s.steps] == list(range(5, ring + 5))
-    assert c.snapshot()["ranks"][0]["overwritten"] == [5, 0]
+    assert c.snapshot().ranks[0].overwritten == [5, 0]
     assert c.dropped == 0
 
 

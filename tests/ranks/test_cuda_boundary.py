@@ -23,6 +23,7 @@ from torchlens.capture.ddp.memory import sample
 from torchlens.capture.ranks import attach, cuda_device
 from torchlens.capture.ranks.oom import is_cuda_oom, save_oom_snapshot
 from torchlens.capture.ranks.stepper import RankProfiler
+from torchlens.model.messages import OomOutcome
 
 from .fake_cuda import FakeCuda, Gpu, MiB, one_visible_gpu
 
@@ -168,8 +169,8 @@ def test_oom_of_any_origin_leaves_a_snapshot(exc, tmp_path, monkeypatch) -> None
                                      "Cuda failure 2 'out of memory'")
     (tmp_path / "rank1").mkdir()
     out = save_oom_snapshot(exc, str(tmp_path), 1)
-    assert out == {"path": str(tmp_path / "rank1" / "oom.pickle"), "why": None}
-    with open(out["path"], "rb") as fh:
+    assert out == OomOutcome(path=str(tmp_path / "rank1" / "oom.pickle"))
+    with open(out.path, "rb") as fh:
         assert {s["device"] for s in pickle.load(fh)["segments"]} == {0, 1}
 
 
@@ -199,5 +200,5 @@ def test_a_failed_snapshot_is_reported_not_swallowed(tmp_path, monkeypatch) -> N
     fake.snapshot_error = RuntimeError("CUDA error: out of memory")  # the snapshot itself
     (tmp_path / "rank1").mkdir()
     out = save_oom_snapshot(RuntimeError("CUDA error: out of memory"), str(tmp_path), 1)
-    assert out["path"] is None and "snapshot failed" in out["why"] and "out of memory" in out["why"]
+    assert out.path is None and "snapshot failed" in out.why and "out of memory" in out.why
     assert not (tmp_path / "rank1" / "oom.pickle").exists()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 from statistics import median
 
+import msgspec
+
 from torchlens.analysis.ranks.verdict import run_view
+from torchlens.model.messages import Incarnation
 from torchlens.model.records import StepRecord
 from torchlens.model.units import format_duration
 from torchlens.render.ranks.terminal import TerminalSummary, lines, one_line
@@ -120,12 +123,13 @@ def test_many_ranks_show_the_ones_in_trouble_first_and_sum_up_the_rest() -> None
     assert "over 40 ranks" in one_line(view)
 
 
-def _inc(rank: int, n: int, node: int, count: int, bye: dict | None = None, **kw: object) -> dict:
+def _inc(rank: int, n: int, node: int, count: int, bye: dict | None = None,
+         **kw: object) -> Incarnation:
     """One process of ``rank`` as ``Collector.incarnations`` lists it."""
-    return {"rank": rank, "slot": 4 * n + rank, "incarnation": n, "restart_count": count,
+    return msgspec.convert({"rank": rank, "slot": 4 * n + rank, "incarnation": n, "restart_count": count,
             "node": node, "host": f"h{node}", "world_size": 4, "t": 100.0 + 50 * n,
             "first_t": 101.0 + 50 * n, "last_t": 120.0 + 50 * n, "steps": 7,
-            "steps_done": 7, "last_beat": 120.0 + 50 * n, "bye": bye, **kw}
+            "steps_done": 7, "last_beat": 120.0 + 50 * n, "bye": bye, **kw}, Incarnation)
 
 
 def test_a_restart_of_every_rank_is_one_restart_named_by_the_first_failure() -> None:

@@ -23,6 +23,7 @@ from torchlens.analysis.ranks.metrics import Family, Histogram, metric_families
 from torchlens.analysis.ranks.slow import SlowRank
 from torchlens.analysis.ranks.verdict import RunView, run_view
 from torchlens.model.findings import INFO, Finding
+from torchlens.model.messages import RankInfo, RankSnapshot
 from torchlens.model.records import StepRecord
 
 #: the newest step records / summaries kept per rank: the collector's own
@@ -112,23 +113,20 @@ class NotebookRun:
         """The verdict and rows, as ``torchlens run``'s collector would judge them."""
         world = max([self.world_size, *(r + 1 for r in self.rows),
                      *(r + 1 for r in self.steps)])
-        ranks: list[dict[str, Any] | None] = []
+        ranks: list[RankInfo | None] = []
         for r in range(world):
             row = self.rows.get(r)
             if row is None and r not in self.steps:
                 ranks.append(None)
                 continue
             row = {**self.where, **(row or {})}
-            ranks.append({"rank": r, "node": row.get("node"), "host": row.get("host"),
-                          "incarnation": row.get("restart") or 0, "silent_s": 0.0,
-                          "bye": None, "heartbeat": {}, "overwritten": [],
-                          "shared_run_dir": True,
-                          "steps_sent": self.histograms.get(r, Histogram()).count})
-        snap = {"world_size": world, "ranks": ranks, "dropped": 0, "incarnations": [],
-                "lost_after_s": math.inf,
-                "steps": [list(self.steps.get(r, [])) for r in range(world)],
-                "summaries": [list(self.summaries.get(r, [])) for r in range(world)]}
-        view = run_view(snap)
+            ranks.append(RankInfo(rank=r, node=row.get("node"), host=row.get("host"),
+                                  incarnation=row.get("restart") or 0, shared_run_dir=True,
+                                  steps_sent=self.histograms.get(r, Histogram()).count))
+        view = run_view(RankSnapshot(
+            world_size=world, ranks=ranks, lost_after_s=math.inf,
+            steps=[list(self.steps.get(r, [])) for r in range(world)],
+            summaries=[list(self.summaries.get(r, [])) for r in range(world)]))
         for row in view.ranks:
             state = self.rows.get(row["rank"], {}).get("state")
             if state is not None:

@@ -26,12 +26,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from torchlens.model.messages import Bye, Incarnation
 from torchlens.model.units import format_seconds, plural
 
 #: an error message is cut to this many characters in the sentence
 ERROR_CHARS = 160
+
+
+@dataclass
+class RankBefore:
+    """One rank of a restart: the steps its previous incarnation sent (None: it
+    had none), and its agent's restart count now."""
+
+    rank: int
+    steps: int | None
+    restart_count: int | None
 
 
 @dataclass
@@ -50,7 +60,7 @@ class Restart:
     cause_step: int | None  # the step the cause rank was in
     error: str | None
     #: per rank: steps its previous incarnation sent, and its agent's restart count now
-    before: list[dict[str, Any]] = field(default_factory=list)
+    before: list[RankBefore] = field(default_factory=list)
     words: str = ""  # the sentence the terminal, the manifest and the report show
     label: str = ""  # a few words for a chart's marker: "restart 1: rank 1 failed"
 
@@ -59,39 +69,41 @@ def _clock(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t is not None else "?"
 
 
-def _end(inc: dict[str, Any]) -> float | None:
+def _end(inc: Incarnation) -> float | None:
     """When an incarnation stopped: its goodbye, else its last heartbeat or step."""
-    bye = inc.get("bye") or {}
-    for t in (bye.get("t"), inc.get("last_beat"), inc.get("last_t")):
-        if isinstance(t, (int, float)):
+    bye = inc.bye or Bye()
+    for t in (bye.t, inc.last_beat, inc.last_t):
+        if t is not None:
             return float(t)
     return None
 
 
-def _step(inc: dict[str, Any]) -> int | None:
+def _step(inc: Incarnation) -> int | None:
     """The step an incarnation was in when it stopped (steps done = the running one)."""
-    bye = inc.get("bye") or {}
-    for s in (bye.get("steps"), inc.get("steps_done"), inc.get("steps")):
-        if isinstance(s, int):
+    bye = inc.bye or Bye()
+    for s in (bye.steps, inc.steps_done, inc.steps):
+        if s is not None:
             return s
     return None
 
 
-def _cause(previous: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
+def _cause(previous: list[Incarnation]) -> tuple[str, Incarnation | None]:
     """Why the workers of ``previous`` (one incarnation of every rank) were restarted."""
-    def reason(inc: dict[str, Any]) -> str | None:
-        return (inc.get("bye") or {}).get("reason")
+    def reason(inc: Incarnation) -> str | None:
+        return inc.bye.reason if inc.bye is not None else None
+
+    def raised(inc: Incarnation) -> float:
+        return (inc.bye.error_t if inc.bye is not None else None) or _end(inc) or 0.0
 
     failed = [i for i in previous if reason(i) == "exception"]
     if failed:
-        return "failed", min(failed, key=lambda i: ((i["bye"].get("error_t") or _end(i) or 0.0),
-                                                     i["rank"]))
+        return "failed", min(failed, key=lambda i: (raised(i), i.rank))
     died = [i for i in previous if reason(i) == "agent died"]
     if died:
-        return "agent died", min(died, key=lambda i: i["rank"])
-    silent = [i for i in previous if not i.get("bye")]
+        return "agent died", min(died, key=lambda i: i.rank)
+    silent = [i for i in previous if i.bye is None]
     if silent:
-        return "no goodbye", min(silent, key=lambda i: (_end(i) or 0.0, i["rank"]))
+        return "no goodbye", min(silent, key=lambda i: (_end(i) or 0.0, i.rank))
     if previous:
         return "ended by its agent", None
     return "unknown", None
@@ -101,50 +113,50 @@ _SHORT = {"failed": "rank {r} failed", "agent died": "rank {r}'s agent died",
           "no goodbye": "rank {r} stopped"}
 
 
-def _because(cause: str, inc: dict[str, Any] | None) -> str:
+def _because(cause: str, inc: Incarnation | None) -> str:
     if inc is None:
         return ("after the agents stopped every worker; no rank reported an error (a worker "
                 "that failed before its first torchlens.step(), or a node that joined or "
                 "left)") if cause == "ended by its agent" else "for a reason no rank reported"
-    r, step = inc["rank"], _step(inc)
+    r, step = inc.rank, _step(inc)
     at = f" at step {step}" if step is not None else ""
     if cause == "failed":
-        error = str(inc["bye"].get("error") or "an exception")
+        error = str((inc.bye or Bye()).error or "an exception")
         if len(error) > ERROR_CHARS:
             error = error[:ERROR_CHARS - 1] + "…"
         return f"after rank {r} failed{at} ({error})"
     if cause == "agent died":
-        node = f" (node {inc['node']})" if inc.get("node") is not None else ""
+        node = f" (node {inc.node})" if inc.node is not None else ""
         return f"after rank {r}'s elastic agent died{node}{at}"
     return (f"after rank {r} stopped{at} without a goodbye (killed by a signal, or by the "
             "out-of-memory killer? look at its log)")
 
 
-def world_restarts(incarnations: list[dict[str, Any]], world_size: int) -> list[Restart]:
+def world_restarts(incarnations: list[Incarnation], world_size: int) -> list[Restart]:
     """The job's restarts, from ``Collector.incarnations()`` (one entry per process)."""
-    by_number: dict[int, list[dict[str, Any]]] = {}
+    by_number: dict[int, list[Incarnation]] = {}
     for inc in incarnations:
-        by_number.setdefault(int(inc.get("incarnation") or 0), []).append(inc)
+        by_number.setdefault(inc.incarnation, []).append(inc)
     out = []
     for k in sorted(n for n in by_number if n > 0):
         new, previous = by_number[k], by_number.get(k - 1, [])
-        ranks = sorted({i["rank"] for i in new})
+        ranks = sorted({i.rank for i in new})
         cause, who = _cause(previous)
         ends = [t for t in (_end(i) for i in previous) if t is not None]
-        starts = [i["first_t"] for i in new if isinstance(i.get("first_t"), (int, float))]
-        t = max(ends) if ends else min((i["t"] for i in new if i.get("t")), default=None)
+        starts = [i.first_t for i in new if i.first_t is not None]
+        t = max(ends) if ends else min((i.t for i in new if i.t), default=None)
         resumed = min(starts) if starts else None
-        before = {i["rank"]: i for i in previous}
-        world = max([world_size, *(int(i.get("world_size") or 0) for i in new)])
+        before = {i.rank: i for i in previous}
+        world = max([world_size, *(i.world_size or 0 for i in new)])
         restart = Restart(
             number=k, ranks=ranks, world_size=world, t=t, resumed_t=resumed, cause=cause,
-            cause_rank=who["rank"] if who else None, cause_step=_step(who) if who else None,
-            error=(who.get("bye") or {}).get("error") if who else None,
-            before=[{"rank": i["rank"], "steps": before[i["rank"]].get("steps")
-                     if i["rank"] in before else None, "restart_count": i.get("restart_count")}
-                    for i in sorted(new, key=lambda i: i["rank"])])
+            cause_rank=who.rank if who else None, cause_step=_step(who) if who else None,
+            error=who.bye.error if who and who.bye else None,
+            before=[RankBefore(i.rank, before[i.rank].steps if i.rank in before else None,
+                               i.restart_count)
+                    for i in sorted(new, key=lambda i: i.rank)])
         restart.words = _words(restart, _because(cause, who))
-        restart.label = f"restart {k}" + (f": {_SHORT[cause].format(r=who['rank'])}" if who
+        restart.label = f"restart {k}" + (f": {_SHORT[cause].format(r=who.rank)}" if who
                                            else "")
         out.append(restart)
     return out

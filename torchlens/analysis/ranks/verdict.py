@@ -48,6 +48,7 @@ from torchlens.analysis.ranks.steps import (
     per_rank_memory,
     rank_table,
 )
+from torchlens.formats.run_folder.manifest import Manifest
 from torchlens.model.findings import (
     FAILED,
     FAILED_RANK,
@@ -62,6 +63,7 @@ from torchlens.model.findings import (
     Finding,
     as_finding,
 )
+from torchlens.model.messages import RankInfo, RankSnapshot
 from torchlens.model.records import without_setup
 from torchlens.model.units import format_bytes
 
@@ -117,45 +119,53 @@ def show_order(rows: list[dict[str, Any]], slow: int | None) -> list[int]:
     return sorted(range(len(rows)), key=key)
 
 
-def rank_state(info: dict[str, Any] | None, lost_after_s: float, ended: bool) -> str:
+def rank_state(info: RankInfo | None, lost_after_s: float, ended: bool) -> str:
     """One rank's state (definitions: the module docstring)."""
     if info is None:
         return "waiting"
-    bye = info.get("bye")
-    if bye:
+    bye = info.bye
+    if bye is not None:
+        reason = bye.reason
         return {"exit": "finished", "exception": "failed", "SIGTERM": "ended by its agent",
-                "agent died": "lost"}.get(bye.get("reason"), str(bye.get("reason")))
-    if ended or (info.get("silent_s") or 0.0) > lost_after_s:
+                "agent died": "lost"}.get(reason or "", str(reason))
+    if ended or info.silent_s > lost_after_s:
         return "lost"
     return "running"
 
 
-def _step_now(info: dict[str, Any]) -> int | None:
-    hb = info.get("heartbeat") or {}
-    step = hb.get("steps_done")
-    return step if isinstance(step, int) else info.get("steps_sent")
+def _step_now(info: RankInfo) -> int | None:
+    step = info.heartbeat.steps_done
+    return step if step is not None else info.steps_sent
 
 
-def lost_nodes(ranks: list[dict[str, Any] | None], states: list[str]) -> list[LostNode]:
+def _reason(info: RankInfo) -> str | None:
+    return info.bye.reason if info.bye is not None else None
+
+
+def _error(info: RankInfo | None) -> str | None:
+    return info.bye.error if info is not None and info.bye is not None else None
+
+
+def lost_nodes(ranks: list[RankInfo | None], states: list[str]) -> list[LostNode]:
     """Lost ranks grouped by node, with where they stopped. A node whose other
     ranks went on (said goodbye, failed, still run) was not lost: those ranks
     were (killed or hung: ``kill -9``, the OOM killer), and the words say so."""
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-    alive: set[tuple[Any, Any]] = set()
+    groups: dict[tuple[int | None, str | None], list[RankInfo]] = {}
+    alive: set[tuple[int | None, str | None]] = set()
     for info, state in zip(ranks, states, strict=True):
         if info is None:
             continue
-        key = (info.get("node"), info.get("host"))
+        key = (info.node, info.host)
         if state == "lost":
             groups.setdefault(key, []).append(info)
         else:
             alive.add(key)
     out = []
-    for (node, host), infos in sorted(groups.items(), key=lambda kv: min(i["rank"] for i in kv[1])):
-        numbers = sorted(i["rank"] for i in infos)
+    for (node, host), infos in sorted(groups.items(), key=lambda kv: min(i.rank for i in kv[1])):
+        numbers = sorted(i.rank for i in infos)
         steps = [s for s in (_step_now(i) for i in infos) if s is not None]
         step = min(steps) if steps else None
-        died = any((i.get("bye") or {}).get("reason") == "agent died" for i in infos)
+        died = any(_reason(i) == "agent died" for i in infos)
         where = f"node {node}" if node is not None else "a node"
         label = f"{where} (host {host})" if host else where
         who = ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(map(str, numbers))
@@ -182,7 +192,7 @@ def no_step_words(attached: int, world_size: int | None, why: str) -> str:
             f"none ran a step ({why})")
 
 
-def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, Any]],
+def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[dict[str, Any]],
              attached: int, slow: SlowRank, creep: list[MemoryCreep],
              ended: bool = False) -> Finding:
     """What leads the summary (the order: the module docstring)."""
@@ -204,13 +214,13 @@ def _verdict(snap: dict[str, Any], lost: list[LostNode], failed: list[dict[str, 
                            code=FAILED_RANK)
         return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
                        advice=f"look at rank {row['rank']}'s log", code=FAILED_RANK)
-    if not any(snap["steps"]):
+    if not any(snap.steps):
         how = ("a torchrun rank attaches when it starts, any other at its first "
                "torchlens.step()")
         if ended:  # nothing more will come: not "waiting"
-            return Finding(WARNING, no_step_words(attached, snap["world_size"], how),
+            return Finding(WARNING, no_step_words(attached, snap.world_size, how),
                            (Figure("attached", attached),), code=NO_STEPS)
-        return Finding(INFO, f"waiting for steps: {attached} of {snap['world_size'] or '?'} "
+        return Finding(INFO, f"waiting for steps: {attached} of {snap.world_size or '?'} "
                        f"ranks attached ({how})", (Figure("attached", attached),), code=WAITING)
     if creep and (slow.rank is None or weak(slow.finding)):
         return creep_finding(creep[0])
@@ -228,26 +238,28 @@ def creep_finding(c: MemoryCreep) -> Finding:
                    "with their graph, growing lists)", code=MEMORY_CREEP)
 
 
-def steps_found_by(ranks: list[dict[str, Any] | None]) -> str:
+def steps_found_by(ranks: list[RankInfo | None]) -> str:
     """How the ranks' steps were found (their heartbeats' ``steps_by``), one
     phrase when they agree: "steps: optimizer.step() of Adam"; "" before any."""
     said: dict[str, list[int]] = {}
     for info in ranks:
-        by = ((info or {}).get("heartbeat") or {}).get("steps_by")
-        if isinstance(by, str) and by:
-            said.setdefault(by, []).append(int(info["rank"]))  # type: ignore[index]
+        by = info.heartbeat.steps_by if info is not None else None
+        if by:
+            said.setdefault(by, []).append(info.rank)  # type: ignore[union-attr]
     if len(said) <= 1:
         return "".join(f"steps: {by}" for by in said)
     return "steps: " + "; ".join(f"{rank_list(r)}: {by}" for by, r in said.items())
 
 
-def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
-    """The verdict, per-rank rows and lost nodes of one collector snapshot."""
-    ranks: list[dict[str, Any] | None] = snap["ranks"]
+def run_view(snap: RankSnapshot | dict[str, Any], ended: bool = False) -> RunView:
+    """The verdict, per-rank rows and lost nodes of one collector snapshot (a
+    ``RankSnapshot``, or the same as JSON builtins)."""
+    snap = RankSnapshot.of(snap)
+    ranks = snap.ranks
     # the collector holds every record a rank sent: set-up windows included
-    steps = [list(without_setup(recs)) for recs in snap["steps"]]
-    summaries = snap["summaries"]
-    states = [rank_state(i, snap.get("lost_after_s", 10.0), ended) for i in ranks]
+    steps = [list(without_setup(recs)) for recs in snap.steps]
+    summaries = snap.summaries
+    states = [rank_state(i, snap.lost_after_s, ended) for i in ranks]
     lost = lost_nodes(ranks, states)
     slow = slow_rank(steps)
     memory = per_rank_memory(steps, summaries)
@@ -255,32 +267,31 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
     table = rank_table(steps, summaries, memory, WINDOW) if steps else []
     rows = []
     for r, (info, state) in enumerate(zip(ranks, states, strict=True)):
-        info = info or {}
-        row = {"rank": r, "node": info.get("node"), "host": info.get("host"), "state": state,
-               "restart": info.get("incarnation"),
-               "error": (info.get("bye") or {}).get("error")}
+        row = {"rank": r, "node": info.node if info else None,
+               "host": info.host if info else None, "state": state,
+               "restart": info.incarnation if info else None, "error": _error(info)}
         if r < len(table):
             row.update({k: v for k, v in table[r].items() if k != "rank"})
-        if isinstance(info.get("steps_sent"), int):  # the collector keeps only the newest
-            row["steps"] = info["steps_sent"]
+        if info is not None and info.steps_sent is not None:  # the collector keeps only the newest
+            row["steps"] = info.steps_sent
         rows.append(row)
     attached = sum(i is not None for i in ranks)
     # the rank that raised first leads: the others usually fail because it went
     # away (gloo: "Connection closed by peer"), and lower ranks are not first
     def raised_at(row: dict[str, Any]) -> float:
-        t = ((ranks[row["rank"]] or {}).get("bye") or {}).get("error_t")
-        return float(t) if isinstance(t, (int, float)) else float("inf")
+        info = ranks[row["rank"]]
+        t = info.bye.error_t if info is not None and info.bye is not None else None
+        return float(t) if t is not None else float("inf")
 
     failed = sorted((row for row in rows if row["state"] == "failed"),
                     key=lambda row: (peer_gone(row["error"]), raised_at(row), row["rank"]))
     verdict = _verdict(snap, lost, failed, attached, slow, creep, ended)
     notes = []
-    if any(i is not None and not i.get("shared_run_dir") for i in ranks):
-        far = [str(i["rank"]) for i in ranks if i is not None and not i.get("shared_run_dir")]
+    if any(i is not None and not i.shared_run_dir for i in ranks):
+        far = [str(i.rank) for i in ranks if i is not None and not i.shared_run_dir]
         notes.append(f"ranks {', '.join(far)} could not write the run folder: their profiled "
                      "steps are here as summaries only, their traces stayed on their nodes")
-    behind = [(i["rank"], i["overwritten"]) for i in ranks
-              if i is not None and any(i.get("overwritten") or ())]
+    behind = [(i.rank, i.overwritten) for i in ranks if i is not None and any(i.overwritten)]
     if behind:
         batches = sum(o[0] for _, o in behind)
         sums = sum(o[1] for _, o in behind)
@@ -293,9 +304,9 @@ def run_view(snap: dict[str, Any], ended: bool = False) -> RunView:
         notes.insert(0, by)
     times = sorted(r["step_ms"] for r in rows if r.get("step_ms") is not None)
     spread = (median(times), times[0], times[-1]) if times else None
-    restarts = world_restarts(snap.get("incarnations") or [], snap["world_size"])
-    return RunView(verdict, rows, slow, creep, lost, snap.get("dropped", 0),
-                   restarts, attached, snap["world_size"], notes,
+    restarts = world_restarts(snap.incarnations, snap.world_size)
+    return RunView(verdict, rows, slow, creep, lost, snap.dropped,
+                   restarts, attached, snap.world_size, notes,
                    show_order(rows, slow.rank), spread)
 
 
@@ -344,8 +355,7 @@ def ended_reason(row: dict[str, Any]) -> str | None:
     return f"{row['state']}: {error}" if error else str(row["state"])
 
 
-def folder_status(manifest: dict[str, Any], steps: Steps,
-                  summaries: Summaries) -> dict[str, Any]:
+def folder_status(manifest: Manifest, steps: Steps, summaries: Summaries) -> dict[str, Any]:
     """``live_status`` of a finished run folder (its manifest, and each rank's
     step records and summaries): for ``torchlens.watch`` on a run without a
     live feed. The states are the manifest's; so are the verdict and slow
@@ -353,12 +363,12 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
     (``%ddp_check --profile``) they are ``slow_rank``'s over its step records:
     the one verdict every view gives."""
     table = rank_table(steps, summaries) if any(steps) else []
-    said = manifest.get("verdict")
-    saved = manifest.get("slow_rank") or {}
+    said = manifest.verdict
+    saved = manifest.slow_rank or {}
     severity = (saved.get("finding") or {}).get("severity")
     slow = saved.get("rank")
     slow_finding = saved.get("finding")
-    code = manifest.get("verdict_code")
+    code = manifest.verdict_code
     if not said and sum(1 for s in steps if s) >= 2:
         judged = slow_rank(steps)
         said, severity, slow = str(judged.finding), judged.finding.severity, judged.rank
@@ -367,22 +377,21 @@ def folder_status(manifest: dict[str, Any], steps: Steps,
                    else said != str(as_finding(saved.get("finding")))):
         severity = None  # the verdict is not the slow rank's (a lost node, a failure)
     rows = []
-    for entry in manifest.get("ranks") or []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
-            continue
-        r = entry["rank"]
-        row = {k: entry.get(k) for k in STATUS_KEYS}
+    for entry in manifest.ranks:
+        r = entry.rank
+        # the entry's own fields (rank, node, host, state, restart, error, steps); the
+        # step and memory figures come from the table
+        row = {k: getattr(entry, k, None) for k in STATUS_KEYS}
         if r < len(table):
             row.update({k: _finite(v) for k, v in table[r].items()
                         if k in STATUS_KEYS and k not in ("rank", "steps")})
         row["slow"] = r == slow
         row["ended"] = ended_reason(row)
         rows.append(row)
-    return {"world_size": manifest.get("world_size"), "attached": len(rows),
+    return {"world_size": manifest.world_size, "attached": len(rows),
             "verdict": said, "verdict_code": code, "severity": severity, "slow_rank": slow,
             "slow_finding": slow_finding, "ranks": rows,
-            "notes": [n for n in manifest.get("notes") or [] if isinstance(n, str)],
-            "restarts": manifest.get("restarts") or [],
-            "dropped": manifest.get("dropped_messages") or 0,
-            "lost": [n.get("words") for n in manifest.get("lost_nodes") or []
-                     if isinstance(n, dict)]}
+            "notes": [n for n in manifest.notes if isinstance(n, str)],
+            "restarts": list(manifest.restarts),
+            "dropped": manifest.dropped_messages or 0,
+            "lost": [n.get("words") for n in manifest.lost_nodes if isinstance(n, dict)]}

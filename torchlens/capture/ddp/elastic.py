@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
+from torchlens.model.messages import Hello
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,9 @@ def agent_exit_codes(log_path: str) -> dict[int, int]:
     return {int(pid): int(code) for code, pid in _AGENT_FAILURE.findall(text)}
 
 
-def local_ranks(last_hb: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """Heartbeats of this host's ranks, as ``child.end_leftovers`` takes them."""
+def local_ranks(last_hb: list[dict[str, Any] | None]) -> list[Hello]:
+    """This host's ranks (each one's last heartbeat: its process and when it beat),
+    as ``child.end_leftovers`` takes them."""
     here = socket.gethostname()
-    return [{"host": hb.get("host"), "pid": hb.get("pid"), "t": hb.get("t")}
-            for hb in last_hb if hb and hb.get("host") == here]
+    return [Hello(rank=r, host=hb.get("host"), pid=hb.get("pid"), t=hb.get("t"))
+            for r, hb in enumerate(last_hb) if hb and hb.get("host") == here]

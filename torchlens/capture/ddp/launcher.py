@@ -48,6 +48,7 @@ from torchlens.capture.ddp.processes import (
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
+from torchlens.model.messages import OomOutcome, decode_message
 from torchlens.model.records import StepRecord, without_setup
 
 POLL_S = 0.1
@@ -392,39 +393,29 @@ def _ending(res: dict[str, Any], steps: int) -> dict[str, Any]:
             "stopped_at_step": steps, "steps": steps}
 
 
-def _oom_words(res: dict[str, Any]) -> str | None:
-    """The manifest's ``oom`` of a %ddp_check rank: where its snapshot went or why none."""
-    oom = res.get("oom_snapshot")
-    if not isinstance(oom, dict):
-        return None
-    return (f"allocator snapshot in {oom['path']}" if oom.get("path")
-            else f"no allocator snapshot: {oom.get('why') or 'no reason given'}")
-
-
 def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
                      steps: list[list[StepRecord]], started: float | None = None) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already);
     ``started``: the launch (unix s), the origin of the run's times in its view."""
-    from torchlens.formats.run_folder import files, manifest, records
+    from torchlens.formats.run_folder import manifest, write
 
-    entries = []
-    for rank in range(options.world_size):
-        records.write_steps(run_dir, rank, steps[rank])
+    def rank_files(rank: int) -> write.RankFiles:
         res = ranks[rank] or {}
-        entries.append(manifest.RankEntry(
+        entry = manifest.RankEntry(
             rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
-            traces=files.rank_traces(run_dir, rank),
-            oom_snapshot=files.oom_snapshot(run_dir, rank), oom=_oom_words(res),
             # one machine unless --nnodes: node 0, as torchlens run labels it (a watch of
             # the finished folder then labels its series node="0", not node="")
             node=res.get("node", None if options.elastic else 0),
-            **_ending(res, len(steps[rank]))))
-    manifest.write_manifest(run_dir, manifest.Manifest(
+            **_ending(res, len(steps[rank])))
+        return write.RankFiles(entry, steps[rank],
+                               oom=decode_message(res.get("oom_snapshot"), OomOutcome))
+
+    write.write_run_folder(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
         backend=job.get("backend"), created=time.time(), started=started,
-        profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"},
-        ranks=entries))
+        profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"}),
+        (rank_files(rank) for rank in range(options.world_size)))
 
 
 def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],

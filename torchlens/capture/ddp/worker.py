@@ -40,6 +40,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
@@ -138,7 +140,7 @@ class Worker:
                     self.peak[k] = v
             status = self.recorder.status() if self.recorder else {}
             if self.stepper is not None:
-                status.update(self.stepper.status())
+                status.update(msgspec.structs.asdict(self.stepper.status()))
                 with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
                     self._send_profiling(store)
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
@@ -393,7 +395,7 @@ class Worker:
         except BaseException as exc:
             oom = save_oom_snapshot(exc, opts["run_dir"], self.rank)
             if oom is not None:  # where the snapshot went, or why there is none
-                self.result["oom_snapshot"] = oom
+                self.result["oom_snapshot"] = msgspec.to_builtins(oom)
                 stepper.errors.append(oom_line(self.rank, oom))
                 print(stepper.errors[-1], file=sys.stderr, flush=True)
             raise

@@ -39,8 +39,11 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
+from torchlens.model.messages import Bye, Heartbeat, Hello, OomOutcome
 
 ENV_COLLECTOR = "TORCHLENS_COLLECTOR"
 #: where ranks export their profiled steps' traces (the run folder, when this
@@ -128,6 +131,7 @@ class Attachment:
         self._closed = False
         self._error: str | None = None
         self._error_t: float | None = None  # when it was raised: which rank failed first
+        self._oom: OomOutcome | None = None
 
     def _key(self, what: str) -> str:
         return protocol.slot_key(self.key.run_id, self.slot, what)
@@ -139,27 +143,28 @@ class Attachment:
         # the heartbeat exists before the hello: the collector reads it with
         # multi_get (which would wait on a missing key) once it has the hello
         self._put(self._key("hb"), self._heartbeat())
-        self._put(self._key("hello"), {
-            "rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank,
+        self._put(self._key("hello"), msgspec.to_builtins(Hello(
+            rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
             # torchrun's agent sets GROUP_RANK; Lightning's own launcher NODE_RANK, or
             # nothing on one machine (node 0, as Lightning reads it)
-            "node": _int_env("GROUP_RANK", _int_env("NODE_RANK", 0)),
-            "host": socket.gethostname(), "pid": os.getpid(),
-            "restart": self.restart, "elastic_run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
-            "slot": self.slot, "t": time.time(),
-            "device": str(self.profiler.settle_device()),
-            "run_dir": self.run_dir, "shared_run_dir": self.shared})
+            node=_int_env("GROUP_RANK", _int_env("NODE_RANK", 0)),
+            host=socket.gethostname(), pid=os.getpid(),
+            restart=self.restart, elastic_run_id=os.environ.get("TORCHELASTIC_RUN_ID"),
+            slot=self.slot, t=time.time(), device=str(self.profiler.settle_device()),
+            run_dir=self.run_dir, shared_run_dir=self.shared)))
         self.profiler.start()
         self._hook_exit()
         threading.Thread(target=self._loop, daemon=True, name="tl-collector").start()
 
-    def _heartbeat(self) -> dict[str, Any]:
+    def _heartbeat(self, bye: Bye | None = None) -> Heartbeat:
         from torchlens.capture.ranks.stepper import rss_bytes
 
         self._beat += 1
+        progress = self.profiler.status()
         # "sent" tells the collector which ring keys hold new values
-        return {"t": time.time(), "beat": self._beat, "rss": rss_bytes(),
-                "sent": list(self._sent), **self.profiler.status()}
+        return Heartbeat(t=time.time(), beat=self._beat, rss=rss_bytes(), sent=list(self._sent),
+                         steps_done=progress.steps_done, phase_calls=progress.phase_calls,
+                         steps_by=progress.steps_by, device=progress.device, bye=bye)
 
     def _set_numbered(self, kind: int, body: bytes) -> None:
         what = ("steps", "prof")[kind]
@@ -235,8 +240,9 @@ class Attachment:
         try:
             outcome = save_oom_snapshot(exc, self.run_dir, self.rank)
         except Exception as err:  # noqa: BLE001 - the user's exception is what matters
-            outcome = {"path": None, "why": f"{type(err).__name__}: {err}"}
+            outcome = OomOutcome(why=f"{type(err).__name__}: {err}")
         if outcome is not None:
+            self._oom = outcome
             line = oom_line(self.rank, outcome)
             self.profiler.errors.append(line)
             print(line, file=sys.stderr)
@@ -258,10 +264,10 @@ class Attachment:
             if self._error and reason == "exit":
                 reason = "exception"
             # the bye rides on the last heartbeat, which counts the last values
-            bye = {"t": time.time(), "reason": reason, "error": self._error,
-                   "error_t": self._error_t, "steps": self.profiler.index,
-                   "errors": self.profiler.errors[:20]}
-            self._put(self._key("hb"), {**self._heartbeat(), "bye": bye})
+            bye = Bye(t=time.time(), reason=reason, error=self._error, error_t=self._error_t,
+                      steps=self.profiler.index, errors=self.profiler.errors[:20],
+                      oom=self._oom)
+            self._put(self._key("hb"), self._heartbeat(bye))
 
 
 def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment | None:

@@ -41,6 +41,15 @@ from typing import Any
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
+from torchlens.model.messages import (
+    Bye,
+    Heartbeat,
+    Hello,
+    Incarnation,
+    RankInfo,
+    RankSnapshot,
+    decode_message,
+)
 from torchlens.model.records import StepRecord, StepSummary, decode_batch
 
 #: a slot whose heartbeat has not changed for this long stopped sending
@@ -68,12 +77,12 @@ class Slot:
     """One attached process: a rank, or a restart of it (a new slot, a new *incarnation*)."""
 
     slot: int
-    hello: dict[str, Any]
+    hello: Hello
     seen: float  # collector clock: when its heartbeat last changed
-    heartbeat: dict[str, Any] = field(default_factory=dict)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
     steps: list[StepRecord] = field(default_factory=list)
     summaries: list[StepSummary] = field(default_factory=list)
-    bye: dict[str, Any] | None = None
+    bye: Bye | None = None
     read: list[int] = field(default_factory=lambda: [0, 0])  # values read: batches, summaries
     raw_hb: bytes = b""
     counts: list[int] = field(default_factory=lambda: [0, 0])  # step records, summaries
@@ -88,7 +97,7 @@ class Slot:
 
     @property
     def rank(self) -> int:
-        return int(self.hello["rank"])
+        return self.hello.rank
 
 
 class Collector:
@@ -168,13 +177,14 @@ class Collector:
             if hb == s.raw_hb:
                 continue
             s.raw_hb, s.seen = hb, now
-            beat = self._open(name, hb)
-            if not isinstance(beat, dict):
+            value = self._open(name, hb)
+            beat = decode_message(value, Heartbeat)
+            if beat is None:
                 continue
             s.heartbeat = beat
-            wanted += self._new_values(s, beat.get("sent"))
-            if isinstance(beat.get("bye"), dict):
-                s.bye = beat["bye"]  # it counts its last values: read in this poll
+            wanted += self._new_values(s, beat.sent)
+            if beat.bye is not None:
+                s.bye = beat.bye  # it counts its last values: read in this poll
         self._read_values(wanted)
 
     def _new_values(self, s: Slot, sent: Any) -> list[tuple[Slot, int, int]]:
@@ -210,9 +220,10 @@ class Collector:
                 chunk = [slot for slot, ok in zip(chunk, here, strict=True) if ok]
                 names = [n for n, ok in zip(names, here, strict=True) if ok]
             for slot, name, value in zip(chunk, names, self._multi_get(names), strict=True):
-                hello = self._open(name, value)
-                if not isinstance(hello, dict) or not isinstance(hello.get("rank"), int):
-                    if hello is not None:
+                body = self._open(name, value)
+                hello = decode_message(body, Hello)
+                if hello is None:
+                    if body is not None:
                         self._drop("bad hello")
                     continue
                 self.slots[slot] = Slot(slot, hello, time.monotonic())
@@ -302,35 +313,36 @@ class Collector:
         return payload
 
     # -- state ---------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """Plain data for the analysis: the latest incarnation of every rank."""
+    def snapshot(self) -> RankSnapshot:
+        """What the analysis judges: the latest incarnation of every rank."""
         now = time.monotonic()
         latest: dict[int, Slot] = {}
         start: dict[int, int] = {}
         for n, s in self.numbered_slots():  # in slot order: the last one of a rank is its latest
             latest[s.rank], start[s.rank] = s, n
-        world = max([int(s.hello.get("world_size") or 0) for s in self.slots.values()]
+        world = max([s.hello.world_size or 0 for s in self.slots.values()]
                     + [max(latest, default=-1) + 1])
-        ranks = []
+        ranks: list[RankInfo | None] = []
         for r in range(world):
             s = latest.get(r)
             if s is None:
                 ranks.append(None)
                 continue
-            ranks.append({**{k: s.hello.get(k) for k in (
-                "rank", "node", "host", "pid", "local_rank", "restart", "device",
-                "shared_run_dir", "run_dir", "elastic_run_id", "t")},
-                "slot": s.slot, "incarnation": start[r], "silent_s": now - s.seen,
-                "bye": s.bye,
-                "heartbeat": s.heartbeat, "steps_sent": s.counts[0],
-                "summaries_sent": s.counts[1], "overwritten": list(s.overwritten)})
+            h = s.hello
+            ranks.append(RankInfo(
+                rank=h.rank, node=h.node, host=h.host, pid=h.pid, local_rank=h.local_rank,
+                restart=h.restart, device=h.device, shared_run_dir=h.shared_run_dir,
+                run_dir=h.run_dir, elastic_run_id=h.elastic_run_id, t=h.t,
+                slot=s.slot, incarnation=start[r], silent_s=now - s.seen, bye=s.bye,
+                heartbeat=s.heartbeat, steps_sent=s.counts[0], summaries_sent=s.counts[1],
+                overwritten=list(s.overwritten)))
         steps = [latest[r].steps if r in latest else [] for r in range(world)]
         summaries = [latest[r].summaries if r in latest else [] for r in range(world)]
-        return {"run_id": self.key.run_id, "world_size": world, "ranks": ranks,
-                "steps": steps, "summaries": summaries, "dropped": self.dropped,
-                "dropped_why": dict(self.dropped_why), "incarnations": self.incarnations(),
-                "pending_slots": len(self.pending), "t0": self.t0, "wall_s": time.time() - self.t0,
-                "lost_after_s": LOST_S}
+        return RankSnapshot(
+            run_id=self.key.run_id, world_size=world, ranks=ranks, steps=steps,
+            summaries=summaries, dropped=self.dropped, dropped_why=dict(self.dropped_why),
+            incarnations=self.incarnations(), pending_slots=len(self.pending), t0=self.t0,
+            wall_s=time.time() - self.t0, lost_after_s=LOST_S)
 
     def all_slots(self) -> list[Slot]:
         return sorted(self.slots.values(), key=lambda s: s.slot)
@@ -346,7 +358,7 @@ class Collector:
             out.append((seen[s.rank], s))
         return out
 
-    def incarnations(self) -> list[dict[str, Any]]:
+    def incarnations(self) -> list[Incarnation]:
         """Every attached process in slot order, with what ``analysis.ranks.restarts``
         needs to group restarts: which start of its rank it is, when it stepped,
         and how it ended (its goodbye).
@@ -355,14 +367,10 @@ class Collector:
         ``TORCHELASTIC_RESTART_COUNT``: an agent counts only its own node's
         failures, so a node restarted because another node failed keeps 0.
         """
-        out = []
-        for n, s in self.numbered_slots():
-            hb = s.heartbeat
-            out.append({"rank": s.rank, "slot": s.slot, "incarnation": n,
-                        "restart_count": s.hello.get("restart"), "node": s.hello.get("node"),
-                        "host": s.hello.get("host"), "world_size": s.hello.get("world_size"),
-                        "t": s.hello.get("t"), "first_t": s.first_t, "last_t": s.last_t,
-                        "steps": s.counts[0], "steps_done": hb.get("steps_done"),
-                        "last_beat": hb.get("t"), "bye": s.bye})
-        return out
-
+        return [Incarnation(rank=s.rank, slot=s.slot, incarnation=n,
+                            restart_count=s.hello.restart, node=s.hello.node,
+                            host=s.hello.host, world_size=s.hello.world_size, t=s.hello.t,
+                            first_t=s.first_t, last_t=s.last_t, steps=s.counts[0],
+                            steps_done=s.heartbeat.steps_done, last_beat=s.heartbeat.t,
+                            bye=s.bye)
+                for n, s in self.numbered_slots()]

@@ -48,10 +48,13 @@ from torchlens.formats.run_folder.files import (
     LIVE_STATUS,
     write_live_status,
 )
+from torchlens.model.messages import Heartbeat
 from torchlens.model.records import records_from
 
 FRAME_FORMAT = "torchlens-live-frame"
 VERSION = 1
+#: the heartbeat of a slot that has sent none yet
+_NO_BEAT = Heartbeat()
 PUBLISH_S = 1.0
 #: the status (the verdict: ``run_view``) is recomputed for a frame at most
 #: every ``STATUS_SHARE`` times what it took last, so that at many ranks it
@@ -137,11 +140,10 @@ class FeedPublisher:
                 latest[s.rank] = s
         for r, s in latest.items():
             hb = s.heartbeat
-            mark = (s.slot, hb.get("beat"), hb.get("t"))
-            if hb and self._beats.get(r) != mark:
+            mark = (s.slot, hb.beat, hb.t)
+            if hb != _NO_BEAT and self._beats.get(r) != mark:
                 self._beats[r] = mark
-                beats[str(r)] = {"t": hb.get("t"), "rss": hb.get("rss"),
-                                 "steps_done": hb.get("steps_done")}
+                beats[str(r)] = {"t": hb.t, "rss": hb.rss, "steps_done": hb.steps_done}
         ended_ranks: dict[str, list[Any]] = {}
         for row in status.get("ranks") or []:
             r, reason = row["rank"], row.get("ended")
@@ -149,7 +151,7 @@ class FeedPublisher:
             if reason is None or s is None or self._ended.get(r) == s.slot:
                 continue
             self._ended[r] = s.slot
-            t = (s.bye or {}).get("t") or s.heartbeat.get("t") or now
+            t = (s.bye.t if s.bye is not None else None) or s.heartbeat.t or now
             ended_ranks[str(r)] = [reason, t]
         full = {"format": LIVE_FORMAT, "version": VERSION, "seq": self.seq,
                 "run_id": self.key.run_id, "t": now, **status, "ended": ended}

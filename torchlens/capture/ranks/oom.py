@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import pickle
 import re
-from typing import Any
 
 import torch
 
 from torchlens.capture.ranks.cuda_device import allocator_backend, cuda_in_use
+from torchlens.model.messages import OomOutcome
 
 _OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory"
                        r"|Cuda failure \d* ?'out of memory'")
@@ -41,30 +41,28 @@ def is_cuda_oom(exc: BaseException | None) -> bool:
     return False
 
 
-def save_oom_snapshot(exc: BaseException, run_dir: str, rank: int) -> dict[str, Any] | None:
-    """None when ``exc`` is no CUDA OOM; else ``{"path": ..., "why": ...}``:
-    the snapshot's path, or None and why no snapshot was saved."""
+def save_oom_snapshot(exc: BaseException, run_dir: str, rank: int) -> OomOutcome | None:
+    """None when ``exc`` is no CUDA OOM; else the snapshot's path, or None and
+    why no snapshot was saved."""
     if not is_cuda_oom(exc):
         return None
     if not cuda_in_use():
-        return {"path": None, "why": "CUDA was never initialised in this process"}
+        return OomOutcome(why="CUDA was never initialised in this process")
     if allocator_backend() == "cudaMallocAsync":
-        return {"path": None, "why": (
+        return OomOutcome(why=(
             "PYTORCH_CUDA_ALLOC_CONF has backend:cudaMallocAsync, which keeps no "
-            "per-block state: torch cannot snapshot it (the OOM message is what there is)")}
+            "per-block state: torch cannot snapshot it (the OOM message is what there is)"))
     path = os.path.join(run_dir, f"rank{rank}", "oom.pickle")
     try:
         snapshot = torch.cuda.memory._snapshot()
         with open(path, "wb") as fh:
             pickle.dump(snapshot, fh)
     except Exception as err:  # noqa: BLE001 - reported to the caller, the OOM goes on
-        return {"path": None, "why": f"the allocator snapshot failed: "
-                                     f"{type(err).__name__}: {str(err).strip()[:300]}"}
-    return {"path": path, "why": None}
+        return OomOutcome(why=f"the allocator snapshot failed: "
+                              f"{type(err).__name__}: {str(err).strip()[:300]}")
+    return OomOutcome(path=path)
 
 
-def oom_line(rank: int, outcome: dict[str, Any]) -> str:
+def oom_line(rank: int, outcome: OomOutcome) -> str:
     """The one line a rank's log gets about its OOM snapshot."""
-    if outcome.get("path"):
-        return f"torchlens rank {rank}: CUDA out of memory; allocator snapshot in {outcome['path']}"
-    return f"torchlens rank {rank}: CUDA out of memory; no allocator snapshot saved: {outcome['why']}"
+    return f"torchlens rank {rank}: {outcome.words()}"

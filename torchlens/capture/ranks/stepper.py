@@ -54,6 +54,7 @@ from torchlens.capture.ranks.phases import (
     PhaseClock,
 )
 from torchlens.capture.trace import profiler as _profiler
+from torchlens.model.messages import RankProgress
 from torchlens.model.records import (
     FsdpStep,
     GpuStepTimes,
@@ -254,9 +255,9 @@ class RankProfiler:
                                f"more than {MAX_PENDING} steps behind the host")
         return out
 
-    def status(self) -> dict[str, Any]:
-        return {"steps_done": self.index, "phase_calls": self.clock.entries,
-                "steps_by": self.steps_by, "device": str(self.device)}
+    def status(self) -> RankProgress:
+        return RankProgress(steps_done=self.index, phase_calls=self.clock.entries,
+                            steps_by=self.steps_by, device=str(self.device))
 
     def drain(self) -> tuple[list[StepRecord], list[StepSummary]]:
         """New step records and summaries, for the heartbeat thread to send."""

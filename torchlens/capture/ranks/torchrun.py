@@ -32,6 +32,7 @@ from collections import deque
 from typing import Any
 
 from torchlens.capture.trace.native_output import NOISE
+from torchlens.model.messages import Hello
 
 GRACE_S = 15.0
 #: after the command ended: how long the relay may take to pass on what is left
@@ -125,7 +126,7 @@ def end(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> int | None:
     return proc.returncode
 
 
-def end_leftovers(hellos: list[dict[str, Any]], wait_s: float = 5.0) -> list[int]:
+def end_leftovers(hellos: list[Hello], wait_s: float = 5.0) -> list[int]:
     """Kill attached ranks of this host that still run; returns their pids."""
     import socket
 
@@ -134,12 +135,12 @@ def end_leftovers(hellos: list[dict[str, Any]], wait_s: float = 5.0) -> list[int
     here = socket.gethostname()
     alive = []
     for hello in hellos:
-        if hello.get("host") != here or not isinstance(hello.get("pid"), int):
+        if hello.host != here or hello.pid is None:
             continue
         with contextlib.suppress(psutil.Error):
-            p = psutil.Process(hello["pid"])
+            p = psutil.Process(hello.pid)
             # the pid's start is before its hello: the same process, not a reused pid
-            if p.create_time() <= float(hello.get("t") or 0) + 1.0:
+            if p.create_time() <= (hello.t or 0.0) + 1.0:
                 alive.append(p)
     deadline = time.monotonic() + wait_s
     for p in alive:  # their agent ends them first, when it can

@@ -9,6 +9,7 @@
     RUN_DIR/rank<r>/oom.pickle                CUDA: the allocator snapshot on OOM
     RUN_DIR/live.jsonl, live.json             torchlens run: its live feed and status
 
+``write``: ``write_run_folder``, the one writer both launchers call;
 ``files``: every name and path of that layout, and the careful open;
 ``manifest``: ``Manifest``, ``write_manifest``, ``read_manifest``;
 ``records``: each rank's ``steps.jsonl`` and ``summaries.jsonl``;

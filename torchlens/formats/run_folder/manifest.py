@@ -1,8 +1,8 @@
 """A run folder's ``manifest.json``: one typed, versioned record for both writers.
 
-``%ddp_check --profile`` (``capture.ddp.launcher.write_run_folder``) and
-``torchlens run`` (``frontends.ranks.command.write_folder``) write the same
-``Manifest``; ``source`` says which, and a field only the other writer knows
+``%ddp_check --profile`` (``capture.ddp.launcher``) and ``torchlens run``
+(``frontends.ranks.command``) write the same ``Manifest`` through
+``write.write_run_folder``; ``source`` says which, and a field only the other writer knows
 is null (or empty). Every reader (``sources.discover``, ``torchlens.watch``,
 the sidebar's registry, ``torchlens.load``) goes through ``read_manifest``.
 

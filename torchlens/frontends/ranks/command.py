@@ -19,32 +19,32 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import re
 import shlex
 import shutil
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 import msgspec
 
-from torchlens.formats.run_folder import files, records
+from torchlens.formats.run_folder import files
 from torchlens.formats.run_folder.manifest import (
     SOURCE_RUN,
     LiveEntry,
     Manifest,
     NodeEntry,
     RankEntry,
-    write_manifest,
 )
+from torchlens.formats.run_folder.write import RankFiles, write_run_folder
 from torchlens.frontends.ranks import autoattach
 from torchlens.frontends.ranks import registry as run_registry
 from torchlens.model import InputError
+from torchlens.model.messages import Bye, Heartbeat, Hello
+from torchlens.model.records import StepRecord, decode_batch
 
 POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
@@ -403,18 +403,18 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
     return f"ended with exit code {_exit_code(code)}" + (f": {'; '.join(bad)}" if bad else "")
 
 
-#: how the rank's OOM line (``capture.ranks.oom.oom_line``) starts, after its rank
-_OOM_LINE = re.compile(r"^torchlens rank \d+: (CUDA out of memory; .*)", re.S)
-
-
-def _oom_words(bye: dict[str, Any]) -> str | None:
-    """What the rank said about its CUDA OOM in its goodbye's errors: where its
-    allocator snapshot went, or why none was saved; None when it had no OOM."""
-    for line in bye.get("errors") or ():
-        m = _OOM_LINE.match(str(line))
-        if m:
-            return m.group(1)
-    return None
+def _rank_steps(collector: Any, slots: list[Any]) -> Iterator[StepRecord]:
+    """Every step record the collector spooled of a rank's ``slots``, in order, each
+    saying which start of the rank it is of (0: the first, k: after the job's k-th
+    restart, as analysis.ranks.restarts numbers them)."""
+    for incarnation, s in enumerate(slots):
+        for batch in collector.spool_lines(s.slot, 0):
+            try:
+                recs, _ = decode_batch(batch)
+            except ValueError:
+                continue
+            for rec in recs:
+                yield rec.replace(restart=incarnation)
 
 
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
@@ -431,36 +431,29 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     by_rank: dict[int, list[Any]] = {}
     for s in collector.all_slots():
         by_rank.setdefault(s.rank, []).append(s)
-    ranks = []
+    ranks: list[RankFiles] = []
     raised: dict[int, float] = {}
     for row in view.ranks:
         r = row["rank"]
         slots = by_rank.get(r, [])
-        # every start of the rank, in order; "restart" says which (0: the first,
-        # k: after the job's k-th restart, as analysis.ranks.restarts numbers them)
-        records.write_steps(run_dir, r, (
-            {**rec, "restart": incarnation} for incarnation, s in enumerate(slots)
-            for batch in collector.spool_lines(s.slot, 0) for rec in json.loads(batch)
-            if isinstance(rec, dict)))
-        records.write_summaries(run_dir, r, (
-            line for s in slots for line in collector.spool_lines(s.slot, 1)))
         last = slots[-1] if slots else None
-        hello = last.hello if last else {}
-        hb = last.heartbeat if last else {}
-        bye = (last.bye if last else None) or {}
-        if isinstance(bye.get("error_t"), (int, float)):
-            raised[r] = float(bye["error_t"])
-        ranks.append(RankEntry(
-            rank=r, node=row.get("node"), host=row.get("host"), pid=hello.get("pid"),
+        hello: Hello | None = last.hello if last else None
+        hb: Heartbeat = last.heartbeat if last else Heartbeat()
+        bye: Bye = (last.bye if last else None) or Bye()
+        if bye.error_t is not None:
+            raised[r] = bye.error_t
+        ranks.append(RankFiles(RankEntry(
+            rank=r, node=row.get("node"), host=row.get("host"),
+            pid=hello.pid if hello else None, local_rank=hello.local_rank if hello else None,
             # a rank attached at its start says its device in its heartbeats, once it stepped
-            local_rank=hello.get("local_rank"), device=hb.get("device") or hello.get("device"),
+            device=hb.device or (hello.device if hello else None),
             restart=row.get("restart"), state=row["state"], error=row.get("error"),
-            stopped_at_step=hb.get("steps_done"), last_heartbeat=hb.get("t"),
-            steps=sum(s.counts[0] for s in slots), summaries=sum(s.counts[1] for s in slots),
-            traces=files.rank_traces(run_dir, r),
-            oom_snapshot=files.oom_snapshot(run_dir, r), oom=_oom_words(bye)))
+            stopped_at_step=hb.steps_done, last_heartbeat=hb.t,
+            steps=sum(s.counts[0] for s in slots), summaries=sum(s.counts[1] for s in slots)),
+            steps=_rank_steps(collector, slots), oom=bye.oom,
+            summaries=(line for s in slots for line in collector.spool_lines(s.slot, 1))))
     nodes: dict[Any, NodeEntry] = {}
-    for e in ranks:
+    for e in (f.entry for f in ranks):
         nodes.setdefault((e.node, e.host), NodeEntry(node=e.node, host=e.host)).ranks.append(e.rank)
     manifest = Manifest(
         source=SOURCE_RUN, world_size=view.world_size, created=time.time(),
@@ -469,7 +462,7 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         exit_code=EXIT_INTERRUPTED if interrupted else _exit_code(code),
         interrupted=interrupted, stopped=_where_stopped(view, interrupted, code, raised),
         verdict=str(view.verdict), verdict_code=view.verdict.code,
-        ranks=ranks, nodes=list(nodes.values()),
+        nodes=list(nodes.values()),
         lost_nodes=[dataclasses.asdict(n) for n in view.lost],
         restarts=[dataclasses.asdict(r) for r in view.restarts],
         started=collector.t0, dropped_messages=collector.dropped,
@@ -477,6 +470,6 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         slow_rank={**dataclasses.asdict(view.slow), "finding": view.slow.finding.to_dict()},
         memory_creep=[dataclasses.asdict(c) for c in view.creep], notes=list(view.notes),
         live=msgspec.convert(live, LiveEntry) if live is not None else None)
-    write_manifest(run_dir, manifest)
+    write_run_folder(run_dir, manifest, ranks)
     shutil.rmtree(os.path.join(run_dir, files.SPOOL_DIR), ignore_errors=True)
     return manifest

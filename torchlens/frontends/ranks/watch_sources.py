@@ -150,7 +150,7 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
     steps = [read_steps(run_dir, r) for r in range(world)]
     summaries = [read_summaries(run_dir, r) for r in range(world)]
     unread = fill_from_traces(run_dir, manifest, summaries)  # a %ddp_check folder's
-    status = folder_status(manifest.to_dict(), steps, summaries)
+    status = folder_status(manifest, steps, summaries)
     if unread:
         status["notes"] = [*status.get("notes", []), f"traces not drawn: {'; '.join(unread)}"]
     t = manifest.created or time.time()
