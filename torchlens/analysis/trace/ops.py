@@ -380,7 +380,7 @@ def _group_fsum(columns: list[np.ndarray], group: np.ndarray, n_groups: int,
     in that group (``math.fsum``)."""
     order = np.argsort(group, kind="stable")
     ends = np.cumsum(np.bincount(group, minlength=n_groups)).tolist()
-    spans = list(zip([0, *ends[:-1]], ends, strict=True))
+    spans = list(zip([0, *ends][:-1], ends, strict=True))
     out = []
     for values in columns:
         flat = values[order].tolist()
