@@ -130,6 +130,7 @@ def run_op_table(per_rank: dict[int, list[OpSums]]) -> pd.DataFrame:
         if len(per_rank) > 1:
             table.insert(0, "rank", rank)
         tables.append(table)
-    if not tables:
+    shown = [t for t in tables if len(t)] or tables[:1]  # a rank without ops adds no row
+    if not shown:
         return op_frame(OpSums([], [], [], [], [], [], [])).assign(steps=0)
-    return pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+    return pd.concat(shown, ignore_index=True) if len(shown) > 1 else shown[0]
