@@ -205,3 +205,22 @@ def test_cpu_only_trace_has_empty_kernel_table(traces_dir):
     table = op_table(trace)
     assert list(table.name) == ["aten::empty"]
     assert np.all(table.device_us == 0)
+
+
+def test_op_times_are_exact_sums_of_the_calls(traces_dir, plain):
+    """Each op's total CPU time is the correctly rounded sum of its calls'
+    durations, whatever their order: the same figure however many traces or
+    ranks a table joins (``math.fsum``, not a running float sum)."""
+    import math
+
+    path = traces_dir / "v100_ddp_sgd_annotations_rank0.json.gz"
+    durations = defaultdict(list)
+    for e in plain(path)["traceEvents"]:
+        if (e.get("ph") == "X" and e.get("cat") == "cpu_op"
+                and not e["name"].startswith("ProfilerStep#")):
+            durations[e["name"]].append(float(e["dur"]))
+    table = op_table(load_trace(path)).set_index("name")
+    assert set(table.index) == set(durations)
+    for name, durs in durations.items():
+        assert table.loc[name, "total_cpu_us"] == math.fsum(durs), name
+        assert table.loc[name, "calls"] == len(durs), name

@@ -1,9 +1,12 @@
-"""Per-name totals of one trace's CPU ops and GPU work, bounded, for ``torchlens diff``.
+"""Per-name figures of a run's traces: ``run.ops()``'s op table per rank
+(``run_op_table``) and, for ``torchlens diff``, per-name totals of one trace's
+CPU ops and GPU work, bounded (``op_totals``).
 
-``op_totals(trace)`` is computed in the rank's worker (``frontends.runs.api.
-_trace_figures``) so only a few KB travel, whatever the trace holds.
+Both are computed in the rank's worker (``frontends.runs.api._trace_figures``:
+``op_totals`` and the bounded ``analysis.trace.ops.op_sums``) so only a few KB
+travel, whatever the trace holds.
 
-Definitions:
+Definitions of ``op_totals``:
 
 - Kinds: ``cpu_op`` and ``user_annotation`` (host, complete events of those
   categories) and ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (GPU work). The
@@ -25,14 +28,18 @@ Definitions:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from torchlens.analysis.runs.gpu import STEP_NAME
 from torchlens.analysis.trace.events import category_mask, name_mask, phase_mask
+from torchlens.analysis.trace.ops import OpSums, merged, op_frame
 from torchlens.analysis.trace.steps import step_rows
 from torchlens.model import Trace
+
+if TYPE_CHECKING:  # imported where a frame is built: op_totals serves pandas-free workers
+    import pandas as pd
 
 HOST_KINDS = ("cpu_op", "user_annotation")
 GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -106,26 +113,24 @@ def _per_name(trace: Trace, rows: np.ndarray, top: int) -> dict[str, Any]:
                       "us": float(total[rest].sum())} if rest else None)}
 
 
-def op_rows(per_rank: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``run.ops()``: per rank, kind and name, the count and total µs of its traces
-    (``op_totals`` of each, summed), and µs per step where the traces had steps.
-    Names past each trace's bound are one ``(N other names)`` row per kind."""
-    rows = []
-    for rank, totals in sorted(per_rank.items()):
-        steps = sum(t["steps"] for t in totals)
-        merged: dict[tuple[str, str], list[float]] = {}
-        for t in totals:
-            for kind, got in t["kinds"].items():
-                names = list(zip(got["names"], got["count"], got["us"], strict=True))
-                if got["rest"]:
-                    rest = got["rest"]
-                    names.append((f"({rest['names']} other names)", rest["count"], rest["us"]))
-                for name, count, us in names:
-                    acc = merged.setdefault((kind, name), [0, 0.0])
-                    acc[0] += count
-                    acc[1] += us
-        for (kind, name), (count, us) in sorted(merged.items(), key=lambda kv: -kv[1][1]):
-            rows.append({"rank": rank, "kind": kind, "name": name, "count": int(count),
-                         "total_us": us, "steps": steps,
-                         "us_per_step": us / steps if steps else None})
-    return rows
+def run_op_table(per_rank: dict[int, list[OpSums]]) -> pd.DataFrame:
+    """``run.ops()``: each rank's op table, its traces' op sums merged
+    (``ops.merged``) and made a table by ``ops.op_frame``, the function that
+    makes ``%%torchprof``'s: the same columns (``OP_COLUMNS``) and figures.
+    More than one rank: a ``rank`` column first, ranks in order, each rank's
+    rows by total CPU time. Last, ``steps``: the ``ProfilerStep#N`` spans in
+    the rank's traces (the figures cover the whole traces)."""
+    import pandas as pd
+
+    tables = []
+    for rank, sums in sorted(per_rank.items()):
+        one = merged(sums)
+        table = op_frame(one)
+        table["steps"] = one.steps
+        if len(per_rank) > 1:
+            table.insert(0, "rank", rank)
+        tables.append(table)
+    shown = [t for t in tables if len(t)] or tables[:1]  # a rank without ops adds no row
+    if not shown:
+        return op_frame(OpSums([], [], [], [], [], [], [])).assign(steps=0)
+    return pd.concat(shown, ignore_index=True) if len(shown) > 1 else shown[0]

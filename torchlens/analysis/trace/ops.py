@@ -26,11 +26,13 @@ TensorBoard profiler plugin use, so numbers agree with what users know):
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from torchlens.analysis.trace.events import (
@@ -173,10 +175,86 @@ def _op_calls(trace: Trace) -> OpCalls:
     return OpCalls(op_rows, self_us, device_us, kernels.astype(np.int64), unattributed)
 
 
+class OpSums(msgspec.Struct, frozen=True):
+    """One trace's op calls summed per group (op name; and input shapes, and
+    source line, when grouped by them), groups in order of first call: what
+    ``op_frame`` makes the op table of. A run's workers send it per trace
+    (``bounded``: a few KB), as builtins (``msgspec.to_builtins``).
+
+    Times are µs, summed exactly (``math.fsum``: the correctly rounded sum,
+    whatever the order); ``flops`` is NaN for a group without an estimate.
+    """
+
+    name: list[str]
+    calls: list[int]
+    self_cpu_us: list[float]
+    total_cpu_us: list[float]
+    device_us: list[float]
+    kernels: list[int]
+    flops: list[float]
+    input_shapes: list[str] = []
+    stack: list[str] = []
+    #: the column FLOP/s divide by (``flops_basis``)
+    flops_basis: str = "total_cpu_us"
+    #: ``ProfilerStep#N`` spans in the trace (``steps.step_rows``)
+    steps: int = 0
+
+
+#: The row that ``bounded`` folds the ops past its bound into.
+OTHER_OPS = "(other ops)"
+#: Op names a run keeps per trace (``bounded``); the rest is one ``OTHER_OPS`` row.
+TOP_OPS = 250
+_SUMMED = ("self_cpu_us", "total_cpu_us", "device_us")
+
+
+def op_sums(trace: Trace, group_by_shapes: bool = False,
+            group_by_source: bool = False) -> OpSums:
+    """Calls, CPU and device time, kernels and FLOPs of each group of op calls.
+
+    Groups are op names, split by input shapes (the ``--shapes`` view) and by
+    the user code line that issued the op (``--stack``, see ``sources``) when
+    asked. Numpy only: a run's workers compute it without pandas.
+    """
+    from torchlens.analysis.trace.steps import step_rows  # steps builds on this module
+
+    calls = op_calls(trace)
+    ev = trace.events
+    rows = calls.rows
+    keys = [_text_codes(trace, "name", rows)]
+    if group_by_shapes:
+        keys.append(_text_codes(trace, "input_dims", rows))
+    if group_by_source:
+        from torchlens.analysis.trace.sources import (
+            op_sources,  # sources builds on this module
+        )
+
+        source_codes, source_labels = _factorize(op_sources(trace, rows))
+        keys.append(source_codes)
+    group, first = _groups(keys, len(rows))
+    n = len(first)
+    self_us, total_us, device_us = _group_fsum(
+        [calls.self_us, ev["dur"][rows], calls.device_us], group, n)
+    return OpSums(
+        name=_decode(trace, "name", keys[0][first]),
+        calls=np.bincount(group, minlength=n).tolist(),
+        self_cpu_us=self_us,
+        total_cpu_us=total_us,
+        device_us=device_us,
+        kernels=np.bincount(group, weights=calls.kernels, minlength=n).astype(np.int64).tolist(),
+        flops=_group_nansum(ev["flops"][rows], group, n).tolist(),
+        input_shapes=(_decode(trace, "input_dims", keys[1][first]) if group_by_shapes
+                      else [""] * n),
+        stack=(source_labels[source_codes[first]].tolist() if group_by_source
+               else [""] * n),
+        flops_basis=flops_basis(trace),
+        steps=len(step_rows(trace)),
+    )
+
+
 def op_table(trace: Trace, group_by_shapes: bool = False,
              group_by_source: bool = False) -> pd.DataFrame:
     """One row per op name (and input shapes, and source line): calls, CPU and
-    device time.
+    device time; ``op_frame`` of ``op_sums``.
 
     Sorted by total CPU time, largest first. ``input_shapes`` is filled only
     when grouping by shapes (the ``--shapes`` view), ``stack`` (the user code
@@ -184,43 +262,84 @@ def op_table(trace: Trace, group_by_shapes: bool = False,
     (``--stack``); ``flops`` is the sum of the profiler's estimates, NaN when
     it recorded none (``--flops`` off).
     """
+    return op_frame(op_sums(trace, group_by_shapes, group_by_source))
+
+
+def op_frame(sums: OpSums) -> pd.DataFrame:
+    """The op table (``OP_COLUMNS``) of summed op calls: ``flops_per_s`` added,
+    sorted by total CPU time (largest first; ties in order of first call).
+    ``%%torchprof``'s ``result.ops()`` and a loaded run's ``ops()`` are this
+    table, so they have the same columns and figures."""
     import pandas as pd
 
-    calls = op_calls(trace)
-    ev = trace.events
-    rows = calls.rows
-    # grouped on codes (one per distinct text, so the same groups in the same
-    # order as grouping the texts), decoded once per group afterwards
-    frame = pd.DataFrame({
-        "name": _text_codes(trace, "name", rows),
-        "input_shapes": _text_codes(trace, "input_dims", rows) if group_by_shapes else 0,
-        "self_cpu_us": calls.self_us,
-        "total_cpu_us": ev["dur"][rows],
-        "device_us": calls.device_us,
-        "kernels": calls.kernels,
-        "flops": ev["flops"][rows],
-        "stack": 0,
-    })
-    source_labels: Any = None
-    if group_by_source:
-        from torchlens.analysis.trace.sources import (
-            op_sources,  # sources builds on this module
-        )
-
-        frame["stack"], source_labels = pd.factorize(op_sources(trace, rows))
-    if frame.empty:
+    if not sums.name:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in OP_COLUMNS})
-    table = _aggregate(frame, ["name", "input_shapes", "stack"])
-    table["name"] = _decode(trace, "name", table["name"])
-    table["input_shapes"] = (_decode(trace, "input_dims", table["input_shapes"])
-                             if group_by_shapes else "")
-    table["stack"] = (np.asarray(source_labels, dtype=object)[table["stack"].to_numpy()]
-                      if group_by_source else "")
-    seconds = table[flops_basis(trace)].to_numpy(dtype=float) / 1e6
+    table = pd.DataFrame({
+        "name": np.asarray(sums.name, dtype=object),
+        "calls": np.asarray(sums.calls, dtype=np.int64),
+        "self_cpu_us": np.asarray(sums.self_cpu_us, dtype=float),
+        "total_cpu_us": np.asarray(sums.total_cpu_us, dtype=float),
+        "device_us": np.asarray(sums.device_us, dtype=float),
+        "kernels": np.asarray(sums.kernels, dtype=np.int64),
+        "input_shapes": np.asarray(sums.input_shapes, dtype=object),
+        "flops": np.asarray(sums.flops, dtype=float),
+        "stack": np.asarray(sums.stack, dtype=object),
+    })
+    seconds = table[sums.flops_basis].to_numpy(dtype=float) / 1e6
     with np.errstate(divide="ignore", invalid="ignore"):
         table["flops_per_s"] = np.where(seconds > 0, table["flops"] / seconds, np.nan)
     table = table.sort_values("total_cpu_us", ascending=False, kind="stable")
     return table[OP_COLUMNS].reset_index(drop=True)
+
+
+def bounded(sums: OpSums, top: int = TOP_OPS) -> OpSums:
+    """``sums`` with at most ``top`` groups, those with the most total CPU time
+    (ties: the first called), in their order; the others summed into one
+    ``OTHER_OPS`` row at the end."""
+    if len(sums.name) <= top:
+        return sums
+    order = sorted(range(len(sums.name)), key=lambda g: -sums.total_cpu_us[g])
+    keep = sorted(order[:top])
+    group = np.full(len(sums.name), top, np.int64)
+    group[keep] = np.arange(top)
+    picked = msgspec.structs.replace(
+        sums, **{field: [getattr(sums, field)[g] for g in keep] + [other]
+                 for field, other in (("name", OTHER_OPS), ("input_shapes", ""),
+                                      ("stack", ""))})
+    return _regrouped(picked, [sums], group, top + 1)
+
+
+def merged(parts: list[OpSums]) -> OpSums:
+    """The op sums of several traces (one rank's) as one: groups with the same
+    name, input shapes and source line summed, in order of first call; FLOP/s
+    over device time when any part ran GPU work; steps added up."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = [(n, s, k) for p in parts
+            for n, s, k in zip(p.name, p.input_shapes, p.stack, strict=True)]
+    index: dict[tuple[str, str, str], int] = {}
+    group = np.asarray([index.setdefault(key, len(index)) for key in keys], np.int64)
+    basis = ("device_us" if any(p.flops_basis == "device_us" for p in parts)
+             else "total_cpu_us")
+    named = OpSums(name=[k[0] for k in index], input_shapes=[k[1] for k in index],
+                   stack=[k[2] for k in index], calls=[], self_cpu_us=[],
+                   total_cpu_us=[], device_us=[], kernels=[], flops=[],
+                   flops_basis=basis, steps=sum(p.steps for p in parts))
+    return _regrouped(named, parts, group, len(index))
+
+
+def _regrouped(named: OpSums, parts: list[OpSums], group: np.ndarray, n: int) -> OpSums:
+    """``named`` (its names, shapes, stacks, basis and steps) with the figures
+    of ``parts``' rows, concatenated, summed into ``n`` groups by ``group``."""
+    def column(field: str) -> np.ndarray:
+        return np.concatenate([np.asarray(getattr(p, field), dtype=float) for p in parts])
+
+    counts = {field: np.bincount(group, weights=column(field), minlength=n).astype(np.int64)
+              .tolist() for field in ("calls", "kernels")}
+    return msgspec.structs.replace(
+        named, **counts,
+        **dict(zip(_SUMMED, _group_fsum([column(f) for f in _SUMMED], group, n), strict=True)),
+        flops=_group_nansum(column("flops"), group, n).tolist())
 
 
 def flops_basis(trace: Trace) -> str:
@@ -229,36 +348,49 @@ def flops_basis(trace: Trace) -> str:
     return "device_us" if category_mask(trace, *DEVICE_CATEGORIES).any() else "total_cpu_us"
 
 
-def _aggregate(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per distinct key (int codes), in order of first appearance: calls and sums.
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes numbered in order of first appearance, and the distinct values in
+    that order (``pandas.factorize`` without pandas)."""
+    if len(values) == 0:
+        return np.zeros(0, np.int64), values[:0]
+    uniques, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    number = np.empty(len(order), np.int64)
+    number[order] = np.arange(len(order))
+    return number[inverse.reshape(-1)], uniques[order]
 
-    The same numbers as ``groupby(keys, sort=False).agg(calls=size, ...=sum,
-    flops=lambda s: s.sum(min_count=1))`` at a tenth of its fixed cost: one
-    pandas groupby-sum over a single int key for the time columns (pandas'
-    compensated sum, so equal to the bit), and the flops summed per group as
-    ``Series.sum`` does (NaN where a group has no estimate).
-    """
-    import pandas as pd
 
-    group = np.zeros(len(frame), np.int64)
-    for key in keys:  # one int per distinct tuple of key codes, kept below len(frame)
-        codes = frame[key].to_numpy().astype(np.int64)
+def _groups(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """One group number per distinct tuple of key codes, in order of first
+    appearance, and each group's first row."""
+    group = np.zeros(n, np.int64)
+    if n == 0:
+        return group, group
+    for key in keys:  # one int per distinct tuple of key codes, kept below n
+        codes = key.astype(np.int64)
         codes = codes - codes.min()
-        group = pd.factorize(group * (int(codes.max()) + 1) + codes)[0]
-    # pd.factorize numbers in order of first appearance, like groupby(sort=False)
+        group = _factorize(group * (int(codes.max()) + 1) + codes)[0]
     first = np.unique(group, return_index=True)[1]
-    sums = frame[["self_cpu_us", "total_cpu_us", "device_us", "kernels"]].groupby(
-        group, sort=False).sum()
-    table = frame[keys].iloc[first].reset_index(drop=True)
-    table["calls"] = np.bincount(group)
-    for column in sums.columns:
-        table[column] = sums[column].to_numpy()
-    table["flops"] = _group_nansum(frame["flops"].to_numpy(), group, len(first))
-    return table
+    return group, first
+
+
+def _group_fsum(columns: list[np.ndarray], group: np.ndarray, n_groups: int,
+                ) -> list[list[float]]:
+    """Per column and group, the correctly rounded sum of the column's values
+    in that group (``math.fsum``)."""
+    order = np.argsort(group, kind="stable")
+    ends = np.cumsum(np.bincount(group, minlength=n_groups)).tolist()
+    spans = list(zip([0, *ends][:-1], ends, strict=True))
+    out = []
+    for values in columns:
+        flat = values[order].tolist()
+        out.append([math.fsum(flat[start:end]) for start, end in spans])
+    return out
 
 
 def _group_nansum(values: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Per group, ``Series.sum(min_count=1)`` of ``values`` in row order."""
+    """Per group, the sum of ``values`` that are not NaN in row order
+    (``Series.sum(min_count=1)``): NaN where a group has none."""
     out = np.full(n_groups, np.nan)
     present = ~np.isnan(values)
     if not present.any():
@@ -285,9 +417,9 @@ def _text_codes(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
     return lut[np.where(codes < 0, len(labels) - 1, codes)]
 
 
-def _decode(trace: Trace, column: str, codes: pd.Series) -> np.ndarray:
-    labels = np.asarray(list(trace.events.categories[column]) + [""], dtype=object)
-    return labels[codes.to_numpy()]
+def _decode(trace: Trace, column: str, codes: np.ndarray) -> list[str]:
+    labels = list(trace.events.categories[column]) + [""]
+    return [labels[c] for c in codes.tolist()]
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:

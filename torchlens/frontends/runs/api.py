@@ -160,13 +160,16 @@ def _table_figures(trace: Any, top: int) -> dict[str, Any]:
 
 
 def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
-    """In a worker: the tables' figures, the report's and ``run.diff()``'s too."""
+    """In a worker: the tables' figures, the report's, ``run.ops()``'s and
+    ``run.diff()``'s too."""
     from torchlens.analysis.runs.lanes import lane_summary
     from torchlens.analysis.runs.op_totals import op_totals
+    from torchlens.analysis.trace.ops import bounded, op_sums
 
     one = _table_figures(trace, top)
     one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
     one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
+    one["ops"] = msgspec.to_builtins(bounded(op_sums(trace)))  # the op table's sums
     return one
 
 
@@ -348,16 +351,17 @@ class RunResult(Result):
         return self.findings()
 
     def ops(self) -> Any:
-        """Per rank, kind (cpu_op, user_annotation, kernel, gpu_memcpy, gpu_memset) and
-        name: count, total µs (inclusive) and µs per step, inside the traces'
-        ``ProfilerStep`` spans where they have them (``analysis.runs.op_totals``)."""
-        from torchlens.analysis.runs.op_totals import op_rows
+        """The op table of ``%%torchprof``'s ``result.ops()`` (same columns and
+        figures) per rank: a ``rank`` column first when the run has more than
+        one, and ``steps`` last (``analysis.runs.op_totals.run_op_table``)."""
+        from torchlens.analysis.runs.op_totals import run_op_table
+        from torchlens.analysis.trace.ops import OpSums
 
         if self.tables_only:
             raise InputError("run.ops(): a run loaded with tables_only=True has no op "
                              "totals; load it again without tables_only.")
-        return self._frame(op_rows({r: [f["op_totals"] for f in figs]
-                                    for r, figs in self.figures.items()}))
+        return run_op_table({r: [msgspec.convert(f["ops"], OpSums) for f in figs]
+                             for r, figs in self.figures.items()})
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
