@@ -76,7 +76,7 @@ def main() -> None:
     import IPython.display
 
     IPython.display.display = lambda *a, **k: None  # no front end to send to
-    from torchlens.frontends import bokeh_page
+    from torchlens.frontends.shared import bokeh_page
 
     bokeh_page.load_bokehjs = lambda layouts: type("L", (), {"drop": lambda self: None})()
     with tempfile.TemporaryDirectory() as tmp:

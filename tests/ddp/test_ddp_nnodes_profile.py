@@ -26,7 +26,7 @@ STEPS, EVERY = 6, 3
 @pytest.fixture
 def live_view(monkeypatch):
     """The live view a notebook shows, fed by the launcher as in a kernel."""
-    import torchlens.frontends.live_publish as lp
+    import torchlens.frontends.shared.live_publish as lp
     from torchlens.frontends.ddp.live import ProfiledLiveView
 
     view = ProfiledLiveView(4, EVERY, modelled=True)

@@ -47,8 +47,8 @@ class _EndedRun:
 
 @pytest.fixture
 def in_a_kernel(monkeypatch: pytest.MonkeyPatch) -> _Handle:
-    from torchlens.frontends import bokeh_page
     from torchlens.frontends.ddp import api
+    from torchlens.frontends.shared import bokeh_page
 
     handle = _Handle()
     monkeypatch.setattr(api, "in_kernel", lambda: True)

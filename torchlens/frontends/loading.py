@@ -81,7 +81,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
 
         ranks = snapshot_set(str(p))  # None for a run of traces: read as before
         if ranks is not None:
-            from torchlens.frontends.memory_ranks import load_ranks
+            from torchlens.frontends.memory.ranks import load_ranks
 
             return load_ranks(str(p), ranks)
         return _load_run(str(p), fork)
@@ -89,7 +89,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
     if kind == "tlprof":
         return load_profile(p)
     if kind == "snapshot":
-        from torchlens.frontends.api import load_gpumem
+        from torchlens.frontends.trace.api import load_gpumem
 
         return load_gpumem(str(p))
     if one_trace == "run":

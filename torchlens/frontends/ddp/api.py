@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchlens.analysis.ddp.analyze import collective_rows
-from torchlens.frontends.api import Result
-from torchlens.frontends.cells import cell_names
+from torchlens.frontends.shared.cells import cell_names
+from torchlens.frontends.trace.api import Result
 from torchlens.model import DdpRun, InputError, Profile
 from torchlens.model.feed import RankFeed
 
@@ -321,7 +321,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                   local_ranks=spec.nproc_per_node if spec else None)
     publisher = None
     if metrics:
-        from torchlens.frontends.metrics_publish import needs_server
+        from torchlens.frontends.shared.metrics_publish import needs_server
 
         if not profile:
             raise InputError("--metrics publishes --profile's step series: add --profile")
@@ -357,7 +357,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                          elastic=spec, on_other_nodes=on_other_nodes)
     live = in_kernel() if live is None else live
     if live or show or export:
-        from torchlens.frontends import preload
+        from torchlens.frontends.shared import preload
 
         preload.warm_up()  # the report's imports overlap the ranks' start-up
     handle = None
@@ -373,7 +373,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
             return TextProgress(world_size)
         from IPython.display import display
 
-        from torchlens.frontends.bokeh_page import load_bokehjs
+        from torchlens.frontends.shared.bokeh_page import load_bokehjs
         from torchlens.render.ddp.heartbeats import LivePlot
 
         if profile:  # one view: step times, slow rank, memory, timeline, then heartbeats
@@ -389,8 +389,12 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         handle = display(plot.widget, display_id=True)
         return plot
 
-    from torchlens.frontends.live_publish import RankSink
-    from torchlens.frontends.metrics_publish import MetricsFeed, Tee, this_machine
+    from torchlens.frontends.shared.live_publish import RankSink
+    from torchlens.frontends.shared.metrics_publish import (
+        MetricsFeed,
+        Tee,
+        this_machine,
+    )
 
     # the same host and node labels as torchlens run's: under --nnodes the ranks' heartbeats say them
     feed = (MetricsFeed(os.path.basename(run_dir), world_size, publisher,

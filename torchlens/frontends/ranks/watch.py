@@ -34,8 +34,8 @@ import threading
 import time
 from typing import Any
 
-from torchlens.frontends.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.frontends.ranks.watch_sources import open_source
+from torchlens.frontends.shared.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.model import InputError
 from torchlens.model.findings import as_finding
 
@@ -120,8 +120,8 @@ class Watch:
         from torchlens.frontends.ddp.api import in_kernel
 
         if in_kernel():  # BokehJS in the page before any widget of ours is drawn
-            from torchlens.frontends.bokeh_page import load_bokehjs
             from torchlens.frontends.ddp.live import ProfiledLiveView
+            from torchlens.frontends.shared.bokeh_page import load_bokehjs
 
             self._loaded = load_bokehjs([ProfiledLiveView(1, None, False).layout])
         self._thread.start()

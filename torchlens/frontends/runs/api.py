@@ -41,13 +41,13 @@ from torchlens.formats.run_folder.records import (
     steps_without_manifest,
 )
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
-from torchlens.frontends.api import Result
 from torchlens.frontends.runs.damaged_files import (
     damaged_manifest,
     damaged_steps,
     said_lost,
 )
 from torchlens.frontends.runs.workers import RunReader
+from torchlens.frontends.trace.api import Result
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import WARNING, Finding, as_finding
 from torchlens.model.payloads import RunPayload

@@ -19,7 +19,7 @@ from typing import Any
 from torchlens.analysis.runs import diff as diffs
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import iter_steps
-from torchlens.frontends.api import Result
+from torchlens.frontends.trace.api import Result
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import as_finding
 from torchlens.model.payloads import DiffPayload

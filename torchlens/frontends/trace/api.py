@@ -13,7 +13,8 @@ from typing import Any
 
 from torchlens.analysis.trace.ops import sort_column
 from torchlens.capture.trace.profiler import ProfilerCapture, ProfilerOptions
-from torchlens.frontends import kinds, preload
+from torchlens.frontends import kinds
+from torchlens.frontends.shared import preload
 from torchlens.model import GpumemPayload, InputError, MemoryOptions, OpDisplay, Profile
 
 
@@ -202,7 +203,7 @@ def category_options(items: list[str]) -> dict[str, str] | None:
 def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
     """What capture measured, with what the user asked the analysis to do, and the
     shell's cell numbers (a kernel's cells compile under temp names that lack them)."""
-    from torchlens.frontends.cells import cell_names
+    from torchlens.frontends.shared.cells import cell_names
 
     return dataclasses.replace(captured, simulate=asked.simulate, capacity=asked.capacity,
                                alloc_conf=asked.alloc_conf, repeat=asked.repeat, top=asked.top,
@@ -340,7 +341,7 @@ class MemoryResult(Result):
         """This result (A) against ``other`` (B: a memory result, a snapshot file or a
         saved ``%%gpumem`` result): peak, start and end, and what was alive at each peak
         by category and site, added / removed / grew / shrank (``MemoryDiffResult``)."""
-        from torchlens.frontends.memory_diff import MemoryDiffResult, as_memory
+        from torchlens.frontends.memory.diff import MemoryDiffResult, as_memory
 
         b = as_memory(other)
         if b is None:
@@ -402,7 +403,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
 
     def __enter__(self) -> MemoryResult:
         from torchlens.capture.monitor.process import memory_sampler
-        from torchlens.frontends.live_publish import LivePublisher
+        from torchlens.frontends.shared.live_publish import LivePublisher
 
         preload.wait()  # an import thread would allocate inside the recorded block
         self.capture.__enter__()
@@ -434,7 +435,7 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     import io
     import os
 
-    from torchlens.frontends import snapshot_file
+    from torchlens.frontends.memory import snapshot_file
     from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from torchlens.analysis.memory import diff as memdiff
-from torchlens.frontends.api import MemoryResult, Result
+from torchlens.frontends.trace.api import MemoryResult, Result
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import as_finding
 from torchlens.model.payloads import MemoryDiffPayload

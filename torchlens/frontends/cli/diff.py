@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torchlens.frontends.cli_command import Command, must_exist
+from torchlens.frontends.cli.command import Command, must_exist
 from torchlens.model import InputError
 from torchlens.model.units import format_bytes, format_percent, format_us_as_ms
 
@@ -41,7 +41,7 @@ class DiffCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from torchlens.frontends.memory_diff import MemoryDiffResult, diff
+        from torchlens.frontends.memory.diff import MemoryDiffResult, diff
 
         for flag, pct in (("--fail-if-slower", args.fail_if_slower),
                           ("--fail-if-larger", args.fail_if_larger)):

@@ -1,6 +1,6 @@
 """What every ``torchlens`` subcommand is (``Command``), in a module of its own so
 that subcommands kept in other modules (``cli_diff``) need not import ``cli``,
-which runs as ``__main__`` under ``python -m torchlens.frontends.cli``."""
+which runs as ``__main__`` under ``python -m torchlens.frontends.cli.main``."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torchlens.frontends.cli_command import Command
-from torchlens.frontends.cli_diff import DiffCommand
+from torchlens.frontends.cli.command import Command
+from torchlens.frontends.cli.diff import DiffCommand
 from torchlens.model import InputError, Profile, TorchlensError
 
 EXIT_USAGE = 2
@@ -80,7 +80,7 @@ class ReportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from torchlens.frontends.api import category_options
+        from torchlens.frontends.trace.api import category_options
 
         custom = category_options(args.category)  # a bad regex: before reading the file
         profile = load_input(args.path)
@@ -93,7 +93,7 @@ class ReportCommand(Command):
                              + ("; for traces use torchlens analyze --json" if args.json
                                 else ""))
         if profile.kind == "gpumem":
-            from torchlens.frontends.api import MemoryResult
+            from torchlens.frontends.trace.api import MemoryResult
 
             result = MemoryResult(profile).set_categories(custom)
             if args.json:
@@ -130,7 +130,7 @@ class DemoCommand(Command):
         check_export_path(args.output, "torchprof")
         if args.steps < 1:
             raise InputError(f"--steps {args.steps}: expected a whole number >= 1")
-        from torchlens.frontends.demo import run_demo
+        from torchlens.frontends.cli.demo import run_demo
 
         result = run_demo(args.output, steps=args.steps)
         print(repr(result))
@@ -153,7 +153,7 @@ class SimulateCommand(Command):
                             help="also write the HTML report with the comparison")
 
     def run(self, args: argparse.Namespace) -> int:
-        from torchlens.frontends.api import load_gpumem
+        from torchlens.frontends.trace.api import load_gpumem
         from torchlens.render.memory.report import comparison_lines
 
         if args.output:
