@@ -27,7 +27,7 @@ STEPS, EVERY = 6, 3
 def live_view(monkeypatch):
     """The live view a notebook shows, fed by the launcher as in a kernel."""
     import torchlens.frontends.shared.live_publish as lp
-    from torchlens.frontends.ddp.live import ProfiledLiveView
+    from torchlens.frontends.shared.live_view import ProfiledLiveView
 
     view = ProfiledLiveView(4, EVERY, modelled=True)
 

@@ -377,7 +377,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         from torchlens.render.ddp.heartbeats import LivePlot
 
         if profile:  # one view: step times, slow rank, memory, timeline, then heartbeats
-            from torchlens.frontends.ddp.live import ProfiledLiveView
+            from torchlens.frontends.shared.live_view import ProfiledLiveView
 
             plot: ProfiledLiveView | LivePlot = ProfiledLiveView(
                 world_size, profile_every, modelled=backend != "nccl")

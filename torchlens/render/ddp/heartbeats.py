@@ -238,7 +238,7 @@ class LivePlot:
         self._pending.append(hb)
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
-        """Step records are the profiled view's (``frontends.ddp.live``), not drawn here."""
+        """Step records are the profiled view's (``frontends.shared.live_view``), not drawn here."""
 
     def push_summary(self, rank: int, summary: StepSummary) -> None:
         """Summaries are the profiled view's, not drawn here."""
