@@ -66,9 +66,9 @@ def torchprof(**options: Any) -> Any:
 def gpumem(**options: Any) -> Any:
     """Record a block's allocations: ``with torchlens.gpumem(simulate=True) as result:``.
 
-    Same options as ``%%gpumem`` (see ``frontends.trace.api.gpumem``).
+    Same options as ``%%gpumem`` (see ``frontends.memory.api.gpumem``).
     """
-    from torchlens.frontends.trace.api import gpumem as _gpumem
+    from torchlens.frontends.memory.api import gpumem as _gpumem
 
     return _gpumem(**options)
 

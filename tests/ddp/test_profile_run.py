@@ -166,7 +166,7 @@ def test_run_folder_traces_read_back_with_torchlens_report_give_the_live_step_ti
     """What the live view drew for a profiled step is what ``torchlens report`` says
     of that step's trace in the run folder."""
     from torchlens.frontends.cli.main import load_input, main
-    from torchlens.frontends.trace.api import Result
+    from torchlens.frontends.result import Result
 
     res = _run(profiled.balanced, tmp_path, steps=9, profile_every=3)
     prof = res.records.profiling

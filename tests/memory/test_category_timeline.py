@@ -15,7 +15,7 @@ from gpumem_fixtures import SNAPSHOT_FILES
 
 from torchlens.analysis.memory.timeline_categories import MAX_POINTS
 from torchlens.frontends.kinds import report_html
-from torchlens.frontends.trace.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.render.memory.timeline import timeline_figure
 
 MODULE = {"filename": "/x/site-packages/torch/nn/modules/module.py", "name": "_call_impl",

@@ -25,7 +25,7 @@ def test_simulate_prints_the_comparison(capsys):
 def test_simulate_and_the_text_view_show_the_same_comparison(capsys):
     """One formatting of real vs simulated: the CLI prints the text view's lines."""
     from torchlens.frontends import kinds
-    from torchlens.frontends.trace.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     path = str(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle")
     assert main(["simulate", path, "--capacity", "24GiB"]) == 0
@@ -105,7 +105,7 @@ def test_simulate_capacity_below_the_start_with_no_new_segment(tmp_path, capsys)
 
 
 def test_simulate_never_reports_reserved_above_capacity_silently():
-    from torchlens.frontends.trace.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     for name, cap in (("ctx128_forward", "8GiB"), ("ftcourse_older_format", "2GiB"),
                       ("eor_nn_with_snapshot_actions", "64MiB")):
@@ -119,7 +119,7 @@ def test_simulate_never_reports_reserved_above_capacity_silently():
 
 def test_expandable_segments_on_a_window_with_no_new_segment_says_it_cannot_act(
         tmp_path, capsys):
-    from torchlens.frontends.trace.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     path = _window_after_last_segment(tmp_path, "eor_nn_with_snapshot_actions")
     assert main(["simulate", str(path), "--alloc-conf", "expandable_segments:True"]) == 0

@@ -11,7 +11,7 @@ from gpumem_fixtures import SNAPSHOTS
 
 from torchlens.frontends import kinds
 from torchlens.frontends.cli.main import main
-from torchlens.frontends.trace.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model.units import format_bytes, format_percent
 
 FORWARD = SNAPSHOTS / "ctx128_forward.pickle"

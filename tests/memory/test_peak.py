@@ -11,7 +11,7 @@ import pytest
 from gpumem_fixtures import SNAPSHOT_FILES
 
 from torchlens.frontends.kinds import report_html, text
-from torchlens.frontends.trace.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model import InputError
 
 ADAM_SETUP = """

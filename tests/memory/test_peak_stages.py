@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 
 from torchlens.frontends.kinds import report_html, text
-from torchlens.frontends.trace.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 
 STAGED = """%%gpumem -o staged_r
 st_keep = []

@@ -99,7 +99,7 @@ class ReportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from torchlens.frontends.trace.api import category_options
+        from torchlens.frontends.memory.api import category_options
 
         custom = category_options(args.category)  # a bad regex: before reading the file
         profile = load_input(args.path)
@@ -112,7 +112,7 @@ class ReportCommand(Command):
                              + ("; for traces use torchlens analyze --json" if args.json
                                 else ""))
         if profile.kind == "gpumem":
-            from torchlens.frontends.trace.api import MemoryResult
+            from torchlens.frontends.memory.api import MemoryResult
 
             result = MemoryResult(profile).set_categories(custom)
             if args.json:
@@ -172,7 +172,7 @@ class SimulateCommand(Command):
                             help="also write the HTML report with the comparison")
 
     def run(self, args: argparse.Namespace) -> int:
-        from torchlens.frontends.trace.api import load_gpumem
+        from torchlens.frontends.memory.api import load_gpumem
         from torchlens.render.memory.report import comparison_lines
 
         if args.output:
@@ -317,7 +317,8 @@ class DiffCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from torchlens.frontends.memory.diff import MemoryDiffResult, diff
+        from torchlens.frontends.loading import diff
+        from torchlens.frontends.memory.diff import MemoryDiffResult
 
         for flag, pct in (("--fail-if-slower", args.fail_if_slower),
                           ("--fail-if-larger", args.fail_if_larger)):

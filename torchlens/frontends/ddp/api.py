@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchlens.analysis.ddp.analyze import collective_rows
-from torchlens.frontends.shared.cells import cell_names
-from torchlens.frontends.trace.api import Result
+from torchlens.frontends.result import Result
+from torchlens.frontends.shared.cells import cell_names, in_kernel
 from torchlens.model import DdpRun, InputError, Profile
 from torchlens.model.feed import RankFeed
 
@@ -104,12 +104,6 @@ class DdpResult(Result):
         if self.records.profiling is None:
             raise InputError("this run was not profiled: run %ddp_check with --profile")
         return self.records.profiling
-
-
-def in_kernel() -> bool:
-    ip = sys.modules.get("IPython")
-    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def check_options(world_size: int, backend: str, timeout: float, steps: int | None,

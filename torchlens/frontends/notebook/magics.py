@@ -203,12 +203,12 @@ class TorchlensMagics(Magics):
         """
         __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
         from torchlens.frontends.export import check_export_path
-        from torchlens.frontends.trace.api import (
+        from torchlens.frontends.memory.api import (
             category_options,
             gpumem_options,
             load_gpumem,
         )
-        from torchlens.frontends.trace.api import gpumem as gpumem_ctx
+        from torchlens.frontends.memory.api import gpumem as gpumem_ctx
 
         name = "%gpumem" if cell is None else "%%gpumem"
         args = _parse(self.gpumem, line, name)

@@ -117,7 +117,7 @@ class Watch:
 
     # -- public ------------------------------------------------------------------
     def start(self) -> None:
-        from torchlens.frontends.ddp.api import in_kernel
+        from torchlens.frontends.shared.cells import in_kernel
 
         if in_kernel():  # BokehJS in the page before any widget of ours is drawn
             from torchlens.frontends.shared.bokeh_page import load_bokehjs
