@@ -367,3 +367,70 @@ def test_no_import_cycle_among_frontends():
     circles = cycles(graph)
     assert not circles, "front-end modules import each other in a circle:\n  " + "\n  ".join(
         " <-> ".join(c) for c in circles)
+
+
+# ------------------------------------------------------------- domains import one way
+#: In capture/, analysis/ and render/, a domain's modules import those of the domains
+#: listed here (in any of the three layers) and their own, never the reverse: what two
+#: domains both need lives in the lower one (a trace's GPU work and comm overlap in
+#: trace/, FSDP's hooks in capture/ranks/).
+DOMAIN_USES: dict[str, tuple[str, ...]] = {
+    "trace": (),
+    "memory": ("trace",),
+    "ranks": ("trace", "memory"),
+    "ddp": ("trace", "memory", "ranks"),
+    "runs": ("trace", "memory", "ranks", "ddp"),
+    "monitor": ("trace", "memory", "ranks"),
+}
+DOMAIN_LAYERS = ("torchlens.capture", "torchlens.analysis", "torchlens.render")
+#: a domain's modules outside its folder
+DOMAIN_MODULES = {"torchlens.analysis.monitor_metrics": "monitor"}
+
+
+def domain_of(module: str) -> str | None:
+    """``torchlens.analysis.ranks.slow`` -> ``ranks``; None for a module shared by
+    every domain (``render.columns``) or outside capture/, analysis/ and render/."""
+    for name, domain in DOMAIN_MODULES.items():
+        if _under(module, name):
+            return domain
+    parts = module.split(".")
+    if ".".join(parts[:2]) in DOMAIN_LAYERS and len(parts) > 3 and parts[2] in DOMAIN_USES:
+        return parts[2]
+    return None
+
+
+def domain_violations(module: str, found: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The imports of ``module`` that reach a domain its own may not use."""
+    own = domain_of(module)
+    if own is None:
+        return []
+    return [(line, name) for line, name in found
+            if domain_of(name) not in (None, own, *DOMAIN_USES[own])]
+
+
+def test_domain_checker_catches_a_reverse_import():
+    found = [(1, "torchlens.analysis.runs.comm_overlap"), (2, "torchlens.analysis.trace.gpu"),
+             (3, "torchlens.render.ddp.heartbeats"), (4, "torchlens.render.columns"),
+             (5, "torchlens.capture.ranks.stepper"), (6, "torchlens.analysis.monitor_metrics")]
+    assert domain_violations("torchlens.analysis.ranks.summary", found) == [
+        (1, "torchlens.analysis.runs.comm_overlap"), (3, "torchlens.render.ddp.heartbeats"),
+        (6, "torchlens.analysis.monitor_metrics")]
+    assert domain_violations("torchlens.render.ddp.report", found) == [
+        (1, "torchlens.analysis.runs.comm_overlap"), (6, "torchlens.analysis.monitor_metrics")]
+    assert domain_violations("torchlens.render.tables", found) == []
+
+
+def test_domains_import_one_way():
+    modules = _all_modules()
+    known = set(modules)
+    assert {domain_of(n) for n in modules} >= set(DOMAIN_USES)  # every domain is read
+    offending = []
+    for name, path in modules.items():
+        if domain_of(name) is None:
+            continue
+        found = imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py",
+                        known)
+        offending += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}"
+                      for line, imported in domain_violations(name, found)]
+    assert not offending, ("a domain imports one it may not use (DOMAIN_USES; move what "
+                           "both need to the lower domain):\n  " + "\n  ".join(offending))
