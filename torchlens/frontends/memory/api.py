@@ -15,11 +15,9 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchlens.formats.file_kind import file_kind
-from torchlens.formats.gpumem_record import RECORD_KEY, restore
-from torchlens.formats.snapshot_columns import SnapshotColumns, native
 from torchlens.frontends.result import Result, finish
 from torchlens.frontends.shared import preload
 from torchlens.model import (
@@ -29,7 +27,9 @@ from torchlens.model import (
     Profile,
     load_profile,
 )
-from torchlens.model.snapshot import normalize_snapshot
+
+if TYPE_CHECKING:  # read only when a file is loaded
+    from torchlens.formats.snapshot_columns import SnapshotColumns
 
 
 def gpumem_options(
@@ -374,6 +374,10 @@ def columns_of(path: str) -> tuple[bytes, SnapshotColumns] | None:
     otherwise (not built, TORCHLENS_NO_NATIVE, a torchlens export, any file it declines:
     the Python loader then reads it and says what is wrong). The settings are checked
     here as the Python loader checks them, so a file fails to load the same either way."""
+    from torchlens.formats.gpumem_record import RECORD_KEY
+    from torchlens.formats.snapshot_columns import native
+    from torchlens.model.snapshot import normalize_snapshot
+
     if not native.available():
         return None
     try:
@@ -391,6 +395,8 @@ def columns_of(path: str) -> tuple[bytes, SnapshotColumns] | None:
 def profile_of(snap: dict[str, Any], path: str, name: str,
                display: GpumemPayload) -> Profile:
     """The Profile of a loaded snapshot (a %%gpumem export: the capture itself)."""
+    from torchlens.formats.gpumem_record import RECORD_KEY, restore
+
     capture, damaged = restore(snap, display)
     if capture is not None:
         return Profile(kind="gpumem", title=name, source=str(path),
