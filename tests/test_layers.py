@@ -1,13 +1,20 @@
-"""The layer rules of /work/shared/DESIGN.md ("Layers"), read from the imports.
+"""Who may import whom (docs/ARCHITECTURE.md), read from the imports.
 
 Every ``.py`` under ``torchlens/`` is parsed with ``ast``; every import counts,
 at module level or inside a function (or under ``TYPE_CHECKING``), with
 relative imports resolved to absolute module names. A failure lists each
-offending (file, line, imported module).
+offending (file, line, imported module). The rules:
 
-Second rule: a module of ``PRIVATE_RULE_SCOPES`` (every layer) uses
-no other module's private (underscore-prefixed) name, imported or reached as
-an attribute (``private_uses``); a failure lists each (file, line, name).
+- layers (``RULES``): model, formats, capture, analysis and render import
+  only what lies below them;
+- private names: a module of ``PRIVATE_RULE_SCOPES`` (every layer) uses no
+  other module's private (underscore-prefixed) name, imported or reached as
+  an attribute (``private_uses``);
+- front-end rooms: a domain's folder in frontends/ imports only the shared
+  front-end modules and itself (``SHARED_FRONTENDS``), and no front-end
+  modules import each other round a circle (here annotations under
+  ``TYPE_CHECKING`` do not count: they run nothing);
+- domains import one way (``DOMAIN_USES``) in capture/, analysis/ and render/.
 """
 
 from __future__ import annotations
