@@ -12,7 +12,7 @@ from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
 
 from torchlens.capture.monitor.gpu import NvmlSampler
-from torchlens.frontends.server.monitor import (
+from torchlens.frontends.monitor.sampler import (
     MAX_INTERVAL,
     MIN_INTERVAL,
     History,

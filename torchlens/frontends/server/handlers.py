@@ -34,8 +34,8 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 
+from torchlens.frontends.monitor.sampler import Monitor
 from torchlens.frontends.ranks.registry import RecentRuns, registry_dir
-from torchlens.frontends.server.monitor import Monitor
 from torchlens.frontends.server.stream import SamplesSocket, tag_kernels
 
 MAX_WAIT = 30.0
