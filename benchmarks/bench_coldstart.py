@@ -15,7 +15,7 @@ order: ``%load_ext torchlens`` in one cell, S seconds of the user's own work
 (a sleep), then the magic cell, timed alone ("first cell"): what a user
 waits for when the extension was loaded in an earlier cell, as notebooks do.
 ``%load_ext`` starts importing the report's modules in the background
-(``torchlens.frontends.preload``); the immediate figure includes them.
+(``torchlens.frontends.shared.preload``); the immediate figure includes them.
 
 ``%ddp_check`` is also set against the bare floor of ``bench_ddp.bare``: a
 fresh process (torch already imported, like the kernel) that starts two

@@ -3,7 +3,7 @@
 
 torchlens imports pandas only when a DataFrame is asked for: ``torchlens report``,
 ``torchlens analyze --json`` and every HTML report never import it, and
-``%load_ext torchlens`` imports it on a background thread (``frontends.preload``)
+``%load_ext torchlens`` imports it on a background thread (``frontends.shared.preload``)
 while the user writes the next cell. So the one place a user waits for it is the
 first DataFrame of a plain script. This prints, in fresh processes (median of
 ``--repeat``): ``torchlens.load(TRACE)`` alone, its first ``ops()`` (pandas

@@ -36,7 +36,7 @@ def measure(n: int, steps: int) -> dict[str, Any]:
     from bokeh.embed import json_item
     from bokeh.models import GlyphRenderer
 
-    from torchlens.frontends.ddp.live import ProfiledLiveView
+    from torchlens.frontends.shared.live_view import ProfiledLiveView
     from torchlens.model.records import StepRecord
 
     t = time.perf_counter()

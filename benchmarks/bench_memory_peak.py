@@ -95,7 +95,7 @@ def mosaic_peak_fn(checkout: str):
 
 
 def torchlens_peak(path: str) -> dict[str, object]:
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     r = load_gpumem(path)
     cats, sites = r.categories(), r.peak()
@@ -104,7 +104,7 @@ def torchlens_peak(path: str) -> dict[str, object]:
 
 
 def torchlens_report(path: str) -> dict[str, object]:
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     r = load_gpumem(path)
     a = r.analysis()
@@ -126,7 +126,7 @@ def stages(path: str) -> dict[str, float]:
     if not native.available():
         return python_stages(path)
     from torchlens.analysis.memory.peak_columns import peak_from_columns
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     out = {}
     gc.collect()
@@ -150,7 +150,7 @@ def stages(path: str) -> dict[str, float]:
 def python_stages(path: str) -> dict[str, float]:
     """``stages`` of the Python path (``TORCHLENS_NO_NATIVE=1``, or no reader built)."""
     from torchlens.analysis.memory import analyze
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
     from torchlens.model import snapshot
 
     out, real = {}, analyze.analyze_peak
@@ -228,7 +228,7 @@ def main() -> int:
     import pandas  # noqa: F401  both sides use it: imported before either timer
 
     import torchlens.analysis.memory.analyze  # noqa: F401
-    import torchlens.frontends.api  # noqa: F401
+    import torchlens.frontends.memory.api  # noqa: F401
 
     sides = {"torchlens peak": torchlens_peak, "Mosaic peak": mosaic,
              "torchlens full report": torchlens_report, "unpickle floor": unpickle}

@@ -2,7 +2,7 @@
 
 Runs a 2-rank gloo training loop (``benchmarks/ddp_jobs.py``-like, inline here)
 under ``ddp_check(profile=True)`` with the real live view
-(``frontends.ddp.live.ProfiledLiveView``) built without a browser, and records,
+(``frontends.shared.live_view.ProfiledLiveView``) built without a browser, and records,
 for every step record, the time from the rank's ``t1`` (its ``torchlens.step()``
 call) to the moment the view streamed that record's row into its Bokeh
 source. In a notebook, jupyter_bokeh sends that stream to the browser at once;
@@ -41,7 +41,7 @@ def train(rank: int, world_size: int, steps: int = 300) -> None:
 
 def main() -> None:
     from torchlens.frontends.ddp import api as ddp_api
-    from torchlens.frontends.ddp.live import ProfiledLiveView
+    from torchlens.frontends.shared.live_view import ProfiledLiveView
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
@@ -69,14 +69,14 @@ def main() -> None:
                 self._waiting.clear()
 
     ddp_api.ProfiledLiveView = Timed  # type: ignore[attr-defined]
-    import torchlens.frontends.ddp.live as live_mod
+    import torchlens.frontends.shared.live_view as live_mod
 
     live_mod.ProfiledLiveView = Timed  # type: ignore[misc]
     ddp_api.in_kernel = lambda: True  # the view is built as in a notebook
     import IPython.display
 
     IPython.display.display = lambda *a, **k: None  # no front end to send to
-    from torchlens.frontends import bokeh_page
+    from torchlens.frontends.shared import bokeh_page
 
     bokeh_page.load_bokehjs = lambda layouts: type("L", (), {"drop": lambda self: None})()
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import torchlens
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
@@ -134,8 +134,8 @@ def test_load_reads_an_allocator_snapshot_as_report_does(tmp_path: Path) -> None
 
 def test_the_command_line_and_torchlens_load_share_one_loader(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchlens.frontends import cli, loading
-
+    from torchlens.frontends import loading
+    from torchlens.frontends.cli import main as cli
     seen: list[str] = []
     real = loading.load
 

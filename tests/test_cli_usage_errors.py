@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 TOP_USAGE = "usage: torchlens [-h] COMMAND"
 
@@ -67,7 +67,7 @@ def test_a_mistyped_option_before_the_subcommand_gets_the_top_usage(capsys) -> N
 
 def test_the_commands_own_options_still_reach_it(tmp_path: Path, capsys) -> None:
     """``torchlens run -- torchrun --josn``: everything after ``--`` is the command's."""
-    from torchlens.frontends.cli import build_parser
+    from torchlens.frontends.cli.main import build_parser
 
     args, extras = build_parser().parse_known_args(["run", "--", "torchrun", "--josn"])
     assert extras == [] and args.command[-2:] == ["torchrun", "--josn"]
@@ -103,7 +103,7 @@ def test_json_keeps_its_document_on_stdout_and_the_error_on_stderr(capsys) -> No
 
 def test_report_of_a_script_says_it_is_not_a_file_torchlens_reads(tmp_path, capsys):
     """The walk: `torchlens report train.py` said the JSON "may be cut short"."""
-    from torchlens.frontends.cli import main
+    from torchlens.frontends.cli.main import main
 
     script = tmp_path / "train.py"
     script.write_text("import torch\nprint('hello')\n")

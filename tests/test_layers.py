@@ -1,13 +1,20 @@
-"""The layer rules of /work/shared/DESIGN.md ("Layers"), read from the imports.
+"""Who may import whom (docs/ARCHITECTURE.md), read from the imports.
 
 Every ``.py`` under ``torchlens/`` is parsed with ``ast``; every import counts,
 at module level or inside a function (or under ``TYPE_CHECKING``), with
 relative imports resolved to absolute module names. A failure lists each
-offending (file, line, imported module).
+offending (file, line, imported module). The rules:
 
-Second rule: a module of ``PRIVATE_RULE_SCOPES`` (every layer) uses
-no other module's private (underscore-prefixed) name, imported or reached as
-an attribute (``private_uses``); a failure lists each (file, line, name).
+- layers (``RULES``): model, formats, capture, analysis and render import
+  only what lies below them;
+- private names: a module of ``PRIVATE_RULE_SCOPES`` (every layer) uses no
+  other module's private (underscore-prefixed) name, imported or reached as
+  an attribute (``private_uses``);
+- front-end rooms: a domain's folder in frontends/ imports only the shared
+  front-end modules and itself (``SHARED_FRONTENDS``), and no front-end
+  modules import each other round a circle (here annotations under
+  ``TYPE_CHECKING`` do not count: they run nothing);
+- domains import one way (``DOMAIN_USES``) in capture/, analysis/ and render/.
 """
 
 from __future__ import annotations
@@ -265,3 +272,224 @@ def test_front_ends_never_judge():
                  for name, path in _all_modules().items() if _under(name, "torchlens.frontends")
                  for line, what in judging(path.read_text(encoding="utf-8"))]
     assert not offending, "front ends judge:\n  " + "\n  ".join(offending)
+
+
+# ------------------------------------------------------ front ends, one room per domain
+FRONTENDS = "torchlens.frontends"
+#: a folder of frontends/ per domain: each imports only SHARED_FRONTENDS and itself
+FRONTEND_DOMAINS = ("trace", "memory", "ddp", "ranks", "runs", "monitor")
+#: what every domain's front end may use: the result base, the registry of kinds,
+#: export, and shared/ (running a cell, preloading, BokehJS, the live view of a
+#: rank job, publishing to the Jupyter server). ``loading`` (``load`` and ``diff``
+#: pick the domain from the input), notebook/, cli/ and server/ may import any domain.
+SHARED_FRONTENDS = (FRONTENDS, f"{FRONTENDS}.result", f"{FRONTENDS}.kinds",
+                    f"{FRONTENDS}.export", f"{FRONTENDS}.shared")
+
+
+def frontend_room(module: str) -> str | None:
+    """The domain of a front-end module (``torchlens.frontends.ranks.watch`` -> ``ranks``),
+    ``"shared"`` for a shared module, else None (loading, notebook/, cli/, server/)."""
+    if any(module == s or module.startswith(s + ".") for s in SHARED_FRONTENDS[1:]):
+        return "shared"
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in FRONTEND_DOMAINS else None
+
+
+def frontend_violations(module: str, found: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The imports of front-end ``module`` that leave its room: a domain's front end
+    imports only the shared modules and its own domain; a shared module only shared ones."""
+    room = frontend_room(module)
+    if room is None:
+        return []
+    bad = []
+    for line, name in found:
+        if not _under(name, FRONTENDS) or name == FRONTENDS:
+            continue
+        other = frontend_room(name)
+        if other != "shared" and other != room:
+            bad.append((line, name))
+    return bad
+
+
+def test_frontend_checker_catches_a_crossing():
+    found = [(1, "torchlens.frontends.result"), (2, "torchlens.frontends.ranks.watch"),
+             (3, "torchlens.frontends.ddp.api"), (4, "torchlens.frontends.loading"),
+             (5, "torchlens.frontends.shared.cells"), (6, "torchlens.render.ddp.report"),
+             (7, "torchlens.frontends.cli.main")]
+    assert frontend_violations("torchlens.frontends.ddp.api", found) == [
+        (2, "torchlens.frontends.ranks.watch"), (4, "torchlens.frontends.loading"),
+        (7, "torchlens.frontends.cli.main")]
+    assert frontend_violations("torchlens.frontends.shared.preload", found) == [
+        (2, "torchlens.frontends.ranks.watch"), (3, "torchlens.frontends.ddp.api"),
+        (4, "torchlens.frontends.loading"), (7, "torchlens.frontends.cli.main")]
+    assert frontend_violations("torchlens.frontends.cli.main", found) == []
+
+
+def test_frontend_domains_import_only_shared_modules_and_themselves():
+    modules = _all_modules()
+    known = set(modules)
+    rooms = {frontend_room(n) for n in modules if _under(n, FRONTENDS)}
+    assert set(FRONTEND_DOMAINS) | {"shared"} <= rooms  # every room exists and is read
+    offending = []
+    for name, path in modules.items():
+        if not _under(name, FRONTENDS):
+            continue
+        found = imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py",
+                        known)
+        offending += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}"
+                      for line, imported in frontend_violations(name, found)]
+    assert not offending, ("a front end imports another domain's front end (move what both "
+                           "need to frontends/shared or to a lower layer):\n  "
+                           + "\n  ".join(offending))
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def runtime_imports(source: str, module: str, is_package: bool,
+                    known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``source`` imports when it runs: at module level
+    or inside a function, not under ``if TYPE_CHECKING:`` (annotations only)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(name for _, name in imports(ast.unparse(node), module,
+                                                     is_package, known))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return {name for name in found if name in known and name != module}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of two or more modules that import each other round a circle
+    (the strongly connected components of ``graph``), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_cycle_finder():
+    known = {"p.a", "p.b", "p.c"}
+    assert runtime_imports("import p.b\nif TYPE_CHECKING:\n    import p.c\n"
+                           "def f():\n    from p import c\n", "p.a", False, known) == {"p.b", "p.c"}
+    assert runtime_imports("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                           "    import p.c\nelse:\n    import p.b\n", "p.a", False,
+                           known) == {"p.b"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set(), "c": {"c"}}) == []
+
+
+def test_no_import_cycle_among_frontends():
+    modules = {n: p for n, p in _all_modules().items() if _under(n, FRONTENDS)}
+    known = set(modules)
+    graph = {n: runtime_imports(p.read_text(encoding="utf-8"), n, p.name == "__init__.py",
+                                known) for n, p in modules.items()}
+    assert sum(map(len, graph.values())) > 30  # it reads the imports
+    circles = cycles(graph)
+    assert not circles, "front-end modules import each other in a circle:\n  " + "\n  ".join(
+        " <-> ".join(c) for c in circles)
+
+
+# ------------------------------------------------------------- domains import one way
+#: In capture/, analysis/ and render/, a domain's modules import those of the domains
+#: listed here (in any of the three layers) and their own, never the reverse: what two
+#: domains both need lives in the lower one (a trace's GPU work and comm overlap in
+#: trace/, FSDP's hooks in capture/ranks/).
+DOMAIN_USES: dict[str, tuple[str, ...]] = {
+    "trace": (),
+    "memory": ("trace",),
+    "ranks": ("trace", "memory"),
+    "ddp": ("trace", "memory", "ranks"),
+    "runs": ("trace", "memory", "ranks", "ddp"),
+    "monitor": ("trace", "memory", "ranks"),
+}
+DOMAIN_LAYERS = ("torchlens.capture", "torchlens.analysis", "torchlens.render")
+#: a domain's modules outside its folder
+DOMAIN_MODULES = {"torchlens.analysis.monitor_metrics": "monitor"}
+
+
+def domain_of(module: str) -> str | None:
+    """``torchlens.analysis.ranks.slow`` -> ``ranks``; None for a module shared by
+    every domain (``render.columns``) or outside capture/, analysis/ and render/."""
+    for name, domain in DOMAIN_MODULES.items():
+        if _under(module, name):
+            return domain
+    parts = module.split(".")
+    if ".".join(parts[:2]) in DOMAIN_LAYERS and len(parts) > 3 and parts[2] in DOMAIN_USES:
+        return parts[2]
+    return None
+
+
+def domain_violations(module: str, found: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The imports of ``module`` that reach a domain its own may not use."""
+    own = domain_of(module)
+    if own is None:
+        return []
+    return [(line, name) for line, name in found
+            if domain_of(name) not in (None, own, *DOMAIN_USES[own])]
+
+
+def test_domain_checker_catches_a_reverse_import():
+    found = [(1, "torchlens.analysis.runs.comm_overlap"), (2, "torchlens.analysis.trace.gpu"),
+             (3, "torchlens.render.ddp.heartbeats"), (4, "torchlens.render.columns"),
+             (5, "torchlens.capture.ranks.stepper"), (6, "torchlens.analysis.monitor_metrics")]
+    assert domain_violations("torchlens.analysis.ranks.summary", found) == [
+        (1, "torchlens.analysis.runs.comm_overlap"), (3, "torchlens.render.ddp.heartbeats"),
+        (6, "torchlens.analysis.monitor_metrics")]
+    assert domain_violations("torchlens.render.ddp.report", found) == [
+        (1, "torchlens.analysis.runs.comm_overlap"), (6, "torchlens.analysis.monitor_metrics")]
+    assert domain_violations("torchlens.render.tables", found) == []
+
+
+def test_domains_import_one_way():
+    modules = _all_modules()
+    known = set(modules)
+    assert {domain_of(n) for n in modules} >= set(DOMAIN_USES)  # every domain is read
+    offending = []
+    for name, path in modules.items():
+        if domain_of(name) is None:
+            continue
+        found = imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py",
+                        known)
+        offending += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}"
+                      for line, imported in domain_violations(name, found)]
+    assert not offending, ("a domain imports one it may not use (DOMAIN_USES; move what "
+                           "both need to the lower domain):\n  " + "\n  ".join(offending))

@@ -72,9 +72,9 @@ def test_a_tlprof_payload_keeps_the_records_json():
 
 
 def _consumers():
-    from torchlens.frontends.ddp.live import ProfiledLiveView
-    from torchlens.frontends.live_publish import RankSink
-    from torchlens.frontends.rank_channel import RankPublisher
+    from torchlens.frontends.shared.live_publish import RankSink
+    from torchlens.frontends.shared.live_view import ProfiledLiveView
+    from torchlens.frontends.shared.rank_channel import RankPublisher
     from torchlens.render.ddp.heartbeats import LivePlot
     from torchlens.render.ddp.progress import TextProgress
 

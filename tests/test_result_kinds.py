@@ -117,7 +117,8 @@ def test_numbers_do_not_import_bokeh(tmp_path) -> None:
     code = f"""
 import sys
 import torchlens
-from torchlens.frontends.api import MemoryResult, Result
+from torchlens.frontends.memory.api import MemoryResult
+from torchlens.frontends.result import Result
 from torchlens.model import load_profile
 mem = MemoryResult(load_profile({str(V1 / 'gpumem.tlprof')!r}))
 assert mem.analysis().timeline.peak_allocated > 0 and mem.sites()

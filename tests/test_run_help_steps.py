@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.render.runs.diff import _step_source
 
 REPO = Path(__file__).resolve().parents[1]

@@ -46,9 +46,9 @@ def load_snapshots(folder: Any) -> Any:
     """A folder of per-rank allocator snapshots (``rank0.pickle``, ``rank1.pickle`` ...
     or ``rank<N>/*.pickle``; a ``%ddp_check --profile`` run folder's OOM snapshots
     ``rank<r>/oom.pickle``) as one result: each rank's peak, the imbalance named
-    (``frontends.memory_ranks``). ``torchlens.load(FOLDER)`` reads such a folder
+    (``frontends.memory.ranks``). ``torchlens.load(FOLDER)`` reads such a folder
     the same way when it holds no traces."""
-    from torchlens.frontends.memory_ranks import load_snapshots as _load_snapshots
+    from torchlens.frontends.memory.ranks import load_snapshots as _load_snapshots
 
     return _load_snapshots(os.fspath(folder))
 
@@ -56,9 +56,9 @@ def load_snapshots(folder: Any) -> Any:
 def torchprof(**options: Any) -> Any:
     """Profile a block: ``with torchlens.torchprof(top=15) as result:``.
 
-    Same options as ``%%torchprof`` (see ``frontends.api.torchprof``).
+    Same options as ``%%torchprof`` (see ``frontends.trace.api.torchprof``).
     """
-    from torchlens.frontends.api import torchprof as _torchprof
+    from torchlens.frontends.trace.api import torchprof as _torchprof
 
     return _torchprof(**options)
 
@@ -66,9 +66,9 @@ def torchprof(**options: Any) -> Any:
 def gpumem(**options: Any) -> Any:
     """Record a block's allocations: ``with torchlens.gpumem(simulate=True) as result:``.
 
-    Same options as ``%%gpumem`` (see ``frontends.api.gpumem``).
+    Same options as ``%%gpumem`` (see ``frontends.memory.api.gpumem``).
     """
-    from torchlens.frontends.api import gpumem as _gpumem
+    from torchlens.frontends.memory.api import gpumem as _gpumem
 
     return _gpumem(**options)
 
@@ -124,9 +124,9 @@ def step() -> None:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Called by ``%load_ext torchlens``: registers the magics and starts
-    importing what the first report needs (``frontends.preload``)."""
-    from torchlens.frontends import preload
-    from torchlens.frontends.magics import register
+    importing what the first report needs (``frontends.shared.preload``)."""
+    from torchlens.frontends.notebook.magics import register
+    from torchlens.frontends.shared import preload
 
     register(ipython)
     preload.warm_up()

@@ -1,5 +1,5 @@
 """``python -m torchlens`` is the ``torchlens`` command."""
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 raise SystemExit(main())

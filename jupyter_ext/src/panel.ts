@@ -105,7 +105,7 @@ const clock = (t: number) => clockTime(t);
 /**
  * Whether a sample's figure is the process's resident memory: said so
  * (`source: 'rss'`), or a heartbeat of a rank with no CUDA device, which
- * carries no source and sends its RSS as `allocated` (frontends/live_publish.py).
+ * carries no source and sends its RSS as `allocated` (frontends/shared/live_publish.py).
  */
 function isRss(r: IRankSample): boolean {
   return r.source === 'rss' || (!r.source && r.device === null && (r.reserved === null || r.reserved === undefined));

@@ -20,7 +20,7 @@ from tornado.ioloop import IOLoop
 
 from torchlens.capture.monitor.gpu import NvmlSampler
 from torchlens.capture.monitor.host import HostSampler
-from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.monitor.sampler import Monitor
 from torchlens.frontends.server.stream import Broadcaster, kernel_pids
 
 TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX

@@ -18,8 +18,8 @@ import pytest
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
-from torchlens.frontends.ddp.live import ProfiledLiveView
 from torchlens.frontends.ranks.watch import Watch
+from torchlens.frontends.shared.live_view import ProfiledLiveView
 
 ipywidgets = pytest.importorskip("ipywidgets")
 

@@ -24,8 +24,8 @@ from test_gpu_monitor_sidebar import PANEL, open_panel
 from test_rank_chart import post_ranks
 
 from torchlens.analysis.ranks.verdict import run_view
-from torchlens.frontends.live_publish import report_samples
 from torchlens.frontends.ranks import registry as reg
+from torchlens.frontends.shared.live_publish import report_samples
 from torchlens.model.units import format_bytes
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from typing import Any
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
-from torchlens.frontends.ddp.live import ProfiledLiveView
 from torchlens.frontends.kinds import report_html
+from torchlens.frontends.shared.live_view import ProfiledLiveView
 from torchlens.model import load_profile
 from torchlens.render.ddp.heartbeats import rank_figures
 

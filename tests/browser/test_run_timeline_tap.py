@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 SHOTS = Path(os.environ.get("TORCHLENS_SCREENSHOTS", "/tmp"))
 SHIFTS = [0.0, 3000.0, -1500.0, 800.0]

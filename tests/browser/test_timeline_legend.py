@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.kinds import report_html
 from torchlens.model import Profile
 from torchlens.render.ddp.heartbeats import PHASE_COLORS

@@ -273,7 +273,7 @@ def test_the_live_view_is_built_once_the_ranks_are_spawned():
     import psutil
 
     from torchlens.capture.ddp import DdpOptions, run_check
-    from torchlens.frontends.live_publish import RankSink
+    from torchlens.frontends.shared.live_publish import RankSink
 
     seen: list[int] = []
 

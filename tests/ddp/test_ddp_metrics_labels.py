@@ -29,7 +29,7 @@ class _Publisher:
 
 def test_notebook_series_are_labelled_with_this_host_and_node_0(monkeypatch, tmp_path) -> None:
     publisher = _Publisher()
-    monkeypatch.setattr("torchlens.frontends.metrics_publish.needs_server",
+    monkeypatch.setattr("torchlens.frontends.shared.metrics_publish.needs_server",
                         lambda what, p=None: publisher)
     res = ddp_check(profiled.balanced, world_size=2, backend="gloo", profile=True, steps=6,
                     run_dir=str(tmp_path / "nbrun"), live=False, metrics=True)

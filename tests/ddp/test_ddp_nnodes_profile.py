@@ -26,8 +26,8 @@ STEPS, EVERY = 6, 3
 @pytest.fixture
 def live_view(monkeypatch):
     """The live view a notebook shows, fed by the launcher as in a kernel."""
-    import torchlens.frontends.live_publish as lp
-    from torchlens.frontends.ddp.live import ProfiledLiveView
+    import torchlens.frontends.shared.live_publish as lp
+    from torchlens.frontends.shared.live_view import ProfiledLiveView
 
     view = ProfiledLiveView(4, EVERY, modelled=True)
 

@@ -8,7 +8,7 @@ test_fsdp_check.
 from __future__ import annotations
 
 from torchlens.analysis.ddp.fsdp import memory_text, rank_row
-from torchlens.capture.ddp import fsdp_memory
+from torchlens.capture.ranks import fsdp_memory
 
 
 def _rank(r, memory=None):

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from bokeh.models import Div
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.ddp.api import ddp_check
 from torchlens.frontends.runs.api import load_run
 from torchlens.model.findings import WARNING

@@ -165,8 +165,8 @@ def test_memory_creep_is_named_on_the_rank_that_keeps_more_each_step(tmp_path):
 def test_run_folder_traces_read_back_with_torchlens_report_give_the_live_step_times(tmp_path):
     """What the live view drew for a profiled step is what ``torchlens report`` says
     of that step's trace in the run folder."""
-    from torchlens.frontends.api import Result
-    from torchlens.frontends.cli import load_input, main
+    from torchlens.frontends.cli.main import load_input, main
+    from torchlens.frontends.result import Result
 
     res = _run(profiled.balanced, tmp_path, steps=9, profile_every=3)
     prof = res.records.profiling

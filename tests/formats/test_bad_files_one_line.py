@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.model import InputError, load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cuda"

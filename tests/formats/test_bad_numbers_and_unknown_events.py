@@ -15,7 +15,7 @@ import pytest
 
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.frontends import kinds
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.model import InputError, Profile
 
 SNAPSHOT = (Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "snapshots"

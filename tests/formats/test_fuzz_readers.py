@@ -42,7 +42,7 @@ from torchlens.formats.run_folder.manifest import (
     write_manifest,
 )
 from torchlens.formats.run_folder.records import write_steps
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.model import InputError, load_profile
 from torchlens.model.store import save_profile
 

@@ -58,10 +58,10 @@ from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 ip.run_cell("import torch; x = torch.randn(32, 32)")
 ip.run_line_magic("load_ext", "torchlens")
-from torchlens.frontends import preload
+from torchlens.frontends.shared import preload
 started = preload._thread is not None
 # a profiled cell right away: the import thread must be done before the profiler starts
-from torchlens.frontends import api
+from torchlens.frontends.trace import api
 seen = []
 real_enter = api.ProfilerCapture.__enter__
 def enter(self):

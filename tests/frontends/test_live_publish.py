@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import torchlens
-from torchlens.frontends.live_publish import LivePublisher, RankSink
-from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
+from torchlens.frontends.shared.live_publish import LivePublisher, RankSink
+from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ def test_profiled_run_memory_reaches_the_sidebar_and_the_live_view(fake_server, 
         def close(self):
             pass
 
-    import torchlens.frontends.live_publish as lp
+    import torchlens.frontends.shared.live_publish as lp
 
     real = lp.RankSink
 

@@ -171,7 +171,7 @@ def test_gpumonitor_help_lists_its_options(shell, capsys):
 def test_export_help_lists_only_the_kinds_own_formats():
     """--export's help comes from the kinds registry: a format a kind cannot
     write is never offered."""
-    from torchlens.frontends.magics import TorchlensMagics
+    from torchlens.frontends.notebook.magics import TorchlensMagics
 
     def export_help(doc: str) -> str:
         return doc.rsplit("--export PATH", 1)[1].split("--quiet", 1)[0]

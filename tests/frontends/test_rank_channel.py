@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from torchlens.frontends.rank_channel import find_server
+from torchlens.frontends.shared.rank_channel import find_server
 
 
 def test_picks_the_parent_server_from_the_runtime_dir(tmp_path, monkeypatch):
@@ -33,7 +33,7 @@ def test_no_server_outside_jupyter(tmp_path, monkeypatch):
 def test_finding_it_does_not_import_the_server_app(tmp_path):
     # jupyter_server.serverapp takes seconds to import: the first %ddp_check
     # of a notebook paid them before this was read from the files directly.
-    code = ("import sys; from torchlens.frontends.rank_channel import find_server; "
+    code = ("import sys; from torchlens.frontends.shared.rank_channel import find_server; "
             "find_server(); print('jupyter_server.serverapp' in sys.modules)")
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path))
     env.pop("TORCHLENS_SERVER_URL", None)
@@ -48,8 +48,8 @@ def test_kernel_side_never_imports_the_server_stack(tmp_path):
     prometheus_client (seconds on a cold start, and not needed to POST JSON)."""
     code = (
         "import socket, sys\n"
-        "import torchlens.frontends.live_publish as lp\n"
-        "from torchlens.frontends.rank_channel import RankPublisher, ServerInfo, find_server\n"
+        "import torchlens.frontends.shared.live_publish as lp\n"
+        "from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo, find_server\n"
         "assert find_server() is None\n"
         "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
         "pub = RankPublisher('r', ServerInfo(f'http://127.0.0.1:{port}/', 't'), timeout=0.5)\n"

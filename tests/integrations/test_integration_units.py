@@ -18,7 +18,7 @@ from torchlens.model.records import StepRecord
 
 def test_importing_torchlens_imports_no_framework() -> None:
     code = ("import sys, torchlens, torchlens.integrations.autoload, "
-            "torchlens.integrations.steps, torchlens.frontends.cli; "
+            "torchlens.integrations.steps, torchlens.frontends.cli.main; "
             "print(sorted(m for m in ('transformers', 'accelerate', 'lightning') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -14,8 +14,8 @@ import pytest
 from gpumem_fixtures import SNAPSHOT_FILES
 
 from torchlens.analysis.memory.timeline_categories import MAX_POINTS
-from torchlens.frontends.api import load_gpumem
 from torchlens.frontends.kinds import report_html
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.render.memory.timeline import timeline_figure
 
 MODULE = {"filename": "/x/site-packages/torch/nn/modules/module.py", "name": "_call_impl",

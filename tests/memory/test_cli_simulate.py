@@ -7,7 +7,7 @@ import sys
 
 from gpumem_fixtures import SNAPSHOTS
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 
 def test_simulate_prints_the_comparison(capsys):
@@ -25,7 +25,7 @@ def test_simulate_prints_the_comparison(capsys):
 def test_simulate_and_the_text_view_show_the_same_comparison(capsys):
     """One formatting of real vs simulated: the CLI prints the text view's lines."""
     from torchlens.frontends import kinds
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     path = str(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle")
     assert main(["simulate", path, "--capacity", "24GiB"]) == 0
@@ -60,9 +60,9 @@ def test_report_accepts_a_snapshot(tmp_path, capsys):
 
 
 def test_simulate_through_python_dash_m():
-    """``python -m torchlens.frontends.cli simulate`` knows the command (it once ran
+    """``python -m torchlens.frontends.cli.main simulate`` knows the command (it once ran
     ``main()`` before ``simulate`` was registered)."""
-    proc = subprocess.run([sys.executable, "-m", "torchlens.frontends.cli", "simulate", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "torchlens.frontends.cli.main", "simulate", "--help"],
                           capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--alloc-conf" in proc.stdout
@@ -105,7 +105,7 @@ def test_simulate_capacity_below_the_start_with_no_new_segment(tmp_path, capsys)
 
 
 def test_simulate_never_reports_reserved_above_capacity_silently():
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     for name, cap in (("ctx128_forward", "8GiB"), ("ftcourse_older_format", "2GiB"),
                       ("eor_nn_with_snapshot_actions", "64MiB")):
@@ -119,7 +119,7 @@ def test_simulate_never_reports_reserved_above_capacity_silently():
 
 def test_expandable_segments_on_a_window_with_no_new_segment_says_it_cannot_act(
         tmp_path, capsys):
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     path = _window_after_last_segment(tmp_path, "eor_nn_with_snapshot_actions")
     assert main(["simulate", str(path), "--alloc-conf", "expandable_segments:True"]) == 0

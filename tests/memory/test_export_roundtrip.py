@@ -139,7 +139,7 @@ def test_a_4_byte_tensor_stays_4_bytes_after_export(shell, tmp_path):
 
 
 def test_report_help_says_where_the_default_output_goes(shell, tmp_path, monkeypatch, capsys):
-    from torchlens.frontends.cli import main
+    from torchlens.frontends.cli.main import main
 
     _live, out = _capture(shell, tmp_path, LEAK, name="cell.pickle")
     with pytest.raises(SystemExit):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchlens.analysis.memory.allocator.fidelity import check_fidelity
-from torchlens.frontends.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model.snapshot import load_snapshot
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cuda"

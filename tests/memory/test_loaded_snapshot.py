@@ -8,8 +8,8 @@ import pickle
 import pytest
 from gpumem_fixtures import SNAPSHOTS
 
-from torchlens.frontends.api import load_gpumem
 from torchlens.frontends.kinds import report_html
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.render.memory.report import text_report, timeline_figure
 
 FULLSTEP = SNAPSHOTS / "ctx128_fullstep.pickle"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import torchlens
-from torchlens.frontends.api import load_gpumem
 from torchlens.frontends.kinds import report_html
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model.units import format_bytes
 from torchlens.render.memory import diff as render_diff
 from torchlens.render.memory import ranks as render_ranks

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.kinds import report_html, text
 from torchlens.model import InputError, load_profile
 

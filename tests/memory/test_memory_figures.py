@@ -8,7 +8,7 @@ import pytest
 from gpumem_fixtures import CLEAN
 
 from torchlens.analysis.memory.allocator import CachingAllocator
-from torchlens.frontends.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.render.memory.report import segment_map_figure
 
 

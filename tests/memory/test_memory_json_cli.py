@@ -10,8 +10,8 @@ import pytest
 from gpumem_fixtures import SNAPSHOTS
 
 from torchlens.frontends import kinds
-from torchlens.frontends.api import load_gpumem
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model.units import format_bytes, format_percent
 
 FORWARD = SNAPSHOTS / "ctx128_forward.pickle"

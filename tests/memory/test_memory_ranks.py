@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import torchlens
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.kinds import report_html, text
-from torchlens.frontends.memory_ranks import MemoryRanksResult
+from torchlens.frontends.memory.ranks import MemoryRanksResult
 from torchlens.frontends.runs.api import RunResult
 from torchlens.model import InputError, load_profile
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import torchlens
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.model.errors import InputError
 
 WHAT_TO_GIVE = "torch.cuda.memory._dump_snapshot"

@@ -163,7 +163,7 @@ def test_shared_snapshot_with_an_oom_entry_agrees_with_itself(tmp_path, request_
                                                               device_free_mib):
     import pickle
 
-    from torchlens.frontends.api import load_gpumem
+    from torchlens.frontends.memory.api import load_gpumem
 
     snap = load_snapshot(SNAPSHOTS / "ctx128_fullstep.pickle")
     trace = snap["device_traces"][0]

@@ -10,8 +10,8 @@ import pickle
 import pytest
 from gpumem_fixtures import SNAPSHOT_FILES
 
-from torchlens.frontends.api import load_gpumem
 from torchlens.frontends.kinds import report_html, text
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model import InputError
 
 ADAM_SETUP = """

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pickle
 
-from torchlens.frontends.api import load_gpumem
 from torchlens.frontends.kinds import report_html, text
+from torchlens.frontends.memory.api import load_gpumem
 
 STAGED = """%%gpumem -o staged_r
 st_keep = []

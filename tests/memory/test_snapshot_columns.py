@@ -23,7 +23,7 @@ from gpumem_fixtures import SNAPSHOT_FILES
 
 from torchlens.formats.gpumem_record import RECORD_KEY
 from torchlens.formats.snapshot_columns import native, python_reader
-from torchlens.frontends.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.model import InputError
 from torchlens.model.snapshot import load_snapshot
 

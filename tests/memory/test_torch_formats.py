@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 from torchlens.analysis.memory import fragmentation, oom
-from torchlens.frontends.api import load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
 from torchlens.render.memory.report import fragmentation_rows
 
 MIB = 1024 * 1024

@@ -11,7 +11,7 @@ from bokeh.models import GlyphRenderer
 
 from ranks.rank_fixtures import MIB, T_START, make_run
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
-from torchlens.frontends.ddp.live import ProfiledLiveView
+from torchlens.frontends.shared.live_view import ProfiledLiveView
 from torchlens.model.payloads import RankProfiling
 from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
 from torchlens.render.ranks.view import RankProfileView, rank_profile_figures

@@ -113,7 +113,7 @@ def test_a_verdict_handed_in_shows_at_the_next_flush() -> None:
     import time
 
     from torchlens.model.findings import WARNING, Finding
-    from torchlens.render.ddp.heartbeats import FLUSH_S
+    from torchlens.render.columns import FLUSH_S
 
     steps, _ = make_run(world=2, steps=6, straggler=1)
     view = RankProfileView(2, every=5, modelled=False)
@@ -134,7 +134,7 @@ def test_a_ranks_first_steps_are_judged_at_the_next_flush() -> None:
     analysis interval after the other ranks' first steps came."""
     import time
 
-    from torchlens.render.ddp.heartbeats import FLUSH_S
+    from torchlens.render.columns import FLUSH_S
 
     steps, _ = make_run(world=2, steps=6, straggler=1)
     view = RankProfileView(2, every=5, modelled=False)

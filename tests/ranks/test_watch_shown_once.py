@@ -47,11 +47,10 @@ class _EndedRun:
 
 @pytest.fixture
 def in_a_kernel(monkeypatch: pytest.MonkeyPatch) -> _Handle:
-    from torchlens.frontends import bokeh_page
-    from torchlens.frontends.ddp import api
+    from torchlens.frontends.shared import bokeh_page, cells
 
     handle = _Handle()
-    monkeypatch.setattr(api, "in_kernel", lambda: True)
+    monkeypatch.setattr(cells, "in_kernel", lambda: True)
     monkeypatch.setattr(bokeh_page, "load_bokehjs", lambda objs: bokeh_page.LoadedBokehJS(handle))
     return handle
 

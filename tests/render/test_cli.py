@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.model import Profile, save_profile
 
 TRACE = "a100_simple_add.json.gz"
@@ -59,7 +59,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, case: str) -> None:
 def test_console_script_process(tmp_path) -> None:
     """Through a real process: status 2 and no traceback on stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "torchlens.frontends.cli", "report", str(tmp_path / "x.json")],
+        [sys.executable, "-m", "torchlens.frontends.cli.main", "report", str(tmp_path / "x.json")],
         capture_output=True, text=True, check=False,
     )
     assert proc.returncode == 2

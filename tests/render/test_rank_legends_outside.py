@@ -12,7 +12,7 @@ from typing import Any
 
 from bokeh.models import Legend, Plot
 
-from torchlens.frontends.ddp.live import ProfiledLiveView
+from torchlens.frontends.shared.live_view import ProfiledLiveView
 from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
 
 

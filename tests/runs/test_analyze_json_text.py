@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from torchlens.frontends.cli import json_text, main
+from torchlens.frontends.cli.main import json_text, main
 from torchlens.frontends.runs.api import load_run
 
 

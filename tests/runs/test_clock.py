@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
 
 A100 = "a100_ddp_resnet_rank0_nccl.json.gz"

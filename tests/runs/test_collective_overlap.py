@@ -11,7 +11,7 @@ import pytest
 
 from torchlens.analysis.runs import collective_of, collective_overlap, comm_comp_overlap
 from torchlens.formats.kineto import ingest_bytes, load_trace
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
 
 

@@ -27,7 +27,7 @@ from torchlens.analysis.runs.collectives import (
 )
 from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs import api as run_api
 from torchlens.frontends.runs.api import load_run
 

@@ -17,7 +17,7 @@ from torchlens.formats.run_folder.manifest import (
     write_manifest,
 )
 from torchlens.frontends import kinds
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
 from torchlens.model.findings import FAILED
 from torchlens.render.findings import COLORS

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import torchlens
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 STEP = re.compile(r"^ProfilerStep#\d+$")
 HTML_NAME = "<b>tag</b>"

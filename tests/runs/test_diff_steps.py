@@ -16,7 +16,7 @@ import pytest
 
 import torchlens
 from torchlens.formats.run_folder.records import read_steps
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.ddp.api import ddp_check
 
 STEPS = 12

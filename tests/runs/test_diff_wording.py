@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torchlens
 from torchlens.frontends import kinds
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 
 def _x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):

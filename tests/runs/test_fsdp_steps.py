@@ -9,7 +9,7 @@ import pytest
 
 from torchlens.analysis.runs.analyze import analyze
 from torchlens.analysis.runs.fsdp import FsdpSteps, fsdp_lines, fsdp_rows
-from torchlens.capture.ddp import fsdp_memory
+from torchlens.capture.ranks import fsdp_memory
 from torchlens.model import Profile
 from torchlens.model.payloads import RunPayload
 from torchlens.model.records import FsdpStep, StepMemory, StepRecord

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import html
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 
 @pytest.fixture

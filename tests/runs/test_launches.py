@@ -23,7 +23,7 @@ import pytest
 from torchlens.analysis.runs import launch_stats, memory_bandwidth, queue_length
 from torchlens.analysis.runs.launch_tables import pooled
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import JSON_SCHEMA, load_run
 
 GPU_TRACES = ["a100_ddp_resnet_rank0_nccl.json.gz", "sampled_rank-0.json.gz",

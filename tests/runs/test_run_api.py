@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 import torchlens
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
 
 

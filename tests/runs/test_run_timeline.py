@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 

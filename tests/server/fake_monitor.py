@@ -16,7 +16,7 @@ from fake_nvml import FakeNvml
 import torchlens.frontends.server as server_extension
 from torchlens.capture.monitor.gpu import NvmlSampler
 from torchlens.capture.monitor.host import HostSampler
-from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.monitor.sampler import Monitor
 
 
 def install_fake_gpus(monkeypatch: pytest.MonkeyPatch, devices: list[dict[str, Any]],

@@ -15,8 +15,8 @@ import torch
 from sampler_doubles import NoGpu, StepHost
 
 import torchlens
-from torchlens.frontends.live_publish import REPORT_POINTS, report_samples
-from torchlens.frontends.server.monitor import Monitor, rank_sample
+from torchlens.frontends.monitor.sampler import Monitor, rank_sample
+from torchlens.frontends.shared.live_publish import REPORT_POINTS, report_samples
 from torchlens.model.units import format_bytes
 
 

@@ -11,7 +11,7 @@ from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
 
 from torchlens.capture.monitor.gpu import NvmlSampler
-from torchlens.frontends.gpumonitor import (
+from torchlens.frontends.monitor.gpumonitor import (
     InlineMonitor,
     gpumonitor_magic,
     monitor_options,

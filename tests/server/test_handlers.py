@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
+from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
 
 ENDPOINTS = [
     ("GET", "samples", None),

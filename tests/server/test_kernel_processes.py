@@ -15,7 +15,7 @@ from fake_nvml import FakeNvml, gpu
 from sampler_doubles import StepHost
 
 from torchlens.capture.monitor.gpu import NvmlSampler
-from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.monitor.sampler import Monitor
 from torchlens.frontends.server.stream import kernel_of, psutil_parent, tag_kernels
 
 # the child starts a grandchild in its own session, as %ddp_check starts its workers

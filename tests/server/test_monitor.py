@@ -12,7 +12,7 @@ from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
 
 from torchlens.capture.monitor.gpu import NvmlSampler
-from torchlens.frontends.server.monitor import (
+from torchlens.frontends.monitor.sampler import (
     MAX_INTERVAL,
     MIN_INTERVAL,
     History,
@@ -166,8 +166,8 @@ def test_what_the_rank_sink_sends_the_server_keeps() -> None:
     """The two halves of the channel agree: every sample ``RankSink`` queues
     (heartbeats and ``--profile`` memory, odd values included) passes the
     server's checks unchanged."""
-    from torchlens.frontends.live_publish import RankSink
-    from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
+    from torchlens.frontends.shared.live_publish import RankSink
+    from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
 
     sink = RankSink("r", publisher=RankPublisher("r", server=ServerInfo("http://x/", "")))
     sink.push({"rank": 0, "t": 1.0, "rss": 5, "cuda_allocated": None})

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
-from torchlens.frontends.metrics_publish import MetricsFeed
-from torchlens.frontends.rank_channel import RankPublisher, ServerInfo
+from torchlens.frontends.shared.metrics_publish import MetricsFeed
+from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
 from torchlens.model.records import StepRecord
 
 
@@ -119,7 +119,7 @@ def test_metrics_needs_profile_and_a_server(monkeypatch: Any, tmp_path: Any) -> 
     from torchlens.model import InputError
 
     monkeypatch.delenv("TORCHLENS_SERVER_URL", raising=False)
-    monkeypatch.setattr("torchlens.frontends.rank_channel._server_files", lambda: [])
+    monkeypatch.setattr("torchlens.frontends.shared.rank_channel._server_files", lambda: [])
     with pytest.raises(InputError, match="add --profile"):
         ddp_check(lambda rank, world_size: None, metrics=True, live=False)
     with pytest.raises(InputError, match="none was found"):

@@ -23,7 +23,7 @@ from fake_nvml import gpu
 from ranks.prometheus_server import Prometheus, binary, wait_for
 from test_notebook_metrics import _publisher, _straggler
 
-from torchlens.frontends.metrics_publish import MetricsFeed
+from torchlens.frontends.shared.metrics_publish import MetricsFeed
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "METRICS.md"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from torchlens.frontends.server.monitor import History
+from torchlens.frontends.monitor.sampler import History
 
 WS = ("torchlens", "monitor", "ws")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torchlens.analysis.trace.analyze import TraceView
 from torchlens.formats.kineto import load_trace
-from torchlens.frontends.api import Result
+from torchlens.frontends.result import Result
 from torchlens.model import load_profile
 from torchlens.model.payloads import OpDisplay
 

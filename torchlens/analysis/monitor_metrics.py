@@ -1,6 +1,6 @@
 """The GPU and host series the Jupyter server adds to its own ``/metrics`` (docs/METRICS.md).
 
-Pure: one sample of the sidebar's sampler (``frontends.server.monitor.Monitor``:
+Pure: one sample of the sidebar's sampler (``frontends.monitor.sampler.Monitor``:
 ``{"t", "host": HostSampler's, "gpu": NvmlSampler's}``) -> metric families,
 named as DCGM exporter users expect them, in base units (bytes, watts,
 ratios, degrees Celsius, bytes per second). Labels: ``host`` (this machine)

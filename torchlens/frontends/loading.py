@@ -1,4 +1,5 @@
-"""One loader for every file torchlens reads: ``torchlens.load`` and the command line.
+"""One loader for every file torchlens reads: ``torchlens.load`` and the command line;
+and ``diff``, the one way in for both kinds of diff (memory or run, from the inputs).
 
 Why one: with two loaders, ``torchlens report X.pickle`` could read an allocator
 snapshot that ``torchlens.load(X.pickle)`` refuses. Both call ``load``,
@@ -8,10 +9,10 @@ What a path is, first match wins:
 
 - a folder of per-rank allocator snapshots and no traces (the naming rule:
   ``formats.snapshot_set``): one memory result of every rank
-  (``memory_ranks.load_ranks``);
+  (``memory.ranks.load_ranks``);
 - a list, or a folder: the per-rank traces of a run (``runs.api.load_run``);
 - ``.tlprof``: a saved result (``model.load_profile``);
-- ``.pickle`` / ``.pkl``: an allocator snapshot (``api.load_gpumem``; no
+- ``.pickle`` / ``.pkl``: an allocator snapshot (``memory.api.load_gpumem``; no
   pickle global is loaded, the file cannot run code);
 - ``.json`` / ``.json.gz``: one Kineto trace;
 - any other name, by its first bytes: a zip archive is a ``.tlprof``, a
@@ -29,35 +30,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from torchlens.formats.file_kind import file_kind
 from torchlens.model import InputError, Profile, load_profile
-
-_ZIP = b"PK\x03\x04"
-_PICKLE = b"\x80"  # protocol 2 and later start with PROTO
-
-
-def file_kind(path: Path) -> str:
-    """What a file holds: ``tlprof``, ``snapshot`` or ``trace`` (see the module doc)."""
-    name = path.name.lower()
-    if name.endswith(".tlprof"):
-        return "tlprof"
-    if name.endswith((".pickle", ".pkl")):
-        return "snapshot"
-    if name.endswith((".json", ".json.gz")):
-        return "trace"
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc}).") from None
-    if head.startswith(_ZIP):
-        return "tlprof"
-    if head.startswith(_PICKLE):
-        return "snapshot"
-    if head.lstrip()[:1] in (b"{", b"") or head.startswith(b"\x1f\x8b"):  # JSON, gzip
-        return "trace"
-    raise InputError(f"{path}: not a file torchlens reads (by its name and first bytes): "
-                     "give a saved result (.tlprof), a Kineto trace (.json, .json.gz), an "
-                     "allocator snapshot (.pickle) or a run folder.")
 
 
 def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
@@ -81,7 +55,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
 
         ranks = snapshot_set(str(p))  # None for a run of traces: read as before
         if ranks is not None:
-            from torchlens.frontends.memory_ranks import load_ranks
+            from torchlens.frontends.memory.ranks import load_ranks
 
             return load_ranks(str(p), ranks)
         return _load_run(str(p), fork)
@@ -89,7 +63,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
     if kind == "tlprof":
         return load_profile(p)
     if kind == "snapshot":
-        from torchlens.frontends.api import load_gpumem
+        from torchlens.frontends.memory.api import load_gpumem
 
         return load_gpumem(str(p))
     if one_trace == "run":
@@ -118,3 +92,21 @@ def _load_run(inputs: str | list[Any], fork: bool) -> Any:
 def as_profile(loaded: Any) -> Profile:
     """The Profile of what ``load`` returned (a result holds one)."""
     return loaded if isinstance(loaded, Profile) else loaded.profile
+
+
+def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> Any:
+    """B against A: a ``MemoryDiffResult`` for two memory results (or snapshot files,
+    or saved ``%%gpumem`` results), else the trace diff of two runs (``DiffResult``)."""
+    from torchlens.frontends.memory.api import as_memory
+    from torchlens.frontends.memory.diff import MemoryDiffResult
+
+    ma, mb = as_memory(a), as_memory(b)
+    if ma is not None and mb is not None:
+        return MemoryDiffResult.of(ma, mb, **thresholds)
+    if ma is not None or mb is not None:
+        mem, other = ("A", "B") if ma is not None else ("B", "A")
+        raise InputError(f"{mem} is a memory result (a snapshot or a %%gpumem result) and "
+                         f"{other} is not: diff two snapshots, or two runs / traces")
+    from torchlens.frontends.runs.api import diff_runs
+
+    return diff_runs(a, b, workers=workers, **thresholds)

@@ -1,7 +1,7 @@
 """``RankFeed``: what whoever consumes a running job's rank data implements.
 
 The launcher of ``%ddp_check`` and ``torchlens.watch`` push into one feed
-(``frontends.live_publish.RankSink``, which hands everything on to its live
+(``frontends.shared.live_publish.RankSink``, which hands everything on to its live
 view and sends memory to the sidebar); the views behind it (the profiled
 live view, the heartbeat plot, the terminal's progress line) implement it
 too. The launcher calls ``start`` once the ranks are spawned, then ``push``,

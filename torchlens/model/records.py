@@ -64,7 +64,7 @@ class GpuStepTimes(msgspec.Struct, frozen=True, gc=False):
 
 class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """What a ``torchlens run`` step of an FSDP rank held beyond its activations
-    (``capture.ddp.fsdp_memory``, bytes): the rank's parameter shards and the
+    (``capture.ranks.fsdp_memory``, bytes): the rank's parameter shards and the
     same parameters gathered (``sharded_bytes``, ``unsharded_bytes``); the most
     gathered parameters alive at once in the step and the FSDP modules they
     were (``gathered_peak_*``); the optimizer state (the local shard of each

@@ -2,7 +2,8 @@
 kind (heartbeats, the rank profile panels, the run's step chart).
 
 One place for the conventions those figures must agree on: a rank's colour,
-MiB as the memory unit, and NaN (a gap in a line) for "not measured".
+MiB as the memory unit, NaN (a gap in a line) for "not measured", and how
+often a live view streams what arrived.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from bokeh.palettes import Category10_10
 
 MIB = 1 << 20
+#: seconds a live view holds new rows before it streams them: at least twice a second
+FLUSH_S = 0.4
 
 
 def rank_color(rank: int) -> str:

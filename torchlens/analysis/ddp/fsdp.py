@@ -6,8 +6,8 @@ different numbers by design, so parameter sync compares a sharded parameter
 only between ranks that hold the same shard (hybrid sharding's replicas);
 elsewhere it checks that every rank shards the same parameter the same way.
 The worker records each shard's key and global shape
-(``capture.ddp.fsdp``), and per step the gathered peak and optimizer state it
-measured (``capture.ddp.fsdp_memory``); plain dicts here, no torch.
+(``capture.ranks.fsdp``), and per step the gathered peak and optimizer state it
+measured (``capture.ranks.fsdp_memory``); plain dicts here, no torch.
 """
 
 from __future__ import annotations

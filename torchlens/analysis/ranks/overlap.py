@@ -2,7 +2,7 @@
 per collective: what the live rank view shows of FSDP's prefetch all_gathers.
 
 A profiled-step summary carries its step's figures (``summary._overlap``,
-``analysis.runs.comm_overlap``'s definitions: GPU kernels only). Here they are
+``analysis.trace.comm_overlap``'s definitions: GPU kernels only). Here they are
 added up over a rank's profiled steps, and the exposed time (communication
 not overlapped) is given as a share of those steps' time (``step_ms``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchlens.analysis.runs.comm_overlap import COLLECTIVES
+from torchlens.analysis.trace.comm_overlap import COLLECTIVES
 
 Summaries = list[list[Any]]
 

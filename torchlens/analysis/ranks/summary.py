@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from torchlens.analysis.ranks.step_memory import step_memory
-from torchlens.analysis.runs.comm_overlap import overlap_of_rows
 from torchlens.analysis.trace.collectives import (
     HOST_COLLECTIVE,
     collective_bytes,
     collective_events,
 )
+from torchlens.analysis.trace.comm_overlap import overlap_of_rows
 from torchlens.analysis.trace.events import (
     COMM_KERNEL,
     DEVICE_CATEGORIES,
@@ -258,7 +258,7 @@ def _lane_names(keys: list[tuple[int, int, int]], labels: dict[str, Any]) -> lis
 
 def _overlap(trace: Trace, rows: np.ndarray) -> dict[str, Any]:
     """The step's communication overlapped by compute, per collective
-    (``analysis.runs.comm_overlap``), µs to 0.1: ``collectives`` is None when
+    (``analysis.trace.comm_overlap``), µs to 0.1: ``collectives`` is None when
     the step ran no GPU work (``gpu`` false: a CPU run has nothing to time)."""
     got = overlap_of_rows(trace, rows)
     if got["collectives"] is None:

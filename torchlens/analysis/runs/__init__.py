@@ -20,11 +20,6 @@ from torchlens.analysis.runs.collectives import (
     collective_table,
     rank_collectives,
 )
-from torchlens.analysis.runs.comm_overlap import (
-    COLLECTIVES,
-    collective_of,
-    collective_overlap,
-)
 from torchlens.analysis.runs.counters import memory_bandwidth, queue_length
 from torchlens.analysis.runs.figures import (
     comm_comp_overlap,
@@ -33,9 +28,14 @@ from torchlens.analysis.runs.figures import (
     rank_figures,
     temporal_breakdown,
 )
-from torchlens.analysis.runs.gpu import KINDS, GpuWork, gpu_work, kind_of
 from torchlens.analysis.runs.launches import launch_stats
 from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
+from torchlens.analysis.trace.comm_overlap import (
+    COLLECTIVES,
+    collective_of,
+    collective_overlap,
+)
+from torchlens.analysis.trace.gpu import KINDS, GpuWork, gpu_work, kind_of
 
 __all__ = ["COLLECTIVES", "KINDS", "GpuWork", "collective_of", "collective_overlap",
            "collective_rows", "collective_table", "comm_comp_overlap",

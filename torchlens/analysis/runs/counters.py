@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.runs.gpu import MEMORY, GpuWork, gpu_work
 from torchlens.analysis.runs.launches import launch_pairs, summary
 from torchlens.analysis.trace.events import LAUNCH_NAMES
+from torchlens.analysis.trace.gpu import MEMORY, GpuWork, gpu_work
 from torchlens.model import Trace
 
 #: CUDA's launch queue limit per stream (HTA's ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``).

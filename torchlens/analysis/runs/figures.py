@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.runs.gpu import (
+from torchlens.analysis.trace.gpu import (
     COMMUNICATION,
     COMPUTE,
     KINDS,
@@ -129,9 +129,9 @@ def rank_figures(trace: Trace, top: int = 10, include_last_step: bool = False,
     ``idle``, ``overlap``, ``kernels``, ``collective_overlap`` (``comm_overlap.py``:
     the overlap split by collective), and ``launches`` (``launches.py``),
     ``queues`` and ``memory_bw`` (``counters.py``)."""
-    from torchlens.analysis.runs.comm_overlap import overlap_of_work
     from torchlens.analysis.runs.counters import memory_bw_of_work, queues_of_work
     from torchlens.analysis.runs.launches import launch_stats_of_work
+    from torchlens.analysis.trace.comm_overlap import overlap_of_work
 
     work = gpu_work(trace, include_last_step)
     return {"temporal": _temporal(work), "idle": _idle(work, kernel_wait_us),

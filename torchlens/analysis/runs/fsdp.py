@@ -1,6 +1,6 @@
 """FSDP memory per rank in a ``torchlens run`` report, from the step records'
 ``fsdp`` figures (``model.records.FsdpStep``, measured in each rank by
-``capture.ddp.fsdp_memory``), worded as ``%ddp_check``'s memory line
+``capture.ranks.fsdp_memory``), worded as ``%ddp_check``'s memory line
 (``analysis.ddp.fsdp.rank_text``).
 
 Per rank: the most gathered parameters alive at once over every step, with

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.runs.gpu import GPU_CATEGORIES, MEMORY_CATEGORIES, kind_of
 from torchlens.analysis.trace.collectives import collective_events
 from torchlens.analysis.trace.events import category_mask, phase_mask, unix_origin
+from torchlens.analysis.trace.gpu import GPU_CATEGORIES, MEMORY_CATEGORIES, kind_of
 from torchlens.model import Trace
 
 KINDS = ("compute", "communication", "memory", "cpu", "other")

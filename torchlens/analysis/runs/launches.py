@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.runs.gpu import GPU_CATEGORIES, GpuWork, gpu_work
 from torchlens.analysis.trace.events import LAUNCH_NAMES, category_mask, phase_mask
+from torchlens.analysis.trace.gpu import GPU_CATEGORIES, GpuWork, gpu_work
 from torchlens.model import Trace
 
 #: The narrower set of HTA 0.5.0's ``cuda_kernel_launch_stats``.

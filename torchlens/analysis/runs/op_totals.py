@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from torchlens.analysis.runs.gpu import STEP_NAME
 from torchlens.analysis.trace.events import category_mask, name_mask, phase_mask
+from torchlens.analysis.trace.gpu import STEP_NAME
 from torchlens.analysis.trace.ops import OpSums, merged, op_frame
 from torchlens.analysis.trace.steps import step_rows
 from torchlens.model import Trace

@@ -88,7 +88,7 @@ def collective_overlap_rows(ranks: RankFigures) -> list[dict[str, Any]]:
     ``exposed_pct``, the exposed time's share of the rank's GPU timeline
     (``temporal_rows``' ``span_us``). Ranks without GPU work or without
     communication kernels have no rows."""
-    from torchlens.analysis.runs.comm_overlap import COLLECTIVES
+    from torchlens.analysis.trace.comm_overlap import COLLECTIVES
 
     span = {r["rank"]: r["span_us"] for r in temporal_rows(ranks)}
     total = {r["rank"]: r for r in overlap_rows(ranks)}

@@ -19,7 +19,7 @@ def module_checksums(name: str, module: Any) -> dict[str, Any]:
     """
     import torch
 
-    from torchlens.capture.ddp.fsdp import sharded_parameters
+    from torchlens.capture.ranks.fsdp import sharded_parameters
 
     shards = sharded_parameters(module)
     params = []

@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.ddp.board import FingerprintBoard, digest
-from torchlens.capture.ddp.fsdp import fsdp_module
+from torchlens.capture.ranks.fsdp import fsdp_module
 from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
 

@@ -46,7 +46,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
 from torchlens.capture.ddp.elastic import rank_args
-from torchlens.capture.ddp.fsdp_memory import FsdpMemory
+from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline

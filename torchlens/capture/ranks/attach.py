@@ -105,7 +105,7 @@ class Attachment:
                  summarize: Callable[..., dict[str, Any]] | None = None) -> None:
         import torch.distributed as dist
 
-        from torchlens.capture.ddp.fsdp_memory import FsdpMemory
+        from torchlens.capture.ranks.fsdp_memory import FsdpMemory
         from torchlens.capture.ranks.stepper import RankProfiler
 
         self.key = key

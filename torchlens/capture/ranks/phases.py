@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from torchlens.capture.ddp.fsdp_memory import when_imported
 from torchlens.capture.ranks import cuda_device
+from torchlens.capture.ranks.fsdp_memory import when_imported
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective")
 _FORWARD, _OPTIMIZER, _COLLECTIVE = (PHASES.index(p) for p in ("forward", "optimizer", "collective"))

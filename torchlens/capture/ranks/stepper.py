@@ -117,7 +117,7 @@ class RankProfiler:
     its ``warm()``, if it has one, runs first on the summary thread (its imports).
     ``agree(proposal)`` returns the interval every rank takes (the store).
     ``fsdp``: a tracker of FSDP's gathered parameters and optimizer state
-    (``capture.ddp.fsdp_memory``, ``torchlens run``), counting from
+    (``capture.ranks.fsdp_memory``, ``torchlens run``), counting from
     ``start()``, its figures taken into each step's record.
     ``device=None``: the device the script chose, decided at the first step
     (``cuda_device.script_device``), not where the rank attached: with

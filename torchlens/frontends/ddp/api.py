@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchlens.analysis.ddp.analyze import collective_rows
-from torchlens.frontends.api import Result
-from torchlens.frontends.cells import cell_names
+from torchlens.frontends.result import Result
+from torchlens.frontends.shared.cells import cell_names, in_kernel
 from torchlens.model import DdpRun, InputError, Profile
 from torchlens.model.feed import RankFeed
 
@@ -104,12 +104,6 @@ class DdpResult(Result):
         if self.records.profiling is None:
             raise InputError("this run was not profiled: run %ddp_check with --profile")
         return self.records.profiling
-
-
-def in_kernel() -> bool:
-    ip = sys.modules.get("IPython")
-    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def check_options(world_size: int, backend: str, timeout: float, steps: int | None,
@@ -321,7 +315,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                   local_ranks=spec.nproc_per_node if spec else None)
     publisher = None
     if metrics:
-        from torchlens.frontends.metrics_publish import needs_server
+        from torchlens.frontends.shared.metrics_publish import needs_server
 
         if not profile:
             raise InputError("--metrics publishes --profile's step series: add --profile")
@@ -357,7 +351,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
                          elastic=spec, on_other_nodes=on_other_nodes)
     live = in_kernel() if live is None else live
     if live or show or export:
-        from torchlens.frontends import preload
+        from torchlens.frontends.shared import preload
 
         preload.warm_up()  # the report's imports overlap the ranks' start-up
     handle = None
@@ -373,11 +367,11 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
             return TextProgress(world_size)
         from IPython.display import display
 
-        from torchlens.frontends.bokeh_page import load_bokehjs
+        from torchlens.frontends.shared.bokeh_page import load_bokehjs
         from torchlens.render.ddp.heartbeats import LivePlot
 
         if profile:  # one view: step times, slow rank, memory, timeline, then heartbeats
-            from torchlens.frontends.ddp.live import ProfiledLiveView
+            from torchlens.frontends.shared.live_view import ProfiledLiveView
 
             plot: ProfiledLiveView | LivePlot = ProfiledLiveView(
                 world_size, profile_every, modelled=backend != "nccl")
@@ -389,8 +383,12 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         handle = display(plot.widget, display_id=True)
         return plot
 
-    from torchlens.frontends.live_publish import RankSink
-    from torchlens.frontends.metrics_publish import MetricsFeed, Tee, this_machine
+    from torchlens.frontends.shared.live_publish import RankSink
+    from torchlens.frontends.shared.metrics_publish import (
+        MetricsFeed,
+        Tee,
+        this_machine,
+    )
 
     # the same host and node labels as torchlens run's: under --nnodes the ranks' heartbeats say them
     feed = (MetricsFeed(os.path.basename(run_dir), world_size, publisher,

@@ -297,7 +297,7 @@ class _Output:
     closes it (``| head``), our stdout's descriptor becomes /dev/null: the
     summary, the relayed command output and what is still buffered go there,
     and the run goes on to its end with the exit code it would have had (the
-    other commands of ``frontends.cli`` end at once with 141 instead)."""
+    other commands of ``frontends.cli.main`` end at once with 141 instead)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream

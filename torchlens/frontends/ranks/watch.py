@@ -1,6 +1,6 @@
 """``torchlens.watch(RUN_DIR or "host:port")``: a running ``torchlens run`` job, live in a notebook.
 
-The view is ``%ddp_check --profile``'s (``frontends.ddp.live.ProfiledLiveView``:
+The view is ``%ddp_check --profile``'s (``frontends.shared.live_view.ProfiledLiveView``:
 step time per rank, memory, the slow rank, the breakdown, and the heartbeat
 panels) under a status block (``render.ranks.watch_status``: the collector's
 verdict and one row per rank). It is fed from the collector's live feed
@@ -34,8 +34,8 @@ import threading
 import time
 from typing import Any
 
-from torchlens.frontends.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.frontends.ranks.watch_sources import open_source
+from torchlens.frontends.shared.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.model import InputError
 from torchlens.model.findings import as_finding
 
@@ -117,11 +117,11 @@ class Watch:
 
     # -- public ------------------------------------------------------------------
     def start(self) -> None:
-        from torchlens.frontends.ddp.api import in_kernel
+        from torchlens.frontends.shared.cells import in_kernel
 
         if in_kernel():  # BokehJS in the page before any widget of ours is drawn
-            from torchlens.frontends.bokeh_page import load_bokehjs
-            from torchlens.frontends.ddp.live import ProfiledLiveView
+            from torchlens.frontends.shared.bokeh_page import load_bokehjs
+            from torchlens.frontends.shared.live_view import ProfiledLiveView
 
             self._loaded = load_bokehjs([ProfiledLiveView(1, None, False).layout])
         self._thread.start()
@@ -264,7 +264,7 @@ class Watch:
 
     def _new_view(self, world: int) -> None:
         """A view for ``world`` ranks (again, with what the old one holds, if it grew)."""
-        from torchlens.frontends.ddp.live import ProfiledLiveView
+        from torchlens.frontends.shared.live_view import ProfiledLiveView
 
         old, self.view = self.view, ProfiledLiveView(world, None, False)
         self.view.for_run_feed(timeline=getattr(self.source, "full_summaries", False))

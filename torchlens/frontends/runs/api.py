@@ -22,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from torchlens.analysis.ranks.series import step_series
 from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
@@ -34,7 +36,7 @@ from torchlens.formats.run_folder.records import (
     steps_without_manifest,
 )
 from torchlens.formats.run_folder.sources import Problem, RunSources, discover
-from torchlens.frontends.api import Result
+from torchlens.frontends.result import Result
 from torchlens.frontends.runs.damaged_files import (
     damaged_manifest,
     damaged_steps,
@@ -387,3 +389,12 @@ def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = Non
     result = RunResult(sources, figures, problems)
     result.tables_only = tables_only
     return result
+
+
+def diff_runs(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> Any:
+    """Run ``b`` against run ``a``; each a ``RunResult`` or what ``load_run`` reads."""
+    from torchlens.frontends.runs.diff import DiffResult
+
+    ra = a if isinstance(a, RunResult) else load_run(a, workers=workers)
+    rb = b if isinstance(b, RunResult) else load_run(b, workers=workers)
+    return DiffResult.of(ra, rb, **thresholds)

@@ -19,7 +19,7 @@ from typing import Any
 from torchlens.analysis.runs import diff as diffs
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import iter_steps
-from torchlens.frontends.api import Result
+from torchlens.frontends.result import Result
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import as_finding
 from torchlens.model.payloads import DiffPayload
@@ -157,12 +157,3 @@ class DiffResult(Result):
         return {"schema": DIFF_SCHEMA_VERSION, "a": self.a, "b": self.b, **self.diff,
                 "verdict": self.verdict,
                 "verdict_code": as_finding(self.diff["verdict"], code="run_diff").code}
-
-
-def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> DiffResult:
-    """Run ``b`` against run ``a``; each a ``RunResult`` or what ``load_run`` reads."""
-    from torchlens.frontends.runs.api import RunResult, load_run
-
-    ra = a if isinstance(a, RunResult) else load_run(a, workers=workers)
-    rb = b if isinstance(b, RunResult) else load_run(b, workers=workers)
-    return DiffResult.of(ra, rb, **thresholds)

@@ -16,9 +16,9 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
+from torchlens.frontends.monitor.sampler import Monitor
 from torchlens.frontends.server import prometheus
 from torchlens.frontends.server.handlers import handlers
-from torchlens.frontends.server.monitor import Monitor
 from torchlens.frontends.server.notebook_metrics import NotebookRuns
 from torchlens.frontends.server.stream import Broadcaster
 

@@ -13,7 +13,7 @@ Endpoints (relative to the server's base_url, e.g. ``/user/alice/``):
   1 ms per answer, which is why the sidebar prefers the socket.
 * ``GET|PUT torchlens/monitor/config`` - read / set ``{"interval": s}``.
 * ``POST torchlens/monitor/ranks`` - a kernel publishes per-rank memory
-  (see ``torchlens/frontends/rank_channel.py`` for the channel);
+  (see ``torchlens/frontends/shared/rank_channel.py`` for the channel);
   ``GET torchlens/monitor/ranks?since=T`` - the per-rank samples newer than T.
 * ``POST torchlens/monitor/metrics`` - a kernel publishes a run's per-rank
   series for the server's ``/metrics`` (``notebook_metrics.py``).
@@ -34,8 +34,8 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 
+from torchlens.frontends.monitor.sampler import Monitor
 from torchlens.frontends.ranks.registry import RecentRuns, registry_dir
-from torchlens.frontends.server.monitor import Monitor
 from torchlens.frontends.server.stream import SamplesSocket, tag_kernels
 
 MAX_WAIT = 30.0

@@ -3,7 +3,7 @@
 ``%ddp_check --profile --metrics`` and ``torchlens.watch(..., metrics=True)``
 run in the kernel, another process than the server; the kernel POSTs its
 run's series to ``torchlens/monitor/metrics`` with the server's own token
-(``frontends.rank_channel``: the channel ``%ddp_check`` already uses for the
+(``frontends.shared.rank_channel``: the channel ``%ddp_check`` already uses for the
 sidebar; no new port, no new secret), and a scrape of ``/metrics`` yields the
 newest batch of every run (``prometheus.MonitorCollector``).
 

@@ -43,7 +43,7 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from torchlens.frontends.server.monitor import Monitor
+from torchlens.frontends.monitor.sampler import Monitor
 
 AUTH_RESOURCE = "torchlens"
 

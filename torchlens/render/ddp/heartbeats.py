@@ -26,11 +26,10 @@ from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.model.records import StepRecord, StepSummary
-from torchlens.render.columns import MIB, rank_color, to_columns
+from torchlens.render.columns import FLUSH_S, MIB, rank_color, to_columns
 from torchlens.render.empty_ranges import hold_empty_ranges
 from torchlens.render.legend import add_colour_legend, by_colour
 
-FLUSH_S = 0.4  # at least twice a second
 ROLLOVER = 5000  # points kept per source in the live view
 #: ``training``: a ``--profile`` rank inside the user's loop (its steps are
 #: the step records' business), the same green as a checked step
@@ -238,7 +237,7 @@ class LivePlot:
         self._pending.append(hb)
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
-        """Step records are the profiled view's (``frontends.ddp.live``), not drawn here."""
+        """Step records are the profiled view's (``frontends.shared.live_view``), not drawn here."""
 
     def push_summary(self, rank: int, summary: StepSummary) -> None:
         """Summaries are the profiled view's, not drawn here."""

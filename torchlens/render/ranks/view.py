@@ -33,8 +33,7 @@ from torchlens.analysis.ranks.steps import (
 from torchlens.model.findings import Finding
 from torchlens.model.payloads import RankProfiling
 from torchlens.model.records import StepRecord, StepSummary
-from torchlens.render.columns import as_number, to_columns
-from torchlens.render.ddp.heartbeats import FLUSH_S
+from torchlens.render.columns import FLUSH_S, as_number, to_columns
 from torchlens.render.ranks.bands import SPREAD_MEM, mem_spread_units, merge
 from torchlens.render.ranks.lanes import lane_names
 from torchlens.render.ranks.overlap import overlap_caption

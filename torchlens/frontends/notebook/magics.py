@@ -33,8 +33,8 @@ from IPython.display import display
 
 from torchlens.analysis.trace.ops import SORT_NAMES
 from torchlens.frontends import kinds
-from torchlens.frontends.api import torchprof
-from torchlens.frontends.cells import Cell, execution_count, run_under
+from torchlens.frontends.shared.cells import Cell, execution_count, run_under
+from torchlens.frontends.trace.api import torchprof
 from torchlens.model import InputError
 
 #: API parameters whose InputError message starts with their name; the magic
@@ -202,13 +202,13 @@ class TorchlensMagics(Magics):
         and fragmentation, which the report says.
         """
         __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
-        from torchlens.frontends.api import (
+        from torchlens.frontends.export import check_export_path
+        from torchlens.frontends.memory.api import (
             category_options,
             gpumem_options,
             load_gpumem,
         )
-        from torchlens.frontends.api import gpumem as gpumem_ctx
-        from torchlens.frontends.export import check_export_path
+        from torchlens.frontends.memory.api import gpumem as gpumem_ctx
 
         name = "%gpumem" if cell is None else "%%gpumem"
         args = _parse(self.gpumem, line, name)
@@ -382,7 +382,10 @@ class TorchlensMagics(Magics):
         Without a GPU it says why and still shows the host's CPU and RAM.
         Returns the running monitor (``mon = %gpumonitor``; ``mon.stop()``).
         """
-        from torchlens.frontends.gpumonitor import gpumonitor_magic, monitor_options
+        from torchlens.frontends.monitor.gpumonitor import (
+            gpumonitor_magic,
+            monitor_options,
+        )
 
         args = _parse(self.gpumonitor, line, "%gpumonitor")
         with _usage_errors("%gpumonitor"):

@@ -1,140 +1,35 @@
-"""The Python API: the same captures as the magics, for scripts and torchrun jobs.
+"""``%%gpumem`` from Python, and an allocator snapshot file as the same result.
 
-``with torchlens.torchprof(top=15) as result:`` profiles the block; afterwards
-``result`` shows itself in Jupyter (same display bundle as ``%%torchprof``) and
-offers the tables as pandas DataFrames.
+``with torchlens.gpumem(simulate=True) as result:`` records the block's
+allocations; ``load_gpumem(path)`` reads a snapshot someone sent. Either way
+the ``MemoryResult`` gives the report and the tables (peak, categories,
+stages, sites, leaks). A file is read by the compiled reader when it takes it
+(``columns_of``): ``peak()`` and ``categories()`` then come from the columns,
+and the Profile (``profile_of``, by the Python loader) is made from the same
+bytes only when something else of the result is asked for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from torchlens.analysis.trace.ops import sort_column
-from torchlens.capture.trace.profiler import ProfilerCapture, ProfilerOptions
-from torchlens.frontends import kinds, preload
-from torchlens.model import GpumemPayload, InputError, MemoryOptions, OpDisplay, Profile
+from torchlens.formats.file_kind import file_kind
+from torchlens.frontends.result import Result, finish
+from torchlens.frontends.shared import preload
+from torchlens.model import (
+    GpumemPayload,
+    InputError,
+    MemoryOptions,
+    Profile,
+    load_profile,
+)
 
-
-def torchprof_display(top: int = 20, sort: str = "total_cpu", shapes: bool = False,
-                      stack: bool = False, flops: bool = False) -> OpDisplay:
-    """What the op table shows, validated (InputError names the bad option)."""
-    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
-        raise InputError(f"top must be a whole number >= 1, got {top!r}")
-    return OpDisplay(top=top, sort=sort_column(sort), shapes=shapes, stack=stack, flops=flops)
-
-
-class Result:
-    """A finished (or still running) capture: the Profile, its analysis (made
-    once, on first use) and convenient views of it."""
-
-    def __init__(self, profile: Profile | None = None) -> None:
-        self._profile = profile
-        self._analysis: Any = None
-
-    @property
-    def profile(self) -> Profile:
-        if self._profile is None:
-            raise RuntimeError("the capture is still running; use the result after it")
-        return self._profile
-
-    def analysis(self) -> Any:
-        """The kind's analysis of the profile (``frontends.kinds``), made once."""
-        if self._analysis is None:
-            self._analysis = kinds.analyze(self.profile)
-        return self._analysis
-
-    def ops(self) -> Any:
-        """Per-op table (pandas DataFrame), grouped by input shapes with --shapes
-        and by the line of your code that issued the op with --stack."""
-        return self._trace_view().ops
-
-    def kernels(self) -> Any:
-        """Per-kernel table (empty without a GPU)."""
-        return self._trace_view().kernels
-
-    def steps(self) -> Any:
-        """Per-ProfilerStep breakdown (TensorBoard profiler plugin definitions)."""
-        return self._trace_view().steps
-
-    def hints(self) -> list[Any]:
-        """Known problems the trace shows, each with its supporting figure."""
-        return self._trace_view().hints
-
-    def save(self, path: str) -> str:
-        return self.profile.save(path)
-
-    def export(self, path: str) -> str:
-        """Write the formats of ``kinds.export_suffixes``: .html report, .tlprof
-        result, and the kind's own (.json/.json.gz trace, .pickle snapshot)."""
-        from torchlens.frontends.export import export_profile
-
-        return export_profile(self.profile, path, self.analysis())
-
-    def _trace_view(self) -> Any:
-        views = getattr(self.analysis(), "views", None)
-        if not views:
-            why = "; ".join(self.profile.unmeasured) or f"a {self.profile.kind} result holds none"
-            raise InputError(f"this result has no trace: {why}")
-        return views[0]
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
-        return kinds.display_bundle(self.profile, self.analysis())
-
-    def __repr__(self) -> str:
-        if self._profile is None:
-            return f"<torchlens {type(self).__name__}: capture running>"
-        return kinds.summary(self._profile, self.analysis())
-
-
-class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchprof():`
-    """Profile a block: ``with torchlens.torchprof(shapes=True) as result: ...``.
-
-    Options mirror ``%%torchprof``: ``top``, ``sort``, ``shapes``, ``stack``,
-    ``memory``, ``flops``, ``schedule=(wait, warmup, active)``, ``export``.
-    Mark the end of each step with ``torchlens.step()``.
-    """
-
-    def __init__(
-        self, *, top: int = 20, sort: str = "total_cpu", shapes: bool = False,
-        stack: bool = False, memory: bool = False, flops: bool = False,
-        schedule: tuple[int, int, int] | None = None, export: str | None = None,
-        title: str = "",
-    ) -> None:
-        from torchlens.frontends.export import check_export_path
-
-        self._display = torchprof_display(top, sort, shapes, stack, flops)
-        self._capture = ProfilerCapture(
-            ProfilerOptions(record_shapes=shapes, with_stack=stack,
-                            profile_memory=memory, with_flops=flops,
-                            schedule=tuple(schedule) if schedule else None),
-            title=title,
-        )
-        if export:
-            check_export_path(export, "torchprof")
-        self._export = export
-        self.result = Result()
-
-    def __enter__(self) -> Result:
-        preload.wait()  # no import thread may run while the block is profiled
-        self._capture.__enter__()
-        return self.result
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self._capture.__exit__(exc_type, exc, tb)
-        profile = self._capture.profile
-        profile.payload = dataclasses.replace(profile.payload, display=self._display)
-        _finish(self.result, profile, self._export)
-        return False
-
-
-def _finish(result: Result, profile: Profile | None, export: str | None) -> None:
-    """Hand a finished capture to its result, then write ``--export``."""
-    assert profile is not None
-    result._profile = profile
-    if export:
-        result.export(export)
+if TYPE_CHECKING:  # read only when a file is loaded
+    from torchlens.formats.snapshot_columns import SnapshotColumns
 
 
 def gpumem_options(
@@ -202,7 +97,7 @@ def category_options(items: list[str]) -> dict[str, str] | None:
 def _as_asked(captured: GpumemPayload, asked: GpumemPayload) -> GpumemPayload:
     """What capture measured, with what the user asked the analysis to do, and the
     shell's cell numbers (a kernel's cells compile under temp names that lack them)."""
-    from torchlens.frontends.cells import cell_names
+    from torchlens.frontends.shared.cells import cell_names
 
     return dataclasses.replace(captured, simulate=asked.simulate, capacity=asked.capacity,
                                alloc_conf=asked.alloc_conf, repeat=asked.repeat, top=asked.top,
@@ -340,7 +235,7 @@ class MemoryResult(Result):
         """This result (A) against ``other`` (B: a memory result, a snapshot file or a
         saved ``%%gpumem`` result): peak, start and end, and what was alive at each peak
         by category and site, added / removed / grew / shrank (``MemoryDiffResult``)."""
-        from torchlens.frontends.memory_diff import MemoryDiffResult, as_memory
+        from torchlens.frontends.memory.diff import MemoryDiffResult
 
         b = as_memory(other)
         if b is None:
@@ -365,6 +260,21 @@ class MemoryResult(Result):
     def snapshot(self) -> dict[str, Any]:
         """The allocator snapshot in torch's format (CPU: the CPU allocator's trace)."""
         return next(iter(self.profile.snapshots.values()))
+
+
+def as_memory(value: Any) -> MemoryResult | None:
+    """``value`` as a memory result, or None when it is not one (a run, a trace)."""
+    if isinstance(value, MemoryResult):
+        return value
+    if isinstance(value, Profile):
+        return MemoryResult(value) if value.kind == "gpumem" else None
+    if isinstance(value, (str, os.PathLike)) and os.path.isfile(value):
+        kind = file_kind(Path(value))
+        if kind == "snapshot":
+            return load_gpumem(str(Path(os.fspath(value))))
+        if kind == "tlprof":
+            return as_memory(load_profile(Path(os.fspath(value))))
+    return None
 
 
 class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
@@ -402,7 +312,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
 
     def __enter__(self) -> MemoryResult:
         from torchlens.capture.monitor.process import memory_sampler
-        from torchlens.frontends.live_publish import LivePublisher
+        from torchlens.frontends.shared.live_publish import LivePublisher
 
         preload.wait()  # an import thread would allocate inside the recorded block
         self.capture.__enter__()
@@ -416,7 +326,7 @@ class gpumem:  # noqa: N801 - reads as a function in `with torchlens.gpumem():`
         self.capture.__exit__(exc_type, exc, tb)
         profile = self.capture.profile
         profile.payload = _as_asked(profile.payload, self._asked)
-        _finish(self.result, profile, self._export)
+        finish(self.result, profile, self._export)
         # the sidebar's line becomes the report's figure, and the run is marked finished
         self._live.finish(self.result.analysis, self._device if profile.payload.measured_on
                           == "cuda" else None)
@@ -432,9 +342,7 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     ``custom_categories`` as ``MemoryResult.set_categories``.
     """
     import io
-    import os
 
-    from torchlens.frontends import snapshot_file
     from torchlens.model.snapshot import load_snapshot
 
     display = gpumem_options(**options)
@@ -444,9 +352,9 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
                          "inferred from its frames")
     result = MemoryResult().set_categories(custom_categories)
     name = os.path.basename(str(path))
-    fast = snapshot_file.columns_of(path)
+    fast = columns_of(path)
     if fast is None:
-        result._profile = snapshot_file.profile_of(load_snapshot(path), path, name, display)
+        result._profile = profile_of(load_snapshot(path), path, name, display)
         return result
     data, cols = fast
     # peak() and categories() read the columns; anything else makes the Profile from
@@ -456,6 +364,45 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     def made() -> Profile:
         source = io.BytesIO(data)
         source.name = str(path)  # the loader's messages name the file, as from a path
-        return snapshot_file.profile_of(load_snapshot(source), path, name, display)
+        return profile_of(load_snapshot(source), path, name, display)
     result._made = made
     return result
+
+
+def columns_of(path: str) -> tuple[bytes, SnapshotColumns] | None:
+    """(the file's bytes, their columns) when the compiled reader takes the file; None
+    otherwise (not built, TORCHLENS_NO_NATIVE, a torchlens export, any file it declines:
+    the Python loader then reads it and says what is wrong). The settings are checked
+    here as the Python loader checks them, so a file fails to load the same either way."""
+    from torchlens.formats.gpumem_record import RECORD_KEY
+    from torchlens.formats.snapshot_columns import native
+    from torchlens.model.snapshot import normalize_snapshot
+
+    if not native.available():
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, TypeError):
+        return None
+    cols = native.read(data, RECORD_KEY)
+    if cols is None:
+        return None
+    normalize_snapshot({"segments": [], "allocator_settings": cols.allocator_settings},
+                       name=str(path))
+    return data, cols
+
+
+def profile_of(snap: dict[str, Any], path: str, name: str,
+               display: GpumemPayload) -> Profile:
+    """The Profile of a loaded snapshot (a %%gpumem export: the capture itself)."""
+    from torchlens.formats.gpumem_record import RECORD_KEY, restore
+
+    capture, damaged = restore(snap, display)
+    if capture is not None:
+        return Profile(kind="gpumem", title=name, source=str(path),
+                       snapshots={"file": capture.snapshot}, payload=capture.payload,
+                       unmeasured=capture.unmeasured, error=capture.error)
+    snap.pop(RECORD_KEY, None)
+    return Profile(kind="gpumem", title=name, source=str(path), snapshots={"file": snap},
+                   unmeasured=[damaged] if damaged else [],
+                   payload=dataclasses.replace(display, measured_on="snapshot"))

@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from torchlens.analysis.memory.ranks import analyze_ranks
-from torchlens.frontends.api import Result, load_gpumem
+from torchlens.frontends.memory.api import load_gpumem
+from torchlens.frontends.result import Result
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import as_finding
 from torchlens.model.payloads import MemoryRanksPayload

@@ -1,23 +1,22 @@
-"""``result.diff(other)`` on memory results and ``torchlens diff A.pickle B.pickle``.
-
-``diff(a, b)`` is the one way in for both diffs: memory inputs (a
-``MemoryResult``, a snapshot ``.pickle``, a saved ``%%gpumem`` ``.tlprof``)
-make a ``memdiff`` result (``analysis.memory.diff``); anything else is a run
-or trace and goes to the trace diff (``frontends.runs.diff``). Mixing the two
-is refused with a line saying which side is which.
+"""``result.diff(other)`` on memory results and ``torchlens diff A.pickle B.pickle``:
+a ``memdiff`` result (``analysis.memory.diff``). ``loading.diff`` picks this
+diff or the run diff from its two inputs.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchlens.analysis.memory import diff as memdiff
-from torchlens.frontends.api import MemoryResult, Result
-from torchlens.model import InputError, Profile
+from torchlens.frontends.result import Result
+from torchlens.model import Profile
 from torchlens.model.findings import as_finding
 from torchlens.model.payloads import MemoryDiffPayload
+
+if TYPE_CHECKING:  # a memory result's diff() makes this module's result
+    from torchlens.frontends.memory.api import MemoryResult
 
 DIFF_SCHEMA_VERSION = 1
 _ROW = ("name, status (added|removed|grew|shrank|small|same), a_bytes, b_bytes (alive at "
@@ -118,33 +117,3 @@ class MemoryDiffResult(Result):
                 "a": p.a, "b": p.b,  # type: ignore[union-attr]
                 **self.diff, "verdict": self.verdict,
                 "verdict_code": as_finding(self.diff["verdict"], code="memory_diff").code}
-
-
-def as_memory(value: Any) -> MemoryResult | None:
-    """``value`` as a memory result, or None when it is not one (a run, a trace)."""
-    if isinstance(value, MemoryResult):
-        return value
-    if isinstance(value, Profile):
-        return MemoryResult(value) if value.kind == "gpumem" else None
-    if isinstance(value, (str, os.PathLike)) and os.path.isfile(value):
-        from torchlens.frontends.loading import file_kind, load
-
-        kind = file_kind(Path(value))
-        if kind == "snapshot" or kind == "tlprof":
-            return as_memory(load(value))
-    return None
-
-
-def diff(a: Any, b: Any, *, workers: int | None = None, **thresholds: float) -> Any:
-    """B against A: a ``MemoryDiffResult`` for two memory results (or snapshot files,
-    or saved ``%%gpumem`` results), else the trace diff of two runs (``DiffResult``)."""
-    ma, mb = as_memory(a), as_memory(b)
-    if ma is not None and mb is not None:
-        return MemoryDiffResult.of(ma, mb, **thresholds)
-    if ma is not None or mb is not None:
-        mem, other = ("A", "B") if ma is not None else ("B", "A")
-        raise InputError(f"{mem} is a memory result (a snapshot or a %%gpumem result) and "
-                         f"{other} is not: diff two snapshots, or two runs / traces")
-    from torchlens.frontends.runs.diff import diff as run_diff
-
-    return run_diff(a, b, workers=workers, **thresholds)

@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from torchlens.analysis.runs.gpu import (
+from torchlens.analysis.trace.events import category_mask
+from torchlens.analysis.trace.gpu import (
     COMMUNICATION,
     COMPUTE,
     GpuWork,
     gpu_work,
     kind_of,
 )
-from torchlens.analysis.trace.events import category_mask
 from torchlens.analysis.trace.steps import merge_intervals
 from torchlens.model import Trace
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from torchlens.frontends.rank_channel import MEMORY_SOURCES, RankPublisher
+from torchlens.frontends.shared.rank_channel import MEMORY_SOURCES, RankPublisher
 from torchlens.model.feed import RankFeed
 from torchlens.model.records import StepRecord, StepSummary
 

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from torchlens.analysis.ranks.notebook_metrics import NotebookRun
-from torchlens.frontends.rank_channel import RankPublisher
+from torchlens.frontends.shared.rank_channel import RankPublisher
 from torchlens.model import InputError
 from torchlens.model.records import StepRecord, StepSummary
 

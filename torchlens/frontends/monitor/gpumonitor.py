@@ -224,7 +224,7 @@ def gpumonitor_magic(
     from IPython.display import HTML, display
     from jupyter_bokeh import BokehModel
 
-    from torchlens.frontends.bokeh_page import load_bokehjs
+    from torchlens.frontends.shared.bokeh_page import load_bokehjs
 
     opts = monitor_options(interval, minutes, duration)
     monitor = InlineMonitor(HostSampler(), NvmlSampler(), opts["interval"], opts["minutes"])

@@ -40,7 +40,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from torchlens.capture.ddp.fsdp import fsdp_module
+from torchlens.capture.ranks.fsdp import fsdp_module
 
 _FSDP2 = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
 _FSDP1 = "torch.distributed.fsdp._flat_param"
@@ -200,7 +200,7 @@ def _group_bytes(group: Any) -> int:
 
 def _fsdp2_shards(group: Any) -> tuple[int, int]:
     """An FSDP2 group's local shards' bytes, and its parameters' bytes unsharded
-    (both in the dtype they are stored in, as ``capture.ddp.fsdp`` counts them)."""
+    (both in the dtype they are stored in, as ``capture.ranks.fsdp`` counts them)."""
     sharded = unsharded = 0
     for p in getattr(group, "fsdp_params", ()):
         local = p._sharded_local_tensor

@@ -17,7 +17,15 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-_PACKAGE = str(Path(__file__).resolve().parents[1])
+_PACKAGE = str(Path(__file__).resolve().parents[2])
+
+
+def in_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel (where a live view can be a widget),
+    not a script or a terminal IPython."""
+    ip = sys.modules.get("IPython")
+    shell = ip.get_ipython() if ip is not None else None  # type: ignore[attr-defined]
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def cell_names() -> dict[str, int]:

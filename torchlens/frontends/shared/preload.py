@@ -20,7 +20,7 @@ import os
 import threading
 
 #: What the first displayed result imports, slowest first.
-MODULES = ("torchlens.frontends.ddp.api", "torchlens.capture.ddp", "torchlens.frontends.live_publish",
+MODULES = ("torchlens.frontends.ddp.api", "torchlens.capture.ddp", "torchlens.frontends.shared.live_publish",
            "cloudpickle", "jupyter_core.paths")
 
 _thread: threading.Thread | None = None

@@ -25,7 +25,7 @@ from itertools import islice
 from typing import Any
 
 from torchlens.capture.monitor.gpu import Sampler
-from torchlens.frontends.rank_channel import MEMORY_SOURCES
+from torchlens.frontends.shared.rank_channel import MEMORY_SOURCES
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchlens.frontends.api import Result, torchprof
+from torchlens.frontends.result import Result
+from torchlens.frontends.trace.api import torchprof
 
 
 def train_steps(steps: int = 8, batch: int = 64, width: int = 256) -> Any:
