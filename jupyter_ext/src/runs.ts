@@ -78,8 +78,8 @@ function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
   if (figure === 'rss') {
     // the header says "rss" when every rank's figure is one; else the cell does,
     // free to go under the number in a narrow sidebar
-    // the number and its unit may go on two lines: "356.0 MiB" on one overflowed
-    // the sidebar's default width, cutting the column (second walk)
+    // the number and its unit may go on two lines: "356.0 MiB" on one line
+    // overflows the sidebar's default width and cuts the column
     td.append(formatBytes(r.rss), kind === 'rss' ? '' : ' rss');
     td.title = MEMORY_NOTE.rss;
   } else if (figure !== null) {
