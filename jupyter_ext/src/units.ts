@@ -19,7 +19,7 @@
  * tie to the even digit (1.25 ms is `1.2 ms`, where toFixed writes `1.3`).
  *
  * Figures model/units.py has no rule for (the GPU card's W, °C and MB/s,
- * written as frontends/gpumonitor.py writes them; chart ticks; times of day)
+ * written as frontends/monitor/gpumonitor.py writes them; chart ticks; times of day)
  * are written here too, so no other file of the sidebar formats a number.
  */
 
@@ -188,7 +188,7 @@ export function formatAgo(seconds: number): string {
   return seconds < 90 ? `${fixed(seconds, 0)} s ago` : `${fixed(seconds / 60, 0)} min ago`;
 }
 
-/** Watts, whole: `250 W` (frontends/gpumonitor.py writes the GPU's power alike). */
+/** Watts, whole: `250 W` (frontends/monitor/gpumonitor.py writes the GPU's power alike). */
 export function formatWatts(w: Figure, missing = MISSING): string {
   return isMissing(w) ? missing : `${fixed(w, 0, false, false)} W`;
 }
