@@ -88,7 +88,7 @@ def test_a_real_pipe_into_head_ends_quietly(tmp_path: Path) -> None:
         ["bash", "-c", f"{sys.executable} -m torchlens analyze {run} --json --workers 2 "
                        "| head -n 2; echo \"status ${PIPESTATUS[0]}\" >&2"],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.stdout == '{\n "schema": 1,\n'
+    assert done.stdout == '{\n "schema": 2,\n'
     assert done.stderr.strip() in ("status 0", f"status {PIPE_STATUS}")
 
 

@@ -51,8 +51,10 @@ def _check(c: Collector, steps: dict[int, list[dict]], labels: list = LABELS) ->
     for r in (0, 1):
         assert [s.get("label") for s in steps[r]] == labels, steps[r]
         assert [s["step"] for s in steps[r]] == list(range(len(labels)))
-    # one step is 2 batches of rank 1's 50 ms data loading
-    train = [s for s in steps[1] if not s.get("label")]
+    # one step is 2 batches of rank 1's 50 ms data loading; the first step is left
+    # out: Lightning fetches its first batch as the loop starts, which can fall
+    # before the first step begins
+    train = [s for s in steps[1] if not s.get("label")][1:]
     assert min(s["phases"]["data"] for s in train) >= 0.09, train
 
 

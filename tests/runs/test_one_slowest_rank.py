@@ -16,7 +16,7 @@ from torchlens.formats.run_folder.manifest import (
     write_manifest,
 )
 from torchlens.formats.run_folder.records import write_steps
-from torchlens.frontends.cli import main
+from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
 from torchlens.model.records import StepRecord
 

@@ -291,7 +291,7 @@ class DdpLauncher:
     def _dump_stacks(self, after_s: float) -> None:
         """faulthandler in each live worker writes every thread's Python stack."""
         pids = ([p.pid for p in self.procs] if self.options.elastic is None
-                else [h["pid"] for h in elastic.local_ranks(self.last_hb)])  # not the agent
+                else [h.pid for h in elastic.local_ranks(self.last_hb)])  # not the agent
         self.hang = {"after_s": after_s,
                      "stacks": read_stacks(pids, self.options.world_size, self.tmpdir),
                      "status": [dict(h) if h else None for h in self.last_hb]}
