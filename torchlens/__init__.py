@@ -30,7 +30,8 @@ __all__ = [
 
 def load(path: Any) -> Any:
     """Read what ``torchlens report`` reads (``frontends.loading.load``, one
-    loader for both): a saved ``.tlprof`` result (a ``Profile``); an allocator
+    loader for both): a saved ``.tlprof`` result, as the capture gave it (a
+    ``%%torchprof`` result's ``ops()``, ``kernels()``, ``steps()``); an allocator
     snapshot ``.pickle`` (a ``MemoryResult``, as ``%%gpumem`` gives); a folder
     of per-rank snapshots (``load_snapshots``); a folder
     or a list of per-rank traces, or one Kineto trace (``.json``, ``.json.gz``):

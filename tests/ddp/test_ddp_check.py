@@ -55,10 +55,10 @@ def test_correct_ddp_step_passes_every_check(tmp_path):
         assert stats["via_store"] == 0, stats
     html = (tmp_path / "r.html").read_text()
     assert "Checklist" in html and "bokeh" in html.lower()
-    saved = load(result.save(str(tmp_path / "r.tlprof")))
     from torchlens.frontends.ddp.api import DdpResult
 
-    again = DdpResult(saved)
+    again = load(result.save(str(tmp_path / "r.tlprof")))
+    assert isinstance(again, DdpResult)
     assert [i.to_dict() for i in again.checklist] == [i.to_dict() for i in result.checklist]
 
 

@@ -117,7 +117,7 @@ def test_export_html_and_tlprof(shell, tmp_path, suffix):
         import torchlens
         from torchlens.frontends.kinds import report_html as render_report
 
-        html = render_report(torchlens.load(str(out)))
+        html = render_report(torchlens.load(str(out)).profile)
         assert "Top allocation sites" in html
 
 

@@ -40,4 +40,4 @@ def test_sites_in_an_earlier_cell_are_named_by_its_number(kernel_like_shell, tmp
     from torchlens import load
     from torchlens.analysis.memory.analyze import analyze
 
-    assert analyze(load(str(path))).sites[0].site == where
+    assert analyze(load(str(path)).profile).sites[0].site == where

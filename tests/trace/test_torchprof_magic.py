@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -130,6 +132,30 @@ def test_export_formats(shell, tmp_path):
     assert len(load_trace(tmp_path / "out.json.gz").events) > 0
     assert load_profile(tmp_path / "out.tlprof").kind == "torchprof"
     assert "aten::addmm" in (tmp_path / "out.html").read_text()
+
+
+def test_a_saved_result_loads_back_with_the_same_op_table(shell, tmp_path):
+    """``torchlens.load("x.tlprof").ops()`` is the cell's own ``res.ops()``: the
+    saved result comes back as the result the cell gave, not a bare Profile."""
+    import torchlens
+
+    path = tmp_path / "cell.tlprof"
+    assert shell.run_cell(f"%%torchprof -o r --quiet --export {path}\ntrain_step()").success
+    ops = torchlens.load(path).ops()
+    assert "aten::addmm" in set(ops["name"])
+    assert list(ops.columns) == list(shell.user_ns["r"].ops().columns)
+    assert ops.equals(shell.user_ns["r"].ops())
+
+
+def test_a_saved_memory_or_ddp_result_loads_as_its_kind(tmp_path):
+    import torchlens
+    from torchlens.frontends.ddp.api import DdpResult
+    from torchlens.frontends.memory.api import MemoryResult
+
+    data = Path(__file__).parents[1] / "data" / "v1"
+    assert isinstance(torchlens.load(data / "gpumem.tlprof"), MemoryResult)
+    assert isinstance(torchlens.load(data / "ddp_check.tlprof"), DdpResult)
+    assert torchlens.load(data / "torchprof.tlprof").profile.kind == "torchprof"
 
 
 def test_environment_recorded(shell):

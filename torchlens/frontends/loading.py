@@ -11,7 +11,9 @@ What a path is, first match wins:
   ``formats.snapshot_set``): one memory result of every rank
   (``memory.ranks.load_ranks``);
 - a list, or a folder: the per-rank traces of a run (``runs.api.load_run``);
-- ``.tlprof``: a saved result (``model.load_profile``);
+- ``.tlprof``: a saved result, back as the result its capture gave (a
+  ``%%torchprof`` result with ``ops()``, ``kernels()`` and ``steps()``, a
+  ``MemoryResult``, a ``DdpResult``; ``saved_result``);
 - ``.pickle`` / ``.pkl``: an allocator snapshot (``memory.api.load_gpumem``; no
   pickle global is loaded, the file cannot run code);
 - ``.json`` / ``.json.gz``: one Kineto trace;
@@ -31,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from torchlens.formats.file_kind import file_kind
+from torchlens.frontends.result import Result
 from torchlens.model import InputError, Profile, load_profile
 
 
 def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
     """Read what ``path`` holds (see the module doc).
 
-    Returns a ``Profile`` (``.tlprof``), a ``MemoryResult`` (snapshot), a
+    Returns the saved result (``.tlprof``), a ``MemoryResult`` (snapshot), a
     ``RunResult`` (folder, list, and one trace when ``one_trace="run"``) or,
     with ``one_trace="trace"``, a ``trace`` Profile. ``fork``: the caller runs
     no threads (the command line), run workers may fork. Raises ``InputError``
@@ -61,7 +64,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
         return _load_run(str(p), fork)
     kind = file_kind(p)
     if kind == "tlprof":
-        return load_profile(p)
+        return saved_result(load_profile(p))
     if kind == "snapshot":
         from torchlens.frontends.memory.api import load_gpumem
 
@@ -87,6 +90,23 @@ def _load_run(inputs: str | list[Any], fork: bool) -> Any:
                  ": no usable trace")
         raise InputError(f"{where} ({why or 'empty'})")
     return run
+
+
+def saved_result(profile: Profile) -> Result | Profile:
+    """A saved capture as the result its capture handed back, so ``res.ops()``
+    works on ``torchlens.load("x.tlprof")`` as on the cell's own result; any
+    other saved kind (a diff, a run's analysis) as its Profile."""
+    if profile.kind == "gpumem":
+        from torchlens.frontends.memory.api import MemoryResult
+
+        return MemoryResult(profile)
+    if profile.kind == "ddp_check":
+        from torchlens.frontends.ddp.api import DdpResult
+
+        return DdpResult(profile)
+    if profile.kind in ("torchprof", "trace"):
+        return Result(profile)
+    return profile
 
 
 def as_profile(loaded: Any) -> Profile:

@@ -9,8 +9,8 @@ computes a verdict, and the loop never waits for a scrape.
 
 At the end, ``close(linger=True)`` keeps serving the final view (how each
 rank ended: a killed rank ``lost``, a crash ``failed``) until Prometheus has
-scraped it once, at most one scrape interval (as seen so far) and a second,
-or ``LINGER_MAX_S``: else the job's end would reach Prometheus only as
+scraped it once, at most two scrape intervals (as seen so far: one scrape may
+come late or fail on a loaded machine) and a second, or ``LINGER_MAX_S``: else the job's end would reach Prometheus only as
 ``up == 0``, and no rank-state alert would fire for a job that crashed.
 Only a request whose User-Agent is Prometheus's (``Prometheus/<version>``,
 sent on every scrape) counts as a scrape there: a user's curl loop with the
@@ -177,7 +177,7 @@ class MetricsEndpoint:
         has not scraped twice (its interval unknown)."""
         if len(self._scrapes) < 2:
             return 0.0
-        return min(LINGER_MAX_S, self._scrapes[1] - self._scrapes[0] + 1.0)
+        return min(LINGER_MAX_S, 2 * (self._scrapes[1] - self._scrapes[0]) + 1.0)
 
     def close(self, linger: bool = False) -> None:
         """Stop serving; ``linger``: after a scrape of the view ``tick`` kept last."""
