@@ -20,7 +20,8 @@ or a tuple of ranks):
 - ``cpu_hog``: a busy process pinned to the rank's core.
 - ``every`` / ``rank0_work``: ``"checkpoint"`` or ``"evaluate"`` on rank 0
   every ``every`` steps while the others wait in the next all-reduce.
-- ``gc_churn``: many live objects and cyclic garbage, so full collections stall.
+- ``gc_churn``: many live objects, and objects that live a few steps, so
+  full collections come often and each walks them all.
 - ``per_sample_ms`` / ``workers``: per-sample loading cost and DataLoader workers.
 - ``bucket_mb``: DDP's ``bucket_cap_mb``.
 - ``accum`` / ``no_sync``: micro-batches a step, and whether DDP's ``no_sync``
@@ -117,7 +118,7 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
     """Run the job's training loop on this rank (torchrun's environment)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     me = hits(ranks, rank)
     torch.manual_seed(0)
     model = DDP(Net(extra=4096 if step_up == "optimizer" and me else 0),
@@ -142,6 +143,7 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
     cache: dict[int, torch.Tensor] = {}
     total: Any = 0.0
     live = [{"i": i} for i in range(1_500_000)] if gc_churn and me else []
+    churn: list[list[dict[str, int]]] = []
     it = iter(loader)
     try:
         for step in range(steps):
@@ -153,10 +155,9 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
                 model.module.extra.requires_grad_(True)
             if step_up == "cache" and me and step == steps // 3:
                 cache[-1] = torch.ones(48, 1 << 20 >> 2)  # 48 MiB, once
-            if gc_churn and me:
-                for _ in range(20_000):
-                    a: list[Any] = []
-                    a.append(a)
+            if gc_churn and me:  # objects that live a few steps reach the oldest
+                churn.append([{"s": step} for _ in range(50_000)])  # generation, so
+                del churn[:-4]  # full collections come every few steps and walk `live`
             for micro in range(accum):
                 x, y = next(it)  # StopIteration: this rank ran out of batches
                 last = micro == accum - 1
@@ -202,7 +203,7 @@ def _rank0(model: DDP, opt: torch.optim.Optimizer, work: str) -> None:
             time.sleep(0.05)  # the copy to slower storage
     elif work == "evaluate":
         with torch.no_grad():
-            for i in range(40):
+            for _ in range(40):
                 model.module(torch.randn(BATCH * 4, IN_DIM))
             time.sleep(0.05)
 

@@ -4,7 +4,12 @@ import os
 import tempfile
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Trainer,
+    TrainingArguments,
+)
 
 STEPS = int(os.environ.get("ZOO_STEPS", "100")) * 3 // 5
 
