@@ -1,0 +1,214 @@
+"""The one training loop every zoo job runs, with the knob that breaks it.
+
+A zoo job is a few lines: ``train(**knobs)`` with the one problem it plants
+(see answers.json beside this file). Everything else is shared: a gloo DDP
+MLP on CPU, batches from a ``DataLoader`` over synthetic data, SGD, one
+intra-op thread a rank, ``STEPS`` optimizer steps (``ZOO_STEPS`` overrides
+it). Nothing here imports torchlens: ``torchlens run`` watches the job from
+outside, as it watches a user's script.
+
+Knobs (all off by default, ``ranks`` says which ranks a knob hits: ``"all"``
+or a tuple of ranks):
+
+- ``leak``: ``"losses"`` keeps every step's loss tensor (and so its graph and
+  saved activations), ``"cache"`` adds 1 MiB to a dict every step,
+  ``"graph"`` sums the losses without ``.item()`` (every graph kept alive).
+- ``step_up``: ``"optimizer"`` unfreezes a large layer at ``STEPS // 3`` (its
+  Adam state appears then, once); ``"cache"`` fills a warm-up cache once.
+- ``data_sleep_ms``: the dataset sleeps that long per batch.
+- ``batch_factor``: that many times the batch (more compute a step).
+- ``cpu_hog``: a busy process pinned to the rank's core.
+- ``every`` / ``rank0_work``: ``"checkpoint"`` or ``"evaluate"`` on rank 0
+  every ``every`` steps while the others wait in the next all-reduce.
+- ``gc_churn``: many live objects, and objects that live a few steps, so
+  full collections come often and each walks them all.
+- ``per_sample_ms`` / ``workers``: per-sample loading cost and DataLoader workers.
+- ``bucket_mb``: DDP's ``bucket_cap_mb``.
+- ``accum`` / ``no_sync``: micro-batches a step, and whether DDP's ``no_sync``
+  skips the all-reduce of all but the last.
+- ``short_data``: the ranks hit run out of batches at ``STEPS // 2``.
+- ``mismatch``: the ranks hit all-reduce a tensor of another size once.
+- ``drift``: the ranks hit change their parameters outside DDP every step.
+- ``crash_at``: the ranks hit raise at that step.
+- ``stall_every`` / ``stall_ms``: the ranks hit sleep that long every so many steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import multiprocessing
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS = int(os.environ.get("ZOO_STEPS", "100"))
+BATCH = 32
+IN_DIM = 128
+HIDDEN = 256
+OUT_DIM = 8
+#: seconds a collective may wait before gloo gives up (bounds the jobs that hang)
+TIMEOUT_S = float(os.environ.get("ZOO_TIMEOUT_S", "20"))
+
+
+def hits(ranks: str | Iterable[int], rank: int) -> bool:
+    """Whether a knob given for ``ranks`` applies to ``rank``."""
+    return ranks == "all" or rank in tuple(ranks)  # type: ignore[arg-type]
+
+
+class Batches(torch.utils.data.Dataset):
+    """Item ``i`` is a sample, or a whole batch when ``batch`` > 0."""
+
+    def __init__(self, n: int, batch: int, sleep_ms: float, per_sample_ms: float) -> None:
+        self.n, self.batch, self.sleep_ms, self.per_sample_ms = n, batch, sleep_ms, per_sample_ms
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.sleep_ms:
+            time.sleep(self.sleep_ms / 1000)
+        if self.per_sample_ms:
+            time.sleep(self.per_sample_ms / 1000)
+        g = torch.Generator().manual_seed(i % 8)
+        shape = (self.batch, IN_DIM) if self.batch else (IN_DIM,)
+        y = (self.batch,) if self.batch else ()
+        return torch.randn(*shape, generator=g), torch.randint(0, OUT_DIM, y, generator=g)
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+class Net(nn.Module):
+    def __init__(self, extra: int = 0) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(IN_DIM, HIDDEN), nn.ReLU(),
+                                  nn.Linear(HIDDEN, HIDDEN), nn.ReLU())
+        self.head = nn.Linear(HIDDEN, OUT_DIM)
+        # a large layer that starts frozen (the optimizer-state step-up job)
+        self.extra = nn.Linear(HIDDEN, extra) if extra else None
+        if self.extra is not None:
+            self.extra.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(x)
+        out = self.head(h)
+        if self.extra is not None:
+            out = out + 0 * self.extra(h).mean()
+        return out
+
+
+def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = "",
+          data_sleep_ms: float = 0, batch_factor: int = 1, cpu_hog: bool = False,
+          every: int = 0, rank0_work: str = "", gc_churn: bool = False,
+          per_sample_ms: float = 0, workers: int = 0, bucket_mb: float = 25,
+          accum: int = 1, no_sync: bool = True, short_data: bool = False,
+          mismatch: bool = False, drift: bool = False, crash_at: int = -1,
+          stall_every: int = 0, stall_ms: float = 0, steps: int = STEPS) -> None:
+    """Run the job's training loop on this rank (torchrun's environment)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    rank = dist.get_rank()
+    me = hits(ranks, rank)
+    torch.manual_seed(0)
+    model = DDP(Net(extra=4096 if step_up == "optimizer" and me else 0),
+                bucket_cap_mb=bucket_mb, find_unused_parameters=False)
+    opt = torch.optim.Adam([p for p in model.parameters()], lr=1e-3)
+    batch = BATCH * (batch_factor if me else 1)
+    batches = steps * accum // (2 if short_data and me else 1)
+    if per_sample_ms:  # per-sample loading: the DataLoader batches them
+        data = Batches(batches * batch, 0, 0, per_sample_ms)
+        loader = torch.utils.data.DataLoader(data, batch_size=batch, num_workers=workers)
+    else:
+        data = Batches(batches, batch, data_sleep_ms if me else 0, 0)
+        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
+    hog = None
+    if cpu_hog and me:
+        core = sorted(os.sched_getaffinity(0))[rank % len(os.sched_getaffinity(0))]
+        os.sched_setaffinity(0, {core})
+        hog = multiprocessing.get_context("fork").Process(target=_spin, daemon=True)
+        hog.start()
+        os.sched_setaffinity(hog.pid, {core})
+    kept: list[Any] = []
+    cache: dict[int, torch.Tensor] = {}
+    total: Any = 0.0
+    live = [{"i": i} for i in range(1_500_000)] if gc_churn and me else []
+    churn: list[list[dict[str, int]]] = []
+    it = iter(loader)
+    try:
+        for step in range(steps):
+            if step == crash_at and me:
+                raise RuntimeError(f"zoo: rank {rank} fails at step {step}")
+            if stall_every and me and step % stall_every == stall_every - 1:
+                time.sleep(stall_ms / 1000)
+            if step_up == "optimizer" and me and step == steps // 3:
+                model.module.extra.requires_grad_(True)
+            if step_up == "cache" and me and step == steps // 3:
+                cache[-1] = torch.ones(48, 1 << 20 >> 2)  # 48 MiB, once
+            if gc_churn and me:  # objects that live a few steps reach the oldest
+                churn.append([{"s": step} for _ in range(50_000)])  # generation, so
+                del churn[:-4]  # full collections come every few steps and walk `live`
+            for micro in range(accum):
+                x, y = next(it)  # StopIteration: this rank ran out of batches
+                last = micro == accum - 1
+                ctx = model.no_sync() if accum > 1 and no_sync and not last else contextlib.nullcontext()
+                with ctx:
+                    loss = nn.functional.cross_entropy(model(x), y) / accum
+                    loss.backward()
+            if mismatch and step == steps // 2:
+                dist.all_reduce(torch.ones(3 if me else 5))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if drift and me:
+                with torch.no_grad():
+                    model.module.head.weight.add_(1e-3 * (rank + 1))
+            if me and leak == "losses":
+                kept.append(loss)
+            elif me and leak == "cache":
+                cache[step] = torch.ones(1 << 20 >> 2)  # 1 MiB a step
+            elif me and leak == "graph":
+                total = total + loss
+            else:
+                total += loss.item()
+            if every and rank == 0 and step % every == every - 1:
+                _rank0(model, opt, rank0_work)
+    except StopIteration:
+        # the rank out of batches leaves the loop; the others wait for it in
+        # their next all-reduce until gloo's timeout
+        print(f"zoo: rank {rank} ran out of batches", flush=True)
+    finally:
+        if hog is not None:
+            hog.kill()
+    del live
+    dist.destroy_process_group()
+
+
+def _rank0(model: DDP, opt: torch.optim.Optimizer, work: str) -> None:
+    """What rank 0 does alone every so many steps."""
+    if work == "checkpoint":
+        with tempfile.TemporaryDirectory() as d:
+            state = {"model": model.state_dict(), "opt": opt.state_dict(),
+                     "pad": torch.zeros(16 << 20 >> 2)}
+            torch.save(state, os.path.join(d, "ckpt.pt"))
+            time.sleep(0.05)  # the copy to slower storage
+    elif work == "evaluate":
+        with torch.no_grad():
+            for _ in range(40):
+                model.module(torch.randn(BATCH * 4, IN_DIM))
+            time.sleep(0.05)
+
+
+def main(**knobs: Any) -> None:
+    """A job's entry point: ``train`` with the job's knobs."""
+    gc.collect()
+    train(**knobs)
