@@ -25,6 +25,7 @@ from torchlens.analysis.runs.collectives import (
     rank_collectives,
     records,
 )
+from torchlens.analysis.runs.rows import CollectiveRow
 from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli.main import main
@@ -126,7 +127,7 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
                    _expected_size(doc, e), e["ts"]) for e in _issues(doc)]
     assert len(raw[0]) == len(raw[1]) == 10
     rows = collective_rows(figures, world_size=128)
-    assert [(r["trace"], r["seq"]) for r in rows] == [(0, s) for s in range(10)]
+    assert [(r.trace, r.seq) for r in rows] == [(0, s) for s in range(10)]
     last_count = {0: 0, 1: 0}
     caused = {0: 0.0, 1: 0.0}
     mismatched = []
@@ -134,34 +135,34 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
         (n0, ts0, b0, host0), (n1, ts1, b1, host1) = raw[0][seq], raw[1][seq]
         if n0 != n1 or (n0 in SAME_SIZE and b0 != b1):
             mismatched.append(seq)
-            assert row["mismatch"] and row["last_rank"] is None and row["waits_us"] is None
-            assert "rank 0" in row["mismatch"] and "rank 1" in row["mismatch"]
+            assert row.mismatch and row.last_rank is None and row.waits_us is None
+            assert "rank 0" in row.mismatch and "rank 1" in row.mismatch
             continue
-        assert row["mismatch"] is None and row["name"] == n0 and row["n"] == 128
-        assert row["arrived_by"] == "kernel"
-        assert row["issued"] == {0: pytest.approx(host0 / 1e6, abs=1e-6),
+        assert row.mismatch is None and row.name == n0 and row.n == 128
+        assert row.arrived_by == "kernel"
+        assert row.issued == {0: pytest.approx(host0 / 1e6, abs=1e-6),
                                  1: pytest.approx(host1 / 1e6, abs=1e-6)}
         last = 0 if ts0 >= ts1 else 1
-        assert row["last_rank"] == last
-        assert row["waits_us"][0] == pytest.approx(max(ts0, ts1) - ts0, abs=1.0)
-        assert row["waits_us"][1] == pytest.approx(max(ts0, ts1) - ts1, abs=1.0)
-        assert row["arrivals"] == {0: pytest.approx(ts0 / 1e6, abs=1e-6),
+        assert row.last_rank == last
+        assert row.waits_us[0] == pytest.approx(max(ts0, ts1) - ts0, abs=1.0)
+        assert row.waits_us[1] == pytest.approx(max(ts0, ts1) - ts1, abs=1.0)
+        assert row.arrivals == {0: pytest.approx(ts0 / 1e6, abs=1e-6),
                                    1: pytest.approx(ts1 / 1e6, abs=1e-6)}
         last_count[last] += 1
         caused[last] += abs(ts0 - ts1)
     assert mismatched == [3, 6, 7]  # a size at 3, then alltoall and allreduce swapped
-    assert rows[6]["mismatch"] == "names differ: alltoall on rank 0; allreduce on rank 1"
-    assert rows[6]["name"] is None and rows[3]["name"] == "allreduce"
-    stragglers = {s["rank"]: s for s in straggler_rows(figures, 128)}
+    assert rows[6].mismatch == "names differ: alltoall on rank 0; allreduce on rank 1"
+    assert rows[6].name is None and rows[3].name == "allreduce"
+    stragglers = {s.rank: s for s in straggler_rows(figures, 128)}
     for r in (0, 1):
-        assert stragglers[r]["last"] == last_count[r] and stragglers[r]["collectives"] == 7
-        assert stragglers[r]["caused_us"] == pytest.approx(caused[r], abs=10.0)
-        assert stragglers[r]["waited_us"] == pytest.approx(caused[1 - r], abs=10.0)
+        assert stragglers[r].last == last_count[r] and stragglers[r].collectives == 7
+        assert stragglers[r].caused_us == pytest.approx(caused[r], abs=10.0)
+        assert stragglers[r].waited_us == pytest.approx(caused[1 - r], abs=10.0)
     # by the hosts' issue times rank 0 was last at 5 of the 7; on the GPUs rank 1's
     # kernels started last at 6: its host enqueued early while its GPU was still busy
     assert last_count == {0: 1, 1: 6}
-    assert sum(row["issued"][0] >= row["issued"][1] for row in rows
-               if row["issued"]) == 5
+    assert sum(row.issued[0] >= row.issued[1] for row in rows
+               if row.issued) == 5
     # at most 2 of 3 per kind: too few to single a rank out
     (said,) = findings(figures, 128)
     sentence = said.sentence
@@ -291,7 +292,7 @@ def test_a_host_only_run_says_its_arrivals_are_host_issues():
     ranks = {r: [{"collectives": [_rec(i, "allreduce", 10.0 * i + (0.005 if r == 3 else 0))
                                   for i in range(8)], "trace": 0}] for r in range(4)}
     rows = collective_rows(ranks, 4)
-    assert {r["arrived_by"] for r in rows} == {"host"}
+    assert {r.arrived_by for r in rows} == {"host"}
     (said,) = findings(ranks, 4, rows=rows)
     assert "(8 of 8; arrival = when its host issued the call)" in said.sentence
 
@@ -388,14 +389,14 @@ def test_an_even_run_has_no_findings(tmp_path):
     assert run.stragglers().iloc[0]["caused_us"] == 0
 
 
-def _rows_last(lasts: list[int], world: int = 4, wait_us: float = 2_000.0) -> list[dict]:
+def _rows_last(lasts: list[int], world: int = 4, wait_us: float = 2_000.0) -> list[CollectiveRow]:
     """Allreduce rows where ``lasts[i]`` arrived last and each other rank waited ``wait_us``."""
     rows = []
     for i, last in enumerate(lasts):
         waits = {r: (0.0 if r == last else wait_us) for r in range(world)}
-        rows.append({"seq": i, "trace": 0, "name": "allreduce", "mismatch": None,
-                     "last_rank": last, "waits_us": waits,
-                     "total_wait_us": sum(waits.values())})
+        rows.append(CollectiveRow(trace=0, step=None, seq=i, name="allreduce", mismatch=None,
+                                  ranks=world, missing=[], last_rank=last, waits_us=waits,
+                                  total_wait_us=sum(waits.values())))
     return rows
 
 
@@ -433,14 +434,14 @@ def test_traces_pair_by_their_place_and_short_ranks_are_missing():
                   "trace": 1}],
              1: [{"collectives": [_rec(0, "allreduce", 2.001)], "trace": 1}]}
     rows = collective_rows(ranks, world_size=2)
-    assert [(r["trace"], r["seq"], r["ranks"], r["missing"]) for r in rows] == [
+    assert [(r.trace, r.seq, r.ranks, r.missing) for r in rows] == [
         (0, 0, 1, []), (1, 0, 2, []), (1, 1, 1, [1])]
-    assert rows[0]["last_rank"] is None and rows[0]["algbw_GBps"] == pytest.approx(1e-3)
-    assert rows[1]["last_rank"] == 1 and rows[1]["waits_us"][0] == pytest.approx(1000.0)
-    assert rows[1]["timed_by"] == "host"
+    assert rows[0].last_rank is None and rows[0].algbw_GBps == pytest.approx(1e-3)
+    assert rows[1].last_rank == 1 and rows[1].waits_us[0] == pytest.approx(1000.0)
+    assert rows[1].timed_by == "host"
     # a size that differs where every rank must pass the same count is a mismatch
     ranks[1][0]["collectives"][0]["bytes"] = 999
-    assert collective_rows(ranks)[1]["mismatch"] == (
+    assert collective_rows(ranks)[1].mismatch == (
         "sizes differ: 1000 B on rank 0; 999 B on rank 1")
 
 

@@ -21,8 +21,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from torchlens.model.errors import InputError
-from torchlens.model.findings import INFO, NOTE, Finding, as_finding
+from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
@@ -281,6 +283,84 @@ class RunPayload:
     fsdp: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+class DiffRow(msgspec.Struct):
+    """One op or kernel name of a run diff: µs and calls per step (or trace) in
+    A and B, the change and its ``status`` (added, removed, slower, faster,
+    small, same)."""
+
+    kind: str
+    name: str
+    status: str
+    a_us: float
+    b_us: float
+    delta_us: float
+    delta_pct: float | None
+    a_calls: float
+    b_calls: float
+
+
+class StepTime(msgspec.Struct):
+    """The median step time of A and B, over how many steps and from where
+    (``source``: ``step records`` or ``profiled steps``); ``None`` without steps."""
+
+    source: str = "profiled steps"
+    a_median_us: float | None = None
+    b_median_us: float | None = None
+    a_steps: int = 0
+    b_steps: int = 0
+    delta_us: float | None = None
+    regression_pct: float | None = None
+
+
+class RankSteps(msgspec.Struct):
+    """One rank of A against its rank in B: median step times and the change."""
+
+    rank_a: int
+    rank_b: int
+    a_median_us: float | None
+    b_median_us: float | None
+    delta_us: float | None
+    delta_pct: float | None
+
+
+class DiffUnits(msgspec.Struct):
+    """How many steps (or traces) each run's totals are divided by."""
+
+    a: int = 0
+    b: int = 0
+
+
+class DiffThresholds(msgspec.Struct):
+    """Within ``same_pct`` % is the same; beyond it but within ``same_us`` µs, small."""
+
+    same_pct: float = 5.0
+    same_us: float = 10.0
+
+
+class RunDiff(msgspec.Struct):
+    """``analysis.runs.diff.diff_runs``'s result: run B against run A, and its
+    verdict (a ``Finding``, code ``run_diff``)."""
+
+    per: str = "step"
+    units: DiffUnits = msgspec.field(default_factory=DiffUnits)
+    thresholds: DiffThresholds = msgspec.field(default_factory=DiffThresholds)
+    step_time: StepTime = msgspec.field(default_factory=StepTime)
+    rank_steps: list[RankSteps] = msgspec.field(default_factory=list)
+    #: status -> how many op and kernel rows have it
+    summary: dict[str, int] = msgspec.field(default_factory=dict)
+    ops: list[DiffRow] = msgspec.field(default_factory=list)
+    kernels: list[DiffRow] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
+    verdict: Finding = msgspec.field(default_factory=lambda: Finding(INFO, "", code=RUN_DIFF))
+
+
+def run_diff_from(data: dict[str, Any]) -> RunDiff:
+    """A saved diff (``to_json``'s) as a ``RunDiff``: its verdict was the
+    sentence alone before findings had codes."""
+    verdict = as_finding(data.get("verdict"), INFO, RUN_DIFF) or Finding(INFO, "", code=RUN_DIFF)
+    return msgspec.convert({**data, "verdict": verdict.to_dict()}, RunDiff)
+
+
 @dataclass
 class DiffPayload:
     """``kind="diff"``: run B against run A (``torchlens diff A B``, ``run.diff(other)``).
@@ -292,7 +372,7 @@ class DiffPayload:
 
     a: str = ""
     b: str = ""
-    diff: dict[str, Any] = field(default_factory=dict)
+    diff: RunDiff = field(default_factory=RunDiff)
 
 
 @dataclass
@@ -338,8 +418,9 @@ def to_json(payload: Any) -> dict[str, Any]:
 
 def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     # asdict copies what is not a dataclass as it is: a RankProfiling's steps
-    # (msgspec structs) become their JSON builtins here
+    # and a run diff (msgspec structs) become their JSON builtins here
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
+            else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             else v for k, v in items}
 
 
@@ -371,6 +452,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [tuple(r) for r in value]
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is DiffPayload and f.name == "diff":
+            value = run_diff_from(value or {})
         elif cls is RunPayload and f.name == "notes":
             # a saved finding's dict; an older file's plain sentence
             value = [found for n in value or () if (found := as_finding(n, INFO, NOTE)) is not None]

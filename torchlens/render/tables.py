@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
+from msgspec import UnsetType
 
 from torchlens.model import OpDisplay
 from torchlens.model.units import (
@@ -66,15 +67,23 @@ def shorten(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
-def html_table(
-    rows: Iterable[Mapping[str, Any]], columns: list[Column], css_class: str = ""
-) -> Markup:
-    """A sortable table; numeric cells carry their raw value in ``data-v``."""
+def cell_value(row: Mapping[str, Any] | object, key: str) -> Any:
+    """A row's figure under ``key``: a dict's item, or a typed row's field
+    (``analysis.runs.rows``); ``None`` where the row has none."""
+    if isinstance(row, Mapping):
+        return row.get(key)
+    value = getattr(row, key, None)
+    return None if isinstance(value, UnsetType) else value
+
+
+def html_table(rows: Iterable[object], columns: list[Column], css_class: str = "") -> Markup:
+    """A sortable table of dict rows or typed rows; numeric cells carry their
+    raw value in ``data-v``."""
     cells = []
     for row in rows:
         out = []
         for c in columns:
-            value = row.get(c.key)
+            value = cell_value(row, c.key)
             if value is None:
                 out.append((c.numeric, "-1e308", "", ""))
             elif c.numeric:

@@ -93,6 +93,7 @@ import numpy as np
 
 from torchlens.analysis.ranks.arrivals import last_arrival
 from torchlens.analysis.ranks.slow import rank_list
+from torchlens.analysis.runs.rows import CollectiveRow
 from torchlens.analysis.trace.collectives import (
     DTYPE_BYTES,
     argument_bytes,
@@ -243,7 +244,7 @@ def _disagreement(what: dict[int, Any], unit: str = "") -> str:
     return "; ".join(f"{value}{unit} on {rank_list(rs)}" for value, rs in groups.items())
 
 
-def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[dict[str, Any]]:
+def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[CollectiveRow]:
     """One row per ``(trace, seq)`` across ranks (module docstring), in that order.
 
     Keys: ``trace``, ``step`` (``trace_steps``: the ``ProfilerStep`` number
@@ -262,13 +263,13 @@ def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[d
     tables = collective_tables(ranks)
     steps = trace_steps(ranks)
     fallback_n = world_size or len(ranks)
-    rows: list[dict[str, Any]] = []
+    rows: list[CollectiveRow] = []
     for trace in sorted({t for per in tables.values() for t in per}):
         have = {r: per[trace] for r, per in tables.items() if trace in per}
         for seq in range(max(len(recs) for recs in have.values())):
             at = {r: recs[seq] for r, recs in have.items() if seq < len(recs)}
-            row = _row(trace, seq, at, [r for r in have if r not in at], fallback_n)
-            rows.append({"trace": trace, "step": steps.get(trace), **row})
+            rows.append(_row(trace, steps.get(trace), seq, at, [r for r in have if r not in at],
+                             fallback_n))
     return rows
 
 
@@ -286,8 +287,8 @@ def trace_steps(ranks: RankFigures) -> dict[int, int]:
     return {t: next(iter(n)) for t, n in seen.items() if len(n) == 1}
 
 
-def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int],
-         fallback_n: int) -> dict[str, Any]:
+def _row(trace: int, step: int | None, seq: int, at: dict[int, dict[str, Any]],
+         missing: list[int], fallback_n: int) -> CollectiveRow:
     names = {r: c["name"] for r, c in at.items()}
     sizes = {r: c["bytes"] for r, c in at.items() if c["bytes"] is not None}
     mismatch = None
@@ -295,33 +296,36 @@ def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int]
         mismatch = "names differ: " + _disagreement(names)
     elif next(iter(names.values())) in SAME_SIZE and len(set(sizes.values())) > 1:
         mismatch = "sizes differ: " + _disagreement(sizes, " B")
-    row: dict[str, Any] = {
-        "trace": trace, "seq": seq,
-        "name": next(iter(names.values())) if len(set(names.values())) == 1 else None,
-        "mismatch": mismatch, "ranks": len(at),
-        "missing": missing, "bytes": max(sizes.values()) if sizes and not mismatch else None,
-        "n": None, "arrivals": None, "arrived_by": None, "issued": None,
-        "last_rank": None, "waits_us": None,
-        "max_wait_us": None, "total_wait_us": None, "dur_us": None, "timed_by": None,
-        "span_us": None, "algbw_GBps": None, "busbw_GBps": None}
+    row = CollectiveRow(
+        trace=trace, step=step, seq=seq,
+        name=next(iter(names.values())) if len(set(names.values())) == 1 else None,
+        mismatch=mismatch, ranks=len(at), missing=missing,
+        bytes=max(sizes.values()) if sizes and not mismatch else None)
     if mismatch:
         return row
     groups = [c["group"] for c in at.values() if c.get("group")]
     n = max(groups) if groups else fallback_n
     on_gpu = all(c.get("k0") is not None for c in at.values())
     arrivals = {r: c["k0"] if on_gpu else c["t0"] for r, c in at.items()}
-    row.update(arrived_by="kernel" if on_gpu else "host",
-               issued={r: c["t0"] for r, c in at.items()})
+    issued = {r: c["t0"] for r, c in at.items()}
     by_kernel = all(c["kernel_us"] is not None for c in at.values())
     dur = min((c["kernel_us"] if by_kernel else c["dur_us"]) for c in at.values())
-    row.update(n=n, arrivals=arrivals, dur_us=dur, timed_by="kernel" if by_kernel else "host",
-               span_us=(max(c["t1"] for c in at.values()) - min(row["issued"].values())) * 1e6)
+    row.arrived_by = "kernel" if on_gpu else "host"
+    row.issued = issued
+    row.n, row.arrivals, row.dur_us = n, arrivals, dur
+    row.timed_by = "kernel" if by_kernel else "host"
+    row.span_us = (max(c["t1"] for c in at.values()) - min(issued.values())) * 1e6
     if len(at) >= 2:
-        last = last_arrival(arrivals)
-        del last["last_t0"]
-        row.update(last)
-    if row["bytes"] is not None and dur > 0:
-        algbw = row["bytes"] / dur / 1e3  # B/µs = MB/s; /1e3 -> GB/s
-        factor = busbw_factor(row["name"], n)
-        row.update(algbw_GBps=algbw, busbw_GBps=algbw * factor if factor is not None else None)
+        set_last(row, arrivals)
+    if row.bytes is not None and dur > 0:
+        algbw = row.bytes / dur / 1e3  # B/µs = MB/s; /1e3 -> GB/s
+        factor = busbw_factor(str(row.name), n)
+        row.algbw_GBps, row.busbw_GBps = algbw, algbw * factor if factor is not None else None
     return row
+
+
+def set_last(row: CollectiveRow, arrivals: dict[int, float]) -> None:
+    """``row``'s last rank and waits from ``arrivals`` (``ranks.arrivals.last_arrival``)."""
+    last = last_arrival(arrivals)
+    row.last_rank, row.waits_us = last["last_rank"], last["waits_us"]
+    row.max_wait_us, row.total_wait_us = last["max_wait_us"], last["total_wait_us"]

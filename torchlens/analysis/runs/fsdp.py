@@ -23,6 +23,7 @@ from torchlens.analysis.ddp.fsdp import (
     rank_row,
     rank_text,
 )
+from torchlens.analysis.runs.rows import FsdpRow
 from torchlens.model.records import FsdpStep, StepRecord
 
 #: why there is no allocator peak, after "allocator peak not measured"
@@ -60,7 +61,7 @@ class FsdpSteps:
         return {str(r): f for r, f in sorted(self._ranks.items())}
 
 
-def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[FsdpRow]:
     """One row per FSDP rank: the ``%ddp_check`` ranks table's FSDP cells
     (``rank_row``), the gathered bytes of all its parameters, the modules and
     step of its gathered peak, and the figures in words (``text``)."""
@@ -71,14 +72,14 @@ def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             f["gathered_how"] = ALIVE
         f["allocator_unmeasured"] = ON_GPU if f.get("cuda") else ON_CPU
         mods = module_names(f.get("gathered_peak_modules") or [])
-        rows.append({"rank": int(r), **rank_row(f), "fsdp_unsharded": f.get("unsharded_bytes"),
-                     "gathered_modules": " + ".join(mods) or None,
-                     "gathered_step": f.get("gathered_peak_step"), "text": rank_text(f)})
+        rows.append(FsdpRow(rank=int(r), **rank_row(f), fsdp_unsharded=f.get("unsharded_bytes"),
+                            gathered_modules=" + ".join(mods) or None,
+                            gathered_step=f.get("gathered_peak_step"), text=rank_text(f)))
     return rows
 
 
-def fsdp_lines(rows: list[dict[str, Any]]) -> list[str]:
+def fsdp_lines(rows: list[FsdpRow]) -> list[str]:
     """``rank R: FSDP: ...`` per FSDP rank, one line for ranks that read alike
     (``ranks 0-7: FSDP: ...``): the text view, ``torchlens report``."""
     return [f"{ranks}: FSDP: {text}"
-            for ranks, text in by_text({row["rank"]: row["text"] for row in rows})]
+            for ranks, text in by_text({row.rank: row.text for row in rows})]

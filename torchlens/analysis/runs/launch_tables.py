@@ -16,6 +16,13 @@ import math
 from typing import Any
 
 from torchlens.analysis.runs.launches import STAT_KEYS
+from torchlens.analysis.runs.rows import (
+    LaunchKernelRow,
+    LaunchOutlierRow,
+    LaunchRow,
+    MemoryBwRow,
+    QueueRow,
+)
 
 RankFigures = dict[int, list[dict[str, Any]]]
 LAUNCH_TIMES = ("delay", "cpu", "gpu")
@@ -45,7 +52,7 @@ def _flat(prefix: str, stats: dict[str, Any] | None, unit: str = "") -> dict[str
     return {f"{prefix}_{k}{unit}": (stats or {}).get(k) for k in STAT_KEYS if k != "count"}
 
 
-def launch_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+def launch_rows(ranks: RankFigures) -> list[LaunchRow]:
     """Per rank: launches, the summary of launch delay, launch call (cpu) and
     GPU durations (``delay_mean_us``, ``cpu_p50_us``...), the counts of GPU
     work shorter than its launch, short kernels and outliers, and the cutoffs."""
@@ -53,66 +60,69 @@ def launch_rows(ranks: RankFigures) -> list[dict[str, Any]]:
     for rank in sorted(ranks):
         parts = [f.get("launches") or {} for f in ranks[rank]]
         gpu = any(p.get("gpu") for p in parts)
-        row: dict[str, Any] = {"rank": rank, "traces": len(parts), "gpu": gpu}
+        counts = {}
         for key in LAUNCH_COUNTS:
             present = [p[key] for p in parts if p.get(key) is not None]
-            row[key] = sum(present) if present else None
-        row["gpu_shorter_than_cpu_pct"] = (100.0 * row["gpu_shorter_than_cpu"] / row["launches"]
-                                           if row["launches"] else None)
+            counts[key] = sum(present) if present else None
+        launches, shorter = counts["launches"], counts["gpu_shorter_than_cpu"]
+        stats = {}
         for t in LAUNCH_TIMES:
-            row |= _flat(t, pooled([p.get(f"{t}_us") for p in parts]), "_us")
+            stats |= _flat(t, pooled([p.get(f"{t}_us") for p in parts]), "_us")
         cut = next((p["cutoffs"] for p in parts if p.get("cutoffs")), {})
-        row["runtime_cutoff_us"] = cut.get("runtime_us")
-        row["launch_delay_cutoff_us"] = cut.get("launch_delay_us")
         apis: dict[str, int] = {}
         for p in parts:
             for api, n in (p.get("apis") or {}).items():
                 apis[api] = apis.get(api, 0) + n
-        row["apis"] = apis or None
-        rows.append(row)
+        rows.append(LaunchRow(
+            rank=rank, traces=len(parts), gpu=gpu, **counts,
+            gpu_shorter_than_cpu_pct=(100.0 * shorter / launches
+                                      if launches and shorter is not None else None),
+            **stats, runtime_cutoff_us=cut.get("runtime_us"),
+            launch_delay_cutoff_us=cut.get("launch_delay_us"), apis=apis or None))
     return rows
 
 
-def launch_outlier_rows(ranks: RankFigures, top: int = 10) -> list[dict[str, Any]]:
+def launch_outlier_rows(ranks: RankFigures, top: int = 10) -> list[LaunchOutlierRow]:
     """Per rank: the ``top`` launches with the longest launch delay over its
     traces (each trace keeps its own top; ``trace`` says which)."""
     rows = []
     for rank in sorted(ranks):
-        mine = [{"rank": rank, "trace": i, **o} for i, f in enumerate(ranks[rank])
+        mine = [LaunchOutlierRow(rank=rank, trace=i, **o) for i, f in enumerate(ranks[rank])
                 for o in (f.get("launches") or {}).get("outliers") or []]
-        mine.sort(key=lambda r: -r["delay_us"])
+        mine.sort(key=lambda r: -r.delay_us)
         rows += mine[:top]
     return rows
 
 
-def launch_kernel_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+def launch_kernel_rows(ranks: RankFigures) -> list[LaunchKernelRow]:
     """Per rank and GPU name (each trace's top names by total launch delay):
     count, total, mean and max delay, mean launch call and GPU time."""
     rows = []
     for rank in sorted(ranks):
-        names: dict[str, dict[str, Any]] = {}
+        names: dict[str, LaunchKernelRow] = {}
+        # per name: the launch call's and the GPU's time, summed
+        cpu: dict[str, float] = {}
+        gpu: dict[str, float] = {}
         for f in ranks[rank]:
             for k in (f.get("launches") or {}).get("by_name") or []:
-                row = names.setdefault(k["name"], {"rank": rank, "name": k["name"], "count": 0,
-                                                   "delay_total_us": 0.0, "delay_max_us": 0.0,
-                                                   "cpu_total": 0.0, "gpu_total": 0.0,
-                                                   "gpu_shorter_than_cpu": 0})
-                row["count"] += k["count"]
-                row["delay_total_us"] += k["delay_total_us"]
-                row["delay_max_us"] = max(row["delay_max_us"], k["delay_max_us"])
-                row["cpu_total"] += k["cpu_mean_us"] * k["count"]
-                row["gpu_total"] += k["gpu_mean_us"] * k["count"]
-                row["gpu_shorter_than_cpu"] += k["gpu_shorter_than_cpu"]
-        for row in sorted(names.values(), key=lambda r: -r["delay_total_us"]):
-            n = row["count"]
-            row["delay_mean_us"] = row["delay_total_us"] / n
-            row["cpu_mean_us"] = row.pop("cpu_total") / n
-            row["gpu_mean_us"] = row.pop("gpu_total") / n
+                name = k["name"]
+                row = names.setdefault(name, LaunchKernelRow(rank, name))
+                row.count += k["count"]
+                row.delay_total_us += k["delay_total_us"]
+                row.delay_max_us = max(row.delay_max_us, k["delay_max_us"])
+                cpu[name] = cpu.get(name, 0.0) + k["cpu_mean_us"] * k["count"]
+                gpu[name] = gpu.get(name, 0.0) + k["gpu_mean_us"] * k["count"]
+                row.gpu_shorter_than_cpu += k["gpu_shorter_than_cpu"]
+        for row in sorted(names.values(), key=lambda r: -r.delay_total_us):
+            n = row.count
+            row.delay_mean_us = row.delay_total_us / n
+            row.cpu_mean_us = cpu[row.name] / n
+            row.gpu_mean_us = gpu[row.name] / n
             rows.append(row)
     return rows
 
 
-def queue_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+def queue_rows(ranks: RankFigures) -> list[QueueRow]:
     """Per rank and stream: launches, the queue length summary (HTA's
     ``get_queue_length_summary``) and ``full_us``, the time at the full queue."""
     rows = []
@@ -122,12 +132,12 @@ def queue_rows(ranks: RankFigures) -> list[dict[str, Any]]:
             for q in f.get("queues") or []:
                 merged.setdefault((q.get("device"), q.get("stream")), []).append(q)
         for (device, stream), parts in sorted(merged.items(), key=_lane_order):
-            row = {"rank": rank, "device": device, "stream": stream,
-                   "launches": sum(p.get("launches") or 0 for p in parts)}
-            row |= pooled(parts) or {}
-            row["full_us"] = sum(p.get("full_us") or 0.0 for p in parts)
-            row["full_pct"] = parts[0].get("full_pct") if len(parts) == 1 else None
-            rows.append(row)
+            rows.append(QueueRow(
+                rank=rank, device=device, stream=stream,
+                launches=sum(p.get("launches") or 0 for p in parts),
+                **{k: v for k, v in (pooled(parts) or {}).items() if k in STAT_KEYS},
+                full_us=sum(p.get("full_us") or 0.0 for p in parts),
+                full_pct=parts[0].get("full_pct") if len(parts) == 1 else None))
     return rows
 
 
@@ -136,7 +146,7 @@ def _lane_order(item: tuple[tuple[Any, Any], Any]) -> tuple[int, int]:
     return (device if isinstance(device, int) else -1, stream if isinstance(stream, int) else -1)
 
 
-def memory_bw_rows(ranks: RankFigures) -> list[dict[str, Any]]:
+def memory_bw_rows(ranks: RankFigures) -> list[MemoryBwRow]:
     """Per rank and memory kind (Memcpy HtoD, DtoH, DtoD, Memset...): events,
     bytes and the GB/s summary (HTA's ``get_memory_bw_summary``)."""
     rows = []
@@ -146,10 +156,9 @@ def memory_bw_rows(ranks: RankFigures) -> list[dict[str, Any]]:
             for b in f.get("memory_bw") or []:
                 merged.setdefault(str(b.get("kind")), []).append(b)
         for kind, parts in sorted(merged.items()):
-            row = {"rank": rank, "kind": kind, "events": sum(p.get("events") or 0 for p in parts),
-                   "bytes": sum(p.get("bytes") or 0 for p in parts)}
-            stats = pooled(parts)
-            row |= {f"{k}_GBps" if k != "count" else "count": (stats or {}).get(k)
-                    for k in STAT_KEYS}
-            rows.append(row)
+            stats = pooled(parts) or {}
+            rows.append(MemoryBwRow(
+                rank=rank, kind=kind, events=sum(p.get("events") or 0 for p in parts),
+                bytes=sum(p.get("bytes") or 0 for p in parts),
+                **{f"{k}_GBps" if k != "count" else "count": stats.get(k) for k in STAT_KEYS}))
     return rows

@@ -354,13 +354,13 @@ class DiffCommand(Command):
         if args.fail_if_slower is None:
             return 0
         verdict = result.regressed(args.fail_if_slower)
-        st = result.diff["step_time"]
+        st = result.diff.step_time
         if verdict is None:
             raise InputError("--fail-if-slower: no step time to compare (a run has no "
                              "ProfilerStep#N spans)")
         if verdict:
-            print(f"torchlens: step time regressed {format_percent(st['regression_pct'], signed=True)} "
-                  f"({format_us_as_ms(st['a_median_us'])} -> {format_us_as_ms(st['b_median_us'])}), "
+            print(f"torchlens: step time regressed {format_percent(st.regression_pct, signed=True)} "
+                  f"({format_us_as_ms(st.a_median_us)} -> {format_us_as_ms(st.b_median_us)}), "
                   f"more than --fail-if-slower {args.fail_if_slower:g}%", file=sys.stderr)
             return 1
         return 0

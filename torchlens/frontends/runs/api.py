@@ -27,6 +27,7 @@ import msgspec
 from torchlens.analysis.ranks.series import step_series
 from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
+from torchlens.analysis.runs.rows import rows_json
 from torchlens.analysis.runs.verdict import folder_verdict
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import (
@@ -240,14 +241,12 @@ class RunResult(Result):
     def ranks(self) -> list[int]:
         return sorted(self.figures)
 
-    def _frame(self, rows: list[dict[str, Any]]) -> Any:
+    def _table(self, name: str) -> Any:
+        """One table of the run's analysis (computed once, for the report too), as
+        a DataFrame: a figure that could not be measured is NaN."""
         import pandas as pd
 
-        return pd.DataFrame(rows)
-
-    def _table(self, name: str) -> Any:
-        """One table of the run's analysis (computed once, for the report too)."""
-        return self._frame(getattr(self.analysis(), name))
+        return pd.DataFrame(rows_json(getattr(self.analysis(), name)))
 
     def temporal(self) -> Any:
         """Per rank: compute, non-compute and idle time and shares (HTA's definitions)."""
@@ -325,8 +324,8 @@ class RunResult(Result):
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
                 "problems": [vars(p) for p in self.problems], "ignored": self.ignored,
-                **{key: getattr(a, key) for key in JSON_TABLES},
-                "collectives": rows[:MAX_JSON_COLLECTIVES],
+                **{key: rows_json(getattr(a, key)) for key in JSON_TABLES},
+                "collectives": rows_json(rows[:MAX_JSON_COLLECTIVES]),
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
                 "findings": [f.to_dict() for f in self.findings()]}
 

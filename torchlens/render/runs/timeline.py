@@ -185,13 +185,13 @@ def sections(profile: Profile, a: RunAnalysis, figures: list[Any]) -> list[Marku
     if a.clocks:
         skew = run_skew(a.clocks)
         words = ("Offsets from the ends of the collectives each rank shares with rank "
-                 f"{a.clocks[0]['reference']}; applied to arrivals and waits only when larger "
+                 f"{a.clocks[0].reference}; applied to arrivals and waits only when larger "
                  "than 5 µs and 3x the rank's residual, and never when every trace names "
                  "one host (one machine, one clock).")
-        if skew["residual_max_us"] is not None:
+        if skew.residual_max_us is not None:
             words += (f" Residual skew over the run: median "
-                      f"{format_duration(skew['residual_median_us'])}, "
-                      f"max {format_duration(skew['residual_max_us'])}.")
+                      f"{format_duration(skew.residual_median_us)}, "
+                      f"max {format_duration(skew.residual_max_us)}.")
         out.append(section("Clocks across ranks", html.join(
             [html.note(words), tables.html_table(a.clocks, CLOCKS)]), "clocks"))
     return out
