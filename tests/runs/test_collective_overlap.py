@@ -7,12 +7,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from torchlens.analysis.runs import collective_of, collective_overlap, comm_comp_overlap
+from torchlens.analysis import runs
+from torchlens.analysis.runs import collective_of
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
+
+
+def _as_json(fn: object) -> object:
+    """``fn``'s figures as JSON builtins, as a saved run holds them (the
+    figures are ``model.run_figures`` structs)."""
+    return lambda *args, **kwargs: msgspec.to_builtins(fn(*args, **kwargs))
+
+
+collective_overlap = _as_json(runs.collective_overlap)
+comm_comp_overlap = _as_json(runs.comm_comp_overlap)
 
 
 def _k(name: str, ts: float, dur: float, stream: int, scale: float = 1) -> dict:

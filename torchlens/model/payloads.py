@@ -26,6 +26,7 @@ import msgspec
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.records import StepRecord, StepSummary, records_from
+from torchlens.model.run_figures import Problem, TraceFigures
 
 
 @dataclass
@@ -260,8 +261,8 @@ class DdpRun:
 class RunPayload:
     """``kind="run"``: a run's per-rank traces analysed together (``torchlens.load(RUN_DIR)``).
 
-    ``figures``: rank (as a string, JSON keys) -> one dict of figures per trace
-    of that rank (``analysis.runs.rank_figures`` plus ``steps``);
+    ``figures``: rank (as a string, JSON keys) -> the figures of each trace
+    of that rank (``model.run_figures.TraceFigures``);
     ``problems``: every input that could not be used, ``{kind, path, message}``.
     The traces themselves stay in the run folder: a run of 128 ranks is a few
     MB of figures, not GBs of events.
@@ -269,8 +270,8 @@ class RunPayload:
 
     root: str = ""
     world_size: int | None = None
-    problems: list[dict[str, Any]] = field(default_factory=list)
-    figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    figures: dict[str, list[TraceFigures]] = field(default_factory=dict)
     #: what the run folder says first (``analysis.runs.verdict.leading_findings``):
     #: what stopped the run, the slow-rank verdict worked out from the step
     #: records, the collector's notes, the files not read
@@ -421,6 +422,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     # and a run diff (msgspec structs) become their JSON builtins here
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
+            or (k == "figures" and isinstance(v, dict))
             else v for k, v in items}
 
 
@@ -452,6 +454,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [tuple(r) for r in value]
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is RunPayload and f.name in ("figures", "problems"):
+            value = msgspec.convert(value or ([] if f.name == "problems" else {}), hints[f.name])
         elif cls is DiffPayload and f.name == "diff":
             value = run_diff_from(value or {})
         elif cls is RunPayload and f.name == "notes":

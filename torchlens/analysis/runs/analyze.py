@@ -35,9 +35,9 @@ from torchlens.analysis.runs.rows import (
     TopKernelRow,
 )
 from torchlens.formats.run_folder.files import MANIFEST
-from torchlens.formats.run_folder.sources import Problem
 from torchlens.model import Profile
 from torchlens.model.findings import INFO, SLOW_RANK, WARNING, Figure, Finding
+from torchlens.model.run_figures import Problem
 from torchlens.model.units import format_percent, format_us_as_ms
 
 #: under every view of the temporal breakdown: a user holding HTA's figures
@@ -228,7 +228,7 @@ def analyze(profile: Profile) -> RunAnalysis:
     ranks = figures_by_rank(profile)
     payload = profile.payload
     a = RunAnalysis(ranks=sorted(ranks), world_size=payload.world_size,  # type: ignore[union-attr]
-                    problems=[Problem(**p) for p in payload.problems],  # type: ignore[union-attr]
+                    problems=list(payload.problems),  # type: ignore[union-attr]
                     temporal=tables.temporal_rows(ranks), idle=tables.idle_rows(ranks),
                     overlap=tables.overlap_rows(ranks), kernels=tables.kernel_rows(ranks),
                     top_kernels=tables.top_kernel_rows(ranks), steps=tables.step_rows(ranks),

@@ -57,14 +57,13 @@ Durations are measured on one rank's clock and never change.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import numpy as np
 
-from torchlens.analysis.runs.collectives import RankFigures, collective_tables, set_last
+from torchlens.analysis.runs.collectives import collective_tables, set_last
 from torchlens.analysis.runs.rows import ClockRow, CollectiveRow
 from torchlens.model.findings import INFO, Figure, Finding
+from torchlens.model.run_figures import RankFigures, TraceFigures
 from torchlens.model.units import format_duration
 
 #: An offset is applied only above this (µs) ...
@@ -75,7 +74,7 @@ APPLY_FACTOR = 3.0
 
 def _ends(ranks: RankFigures) -> dict[int, dict[tuple[int, int], float]]:
     """``{rank: {(trace, seq): end in unix seconds}}``."""
-    return {rank: {(trace, c["seq"]): c["t1"] for trace, recs in per.items() for c in recs}
+    return {rank: {(trace, c.seq): c.t1 for trace, recs in per.items() for c in recs}
             for rank, per in collective_tables(ranks).items()}
 
 
@@ -88,7 +87,8 @@ def clock_rows(ranks: RankFigures, rows: list[CollectiveRow]) -> list[ClockRow]:
     if len(ends) < 2:
         return []
     ref = min(ends)
-    hosts = {f.get("host") for figures in ranks.values() for f in figures}
+    hosts = {f.host if isinstance(f.host, str) else None
+             for figures in ranks.values() for f in figures}
     one_host = len(hosts) == 1 and None not in hosts
     matched = [(r.trace, r.seq) for r in rows if r.arrivals is not None
                and len(r.arrivals) >= 2 and not r.mismatch]
@@ -112,9 +112,9 @@ def clock_rows(ranks: RankFigures, rows: list[CollectiveRow]) -> list[ClockRow]:
     return out
 
 
-def _host(figures: list[dict[str, Any]]) -> str | None:
+def _host(figures: list[TraceFigures]) -> str | None:
     """The rank's host when its traces name one (``None`` otherwise)."""
-    names = {f.get("host") for f in figures} - {None}
+    names = {f.host for f in figures if isinstance(f.host, str)}
     return ", ".join(sorted(names)) if names else None
 
 

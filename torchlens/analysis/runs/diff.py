@@ -57,6 +57,7 @@ from torchlens.model.payloads import (
     RunDiff,
     StepTime,
 )
+from torchlens.model.run_figures import OpTotals, RankFigures
 from torchlens.model.units import (
     format_duration,
     format_percent,
@@ -64,7 +65,6 @@ from torchlens.model.units import (
     plural,
 )
 
-RankFigures = dict[int, list[dict[str, Any]]]
 #: Per rank, the µs of each recorded step (``t1 - t0`` of its step records).
 RecordedSteps = dict[int, list[float]]
 SAME_PCT = 5.0
@@ -201,21 +201,21 @@ def _totals(run: RankFigures) -> tuple[dict[tuple[str, str], list[float]], int, 
     units = traces = stepped = 0
     for rank in sorted(run):
         for figures in run[rank]:
-            t = figures.get("op_totals")
-            if not t:
+            t = figures.op_totals
+            if not isinstance(t, OpTotals):
                 continue
             traces += 1
-            stepped += bool(t["steps"])
-            units += t["steps"] or 1
-            for kind, k in t["kinds"].items():
-                for name, n, us in zip(k["names"], k["count"], k["us"], strict=True):
+            stepped += bool(t.steps)
+            units += t.steps or 1
+            for kind, k in t.kinds.items():
+                for name, n, us in zip(k.names, k.count, k.us, strict=True):
                     cell = totals.setdefault((kind, name), [0, 0.0])
                     cell[0] += n
                     cell[1] += us
-                if k.get("rest"):
+                if k.rest:
                     cell = totals.setdefault((kind, REST), [0, 0.0])
-                    cell[0] += k["rest"]["count"]
-                    cell[1] += k["rest"]["us"]
+                    cell[0] += k.rest.count
+                    cell[1] += k.rest.us
     return totals, units, traces, stepped
 
 
@@ -240,7 +240,7 @@ def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
 
 def _profiled(run: RankFigures) -> RecordedSteps:
     """Per rank, the µs of each profiled step (the step breakdown's)."""
-    return {r: [float(s["dur_us"]) for figures in run[r] for s in figures.get("steps") or []]
+    return {r: [float(s["dur_us"]) for figures in run[r] for s in figures.step_list()]
             for r in sorted(run)}
 
 

@@ -23,8 +23,8 @@ from torchlens.analysis.runs.rows import (
     TemporalRow,
     TopKernelRow,
 )
+from torchlens.model.run_figures import RankFigures
 
-RankFigures = dict[int, list[dict[str, Any]]]
 TEMPORAL_US = ("span_us", "busy_us", "idle_us", "compute_us", "non_compute_us")
 
 
@@ -42,10 +42,10 @@ def temporal_rows(ranks: RankFigures) -> list[TemporalRow]:
     and their shares of the span (HTA's temporal breakdown)."""
     rows = []
     for rank in sorted(ranks):
-        parts = [f["temporal"] for f in ranks[rank]]
-        us = {key: _sum([p.get(key) for p in parts]) for key in TEMPORAL_US}
+        parts = [f.temporal for f in ranks[rank]]
+        us = {key: _sum([getattr(p, key) for p in parts]) for key in TEMPORAL_US}
         rows.append(TemporalRow(
-            rank=rank, traces=len(parts), gpu=any(p.get("gpu") for p in parts), **us,
+            rank=rank, traces=len(parts), gpu=any(p.gpu for p in parts), **us,
             idle_pct=_pct(us["idle_us"], us["span_us"]),
             compute_pct=_pct(us["compute_us"], us["span_us"]),
             non_compute_pct=_pct(us["non_compute_us"], us["span_us"])))
@@ -58,14 +58,14 @@ def idle_rows(ranks: RankFigures) -> list[IdleRow]:
     for rank in sorted(ranks):
         merged: dict[tuple[Any, Any], IdleRow] = {}
         for figures in ranks[rank]:
-            for s in figures["idle"]:
-                key = (s.get("device"), s.get("stream"))
+            for s in figures.idle:
+                key = (s.device, s.stream)
                 row = merged.setdefault(key, IdleRow(rank, key[0], key[1]))
-                row.events += s.get("events") or 0
-                row.idle_us += s.get("idle_us") or 0.0
-                row.host_wait_us += s.get("host_wait_us") or 0.0
-                row.kernel_wait_us += s.get("kernel_wait_us") or 0.0
-                row.other_us += s.get("other_us") or 0.0
+                row.events += s.events or 0
+                row.idle_us += s.idle_us or 0.0
+                row.host_wait_us += s.host_wait_us or 0.0
+                row.kernel_wait_us += s.kernel_wait_us or 0.0
+                row.other_us += s.other_us or 0.0
         for row in merged.values():
             row.host_wait_pct = _pct(row.host_wait_us, row.idle_us)
             row.kernel_wait_pct = _pct(row.kernel_wait_us, row.idle_us)
@@ -79,9 +79,9 @@ def overlap_rows(ranks: RankFigures) -> list[OverlapRow]:
     (HTA's communication/computation overlap)."""
     rows = []
     for rank in sorted(ranks):
-        parts = [f["overlap"] for f in ranks[rank]]
-        comm = _sum([p.get("communication_us") for p in parts])
-        over = _sum([p.get("overlapped_us") for p in parts])
+        parts = [f.overlap for f in ranks[rank]]
+        comm = _sum([p.communication_us for p in parts])
+        over = _sum([p.overlapped_us for p in parts])
         rows.append(OverlapRow(rank, comm, over, _pct(over, comm)))
     return rows
 
@@ -109,11 +109,12 @@ def collective_overlap_rows(ranks: RankFigures) -> list[CollectiveOverlapRow]:
             continue
         sums: dict[str, list[float]] = {}
         for figures in ranks[rank]:
-            split = (figures.get("collective_overlap") or {}).get("collectives") or {}
+            split = (figures.collective_overlap.collectives
+                     if figures.collective_overlap is not None else None) or {}
             for name, c in split.items():
                 got = sums.setdefault(name, [0.0, 0.0])
-                got[0] += c.get("communication_us") or 0.0
-                got[1] += c.get("overlapped_us") or 0.0
+                got[0] += c.communication_us or 0.0
+                got[1] += c.overlapped_us or 0.0
         parts = [(ALL_COLLECTIVES, whole.communication_us, whole.overlapped_us)]
         parts += [(name, *sums[name]) for name in COLLECTIVES if name in sums]
         for name, comm, over in parts:
@@ -129,10 +130,10 @@ def kernel_rows(ranks: RankFigures) -> list[KernelRow]:
     for rank in sorted(ranks):
         kinds: dict[str, KernelRow] = {}
         for figures in ranks[rank]:
-            for kind, k in (figures["kernels"].get("kinds") or {}).items():
+            for kind, k in (figures.kernels.kinds or {}).items():
                 row = kinds.setdefault(kind, KernelRow(rank, kind))
-                row.us += k.get("us") or 0.0
-                row.count += k.get("count") or 0
+                row.us += k.us or 0.0
+                row.count += k.count or 0
         total = sum(r.us for r in kinds.values())
         for row in kinds.values():
             row.pct = _pct(row.us, total)
@@ -147,12 +148,12 @@ def top_kernel_rows(ranks: RankFigures) -> list[TopKernelRow]:
     for rank in sorted(ranks):
         names: dict[tuple[str, str], TopKernelRow] = {}
         for figures in ranks[rank]:
-            for kind, tops in (figures["kernels"].get("top") or {}).items():
-                for t in (tops or {}).get("kernels") or []:
-                    key = (kind, str(t.get("name")))
+            for kind, tops in (figures.kernels.top or {}).items():
+                for t in tops.kernels if tops is not None else []:
+                    key = (kind, str(t.name))
                     row = names.setdefault(key, TopKernelRow(rank, kind, key[1]))
-                    row.count += t.get("count") or 0
-                    row.total_us += t.get("total_us") or 0.0
+                    row.count += t.count or 0
+                    row.total_us += t.total_us or 0.0
         rows += sorted(names.values(), key=lambda r: -r.total_us)
     return rows
 
@@ -162,7 +163,7 @@ def step_rows(ranks: RankFigures) -> list[StepRow]:
     breakdown (``analysis.trace.steps``: the TensorBoard plugin's definitions)."""
     return [StepRow(rank, **{k: (int(v) if k == "step" else float(v)) for k, v in row.items()})
             for rank in sorted(ranks) for figures in ranks[rank]
-            for row in figures.get("steps") or []]
+            for row in figures.step_list()]
 
 
 def step_skew_rows(ranks: RankFigures) -> list[StepSkewRow]:
