@@ -26,7 +26,7 @@ import msgspec
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.records import StepRecord, StepSummary, records_from
-from torchlens.model.run_figures import Problem, TraceFigures
+from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
 
 @dataclass
@@ -145,8 +145,9 @@ class GpumemPayload:
 
     measured_on: str = "snapshot"
     recorded: MemoryOptions = field(default_factory=MemoryOptions)
-    stats_before: dict[str, Any] = field(default_factory=dict)
-    stats_after: dict[str, Any] = field(default_factory=dict)
+    #: ``torch.cuda.memory_stats()``: statistic name -> a count or bytes (whole numbers)
+    stats_before: dict[str, int] = field(default_factory=dict)
+    stats_after: dict[str, int] = field(default_factory=dict)
     start_us: int | None = None
     end_us: int | None = None
     runs: list[tuple[int, int]] = field(default_factory=list)
@@ -281,7 +282,7 @@ class RunPayload:
     collected_steps: dict[str, Any] = field(default_factory=dict)
     #: ``torchlens run`` folders of an FSDP job: rank (a string) -> its FSDP
     #: memory figures (``analysis.runs.fsdp.FsdpSteps``); empty otherwise
-    fsdp: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fsdp: dict[str, FsdpFigures] = field(default_factory=dict)
 
 
 class DiffRow(msgspec.Struct):
@@ -355,9 +356,10 @@ class RunDiff(msgspec.Struct):
     verdict: Finding = msgspec.field(default_factory=lambda: Finding(INFO, "", code=RUN_DIFF))
 
 
-def run_diff_from(data: dict[str, Any]) -> RunDiff:
-    """A saved diff (``to_json``'s) as a ``RunDiff``: its verdict was the
-    sentence alone before findings had codes."""
+def run_diff_from(saved: object) -> RunDiff:
+    """A saved diff (``to_json``'s, the file's JSON as it reads) as a
+    ``RunDiff``: its verdict was the sentence alone before findings had codes."""
+    data = saved if isinstance(saved, dict) else {}
     verdict = as_finding(data.get("verdict"), INFO, RUN_DIFF) or Finding(INFO, "", code=RUN_DIFF)
     return msgspec.convert({**data, "verdict": verdict.to_dict()}, RunDiff)
 
@@ -422,7 +424,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     # and a run diff (msgspec structs) become their JSON builtins here
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
-            or (k == "figures" and isinstance(v, dict))
+            or (k in ("figures", "fsdp") and isinstance(v, dict))
             else v for k, v in items}
 
 
@@ -454,10 +456,10 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [tuple(r) for r in value]
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
-        elif cls is RunPayload and f.name in ("figures", "problems"):
+        elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):
             value = msgspec.convert(value or ([] if f.name == "problems" else {}), hints[f.name])
         elif cls is DiffPayload and f.name == "diff":
-            value = run_diff_from(value or {})
+            value = run_diff_from(value)
         elif cls is RunPayload and f.name == "notes":
             # a saved finding's dict; an older file's plain sentence
             value = [found for n in value or () if (found := as_finding(n, INFO, NOTE)) is not None]

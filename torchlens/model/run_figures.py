@@ -354,5 +354,24 @@ class TraceFigures(msgspec.Struct):
         return [] if isinstance(self.steps, UnsetType) else self.steps
 
 
+class FsdpFigures(msgspec.Struct, omit_defaults=True):
+    """One FSDP rank of a ``torchlens run`` folder, from its step records
+    (``analysis.runs.fsdp.FsdpSteps``): the gathered peak (bytes, modules,
+    step), the last shard and optimizer-state figures said, why a count
+    failed, and whether the rank ran on CUDA. A figure never said is left
+    out of the JSON."""
+
+    gathered_peak_bytes: int | None = None
+    gathered_peak_modules: list[str] | None = None
+    gathered_peak_step: int | None = None
+    sharded_bytes: int | None = None
+    unsharded_bytes: int | None = None
+    optimizer_state_bytes: int | None = None
+    optimizers: list[str] | None = None
+    gathered_error: str | None = None
+    optimizer_state_error: str | None = None
+    cuda: bool = False
+
+
 #: rank -> its traces' figures, in input order
 RankFigures = dict[int, list[TraceFigures]]

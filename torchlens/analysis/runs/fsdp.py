@@ -14,7 +14,7 @@ the view says so rather than leaving it out.
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
 from torchlens.analysis.ddp.fsdp import (
     ALIVE,
@@ -25,6 +25,7 @@ from torchlens.analysis.ddp.fsdp import (
 )
 from torchlens.analysis.runs.rows import FsdpRow
 from torchlens.model.records import FsdpStep, StepRecord
+from torchlens.model.run_figures import FsdpFigures
 
 #: why there is no allocator peak, after "allocator peak not measured"
 ON_CPU = "on CPU"
@@ -39,35 +40,36 @@ class FsdpSteps:
     (``add``: a long run has millions); ``figures()`` per rank, JSON-able."""
 
     def __init__(self) -> None:
-        self._ranks: dict[int, dict[str, Any]] = {}
+        self._ranks: dict[int, FsdpFigures] = {}
 
     def add(self, rank: int, rec: StepRecord) -> None:
         got = rec.fsdp
         if not isinstance(got, FsdpStep):
             return
-        f = self._ranks.setdefault(rank, {})
-        if (got.gathered_peak_bytes or 0) > f.get("gathered_peak_bytes", 0):
-            f.update(gathered_peak_bytes=got.gathered_peak_bytes,
-                     gathered_peak_modules=list(got.gathered_peak_modules),
-                     gathered_peak_step=rec.step)
+        f = self._ranks.setdefault(rank, FsdpFigures())
+        if (got.gathered_peak_bytes or 0) > (f.gathered_peak_bytes or 0):
+            f.gathered_peak_bytes = got.gathered_peak_bytes
+            f.gathered_peak_modules = list(got.gathered_peak_modules)
+            f.gathered_peak_step = rec.step
         for key in _LAST:
             value = getattr(got, key)
             if value not in (None, []):
-                f[key] = value
+                setattr(f, key, value)
         if rec.mem is not None and rec.mem.source == "cuda":
-            f["cuda"] = True
+            f.cuda = True
 
-    def figures(self) -> dict[str, dict[str, Any]]:
+    def figures(self) -> dict[str, FsdpFigures]:
         return {str(r): f for r, f in sorted(self._ranks.items())}
 
 
-def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[FsdpRow]:
+def fsdp_rows(figures: dict[str, FsdpFigures]) -> list[FsdpRow]:
     """One row per FSDP rank: the ``%ddp_check`` ranks table's FSDP cells
     (``rank_row``), the gathered bytes of all its parameters, the modules and
     step of its gathered peak, and the figures in words (``text``)."""
     rows = []
     for r, got in sorted(figures.items(), key=lambda kv: int(kv[0])):
-        f = dict(got)
+        # the %ddp_check memory line's words read the figures as its JSON does
+        f = msgspec.to_builtins(got)
         if f.get("gathered_peak_bytes"):
             f["gathered_how"] = ALIVE
         f["allocator_unmeasured"] = ON_GPU if f.get("cuda") else ON_CPU

@@ -310,6 +310,15 @@ class FsdpRow(msgspec.Struct):
     text: str = ""
 
 
+def missing_as_nan(rows: list[Any]) -> Any:
+    """``rows_json``'s rows as a DataFrame, each missing figure NaN (never None
+    beside NaN in one table); a column of missing figures only is float."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.DataFrame(rows).replace({None: np.nan}).infer_objects()
+
+
 def rows_json(rows: Sequence[msgspec.Struct]) -> list[Any]:
     """A table as ``--json`` prints it and a DataFrame takes it: one dict per
     row, ``UNSET`` fields left out."""

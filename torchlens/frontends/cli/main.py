@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from torchlens.model import InputError, Profile, TorchlensError
-from torchlens.model.units import format_bytes, format_percent, format_us_as_ms
+from torchlens.model.units import MISSING, format_bytes, format_percent, format_us_as_ms
 
 EXIT_USAGE = 2
 #: a reader that closed the pipe (``| head``): what a shell reports for SIGPIPE
@@ -259,7 +259,7 @@ class AnalyzeCommand(Command):
             print(repr(run))
             for p in run.problems:
                 print(f"  {p.kind}: {p.path}: {p.message}")
-            print(run.temporal().to_string(index=False))
+            print(run.temporal().to_string(index=False, na_rep=MISSING))
             print(f"({NS_NOTE})")
             for line in run.findings():
                 print(f"- {line}")

@@ -27,7 +27,7 @@ import msgspec
 from torchlens.analysis.ranks.series import step_series
 from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
-from torchlens.analysis.runs.rows import rows_json
+from torchlens.analysis.runs.rows import missing_as_nan, rows_json
 from torchlens.analysis.runs.verdict import folder_verdict
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import (
@@ -244,10 +244,9 @@ class RunResult(Result):
 
     def _table(self, name: str) -> Any:
         """One table of the run's analysis (computed once, for the report too), as
-        a DataFrame: a figure that could not be measured is NaN."""
-        import pandas as pd
-
-        return pd.DataFrame(rows_json(getattr(self.analysis(), name)))
+        a DataFrame: a figure that could not be measured is NaN (docs/RUNS.md,
+        "Missing figures")."""
+        return missing_as_nan(rows_json(getattr(self.analysis(), name)))
 
     def temporal(self) -> Any:
         """Per rank: compute, non-compute and idle time and shares (HTA's definitions)."""

@@ -20,6 +20,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from torchlens.analysis.runs import diff as diffs
+from torchlens.analysis.runs.rows import missing_as_nan
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import iter_steps
 from torchlens.formats.run_folder.sources import Problem
@@ -147,9 +148,7 @@ class DiffResult(Result):
         return diffs.regressed(self.diff, pct)
 
     def _frame(self, rows: list[Any]) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame(msgspec.to_builtins(rows))
+        return missing_as_nan(msgspec.to_builtins(rows))
 
     def ops(self) -> Any:  # type: ignore[override]
         """Per host op and annotation: µs and calls per step in A and B, delta, status."""
