@@ -276,13 +276,13 @@ def test_only_work_launched_inside_steps_counts(tmp_path) -> None:
 def test_per_trace_totals_keep_the_top_names_and_sum_the_rest(tmp_path) -> None:
     from torchlens.analysis.runs.op_totals import op_totals
     from torchlens.formats.kineto import load_trace
+    from torchlens.model.run_figures import NameTotals, OtherNames
 
     t = op_totals(load_trace(_synthetic(tmp_path / "a.json", 100)), top=1)
-    assert t["steps"] == 2
-    assert t["kinds"]["cpu_op"] == {"names": ["aten::mm"], "count": [2], "us": [70.0],
-                                    "rest": None}
+    assert t.steps == 2
+    assert t.kinds["cpu_op"] == NameTotals(names=["aten::mm"], count=[2], us=[70.0], rest=None)
     t = op_totals(load_trace(tmp_path / "a.json"), top=0)
-    assert t["kinds"]["cpu_op"]["rest"] == {"names": 1, "count": 2, "us": 70.0}
+    assert t.kinds["cpu_op"].rest == OtherNames(names=1, count=2, us=70.0)
 
 
 def test_run_folders_compare_rank_by_rank_and_name_missing_ranks(tmp_path, traces_dir) -> None:
