@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from torchlens.frontends.cli.main import main
+from torchlens.model.payloads import RunDiff, StepTime
 from torchlens.render.runs.diff import _step_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def test_the_readme_row_of_torchlens_run_does_not_ask_for_torchlens_step() -> No
 
 
 def test_a_diffs_note_of_step_records_says_every_recorded_step() -> None:
-    said = _step_source({"step_time": {"source": "step records", "a_steps": 300,
-                                       "b_steps": 280}})
+    said = _step_source(RunDiff(step_time=StepTime(source="step records", a_steps=300,
+                                                   b_steps=280)))
     assert "torchlens.step()" not in said
     assert "every recorded step of every rank" in said, said

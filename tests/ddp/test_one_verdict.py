@@ -110,7 +110,7 @@ def test_the_collectives_table_has_a_step_column_and_no_empty_columns(straggler)
     run = load_run(str(run_dir), workers=1)
     rows = run.analysis().collectives
     profiled_steps = sorted({rec.step for rec in run_dir_steps(run_dir) if rec.profiled})
-    assert sorted({r["step"] for r in rows}) == profiled_steps
+    assert sorted({r.step for r in rows}) == profiled_steps
     labels = [c.label for c in collective_columns(rows)]
     assert labels[0] == "step"
     # gloo traces record no message size: no bytes, no bandwidth; no mismatch

@@ -260,10 +260,10 @@ def test_a_collective_with_a_nccl_kernel_arrives_when_the_kernel_starts(traces_d
     multi-rank run's (``analysis.runs.collectives``); a gloo collective has none."""
     trace = load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz")
     s = summarize(trace, rank=0, step=6, trace_rel="t")
-    whole = {round(c["t0"], 6): c for c in rank_collectives(trace)}
+    whole = {round(c.t0, 6): c for c in rank_collectives(trace)}
     for c in s["collectives"]:
         assert c["k0"] >= c["t0"]  # the GPU reaches it after the host enqueued it
-        assert c["k0"] == pytest.approx(whole[c["t0"]]["k0"], abs=2e-6)
+        assert c["k0"] == pytest.approx(whole[c["t0"]].k0, abs=2e-6)
     bucket = s["collectives"][2]
     assert bucket["k0"] - bucket["t0"] > 1e-4  # 129 µs: its stream was still busy
     gloo = summarize(load_trace(traces_dir / "cpu_only_gloo_rank34.json.gz"), rank=0, step=551,

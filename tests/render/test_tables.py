@@ -11,7 +11,7 @@ from render_fixtures import HOSTILE, hostile_trace
 from torchlens.analysis.trace import ops
 from torchlens.model import InputError, OpDisplay
 from torchlens.model.findings import Figure, Finding
-from torchlens.model.units import format_duration, format_percent
+from torchlens.model.units import MISSING, format_duration, format_percent
 from torchlens.render import findings, tables
 
 
@@ -85,12 +85,13 @@ def test_fragments_escape_everything() -> None:
         assert HOSTILE not in html and "&lt;img" in html
 
 
-def test_a_cell_without_a_figure_is_blank() -> None:
+def test_a_cell_without_a_figure_says_the_missing_word() -> None:
     duration = tables.Column("dur_us", "time", format_duration)
     assert tables.cell_text(duration, 12_300) == "12.3 ms"
-    assert tables.cell_text(duration, float("nan")) == tables.cell_text(duration, None) == ""
+    # a missing figure reads as the one word every view writes for it, never a blank
+    assert tables.cell_text(duration, float("nan")) == tables.cell_text(duration, None) == MISSING
     html = tables.html_table([{"dur_us": float("nan")}, {"dur_us": 950.0}], [duration])
-    assert ">950.0 µs<" in html and "n/a" not in html and "nan" not in html
+    assert ">950.0 µs<" in html and f">{MISSING}<" in html and "nan" not in html
 
 
 def test_hint_figures_are_formatted(traces_dir) -> None:

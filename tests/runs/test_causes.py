@@ -5,20 +5,22 @@ from __future__ import annotations
 import pytest
 
 from torchlens.analysis.runs.causes import likely_cause, role_medians, with_causes
+from torchlens.analysis.runs.rows import StepRow, StragglerRow
 
 
-def _steps(rank: int, n: int = 3, dur: float = 50_000.0, **roles: float) -> list[dict]:
+def _steps(rank: int, n: int = 3, dur: float = 50_000.0, **roles: float) -> list[StepRow]:
     base = {"dataloader_us": 300.0, "cpu_exec_us": 2_000.0, "kernel_us": 0.0,
             "memcpy_us": 0.0, "memset_us": 0.0, "runtime_us": 0.0, "comm_us": 0.0,
             "other_us": 40_000.0}
-    return [{"rank": rank, "step": i, "dur_us": dur + i, **base, **roles} for i in range(n)]
+    return [StepRow(rank, i, dur_us=dur + i, **(base | roles)) for i in range(n)]
 
 
 def test_data_loading_that_stands_out_is_named_with_its_figures():
     rows = _steps(0) + _steps(1) + _steps(2, dataloader_us=20_000.0) + _steps(3)
     cause = likely_cause(2, role_medians(rows))
-    assert cause["role"] == "dataloader" and cause["rank_us"] == 20_000.0
-    assert cause["others_us"] == 300.0 and cause["ratio"] == pytest.approx(20_000 / 300)
+    assert cause is not None
+    assert cause.part == "dataloader" and cause.own_ms == 20.0
+    assert cause.others_ms == 0.3 and cause.ratio == pytest.approx(20_000 / 300)
 
 
 def test_small_or_proportionally_small_excess_is_no_cause():
@@ -41,10 +43,10 @@ def test_the_largest_excess_wins_and_only_late_ranks_get_a_cause():
     rows = (_steps(0) + _steps(1, dataloader_us=5_000.0, kernel_us=30_000.0)
             + _steps(2, kernel_us=10_000.0))
     cause = likely_cause(1, role_medians(rows))
-    assert cause["role"] == "kernel" and cause["others_us"] == 5_000.0
-    stragglers = [{"rank": 0, "last": 0, "caused_us": 0.0},
-                  {"rank": 1, "last": 4, "caused_us": 9_000.0}]
+    assert cause is not None and cause.part == "kernel" and cause.others_ms == 5.0
+    stragglers = [StragglerRow(0, last=0, caused_us=0.0),
+                  StragglerRow(1, last=4, caused_us=9_000.0)]
     out = with_causes(stragglers, rows)
-    assert out[0]["cause"] is None and out[1]["cause"] == "kernel"
-    assert out[1]["wait_per_step_us"] == 3_000.0
-    assert "GPU kernel time took 30.0 ms per step" in out[1]["cause_words"]
+    assert out[0].cause is None and out[1].cause == "kernel"
+    assert out[1].wait_per_step_us == 3_000.0
+    assert "GPU kernel time took 30.0 ms per step" in str(out[1].cause_words)

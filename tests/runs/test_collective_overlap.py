@@ -7,12 +7,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from torchlens.analysis.runs import collective_of, collective_overlap, comm_comp_overlap
+from torchlens.analysis import runs
+from torchlens.analysis.runs import collective_of
 from torchlens.formats.kineto import ingest_bytes, load_trace
 from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import load_run
+
+
+def _as_json(fn: object) -> object:
+    """``fn``'s figures as JSON builtins, as a saved run holds them (the
+    figures are ``model.run_figures`` structs)."""
+    return lambda *args, **kwargs: msgspec.to_builtins(fn(*args, **kwargs))
+
+
+collective_overlap = _as_json(runs.collective_overlap)
+comm_comp_overlap = _as_json(runs.comm_comp_overlap)
 
 
 def _k(name: str, ts: float, dur: float, stream: int, scale: float = 1) -> dict:
@@ -81,14 +93,14 @@ def test_a_cpu_trace_has_no_split(traces_dir: Path) -> None:
 def test_real_a100_ddp_trace_is_all_reduce_and_its_total_is_htas(traces_dir: Path) -> None:
     run = load_run(str(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"))
     total = comm_comp_overlap(load_trace(traces_dir / "a100_ddp_resnet_rank0_nccl.json.gz"))
-    rows = {r["collective"]: r for r in run.analysis().collective_overlap}
+    rows = {r.collective: r for r in run.analysis().collective_overlap}
     assert "all_gather" not in rows and "reduce_scatter" not in rows
-    assert rows["all collectives"]["communication_us"] == total["communication_us"]
-    assert rows["all collectives"]["overlapped_us"] == total["overlapped_us"]
+    assert rows["all collectives"].communication_us == total["communication_us"]
+    assert rows["all collectives"].overlapped_us == total["overlapped_us"]
     # DDP's gradient all_reduce and the start's broadcast of the parameters
     assert set(rows) == {"all collectives", "all_reduce", "other"}
-    assert 0 < rows["all_reduce"]["communication_us"] <= total["communication_us"]
-    assert rows["all_reduce"]["overlapped_us"] <= rows["all_reduce"]["communication_us"]
+    assert 0 < rows["all_reduce"].communication_us <= total["communication_us"]
+    assert rows["all_reduce"].overlapped_us <= rows["all_reduce"].communication_us
 
 
 @pytest.fixture
@@ -104,10 +116,10 @@ def fsdp_run(tmp_path: Path) -> Path:
 def test_report_table_and_finding_name_the_exposed_all_gather(fsdp_run: Path, tmp_path: Path,
                                                                 capsys) -> None:
     a = load_run(str(fsdp_run)).analysis()
-    gathers = {r["rank"]: r for r in a.collective_overlap if r["collective"] == "all_gather"}
-    assert gathers[0]["exposed_us"] == 0.0 and gathers[0]["overlap_pct"] == 100.0
-    assert gathers[1]["exposed_us"] == 50_000.0
-    assert gathers[1]["exposed_pct"] == pytest.approx(100 * 50 / 300)  # of the GPU timeline
+    gathers = {r.rank: r for r in a.collective_overlap if r.collective == "all_gather"}
+    assert gathers[0].exposed_us == 0.0 and gathers[0].overlap_pct == 100.0
+    assert gathers[1].exposed_us == 50_000.0
+    assert gathers[1].exposed_pct == pytest.approx(100 * 50 / 300)  # of the GPU timeline
     said = [f for f in a.findings if f.title == "exposed all_gather"]
     assert len(said) == 1
     assert said[0].sentence.startswith("rank 1: 50.0 ms of all_gather not hidden by compute")

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from torchlens.analysis.runs.collectives import (
@@ -25,11 +26,13 @@ from torchlens.analysis.runs.collectives import (
     rank_collectives,
     records,
 )
+from torchlens.analysis.runs.rows import CollectiveRow
 from torchlens.analysis.runs.slow_ranks import findings, straggler_rows
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs import api as run_api
 from torchlens.frontends.runs.api import load_run
+from torchlens.model.run_figures import Collective, TraceFigures
 
 #: c10d op -> canonical kind, for the ops the shared traces hold
 KIND = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadcast",
@@ -70,32 +73,32 @@ def test_a100_ddp_collectives_agree_with_the_raw_json(traces_dir, plain):
     got = rank_collectives(load_trace(path))
     want = _issues(doc)
     assert len(got) == len(want) == 21
-    assert [c["name"] for c in got] == [KIND[e["name"]] for e in want]
-    assert [c["name"] for c in got].count("allreduce") == 15
-    assert [c["seq"] for c in got] == list(range(21))
+    assert [c.name for c in got] == [KIND[e["name"]] for e in want]
+    assert [c.name for c in got].count("allreduce") == 15
+    assert [c.seq for c in got] == list(range(21))
     base_s = doc["baseTimeNanoseconds"] / 1e9
     for c, op in zip(got, want, strict=True):
         comms = [e for e in _inside(doc, op) if e["name"] == "record_param_comms"]
         args = comms[0]["args"]
-        assert c["bytes"] == args["In msg nelems"] * SIZE[args["dtype"].lower()]
+        assert c.bytes == args["In msg nelems"] * SIZE[args["dtype"].lower()]
         kernels = _nccl_kernels(doc, op)
         assert len(kernels) == 1
-        assert c["kernel_us"] == pytest.approx(kernels[0]["dur"])
-        assert c["k0"] == pytest.approx(base_s + kernels[0]["ts"] / 1e6, abs=1e-6)
-        assert c["t0"] == pytest.approx(base_s + op["ts"] / 1e6, abs=1e-6)
+        assert c.kernel_us == pytest.approx(kernels[0]["dur"])
+        assert c.k0 == pytest.approx(base_s + kernels[0]["ts"] / 1e6, abs=1e-6)
+        assert c.t0 == pytest.approx(base_s + op["ts"] / 1e6, abs=1e-6)
         end = max(op["ts"] + op["dur"], kernels[0]["ts"] + kernels[0]["dur"])
-        assert c["dur_us"] == pytest.approx(end - op["ts"], abs=1e-3)
-        assert c["t1"] == pytest.approx(base_s + end / 1e6, abs=1e-6)
-        assert (c["group"], c["pg"]) == (2, "0")
+        assert c.dur_us == pytest.approx(end - op["ts"], abs=1e-3)
+        assert c.t1 == pytest.approx(base_s + end / 1e6, abs=1e-6)
+        assert (c.group, c.pg) == (2, "0")
     # the first bucket allreduce of DDP: 2049000 floats, its kernel 3.3 ms
-    assert got[2]["bytes"] == 2049000 * 4 and got[2]["kernel_us"] > 1000
+    assert got[2].bytes == 2049000 * 4 and (got[2].kernel_us or 0) > 1000
 
 
 def test_a_cpu_gloo_trace_has_no_kernel_time(traces_dir):
     got = rank_collectives(load_trace(traces_dir / "cpu_only_gloo_rank34.json.gz"))
-    assert len(got) == 10 and {c["name"] for c in got} == {"allreduce"}
-    assert all(c["kernel_us"] is None and c["bytes"] for c in got)
-    assert all(c["dur_us"] > 100_000 for c in got)  # the gloo exchange, not the enqueue
+    assert len(got) == 10 and {c.name for c in got} == {"allreduce"}
+    assert all(c.kernel_us is None and c.bytes for c in got)
+    assert all(c.dur_us > 100_000 for c in got)  # the gloo exchange, not the enqueue
 
 
 def _expected_size(doc: dict[str, Any], op: dict[str, Any]) -> int | None:
@@ -119,14 +122,14 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
     figures, raw = {}, {}
     for r in (0, 1):
         path = traces_dir / f"sampled_rank-{r}.json.gz"
-        figures[r] = [{"collectives": collective_table(load_trace(path)), "trace": 0}]
+        figures[r] = [TraceFigures(collectives=collective_table(load_trace(path)), trace=0)]
         doc = plain(path)
         assert "baseTimeNanoseconds" not in doc  # ts are unix µs
         raw[r] = [(KIND[e["name"]], min(k["ts"] for k in _nccl_kernels(doc, e)),
                    _expected_size(doc, e), e["ts"]) for e in _issues(doc)]
     assert len(raw[0]) == len(raw[1]) == 10
     rows = collective_rows(figures, world_size=128)
-    assert [(r["trace"], r["seq"]) for r in rows] == [(0, s) for s in range(10)]
+    assert [(r.trace, r.seq) for r in rows] == [(0, s) for s in range(10)]
     last_count = {0: 0, 1: 0}
     caused = {0: 0.0, 1: 0.0}
     mismatched = []
@@ -134,34 +137,34 @@ def test_two_sampled_ranks_match_by_seq_with_waits_from_the_raw_json(traces_dir,
         (n0, ts0, b0, host0), (n1, ts1, b1, host1) = raw[0][seq], raw[1][seq]
         if n0 != n1 or (n0 in SAME_SIZE and b0 != b1):
             mismatched.append(seq)
-            assert row["mismatch"] and row["last_rank"] is None and row["waits_us"] is None
-            assert "rank 0" in row["mismatch"] and "rank 1" in row["mismatch"]
+            assert row.mismatch and row.last_rank is None and row.waits_us is None
+            assert "rank 0" in row.mismatch and "rank 1" in row.mismatch
             continue
-        assert row["mismatch"] is None and row["name"] == n0 and row["n"] == 128
-        assert row["arrived_by"] == "kernel"
-        assert row["issued"] == {0: pytest.approx(host0 / 1e6, abs=1e-6),
+        assert row.mismatch is None and row.name == n0 and row.n == 128
+        assert row.arrived_by == "kernel"
+        assert row.issued == {0: pytest.approx(host0 / 1e6, abs=1e-6),
                                  1: pytest.approx(host1 / 1e6, abs=1e-6)}
         last = 0 if ts0 >= ts1 else 1
-        assert row["last_rank"] == last
-        assert row["waits_us"][0] == pytest.approx(max(ts0, ts1) - ts0, abs=1.0)
-        assert row["waits_us"][1] == pytest.approx(max(ts0, ts1) - ts1, abs=1.0)
-        assert row["arrivals"] == {0: pytest.approx(ts0 / 1e6, abs=1e-6),
+        assert row.last_rank == last
+        assert row.waits_us[0] == pytest.approx(max(ts0, ts1) - ts0, abs=1.0)
+        assert row.waits_us[1] == pytest.approx(max(ts0, ts1) - ts1, abs=1.0)
+        assert row.arrivals == {0: pytest.approx(ts0 / 1e6, abs=1e-6),
                                    1: pytest.approx(ts1 / 1e6, abs=1e-6)}
         last_count[last] += 1
         caused[last] += abs(ts0 - ts1)
     assert mismatched == [3, 6, 7]  # a size at 3, then alltoall and allreduce swapped
-    assert rows[6]["mismatch"] == "names differ: alltoall on rank 0; allreduce on rank 1"
-    assert rows[6]["name"] is None and rows[3]["name"] == "allreduce"
-    stragglers = {s["rank"]: s for s in straggler_rows(figures, 128)}
+    assert rows[6].mismatch == "names differ: alltoall on rank 0; allreduce on rank 1"
+    assert rows[6].name is None and rows[3].name == "allreduce"
+    stragglers = {s.rank: s for s in straggler_rows(figures, 128)}
     for r in (0, 1):
-        assert stragglers[r]["last"] == last_count[r] and stragglers[r]["collectives"] == 7
-        assert stragglers[r]["caused_us"] == pytest.approx(caused[r], abs=10.0)
-        assert stragglers[r]["waited_us"] == pytest.approx(caused[1 - r], abs=10.0)
+        assert stragglers[r].last == last_count[r] and stragglers[r].collectives == 7
+        assert stragglers[r].caused_us == pytest.approx(caused[r], abs=10.0)
+        assert stragglers[r].waited_us == pytest.approx(caused[1 - r], abs=10.0)
     # by the hosts' issue times rank 0 was last at 5 of the 7; on the GPUs rank 1's
     # kernels started last at 6: its host enqueued early while its GPU was still busy
     assert last_count == {0: 1, 1: 6}
-    assert sum(row["issued"][0] >= row["issued"][1] for row in rows
-               if row["issued"]) == 5
+    assert sum(row.issued[0] >= row.issued[1] for row in rows
+               if row.issued) == 5
     # at most 2 of 3 per kind: too few to single a rank out
     (said,) = findings(figures, 128)
     sentence = said.sentence
@@ -288,10 +291,11 @@ def test_a_rank_whose_gpu_is_busy_arrives_late_though_its_host_issued_first(tmp_
 
 
 def test_a_host_only_run_says_its_arrivals_are_host_issues():
-    ranks = {r: [{"collectives": [_rec(i, "allreduce", 10.0 * i + (0.005 if r == 3 else 0))
-                                  for i in range(8)], "trace": 0}] for r in range(4)}
+    ranks = {r: [TraceFigures(collectives=[_rec(i, "allreduce", 10.0 * i
+                                                + (0.005 if r == 3 else 0)) for i in range(8)],
+                              trace=0)] for r in range(4)}
     rows = collective_rows(ranks, 4)
-    assert {r["arrived_by"] for r in rows} == {"host"}
+    assert {r.arrived_by for r in rows} == {"host"}
     (said,) = findings(ranks, 4, rows=rows)
     assert "(8 of 8; arrival = when its host issued the call)" in said.sentence
 
@@ -311,14 +315,14 @@ def test_a_kernel_whose_launch_is_not_in_the_trace_is_not_a_second_collective(tm
     trace = load_trace(_write(tmp_path / "t.json", {"baseTimeNanoseconds": BASE_NS,
                                                     "traceEvents": events + [early]}))
     got = rank_collectives(trace)
-    assert [c["name"] for c in got] == ["allreduce"] * 3
-    assert got[0]["kernel_us"] == 100 and got[0]["k0"] == pytest.approx(
+    assert [c.name for c in got] == ["allreduce"] * 3
+    assert got[0].kernel_us == 100 and got[0].k0 == pytest.approx(
         BASE_NS / 1e9 + 500 / 1e6)
     for c, step in zip(got[1:], range(2), strict=True):
         t = 1_000.0 + step * STEP_US
-        assert c["kernel_us"] == pytest.approx(2_000 - 20)
-        assert c["k0"] == pytest.approx(BASE_NS / 1e9 + (t + 20) / 1e6)
-        assert c["t0"] == pytest.approx(BASE_NS / 1e9 + t / 1e6)
+        assert c.kernel_us == pytest.approx(2_000 - 20)
+        assert c.k0 == pytest.approx(BASE_NS / 1e9 + (t + 20) / 1e6)
+        assert c.t0 == pytest.approx(BASE_NS / 1e9 + t / 1e6)
 
 
 def test_a_gloo_collective_never_takes_a_nccl_kernel(tmp_path):
@@ -330,7 +334,7 @@ def test_a_gloo_collective_never_takes_a_nccl_kernel(tmp_path):
                "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)",
                "args": {"correlation": 5, "device": 0, "stream": 7}}]
     got = rank_collectives(load_trace(_write(tmp_path / "t.json", {"traceEvents": events})))
-    assert [(c["kernel_us"], c["k0"] is None) for c in got] == [(None, True), (10, False)]
+    assert [(c.kernel_us, c.k0 is None) for c in got] == [(None, True), (10, False)]
 
 
 def _write(path: Path, doc: dict) -> Path:
@@ -388,14 +392,14 @@ def test_an_even_run_has_no_findings(tmp_path):
     assert run.stragglers().iloc[0]["caused_us"] == 0
 
 
-def _rows_last(lasts: list[int], world: int = 4, wait_us: float = 2_000.0) -> list[dict]:
+def _rows_last(lasts: list[int], world: int = 4, wait_us: float = 2_000.0) -> list[CollectiveRow]:
     """Allreduce rows where ``lasts[i]`` arrived last and each other rank waited ``wait_us``."""
     rows = []
     for i, last in enumerate(lasts):
         waits = {r: (0.0 if r == last else wait_us) for r in range(world)}
-        rows.append({"seq": i, "trace": 0, "name": "allreduce", "mismatch": None,
-                     "last_rank": last, "waits_us": waits,
-                     "total_wait_us": sum(waits.values())})
+        rows.append(CollectiveRow(trace=0, step=None, seq=i, name="allreduce", mismatch=None,
+                                  ranks=world, missing=[], last_rank=last, waits_us=waits,
+                                  total_wait_us=sum(waits.values())))
     return rows
 
 
@@ -421,26 +425,25 @@ def test_busbw_factors_are_nccl_tests():
     assert busbw_factor("allreduce", 1) == 0.0
 
 
-def _rec(seq: int, name: str, t0: float, nbytes: int | None = 1000) -> dict[str, Any]:
-    return {"seq": seq, "name": name, "t0": t0, "t1": t0 + 1e-3, "dur_us": 1000.0,
-            "bytes": nbytes, "kernel_us": None, "group": None, "pg": None}
+def _rec(seq: int, name: str, t0: float, nbytes: int | None = 1000) -> Collective:
+    return Collective(seq=seq, name=name, t0=t0, t1=t0 + 1e-3, dur_us=1000.0, bytes=nbytes)
 
 
 def test_traces_pair_by_their_place_and_short_ranks_are_missing():
     """Rank 1's first trace was unreadable: its second pairs with rank 0's second."""
-    ranks = {0: [{"collectives": [_rec(0, "broadcast", 1.0)], "trace": 0},
-                 {"collectives": [_rec(0, "allreduce", 2.0), _rec(1, "allreduce", 3.0)],
-                  "trace": 1}],
-             1: [{"collectives": [_rec(0, "allreduce", 2.001)], "trace": 1}]}
+    ranks = {0: [TraceFigures(collectives=[_rec(0, "broadcast", 1.0)], trace=0),
+                 TraceFigures(collectives=[_rec(0, "allreduce", 2.0), _rec(1, "allreduce", 3.0)],
+                              trace=1)],
+             1: [TraceFigures(collectives=[_rec(0, "allreduce", 2.001)], trace=1)]}
     rows = collective_rows(ranks, world_size=2)
-    assert [(r["trace"], r["seq"], r["ranks"], r["missing"]) for r in rows] == [
+    assert [(r.trace, r.seq, r.ranks, r.missing) for r in rows] == [
         (0, 0, 1, []), (1, 0, 2, []), (1, 1, 1, [1])]
-    assert rows[0]["last_rank"] is None and rows[0]["algbw_GBps"] == pytest.approx(1e-3)
-    assert rows[1]["last_rank"] == 1 and rows[1]["waits_us"][0] == pytest.approx(1000.0)
-    assert rows[1]["timed_by"] == "host"
+    assert rows[0].last_rank is None and rows[0].algbw_GBps == pytest.approx(1e-3)
+    assert rows[1].last_rank == 1 and rows[1].waits_us[0] == pytest.approx(1000.0)
+    assert rows[1].timed_by == "host"
     # a size that differs where every rank must pass the same count is a mismatch
-    ranks[1][0]["collectives"][0]["bytes"] = 999
-    assert collective_rows(ranks)[1]["mismatch"] == (
+    ranks[1][0].collectives[0].bytes = 999  # type: ignore[index]
+    assert collective_rows(ranks)[1].mismatch == (
         "sizes differ: 1000 B on rank 0; 999 B on rank 1")
 
 
@@ -448,8 +451,9 @@ def test_the_columns_travel_smaller_than_dicts(traces_dir):
     trace = load_trace(traces_dir / "v100_ddp_sgd_annotations_rank0.json.gz")
     table = collective_table(trace)
     assert records(table) == rank_collectives(trace)
-    assert len(table["name"]) == 35 and table["names"] == ["broadcast", "allreduce"]
+    assert len(table.name) == 35 and table.names == ["broadcast", "allreduce"]
     sent = len(pickle.dumps(table))
     assert sent < len(pickle.dumps(records(table))) and sent / 35 < 40
-    json.dumps(table, allow_nan=False)  # plain lists, JSON-able like the other figures
-    assert all(re.fullmatch(r"[a-z]+", n) for n in table["names"])
+    # plain lists, JSON-able like the other figures
+    json.dumps(msgspec.to_builtins(table), allow_nan=False)
+    assert all(re.fullmatch(r"[a-z]+", n) for n in table.names)

@@ -18,6 +18,8 @@ import pytest
 
 import torchlens
 from torchlens.frontends.cli.main import main
+from torchlens.model import payloads
+from torchlens.model.findings import Finding
 
 STEP = re.compile(r"^ProfilerStep#\d+$")
 HTML_NAME = "<b>tag</b>"
@@ -122,13 +124,13 @@ def test_added_removed_and_slower_ops_are_named_with_their_figures(runs) -> None
     # no ProfilerStep span is an op of its own
     assert not ops["name"].str.startswith("ProfilerStep#").any()
     # step time: CPU-only steps are the ProfilerStep spans themselves
-    st = d.diff["step_time"]
+    st = d.diff.step_time
     med_a = statistics.median(_step_durs(ea))
     med_b = statistics.median(_step_durs(eb))
-    assert st["a_steps"] == st["b_steps"] == 4
-    assert st["a_median_us"] == pytest.approx(med_a)
-    assert st["b_median_us"] == pytest.approx(med_b)
-    assert st["regression_pct"] == pytest.approx(100 * (med_b - med_a) / med_a)
+    assert st.a_steps == st.b_steps == 4
+    assert st.a_median_us == pytest.approx(med_a)
+    assert st.b_median_us == pytest.approx(med_b)
+    assert st.regression_pct == pytest.approx(100 * (med_b - med_a) / med_a)
     assert d.verdict.startswith("step time ") and "+" in d.verdict
     assert d.steps()[["rank_a", "rank_b"]].values.tolist() == [[0, 0]]
     assert d.kernels().empty  # CPU runs: no GPU work
@@ -181,7 +183,7 @@ def test_two_ranks_of_a_real_job_per_step_figures_from_the_raw_json(traces_dir) 
     a, b = (traces_dir / f"sampled_rank-{r}.json.gz" for r in (0, 1))
     d = torchlens.load([str(a)]).diff(str(b))
     ea, eb = _events(a), _events(b)
-    assert d.diff["units"] == {"a": 2, "b": 2} and d.diff["per"] == "step"
+    assert (d.diff.units.a, d.diff.units.b) == (2, 2) and d.diff.per == "step"
     kernels = d.kernels()
     # the kernel with the most time in rank 0's steps, and one op
     top = max({e["name"] for e in ea if e.get("cat") == "kernel"},
@@ -199,12 +201,12 @@ def test_two_ranks_of_a_real_job_per_step_figures_from_the_raw_json(traces_dir) 
                   else "slower" if delta > 0 else "faster")
         assert row["status"] == status
     # ranks 0 and 1 of one job: compared with each other, and said so
-    assert any("rank 0" in n and "rank 1" in n for n in d.diff["notes"])
+    assert any("rank 0" in n and "rank 1" in n for n in d.diff.notes)
     assert len(d.steps()) == 1
     # the step time is the step breakdown's (widened to GPU work): at least the spans
     raw_a = statistics.median(_step_durs(ea))
-    assert d.diff["step_time"]["a_median_us"] >= raw_a
-    assert d.diff["step_time"]["a_steps"] == 2
+    assert d.diff.step_time.a_median_us >= raw_a
+    assert d.diff.step_time.a_steps == 2
 
 
 def test_diff_result_saves_and_renders_again(runs, tmp_path) -> None:
@@ -216,9 +218,14 @@ def test_diff_result_saves_and_renders_again(runs, tmp_path) -> None:
     again = torchlens.load(saved)
     assert again.kind == "diff" and kinds.text(again) == kinds.text(d.profile)
     assert d.verdict in repr(d)
-    assert isinstance(d.diff["verdict"], dict) and d.to_json()["verdict"] == d.verdict
+    assert isinstance(again.payload.diff.verdict, Finding)
+    assert again.payload.diff.verdict == d.diff.verdict and d.to_json()["verdict"] == d.verdict
+    assert d.to_json()["verdict_code"] == "run_diff"
     # a diff saved by an older torchlens holds the verdict as a plain sentence
-    again.payload.diff["verdict"] = "step time 1.0 ms -> 2.0 ms (+100.0%); older words"
+    old = payloads.to_json(again.payload)
+    old["diff"]["verdict"] = "step time 1.0 ms -> 2.0 ms (+100.0%); older words"
+    again.payload = payloads.from_json("diff", old)
+    assert again.payload.diff.verdict.code == "run_diff"
     assert "diff: step time 1.0 ms -> 2.0 ms (+100.0%); older words" in kinds.text(again)
     assert "older words" in kinds.report_html(again)
 
@@ -254,7 +261,7 @@ def test_only_work_launched_inside_steps_counts(tmp_path) -> None:
     a = _synthetic(tmp_path / "a.json", 100)
     b = _synthetic(tmp_path / "b.json", 160)
     d = torchlens.load(str(a)).diff(str(b))
-    assert d.diff["units"] == {"a": 2, "b": 2}
+    assert (d.diff.units.a, d.diff.units.b) == (2, 2)
     mm = _row(d.ops(), "cpu_op", "aten::mm")
     assert (mm["a_us"], mm["a_calls"], mm["status"]) == ((30 + 40) / 2, 1.0, "same")
     assert "aten::add" not in set(d.ops()["name"])
@@ -269,13 +276,13 @@ def test_only_work_launched_inside_steps_counts(tmp_path) -> None:
 def test_per_trace_totals_keep_the_top_names_and_sum_the_rest(tmp_path) -> None:
     from torchlens.analysis.runs.op_totals import op_totals
     from torchlens.formats.kineto import load_trace
+    from torchlens.model.run_figures import NameTotals, OtherNames
 
     t = op_totals(load_trace(_synthetic(tmp_path / "a.json", 100)), top=1)
-    assert t["steps"] == 2
-    assert t["kinds"]["cpu_op"] == {"names": ["aten::mm"], "count": [2], "us": [70.0],
-                                    "rest": None}
+    assert t.steps == 2
+    assert t.kinds["cpu_op"] == NameTotals(names=["aten::mm"], count=[2], us=[70.0], rest=None)
     t = op_totals(load_trace(tmp_path / "a.json"), top=0)
-    assert t["kinds"]["cpu_op"]["rest"] == {"names": 1, "count": 2, "us": 70.0}
+    assert t.kinds["cpu_op"].rest == OtherNames(names=1, count=2, us=70.0)
 
 
 def test_run_folders_compare_rank_by_rank_and_name_missing_ranks(tmp_path, traces_dir) -> None:
@@ -284,7 +291,7 @@ def test_run_folders_compare_rank_by_rank_and_name_missing_ranks(tmp_path, trace
     for r in (0, 1):
         (run / f"sampled_rank-{r}.json.gz").symlink_to(traces_dir / f"sampled_rank-{r}.json.gz")
     same = torchlens.load(str(run)).diff(str(run))
-    assert same.diff["step_time"]["regression_pct"] == 0
+    assert same.diff.step_time.regression_pct == 0
     assert same.steps()[["rank_a", "rank_b"]].values.tolist() == [[0, 0], [1, 1]]
     assert set(same.ops()["status"]) | set(same.kernels()["status"]) == {"same"}
     assert same.regressed(0) is False and "no op or kernel got slower" in same.verdict
@@ -294,7 +301,7 @@ def test_run_folders_compare_rank_by_rank_and_name_missing_ranks(tmp_path, trace
           + _host_per_step(eb, "cpu_op", "aten::_foreach_mul_")[0]) / 2
     assert _row(same.ops(), "cpu_op", "aten::_foreach_mul_")["a_us"] == pytest.approx(us)
     fewer = torchlens.load(str(run)).diff(str(traces_dir / "sampled_rank-0.json.gz"))
-    assert any("only A has rank(s) 1" in n for n in fewer.diff["notes"])
+    assert any("only A has rank(s) 1" in n for n in fewer.diff.notes)
     assert fewer.steps()["rank_a"].tolist() == [0]
     html = fewer._repr_mimebundle_()["text/html"]
     assert "only A has rank(s) 1" in html

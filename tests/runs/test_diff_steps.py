@@ -63,18 +63,18 @@ def _recorded_us(run_dir, rank) -> list[float]:
 def test_step_time_is_the_median_of_every_recorded_step(folders, capsys) -> None:
     a, b = folders
     d = torchlens.load(str(a)).diff(str(b))
-    st = d.diff["step_time"]
+    st = d.diff.step_time
     every_a = _recorded_us(a, 0) + _recorded_us(a, 1)
     every_b = _recorded_us(b, 0) + _recorded_us(b, 1)
     assert len(every_a) >= 2 * STEPS - 2  # every step, not the profiled few
-    assert st["source"] == "step records"
-    assert (st["a_steps"], st["b_steps"]) == (len(every_a), len(every_b))
-    assert st["a_median_us"] == pytest.approx(statistics.median(every_a))
-    assert st["b_median_us"] == pytest.approx(statistics.median(every_b))
+    assert st.source == "step records"
+    assert (st.a_steps, st.b_steps) == (len(every_a), len(every_b))
+    assert st.a_median_us == pytest.approx(statistics.median(every_a))
+    assert st.b_median_us == pytest.approx(statistics.median(every_b))
     # per rank: that rank's median
-    for row in d.diff["rank_steps"]:
-        assert row["a_median_us"] == pytest.approx(statistics.median(_recorded_us(a, row["rank_a"])))
-        assert row["b_median_us"] == pytest.approx(statistics.median(_recorded_us(b, row["rank_b"])))
+    for row in d.diff.rank_steps:
+        assert row.a_median_us == pytest.approx(statistics.median(_recorded_us(a, row.rank_a)))
+        assert row.b_median_us == pytest.approx(statistics.median(_recorded_us(b, row.rank_b)))
     # the verdict and the report say where the step time comes from
     assert f"median of {len(every_a)} recorded steps of A and {len(every_b)} of B" in d.verdict
     html = d._repr_mimebundle_()["text/html"]
@@ -90,7 +90,7 @@ def test_traces_alone_keep_the_profiled_steps_and_say_so(folders) -> None:
     tb = sorted((b / "rank0").glob("*.json*"))
     assert ta and tb
     d = torchlens.load([str(p) for p in ta]).diff([str(p) for p in tb])
-    st = d.diff["step_time"]
-    assert st["source"] == "profiled steps"
-    assert st["a_steps"] < STEPS  # the profiled few
-    assert f"of {st['a_steps']} profiled steps of A" in d.verdict
+    st = d.diff.step_time
+    assert st.source == "profiled steps"
+    assert st.a_steps < STEPS  # the profiled few
+    assert f"of {st.a_steps} profiled steps of A" in d.verdict

@@ -51,7 +51,7 @@ def test_a_faster_run_names_its_largest_speedup_first_and_its_slowdown_too(tmp_p
     a = _trace(tmp_path / "a.json", 100, {"aten::mm": 60})
     b = _trace(tmp_path / "b.json", 70, {"aten::mm": 20, "aten::tanh": 15})
     d = torchlens.load(str(a)).diff(str(b))
-    assert d.diff["step_time"]["regression_pct"] < 0
+    assert d.diff.step_time.regression_pct < 0
     assert "slowest" not in d.verdict
     said = d.verdict.split("; ")
     assert said[1] == "largest speedup: op aten::mm -40.0 µs per step"
@@ -60,7 +60,7 @@ def test_a_faster_run_names_its_largest_speedup_first_and_its_slowdown_too(tmp_p
     assert said[2] == "largest slowdown: op aten::tanh +15.0 µs per step (added)"
     # the other way round, B is slower: its largest slowdown is named
     back = torchlens.load(str(b)).diff(str(a))
-    assert back.diff["step_time"]["regression_pct"] > 0
+    assert back.diff.step_time.regression_pct > 0
     assert "largest slowdown: op aten::mm +40.0 µs per step" in back.verdict
     assert "speedup" not in back.verdict
 
@@ -71,15 +71,15 @@ def test_a_small_change_is_not_called_same(tmp_path, capsys) -> None:
     a = _trace(tmp_path / "a.json", 200, {"aten::mm": 60, "aten::add": 20}, gemm_us=20)
     b = _trace(tmp_path / "b.json", 200, {"aten::mm": 120, "aten::add": 12}, gemm_us=19.5)
     d = torchlens.load(str(a)).diff(str(b))
-    rows = {r["name"]: r for r in d.diff["ops"] + d.diff["kernels"]}
-    assert rows["aten::add"]["delta_pct"] == -40.0
-    assert rows["aten::add"]["status"] == "small"
-    assert rows["gemm"]["status"] == "same"
-    assert rows["aten::mm"]["status"] == "slower"
-    same_pct = d.diff["thresholds"]["same_pct"]
+    rows = {r.name: r for r in d.diff.ops + d.diff.kernels}
+    assert rows["aten::add"].delta_pct == -40.0
+    assert rows["aten::add"].status == "small"
+    assert rows["gemm"].status == "same"
+    assert rows["aten::mm"].status == "slower"
+    same_pct = d.diff.thresholds.same_pct
     for r in rows.values():
-        assert r["status"] != "same" or abs(r["delta_pct"]) <= same_pct, r
-    assert d.diff["summary"]["small"] == 1 and d.diff["summary"]["same"] == 1
+        assert r.status != "same" or abs(r.delta_pct or 0.0) <= same_pct, r
+    assert d.diff.summary["small"] == 1 and d.diff.summary["same"] == 1
     # the report's tables: no row reads "same" next to a change beyond 5%
     page = kinds.report_html(d.profile, d.analysis())
     cells = [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()

@@ -19,18 +19,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from torchlens.analysis.runs import (
-    KINDS,
-    comm_comp_overlap,
-    idle_time,
-    kernel_breakdown,
-    kind_of,
-    rank_figures,
-    temporal_breakdown,
-)
+from torchlens.analysis import runs
+from torchlens.analysis.runs import KINDS, kind_of
 from torchlens.formats.kineto import ingest_bytes, load_trace
+
+
+def _as_json(fn: Any) -> Any:
+    """``fn``'s figures as JSON builtins, as a saved run holds them (the
+    figures are ``model.run_figures`` structs)."""
+    return lambda *args, **kwargs: msgspec.to_builtins(fn(*args, **kwargs))
+
+
+comm_comp_overlap = _as_json(runs.comm_comp_overlap)
+idle_time = _as_json(runs.idle_time)
+kernel_breakdown = _as_json(runs.kernel_breakdown)
+rank_figures = _as_json(runs.rank_figures)
+temporal_breakdown = _as_json(runs.temporal_breakdown)
 
 GPU_TRACES = ["a100_ddp_resnet_rank0_nccl.json.gz", "sampled_rank-0.json.gz",
               "sampled_rank-1.json.gz", "v100_ddp_sgd_annotations_rank0.json.gz",
@@ -270,12 +277,10 @@ def test_with_the_last_step(loaded, name: str) -> None:
 
 @pytest.mark.parametrize("name", GPU_TRACES + CPU_TRACES)
 def test_rank_figures_are_the_four_and_json(loaded, name: str) -> None:
-    from torchlens.analysis.runs import (
-        collective_overlap,
-        launch_stats,
-        memory_bandwidth,
-        queue_length,
-    )
+    collective_overlap = _as_json(runs.collective_overlap)
+    launch_stats = _as_json(runs.launch_stats)
+    memory_bandwidth = _as_json(runs.memory_bandwidth)
+    queue_length = _as_json(runs.queue_length)
 
     trace, _ = loaded(name)
     figures = rank_figures(trace)

@@ -5,6 +5,7 @@ section and text view, and the rank-side tracker's per-step figures
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from torchlens.analysis.runs.analyze import analyze
@@ -43,14 +44,14 @@ def _figures() -> dict:
 
 
 def test_each_rank_gets_its_highest_gathered_step_and_its_last_shards_and_state():
-    rows = {r["rank"]: r for r in fsdp_rows(_figures())}
+    rows = {r.rank: r for r in fsdp_rows(_figures())}
     assert set(rows) == {0, 1}  # rank 2 had no FSDP: no row
     zero = rows[0]
-    assert (zero["fsdp_sharded"], zero["fsdp_unsharded"], zero["optimizer_state"]) == (172, 344,
+    assert (zero.fsdp_sharded, zero.fsdp_unsharded, zero.optimizer_state) == (172, 344,
                                                                                       368)
-    assert (zero["fsdp_gathered"], zero["gathered_step"]) == (304, 1)
-    assert zero["gathered_modules"] == "layers.1 + layers.0"
-    assert zero["fsdp_gathered_how"] == "measured" and zero["allocator_peak"] is None
+    assert (zero.fsdp_gathered, zero.gathered_step) == (304, 1)
+    assert zero.gathered_modules == "layers.1 + layers.0"
+    assert zero.fsdp_gathered_how == "measured" and zero.allocator_peak is None
     lines = fsdp_lines(list(rows.values()))
     assert lines[0] == (
         "rank 0: FSDP: 172 B sharded of 344 B gathered, gathered at once 304 B (measured: "
@@ -60,9 +61,9 @@ def test_each_rank_gets_its_highest_gathered_step_and_its_last_shards_and_state(
     # the count failed on rank 1 (a GPU rank): said, with why; no allocator peak per step
     assert "gathered at once not measured (the count failed: AttributeError" in lines[1]
     assert "allocator peak not measured (torchlens run leaves the job's CUDA peak" in lines[1]
-    assert rows[1]["fsdp_gathered"] is None
+    assert rows[1].fsdp_gathered is None
     # ranks that read alike share one line, as in %ddp_check's memory line
-    alike = [dict(zero), dict(zero, rank=1), dict(zero, rank=2)]
+    alike = [zero, msgspec.structs.replace(zero, rank=1), msgspec.structs.replace(zero, rank=2)]
     assert fsdp_lines(alike) == ["ranks 0-2: FSDP: " + lines[0].split(": FSDP: ")[1]]
 
 
@@ -149,5 +150,5 @@ def test_an_nn_sequentials_numbered_modules_do_not_read_as_a_sum():
     seen.add(0, _rec(0, CPU, sharded_bytes=8, unsharded_bytes=16, gathered_peak_bytes=12,
                      gathered_peak_modules=["2", "1"]))
     row = fsdp_rows(seen.figures())[0]
-    assert row["gathered_modules"] == "module 2 + module 1"
-    assert "2 modules together, module 2 + module 1: a prefetch" in row["text"]
+    assert row.gathered_modules == "module 2 + module 1"
+    assert "2 modules together, module 2 + module 1: a prefetch" in row.text

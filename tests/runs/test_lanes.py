@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import msgspec
 import pytest
 
 from torchlens.analysis.runs.lanes import LANE_EVENTS, lane_summary
@@ -24,7 +25,7 @@ def test_each_stream_keeps_its_longest_events_and_every_nccl_kernel(traces_dir, 
             by_lane[f"GPU {args.get('device', e['pid'])} · stream {args.get('stream', e['tid'])}"
                     ].append(e["dur"])
             nccl += e["name"].startswith("nccl")
-    s = lane_summary(load_trace(path))
+    s = msgspec.to_builtins(lane_summary(load_trace(path)))  # as a saved run holds it
     assert s["lanes"][:-1] == sorted(by_lane, key=lambda n: int(n.rsplit(" ", 1)[1]))
     assert s["lanes"][-1] == "collectives"
     assert s["events"] == sum(len(v) for v in by_lane.values())
@@ -45,6 +46,6 @@ def test_a_cpu_only_trace_has_a_lane_per_thread(traces_dir, plain):
     doc = plain(path)
     tids = {e["tid"] for e in doc["traceEvents"] if e.get("ph") == "X"
             and e.get("cat") in ("cpu_op", "user_annotation", "Operator")}
-    s = lane_summary(load_trace(path))
+    s = msgspec.to_builtins(lane_summary(load_trace(path)))  # as a saved run holds it
     assert {n for n in s["lanes"] if n != "collectives"} == {f"thread {t}" for t in tids}
     assert set(s["kind"]) <= {3, 1}  # cpu, and the collectives' communication

@@ -18,13 +18,26 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from torchlens.analysis.runs import launch_stats, memory_bandwidth, queue_length
+from torchlens.analysis import runs
 from torchlens.analysis.runs.launch_tables import pooled
 from torchlens.formats.kineto import load_trace
 from torchlens.frontends.cli.main import main
 from torchlens.frontends.runs.api import JSON_SCHEMA, load_run
+from torchlens.model.run_figures import Summary
+
+
+def _as_json(fn: Any) -> Any:
+    """``fn``'s figures as JSON builtins, as a saved run holds them (the
+    figures are ``model.run_figures`` structs)."""
+    return lambda *args, **kwargs: msgspec.to_builtins(fn(*args, **kwargs))
+
+
+launch_stats = _as_json(runs.launch_stats)
+memory_bandwidth = _as_json(runs.memory_bandwidth)
+queue_length = _as_json(runs.queue_length)
 
 GPU_TRACES = ["a100_ddp_resnet_rank0_nccl.json.gz", "sampled_rank-0.json.gz",
               "v100_ddp_sgd_annotations_rank0.json.gz", "amd_mi250_rocm.json.gz",
@@ -227,17 +240,17 @@ def test_a_cpu_only_trace_has_no_launch_figures_not_zeros(name, traces_dir):
 def test_pooled_summary_of_two_traces_is_the_summary_of_their_values(plain):
     a, b = plain("sampled_rank-0.json.gz").delays(), plain("a100_simple_add.json.gz").delays()
 
-    def describe(v: list[float]) -> dict[str, Any]:
-        return {"count": len(v), "mean": statistics.fmean(v), "std": statistics.stdev(v),
-                "min": min(v), "p25": None, "p50": None, "p75": None, "max": max(v)}
+    def describe(v: list[float]) -> Summary:
+        return Summary(count=len(v), mean=statistics.fmean(v), std=statistics.stdev(v),
+                       min=min(v), max=max(v))
     got = pooled([describe(a), describe(b)])
     both = a + b
-    assert got["count"] == len(both)
-    assert got["mean"] == pytest.approx(statistics.fmean(both))
-    assert got["std"] == pytest.approx(statistics.stdev(both))
-    assert (got["min"], got["max"]) == (min(both), max(both))
-    assert got["p50"] is None  # not rebuilt from summaries
-    assert pooled([None, {"count": 0}]) is None
+    assert got is not None and got.count == len(both)
+    assert got.mean == pytest.approx(statistics.fmean(both))
+    assert got.std == pytest.approx(statistics.stdev(both))
+    assert (got.min, got.max) == (min(both), max(both))
+    assert got.p50 is None  # not rebuilt from summaries
+    assert pooled([None, Summary(count=0)]) is None
 
 
 @pytest.fixture

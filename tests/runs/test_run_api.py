@@ -41,8 +41,8 @@ def test_analyze_json_has_every_rank_and_names_what_it_could_not_use(two_ranks, 
         # one trace per rank: the run's row is that trace's own breakdown (whose
         # figures tests/runs/test_figures.py checks against the raw JSON)
         own = temporal_breakdown(load_trace(traces_dir / f"sampled_rank-{row['rank']}.json.gz"))
-        assert row["compute_us"] == pytest.approx(own["compute_us"], rel=1e-12)
-        assert row["idle_pct"] == pytest.approx(own["idle_pct"], rel=1e-12)
+        assert row["compute_us"] == pytest.approx(own.compute_us, rel=1e-12)
+        assert row["idle_pct"] == pytest.approx(own.idle_pct, rel=1e-12)
         assert row["idle_pct"] + row["compute_pct"] + row["non_compute_pct"] == \
             pytest.approx(100.0)
     assert {r["rank"] for r in doc["overlap"]} == {0, 1}

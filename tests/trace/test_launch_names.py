@@ -55,10 +55,11 @@ def test_every_launch_api_kineto_records_is_in_the_one_list():
 def test_launch_stats_pair_each_api_with_its_gpu_work(tmp_path):
     trace = load_trace(_trace(tmp_path, CALLS))
     got = launch_stats(trace)
-    assert got["launches"] == len(CALLS)
-    assert got["apis"] == dict.fromkeys(CALLS, 1)
-    assert got["delay_us"]["max"] == pytest.approx(6.0)  # GPU start - launch end
+    assert got.launches == len(CALLS)
+    assert got.apis == dict.fromkeys(CALLS, 1)
+    assert got.delay_us is not None
+    assert got.delay_us.max == pytest.approx(6.0)  # GPU start - launch end
     # HTA's narrower set misses the graph, driver, cooperative and 2D launches
     hta = launch_stats(trace, names=HTA_LAUNCH_STATS_NAMES)
-    assert set(hta["apis"]) == {"cudaLaunchKernel", "cudaLaunchKernelExC",
+    assert set(hta.apis or {}) == {"cudaLaunchKernel", "cudaLaunchKernelExC",
                                 "cudaMemcpyAsync", "cudaMemsetAsync"}

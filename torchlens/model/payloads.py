@@ -21,9 +21,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from torchlens.model.errors import InputError
-from torchlens.model.findings import INFO, NOTE, Finding, as_finding
+from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.records import StepRecord, StepSummary, records_from
+from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
 
 @dataclass
@@ -142,8 +145,9 @@ class GpumemPayload:
 
     measured_on: str = "snapshot"
     recorded: MemoryOptions = field(default_factory=MemoryOptions)
-    stats_before: dict[str, Any] = field(default_factory=dict)
-    stats_after: dict[str, Any] = field(default_factory=dict)
+    #: ``torch.cuda.memory_stats()``: statistic name -> a count or bytes (whole numbers)
+    stats_before: dict[str, int] = field(default_factory=dict)
+    stats_after: dict[str, int] = field(default_factory=dict)
     start_us: int | None = None
     end_us: int | None = None
     runs: list[tuple[int, int]] = field(default_factory=list)
@@ -258,8 +262,8 @@ class DdpRun:
 class RunPayload:
     """``kind="run"``: a run's per-rank traces analysed together (``torchlens.load(RUN_DIR)``).
 
-    ``figures``: rank (as a string, JSON keys) -> one dict of figures per trace
-    of that rank (``analysis.runs.rank_figures`` plus ``steps``);
+    ``figures``: rank (as a string, JSON keys) -> the figures of each trace
+    of that rank (``model.run_figures.TraceFigures``);
     ``problems``: every input that could not be used, ``{kind, path, message}``.
     The traces themselves stay in the run folder: a run of 128 ranks is a few
     MB of figures, not GBs of events.
@@ -267,8 +271,8 @@ class RunPayload:
 
     root: str = ""
     world_size: int | None = None
-    problems: list[dict[str, Any]] = field(default_factory=list)
-    figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    figures: dict[str, list[TraceFigures]] = field(default_factory=dict)
     #: what the run folder says first (``analysis.runs.verdict.leading_findings``):
     #: what stopped the run, the slow-rank verdict worked out from the step
     #: records, the collector's notes, the files not read
@@ -278,7 +282,86 @@ class RunPayload:
     collected_steps: dict[str, Any] = field(default_factory=dict)
     #: ``torchlens run`` folders of an FSDP job: rank (a string) -> its FSDP
     #: memory figures (``analysis.runs.fsdp.FsdpSteps``); empty otherwise
-    fsdp: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fsdp: dict[str, FsdpFigures] = field(default_factory=dict)
+
+
+class DiffRow(msgspec.Struct):
+    """One op or kernel name of a run diff: µs and calls per step (or trace) in
+    A and B, the change and its ``status`` (added, removed, slower, faster,
+    small, same)."""
+
+    kind: str
+    name: str
+    status: str
+    a_us: float
+    b_us: float
+    delta_us: float
+    delta_pct: float | None
+    a_calls: float
+    b_calls: float
+
+
+class StepTime(msgspec.Struct):
+    """The median step time of A and B, over how many steps and from where
+    (``source``: ``step records`` or ``profiled steps``); ``None`` without steps."""
+
+    source: str = "profiled steps"
+    a_median_us: float | None = None
+    b_median_us: float | None = None
+    a_steps: int = 0
+    b_steps: int = 0
+    delta_us: float | None = None
+    regression_pct: float | None = None
+
+
+class RankSteps(msgspec.Struct):
+    """One rank of A against its rank in B: median step times and the change."""
+
+    rank_a: int
+    rank_b: int
+    a_median_us: float | None
+    b_median_us: float | None
+    delta_us: float | None
+    delta_pct: float | None
+
+
+class DiffUnits(msgspec.Struct):
+    """How many steps (or traces) each run's totals are divided by."""
+
+    a: int = 0
+    b: int = 0
+
+
+class DiffThresholds(msgspec.Struct):
+    """Within ``same_pct`` % is the same; beyond it but within ``same_us`` µs, small."""
+
+    same_pct: float = 5.0
+    same_us: float = 10.0
+
+
+class RunDiff(msgspec.Struct):
+    """``analysis.runs.diff.diff_runs``'s result: run B against run A, and its
+    verdict (a ``Finding``, code ``run_diff``)."""
+
+    per: str = "step"
+    units: DiffUnits = msgspec.field(default_factory=DiffUnits)
+    thresholds: DiffThresholds = msgspec.field(default_factory=DiffThresholds)
+    step_time: StepTime = msgspec.field(default_factory=StepTime)
+    rank_steps: list[RankSteps] = msgspec.field(default_factory=list)
+    #: status -> how many op and kernel rows have it
+    summary: dict[str, int] = msgspec.field(default_factory=dict)
+    ops: list[DiffRow] = msgspec.field(default_factory=list)
+    kernels: list[DiffRow] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
+    verdict: Finding = msgspec.field(default_factory=lambda: Finding(INFO, "", code=RUN_DIFF))
+
+
+def run_diff_from(saved: object) -> RunDiff:
+    """A saved diff (``to_json``'s, the file's JSON as it reads) as a
+    ``RunDiff``: its verdict was the sentence alone before findings had codes."""
+    data = saved if isinstance(saved, dict) else {}
+    verdict = as_finding(data.get("verdict"), INFO, RUN_DIFF) or Finding(INFO, "", code=RUN_DIFF)
+    return msgspec.convert({**data, "verdict": verdict.to_dict()}, RunDiff)
 
 
 @dataclass
@@ -292,7 +375,7 @@ class DiffPayload:
 
     a: str = ""
     b: str = ""
-    diff: dict[str, Any] = field(default_factory=dict)
+    diff: RunDiff = field(default_factory=RunDiff)
 
 
 @dataclass
@@ -338,8 +421,10 @@ def to_json(payload: Any) -> dict[str, Any]:
 
 def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     # asdict copies what is not a dataclass as it is: a RankProfiling's steps
-    # (msgspec structs) become their JSON builtins here
+    # and a run diff (msgspec structs) become their JSON builtins here
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
+            else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
+            or (k in ("figures", "fsdp") and isinstance(v, dict))
             else v for k, v in items}
 
 
@@ -371,6 +456,10 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [tuple(r) for r in value]
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):
+            value = msgspec.convert(value or ([] if f.name == "problems" else {}), hints[f.name])
+        elif cls is DiffPayload and f.name == "diff":
+            value = run_diff_from(value)
         elif cls is RunPayload and f.name == "notes":
             # a saved finding's dict; an older file's plain sentence
             value = [found for n in value or () if (found := as_finding(n, INFO, NOTE)) is not None]

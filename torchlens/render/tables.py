@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
+from msgspec import UnsetType
 
 from torchlens.model import OpDisplay
 from torchlens.model.units import (
+    MISSING,
     format_count,
     format_duration,
     format_flop_rate,
@@ -54,10 +56,11 @@ NAME_CHARS = 90
 
 
 def cell_text(c: Column, value: Any) -> str:
-    """A cell as ``c`` writes it; blank where there is no figure (None, or a
-    numeric value that is not finite)."""
+    """A cell as ``c`` writes it; ``MISSING`` (the word every view writes for a
+    figure that could not be measured) where there is no figure: None, or a
+    numeric value that is not finite (NaN, as a DataFrame holds it)."""
     if value is None or (c.numeric and not math.isfinite(float(value))):
-        return ""
+        return MISSING
     return c.fmt(value)
 
 
@@ -66,17 +69,25 @@ def shorten(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
-def html_table(
-    rows: Iterable[Mapping[str, Any]], columns: list[Column], css_class: str = ""
-) -> Markup:
-    """A sortable table; numeric cells carry their raw value in ``data-v``."""
+def cell_value(row: object, key: str) -> Any:
+    """A row's figure under ``key``: a dict's item, or a typed row's field
+    (``analysis.runs.rows``); ``None`` where the row has none."""
+    if isinstance(row, Mapping):
+        return row.get(key)
+    value = getattr(row, key, None)
+    return None if isinstance(value, UnsetType) else value
+
+
+def html_table(rows: Iterable[object], columns: list[Column], css_class: str = "") -> Markup:
+    """A sortable table of dict rows or typed rows; numeric cells carry their
+    raw value in ``data-v``."""
     cells = []
     for row in rows:
         out = []
         for c in columns:
-            value = row.get(c.key)
+            value = cell_value(row, c.key)
             if value is None:
-                out.append((c.numeric, "-1e308", "", ""))
+                out.append((c.numeric, "-1e308", MISSING, ""))
             elif c.numeric:
                 raw = float(value)
                 out.append((True, repr(raw) if math.isfinite(raw) else "-1e308",

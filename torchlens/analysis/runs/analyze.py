@@ -9,16 +9,35 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.analysis.runs import causes as why
 from torchlens.analysis.runs import clock, slow_ranks, tables
 from torchlens.analysis.runs import collectives as colls
 from torchlens.analysis.runs import launch_tables as run_launches
 from torchlens.analysis.runs.fsdp import fsdp_rows
+from torchlens.analysis.runs.rows import (
+    ClockRow,
+    CollectiveOverlapRow,
+    CollectiveRow,
+    FsdpRow,
+    IdleRow,
+    KernelRow,
+    LaunchKernelRow,
+    LaunchOutlierRow,
+    LaunchRow,
+    MemoryBwRow,
+    OverlapRow,
+    QueueRow,
+    StepRow,
+    StepSkewRow,
+    StragglerRow,
+    TemporalRow,
+    TopKernelRow,
+)
 from torchlens.formats.run_folder.files import MANIFEST
 from torchlens.model import Profile
 from torchlens.model.findings import INFO, SLOW_RANK, WARNING, Figure, Finding
+from torchlens.model.run_figures import Problem
 from torchlens.model.units import format_percent, format_us_as_ms
 
 #: under every view of the temporal breakdown: a user holding HTA's figures
@@ -30,30 +49,30 @@ NS_NOTE = ("times as the trace recorded them, to the nanosecond; HTA rounds an "
 
 @dataclass
 class RunAnalysis:
-    """The run's tables (lists of row dicts) and its findings in words."""
+    """The run's tables (lists of rows, ``rows.py``) and its findings in words."""
 
     ranks: list[int]
     world_size: int | None
-    problems: list[dict[str, Any]]
-    temporal: list[dict[str, Any]]
-    idle: list[dict[str, Any]]
-    overlap: list[dict[str, Any]]
-    kernels: list[dict[str, Any]]
-    top_kernels: list[dict[str, Any]]
-    steps: list[dict[str, Any]]
-    step_skew: list[dict[str, Any]]
-    collectives: list[dict[str, Any]] = field(default_factory=list)
-    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[Problem]
+    temporal: list[TemporalRow]
+    idle: list[IdleRow]
+    overlap: list[OverlapRow]
+    kernels: list[KernelRow]
+    top_kernels: list[TopKernelRow]
+    steps: list[StepRow]
+    step_skew: list[StepSkewRow]
+    collectives: list[CollectiveRow] = field(default_factory=list)
+    stragglers: list[StragglerRow] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    clocks: list[dict[str, Any]] = field(default_factory=list)
-    launches: list[dict[str, Any]] = field(default_factory=list)
-    launch_outliers: list[dict[str, Any]] = field(default_factory=list)
-    launch_kernels: list[dict[str, Any]] = field(default_factory=list)
-    queues: list[dict[str, Any]] = field(default_factory=list)
-    memory_bw: list[dict[str, Any]] = field(default_factory=list)
-    collective_overlap: list[dict[str, Any]] = field(default_factory=list)
+    clocks: list[ClockRow] = field(default_factory=list)
+    launches: list[LaunchRow] = field(default_factory=list)
+    launch_outliers: list[LaunchOutlierRow] = field(default_factory=list)
+    launch_kernels: list[LaunchKernelRow] = field(default_factory=list)
+    queues: list[QueueRow] = field(default_factory=list)
+    memory_bw: list[MemoryBwRow] = field(default_factory=list)
+    collective_overlap: list[CollectiveOverlapRow] = field(default_factory=list)
     #: FSDP ranks' parameter and optimizer memory (``fsdp.fsdp_rows``); empty without FSDP
-    fsdp: list[dict[str, Any]] = field(default_factory=list)
+    fsdp: list[FsdpRow] = field(default_factory=list)
     #: table name (``stragglers``, ``step_skew``) -> what it is evidence for and
     #: over which window (``evidence``): said under the table
     evidence: dict[str, str] = field(default_factory=dict)
@@ -65,7 +84,7 @@ def evidence(a: RunAnalysis, judged: Finding | None) -> dict[str, str]:
     (``judged``, ``analysis.ranks.slow``) when it has them, else the
     collective-arrival test's (``slow_ranks.findings``); these tables show what
     it rests on, never a second verdict."""
-    profiled = len({row["step"] for row in a.steps})
+    profiled = len({row.step for row in a.steps})
     window = (f"the {profiled} profiled step(s) in the traces" if profiled
               else "the collectives in the traces")
     named = judged.value("rank") if judged is not None else None
@@ -113,43 +132,43 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
     - all_gather time that compute did not hide (``exposed_all_gather``);
     - what could not be read.
     """
-    causes = {s["rank"]: part for s in a.stragglers if (part := why.cause_part(s))}
+    causes = {s.rank: part for s in a.stragglers if (part := why.cause_part(s))}
     steps: dict[int, int] = {}
     for row in a.steps:
-        steps[row["rank"]] = steps.get(row["rank"], 0) + 1
+        steps[row.rank] = steps.get(row.rank, 0) + 1
     out: list[Finding] = slow_ranks.findings(ranks, a.world_size, rows=a.collectives, causes=causes,
                                              steps=steps, name_ranks=not judged)
     out += clock.findings(a.clocks)
-    gpu = [r for r in a.temporal if r.get("idle_pct") is not None]
+    gpu = [(r.rank, r.idle_pct) for r in a.temporal if r.idle_pct is not None]
     if len(gpu) >= 2:
-        ordered = sorted(r["idle_pct"] for r in gpu)
+        ordered = sorted(idle for _, idle in gpu)
         median = ordered[len(ordered) // 2]
-        worst = max(gpu, key=lambda r: r["idle_pct"])
-        if worst["idle_pct"] - median >= 10:
+        worst, idle = max(gpu, key=lambda r: r[1])
+        if idle - median >= 10:
             out.append(Finding(
-                WARNING, f"rank {worst['rank']}'s GPU was idle {format_percent(worst['idle_pct'])} of "
+                WARNING, f"rank {worst}'s GPU was idle {format_percent(idle)} of "
                 f"its timeline, against {format_percent(median)} for the median rank",
-                (Figure("idle_pct", worst["idle_pct"], "%"),
+                (Figure("idle_pct", idle, "%"),
                  Figure("median_idle_pct", median, "%")), code="idle_rank"))
     # a run folder's verdict judged the ranks' step times over every recorded
     # step: one profiled step's skew (where, in DDP, each rank's wall time
     # includes its wait for the others) would name another rank
     if a.step_skew and not judged:
-        worst_step = max(a.step_skew, key=lambda r: r["skew_pct"] or 0)
-        if (worst_step["skew_pct"] or 0) >= 5:
+        worst_step = max(a.step_skew, key=lambda r: r.skew_pct or 0)
+        if (worst_step.skew_pct or 0) >= 5:
             out.append(Finding(
-                WARNING, f"step {worst_step['step']}: rank {worst_step['longest_rank']} took "
-                f"{format_us_as_ms(worst_step['max_us'])}, "
-                f"{format_percent(worst_step['skew_pct'])} longer than the median rank "
-                f"({format_us_as_ms(worst_step['median_us'])})",
-                (Figure("max_us", worst_step["max_us"], "µs"),
-                 Figure("median_us", worst_step["median_us"], "µs"),
-                 Figure("skew_pct", worst_step["skew_pct"], "%")), code="step_skew"))
+                WARNING, f"step {worst_step.step}: rank {worst_step.longest_rank} took "
+                f"{format_us_as_ms(worst_step.max_us)}, "
+                f"{format_percent(worst_step.skew_pct)} longer than the median rank "
+                f"({format_us_as_ms(worst_step.median_us)})",
+                (Figure("max_us", worst_step.max_us, "µs"),
+                 Figure("median_us", worst_step.median_us, "µs"),
+                 Figure("skew_pct", worst_step.skew_pct, "%")), code="step_skew"))
     # only where there is compute that could hide it and communication worth hiding
-    busy = {r["rank"] for r in a.temporal
-            if (r.get("compute_us") or 0) > 0 and (r.get("non_compute_pct") or 0) >= 10}
-    overlaps = sorted(r["overlap_pct"] for r in a.overlap
-                      if r.get("overlap_pct") is not None and r["rank"] in busy)
+    busy = {r.rank for r in a.temporal
+            if (r.compute_us or 0) > 0 and (r.non_compute_pct or 0) >= 10}
+    overlaps = sorted(r.overlap_pct for r in a.overlap
+                      if r.overlap_pct is not None and r.rank in busy)
     if overlaps and overlaps[len(overlaps) // 2] < 20:
         out.append(Finding(
             INFO, f"compute hides little of the communication: median overlap "
@@ -159,16 +178,16 @@ def findings(a: RunAnalysis, ranks: tables.RankFigures, judged: bool = False) ->
     return out + problem_findings(a.problems)
 
 
-def problem_findings(problems: list[dict[str, Any]]) -> list[Finding]:
+def problem_findings(problems: list[Problem]) -> list[Finding]:
     """The inputs that could not be used: a damaged manifest in its own words
     (it is no rank: what it held is what is lost, ``frontends.runs.
     damaged_files``), then how many other problems there were."""
-    lost = [p for p in problems if p["kind"] in ("unreadable", "missing")
-            and os.path.basename(p["path"]) == MANIFEST]
-    out = [Finding(WARNING, p["message"].rstrip("."), code="manifest_lost") for p in lost]
+    lost = [p for p in problems if p.kind in ("unreadable", "missing")
+            and os.path.basename(p.path) == MANIFEST]
+    out = [Finding(WARNING, p.message.rstrip("."), code="manifest_lost") for p in lost]
     rest = [p for p in problems if p not in lost]
     if rest:
-        kinds = sorted({p["kind"] for p in rest})
+        kinds = sorted({p.kind for p in rest})
         out.append(Finding(
             WARNING, f"{len(rest)} input problem(s) ({', '.join(kinds)}): see the list "
             "below; what could be read was analysed", (Figure("problems", len(rest)),),
@@ -180,26 +199,26 @@ def problem_findings(problems: list[dict[str, Any]]) -> list[Finding]:
 EXPOSED_ALL_GATHER_PCT = 10.0
 
 
-def exposed_all_gather(rows: list[dict[str, Any]]) -> list[Finding]:
+def exposed_all_gather(rows: list[CollectiveOverlapRow]) -> list[Finding]:
     """The rank whose all_gathers compute hid least, when their exposed time is
     at least ``EXPOSED_ALL_GATHER_PCT`` of its GPU timeline
     (``tables.collective_overlap_rows``): in FSDP that is the parameter
     prefetch that failed to hide, the GPU waiting for parameters."""
-    gathers = [r for r in rows if r["collective"] == "all_gather"
-               and (r.get("exposed_pct") or 0) >= EXPOSED_ALL_GATHER_PCT]
+    gathers = [r for r in rows if r.collective == "all_gather"
+               and (r.exposed_pct or 0) >= EXPOSED_ALL_GATHER_PCT]
     if not gathers:
         return []
-    worst = max(gathers, key=lambda r: r["exposed_pct"])
+    worst = max(gathers, key=lambda r: r.exposed_pct or 0)
     others = f" ({len(gathers) - 1} other rank(s) over {EXPOSED_ALL_GATHER_PCT:.0f}% too)" \
         if len(gathers) > 1 else ""
     return [Finding(
-        WARNING, f"rank {worst['rank']}: {format_us_as_ms(worst['exposed_us'])} of all_gather "
-        f"not hidden by compute (exposed), {format_percent(worst['exposed_pct'])} of its GPU "
-        f"timeline; compute overlapped {format_percent(worst['overlap_pct'])} of its "
-        f"{format_us_as_ms(worst['communication_us'])} of all_gather{others}",
-        (Figure("exposed_us", worst["exposed_us"], "µs"),
-         Figure("exposed_pct", worst["exposed_pct"], "%"),
-         Figure("overlap_pct", worst["overlap_pct"], "%")),
+        WARNING, f"rank {worst.rank}: {format_us_as_ms(worst.exposed_us)} of all_gather "
+        f"not hidden by compute (exposed), {format_percent(worst.exposed_pct)} of its GPU "
+        f"timeline; compute overlapped {format_percent(worst.overlap_pct)} of its "
+        f"{format_us_as_ms(worst.communication_us)} of all_gather{others}",
+        (Figure("exposed_us", worst.exposed_us, "µs"),
+         Figure("exposed_pct", worst.exposed_pct, "%"),
+         Figure("overlap_pct", worst.overlap_pct, "%")),
         advice="with FSDP, this is parameter prefetch that did not hide: see "
                "docs/integrations/fsdp.md, \"Reading the overlap\"",
         title="exposed all_gather")]

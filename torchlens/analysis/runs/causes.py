@@ -20,32 +20,32 @@ wait counts as ``other``), so they say who waited, not why.
 from __future__ import annotations
 
 from statistics import median
-from typing import Any
 
-from torchlens.analysis.ranks.slow import PART_WORDS, PartTime, cause_of, part_phrase
+import msgspec
+from msgspec import UnsetType
+
+from torchlens.analysis.ranks.slow import PartTime, cause_of, part_phrase
+from torchlens.analysis.runs.rows import StepRow, StragglerRow
 from torchlens.model.findings import WARNING, Finding
 
 #: the roles that can be a cause, in the order ties are broken
 ROLES = ("dataloader", "cpu_exec", "kernel", "memcpy", "memset", "runtime")
 
 
-def role_medians(step_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+def role_medians(step_rows: list[StepRow]) -> dict[int, dict[str, float]]:
     """Per rank: the median over its steps of each role's µs, and of ``dur_us``."""
-    by_rank: dict[int, list[dict[str, Any]]] = {}
+    by_rank: dict[int, list[StepRow]] = {}
     for row in step_rows:
-        by_rank.setdefault(int(row["rank"]), []).append(row)
-    return {rank: {key: float(median(float(r.get(key) or 0.0) for r in rows))
+        by_rank.setdefault(row.rank, []).append(row)
+    return {rank: {key: float(median(float(getattr(r, key) or 0.0) for r in rows))
                    for key in ("dur_us", *(f"{role}_us" for role in ROLES))}
             for rank, rows in by_rank.items()}
 
 
-def likely_cause(rank: int, medians: dict[int, dict[str, float]]) -> dict[str, Any] | None:
-    """The role that makes ``rank`` late (module docstring), or ``None``.
-
-    Returns ``role``, ``words``, ``rank_us`` (its median per step),
-    ``others_us`` (the median over the other ranks), ``excess_us`` and
-    ``ratio`` (``None`` when the others spend no time in it).
-    """
+def likely_cause(rank: int, medians: dict[int, dict[str, float]]) -> PartTime | None:
+    """The role that makes ``rank`` late (module docstring), or ``None``:
+    its ``part``, ``own_ms`` (its median per step), ``others_ms`` (the median
+    over the other ranks), ``excess_ms`` and ``ratio``."""
     others = [m for r, m in medians.items() if r != rank]
     if rank not in medians or not others:
         return None
@@ -56,24 +56,19 @@ def likely_cause(rank: int, medians: dict[int, dict[str, float]]) -> dict[str, A
         key = f"{role}_us"
         theirs = float(median(m[key] for m in others))
         parts.append(PartTime(role, mine[key] / 1e3, theirs / 1e3, (mine[key] - theirs) / 1e3))
-    best = cause_of(parts, step_us / 1e3)
-    if best is None:
-        return None
-    return {"role": best.part, "words": PART_WORDS[best.part], "rank_us": best.own_ms * 1e3,
-            "others_us": best.others_ms * 1e3, "excess_us": best.excess_ms * 1e3,
-            "ratio": best.ratio}
+    return cause_of(parts, step_us / 1e3)
 
 
-def cause_part(row: dict[str, Any]) -> PartTime | None:
+def cause_part(row: StragglerRow) -> PartTime | None:
     """A ``with_causes`` row's cause as the slow-rank sentence takes it."""
-    if not row.get("cause"):
+    if not row.cause or not isinstance(row.cause_us, float) \
+            or not isinstance(row.cause_others_us, float):
         return None
-    own, theirs = row["cause_us"] / 1e3, row["cause_others_us"] / 1e3
-    return PartTime(row["cause"], own, theirs, own - theirs)
+    own, theirs = row.cause_us / 1e3, row.cause_others_us / 1e3
+    return PartTime(row.cause, own, theirs, own - theirs)
 
 
-def with_causes(stragglers: list[dict[str, Any]],
-                step_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_causes(stragglers: list[StragglerRow], step_rows: list[StepRow]) -> list[StragglerRow]:
     """``straggler_rows`` with ``cause`` (a role or ``None``), ``cause_us``,
     ``cause_others_us`` and ``cause_words`` (``slow.part_phrase``) for every
     rank that arrived last at least once; ``wait_per_step_us``: the wait of
@@ -81,23 +76,25 @@ def with_causes(stragglers: list[dict[str, Any]],
     steps), as the slow-rank sentence counts it."""
     medians = role_medians(step_rows)
     steps: dict[int, int] = {}
-    for row in step_rows:
-        steps[int(row["rank"])] = steps.get(int(row["rank"]), 0) + 1
+    for step in step_rows:
+        steps[step.rank] = steps.get(step.rank, 0) + 1
     out = []
     for s in stragglers:
-        cause = likely_cause(s["rank"], medians) if s.get("last") else None
-        n = steps.get(s["rank"])
-        row = s | {"cause": cause["role"] if cause else None,
-                   "cause_us": cause["rank_us"] if cause else None,
-                   "cause_others_us": cause["others_us"] if cause else None}
-        part = cause_part(row)
-        each = s.get("caused_each_us", s["caused_us"])
-        out.append(row | {"cause_words": part_phrase(part) if part else None,
-                          "wait_per_step_us": each / n if n else None})
+        cause = likely_cause(s.rank, medians) if s.last else None
+        n = steps.get(s.rank)
+        each = s.caused_us if isinstance(s.caused_each_us, UnsetType) else s.caused_each_us
+        row = msgspec.structs.replace(
+            s, cause=cause.part if cause else None,
+            cause_us=cause.own_ms * 1e3 if cause else None,
+            cause_others_us=cause.others_ms * 1e3 if cause else None)
+        part = cause_part(row)  # the figures as the row holds them, as every view reads them
+        out.append(msgspec.structs.replace(
+            row, cause_words=part_phrase(part) if part else None,
+            wait_per_step_us=each / n if n and each is not None else None))
     return out
 
 
-def with_verdict(stragglers: list[dict[str, Any]], verdict: Finding) -> list[dict[str, Any]]:
+def with_verdict(stragglers: list[StragglerRow], verdict: Finding) -> list[StragglerRow]:
     """``with_causes``' rows when a run folder's step records judged the slow
     rank (``verdict``: ``slow.slow_rank_finding``'s finding): the cause of the
     rank it names is the verdict's (its figures: measured over more steps than
@@ -117,15 +114,16 @@ def with_verdict(stragglers: list[dict[str, Any]], verdict: Finding) -> list[dic
     waited = verdict.value("wait_per_step_ms")
     out = []
     for s in stragglers:
-        mine = said if s["rank"] == rank else None
-        row = s | {"cause": mine.part if mine else None,
-                   "cause_us": mine.own_ms * 1e3 if mine else None,
-                   "cause_others_us": mine.others_ms * 1e3 if mine else None,
-                   "cause_words": part_phrase(mine) if mine else None}
-        if s["rank"] == rank and waited is not None:
+        mine = said if s.rank == rank else None
+        row = msgspec.structs.replace(
+            s, cause=mine.part if mine else None,
+            cause_us=mine.own_ms * 1e3 if mine else None,
+            cause_others_us=mine.others_ms * 1e3 if mine else None,
+            cause_words=part_phrase(mine) if mine else None)
+        if s.rank == rank and waited is not None:
             # one wait figure per rank and window: the verdict's, over its steps;
             # the profiled collectives' per-collective wait would be a second one
-            row |= {"wait_per_step_us": waited * 1e3, "caused_each_us": None,
-                    "caused_mean_us": None}
+            row = msgspec.structs.replace(row, wait_per_step_us=waited * 1e3,
+                                          caused_each_us=None, caused_mean_us=None)
         out.append(row)
     return out

@@ -57,13 +57,13 @@ Durations are measured on one rank's clock and never change.
 
 from __future__ import annotations
 
-from typing import Any
-
+import msgspec
 import numpy as np
 
-from torchlens.analysis.ranks.arrivals import last_arrival
-from torchlens.analysis.runs.collectives import RankFigures, collective_tables
+from torchlens.analysis.runs.collectives import collective_tables, set_last
+from torchlens.analysis.runs.rows import ClockRow, CollectiveRow
 from torchlens.model.findings import INFO, Figure, Finding
+from torchlens.model.run_figures import RankFigures, TraceFigures
 from torchlens.model.units import format_duration
 
 #: An offset is applied only above this (µs) ...
@@ -74,11 +74,11 @@ APPLY_FACTOR = 3.0
 
 def _ends(ranks: RankFigures) -> dict[int, dict[tuple[int, int], float]]:
     """``{rank: {(trace, seq): end in unix seconds}}``."""
-    return {rank: {(trace, c["seq"]): c["t1"] for trace, recs in per.items() for c in recs}
+    return {rank: {(trace, c.seq): c.t1 for trace, recs in per.items() for c in recs}
             for rank, per in collective_tables(ranks).items()}
 
 
-def clock_rows(ranks: RankFigures, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def clock_rows(ranks: RankFigures, rows: list[CollectiveRow]) -> list[ClockRow]:
     """One row per rank that has collectives (module docstring): ``rank``,
     ``reference`` (the reference rank), ``offset_us``, ``collectives``,
     ``residual_median_us``, ``residual_max_us``, ``applied``. Empty when fewer
@@ -87,43 +87,43 @@ def clock_rows(ranks: RankFigures, rows: list[dict[str, Any]]) -> list[dict[str,
     if len(ends) < 2:
         return []
     ref = min(ends)
-    hosts = {f.get("host") for figures in ranks.values() for f in figures}
+    hosts = {f.host if isinstance(f.host, str) else None
+             for figures in ranks.values() for f in figures}
     one_host = len(hosts) == 1 and None not in hosts
-    matched = [(r["trace"], r["seq"]) for r in rows if r["arrivals"] is not None
-               and len(r["arrivals"]) >= 2 and not r["mismatch"]]
+    matched = [(r.trace, r.seq) for r in rows if r.arrivals is not None
+               and len(r.arrivals) >= 2 and not r.mismatch]
     out = []
     for rank in sorted(ends):
         mine = ends[rank]
         # differences in µs, taken from the unix seconds (0.2 µs resolution at today's dates)
         d = np.array([(mine[k] - ends[ref][k]) * 1e6 for k in matched
                       if k in mine and k in ends[ref]])
-        row: dict[str, Any] = {"rank": rank, "reference": ref, "offset_us": None,
-                               "collectives": len(d), "residual_median_us": None,
-                               "residual_max_us": None, "applied": False,
-                               "host": _host(ranks.get(rank, []))}
+        row = ClockRow(rank=rank, reference=ref, offset_us=None, collectives=len(d),
+                       residual_median_us=None, residual_max_us=None, applied=False,
+                       host=_host(ranks.get(rank, [])))
         if len(d):
             offset = 0.0 if rank == ref else float(np.median(d))
             resid = np.abs(d - offset)
-            row.update(offset_us=offset, residual_median_us=float(np.median(resid)),
-                       residual_max_us=float(resid.max()))
-            row["applied"] = bool(not one_host and abs(offset) > APPLY_MIN_US
-                                  and abs(offset) > APPLY_FACTOR * row["residual_median_us"])
+            row.offset_us, row.residual_max_us = offset, float(resid.max())
+            row.residual_median_us = median = float(np.median(resid))
+            row.applied = bool(not one_host and abs(offset) > APPLY_MIN_US
+                               and abs(offset) > APPLY_FACTOR * median)
         out.append(row)
     return out
 
 
-def _host(figures: list[dict[str, Any]]) -> str | None:
+def _host(figures: list[TraceFigures]) -> str | None:
     """The rank's host when its traces name one (``None`` otherwise)."""
-    names = {f.get("host") for f in figures} - {None}
+    names = {f.host for f in figures if isinstance(f.host, str)}
     return ", ".join(sorted(names)) if names else None
 
 
-def applied_offsets(clocks: list[dict[str, Any]]) -> dict[int, float]:
+def applied_offsets(clocks: list[ClockRow]) -> dict[int, float]:
     """``{rank: offset_us}`` of the offsets that are applied (others: 0)."""
-    return {c["rank"]: c["offset_us"] for c in clocks if c["applied"]}
+    return {c.rank: c.offset_us for c in clocks if c.applied and c.offset_us is not None}
 
 
-def alignment_words(clocks: list[dict[str, Any]]) -> str:
+def alignment_words(clocks: list[ClockRow]) -> str:
     """What was done to the ranks' clocks, in the words the run timeline's axis
     and its caption both use (one phrase, so an axis never says "clocks
     aligned" under a caption saying no offset was applied).
@@ -133,7 +133,7 @@ def alignment_words(clocks: list[dict[str, Any]]) -> str:
     if moved:
         return (f"{len(moved)} rank's clock moved by its offset" if len(moved) == 1 else
                 f"{len(moved)} ranks' clocks moved by their offsets")
-    hosts = {c.get("host") for c in clocks}
+    hosts = {c.host for c in clocks}
     if not clocks:
         why = "no two ranks share a collective to compare their clocks by"
     elif len(hosts) == 1 and None not in hosts:
@@ -144,56 +144,63 @@ def alignment_words(clocks: list[dict[str, Any]]) -> str:
     return f"no clock offset applied: {why}"
 
 
-def align_rows(rows: list[dict[str, Any]], clocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def align_rows(rows: list[CollectiveRow], clocks: list[ClockRow]) -> list[CollectiveRow]:
     """``rows`` with aligned arrivals and the raw ones as ``*_raw`` (module docstring)."""
     offsets = applied_offsets(clocks)
     out = []
     for row in rows:
-        row = dict(row)
-        row.update(arrivals_raw=row["arrivals"], last_rank_raw=row["last_rank"],
-                   waits_raw_us=row["waits_us"], max_wait_raw_us=row["max_wait_us"],
-                   aligned=False)
-        arrivals = row["arrivals"]
+        row = msgspec.structs.replace(
+            row, arrivals_raw=row.arrivals, last_rank_raw=row.last_rank,
+            waits_raw_us=row.waits_us, max_wait_raw_us=row.max_wait_us, aligned=False)
+        arrivals = row.arrivals
         if arrivals and any(offsets.get(r) for r in arrivals):
             shifted = {r: t - offsets.get(r, 0.0) / 1e6 for r, t in arrivals.items()}
-            row.update(arrivals=shifted, aligned=True)
-            if row["last_rank"] is not None:
-                last = last_arrival(shifted)
-                del last["last_t0"]
-                row.update(last)
+            row.arrivals, row.aligned = shifted, True
+            if row.last_rank is not None:
+                set_last(row, shifted)
         out.append(row)
     return out
 
 
-def run_skew(clocks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Over the run: the largest |offset|, and the median and largest residual
-    over the ranks (``None`` when no rank has an offset)."""
-    have = [c for c in clocks if c["offset_us"] is not None and c["rank"] != c["reference"]]
+class RunSkew(msgspec.Struct, frozen=True):
+    """Over the run: the largest |offset|, the median and largest residual over
+    the ranks (``None`` when no rank has an offset), and how many were applied."""
+
+    max_offset_us: float | None = None
+    residual_median_us: float | None = None
+    residual_max_us: float | None = None
+    applied: int = 0
+
+
+def run_skew(clocks: list[ClockRow]) -> RunSkew:
+    """The run's clock skew (``RunSkew``) from its ranks' clock rows."""
+    have = [(c, c.offset_us, c.residual_median_us, c.residual_max_us) for c in clocks
+            if c.offset_us is not None and c.rank != c.reference]
     if not have:
-        return {"max_offset_us": None, "residual_median_us": None, "residual_max_us": None,
-                "applied": 0}
-    return {"max_offset_us": max(abs(c["offset_us"]) for c in have),
-            "residual_median_us": float(np.median([c["residual_median_us"] for c in have])),
-            "residual_max_us": max(c["residual_max_us"] for c in have),
-            "applied": sum(c["applied"] for c in have)}
+        return RunSkew()
+    return RunSkew(max_offset_us=max(abs(o) for _, o, _, _ in have),
+                   residual_median_us=float(np.median([m for _, _, m, _ in have])),
+                   residual_max_us=max(x or 0.0 for _, _, _, x in have),
+                   applied=sum(c.applied for c, _, _, _ in have))
 
 
-def findings(clocks: list[dict[str, Any]]) -> list[Finding]:
+def findings(clocks: list[ClockRow]) -> list[Finding]:
     """One sentence when offsets were applied: how many ranks, the largest, and
     the residual skew left after aligning."""
-    moved = [c for c in clocks if c["applied"]]
+    moved = [c for c in clocks if c.applied]
     if not moved:
         return []
-    worst = max(moved, key=lambda c: abs(c["offset_us"]))
+    worst = max(moved, key=lambda c: abs(c.offset_us or 0.0))
+    offset = worst.offset_us or 0.0
     skew = run_skew(clocks)
-    ahead = "ahead of" if worst["offset_us"] > 0 else "behind"
+    ahead = "ahead of" if offset > 0 else "behind"
     return [Finding(
-        INFO, f"{len(moved)} rank(s) ran on clocks offset from rank {worst['reference']}'s "
-        f"(largest: rank {worst['rank']}, {format_duration(abs(worst['offset_us']))} "
-        f"{ahead}), found from the ends of {worst['collectives']} shared collectives; "
+        INFO, f"{len(moved)} rank(s) ran on clocks offset from rank {worst.reference}'s "
+        f"(largest: rank {worst.rank}, {format_duration(abs(offset))} "
+        f"{ahead}), found from the ends of {worst.collectives} shared collectives; "
         f"arrivals and waits are aligned (residual skew: median "
-        f"{format_duration(skew['residual_median_us'])}, "
-        f"at most {format_duration(skew['residual_max_us'])})",
-        (Figure("ranks_offset", len(moved)), Figure("max_offset_us", abs(worst["offset_us"]), "µs"),
-         Figure("residual_median_us", skew["residual_median_us"], "µs"),
-         Figure("residual_max_us", skew["residual_max_us"], "µs")), code="clock_offset")]
+        f"{format_duration(skew.residual_median_us)}, "
+        f"at most {format_duration(skew.residual_max_us)})",
+        (Figure("ranks_offset", len(moved)), Figure("max_offset_us", abs(offset), "µs"),
+         Figure("residual_median_us", skew.residual_median_us, "µs"),
+         Figure("residual_max_us", skew.residual_max_us, "µs")), code="clock_offset")]

@@ -90,9 +90,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from msgspec import UnsetType
 
 from torchlens.analysis.ranks.arrivals import last_arrival
 from torchlens.analysis.ranks.slow import rank_list
+from torchlens.analysis.runs.rows import CollectiveRow
 from torchlens.analysis.trace.collectives import (
     DTYPE_BYTES,
     argument_bytes,
@@ -100,8 +102,7 @@ from torchlens.analysis.trace.collectives import (
 )
 from torchlens.analysis.trace.events import event_text, unix_origin
 from torchlens.model import Trace
-
-RankFigures = dict[int, list[dict[str, Any]]]
+from torchlens.model.run_figures import Collective, CollectiveTable, RankFigures
 
 #: Kinds whose message size every rank must pass alike (NCCL takes one count).
 SAME_SIZE = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reducescatter"})
@@ -112,7 +113,7 @@ COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "kernel_start_us", "gro
 
 
 # ---------------------------------------------------------------- one rank
-def collective_table(trace: Trace) -> dict[str, Any]:
+def collective_table(trace: Trace) -> CollectiveTable:
     """The trace's collectives as columns (module docstring): ``names`` (the
     vocabulary), ``name`` (codes into it) and one list per other key of
     ``rank_collectives``, all in issue order."""
@@ -135,21 +136,21 @@ def collective_table(trace: Trace) -> dict[str, Any]:
         out["group"].append(_first(ev["group_size"][m] for m in members))
         pg = [event_text(trace, "pg_name", m) for m in members]
         out["pg"].append(next((p for p in pg if p), None))
-    return {"names": list(vocabulary), **out}
+    return CollectiveTable(names=list(vocabulary), **out)
 
 
-def records(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """``collective_table``'s columns as one dict per collective, with ``seq``."""
-    names, t0, dur = table["names"], table["t0"], table["dur_us"]
-    k0 = table.get("kernel_start_us") or [None] * len(t0)
-    rest = ("bytes", "kernel_us", "group", "pg")
-    return [{"seq": i, "name": names[code], "t0": t0[i], "t1": t0[i] + dur[i] / 1e6,
-             "dur_us": dur[i], "k0": None if k0[i] is None else t0[i] + k0[i] / 1e6,
-             **{k: table[k][i] for k in rest}}
-            for i, code in enumerate(table["name"])]
+def records(table: CollectiveTable) -> list[Collective]:
+    """``collective_table``'s columns as one record per collective, with ``seq``."""
+    names, t0, dur = table.names, table.t0, table.dur_us
+    k0 = table.kernel_start_us or [None] * len(t0)
+    return [Collective(seq=i, name=names[code], t0=t0[i], t1=t0[i] + dur[i] / 1e6,
+                       dur_us=dur[i], k0=None if k0[i] is None else t0[i] + k0[i] / 1e6,
+                       bytes=table.bytes[i], kernel_us=table.kernel_us[i],
+                       group=table.group[i], pg=table.pg[i])
+            for i, code in enumerate(table.name)]
 
 
-def rank_collectives(trace: Trace) -> list[dict[str, Any]]:
+def rank_collectives(trace: Trace) -> list[Collective]:
     """Every collective of one rank's trace in issue order (module docstring)."""
     return records(collective_table(trace))
 
@@ -213,23 +214,23 @@ def trace_keys(ranks: RankFigures) -> dict[tuple[int, int], int]:
     step: dict[tuple[int, int], int | None] = {}
     for rank, per_rank in ranks.items():
         for i, figures in enumerate(per_rank):
-            numbers = {int(s["step"]) for s in figures.get("steps") or [] if "step" in s}
-            pos[(rank, i)] = int(figures.get("trace", i))
+            numbers = {int(s["step"]) for s in figures.step_list() if "step" in s}
+            pos[(rank, i)] = figures.place(i)
             step[(rank, i)] = next(iter(numbers)) if len(numbers) == 1 else None
     if step and all(v is not None for v in step.values()):
         return {k: int(v) for k, v in step.items() if v is not None}
     return pos
 
 
-def collective_tables(ranks: RankFigures) -> dict[int, dict[int, list[dict[str, Any]]]]:
+def collective_tables(ranks: RankFigures) -> dict[int, dict[int, list[Collective]]]:
     """``{rank: {trace key: records}}`` of the ranks' figures that carry
     collectives (``trace_keys``)."""
     keys = trace_keys(ranks)
-    out: dict[int, dict[int, list[dict[str, Any]]]] = {}
+    out: dict[int, dict[int, list[Collective]]] = {}
     for rank in sorted(ranks):
         for i, figures in enumerate(ranks[rank]):
-            table = figures.get("collectives")
-            if table is None:
+            table = figures.collectives
+            if isinstance(table, UnsetType):
                 continue
             recs = table if isinstance(table, list) else records(table)
             out.setdefault(rank, {})[keys[(rank, i)]] = recs
@@ -243,7 +244,7 @@ def _disagreement(what: dict[int, Any], unit: str = "") -> str:
     return "; ".join(f"{value}{unit} on {rank_list(rs)}" for value, rs in groups.items())
 
 
-def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[dict[str, Any]]:
+def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[CollectiveRow]:
     """One row per ``(trace, seq)`` across ranks (module docstring), in that order.
 
     Keys: ``trace``, ``step`` (``trace_steps``: the ``ProfilerStep`` number
@@ -262,13 +263,13 @@ def collective_rows(ranks: RankFigures, world_size: int | None = None) -> list[d
     tables = collective_tables(ranks)
     steps = trace_steps(ranks)
     fallback_n = world_size or len(ranks)
-    rows: list[dict[str, Any]] = []
+    rows: list[CollectiveRow] = []
     for trace in sorted({t for per in tables.values() for t in per}):
         have = {r: per[trace] for r, per in tables.items() if trace in per}
         for seq in range(max(len(recs) for recs in have.values())):
             at = {r: recs[seq] for r, recs in have.items() if seq < len(recs)}
-            row = _row(trace, seq, at, [r for r in have if r not in at], fallback_n)
-            rows.append({"trace": trace, "step": steps.get(trace), **row})
+            rows.append(_row(trace, steps.get(trace), seq, at, [r for r in have if r not in at],
+                             fallback_n))
     return rows
 
 
@@ -280,48 +281,51 @@ def trace_steps(ranks: RankFigures) -> dict[int, int]:
     seen: dict[int, set[int]] = {}
     for rank, per_rank in ranks.items():
         for i, figures in enumerate(per_rank):
-            numbers = {int(s["step"]) for s in figures.get("steps") or [] if "step" in s}
+            numbers = {int(s["step"]) for s in figures.step_list() if "step" in s}
             seen.setdefault(keys[(rank, i)], set()).update(
                 numbers if len(numbers) == 1 else {-1, -2})
     return {t: next(iter(n)) for t, n in seen.items() if len(n) == 1}
 
 
-def _row(trace: int, seq: int, at: dict[int, dict[str, Any]], missing: list[int],
-         fallback_n: int) -> dict[str, Any]:
-    names = {r: c["name"] for r, c in at.items()}
-    sizes = {r: c["bytes"] for r, c in at.items() if c["bytes"] is not None}
+def _row(trace: int, step: int | None, seq: int, at: dict[int, Collective],
+         missing: list[int], fallback_n: int) -> CollectiveRow:
+    names = {r: c.name for r, c in at.items()}
+    sizes = {r: c.bytes for r, c in at.items() if c.bytes is not None}
     mismatch = None
     if len(set(names.values())) > 1:
         mismatch = "names differ: " + _disagreement(names)
     elif next(iter(names.values())) in SAME_SIZE and len(set(sizes.values())) > 1:
         mismatch = "sizes differ: " + _disagreement(sizes, " B")
-    row: dict[str, Any] = {
-        "trace": trace, "seq": seq,
-        "name": next(iter(names.values())) if len(set(names.values())) == 1 else None,
-        "mismatch": mismatch, "ranks": len(at),
-        "missing": missing, "bytes": max(sizes.values()) if sizes and not mismatch else None,
-        "n": None, "arrivals": None, "arrived_by": None, "issued": None,
-        "last_rank": None, "waits_us": None,
-        "max_wait_us": None, "total_wait_us": None, "dur_us": None, "timed_by": None,
-        "span_us": None, "algbw_GBps": None, "busbw_GBps": None}
+    row = CollectiveRow(
+        trace=trace, step=step, seq=seq,
+        name=next(iter(names.values())) if len(set(names.values())) == 1 else None,
+        mismatch=mismatch, ranks=len(at), missing=missing,
+        bytes=max(sizes.values()) if sizes and not mismatch else None)
     if mismatch:
         return row
-    groups = [c["group"] for c in at.values() if c.get("group")]
+    groups = [c.group for c in at.values() if c.group]
     n = max(groups) if groups else fallback_n
-    on_gpu = all(c.get("k0") is not None for c in at.values())
-    arrivals = {r: c["k0"] if on_gpu else c["t0"] for r, c in at.items()}
-    row.update(arrived_by="kernel" if on_gpu else "host",
-               issued={r: c["t0"] for r, c in at.items()})
-    by_kernel = all(c["kernel_us"] is not None for c in at.values())
-    dur = min((c["kernel_us"] if by_kernel else c["dur_us"]) for c in at.values())
-    row.update(n=n, arrivals=arrivals, dur_us=dur, timed_by="kernel" if by_kernel else "host",
-               span_us=(max(c["t1"] for c in at.values()) - min(row["issued"].values())) * 1e6)
+    on_gpu = all(c.k0 is not None for c in at.values())
+    arrivals = {r: (c.k0 if on_gpu and c.k0 is not None else c.t0) for r, c in at.items()}
+    issued = {r: c.t0 for r, c in at.items()}
+    by_kernel = all(c.kernel_us is not None for c in at.values())
+    dur = min(((c.kernel_us or 0.0) if by_kernel else c.dur_us) for c in at.values())
+    row.arrived_by = "kernel" if on_gpu else "host"
+    row.issued = issued
+    row.n, row.arrivals, row.dur_us = n, arrivals, dur
+    row.timed_by = "kernel" if by_kernel else "host"
+    row.span_us = (max(c.t1 for c in at.values()) - min(issued.values())) * 1e6
     if len(at) >= 2:
-        last = last_arrival(arrivals)
-        del last["last_t0"]
-        row.update(last)
-    if row["bytes"] is not None and dur > 0:
-        algbw = row["bytes"] / dur / 1e3  # B/µs = MB/s; /1e3 -> GB/s
-        factor = busbw_factor(row["name"], n)
-        row.update(algbw_GBps=algbw, busbw_GBps=algbw * factor if factor is not None else None)
+        set_last(row, arrivals)
+    if row.bytes is not None and dur > 0:
+        algbw = row.bytes / dur / 1e3  # B/µs = MB/s; /1e3 -> GB/s
+        factor = busbw_factor(str(row.name), n)
+        row.algbw_GBps, row.busbw_GBps = algbw, algbw * factor if factor is not None else None
     return row
+
+
+def set_last(row: CollectiveRow, arrivals: dict[int, float]) -> None:
+    """``row``'s last rank and waits from ``arrivals`` (``ranks.arrivals.last_arrival``)."""
+    last = last_arrival(arrivals)
+    row.last_rank, row.waits_us = last["last_rank"], last["waits_us"]
+    row.max_wait_us, row.total_wait_us = last["max_wait_us"], last["total_wait_us"]

@@ -38,27 +38,27 @@ events and names HTA calls memory count (``gpu.gpu_work``'s memory kind).
 
 from __future__ import annotations
 
-from typing import Any
-
+import msgspec
 import numpy as np
 
 from torchlens.analysis.runs.launches import launch_pairs, summary
 from torchlens.analysis.trace.events import LAUNCH_NAMES
 from torchlens.analysis.trace.gpu import MEMORY, GpuWork, gpu_work
 from torchlens.model import Trace
+from torchlens.model.run_figures import MemoryBandwidth, QueueLength, Summary
 
 #: CUDA's launch queue limit per stream (HTA's ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``).
 MAX_QUEUE = 1024
 
 
 def queue_length(trace: Trace, include_last_step: bool = False,
-                 max_queue: int = MAX_QUEUE) -> list[dict[str, Any]]:
+                 max_queue: int = MAX_QUEUE) -> list[QueueLength]:
     """Per GPU stream (``device``, ``stream``): the queue length summary and
     the time at the full queue (module docstring). Empty without launches."""
     return queues_of_work(trace, gpu_work(trace, include_last_step), max_queue)
 
 
-def memory_bandwidth(trace: Trace, include_last_step: bool = False) -> list[dict[str, Any]]:
+def memory_bandwidth(trace: Trace, include_last_step: bool = False) -> list[MemoryBandwidth]:
     """Per memory kind: ``events``, ``bytes`` and the GB/s series summary
     (module docstring). Empty without memory events that carry ``bytes``."""
     return memory_bw_of_work(trace, gpu_work(trace, include_last_step))
@@ -70,7 +70,7 @@ def _trace_span(trace: Trace) -> float | None:
     return float(ts.max() - ts.min()) if len(ts) else None
 
 
-def queues_of_work(trace: Trace, work: GpuWork, max_queue: int = MAX_QUEUE) -> list[dict[str, Any]]:
+def queues_of_work(trace: Trace, work: GpuWork, max_queue: int = MAX_QUEUE) -> list[QueueLength]:
     pairs = launch_pairs(trace, work, LAUNCH_NAMES)
     if not len(pairs):
         return []
@@ -97,10 +97,10 @@ def queues_of_work(trace: Trace, work: GpuWork, max_queue: int = MAX_QUEUE) -> l
         h = held[s:e]
         full = float(np.nansum(h[q >= max_queue]))
         device, stream = work.lanes[int(lanes[s])]
-        row: dict[str, Any] = {"device": device, "stream": stream, "launches": int(e - s) // 2}
-        row |= summary(q) or {}  # never empty: a lane here has two points per launch
-        row |= {"full_us": full, "full_pct": 100.0 * full / span if span else None}
-        out.append(row)
+        stats = summary(q) or Summary()  # never empty: a lane here has two points per launch
+        out.append(QueueLength(**msgspec.structs.asdict(stats), device=device, stream=stream,
+                               launches=int(e - s) // 2, full_us=full,
+                               full_pct=100.0 * full / span if span else None))
     return out
 
 
@@ -113,7 +113,7 @@ def memory_kind(name: str) -> str:
     return name[:11]
 
 
-def memory_bw_of_work(trace: Trace, work: GpuWork) -> list[dict[str, Any]]:
+def memory_bw_of_work(trace: Trace, work: GpuWork) -> list[MemoryBandwidth]:
     ev = trace.events
     pick = np.flatnonzero(work.kind == MEMORY)
     nbytes = ev["bytes"][work.rows[pick]]
@@ -140,8 +140,7 @@ def memory_bw_of_work(trace: Trace, work: GpuWork) -> list[dict[str, Any]]:
         # the running sum of floats leaves ~1e-13 where it should be 0; HTA counts
         # such points as > 0, we treat anything below 1e-9 of the largest as 0
         points = level[level > 1e-9 * float(np.abs(bw).max())]
-        stats = summary(points) or dict.fromkeys(("count", "mean", "std", "min", "p25",
-                                                  "p50", "p75", "max"))
-        out.append({"kind": kind, "events": int(mine.sum()),
-                    "bytes": int(nbytes[mine].sum()), **stats})
+        stats = summary(points) or Summary()
+        out.append(MemoryBandwidth(**msgspec.structs.asdict(stats), kind=kind,
+                                   events=int(mine.sum()), bytes=int(nbytes[mine].sum())))
     return out

@@ -48,7 +48,16 @@ from typing import Any
 
 from torchlens.analysis.changes import change_status
 from torchlens.analysis.runs.op_totals import GPU_KINDS, HOST_KINDS
-from torchlens.model.findings import INFO, PASSED, WARNING, Figure, Finding
+from torchlens.model.findings import INFO, PASSED, RUN_DIFF, WARNING, Figure, Finding
+from torchlens.model.payloads import (
+    DiffRow,
+    DiffThresholds,
+    DiffUnits,
+    RankSteps,
+    RunDiff,
+    StepTime,
+)
+from torchlens.model.run_figures import OpTotals, RankFigures
 from torchlens.model.units import (
     format_duration,
     format_percent,
@@ -56,7 +65,6 @@ from torchlens.model.units import (
     plural,
 )
 
-RankFigures = dict[int, list[dict[str, Any]]]
 #: Per rank, the µs of each recorded step (``t1 - t0`` of its step records).
 RecordedSteps = dict[int, list[float]]
 SAME_PCT = 5.0
@@ -69,11 +77,10 @@ RECORDED, PROFILED = "step records", "profiled steps"
 
 def diff_runs(a: RankFigures, b: RankFigures, *,
               recorded: tuple[RecordedSteps | None, RecordedSteps | None] = (None, None),
-              same_pct: float = SAME_PCT, same_us: float = SAME_US) -> dict[str, Any]:
-    """The diff of run ``b`` against run ``a`` as one JSON-able dict (see the
-    module docstring): ``ops``, ``kernels``, ``step_time``, ``rank_steps``,
-    ``notes``, ``summary`` (rows per status) and ``verdict`` (a ``Finding``'s
-    ``to_dict``; a diff saved by an older torchlens holds the sentence alone).
+              same_pct: float = SAME_PCT, same_us: float = SAME_US) -> RunDiff:
+    """The diff of run ``b`` against run ``a`` (see the module docstring):
+    ``ops``, ``kernels``, ``step_time``, ``rank_steps``, ``notes``, ``summary``
+    (rows per status) and ``verdict`` (a ``Finding``, code ``run_diff``).
     ``recorded``: each run's step records (None: it has none)."""
     notes: list[str] = []
     sides = {}
@@ -89,8 +96,8 @@ def diff_runs(a: RankFigures, b: RankFigures, *,
         sides[label] = (totals, units)
         per_trace |= stepped < traces or not traces
     rows = _rows(sides["A"], sides["B"], same_pct, same_us)
-    ops = [r for r in rows if r["kind"] in HOST_KINDS]
-    kernels = [r for r in rows if r["kind"] in GPU_KINDS]
+    ops = [r for r in rows if r.kind in HOST_KINDS]
+    kernels = [r for r in rows if r.kind in GPU_KINDS]
     rec_a, rec_b = recorded
     if rec_a and rec_b:
         steps_a, steps_b, source = rec_a, rec_b, RECORDED
@@ -101,90 +108,89 @@ def diff_runs(a: RankFigures, b: RankFigures, *,
                          "are of the profiled steps, to compare like with like")
     step_time = _step_time(steps_a, steps_b, source)
     rank_steps = _rank_steps(steps_a, steps_b, notes)
-    for label in ("A", "B"):
-        if step_time[f"{label.lower()}_steps"] == 0:
+    for label, n in (("A", step_time.a_steps), ("B", step_time.b_steps)):
+        if n == 0:
             notes.append(f"{label} has no ProfilerStep#N spans: no step time (mark steps "
                          "with torch.profiler's schedule and prof.step(), or torchlens.step())")
-    out = {"per": "trace" if per_trace else "step",
-           "units": {"a": sides["A"][1], "b": sides["B"][1]},
-           "thresholds": {"same_pct": same_pct, "same_us": same_us},
-           "step_time": step_time, "rank_steps": rank_steps,
-           "summary": {s: sum(r["status"] == s for r in rows) for s in STATUSES},
-           "ops": ops, "kernels": kernels, "notes": notes}
-    # kept as a plain dict: the diff is stored as JSON (``DiffPayload.diff``)
-    out["verdict"] = verdict(out, (len(a), len(b))).to_dict()
+    out = RunDiff(per="trace" if per_trace else "step",
+                  units=DiffUnits(sides["A"][1], sides["B"][1]),
+                  thresholds=DiffThresholds(same_pct, same_us),
+                  step_time=step_time, rank_steps=rank_steps,
+                  summary={s: sum(r.status == s for r in rows) for s in STATUSES},
+                  ops=ops, kernels=kernels, notes=notes)
+    out.verdict = verdict(out, (len(a), len(b)))
     return out
 
 
-def regressed(diff: dict[str, Any], pct: float) -> bool | None:
+def regressed(diff: RunDiff, pct: float) -> bool | None:
     """Whether B's median step time is more than ``pct`` % above A's
     (``None`` when either run has no step time)."""
-    reg = diff["step_time"]["regression_pct"]
+    reg = diff.step_time.regression_pct
     return None if reg is None else reg > pct
 
 
-def verdict(diff: dict[str, Any], ranks: tuple[int, int] = (1, 1)) -> Finding:
+def verdict(diff: RunDiff, ranks: tuple[int, int] = (1, 1)) -> Finding:
     """The step time change and its largest slowdown, and on a faster run its
     largest speedup first, in one sentence: a warning when B is more than
     ``same_pct`` slower, passed when it is not. ``ranks``: A's and B's rank
     counts; with several, a change's unit says it is a mean over the ranks,
     so it is not read against a view's per-rank figures."""
-    st = diff["step_time"]
+    st = diff.step_time
     figures: list[Figure] = []
-    if st["regression_pct"] is None:
+    if st.regression_pct is None:
         severity = INFO
-        head = "step time unknown (" + ("neither run" if not (st["a_steps"] or st["b_steps"])
-                                        else "A" if not st["a_steps"] else "B") \
+        head = "step time unknown (" + ("neither run" if not (st.a_steps or st.b_steps)
+                                        else "A" if not st.a_steps else "B") \
                + " has ProfilerStep#N spans)"
     else:
-        severity = WARNING if st["regression_pct"] > diff["thresholds"]["same_pct"] else PASSED
-        which = "recorded" if st.get("source") == RECORDED else "profiled"
-        head = (f"step time {format_us_as_ms(st['a_median_us'])} -> "
-                f"{format_us_as_ms(st['b_median_us'])} "
-                f"({format_percent(st['regression_pct'], signed=True)}, median of "
-                f"{st['a_steps']} {which} steps of A and {st['b_steps']} of B)")
-        figures += [Figure("a_median_us", st["a_median_us"], "µs"),
-                    Figure("b_median_us", st["b_median_us"], "µs"),
-                    Figure("regression_pct", st["regression_pct"], "%")]
-    per = "per step" if diff["per"] == "step" else "per trace"
-    if diff["per"] == "step" and max(ranks) > 1:
+        severity = WARNING if st.regression_pct > diff.thresholds.same_pct else PASSED
+        which = "recorded" if st.source == RECORDED else "profiled"
+        head = (f"step time {format_us_as_ms(st.a_median_us)} -> "
+                f"{format_us_as_ms(st.b_median_us)} "
+                f"({format_percent(st.regression_pct, signed=True)}, median of "
+                f"{st.a_steps} {which} steps of A and {st.b_steps} of B)")
+        figures += [Figure("a_median_us", st.a_median_us, "µs"),
+                    Figure("b_median_us", st.b_median_us, "µs"),
+                    Figure("regression_pct", st.regression_pct, "%")]
+    per = "per step" if diff.per == "step" else "per trace"
+    if diff.per == "step" and max(ranks) > 1:
         per += (f" and rank, mean of {ranks[0]} ranks" if ranks[0] == ranks[1]
                 else f" and rank, mean of {plural(ranks[0], 'rank')} of A and {ranks[1]} of B")
-    rows = [r for r in diff["ops"] + diff["kernels"] if r["name"] != REST]
-    better = [r for r in rows if r["status"] in ("faster", "removed")]
-    worse = [r for r in rows if r["status"] in ("slower", "added")]
+    rows = [r for r in diff.ops + diff.kernels if r.name != REST]
+    better = [r for r in rows if r.status in ("faster", "removed")]
+    worse = [r for r in rows if r.status in ("slower", "added")]
     parts = []
     if _faster(diff):
         if better:
-            w = min(better, key=lambda r: r["delta_us"])
+            w = min(better, key=lambda r: r.delta_us)
             parts.append(_change("largest speedup", w, per, "removed"))
-            figures.append(Figure("largest_speedup_us", w["delta_us"], "µs"))
+            figures.append(Figure("largest_speedup_us", w.delta_us, "µs"))
         else:
             parts.append("no op or kernel got faster")
     if worse:
         # named on a faster run too: a collective that waits longer is not
         # hidden by the ops that sped up
-        w = max(worse, key=lambda r: r["delta_us"])
+        w = max(worse, key=lambda r: r.delta_us)
         parts.append(_change("largest slowdown", w, per, "added"))
-        figures.append(Figure("largest_slowdown_us", w["delta_us"], "µs"))
+        figures.append(Figure("largest_slowdown_us", w.delta_us, "µs"))
     elif not _faster(diff):
         parts.append("no op or kernel got slower")
     tail = "; ".join(parts)
-    return Finding(severity, f"{head}; {tail}", tuple(figures), code="run_diff")
+    return Finding(severity, f"{head}; {tail}", tuple(figures), code=RUN_DIFF)
 
 
-def _faster(diff: dict[str, Any]) -> bool:
+def _faster(diff: RunDiff) -> bool:
     """Whether B's step time is below A's (without a step time nothing says
     which way the run went: the verdict names its largest slowdown)."""
-    reg = diff["step_time"]["regression_pct"]
+    reg = diff.step_time.regression_pct
     return reg is not None and reg < 0
 
 
-def _change(label: str, row: dict[str, Any], per: str, whole: str) -> str:
-    name = row["name"] if len(row["name"]) <= 80 else row["name"][:77] + "..."
-    return (f"{label}: {_kind_word(row['kind'])} {name} "
-            f"{format_duration(row['delta_us'], signed=True)} {per}"
-            + (f" ({whole})" if row["status"] == whole else ""))
+def _change(label: str, row: DiffRow, per: str, whole: str) -> str:
+    name = row.name if len(row.name) <= 80 else row.name[:77] + "..."
+    return (f"{label}: {_kind_word(row.kind)} {name} "
+            f"{format_duration(row.delta_us, signed=True)} {per}"
+            + (f" ({whole})" if row.status == whole else ""))
 
 
 # ------------------------------------------------------------------ internals
@@ -195,26 +201,26 @@ def _totals(run: RankFigures) -> tuple[dict[tuple[str, str], list[float]], int, 
     units = traces = stepped = 0
     for rank in sorted(run):
         for figures in run[rank]:
-            t = figures.get("op_totals")
-            if not t:
+            t = figures.op_totals
+            if not isinstance(t, OpTotals):
                 continue
             traces += 1
-            stepped += bool(t["steps"])
-            units += t["steps"] or 1
-            for kind, k in t["kinds"].items():
-                for name, n, us in zip(k["names"], k["count"], k["us"], strict=True):
+            stepped += bool(t.steps)
+            units += t.steps or 1
+            for kind, k in t.kinds.items():
+                for name, n, us in zip(k.names, k.count, k.us, strict=True):
                     cell = totals.setdefault((kind, name), [0, 0.0])
                     cell[0] += n
                     cell[1] += us
-                if k.get("rest"):
+                if k.rest:
                     cell = totals.setdefault((kind, REST), [0, 0.0])
-                    cell[0] += k["rest"]["count"]
-                    cell[1] += k["rest"]["us"]
+                    cell[0] += k.rest.count
+                    cell[1] += k.rest.us
     return totals, units, traces, stepped
 
 
 def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
-          same_us: float) -> list[dict[str, Any]]:
+          same_us: float) -> list[DiffRow]:
     (ta, ua), (tb, ub) = a, b
     rows = []
     for key in sorted(set(ta) | set(tb)):
@@ -226,16 +232,15 @@ def _rows(a: tuple[dict, int], b: tuple[dict, int], same_pct: float,
         pct = 100.0 * delta / a_us if a_us else None
         status = change_status(a_us, b_us, in_a=bool(ca), in_b=bool(cb), same_pct=same_pct,
                                small=same_us, up="slower", down="faster")
-        rows.append({"kind": key[0], "name": key[1], "status": status, "a_us": a_us,
-                     "b_us": b_us, "delta_us": delta, "delta_pct": pct,
-                     "a_calls": a_calls, "b_calls": b_calls})
-    rows.sort(key=lambda r: (-abs(r["delta_us"]), r["kind"], r["name"]))
+        rows.append(DiffRow(kind=key[0], name=key[1], status=status, a_us=a_us, b_us=b_us,
+                            delta_us=delta, delta_pct=pct, a_calls=a_calls, b_calls=b_calls))
+    rows.sort(key=lambda r: (-abs(r.delta_us), r.kind, r.name))
     return rows
 
 
 def _profiled(run: RankFigures) -> RecordedSteps:
     """Per rank, the µs of each profiled step (the step breakdown's)."""
-    return {r: [float(s["dur_us"]) for figures in run[r] for s in figures.get("steps") or []]
+    return {r: [float(s["dur_us"]) for figures in run[r] for s in figures.step_list()]
             for r in sorted(run)}
 
 
@@ -243,17 +248,17 @@ def _median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def _step_time(a: RecordedSteps, b: RecordedSteps, source: str) -> dict[str, Any]:
+def _step_time(a: RecordedSteps, b: RecordedSteps, source: str) -> StepTime:
     da = [us for r in sorted(a) for us in a[r]]
     db = [us for r in sorted(b) for us in b[r]]
     ma, mb = _median(da), _median(db)
     delta = mb - ma if ma is not None and mb is not None else None
-    return {"source": source, "a_median_us": ma, "b_median_us": mb, "a_steps": len(da),
-            "b_steps": len(db), "delta_us": delta,
-            "regression_pct": 100.0 * delta / ma if delta is not None and ma else None}
+    return StepTime(source=source, a_median_us=ma, b_median_us=mb, a_steps=len(da),
+                    b_steps=len(db), delta_us=delta,
+                    regression_pct=100.0 * delta / ma if delta is not None and ma else None)
 
 
-def _rank_steps(a: RecordedSteps, b: RecordedSteps, notes: list[str]) -> list[dict[str, Any]]:
+def _rank_steps(a: RecordedSteps, b: RecordedSteps, notes: list[str]) -> list[RankSteps]:
     ra, rb = set(a), set(b)
     pairs = [(r, r) for r in sorted(ra & rb)]
     if ra != rb:
@@ -272,9 +277,9 @@ def _rank_steps(a: RecordedSteps, b: RecordedSteps, notes: list[str]) -> list[di
     for x, y in pairs:
         ma, mb = _median(a[x]), _median(b[y])
         delta = mb - ma if ma is not None and mb is not None else None
-        rows.append({"rank_a": x, "rank_b": y, "a_median_us": ma, "b_median_us": mb,
-                     "delta_us": delta,
-                     "delta_pct": 100.0 * delta / ma if delta is not None and ma else None})
+        rows.append(RankSteps(rank_a=x, rank_b=y, a_median_us=ma, b_median_us=mb,
+                              delta_us=delta,
+                              delta_pct=100.0 * delta / ma if delta is not None and ma else None))
     return rows
 
 
@@ -294,7 +299,7 @@ def _kind_word(kind: str) -> str:
             "gpu_memset": "memset"}.get(kind, kind)
 
 
-def analyze(profile: Any) -> dict[str, Any]:
+def analyze(profile: Any) -> RunDiff:
     """The analysis of a ``diff`` Profile: the diff it holds, computed when it
     was made (``DiffPayload.diff``)."""
     return profile.payload.diff

@@ -1,4 +1,4 @@
-"""HTA's per-rank figures from one ``Trace``, as plain JSON-able dicts and lists.
+"""HTA's per-rank figures from one ``Trace``, as the structs of ``model.run_figures``.
 
 Each figure follows HolisticTraceAnalysis (``hta/analyzers/breakdown_analysis.py``,
 ``communication_analysis.py``) on the GPU work that ``gpu.gpu_work`` selects
@@ -15,8 +15,6 @@ decimals); every time is in µs.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from torchlens.analysis.trace.gpu import (
@@ -30,6 +28,19 @@ from torchlens.analysis.trace.gpu import (
     union_length,
 )
 from torchlens.model import Trace
+from torchlens.model.run_figures import (
+    GpuWindow,
+    IdleStream,
+    KernelRest,
+    Kernels,
+    KernelStat,
+    KernelState,
+    KindTime,
+    Overlap,
+    Temporal,
+    TopKernels,
+    TraceFigures,
+)
 
 #: HTA's ``consecutive_kernel_delay`` default (its docstring says ns; the
 #: trace's times, and so the threshold, are µs).
@@ -40,7 +51,7 @@ IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 STATE_KINDS = (COMPUTE, COMMUNICATION, MEMORY)
 
 
-def temporal_breakdown(trace: Trace, include_last_step: bool = False) -> dict[str, Any]:
+def temporal_breakdown(trace: Trace, include_last_step: bool = False) -> Temporal:
     """HTA's temporal breakdown of one rank's GPU timeline.
 
     - ``span_us``: from the first GPU work's start to the last one's end;
@@ -61,8 +72,8 @@ def temporal_breakdown(trace: Trace, include_last_step: bool = False) -> dict[st
 
 
 def idle_time(trace: Trace, include_last_step: bool = False,
-              kernel_wait_us: float = KERNEL_WAIT_US) -> list[dict[str, Any]]:
-    """HTA's idle time breakdown, one dict per GPU stream (``device``, ``stream``).
+              kernel_wait_us: float = KERNEL_WAIT_US) -> list[IdleStream]:
+    """HTA's idle time breakdown, one row per GPU stream (``device``, ``stream``).
 
     On each stream, GPU work is taken in start order; the gap before each one
     but the first is its start minus the previous one's end (``idle_us`` sums
@@ -83,7 +94,7 @@ def idle_time(trace: Trace, include_last_step: bool = False,
     return _idle(gpu_work(trace, include_last_step), kernel_wait_us)
 
 
-def comm_comp_overlap(trace: Trace, include_last_step: bool = False) -> dict[str, Any]:
+def comm_comp_overlap(trace: Trace, include_last_step: bool = False) -> Overlap:
     """HTA's communication/computation overlap of one rank.
 
     ``communication_us``: the union of communication kernels;
@@ -96,7 +107,7 @@ def comm_comp_overlap(trace: Trace, include_last_step: bool = False) -> dict[str
 
 
 def kernel_breakdown(trace: Trace, top: int = 10,
-                     include_last_step: bool = False) -> dict[str, Any]:
+                     include_last_step: bool = False) -> Kernels:
     """Time by kind of GPU work, HTA's overlap states, and the top kernels.
 
     - ``kinds``: per kind (compute, communication, memory, other): ``us`` (sum
@@ -124,7 +135,7 @@ def kernel_breakdown(trace: Trace, top: int = 10,
 
 
 def rank_figures(trace: Trace, top: int = 10, include_last_step: bool = False,
-                 kernel_wait_us: float = KERNEL_WAIT_US) -> dict[str, Any]:
+                 kernel_wait_us: float = KERNEL_WAIT_US) -> TraceFigures:
     """All figures of one rank, the GPU work selected once: ``temporal``,
     ``idle``, ``overlap``, ``kernels``, ``collective_overlap`` (``comm_overlap.py``:
     the overlap split by collective), and ``launches`` (``launches.py``),
@@ -134,32 +145,31 @@ def rank_figures(trace: Trace, top: int = 10, include_last_step: bool = False,
     from torchlens.analysis.trace.comm_overlap import overlap_of_work
 
     work = gpu_work(trace, include_last_step)
-    return {"temporal": _temporal(work), "idle": _idle(work, kernel_wait_us),
-            "overlap": _overlap(work), "kernels": _kernels(work, trace, top),
-            "collective_overlap": overlap_of_work(work, trace),
-            "launches": launch_stats_of_work(trace, work, top), "queues": queues_of_work(trace, work),
-            "memory_bw": memory_bw_of_work(trace, work)}
+    return TraceFigures(temporal=_temporal(work), idle=_idle(work, kernel_wait_us),
+                        overlap=_overlap(work), kernels=_kernels(work, trace, top),
+                        collective_overlap=overlap_of_work(work, trace),
+                        launches=launch_stats_of_work(trace, work, top),
+                        queues=queues_of_work(trace, work),
+                        memory_bw=memory_bw_of_work(trace, work))
 
 
 # ------------------------------------------------------------------ internals
-def _temporal(work: GpuWork) -> dict[str, Any]:
-    out: dict[str, Any] = {"gpu": len(work) > 0, "window": dict(work.window)}
-    keys = ("span_us", "busy_us", "idle_us", "compute_us", "non_compute_us",
-            "idle_pct", "compute_pct", "non_compute_pct")
+def _temporal(work: GpuWork) -> Temporal:
+    window = GpuWindow(**work.window)
     if not len(work):
-        return out | dict.fromkeys(keys)
+        return Temporal(gpu=False, window=window)
     span = float(work.end.max() - work.start.min())
     busy = union_length(work.start, work.end)
     pick = work.kind == COMPUTE
     compute = union_length(work.start[pick], work.end[pick])
-    parts = {"idle": span - busy, "compute": compute, "non_compute": busy - compute}
-    out |= {"span_us": span, "busy_us": busy}
-    out |= {f"{k}_us": v for k, v in parts.items()}
-    out |= {f"{k}_pct": _share(v, span) for k, v in parts.items()}
-    return out
+    idle, non_compute = span - busy, busy - compute
+    return Temporal(gpu=True, window=window, span_us=span, busy_us=busy, idle_us=idle,
+                    compute_us=compute, non_compute_us=non_compute,
+                    idle_pct=_share(idle, span), compute_pct=_share(compute, span),
+                    non_compute_pct=_share(non_compute, span))
 
 
-def _idle(work: GpuWork, kernel_wait_us: float) -> list[dict[str, Any]]:
+def _idle(work: GpuWork, kernel_wait_us: float) -> list[IdleStream]:
     if not len(work):
         return []
     order = np.argsort(work.lane, kind="stable")  # start order kept within a lane
@@ -177,29 +187,28 @@ def _idle(work: GpuWork, kernel_wait_us: float) -> list[dict[str, Any]]:
     out = []
     for i, (device, stream) in enumerate(work.lanes):
         total = float(sums[i].sum())
-        row: dict[str, Any] = {"device": device, "stream": stream,
-                               "events": int(counts[i]), "idle_us": total}
-        row |= {f"{c}_us": float(sums[i, j]) for j, c in enumerate(IDLE_CATEGORIES)}
-        row |= {f"{c}_pct": _share(float(sums[i, j]), total)
-                for j, c in enumerate(IDLE_CATEGORIES)}
-        out.append(row)
+        host, kernel, other = (float(sums[i, j]) for j in range(len(IDLE_CATEGORIES)))
+        out.append(IdleStream(device=device, stream=stream, events=int(counts[i]),
+                              idle_us=total, host_wait_us=host, kernel_wait_us=kernel,
+                              other_us=other, host_wait_pct=_share(host, total),
+                              kernel_wait_pct=_share(kernel, total),
+                              other_pct=_share(other, total)))
     return out
 
 
-def _overlap(work: GpuWork) -> dict[str, Any]:
+def _overlap(work: GpuWork) -> Overlap:
     if not len(work):
-        return {"gpu": False, "communication_us": None, "overlapped_us": None,
-                "overlap_pct": None}
+        return Overlap(gpu=False)
     states = state_times(work, (COMMUNICATION, COMPUTE))
     comm = float(states[1] + states[3])
     overlapped = float(states[3])
-    return {"gpu": True, "communication_us": comm, "overlapped_us": overlapped,
-            "overlap_pct": _share(overlapped, comm)}
+    return Overlap(gpu=True, communication_us=comm, overlapped_us=overlapped,
+                   overlap_pct=_share(overlapped, comm))
 
 
-def _kernels(work: GpuWork, trace: Trace, top: int) -> dict[str, Any]:
+def _kernels(work: GpuWork, trace: Trace, top: int) -> Kernels:
     if not len(work):
-        return {"gpu": False, "kinds": None, "states": None, "top": None}
+        return Kernels(gpu=False)
     dur = work.end - work.start
     # one group per (kind, name code); names decoded once per group
     key = work.kind * (int(work.name.max()) + 2) + (work.name + 1)
@@ -218,29 +227,28 @@ def _kernels(work: GpuWork, trace: Trace, top: int) -> dict[str, Any]:
     names = [labels[c] if c >= 0 else "" for c in codes]
     g_kind = work.kind[first]
 
-    kinds: dict[str, Any] = {}
-    top_out: dict[str, Any] = {}
+    kinds: dict[str, KindTime] = {}
+    top_out: dict[str, TopKernels] = {}
     for k, word in enumerate(KINDS):
         mine = sorted(np.flatnonzero(g_kind == k).tolist(), key=lambda g: (-total[g], names[g]))
-        kinds[word] = {"us": float(total[mine].sum()), "count": int(n[mine].sum()),
-                       "names": len(mine)}
+        kinds[word] = KindTime(us=float(total[mine].sum()), count=int(n[mine].sum()),
+                               names=len(mine))
         shown, rest = mine[:top], mine[top:]
-        top_out[word] = {
-            "kernels": [{"name": names[g], "count": int(n[g]), "total_us": float(total[g]),
-                         "mean_us": float(mean[g]), "min_us": float(low[g]),
-                         "max_us": float(high[g]), "std_us": float(std[g])}
-                        for g in shown],
-            "rest": ({"names": len(rest), "count": int(n[rest].sum()),
-                      "total_us": float(total[rest].sum())} if rest else None),
-        }
+        top_out[word] = TopKernels(
+            kernels=[KernelStat(name=names[g], count=int(n[g]), total_us=float(total[g]),
+                                mean_us=float(mean[g]), min_us=float(low[g]),
+                                max_us=float(high[g]), std_us=float(std[g]))
+                     for g in shown],
+            rest=(KernelRest(names=len(rest), count=int(n[rest].sum()),
+                             total_us=float(total[rest].sum())) if rest else None))
     times = state_times(work, STATE_KINDS)
     whole = float(times[1:].sum())
-    states = [{"state": " overlapping ".join(KINDS[STATE_KINDS[b]] for b in range(3)
-                                              if m >> b & 1),
-               "us": float(times[m]), "pct": _share(float(times[m]), whole)}
+    states = [KernelState(state=" overlapping ".join(KINDS[STATE_KINDS[b]] for b in range(3)
+                                                     if m >> b & 1),
+                          us=float(times[m]), pct=_share(float(times[m]), whole))
               for m in range(1, len(times)) if times[m] > 0]
-    states.sort(key=lambda s: -s["us"])
-    return {"gpu": True, "kinds": kinds, "states": states, "top": top_out}
+    states.sort(key=lambda s: -s.us)
+    return Kernels(gpu=True, kinds=kinds, states=states, top=top_out)
 
 
 def _share(part: float, whole: float) -> float | None:

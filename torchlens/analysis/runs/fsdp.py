@@ -14,7 +14,7 @@ the view says so rather than leaving it out.
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
 from torchlens.analysis.ddp.fsdp import (
     ALIVE,
@@ -23,7 +23,9 @@ from torchlens.analysis.ddp.fsdp import (
     rank_row,
     rank_text,
 )
+from torchlens.analysis.runs.rows import FsdpRow
 from torchlens.model.records import FsdpStep, StepRecord
+from torchlens.model.run_figures import FsdpFigures
 
 #: why there is no allocator peak, after "allocator peak not measured"
 ON_CPU = "on CPU"
@@ -38,47 +40,48 @@ class FsdpSteps:
     (``add``: a long run has millions); ``figures()`` per rank, JSON-able."""
 
     def __init__(self) -> None:
-        self._ranks: dict[int, dict[str, Any]] = {}
+        self._ranks: dict[int, FsdpFigures] = {}
 
     def add(self, rank: int, rec: StepRecord) -> None:
         got = rec.fsdp
         if not isinstance(got, FsdpStep):
             return
-        f = self._ranks.setdefault(rank, {})
-        if (got.gathered_peak_bytes or 0) > f.get("gathered_peak_bytes", 0):
-            f.update(gathered_peak_bytes=got.gathered_peak_bytes,
-                     gathered_peak_modules=list(got.gathered_peak_modules),
-                     gathered_peak_step=rec.step)
+        f = self._ranks.setdefault(rank, FsdpFigures())
+        if (got.gathered_peak_bytes or 0) > (f.gathered_peak_bytes or 0):
+            f.gathered_peak_bytes = got.gathered_peak_bytes
+            f.gathered_peak_modules = list(got.gathered_peak_modules)
+            f.gathered_peak_step = rec.step
         for key in _LAST:
             value = getattr(got, key)
             if value not in (None, []):
-                f[key] = value
+                setattr(f, key, value)
         if rec.mem is not None and rec.mem.source == "cuda":
-            f["cuda"] = True
+            f.cuda = True
 
-    def figures(self) -> dict[str, dict[str, Any]]:
+    def figures(self) -> dict[str, FsdpFigures]:
         return {str(r): f for r, f in sorted(self._ranks.items())}
 
 
-def fsdp_rows(figures: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def fsdp_rows(figures: dict[str, FsdpFigures]) -> list[FsdpRow]:
     """One row per FSDP rank: the ``%ddp_check`` ranks table's FSDP cells
     (``rank_row``), the gathered bytes of all its parameters, the modules and
     step of its gathered peak, and the figures in words (``text``)."""
     rows = []
     for r, got in sorted(figures.items(), key=lambda kv: int(kv[0])):
-        f = dict(got)
+        # the %ddp_check memory line's words read the figures as its JSON does
+        f = msgspec.to_builtins(got)
         if f.get("gathered_peak_bytes"):
             f["gathered_how"] = ALIVE
         f["allocator_unmeasured"] = ON_GPU if f.get("cuda") else ON_CPU
         mods = module_names(f.get("gathered_peak_modules") or [])
-        rows.append({"rank": int(r), **rank_row(f), "fsdp_unsharded": f.get("unsharded_bytes"),
-                     "gathered_modules": " + ".join(mods) or None,
-                     "gathered_step": f.get("gathered_peak_step"), "text": rank_text(f)})
+        rows.append(FsdpRow(rank=int(r), **rank_row(f), fsdp_unsharded=f.get("unsharded_bytes"),
+                            gathered_modules=" + ".join(mods) or None,
+                            gathered_step=f.get("gathered_peak_step"), text=rank_text(f)))
     return rows
 
 
-def fsdp_lines(rows: list[dict[str, Any]]) -> list[str]:
+def fsdp_lines(rows: list[FsdpRow]) -> list[str]:
     """``rank R: FSDP: ...`` per FSDP rank, one line for ranks that read alike
     (``ranks 0-7: FSDP: ...``): the text view, ``torchlens report``."""
     return [f"{ranks}: FSDP: {text}"
-            for ranks, text in by_text({row["rank"]: row["text"] for row in rows})]
+            for ranks, text in by_text({row.rank: row.text for row in rows})]

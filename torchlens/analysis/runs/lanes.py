@@ -30,14 +30,13 @@ seq)`` names the same collective on every rank, as in ``collectives``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from torchlens.analysis.trace.collectives import collective_events
 from torchlens.analysis.trace.events import category_mask, phase_mask, unix_origin
 from torchlens.analysis.trace.gpu import GPU_CATEGORIES, MEMORY_CATEGORIES, kind_of
 from torchlens.model import Trace
+from torchlens.model.run_figures import Busy, LaneSummary
 
 KINDS = ("compute", "communication", "memory", "cpu", "other")
 COMPUTE, COMMUNICATION, MEMORY, CPU, OTHER = range(len(KINDS))
@@ -94,7 +93,7 @@ def _lane_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, list[str], np.ndar
     return rows[keep], lane[keep], names, kind[keep]
 
 
-def lane_summary(trace: Trace, per_lane: int = LANE_EVENTS) -> dict[str, Any]:
+def lane_summary(trace: Trace, per_lane: int = LANE_EVENTS) -> LaneSummary:
     """One trace's lanes and bounded events as plain columns (module docstring):
     ``origin_s``, ``span_us``, ``lanes`` (names), ``names`` (event name
     vocabulary), ``lane``, ``t``, ``d`` (µs), ``kind`` (``KINDS`` index),
@@ -146,10 +145,10 @@ def lane_summary(trace: Trace, per_lane: int = LANE_EVENTS) -> dict[str, Any]:
         out_seq.append(i)
         out_name.append(vocabulary.setdefault(int(ev["name"][c["row"]]), len(vocabulary)))
     names = [labels[c] if c >= 0 else "" for c in vocabulary]
-    return {"origin_s": unix_origin(trace), "span_us": [round(start, 1), round(end, 1)],
-            "lanes": lanes + ([COLLECTIVES_LANE] if colls else []),
-            "names": [n[:120] for n in names],
-            "lane": out_lane, "t": out_t, "d": out_d, "kind": out_kind, "name": out_name,
-            "seq": out_seq, "events": int(len(rows)), "bin_us": bin_us,
-            "busy": {"lane": (nz // BINS).tolist(), "bin": (nz % BINS).tolist(),
-                     "share": np.round(np.minimum(busy[nz] / bin_us, 1.0), 3).tolist()}}
+    return LaneSummary(
+        origin_s=unix_origin(trace), span_us=[round(start, 1), round(end, 1)],
+        lanes=lanes + ([COLLECTIVES_LANE] if colls else []), names=[n[:120] for n in names],
+        lane=out_lane, t=out_t, d=out_d, kind=out_kind, name=out_name, seq=out_seq,
+        events=int(len(rows)), bin_us=bin_us,
+        busy=Busy(lane=(nz // BINS).tolist(), bin=(nz % BINS).tolist(),
+                  share=np.round(np.minimum(busy[nz] / bin_us, 1.0), 3).tolist()))

@@ -52,6 +52,13 @@ import numpy as np
 from torchlens.analysis.trace.events import LAUNCH_NAMES, category_mask, phase_mask
 from torchlens.analysis.trace.gpu import GPU_CATEGORIES, GpuWork, gpu_work
 from torchlens.model import Trace
+from torchlens.model.run_figures import (
+    Cutoffs,
+    LaunchOutlier,
+    LaunchStats,
+    NameLaunches,
+    Summary,
+)
 
 #: The narrower set of HTA 0.5.0's ``cuda_kernel_launch_stats``.
 HTA_LAUNCH_STATS_NAMES = (
@@ -109,23 +116,23 @@ def launch_pairs(trace: Trace, work: GpuWork,
     return Launches(np.flatnonzero(hit), ev["ts"][call], ev["dur"][call], ev["name"][call])
 
 
-def summary(values: np.ndarray) -> dict[str, float | int] | None:
+def summary(values: np.ndarray) -> Summary | None:
     """count, mean, sample std, min, 25/50/75 % and max (pandas' ``describe``);
     ``None`` for no values; std is ``None`` for one value (pandas gives NaN)."""
     v = np.asarray(values, float)
     if not len(v):
         return None
     p25, p50, p75 = np.percentile(v, [25, 50, 75])
-    return {"count": int(len(v)), "mean": float(v.mean()),
-            "std": float(v.std(ddof=1)) if len(v) > 1 else None,
-            "min": float(v.min()), "p25": float(p25), "p50": float(p50),
-            "p75": float(p75), "max": float(v.max())}
+    return Summary(count=int(len(v)), mean=float(v.mean()),
+                   std=float(v.std(ddof=1)) if len(v) > 1 else None,
+                   min=float(v.min()), p25=float(p25), p50=float(p50),
+                   p75=float(p75), max=float(v.max()))
 
 
 def launch_stats(trace: Trace, top: int = 10, include_last_step: bool = False,
                  names: tuple[str, ...] = LAUNCH_NAMES,
                  runtime_cutoff_us: float = RUNTIME_CUTOFF_US,
-                 launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US) -> dict[str, Any]:
+                 launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US) -> LaunchStats:
     """One rank's launch statistics (the module docstring defines each figure)."""
     return launch_stats_of_work(trace, gpu_work(trace, include_last_step), top, names,
                          runtime_cutoff_us, launch_delay_cutoff_us)
@@ -134,15 +141,10 @@ def launch_stats(trace: Trace, top: int = 10, include_last_step: bool = False,
 def launch_stats_of_work(trace: Trace, work: GpuWork, top: int = 10,
                   names: tuple[str, ...] = LAUNCH_NAMES,
                   runtime_cutoff_us: float = RUNTIME_CUTOFF_US,
-                  launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US) -> dict[str, Any]:
-    keys = ("launches", "apis", "cpu_us", "gpu_us", "delay_us", "gpu_shorter_than_cpu",
-            "gpu_shorter_than_cpu_pct", "short_kernels", "runtime_outliers",
-            "delay_outliers", "outliers", "by_name")
-    out: dict[str, Any] = {"gpu": len(work) > 0,
-                           "cutoffs": {"runtime_us": runtime_cutoff_us,
-                                       "launch_delay_us": launch_delay_cutoff_us}}
+                  launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US) -> LaunchStats:
+    cutoffs = Cutoffs(runtime_us=runtime_cutoff_us, launch_delay_us=launch_delay_cutoff_us)
     if not len(work):
-        return out | dict.fromkeys(keys)
+        return LaunchStats(gpu=False, cutoffs=cutoffs)
     pairs = launch_pairs(trace, work, names)
     labels = trace.events.categories["name"]
     gpu_start = work.start[pairs.work]
@@ -151,16 +153,15 @@ def launch_stats_of_work(trace: Trace, work: GpuWork, top: int = 10,
     delay = np.maximum(gpu_start - pairs.cpu_ts - cpu_dur, 0.0)
     shorter = gpu_dur < cpu_dur
     api_codes, api_n = np.unique(pairs.api, return_counts=True)
-    out |= {
-        "launches": len(pairs),
-        "apis": {labels[c]: int(n) for c, n in zip(api_codes, api_n, strict=True)},
-        "cpu_us": summary(cpu_dur), "gpu_us": summary(gpu_dur), "delay_us": summary(delay),
-        "gpu_shorter_than_cpu": int(shorter.sum()),
-        "gpu_shorter_than_cpu_pct": 100.0 * float(shorter.mean()) if len(pairs) else None,
-        "short_kernels": int((shorter & (cpu_dur <= runtime_cutoff_us)).sum()),
-        "runtime_outliers": int((cpu_dur > runtime_cutoff_us).sum()),
-        "delay_outliers": int((delay > launch_delay_cutoff_us).sum()),
-    }
+    out = LaunchStats(
+        gpu=True, cutoffs=cutoffs, launches=len(pairs),
+        apis={labels[c]: int(n) for c, n in zip(api_codes, api_n, strict=True)},
+        cpu_us=summary(cpu_dur), gpu_us=summary(gpu_dur), delay_us=summary(delay),
+        gpu_shorter_than_cpu=int(shorter.sum()),
+        gpu_shorter_than_cpu_pct=100.0 * float(shorter.mean()) if len(pairs) else None,
+        short_kernels=int((shorter & (cpu_dur <= runtime_cutoff_us)).sum()),
+        runtime_outliers=int((cpu_dur > runtime_cutoff_us).sum()),
+        delay_outliers=int((delay > launch_delay_cutoff_us).sum()))
     gpu_name = work.name[pairs.work]
 
     def label(code: int) -> str:
@@ -169,16 +170,16 @@ def launch_stats_of_work(trace: Trace, work: GpuWork, top: int = 10,
         return text if len(text) <= MAX_NAME else text[:MAX_NAME - 1] + "…"
 
     worst = np.lexsort((gpu_start, -delay))[:top]
-    out["outliers"] = [{"name": label(int(gpu_name[i])), "api": label(int(pairs.api[i])),
-                        "ts_us": float(gpu_start[i]), "cpu_us": float(cpu_dur[i]),
-                        "gpu_us": float(gpu_dur[i]), "delay_us": float(delay[i])}
-                       for i in worst.tolist()]
-    out["by_name"] = _by_name(gpu_name, cpu_dur, gpu_dur, delay, shorter, top, label)
+    out.outliers = [LaunchOutlier(name=label(int(gpu_name[i])), api=label(int(pairs.api[i])),
+                                  ts_us=float(gpu_start[i]), cpu_us=float(cpu_dur[i]),
+                                  gpu_us=float(gpu_dur[i]), delay_us=float(delay[i]))
+                    for i in worst.tolist()]
+    out.by_name = _by_name(gpu_name, cpu_dur, gpu_dur, delay, shorter, top, label)
     return out
 
 
 def _by_name(name: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, delay: np.ndarray,
-             shorter: np.ndarray, top: int, label: Any) -> list[dict[str, Any]]:
+             shorter: np.ndarray, top: int, label: Any) -> list[NameLaunches]:
     """The ``top`` GPU names by total launch delay (ties by name)."""
     if not len(name):
         return []
@@ -195,7 +196,8 @@ def _by_name(name: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, delay: np.ndarr
     np.maximum.at(high, group, delay)
     names = [label(int(c)) for c in codes]
     picked = sorted(range(len(codes)), key=lambda g: (-delay_sum[g], names[g]))[:top]
-    return [{"name": names[g], "count": int(n[g]), "delay_total_us": float(delay_sum[g]),
-             "delay_mean_us": float(delay_sum[g] / n[g]), "delay_max_us": float(high[g]),
-             "cpu_mean_us": float(cpu_sum[g] / n[g]), "gpu_mean_us": float(gpu_sum[g] / n[g]),
-             "gpu_shorter_than_cpu": int(short[g])} for g in picked]
+    return [NameLaunches(name=names[g], count=int(n[g]), delay_total_us=float(delay_sum[g]),
+                         delay_mean_us=float(delay_sum[g] / n[g]), delay_max_us=float(high[g]),
+                         cpu_mean_us=float(cpu_sum[g] / n[g]),
+                         gpu_mean_us=float(gpu_sum[g] / n[g]),
+                         gpu_shorter_than_cpu=int(short[g])) for g in picked]

@@ -28,7 +28,7 @@ Definitions of ``op_totals``:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from torchlens.analysis.trace.gpu import STEP_NAME
 from torchlens.analysis.trace.ops import OpSums, merged, op_frame
 from torchlens.analysis.trace.steps import step_rows
 from torchlens.model import Trace
+from torchlens.model.run_figures import NameTotals, OpTotals, OtherNames
 
 if TYPE_CHECKING:  # imported where a frame is built: op_totals serves pandas-free workers
     import pandas as pd
@@ -49,7 +50,7 @@ KINDS = HOST_KINDS + GPU_KINDS
 TOP_NAMES = 250
 
 
-def op_totals(trace: Trace, top: int = TOP_NAMES) -> dict[str, Any]:
+def op_totals(trace: Trace, top: int = TOP_NAMES) -> OpTotals:
     """Per kind: the ``top`` names by total µs with their counts, and the rest
     summed; ``steps``: how many ``ProfilerStep#N`` spans the totals cover
     (0: none, the totals are the whole trace's). See the module docstring."""
@@ -72,7 +73,7 @@ def op_totals(trace: Trace, top: int = TOP_NAMES) -> dict[str, Any]:
         pick = (host | gpu) & (ev["cat"] == labels.index(kind))
         if pick.any():
             kinds[kind] = _per_name(trace, np.flatnonzero(pick), top)
-    return {"steps": steps, "kinds": kinds}
+    return OpTotals(steps=steps, kinds=kinds)
 
 
 def _inside(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -96,7 +97,7 @@ def _launched_inside(trace: Trace, gpu: np.ndarray, starts: np.ndarray,
     return gpu & np.isin(corr, in_step) & (corr >= 0)
 
 
-def _per_name(trace: Trace, rows: np.ndarray, top: int) -> dict[str, Any]:
+def _per_name(trace: Trace, rows: np.ndarray, top: int) -> NameTotals:
     ev = trace.events
     codes, group = np.unique(ev["name"][rows], return_inverse=True)
     group = group.reshape(-1)
@@ -106,11 +107,10 @@ def _per_name(trace: Trace, rows: np.ndarray, top: int) -> dict[str, Any]:
     names = [labels[c] if c >= 0 else "" for c in codes]
     order = sorted(range(len(codes)), key=lambda g: (-total[g], names[g]))
     shown, rest = order[:top], order[top:]
-    return {"names": [names[g] for g in shown],
-            "count": [int(count[g]) for g in shown],
-            "us": [float(total[g]) for g in shown],
-            "rest": ({"names": len(rest), "count": int(count[rest].sum()),
-                      "us": float(total[rest].sum())} if rest else None)}
+    return NameTotals(names=[names[g] for g in shown], count=[int(count[g]) for g in shown],
+                      us=[float(total[g]) for g in shown],
+                      rest=(OtherNames(names=len(rest), count=int(count[rest].sum()),
+                                       us=float(total[rest].sum())) if rest else None))
 
 
 def run_op_table(per_rank: dict[int, list[OpSums]]) -> pd.DataFrame:

@@ -51,13 +51,13 @@ how many.
 from __future__ import annotations
 
 from statistics import median
-from typing import Any
 
 import numpy as np
 
 from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
 from torchlens.analysis.ranks.slow import EXPLAINS, PartTime, slow_rank_finding
 from torchlens.analysis.runs.collectives import RankFigures, collective_rows
+from torchlens.analysis.runs.rows import CollectiveRow, StragglerRow
 from torchlens.model.findings import INFO, WARNING, Figure, Finding
 from torchlens.model.units import format_duration, format_percent
 
@@ -71,12 +71,12 @@ FEW_LAST = 3
 FEW_RATIO = 5.0
 
 
-def _compared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r["last_rank"] is not None]
+def _compared(rows: list[CollectiveRow]) -> list[CollectiveRow]:
+    return [r for r in rows if r.last_rank is not None]
 
 
 def straggler_rows(ranks: RankFigures, world_size: int | None = None,
-                   rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                   rows: list[CollectiveRow] | None = None) -> list[StragglerRow]:
     """Per rank (module docstring): ``rank``, ``collectives``, ``last``,
     ``last_pct``, ``caused_us`` (every other rank's wait for it, summed),
     ``caused_each_us`` / ``caused_mean_us`` (the wait of one other rank, on
@@ -85,30 +85,31 @@ def straggler_rows(ranks: RankFigures, world_size: int | None = None,
     ``caused_us`` (largest first), then rank. ``rows``: ``collective_rows``'
     result when already computed."""
     compared = _compared(rows if rows is not None else collective_rows(ranks, world_size))
-    stats = {r: {"rank": r, "collectives": 0, "last": 0, "last_pct": None, "caused_us": 0.0,
-                 "caused_mean_us": None, "waited_us": 0.0} for r in sorted(ranks)}
+    stats = {r: StragglerRow(r) for r in sorted(ranks)}
+    each: dict[int, float] = {}
     for row in compared:
-        for r, wait in row["waits_us"].items():
-            s = stats.setdefault(r, {"rank": r, "collectives": 0, "last": 0, "last_pct": None,
-                                     "caused_us": 0.0, "caused_mean_us": None,
-                                     "waited_us": 0.0})
-            s["collectives"] += 1
-            s["waited_us"] += wait
-        s = stats[row["last_rank"]]
-        s["last"] += 1
-        s["caused_us"] += row["total_wait_us"]
+        waits = row.waits_us or {}
+        for r, wait in waits.items():
+            s = stats.setdefault(r, StragglerRow(r))
+            s.collectives += 1
+            s.waited_us += wait
+        last = row.last_rank
+        assert last is not None  # compared rows have one
+        s = stats[last]
+        s.last += 1
+        s.caused_us += row.total_wait_us or 0.0
         # what one other rank waited, as the slow-rank sentence counts it
-        s["caused_each_us"] = s.get("caused_each_us", 0.0) + row["total_wait_us"] / max(
-            1, len(row["waits_us"]) - 1)
+        each[last] = each.get(last, 0.0) + (row.total_wait_us or 0.0) / max(1, len(waits) - 1)
+        s.caused_each_us = each[last]
     for s in stats.values():
-        if s["collectives"]:
-            s["last_pct"] = 100.0 * s["last"] / s["collectives"]
-        if s["last"]:
-            s["caused_mean_us"] = s.get("caused_each_us", 0.0) / s["last"]
-    return sorted(stats.values(), key=lambda s: (-s["caused_us"], s["rank"]))
+        if s.collectives:
+            s.last_pct = 100.0 * s.last / s.collectives
+        if s.last:
+            s.caused_mean_us = each.get(s.rank, 0.0) / s.last
+    return sorted(stats.values(), key=lambda s: (-s.caused_us, s.rank))
 
 
-def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[str, Any]],
+def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[CollectiveRow],
                 rank: int, family: int) -> bool:
     if caused < STANDOUT_WAIT_US or k <= m * p:
         return False
@@ -117,15 +118,15 @@ def _stands_out(k: int, m: int, p: float, caused: float, kind_rows: list[dict[st
         return True
     if k < FEW_LAST or 2 * k < m:
         return False
-    own = [r["total_wait_us"] for r in kind_rows if r["last_rank"] == rank]
-    rest = [r["total_wait_us"] for r in kind_rows if r["last_rank"] != rank]
+    own = [r.total_wait_us or 0.0 for r in kind_rows if r.last_rank == rank]
+    rest = [r.total_wait_us or 0.0 for r in kind_rows if r.last_rank != rank]
     if median(own) < robust_spread(own):
         return False  # one hiccup, not a wait at every collective it was last at
     return not rest or median(own) >= FEW_RATIO * median(rest)
 
 
 def findings(ranks: RankFigures, world_size: int | None = None,
-             rows: list[dict[str, Any]] | None = None,
+             rows: list[CollectiveRow] | None = None,
              causes: dict[int, PartTime] | None = None,
              steps: dict[int, int] | None = None, name_ranks: bool = True) -> list[Finding]:
     """The ranks that stand out, each in the slow rank's one sentence
@@ -140,23 +141,25 @@ def findings(ranks: RankFigures, world_size: int | None = None,
     causes = causes or {}
     steps = steps or {}
     found: list[tuple[float, Finding]] = []
-    by_kind: dict[str, list[dict[str, Any]]] = {}
+    by_kind: dict[str, list[CollectiveRow]] = {}
     for row in _compared(rows):
-        by_kind.setdefault(row["name"], []).append(row)
+        by_kind.setdefault(str(row.name), []).append(row)
     for kind, kind_rows in (by_kind if name_ranks else {}).items():
-        p = float(np.mean([1.0 / len(r["waits_us"]) for r in kind_rows]))
+        p = float(np.mean([1.0 / len(r.waits_us or {}) for r in kind_rows]))
         took_part: dict[int, int] = {}
         last: dict[int, int] = {}
         caused: dict[int, float] = {}
         each: dict[int, float] = {}
         for row in kind_rows:
-            for r in row["waits_us"]:
+            waits = row.waits_us or {}
+            for r in waits:
                 took_part[r] = took_part.get(r, 0) + 1
-            r = row["last_rank"]
+            r = row.last_rank or 0
+            total = row.total_wait_us or 0.0
             last[r] = last.get(r, 0) + 1
-            caused[r] = caused.get(r, 0.0) + row["total_wait_us"]
+            caused[r] = caused.get(r, 0.0) + total
             # the wait of one other rank, on average over the ranks that waited
-            each[r] = each.get(r, 0.0) + row["total_wait_us"] / max(1, len(row["waits_us"]) - 1)
+            each[r] = each.get(r, 0.0) + total / max(1, len(waits) - 1)
         for r, k in last.items():
             m = took_part[r]
             if not _stands_out(k, m, p, caused[r], kind_rows, r, len(took_part)):
@@ -170,14 +173,14 @@ def findings(ranks: RankFigures, world_size: int | None = None,
             found.append((caused[r], _slow_rank(r, kind, k, m, caused[r], causes.get(r),
                                                 per_step, _measured(kind_rows))))
     out = [f for _, f in sorted(found, key=lambda f: -f[0])]
-    bad = [r for r in rows if r["mismatch"]]
+    bad = [r for r in rows if r.mismatch]
     if bad:
         first = bad[0]
-        where = f"seq {first['seq']}" + (f" of trace {first['trace']}"
-                                         if len({r["trace"] for r in rows}) > 1 else "")
+        where = f"seq {first.seq}" + (f" of trace {first.trace}"
+                                      if len({r.trace for r in rows}) > 1 else "")
         out.append(Finding(
             WARNING, f"the ranks' collective sequences disagree at {len(bad)} of {len(rows)} "
-            f"collectives, first at {where} ({first['mismatch']}); those are not paired "
+            f"collectives, first at {where} ({first.mismatch}); those are not paired "
             "(a collective skipped or issued in another order, another process group, "
             "or trace windows that start at different points)",
             (Figure("mismatched", len(bad)), Figure("collectives", len(rows))),
@@ -190,9 +193,9 @@ MEASURED = {"kernel": "arrival = its NCCL kernel's start on the GPU",
             "host": "arrival = when its host issued the call"}
 
 
-def _measured(rows: list[dict[str, Any]]) -> str:
+def _measured(rows: list[CollectiveRow]) -> str:
     """How the arrivals of ``rows`` were measured, in words ('' when not said)."""
-    ways = {r.get("arrived_by") for r in rows} - {None}
+    ways = {r.arrived_by for r in rows} - {None}
     if len(ways) == 1:
         return MEASURED.get(ways.pop(), "")
     if ways:

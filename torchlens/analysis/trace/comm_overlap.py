@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from torchlens.analysis.trace.events import category_mask
@@ -41,6 +42,7 @@ from torchlens.analysis.trace.gpu import (
 )
 from torchlens.analysis.trace.steps import merge_intervals
 from torchlens.model import Trace
+from torchlens.model.run_figures import CollectiveOverlap, CollectiveTime
 
 #: The collectives told apart, in the order every view lists them.
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "other")
@@ -57,34 +59,41 @@ def collective_of(name: str) -> str:
     return "other"
 
 
-def collective_overlap(trace: Trace, include_last_step: bool = False) -> dict[str, Any]:
+def collective_overlap(trace: Trace, include_last_step: bool = False) -> CollectiveOverlap:
     """Per collective of one rank: ``communication_us``, ``overlapped_us``,
     ``exposed_us`` and ``overlap_pct`` (module docstring), over the GPU work
     of HTA's window (``gpu.gpu_work``).
 
-    ``{"gpu": bool, "collectives": {name: {...}}}``: only the collectives
-    the rank ran are keys; ``collectives`` is ``None`` without GPU work.
+    ``gpu`` and ``collectives`` (name -> its ``CollectiveTime``): only the
+    collectives the rank ran are keys; ``collectives`` is ``None`` without GPU work.
     """
     return overlap_of_work(gpu_work(trace, include_last_step), trace)
 
 
-def overlap_of_work(work: GpuWork, trace: Trace) -> dict[str, Any]:
+def overlap_of_work(work: GpuWork, trace: Trace) -> CollectiveOverlap:
     """``collective_overlap`` of GPU work already selected."""
     if not len(work):
-        return {"gpu": False, "collectives": None}
+        return CollectiveOverlap(gpu=False)
     labels = trace.events.categories["name"]
-    return {"gpu": True, "collectives": split(work.start, work.end, work.kind, work.name, labels)}
+    return CollectiveOverlap(gpu=True, collectives=split(work.start, work.end, work.kind,
+                                                         work.name, labels))
 
 
 def overlap_of_rows(trace: Trace, rows: np.ndarray) -> dict[str, Any]:
     """``collective_overlap`` of the GPU work among ``rows`` of the events table
     (kernels, memcpys and memsets; other rows are ignored), with no window:
-    a profiled step's own GPU work (``analysis.ranks.summary``)."""
+    a profiled step's own GPU work (``analysis.ranks.summary``), as JSON
+    (``msgspec.to_builtins`` of the ``CollectiveOverlap``): the step summary
+    that holds it travels as JSON."""
+    return msgspec.to_builtins(_overlap_of_rows(trace, rows))  # type: ignore[no-any-return]
+
+
+def _overlap_of_rows(trace: Trace, rows: np.ndarray) -> CollectiveOverlap:
     ev = trace.events
     rows = rows[category_mask(trace, "kernel", "gpu_memcpy", "gpu_memset")[rows]]
     rows = rows[np.isfinite(ev["ts"][rows]) & np.isfinite(ev["dur"][rows])]
     if not len(rows):
-        return {"gpu": False, "collectives": None}
+        return CollectiveOverlap(gpu=False)
     labels = ev.categories["name"]
     codes = ev["name"][rows]
     distinct, inverse = np.unique(codes, return_inverse=True)
@@ -92,12 +101,12 @@ def overlap_of_rows(trace: Trace, rows: np.ndarray) -> dict[str, Any]:
     kind = table[inverse.reshape(-1)]
     kind[~category_mask(trace, "kernel")[rows]] = -1  # memcpy/memset: memory, whatever its name
     start = ev["ts"][rows]
-    return {"gpu": True,
-            "collectives": split(start, start + ev["dur"][rows], kind, codes, labels)}
+    return CollectiveOverlap(gpu=True,
+                             collectives=split(start, start + ev["dur"][rows], kind, codes, labels))
 
 
 def split(start: np.ndarray, end: np.ndarray, kind: np.ndarray, codes: np.ndarray,
-          labels: list[str]) -> dict[str, dict[str, Any]]:
+          labels: list[str]) -> dict[str, CollectiveTime]:
     """Per collective present: its communication kernels' union, the part under
     compute, the rest, and the share. ``kind`` holds ``gpu.KINDS`` indices,
     ``codes`` the events table's name codes."""
@@ -107,7 +116,7 @@ def split(start: np.ndarray, end: np.ndarray, kind: np.ndarray, codes: np.ndarra
     distinct, inverse = np.unique(codes[comm], return_inverse=True)
     which = np.array([COLLECTIVES.index(collective_of(labels[c] if c >= 0 else ""))
                       for c in distinct], np.int64)[inverse.reshape(-1)] if len(comm) else comm
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CollectiveTime] = {}
     for i, name in enumerate(COLLECTIVES):
         pick = comm[which == i]
         if not len(pick):
@@ -115,9 +124,9 @@ def split(start: np.ndarray, end: np.ndarray, kind: np.ndarray, codes: np.ndarra
         s, e = merge_intervals(start[pick], end[pick])
         total = float((e - s).sum())
         over = intersection(s, e, cs, ce)
-        out[name] = {"communication_us": total, "overlapped_us": over,
-                     "exposed_us": total - over,
-                     "overlap_pct": 100.0 * over / total if total else None}
+        out[name] = CollectiveTime(communication_us=total, overlapped_us=over,
+                                   exposed_us=total - over,
+                                   overlap_pct=100.0 * over / total if total else None)
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +154,33 @@ def _copy(ptr: Any, size: int, dtype: Any) -> np.ndarray:
     return out
 
 
-def _copy_out(handle: int, n: int) -> dict[str, Any]:
+#: a scanned column: its values and which events set it
+Present = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass
+class Scan:
+    """The scanner's columns copied out: ``n`` events; per text column its codes,
+    and the offsets, lengths and tags of its distinct strings; per number
+    column its values and which events set it."""
+
+    n: int
+    text: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
+    ints: dict[str, Present] = field(default_factory=dict)
+    floats: dict[str, Present] = field(default_factory=dict)
+
+    def numbers(self, kind: str) -> dict[str, Present]:
+        """The ``"int"`` or ``"float"`` columns."""
+        return self.ints if kind == "int" else self.floats
+
+
+def _copy_out(handle: int, n: int) -> Scan:
     arr = _copy
-    out: dict[str, Any] = {"n": n, "text": {}, "int": {}, "float": {}}
+    out = Scan(n)
     for k, name in enumerate(_TEXT):
         count = _LIB.tl_text_count(handle, k)
-        out["text"][name] = (
+        out.text[name] = (
             arr(_LIB.tl_text(handle, k), n, np.int32) if count else np.full(n, -1, np.int32),
             arr(_LIB.tl_text_off(handle, k), count, np.int64),
             arr(_LIB.tl_text_len(handle, k), count, np.int64),
@@ -167,11 +189,11 @@ def _copy_out(handle: int, n: int) -> dict[str, Any]:
     # A column no event set is not copied: its mask is all False.
     unset = np.zeros(n, bool)
     for k, name in enumerate(_INT):
-        out["int"][name] = ((arr(_LIB.tl_int(handle, k), n, np.int64),
+        out.ints[name] = ((arr(_LIB.tl_int(handle, k), n, np.int64),
                              arr(_LIB.tl_int_has(handle, k), n, np.uint8).view(bool))
                             if _LIB.tl_int_any(handle, k) else (np.zeros(n, np.int64), unset))
     for k, name in enumerate(_FLOAT):
-        out["float"][name] = ((arr(_LIB.tl_float(handle, k), n, np.float64),
+        out.floats[name] = ((arr(_LIB.tl_float(handle, k), n, np.float64),
                                arr(_LIB.tl_float_has(handle, k), n, np.uint8).view(bool))
                               if _LIB.tl_float_any(handle, k)
                               else (np.zeros(n, np.float64), unset))
@@ -250,14 +272,14 @@ def _ids(v: np.ndarray, has: np.ndarray, codes: np.ndarray, keys: _Keys,
     return out
 
 
-def _columns(data: bytes, scan: dict[str, Any]) -> RawColumns | None:
+def _columns(data: bytes, scan: Scan) -> RawColumns | None:
     text = {name: (codes, _Keys(data, off, length, tag))
-            for name, (codes, off, length, tag) in scan["text"].items()}
+            for name, (codes, off, length, tag) in scan.text.items()}
     ph_codes, ph_keys = text["ph"]
     m_code = next((c for c in range(len(ph_keys.off)) if ph_keys[c] == "M"), -1)
     is_meta = ph_codes == m_code
     n_meta = int(is_meta.sum())
-    if n_meta == scan["n"]:
+    if n_meta == scan.n:
         return None  # no row events: the Python path words the error
     keep = ~is_meta if n_meta else slice(None)
     in_order = n_meta == 0
@@ -266,16 +288,16 @@ def _columns(data: bytes, scan: dict[str, Any]) -> RawColumns | None:
         return text[name][0][keep]
 
     def ints(name: str, default: int = -1) -> np.ndarray:
-        v, has = scan["int"][name]
+        v, has = scan.ints[name]
         return np.where(has[keep], v[keep], default)
 
     def floats(name: str, default: float) -> np.ndarray:
-        v, has = scan["float"][name]
+        v, has = scan.floats[name]
         return np.where(has[keep], v[keep], default)
 
     def either(first: str, second: str, default: Any, kind: str) -> np.ndarray:
-        a, ha = scan[kind][first]
-        b, hb = scan[kind][second]
+        a, ha = scan.numbers(kind)[first]
+        b, hb = scan.numbers(kind)[second]
         return np.where(ha[keep], a[keep], np.where(hb[keep], b[keep], default))
 
     cols: dict[str, np.ndarray] = {}
@@ -293,15 +315,15 @@ def _columns(data: bytes, scan: dict[str, Any]) -> RawColumns | None:
     cols["pg_name"], cats["pg_name"] = _text(
         either_pg, _Either(text["pg_name"][1], text["pg_id"][1], n_names), False)
 
-    cols["ts"] = scan["float"]["ts"][0][keep]
+    cols["ts"] = scan.floats["ts"][0][keep]
     cols["dur"] = floats("dur", 0.0)
     for name, labels in (("pid", raw.pid_labels), ("tid", raw.tid_labels)):
-        v, has = scan["int"][name]
+        v, has = scan.ints[name]
         cols[name] = _ids(v[keep], has[keep], codes_of(name), text[name][1], labels)
     cols["external_id"] = either("external_id", "external_id_lc", -1, "int")
     cols["correlation"] = ints("correlation")
     flow_codes = [cats["ph"].index(p) for p in FLOW_PHASES if p in cats["ph"]]
-    id_v, id_has = scan["int"]["id"]
+    id_v, id_has = scan.ints["id"]
     cols["flow_id"] = np.where(id_has[keep] & np.isin(cols["ph"], flow_codes),
                                id_v[keep], -1)
     cols["device"], cols["stream"] = ints("device"), ints("stream")
@@ -338,7 +360,7 @@ class _Either:
         return self.second[code - self.n_first]
 
 
-def _meta_events(rows: np.ndarray, scan: dict[str, Any],
+def _meta_events(rows: np.ndarray, scan: Scan,
                  text: dict[str, tuple[np.ndarray, _Keys]]) -> list[Event]:
     """The ``M`` events as the records ``columns._metadata`` reads."""
     def value(name: str, r: int) -> Any:
@@ -346,7 +368,7 @@ def _meta_events(rows: np.ndarray, scan: dict[str, Any],
         return keys[int(codes[r])]
 
     def ident(name: str, r: int) -> Any:
-        v, has = scan["int"][name]
+        v, has = scan.ints[name]
         return int(v[r]) if has[r] else value(name, r)
 
     return [Event(ph="M", name=value("name", r), pid=ident("pid", r), tid=ident("tid", r),

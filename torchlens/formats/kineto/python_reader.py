@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
@@ -48,7 +49,7 @@ def _puller(field: str) -> Any:
     definitions, never from input.
     """
     assert field.isidentifier()
-    scope: dict[str, Any] = {}
+    scope: dict[str, Callable[[list[Any]], list[Any]]] = {}
     exec(f"def pull(rows):\n    return [r.{field} for r in rows]", scope)  # noqa: S102
     return scope["pull"]
 

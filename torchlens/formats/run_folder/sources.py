@@ -46,6 +46,7 @@ from torchlens.formats.kineto.peek import Peek, safe_peek
 from torchlens.formats.run_folder import files as run_files
 from torchlens.formats.run_folder.files import LIVE_FEED, LIVE_STATUS, MANIFEST
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, load_manifest
+from torchlens.model.run_figures import Problem
 
 _RANK_WORD = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _RANK_SUFFIX = re.compile(r"_(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)
@@ -65,16 +66,6 @@ class RankFile:
     paths: list[str]
     world_size: int | None
     source: str  # "distributedInfo" | "file name" | "manifest" | "single file"
-
-
-@dataclass
-class Problem:
-    """One thing wrong with the input, named with the file (or folder) it is about."""
-
-    kind: str  # "not a trace" | "truncated" | "duplicate rank" | "world size" |
-    #            "missing rank" | "no rank" | "unreadable" | "no traces" | "missing"
-    path: str
-    message: str
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from torchlens.model import InputError, Profile, TorchlensError
-from torchlens.model.units import format_bytes, format_percent, format_us_as_ms
+from torchlens.model.units import MISSING, format_bytes, format_percent, format_us_as_ms
 
 EXIT_USAGE = 2
 #: a reader that closed the pipe (``| head``): what a shell reports for SIGPIPE
@@ -259,7 +259,7 @@ class AnalyzeCommand(Command):
             print(repr(run))
             for p in run.problems:
                 print(f"  {p.kind}: {p.path}: {p.message}")
-            print(run.temporal().to_string(index=False))
+            print(run.temporal().to_string(index=False, na_rep=MISSING))
             print(f"({NS_NOTE})")
             for line in run.findings():
                 print(f"- {line}")
@@ -354,13 +354,13 @@ class DiffCommand(Command):
         if args.fail_if_slower is None:
             return 0
         verdict = result.regressed(args.fail_if_slower)
-        st = result.diff["step_time"]
+        st = result.diff.step_time
         if verdict is None:
             raise InputError("--fail-if-slower: no step time to compare (a run has no "
                              "ProfilerStep#N spans)")
         if verdict:
-            print(f"torchlens: step time regressed {format_percent(st['regression_pct'], signed=True)} "
-                  f"({format_us_as_ms(st['a_median_us'])} -> {format_us_as_ms(st['b_median_us'])}), "
+            print(f"torchlens: step time regressed {format_percent(st.regression_pct, signed=True)} "
+                  f"({format_us_as_ms(st.a_median_us)} -> {format_us_as_ms(st.b_median_us)}), "
                   f"more than --fail-if-slower {args.fail_if_slower:g}%", file=sys.stderr)
             return 1
         return 0

@@ -27,6 +27,7 @@ import msgspec
 from torchlens.analysis.ranks.series import step_series
 from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
+from torchlens.analysis.runs.rows import missing_as_nan, rows_json
 from torchlens.analysis.runs.verdict import folder_verdict
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import (
@@ -46,6 +47,7 @@ from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import FindingLine
 from torchlens.model.payloads import RunPayload
+from torchlens.model.run_figures import RankFigures, TraceFigures
 
 #: 2: each finding is an object with its code (it was the sentence alone)
 SCHEMA_VERSION = 2
@@ -146,7 +148,7 @@ JSON_SCHEMA = {
 }
 
 
-def _table_figures(trace: Any, top: int) -> dict[str, Any]:
+def _table_figures(trace: Any, top: int) -> TraceFigures:
     """In a worker: what the run's tables and findings need of one trace, all
     that travels back (a few KB)."""
     from torchlens.analysis.runs import rank_figures
@@ -155,13 +157,13 @@ def _table_figures(trace: Any, top: int) -> dict[str, Any]:
 
     one = rank_figures(trace, top=top)
     # the %%torchprof step breakdown (TensorBoard plugin's definitions)
-    one["steps"] = step_records(trace)
-    one["collectives"] = collective_table(trace)
-    one["host"] = trace.meta.get("host_name")  # one host: one clock (clock.py)
+    one.steps = step_records(trace)
+    one.collectives = collective_table(trace)
+    one.host = trace.meta.get("host_name")  # one host: one clock (clock.py)
     return one
 
 
-def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
+def _trace_figures(trace: Any, top: int) -> TraceFigures:
     """In a worker: the tables' figures, the report's, ``run.ops()``'s and
     ``run.diff()``'s too."""
     from torchlens.analysis.runs.lanes import lane_summary
@@ -169,9 +171,9 @@ def _trace_figures(trace: Any, top: int) -> dict[str, Any]:
     from torchlens.analysis.trace.ops import bounded, op_sums
 
     one = _table_figures(trace, top)
-    one["lanes"] = lane_summary(trace)  # the joint timeline's bounded events
-    one["op_totals"] = op_totals(trace)  # per-name totals for run.diff()
-    one["ops"] = msgspec.to_builtins(bounded(op_sums(trace)))  # the op table's sums
+    one.lanes = lane_summary(trace)  # the joint timeline's bounded events
+    one.op_totals = op_totals(trace)  # per-name totals for run.diff()
+    one.ops = msgspec.to_builtins(bounded(op_sums(trace)))  # the op table's sums
     return one
 
 
@@ -189,7 +191,7 @@ class RunResult(Result):
     """The ranks of one run: tables as DataFrames, ``to_json()``, ``problems``;
     displayed, the report (a ``run`` Profile, saved as ``.tlprof`` like any)."""
 
-    def __init__(self, sources: RunSources, figures: dict[int, list[dict[str, Any]]],
+    def __init__(self, sources: RunSources, figures: RankFigures,
                  problems: list[Problem]) -> None:
         try:
             manifest = read_manifest(sources.root) if sources.root else None
@@ -213,7 +215,7 @@ class RunResult(Result):
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
                                  verdict=verdict.slow is not None)
         payload = RunPayload(root=sources.root, world_size=sources.world_size,
-                             problems=[vars(p) for p in problems],
+                             problems=list(problems),
                              figures={str(r): f for r, f in sorted(figures.items())},
                              notes=verdict.findings,
                              collected_steps=step_series(collected) if collected else {},
@@ -240,14 +242,11 @@ class RunResult(Result):
     def ranks(self) -> list[int]:
         return sorted(self.figures)
 
-    def _frame(self, rows: list[dict[str, Any]]) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame(rows)
-
     def _table(self, name: str) -> Any:
-        """One table of the run's analysis (computed once, for the report too)."""
-        return self._frame(getattr(self.analysis(), name))
+        """One table of the run's analysis (computed once, for the report too), as
+        a DataFrame: a figure that could not be measured is NaN (docs/RUNS.md,
+        "Missing figures")."""
+        return missing_as_nan(rows_json(getattr(self.analysis(), name)))
 
     def temporal(self) -> Any:
         """Per rank: compute, non-compute and idle time and shares (HTA's definitions)."""
@@ -325,8 +324,8 @@ class RunResult(Result):
         return {"schema": SCHEMA_VERSION, "root": self.sources.root,
                 "world_size": self.sources.world_size, "ranks": self.ranks,
                 "problems": [vars(p) for p in self.problems], "ignored": self.ignored,
-                **{key: getattr(a, key) for key in JSON_TABLES},
-                "collectives": rows[:MAX_JSON_COLLECTIVES],
+                **{key: rows_json(getattr(a, key)) for key in JSON_TABLES},
+                "collectives": rows_json(rows[:MAX_JSON_COLLECTIVES]),
                 "collectives_left_out": max(0, len(rows) - MAX_JSON_COLLECTIVES),
                 "findings": [f.to_dict() for f in self.findings()]}
 
@@ -362,7 +361,8 @@ class RunResult(Result):
         if self.tables_only:
             raise InputError("run.ops(): a run loaded with tables_only=True has no op "
                              "totals; load it again without tables_only.")
-        return run_op_table({r: [msgspec.convert(f["ops"], OpSums) for f in figs]
+        return run_op_table({r: [msgspec.convert(f.ops, OpSums) for f in figs
+                                 if not isinstance(f.ops, msgspec.UnsetType)]
                              for r, figs in self.figures.items()})
 
 
@@ -380,10 +380,10 @@ def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = Non
     with RunReader(figures_of, top, workers, fork=fork) as reader:
         sources = discover(inputs, reader.peek_all)
     problems = list(sources.problems)
-    figures: dict[int, list[dict[str, Any]]] = {}
+    figures: RankFigures = {}
     for r in sources.ranks:
         found, trouble = reader.rank(list(r.paths))
-        problems += [Problem(**p) for p in trouble]
+        problems += trouble
         if found:
             figures[r.rank] = found
     result = RunResult(sources, figures, problems)

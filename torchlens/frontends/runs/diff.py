@@ -16,13 +16,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from torchlens.analysis.runs import diff as diffs
+from torchlens.analysis.runs.rows import missing_as_nan
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import iter_steps
+from torchlens.formats.run_folder.sources import Problem
 from torchlens.frontends.result import Result
 from torchlens.model import InputError, Profile
-from torchlens.model.findings import as_finding
-from torchlens.model.payloads import DiffPayload
+from torchlens.model.payloads import DiffPayload, RunDiff
 
 DIFF_SCHEMA_VERSION = 1
 _ROW = ("kind, name, status (added|removed|slower|faster|small|same), a_us, b_us (mean µs per "
@@ -87,20 +91,28 @@ def _label(run: Any) -> str:
     return str(paths[0]) if len(paths) == 1 else str(run.sources.root)
 
 
-def _side(run: Any) -> dict[str, Any]:
-    return {"root": _label(run), "ranks": run.ranks,
-            "problems": [vars(p) for p in run.problems]}
+class DiffSide(msgspec.Struct):
+    """One run of a diff as ``--json`` names it: its root, and where the run was
+    loaded here (not read back from a saved diff), its ranks and problems."""
+
+    root: str
+    ranks: list[int] | UnsetType = UNSET
+    problems: list[Problem] | UnsetType = UNSET
+
+
+def _side(run: Any) -> DiffSide:
+    return DiffSide(_label(run), run.ranks, list(run.problems))
 
 
 class DiffResult(Result):
     """Run B against run A: ``ops()``, ``kernels()``, ``steps()`` as DataFrames,
     ``verdict``, ``regressed(pct)``, ``to_json()``; displayed, the diff report."""
 
-    def __init__(self, profile: Profile, a: dict[str, Any] | None = None,
-                 b: dict[str, Any] | None = None) -> None:
+    def __init__(self, profile: Profile, a: DiffSide | None = None,
+                 b: DiffSide | None = None) -> None:
         super().__init__(profile)
-        self.a = a or {"root": profile.payload.a}  # type: ignore[union-attr]
-        self.b = b or {"root": profile.payload.b}  # type: ignore[union-attr]
+        self.a = a or DiffSide(profile.payload.a)  # type: ignore[union-attr]
+        self.b = b or DiffSide(profile.payload.b)  # type: ignore[union-attr]
 
     @classmethod
     def of(cls, a: Any, b: Any, **thresholds: float) -> DiffResult:
@@ -119,14 +131,15 @@ class DiffResult(Result):
         return cls(profile, _side(a), _side(b))
 
     @property
-    def diff(self) -> dict[str, Any]:
-        return self.analysis()
+    def diff(self) -> RunDiff:
+        """The diff (``model.payloads.RunDiff``): its rows, step times, notes and verdict."""
+        return self.analysis()  # type: ignore[no-any-return]
 
     @property
     def verdict(self) -> str:
         """One sentence: step time A -> B and its largest change (a speedup when
-        B is faster, else a slowdown)."""
-        return str(as_finding(self.diff["verdict"]))
+        B is faster, else a slowdown); ``diff.verdict`` is the ``Finding``."""
+        return str(self.diff.verdict)
 
     def regressed(self, pct: float) -> bool | None:
         """Whether B's median step time is more than ``pct`` % above A's
@@ -134,26 +147,24 @@ class DiffResult(Result):
         runs and no ProfilerStep#N spans)."""
         return diffs.regressed(self.diff, pct)
 
-    def _frame(self, rows: list[dict[str, Any]]) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame(rows)
+    def _frame(self, rows: list[Any]) -> Any:
+        return missing_as_nan(msgspec.to_builtins(rows))
 
     def ops(self) -> Any:  # type: ignore[override]
         """Per host op and annotation: µs and calls per step in A and B, delta, status."""
-        return self._frame(self.diff["ops"])
+        return self._frame(self.diff.ops)
 
     def kernels(self) -> Any:  # type: ignore[override]
         """Per kernel, memcpy and memset name: µs and calls per step in A and B, status."""
-        return self._frame(self.diff["kernels"])
+        return self._frame(self.diff.kernels)
 
     def steps(self) -> Any:  # type: ignore[override]
         """Per rank pair: the median step time in A and B (from the step records
         when both runs have them, else the profiled steps) and the change."""
-        return self._frame(self.diff["rank_steps"])
+        return self._frame(self.diff.rank_steps)
 
     def to_json(self) -> dict[str, Any]:
         """The ``torchlens diff --json`` document (``DIFF_JSON_SCHEMA``)."""
-        return {"schema": DIFF_SCHEMA_VERSION, "a": self.a, "b": self.b, **self.diff,
-                "verdict": self.verdict,
-                "verdict_code": as_finding(self.diff["verdict"], code="run_diff").code}
+        return {"schema": DIFF_SCHEMA_VERSION, "a": msgspec.to_builtins(self.a),
+                "b": msgspec.to_builtins(self.b), **msgspec.to_builtins(self.diff),
+                "verdict": self.verdict, "verdict_code": self.diff.verdict.code}

@@ -29,30 +29,41 @@ from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from typing import Any
 
+import msgspec
+
 from torchlens.formats.kineto.peek import Peek
+from torchlens.formats.run_folder.sources import Problem
+from torchlens.model.run_figures import TraceFigures
 
 #: What a worker computes from one readable trace: ``figures_of(trace, top)``.
-FiguresOf = Callable[[Any, int], dict[str, Any]]
+FiguresOf = Callable[[Any, int], TraceFigures]
 
 
-def file_job(path: str, figures_of: FiguresOf, top: int) -> dict[str, Any]:
-    """In a worker: one file's ``peek`` verdict and, for a usable trace, its
-    ``figures`` or the ``problem`` that stopped them."""
+class FileResult(msgspec.Struct):
+    """What a worker sends back for one file: its ``peek`` verdict and, for a
+    usable trace, its ``figures`` or the ``problem`` that stopped them."""
+
+    peek: Peek
+    figures: TraceFigures | None = None
+    problem: Problem | None = None
+
+
+def file_job(path: str, figures_of: FiguresOf, top: int) -> FileResult:
+    """In a worker: one file's ``FileResult``."""
     from torchlens.formats.kineto import load_trace
     from torchlens.formats.kineto.peek import read_json
     from torchlens.formats.kineto.reader import ingest_bytes
 
     data, seen = read_json(path)
-    out: dict[str, Any] = {"peek": seen}
+    out = FileResult(seen)
     if seen.kind is not None:
         return out
     try:
         trace = ingest_bytes(data, path) if data is not None else load_trace(path)
-        out["figures"] = figures_of(trace, top)
+        out.figures = figures_of(trace, top)
     except Exception as exc:  # noqa: BLE001 - named, the other traces go on
-        out["problem"] = {"kind": "unreadable", "path": path,
-                          "message": f"{type(exc).__name__}: {str(exc)[:300]}; left out "
-                                     "of the run"}
+        out.problem = Problem("unreadable", path, f"{type(exc).__name__}: {str(exc)[:300]}; "
+                              "left out of the run")
     return out
 
 
@@ -85,7 +96,7 @@ class RunReader:
                  fork: bool = False) -> None:
         self.figures_of, self.top, self.fork = figures_of, top, fork
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, FileResult] = {}
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> RunReader:
@@ -113,9 +124,9 @@ class RunReader:
             done = list(self._pool.map(file_job, todo, repeat(self.figures_of),
                                        repeat(self.top), chunksize=chunk))
         self.results.update(zip(todo, done, strict=True))
-        return [self.results[p]["peek"] for p in paths]
+        return [self.results[p].peek for p in paths]
 
-    def rank(self, paths: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def rank(self, paths: list[str]) -> tuple[list[TraceFigures], list[Problem]]:
         """One rank's figures (``trace``: the file's place among ``paths``) and
         problems, as ``_rank_job`` gave them: files in order, an unreadable one
         a problem and skipped."""
@@ -124,8 +135,8 @@ class RunReader:
             res = self.results.get(path)
             if res is None:  # not peeked through this reader: read it here
                 res = file_job(path, self.figures_of, self.top)
-            if "figures" in res:
-                figures.append({**res["figures"], "trace": i})
-            elif "problem" in res:
-                problems.append(res["problem"])
+            if res.figures is not None:
+                figures.append(msgspec.structs.replace(res.figures, trace=i))
+            elif res.problem is not None:
+                problems.append(res.problem)
         return figures, problems

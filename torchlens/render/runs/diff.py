@@ -17,7 +17,7 @@ from bokeh.plotting import figure
 from markupsafe import Markup
 
 from torchlens.model import Profile
-from torchlens.model.findings import as_finding
+from torchlens.model.payloads import DiffRow, RunDiff
 from torchlens.model.units import format_duration, format_percent
 from torchlens.render import html, tables
 from torchlens.render.findings import finding_html
@@ -48,60 +48,59 @@ RANKS = [Column("rank_a", "rank in A", str), Column("rank_b", "rank in B", str),
          Column("b_median_us", "median step B", format_duration), *CHANGE]
 
 
-def summary_line(profile: Profile, d: dict[str, Any]) -> str:
-    # one line: a verdict saved by an older torchlens is the sentence alone
-    return f"diff: {as_finding(d['verdict'])}"
+def summary_line(profile: Profile, d: RunDiff) -> str:
+    return f"diff: {d.verdict}"
 
 
-def text_report(profile: Profile, d: dict[str, Any]) -> str:
+def text_report(profile: Profile, d: RunDiff) -> str:
     p = profile.payload
     lines = [summary_line(profile, d), f"A: {p.a}", f"B: {p.b}"]  # type: ignore[union-attr]
     lines.append(_counts(d, CHANGED + ("small",)))
-    if d["step_time"]["regression_pct"] is not None:
+    if d.step_time.regression_pct is not None:
         lines.append(_step_source(d))
-    per = d["per"]
-    for r in [r for r in _changed(d["ops"] + d["kernels"]) if r["status"] in CHANGED][:10]:
-        lines.append(f"  {r['status']:<8} {r['kind']:<15} {tables.shorten(r['name'], 60)}: "
-                     f"{format_duration(r['a_us'])} -> {format_duration(r['b_us'])} per {per}")
-    lines += [f"note: {n}" for n in d["notes"]]
+    per = d.per
+    for r in [r for r in _changed(d.ops + d.kernels) if r.status in CHANGED][:10]:
+        lines.append(f"  {r.status:<8} {r.kind:<15} {tables.shorten(r.name, 60)}: "
+                     f"{format_duration(r.a_us)} -> {format_duration(r.b_us)} per {per}")
+    lines += [f"note: {n}" for n in d.notes]
     return "\n".join(lines)
 
 
-def _counts(d: dict[str, Any], statuses: tuple[str, ...]) -> str:
-    s = d["summary"]
+def _counts(d: RunDiff, statuses: tuple[str, ...]) -> str:
+    s = d.summary
     return ", ".join(f"{s.get(k, 0)} {k}" for k in statuses)
 
 
-def _step_source(d: dict[str, Any]) -> str:
+def _step_source(d: RunDiff) -> str:
     """Where the step times come from, in words."""
-    st = d["step_time"]
-    if st.get("source") == "step records":
-        return (f"median step time over {st['a_steps']} recorded steps of A and "
-                f"{st['b_steps']} of B (every recorded step of every rank: each "
+    st = d.step_time
+    if st.source == "step records":
+        return (f"median step time over {st.a_steps} recorded steps of A and "
+                f"{st.b_steps} of B (every recorded step of every rank: each "
                 "rank's steps.jsonl)")
-    return (f"median step time over {st['a_steps']} profiled steps of A and "
-            f"{st['b_steps']} of B (the traces' ProfilerStep#N spans)")
+    return (f"median step time over {st.a_steps} profiled steps of A and "
+            f"{st.b_steps} of B (the traces' ProfilerStep#N spans)")
 
 
-def _changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _changed(rows: list[DiffRow]) -> list[DiffRow]:
     """Changed rows (largest change first), then the small changes, then the same."""
-    rows = sorted(rows, key=lambda r: -abs(r["delta_us"]))
+    rows = sorted(rows, key=lambda r: -abs(r.delta_us))
     return [r for group in (CHANGED, ("small",), ("same",)) for r in rows
-            if r["status"] in group]
+            if r.status in group]
 
 
-def _chart(d: dict[str, Any]) -> Any:
-    rows = [r for r in _changed(d["ops"] + d["kernels"]) if r["status"] in CHANGED]
-    rows = sorted(rows[:CHART_ROWS], key=lambda r: r["delta_us"])
-    labels = [f"{i + 1}. {tables.shorten(r['name'], 50)}" for i, r in enumerate(rows)]
-    src = ColumnDataSource({"label": labels, "delta": [r["delta_us"] for r in rows],
-                            "name": [tables.shorten(r["name"], 200) for r in rows],
-                            "kind": [r["kind"] for r in rows],
-                            "status": [r["status"] for r in rows],
-                            "color": [COLORS[r["status"]] for r in rows]})
+def _chart(d: RunDiff) -> Any:
+    rows = [r for r in _changed(d.ops + d.kernels) if r.status in CHANGED]
+    rows = sorted(rows[:CHART_ROWS], key=lambda r: r.delta_us)
+    labels = [f"{i + 1}. {tables.shorten(r.name, 50)}" for i, r in enumerate(rows)]
+    src = ColumnDataSource({"label": labels, "delta": [r.delta_us for r in rows],
+                            "name": [tables.shorten(r.name, 200) for r in rows],
+                            "kind": [r.kind for r in rows],
+                            "status": [r.status for r in rows],
+                            "color": [COLORS[r.status] for r in rows]})
     fig = figure(height=80 + 22 * len(rows), sizing_mode="stretch_width",
                  y_range=FactorRange(*labels), tools="save", toolbar_location=None,
-                 x_axis_label=f"µs per {d['per']}, B - A",
+                 x_axis_label=f"µs per {d.per}, B - A",
                  title="The largest changes (slower and added to the right)")
     bars = fig.hbar(y="label", right="delta", left=0, height=0.8, color="color", source=src)
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
@@ -110,7 +109,7 @@ def _chart(d: dict[str, Any]) -> Any:
     return fig
 
 
-def _table(rows: list[dict[str, Any]], what: str) -> Markup:
+def _table(rows: list[DiffRow], what: str) -> Markup:
     ordered = _changed(rows)
     parts = [tables.html_table(ordered[:MAX_ROWS], ROWS)]
     if len(ordered) > MAX_ROWS:
@@ -119,32 +118,32 @@ def _table(rows: list[dict[str, Any]], what: str) -> Markup:
     return html.join(parts)
 
 
-def report_parts(profile: Profile, d: dict[str, Any],
+def report_parts(profile: Profile, d: RunDiff,
                  figures: list[Any]) -> tuple[str, list[Markup]]:
     """Summary line and sections of a diff report."""
     p = profile.payload
-    st, th = d["step_time"], d["thresholds"]
+    st, th = d.step_time, d.thresholds
     words = [f"A: {p.a}", f"B: {p.b}",  # type: ignore[union-attr]
-             _counts(d, STATUS_ORDER) + f" (same: within {th['same_pct']:g}%; small: "
-             f"beyond {th['same_pct']:g}% but within {th['same_us']:g} µs per {d['per']}, "
+             _counts(d, STATUS_ORDER) + f" (same: within {th.same_pct:g}%; small: "
+             f"beyond {th.same_pct:g}% but within {th.same_us:g} µs per {d.per}, "
              "too little time to count; slower and faster exceed both)"]
-    if st["regression_pct"] is not None:
+    if st.regression_pct is not None:
         words.append(_step_source(d))
-    out = [section("Verdict", html.join([finding_html(d["verdict"]),
-                                         *(html.note(w) for w in words + d["notes"])]),
+    out = [section("Verdict", html.join([finding_html(d.verdict),
+                                         *(html.note(w) for w in words + d.notes)]),
                    "verdict")]
-    if any(r["status"] in CHANGED for r in d["ops"] + d["kernels"]):
+    if any(r.status in CHANGED for r in d.ops + d.kernels):
         figures.append(_chart(d))
         out.append(section("Largest changes", html.figure_slot(len(figures) - 1), "changes"))
-    if d["rank_steps"]:
-        out.append(section("Step time per rank", tables.html_table(d["rank_steps"], RANKS),
+    if d.rank_steps:
+        out.append(section("Step time per rank", tables.html_table(d.rank_steps, RANKS),
                            "rank-steps"))
-    if d["kernels"]:
-        out.append(section(f"Kernels, memcpy and memset (per {d['per']})",
-                           _table(d["kernels"], "kernels"), "kernels"))
-    if d["ops"]:
-        out.append(section(f"Host ops and annotations (per {d['per']})",
-                           _table(d["ops"], "ops"), "ops"))
+    if d.kernels:
+        out.append(section(f"Kernels, memcpy and memset (per {d.per})",
+                           _table(d.kernels, "kernels"), "kernels"))
+    if d.ops:
+        out.append(section(f"Host ops and annotations (per {d.per})",
+                           _table(d.ops, "ops"), "ops"))
     return summary_line(profile, d), out
 
 

@@ -50,19 +50,21 @@ MAX_OUTLIER_ROWS = 50
 def launch_sections(a: RunAnalysis) -> list[Markup]:
     """Sections for launches, queues and memory bandwidth; one plain note when
     no rank has GPU work."""
-    if not any(r.get("gpu") for r in a.launches):
+    if not any(r.gpu for r in a.launches):
         if not a.launches:
             return []
         return [section("Kernel launches, queues and memory bandwidth",
                         html.note(NO_GPU), "launches")]
-    cut = next((r for r in a.launches if r.get("runtime_cutoff_us") is not None), {})
+    cut = next((r for r in a.launches if r.runtime_cutoff_us is not None), None)
+    runtime_us = cut.runtime_cutoff_us if cut is not None else None
+    delay_us = cut.launch_delay_cutoff_us if cut is not None else None
     legend = ("Each GPU kernel, memcpy or memset paired with the runtime call that launched it "
               "(same correlation id). Launch delay: GPU start minus the launch call's end. "
               "Short kernels: GPU time shorter than the launch call, with the call at most "
-              f"{cut.get('runtime_cutoff_us', 50):g} µs; cutoffs (HTA's): launch call > "
-              f"{cut.get('runtime_cutoff_us', 50):g} µs, launch delay > "
-              f"{cut.get('launch_delay_cutoff_us', 100):g} µs.")
-    rows = [r for r in a.launches if r.get("gpu")]
+              f"{runtime_us or 50:g} µs; cutoffs (HTA's): launch call > "
+              f"{runtime_us or 50:g} µs, launch delay > "
+              f"{delay_us or 100:g} µs.")
+    rows = [r for r in a.launches if r.gpu]
     parts = [html.note(legend), tables.html_table(rows, LAUNCHES)]
     if len(rows) < len(a.launches):
         parts.append(html.note(f"{len(a.launches) - len(rows)} rank(s) without GPU work: "

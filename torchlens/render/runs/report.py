@@ -15,6 +15,7 @@ from markupsafe import Markup
 
 from torchlens.analysis.runs.analyze import NS_NOTE, RunAnalysis
 from torchlens.analysis.runs.fsdp import fsdp_lines
+from torchlens.analysis.runs.rows import CollectiveRow
 from torchlens.model import Profile
 from torchlens.model.findings import FAILED
 from torchlens.model.units import (
@@ -104,24 +105,24 @@ def _filled(value: Any) -> bool:
     return value not in (None, "", [], {})
 
 
-def collective_columns(rows: list[dict[str, Any]]) -> list[Column]:
+def collective_columns(rows: list[CollectiveRow]) -> list[Column]:
     """The collectives table's columns for ``rows``: a column no row fills is
     left out (gloo traces record no message size, so no bytes or bandwidth);
     ``step`` when the traces are one step each, with ``#`` the collective's
     place in its step, else ``trace`` when there are several, ``#`` its
     place in that trace (left out when every step holds one collective)."""
-    stepped = any(_filled(r.get("step")) for r in rows)
-    traces = len({r.get("trace") for r in rows}) > 1
+    stepped = any(_filled(r.step) for r in rows)
+    traces = len({r.trace for r in rows}) > 1
     out = []
     for c in COLLECTIVES:
         if c.key == "trace" and (stepped or not traces):
             continue
         if c.key == "seq":
-            if stepped and all(r.get("seq") == 0 for r in rows):
+            if stepped and all(r.seq == 0 for r in rows):
                 continue  # one collective per step: the step column says it
             out.append(Column("seq", "# in step" if stepped else "# in trace" if traces
                               else "#", str))
-        elif c.key in ("seq", "name") or any(_filled(r.get(c.key)) for r in rows):
+        elif c.key in ("seq", "name") or any(_filled(tables.cell_value(r, c.key)) for r in rows):
             out.append(c)
     return out
 
@@ -149,31 +150,31 @@ def summary_line(profile: Profile, a: RunAnalysis) -> str:
 def text_report(profile: Profile, a: RunAnalysis) -> str:
     lines = [summary_line(profile, a), *(f"- {finding_text(f)}" for f in a.findings)]
     for r in a.temporal:
-        if r.get("idle_pct") is None:
-            lines.append(f"rank {r['rank']}: no GPU work in its trace(s)")
+        if r.idle_pct is None:
+            lines.append(f"rank {r.rank}: no GPU work in its trace(s)")
         else:
-            lines.append(f"rank {r['rank']}: compute {format_percent(r['compute_pct'])}, non-compute "
-                         f"{format_percent(r['non_compute_pct'])}, idle {format_percent(r['idle_pct'])}")
+            lines.append(f"rank {r.rank}: compute {format_percent(r.compute_pct)}, non-compute "
+                         f"{format_percent(r.non_compute_pct)}, idle {format_percent(r.idle_pct)}")
     if not _any_gpu(a):
         lines.append(f"overlap: {NO_GPU_OVERLAP}")
     lines += fsdp_lines(a.fsdp)
-    lines += [f"problem: {p['kind']}: {p['path']}: {p['message']}" for p in a.problems]
+    lines += [f"problem: {p.kind}: {p.path}: {p.message}" for p in a.problems]
     return "\n".join(lines)
 
 
 def _fsdp_section(a: RunAnalysis) -> Markup:
     """Each FSDP rank's parameter and optimizer memory: the table, then the
     figures in words, each said measured or not (as ``%ddp_check`` says them)."""
-    shown = [c for c in FSDP if any(row.get(c.key) is not None for row in a.fsdp)]
+    shown = [c for c in FSDP if any(tables.cell_value(row, c.key) is not None for row in a.fsdp)]
     words = [html.note(line) for line in fsdp_lines(a.fsdp)]
     return section("FSDP memory per rank", html.join(
         [tables.html_table(a.fsdp, shown), *words]), "fsdp")
 
 
 def _temporal_chart(a: RunAnalysis) -> Any:
-    rows = [r for r in a.temporal if r.get("idle_pct") is not None]
-    labels = [f"rank {r['rank']}" for r in rows]
-    src = ColumnDataSource({"rank": labels, **{f"{p}_pct": [r[f"{p}_pct"] for r in rows]
+    rows = [r for r in a.temporal if r.idle_pct is not None]
+    labels = [f"rank {r.rank}" for r in rows]
+    src = ColumnDataSource({"rank": labels, **{f"{p}_pct": [getattr(r, f"{p}_pct") for r in rows]
                                                for p, _ in PARTS}})
     fig = figure(height=min(900, 80 + 18 * max(1, len(rows))), sizing_mode="stretch_width",
                  y_range=FactorRange(*reversed(labels)), x_range=(0, 100),
@@ -191,7 +192,7 @@ def _temporal_chart(a: RunAnalysis) -> Any:
 
 
 def _any_gpu(a: RunAnalysis) -> bool:
-    return any(r.get("gpu") for r in a.temporal)
+    return any(r.gpu for r in a.temporal)
 
 
 def _overlap_section(a: RunAnalysis) -> Markup:
@@ -215,7 +216,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
         out.append(section("Findings", findings_html(a.findings), "findings"))
     out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", {}), figures)
     out += run_timeline.sections(profile, a, figures)
-    if any(r.get("idle_pct") is not None for r in a.temporal):
+    if any(r.idle_pct is not None for r in a.temporal):
         figures.append(_temporal_chart(a))
         out.append(section("GPU time per rank", html.join(
             [html.figure_slot(len(figures) - 1), tables.html_table(a.temporal, TEMPORAL),

@@ -30,6 +30,7 @@ from torchlens.analysis.runs.analyze import RunAnalysis
 from torchlens.analysis.runs.clock import alignment_words, applied_offsets, run_skew
 from torchlens.analysis.runs.lanes import BINS, COLLECTIVES_LANE, KINDS
 from torchlens.model import Profile
+from torchlens.model.run_figures import LaneSummary
 from torchlens.model.units import format_count, format_duration, format_us
 from torchlens.render import html, tables
 from torchlens.render.legend import add_colour_legend
@@ -74,51 +75,50 @@ def timeline_source(profile: Profile, a: RunAnalysis) -> tuple[dict[str, list], 
     top-down, and how many events were merged into busy bars."""
     figures = {int(r): f for r, f in profile.payload.figures.items()}  # type: ignore[union-attr]
     offsets = applied_offsets(a.clocks)
-    per_rank: dict[int, list[dict[str, Any]]] = {
-        r: [f for f in fs if f.get("lanes")] for r, fs in sorted(figures.items())}
+    per_rank: dict[int, list[tuple[int, LaneSummary]]] = {
+        r: [(f.place(i), f.lanes) for i, f in enumerate(fs) if isinstance(f.lanes, LaneSummary)]
+        for r, fs in sorted(figures.items())}
     factors: list[tuple[str, str]] = []
     for r, fs in per_rank.items():
         names: list[str] = []
-        for f in fs:
-            names += [n for n in f["lanes"]["lanes"] if n not in names]
+        for _, lanes in fs:
+            names += [n for n in lanes.lanes if n not in names]
         # the collectives lane last in each group, whichever trace added lanes after it
         names.sort(key=lambda n: n == COLLECTIVES_LANE)
         factors += [(f"rank {r}", n) for n in names]
     quota = max(MIN_PER_LANE, MAX_BARS // max(1, len(factors)))
     # the run's time zero: the earliest aligned trace start
-    starts = [f["lanes"]["origin_s"] - offsets.get(r, 0.0) / 1e6 + f["lanes"]["span_us"][0] / 1e6
-              for r, fs in per_rank.items() for f in fs]
+    starts = [s.origin_s - offsets.get(r, 0.0) / 1e6 + s.span_us[0] / 1e6
+              for r, fs in per_rank.items() for _, s in fs]
     zero_s = min(starts) if starts else 0.0
     ev: dict[str, list] = {k: [] for k in ("y", "left", "right", "color", "name", "rank",
                                            "lane", "dur", "kind", "key")}
     busy: dict[str, list] = {k: [] for k in ("y", "left", "right", "alpha")}
     merged = 0
     for r, fs in per_rank.items():
-        for i, f in enumerate(fs):
-            s = f["lanes"]
-            trace = int(f.get("trace", i))
-            shift_ms = (s["origin_s"] - offsets.get(r, 0.0) / 1e6 - zero_s) * 1e3
-            lane_of = s["lanes"]
-            t, d = np.asarray(s["t"], float), np.asarray(s["d"], float)
-            lane, seq = np.asarray(s["lane"], int), np.asarray(s["seq"], int)
+        for trace, s in fs:
+            shift_ms = (s.origin_s - offsets.get(r, 0.0) / 1e6 - zero_s) * 1e3
+            lane_of = s.lanes
+            t, d = np.asarray(s.t, float), np.asarray(s.d, float)
+            lane, seq = np.asarray(s.lane, int), np.asarray(s.seq, int)
             draw = seq >= 0
             for li in range(len(lane_of)):
                 mine = np.flatnonzero((lane == li) & (seq < 0))
                 draw[mine[np.argsort(-d[mine], kind="stable")[:quota]]] = True
             bins = {(lane_of[li], b): sh for li, b, sh in zip(
-                s["busy"]["lane"], s["busy"]["bin"], s["busy"]["share"], strict=True)}
-            bin_us, start_us = s["bin_us"], s["span_us"][0]
+                s.busy.lane, s.busy.bin, s.busy.share, strict=True)}
+            bin_us, start_us = s.bin_us, s.span_us[0]
             for j in np.flatnonzero(~draw):
                 k = (lane_of[lane[j]], int(min((t[j] - start_us) // bin_us, BINS - 1)))
                 bins[k] = min(1.0, bins.get(k, 0.0) + d[j] / bin_us)
                 merged += 1
             for j in np.flatnonzero(draw):
-                kind = KINDS[s["kind"][j]]
+                kind = KINDS[s.kind[j]]
                 ev["y"].append((f"rank {r}", lane_of[lane[j]]))
                 ev["left"].append(shift_ms + t[j] / 1e3)
                 ev["right"].append(shift_ms + (t[j] + d[j]) / 1e3)
                 ev["color"].append(COLORS[kind])
-                ev["name"].append(s["names"][s["name"][j]])
+                ev["name"].append(s.names[s.name[j]])
                 ev["rank"].append(r)
                 ev["lane"].append(lane_of[lane[j]])
                 ev["dur"].append(format_duration(d[j]))
@@ -126,7 +126,7 @@ def timeline_source(profile: Profile, a: RunAnalysis) -> tuple[dict[str, list], 
                 ev["key"].append(f"{trace}:{seq[j]}" if seq[j] >= 0 else "")
             # the worker already merged the events it did not keep
             real = [li for li, n in enumerate(lane_of) if n != COLLECTIVES_LANE]
-            merged += s["events"] - int(np.isin(lane, real).sum())
+            merged += s.events - int(np.isin(lane, real).sum())
             for (ln, b), sh in bins.items():
                 busy["y"].append((f"rank {r}", ln))
                 busy["left"].append(shift_ms + (start_us + b * bin_us) / 1e3)
@@ -185,13 +185,13 @@ def sections(profile: Profile, a: RunAnalysis, figures: list[Any]) -> list[Marku
     if a.clocks:
         skew = run_skew(a.clocks)
         words = ("Offsets from the ends of the collectives each rank shares with rank "
-                 f"{a.clocks[0]['reference']}; applied to arrivals and waits only when larger "
+                 f"{a.clocks[0].reference}; applied to arrivals and waits only when larger "
                  "than 5 µs and 3x the rank's residual, and never when every trace names "
                  "one host (one machine, one clock).")
-        if skew["residual_max_us"] is not None:
+        if skew.residual_max_us is not None:
             words += (f" Residual skew over the run: median "
-                      f"{format_duration(skew['residual_median_us'])}, "
-                      f"max {format_duration(skew['residual_max_us'])}.")
+                      f"{format_duration(skew.residual_median_us)}, "
+                      f"max {format_duration(skew.residual_max_us)}.")
         out.append(section("Clocks across ranks", html.join(
             [html.note(words), tables.html_table(a.clocks, CLOCKS)]), "clocks"))
     return out
