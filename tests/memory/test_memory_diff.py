@@ -85,14 +85,14 @@ def test_report_has_the_verdict_first_and_both_timelines(two_batches, tmp_path):
     page = report_html(d.profile, d.analysis())
     assert page.index("peak allocated") < page.index("Alive at the peak by category")
     assert "A and B on one axis" in page
-    tl = d.diff["timelines"]
-    assert tl["a"]["allocated"][0] == 0 and max(tl["b"]["allocated"]) == d.diff[
-        "figures"]["peak"]["b"]
+    tl = d.diff.timelines
+    assert tl.a.allocated[0] == 0 and max(tl.b.allocated) == d.diff.figures.peak.b
     assert "activation" in text(d.profile, d.analysis())
     # saved and loaded back, the same report
     path = d.save(str(tmp_path / "d.tlprof"))
     again = load_profile(path)
-    assert again.kind == "memdiff" and again.payload.diff["figures"] == d.diff["figures"]
+    assert again.kind == "memdiff" and again.payload.diff == d.diff
+    assert again.payload.diff.verdict.code == "memory_diff"
     json.dumps(d.to_json(), allow_nan=False)
 
 

@@ -21,8 +21,16 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, Finding, as_finding
+from torchlens.model.memory_figures import (
+    MemoryDiff,
+    MemoryRanks,
+    memory_diff_from,
+    memory_ranks_from,
+)
 from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
@@ -302,7 +310,7 @@ class MemoryDiffPayload:
 
     a: str = ""
     b: str = ""
-    diff: dict[str, Any] = field(default_factory=dict)
+    diff: MemoryDiff | None = None
 
 
 @dataclass
@@ -312,7 +320,7 @@ class MemoryRanksPayload:
     result, kept as computed (the snapshots stay in the folder)."""
 
     root: str = ""
-    analysis: dict[str, Any] = field(default_factory=dict)
+    analysis: MemoryRanks | None = None
 
 
 Payload = (TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
@@ -340,6 +348,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     # asdict copies what is not a dataclass as it is: a RankProfiling's steps
     # (msgspec structs) become their JSON builtins here
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
+            else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             else v for k, v in items}
 
 
@@ -369,6 +378,10 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = tuple(value)
         elif f.name == "runs":
             value = [tuple(r) for r in value]
+        elif cls is MemoryDiffPayload and f.name == "diff":
+            value = memory_diff_from(value) if value else None
+        elif cls is MemoryRanksPayload and f.name == "analysis":
+            value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
         elif cls is RunPayload and f.name == "notes":
