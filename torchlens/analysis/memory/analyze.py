@@ -57,7 +57,7 @@ class MemoryAnalysis:
     frag: fragmentation.FragmentationSummary
     survivors: list[leaks.LeakRow]
     growth: list[leaks.RunGrowth]
-    stats_after: dict[str, Any]
+    stats_after: dict[str, int]  # torch's memory_stats() after the cell ({} on CPU)
     model: ModelRun | None = None  # CPU capture: the model behind reserved/fragmentation
     simulated: ModelRun | None = None  # --simulate on a real snapshot: the "what if"
     comparison: list[tuple[str, int | None, int, bool]] = field(default_factory=list)
