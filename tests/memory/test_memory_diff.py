@@ -8,11 +8,13 @@ import json
 import pickle
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from torchlens.frontends.cli.main import main
 from torchlens.frontends.kinds import report_html, text
 from torchlens.model import InputError, load_profile
+from torchlens.model.memory_figures import memory_diff_from
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cuda"
 SMALL, LARGE, WIDTH, HIDDEN = 32, 256, 64, 512
@@ -85,15 +87,21 @@ def test_report_has_the_verdict_first_and_both_timelines(two_batches, tmp_path):
     page = report_html(d.profile, d.analysis())
     assert page.index("peak allocated") < page.index("Alive at the peak by category")
     assert "A and B on one axis" in page
-    tl = d.diff["timelines"]
-    assert tl["a"]["allocated"][0] == 0 and max(tl["b"]["allocated"]) == d.diff[
-        "figures"]["peak"]["b"]
+    tl = d.diff.timelines
+    assert tl.a.allocated[0] == 0 and max(tl.b.allocated) == d.diff.figures.peak.b
     assert "activation" in text(d.profile, d.analysis())
     # saved and loaded back, the same report
     path = d.save(str(tmp_path / "d.tlprof"))
     again = load_profile(path)
-    assert again.kind == "memdiff" and again.payload.diff["figures"] == d.diff["figures"]
+    assert again.kind == "memdiff" and again.payload.diff == d.diff
+    assert again.payload.diff.verdict.code == "memory_diff"
     json.dumps(d.to_json(), allow_nan=False)
+    # a diff saved before verdicts were findings held the sentence alone: it reads
+    # back as an info finding of the diff's kind, the rest of the figures unchanged
+    saved = msgspec.to_builtins(d.diff)
+    older = memory_diff_from({**saved, "verdict": d.verdict})
+    assert str(older.verdict) == d.verdict and older.verdict.code == "memory_diff"
+    assert older.figures == d.diff.figures and older.sites == d.diff.sites
 
 
 def test_cli_gate_on_saved_captures(two_batches, tmp_path, capsys):

@@ -80,10 +80,11 @@ def test_flat_folder_names_the_rank_and_what_it_holds_more_of(tmp_path):
     median = sorted(peaks.values())[len(peaks) // 2 - 1 : len(peaks) // 2 + 1]
     above = peaks[2] - sum(median) / 2
     assert above == ACTS * 32 * MIB
-    im = r.figures["imbalance"]
-    assert im["rank"] == 2 and im["above_median"] == above
-    assert im["category"]["name"] == "activation" and im["category"]["extra"] == above
-    assert im["site"]["name"].endswith("model.py:88") and im["site"]["extra"] == above
+    im = r.figures.imbalance
+    assert im.rank == 2 and im.above_median == above
+    assert im.category.name == "activation" and im.category.extra == above
+    assert im.site.name.endswith("model.py:88") and im.site.extra == above
+    assert r.figures.verdict.code == "memory_ranks"
     assert r.verdict.startswith("rank 2 peaks 96.0 MiB above the median of 4 ranks")
     assert ": activation at " in r.verdict and "model.py:88" in r.verdict
     assert "rank 2 peaks" in text(r.profile, r.analysis())
@@ -103,7 +104,7 @@ def test_rank_folders_like_ddp_check_oom_snapshots(tmp_path):
     # a run folder holding traces stays a run; its OOM snapshots load on request
     shutil.copy(DATA / "cuda_torchprof.json.gz", root / "rank0" / "step00001.pt.trace.json.gz")
     assert isinstance(torchlens.load(str(root)), RunResult)
-    assert torchlens.load_snapshots(str(root)).figures["imbalance"]["rank"] == 2
+    assert torchlens.load_snapshots(str(root)).figures.imbalance.rank == 2
 
 
 def test_report_command_and_saved_result(tmp_path, capsys):
@@ -111,9 +112,11 @@ def test_report_command_and_saved_result(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", str(folder), "-o", str(out)]) == 0
     assert "rank 2 peaks" in out.read_text()
-    saved = torchlens.load(folder).save(str(tmp_path / "r.tlprof"))
+    loaded = torchlens.load(folder)
+    saved = loaded.save(str(tmp_path / "r.tlprof"))
     again = load_profile(saved)
-    assert again.kind == "memranks" and again.payload.analysis["imbalance"]["rank"] == 2
+    assert again.kind == "memranks" and again.payload.analysis.imbalance.rank == 2
+    assert again.payload.analysis == loaded.figures
 
 
 def test_bad_rank_files_are_named_not_fatal(tmp_path, capsys):
@@ -121,7 +124,7 @@ def test_bad_rank_files_are_named_not_fatal(tmp_path, capsys):
     (folder / "rank1.pickle").write_bytes(b"\x80\x04not a pickle")
     r = torchlens.load(folder)
     assert list(r.ranks().index) == [0, 2, 3]
-    assert any(n.startswith("rank 1: ") and "(left out)" in n for n in r.figures["notes"])
+    assert any(n.startswith("rank 1: ") and "(left out)" in n for n in r.figures.notes)
     (folder / "snapshot_rank-3.pkl").write_bytes(_snapshot(MIB))
     with pytest.raises(InputError, match="two snapshots for rank 3"):
         torchlens.load(folder)
@@ -153,4 +156,4 @@ def test_two_ranks_compare_with_each_other_not_their_mean(tmp_path, capsys):
     assert "-96.0 MiB" in out and "+96.0 MiB" in out
     page = report_html(r.profile, r.analysis())
     assert "vs the other rank" in page and "vs median" not in page
-    assert r.figures["imbalance"]["above"] == high - low
+    assert r.figures.imbalance.above == high - low

@@ -226,4 +226,4 @@ def test_made_by_says_torch_named_its_category(fresh):
     made_by = next(line for line in text(r.profile, a).splitlines() if "made by" in line)
     assert made_by.endswith(said)
     assert said.replace("'", "&#39;") in report_html(r.profile, a)
-    assert a.peak.to_json()["made_by"]["source"] == "torch"
+    assert a.peak.document().made_by.source == "torch"

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import msgspec
+
 from torchlens.model import GpumemPayload
 
 RECORD_KEY = "torchlens_capture"
@@ -44,17 +46,42 @@ def _ok(value: Any, kind: str) -> bool:
     return isinstance(value, str)
 
 
+class CaptureRecord(msgspec.Struct, kw_only=True):
+    """What a capture's export adds to its snapshot under ``RECORD_KEY``
+    (``msgspec.to_builtins`` gives the builtins the file holds)."""
+
+    version: int
+    measured_on: str
+    device: int
+    max_entries: int
+    cells: dict[str, int]
+    runs: list[list[int]]
+    stats_before: dict[str, int | float]
+    stats_after: dict[str, int | float]
+    unmeasured: list[str]
+    error: dict[str, str] | None
+    # the payload fields of ``_PLAIN``, carried as they are
+    start_us: int | None = None  # the optional ones ("int?", "bool?") may be absent
+    end_us: int | None = None
+    repeat: int
+    alloc_conf: str
+    history: bool
+    history_error: str
+    user_recording: bool
+    history_entries: int | None = None
+    history_full: bool | None = None
+    categories_error: str
+
+
 def make_record(p: GpumemPayload, unmeasured: list[str],
-                error: dict[str, str] | None) -> dict[str, Any]:
+                error: dict[str, str] | None) -> CaptureRecord:
     """The record of a capture ``p`` (its profile's ``unmeasured`` lines and ``error``)."""
-    rec: dict[str, Any] = {"version": VERSION, "measured_on": p.measured_on,
-                           "device": p.recorded.device, "max_entries": p.recorded.max_entries,
-                           "cells": dict(p.cells), "runs": [list(r) for r in p.runs],
-                           "stats_before": dict(p.stats_before),
-                           "stats_after": dict(p.stats_after),
-                           "unmeasured": list(unmeasured), "error": error}
-    rec.update({name: getattr(p, name) for name in _PLAIN})
-    return rec
+    return CaptureRecord(
+        version=VERSION, measured_on=p.measured_on, device=p.recorded.device,
+        max_entries=p.recorded.max_entries, cells=dict(p.cells),
+        runs=[list(r) for r in p.runs], stats_before=dict(p.stats_before),
+        stats_after=dict(p.stats_after), unmeasured=list(unmeasured), error=error,
+        **{name: getattr(p, name) for name in _PLAIN})
 
 
 def _check(rec: Any) -> str:
@@ -114,16 +141,17 @@ def restore(snap: dict[str, Any], display: GpumemPayload) -> tuple[Restored | No
     if why:
         return None, (f"The file's {RECORD_KEY} record (what torchlens' export adds) is "
                       f"damaged ({why}): it is read as a plain snapshot.")
+    r = msgspec.convert(rec, CaptureRecord)  # checked above: the types hold
     own = {k: v for k, v in snap.items() if k != RECORD_KEY}
-    if rec["measured_on"] == "cpu":  # the file's segments are the allocator model's:
+    if r.measured_on == "cpu":  # the file's segments are the allocator model's:
         own["segments"], own["allocator_settings"] = [], {}  # the CPU allocator keeps none
-    recorded = dataclasses.replace(display.recorded, device=rec["device"],
-                                   max_entries=rec["max_entries"])
-    fields = {name: rec[name] for name in _PLAIN}
+    recorded = dataclasses.replace(display.recorded, device=r.device,
+                                   max_entries=r.max_entries)
+    fields = {name: getattr(r, name) for name in _PLAIN}
     if display.alloc_conf:  # the loader's --alloc-conf: the "what if" it asked for
         fields["alloc_conf"] = display.alloc_conf
     payload = dataclasses.replace(
-        display, measured_on=rec["measured_on"], recorded=recorded,
-        stats_before=dict(rec["stats_before"]), stats_after=dict(rec["stats_after"]),
-        runs=[(int(a), int(b)) for a, b in rec["runs"]], cells=dict(rec["cells"]), **fields)
-    return Restored(own, payload, list(rec["unmeasured"]), rec["error"]), ""
+        display, measured_on=r.measured_on, recorded=recorded,
+        stats_before=r.stats_before, stats_after=r.stats_after,
+        runs=[(int(a), int(b)) for a, b in r.runs], cells=r.cells, **fields)
+    return Restored(own, payload, r.unmeasured, r.error), ""

@@ -96,6 +96,8 @@ def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
     measured on, cell numbers, runs: ``formats.gpumem_record``), so loading it
     gives the live result's figures.
     """
+    import msgspec
+
     from torchlens.formats.gpumem_record import RECORD_KEY, make_record
 
     if not profile.snapshots:
@@ -108,8 +110,9 @@ def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
             snap["segments"] = model.snapshot["segments"]
             snap["allocator_settings"] = model.snapshot["allocator_settings"]
     if payload.measured_on in ("cpu", "cuda"):  # type: ignore[union-attr]
-        snap[RECORD_KEY] = make_record(payload, list(profile.unmeasured),  # type: ignore[arg-type]
-                                       profile.error)
+        record = make_record(payload, list(profile.unmeasured),  # type: ignore[arg-type]
+                             profile.error)
+        snap[RECORD_KEY] = msgspec.to_builtins(record)
     path.write_bytes(pickle.dumps(_builtins_only(snap), protocol=4))
     return str(path)
 

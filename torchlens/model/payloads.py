@@ -25,6 +25,12 @@ import msgspec
 
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
+from torchlens.model.memory_figures import (
+    MemoryDiff,
+    MemoryRanks,
+    memory_diff_from,
+    memory_ranks_from,
+)
 from torchlens.model.records import StepRecord, StepSummary, records_from
 from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
@@ -385,7 +391,7 @@ class MemoryDiffPayload:
 
     a: str = ""
     b: str = ""
-    diff: dict[str, Any] = field(default_factory=dict)
+    diff: MemoryDiff | None = None
 
 
 @dataclass
@@ -395,7 +401,7 @@ class MemoryRanksPayload:
     result, kept as computed (the snapshots stay in the folder)."""
 
     root: str = ""
-    analysis: dict[str, Any] = field(default_factory=dict)
+    analysis: MemoryRanks | None = None
 
 
 Payload = (TracePayload | TorchprofPayload | GpumemPayload | DdpRun | RunPayload | DiffPayload
@@ -454,6 +460,10 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = tuple(value)
         elif f.name == "runs":
             value = [tuple(r) for r in value]
+        elif cls is MemoryDiffPayload and f.name == "diff":
+            value = memory_diff_from(value) if value else None
+        elif cls is MemoryRanksPayload and f.name == "analysis":
+            value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
         elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):

@@ -57,7 +57,7 @@ class MemoryAnalysis:
     frag: fragmentation.FragmentationSummary
     survivors: list[leaks.LeakRow]
     growth: list[leaks.RunGrowth]
-    stats_after: dict[str, Any]
+    stats_after: dict[str, int]  # torch's memory_stats() after the cell ({} on CPU)
     model: ModelRun | None = None  # CPU capture: the model behind reserved/fragmentation
     simulated: ModelRun | None = None  # --simulate on a real snapshot: the "what if"
     comparison: list[tuple[str, int | None, int, bool]] = field(default_factory=list)
@@ -309,9 +309,8 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
     tl, trace = a.timeline, a.trace
     scope = "this recorded window" if a.measured_on == "snapshot" else "this cell"
 
-    def context(idx: int) -> dict[str, Any]:
-        alive = [oom.AliveSite(*x) for x in alive_at(tl, idx)]
-        return {"alive": alive, "training": _is_training(tl), "scope": scope}
+    def alive(idx: int) -> list[oom.AliveSite]:
+        return [oom.AliveSite(*x) for x in alive_at(tl, idx)]
 
     real = None
     if message or any(e["action"] == "oom" for e in trace):
@@ -322,7 +321,7 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
             (e for e in reversed(trace) if e["action"] == "alloc"), None)
         real = oom.from_snapshot(a.snapshot, trace=trace, message=message, leaks=a.survivors,
                                  site=site_of(last["frames"], a.cells)[0] if last else None,
-                                 **context(idx))
+                                 alive=alive(idx), training=_is_training(tl), scope=scope)
         if real is not None:
             a.oom_x = x_of(tl, trace, idx) if trace else None
     if real is not None and a.measured_on != "cpu":
@@ -332,5 +331,6 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
         site = site_of(trace[idx].get("frames") or [], a.cells)[0] if idx < len(trace) else None
         a.oom_x = x_of(tl, trace, idx)
         return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site,
-                                  expandable=what_if.config.expandable_segments, **context(idx))
+                                  expandable=what_if.config.expandable_segments,
+                                  alive=alive(idx), training=_is_training(tl), scope=scope)
     return real

@@ -15,6 +15,7 @@ the notes say how much was lost.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +71,7 @@ def device_view(snap: dict[str, Any], device: int, *, known: bool) -> DeviceView
     return DeviceView(chosen, view, trace, notes)
 
 
-def _stat(stats: dict[str, Any], key: str) -> int | None:
+def _stat(stats: Mapping[str, int | float], key: str) -> int | None:
     value = stats.get(key)
     return int(value) if isinstance(value, (int, float)) else None
 

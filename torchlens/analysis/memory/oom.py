@@ -254,7 +254,10 @@ def _exhaustion_advice(d: OomDiagnosis, req: int, needs_segment: bool) -> None:
             f"this one has {format_bytes(d.capacity)} and the request is {format_bytes(short)} short."))
 
 
-def _pool_figures(snapshot: dict[str, Any], req: int, cfg: AllocatorConfig) -> dict[str, Any]:
+def _set_pool_figures(d: OomDiagnosis, snapshot: dict[str, Any], req: int,
+                      cfg: AllocatorConfig) -> None:
+    """The snapshot's reserved, allocated and free figures for request ``req`` into ``d``:
+    the largest free block its pool could serve it from and the free share too small."""
     s = fragmentation.summarize(snapshot)
     pool = "small" if round_size(req, cfg) <= SMALL_SIZE else "large"
     usable = max((b["size"] for seg in snapshot.get("segments", [])
@@ -262,9 +265,9 @@ def _pool_figures(snapshot: dict[str, Any], req: int, cfg: AllocatorConfig) -> d
                   for b in seg.get("blocks", [])
                   if b["state"] == "inactive" and fragmentation.can_serve(b["size"], req, cfg)),
                  default=0)
-    return {"reserved": s.reserved, "allocated": s.allocated, "free_cached": s.free_cached,
-            "largest_usable": usable, "inactive_split": s.inactive_split,
-            "unusable_share": fragmentation.unusable_free_share(snapshot, req, config=cfg)}
+    d.reserved, d.allocated, d.free_cached = s.reserved, s.allocated, s.free_cached
+    d.largest_usable, d.inactive_split = usable, s.inactive_split
+    d.unusable_share = fragmentation.unusable_free_share(snapshot, req, config=cfg)
 
 
 def from_snapshot(
@@ -294,8 +297,7 @@ def from_snapshot(
     if not cfg.expandable_segments:
         d.segment_size = allocation_size(round_size(req, cfg))
     if snapshot.get("segments"):
-        for k, v in _pool_figures(snapshot, req, cfg).items():
-            setattr(d, k, v)
+        _set_pool_figures(d, snapshot, req, cfg)
     else:
         d.allocated = parsed.get("allocated")
         d.free_cached = parsed.get("free_cached")

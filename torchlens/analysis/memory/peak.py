@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from torchlens.analysis.frames import SiteMemo
 from torchlens.analysis.memory import categories as cat
 from torchlens.analysis.memory import stages
@@ -110,25 +112,61 @@ class PeakAnalysis:
         """Whether the blocks alive at the peak could be told at all."""
         return self.entry is not None or bool(self.blocks)
 
-    def to_json(self) -> dict[str, Any]:
-        """The peak as plain data (bytes as integers; ``categories_from`` says who named
-        the categories, each category row's ``source`` the same for its blocks)."""
-        def rows(groups: list[GroupRow]) -> list[dict[str, Any]]:
-            return [{"name": r.name, "bytes": r.bytes, "blocks": r.count, "share": r.share,
-                     "function": r.function, "categories": r.categories, "source": r.source}
-                    for r in groups]
+    def document(self) -> PeakDocument:
+        """The peak as the JSON document holds it (bytes as integers; ``categories_from``
+        says who named the categories, each category row's ``source`` the same for its
+        blocks)."""
+        def rows(groups: list[GroupRow]) -> list[GroupDocument]:
+            return [GroupDocument(r.name, r.bytes, r.count, r.share, r.function,
+                                  r.categories, r.source) for r in groups]
 
         t = self.trigger
-        return {"peak_allocated": self.peak, "trace_entry": self.entry, "x": self.x,
-                "made_by": None if t is None else {"bytes": t.size, "site": t.site,
-                                                   "function": t.function,
-                                                   "category": t.category,
-                                                   "source": t.source},
-                "categories_inferred": self.category_from == "inferred from stacks",
-                "categories_from": self.category_from, "by_category": rows(self.by_category),
-                "by_site": rows(self.by_site), "by_stage": rows(self.by_stage),
-                "unattributed_bytes": self.unattributed,
-                "missing": list(self.missing)}
+        return PeakDocument(
+            self.peak, self.entry, self.x,
+            None if t is None else PeakMadeBy(t.size, t.site, t.function, t.category,
+                                              t.source),
+            self.category_from == "inferred from stacks", self.category_from,
+            rows(self.by_category), rows(self.by_site), rows(self.by_stage),
+            self.unattributed, list(self.missing))
+
+
+class GroupDocument(msgspec.Struct):
+    """One category, site or stage alive at the peak, as the JSON document holds it."""
+
+    name: str
+    bytes: int
+    blocks: int
+    share: float
+    function: str
+    categories: str
+    source: str
+
+
+class PeakMadeBy(msgspec.Struct):
+    """The allocation the peak is at: its bytes, site, function and category (and who
+    named that category)."""
+
+    bytes: int
+    site: str
+    function: str
+    category: str
+    source: str
+
+
+class PeakDocument(msgspec.Struct):
+    """``PeakAnalysis`` as plain figures (the memory document's ``peak``)."""
+
+    peak_allocated: int
+    trace_entry: int | None
+    x: int | None
+    made_by: PeakMadeBy | None
+    categories_inferred: bool
+    categories_from: str
+    by_category: list[GroupDocument]
+    by_site: list[GroupDocument]
+    by_stage: list[GroupDocument]
+    unattributed_bytes: int
+    missing: list[str]
 
 
 def _group(blocks: list[PeakBlock], peak: int, key: Callable[[PeakBlock], str],

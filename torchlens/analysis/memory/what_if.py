@@ -16,6 +16,7 @@ figures include the memory that was already there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +59,7 @@ class ModelRun:
     config: AllocatorConfig
     capacity: int | None
     snapshot: dict[str, Any]
-    stats: dict[str, Any]
+    stats: dict[str, int]  # torch's memory_stats() counters, by name
     ooms: list[tuple[int, OOM]] = field(default_factory=list)  # (trace index, figures)
     reserved_steps: list[tuple[int, int]] = field(default_factory=list)  # (trace index, bytes)
     skipped_frees: int = 0
@@ -69,7 +70,7 @@ class ModelRun:
         return _stat_figures(self.stats)
 
 
-def _stat_figures(st: dict[str, Any]) -> dict[str, int]:
+def _stat_figures(st: Mapping[str, int]) -> dict[str, int]:
     return {
         "reserved": st.get("reserved_bytes.all.current", 0),
         "allocated": st.get("allocated_bytes.all.current", 0),
@@ -160,7 +161,7 @@ def _what_if_notes(alloc: CachingAllocator, res: ReplayResult, cfg: AllocatorCon
 
 
 def real_figures(snapshot: dict[str, Any], trace: list[dict[str, Any]],
-                 stats: dict[str, Any] | None = None, *, peak_allocated: int | None = None,
+                 stats: Mapping[str, int] | None = None, *, peak_allocated: int | None = None,
                  end_allocated: int | None = None, cpu: bool = False) -> dict[str, int | None]:
     """The same comparison row for what really happened (stats when captured live).
 

@@ -95,8 +95,9 @@ def stop_history() -> None:
     torch.cuda.memory._record_memory_history(enabled=None)
 
 
-def memory_stats(device: int) -> dict[str, Any]:
-    """``torch.cuda.memory_stats(device)`` as a plain dict (``{}`` without CUDA)."""
+def memory_stats(device: int) -> dict[str, int]:
+    """``torch.cuda.memory_stats(device)`` (counter name -> count or bytes) as a plain
+    dict (``{}`` without CUDA)."""
     import torch
 
     return dict(torch.cuda.memory_stats(device))

@@ -370,13 +370,13 @@ def _memory_gate(result: Any, pct: float | None) -> int:
     """``--fail-if-larger``: 1 when B's peak is more than ``pct`` % above A's."""
     if pct is None:
         return 0
-    peak = result.diff["figures"]["peak"]
+    peak = result.diff.figures.peak
     verdict = result.regressed(pct)
     if verdict is None:
         raise InputError("--fail-if-larger: A's peak is 0 bytes, nothing to compare with")
     if verdict:
-        print(f"torchlens: peak allocated grew {format_percent(peak['pct'], signed=True)} "
-              f"({format_bytes(peak['a'])} -> {format_bytes(peak['b'])}), more than "
+        print(f"torchlens: peak allocated grew {format_percent(peak.pct, signed=True)} "
+              f"({format_bytes(peak.a)} -> {format_bytes(peak.b)}), more than "
               f"--fail-if-larger {pct:g}%", file=sys.stderr)
         return 1
     return 0

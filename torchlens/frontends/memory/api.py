@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from torchlens.formats.file_kind import file_kind
 from torchlens.frontends.result import Result, finish
 from torchlens.frontends.shared import preload
@@ -228,8 +230,8 @@ class MemoryResult(Result):
         from torchlens.analysis.memory.document import memory_document
 
         doc = memory_document(self.analysis(), top=self.profile.payload.top)
-        doc["not_measured"] = list(self.profile.unmeasured)
-        return doc
+        doc.not_measured = list(self.profile.unmeasured)
+        return msgspec.to_builtins(doc)
 
     def diff(self, other: Any, **thresholds: float) -> Any:
         """This result (A) against ``other`` (B: a memory result, a snapshot file or a

@@ -9,10 +9,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from torchlens.analysis.memory import diff as memdiff
 from torchlens.frontends.result import Result
 from torchlens.model import Profile
-from torchlens.model.findings import as_finding
+from torchlens.model.memory_figures import ChangeRow, MemoryDiff
 from torchlens.model.payloads import MemoryDiffPayload
 
 if TYPE_CHECKING:  # a memory result's diff() makes this module's result
@@ -77,43 +79,46 @@ class MemoryDiffResult(Result):
         return cls(profile)
 
     @property
-    def diff(self) -> dict[str, Any]:
+    def diff(self) -> MemoryDiff:
+        """The diff's figures, rows and verdict (``model.memory_figures.MemoryDiff``)."""
         return self.analysis()
 
     @property
     def verdict(self) -> str:
         """One sentence: the peak A -> B and what grew (or fell) most."""
-        return str(as_finding(self.diff["verdict"]))
+        return str(self.diff.verdict)
 
     def regressed(self, pct: float) -> bool | None:
         """Whether B's peak is more than ``pct`` % above A's (None when A's peak is 0)."""
         return memdiff.regressed(self.diff, pct)
 
-    def _frame(self, key: str) -> Any:
+    @staticmethod
+    def _frame(rows: list[ChangeRow]) -> Any:
         import pandas as pd
 
-        return pd.DataFrame(self.diff[key], columns=["name", "status", "a_bytes", "b_bytes",
-                                                     "delta", "delta_pct", "categories",
-                                                     "function"])
+        return pd.DataFrame(msgspec.to_builtins(rows),
+                            columns=["name", "status", "a_bytes", "b_bytes", "delta",
+                                     "delta_pct", "categories", "function"])
 
     def categories(self) -> Any:
         """Alive at each peak per inferred category: bytes in A and B, change, status."""
-        return self._frame("categories")
+        return self._frame(self.diff.categories)
 
     def sites(self) -> Any:
         """Alive at each peak per site (the user's line): bytes in A and B, change, status."""
-        return self._frame("sites")
+        return self._frame(self.diff.sites)
 
     def figures(self) -> Any:
         """Peak, start and end allocated of A and B (DataFrame indexed by figure)."""
         import pandas as pd
 
-        return pd.DataFrame(self.diff["figures"]).T
+        return pd.DataFrame(msgspec.to_builtins(self.diff.figures)).T
 
     def to_json(self) -> dict[str, Any]:
         """The ``torchlens diff --json`` document (``MEMORY_DIFF_JSON_SCHEMA``)."""
         p = self.profile.payload
+        d = self.diff
         return {"schema": DIFF_SCHEMA_VERSION, "kind": "memdiff",
                 "a": p.a, "b": p.b,  # type: ignore[union-attr]
-                **self.diff, "verdict": self.verdict,
-                "verdict_code": as_finding(self.diff["verdict"], code="memory_diff").code}
+                **msgspec.to_builtins(d), "verdict": str(d.verdict),
+                "verdict_code": d.verdict.code}

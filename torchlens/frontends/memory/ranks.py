@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
+
 from torchlens.analysis.memory.ranks import analyze_ranks
 from torchlens.frontends.memory.api import load_gpumem
 from torchlens.frontends.result import Result
 from torchlens.model import InputError, Profile
-from torchlens.model.findings import as_finding
+from torchlens.model.memory_figures import MemoryRanks
 from torchlens.model.payloads import MemoryRanksPayload
 
 SCHEMA_VERSION = 1
@@ -27,33 +29,36 @@ class MemoryRanksResult(Result):
     ``verdict`` (the imbalance named), ``to_json()``; displayed, its report."""
 
     @property
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> MemoryRanks:
+        """Every rank's peak, the imbalance and its verdict
+        (``model.memory_figures.MemoryRanks``)."""
         return self.analysis()
 
     @property
     def verdict(self) -> str:
         """The imbalance in one sentence (which rank, how far above the median, what)."""
-        return str(as_finding(self.figures["verdict"]))
+        return str(self.figures.verdict)
 
     def ranks(self) -> Any:  # a DataFrame, one row per rank
         """Per rank: peak and end allocated, when the peak was, the category and site
         holding most of it (categories are inferred from stacks)."""
         import pandas as pd
 
-        rows = [{"rank": r["rank"], "peak": r["peak"], "end": r["end"],
-                 "when_us" if r["clock"] == "us" else "when_entry":
-                     r["x"] if r["clock"] == "us" else r["entry"],
-                 "top_category": (r["top_category"] or {}).get("name"),
-                 "top_category_bytes": (r["top_category"] or {}).get("bytes"),
-                 "top_site": (r["top_site"] or {}).get("name"), "source": r["source"]}
-                for r in self.figures["ranks"]]
+        rows = [{"rank": r.rank, "peak": r.peak, "end": r.end,
+                 "when_us" if r.clock == "us" else "when_entry":
+                     r.x if r.clock == "us" else r.entry,
+                 "top_category": r.top_category.name if r.top_category else None,
+                 "top_category_bytes": r.top_category.bytes if r.top_category else None,
+                 "top_site": r.top_site.name if r.top_site else None, "source": r.source}
+                for r in self.figures.ranks]
         return pd.DataFrame(rows).set_index("rank") if rows else pd.DataFrame()
 
     def to_json(self) -> dict[str, Any]:
+        f = self.figures
         return {"schema": SCHEMA_VERSION, "kind": "memranks",
                 "root": self.profile.payload.root,  # type: ignore[union-attr]
-                **self.figures, "verdict": self.verdict,
-                "verdict_code": as_finding(self.figures["verdict"], code="memory_ranks").code}
+                **msgspec.to_builtins(f), "verdict": str(f.verdict),
+                "verdict_code": f.verdict.code}
 
 
 def load_ranks(root: str, paths: dict[int, str], **options: Any) -> MemoryRanksResult:
@@ -68,7 +73,7 @@ def load_ranks(root: str, paths: dict[int, str], **options: Any) -> MemoryRanksR
         raise InputError(f"{root}: no rank snapshot could be read ({problems[0]})")
     rel = {r: os.path.relpath(p, root) for r, p in paths.items()}
     figures = analyze_ranks(analyses, rel)
-    figures["notes"] = problems + figures["notes"]
+    figures.notes = problems + figures.notes
     name = os.path.basename(os.path.normpath(root))
     profile = Profile(kind="memranks", title=f"{name}: memory of {len(analyses)} ranks",
                       source=root, payload=MemoryRanksPayload(root=root, analysis=figures))

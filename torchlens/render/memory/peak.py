@@ -6,6 +6,7 @@ template ``peak.html.j2``; the stack is in a ``title`` attribute, shown on hover
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
@@ -41,13 +42,29 @@ def when_text(pk: PeakAnalysis, clock: str) -> str:
     return f"{at} (trace entry {pk.entry:,})" if clock == "us" else at
 
 
+@dataclass(frozen=True)
+class _Row:
+    """One category, stage or site of the peak as the template draws it."""
+
+    name: str
+    colour: str
+    bytes: int
+    size: str
+    share: float
+    pct: str
+    count: int
+    count_text: str
+    function: str
+    categories: str
+    stack: str
+    why: str
+
+
 def _row(r: GroupRow, cells: dict[str, int], why: dict[str, str],
-         custom: list[str] | None = None) -> dict[str, Any]:
-    return {"name": r.name, "colour": colour_of(r.name, custom or ()), "bytes": r.bytes, "size": format_bytes(r.bytes), "share": r.share,
-            "pct": format_percent(100 * r.share), "count": r.count,
-            "count_text": format_count(r.count), "function": r.function,
-            "categories": r.categories, "stack": stack_text(r.frames, cells),
-            "why": why.get(r.name, "")}
+         custom: list[str] | None = None) -> _Row:
+    return _Row(r.name, colour_of(r.name, custom or ()), r.bytes, format_bytes(r.bytes),
+                r.share, format_percent(100 * r.share), r.count, format_count(r.count),
+                r.function, r.categories, stack_text(r.frames, cells), why.get(r.name, ""))
 
 
 def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> Markup:
@@ -63,7 +80,7 @@ def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> 
         summary=[("peak allocated", format_bytes(pk.peak)), ("when", when_text(pk, clock))],
         trigger=trigger, missing=pk.missing, inferred=pk.category_note,
         category_from=pk.category_from,
-        categories=categories, bar=[c for c in categories if c["share"] > 0],
+        categories=categories, bar=[c for c in categories if c.share > 0],
         stages=[_row(r, cells, why) for r in pk.by_stage],
         sites=[_row(r, cells, why) for r in pk.by_site[:top]])
 

@@ -398,7 +398,7 @@ class CachingAllocator:
         )
 
     # ------------------------------------------------------------ reporting
-    def memory_stats(self) -> dict[str, Any]:
+    def memory_stats(self) -> dict[str, int]:
         """Counters with ``torch.cuda.memory_stats()`` keys."""
         mss = self.cfg.max_split_size
         return self.stats.as_dict(-1 if mss == NO_MAX_SPLIT else mss)

@@ -8,8 +8,6 @@ event, so they avoid attribute lookups and objects.
 
 from __future__ import annotations
 
-from typing import Any
-
 STAT_NAMES = (
     "allocation",
     "segment",
@@ -81,9 +79,9 @@ class Stats:
             for st in arr:
                 st[1] = st[0]
 
-    def as_dict(self, max_split_size: int) -> dict[str, Any]:
+    def as_dict(self, max_split_size: int) -> dict[str, int]:
         """Flat dict with torch's memory_stats() keys (``allocation.all.current`` ...)."""
-        out: dict[str, Any] = {}
+        out: dict[str, int] = {}
         for name, arr in self.arrays.items():
             for pname, st in zip(POOL_NAMES, arr, strict=False):
                 for fname, val in zip(FIELDS, st, strict=False):
