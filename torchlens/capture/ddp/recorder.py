@@ -33,6 +33,7 @@ from torchlens.capture.ddp.board import FingerprintBoard, digest
 from torchlens.capture.ranks.fsdp import fsdp_module
 from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
+from torchlens.model.messages import LastCollective, RecorderStatus
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
@@ -271,11 +272,13 @@ class CollectiveRecorder(TorchDispatchMode):
         raise CollectiveMismatch(message, {"index": index, "fingerprints": fps,
                                            "missing": missing})
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RecorderStatus:
         """What the heartbeat reports: op and collective counts, current collective."""
         with self.lock:
             last = self.in_flight or (self.records[-1] if self.records else None)
-            return {"ops": self.ops, "collectives": len(self.records), "step": self.step,
-                    "in_collective": self.in_flight is not None,
-                    "last": {k: last[k] for k in ("index", "op", "line", "module") if k in last}
-                    if last else None}
+            return RecorderStatus(
+                ops=self.ops, collectives=len(self.records), step=self.step,
+                in_collective=self.in_flight is not None,
+                last=LastCollective(index=last.get("index"), op=last.get("op"),
+                                    line=last.get("line"), module=last.get("module"))
+                if last else None)

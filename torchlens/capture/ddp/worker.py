@@ -48,6 +48,7 @@ from torchlens.capture.ddp.checksums import record_modules, track_ddp
 from torchlens.capture.ddp.elastic import rank_args
 from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
+from torchlens.model.messages import DdpHeartbeat, MemoryReading, RankPlace
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -107,15 +108,15 @@ class Worker:
         self.summarize = summarize
         self._send_lock = threading.Lock()
         self._sent = [0, 0]  # step batches, summaries
-        self.peak: dict[str, Any] = {}
+        self.peak = MemoryReading()
         self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
                                        "steps": [], "error": None}
         #: --nnodes: node, local_rank, restart, hostname (from the agent's environment)
         self.elastic = elastic
-        self.where: dict[str, Any] = {}
+        self.where = RankPlace()
         if elastic is not None:
-            self.where = {"node": elastic["node"], "host": elastic["hostname"],
-                          "pid": os.getpid()}
+            self.where = RankPlace(node=elastic["node"], host=elastic["hostname"],
+                                   pid=os.getpid())
             self.result.update(elastic)
 
     # -- heartbeat ---------------------------------------------------------
@@ -135,20 +136,22 @@ class Worker:
             # _PyTuple_Resize fail (SystemError). Tensors are counted between steps.
             mem = sample(with_tensors=False, device=(
                 self.stepper.device if self.stepper is not None else self.mem_device))
-            for k, v in mem.items():
-                if v is not None and v > (self.peak.get(k) or 0):
-                    self.peak[k] = v
-            status = self.recorder.status() if self.recorder else {}
-            if self.stepper is not None:
-                status.update(msgspec.structs.asdict(self.stepper.status()))
-                with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
-                    self._send_profiling(store)
+            self.peak.raise_to(mem)
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
             # but is not hung: the growing module count says so.
-            hb = {"t": time.time(), "beat": beat, "phase": self.phase,
-                  "modules": len(sys.modules), **status, **mem, **self.where}
+            hb = DdpHeartbeat(t=time.time(), beat=beat, phase=self.phase,
+                              modules=len(sys.modules), **msgspec.structs.asdict(mem),
+                              **msgspec.structs.asdict(self.where))
+            if self.recorder:
+                hb = msgspec.structs.replace(
+                    hb, **msgspec.structs.asdict(self.recorder.status()))
+            if self.stepper is not None:
+                hb = msgspec.structs.replace(
+                    hb, **msgspec.structs.asdict(self.stepper.status()))
+                with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
+                    self._send_profiling(store)
             try:
-                store.set(protocol.heartbeat_key(self.rank), hb)
+                store.set(protocol.heartbeat_key(self.rank), hb.row(wire=True))
             except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
                 pass
             beat += 1
@@ -211,7 +214,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 self._send_profiling(self.store)
         self.result["env_end"] = _env()
-        self.result["peak"] = self.peak
+        self.result["peak"] = msgspec.to_builtins(self.peak)
         self.result["timings"] = self.timings
         if self.recorder is not None:
             self.result["collectives"] = self.recorder.records
@@ -340,9 +343,7 @@ class Worker:
                 from torchlens.capture.ranks.cuda_device import script_device
 
                 self.mem_device = script_device()
-            for k, v in sample(with_tensors=True, device=self.mem_device).items():
-                if v is not None and v > (self.peak.get(k) or 0):
-                    self.peak[k] = v
+            self.peak.raise_to(sample(with_tensors=True, device=self.mem_device))
             self.phase = f"checksums {step}"
             record_modules(record, ddp_modules, out)
             del out
