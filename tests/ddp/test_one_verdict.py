@@ -155,7 +155,7 @@ def test_a_profiled_run_without_strict_draws_no_false_zero_collectives_panel(tmp
     res = ddp_check(profiled.balanced, world_size=2, backend="gloo", profile=True, steps=6,
                     run_dir=str(tmp_path / "run"), live=False)
     a = analyze(res.profile)
-    assert a.heartbeats and not any(hb.get("collectives") for hb in a.heartbeats)
+    assert a.heartbeats and not any(hb.collectives for hb in a.heartbeats)
     layout = rank_figures(a.heartbeats, 2, res.records.fingerprints, res.records.t0)
     assert layout.children[1].visible is False
 

@@ -18,6 +18,7 @@ from torchlens.frontends.monitor.sampler import (
     History,
     Monitor,
 )
+from torchlens.model.messages import DdpHeartbeat
 
 
 def test_history_keeps_only_the_last_seconds() -> None:
@@ -170,8 +171,8 @@ def test_what_the_rank_sink_sends_the_server_keeps() -> None:
     from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
 
     sink = RankSink("r", publisher=RankPublisher("r", server=ServerInfo("http://x/", "")))
-    sink.push({"rank": 0, "t": 1.0, "rss": 5, "cuda_allocated": None})
-    sink.push({"rank": 1, "t": 1.0, "device": 1, "cuda_allocated": 3, "cuda_reserved": 4})
+    sink.push(DdpHeartbeat(rank=0, t=1.0, rss=5, cuda_allocated=None))
+    sink.push(DdpHeartbeat(rank=1, t=1.0, device="cuda:1", cuda_allocated=3, cuda_reserved=4))
     sink.push_memory(0, {"rss": 9, "allocated": None, "source": "rss"}, 2.0)
     sink.push_memory(1, {k: v for k, v in PROFILED.items() if k not in ("rank", "t")}, 2.0)
     sink.push_memory(1, {"allocated": "x", "largest_free": math.nan, "source": "?"}, 3.0)

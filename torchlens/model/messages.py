@@ -111,8 +111,8 @@ class MemoryReading(msgspec.Struct, omit_defaults=True):
     def raise_to(self, other: MemoryReading) -> None:
         """Raise each figure to ``other``'s where that one is higher (a peak)."""
         for key in self.__struct_fields__:
-            v = getattr(other, key)
-            if v is not None and v > (getattr(self, key) or 0):
+            v, now = getattr(other, key), getattr(self, key)
+            if v is not None and (now is None or v > now):
                 setattr(self, key, v)
 
 
@@ -133,6 +133,10 @@ class LastCollective(msgspec.Struct, frozen=True, omit_defaults=True):
     op: str | None = None
     line: str | None = None
     module: str | None = None
+
+
+#: a ``LastCollective`` as its JSON object
+LastRow = dict[str, int | str | None]
 
 
 class RecorderStatus(msgspec.Struct, frozen=True):
@@ -188,17 +192,19 @@ class DdpHeartbeat(msgspec.Struct, kw_only=True):
                              cuda_allocated=self.cuda_allocated,
                              cuda_reserved=self.cuda_reserved)
 
-    def row(self, *, wire: bool = False) -> dict[str, int | float | str | bool | None]:
-        """The heartbeat as the flat row of the ``heartbeats`` table (no ``last``)
-        or, ``wire``, as a rank sends it: the fields of parts the rank does not
-        run (recorder, stepper, several nodes) left out, as it leaves them out."""
+    def row(self, *, wire: bool = False,
+            last: bool = False) -> dict[str, int | float | str | bool | LastRow | None]:
+        """The heartbeat as a flat row of the ``heartbeats`` table (without
+        ``last``, the collective it is in, unless asked) or, ``wire``, as a rank
+        sends it. The fields of parts the rank does not run (recorder, stepper,
+        several nodes) are left out, as the rank leaves them out."""
         out = msgspec.to_builtins(self)
         for key in _OPTIONAL_BEAT_FIELDS:
             if out.get(key) is None:
                 out.pop(key, None)
         if wire:
-            out.pop("rank"), out.pop("t_rel")
-        else:
+            del out["rank"], out["t_rel"]
+        if not (wire or last):
             out.pop("last", None)
         return out
 

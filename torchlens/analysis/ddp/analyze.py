@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+import msgspec
+
 from torchlens.analysis.ddp import checks as ddp
 from torchlens.analysis.ddp.failures import rank_results
 from torchlens.analysis.ddp.fsdp import rank_figures, rank_row
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun, Profile
 from torchlens.model.findings import Finding
+from torchlens.model.messages import DdpHeartbeat
 
 MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
 
@@ -29,7 +32,7 @@ class DdpAnalysis:
     run: DdpRun
     checklist: list[Finding]
     summary: str
-    heartbeats: list[dict[str, Any]]
+    heartbeats: list[DdpHeartbeat]
     rank_rows: list[dict[str, Any]]
     collective_rows: list[dict[str, Any]]
 
@@ -38,12 +41,21 @@ class DdpAnalysis:
         return next((i for i in self.checklist if name in (i.title, i.code)), None)
 
 
-def heartbeats(profile: Profile) -> list[dict[str, Any]]:
-    """The ``heartbeats`` table as records (NaN, the table's missing value, as None)."""
+def heartbeats(profile: Profile) -> list[DdpHeartbeat]:
+    """The ``heartbeats`` table as typed heartbeats (NaN, the table's missing value, as None;
+    an integer column with a gap, which the table holds as floats, as integers)."""
     if "heartbeats" not in profile.tables:
         return []
-    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+    return [msgspec.convert({k: _cell(k, v) for k, v in row.items()}, DdpHeartbeat, strict=False)
             for row in profile.tables["heartbeats"].to_pandas().to_dict("records")]
+
+
+def _cell(key: str, value: Any) -> Any:
+    """A table cell as the heartbeat had it: NaN as None, a flag the table
+    holds as a number (its column had gaps) as a bool."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return bool(value) if key == "in_collective" and value is not None else value
 
 
 def rank_rows(run: DdpRun) -> list[dict[str, Any]]:

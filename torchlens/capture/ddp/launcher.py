@@ -33,6 +33,8 @@ import time
 import weakref
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
@@ -48,7 +50,7 @@ from torchlens.capture.ddp.processes import (
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
-from torchlens.model.messages import OomOutcome, decode_message
+from torchlens.model.messages import DdpHeartbeat, OomOutcome, decode_message
 from torchlens.model.records import StepRecord, without_setup
 
 POLL_S = 0.1
@@ -68,8 +70,8 @@ class DdpLauncher:
         self.port: int | None = None
         self.tmpdir = ""
         self.board_path = ""
-        self.heartbeats: list[dict[str, Any]] = []
-        self.last_hb: list[dict[str, Any] | None] = [None] * options.world_size
+        self.heartbeats: list[DdpHeartbeat] = []
+        self.last_hb: list[DdpHeartbeat | None] = [None] * options.world_size
         self.hang: dict[str, Any] | None = None
         self.killed: set[int] = set()
         self.ended_at: list[float | None] = [None] * options.world_size
@@ -162,7 +164,7 @@ class DdpLauncher:
         for r in elastic.vanished(self.last_hb, self.results):
             # its result may have come since ``done`` was read: then it is not gone
             if r not in self.gone and not self._read_result(tl, r):
-                pid = (self.last_hb[r] or {}).get("pid")
+                pid = (self.last_hb[r] or DdpHeartbeat()).pid
                 log = os.path.join(self.tmpdir, "log-agent.txt")
                 self.gone[r] = elastic.agent_exit_codes(log).get(pid)
         codes = elastic.rank_codes(self.results, self.options.world_size)
@@ -203,16 +205,16 @@ class DdpLauncher:
                 if not value or value == raw[rank]:
                     continue
                 raw[rank] = value
-                hb = tl.open(hb_keys[rank], value)
-                if not isinstance(hb, dict):  # forged: counted, and not progress
+                hb = decode_message(tl.open(hb_keys[rank], value), DdpHeartbeat)
+                if hb is None or hb.t is None:  # forged: counted, and not progress
                     continue
-                hb["rank"], hb["t_rel"] = rank, hb["t"] - self.t0
+                hb.rank, hb.t_rel = rank, hb.t - self.t0
                 self.last_hb[rank] = hb
                 self.heartbeats.append(hb)
                 if self.sink is not None:
                     self.sink.push(hb)
-                sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"),
-                       hb.get("modules"), hb.get("steps_done"), hb.get("phase_calls"))
+                sig = (hb.ops, hb.collectives, hb.phase, hb.modules, hb.steps_done,
+                       hb.phase_calls)
                 if sig != progress[rank]:
                     progress[rank], last_progress = sig, time.monotonic()
             if opts.profile:
@@ -225,7 +227,7 @@ class DdpLauncher:
                     # a rank found gone died after its last heartbeat (0.2 s
                     # apart), before the ranks that then lost their peer
                     hb = self.last_hb[rank] if rank in self.gone else None
-                    self.ended_at[rank] = (hb or {}).get("t") or time.time()
+                    self.ended_at[rank] = (hb.t if hb else None) or time.time()
                     self._tell_ended(tl, rank, code)
             if all(c is not None for c in codes):
                 return "finished" if all(c == 0 for c in codes) else "crashed"
@@ -240,7 +242,7 @@ class DdpLauncher:
             # Importing torch and joining the group can take many seconds on a
             # loaded machine: that is startup, bounded by startup_timeout_s; the
             # hang clock runs once every rank is past it.
-            all_up = all(h is not None and h.get("phase") not in STARTUP_PHASES
+            all_up = all(h is not None and h.phase not in STARTUP_PHASES
                          for h in self.last_hb)
             if not all_up and now - started > opts.startup_timeout_s:
                 return "startup_timeout"
@@ -280,9 +282,9 @@ class DdpLauncher:
             return
         for rank, at in enumerate(self.ended_at):
             if at is None:
-                hb = self.last_hb[rank] or {}
+                hb = self.last_hb[rank]
                 self.sink.rank_ended(rank, "sent no result (killed, or stopped by its agent after another "
-                      "rank failed)", hb.get("t") or time.time())
+                      "rank failed)", (hb.t if hb else None) or time.time())
 
     def _read_profiling(self, tl: protocol.Channel) -> None:
         """The ranks' new step batches and summaries, into the records and the sink."""
@@ -294,7 +296,7 @@ class DdpLauncher:
                 else [h.pid for h in elastic.local_ranks(self.last_hb)])  # not the agent
         self.hang = {"after_s": after_s,
                      "stacks": read_stacks(pids, self.options.world_size, self.tmpdir),
-                     "status": [dict(h) if h else None for h in self.last_hb]}
+                     "status": [h.row(last=True) if h else None for h in self.last_hb]}
 
     def _kill_workers(self) -> None:
         """End every worker's process group: TERM, then KILL what is left."""
@@ -332,7 +334,7 @@ class DdpLauncher:
             for r, code in self.gone.items():
                 if codes[r] is None:
                     codes[r] = code if code is not None else logged.get(
-                        (self.last_hb[r] or {}).get("pid"))
+                        (self.last_hb[r] or DdpHeartbeat()).pid)
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
@@ -348,8 +350,9 @@ class DdpLauncher:
                             for p, c in zip(self.procs, codes, strict=False)]),
             "ended_at": list(self.ended_at),
             "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
-            "hang": self.hang, "memory_peak": memory_peaks(ranks, self.heartbeats),
-            "heartbeats": self.heartbeats,
+            "hang": self.hang, "memory_peak": [msgspec.to_builtins(peak) for peak in
+                                                   memory_peaks(ranks, self.heartbeats)],
+            "heartbeats": [hb.row() for hb in self.heartbeats],
             "cells": dict(self.job.get("cells") or {}),
             "profiling": profiling, "dropped": dropped,
             "nodes": _nodes(ranks, self.last_hb, self.options.elastic),

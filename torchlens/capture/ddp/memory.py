@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
+
 import psutil
 import torch
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from torchlens.frontends.shared.rank_channel import MEMORY_SOURCES, RankPublisher
 from torchlens.model.feed import RankFeed
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
 
 Sample = list[dict[str, Any]]
@@ -113,16 +114,16 @@ class RankSink:
         if self.inner is not None:
             self.inner.start()
 
-    def push(self, hb: dict[str, Any]) -> None:
+    def push(self, hb: DdpHeartbeat) -> None:
         if self.inner is not None:
             self.inner.push(hb)
         if self.publisher.enabled:
-            cuda = hb.get("cuda_allocated")
+            cuda = hb.cuda_allocated
             self._pending.append({
-                "rank": int(hb["rank"]), "t": float(hb.get("t", 0.0)),
-                "device": hb.get("device") if cuda is not None else None,
-                "allocated": cuda if cuda is not None else hb.get("rss"),
-                "reserved": hb.get("cuda_reserved"),
+                "rank": hb.rank, "t": float(hb.t or 0.0),
+                "device": _device_index(hb.device) if cuda is not None else None,
+                "allocated": cuda if cuda is not None else hb.rss,
+                "reserved": hb.cuda_reserved,
             })
 
     def push_memory(self, rank: int, mem: dict[str, Any], t: float,
@@ -188,6 +189,12 @@ class RankSink:
         """The run is over: the live view ends what it holds open (the terminal's line)."""
         if self.inner is not None:
             self.inner.close()
+
+
+def _device_index(device: str | None) -> int | None:
+    """The CUDA ordinal of a heartbeat's device ("cuda:1" -> 1; None when it names none)."""
+    _, _, index = (device or "").rpartition(":")
+    return int(index) if index.isdigit() else None
 
 
 def _bytes(value: Any) -> int | None:

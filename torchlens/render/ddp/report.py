@@ -160,7 +160,7 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
                     _profiling_html(run, run.profiling, a, figures), "rank-profile"))
     if a.heartbeats:
         figures.append(rank_figures(a.heartbeats, run.world_size or 1, run.fingerprints, run.t0))
-        counted = any(hb.get("collectives") for hb in a.heartbeats) or any(run.fingerprints or [])
+        counted = any(hb.collectives for hb in a.heartbeats) or any(run.fingerprints or [])
         out.append(("Per-rank memory, collectives and timeline" if counted else
                     "Per-rank memory and timeline",
                     html.figure_slot(len(figures) - 1), "ranks-plot"))
