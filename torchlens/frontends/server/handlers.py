@@ -30,6 +30,7 @@ import json
 import time
 from typing import Any
 
+import msgspec
 import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
@@ -71,8 +72,8 @@ class SamplesHandler(_MonitorHandler):
         self.finish(
             {
                 "interval": mon.interval,
-                "samples": samples,
-                "ranks": mon.ranks.since(since),
+                "samples": msgspec.to_builtins(samples),
+                "ranks": msgspec.to_builtins(mon.ranks.since(since)),
             }
         )
 
@@ -112,7 +113,8 @@ class RanksHandler(_MonitorHandler):
 
     @tornado.web.authenticated
     def get(self) -> None:
-        self.finish({"ranks": self.monitor.ranks.since(_float_arg(self, "since", 0.0))})
+        self.finish({"ranks": msgspec.to_builtins(
+            self.monitor.ranks.since(_float_arg(self, "since", 0.0)))})
 
     @tornado.web.authenticated
     def post(self) -> None:
