@@ -95,6 +95,7 @@ def torchlens_run(nnodes: int | None, nproc: int) -> tuple[float, float]:
 
     from torchlens.capture.ddp import DdpOptions, run_check
     from torchlens.capture.ddp.elastic import ElasticSpec
+    from torchlens.capture.ddp.options import DdpJob
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     others: list[subprocess.Popen[bytes]] = []
@@ -107,8 +108,8 @@ def torchlens_run(nnodes: int | None, nproc: int) -> tuple[float, float]:
     spec = (ElasticSpec(nnodes, nproc, f"127.0.0.1:{free_port()}")
             if nnodes is not None else None)
     n = nproc * (nnodes or 1)
-    job = {"kind": "function", "fn": job_fn, "backend": "gloo", "strict": False,
-           "timeout_s": 30.0, "steps": 1, "seed": 0, "cells": {}, "profile": None}
+    job = DdpJob(kind="function", fn=job_fn, backend="gloo", strict=False, timeout_s=30.0,
+                 steps=1, seed=0)
     opts = DdpOptions(world_size=n, backend="gloo", steps=1, elastic=spec,
                       on_other_nodes=start_other if nnodes and nnodes > 1 else None)
     sink = FirstPoints(n)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from torchlens.capture.ddp.launcher import DdpOptions, write_run_folder
+from torchlens.capture.ddp.options import DdpJob, ProfileSpec
 from torchlens.formats.kineto.peek import peek
 from torchlens.formats.run_folder.manifest import (
     SOURCE_DDP_CHECK,
@@ -130,8 +131,9 @@ def torch_run(tmp_path_factory) -> Path:
     done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True,
                           text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    write_run_folder(str(run_dir), {"backend": "gloo"},
-                     DdpOptions(world_size=2, profile={"every": 5}), [None, None], [[], []])
+    write_run_folder(str(run_dir), DdpJob(kind="function", backend="gloo"),
+                     DdpOptions(world_size=2, profile=ProfileSpec(every=5)), [None, None],
+                     [[], []])
     return run_dir
 
 

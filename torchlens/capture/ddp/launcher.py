@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
 from torchlens.capture.ddp import board, elastic
-from torchlens.capture.ddp.options import DdpOptions
+from torchlens.capture.ddp.options import DdpJob, DdpOptions, ProfileSpec
 from torchlens.capture.ddp.processes import (
     end_ranks,
     log_tail,
@@ -62,7 +63,7 @@ _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
 class DdpLauncher:
     """One %ddp_check run: ``run()`` returns the raw records and tables' rows."""
 
-    def __init__(self, job: dict[str, Any], options: DdpOptions,
+    def __init__(self, job: DdpJob, options: DdpOptions,
                  sink: RankFeed | None = None) -> None:
         self.job, self.options, self.sink = job, options, sink
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -77,7 +78,7 @@ class DdpLauncher:
         self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
         self.reader = StepReader(options.world_size,
-                                 int((options.profile or {}).get("keep", 50)), sink)
+                                 options.profile.keep if options.profile else 50, sink)
         # the reader's lists themselves: what it reads lands in the records
         self.step_records = self.reader.step_records
         self.summaries = self.reader.summaries
@@ -116,11 +117,11 @@ class DdpLauncher:
                 for r in range(n):
                     tl.add(protocol.steps_count_key(r), 0)
                     tl.add(protocol.summary_count_key(r), 0)
-                os.makedirs(self.options.profile["run_dir"], exist_ok=True)
+                os.makedirs(self.options.profile.run_dir, exist_ok=True)
             spec = None
             if self.options.strict:
                 spec = board.create(n, self.tmpdir)
-                self.board_path = spec["file"]
+                self.board_path = spec.file
             if self.options.elastic is not None:
                 self.other_nodes = start_agent(
                     self.procs, self.options.elastic, self.key, self.options.entry, self.sock,
@@ -130,7 +131,7 @@ class DdpLauncher:
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
             # Sealed: a worker unpickles only a payload this run's key signed.
-            tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dict(self.job, board=spec)))
+            tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dataclasses.replace(self.job, board=spec)))
             # The kernel's own set-up for the run (a live plot: bokeh imports)
             # overlaps the ranks' torch import instead of delaying their start.
             if self.sink is not None:
@@ -339,7 +340,7 @@ class DdpLauncher:
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
         return {
-            "world_size": n, "backend": self.job["backend"], "steps": self.options.steps,
+            "world_size": n, "backend": self.job.backend, "steps": self.options.steps,
             "strict": self.options.strict, "timeout_s": self.options.timeout_s,
             "seed": self.options.seed, "outcome": outcome, "t0": self.t0,
             "wall_s": time.time() - self.t0, "port": self.port, "board": self.board_path,
@@ -353,7 +354,7 @@ class DdpLauncher:
             "hang": self.hang, "memory_peak": [msgspec.to_builtins(peak) for peak in
                                                    memory_peaks(ranks, self.heartbeats)],
             "heartbeats": [hb.row() for hb in self.heartbeats],
-            "cells": dict(self.job.get("cells") or {}),
+            "cells": dict(self.job.cells),
             "profiling": profiling, "dropped": dropped,
             "nodes": _nodes(ranks, self.last_hb, self.options.elastic),
         }
@@ -362,15 +363,15 @@ class DdpLauncher:
         """What --profile measured, and the run folder's manifest and step files."""
         with contextlib.suppress(Exception):  # the store may be gone after a crash
             self._read_profiling(tl)
-        opts = self.options.profile or {}
+        opts = self.options.profile or ProfileSpec()
         told = [(r or {}).get("profile") or {} for r in ranks]
         everies = [t["every"] for t in told if t.get("every")]
-        run_dir = opts["run_dir"]
+        run_dir = opts.run_dir
         # windows cut before a late first step() are set-up, not steps
         self.step_records = [list(without_setup(records)) for records in self.step_records]
-        out = {"every": max(everies) if everies else (opts.get("every") or 5),
-               "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
-               "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),
+        out = {"every": max(everies) if everies else (opts.every or 5),
+               "window_s": opts.window_s, "run_dir": run_dir,
+               "max_steps": opts.max_steps, "keep": opts.keep,
                "windows": any(t.get("windows") and not t.get("real_steps") for t in told),
                # how the steps were found: rank 0's words (every rank runs the same function)
                "steps_by": next((t["steps_by"] for t in told if t.get("steps_by")), ""),
@@ -396,7 +397,7 @@ def _ending(res: dict[str, Any], steps: int) -> dict[str, Any]:
             "stopped_at_step": steps, "steps": steps}
 
 
-def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
+def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
                      steps: list[list[StepRecord]], started: float | None = None) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already);
@@ -416,8 +417,8 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
 
     write.write_run_folder(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
-        backend=job.get("backend"), created=time.time(), started=started,
-        profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"}),
+        backend=job.backend, created=time.time(), started=started,
+        profile=options.profile.manifest() if options.profile else {}),
         (rank_files(rank) for rank in range(options.world_size)))
 
 
@@ -445,7 +446,7 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
-def run_check(job: dict[str, Any], options: DdpOptions,
+def run_check(job: DdpJob, options: DdpOptions,
               sink: RankFeed | None = None) -> dict[str, Any]:
     """Run ``job`` on ``options.world_size`` ranks; returns the records dict."""
     return DdpLauncher(job, options, sink).run()

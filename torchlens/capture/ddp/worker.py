@@ -46,6 +46,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
 from torchlens.capture.ddp.elastic import rank_args
+from torchlens.capture.ddp.options import DdpJob
 from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
 from torchlens.model.messages import DdpHeartbeat, MemoryReading, RankPlace
@@ -225,12 +226,12 @@ class Worker:
         self.store.set(protocol.result_key(self.rank), self.result)
         self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
-    def _init_group(self, job: dict[str, Any]) -> None:
+    def _init_group(self, job: DdpJob) -> None:
         import torch
         import torch.distributed as dist
 
         self.phase = "init"
-        backend = job["backend"]
+        backend = job.backend
         local = self.elastic["local_rank"] if self.elastic is not None else self.rank
         if backend == "nccl":
             torch.cuda.set_device(local)
@@ -238,7 +239,7 @@ class Worker:
         else:
             self.device = torch.device("cpu")
         self.mem_device = self.device
-        timeout = timedelta(seconds=max(60.0, 3 * job["timeout_s"]))
+        timeout = timedelta(seconds=max(60.0, 3 * job.timeout_s))
         if self.elastic is not None:  # the agent's rendezvous: MASTER_ADDR/PORT
             dist.init_process_group(backend, init_method="env://", rank=self.rank,
                                     world_size=self.world_size, timeout=timeout)
@@ -298,30 +299,30 @@ class Worker:
             comm["bandwidth"].append({"bytes": nbytes, "seconds": seconds, "busbw_gbps": busbw})
         self.result["comm"] = comm
 
-    def _steps(self, job: dict[str, Any]) -> None:
+    def _steps(self, job: DdpJob) -> None:
         import torch
 
         from torchlens.capture.ddp.recorder import CollectiveRecorder
 
         ddp_modules = track_ddp()
         held = FsdpMemory()
-        if job.get("profile"):
+        if job.profile:
             self._profiled_run(job, ddp_modules, held)
             return
         call = self._callable(job)
         board = None
-        if job["strict"]:
+        if job.strict:
             from torchlens.capture.ddp.board import FingerprintBoard
 
-            board = FingerprintBoard(job["board"], self.rank, self.world_size)
+            assert job.board is not None  # the launcher makes one for --strict
+            board = FingerprintBoard(job.board, self.rank, self.world_size)
         rec = CollectiveRecorder(self.store, self.rank, self.world_size,
-                                 job["strict"], job["timeout_s"], board=board,
-                                 cells=job.get("cells"))
+                                 job.strict, job.timeout_s, board=board, cells=job.cells)
         self.recorder = rec
-        steps = int(job["steps"])
+        steps = int(job.steps)
         for step in range(steps):
             self.phase = f"step {step}"
-            _seed_all(job["seed"])
+            _seed_all(job.seed)
             if steps >= 2 and step in (0, 1):
                 rec.reference, rec.current = (rec.current if step == 1 else None), []
             else:
@@ -351,35 +352,37 @@ class Worker:
                 torch.cuda.synchronize()
         rec.current = None
 
-    def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any],
+    def _profiled_run(self, job: DdpJob, ddp_modules: list[Any],
                       held: FsdpMemory) -> None:
         """--profile: the function is the training loop; it runs once, timed per step."""
         from torchlens.capture.ranks.oom import oom_line, save_oom_snapshot
         from torchlens.capture.ranks.stepper import RankProfiler, StepLimit
 
-        opts = job["profile"]
+        opts = job.profile
+        assert opts is not None  # _steps runs this for --profile only
         rec = None
-        if job["strict"]:
+        if job.strict:
             from torchlens.capture.ddp.board import FingerprintBoard
             from torchlens.capture.ddp.recorder import CollectiveRecorder
 
+            assert job.board is not None  # the launcher makes one for --strict
             rec = CollectiveRecorder(self.store, self.rank, self.world_size, True,
-                                     job["timeout_s"],
-                                     board=FingerprintBoard(job["board"], self.rank,
+                                     job.timeout_s,
+                                     board=FingerprintBoard(job.board, self.rank,
                                                             self.world_size),
-                                     cells=job.get("cells"))
+                                     cells=job.cells)
             self.recorder = rec
-        limit = opts.get("max_steps")
+        limit = opts.max_steps
         call = self._callable(job, steps=limit)
-        if limit and job["kind"] != "cell" and "steps" in inspect.signature(job["fn"]).parameters:
+        if limit and job.fn is not None and "steps" in inspect.signature(job.fn).parameters:
             # its loop is told steps=N and returns its model after step N: stopping it
             # there would cut that return; one step more only if it ignores steps
             limit += 1
         stepper = RankProfiler(
-            rank=self.rank, run_dir=opts["run_dir"],
+            rank=self.rank, run_dir=opts.run_dir,
             device=self.device if self.device.type == "cuda" else None,
-            every=opts.get("every"), budget=opts.get("budget", 0.03),
-            window_s=opts.get("window_s", 1.0), max_steps=limit,
+            every=opts.every, budget=opts.budget,
+            window_s=opts.window_s, max_steps=limit,
             summarize=self.summarize, agree=self._agree, fsdp=held)
         self.stepper = stepper
         record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
@@ -392,9 +395,9 @@ class Worker:
                     out = call()
                 except StepLimit:  # --steps ended the loop: the function never returned
                     out = None
-                    record["step_limit"] = opts.get("max_steps")
+                    record["step_limit"] = opts.max_steps
         except BaseException as exc:
-            oom = save_oom_snapshot(exc, opts["run_dir"], self.rank)
+            oom = save_oom_snapshot(exc, opts.run_dir, self.rank)
             if oom is not None:  # where the snapshot went, or why there is none
                 self.result["oom_snapshot"] = msgspec.to_builtins(oom)
                 stepper.errors.append(oom_line(self.rank, oom))
@@ -422,20 +425,20 @@ class Worker:
         proposals = [v for v in self.store.multi_get(keys) if isinstance(v, int)]
         return max(proposals + [mine])  # a forged proposal is dropped, not taken
 
-    def _callable(self, job: dict[str, Any], steps: int | None = None) -> Any:
+    def _callable(self, job: DdpJob, steps: int | None = None) -> Any:
         """The user's code as a no-argument callable (one step, or with --profile the loop)."""
         names = {"rank": self.rank, "world_size": self.world_size, "device": self.device}
         if steps is not None:
             names["steps"] = steps
-        if job["kind"] == "cell":
-            code = compile(job["source"], job["filename"], "exec")
+        fn = job.fn
+        if job.kind == "cell" or fn is None:
+            code = compile(job.source, job.filename, "exec")
 
             def run_cell() -> None:
-                ns = {"__name__": "__main__", **job["globals"], **names}
+                ns = {"__name__": "__main__", **job.globals, **names}
                 exec(code, ns)  # noqa: S102 - the user's own cell
 
             return run_cell
-        fn = job["fn"]
         params = inspect.signature(fn).parameters
         kwargs = {k: v for k, v in names.items() if k in params}
         positional = [p for p in params.values() if p.name not in kwargs
