@@ -122,7 +122,7 @@ def torchlens_run(nnodes: int | None, nproc: int) -> tuple[float, float]:
         sys.stderr = stderr
         for p in others:
             p.wait(timeout=60)
-    assert rec["outcome"] == "finished", rec["outcome"]
+    assert rec.run.outcome == "finished", rec.run.outcome
     return sink.first - t0, sink.all_up - t0
 
 

@@ -310,7 +310,7 @@ def test_the_live_view_is_built_once_the_ranks_are_spawned():
                  timeout_s=20.0, steps=1, seed=0)
     rec = run_check(job, DdpOptions(world_size=2, backend="gloo", timeout_s=20.0, steps=1),
                     sink)
-    assert rec["outcome"] == "finished"
+    assert rec.run.outcome == "finished"
     assert seen == [2] and isinstance(sink.inner, Inner)
     assert_clean(rec)
 

@@ -137,6 +137,8 @@ class LastCollective(msgspec.Struct, frozen=True, omit_defaults=True):
 
 #: a ``LastCollective`` as its JSON object
 LastRow = dict[str, int | str | None]
+#: a ``DdpHeartbeat`` as its JSON object (``DdpHeartbeat.row``)
+BeatRow = dict[str, int | float | str | bool | LastRow | None]
 
 
 class RecorderStatus(msgspec.Struct, frozen=True):
@@ -193,7 +195,7 @@ class DdpHeartbeat(msgspec.Struct, kw_only=True):
                              cuda_reserved=self.cuda_reserved)
 
     def row(self, *, wire: bool = False,
-            last: bool = False) -> dict[str, int | float | str | bool | LastRow | None]:
+            last: bool = False) -> BeatRow:
         """The heartbeat as a flat row of the ``heartbeats`` table (without
         ``last``, the collective it is in, unless asked) or, ``wire``, as a rank
         sends it. The fields of parts the rank does not run (recorder, stepper,

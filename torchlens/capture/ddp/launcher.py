@@ -51,8 +51,54 @@ from torchlens.capture.ddp.processes import (
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
-from torchlens.model.messages import DdpHeartbeat, OomOutcome, decode_message
+from torchlens.model.messages import BeatRow, DdpHeartbeat, OomOutcome, decode_message
+from torchlens.model.payloads import DdpRun, RankProfiling
 from torchlens.model.records import StepRecord, without_setup
+
+
+@dataclasses.dataclass
+class CheckRecords:
+    """What one %ddp_check run left: the run (``DdpRun``: the ranks' reports,
+    collectives, exit codes, memory peaks ...) and every heartbeat read."""
+
+    run: DdpRun
+    heartbeats: list[DdpHeartbeat]
+
+
+@dataclasses.dataclass
+class HangReport:
+    """Why the hang detector stopped the run: how long no rank made progress,
+    each rank's Python stack and its last heartbeat (None: it sent none)."""
+
+    after_s: float
+    stacks: list[str]
+    status: list[DdpHeartbeat | None]
+
+    def to_builtins(self) -> dict[str, float | list[str] | list[BeatRow | None]]:
+        """As ``DdpRun.hang`` keeps it (each heartbeat as the rank sent it, with the
+        launcher's ``rank`` and ``t_rel``)."""
+        return {"after_s": self.after_s, "stacks": self.stacks,
+                "status": [h.row(last=True) if h else None for h in self.status]}
+
+
+@dataclasses.dataclass
+class RankNode:
+    """Where one rank of a --nnodes run ran."""
+
+    node: int | None
+    host: str | None
+
+
+@dataclasses.dataclass
+class NodesInfo:
+    """A --nnodes run's layout: its nodes, ranks per node, rendezvous, and per rank
+    its node and host."""
+
+    nnodes: int
+    nproc_per_node: int
+    rdzv_endpoint: str
+    ranks: list[RankNode]
+
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -73,7 +119,7 @@ class DdpLauncher:
         self.board_path = ""
         self.heartbeats: list[DdpHeartbeat] = []
         self.last_hb: list[DdpHeartbeat | None] = [None] * options.world_size
-        self.hang: dict[str, Any] | None = None
+        self.hang: HangReport | None = None
         self.killed: set[int] = set()
         self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
@@ -92,7 +138,7 @@ class DdpLauncher:
         self.other_nodes: tuple[list[str], dict[str, str]] | None = None
 
     # -- lifecycle ---------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> CheckRecords:
         """Spawn, monitor, stop; always stops the workers, even on KeyboardInterrupt."""
         import torch.distributed as dist
 
@@ -149,7 +195,7 @@ class DdpLauncher:
                 records = self._collect(tl, outcome)
             finally:
                 self._release()
-        records["interrupted"] = interrupted
+        records.run.interrupted = interrupted
         return records
 
     def _codes(self, tl: protocol.Channel) -> list[int | None]:
@@ -295,9 +341,9 @@ class DdpLauncher:
         """faulthandler in each live worker writes every thread's Python stack."""
         pids = ([p.pid for p in self.procs] if self.options.elastic is None
                 else [h.pid for h in elastic.local_ranks(self.last_hb)])  # not the agent
-        self.hang = {"after_s": after_s,
-                     "stacks": read_stacks(pids, self.options.world_size, self.tmpdir),
-                     "status": [h.row(last=True) if h else None for h in self.last_hb]}
+        self.hang = HangReport(after_s=after_s,
+                               stacks=read_stacks(pids, self.options.world_size, self.tmpdir),
+                               status=list(self.last_hb))
 
     def _kill_workers(self) -> None:
         """End every worker's process group: TERM, then KILL what is left."""
@@ -315,7 +361,7 @@ class DdpLauncher:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
     # -- records -------------------------------------------------------------
-    def _collect(self, tl: protocol.Channel, outcome: str) -> dict[str, Any]:
+    def _collect(self, tl: protocol.Channel, outcome: str) -> CheckRecords:
         n = self.options.world_size
         ranks, fingerprints = read_ranks(tl, n)
         for rank, res in enumerate(ranks):
@@ -339,27 +385,28 @@ class DdpLauncher:
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
-        return {
-            "world_size": n, "backend": self.job.backend, "steps": self.options.steps,
-            "strict": self.options.strict, "timeout_s": self.options.timeout_s,
-            "seed": self.options.seed, "outcome": outcome, "t0": self.t0,
-            "wall_s": time.time() - self.t0, "port": self.port, "board": self.board_path,
-            "pids": [p.pid for p in self.procs],
-            "ranks": ranks, "fingerprints": fingerprints,
-            "exit_codes": (codes if self.options.elastic is not None else
-                           [None if p.pid in self.killed else c
-                            for p, c in zip(self.procs, codes, strict=False)]),
-            "ended_at": list(self.ended_at),
-            "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
-            "hang": self.hang, "memory_peak": [msgspec.to_builtins(peak) for peak in
-                                                   memory_peaks(ranks, self.heartbeats)],
-            "heartbeats": [hb.row() for hb in self.heartbeats],
-            "cells": dict(self.job.cells),
-            "profiling": profiling, "dropped": dropped,
-            "nodes": _nodes(ranks, self.last_hb, self.options.elastic),
-        }
+        nodes = _nodes(ranks, self.last_hb, self.options.elastic)
+        run = DdpRun(
+            world_size=n, backend=self.job.backend, steps=self.options.steps,
+            strict=self.options.strict, timeout_s=self.options.timeout_s,
+            seed=self.options.seed, outcome=outcome, t0=self.t0,
+            wall_s=time.time() - self.t0, port=self.port, board=self.board_path,
+            pids=[p.pid for p in self.procs],
+            ranks=ranks, fingerprints=fingerprints,
+            exit_codes=(codes if self.options.elastic is not None else
+                        [None if p.pid in self.killed else c
+                         for p, c in zip(self.procs, codes, strict=False)]),
+            ended_at=list(self.ended_at),
+            killed=sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
+            hang=self.hang.to_builtins() if self.hang else None,
+            memory_peak=[msgspec.to_builtins(peak)
+                         for peak in memory_peaks(ranks, self.heartbeats)],
+            cells=dict(self.job.cells), profiling=profiling, dropped=dropped,
+            nodes=dataclasses.asdict(nodes) if nodes else None)
+        return CheckRecords(run, self.heartbeats)
 
-    def _profiling(self, tl: protocol.Channel, ranks: list[dict[str, Any] | None]) -> dict[str, Any]:
+    def _profiling(self, tl: protocol.Channel,
+                   ranks: list[dict[str, Any] | None]) -> RankProfiling:
         """What --profile measured, and the run folder's manifest and step files."""
         with contextlib.suppress(Exception):  # the store may be gone after a crash
             self._read_profiling(tl)
@@ -369,14 +416,14 @@ class DdpLauncher:
         run_dir = opts.run_dir
         # windows cut before a late first step() are set-up, not steps
         self.step_records = [list(without_setup(records)) for records in self.step_records]
-        out = {"every": max(everies) if everies else (opts.every or 5),
-               "window_s": opts.window_s, "run_dir": run_dir,
-               "max_steps": opts.max_steps, "keep": opts.keep,
-               "windows": any(t.get("windows") and not t.get("real_steps") for t in told),
-               # how the steps were found: rank 0's words (every rank runs the same function)
-               "steps_by": next((t["steps_by"] for t in told if t.get("steps_by")), ""),
-               "steps": self.step_records, "summaries": self.summaries,
-               "dropped_summaries": self.dropped_summaries}
+        out = RankProfiling(
+            every=max(everies) if everies else (opts.every or 5),
+            window_s=opts.window_s, run_dir=run_dir, max_steps=opts.max_steps, keep=opts.keep,
+            windows=any(t.get("windows") and not t.get("real_steps") for t in told),
+            # how the steps were found: rank 0's words (every rank runs the same function)
+            steps_by=next((t["steps_by"] for t in told if t.get("steps_by")), ""),
+            steps=self.step_records, summaries=self.summaries,
+            dropped_summaries=self.dropped_summaries)
         with contextlib.suppress(OSError):
             write_run_folder(run_dir, self.job, self.options, ranks, self.step_records,
                              started=self.t0)
@@ -422,18 +469,19 @@ def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
         (rank_files(rank) for rank in range(options.world_size)))
 
 
-def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],
-           spec: Any) -> dict[str, Any] | None:
+def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[DdpHeartbeat | None],
+           spec: Any) -> NodesInfo | None:
     """--nnodes: the run's nodes and, per rank, its node and host (None: one machine)."""
     if spec is None:
         return None
     where = []
     for res, hb in zip(ranks, last_hb, strict=True):
-        src = res if res and res.get("node") is not None else (hb or {})
-        where.append({"node": src.get("node"),
-                      "host": src.get("hostname") or src.get("host")})
-    return {"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
-            "rdzv_endpoint": spec.rdzv_endpoint, "ranks": where}
+        if res and res.get("node") is not None:
+            where.append(RankNode(node=res["node"], host=res.get("hostname") or res.get("host")))
+        else:
+            where.append(RankNode(node=hb.node if hb else None, host=hb.host if hb else None))
+    return NodesInfo(nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
+                     rdzv_endpoint=spec.rdzv_endpoint, ranks=where)
 
 
 def stop_all() -> None:
@@ -447,8 +495,8 @@ atexit.register(stop_all)
 
 
 def run_check(job: DdpJob, options: DdpOptions,
-              sink: RankFeed | None = None) -> dict[str, Any]:
-    """Run ``job`` on ``options.world_size`` ranks; returns the records dict."""
+              sink: RankFeed | None = None) -> CheckRecords:
+    """Run ``job`` on ``options.world_size`` ranks; returns what it left."""
     return DdpLauncher(job, options, sink).run()
 
 
