@@ -97,10 +97,10 @@ def test_the_ranks_table_gives_the_median_step_and_no_uncounted_collectives(stra
     rows = res.analysis().rank_rows
     for r, recs in enumerate(res.records.profiling.steps):
         want = median(rec.t1 - rec.t0 for rec in recs)
-        assert rows[r]["steps_s"] == pytest.approx(want)
-        assert rows[r]["steps_s"] < 1.0  # one step, not the whole loop (seconds)
+        assert rows[r].steps_s == pytest.approx(want)
+        assert rows[r].steps_s < 1.0  # one step, not the whole loop (seconds)
         # --profile without --strict counts no collectives: not "0"
-        assert rows[r]["collectives"] is None
+        assert rows[r].collectives is None
 
 
 def test_the_collectives_table_has_a_step_column_and_no_empty_columns(straggler):

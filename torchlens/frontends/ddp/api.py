@@ -58,7 +58,8 @@ class DdpResult(Result):
         """Every recorded collective of every rank (pandas DataFrame)."""
         import pandas as pd
 
-        return pd.DataFrame(collective_rows(self.records, limit=None))
+        return pd.DataFrame([dataclasses.asdict(row)
+                             for row in collective_rows(self.records, limit=None)])
 
     def memory(self) -> Any:
         """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes
