@@ -7,6 +7,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import msgspec
 import pytest
 
 import torchlens
@@ -166,7 +167,7 @@ def test_push_memory_sends_odd_values_as_null_and_nothing_without_a_server():
 
     class Recorder(RankPublisher):
         def publish(self, samples):
-            sent.extend(samples)
+            sent.extend(msgspec.to_builtins(samples))  # as posted
             return True
 
     sink = RankSink("r", publisher=Recorder("r", server=ServerInfo("http://x/", "")))

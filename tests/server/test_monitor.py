@@ -183,7 +183,7 @@ def test_what_the_rank_sink_sends_the_server_keeps() -> None:
     sink.push_memory(1, {k: v for k, v in PROFILED.items() if k not in ("rank", "t")}, 2.0)
     sink.push_memory(1, {"allocated": "x", "largest_free": math.nan, "source": "?"}, 3.0)
     mon = Monitor(StepHost(), NoGpu())
-    assert mon.add_rank_samples("r", sink._pending) == 5
+    assert mon.add_rank_samples("r", msgspec.to_builtins(sink._pending)) == 5
     kept = mon.ranks.since(0)
     assert [(r.allocated, r.source) for r in kept] == [
         (5, None), (3, None), (9, "rss"), (1048576, "modelled"), (None, None)]

@@ -103,6 +103,26 @@ class MachineSample(msgspec.Struct):
     gpu: GpuSample
 
 
+class PostedSample(msgspec.Struct, kw_only=True):
+    """One rank's memory as a kernel posts it to the server's monitor (which
+    checks it: ``frontends.monitor.sampler.rank_sample``): allocated bytes
+    (the resident set where ``source`` is ``rss``), and where a step record
+    or summary gave them, the allocator's fragmentation figures and whose
+    figures they are. A finished ``%%gpumem`` cell's report figures carry
+    ``peak`` and ``final``. A field left ``UNSET`` is not sent."""
+
+    rank: int
+    t: float
+    device: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    inactive_split: int | None | UnsetType = UNSET
+    largest_free: int | None | UnsetType = UNSET
+    source: str | None | UnsetType = UNSET
+    peak: int | None | UnsetType = UNSET
+    final: bool | UnsetType = UNSET
+
+
 class RankSample(msgspec.Struct):
     """A rank's memory as a kernel posted it, checked (``sampler.rank_sample``):
     allocator bytes (``source`` says whose: cuda, modelled or rss). A finished

@@ -418,7 +418,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         from IPython.display import display
 
         display(result)
-    return result, bool(rec.get("interrupted"))
+    return result, rec.run.interrupted
 
 
 class _Empty:
