@@ -82,14 +82,25 @@ def agent_env(key: RunKey) -> dict[str, str]:
     return env
 
 
-def rank_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+@dataclass
+class AgentPlace:
+    """Where torch's elastic agent started a rank: its node, its rank on that
+    node, the agent's restart count, and the host."""
+
+    node: int
+    local_rank: int
+    restart: int
+    hostname: str
+
+
+def rank_args(argv: list[str]) -> tuple[list[str], AgentPlace]:
     """A rank's ``--elastic HOST PORT DIR`` -> the usual worker argv and where
     the rank runs, from the environment torch's elastic agent gives each worker."""
     host, port, stack_dir = argv
     env = os.environ
-    where = {"node": int(env.get("GROUP_RANK", "0")), "local_rank": int(env["LOCAL_RANK"]),
-             "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
-             "hostname": socket.gethostname()}
+    where = AgentPlace(node=int(env.get("GROUP_RANK", "0")), local_rank=int(env["LOCAL_RANK"]),
+                       restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                       hostname=socket.gethostname())
     if not os.path.isdir(stack_dir):  # another node: the kernel's folder is not here
         import tempfile
 

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+import msgspec
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -42,6 +43,19 @@ _OP_NAMES: dict[Any, str] = {}  # OpOverload -> "all_reduce": named once, not pe
 # the store why (finished? stopped? --timeout?): short, so a peer that ended
 # is noticed quickly; long enough that a merely slow peer costs no round trip.
 LATE_S = 0.25
+
+
+class DivergentOp(msgspec.Struct, frozen=True):
+    """The first op whose output differed between two seeded runs of a step:
+    its name and index in the step, the user's line, the step, and its
+    output's checksum in each run."""
+
+    op: str
+    op_index: int
+    line: str
+    step: int
+    first: float | None
+    second: float | None
 
 
 class CollectiveMismatch(RuntimeError):
@@ -152,7 +166,7 @@ class CollectiveRecorder(TorchDispatchMode):
         # determinism: checksums of step 0, compared live during step 1
         self.reference: list[tuple[str, float | None]] | None = None
         self.current: list[tuple[str, float | None]] | None = None
-        self.first_divergent_op: dict[str, Any] | None = None
+        self.first_divergent_op: DivergentOp | None = None
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -178,9 +192,9 @@ class CollectiveRecorder(TorchDispatchMode):
         ref = self.reference
         if (ref is not None and self.first_divergent_op is None and index < len(ref)
                 and ref[index][0] == name and ref[index][1] != value):
-            self.first_divergent_op = {"op": name, "op_index": index,
-                                       "line": user_line(self.cells), "step": self.step,
-                                       "first": ref[index][1], "second": value}
+            self.first_divergent_op = DivergentOp(op=name, op_index=index,
+                                                  line=user_line(self.cells), step=self.step,
+                                                  first=ref[index][1], second=value)
 
     def _collective(self, func: Any, args: Any, kwargs: Any) -> Any:
         tensors = _tensors(list(args) + list(kwargs.values()))

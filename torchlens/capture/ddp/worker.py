@@ -29,6 +29,7 @@ calls are made no-ops for the default group.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import inspect
 import os
@@ -45,7 +46,7 @@ import msgspec
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
-from torchlens.capture.ddp.elastic import rank_args
+from torchlens.capture.ddp.elastic import AgentPlace, rank_args
 from torchlens.capture.ddp.options import DdpJob
 from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
@@ -83,12 +84,31 @@ def _seed_all(seed: int) -> None:
         pass
 
 
+class Bandwidth(msgspec.Struct):
+    """One all_reduce size of the bandwidth check: its bytes, the fastest call's
+    seconds, and the bus bandwidth that makes (GB/s, as nccl-tests count it)."""
+
+    bytes: int
+    seconds: float
+    busbw_gbps: float
+
+
+class CommCheck(msgspec.Struct):
+    """The rank's first all_reduce (what it sent, got and should have got) and
+    its bandwidth at a few sizes."""
+
+    sent: int
+    got: float
+    expected: float
+    bandwidth: list[Bandwidth] = []
+
+
 class Worker:
     """Runs the job on this rank and reports through the store."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int,
                  summarize: Any = None, *, key: RunKey,
-                 elastic: dict[str, Any] | None = None) -> None:
+                 elastic: AgentPlace | None = None) -> None:
         import torch.distributed as dist
 
         self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
@@ -116,9 +136,8 @@ class Worker:
         self.elastic = elastic
         self.where = RankPlace()
         if elastic is not None:
-            self.where = RankPlace(node=elastic["node"], host=elastic["hostname"],
-                                   pid=os.getpid())
-            self.result.update(elastic)
+            self.where = RankPlace(node=elastic.node, host=elastic.hostname, pid=os.getpid())
+            self.result.update(dataclasses.asdict(elastic))
 
     # -- heartbeat ---------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -219,7 +238,8 @@ class Worker:
         self.result["timings"] = self.timings
         if self.recorder is not None:
             self.result["collectives"] = self.recorder.records
-            self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
+            self.result["determinism"] = {
+                "first_op": msgspec.to_builtins(self.recorder.first_divergent_op)}
             if self.recorder.board is not None:
                 self.result["strict"] = dict(self.recorder.strict_stats)
         self.result["dropped"] = dict(self.store.dropped)  # peers' values that failed
@@ -232,7 +252,7 @@ class Worker:
 
         self.phase = "init"
         backend = job.backend
-        local = self.elastic["local_rank"] if self.elastic is not None else self.rank
+        local = self.elastic.local_rank if self.elastic is not None else self.rank
         if backend == "nccl":
             torch.cuda.set_device(local)
             self.device = torch.device("cuda", local)
@@ -283,8 +303,8 @@ class Worker:
         n = self.world_size
         t = torch.tensor([float(self.rank + 1)], device=self.device)
         dist.all_reduce(t)
-        comm: dict[str, Any] = {"sent": self.rank + 1, "got": float(t.item()),
-                                "expected": float(n * (n + 1) // 2), "bandwidth": []}
+        comm = CommCheck(sent=self.rank + 1, got=float(t.item()),
+                         expected=float(n * (n + 1) // 2))
         for size in BANDWIDTH_SIZES:
             x = torch.ones(size, device=self.device)
             seconds = float("inf")
@@ -296,8 +316,8 @@ class Worker:
                 seconds = min(seconds, time.perf_counter() - start)
             nbytes = size * 4
             busbw = nbytes / seconds * 2 * (n - 1) / n / 1e9
-            comm["bandwidth"].append({"bytes": nbytes, "seconds": seconds, "busbw_gbps": busbw})
-        self.result["comm"] = comm
+            comm.bandwidth.append(Bandwidth(bytes=nbytes, seconds=seconds, busbw_gbps=busbw))
+        self.result["comm"] = msgspec.to_builtins(comm)
 
     def _steps(self, job: DdpJob) -> None:
         import torch

@@ -92,14 +92,22 @@ class ConfigHandler(_MonitorHandler):
         self.monitor.set_interval(interval)
         self.finish(self._config())
 
-    def _config(self) -> dict[str, Any]:
+    def _config(self) -> dict[str, float]:
+        """The sampler's settings as the page reads them (``MonitorConfig``'s JSON)."""
         mon = self.monitor
-        return {
-            "interval": mon.interval,
-            "idle_interval": mon.idle_interval,
-            "idle_after": mon.idle_after,
-            "history_seconds": mon.history.seconds,
-        }
+        return msgspec.to_builtins(MonitorConfig(
+            interval=mon.interval, idle_interval=mon.idle_interval, idle_after=mon.idle_after,
+            history_seconds=mon.history.seconds))
+
+
+class MonitorConfig(msgspec.Struct, frozen=True):
+    """``torchlens/monitor/config``: seconds between samples while watched and
+    when idle, how long until idle, and how much history is kept."""
+
+    interval: float
+    idle_interval: float
+    idle_after: float
+    history_seconds: float
 
 
 class RanksHandler(_MonitorHandler):
