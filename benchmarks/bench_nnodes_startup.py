@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from torchlens.model.messages import DdpHeartbeat
+
 BARE = r"""
 import os, sys, time
 import torch, torch.distributed as dist
@@ -64,18 +66,18 @@ class FirstPoints:
     def start(self) -> None:
         pass
 
-    def push(self, hb: dict) -> None:
+    def push(self, hb: DdpHeartbeat) -> None:
         now = time.perf_counter()
         self.first = self.first or now
-        if hb.get("phase") not in ("starting", "init"):
-            self.up.add(hb["rank"])
+        if hb.phase not in ("starting", "init"):
+            self.up.add(hb.rank)
             if len(self.up) == self.n and self.all_up is None:
                 self.all_up = now
 
     def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
         # a one-step rank on a quiet machine can end before a heartbeat past
         # init reaches the sink: its end says it was up (at the latest now)
-        self.push({"rank": rank, "phase": "ended"})
+        self.push(DdpHeartbeat(rank=rank, phase="ended"))
 
     def push_steps(self, rank: int, records: list) -> None:
         pass
