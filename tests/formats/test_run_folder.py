@@ -154,7 +154,9 @@ def test_ddp_check_writes_the_typed_manifest(torch_run):
     assert isinstance(manifest, Manifest)
     assert (manifest.version, manifest.source, manifest.backend) == (
         VERSION, SOURCE_DDP_CHECK, "gloo")
-    assert manifest.profile == {"every": 5} and manifest.run_id is None
+    # every --profile figure but the folder, as a real run writes them
+    assert manifest.profile == {"every": 5, "budget": 0.03, "window_s": 1.0,
+                                "max_steps": None, "keep": 50} and manifest.run_id is None
     # one machine: every rank on node 0, as torchlens run writes it (was null)
     assert [e.node for e in manifest.ranks] == [0, 0]
     assert [e.traces for e in manifest.ranks] == [
