@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from torchlens.model.messages import DdpHeartbeat
+
 BARE = r"""
 import os, sys, time
 import torch, torch.distributed as dist
@@ -64,18 +66,18 @@ class FirstPoints:
     def start(self) -> None:
         pass
 
-    def push(self, hb: dict) -> None:
+    def push(self, hb: DdpHeartbeat) -> None:
         now = time.perf_counter()
         self.first = self.first or now
-        if hb.get("phase") not in ("starting", "init"):
-            self.up.add(hb["rank"])
+        if hb.phase not in ("starting", "init"):
+            self.up.add(hb.rank)
             if len(self.up) == self.n and self.all_up is None:
                 self.all_up = now
 
     def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
         # a one-step rank on a quiet machine can end before a heartbeat past
         # init reaches the sink: its end says it was up (at the latest now)
-        self.push({"rank": rank, "phase": "ended"})
+        self.push(DdpHeartbeat(rank=rank, phase="ended"))
 
     def push_steps(self, rank: int, records: list) -> None:
         pass
@@ -95,6 +97,7 @@ def torchlens_run(nnodes: int | None, nproc: int) -> tuple[float, float]:
 
     from torchlens.capture.ddp import DdpOptions, run_check
     from torchlens.capture.ddp.elastic import ElasticSpec
+    from torchlens.capture.ddp.options import DdpJob
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     others: list[subprocess.Popen[bytes]] = []
@@ -107,8 +110,8 @@ def torchlens_run(nnodes: int | None, nproc: int) -> tuple[float, float]:
     spec = (ElasticSpec(nnodes, nproc, f"127.0.0.1:{free_port()}")
             if nnodes is not None else None)
     n = nproc * (nnodes or 1)
-    job = {"kind": "function", "fn": job_fn, "backend": "gloo", "strict": False,
-           "timeout_s": 30.0, "steps": 1, "seed": 0, "cells": {}, "profile": None}
+    job = DdpJob(kind="function", fn=job_fn, backend="gloo", strict=False, timeout_s=30.0,
+                 steps=1, seed=0)
     opts = DdpOptions(world_size=n, backend="gloo", steps=1, elastic=spec,
                       on_other_nodes=start_other if nnodes and nnodes > 1 else None)
     sink = FirstPoints(n)
@@ -121,7 +124,7 @@ def torchlens_run(nnodes: int | None, nproc: int) -> tuple[float, float]:
         sys.stderr = stderr
         for p in others:
             p.wait(timeout=60)
-    assert rec["outcome"] == "finished", rec["outcome"]
+    assert rec.run.outcome == "finished", rec.run.outcome
     return sink.first - t0, sink.all_up - t0
 
 

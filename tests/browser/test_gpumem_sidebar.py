@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from lab_harness import Lab, start_lab, stop_lab
 
@@ -112,7 +113,7 @@ def test_gpumem_chart_draws_the_reports_figure_and_says_the_cell_finished(
         assert_axis_fits(state)
 
         # the cell ends: its report's figures replace the live line
-        final = report_samples(cell, started, now)
+        final = msgspec.to_builtins(report_samples(cell, started, now))
         post_ranks(lab, run, final)
         page.locator(f'{PANEL} .tl-rank-state[data-state="finished"]').wait_for(timeout=30_000)
         page.wait_for_timeout(1200)

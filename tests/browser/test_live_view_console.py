@@ -16,6 +16,7 @@ from bokeh.resources import INLINE
 from torchlens.frontends.kinds import report_html
 from torchlens.frontends.shared.live_view import ProfiledLiveView
 from torchlens.model import load_profile
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.render.ddp.heartbeats import rank_figures
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "v1"
@@ -87,7 +88,7 @@ def test_heartbeats_without_collective_counts_load_without_warnings(chromium: An
                                                                    tmp_path: Path) -> None:
     """--profile's report: its heartbeats count no collectives, so that panel is
     hidden, and a hidden plot with no span made BokehJS warn."""
-    beats = [{"t_rel": 0.5 * i, "rank": r, "phase": "step", "rss": (300 + i) * 2**20}
+    beats = [DdpHeartbeat(t_rel=0.5 * i, rank=r, phase="step", rss=(300 + i) * 2**20)
              for i in range(10) for r in (0, 1)]
     path = tmp_path / "beats.html"
     path.write_text(file_html(rank_figures(beats, 2), INLINE, "heartbeats"), encoding="utf-8")

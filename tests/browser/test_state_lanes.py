@@ -12,6 +12,7 @@ import pytest
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.render.ddp.heartbeats import PHASE_COLORS, LivePlot, rank_figures
 
 # rank 0's lane: where its first span starts and its last ends, and the row's y, in page pixels
@@ -31,7 +32,7 @@ def _rgb(hex_colour: str) -> tuple[int, int, int]:
     return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
 
 
-def _layout(beats: list[dict[str, Any]], live: bool) -> Any:
+def _layout(beats: list[DdpHeartbeat], live: bool) -> Any:
     if not live:  # the report
         return rank_figures(beats, 2)
     plot = LivePlot(2)  # the live view: a span per heartbeat, as they arrive
@@ -46,7 +47,7 @@ def test_consecutive_state_spans_touch(chromium: Any, tmp_path: Path, live: bool
     from PIL import Image
 
     phases = ["step", "checksums"]  # a new phase every second heartbeat
-    beats = [{"t_rel": 0.37 * i, "rank": r, "phase": phases[(i // 2) % 2], "rss": 2**28}
+    beats = [DdpHeartbeat(t_rel=0.37 * i, rank=r, phase=phases[(i // 2) % 2], rss=2**28)
              for i in range(40) for r in (0, 1)]
     layout = _layout(beats, live)
     path = tmp_path / "lanes.html"

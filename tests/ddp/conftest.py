@@ -9,8 +9,6 @@ import cloudpickle
 import psutil
 import pytest
 
-from torchlens.model.payloads import from_json
-
 from . import buggy, profiled
 
 cloudpickle.register_pickle_by_value(buggy)
@@ -39,8 +37,7 @@ def port_free(port: int) -> bool:
 
 def assert_clean(result_or_records) -> None:
     rec = getattr(result_or_records, "records", result_or_records)
-    if isinstance(rec, dict):  # the launcher's records before they become a Profile
-        rec = from_json("ddp_check", rec)
+    rec = getattr(rec, "run", rec)  # the launcher's records before they become a Profile
     for pid in rec.pids:
         assert not group_alive(pid), f"process group {pid} of a worker is still alive"
     assert port_free(rec.port), f"store port {rec.port} still in use"

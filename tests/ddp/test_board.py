@@ -19,8 +19,8 @@ def ranks(tmp_path):
     yield views
     for v in views:
         v.close()
-    board.remove(spec["file"])
-    assert not os.path.exists(spec["file"])
+    board.remove(spec.file)
+    assert not os.path.exists(spec.file)
 
 
 def test_a_waiting_rank_is_woken_when_its_peer_publishes(ranks):

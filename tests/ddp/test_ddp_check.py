@@ -273,6 +273,7 @@ def test_the_live_view_is_built_once_the_ranks_are_spawned():
     import psutil
 
     from torchlens.capture.ddp import DdpOptions, run_check
+    from torchlens.capture.ddp.options import DdpJob
     from torchlens.frontends.shared.live_publish import RankSink
 
     seen: list[int] = []
@@ -305,11 +306,11 @@ def test_the_live_view_is_built_once_the_ranks_are_spawned():
         return Inner()
 
     sink = RankSink("t", make_inner=make_inner)
-    job = {"kind": "function", "fn": buggy.all_reduce_once, "backend": "gloo", "strict": False,
-           "timeout_s": 20.0, "steps": 1, "seed": 0}
+    job = DdpJob(kind="function", fn=buggy.all_reduce_once, backend="gloo", strict=False,
+                 timeout_s=20.0, steps=1, seed=0)
     rec = run_check(job, DdpOptions(world_size=2, backend="gloo", timeout_s=20.0, steps=1),
                     sink)
-    assert rec["outcome"] == "finished"
+    assert rec.run.outcome == "finished"
     assert seen == [2] and isinstance(sink.inner, Inner)
     assert_clean(rec)
 

@@ -19,6 +19,7 @@ import pytest
 
 from torchlens.frontends.ddp.api import ddp_check
 from torchlens.model import InputError
+from torchlens.model.messages import DdpHeartbeat
 
 from . import buggy
 from .conftest import assert_clean
@@ -166,7 +167,7 @@ def test_live_lanes_name_the_node():
 
     plot = LivePlot(4)
     for r in range(4):
-        plot.push({"rank": r, "t_rel": 0.1 * r, "phase": "init", "node": r // 2, "host": "h"})
+        plot.push(DdpHeartbeat(rank=r, t_rel=0.1 * r, phase="init", node=r // 2, host="h"))
     plot.flush(force=True)
     labels = plot.layout.children[2].yaxis.major_label_overrides
     assert labels[3] == "rank 3 (node 1)" and labels[0] == "rank 0 (node 0)"

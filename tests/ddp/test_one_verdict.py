@@ -97,10 +97,10 @@ def test_the_ranks_table_gives_the_median_step_and_no_uncounted_collectives(stra
     rows = res.analysis().rank_rows
     for r, recs in enumerate(res.records.profiling.steps):
         want = median(rec.t1 - rec.t0 for rec in recs)
-        assert rows[r]["steps_s"] == pytest.approx(want)
-        assert rows[r]["steps_s"] < 1.0  # one step, not the whole loop (seconds)
+        assert rows[r].steps_s == pytest.approx(want)
+        assert rows[r].steps_s < 1.0  # one step, not the whole loop (seconds)
         # --profile without --strict counts no collectives: not "0"
-        assert rows[r]["collectives"] is None
+        assert rows[r].collectives is None
 
 
 def test_the_collectives_table_has_a_step_column_and_no_empty_columns(straggler):
@@ -155,7 +155,7 @@ def test_a_profiled_run_without_strict_draws_no_false_zero_collectives_panel(tmp
     res = ddp_check(profiled.balanced, world_size=2, backend="gloo", profile=True, steps=6,
                     run_dir=str(tmp_path / "run"), live=False)
     a = analyze(res.profile)
-    assert a.heartbeats and not any(hb.get("collectives") for hb in a.heartbeats)
+    assert a.heartbeats and not any(hb.collectives for hb in a.heartbeats)
     layout = rank_figures(a.heartbeats, 2, res.records.fingerprints, res.records.t0)
     assert layout.children[1].visible is False
 

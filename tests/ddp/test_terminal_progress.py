@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.render.ddp.progress import TextProgress
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,9 +53,9 @@ class Tty(io.StringIO):
 def test_on_a_terminal_the_line_is_rewritten_in_place_and_ended():
     out = Tty()
     p = TextProgress(2, out, interval=0.0)
-    p.push({"rank": 0, "phase": "step 0"})
+    p.push(DdpHeartbeat(rank=0, phase="step 0"))
     p.flush()
-    p.push({"rank": 1, "phase": "done"})
+    p.push(DdpHeartbeat(rank=1, phase="done"))
     p.flush(force=True)
     p.close()
     written = out.getvalue()

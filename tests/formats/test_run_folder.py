@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from torchlens.capture.ddp.launcher import DdpOptions, write_run_folder
+from torchlens.capture.ddp.options import DdpJob, ProfileSpec
 from torchlens.formats.kineto.peek import peek
 from torchlens.formats.run_folder.manifest import (
     SOURCE_DDP_CHECK,
@@ -130,8 +131,9 @@ def torch_run(tmp_path_factory) -> Path:
     done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True,
                           text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    write_run_folder(str(run_dir), {"backend": "gloo"},
-                     DdpOptions(world_size=2, profile={"every": 5}), [None, None], [[], []])
+    write_run_folder(str(run_dir), DdpJob(kind="function", backend="gloo"),
+                     DdpOptions(world_size=2, profile=ProfileSpec(every=5)), [None, None],
+                     [[], []])
     return run_dir
 
 
@@ -152,7 +154,9 @@ def test_ddp_check_writes_the_typed_manifest(torch_run):
     assert isinstance(manifest, Manifest)
     assert (manifest.version, manifest.source, manifest.backend) == (
         VERSION, SOURCE_DDP_CHECK, "gloo")
-    assert manifest.profile == {"every": 5} and manifest.run_id is None
+    # every --profile figure but the folder, as a real run writes them
+    assert manifest.profile == {"every": 5, "budget": 0.03, "window_s": 1.0,
+                                "max_steps": None, "keep": 50} and manifest.run_id is None
     # one machine: every rank on node 0, as torchlens run writes it (was null)
     assert [e.node for e in manifest.ranks] == [0, 0]
     assert [e.traces for e in manifest.ranks] == [

@@ -7,11 +7,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import msgspec
 import pytest
 
 import torchlens
 from torchlens.frontends.shared.live_publish import LivePublisher, RankSink
 from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
+from torchlens.model.messages import DdpHeartbeat
 
 
 @pytest.fixture
@@ -120,9 +122,9 @@ def test_rank_sink_builds_its_live_view_on_start():
     assert sink.inner is None and not made
     sink.start()
     sink.start()  # once only
-    sink.push({"rank": 0, "t": 1.0, "rss": 5})
+    sink.push(DdpHeartbeat(rank=0, t=1.0, rss=5))
     sink.flush(force=True)
-    assert len(made) == 1 and made[0].pushed == [{"rank": 0, "t": 1.0, "rss": 5}]
+    assert len(made) == 1 and made[0].pushed == [DdpHeartbeat(rank=0, t=1.0, rss=5)]
 
 
 STEP_MEM = {"rss": 412000000, "allocated": None, "reserved": None,
@@ -136,7 +138,7 @@ def test_push_memory_sends_a_steps_allocator_figures(fake_server):
     ``memory`` (docs/RANK_PROFILE.md) become rank samples with the optional
     fragmentation fields, beside the heartbeats ``push`` still sends as before."""
     sink = RankSink("prof", interval=0.0)
-    sink.push({"rank": 0, "t": 10.0, "rss": 5, "cuda_allocated": None})
+    sink.push(DdpHeartbeat(rank=0, t=10.0, rss=5, cuda_allocated=None))
     sink.push_memory(0, STEP_MEM, 10.5)
     sink.push_memory(1, SUMMARY_MEM, 11.0)
     sink.push_memory(1, {"allocated": 7, "reserved": 9, "inactive_split": 2,
@@ -165,7 +167,7 @@ def test_push_memory_sends_odd_values_as_null_and_nothing_without_a_server():
 
     class Recorder(RankPublisher):
         def publish(self, samples):
-            sent.extend(samples)
+            sent.extend(msgspec.to_builtins(samples))  # as posted
             return True
 
     sink = RankSink("r", publisher=Recorder("r", server=ServerInfo("http://x/", "")))

@@ -57,7 +57,8 @@ def test_kernel_side_never_imports_the_server_stack(tmp_path):
         "with lp.LivePublisher('r', lambda: [], interval=0.01, publisher=pub):\n"
         "    pass\n"
         "sink = lp.RankSink('r', publisher=pub)\n"
-        "sink.push({'rank': 0, 't': 1.0, 'rss': 5}); sink.flush(force=True)\n"
+        "from torchlens.model.messages import DdpHeartbeat\n"
+        "sink.push(DdpHeartbeat(rank=0, t=1.0, rss=5)); sink.flush(force=True)\n"
         "print(sorted(m for m in ('jupyter_server', 'tornado', 'prometheus_client')\n"
         "             if m in sys.modules))\n"
     )

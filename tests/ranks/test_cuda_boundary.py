@@ -48,8 +48,8 @@ def test_heartbeat_thread_reads_the_ranks_gpu_not_gpu_0(monkeypatch) -> None:
     fake = FakeCuda(_two_gpus()).install(monkeypatch)
     fake.set_device(1)  # the training thread's torch.cuda.set_device(local_rank)
     mem = _in_thread(lambda: sample(with_tensors=False, device=torch.device("cuda", 1)))
-    assert mem["cuda_allocated"] == 300 * MiB and mem["cuda_reserved"] == 400 * MiB
-    assert sample(with_tensors=False, device=None)["cuda_allocated"] is None  # before init_group
+    assert mem.cuda_allocated == 300 * MiB and mem.cuda_reserved == 400 * MiB
+    assert sample(with_tensors=False, device=None).cuda_allocated is None  # before init_group
 
 
 def test_step_records_read_the_named_gpu_once_per_step(tmp_path, monkeypatch) -> None:

@@ -12,6 +12,7 @@ from bokeh.models import GlyphRenderer
 from ranks.rank_fixtures import MIB, T_START, make_run
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
 from torchlens.frontends.shared.live_view import ProfiledLiveView
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.payloads import RankProfiling
 from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
 from torchlens.render.ranks.view import RankProfileView, rank_profile_figures
@@ -123,13 +124,13 @@ def test_heartbeats_of_many_ranks_are_points_of_one_source() -> None:
     assert len(lanes.yaxis.ticker.ticks) <= 40
     for t in range(3):
         for r in range(WORLD):
-            plot.push({"rank": r, "t_rel": float(t), "phase": "step", "collectives": t,
-                       "rss": (100 + r) * MIB})
+            plot.push(DdpHeartbeat(rank=r, t_rel=float(t), phase="step", collectives=t,
+                                   rss=(100 + r) * MIB))
     plot.flush(force=True)
     src = renderers(mem)[0].data_source
     assert len(src.data["t"]) == 3 * WORLD and set(src.data["rank"]) == set(range(WORLD))
     # the static copy draws the same points
-    static = rank_figures([{"rank": r, "t_rel": 0.0, "phase": "step", "rss": MIB}
+    static = rank_figures([DdpHeartbeat(rank=r, t_rel=0.0, phase="step", rss=MIB)
                            for r in range(WORLD)], WORLD)
     assert len(renderers(static.children[0])[0].data_source.data["t"]) == WORLD
 
@@ -152,7 +153,7 @@ def test_drawing_adds_no_model_to_the_document(world: int) -> None:
         view.push_steps(r, records[r])
         for s in sums[r]:
             view.push_summary(r, s)
-        view.push({"rank": r, "t_rel": 1.0, "phase": "step", "rss": MIB})
+        view.push(DdpHeartbeat(rank=r, t_rel=1.0, phase="step", rss=MIB))
     view.profile.rank_ended(1, "killed by SIGKILL", records[1][10].t1)
     view.profile.flush(force=True)
     view.beats.flush(force=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from torchlens.model.samples import GpuSample, HostSample
 
 
 class StepHost:
@@ -12,16 +13,10 @@ class StepHost:
     def __init__(self) -> None:
         self.n = 0
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> HostSample:
         self.n += 1
-        return {
-            "t": time.time(),
-            "cpu_percent": float(self.n),
-            "cpu_count": 2,
-            "ram_used": 1,
-            "ram_total": 2,
-            "ram_percent": 50.0,
-        }
+        return HostSample(t=time.time(), cpu_percent=float(self.n), cpu_count=2, ram_used=1,
+                          ram_total=2, ram_percent=50.0)
 
     def close(self) -> None:
         pass
@@ -32,9 +27,9 @@ class NoGpu:
 
     closed = False
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> GpuSample:
         status = "no NVIDIA GPU found (NVIDIA driver not loaded)"
-        return {"t": time.time(), "available": False, "status": status, "gpus": []}
+        return GpuSample(t=time.time(), available=False, status=status, gpus=[])
 
     def close(self) -> None:
         self.closed = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 import torch
 from sampler_doubles import NoGpu, StepHost
@@ -31,7 +32,7 @@ def cell():
 
 def test_the_final_samples_are_the_reports_allocated_series_and_peak(cell) -> None:
     analysis, started, ended = cell
-    samples = report_samples(analysis, started, ended)
+    samples = msgspec.to_builtins(report_samples(analysis, started, ended))  # as posted
     peak = analysis.timeline.peak_allocated
     assert format_bytes(peak) == "6.0 MiB"  # what the report writes
     assert max(s["allocated"] for s in samples) == peak
@@ -48,7 +49,7 @@ def test_a_long_cell_is_sent_in_a_few_hundred_points_keeping_its_peak(cell) -> N
     tl = analysis.timeline
     many = type(tl)(t_us=list(range(10_000)), allocated=[i % 977 for i in range(10_000)])
     many.allocated[5_432] = 10**9
-    samples = report_samples(SimpleNamespace(timeline=many), started, ended)
+    samples = msgspec.to_builtins(report_samples(SimpleNamespace(timeline=many), started, ended))
     assert len(samples) <= REPORT_POINTS + 2
     assert max(s["allocated"] for s in samples) == 10**9
 
@@ -56,11 +57,13 @@ def test_a_long_cell_is_sent_in_a_few_hundred_points_keeping_its_peak(cell) -> N
 def test_the_server_passes_final_and_peak_and_refuses_a_bad_flag(cell) -> None:
     analysis, started, ended = cell
     mon = Monitor(StepHost(), NoGpu())
-    assert mon.add_rank_samples("%%gpumem", report_samples(analysis, started, ended)) > 1
-    stored, _ = mon.ranks.tail(0)
+    posted = msgspec.to_builtins(report_samples(analysis, started, ended))
+    assert mon.add_rank_samples("%%gpumem", posted) > 1
+    stored = msgspec.to_builtins(mon.ranks.tail(0)[0])  # as the page gets them
     assert all(s["final"] is True and s["peak"] == analysis.timeline.peak_allocated
                for s in stored)
-    live = rank_sample("x", {"rank": 0, "t": 1.0, "allocated": 5, "source": "rss"})
+    live = msgspec.to_builtins(
+        rank_sample("x", {"rank": 0, "t": 1.0, "allocated": 5, "source": "rss"}))
     assert "final" not in live and "peak" not in live
     for bad in ({"final": "yes"}, {"final": 1}, {"peak": -1}, {"peak": "6 MiB"}):
         with pytest.raises(ValueError):
@@ -76,6 +79,6 @@ def test_the_last_sample_is_the_cells_end_when_its_last_instant_held_a_peak(cell
     mib = 1 << 20
     last = type(tl)(t_us=[0, 10, 20, 20], allocated=[mib, 3 * mib, 4 * mib, 3 * mib],
                     start_allocated=0, t0_us=tl.t0_us, clock=tl.clock)
-    samples = report_samples(SimpleNamespace(timeline=last), started, ended)
+    samples = msgspec.to_builtins(report_samples(SimpleNamespace(timeline=last), started, ended))
     assert max(s["allocated"] for s in samples) == 4 * mib
     assert samples[-1]["allocated"] == last.end_allocated == 3 * mib

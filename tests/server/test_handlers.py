@@ -155,7 +155,7 @@ async def test_ranks_carry_fragmentation_fields_and_bad_ones_are_400(
         await jp_fetch("torchlens", "monitor", "ranks", method="POST",
                        body=b'{"run": "nan", "samples": [{"rank": 0, "largest_free": NaN}]}')
     assert err.value.code == 400
-    assert {r["run"] for r in monitor.ranks.since(0)} == {"prof"}
+    assert {r.run for r in monitor.ranks.since(0)} == {"prof"}
 
 
 async def test_csv_export(jp_fetch: Any, monitor: Any) -> None:
@@ -189,7 +189,7 @@ async def test_publisher_posts_with_the_server_token(
     sample = [{"rank": 0, "t": time.time(), "allocated": 1, "reserved": 2}]
     assert await asyncio.to_thread(good.publish, sample)
     assert not await asyncio.to_thread(bad.publish, sample) and bad.failures == 1
-    assert [r["run"] for r in monitor.ranks.since(0)] == ["run-a"]
+    assert [r.run for r in monitor.ranks.since(0)] == ["run-a"]
     assert not RankPublisher("x", server=None).publish(sample)
 
 

@@ -33,7 +33,7 @@ def _busy_core() -> Iterator[None]:
 def test_first_cpu_sample_sees_a_busy_core() -> None:
     with _busy_core():
         time.sleep(0.05)
-        first = HostSampler().sample()["cpu_percent"]
+        first = HostSampler().sample().cpu_percent
     assert first is not None and first > 0, f"first CPU sample {first} % with a core busy"
 
 
@@ -45,7 +45,7 @@ def test_a_sample_in_the_samplers_thread_is_measured_too() -> None:
     got: list = []
     with _busy_core():
         time.sleep(0.3)
-        reader = threading.Thread(target=lambda: got.append(sampler.sample()["cpu_percent"]))
+        reader = threading.Thread(target=lambda: got.append(sampler.sample().cpu_percent))
         reader.start()
         reader.join()
     assert got[0] is not None and got[0] > 0, f"CPU {got[0]} % in the sampler's thread, a core busy"

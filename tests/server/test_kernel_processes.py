@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 from fake_nvml import FakeNvml, gpu
 from sampler_doubles import StepHost
@@ -95,6 +96,7 @@ def test_tag_kernels_with_real_processes(family: tuple[int, int]) -> None:
     sample = mon.sample_once()
     settings = {"kernel_manager": FakeKernelManager({"k1": os.getpid()})}
     tag_kernels([sample], settings)
+    sample = msgspec.to_builtins(sample)  # as the page gets it
     got = {
         p["pid"]: (p["kernel"], p["kernel_child"])
         for p in sample["gpu"]["gpus"][0]["processes"]
@@ -131,6 +133,7 @@ def test_tag_kernels_with_a_fake_process_table() -> None:
         return parents.get(pid)
 
     tag_kernels([older, newest], settings, parent_of)
+    older, newest = msgspec.to_builtins([older, newest])  # as the page gets them
     tags = [
         {p["pid"]: (p["kernel"], p["kernel_child"]) for p in g["processes"]}
         for g in newest["gpu"]["gpus"]
@@ -151,7 +154,7 @@ def test_no_kernels_means_no_parent_lookups() -> None:
     fake = FakeNvml([gpu("GPU-a")])
     sample = Monitor(StepHost(), NvmlSampler(api=fake, environ={})).sample_once()
     tag_kernels([sample], {}, parent_of=lambda pid: pytest.fail("walked"))
-    assert sample["gpu"]["gpus"][0]["processes"][0]["kernel"] is None
+    assert msgspec.to_builtins(sample)["gpu"]["gpus"][0]["processes"][0]["kernel"] is None
 
 
 def test_host_pids_in_a_container_are_not_walked_and_the_sample_says_so() -> None:
@@ -162,6 +165,7 @@ def test_host_pids_in_a_container_are_not_walked_and_the_sample_says_so() -> Non
     sample = Monitor(StepHost(), sampler).sample_once()
     settings = {"kernel_manager": FakeKernelManager({"kA": 100})}
     tag_kernels([sample], settings, parent_of=lambda pid: pytest.fail("walked"))
+    sample = msgspec.to_builtins(sample)  # as the page gets it
     proc = sample["gpu"]["gpus"][0]["processes"][0]
     assert (proc["kernel"], proc["kernel_child"], proc["name"]) == (None, False, None)
     assert sample["gpu"]["pids"] == "host"

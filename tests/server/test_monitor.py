@@ -7,6 +7,7 @@ import io
 import math
 import time
 
+import msgspec
 import pytest
 from fake_nvml import FakeNvml, gpu
 from sampler_doubles import NoGpu, StepHost
@@ -18,22 +19,28 @@ from torchlens.frontends.monitor.sampler import (
     History,
     Monitor,
 )
+from torchlens.model.messages import DdpHeartbeat
+from torchlens.model.samples import RankSample
+
+
+def _at(t: float) -> RankSample:
+    return RankSample(t=t, run="r", rank=0)
 
 
 def test_history_keeps_only_the_last_seconds() -> None:
     h = History(seconds=10, max_items=100)
     for t in range(100, 131):
-        h.append({"t": float(t)})
-    assert [s["t"] for s in h.since(0)] == [float(t) for t in range(120, 131)]
-    assert [s["t"] for s in h.since(128.5)] == [129.0, 130.0]
+        h.append(_at(float(t)))
+    assert [s.t for s in h.since(0)] == [float(t) for t in range(120, 131)]
+    assert [s.t for s in h.since(128.5)] == [129.0, 130.0]
     assert h.since(130.0) == [] and h.last_time() == 130.0
 
 
 def test_history_is_bounded_by_count_too() -> None:
     h = History(seconds=1e9, max_items=5)
     for t in range(20):
-        h.append({"t": float(t)})
-    assert len(h) == 5 and h.since(0)[0]["t"] == 15.0
+        h.append(_at(float(t)))
+    assert len(h) == 5 and h.since(0)[0].t == 15.0
 
 
 def test_rate_drops_when_nobody_asks_and_rises_on_request() -> None:
@@ -75,7 +82,7 @@ def test_rank_samples_are_kept_per_run() -> None:
         {"rank": 0, "allocated": None},
     ]
     assert mon.add_rank_samples("run1", samples) == 2
-    first, second = mon.ranks.since(0)
+    first, second = msgspec.to_builtins(mon.ranks.since(0))
     assert first == {
         "t": now,
         "run": "run1",
@@ -89,7 +96,7 @@ def test_rank_samples_are_kept_per_run() -> None:
     }
     assert second["rank"] == 0 and second["allocated"] is None and second["t"] >= now
     mon.add_rank_samples("run1", [{"rank": 0, "t": now + 1000}])  # ten minutes later
-    assert [r["t"] for r in mon.ranks.since(0)] == [now + 1000]
+    assert [r.t for r in mon.ranks.since(0)] == [now + 1000]
 
 
 PROFILED = {"rank": 1, "t": 100.0, "device": None, "allocated": 1048576,
@@ -102,7 +109,7 @@ def test_rank_samples_keep_the_allocator_figures_of_a_profiled_run() -> None:
     cuda = {"rank": 0, "t": 100.0, "device": 0, "allocated": 5.0, "reserved": 8,
             "inactive_split": 2, "largest_free": None, "source": "cuda"}
     assert mon.add_rank_samples("p", [PROFILED, cuda]) == 2
-    got = mon.ranks.since(0)
+    got = msgspec.to_builtins(mon.ranks.since(0))
     assert got[0] == {**PROFILED, "run": "p"}
     assert got[1]["allocated"] == 5 and isinstance(got[1]["allocated"], int)
     assert got[1]["source"] == "cuda" and got[1]["device"] == 0
@@ -170,13 +177,13 @@ def test_what_the_rank_sink_sends_the_server_keeps() -> None:
     from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
 
     sink = RankSink("r", publisher=RankPublisher("r", server=ServerInfo("http://x/", "")))
-    sink.push({"rank": 0, "t": 1.0, "rss": 5, "cuda_allocated": None})
-    sink.push({"rank": 1, "t": 1.0, "device": 1, "cuda_allocated": 3, "cuda_reserved": 4})
+    sink.push(DdpHeartbeat(rank=0, t=1.0, rss=5, cuda_allocated=None))
+    sink.push(DdpHeartbeat(rank=1, t=1.0, device="cuda:1", cuda_allocated=3, cuda_reserved=4))
     sink.push_memory(0, {"rss": 9, "allocated": None, "source": "rss"}, 2.0)
     sink.push_memory(1, {k: v for k, v in PROFILED.items() if k not in ("rank", "t")}, 2.0)
     sink.push_memory(1, {"allocated": "x", "largest_free": math.nan, "source": "?"}, 3.0)
     mon = Monitor(StepHost(), NoGpu())
-    assert mon.add_rank_samples("r", sink._pending) == 5
+    assert mon.add_rank_samples("r", msgspec.to_builtins(sink._pending)) == 5
     kept = mon.ranks.since(0)
-    assert [(r["allocated"], r["source"]) for r in kept] == [
+    assert [(r.allocated, r.source) for r in kept] == [
         (5, None), (3, None), (9, "rss"), (1048576, "modelled"), (None, None)]

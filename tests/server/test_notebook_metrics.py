@@ -14,6 +14,7 @@ from tornado.httpclient import HTTPClientError
 
 from torchlens.frontends.shared.metrics_publish import MetricsFeed
 from torchlens.frontends.shared.rank_channel import RankPublisher, ServerInfo
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord
 
 
@@ -41,7 +42,7 @@ def _straggler(feed: MetricsFeed) -> None:
     """Rank 1 spends 40 ms a step loading data; rank 0 waits for it in backward (the
     gradient all-reduce), so both steps take 45 ms."""
     for r in range(2):
-        feed.push({"rank": r, "t": 1_700_000_001.0, "host": "gpu7", "node": 0})
+        feed.push(DdpHeartbeat(rank=r, t=1_700_000_001.0, host="gpu7", node=0))
         feed.push_steps(r, [_rec(i, *((0.040, 0.001) if r == 1 else (0.0002, 0.041)))
                                for i in range(12)])
 

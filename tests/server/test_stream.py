@@ -18,6 +18,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from torchlens.frontends.monitor.sampler import History
+from torchlens.model.samples import RankSample
 
 WS = ("torchlens", "monitor", "ws")
 
@@ -132,7 +133,7 @@ async def test_three_sockets_share_one_encoding(
             except asyncio.TimeoutError:
                 break
         newest.append(seen[-1])
-    assert newest == [monitor.history.tail(0)[0][-1]["t"]] * 3
+    assert newest == [monitor.history.tail(0)[0][-1].t] * 3
     for ws in sockets:
         ws.close()
     await wait_until(lambda: monitor.watchers == 0)
@@ -226,11 +227,11 @@ def test_history_tail_by_sequence_number() -> None:
     h = History(seconds=100, max_items=4)
     assert h.tail(0) == ([], 0)
     for t in range(1, 7):
-        h.append({"t": float(t)})
+        h.append(RankSample(t=float(t), run="r", rank=0))
     items, seq = h.tail(0)
-    assert seq == 6 and [i["t"] for i in items] == [3, 4, 5, 6], "evicted ones are gone"
-    assert [i["t"] for i in h.tail(4)[0]] == [5, 6]
-    assert [i["t"] for i in h.tail(2, upto=5)[0]] == [3, 4, 5]
+    assert seq == 6 and [i.t for i in items] == [3, 4, 5, 6], "evicted ones are gone"
+    assert [i.t for i in h.tail(4)[0]] == [5, 6]
+    assert [i.t for i in h.tail(2, upto=5)[0]] == [3, 4, 5]
     assert h.tail(6) == ([], 6) and h.tail(0, upto=1) == ([], 6)
 
 

@@ -10,9 +10,8 @@ process, path or user string. A value the sampler could not read is absent.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torchlens.analysis.ranks.metrics import Family
+from torchlens.model.samples import GpuReading, MachineSample
 
 #: (series, sample key, scale, help); the DCGM field each mirrors is in docs/METRICS.md
 GPU_SERIES = (
@@ -40,12 +39,12 @@ HOST_SERIES = (
 )
 
 
-def gpu_label(gpu: dict[str, Any]) -> str:
-    slot = f"-mig{gpu.get('mig_slot')}" if gpu.get("mig_parent") is not None else ""
-    return f"{gpu.get('index')}{slot}"
+def gpu_label(gpu: GpuReading) -> str:
+    slot = f"-mig{gpu.mig_slot}" if gpu.mig_parent is not None else ""
+    return f"{gpu.index}{slot}"
 
 
-def machine_families(sample: dict[str, Any] | None, host: str, now: float) -> list[Family]:
+def machine_families(sample: MachineSample | None, host: str, now: float) -> list[Family]:
     """The series of one sample; ``now`` (unix seconds) gives its age."""
     age = Family("torchlens_monitor_sample_age_seconds", "gauge",
                  "Seconds since the sampler's newest sample (it slows down when nobody watches)")
@@ -54,20 +53,20 @@ def machine_families(sample: dict[str, Any] | None, host: str, now: float) -> li
     if sample is None:
         return out
     labels = {"host": host}
-    age.add(labels, max(0.0, now - float(sample["t"])))
-    devices = (sample.get("gpu") or {}).get("gpus") or []
+    age.add(labels, max(0.0, now - float(sample.t)))
+    devices = sample.gpu.gpus
     gpus.add(labels, len(devices))
     for name, key, scale, text in GPU_SERIES:
         family = Family(name, "gauge", text)
         for dev in devices:
-            value = dev.get(key)
+            value = getattr(dev, key)
             if isinstance(value, (int, float)):
                 family.add({**labels, "gpu": gpu_label(dev)}, value * scale)
         out.append(family)
-    machine = sample.get("host") or {}
+    machine = sample.host
     for name, key, scale, text in HOST_SERIES:
         family = Family(name, "gauge", text)
-        value = machine.get(key)
+        value = getattr(machine, key)
         if isinstance(value, (int, float)):
             family.add(labels, value * scale)
         out.append(family)

@@ -14,8 +14,9 @@ never a silently skipped call.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
 
 
@@ -24,7 +25,7 @@ class RankFeed(Protocol):
     def start(self) -> None:
         """The ranks are starting: the moment for costly set-up (Bokeh imports)."""
 
-    def push(self, heartbeat: dict[str, Any]) -> None:
+    def push(self, heartbeat: DdpHeartbeat) -> None:
         """One rank's heartbeat (``rank``, ``t``, ``phase``, memory figures)."""
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:

@@ -99,6 +99,118 @@ class Heartbeat(msgspec.Struct, frozen=True):
     bye: Bye | None = None
 
 
+class MemoryReading(msgspec.Struct, omit_defaults=True):
+    """One reading of a %ddp_check rank's memory (``capture.ddp.memory.sample``),
+    or its peaks so far: bytes, None where not read."""
+
+    rss: int | None = None
+    tensor_bytes: int | None = None
+    cuda_allocated: int | None = None
+    cuda_reserved: int | None = None
+
+    def raise_to(self, other: MemoryReading) -> None:
+        """Raise each figure to ``other``'s where that one is higher (a peak)."""
+        for key in self.__struct_fields__:
+            v, now = getattr(other, key), getattr(self, key)
+            if v is not None and (now is None or v > now):
+                setattr(self, key, v)
+
+
+class RankPlace(msgspec.Struct, frozen=True):
+    """Where a %ddp_check --nnodes rank runs: its node, host and pid (all None
+    on one machine: its heartbeats do not say them)."""
+
+    node: int | None = None
+    host: str | None = None
+    pid: int | None = None
+
+
+class LastCollective(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The collective a %ddp_check rank is in or issued last (its fingerprint's
+    index, op, source line and, under FSDP, the module whose parameters it moves)."""
+
+    index: int | None = None
+    op: str | None = None
+    line: str | None = None
+    module: str | None = None
+
+
+#: a ``LastCollective`` as its JSON object
+LastRow = dict[str, int | str | None]
+#: a ``DdpHeartbeat`` as its JSON object (``DdpHeartbeat.row``)
+BeatRow = dict[str, int | float | str | bool | LastRow | None]
+
+
+class RecorderStatus(msgspec.Struct, frozen=True):
+    """What a --strict rank's collective recorder puts in its heartbeat."""
+
+    ops: int = 0
+    collectives: int = 0
+    step: int | None = None
+    in_collective: bool = False
+    last: LastCollective | None = None
+
+
+#: heartbeat fields only some ranks send (recorder, stepper, --nnodes):
+#: left out of a heartbeat's row when the rank did not send them
+_OPTIONAL_BEAT_FIELDS = frozenset({
+    "ops", "collectives", "step", "in_collective", "last", "steps_done", "phase_calls",
+    "steps_by", "device", "node", "host", "pid"})
+
+
+class DdpHeartbeat(msgspec.Struct, kw_only=True):
+    """A %ddp_check rank's heartbeat, twice a second: its phase and memory,
+    its recorder's counts (--strict), its stepper's progress (--profile) and
+    where it runs (--nnodes). ``rank`` and ``t_rel`` (seconds since launch)
+    are the launcher's, set as it reads the beat."""
+
+    t: float | None = None
+    beat: int | None = None
+    phase: str | None = None
+    #: modules imported: a rank deep in a lazy import is busy, not hung
+    modules: int | None = None
+    ops: int | None = None
+    collectives: int | None = None
+    step: int | None = None
+    in_collective: bool | None = None
+    last: LastCollective | None = None
+    steps_done: int | None = None
+    phase_calls: int | None = None
+    steps_by: str | None = None
+    device: str | None = None
+    rss: int | None = None
+    tensor_bytes: int | None = None
+    cuda_allocated: int | None = None
+    cuda_reserved: int | None = None
+    node: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    rank: int = 0
+    t_rel: float = 0.0
+
+    def memory(self) -> MemoryReading:
+        """Its memory figures."""
+        return MemoryReading(rss=self.rss, tensor_bytes=self.tensor_bytes,
+                             cuda_allocated=self.cuda_allocated,
+                             cuda_reserved=self.cuda_reserved)
+
+    def row(self, *, wire: bool = False,
+            last: bool = False) -> BeatRow:
+        """The heartbeat as a flat row of the ``heartbeats`` table (without
+        ``last``, the collective it is in, unless asked) or, ``wire``, as a rank
+        sends it. The fields of parts the rank does not run (recorder, stepper,
+        several nodes) are left out, as the rank leaves them out."""
+        out = msgspec.to_builtins(self)
+        for key in _OPTIONAL_BEAT_FIELDS:
+            if out.get(key) is None:
+                out.pop(key, None)
+        if wire:
+            del out["rank"], out["t_rel"]
+        if not (wire or last):
+            out.pop("last", None)
+        return out
+
+
 def decode_message(value: Any, kind: type[msgspec.Struct]) -> Any:
     """``value`` (decoded JSON) as a ``kind``; None when it is not one."""
     try:

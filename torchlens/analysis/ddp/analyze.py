@@ -8,9 +8,11 @@ the heartbeats as plain records: the HTML report, the text view and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
+
+import msgspec
 
 from torchlens.analysis.ddp import checks as ddp
 from torchlens.analysis.ddp.failures import rank_results
@@ -18,8 +20,49 @@ from torchlens.analysis.ddp.fsdp import rank_figures, rank_row
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun, Profile
 from torchlens.model.findings import Finding
+from torchlens.model.messages import DdpHeartbeat
 
 MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
+
+
+@dataclass
+class RankRow:
+    """One rank in the report's ranks table (``rank_rows``); ``fsdp`` its FSDP
+    cells (``fsdp.rank_row``), empty without FSDP."""
+
+    rank: int
+    pid: int | None
+    device: str
+    exit: str
+    collectives: int | None
+    steps_s: float | None
+    rss: int | None
+    tensor: int | None
+    error: str
+    fsdp: dict[str, int | str | None] = field(default_factory=dict)
+
+    def cells(self) -> dict[str, int | float | str | None]:
+        """The row as the table reads it: a column per field, the FSDP cells last."""
+        return {"rank": self.rank, "pid": self.pid, "device": self.device, "exit": self.exit,
+                "collectives": self.collectives, "steps_s": self.steps_s, "rss": self.rss,
+                "tensor": self.tensor, "error": self.error, **self.fsdp}
+
+
+@dataclass
+class CollectiveRow:
+    """One collective a rank issued: its index, op, tensors in words, source line,
+    the FSDP module whose parameters it moves, step, when it was called (unix s)
+    and how long the call took (ms; None where not timed)."""
+
+    rank: int
+    index: int | None
+    op: str | None
+    tensors: str
+    line: str | None
+    module: str | None
+    step: int | None
+    t: float | None
+    call_ms: float | None
 
 
 @dataclass
@@ -29,24 +72,33 @@ class DdpAnalysis:
     run: DdpRun
     checklist: list[Finding]
     summary: str
-    heartbeats: list[dict[str, Any]]
-    rank_rows: list[dict[str, Any]]
-    collective_rows: list[dict[str, Any]]
+    heartbeats: list[DdpHeartbeat]
+    rank_rows: list[RankRow]
+    collective_rows: list[CollectiveRow]
 
     def item(self, name: str) -> Finding | None:
         """The checklist line of the check called ``name``."""
         return next((i for i in self.checklist if name in (i.title, i.code)), None)
 
 
-def heartbeats(profile: Profile) -> list[dict[str, Any]]:
-    """The ``heartbeats`` table as records (NaN, the table's missing value, as None)."""
+def heartbeats(profile: Profile) -> list[DdpHeartbeat]:
+    """The ``heartbeats`` table as typed heartbeats (NaN, the table's missing value, as None;
+    an integer column with a gap, which the table holds as floats, as integers)."""
     if "heartbeats" not in profile.tables:
         return []
-    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+    return [msgspec.convert({k: _cell(k, v) for k, v in row.items()}, DdpHeartbeat, strict=False)
             for row in profile.tables["heartbeats"].to_pandas().to_dict("records")]
 
 
-def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
+def _cell(key: str, value: Any) -> Any:
+    """A table cell as the heartbeat had it: NaN as None, a flag the table
+    holds as a number (its column had gaps) as a bool."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return bool(value) if key == "in_collective" and value is not None else value
+
+
+def rank_rows(run: DdpRun) -> list[RankRow]:
     """One row per rank: pid, device, exit, collectives, step time, peak memory, error
     (and with FSDP: shards, gathered peak, optimizer state).
 
@@ -70,29 +122,30 @@ def rank_rows(run: DdpRun) -> list[dict[str, Any]]:
             times = [s["end"] - s["start"] for s in res.get("steps") or [] if s.get("end")]
         err = res.get("error") or {}
         code = run.exit_codes[r] if r < len(run.exit_codes) else None
-        out.append({
-            "rank": r, "pid": res.get("pid"), "device": res.get("device", ""),
-            "exit": "killed" if r in run.killed else ("" if code is None else str(code)),
-            "collectives": (len(run.fingerprints[r]) if r < len(run.fingerprints) else 0)
+        out.append(RankRow(
+            rank=r, pid=res.get("pid"), device=res.get("device", ""),
+            exit="killed" if r in run.killed else ("" if code is None else str(code)),
+            collectives=(len(run.fingerprints[r]) if r < len(run.fingerprints) else 0)
             if counted else None,
-            "steps_s": median(times) if times else None,
-            "rss": peak.get("rss"), "tensor": peak.get("tensor_bytes"),
-            "error": f"{err.get('type')}: {err.get('message')}" if err else "",
-            **rank_row(fsdp.get(r))})
+            steps_s=median(times) if times else None,
+            rss=peak.get("rss"), tensor=peak.get("tensor_bytes"),
+            error=f"{err.get('type')}: {err.get('message')}" if err else "",
+            fsdp=rank_row(fsdp.get(r))))
     return out
 
 
-def collective_rows(run: DdpRun, limit: int | None = MAX_COLLECTIVE_ROWS) -> list[dict[str, Any]]:
+def collective_rows(run: DdpRun, limit: int | None = MAX_COLLECTIVE_ROWS) -> list[CollectiveRow]:
     """Every rank's collectives (the first ``limit`` of each): op, tensors, line, call time."""
     rows = []
     for r, fps in enumerate(run.fingerprints):
         for fp in (fps or [])[:limit]:
             tensors = describe_collective({**fp, "line": "", "op": "", "module": None})
-            rows.append({"rank": r, "index": fp.get("index"), "op": fp.get("op"),
-                         "tensors": tensors.split(" ", 1)[-1].strip(), "line": fp.get("line"),
-                         "module": fp.get("module"),  # FSDP: whose parameters it moves
-                         "step": fp.get("step"), "t": fp.get("t"),
-                         "call_ms": None if fp.get("call_s") is None else fp["call_s"] * 1e3})
+            rows.append(CollectiveRow(
+                rank=r, index=fp.get("index"), op=fp.get("op"),
+                tensors=tensors.split(" ", 1)[-1].strip(), line=fp.get("line"),
+                module=fp.get("module"),  # FSDP: whose parameters it moves
+                step=fp.get("step"), t=fp.get("t"),
+                call_ms=None if fp.get("call_s") is None else fp["call_s"] * 1e3))
     return rows
 
 

@@ -16,6 +16,7 @@ crashes, silent ranks) is ``analysis.ddp.failures``; a profiled run's lines
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -186,33 +187,33 @@ def check_sequence(rec: DdpRun) -> Finding:
     if div is None:
         return Finding(PASSED, f"every rank issued the same collectives ({counts})",
                        title="collective sequence")
-    i = div["index"]
-    lines = [f"rank {r}: {describe_collective(fp)}" for r, fp in sorted(div["fingerprints"].items())]
+    i = div.index
+    lines = [f"rank {r}: {describe_collective(fp)}" for r, fp in sorted(div.fingerprints.items())]
     ended = ended_how(rec)
     crashed = _crashed(rec)
-    if (div["difference"] is None and div["missing"] and not div.get("skips")
-            and all(r in crashed for r in div["missing"])):
+    if (div.difference is None and div.missing and not div.skips
+            and all(r in crashed for r in div.missing)):
         # the sequences agree as far as every rank got: a rank that stopped
         # in an exception says nothing about rank-dependent branches
         gone = "; ".join(f"rank {r} stopped before collective #{i} "
-                         f"({ended.get(r, 'it died first')})" for r in div["missing"])
+                         f"({ended.get(r, 'it died first')})" for r in div.missing)
         return Finding(NA, f"not judged past collective #{i} ({'; '.join(lines)}): {gone}; up "
                        f"to there every rank issued the same collectives ({counts})",
                        advice="see the crashed-worker line", title="collective sequence",
-                       details={"index": i, "missing": div["missing"], "crashed": crashed})
-    for r in div["missing"]:
+                       details={"index": i, "missing": div.missing, "crashed": crashed})
+    for r in div.missing:
         lines.append(f"rank {r}: never issued collective #{i} ({ended.get(r, 'it stopped first')})")
-    for r, skip in sorted((div.get("skips") or {}).items()):
-        q, j = skip["peer"], skip["index"]
+    for r, skip in sorted(div.skips.items()):
+        q, j = skip.peer, skip.index
         lines.append(f"rank {r} skipped a collective: it never issued rank {q}'s "
-                     f"{describe_collective(skip['fingerprint'])}; its own #{j} is rank {q}'s "
+                     f"{describe_collective(skip.fingerprint)}; its own #{j} is rank {q}'s "
                      f"#{j + 1} (same op and tensors"
                      + (", same line)" if seqs[r][j].get("line") == seqs[q][j + 1].get("line")
                         else ")"))
-    what = div["difference"]["what"] if div["difference"] else "presence"
-    if div["difference"] is None and div["missing"] and rec.outcome == "finished":
+    what = div.difference["what"] if div.difference else "presence"
+    if div.difference is None and div.missing and rec.outcome == "finished":
         status_note = "ranks issued different numbers of collectives"
-    elif div["difference"]:
+    elif div.difference:
         status_note = {"op": "the ranks issued different ops", "shapes": "shapes differ",
                        "dtypes": "dtypes differ",
                        "module": "the ranks moved different FSDP modules"}.get(
@@ -226,10 +227,11 @@ def check_sequence(rec: DdpRun) -> Finding:
                           "the lines above); --strict stops the run there instead of a gloo "
                           "SIGABRT or an NCCL hang",
                    title="collective sequence",
-                   details={"index": i, "what": what, "missing": div["missing"],
-                            "skipped": div["skipped"], "skips": div.get("skips") or {},
-                            "ranks": sorted(div["fingerprints"]),
-                            "ops": {r: fp.get("op") for r, fp in div["fingerprints"].items()}})
+                   details={"index": i, "what": what, "missing": div.missing,
+                            "skipped": div.skipped,
+                            "skips": {r: dataclasses.asdict(s) for r, s in div.skips.items()},
+                            "ranks": sorted(div.fingerprints),
+                            "ops": {r: fp.get("op") for r, fp in div.fingerprints.items()}})
 
 
 def _crashed(rec: DdpRun) -> list[int]:

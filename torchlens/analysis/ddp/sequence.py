@@ -3,15 +3,41 @@
 A fingerprint is what a worker records per collective (see
 ``torchlens.formats.fingerprints``, which also words one and compares one
 index across ranks, as ``--strict`` does while the job runs);
-``sequence_divergence`` reads every rank's whole sequence afterwards. Plain
-dicts in, plain dicts out: no torch here.
+``sequence_divergence`` reads every rank's whole sequence afterwards and
+answers a ``Divergence``: no torch here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torchlens.formats.fingerprints import first_difference
+
+
+@dataclass
+class Skip:
+    """A rank left out a peer's collective: the peer, the index in the peer's
+    sequence, and that collective's fingerprint."""
+
+    peer: int
+    index: int
+    fingerprint: dict[str, Any]
+
+
+@dataclass
+class Divergence:
+    """The first collective index where the ranks' sequences differ: each rank's
+    fingerprint there (rank -> fingerprint), the ranks that issued none, how the
+    fingerprints differ (``first_difference``'s answer, None when they agree),
+    and the ranks that skipped a peer's collective (``skips``: which one)."""
+
+    index: int
+    fingerprints: dict[int, dict[str, Any]]
+    missing: list[int]
+    difference: dict[str, Any] | None
+    skipped: list[int]
+    skips: dict[int, Skip]
 
 
 def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
@@ -53,7 +79,7 @@ def _left_out(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], upto: in
     return None
 
 
-def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> Divergence | None:
     """The first collective index where ranks' sequences (one list per rank, in
     issue order) differ, or None if they agree."""
     seqs = [list(s or []) for s in fingerprints]
@@ -67,7 +93,7 @@ def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, A
         if diff is None and not missing:
             continue
         skipped: list[int] = []
-        skips: dict[int, dict[str, Any]] = {}  # rank -> which peer's collective it left out
+        skips: dict[int, Skip] = {}  # rank -> which peer's collective it left out
         for r in sorted(have):
             for q in range(len(seqs)):
                 if q == r or r in skips:
@@ -76,8 +102,8 @@ def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> dict[str, A
                 if j is None and diff is not None and q in have and _skipped(seqs[q], seqs[r], i):
                     j = i
                 if j is not None:
-                    skips[r] = {"peer": q, "index": j, "fingerprint": seqs[q][j]}
+                    skips[r] = Skip(peer=q, index=j, fingerprint=seqs[q][j])
                     skipped.append(r)
-        return {"index": i, "fingerprints": have, "missing": missing,
-                "difference": diff, "skipped": skipped, "skips": skips}
+        return Divergence(index=i, fingerprints=have, missing=missing, difference=diff,
+                          skipped=skipped, skips=skips)
     return None

@@ -46,17 +46,19 @@ import tempfile
 import time
 from typing import Any
 
+from torchlens.capture.ddp.options import BoardSpec
+
 RING = 4
 ENTRY = struct.Struct("QQ")  # native: aligned 8-byte stores and loads
 RANK_BYTES = 64  # one cache line per rank: a writer does not disturb other ranks' lines
 
 
-def create(world_size: int, tmpdir: str) -> dict[str, Any]:
+def create(world_size: int, tmpdir: str) -> BoardSpec:
     """A zeroed board file (mode 0600) and one wake FIFO per rank.
 
     The file goes to ``/dev/shm`` when it exists (in memory), else to
     ``tmpdir``, the launcher's private temp dir, where the FIFOs always go.
-    Returns what a worker needs to attach: ``{"file": ..., "wake": [...]}``.
+    Returns what a worker needs to attach: the file and the FIFOs.
     """
     wake = [os.path.join(tmpdir, f"wake-rank{r}") for r in range(world_size)]
     for fifo in wake:  # first: if this fails, there is no file outside tmpdir to leak
@@ -71,7 +73,7 @@ def create(world_size: int, tmpdir: str) -> dict[str, Any]:
         raise
     finally:
         os.close(fd)
-    return {"file": path, "wake": wake}
+    return BoardSpec(file=path, wake=wake)
 
 
 def remove(path: str) -> None:
@@ -92,14 +94,14 @@ def digest(index: int, op: str, shapes: Any, dtypes: Any, module: str | None = N
 class FingerprintBoard:
     """One rank's view of the mapped board: publish own digests, wait for peers'."""
 
-    def __init__(self, spec: dict[str, Any], rank: int, world_size: int) -> None:
-        with open(spec["file"], "r+b") as fh:
+    def __init__(self, spec: BoardSpec, rank: int, world_size: int) -> None:
+        with open(spec.file, "r+b") as fh:
             self.map = mmap.mmap(fh.fileno(), world_size * RANK_BYTES)
         self.rank, self.world_size = rank, world_size
         # O_RDWR on a FIFO never blocks and never fails for want of a reader
         # (Linux), and holding the own FIFO open for writing means select never
         # sees an end-of-file when peers close theirs.
-        self.wake = [os.open(path, os.O_RDWR | os.O_NONBLOCK) for path in spec["wake"]]
+        self.wake = [os.open(path, os.O_RDWR | os.O_NONBLOCK) for path in spec.wake]
         self.own = self.wake[rank]
         self.peer_wake = [fd for r, fd in enumerate(self.wake) if r != rank]
 

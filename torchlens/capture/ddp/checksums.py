@@ -8,8 +8,44 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
 
-def module_checksums(name: str, module: Any) -> dict[str, Any]:
+
+class ParamChecksum(msgspec.Struct):
+    """One parameter or buffer: its shape, dtype, sum, |sum|, sha1 and first
+    values; a sharded (FSDP) one also which shard this rank holds, how it is
+    sharded and its global shape."""
+
+    kind: str
+    name: str
+    shape: list[int]
+    dtype: str
+    sum: float
+    abs_sum: float
+    sha1: str
+    head: list[float]
+    shard: str | None | UnsetType = UNSET
+    layout: str | None | UnsetType = UNSET
+    global_shape: list[int] | None | UnsetType = UNSET
+
+
+class ShardBytes(msgspec.Struct):
+    """A module's FSDP shards against the same parameters gathered (bytes)."""
+
+    sharded_bytes: int
+    unsharded_bytes: int
+
+
+class ModuleChecksums(msgspec.Struct):
+    """Every parameter and buffer of one module, and its FSDP bytes when sharded."""
+
+    name: str
+    params: list[ParamChecksum]
+    fsdp: ShardBytes | UnsetType = UNSET
+
+
+def module_checksums(name: str, module: Any) -> ModuleChecksums:
     """Sum, |sum|, sha1 and first values of every parameter and buffer.
 
     A sharded (FSDP) parameter is checksummed as the shard this rank holds,
@@ -34,17 +70,18 @@ def module_checksums(name: str, module: Any) -> dict[str, Any]:
             except (RuntimeError, TypeError):
                 digest = hashlib.sha1(repr(flat.tolist()).encode()).hexdigest()
             as_f64 = flat.to(torch.float64) if not t.is_complex() else flat.abs().double()
-            params.append({"kind": kind, "name": pname, "shape": list(t.shape),
-                           "dtype": str(t.dtype).replace("torch.", ""),
-                           "sum": float(as_f64.sum()), "abs_sum": float(as_f64.abs().sum()),
-                           "sha1": digest, "head": as_f64[:3].tolist()})
+            param = ParamChecksum(kind=kind, name=pname, shape=list(t.shape),
+                                  dtype=str(t.dtype).replace("torch.", ""),
+                                  sum=float(as_f64.sum()), abs_sum=float(as_f64.abs().sum()),
+                                  sha1=digest, head=as_f64[:3].tolist())
             if piece:
-                params[-1].update(shard=piece["shard"], layout=piece["layout"],
-                                  global_shape=piece["global_shape"])
-    out: dict[str, Any] = {"name": name, "params": params}
+                param.shard, param.layout = piece["shard"], piece["layout"]
+                param.global_shape = piece["global_shape"]
+            params.append(param)
+    out = ModuleChecksums(name=name, params=params)
     if shards:
-        out["fsdp"] = {k: sum(p[k] for p in shards.values())
-                       for k in ("sharded_bytes", "unsharded_bytes")}
+        out.fsdp = ShardBytes(sharded_bytes=sum(p["sharded_bytes"] for p in shards.values()),
+                              unsharded_bytes=sum(p["unsharded_bytes"] for p in shards.values()))
     return out
 
 
@@ -70,7 +107,7 @@ def record_modules(record: dict[str, Any], ddp_modules: list[Any], out: Any) -> 
                for i, m in enumerate(ddp_modules)]
     for i, m in enumerate(_returned_modules(out)):
         modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
-    record["modules"] = modules
+    record["modules"] = msgspec.to_builtins(modules)
     record["returned"] = None if out is None else repr(out)[:200]
 
 

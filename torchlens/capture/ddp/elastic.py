@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
-from torchlens.model.messages import Hello
+from torchlens.model.messages import DdpHeartbeat, Hello
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,25 @@ def agent_env(key: RunKey) -> dict[str, str]:
     return env
 
 
-def rank_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+@dataclass
+class AgentPlace:
+    """Where torch's elastic agent started a rank: its node, its rank on that
+    node, the agent's restart count, and the host."""
+
+    node: int
+    local_rank: int
+    restart: int
+    hostname: str
+
+
+def rank_args(argv: list[str]) -> tuple[list[str], AgentPlace]:
     """A rank's ``--elastic HOST PORT DIR`` -> the usual worker argv and where
     the rank runs, from the environment torch's elastic agent gives each worker."""
     host, port, stack_dir = argv
     env = os.environ
-    where = {"node": int(env.get("GROUP_RANK", "0")), "local_rank": int(env["LOCAL_RANK"]),
-             "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
-             "hostname": socket.gethostname()}
+    where = AgentPlace(node=int(env.get("GROUP_RANK", "0")), local_rank=int(env["LOCAL_RANK"]),
+                       restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                       hostname=socket.gethostname())
     if not os.path.isdir(stack_dir):  # another node: the kernel's folder is not here
         import tempfile
 
@@ -121,7 +132,7 @@ def rank_codes(results: dict[int, dict[str, Any]], n: int) -> list[int | None]:
             for r in range(n)]
 
 
-def vanished(last_hb: list[dict[str, Any] | None], results: dict[int, Any]) -> list[int]:
+def vanished(last_hb: list[DdpHeartbeat | None], results: dict[int, Any]) -> list[int]:
     """Ranks of this host whose process is gone (or a zombie) without a result.
 
     A rank killed by a signal (SIGKILL, the out-of-memory killer, a segfault)
@@ -134,13 +145,12 @@ def vanished(last_hb: list[dict[str, Any] | None], results: dict[int, Any]) -> l
     here = socket.gethostname()
     out = []
     for rank, hb in enumerate(last_hb):
-        if rank in results or not hb or hb.get("host") != here or not isinstance(
-                hb.get("pid"), int):
+        if rank in results or not hb or hb.host != here or not isinstance(hb.pid, int):
             continue
         try:
-            p = psutil.Process(hb["pid"])
+            p = psutil.Process(hb.pid)
             gone = (p.status() == psutil.STATUS_ZOMBIE
-                    or p.create_time() > float(hb.get("t") or 0.0) + 1.0)
+                    or p.create_time() > float(hb.t or 0.0) + 1.0)
         except psutil.Error:
             gone = True
         if gone:
@@ -169,9 +179,9 @@ def agent_exit_codes(log_path: str) -> dict[int, int]:
     return {int(pid): int(code) for code, pid in _AGENT_FAILURE.findall(text)}
 
 
-def local_ranks(last_hb: list[dict[str, Any] | None]) -> list[Hello]:
+def local_ranks(last_hb: list[DdpHeartbeat | None]) -> list[Hello]:
     """This host's ranks (each one's last heartbeat: its process and when it beat),
     as ``child.end_leftovers`` takes them."""
     here = socket.gethostname()
-    return [Hello(rank=r, host=hb.get("host"), pid=hb.get("pid"), t=hb.get("t"))
-            for r, hb in enumerate(last_hb) if hb and hb.get("host") == here]
+    return [Hello(rank=r, host=hb.host, pid=hb.pid, t=hb.t)
+            for r, hb in enumerate(last_hb) if hb and hb.host == here]

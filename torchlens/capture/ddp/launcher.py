@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -33,11 +34,13 @@ import time
 import weakref
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
 from torchlens.capture.ddp import board, elastic
-from torchlens.capture.ddp.options import DdpOptions
+from torchlens.capture.ddp.options import DdpJob, DdpOptions, ProfileSpec
 from torchlens.capture.ddp.processes import (
     end_ranks,
     log_tail,
@@ -48,8 +51,54 @@ from torchlens.capture.ddp.processes import (
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
-from torchlens.model.messages import OomOutcome, decode_message
+from torchlens.model.messages import BeatRow, DdpHeartbeat, OomOutcome, decode_message
+from torchlens.model.payloads import DdpRun, RankProfiling
 from torchlens.model.records import StepRecord, without_setup
+
+
+@dataclasses.dataclass
+class CheckRecords:
+    """What one %ddp_check run left: the run (``DdpRun``: the ranks' reports,
+    collectives, exit codes, memory peaks ...) and every heartbeat read."""
+
+    run: DdpRun
+    heartbeats: list[DdpHeartbeat]
+
+
+@dataclasses.dataclass
+class HangReport:
+    """Why the hang detector stopped the run: how long no rank made progress,
+    each rank's Python stack and its last heartbeat (None: it sent none)."""
+
+    after_s: float
+    stacks: list[str]
+    status: list[DdpHeartbeat | None]
+
+    def to_builtins(self) -> dict[str, float | list[str] | list[BeatRow | None]]:
+        """As ``DdpRun.hang`` keeps it (each heartbeat as the rank sent it, with the
+        launcher's ``rank`` and ``t_rel``)."""
+        return {"after_s": self.after_s, "stacks": self.stacks,
+                "status": [h.row(last=True) if h else None for h in self.status]}
+
+
+@dataclasses.dataclass
+class RankNode:
+    """Where one rank of a --nnodes run ran."""
+
+    node: int | None
+    host: str | None
+
+
+@dataclasses.dataclass
+class NodesInfo:
+    """A --nnodes run's layout: its nodes, ranks per node, rendezvous, and per rank
+    its node and host."""
+
+    nnodes: int
+    nproc_per_node: int
+    rdzv_endpoint: str
+    ranks: list[RankNode]
+
 
 POLL_S = 0.1
 CRASH_GRACE_S = 5.0  # after one rank fails, how long the others get to end
@@ -60,7 +109,7 @@ _RUNNING: weakref.WeakSet[DdpLauncher] = weakref.WeakSet()
 class DdpLauncher:
     """One %ddp_check run: ``run()`` returns the raw records and tables' rows."""
 
-    def __init__(self, job: dict[str, Any], options: DdpOptions,
+    def __init__(self, job: DdpJob, options: DdpOptions,
                  sink: RankFeed | None = None) -> None:
         self.job, self.options, self.sink = job, options, sink
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -68,14 +117,14 @@ class DdpLauncher:
         self.port: int | None = None
         self.tmpdir = ""
         self.board_path = ""
-        self.heartbeats: list[dict[str, Any]] = []
-        self.last_hb: list[dict[str, Any] | None] = [None] * options.world_size
-        self.hang: dict[str, Any] | None = None
+        self.heartbeats: list[DdpHeartbeat] = []
+        self.last_hb: list[DdpHeartbeat | None] = [None] * options.world_size
+        self.hang: HangReport | None = None
         self.killed: set[int] = set()
         self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
         self.reader = StepReader(options.world_size,
-                                 int((options.profile or {}).get("keep", 50)), sink)
+                                 options.profile.keep if options.profile else 50, sink)
         # the reader's lists themselves: what it reads lands in the records
         self.step_records = self.reader.step_records
         self.summaries = self.reader.summaries
@@ -89,7 +138,7 @@ class DdpLauncher:
         self.other_nodes: tuple[list[str], dict[str, str]] | None = None
 
     # -- lifecycle ---------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> CheckRecords:
         """Spawn, monitor, stop; always stops the workers, even on KeyboardInterrupt."""
         import torch.distributed as dist
 
@@ -114,11 +163,11 @@ class DdpLauncher:
                 for r in range(n):
                     tl.add(protocol.steps_count_key(r), 0)
                     tl.add(protocol.summary_count_key(r), 0)
-                os.makedirs(self.options.profile["run_dir"], exist_ok=True)
+                os.makedirs(self.options.profile.run_dir, exist_ok=True)
             spec = None
             if self.options.strict:
                 spec = board.create(n, self.tmpdir)
-                self.board_path = spec["file"]
+                self.board_path = spec.file
             if self.options.elastic is not None:
                 self.other_nodes = start_agent(
                     self.procs, self.options.elastic, self.key, self.options.entry, self.sock,
@@ -128,7 +177,7 @@ class DdpLauncher:
             # Workers spend seconds importing torch before they ask for the
             # payload (store.get waits for it): pickle it while they start.
             # Sealed: a worker unpickles only a payload this run's key signed.
-            tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dict(self.job, board=spec)))
+            tl.set_bytes(protocol.PAYLOAD, pickling.dumps(dataclasses.replace(self.job, board=spec)))
             # The kernel's own set-up for the run (a live plot: bokeh imports)
             # overlaps the ranks' torch import instead of delaying their start.
             if self.sink is not None:
@@ -146,7 +195,7 @@ class DdpLauncher:
                 records = self._collect(tl, outcome)
             finally:
                 self._release()
-        records["interrupted"] = interrupted
+        records.run.interrupted = interrupted
         return records
 
     def _codes(self, tl: protocol.Channel) -> list[int | None]:
@@ -162,7 +211,7 @@ class DdpLauncher:
         for r in elastic.vanished(self.last_hb, self.results):
             # its result may have come since ``done`` was read: then it is not gone
             if r not in self.gone and not self._read_result(tl, r):
-                pid = (self.last_hb[r] or {}).get("pid")
+                pid = (self.last_hb[r] or DdpHeartbeat()).pid
                 log = os.path.join(self.tmpdir, "log-agent.txt")
                 self.gone[r] = elastic.agent_exit_codes(log).get(pid)
         codes = elastic.rank_codes(self.results, self.options.world_size)
@@ -203,16 +252,16 @@ class DdpLauncher:
                 if not value or value == raw[rank]:
                     continue
                 raw[rank] = value
-                hb = tl.open(hb_keys[rank], value)
-                if not isinstance(hb, dict):  # forged: counted, and not progress
+                hb = decode_message(tl.open(hb_keys[rank], value), DdpHeartbeat)
+                if hb is None or hb.t is None:  # forged: counted, and not progress
                     continue
-                hb["rank"], hb["t_rel"] = rank, hb["t"] - self.t0
+                hb.rank, hb.t_rel = rank, hb.t - self.t0
                 self.last_hb[rank] = hb
                 self.heartbeats.append(hb)
                 if self.sink is not None:
                     self.sink.push(hb)
-                sig = (hb.get("ops"), hb.get("collectives"), hb.get("phase"),
-                       hb.get("modules"), hb.get("steps_done"), hb.get("phase_calls"))
+                sig = (hb.ops, hb.collectives, hb.phase, hb.modules, hb.steps_done,
+                       hb.phase_calls)
                 if sig != progress[rank]:
                     progress[rank], last_progress = sig, time.monotonic()
             if opts.profile:
@@ -225,7 +274,7 @@ class DdpLauncher:
                     # a rank found gone died after its last heartbeat (0.2 s
                     # apart), before the ranks that then lost their peer
                     hb = self.last_hb[rank] if rank in self.gone else None
-                    self.ended_at[rank] = (hb or {}).get("t") or time.time()
+                    self.ended_at[rank] = (hb.t if hb else None) or time.time()
                     self._tell_ended(tl, rank, code)
             if all(c is not None for c in codes):
                 return "finished" if all(c == 0 for c in codes) else "crashed"
@@ -240,7 +289,7 @@ class DdpLauncher:
             # Importing torch and joining the group can take many seconds on a
             # loaded machine: that is startup, bounded by startup_timeout_s; the
             # hang clock runs once every rank is past it.
-            all_up = all(h is not None and h.get("phase") not in STARTUP_PHASES
+            all_up = all(h is not None and h.phase not in STARTUP_PHASES
                          for h in self.last_hb)
             if not all_up and now - started > opts.startup_timeout_s:
                 return "startup_timeout"
@@ -280,9 +329,9 @@ class DdpLauncher:
             return
         for rank, at in enumerate(self.ended_at):
             if at is None:
-                hb = self.last_hb[rank] or {}
+                hb = self.last_hb[rank]
                 self.sink.rank_ended(rank, "sent no result (killed, or stopped by its agent after another "
-                      "rank failed)", hb.get("t") or time.time())
+                      "rank failed)", (hb.t if hb else None) or time.time())
 
     def _read_profiling(self, tl: protocol.Channel) -> None:
         """The ranks' new step batches and summaries, into the records and the sink."""
@@ -292,9 +341,9 @@ class DdpLauncher:
         """faulthandler in each live worker writes every thread's Python stack."""
         pids = ([p.pid for p in self.procs] if self.options.elastic is None
                 else [h.pid for h in elastic.local_ranks(self.last_hb)])  # not the agent
-        self.hang = {"after_s": after_s,
-                     "stacks": read_stacks(pids, self.options.world_size, self.tmpdir),
-                     "status": [dict(h) if h else None for h in self.last_hb]}
+        self.hang = HangReport(after_s=after_s,
+                               stacks=read_stacks(pids, self.options.world_size, self.tmpdir),
+                               status=list(self.last_hb))
 
     def _kill_workers(self) -> None:
         """End every worker's process group: TERM, then KILL what is left."""
@@ -312,7 +361,7 @@ class DdpLauncher:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
     # -- records -------------------------------------------------------------
-    def _collect(self, tl: protocol.Channel, outcome: str) -> dict[str, Any]:
+    def _collect(self, tl: protocol.Channel, outcome: str) -> CheckRecords:
         n = self.options.world_size
         ranks, fingerprints = read_ranks(tl, n)
         for rank, res in enumerate(ranks):
@@ -332,47 +381,49 @@ class DdpLauncher:
             for r, code in self.gone.items():
                 if codes[r] is None:
                     codes[r] = code if code is not None else logged.get(
-                        (self.last_hb[r] or {}).get("pid"))
+                        (self.last_hb[r] or DdpHeartbeat()).pid)
         errors = [r["error"] for r in ranks if r and r.get("error")]
         if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
-        return {
-            "world_size": n, "backend": self.job["backend"], "steps": self.options.steps,
-            "strict": self.options.strict, "timeout_s": self.options.timeout_s,
-            "seed": self.options.seed, "outcome": outcome, "t0": self.t0,
-            "wall_s": time.time() - self.t0, "port": self.port, "board": self.board_path,
-            "pids": [p.pid for p in self.procs],
-            "ranks": ranks, "fingerprints": fingerprints,
-            "exit_codes": (codes if self.options.elastic is not None else
-                           [None if p.pid in self.killed else c
-                            for p, c in zip(self.procs, codes, strict=False)]),
-            "ended_at": list(self.ended_at),
-            "killed": sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
-            "hang": self.hang, "memory_peak": memory_peaks(ranks, self.heartbeats),
-            "heartbeats": self.heartbeats,
-            "cells": dict(self.job.get("cells") or {}),
-            "profiling": profiling, "dropped": dropped,
-            "nodes": _nodes(ranks, self.last_hb, self.options.elastic),
-        }
+        nodes = _nodes(ranks, self.last_hb, self.options.elastic)
+        run = DdpRun(
+            world_size=n, backend=self.job.backend, steps=self.options.steps,
+            strict=self.options.strict, timeout_s=self.options.timeout_s,
+            seed=self.options.seed, outcome=outcome, t0=self.t0,
+            wall_s=time.time() - self.t0, port=self.port, board=self.board_path,
+            pids=[p.pid for p in self.procs],
+            ranks=ranks, fingerprints=fingerprints,
+            exit_codes=(codes if self.options.elastic is not None else
+                        [None if p.pid in self.killed else c
+                         for p, c in zip(self.procs, codes, strict=False)]),
+            ended_at=list(self.ended_at),
+            killed=sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
+            hang=self.hang.to_builtins() if self.hang else None,
+            memory_peak=[msgspec.to_builtins(peak)
+                         for peak in memory_peaks(ranks, self.heartbeats)],
+            cells=dict(self.job.cells), profiling=profiling, dropped=dropped,
+            nodes=dataclasses.asdict(nodes) if nodes else None)
+        return CheckRecords(run, self.heartbeats)
 
-    def _profiling(self, tl: protocol.Channel, ranks: list[dict[str, Any] | None]) -> dict[str, Any]:
+    def _profiling(self, tl: protocol.Channel,
+                   ranks: list[dict[str, Any] | None]) -> RankProfiling:
         """What --profile measured, and the run folder's manifest and step files."""
         with contextlib.suppress(Exception):  # the store may be gone after a crash
             self._read_profiling(tl)
-        opts = self.options.profile or {}
+        opts = self.options.profile or ProfileSpec()
         told = [(r or {}).get("profile") or {} for r in ranks]
         everies = [t["every"] for t in told if t.get("every")]
-        run_dir = opts["run_dir"]
+        run_dir = opts.run_dir
         # windows cut before a late first step() are set-up, not steps
         self.step_records = [list(without_setup(records)) for records in self.step_records]
-        out = {"every": max(everies) if everies else (opts.get("every") or 5),
-               "window_s": opts.get("window_s", 1.0), "run_dir": run_dir,
-               "max_steps": opts.get("max_steps"), "keep": int(opts.get("keep", 50)),
-               "windows": any(t.get("windows") and not t.get("real_steps") for t in told),
-               # how the steps were found: rank 0's words (every rank runs the same function)
-               "steps_by": next((t["steps_by"] for t in told if t.get("steps_by")), ""),
-               "steps": self.step_records, "summaries": self.summaries,
-               "dropped_summaries": self.dropped_summaries}
+        out = RankProfiling(
+            every=max(everies) if everies else (opts.every or 5),
+            window_s=opts.window_s, run_dir=run_dir, max_steps=opts.max_steps, keep=opts.keep,
+            windows=any(t.get("windows") and not t.get("real_steps") for t in told),
+            # how the steps were found: rank 0's words (every rank runs the same function)
+            steps_by=next((t["steps_by"] for t in told if t.get("steps_by")), ""),
+            steps=self.step_records, summaries=self.summaries,
+            dropped_summaries=self.dropped_summaries)
         with contextlib.suppress(OSError):
             write_run_folder(run_dir, self.job, self.options, ranks, self.step_records,
                              started=self.t0)
@@ -393,7 +444,7 @@ def _ending(res: dict[str, Any], steps: int) -> dict[str, Any]:
             "stopped_at_step": steps, "steps": steps}
 
 
-def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
+def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
                      ranks: list[dict[str, Any] | None],
                      steps: list[list[StepRecord]], started: float | None = None) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already);
@@ -413,23 +464,24 @@ def write_run_folder(run_dir: str, job: dict[str, Any], options: DdpOptions,
 
     write.write_run_folder(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
-        backend=job.get("backend"), created=time.time(), started=started,
-        profile={k: v for k, v in (options.profile or {}).items() if k != "run_dir"}),
+        backend=job.backend, created=time.time(), started=started,
+        profile=options.profile.manifest() if options.profile else {}),
         (rank_files(rank) for rank in range(options.world_size)))
 
 
-def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[dict[str, Any] | None],
-           spec: Any) -> dict[str, Any] | None:
+def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[DdpHeartbeat | None],
+           spec: Any) -> NodesInfo | None:
     """--nnodes: the run's nodes and, per rank, its node and host (None: one machine)."""
     if spec is None:
         return None
     where = []
     for res, hb in zip(ranks, last_hb, strict=True):
-        src = res if res and res.get("node") is not None else (hb or {})
-        where.append({"node": src.get("node"),
-                      "host": src.get("hostname") or src.get("host")})
-    return {"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
-            "rdzv_endpoint": spec.rdzv_endpoint, "ranks": where}
+        if res and res.get("node") is not None:
+            where.append(RankNode(node=res["node"], host=res.get("hostname") or res.get("host")))
+        else:
+            where.append(RankNode(node=hb.node if hb else None, host=hb.host if hb else None))
+    return NodesInfo(nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
+                     rdzv_endpoint=spec.rdzv_endpoint, ranks=where)
 
 
 def stop_all() -> None:
@@ -442,9 +494,9 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
-def run_check(job: dict[str, Any], options: DdpOptions,
-              sink: RankFeed | None = None) -> dict[str, Any]:
-    """Run ``job`` on ``options.world_size`` ranks; returns the records dict."""
+def run_check(job: DdpJob, options: DdpOptions,
+              sink: RankFeed | None = None) -> CheckRecords:
+    """Run ``job`` on ``options.world_size`` ranks; returns what it left."""
     return DdpLauncher(job, options, sink).run()
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Any
 
 import psutil
 import torch
 
 from torchlens.capture.ranks.cuda_device import counters
+from torchlens.model.messages import MemoryReading
 
 _PROCESS = psutil.Process(os.getpid())
 
@@ -40,14 +40,13 @@ def tensor_bytes() -> int:
     return total
 
 
-def sample(with_tensors: bool, device: torch.device | None = None) -> dict[str, Any]:
+def sample(with_tensors: bool, device: torch.device | None = None) -> MemoryReading:
     """One reading; ``tensor_bytes`` only when asked (the scan costs milliseconds);
     CUDA bytes of ``device`` when it is a GPU and CUDA is up (None: not read)."""
-    out: dict[str, Any] = {"rss": _PROCESS.memory_info().rss, "tensor_bytes": None,
-                           "cuda_allocated": None, "cuda_reserved": None}
+    out = MemoryReading(rss=_PROCESS.memory_info().rss)
     if with_tensors:
-        out["tensor_bytes"] = tensor_bytes()
+        out.tensor_bytes = tensor_bytes()
     got = counters(device) if device is not None else None
     if got is not None:
-        out["cuda_allocated"], out["cuda_reserved"] = got["allocated"], got["reserved"]
+        out.cuda_allocated, out.cuda_reserved = got["allocated"], got["reserved"]
     return out

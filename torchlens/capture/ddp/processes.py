@@ -24,6 +24,7 @@ from typing import Any
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.ddp import elastic
 from torchlens.capture.ranks import torchrun as child
+from torchlens.model.messages import DdpHeartbeat
 
 STACK_WAIT_S = 0.6
 AGENT_EXIT_S = 20.0  # --nnodes: how long a finished run's agent gets to end by itself
@@ -72,7 +73,7 @@ def start_agent(procs: list[subprocess.Popen[bytes]], spec: Any, key: RunKey, en
 
 
 def end_ranks(procs: list[subprocess.Popen[bytes]], killed: set[int], under_agent: bool,
-              all_ended: bool, last_hb: list[dict[str, Any] | None]) -> None:
+              all_ended: bool, last_hb: list[DdpHeartbeat | None]) -> None:
     """End every worker's process group: TERM, then KILL what is left. The pid
     of each process still running is added to ``killed``. ``all_ended``: under
     the agent, every rank has a result or is known gone."""

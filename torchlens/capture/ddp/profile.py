@@ -7,21 +7,18 @@ kept once, in the payload (``analysis.ddp.analyze`` builds the collective table)
 
 from __future__ import annotations
 
-from typing import Any
-
+from torchlens.capture.ddp.launcher import CheckRecords
 from torchlens.capture.environment import collect_environment
-from torchlens.model import DdpRun, Profile, Table
-from torchlens.model.payloads import from_json
+from torchlens.model import Profile, Table
 
 
-def build_profile(rec: dict[str, Any], source: str, skipped: list[str]) -> Profile:
+def build_profile(rec: CheckRecords, source: str, skipped: list[str]) -> Profile:
     """Records (``DdpLauncher.run``) -> Profile of kind ``ddp_check``."""
-    rec = dict(rec)
-    heartbeats = [{k: v for k, v in h.items() if k != "last"} for h in rec.pop("heartbeats", [])]
     tables: dict[str, Table] = {}
-    if heartbeats:
-        tables["heartbeats"] = Table.from_records(heartbeats, text=("phase",))
-    run: DdpRun = from_json("ddp_check", rec)
+    if rec.heartbeats:  # the table's rows: each heartbeat without the collective it is in
+        tables["heartbeats"] = Table.from_records([hb.row() for hb in rec.heartbeats],
+                                                  text=("phase",))
+    run = rec.run
     profiled = run.profiling is not None
     if profiled and not run.strict:
         unmeasured = ["collectives one by one: --profile leaves the per-op recorder off "

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.model.feed import RankFeed
+from torchlens.model.messages import DdpHeartbeat, MemoryReading
 from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
@@ -103,17 +106,12 @@ def read_ranks(tl: protocol.Channel, world_size: int
 
 
 def memory_peaks(ranks: list[dict[str, Any] | None],
-                 heartbeats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                 heartbeats: list[DdpHeartbeat]) -> list[MemoryReading]:
     """Each rank's peak memory: its result's, raised by any heartbeat that saw more."""
-    peaks = []
-    for rank in range(len(ranks)):
-        own = [h for h in heartbeats if h["rank"] == rank]
-        peak = dict((ranks[rank] or {}).get("peak") or {})
-        for key in ("rss", "tensor_bytes", "cuda_allocated", "cuda_reserved"):
-            vals = [h[key] for h in own if h.get(key) is not None]
-            if vals:
-                peak[key] = max(vals + [peak.get(key) or 0])
-        peaks.append(peak)
+    peaks = [msgspec.convert((res or {}).get("peak") or {}, MemoryReading) for res in ranks]
+    for h in heartbeats:
+        if 0 <= h.rank < len(peaks):
+            peaks[h.rank].raise_to(h.memory())
     return peaks
 
 

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+import msgspec
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -33,6 +34,7 @@ from torchlens.capture.ddp.board import FingerprintBoard, digest
 from torchlens.capture.ranks.fsdp import fsdp_module
 from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
+from torchlens.model.messages import LastCollective, RecorderStatus
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
@@ -41,6 +43,19 @@ _OP_NAMES: dict[Any, str] = {}  # OpOverload -> "all_reduce": named once, not pe
 # the store why (finished? stopped? --timeout?): short, so a peer that ended
 # is noticed quickly; long enough that a merely slow peer costs no round trip.
 LATE_S = 0.25
+
+
+class DivergentOp(msgspec.Struct, frozen=True):
+    """The first op whose output differed between two seeded runs of a step:
+    its name and index in the step, the user's line, the step, and its
+    output's checksum in each run."""
+
+    op: str
+    op_index: int
+    line: str
+    step: int
+    first: float | None
+    second: float | None
 
 
 class CollectiveMismatch(RuntimeError):
@@ -151,7 +166,7 @@ class CollectiveRecorder(TorchDispatchMode):
         # determinism: checksums of step 0, compared live during step 1
         self.reference: list[tuple[str, float | None]] | None = None
         self.current: list[tuple[str, float | None]] | None = None
-        self.first_divergent_op: dict[str, Any] | None = None
+        self.first_divergent_op: DivergentOp | None = None
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -177,9 +192,9 @@ class CollectiveRecorder(TorchDispatchMode):
         ref = self.reference
         if (ref is not None and self.first_divergent_op is None and index < len(ref)
                 and ref[index][0] == name and ref[index][1] != value):
-            self.first_divergent_op = {"op": name, "op_index": index,
-                                       "line": user_line(self.cells), "step": self.step,
-                                       "first": ref[index][1], "second": value}
+            self.first_divergent_op = DivergentOp(op=name, op_index=index,
+                                                  line=user_line(self.cells), step=self.step,
+                                                  first=ref[index][1], second=value)
 
     def _collective(self, func: Any, args: Any, kwargs: Any) -> Any:
         tensors = _tensors(list(args) + list(kwargs.values()))
@@ -271,11 +286,13 @@ class CollectiveRecorder(TorchDispatchMode):
         raise CollectiveMismatch(message, {"index": index, "fingerprints": fps,
                                            "missing": missing})
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RecorderStatus:
         """What the heartbeat reports: op and collective counts, current collective."""
         with self.lock:
             last = self.in_flight or (self.records[-1] if self.records else None)
-            return {"ops": self.ops, "collectives": len(self.records), "step": self.step,
-                    "in_collective": self.in_flight is not None,
-                    "last": {k: last[k] for k in ("index", "op", "line", "module") if k in last}
-                    if last else None}
+            return RecorderStatus(
+                ops=self.ops, collectives=len(self.records), step=self.step,
+                in_collective=self.in_flight is not None,
+                last=LastCollective(index=last.get("index"), op=last.get("op"),
+                                    line=last.get("line"), module=last.get("module"))
+                if last else None)

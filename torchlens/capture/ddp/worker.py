@@ -29,6 +29,7 @@ calls are made no-ops for the default group.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import inspect
 import os
@@ -45,9 +46,11 @@ import msgspec
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
-from torchlens.capture.ddp.elastic import rank_args
+from torchlens.capture.ddp.elastic import AgentPlace, rank_args
+from torchlens.capture.ddp.options import DdpJob
 from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
+from torchlens.model.messages import DdpHeartbeat, MemoryReading, RankPlace
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -81,12 +84,31 @@ def _seed_all(seed: int) -> None:
         pass
 
 
+class Bandwidth(msgspec.Struct):
+    """One all_reduce size of the bandwidth check: its bytes, the fastest call's
+    seconds, and the bus bandwidth that makes (GB/s, as nccl-tests count it)."""
+
+    bytes: int
+    seconds: float
+    busbw_gbps: float
+
+
+class CommCheck(msgspec.Struct):
+    """The rank's first all_reduce (what it sent, got and should have got) and
+    its bandwidth at a few sizes."""
+
+    sent: int
+    got: float
+    expected: float
+    bandwidth: list[Bandwidth] = []
+
+
 class Worker:
     """Runs the job on this rank and reports through the store."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int,
                  summarize: Any = None, *, key: RunKey,
-                 elastic: dict[str, Any] | None = None) -> None:
+                 elastic: AgentPlace | None = None) -> None:
         import torch.distributed as dist
 
         self.timings: dict[str, float] = {"start": _T_START, "torch": time.time()}
@@ -107,16 +129,15 @@ class Worker:
         self.summarize = summarize
         self._send_lock = threading.Lock()
         self._sent = [0, 0]  # step batches, summaries
-        self.peak: dict[str, Any] = {}
+        self.peak = MemoryReading()
         self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
                                        "steps": [], "error": None}
         #: --nnodes: node, local_rank, restart, hostname (from the agent's environment)
         self.elastic = elastic
-        self.where: dict[str, Any] = {}
+        self.where = RankPlace()
         if elastic is not None:
-            self.where = {"node": elastic["node"], "host": elastic["hostname"],
-                          "pid": os.getpid()}
-            self.result.update(elastic)
+            self.where = RankPlace(node=elastic.node, host=elastic.hostname, pid=os.getpid())
+            self.result.update(dataclasses.asdict(elastic))
 
     # -- heartbeat ---------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -135,20 +156,22 @@ class Worker:
             # _PyTuple_Resize fail (SystemError). Tensors are counted between steps.
             mem = sample(with_tensors=False, device=(
                 self.stepper.device if self.stepper is not None else self.mem_device))
-            for k, v in mem.items():
-                if v is not None and v > (self.peak.get(k) or 0):
-                    self.peak[k] = v
-            status = self.recorder.status() if self.recorder else {}
-            if self.stepper is not None:
-                status.update(msgspec.structs.asdict(self.stepper.status()))
-                with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
-                    self._send_profiling(store)
+            self.peak.raise_to(mem)
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
             # but is not hung: the growing module count says so.
-            hb = {"t": time.time(), "beat": beat, "phase": self.phase,
-                  "modules": len(sys.modules), **status, **mem, **self.where}
+            hb = DdpHeartbeat(t=time.time(), beat=beat, phase=self.phase,
+                              modules=len(sys.modules), **msgspec.structs.asdict(mem),
+                              **msgspec.structs.asdict(self.where))
+            if self.recorder:
+                hb = msgspec.structs.replace(
+                    hb, **msgspec.structs.asdict(self.recorder.status()))
+            if self.stepper is not None:
+                hb = msgspec.structs.replace(
+                    hb, **msgspec.structs.asdict(self.stepper.status()))
+                with contextlib.suppress(Exception):  # parent gone: the ppid check ends us
+                    self._send_profiling(store)
             try:
-                store.set(protocol.heartbeat_key(self.rank), hb)
+                store.set(protocol.heartbeat_key(self.rank), hb.row(wire=True))
             except Exception:  # noqa: BLE001 - parent gone; the ppid check ends us
                 pass
             beat += 1
@@ -211,31 +234,32 @@ class Worker:
             with contextlib.suppress(Exception):
                 self._send_profiling(self.store)
         self.result["env_end"] = _env()
-        self.result["peak"] = self.peak
+        self.result["peak"] = msgspec.to_builtins(self.peak)
         self.result["timings"] = self.timings
         if self.recorder is not None:
             self.result["collectives"] = self.recorder.records
-            self.result["determinism"] = {"first_op": self.recorder.first_divergent_op}
+            self.result["determinism"] = {
+                "first_op": msgspec.to_builtins(self.recorder.first_divergent_op)}
             if self.recorder.board is not None:
                 self.result["strict"] = dict(self.recorder.strict_stats)
         self.result["dropped"] = dict(self.store.dropped)  # peers' values that failed
         self.store.set(protocol.result_key(self.rank), self.result)
         self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
-    def _init_group(self, job: dict[str, Any]) -> None:
+    def _init_group(self, job: DdpJob) -> None:
         import torch
         import torch.distributed as dist
 
         self.phase = "init"
-        backend = job["backend"]
-        local = self.elastic["local_rank"] if self.elastic is not None else self.rank
+        backend = job.backend
+        local = self.elastic.local_rank if self.elastic is not None else self.rank
         if backend == "nccl":
             torch.cuda.set_device(local)
             self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
         self.mem_device = self.device
-        timeout = timedelta(seconds=max(60.0, 3 * job["timeout_s"]))
+        timeout = timedelta(seconds=max(60.0, 3 * job.timeout_s))
         if self.elastic is not None:  # the agent's rendezvous: MASTER_ADDR/PORT
             dist.init_process_group(backend, init_method="env://", rank=self.rank,
                                     world_size=self.world_size, timeout=timeout)
@@ -279,8 +303,8 @@ class Worker:
         n = self.world_size
         t = torch.tensor([float(self.rank + 1)], device=self.device)
         dist.all_reduce(t)
-        comm: dict[str, Any] = {"sent": self.rank + 1, "got": float(t.item()),
-                                "expected": float(n * (n + 1) // 2), "bandwidth": []}
+        comm = CommCheck(sent=self.rank + 1, got=float(t.item()),
+                         expected=float(n * (n + 1) // 2))
         for size in BANDWIDTH_SIZES:
             x = torch.ones(size, device=self.device)
             seconds = float("inf")
@@ -292,33 +316,33 @@ class Worker:
                 seconds = min(seconds, time.perf_counter() - start)
             nbytes = size * 4
             busbw = nbytes / seconds * 2 * (n - 1) / n / 1e9
-            comm["bandwidth"].append({"bytes": nbytes, "seconds": seconds, "busbw_gbps": busbw})
-        self.result["comm"] = comm
+            comm.bandwidth.append(Bandwidth(bytes=nbytes, seconds=seconds, busbw_gbps=busbw))
+        self.result["comm"] = msgspec.to_builtins(comm)
 
-    def _steps(self, job: dict[str, Any]) -> None:
+    def _steps(self, job: DdpJob) -> None:
         import torch
 
         from torchlens.capture.ddp.recorder import CollectiveRecorder
 
         ddp_modules = track_ddp()
         held = FsdpMemory()
-        if job.get("profile"):
+        if job.profile:
             self._profiled_run(job, ddp_modules, held)
             return
         call = self._callable(job)
         board = None
-        if job["strict"]:
+        if job.strict:
             from torchlens.capture.ddp.board import FingerprintBoard
 
-            board = FingerprintBoard(job["board"], self.rank, self.world_size)
+            assert job.board is not None  # the launcher makes one for --strict
+            board = FingerprintBoard(job.board, self.rank, self.world_size)
         rec = CollectiveRecorder(self.store, self.rank, self.world_size,
-                                 job["strict"], job["timeout_s"], board=board,
-                                 cells=job.get("cells"))
+                                 job.strict, job.timeout_s, board=board, cells=job.cells)
         self.recorder = rec
-        steps = int(job["steps"])
+        steps = int(job.steps)
         for step in range(steps):
             self.phase = f"step {step}"
-            _seed_all(job["seed"])
+            _seed_all(job.seed)
             if steps >= 2 and step in (0, 1):
                 rec.reference, rec.current = (rec.current if step == 1 else None), []
             else:
@@ -340,9 +364,7 @@ class Worker:
                 from torchlens.capture.ranks.cuda_device import script_device
 
                 self.mem_device = script_device()
-            for k, v in sample(with_tensors=True, device=self.mem_device).items():
-                if v is not None and v > (self.peak.get(k) or 0):
-                    self.peak[k] = v
+            self.peak.raise_to(sample(with_tensors=True, device=self.mem_device))
             self.phase = f"checksums {step}"
             record_modules(record, ddp_modules, out)
             del out
@@ -350,35 +372,37 @@ class Worker:
                 torch.cuda.synchronize()
         rec.current = None
 
-    def _profiled_run(self, job: dict[str, Any], ddp_modules: list[Any],
+    def _profiled_run(self, job: DdpJob, ddp_modules: list[Any],
                       held: FsdpMemory) -> None:
         """--profile: the function is the training loop; it runs once, timed per step."""
         from torchlens.capture.ranks.oom import oom_line, save_oom_snapshot
         from torchlens.capture.ranks.stepper import RankProfiler, StepLimit
 
-        opts = job["profile"]
+        opts = job.profile
+        assert opts is not None  # _steps runs this for --profile only
         rec = None
-        if job["strict"]:
+        if job.strict:
             from torchlens.capture.ddp.board import FingerprintBoard
             from torchlens.capture.ddp.recorder import CollectiveRecorder
 
+            assert job.board is not None  # the launcher makes one for --strict
             rec = CollectiveRecorder(self.store, self.rank, self.world_size, True,
-                                     job["timeout_s"],
-                                     board=FingerprintBoard(job["board"], self.rank,
+                                     job.timeout_s,
+                                     board=FingerprintBoard(job.board, self.rank,
                                                             self.world_size),
-                                     cells=job.get("cells"))
+                                     cells=job.cells)
             self.recorder = rec
-        limit = opts.get("max_steps")
+        limit = opts.max_steps
         call = self._callable(job, steps=limit)
-        if limit and job["kind"] != "cell" and "steps" in inspect.signature(job["fn"]).parameters:
+        if limit and job.fn is not None and "steps" in inspect.signature(job.fn).parameters:
             # its loop is told steps=N and returns its model after step N: stopping it
             # there would cut that return; one step more only if it ignores steps
             limit += 1
         stepper = RankProfiler(
-            rank=self.rank, run_dir=opts["run_dir"],
+            rank=self.rank, run_dir=opts.run_dir,
             device=self.device if self.device.type == "cuda" else None,
-            every=opts.get("every"), budget=opts.get("budget", 0.03),
-            window_s=opts.get("window_s", 1.0), max_steps=limit,
+            every=opts.every, budget=opts.budget,
+            window_s=opts.window_s, max_steps=limit,
             summarize=self.summarize, agree=self._agree, fsdp=held)
         self.stepper = stepper
         record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
@@ -391,9 +415,9 @@ class Worker:
                     out = call()
                 except StepLimit:  # --steps ended the loop: the function never returned
                     out = None
-                    record["step_limit"] = opts.get("max_steps")
+                    record["step_limit"] = opts.max_steps
         except BaseException as exc:
-            oom = save_oom_snapshot(exc, opts["run_dir"], self.rank)
+            oom = save_oom_snapshot(exc, opts.run_dir, self.rank)
             if oom is not None:  # where the snapshot went, or why there is none
                 self.result["oom_snapshot"] = msgspec.to_builtins(oom)
                 stepper.errors.append(oom_line(self.rank, oom))
@@ -421,20 +445,20 @@ class Worker:
         proposals = [v for v in self.store.multi_get(keys) if isinstance(v, int)]
         return max(proposals + [mine])  # a forged proposal is dropped, not taken
 
-    def _callable(self, job: dict[str, Any], steps: int | None = None) -> Any:
+    def _callable(self, job: DdpJob, steps: int | None = None) -> Any:
         """The user's code as a no-argument callable (one step, or with --profile the loop)."""
         names = {"rank": self.rank, "world_size": self.world_size, "device": self.device}
         if steps is not None:
             names["steps"] = steps
-        if job["kind"] == "cell":
-            code = compile(job["source"], job["filename"], "exec")
+        fn = job.fn
+        if job.kind == "cell" or fn is None:
+            code = compile(job.source, job.filename, "exec")
 
             def run_cell() -> None:
-                ns = {"__name__": "__main__", **job["globals"], **names}
+                ns = {"__name__": "__main__", **job.globals, **names}
                 exec(code, ns)  # noqa: S102 - the user's own cell
 
             return run_cell
-        fn = job["fn"]
         params = inspect.signature(fn).parameters
         kwargs = {k: v for k, v in names.items() if k in params}
         positional = [p for p in params.values() if p.name not in kwargs

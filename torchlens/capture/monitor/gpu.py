@@ -1,4 +1,4 @@
-"""GPU sampler: one NVML reading per call, as a plain timestamped dict.
+"""GPU sampler: one NVML reading per call, as a timestamped ``GpuSample``.
 
 Why this shape: the monitor (server thread, ``%gpumonitor``) only needs "give
 me a snapshot now", and tests must run on machines without a GPU. So the NVML
@@ -54,11 +54,19 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+import msgspec
 import pynvml
 
 from torchlens.capture.monitor import nvml
+from torchlens.model.samples import (
+    GpuDevice,
+    GpuProcess,
+    GpuReading,
+    GpuSample,
+    HostSample,
+)
 
 #: The whole NVML surface torchlens touches; the test fake implements exactly these.
 NVML_FUNCTIONS = (
@@ -99,11 +107,15 @@ _RETURN_NAMES = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVM
 ALL_LINKS = 0xFFFFFFFF
 
 
-class Sampler(Protocol):
-    """What the monitor needs from a sampler (GPU and host samplers both fit)."""
+SampleT = TypeVar("SampleT", bound=HostSample | GpuSample, covariant=True)
 
-    def sample(self) -> dict[str, Any]:
-        """Return one reading now: a plain dict with a ``t`` (epoch seconds) key."""
+
+class Sampler(Protocol[SampleT]):
+    """What the monitor needs from a sampler (``Sampler[HostSample]``: the host's,
+    ``Sampler[GpuSample]``: the GPUs')."""
+
+    def sample(self) -> SampleT:
+        """Return one reading now, taken at its ``t`` (epoch seconds)."""
         ...
 
     def close(self) -> None:
@@ -128,19 +140,18 @@ def _init_failure_reason(err: Exception) -> str:
 
 
 def cuda_order_note(
-    devices: list[dict[str, Any]], environ: Mapping[str, str] | None = None
+    devices: list[GpuDevice], environ: Mapping[str, str] | None = None
 ) -> str | None:
     """Why CUDA's device *indices* cannot be mapped to NVML's here (None: they can).
 
-    ``devices`` as ``cuda_ordinals`` takes them, with ``name`` and ``mig``
-    (MIG mode on) where known."""
+    ``devices`` as ``cuda_ordinals`` takes them."""
     env = os.environ if environ is None else environ
-    whole = [d for d in devices if d.get("mig_parent") is None]
-    if any(d.get("mig") for d in whole):
+    whole = [d for d in devices if d.mig_parent is None]
+    if any(d.mig for d in whole):
         return ("MIG is on: CUDA numbers MIG slices, not GPUs; name them in "
                 "CUDA_VISIBLE_DEVICES by their MIG- UUIDs to map them")
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
-    if order != "PCI_BUS_ID" and len({d.get("name") for d in whole}) > 1:
+    if order != "PCI_BUS_ID" and len({d.name for d in whole}) > 1:
         return ("CUDA_DEVICE_ORDER is FASTEST_FIRST (CUDA's default) and the GPUs differ, "
                 "so CUDA's numbering is not NVML's: set CUDA_DEVICE_ORDER=PCI_BUS_ID or list "
                 "GPU UUIDs in CUDA_VISIBLE_DEVICES")
@@ -148,44 +159,44 @@ def cuda_order_note(
 
 
 def cuda_ordinals(
-    devices: list[dict[str, Any]], environ: Mapping[str, str] | None = None
+    devices: list[GpuDevice], environ: Mapping[str, str] | None = None
 ) -> dict[str, int]:
     """Map NVML device UUIDs to the CUDA ordinals a process with ``environ`` sees.
 
-    ``devices`` are dicts with ``index`` (NVML index), ``uuid``, ``mig_parent``
-    (None for a whole GPU) and, where known, ``name`` and ``mig``. Without
+    ``devices``: their NVML ``index``, ``uuid``, ``mig_parent`` (None for a
+    whole GPU), ``name`` and ``mig`` (MIG mode on). Without
     ``CUDA_VISIBLE_DEVICES`` CUDA sees the whole GPUs in NVML's order when
     ``cuda_order_note`` finds no reason it would not. With it, entry k of the
     list is ordinal k; CUDA stops at the first entry it cannot resolve, and
     so does this function (an index it cannot place counts as one).
     """
     env = os.environ if environ is None else environ
-    whole = [d for d in devices if d.get("mig_parent") is None]
+    whole = [d for d in devices if d.mig_parent is None]
     indices_known = cuda_order_note(devices, env) is None
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        return {d["uuid"]: k for k, d in enumerate(whole)} if indices_known else {}
+        return {d.uuid: k for k, d in enumerate(whole)} if indices_known else {}
     mapping: dict[str, int] = {}
     for ordinal, token in enumerate(t.strip() for t in visible.split(",")):
         if token.isdigit() and not indices_known:
             break
         match = _resolve_visible_token(token, devices, whole)
-        if match is None or match["uuid"] in mapping:
+        if match is None or match.uuid in mapping:
             break
-        mapping[match["uuid"]] = ordinal
+        mapping[match.uuid] = ordinal
     return mapping
 
 
 def _resolve_visible_token(
-    token: str, devices: list[dict[str, Any]], whole: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """One ``CUDA_VISIBLE_DEVICES`` entry -> device dict (index, or unique UUID prefix)."""
+    token: str, devices: list[GpuDevice], whole: list[GpuDevice]
+) -> GpuDevice | None:
+    """One ``CUDA_VISIBLE_DEVICES`` entry -> its device (index, or unique UUID prefix)."""
     if token.isdigit():
         index = int(token)
-        return next((d for d in whole if d["index"] == index), None)
+        return next((d for d in whole if d.index == index), None)
     if not token:
         return None
-    hits = [d for d in devices if d["uuid"].startswith(token)]
+    hits = [d for d in devices if d.uuid.startswith(token)]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -242,7 +253,7 @@ class NvmlSampler:
         self.available = False
         self.status = ""
         self.driver: str | None = None
-        self.devices: list[dict[str, Any]] = []
+        self.devices: list[GpuDevice] = []
         self._handles: dict[str, Any] = {}
         self._start(environ, nvml.rocm_build() if hip is False else hip)
 
@@ -267,15 +278,15 @@ class NvmlSampler:
         ordinals = cuda_ordinals(self.devices, env)
         note = cuda_order_note(self.devices, env)
         for dev in self.devices:
-            dev["cuda"] = ordinals.get(dev["uuid"])
-            dev["cuda_note"] = note if dev["cuda"] is None and note else None
+            dev.cuda = ordinals.get(dev.uuid)
+            dev.cuda_note = note if dev.cuda is None and note else None
         visible = env.get("CUDA_VISIBLE_DEVICES")
         self.status = (
             f"{len(self.devices)} NVIDIA device(s), driver {self.driver or 'n/a'}; "
             "CUDA ordinals as this process sees them ("
             + (f"CUDA_VISIBLE_DEVICES={visible}" if visible is not None
                else "CUDA_VISIBLE_DEVICES unset") + ")"
-            + (f"; {note}" if note and any(d["cuda"] is None for d in self.devices) else "")
+            + (f"; {note}" if note and any(d.cuda is None for d in self.devices) else "")
         )
 
     def _enumerate(self, index: int) -> None:
@@ -287,7 +298,7 @@ class NvmlSampler:
         mode = self._read(self._api.nvmlDeviceGetMigMode, handle)
         if not mode or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
             return
-        whole["mig"] = True
+        whole.mig = True
         slots = self._read(self._api.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
         for slot in range(slots):
             mig = self._read(
@@ -296,19 +307,14 @@ class NvmlSampler:
             if mig is not None:
                 self._add(mig, index, index, slot)
 
-    def _add(self, handle: Any, index: int, parent: int | None, slot: int = 0) -> dict[str, Any]:
+    def _add(self, handle: Any, index: int, parent: int | None, slot: int = 0) -> GpuDevice:
         uuid = self._read(self._api.nvmlDeviceGetUUID, handle)
         uuid = f"nvml-{index}-{slot}" if uuid is None else _text(uuid)
         name = self._read(self._api.nvmlDeviceGetName, handle)
         self._handles[uuid] = handle
-        dev = {
-            "index": index,
-            "mig_parent": parent,
-            "mig_slot": slot if parent is not None else None,
-            "mig": False,
-            "uuid": uuid,
-            "name": "n/a" if name is None else _text(name),
-        }
+        dev = GpuDevice(index=index, mig_parent=parent,
+                        mig_slot=slot if parent is not None else None, mig=False, uuid=uuid,
+                        name="n/a" if name is None else _text(name))
         self.devices.append(dev)
         return dev
 
@@ -344,21 +350,16 @@ class NvmlSampler:
                                "mem_used includes the driver's reserved memory")
         return mem
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> GpuSample:
         """One reading of every device: utilization, memory, temperature, power, PCIe, NVLink, processes."""
         now = time.time()
         gpus = [self._sample_device(dev) for dev in self.devices]
-        return {
-            "t": now,
-            "available": self.available,
-            "status": self.status,
-            "driver": self.driver,
-            "pids": "host" if self._nested else "local",
-            "gpus": gpus,
-        }
+        return GpuSample(t=now, available=self.available, status=self.status,
+                         driver=self.driver, pids="host" if self._nested else "local",
+                         gpus=gpus)
 
-    def _sample_device(self, dev: dict[str, Any]) -> dict[str, Any]:
-        api, handle = self._api, self._handles[dev["uuid"]]
+    def _sample_device(self, dev: GpuDevice) -> GpuReading:
+        api, handle = self._api, self._handles[dev.uuid]
         missing: dict[str, str] = {}
         util = self._read(api.nvmlDeviceGetUtilizationRates, handle, missing=missing,
                           key="util_gpu")
@@ -368,27 +369,27 @@ class NvmlSampler:
                            key="power_limit_w")
         temp = self._read(api.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU,
                           missing=missing, key="temp_c")
-        pcie = self._pcie_reading(dev["uuid"], handle)
+        pcie = self._pcie_reading(dev.uuid, handle)
         missing.update(pcie[3])
-        nvlink = self._nvlink(dev["uuid"], handle, missing)
-        return {
-            **dev,
-            "util_gpu": None if util is None else util.gpu,
-            "util_mem": None if util is None else util.memory,
-            "mem_used": None if mem is None else mem.used,
-            "mem_total": None if mem is None else mem.total,
+        nvlink_tx, nvlink_rx = self._nvlink(dev.uuid, handle, missing)
+        return GpuReading(
+            **msgspec.structs.asdict(dev),
+            util_gpu=None if util is None else util.gpu,
+            util_mem=None if util is None else util.memory,
+            mem_used=None if mem is None else mem.used,
+            mem_total=None if mem is None else mem.total,
             # the driver's own reservation (v2 only): not in mem_used, as nvidia-smi shows it
-            "mem_reserved": getattr(mem, "reserved", None),
-            "temp_c": temp,
-            "power_w": None if power is None else power / 1000.0,
-            "power_limit_w": None if limit is None else limit / 1000.0,
-            "pcie_tx_bps": None if pcie[1] is None else pcie[1] * 1024,  # NVML gives KB/s
-            "pcie_rx_bps": None if pcie[2] is None else pcie[2] * 1024,
-            "pcie_age_s": self._clock() - pcie[0],
-            **nvlink,
-            "processes": self._processes(handle),
-            "not_read": missing,
-        }
+            mem_reserved=getattr(mem, "reserved", None),
+            temp_c=temp,
+            power_w=None if power is None else power / 1000.0,
+            power_limit_w=None if limit is None else limit / 1000.0,
+            pcie_tx_bps=None if pcie[1] is None else pcie[1] * 1024,  # NVML gives KB/s
+            pcie_rx_bps=None if pcie[2] is None else pcie[2] * 1024,
+            pcie_age_s=self._clock() - pcie[0],
+            nvlink_tx_bps=nvlink_tx, nvlink_rx_bps=nvlink_rx,
+            processes=self._processes(handle),
+            not_read=missing,
+        )
 
     def _pcie_reading(self, uuid: str, handle: Any) -> tuple[float, Any, Any, dict[str, str]]:
         """The last PCIe reading, taken again once ``pcie_interval`` has passed."""
@@ -404,7 +405,8 @@ class NvmlSampler:
             last = self._pcie[uuid] = (now, tx, rx, missing)
         return last
 
-    def _nvlink(self, uuid: str, handle: Any, missing: dict[str, str]) -> dict[str, float | None]:
+    def _nvlink(self, uuid: str, handle: Any,
+                missing: dict[str, str]) -> tuple[float | None, float | None]:
         """NVLink tx/rx in bytes/s from the change of NVML's cumulative counters.
 
         Why counters and not a rate: NVML only exposes NVLink traffic as
@@ -441,30 +443,27 @@ class NvmlSampler:
                 if now > then and total >= before:
                     out[key] = (total - before) / (now - then)
         self._nvlink_prev[uuid] = counters
-        return out
+        return out["nvlink_tx_bps"], out["nvlink_rx_bps"]
 
-    def _processes(self, handle: Any) -> list[dict[str, Any]]:
+    def _processes(self, handle: Any) -> list[GpuProcess]:
         """Compute and graphics processes on one device, merged by pid.
 
         NVML's pids are the host's: in a container they are not this process's
         view, so they are not named here (another process may hold that number)."""
-        seen: dict[int, dict[str, Any]] = {}
+        seen: dict[int, GpuProcess] = {}
         for fn in (
             self._api.nvmlDeviceGetComputeRunningProcesses,
             self._api.nvmlDeviceGetGraphicsRunningProcesses,
         ):
             for proc in self._read(fn, handle) or []:
                 used = getattr(proc, "usedGpuMemory", None)
-                entry = seen.setdefault(
-                    proc.pid,
-                    {
-                        "pid": proc.pid,
-                        "name": None if self._nested else self._process_name(proc.pid),
-                        "mem_used": None,
-                    },
-                )
+                entry = seen.get(proc.pid)
+                if entry is None:
+                    entry = seen[proc.pid] = GpuProcess(
+                        pid=proc.pid,
+                        name=None if self._nested else self._process_name(proc.pid))
                 if used is not None:
-                    entry["mem_used"] = max(entry["mem_used"] or 0, used)
+                    entry.mem_used = max(entry.mem_used or 0, used)
         return list(seen.values())
 
     def close(self) -> None:

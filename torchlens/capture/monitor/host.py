@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 
+from torchlens.model.samples import HostSample
+
 #: psutil's CPU percent over less than a few clock ticks reads 0.0: the first
 #: sample waits until the baseline is this old.
 MIN_CPU_WINDOW_S = 0.1
@@ -47,7 +49,7 @@ class HostSampler:
         self._last_cpu: float | None = busy_percent(start, self._times)
         self.cpu_count = psutil.cpu_count() or 1
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> HostSample:
         """One reading now; percentages are 0-100 (CPU None until one was measured)."""
         if time.monotonic() - self._since >= MIN_CPU_WINDOW_S:
             now = psutil.cpu_times()
@@ -60,15 +62,9 @@ class HostSampler:
             load1: float | None = os.getloadavg()[0]
         except (AttributeError, OSError):  # Windows
             load1 = None
-        return {
-            "t": time.time(),
-            "cpu_percent": cpu,
-            "cpu_count": self.cpu_count,
-            "ram_used": mem.total - mem.available,
-            "ram_total": mem.total,
-            "ram_percent": mem.percent,
-            "load1": load1,
-        }
+        return HostSample(t=time.time(), cpu_percent=cpu, cpu_count=self.cpu_count,
+                          ram_used=mem.total - mem.available, ram_total=mem.total,
+                          ram_percent=mem.percent, load1=load1)
 
     def close(self) -> None:
         """Nothing to release; present to satisfy the sampler interface."""

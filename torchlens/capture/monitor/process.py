@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 from torchlens.capture.memory import cuda as cuda_memory
+from torchlens.model.samples import PostedSample
 
-Sample = list[dict[str, Any]]
+Sample = list[PostedSample]
 
 
 def memory_sampler(device: int) -> Callable[[], Sample]:
@@ -20,9 +20,9 @@ def memory_sampler(device: int) -> Callable[[], Sample]:
     if cuda_memory.cuda_available():
         def sample() -> Sample:
             stats = cuda_memory.memory_stats(device)
-            return [{"rank": 0, "t": time.time(), "device": device,
-                     "allocated": stats.get("allocated_bytes.all.current"),
-                     "reserved": stats.get("reserved_bytes.all.current")}]
+            return [PostedSample(rank=0, t=time.time(), device=device,
+                                 allocated=stats.get("allocated_bytes.all.current"),
+                                 reserved=stats.get("reserved_bytes.all.current"))]
         return sample
 
     import psutil
@@ -30,6 +30,6 @@ def memory_sampler(device: int) -> Callable[[], Sample]:
     proc = psutil.Process(os.getpid())
 
     def sample_rss() -> Sample:
-        return [{"rank": 0, "t": time.time(), "device": None,
-                 "allocated": proc.memory_info().rss, "reserved": None, "source": "rss"}]
+        return [PostedSample(rank=0, t=time.time(), device=None,
+                             allocated=proc.memory_info().rss, reserved=None, source="rss")]
     return sample_rss

@@ -10,6 +10,7 @@ saved notebook still shows it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sys
@@ -57,7 +58,8 @@ class DdpResult(Result):
         """Every recorded collective of every rank (pandas DataFrame)."""
         import pandas as pd
 
-        return pd.DataFrame(collective_rows(self.records, limit=None))
+        return pd.DataFrame([dataclasses.asdict(row)
+                             for row in collective_rows(self.records, limit=None)])
 
     def memory(self) -> Any:
         """Heartbeat samples per rank: time, phase, RSS, tensor and CUDA bytes
@@ -305,6 +307,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         resolve_backend,
         run_check,
     )
+    from torchlens.capture.ddp.options import DdpJob, ProfileSpec
 
     profile = profile or profile_every is not None
     spec = check_nodes(nnodes, nproc_per_node, rdzv_endpoint, host, strict=strict)
@@ -323,14 +326,13 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     skipped: list[str] = []
     if cell is not None:
         sent, skipped = cell_globals(cell, cell_filename, namespace or {})
-        job: dict[str, Any] = {"kind": "cell", "source": cell, "filename": cell_filename,
-                               "globals": sent}
+        job = DdpJob(kind="cell", source=cell, filename=cell_filename, globals=sent)
         source = "%%ddp_check cell"
     else:
         if fn is None:
             raise InputError("give a function (or a cell) to run on every rank")
         check_function(fn)
-        job = {"kind": "function", "fn": fn}
+        job = DdpJob(kind="function", fn=fn)
         source = getattr(fn, "__qualname__", repr(fn))
     backend = resolve_backend(backend, spec.nproc_per_node if spec else world_size)
     profiling = None
@@ -339,11 +341,12 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
             name = "cell" if cell is not None else getattr(fn, "__name__", "run")
             run_dir = os.path.join("torchlens-runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
                                    f"-{os.getpid()}")
-        profiling = {"every": profile_every, "budget": 0.03, "window_s": float(profile_window),
-                     "max_steps": steps, "run_dir": os.path.abspath(run_dir), "keep": 50}
+        profiling = ProfileSpec(every=profile_every, budget=0.03,
+                                window_s=float(profile_window), max_steps=steps,
+                                run_dir=os.path.abspath(run_dir), keep=50)
     runs = 1 if profile else (2 if steps is None else steps)
-    job.update(backend=backend, strict=strict, timeout_s=float(timeout), steps=runs, seed=seed,
-               cells=cell_names(), profile=profiling)
+    job = dataclasses.replace(job, backend=backend, strict=strict, timeout_s=float(timeout),
+                              steps=runs, seed=seed, cells=cell_names(), profile=profiling)
     options = DdpOptions(world_size=world_size, backend=backend, timeout_s=float(timeout),
                          steps=runs, strict=strict, seed=seed, profile=profiling,
                          entry="torchlens.frontends.ranks.rank_side" if profile
@@ -415,7 +418,7 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         from IPython.display import display
 
         display(result)
-    return result, bool(rec.get("interrupted"))
+    return result, rec.run.interrupted
 
 
 class _Empty:

@@ -22,6 +22,7 @@ from typing import Any
 from torchlens.capture.monitor.gpu import NvmlSampler, Sampler
 from torchlens.capture.monitor.host import HostSampler
 from torchlens.model import InputError
+from torchlens.model.samples import GpuReading, GpuSample, HostSample, MachineSample
 from torchlens.model.units import format_bytes, format_percent
 
 COLORS = (
@@ -81,26 +82,25 @@ def not_read_words(not_read: dict[str, str] | None) -> str:
     return f"not read: {'; '.join(parts)}" if parts else ""
 
 
-def gpu_lines(g: dict[str, Any]) -> list[str]:
+def gpu_lines(g: GpuReading) -> list[str]:
     """One GPU of a sample as HTML lines: its figures, then why any is missing."""
-    label = f"GPU {g['index']}" + (f" MIG {g['mig_slot']}" if g.get("mig_parent") is not None
-                                   else "")
-    cuda = f" (cuda:{g['cuda']})" if g.get("cuda") is not None else ""
-    mem = f"{format_bytes(g['mem_used'])} / {format_bytes(g['mem_total'])}"
-    if g.get("mem_reserved") is not None:
-        mem += f" (+ {format_bytes(g['mem_reserved'])} reserved by the driver)"
-    pcie = (f"PCIe tx {_na(_mb(g.get('pcie_tx_bps')), '{:.0f} MB/s')} · rx "
-            f"{_na(_mb(g.get('pcie_rx_bps')), '{:.0f} MB/s')}")
-    if g.get("pcie_age_s") is not None:
-        pcie += f" (read {g['pcie_age_s']:.0f} s ago)"
+    label = f"GPU {g.index}" + (f" MIG {g.mig_slot}" if g.mig_parent is not None else "")
+    cuda = f" (cuda:{g.cuda})" if g.cuda is not None else ""
+    mem = f"{format_bytes(g.mem_used)} / {format_bytes(g.mem_total)}"
+    if g.mem_reserved is not None:
+        mem += f" (+ {format_bytes(g.mem_reserved)} reserved by the driver)"
+    pcie = (f"PCIe tx {_na(_mb(g.pcie_tx_bps), '{:.0f} MB/s')} · rx "
+            f"{_na(_mb(g.pcie_rx_bps), '{:.0f} MB/s')}")
+    if g.pcie_age_s is not None:
+        pcie += f" (read {g.pcie_age_s:.0f} s ago)"
     lines = [
-        f"{label}{cuda} {html.escape(g['name'])}: util {format_percent(g['util_gpu'])}, "
-        f"mem {mem}, {_na(g['temp_c'], '{} °C')}, {_na(g['power_w'], '{:.0f} W')}, {pcie}, "
-        f"{len(g['processes'])} process(es)"
+        f"{label}{cuda} {html.escape(g.name)}: util {format_percent(g.util_gpu)}, "
+        f"mem {mem}, {_na(g.temp_c, '{} °C')}, {_na(g.power_w, '{:.0f} W')}, {pcie}, "
+        f"{len(g.processes)} process(es)"
     ]
-    if g.get("cuda") is None and g.get("cuda_note"):
-        lines.append(f"&nbsp;&nbsp;no CUDA ordinal: {html.escape(g['cuda_note'])}")
-    if words := not_read_words(g.get("not_read")):
+    if g.cuda is None and g.cuda_note:
+        lines.append(f"&nbsp;&nbsp;no CUDA ordinal: {html.escape(g.cuda_note)}")
+    if words := not_read_words(g.not_read):
         lines.append(f"&nbsp;&nbsp;{html.escape(words)}")
     return lines
 
@@ -109,18 +109,18 @@ def _mb(value: float | None) -> float | None:
     return None if value is None else value / 1e6
 
 
-def summary_html(sample: dict[str, Any], stopped: bool = False) -> str:
+def summary_html(sample: MachineSample, stopped: bool = False) -> str:
     """Static text of one combined sample: what the saved notebook shows."""
-    host, gpu = sample["host"], sample["gpu"]
-    when = time.strftime("%H:%M:%S", time.localtime(sample["t"]))
+    host, gpu = sample.host, sample.gpu
+    when = time.strftime("%H:%M:%S", time.localtime(sample.t))
     lines = [
-        f"<b>{html.escape(gpu['status'])}</b>",
-        f"host CPU {format_percent(host.get('cpu_percent'))} · RAM "
-        f"{format_bytes(host.get('ram_used'))} / {format_bytes(host.get('ram_total'))}",
+        f"<b>{html.escape(gpu.status)}</b>",
+        f"host CPU {format_percent(host.cpu_percent)} · RAM "
+        f"{format_bytes(host.ram_used)} / {format_bytes(host.ram_total)}",
     ]
-    for g in gpu["gpus"]:
+    for g in gpu.gpus:
         lines.extend(gpu_lines(g))
-    if gpu["gpus"] and gpu.get("pids") == "host":
+    if gpu.gpus and gpu.pids == "host":
         lines.append(HOST_PIDS_NOTE)
     lines.append(f"<small>{'stopped' if stopped else 'last sample'} at {when}</small>")
     return "<div class='torchlens-gpumonitor'>" + "<br>".join(lines) + "</div>"
@@ -130,7 +130,8 @@ class InlineMonitor:
     """Samples in a thread and streams into one Bokeh figure; ``step()`` is one tick."""
 
     def __init__(
-        self, host: Sampler, gpu: Sampler, interval: float, minutes: float
+        self, host: Sampler[HostSample], gpu: Sampler[GpuSample], interval: float,
+        minutes: float
     ) -> None:
         from bokeh.models import ColumnDataSource
         from bokeh.plotting import figure
@@ -162,35 +163,30 @@ class InlineMonitor:
         return (f"GPU monitor: {state}, a sample every {self.interval:g} s "
                 f"(.stop() ends it)")
 
-    def _sample(self) -> dict[str, Any]:
-        self.last = {
-            "t": time.time(),
-            "host": self.host.sample(),
-            "gpu": self.gpu.sample(),
-        }
+    def _sample(self) -> MachineSample:
+        self.last = MachineSample(t=time.time(), host=self.host.sample(),
+                                  gpu=self.gpu.sample())
         return self.last
 
     @staticmethod
-    def _row(sample: dict[str, Any]) -> dict[str, Any]:
-        host = sample["host"]
-        row: dict[str, Any] = {
-            "t": sample["t"] * 1000,
-            "host CPU": host["cpu_percent"],
-            "host RAM": host["ram_percent"],
+    def _row(sample: MachineSample) -> dict[str, float | None]:
+        host = sample.host
+        row: dict[str, float | None] = {
+            "t": sample.t * 1000,
+            "host CPU": host.cpu_percent,
+            "host RAM": host.ram_percent,
         }
-        for g in sample["gpu"]["gpus"]:
+        for g in sample.gpu.gpus:
             mem = (
-                g["mem_used"] / g["mem_total"] * 100
-                if g["mem_used"] is not None and g["mem_total"]
+                g.mem_used / g.mem_total * 100
+                if g.mem_used is not None and g.mem_total
                 else float("nan")
             )
-            row[f"GPU{g['index']} util"] = (
-                float("nan") if g["util_gpu"] is None else g["util_gpu"]
-            )
-            row[f"GPU{g['index']} mem"] = mem
+            row[f"GPU{g.index} util"] = float("nan") if g.util_gpu is None else g.util_gpu
+            row[f"GPU{g.index} mem"] = mem
         return row
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> MachineSample:
         """Take one sample and stream it (rows keep the first sample's columns)."""
         row = self._row(self._sample())
         self.source.stream(
@@ -238,7 +234,7 @@ def gpumonitor_magic(
     display(bundle, raw=True)
     handle = display(HTML(summary_html(monitor.last)), display_id=True)
 
-    def on_sample(sample: dict[str, Any], stopped: bool = False) -> None:
+    def on_sample(sample: MachineSample, stopped: bool = False) -> None:
         if handle is not None:  # None outside IPython (a script)
             handle.update(HTML(summary_html(sample, stopped)))
         if stopped:

@@ -22,43 +22,47 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import islice
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from torchlens.capture.monitor.gpu import Sampler
 from torchlens.frontends.shared.rank_channel import MEMORY_SOURCES
+from torchlens.model.samples import GpuSample, HostSample, MachineSample, RankSample
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0
 
 
-class History:
-    """Time-bounded ring buffer of samples (dicts with a ``t`` key), oldest first."""
+ItemT = TypeVar("ItemT", MachineSample, RankSample)
+
+
+class History(Generic[ItemT]):
+    """Time-bounded ring buffer of samples (each taken at its ``t``), oldest first."""
 
     def __init__(self, seconds: float = 600.0, max_items: int = 6000) -> None:
         self.seconds = seconds
-        self._items: deque[dict[str, Any]] = deque(maxlen=max_items)
+        self._items: deque[ItemT] = deque(maxlen=max_items)
         self._lock = threading.Lock()
         self._seq = 0  # items ever appended: a cursor that, unlike ``t``, never repeats
 
-    def append(self, item: dict[str, Any]) -> None:
+    def append(self, item: ItemT) -> None:
         """Add one sample and drop those older than ``seconds`` before it."""
         with self._lock:
             self._items.append(item)
             self._seq += 1
-            horizon = item["t"] - self.seconds
-            while self._items and self._items[0]["t"] < horizon:
+            horizon = item.t - self.seconds
+            while self._items and self._items[0].t < horizon:
                 self._items.popleft()
 
-    def since(self, t: float) -> list[dict[str, Any]]:
+    def since(self, t: float) -> list[ItemT]:
         """Samples strictly newer than ``t`` (all of them for ``t <= 0``)."""
         with self._lock:
-            if not self._items or self._items[-1]["t"] <= t:
+            if not self._items or self._items[-1].t <= t:
                 return []
-            return [s for s in self._items if s["t"] > t]
+            return [s for s in self._items if s.t > t]
 
     def tail(
         self, after: int, upto: int | None = None
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[ItemT], int]:
         """Items appended after sequence number ``after`` (up to ``upto``), and the newest number.
 
         Why sequence numbers: the WebSocket broadcaster must send every item
@@ -84,7 +88,7 @@ class History:
 
     def last_time(self) -> float:
         with self._lock:
-            return self._items[-1]["t"] if self._items else 0.0
+            return self._items[-1].t if self._items else 0.0
 
     def __len__(self) -> int:
         with self._lock:
@@ -96,8 +100,8 @@ class Monitor:
 
     def __init__(
         self,
-        host: Sampler,
-        gpu: Sampler,
+        host: Sampler[HostSample],
+        gpu: Sampler[GpuSample],
         interval: float = 1.0,
         idle_interval: float = 10.0,
         idle_after: float = 30.0,
@@ -108,8 +112,8 @@ class Monitor:
         self.idle_interval = idle_interval
         self.idle_after = idle_after
         max_items = int(history_seconds / MIN_INTERVAL) + 1
-        self.history = History(history_seconds, max_items)
-        self.ranks = History(history_seconds, max_items)
+        self.history: History[MachineSample] = History(history_seconds, max_items)
+        self.ranks: History[RankSample] = History(history_seconds, max_items)
         self.samples_taken = 0
         self.watchers = 0  # open, unpaused WebSockets: full rate while > 0
         self._last_request = 0.0
@@ -171,10 +175,10 @@ class Monitor:
         return self.interval
 
     # -- sampling --------------------------------------------------------
-    def sample_once(self) -> dict[str, Any]:
+    def sample_once(self) -> MachineSample:
         """Take one combined host+GPU sample and store it."""
         gpu = self.gpu.sample()
-        sample = {"t": time.time(), "host": self.host.sample(), "gpu": gpu}
+        sample = MachineSample(t=time.time(), host=self.host.sample(), gpu=gpu)
         self.history.append(sample)
         self.samples_taken += 1
         self._handoff()
@@ -258,18 +262,16 @@ class Monitor:
         return out.getvalue()
 
 
-def flatten(sample: dict[str, Any]) -> dict[str, Any]:
+def flatten(sample: MachineSample) -> dict[str, str | float | None]:
     """One sample -> flat CSV row (``host_cpu_percent``, ``gpu0_util_gpu``, ...)."""
-    row: dict[str, Any] = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(sample["t"]))
-    }
-    row["time"] += f".{int(sample['t'] % 1 * 1000):03d}"
-    for key, value in sample["host"].items():
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(sample.t))
+    row: dict[str, str | float | None] = {"time": f"{stamp}.{int(sample.t % 1 * 1000):03d}"}
+    for key in sample.host.__struct_fields__:
         if key != "t":
-            row[f"host_{key}"] = value
-    for gpu in sample["gpu"].get("gpus", []):
-        prefix = f"gpu{gpu['index']}" + (
-            f"_mig{gpu['mig_slot']}" if gpu.get("mig_parent") is not None else ""
+            row[f"host_{key}"] = getattr(sample.host, key)
+    for gpu in sample.gpu.gpus:
+        prefix = f"gpu{gpu.index}" + (
+            f"_mig{gpu.mig_slot}" if gpu.mig_parent is not None else ""
         )
         for key in (
             "util_gpu",
@@ -284,7 +286,7 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
             "nvlink_tx_bps",
             "nvlink_rx_bps",
         ):
-            row[f"{prefix}_{key}"] = gpu.get(key)
+            row[f"{prefix}_{key}"] = getattr(gpu, key)
     return row
 
 
@@ -292,7 +294,7 @@ def flatten(sample: dict[str, Any]) -> dict[str, Any]:
 RANK_BYTES = ("allocated", "reserved", "inactive_split", "largest_free")
 
 
-def rank_sample(run: str, s: Any) -> dict[str, Any]:
+def rank_sample(run: str, s: Any) -> RankSample:
     """One posted rank sample, checked and reduced to the fields the sidebar reads.
 
     ``rank`` is a non-negative integer, ``device`` an integer or null, ``t`` a
@@ -323,13 +325,12 @@ def rank_sample(run: str, s: Any) -> dict[str, Any]:
     final = s.get("final", False)
     if not isinstance(final, bool):
         raise ValueError("final must be true or false")
-    out: dict[str, Any] = {"t": float(t), "run": run, "rank": rank, "device": device}
-    for key in RANK_BYTES:
-        out[key] = _opt_bytes(key, s.get(key))
-    out["source"] = source
+    out = RankSample(t=float(t), run=run, rank=rank, device=device,
+                     **{key: _opt_bytes(key, s.get(key)) for key in RANK_BYTES},
+                     source=source)
     peak = _opt_bytes("peak", s.get("peak"))
     if final:  # only then: a live sample stays the shape it always had
-        out.update(final=True, peak=peak)
+        out.final, out.peak = True, peak
     return out
 
 

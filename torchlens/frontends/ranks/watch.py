@@ -38,6 +38,7 @@ from torchlens.frontends.ranks.watch_sources import open_source
 from torchlens.frontends.shared.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.model import InputError
 from torchlens.model.findings import as_finding
+from torchlens.model.messages import DdpHeartbeat
 
 POLL_S = 0.5
 DEFAULT_TIMEOUT_S = 60.0
@@ -224,10 +225,10 @@ class Watch:
             row = rows.get(r) or {}
             for beat in beats if isinstance(beats, list) else [beats]:
                 if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
-                    view.push({"rank": r, "t": beat["t"], "t_rel": beat["t"] - t0,
-                               "rss": beat.get("rss"), "node": row.get("node"),
-                               "phase": beat.get("phase")
-                               or PHASES.get(row.get("state"), str(row.get("state")))})
+                    view.push(DdpHeartbeat(
+                        rank=r, t=beat["t"], t_rel=beat["t"] - t0, rss=beat.get("rss"),
+                        node=row.get("node"), phase=beat.get("phase")
+                        or PHASES.get(row.get("state"), str(row.get("state")))))
         # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
         batches = {r: records for r, records in _ranks(frame.get("steps"), world)
                    if isinstance(records, list)}

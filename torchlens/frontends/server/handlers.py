@@ -30,6 +30,7 @@ import json
 import time
 from typing import Any
 
+import msgspec
 import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
@@ -71,8 +72,8 @@ class SamplesHandler(_MonitorHandler):
         self.finish(
             {
                 "interval": mon.interval,
-                "samples": samples,
-                "ranks": mon.ranks.since(since),
+                "samples": msgspec.to_builtins(samples),
+                "ranks": msgspec.to_builtins(mon.ranks.since(since)),
             }
         )
 
@@ -91,14 +92,22 @@ class ConfigHandler(_MonitorHandler):
         self.monitor.set_interval(interval)
         self.finish(self._config())
 
-    def _config(self) -> dict[str, Any]:
+    def _config(self) -> dict[str, float]:
+        """The sampler's settings as the page reads them (``MonitorConfig``'s JSON)."""
         mon = self.monitor
-        return {
-            "interval": mon.interval,
-            "idle_interval": mon.idle_interval,
-            "idle_after": mon.idle_after,
-            "history_seconds": mon.history.seconds,
-        }
+        return msgspec.to_builtins(MonitorConfig(
+            interval=mon.interval, idle_interval=mon.idle_interval, idle_after=mon.idle_after,
+            history_seconds=mon.history.seconds))
+
+
+class MonitorConfig(msgspec.Struct, frozen=True):
+    """``torchlens/monitor/config``: seconds between samples while watched and
+    when idle, how long until idle, and how much history is kept."""
+
+    interval: float
+    idle_interval: float
+    idle_after: float
+    history_seconds: float
 
 
 class RanksHandler(_MonitorHandler):
@@ -112,7 +121,8 @@ class RanksHandler(_MonitorHandler):
 
     @tornado.web.authenticated
     def get(self) -> None:
-        self.finish({"ranks": self.monitor.ranks.since(_float_arg(self, "since", 0.0))})
+        self.finish({"ranks": msgspec.to_builtins(
+            self.monitor.ranks.since(_float_arg(self, "since", 0.0)))})
 
     @tornado.web.authenticated
     def post(self) -> None:

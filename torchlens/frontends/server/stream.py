@@ -37,6 +37,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from jupyter_core.utils import ensure_async
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
@@ -44,6 +45,7 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from torchlens.frontends.monitor.sampler import Monitor
+from torchlens.model.samples import MachineSample, RankSample
 
 AUTH_RESOURCE = "torchlens"
 
@@ -111,7 +113,7 @@ def kernel_of(
 
 
 def tag_kernels(
-    samples: list[dict[str, Any]],
+    samples: list[MachineSample],
     settings: dict[str, Any],
     parent_of: Callable[[int], int | None] = psutil_parent,
 ) -> None:
@@ -129,12 +131,12 @@ def tag_kernels(
     """
     if not samples:
         return
-    gpu_sample = samples[-1]["gpu"]
-    if gpu_sample.get("pids") == "host":
-        gpu_sample["pids_note"] = HOST_PIDS_NOTE
-        for gpu in gpu_sample.get("gpus", []):
-            for proc in gpu.get("processes", []):
-                proc["kernel"], proc["kernel_child"] = None, False
+    gpu_sample = samples[-1].gpu
+    if gpu_sample.pids == "host":
+        gpu_sample.pids_note = HOST_PIDS_NOTE
+        for gpu in gpu_sample.gpus:
+            for proc in gpu.processes:
+                proc.kernel, proc.kernel_child = None, False
         return
     kernels = kernel_pids(settings)
     parents: dict[int, int | None] = {}
@@ -144,11 +146,11 @@ def tag_kernels(
             parents[pid] = parent_of(pid)
         return parents[pid]
 
-    for gpu in gpu_sample.get("gpus", []):
-        for proc in gpu.get("processes", []):
-            found = kernel_of(proc["pid"], kernels, cached_parent) if kernels else None
-            proc["kernel"] = None if found is None else found[0]
-            proc["kernel_child"] = found is not None and found[1]
+    for gpu in gpu_sample.gpus:
+        for proc in gpu.processes:
+            found = kernel_of(proc.pid, kernels, cached_parent) if kernels else None
+            proc.kernel = None if found is None else found[0]
+            proc.kernel_child = found is not None and found[1]
 
 
 class Broadcaster:
@@ -192,20 +194,20 @@ class Broadcaster:
         samples, _ = self.monitor.history.tail(0, upto=self.sample_seq)
         ranks, _ = self.monitor.ranks.tail(0, upto=self.rank_seq)
         if since > 0:
-            samples = [s for s in samples if s["t"] > since]
-            ranks = [r for r in ranks if r["t"] > since]
+            samples = [s for s in samples if s.t > since]
+            ranks = [r for r in ranks if r.t > since]
         tag_kernels(samples, self.settings)
         return self.encode(samples, ranks, history=True)
 
     def encode(
-        self, samples: list[dict[str, Any]], ranks: list[dict[str, Any]], history: bool
+        self, samples: list[MachineSample], ranks: list[RankSample], history: bool
     ) -> bytes:
         message = {
             "type": "samples",
             "history": history,
             "interval": self.monitor.interval,
-            "samples": samples,
-            "ranks": ranks,
+            "samples": msgspec.to_builtins(samples),
+            "ranks": msgspec.to_builtins(ranks),
         }
         # bytes, so tornado frames them without re-encoding per socket
         return json.dumps(message, separators=(",", ":")).encode()

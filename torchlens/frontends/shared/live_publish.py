@@ -24,9 +24,11 @@ from typing import Any
 
 from torchlens.frontends.shared.rank_channel import MEMORY_SOURCES, RankPublisher
 from torchlens.model.feed import RankFeed
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
+from torchlens.model.samples import PostedSample
 
-Sample = list[dict[str, Any]]
+Sample = list[PostedSample]
 
 #: points of the report's allocated-memory series sent to the sidebar: a
 #: chart a few hundred pixels wide; ``decimate`` keeps each bucket's peak
@@ -103,7 +105,7 @@ class RankSink:
         self._make_inner = make_inner
         self.publisher = publisher if publisher is not None else RankPublisher(run)
         self.interval = interval
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[PostedSample] = []
         self._last = 0.0
 
     def start(self) -> None:
@@ -113,17 +115,16 @@ class RankSink:
         if self.inner is not None:
             self.inner.start()
 
-    def push(self, hb: dict[str, Any]) -> None:
+    def push(self, hb: DdpHeartbeat) -> None:
         if self.inner is not None:
             self.inner.push(hb)
         if self.publisher.enabled:
-            cuda = hb.get("cuda_allocated")
-            self._pending.append({
-                "rank": int(hb["rank"]), "t": float(hb.get("t", 0.0)),
-                "device": hb.get("device") if cuda is not None else None,
-                "allocated": cuda if cuda is not None else hb.get("rss"),
-                "reserved": hb.get("cuda_reserved"),
-            })
+            cuda = hb.cuda_allocated
+            self._pending.append(PostedSample(
+                rank=hb.rank, t=float(hb.t or 0.0),
+                device=_device_index(hb.device) if cuda is not None else None,
+                allocated=cuda if cuda is not None else hb.rss,
+                reserved=hb.cuda_reserved))
 
     def push_memory(self, rank: int, mem: dict[str, Any], t: float,
                     device: int | None = None) -> None:
@@ -145,14 +146,12 @@ class RankSink:
         allocated = mem.get("allocated")
         if allocated is None and source == "rss":
             allocated = mem.get("rss")
-        self._pending.append({
-            "rank": int(rank), "t": float(t),
-            "device": device if isinstance(device, int) and not isinstance(device, bool) else None,
-            "allocated": _bytes(allocated), "reserved": _bytes(mem.get("reserved")),
-            "inactive_split": _bytes(mem.get("inactive_split")),
-            "largest_free": _bytes(mem.get("largest_free")),
-            "source": source,
-        })
+        self._pending.append(PostedSample(
+            rank=int(rank), t=float(t),
+            device=device if isinstance(device, int) and not isinstance(device, bool) else None,
+            allocated=_bytes(allocated), reserved=_bytes(mem.get("reserved")),
+            inactive_split=_bytes(mem.get("inactive_split")),
+            largest_free=_bytes(mem.get("largest_free")), source=source))
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
         """``--profile`` step records: all to the live view, the newest one's memory
@@ -190,6 +189,12 @@ class RankSink:
             self.inner.close()
 
 
+def _device_index(device: str | None) -> int | None:
+    """The CUDA ordinal of a heartbeat's device ("cuda:1" -> 1; None when it names none)."""
+    _, _, index = (device or "").rpartition(":")
+    return int(index) if index.isdigit() else None
+
+
 def _bytes(value: Any) -> int | None:
     """A byte count as an int, or None for null or anything that is not a finite number."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -200,7 +205,7 @@ def _bytes(value: Any) -> int | None:
 
 
 def report_samples(analysis: Any, started: float, ended: float,
-                   device: int | None = None) -> list[dict[str, Any]]:
+                   device: int | None = None) -> list[PostedSample]:
     """A finished ``%%gpumem`` cell's report figure as rank-0 samples marked ``final``.
 
     ``analysis`` is the cell's ``MemoryAnalysis``: its timeline's allocated bytes
@@ -232,6 +237,6 @@ def report_samples(analysis: Any, started: float, ended: float,
     last = max(level)
     if level[last] != tl.end_allocated:  # the last instant kept its highest: end on the end
         level[max(ended, last + 1e-6)] = tl.end_allocated
-    return [{"rank": 0, "t": t, "device": device, "allocated": a, "reserved": None,
-             "peak": int(tl.peak_allocated), "final": True}
+    return [PostedSample(rank=0, t=t, device=device, allocated=a, reserved=None,
+                         peak=int(tl.peak_allocated), final=True)
             for t, a in sorted(level.items())]

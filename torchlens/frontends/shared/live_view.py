@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
 
 
@@ -57,7 +58,7 @@ class ProfiledLiveView:
     def start(self) -> None:
         """Nothing to set up: the view was built when it was asked for."""
 
-    def push(self, hb: dict[str, Any]) -> None:
+    def push(self, hb: DdpHeartbeat) -> None:
         self.beats.push(hb)
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:

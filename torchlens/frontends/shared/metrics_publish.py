@@ -23,6 +23,7 @@ from typing import Any
 from torchlens.analysis.ranks.notebook_metrics import NotebookRun
 from torchlens.frontends.shared.rank_channel import RankPublisher
 from torchlens.model import InputError
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
 
 PATH = "torchlens/monitor/metrics"
@@ -54,10 +55,9 @@ class MetricsFeed:
     def start(self) -> None:
         pass
 
-    def push(self, hb: dict[str, Any]) -> None:
-        t = hb.get("t")
-        if isinstance(t, int | float) and isinstance(hb.get("rank"), int):
-            self.job.heartbeat(hb["rank"], float(t), hb.get("node"), hb.get("host"))
+    def push(self, hb: DdpHeartbeat) -> None:
+        if hb.t is not None:
+            self.job.heartbeat(hb.rank, float(hb.t), hb.node, hb.host)
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
         self.job.add_steps(rank, records)

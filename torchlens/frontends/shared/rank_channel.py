@@ -38,6 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from torchlens.model.samples import PostedSample
+
 #: Where a rank's memory figures come from (docs/RANK_PROFILE.md ``mem.source``):
 #: the CUDA caching allocator's own counters, torchlens' model of that allocator
 #: replayed over a CPU run's allocations, or the process's resident memory.
@@ -106,11 +110,12 @@ class RankPublisher:
     def enabled(self) -> bool:
         return self.server is not None
 
-    def publish(self, samples: list[dict[str, Any]]) -> bool:
+    def publish(self, samples: list[PostedSample]) -> bool:
         """POST ``samples``; returns False (and counts) on any failure, never raises."""
         if not samples:
             return False
-        return self.post("torchlens/monitor/ranks", {"run": self.run, "samples": samples})
+        return self.post("torchlens/monitor/ranks",
+                         {"run": self.run, "samples": msgspec.to_builtins(samples)})
 
     def post(self, path: str, body: dict[str, Any]) -> bool:
         """POST ``body`` as JSON to the server's ``path``; False (and counted) on any failure."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from bokeh.layouts import column
@@ -25,8 +26,9 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
-from torchlens.render.columns import FLUSH_S, MIB, rank_color, to_columns
+from torchlens.render.columns import FLUSH_S, MIB, rank_color
 from torchlens.render.empty_ranges import hold_empty_ranges
 from torchlens.render.legend import add_colour_legend, by_colour
 
@@ -43,9 +45,57 @@ def _phase_color(phase: str) -> str:
     return PHASE_COLORS.get(str(phase).split(" ")[0], OTHER_PHASE_COLOR)
 
 
-def _mem_value(hb: dict[str, Any]) -> float:
-    cuda = hb.get("cuda_allocated")
-    return float(cuda if cuda is not None else hb.get("rss") or 0) / MIB
+@dataclass
+class _MemPoint:
+    """A point of the memory panel: MiB allocated (or resident) and of live tensors."""
+
+    t: float
+    mib: float
+    tensor_mib: float
+    rank: int
+    color: str
+
+
+@dataclass
+class _CollPoint:
+    """A point of the collectives panel: how many the rank had issued by ``t``."""
+
+    t: float
+    n: int
+    rank: int
+    color: str
+
+
+@dataclass
+class _Span:
+    """A stretch of a rank's lane in one phase."""
+
+    left: float
+    right: float
+    bottom: float
+    top: float
+    color: str
+    phase: str
+    rank: int
+
+
+@dataclass
+class _Tick:
+    """A collective's tick on its rank's lane."""
+
+    t: float
+    y: int
+    label: str
+
+
+def _columns(rows: Sequence[_MemPoint | _CollPoint | _Span | _Tick]) -> dict[str, list[Any]]:
+    """Rows as the column dict a ``ColumnDataSource`` takes or streams."""
+    return {f.name: [getattr(r, f.name) for r in rows] for f in fields(rows[0])} if rows else {}
+
+
+def _mem_value(hb: DdpHeartbeat) -> float:
+    cuda = hb.cuda_allocated
+    return float(cuda if cuda is not None else hb.rss or 0) / MIB
 
 
 def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], Any, Any]:
@@ -110,25 +160,25 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
     return column(mem, coll, lanes, sizing_mode="stretch_width"), mem_src, coll_src, quads, ticks
 
 
-def _stream_per_source(sources: list[Any], rows: list[list[dict[str, Any]]],
+def _stream_per_source(sources: list[Any], rows: Sequence[Sequence[_MemPoint | _CollPoint]],
                        rollover: int | None) -> None:
     """Each rank's new rows into its source: one stream per source (many ranks share one)."""
-    by_source: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+    by_source: dict[int, tuple[Any, list[_MemPoint | _CollPoint]]] = {}
     for src, new in zip(sources, rows, strict=True):
         if new:
             by_source.setdefault(id(src), (src, []))[1].extend(new)
     for src, new in by_source.values():
-        src.stream(to_columns(new), rollover=rollover)
+        src.stream(_columns(new), rollover=rollover)
 
 
-def label_nodes(layout: Any, heartbeats: Iterable[dict[str, Any]]) -> bool:
+def label_nodes(layout: Any, heartbeats: Iterable[DdpHeartbeat]) -> bool:
     """Name each lane "rank r (node k)" once heartbeats say where a rank runs
     (``%ddp_check --nnodes``); True when a label changed."""
     lanes = layout.children[2]
     labels = dict(lanes.yaxis.major_label_overrides)
     for hb in heartbeats:
-        if hb.get("node") is not None:
-            labels[int(hb["rank"])] = f"rank {hb['rank']} (node {hb['node']})"
+        if hb.node is not None:
+            labels[hb.rank] = f"rank {hb.rank} (node {hb.node})"
     if labels == lanes.yaxis.major_label_overrides:
         return False
     lanes.yaxis.major_label_overrides = labels
@@ -139,59 +189,58 @@ class _Rows:
     """Turns heartbeats into rows for the sources (shared by live and static)."""
 
     def __init__(self, world_size: int) -> None:
-        self.prev: list[dict[str, Any] | None] = [None] * world_size
+        self.prev: list[DdpHeartbeat | None] = [None] * world_size
 
-    def rows(self, hb: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
-                                                 dict[str, Any] | None]:
-        r = int(hb["rank"])
-        t = float(hb["t_rel"])
-        tensor = hb.get("tensor_bytes")
-        mem = {"t": t, "mib": _mem_value(hb),
-               "tensor_mib": float("nan") if tensor is None else tensor / MIB}
-        coll = {"t": t, "n": int(hb.get("collectives") or 0), "rank": r, "color": rank_color(r)}
-        mem.update(rank=r, color=rank_color(r))
+    def rows(self, hb: DdpHeartbeat) -> tuple[_MemPoint, _CollPoint, _Span | None]:
+        r = hb.rank
+        t = float(hb.t_rel)
+        tensor = hb.tensor_bytes
+        mem = _MemPoint(t=t, mib=_mem_value(hb),
+                        tensor_mib=float("nan") if tensor is None else tensor / MIB,
+                        rank=r, color=rank_color(r))
+        coll = _CollPoint(t=t, n=int(hb.collectives or 0), rank=r, color=rank_color(r))
         prev, self.prev[r] = self.prev[r], hb
         quad = None
         if prev is not None:
-            quad = {"left": float(prev["t_rel"]), "right": t, "bottom": r - 0.35,
-                    "top": r + 0.35, "color": _phase_color(hb.get("phase", "")),
-                    "phase": str(hb.get("phase", "")), "rank": r}
+            quad = _Span(left=float(prev.t_rel), right=t, bottom=r - 0.35, top=r + 0.35,
+                         color=_phase_color(hb.phase or ""), phase=str(hb.phase or ""),
+                         rank=r)
         return mem, coll, quad
 
 
-def rank_figures(heartbeats: list[dict[str, Any]], world_size: int,
+def rank_figures(heartbeats: list[DdpHeartbeat], world_size: int,
                  collectives: list[list[dict[str, Any]]] | None = None,
                  t0: float = 0.0) -> Any:
     """The static layout from a finished run's heartbeats (and exact collective times)."""
-    cuda = any(h.get("cuda_allocated") is not None for h in heartbeats)
+    cuda = any(h.cuda_allocated is not None for h in heartbeats)
     layout, mem_src, coll_src, quads, ticks = _figures(world_size, cuda)
     conv = _Rows(world_size)
-    mem_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
-    coll_rows: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
-    quad_rows = []
-    last: dict[int, dict[str, Any]] = {}  # each rank's latest span
-    for hb in sorted(heartbeats, key=lambda h: h["t_rel"]):
+    mem_rows: list[list[_MemPoint]] = [[] for _ in range(world_size)]
+    coll_rows: list[list[_CollPoint]] = [[] for _ in range(world_size)]
+    quad_rows: list[_Span] = []
+    last: dict[int, _Span] = {}  # each rank's latest span
+    for hb in sorted(heartbeats, key=lambda h: h.t_rel):
         m, c, q = conv.rows(hb)
-        mem_rows[int(hb["rank"])].append(m)
-        coll_rows[int(hb["rank"])].append(c)
+        mem_rows[hb.rank].append(m)
+        coll_rows[hb.rank].append(c)
         if q:
-            prev = last.get(q["rank"])
-            if prev is not None and prev["phase"] == q["phase"]:
-                prev["right"] = q["right"]  # one span per run of one phase
+            prev = last.get(q.rank)
+            if prev is not None and prev.phase == q.phase:
+                prev.right = q.right  # one span per run of one phase
             else:
                 quad_rows.append(q)
-                last[q["rank"]] = q
+                last[q.rank] = q
     _stream_per_source(mem_src, mem_rows, None)  # the static copy keeps every point
     _stream_per_source(coll_src, coll_rows, None)
     if quad_rows:
-        quads.data = to_columns(quad_rows)
+        quads.data = _columns(quad_rows)
     label_nodes(layout, heartbeats)
-    tick_rows = [{"t": fp["t"] - t0, "y": r,
-                  "label": f"#{fp['index']} {fp['op']} {fp.get('line', '')}"}
+    tick_rows = [_Tick(t=fp["t"] - t0, y=r,
+                       label=f"#{fp['index']} {fp['op']} {fp.get('line', '')}")
                  for r, fps in enumerate(collectives or []) for fp in fps if fp.get("t")]
     if tick_rows:
-        ticks.data = to_columns(tick_rows)
-    if not tick_rows and not any(hb.get("collectives") for hb in heartbeats):
+        ticks.data = _columns(tick_rows)
+    if not tick_rows and not any(hb.collectives for hb in heartbeats):
         _hide_collectives(layout)  # nothing counted them (--profile without --strict)
     return layout
 
@@ -214,7 +263,7 @@ class LivePlot:
         self.layout, self.mem, self.coll, self.quads, self.ticks = _figures(world_size, False)
         self._widget: Any = None
         self._rows = _Rows(world_size)
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[DdpHeartbeat] = []
         self._last_count = [0] * world_size
         self._last_flush = 0.0
         self.flushes = 0
@@ -233,7 +282,7 @@ class LivePlot:
     def start(self) -> None:
         """Nothing to set up: the figures were built with the plot."""
 
-    def push(self, hb: dict[str, Any]) -> None:
+    def push(self, hb: DdpHeartbeat) -> None:
         self._pending.append(hb)
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
@@ -258,19 +307,20 @@ class LivePlot:
         if not self._pending or (not force and now - self._last_flush < FLUSH_S):
             return
         self._last_flush = now
-        mem: list[list[dict[str, Any]]] = [[] for _ in range(self.world_size)]
-        coll: list[list[dict[str, Any]]] = [[] for _ in range(self.world_size)]
-        quads, ticks = [], []
+        mem: list[list[_MemPoint]] = [[] for _ in range(self.world_size)]
+        coll: list[list[_CollPoint]] = [[] for _ in range(self.world_size)]
+        quads: list[_Span] = []
+        ticks: list[_Tick] = []
         for hb in self._pending:
-            r = int(hb["rank"])
+            r = hb.rank
             m, c, q = self._rows.rows(hb)
             mem[r].append(m)
             coll[r].append(c)
             if q:
                 quads.append(q)
-            if c["n"] > self._last_count[r]:
-                ticks.append({"t": c["t"], "y": r, "label": f"{c['n']} collectives"})
-                self._last_count[r] = c["n"]
+            if c.n > self._last_count[r]:
+                ticks.append(_Tick(t=c.t, y=r, label=f"{c.n} collectives"))
+                self._last_count[r] = c.n
         label_nodes(self.layout, self._pending)
         self._pending.clear()
         # many ranks share one source: it keeps as many points as SHOWN_RANKS lines would
@@ -278,7 +328,7 @@ class LivePlot:
         _stream_per_source(self.mem, mem, rollover)
         _stream_per_source(self.coll, coll, rollover)
         if quads:
-            self.quads.stream(to_columns(quads), rollover=ROLLOVER)
+            self.quads.stream(_columns(quads), rollover=ROLLOVER)
         if ticks:
-            self.ticks.stream(to_columns(ticks), rollover=ROLLOVER)
+            self.ticks.stream(_columns(ticks), rollover=ROLLOVER)
         self.flushes += 1

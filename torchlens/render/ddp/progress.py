@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
 from torchlens.model.units import format_seconds
 
@@ -41,10 +42,9 @@ class TextProgress:
     def start(self) -> None:
         """Nothing to set up."""
 
-    def push(self, hb: dict[str, Any]) -> None:
-        rank = int(hb["rank"])
-        if 0 <= rank < self.world_size:
-            self.phases[rank] = str(hb.get("phase") or "?")
+    def push(self, hb: DdpHeartbeat) -> None:
+        if 0 <= hb.rank < self.world_size:
+            self.phases[hb.rank] = str(hb.phase or "?")
 
     def push_steps(self, rank: int, records: list[StepRecord]) -> None:
         """Not shown: the line says each rank's phase."""

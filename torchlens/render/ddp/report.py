@@ -8,6 +8,7 @@ templates (``render.html``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from markupsafe import Markup
@@ -103,11 +104,11 @@ def _ended(run: DdpRun, a: DdpAnalysis) -> tuple[dict[int, str], dict[int, float
     reasons: dict[int, str] = {}
     times: dict[int, float] = {}
     for row in a.rank_rows:
-        r = int(row["rank"])
-        exit_ = row.get("exit") or ""
-        if not row.get("error") and exit_ in ("", "0"):
+        r = row.rank
+        exit_ = row.exit or ""
+        if not row.error and exit_ in ("", "0"):
             continue
-        reasons[r] = row.get("error") or ("killed" if exit_ == "killed" else f"exit code {exit_}")
+        reasons[r] = row.error or ("killed" if exit_ == "killed" else f"exit code {exit_}")
         err = ((run.ranks[r] if r < len(run.ranks) else None) or {}).get("error") or {}
         t = err.get("t") or (run.ended_at[r] if r < len(run.ended_at) else None)
         if t is not None:
@@ -160,16 +161,18 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
                     _profiling_html(run, run.profiling, a, figures), "rank-profile"))
     if a.heartbeats:
         figures.append(rank_figures(a.heartbeats, run.world_size or 1, run.fingerprints, run.t0))
-        counted = any(hb.get("collectives") for hb in a.heartbeats) or any(run.fingerprints or [])
+        counted = any(hb.collectives for hb in a.heartbeats) or any(run.fingerprints or [])
         out.append(("Per-rank memory, collectives and timeline" if counted else
                     "Per-rank memory and timeline",
                     html.figure_slot(len(figures) - 1), "ranks-plot"))
-    fsdp = [c for c in FSDP_COLUMNS if any(row.get(c.key) is not None for row in a.rank_rows)]
-    out.append(("Ranks", tables.html_table(a.rank_rows, RANK_COLUMNS[:-1] + fsdp
+    rank_cells = [row.cells() for row in a.rank_rows]
+    fsdp = [c for c in FSDP_COLUMNS if any(row.get(c.key) is not None for row in rank_cells)]
+    out.append(("Ranks", tables.html_table(rank_cells, RANK_COLUMNS[:-1] + fsdp
                                            + RANK_COLUMNS[-1:]), "ranks"))
     if a.collective_rows:
-        out.append(("Collectives", tables.html_table(a.collective_rows, COLLECTIVE_COLUMNS),
-                    "collectives"))
+        out.append(("Collectives", tables.html_table(
+            [dataclasses.asdict(row) for row in a.collective_rows], COLLECTIVE_COLUMNS),
+            "collectives"))
     logs = [(res or {}).get("log", "") for res in run.ranks]
     if any(logs):
         out.append(("Worker output", _pre_blocks("Last lines each rank printed:", logs), "logs"))
