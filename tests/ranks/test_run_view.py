@@ -232,3 +232,33 @@ def test_the_watch_says_how_steps_were_found() -> None:
     status = live_status(run_view(_snap(ranks, steps)))
     page = html.unescape(re.sub(r"<[^>]+>", "", str(status_html("run", "running", status))))
     assert "steps: optimizer.step() of Adam" in page
+
+
+def test_the_final_verdict_wraps_on_words_at_the_terminal_width() -> None:
+    """A long verdict (a failed rank's error) printed at the end of ``torchlens run``
+    on an 80-column terminal: wrapped at spaces, continued with an indent, no word cut."""
+    error = ("RuntimeError: the batch of shape [32, 3, 224, 224] did not match the expected "
+             "input of the convolution at layer features.denseblock4.denselayer16 because "
+             "somebody changed the transform pipeline")
+    steps = [[_rec(i, 0.001, 0.01) for i in range(5)] for _ in range(2)]
+    ranks = [_info(0, 0, bye={"reason": "exception", "error_t": 11.0, "error": error}),
+             _info(1, 0)]
+    out = io.StringIO()
+    TerminalSummary(out, tty=False).final(run_view(_snap(ranks, steps)), width=80)
+    text = out.getvalue().splitlines()
+    verdict = text[:text.index(next(t for t in text if t.startswith("ranks: ")))]
+    assert len(verdict) > 1 and verdict[0].startswith("verdict: rank 0 failed: RuntimeError")
+    assert all(len(line) <= 80 for line in verdict)
+    assert all(line.startswith("  ") and not line.startswith("   ") for line in verdict[1:])
+    words = " ".join(line.strip() for line in verdict).split()
+    assert "features.denseblock4.denselayer16" in words and "pipeline" in " ".join(words)
+
+
+def test_a_missing_figure_in_the_terminal_table_is_written_as_the_sidebar_does() -> None:
+    from torchlens.model.units import MISSING
+
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)], []]  # rank 1: no step yet
+    text = lines(run_view(_snap([_info(0, 0), _info(1, 0)], steps)))
+    row = next(t for t in text if t.split()[:1] == ["1"])
+    assert row.split()[-3:] == [MISSING, MISSING, MISSING], row
+    assert " - " not in row

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from torchlens.analysis.ranks.slow import WINDOW
 from torchlens.analysis.ranks.verdict import RunView
-from torchlens.model.units import format_bytes, format_ms
+from torchlens.model.units import MISSING, format_bytes, format_ms
 from torchlens.render.findings import finding_text
 
 REDRAW_S = 1.0
@@ -49,7 +49,7 @@ def memory_cell(row: dict[str, Any]) -> str:
         return format_bytes(row["allocated"])
     if row.get("rss") is not None:
         return f"{format_bytes(row['rss'])} rss"
-    return f"~{format_bytes(row['allocated'])}" if shows_modelled(row) else "-"
+    return f"~{format_bytes(row['allocated'])}" if shows_modelled(row) else MISSING
 
 
 def rows_in_order(ranks: list[Any], order: Any, max_rows: int) -> list[Any]:
@@ -75,15 +75,31 @@ def more_ranks_line(hidden: int, spread: Any) -> str:
             f"the slowest){times}")
 
 
-def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[str]:
+#: what the lines after a wrapped verdict's first start with
+VERDICT_INDENT = "  "
+
+
+def verdict_lines(view: RunView, width: int | None = None) -> list[str]:
+    """The verdict line; with ``width``, wrapped on word boundaries to that
+    many columns, the lines after the first indented (a terminal would cut
+    a long one mid-word)."""
+    text = f"verdict: {finding_text(view.verdict)}"
+    if width is None:
+        return [text]
+    return textwrap.wrap(text, max(20, width), subsequent_indent=VERDICT_INDENT,
+                         break_long_words=False, break_on_hyphens=False) or [text]
+
+
+def lines(view: RunView, header: str = "", max_rows: int | None = None,
+          width: int | None = None) -> list[str]:
     """The summary as text lines: verdict first, then one row per rank.
 
     ``max_rows``: at most this many rank rows (a redraw taller than the
     terminal cannot move back up over itself), in ``view.order``, then one
-    line for the rest.
+    line for the rest. ``width``: the verdict wrapped to it (``verdict_lines``).
     """
     out = [header] if header else []
-    out.append(f"verdict: {finding_text(view.verdict)}")
+    out += verdict_lines(view, width)
     slow = view.slow.rank
     out.append(f"ranks: {view.attached} of {view.world_size or '?'} attached"
                f"; slow rank: {'none' if slow is None else slow}"
@@ -95,12 +111,12 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
     out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<{sw}} {'steps':>5} "
                f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
     for row in shown:
-        node = "-" if row.get("node") is None else str(row["node"])
+        node = MISSING if row.get("node") is None else str(row["node"])
         mark = " <- slow" if row["rank"] == slow else ""
-        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
+        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or MISSING)[:12]:<12} "
                    f"{row['state']:<{sw}} {row.get('steps') or 0:>5} "
-                   f"{format_ms(row.get('step_ms'), unit=False, missing='-'):>8} "
-                   f"{format_ms(row.get('data_ms'), unit=False, missing='-'):>8} "
+                   f"{format_ms(row.get('step_ms'), unit=False):>8} "
+                   f"{format_ms(row.get('data_ms'), unit=False):>8} "
                    f"{memory_cell(row):>14}{mark}")
     if any(row.get("step_ms") is not None for row in shown):
         out.append(f"step ms, data ms: each rank's median over its last {WINDOW} steps, "
@@ -125,7 +141,7 @@ def one_line(view: RunView) -> str:
     if not view.ranks:  # before the first rank attaches: say so, not an empty list
         steps = "none yet, no rank attached"
     elif len(view.ranks) <= LOG_RANKS or view.spread is None:
-        steps = ", ".join(f"r{row['rank']} {format_ms(row.get('step_ms'), unit=False, missing='-')}"
+        steps = ", ".join(f"r{row['rank']} {format_ms(row.get('step_ms'), unit=False)}"
                           for row in view.ranks)
     else:
         median, low, high = (format_ms(v, unit=False) for v in view.spread)
@@ -178,9 +194,12 @@ class TerminalSummary:
             self.drawn = 0
         print(text, file=self.stream, flush=True)
 
-    def final(self, view: RunView, header: str = "") -> None:
-        """The full block once more, in place on a TTY and in full in a log."""
+    def final(self, view: RunView, header: str = "", width: int | None = None) -> None:
+        """The full block once more, in place on a TTY and in full in a log; the
+        verdict wrapped to ``width`` (default: the terminal's, less one column)."""
         if self.tty and self.drawn:
             self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
         self.drawn = 0
-        print("\n".join(lines(view, header)), file=self.stream, flush=True)
+        if width is None:
+            width = shutil.get_terminal_size().columns - 1
+        print("\n".join(lines(view, header, width=width)), file=self.stream, flush=True)

@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from torchlens.analysis.ranks.crash import error_words
 from torchlens.model.findings import INFO, SEVERITIES, as_finding
-from torchlens.model.units import format_ms
+from torchlens.model.units import MISSING, format_ms
 from torchlens.render import html
 from torchlens.render.findings import finding_html
 from torchlens.render.ranks.terminal import (
@@ -42,14 +42,14 @@ def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dic
     ranks = [r for r in status.get("ranks") or [] if isinstance(r, dict)]
     said = error_words(ranks)  # a peer's closed connection in the terminal's words
     for row in rows_in_order(ranks, status.get("order"), max_rows):
-        state = str(row.get("state") or "-")
+        state = str(row.get("state") or MISSING)
         if row.get("error"):
             state = f"{state} ({said[row.get('rank')][:80]})"
         out.append({"slow": bool(row.get("slow")), "cells": [
-            str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
-            str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",
-            format_ms(row.get("step_ms"), unit=False, missing="-"),
-            format_ms(row.get("data_ms"), unit=False, missing="-"), memory_cell(row)]})
+            str(row.get("rank")), MISSING if row.get("node") is None else str(row["node"]),
+            str(row.get("host") or MISSING), state, f"{row.get('steps') or 0:,}",
+            format_ms(row.get("step_ms"), unit=False),
+            format_ms(row.get("data_ms"), unit=False), memory_cell(row)]})
     return out
 
 
