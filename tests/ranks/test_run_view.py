@@ -43,7 +43,7 @@ def test_straggler_verdict_names_rank_part_and_ratio() -> None:
     assert said.sentence.startswith("rank 2 is the slow rank: its data loading took 40.0 ms")
     assert f"{40 / others:.1f}x the others' median ({format_duration(others * 1e3)})" in said.sentence
     assert "rank 2's input pipeline" in said.advice and said.severity == "warning"
-    assert [r["node"] for r in view.ranks] == [0, 0, 1, 1]
+    assert [r.node for r in view.ranks] == [0, 0, 1, 1]
 
 
 def test_lost_node_leads_and_groups_ranks() -> None:
@@ -55,7 +55,7 @@ def test_lost_node_leads_and_groups_ranks() -> None:
     assert [n.ranks for n in view.lost] == [[2, 3]]
     assert str(view.verdict).startswith("node 1 (host h1) was lost: ranks 2, 3 stopped sending "
                                         "at step 9")
-    assert [r["state"] for r in view.ranks] == ["running", "running", "lost", "lost"]
+    assert [r.state for r in view.ranks] == ["running", "running", "lost", "lost"]
     # at the end, a rank that never said goodbye is lost too
     ended = run_view(_snap([_info(0, 0), _info(1, 0, bye={"reason": "exit"})], steps[:2]),
                      ended=True)
@@ -74,7 +74,7 @@ def test_one_killed_rank_beside_a_live_one_is_a_lost_rank_not_a_lost_node() -> N
     assert said.startswith("rank 1 was lost: it stopped sending at step 9"), said
     assert "node 0 (host h0)'s other ranks went on: killed (kill -9" in said, said
     assert [n.ranks for n in view.lost] == [[1]] and not view.lost[0].whole_node
-    assert [r["state"] for r in view.ranks] == ["failed", "lost"]
+    assert [r.state for r in view.ranks] == ["failed", "lost"]
 
 
 def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:

@@ -107,7 +107,7 @@ def run(tmp_path: Path):
 
 
 def _publish(c: Collector, feed: FeedPublisher, ended: bool = False) -> dict:
-    return feed.publish(live_status(run_view(c.snapshot(), ended=ended)), ended=ended)
+    return feed.publish(live_status(run_view(c.snapshot(), ended=ended)).to_json(), ended=ended)
 
 
 def _steps_shown(w) -> list[list[int]]:
@@ -381,7 +381,7 @@ def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
 
     monkeypatch.setattr(here, "_record", slower)
     ranks.steps(10)  # ... and 10 more, with rank 1 slower, reach the feed with it
-    feed.publish(said)
+    feed.publish(said.to_json())
     w = torchlens.watch(str(out), timeout=10)
     try:
         deadline = time.time() + 10
@@ -390,7 +390,7 @@ def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
         w.view.profile.flush(force=True)
         header = html.unescape(re.sub(r"<[^>]+>", "", str(w._html())))
         section = html.unescape(re.sub(r"<[^>]+>", "", w.view.profile.panels.verdict.text))
-        assert said["slow_finding"]["sentence"] in header
-        assert said["slow_finding"]["sentence"] in section
+        assert said.slow_finding.sentence in header
+        assert said.slow_finding.sentence in section
     finally:
         w.stop()

@@ -12,6 +12,7 @@ BokehJS writes them as text in tooltips and on the canvas; the verdict
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from bokeh.core.properties import value
@@ -37,7 +38,15 @@ from torchlens.render.columns import as_mib, as_number, rank_color, to_columns
 from torchlens.render.findings import finding_html
 from torchlens.render.legend import add_colour_legend
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
-from torchlens.render.ranks.lanes import KIND_COLORS, Lanes, Timeline
+from torchlens.render.ranks.lanes import (
+    KIND_COLORS,
+    Arrival,
+    Box,
+    EndMark,
+    Lanes,
+    Row,
+    Timeline,
+)
 from torchlens.render.ranks.spans import span_marks
 from torchlens.render.step_axis import CappedAxis
 from torchlens.render.tables import shorten
@@ -61,9 +70,14 @@ NAN = float("nan")
 RESTART_COLOR = "#d62728"
 
 
-def stream(src: ColumnDataSource, rows: list[dict[str, Any]], rollover: int) -> None:
+def _cells(rows: Sequence[dict[str, Any] | Row]) -> dict[str, list[Any]]:
+    """Rows as a source's columns: the timeline's typed rows by their ``columns``."""
+    return to_columns(r.columns() if isinstance(r, Box | Arrival | EndMark) else r for r in rows)
+
+
+def stream(src: ColumnDataSource, rows: Sequence[dict[str, Any] | Row], rollover: int) -> None:
     if rows:
-        src.stream(to_columns(rows), rollover=rollover)
+        src.stream(_cells(rows), rollover=rollover)
 
 
 def one_rank(items: list[Any]) -> list[list[Any]]:
@@ -97,8 +111,9 @@ def profiled_words(steps: list[int], every: int | None) -> str:
     return f"Circles: profiled steps {named}" + (f" ({more})" if more else "")
 
 
-def columns_or_empty(src: ColumnDataSource, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    return to_columns(rows) if rows else {k: [] for k in src.data}
+def columns_or_empty(src: ColumnDataSource, rows: Sequence[dict[str, Any] | Row]
+                     ) -> dict[str, list[Any]]:
+    return _cells(rows) if rows else {k: [] for k in src.data}
 
 
 def mem_row(m: dict[str, Any]) -> dict[str, Any]:
