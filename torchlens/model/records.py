@@ -80,6 +80,8 @@ class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     optimizer_state_bytes: int | None = None
     optimizers: list[str] = []
     optimizer_state_error: str | None = None
+    #: ``%ddp_check``'s step only: the CUDA allocator's peak over the step
+    allocator_peak_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v not in (None, [])}
@@ -250,10 +252,10 @@ class TopOp(msgspec.Struct, frozen=True, gc=False):
 
 class CollectiveOverlap(msgspec.Struct, frozen=True, gc=False):
     """One collective's communication in a profiled step, and the part of it
-    that ran under compute (µs)."""
+    that ran under compute (µs; None: not finite in the trace)."""
 
-    communication_us: float = 0.0
-    overlapped_us: float = 0.0
+    communication_us: float | None = None
+    overlapped_us: float | None = None
 
 
 class StepOverlap(msgspec.Struct, frozen=True, gc=False):
@@ -304,10 +306,6 @@ class StepSummary(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
     def replace(self, **changes: Any) -> StepSummary:
         return msgspec.structs.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The summary as JSON builtins (unset fields left out)."""
-        return msgspec.to_builtins(self)
 
     @classmethod
     def of(cls, value: StepSummary | Any) -> StepSummary:

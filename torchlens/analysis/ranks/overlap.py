@@ -55,8 +55,8 @@ def profiled_overlap(summaries: Summaries) -> list[RankOverlap]:
             for name, c in (o.collectives or {}).items():
                 if name in COLLECTIVES:
                     t = totals.setdefault(name, [0.0, 0.0])
-                    t[0] += c.communication_us
-                    t[1] += c.overlapped_us
+                    t[0] += c.communication_us or 0.0
+                    t[1] += c.overlapped_us or 0.0
         collectives = {}
         for name in COLLECTIVES:
             if name not in totals:

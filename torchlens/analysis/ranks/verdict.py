@@ -294,7 +294,7 @@ def steps_found_by(ranks: list[RankInfo | None]) -> str:
 
 def summary_dicts(summaries: list[list[StepSummary]]) -> list[list[Any]]:
     """The summaries as the JSON builtins ``analysis.ranks.steps`` reads them."""
-    return [[s.to_dict() for s in sums] for sums in summaries]
+    return [msgspec.to_builtins(sums) for sums in summaries]
 
 
 def table_row(row: RankRow, figures: Any) -> RankRow:
@@ -471,16 +471,15 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _status_row(values: dict[str, Any], slow: bool) -> RankStatus:
-    row = RankStatus(**values, slow=slow)
+def _ended(row: RankStatus) -> RankStatus:
     row.ended = ended_reason(row)
     return row
 
 
 def live_status(view: RunView) -> LiveStatus:
     """The run's status (``LiveStatus``) from one ``RunView``, all plain JSON values."""
-    rows = [_status_row({k: _finite(getattr(row, k)) for k in STATUS_KEYS},
-                        row.rank == view.slow.rank) for row in view.ranks]
+    rows = [_ended(RankStatus(**{k: _finite(getattr(row, k)) for k in STATUS_KEYS},
+                              slow=row.rank == view.slow.rank)) for row in view.ranks]
     return LiveStatus(
         world_size=view.world_size, attached=view.attached,
         verdict=str(view.verdict), verdict_code=view.verdict.code,
@@ -540,11 +539,11 @@ def folder_status(manifest: Manifest, steps: Steps, summaries: list[list[StepSum
         r = entry.rank
         # the entry's own fields (rank, node, host, state, restart, error, steps); the
         # step and memory figures come from the table
-        values = {k: getattr(entry, k, None) for k in STATUS_KEYS}
-        if r < len(table):
-            values.update({k: _finite(v) for k, v in table[r].items()
-                           if k in STATUS_KEYS and k not in ("rank", "steps")})
-        rows.append(_status_row(values, r == slow))
+        row = RankStatus(**{k: getattr(entry, k, None) for k in STATUS_KEYS}, slow=r == slow)
+        for k, v in table[r].items() if r < len(table) else ():
+            if k in STATUS_KEYS and k not in ("rank", "steps"):
+                setattr(row, k, _finite(v))
+        rows.append(_ended(row))
     return LiveStatus(
         world_size=manifest.world_size, attached=len(rows), verdict=said, verdict_code=code,
         severity=severity, slow_rank=slow if isinstance(slow, int) else None,

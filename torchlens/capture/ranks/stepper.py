@@ -56,7 +56,6 @@ from torchlens.capture.ranks.phases import (
 from torchlens.capture.trace import profiler as _profiler
 from torchlens.model.messages import RankProgress
 from torchlens.model.records import (
-    FsdpStep,
     GpuStepTimes,
     StepMemory,
     StepRecord,
@@ -335,7 +334,7 @@ class RankProfiler:
                                        profiled=profiled, window=window, mem=mem,
                                        tl_s=round(time.time() - called, 6),
                                        **({"gpu": gpu} if gpu else {}),
-                                       **({"fsdp": FsdpStep(**fsdp)} if fsdp else {}),
+                                       **({"fsdp": fsdp} if fsdp is not None else {}),
                                        **({"label": label} if label else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:

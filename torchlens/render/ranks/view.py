@@ -95,7 +95,7 @@ class RankProfileView:
         self._windows = self._stepped = False  # windows seen; real steps seen
         self._new_summaries: list[tuple[int, StepSummary]] = []
         self._new_ended: list[tuple[int, str, float]] = []
-        self._new_restarts: list[dict[str, Any]] = []
+        self._new_restarts: list[tuple[int, str]] = []  # step, text
         self._waiting: dict[int, dict[int, StepSummary]] = {}  # step -> rank -> summary
         self._last_point: dict[int, tuple[int, float]] = {}
         self._mem_sources: set[str] = set()
@@ -176,7 +176,7 @@ class RankProfileView:
 
     def mark_restart(self, step: int, text: str) -> None:
         """The job restarted: its next start's steps are drawn from ``step``."""
-        self._new_restarts.append({"step": step, "text": text})
+        self._new_restarts.append((step, text))
 
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``.
@@ -201,7 +201,8 @@ class RankProfileView:
         self._last_flush = now
         self._flush_steps()
         restarts, self._new_restarts = self._new_restarts, []
-        stream(self.panels.restarts, restarts, STEP_ROLLOVER)
+        stream(self.panels.restarts, [{"step": step, "text": text} for step, text in restarts],
+               STEP_ROLLOVER)
         if any(r not in self.panels.slot_of for r, _, _ in self._new_ended):
             self._pick()  # a rank that stopped early is drawn before its end is marked
         self._flush_ended()
@@ -315,7 +316,7 @@ class RankProfileView:
                     p.tl_ends, [p.tl.place_end(r, w) for r, w in p.tl.ends])
         ops, colls, seen = [], [], set(self._mem_sources)
         for rank, s in new:
-            mem = memory_rows([[]], one_rank([s.to_dict()]))
+            mem = memory_rows([[]], one_rank(msgspec.to_builtins([s])))
             seen.update(m.get("source") for m in mem)
             if p.spread:
                 self.prof_spread.add(rank, mem)
@@ -430,7 +431,7 @@ class RankProfileView:
             rows = step_rows(one_rank(training(self.records[r])))
             spans += span_points(p.color(r), self.records[r])
             prof = [mem_row(m) for m in memory_rows(
-                [[]], one_rank([s.to_dict() for s in self.summaries[r]]))]
+                [[]], one_rank(msgspec.to_builtins(list(self.summaries[r]))))]
             points += profiled_points(p.color(r), rows)
             marks += [{**m, "color": p.color(r)} for m in prof]
             if old[i] == r:
