@@ -269,7 +269,7 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             assert not w.view.profile.panels.verdict.visible
             table = str(w._html())
             assert table.count("<tr") == 3 and "finished" in table  # header + two ranks
-            assert "rank 1 is the slow rank" in w.status["verdict"]
+            assert "rank 1 is the slow rank" in w.status.verdict
             # ranks that finished get no red x: it marks a rank that stopped early
             assert w.view.profile.panels.ended.data["text"] == []
     finally:
@@ -296,7 +296,7 @@ def test_a_finished_folder_shows_its_final_state(run) -> None:
     assert _steps_shown(w) == [list(range(12)), list(range(12))]
     assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
     assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
-    assert "rank 1 is the slow rank" in w.status["verdict"]
+    assert "rank 1 is the slow rank" in w.status.verdict
 
 
 def test_torchlens_run_writes_the_typed_manifest(run) -> None:

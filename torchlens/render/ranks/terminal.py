@@ -196,10 +196,11 @@ class TerminalSummary:
 
     def final(self, view: RunView, header: str = "", width: int | None = None) -> None:
         """The full block once more, in place on a TTY and in full in a log; the
-        verdict wrapped to ``width`` (default: the terminal's, less one column)."""
+        verdict wrapped to ``width`` (default: on a TTY the terminal's, less one
+        column, which would cut it mid-word; a log keeps it one line to grep)."""
         if self.tty and self.drawn:
             self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
         self.drawn = 0
-        if width is None:
+        if width is None and self.tty:
             width = shutil.get_terminal_size().columns - 1
         print("\n".join(lines(view, header, width=width)), file=self.stream, flush=True)
