@@ -73,14 +73,17 @@ def _first(value: Any, default: Any) -> Any:
 class NotebookRun:
     """What one job's series need, fed as a ``RankFeed`` is (steps, summaries, ends)."""
 
-    def __init__(self, run: str, world_size: int, where: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, run: str, world_size: int,
+                 where: Mapping[str, int | str | None] | None = None) -> None:
         """``where``: the ``node`` and ``host`` of every rank when the launcher knows
         them (``%ddp_check`` without ``--nnodes``: this machine, node 0, and its
         heartbeats say neither); a rank's own heartbeat or the collector's status wins."""
         self.run = run
         self.world_size = world_size
         where = where or {}
-        self.where = RankWhere(node=where.get("node"), host=where.get("host"))
+        node, host = where.get("node"), where.get("host")
+        self.where = RankWhere(node=node if isinstance(node, int) else None,
+                               host=host if isinstance(host, str) else None)
         self.steps: dict[int, list[StepRecord]] = {}
         self.summaries: dict[int, list[StepSummary]] = {}
         self.histograms: dict[int, Histogram] = {}
