@@ -19,6 +19,7 @@ from lab_harness import Lab, start_lab, stop_lab
 # tests/ is on sys.path (pytest puts tests/conftest.py's folder there)
 from ranks.live_doc import four_rank_view, live_document, write_live
 
+from torchlens.analysis.ranks.verdict import RankStatus
 from torchlens.frontends.ranks import registry as reg
 from torchlens.render.ranks.terminal import memory_cell
 
@@ -119,7 +120,7 @@ def test_sidebar_lists_a_runs_ranks(lab: Lab, registry: Path, chromium: Any,
         assert cells[0][3] == "50.0" and cells[1][4] == "0.4"
         # the memory column as the terminal writes it: CUDA allocated, else RSS
         rows_doc = live_document(four_rank_view(host1=MARKUP_HOST), RUN_ID)["ranks"]
-        assert [c[5] for c in cells[:2]] == [memory_cell(r) for r in rows_doc[:2]]
+        assert [c[5] for c in cells[:2]] == [memory_cell(RankStatus(**r)) for r in rows_doc[:2]]
         assert cells[0][5] == "3.0 GiB" and cells[1][5] == "101.0 MiB rss"
         state = card.locator("td.tl-run-state")
         assert state.nth(0).get_attribute("class").split()[-1] == "tl-state-ok"

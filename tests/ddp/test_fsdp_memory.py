@@ -68,10 +68,10 @@ def test_fsdp_internals_that_moved_stop_the_count_and_say_so_without_failing_the
     held.start(None)
     assert Group().unshard() == "ran"  # the job's call went through
     got = held.finish()
-    assert "AttributeError" in got["gathered_error"]
+    assert "AttributeError" in got.gathered_error
     fps = [{"op": "all_gather_into_tensor", "module": "layers.0", "shapes": [[72]],
             "dtypes": ["float32"]}]
-    text, _ = memory_text([_rank(0, got)], [fps])
+    text, _ = memory_text([_rank(0, got.to_dict())], [fps])
     assert "(modelled: the largest all_gather output; not measured: the count failed: " \
            "AttributeError" in text, text
 
@@ -85,9 +85,9 @@ def test_optimizer_state_is_read_at_its_first_step_and_again_when_it_grows():
     held.start(None)
     a.grad = torch.ones(4)  # only a has a gradient: only a gets state
     opt.step()
-    first = held.finish()["optimizer_state_bytes"]
+    first = held.finish().optimizer_state_bytes
     held.start(None)
     opt.step()
     b.grad = torch.ones(4)
     opt.step()
-    assert held.finish()["optimizer_state_bytes"] == 2 * first == 2 * (2 * 16 + 4)
+    assert held.finish().optimizer_state_bytes == 2 * first == 2 * (2 * 16 + 4)

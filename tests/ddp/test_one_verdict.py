@@ -65,11 +65,12 @@ def test_every_view_gives_the_checklists_verdict_with_its_figures(straggler):
     assert said.sentence in _text(_live_verdict(res).text)
 
     # the watch's header on the run folder
+    from torchlens.analysis.ranks.verdict import LiveStatus
     from torchlens.frontends.ranks.watch_sources import folder_frame
     from torchlens.render.ranks.watch_status import status_html
 
-    status = folder_frame(str(run_dir))["status"]
-    assert status["slow_rank"] == 2 and status["verdict"] == str(said)
+    status = LiveStatus.of(folder_frame(str(run_dir))["status"])
+    assert status.slow_rank == 2 and status.verdict == str(said)
     assert said.sentence in _text(status_html("run", "ended", status))
 
     # the run folder's report leads with it, titled as the checklist's line
@@ -140,10 +141,11 @@ def test_the_slow_rank_verdict_is_one_colour_in_every_view(straggler):
     sentence_style = re.search(r'<span style="color:([^"]+)">rank 2 is the slow rank', div)
     assert sentence_style and sentence_style.group(1) == orange
     # the watch's header
+    from torchlens.analysis.ranks.verdict import LiveStatus
     from torchlens.frontends.ranks.watch_sources import folder_frame
     from torchlens.render.ranks.watch_status import status_html
 
-    block = str(status_html("run", "ended", folder_frame(str(run_dir))["status"]))
+    block = str(status_html("run", "ended", LiveStatus.of(folder_frame(str(run_dir))["status"])))
     assert re.search(rf'<span style="color:{orange}">rank 2 is the slow rank', block)
 
 

@@ -58,7 +58,7 @@ def four_rank_view(host1: str = "gpu-b", ended: bool = False,
 def live_document(view: RunView, run_id: str, ended: bool = False) -> dict[str, Any]:
     """The live.json content: exactly the documented keys."""
     return {"format": "torchlens-live", "version": 1, "run_id": run_id, "t": time.time(),
-            **live_status(view), "ended": ended}
+            **live_status(view).to_json(), "ended": ended}
 
 
 def write_live(run_dir: Path, doc: dict[str, Any] | str) -> Path:

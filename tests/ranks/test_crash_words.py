@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchlens.analysis.ranks.verdict import ended_reason, run_view
+from torchlens.analysis.ranks.verdict import RankRow, RankStatus, ended_reason, run_view
 from torchlens.frontends.ranks.command import _where_stopped
 
 from .helpers import Collector, free_port, torchrun_args
@@ -34,8 +34,8 @@ def _clean(text: str) -> None:
 
 def test_the_peer_is_said_in_a_few_words_after_the_rank_that_raised() -> None:
     view = SimpleNamespace(lost=[], restarts=[], ranks=[
-        {"rank": 0, "state": "failed", "error": GLOO, "steps": 15},
-        {"rank": 1, "state": "failed", "error": BOOM, "steps": 15}])
+        RankRow(rank=0, state="failed", error=GLOO, steps=15),
+        RankRow(rank=1, state="failed", error=BOOM, steps=15)])
     words = _where_stopped(view, False, 1, {0: 10.0, 1: 11.0})  # rank 0's clock is earlier
     assert words == (f"ended with exit code 1: rank 1 failed ({BOOM}); rank 0 stopped when "
                      "rank 1 went away (gloo: connection closed by peer)"), words
@@ -43,7 +43,7 @@ def test_the_peer_is_said_in_a_few_words_after_the_rank_that_raised() -> None:
 
 def test_several_peers_are_one_phrase() -> None:
     view = SimpleNamespace(lost=[], restarts=[], ranks=[
-        {"rank": r, "state": "failed", "error": BOOM if r == 2 else GLOO, "steps": 3}
+        RankRow(rank=r, state="failed", error=BOOM if r == 2 else GLOO, steps=3)
         for r in range(4)])
     words = _where_stopped(view, False, 1, {})
     assert words == (f"ended with exit code 1: rank 2 failed ({BOOM}); ranks 0-1, 3 stopped "
@@ -52,8 +52,8 @@ def test_several_peers_are_one_phrase() -> None:
 
 def test_peers_alone_say_a_peer_went_away() -> None:
     view = SimpleNamespace(lost=[], restarts=[], ranks=[
-        {"rank": 0, "state": "failed", "error": GLOO, "steps": 3},
-        {"rank": 1, "state": "ended by its agent", "error": None, "steps": 3}])
+        RankRow(rank=0, state="failed", error=GLOO, steps=3),
+        RankRow(rank=1, state="ended by its agent", error=None, steps=3)])
     words = _where_stopped(view, False, 1, {})
     assert words == ("ended with exit code 1: rank 1 ended by its agent; rank 0 stopped when "
                      "a peer went away (gloo: connection closed by peer)"), words
@@ -77,9 +77,9 @@ def test_a_verdict_with_only_the_peer_says_so_in_a_few_words() -> None:
 
 
 def test_a_watch_row_says_why_its_rank_stopped_in_a_few_words() -> None:
-    assert ended_reason({"state": "failed", "error": GLOO}) == (
+    assert ended_reason(RankStatus(rank=0, state="failed", error=GLOO)) == (
         "failed: a peer went away (gloo: connection closed by peer)")
-    assert ended_reason({"state": "failed", "error": BOOM}) == f"failed: {BOOM}"
+    assert ended_reason(RankStatus(rank=0, state="failed", error=BOOM)) == f"failed: {BOOM}"
 
 
 @pytest.mark.timeout(240)

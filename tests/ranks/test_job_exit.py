@@ -37,9 +37,10 @@ def test_mistyped_script_path_is_a_failed_job(tmp_path: Path) -> None:
     assert re.search(r"; ranks? [0-9, -]+ exited with code 2", verdict), c.output
     assert "can't open file" in verdict and "ddp_plian.py" in verdict, c.output
     assert "no slow rank" not in c.output, c.output
-    # rank, node, host, state, steps: no rank is "finished", none ran a step
+    # rank, node, host, state, steps: no rank is "finished", none ran a step (its step
+    # time is missing: model.units.MISSING, as the sidebar writes it)
     rows = [m.groups() for line in c.lines
-            if (m := re.match(r"^ +([01]) +0 +\S+ +(.+?) +(\d+) +- ", line))]
+            if (m := re.match(r"^ +([01]) +0 +\S+ +(.+?) +(\d+) +n/a ", line))]
     assert len(rows) == 2 and all(state in ("exit code 2", "killed by signal 15")
                                   and steps == "0"
                                   for _, state, steps in rows), c.output

@@ -14,6 +14,7 @@ from torchlens.analysis.ranks.overlap import profiled_overlap
 from torchlens.analysis.ranks.summary import summarize
 from torchlens.capture.channel import protocol
 from torchlens.formats.kineto import ingest_bytes, load_trace
+from torchlens.model.records import StepSummary
 from torchlens.render.ranks.overlap import NO_GPU
 from torchlens.render.ranks.view import RankProfileView
 
@@ -73,11 +74,11 @@ def test_the_view_says_each_ranks_all_gather_overlap() -> None:
     steps, sums = make_run(world=2, steps=10, straggler=1)
     sums = _with(sums, {"gpu": True, "collectives": {
         "all_gather": {"communication_us": 4000.0, "overlapped_us": 3000.0}}})
-    rows = profiled_overlap(sums)
+    rows = profiled_overlap([[StepSummary.of(s) for s in rank] for rank in sums])
     step_us = sum(s["step_ms"] * 1000 for s in sums[0])
-    got = rows[0]["collectives"]["all_gather"]
-    assert got["overlap_pct"] == 75.0 and got["exposed_us"] == 2 * 1000.0  # 2 profiled steps
-    assert got["exposed_pct"] == 100 * 2000.0 / step_us
+    got = rows[0].collectives["all_gather"]
+    assert got.overlap_pct == 75.0 and got.exposed_us == 2 * 1000.0  # 2 profiled steps
+    assert got.exposed_pct == 100 * 2000.0 / step_us
     view = _fed_view(steps, sums)
     text = view.panels.overlap_note.text
     assert "rank 0: all_gather 75% overlapped, 2.0 ms exposed" in text

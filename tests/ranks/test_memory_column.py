@@ -25,7 +25,7 @@ def _rec(step: int) -> StepRecord:
 
 
 def _memory_cells(with_summaries: bool) -> list[str]:
-    summaries = [[{"step": s, "memory": {"allocated": 74 * 1024, "reserved": 2 * MiB,
+    summaries = [[{"step": s, "t0": s * 0.1, "memory": {"allocated": 74 * 1024, "reserved": 2 * MiB,
                                          "source": "modelled"}} for s in (4, 9)]
                  if with_summaries else [] for _ in range(2)]
     info = [{"rank": r, "node": 0, "host": "h", "silent_s": 0.1, "bye": None,

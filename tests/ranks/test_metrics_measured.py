@@ -47,8 +47,8 @@ def test_a_cpu_run_exports_no_allocator_series_only_rss() -> None:
     summaries = [[_cpu_summary(4)], [_cpu_summary(4)]]
     view = run_view({"world_size": 2, "ranks": [_info(0, 0), _info(1, 0)], "steps": steps,
          "summaries": summaries, "dropped": 0, "lost_after_s": 10.0})
-    assert [row["source"] for row in view.ranks] == ["modelled", "modelled"]
-    assert view.ranks[0]["frag"] > 0.9  # the modelled figure the terminal marks with ~
+    assert [row.source for row in view.ranks] == ["modelled", "modelled"]
+    assert view.ranks[0].frag > 0.9  # the modelled figure the terminal marks with ~
     got = _series(view, steps)
     for name in ALLOCATOR:
         assert name not in got, name
@@ -72,7 +72,7 @@ def test_each_rank_exports_the_terminals_median_step() -> None:
     view = _view([_info(0, 0), _info(1, 0)], steps)
     got = _series(view, steps)
     medians = {labels["rank"]: v for labels, v in got["torchlens_step_median_seconds"]}
-    assert medians == {str(r): view.ranks[r]["step_ms"] / 1000 for r in range(2)}
+    assert medians == {str(r): view.ranks[r].step_ms / 1000 for r in range(2)}
     assert abs(medians["0"] - statistics.median(times[0])) < 1e-12
     assert abs(medians["1"] - statistics.median(times[1])) < 1e-12
 

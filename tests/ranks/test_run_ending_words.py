@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from torchlens.analysis.ranks.verdict import RankRow
 from torchlens.frontends.ranks.command import _Output, _tail, _where_stopped
 
 from .helpers import REPO, env
@@ -136,9 +137,9 @@ def test_the_failing_rank_leads_the_last_line_not_the_peer_it_took_down(raised) 
     """Rank 1 raised; rank 0 then failed as its connection to rank 1 closed.
     The peer's error leads neither by rank number nor by an earlier clock."""
     view = SimpleNamespace(lost=[], restarts=[], ranks=[
-        {"rank": 0, "state": "failed", "error": GLOO, "steps": 15},
-        {"rank": 1, "state": "failed", "error": "RuntimeError: rank 1 boom at step 15",
-         "steps": 15}])
+        RankRow(rank=0, state="failed", error=GLOO, steps=15),
+        RankRow(rank=1, state="failed", error="RuntimeError: rank 1 boom at step 15",
+                steps=15)])
     words = (_where_stopped(view, False, 1, raised) if raised is not None
              else _where_stopped(view, False, 1))
     assert words.startswith("ended with exit code 1: rank 1 failed (RuntimeError: rank 1 boom "

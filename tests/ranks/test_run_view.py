@@ -43,7 +43,7 @@ def test_straggler_verdict_names_rank_part_and_ratio() -> None:
     assert said.sentence.startswith("rank 2 is the slow rank: its data loading took 40.0 ms")
     assert f"{40 / others:.1f}x the others' median ({format_duration(others * 1e3)})" in said.sentence
     assert "rank 2's input pipeline" in said.advice and said.severity == "warning"
-    assert [r["node"] for r in view.ranks] == [0, 0, 1, 1]
+    assert [r.node for r in view.ranks] == [0, 0, 1, 1]
 
 
 def test_lost_node_leads_and_groups_ranks() -> None:
@@ -55,7 +55,7 @@ def test_lost_node_leads_and_groups_ranks() -> None:
     assert [n.ranks for n in view.lost] == [[2, 3]]
     assert str(view.verdict).startswith("node 1 (host h1) was lost: ranks 2, 3 stopped sending "
                                         "at step 9")
-    assert [r["state"] for r in view.ranks] == ["running", "running", "lost", "lost"]
+    assert [r.state for r in view.ranks] == ["running", "running", "lost", "lost"]
     # at the end, a rank that never said goodbye is lost too
     ended = run_view(_snap([_info(0, 0), _info(1, 0, bye={"reason": "exit"})], steps[:2]),
                      ended=True)
@@ -74,7 +74,7 @@ def test_one_killed_rank_beside_a_live_one_is_a_lost_rank_not_a_lost_node() -> N
     assert said.startswith("rank 1 was lost: it stopped sending at step 9"), said
     assert "node 0 (host h0)'s other ranks went on: killed (kill -9" in said, said
     assert [n.ranks for n in view.lost] == [[1]] and not view.lost[0].whole_node
-    assert [r["state"] for r in view.ranks] == ["failed", "lost"]
+    assert [r.state for r in view.ranks] == ["failed", "lost"]
 
 
 def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:
@@ -232,3 +232,33 @@ def test_the_watch_says_how_steps_were_found() -> None:
     status = live_status(run_view(_snap(ranks, steps)))
     page = html.unescape(re.sub(r"<[^>]+>", "", str(status_html("run", "running", status))))
     assert "steps: optimizer.step() of Adam" in page
+
+
+def test_the_final_verdict_wraps_on_words_at_the_terminal_width() -> None:
+    """A long verdict (a failed rank's error) printed at the end of ``torchlens run``
+    on an 80-column terminal: wrapped at spaces, continued with an indent, no word cut."""
+    error = ("RuntimeError: the batch of shape [32, 3, 224, 224] did not match the expected "
+             "input of the convolution at layer features.denseblock4.denselayer16 because "
+             "somebody changed the transform pipeline")
+    steps = [[_rec(i, 0.001, 0.01) for i in range(5)] for _ in range(2)]
+    ranks = [_info(0, 0, bye={"reason": "exception", "error_t": 11.0, "error": error}),
+             _info(1, 0)]
+    out = io.StringIO()
+    TerminalSummary(out, tty=False).final(run_view(_snap(ranks, steps)), width=80)
+    text = out.getvalue().splitlines()
+    verdict = text[:text.index(next(t for t in text if t.startswith("ranks: ")))]
+    assert len(verdict) > 1 and verdict[0].startswith("verdict: rank 0 failed: RuntimeError")
+    assert all(len(line) <= 80 for line in verdict)
+    assert all(line.startswith("  ") and not line.startswith("   ") for line in verdict[1:])
+    words = " ".join(line.strip() for line in verdict).split()
+    assert "features.denseblock4.denselayer16" in words and "pipeline" in " ".join(words)
+
+
+def test_a_missing_figure_in_the_terminal_table_is_written_as_the_sidebar_does() -> None:
+    from torchlens.model.units import MISSING
+
+    steps = [[_rec(i, 0.001, 0.01) for i in range(12)], []]  # rank 1: no step yet
+    text = lines(run_view(_snap([_info(0, 0), _info(1, 0)], steps)))
+    row = next(t for t in text if t.split()[:1] == ["1"])
+    assert row.split()[-3:] == [MISSING, MISSING, MISSING], row
+    assert " - " not in row

@@ -88,7 +88,7 @@ def test_one_rule_for_every_reader_of_a_torchlens_run(tmp_path) -> None:
     view = run_view({"world_size": 2, "ranks": info, "steps": sent,
                      "summaries": [[], []], "dropped": 0, "restarts": [], "lost_after_s": 10.0})
     for r, row in enumerate(view.ranks):
-        assert row["step_ms"] == median((s.t1 - s.t0) * 1e3 for s in steps[r])
+        assert row.step_ms == median((s.t1 - s.t0) * 1e3 for s in steps[r])
     assert view.slow.steps == 12  # the window is not a step the verdict compares
     for r in range(2):
         write_steps(str(tmp_path), r, sent[r])

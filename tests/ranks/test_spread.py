@@ -8,6 +8,7 @@ import math
 import pytest
 
 from torchlens.analysis.ranks.spread import Spread, ranks_to_show
+from torchlens.analysis.ranks.verdict import RankRow
 
 
 def test_spread_gives_each_step_its_range_and_median_once() -> None:
@@ -48,8 +49,8 @@ def test_spread_skips_what_was_not_measured_and_forgets_old_steps() -> None:
     assert cols["step"] == [39] and cols["rss_hi"] == [50.0]
 
 
-def row(rank: int, step_ms: float, peak: float | None = None) -> dict:
-    return {"rank": rank, "step_ms": step_ms, "peak_allocated": peak, "peak_rss": None}
+def row(rank: int, step_ms: float, peak: float | None = None) -> RankRow:
+    return RankRow(rank=rank, step_ms=step_ms, peak_allocated=peak, peak_rss=None)
 
 
 def test_the_slowest_and_the_largest_are_drawn_the_named_ranks_first() -> None:

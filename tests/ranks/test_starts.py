@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchlens.analysis.ranks.starts import StepStarts
-from torchlens.model.records import StepRecord
+from torchlens.model.records import StepRecord, StepSummary
 
 
 def _recs(steps: range, start: int = 0, t0: float = 0.0) -> list[StepRecord]:
@@ -36,7 +36,7 @@ def test_a_job_that_never_restarted_is_left_as_it_is():
     recs = _recs(range(4))
     assert s.place_steps({0: recs})[0] == recs
     assert s.take_marks() == []
-    summary = {"step": 2, "t0": 2.0}
+    summary = StepSummary(step=2, t0=2.0)
     assert s.place_summary(0, summary) is summary
 
 
@@ -44,13 +44,13 @@ def test_summaries_follow_their_start_by_its_tag_or_by_time():
     s = StepStarts()
     s.place_steps({0: _recs(range(5)) + _recs(range(5), 1, 100.0)})
     # the live feed tags a restarted start's summary
-    assert s.place_summary(0, {"step": 3, "t0": 103.0, "restart": 1})["step"] == 8
+    assert s.place_summary(0, StepSummary.of({"step": 3, "t0": 103.0, "restart": 1})).step == 8
     # a finished folder's summaries.jsonl does not: its t0 says which start it is of
-    assert s.place_summary(0, {"step": 3, "t0": 103.0})["step"] == 8
-    assert s.place_summary(0, {"step": 3, "t0": 3.0})["step"] == 3
+    assert s.place_summary(0, StepSummary.of({"step": 3, "t0": 103.0})).step == 8
+    assert s.place_summary(0, StepSummary.of({"step": 3, "t0": 3.0})).step == 3
     # a tagged summary that comes before its start's first steps places the start
     fresh = StepStarts()
     fresh.place_steps({0: _recs(range(4))})
-    assert fresh.place_summary(0, {"step": 0, "t0": 50.0, "restart": 1})["step"] == 4
+    assert fresh.place_summary(0, StepSummary.of({"step": 0, "t0": 50.0, "restart": 1})).step == 4
     assert fresh.take_marks() == [(1, 4)]
     assert [r.step for r in fresh.place_steps({0: _recs(range(2), 1, 50.0)})[0]] == [4, 5]

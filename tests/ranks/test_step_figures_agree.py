@@ -37,7 +37,7 @@ def test_the_verdict_median_step_is_the_median_of_the_rows_below_it() -> None:
                      "summaries": [[], [], []], "dropped": 0, "lost_after_s": 10.0})
     mid = view.verdict.value("median_step_ms")
     assert f"median {format_ms(mid)}" in view.verdict.sentence
-    rows = sorted(r["step_ms"] for r in view.ranks)
+    rows = sorted(r.step_ms for r in view.ranks)
     assert format_ms(rows[1]) == format_ms(mid)  # the median rank's row says the same
     text = "\n".join(lines(view))
     # the table says which steps its times cover, in the verdict's words

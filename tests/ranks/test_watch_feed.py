@@ -107,7 +107,7 @@ def run(tmp_path: Path):
 
 
 def _publish(c: Collector, feed: FeedPublisher, ended: bool = False) -> dict:
-    return feed.publish(live_status(run_view(c.snapshot(), ended=ended)), ended=ended)
+    return feed.publish(live_status(run_view(c.snapshot(), ended=ended)).to_json(), ended=ended)
 
 
 def _steps_shown(w) -> list[list[int]]:
@@ -269,7 +269,7 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             assert not w.view.profile.panels.verdict.visible
             table = str(w._html())
             assert table.count("<tr") == 3 and "finished" in table  # header + two ranks
-            assert "rank 1 is the slow rank" in w.status["verdict"]
+            assert "rank 1 is the slow rank" in w.status.verdict
             # ranks that finished get no red x: it marks a rank that stopped early
             assert w.view.profile.panels.ended.data["text"] == []
     finally:
@@ -296,7 +296,7 @@ def test_a_finished_folder_shows_its_final_state(run) -> None:
     assert _steps_shown(w) == [list(range(12)), list(range(12))]
     assert len(w.view.beats.mem[1].data["t"]) == 12  # RSS from the step records
     assert w.view.profile.panels.tl_fig.visible  # full summaries: the timeline stays
-    assert "rank 1 is the slow rank" in w.status["verdict"]
+    assert "rank 1 is the slow rank" in w.status.verdict
 
 
 def test_torchlens_run_writes_the_typed_manifest(run) -> None:
@@ -381,7 +381,7 @@ def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
 
     monkeypatch.setattr(here, "_record", slower)
     ranks.steps(10)  # ... and 10 more, with rank 1 slower, reach the feed with it
-    feed.publish(said)
+    feed.publish(said.to_json())
     w = torchlens.watch(str(out), timeout=10)
     try:
         deadline = time.time() + 10
@@ -390,7 +390,7 @@ def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
         w.view.profile.flush(force=True)
         header = html.unescape(re.sub(r"<[^>]+>", "", str(w._html())))
         section = html.unescape(re.sub(r"<[^>]+>", "", w.view.profile.panels.verdict.text))
-        assert said["slow_finding"]["sentence"] in header
-        assert said["slow_finding"]["sentence"] in section
+        assert said.slow_finding.sentence in header
+        assert said.slow_finding.sentence in section
     finally:
         w.stop()

@@ -88,8 +88,8 @@ def test_watch_a_running_job_on_its_folder_and_its_address(tmp_path: Path) -> No
         assert w.state == "ended", (w, w.message)  # the store watcher saw the last frame too
         shown = _steps(w)
         assert shown[0] == shown[1] == list(range(STEPS)), shown  # every step, in order
-        assert "rank 1 is the slow rank" in w.status["verdict"], (w, c.output)
-        assert [(r["rank"], r["state"], r["slow"]) for r in w.status["ranks"]] == [
+        assert "rank 1 is the slow rank" in w.status.verdict, (w, c.output)
+        assert [(r.rank, r.state, r.slow) for r in w.status.ranks] == [
             (0, "finished", False), (1, "finished", True)], w.status
         assert "rank 1" in w.view.profile.panels.verdict.text
         assert w.dropped == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from torchlens.analysis.ranks.verdict import LiveStatus
 from torchlens.render.ranks.watch_status import STATUS_ROWS, status_html
 
 
@@ -22,7 +23,7 @@ def rows(html: str) -> list[str]:
 
 
 def test_a_big_job_shows_the_ranks_in_trouble_first_then_says_how_many_more() -> None:
-    html = str(status_html("runs/x", "running", status(64)))
+    html = str(status_html("runs/x", "running", LiveStatus.of(status(64))))
     shown = rows(html)
     assert len(shown) == STATUS_ROWS and shown[:3] == ["5", "37", "0"]
     assert "48 more ranks, not shown" in html
@@ -30,14 +31,14 @@ def test_a_big_job_shows_the_ranks_in_trouble_first_then_says_how_many_more() ->
 
 
 def test_a_small_job_shows_every_rank_in_rank_order() -> None:
-    html = str(status_html("runs/x", "running", status(8)))
+    html = str(status_html("runs/x", "running", LiveStatus.of(status(8))))
     assert rows(html) == [str(r) for r in range(8)] and "more ranks" not in html
 
 
 def test_a_garbled_order_falls_back_to_rank_order() -> None:
     st = status(40)
     st["order"], st["spread"] = ["<b>", -3, 99, None], "x"
-    html = str(status_html("runs/x", "running", st))
+    html = str(status_html("runs/x", "running", LiveStatus.of(st)))
     assert rows(html) == [str(r) for r in range(STATUS_ROWS)]
     assert "24 more ranks, not shown" in html and "median" not in html
 
@@ -55,11 +56,11 @@ def test_a_rank_stopped_by_its_peer_says_so_in_the_terminals_words() -> None:
         {"rank": 0, "state": "failed", "error": GLOO, "steps": 150},
         {"rank": 1, "state": "failed", "error": "RuntimeError: boom on rank 1 at step 150",
          "steps": 150}]}
-    cells = {row["cells"][0]: row["cells"][3] for row in status_rows(st)}
+    cells = {row.cells[0]: row.cells[3] for row in status_rows(LiveStatus.of(st))}
     assert cells["0"] == ("failed (stopped when rank 1 went away (gloo: connection closed "
                           "by peer))"), cells
     assert cells["1"] == "failed (RuntimeError: boom on rank 1 at step 150)"
     # no rank said why: a peer
     st["ranks"][1].update(state="ended by its agent", error=None)
-    cells = {row["cells"][0]: row["cells"][3] for row in status_rows(st)}
+    cells = {row.cells[0]: row.cells[3] for row in status_rows(LiveStatus.of(st))}
     assert cells["0"] == "failed (stopped when a peer went away (gloo: connection closed by peer))"

@@ -14,15 +14,15 @@ rank. A field an older writer did not send takes its default; a key this
 version does not know is ignored.
 
 The summary is a bounded JSON document (``analysis.ranks.summary``) that
-travels and is stored as received (the collector keeps only its head), so
-it stays a dict; ``StepSummary`` names the keys its readers use.
+travels and is stored as received (the collector keeps only its head);
+readers decode it once into a ``StepSummary``, whose fields are its keys.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any, TypedDict
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -80,6 +80,8 @@ class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     optimizer_state_bytes: int | None = None
     optimizers: list[str] = []
     optimizer_state_error: str | None = None
+    #: ``%ddp_check``'s step only: the CUDA allocator's peak over the step
+    allocator_peak_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v not in (None, [])}
@@ -199,44 +201,126 @@ def decode_batch(body: bytes) -> tuple[list[StepRecord], int]:
     return records_from(data)
 
 
-class Breakdown(TypedDict, total=False):
-    """The ``%%torchprof`` step breakdown of a profiled step, in microseconds."""
+class SummaryMemory(msgspec.Struct, frozen=True, gc=False):
+    """A profiled step's memory (``analysis.ranks.step_memory``): the CUDA
+    allocator's counters (``source`` ``cuda``) or, on a CPU run, the step's
+    allocations replayed through the caching-allocator model (``modelled``)."""
 
-    kernel_us: float
-    memcpy_us: float
-    memset_us: float
-    runtime_us: float
-    dataloader_us: float
-    cpu_exec_us: float
-    other_us: float
-    comm_us: float
+    allocated: int | None = None
+    reserved: int | None = None
+    inactive_split: int | None = None
+    largest_free: int | None = None
+    peak_allocated: int | None = None
+    source: str | None = None
 
 
-class StepSummary(TypedDict, total=False):
-    """One profiled step, summarised by its rank (at most 64 KB).
+class SummaryOp(msgspec.Struct, frozen=True, gc=False):
+    """One of a profiled step's longest events: unix start ``t0`` and ``dur``
+    (seconds), its ``lane`` (an index into ``StepSummary.lanes``), nesting
+    ``depth`` on its thread and ``kind`` (``op``, ``kernel``, ``memcpy``, ...)."""
 
-    The collector keeps the head (``protocol.SUMMARY_KEYS``); ``ops``,
-    ``collectives``, ``top_ops``, ``lanes`` and ``kinds`` come only with a
-    full summary (the kernel's, or a finished run folder's). ``restart`` is
-    set by the collector's feed for a restarted rank, as on ``StepRecord``.
+    name: str
+    t0: float
+    dur: float
+    lane: int = 0
+    depth: int = 0
+    kind: str = "op"
+
+
+class SummaryCollective(msgspec.Struct, frozen=True, gc=False):
+    """One collective of a profiled step, in host order: ``seq`` matches across
+    ranks; ``t0`` when the host issued it, ``k0`` (unset without a NCCL kernel
+    in the trace) when its first kernel started; ``bytes`` None when not looked up."""
+
+    name: str
+    t0: float
+    dur: float
+    lane: int = 0
+    seq: int = 0
+    bytes: int | None = None
+    k0: float | UnsetType = UNSET
+
+
+class TopOp(msgspec.Struct, frozen=True, gc=False):
+    """An op name of a profiled step with the most self time."""
+
+    name: str
+    calls: int = 0
+    self_ms: float | None = None
+    total_ms: float | None = None
+
+
+class CollectiveOverlap(msgspec.Struct, frozen=True, gc=False):
+    """One collective's communication in a profiled step, and the part of it
+    that ran under compute (µs; None: not finite in the trace)."""
+
+    communication_us: float | None = None
+    overlapped_us: float | None = None
+
+
+class StepOverlap(msgspec.Struct, frozen=True, gc=False):
+    """A profiled step's communication overlapped by compute, per collective
+    name; ``collectives`` None when the step ran no GPU work (``gpu`` false)."""
+
+    gpu: bool = False
+    collectives: dict[str, CollectiveOverlap] | None = None
+
+
+class StepSummary(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One profiled step, summarised by its rank (at most 64 KB as JSON).
+
+    ``breakdown``: the ``%%torchprof`` step breakdown in µs (``kernel_us``,
+    ``memcpy_us``, ..., ``other_us``). The collector keeps the head
+    (``protocol.SUMMARY_KEYS``); ``kinds``, ``dropped``, ``lanes``, ``ops``,
+    ``collectives`` and ``top_ops`` come only with a full summary (the
+    kernel's, or a finished run folder's) and are unset otherwise. ``restart``
+    is set by the collector's feed for a restarted rank, as on ``StepRecord``.
+    Fields in the order the rank writes them; unset ones are left out of the
+    JSON. ``step`` and ``t0`` are required: without them a summary cannot be placed.
     """
 
-    rank: int
+    rank: int = 0
     step: int
-    trace: str
+    trace: str = ""
     t0: float
-    t1: float
-    step_ms: float | None
-    breakdown: Breakdown
-    memory: dict[str, Any] | None
-    events: int
-    bytes: int
-    dropped: int
-    kinds: dict[str, int]
-    #: communication overlapped by compute, per collective (docs/RANK_PROFILE.md)
-    overlap: dict[str, Any]
-    lanes: list[str]
-    ops: list[dict[str, Any]]
-    collectives: list[dict[str, Any]]
-    top_ops: list[dict[str, Any]]
-    restart: int
+    t1: float = 0.0
+    step_ms: float | None = None
+    breakdown: dict[str, float] = {}
+    events: int = 0
+    kinds: dict[str, int] | UnsetType = UNSET
+    overlap: StepOverlap | UnsetType = UNSET
+    dropped: int | UnsetType = UNSET
+    lanes: list[str] | UnsetType = UNSET
+    ops: list[SummaryOp] | UnsetType = UNSET
+    collectives: list[SummaryCollective] | UnsetType = UNSET
+    top_ops: list[TopOp] | UnsetType = UNSET
+    memory: SummaryMemory | None = None
+    bytes: int | UnsetType = UNSET
+    restart: int | UnsetType = UNSET
+
+    @property
+    def start(self) -> int:
+        """Which start of its rank the step is of (as ``StepRecord.start``)."""
+        restart = self.restart
+        return restart if isinstance(restart, int) and restart > 0 else 0
+
+    def replace(self, **changes: Any) -> StepSummary:
+        return msgspec.structs.replace(self, **changes)
+
+    @classmethod
+    def of(cls, value: StepSummary | Any) -> StepSummary:
+        """A summary from a struct or its decoded JSON; ``msgspec.ValidationError``
+        when it is not one."""
+        return value if isinstance(value, cls) else msgspec.convert(value, cls)
+
+
+def summaries_from(values: Iterable[Any]) -> tuple[list[StepSummary], int]:
+    """The profiled-step summaries among decoded JSON ``values`` (or structs),
+    and how many were not one."""
+    out, bad = [], 0
+    for value in values:
+        try:
+            out.append(StepSummary.of(value))
+        except msgspec.ValidationError:
+            bad += 1
+    return out, bad

@@ -18,13 +18,16 @@ compare. ``issued`` keeps every rank's ``t0``.
 
 The summaries of one step (one per rank, docs/RANK_PROFILE.md) are matched by
 ``seq``, the collective's index within the step, which is the same on every
-rank when the ranks issue the same collectives. Plain dicts, no torch.
+rank when the ranks issue the same collectives. No torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from torchlens.model.records import StepSummary, SummaryCollective
 
 #: ``arrived_by`` in words: what a rank's arrival is.
 ARRIVED_BY = {"kernel": "its NCCL kernel's start on the GPU",
@@ -44,44 +47,55 @@ def last_arrival(arrivals: Mapping[int, float]) -> dict[str, Any]:
             "total_wait_us": sum(waits.values())}
 
 
-def arrival_times(at: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, float], str]:
+def arrival_times(at: Mapping[int, SummaryCollective]) -> tuple[dict[int, float], str]:
     """``at``: rank -> its record of one collective (``t0``, and ``k0`` where
     its trace has a NCCL kernel for it). Returns (rank -> arrival in unix s,
     ``arrived_by``), by the module docstring's rule."""
-    on_gpu = all(c.get("k0") is not None for c in at.values())
-    key = "k0" if on_gpu else "t0"
-    return {r: float(c[key]) for r, c in at.items()}, "kernel" if on_gpu else "host"
+    on_gpu = all(isinstance(c.k0, float) for c in at.values())
+    if on_gpu:
+        return {r: float(c.k0) for r, c in at.items()}, "kernel"  # type: ignore[arg-type]
+    return {r: float(c.t0) for r, c in at.items()}, "host"
 
 
-def collective_arrivals(summaries: Mapping[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per ``seq`` of the step: the arrivals in rank order and the last one.
+@dataclass(frozen=True)
+class CollectiveArrival:
+    """One collective (``seq``) of a step across ranks: ``name`` (the last
+    arrival's), ``ranks`` in order, ``arrivals`` (unix s, per rank),
+    ``arrived_by``, ``issued`` (unix s, per rank), ``lanes`` (lane index per
+    rank), ``last_rank``, ``last_arrival`` (unix s) and ``spread_ms`` (last
+    arrival minus first; 0 when one rank has it)."""
 
-    ``summaries``: rank -> that rank's summary of the same step. A row holds
-    ``seq``, ``name`` (the last arrival's), ``ranks``, ``arrivals`` (unix s,
-    per rank), ``arrived_by``, ``issued`` (unix s, per rank), ``lanes`` (lane
-    index per rank), ``last_rank``, ``last_arrival`` (unix s) and
-    ``spread_ms`` (last arrival minus first; 0 when one rank has it). Rows
-    come in ``seq`` order.
-    """
-    by_seq: dict[int, dict[int, dict[str, Any]]] = {}
+    seq: int
+    name: str
+    ranks: list[int]
+    arrivals: list[float]
+    arrived_by: str
+    issued: list[float]
+    lanes: list[int]
+    last_rank: int
+    last_arrival: float
+    spread_ms: float
+
+
+def collective_arrivals(summaries: Mapping[int, StepSummary]) -> list[CollectiveArrival]:
+    """One row per ``seq`` of the step: the arrivals in rank order and the last
+    one, in ``seq`` order. ``summaries``: rank -> that rank's summary of the same step."""
+    by_seq: dict[int, dict[int, SummaryCollective]] = {}
     for rank, summary in summaries.items():
-        for coll in summary.get("collectives") or []:
-            seq = coll.get("seq")
-            if seq is None or coll.get("t0") is None:
-                continue
+        for coll in summary.collectives or []:
             # the first of a seq on one rank: a repeat would be a malformed summary
-            by_seq.setdefault(int(seq), {}).setdefault(int(rank), coll)
+            by_seq.setdefault(coll.seq, {}).setdefault(int(rank), coll)
     rows = []
     for seq in sorted(by_seq):
         arrived = by_seq[seq]
         ranks = sorted(arrived)
         times, how = arrival_times({r: arrived[r] for r in ranks})
         last = last_arrival(times)
-        rows.append({
-            "seq": seq, "name": str(arrived[last["last_rank"]].get("name", "")), "ranks": ranks,
-            "arrivals": [times[r] for r in ranks], "arrived_by": how,
-            "issued": [float(arrived[r]["t0"]) for r in ranks],
-            "lanes": [int(arrived[r].get("lane") or 0) for r in ranks],
-            "last_rank": last["last_rank"], "last_arrival": last["last_t0"],
-            "spread_ms": last["max_wait_us"] / 1e3})
+        rows.append(CollectiveArrival(
+            seq=seq, name=arrived[last["last_rank"]].name, ranks=ranks,
+            arrivals=[times[r] for r in ranks], arrived_by=how,
+            issued=[float(arrived[r].t0) for r in ranks],
+            lanes=[arrived[r].lane for r in ranks],
+            last_rank=last["last_rank"], last_arrival=last["last_t0"],
+            spread_ms=last["max_wait_us"] / 1e3))
     return rows

@@ -11,7 +11,8 @@ connection closed by peer)"), never with the whole message.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 #: a rank's error that says a peer went away (gloo, NCCL, a TCP store)
 _PEER_GONE = re.compile(r"connection (closed|reset) by peer|remote worker crash|remote process "
@@ -46,15 +47,25 @@ def went_away(gone: str | None, error: Any) -> str:
     return f"stopped when {gone or 'a peer'} went away ({peer_gone_words(error)})"
 
 
-def error_words(rows: list[dict[str, Any]]) -> dict[Any, str]:
+class ErrorRow(Protocol):
+    """What ``error_words`` reads of a rank row (``verdict.RankRow``, ``RankStatus``)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def state(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+def error_words(rows: Sequence[ErrorRow]) -> dict[int, str]:
     """Each rank's error as a rank table says it (``rank`` -> words, for the
     rows with an error): a rank that failed only because a peer went away,
     as the run's last line says it (``stopped when rank 1 went away (gloo:
     connection closed by peer)``, the peer being the rank that failed of its
     own error); any other error as the rank gave it."""
-    cause = next((r.get("rank") for r in rows if r.get("state") == "failed"
-                  and r.get("error") and not peer_gone(r.get("error"))), None)
+    cause = next((r.rank for r in rows if r.state == "failed"
+                  and r.error and not peer_gone(r.error)), None)
     gone = None if cause is None else f"rank {cause}"
-    return {r.get("rank"): (went_away(gone, r["error"]) if peer_gone(r["error"])
-                            else str(r["error"]))
-            for r in rows if r.get("error")}
+    return {r.rank: (went_away(gone, r.error) if peer_gone(r.error) else str(r.error))
+            for r in rows if r.error}

@@ -84,9 +84,9 @@ def job_ended(view: Any, code: int | None, lines: list[str],
     if not code:
         return view
     codes = rank_exit_codes(lines)
-    rows = [{**row, "state": ("killed by " if codes[row["rank"]] < 0 else "exit ")
-             + _code_words(codes[row["rank"]])}
-            if row["state"] == "finished" and codes.get(row["rank"]) else row
+    rows = [dataclasses.replace(row, state=("killed by " if codes[row.rank] < 0 else "exit ")
+                                + _code_words(codes[row.rank]))
+            if row.state == "finished" and codes.get(row.rank) else row
             for row in view.ranks]
     verdict = view.verdict if view.verdict.severity == FAILED else job_failed(code, lines)
     return dataclasses.replace(view, ranks=rows, verdict=verdict)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.analysis.ranks.steps import PHASES
-from torchlens.analysis.ranks.verdict import RunView
+from torchlens.analysis.ranks.verdict import RankRow, RunView
 from torchlens.model.records import StepRecord
 
 #: step-time bucket bounds (seconds): a 5 ms step to a minute-long one
@@ -131,11 +131,10 @@ def _ms(value: Any) -> float | None:
     return None if value is None else value / 1e3
 
 
-def rank_labels(run: str, row: Mapping[str, Any]) -> dict[str, str]:
+def rank_labels(run: str, row: RankRow) -> dict[str, str]:
     """A rank's labels: its run, rank, node and host (empty when not known yet)."""
-    node = row.get("node")
-    return {"run": run, "rank": str(row["rank"]), "node": "" if node is None else str(node),
-            "host": str(row.get("host") or "")}
+    return {"run": run, "rank": str(row.rank), "node": "" if row.node is None else str(row.node),
+            "host": str(row.host or "")}
 
 
 def metric_families(view: RunView, run: str, histograms: Mapping[int, Histogram],
@@ -183,7 +182,7 @@ def metric_families(view: RunView, run: str, histograms: Mapping[int, Histogram]
                      "Messages the collector dropped (bad signature, not JSON, replays)")
     creeping = {c.rank: c.bytes_per_step for c in view.creep}
     for row in view.ranks:
-        r = row["rank"]
+        r = row.rank
         labels = rank_labels(run, row)
         hist = histograms.get(r)
         if hist is not None:
@@ -192,21 +191,21 @@ def metric_families(view: RunView, run: str, histograms: Mapping[int, Histogram]
             step.add(labels, hist.total_s, "_sum")
             step.add(labels, hist.count, "_count")
         steps.add(labels, hist.count if hist is not None else 0)
-        median.add(labels, _ms(row.get("step_ms")))
+        median.add(labels, _ms(row.step_ms))
         for p in (*PHASES, "other"):
-            phase.add({**labels, "phase": p}, _ms(row.get(f"{p}_ms")))
-        if row.get("source") == "cuda":  # a CPU run's allocator is modelled, not measured
-            allocated.add(labels, row.get("allocated"))
-            reserved.add(labels, row.get("reserved"))
-            frag.add(labels, row.get("frag"))
-            largest.add(labels, row.get("largest_free"))
-        rss.add(labels, row.get("rss"))
+            phase.add({**labels, "phase": p}, _ms(row.figure(f"{p}_ms")))
+        if row.source == "cuda":  # a CPU run's allocator is modelled, not measured
+            allocated.add(labels, row.allocated)
+            reserved.add(labels, row.reserved)
+            frag.add(labels, row.frag)
+            largest.add(labels, row.largest_free)
+        rss.add(labels, row.rss)
         creep.add(labels, creeping.get(r))
         age.add(labels, heartbeat_age.get(r))
-        now = STATES.get(row["state"], "ended")
+        now = STATES.get(row.state, "ended")
         for s in STATE_VALUES:
             state.add({**labels, "state": s}, 1 if s == now else 0)
-        restarts.add(labels, row.get("restart") or 0)
+        restarts.add(labels, row.restart or 0)
     job = {"run": run}
     if view.slow.rank is not None and view.slow.rank < len(view.ranks):
         labels = rank_labels(run, view.ranks[view.slow.rank])

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from torchlens.analysis.ranks.metrics import Family, Histogram, metric_families
 from torchlens.analysis.ranks.slow import SlowRank
-from torchlens.analysis.ranks.verdict import RunView, run_view
+from torchlens.analysis.ranks.verdict import LiveStatus, RunView, run_view
 from torchlens.model.findings import INFO, Finding
 from torchlens.model.messages import RankInfo, RankSnapshot
-from torchlens.model.records import StepRecord
+from torchlens.model.records import StepRecord, StepSummary
 
 #: the newest step records / summaries kept per rank: the collector's own
 #: window (``capture.ranks.collector.KEEP_STEPS``), so the figures are the same
@@ -53,27 +56,47 @@ def ended_state(reason: str) -> str:
     return "failed"
 
 
+@dataclass
+class RankWhere:
+    """What the feed and the collector's status say of a rank beside its steps."""
+
+    node: int | None = None
+    host: str | None = None
+    state: str | None = None
+    restart: int | None = None
+
+
+def _first(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 class NotebookRun:
     """What one job's series need, fed as a ``RankFeed`` is (steps, summaries, ends)."""
 
-    def __init__(self, run: str, world_size: int, where: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, run: str, world_size: int,
+                 where: Mapping[str, int | str | None] | None = None) -> None:
         """``where``: the ``node`` and ``host`` of every rank when the launcher knows
         them (``%ddp_check`` without ``--nnodes``: this machine, node 0, and its
         heartbeats say neither); a rank's own heartbeat or the collector's status wins."""
         self.run = run
         self.world_size = world_size
-        self.where = dict(where or {})
+        where = where or {}
+        node, host = where.get("node"), where.get("host")
+        self.where = RankWhere(node=node if isinstance(node, int) else None,
+                               host=host if isinstance(host, str) else None)
         self.steps: dict[int, list[StepRecord]] = {}
-        self.summaries: dict[int, list[Any]] = {}
+        self.summaries: dict[int, list[StepSummary]] = {}
         self.histograms: dict[int, Histogram] = {}
-        self.rows: dict[int, dict[str, Any]] = {}  # rank -> node, host, state, restart
+        self.rows: dict[int, RankWhere] = {}
         self.seen: dict[int, float] = {}  # rank -> unix time of its newest news
 
-    def heartbeat(self, rank: int, t: float, node: Any = None, host: Any = None) -> None:
-        row = self.rows.setdefault(rank, {})
-        for key, value in (("node", node), ("host", host)):
-            if value is not None:
-                row[key] = value
+    def heartbeat(self, rank: int, t: float, node: int | None = None,
+                  host: str | None = None) -> None:
+        row = self.rows.setdefault(rank, RankWhere())
+        if node is not None:
+            row.node = node
+        if host is not None:
+            row.host = host
         self.seen[rank] = max(self.seen.get(rank, 0.0), t)
 
     def add_steps(self, rank: int, records: Iterable[StepRecord]) -> None:
@@ -87,27 +110,33 @@ class NotebookRun:
         if records:
             self.heartbeat(rank, records[-1].t1)
 
-    def add_summary(self, rank: int, summary: Any) -> None:
+    def add_summary(self, rank: int, summary: StepSummary | Any) -> None:
+        """A profiled step's summary (or its decoded JSON, from ``%ddp_check``)."""
+        try:
+            summary = StepSummary.of(summary)
+        except msgspec.ValidationError:
+            return
         kept = self.summaries.setdefault(rank, [])
         kept.append(summary)
         del kept[:-KEEP_SUMMARIES]
 
     def ended(self, rank: int, reason: str, t: float | None) -> None:
-        self.rows.setdefault(rank, {})["state"] = ended_state(reason)
+        self.rows.setdefault(rank, RankWhere()).state = ended_state(reason)
         if t is not None:
             self.heartbeat(rank, t)
 
-    def take_status(self, status: Mapping[str, Any] | None) -> None:
+    def take_status(self, status: LiveStatus | None) -> None:
         """The collector's own rows (``verdict.live_status``): its state, node,
         host and restart count win over what the feed let this guess."""
-        for row in (status or {}).get("ranks") or []:
-            if isinstance(row, dict) and isinstance(row.get("rank"), int):
-                mine = self.rows.setdefault(row["rank"], {})
-                mine.update({k: row[k] for k in ("node", "host", "state", "restart")
-                             if row.get(k) is not None})
-        world = (status or {}).get("world_size")
-        if isinstance(world, int) and world > self.world_size:
-            self.world_size = world
+        if status is None:
+            return
+        for row in status.ranks:
+            mine = self.rows.setdefault(row.rank, RankWhere())
+            for key in ("node", "host", "state", "restart"):
+                if getattr(row, key) is not None:
+                    setattr(mine, key, getattr(row, key))
+        if isinstance(status.world_size, int) and status.world_size > self.world_size:
+            self.world_size = status.world_size
 
     def view(self) -> RunView:
         """The verdict and rows, as ``torchlens run``'s collector would judge them."""
@@ -119,18 +148,19 @@ class NotebookRun:
             if row is None and r not in self.steps:
                 ranks.append(None)
                 continue
-            row = {**self.where, **(row or {})}
-            ranks.append(RankInfo(rank=r, node=row.get("node"), host=row.get("host"),
-                                  incarnation=row.get("restart") or 0, shared_run_dir=True,
+            row = row or RankWhere()
+            ranks.append(RankInfo(rank=r, node=_first(row.node, self.where.node),
+                                  host=_first(row.host, self.where.host),
+                                  incarnation=row.restart or 0, shared_run_dir=True,
                                   steps_sent=self.histograms.get(r, Histogram()).count))
         view = run_view(RankSnapshot(
             world_size=world, ranks=ranks, lost_after_s=math.inf,
             steps=[list(self.steps.get(r, [])) for r in range(world)],
             summaries=[list(self.summaries.get(r, [])) for r in range(world)]))
         for row in view.ranks:
-            state = self.rows.get(row["rank"], {}).get("state")
-            if state is not None:
-                row["state"] = state
+            where = self.rows.get(row.rank)
+            if where is not None and where.state is not None:
+                row.state = where.state
         return view
 
     def families(self, now: float) -> list[Family]:

@@ -13,9 +13,12 @@ stopped early, the slowest and the largest. ``Spread`` holds the first,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchlens.analysis.ranks.verdict import RankRow
 
 #: ranks drawn with a line of their own; a larger job draws its spread as well
 SHOWN_RANKS = 16
@@ -78,31 +81,30 @@ class Spread:
         return out
 
 
-def ranks_to_show(table: list[dict[str, Any]], first: Sequence[int], current: Sequence[int],
+def ranks_to_show(table: list[RankRow], first: Sequence[int], current: Sequence[int],
                   limit: int = SHOWN_RANKS) -> list[int]:
     """The ranks drawn on their own, at most ``limit``.
 
     ``first``: ranks that must be drawn, in order (the slow rank, the ranks
     that stopped early). The rest alternate the slowest median step and the
-    largest peak memory (``table``: ``rank_steps.rank_table``'s rows). A rank
+    largest peak memory (``table``: the rows of ``rank_steps.rank_table``). A rank
     drawn already (``current``) stays while it is still among the ``limit``
     slowest or the ``limit`` largest, so the lines do not change rank at
     every refresh when ranks are alike.
     """
-    def peak(row: dict[str, Any]) -> Any:
-        return row["peak_allocated"] if row.get("peak_allocated") is not None else (
-            row.get("peak_rss"))
+    def peak(row: RankRow) -> float | None:
+        return row.peak_allocated if row.peak_allocated is not None else row.peak_rss
 
-    def by(value: Any) -> list[int]:
-        rows = [r for r in table if isinstance(value(r), (int, float))
-                and math.isfinite(value(r))]
-        return [r["rank"] for r in sorted(rows, key=lambda r: (-value(r), r["rank"]))]
+    def by(value: Callable[[RankRow], float | None]) -> list[int]:
+        rows = [(r, v) for r in table if isinstance(v := value(r), (int, float))
+                and math.isfinite(v)]
+        return [r.rank for r, _ in sorted(rows, key=lambda rv: (-rv[1], rv[0].rank))]
 
-    slowest, largest = by(lambda r: r.get("step_ms")), by(peak)
+    slowest, largest = by(lambda r: r.step_ms), by(peak)
     ranked = [r for pair in zip(slowest, largest, strict=False) for r in pair]
     ranked += slowest[len(largest):] + largest[len(slowest):]
     top = set(ranked[:2 * limit])
     keep = [r for r in current if r in top]
-    known = [row["rank"] for row in table]
+    known = [row.rank for row in table]
     out = list(dict.fromkeys([*first, *keep, *ranked, *current, *known]))
     return out[:limit]

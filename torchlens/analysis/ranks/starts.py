@@ -19,11 +19,6 @@ from __future__ import annotations
 from torchlens.model.records import StepRecord, StepSummary
 
 
-def _start(summary: StepSummary) -> int:
-    value = summary.get("restart")
-    return value if isinstance(value, int) and value > 0 else 0
-
-
 class StepStarts:
     """The offsets of the starts seen so far; feed it batches in arrival order."""
 
@@ -77,14 +72,11 @@ class StepStarts:
 
     def place_summary(self, rank: int, summary: StepSummary) -> StepSummary:
         """``summary`` with its ``step`` counted across starts (module docstring)."""
-        k = _start(summary)
-        if "restart" not in summary:
-            t0 = float(summary.get("t0") or 0.0)
+        k = summary.start
+        if not isinstance(summary.restart, int):
             for begun_t0, start in self._begun.get(rank, []):
-                if begun_t0 <= t0:
+                if begun_t0 <= summary.t0:
                     k = start
         # the live feed's summary can come before its start's first step batch
         offset = self._offset(k)
-        if not offset or not isinstance(summary.get("step"), int):
-            return summary
-        return {**summary, "step": offset + summary["step"]}
+        return summary.replace(step=offset + summary.step) if offset else summary

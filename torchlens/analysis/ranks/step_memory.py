@@ -9,6 +9,7 @@ to 512 B), as ``allocated_bytes`` does, not the bytes the program asked for.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,19 +17,20 @@ import numpy as np
 from torchlens.analysis.memory.allocator import OOM, CachingAllocator
 from torchlens.analysis.trace.events import name_mask
 from torchlens.model import Trace
+from torchlens.model.records import SummaryMemory
 
 
 def step_memory(trace: Trace, host_start: float, host_end: float,
-                cuda_memory: dict | None) -> dict[str, Any] | None:
+                cuda_memory: Mapping[str, int | None] | None) -> SummaryMemory | None:
     """The allocator's own counters, or the CPU ``[memory]`` events replayed through
     the caching-allocator model up to the step's end (peak within the step)."""
     if cuda_memory is not None:
-        return {"allocated": _int(cuda_memory.get("allocated")),
-                "reserved": _int(cuda_memory.get("reserved")),
-                "inactive_split": _int(cuda_memory.get("inactive_split")),
-                "largest_free": _int(cuda_memory.get("largest_free")),
-                "peak_allocated": _int(cuda_memory.get("peak_allocated")),
-                "source": "cuda"}
+        return SummaryMemory(allocated=_int(cuda_memory.get("allocated")),
+                             reserved=_int(cuda_memory.get("reserved")),
+                             inactive_split=_int(cuda_memory.get("inactive_split")),
+                             largest_free=_int(cuda_memory.get("largest_free")),
+                             peak_allocated=_int(cuda_memory.get("peak_allocated")),
+                             source="cuda")
     ev = trace.events
     rows = np.flatnonzero(name_mask(trace, re.compile(r"^\[memory\]$"))
                           & (ev["device_type"] == 0) & (ev["mem_bytes"] != 0))
@@ -57,12 +59,13 @@ def step_memory(trace: Trace, host_start: float, host_end: float,
     if before >= len(rows):
         model.stats.reset_peaks()
     stats = model.stats
-    return {"allocated": stats.current("allocated_bytes"),
-            "reserved": stats.current("reserved_bytes"),
-            "inactive_split": stats.current("inactive_split_bytes"),
-            "largest_free": max(model.small.largest_free(), model.large.largest_free()),
-            "peak_allocated": stats.peak("allocated_bytes"),
-            "source": "modelled"}
+    return SummaryMemory(allocated=int(stats.current("allocated_bytes")),
+                         reserved=int(stats.current("reserved_bytes")),
+                         inactive_split=int(stats.current("inactive_split_bytes")),
+                         largest_free=int(max(model.small.largest_free(),
+                                              model.large.largest_free())),
+                         peak_allocated=int(stats.peak("allocated_bytes")),
+                         source="modelled")
 
 
 

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from torchlens.analysis.ranks.step_memory import step_memory
@@ -60,6 +61,7 @@ from torchlens.analysis.trace.steps import (
     time_per_role,
 )
 from torchlens.model import Trace
+from torchlens.model.records import CollectiveOverlap, StepOverlap
 
 MAX_OPS = 400
 MAX_COLLECTIVES = 256
@@ -97,11 +99,12 @@ def summarize(trace: Trace, *, rank: int, step: int, trace_rel: str,
         "breakdown": span.breakdown,
         "events": int(len(rows)),
         "kinds": dict(zip(KINDS, counts, strict=True)),
-        "overlap": _overlap(trace, np.flatnonzero(gpu & member)),
+        "overlap": msgspec.to_builtins(_overlap(trace, np.flatnonzero(gpu & member))),
     }
     tail = {
         "top_ops": _top_ops(trace, member),
-        "memory": step_memory(trace, span.host_start, span.host_end, cuda_memory),
+        "memory": msgspec.to_builtins(
+            step_memory(trace, span.host_start, span.host_end, cuda_memory)),
     }
     return _fit(head, tail, ops, colls, rows, base_s, _lane_labels(trace))
 
@@ -123,7 +126,7 @@ class _Span:
     start: float
     end: float
     dur_us: float
-    breakdown: dict[str, Any]
+    breakdown: dict[str, float]
 
 
 def _step_span(trace: Trace, step: int) -> _Span:
@@ -204,8 +207,16 @@ def _kinds(trace: Trace, rows: np.ndarray, host: np.ndarray) -> np.ndarray:
     return out
 
 
-def _lane_labels(trace: Trace) -> dict[str, Any]:
-    return {"tid": trace.meta.get("tid_labels") or {}, "pid": trace.meta.get("pid_labels") or {}}
+@dataclass(frozen=True)
+class _LaneLabels:
+    """The trace's own names of its threads and processes, by number (as text)."""
+
+    tid: dict[str, str]
+    pid: dict[str, str]
+
+
+def _lane_labels(trace: Trace) -> _LaneLabels:
+    return _LaneLabels(trace.meta.get("tid_labels") or {}, trace.meta.get("pid_labels") or {})
 
 
 def _ops(trace: Trace, rows: np.ndarray, kind: np.ndarray, host: np.ndarray) -> list[dict]:
@@ -241,7 +252,7 @@ def _lane_key(trace: Trace, row: int) -> tuple[int, int, int]:
     return (0, int(ev["pid"][row]), int(ev["tid"][row]))
 
 
-def _lane_names(keys: list[tuple[int, int, int]], labels: dict[str, Any]) -> list[str]:
+def _lane_names(keys: list[tuple[int, int, int]], labels: _LaneLabels) -> list[str]:
     """``cpu <tid>`` / ``stream <s>``; pid or device added only when they differ."""
     pids = {k[1] for k in keys if k[0] == 0}
     devices = {k[1] for k in keys if k[0] == 1}
@@ -250,22 +261,23 @@ def _lane_names(keys: list[tuple[int, int, int]], labels: dict[str, Any]) -> lis
         if is_gpu:
             out.append(f"gpu{a} stream {b}" if len(devices) > 1 else f"stream {b}")
         else:
-            tid = labels["tid"].get(str(b), b)
-            pid = labels["pid"].get(str(a), a)
+            tid = labels.tid.get(str(b), b)
+            pid = labels.pid.get(str(a), a)
             out.append(f"cpu {pid}:{tid}" if len(pids) > 1 else f"cpu {tid}")
     return [s[:NAME_CHARS] for s in out]
 
 
-def _overlap(trace: Trace, rows: np.ndarray) -> dict[str, Any]:
+def _overlap(trace: Trace, rows: np.ndarray) -> StepOverlap:
     """The step's communication overlapped by compute, per collective
     (``analysis.trace.comm_overlap``), µs to 0.1: ``collectives`` is None when
     the step ran no GPU work (``gpu`` false: a CPU run has nothing to time)."""
     got = overlap_of_rows(trace, rows)
     if got["collectives"] is None:
-        return got
-    return {"gpu": True, "collectives": {
-        name: {k: _round(c[k], 1) for k in ("communication_us", "overlapped_us")}
-        for name, c in got["collectives"].items()}}
+        return StepOverlap(gpu=bool(got["gpu"]))
+    return StepOverlap(gpu=True, collectives={
+        name: CollectiveOverlap(communication_us=_round(c["communication_us"], 1),
+                                overlapped_us=_round(c["overlapped_us"], 1))
+        for name, c in got["collectives"].items()})
 
 
 # ----------------------------------------------------------------- collectives
@@ -304,7 +316,7 @@ def _top_ops(trace: Trace, member: np.ndarray) -> list[dict]:
 
 # ------------------------------------------------------------------- the bound
 def _fit(head: dict, tail: dict, ops: list[dict], colls: list[dict], rows: np.ndarray,
-         base_s: float, labels: dict[str, Any]) -> dict:
+         base_s: float, labels: _LaneLabels) -> dict:
     """The summary within ``LIMIT_BYTES``: fewer ops (shortest out first), then fewer
     collectives (the last out first, so ``seq`` still matches across ranks). Top-op
     names are cut to ``NAME_CHARS`` (and then, only a hostile path left, ``trace`` to

@@ -31,11 +31,13 @@ creeps; else no slow rank, with the step-time skew.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from statistics import median
 from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
@@ -43,7 +45,6 @@ from torchlens.analysis.ranks.slow import WINDOW, SlowRank, rank_list, slow_rank
 from torchlens.analysis.ranks.steps import (
     MemoryCreep,
     Steps,
-    Summaries,
     memory_creep,
     per_rank_memory,
     rank_table,
@@ -56,6 +57,7 @@ from torchlens.model.findings import (
     LOST_NODE,
     MEMORY_CREEP,
     NO_STEPS,
+    SEVERITIES,
     SLOW_RANK,
     WAITING,
     WARNING,
@@ -64,7 +66,7 @@ from torchlens.model.findings import (
     as_finding,
 )
 from torchlens.model.messages import RankInfo, RankSnapshot
-from torchlens.model.records import without_setup
+from torchlens.model.records import StepSummary, without_setup
 from torchlens.model.units import format_bytes
 
 
@@ -82,11 +84,51 @@ class LostNode:
 
 
 @dataclass
+class RankRow:
+    """One rank of a ``RunView``: who and where it is, its state (the module
+    docstring), the restart it is in, the error it raised, the training steps
+    it sent, and the per-rank table's figures (``analysis.ranks.steps.rank_table``:
+    median step and phase times in ms over the verdict's window, the latest
+    and peak allocator figures, fragmentation and RSS); None: not measured."""
+
+    rank: int
+    node: int | None = None
+    host: str | None = None
+    state: str = "waiting"
+    restart: int | None = None
+    error: str | None = None
+    steps: int | None = None
+    step_ms: float | None = None
+    other_ms: float | None = None
+    data_ms: float | None = None
+    forward_ms: float | None = None
+    backward_ms: float | None = None
+    optimizer_ms: float | None = None
+    collective_ms: float | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    frag: float | None = None
+    largest_free: int | None = None
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    rss: int | None = None
+    peak_rss: int | None = None
+    source: str | None = None
+
+    def figure(self, name: str) -> Any:
+        """The field called ``name`` (a phase's ``<phase>_ms``), None when there is none."""
+        return getattr(self, name, None) if name in _ROW_FIELDS else None
+
+
+_ROW_FIELDS = frozenset(f.name for f in fields(RankRow))
+
+
+@dataclass
 class RunView:
     """Everything the terminal summary and the manifest show (numbers only)."""
 
     verdict: Finding
-    ranks: list[dict[str, Any]]
+    ranks: list[RankRow]
     slow: SlowRank
     creep: list[MemoryCreep]
     lost: list[LostNode]
@@ -105,16 +147,15 @@ class RunView:
 _FIRST = ("failed", "lost", "ended by its agent", "waiting")
 
 
-def show_order(rows: list[dict[str, Any]], slow: int | None) -> list[int]:
+def show_order(rows: list[RankRow], slow: int | None) -> list[int]:
     """Rows in the order a user should see them when they do not all fit: ranks in
     trouble, the slow rank, then by median step time, slowest first."""
     def key(i: int) -> tuple[int, float, int]:
         row = rows[i]
-        state = row["state"]
-        first = _FIRST.index(state) if state in _FIRST else len(_FIRST) + 1
-        if row["rank"] == slow and first > len(_FIRST):
+        first = _FIRST.index(row.state) if row.state in _FIRST else len(_FIRST) + 1
+        if row.rank == slow and first > len(_FIRST):
             first = len(_FIRST)
-        return (first, -(row.get("step_ms") or 0.0), row["rank"])
+        return (first, -(row.step_ms or 0.0), row.rank)
 
     return sorted(range(len(rows)), key=key)
 
@@ -192,7 +233,7 @@ def no_step_words(attached: int, world_size: int | None, why: str) -> str:
             f"none ran a step ({why})")
 
 
-def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[dict[str, Any]],
+def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[RankRow],
              attached: int, slow: SlowRank, creep: list[MemoryCreep],
              ended: bool = False) -> Finding:
     """What leads the summary (the order: the module docstring)."""
@@ -208,12 +249,12 @@ def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[dict[str, An
                               "log and network", code=LOST_NODE)
     if failed:
         row = failed[0]
-        if peer_gone(row["error"]):  # no rank said why: its peer's words, not gloo's page
-            return Finding(FAILED, stopped_when(f"rank {row['rank']}", None, row["error"]),
+        if peer_gone(row.error):  # no rank said why: its peer's words, not gloo's page
+            return Finding(FAILED, stopped_when(f"rank {row.rank}", None, row.error),
                            advice="look at the other ranks' logs for the one that ended first",
                            code=FAILED_RANK)
-        return Finding(FAILED, f"rank {row['rank']} failed: {row['error'] or 'an exception'}",
-                       advice=f"look at rank {row['rank']}'s log", code=FAILED_RANK)
+        return Finding(FAILED, f"rank {row.rank} failed: {row.error or 'an exception'}",
+                       advice=f"look at rank {row.rank}'s log", code=FAILED_RANK)
     if not any(snap.steps):
         how = ("a torchrun rank attaches when it starts, any other at its first "
                "torchlens.step()")
@@ -251,14 +292,28 @@ def steps_found_by(ranks: list[RankInfo | None]) -> str:
     return "steps: " + "; ".join(f"{rank_list(r)}: {by}" for by, r in said.items())
 
 
-def run_view(snap: RankSnapshot | dict[str, Any], ended: bool = False) -> RunView:
+def summary_dicts(summaries: list[list[StepSummary]]) -> list[list[Any]]:
+    """The summaries as the JSON builtins ``analysis.ranks.steps`` reads them."""
+    return [msgspec.to_builtins(sums) for sums in summaries]
+
+
+def table_row(row: RankRow, figures: Any) -> RankRow:
+    """``row`` with the figures of its ``steps.rank_table`` row (a dict) beside
+    its own fields."""
+    for k, v in figures.items():
+        if k != "rank" and k in _ROW_FIELDS:
+            setattr(row, k, v)
+    return row
+
+
+def run_view(snap: RankSnapshot | Any, ended: bool = False) -> RunView:
     """The verdict, per-rank rows and lost nodes of one collector snapshot (a
     ``RankSnapshot``, or the same as JSON builtins)."""
     snap = RankSnapshot.of(snap)
     ranks = snap.ranks
     # the collector holds every record a rank sent: set-up windows included
     steps = [list(without_setup(recs)) for recs in snap.steps]
-    summaries = snap.summaries
+    summaries = summary_dicts(snap.summaries)
     states = [rank_state(i, snap.lost_after_s, ended) for i in ranks]
     lost = lost_nodes(ranks, states)
     slow = slow_rank(steps)
@@ -267,24 +322,24 @@ def run_view(snap: RankSnapshot | dict[str, Any], ended: bool = False) -> RunVie
     table = rank_table(steps, summaries, memory, WINDOW) if steps else []
     rows = []
     for r, (info, state) in enumerate(zip(ranks, states, strict=True)):
-        row = {"rank": r, "node": info.node if info else None,
-               "host": info.host if info else None, "state": state,
-               "restart": info.incarnation if info else None, "error": _error(info)}
+        row = RankRow(rank=r, node=info.node if info else None,
+                      host=info.host if info else None, state=state,
+                      restart=info.incarnation if info else None, error=_error(info))
         if r < len(table):
-            row.update({k: v for k, v in table[r].items() if k != "rank"})
+            table_row(row, table[r])
         if info is not None and info.steps_sent is not None:  # the collector keeps only the newest
-            row["steps"] = info.steps_sent
+            row.steps = info.steps_sent
         rows.append(row)
     attached = sum(i is not None for i in ranks)
     # the rank that raised first leads: the others usually fail because it went
     # away (gloo: "Connection closed by peer"), and lower ranks are not first
-    def raised_at(row: dict[str, Any]) -> float:
-        info = ranks[row["rank"]]
+    def raised_at(row: RankRow) -> float:
+        info = ranks[row.rank]
         t = info.bye.error_t if info is not None and info.bye is not None else None
         return float(t) if t is not None else float("inf")
 
-    failed = sorted((row for row in rows if row["state"] == "failed"),
-                    key=lambda row: (peer_gone(row["error"]), raised_at(row), row["rank"]))
+    failed = sorted((row for row in rows if row.state == "failed"),
+                    key=lambda row: (peer_gone(row.error), raised_at(row), row.rank))
     verdict = _verdict(snap, lost, failed, attached, slow, creep, ended)
     notes = []
     if any(i is not None and not i.shared_run_dir for i in ranks):
@@ -302,7 +357,7 @@ def run_view(snap: RankSnapshot | dict[str, Any], ended: bool = False) -> RunVie
     by = steps_found_by(ranks)
     if by:
         notes.insert(0, by)
-    times = sorted(r["step_ms"] for r in rows if r.get("step_ms") is not None)
+    times = sorted(r.step_ms for r in rows if r.step_ms is not None)
     spread = (median(times), times[0], times[-1]) if times else None
     restarts = world_restarts(snap.incarnations, snap.world_size)
     return RunView(verdict, rows, slow, creep, lost, snap.dropped,
@@ -310,10 +365,103 @@ def run_view(snap: RankSnapshot | dict[str, Any], ended: bool = False) -> RunVie
                    show_order(rows, slow.rank), spread)
 
 
-#: what a rank row of the live status carries (``torchlens.watch``, the sidebar)
-STATUS_KEYS = ("rank", "node", "host", "state", "restart", "error", "steps", "step_ms",
-               "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "collective_ms",
-               "other_ms", "allocated", "reserved", "rss", "source")
+class RankStatus(msgspec.Struct, kw_only=True):
+    """One rank of the live status (``torchlens.watch``, the sidebar): a
+    ``RankRow``'s fields that travel, ``slow`` (the verdict's slow rank) and
+    ``ended`` (why it stopped, or None while it runs). Fields in the JSON's order."""
+
+    rank: int
+    node: int | None = None
+    host: str | None = None
+    state: str | None = None
+    restart: int | None = None
+    error: str | None = None
+    steps: int | None = None
+    step_ms: float | None = None
+    data_ms: float | None = None
+    forward_ms: float | None = None
+    backward_ms: float | None = None
+    optimizer_ms: float | None = None
+    collective_ms: float | None = None
+    other_ms: float | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    rss: int | None = None
+    source: str | None = None
+    slow: bool = False
+    ended: str | None = None
+
+
+class LiveStatus(msgspec.Struct, kw_only=True):
+    """The run's status as ``torchlens.watch`` and the sidebar show it: the
+    verdict (its line, ``verdict_code`` and ``severity``), the slow rank and its
+    finding, one ``RankStatus`` per rank, ``order`` (``RunView.order``),
+    ``spread`` (``RunView.spread``), the restarts, dropped messages and lost
+    nodes' words. A finished folder's (``folder_status``) has no ``order`` nor
+    ``spread``; a frame's adds ``run_id``, ``t`` and ``ended``. Unset fields
+    are left out of the JSON; the rest keep the order the files have."""
+
+    world_size: int | None = None
+    attached: int = 0
+    verdict: str | None = None
+    verdict_code: str | None = None
+    severity: str | None = None
+    slow_rank: int | None = None
+    slow_finding: Finding | None = None
+    notes: list[str] = []
+    ranks: list[RankStatus] = []
+    order: list[int] | UnsetType = UNSET
+    spread: list[float | None] | None | UnsetType = UNSET
+    restarts: list[Restart] = []
+    dropped: int = 0
+    lost: list[str | None] = []
+    run_id: str | None | UnsetType = UNSET
+    t: float | None | UnsetType = UNSET
+    ended: bool | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, value: LiveStatus | Any) -> LiveStatus | None:
+        """A status from a struct or a frame's JSON; None when it is not one.
+        ``order`` and ``spread`` only arrange the table: when they are garbled
+        the rest is kept without them."""
+        if value is None or isinstance(value, cls):
+            return value
+        try:
+            return msgspec.convert(value, cls)
+        except msgspec.ValidationError:
+            if not isinstance(value, dict):
+                return None
+        try:
+            return msgspec.convert({k: v for k, v in value.items()
+                                    if k not in ("order", "spread")}, cls)
+        except msgspec.ValidationError:
+            return None
+
+    def verdict_finding(self) -> Finding | None:
+        """The verdict as a finding: its line, kind and severity (a finished
+        folder's manifest may have the line alone: ``INFO`` then)."""
+        if not self.verdict:
+            return None
+        if self.slow_finding is not None and self.verdict_code == SLOW_RANK:
+            return self.slow_finding  # the verdict is the slow rank's finding
+        severity = self.severity if self.severity in SEVERITIES else INFO
+        return Finding(severity, self.verdict, code=self.verdict_code or "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The status as the JSON builtins the feed and live.json carry."""
+        return msgspec.to_builtins(self, enc_hook=_number)
+
+
+def _number(value: Any) -> Any:
+    """A numpy number in a finding's figures as its Python number."""
+    item = getattr(value, "item", None)
+    if item is None:
+        raise NotImplementedError(f"cannot encode {type(value).__name__}")
+    return item()
+
+
+#: what a rank row of the live status carries (``RankStatus``, less ``slow`` and ``ended``)
+STATUS_KEYS = tuple(f for f in RankStatus.__struct_fields__ if f not in ("slow", "ended"))
 #: rank states that mean it stopped (``rank_state``)
 ENDED_STATES = ("finished", "failed", "ended by its agent", "lost")
 
@@ -323,75 +471,83 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def live_status(view: RunView) -> dict[str, Any]:
-    """The run's status as ``torchlens.watch`` and the sidebar show it: the
-    verdict (one line, and its ``severity``) and one row per rank (``STATUS_KEYS``,
-    plus ``slow`` and ``ended``: why it stopped, or None), all plain JSON values,
-    from one ``RunView``."""
-    rows = []
-    for row in view.ranks:
-        out = {k: _finite(row.get(k)) for k in STATUS_KEYS}
-        out["slow"] = row["rank"] == view.slow.rank
-        out["ended"] = ended_reason(out)
-        rows.append(out)
-    return {"world_size": view.world_size, "attached": view.attached,
-            "verdict": str(view.verdict), "verdict_code": view.verdict.code,
-            "severity": view.verdict.severity,
-            "slow_rank": view.slow.rank, "slow_finding": view.slow.finding.to_dict(),
-            "notes": list(view.notes),
-            "ranks": rows, "order": list(view.order),
-            "spread": None if view.spread is None else [_finite(v) for v in view.spread],
-            "restarts": [dataclasses.asdict(r) for r in view.restarts],
-            "dropped": view.dropped, "lost": [n.words for n in view.lost]}
+def _ended(row: RankStatus) -> RankStatus:
+    row.ended = ended_reason(row)
+    return row
 
 
-def ended_reason(row: dict[str, Any]) -> str | None:
+def live_status(view: RunView) -> LiveStatus:
+    """The run's status (``LiveStatus``) from one ``RunView``, all plain JSON values."""
+    rows = [_ended(RankStatus(**{k: _finite(getattr(row, k)) for k in STATUS_KEYS},
+                              slow=row.rank == view.slow.rank)) for row in view.ranks]
+    return LiveStatus(
+        world_size=view.world_size, attached=view.attached,
+        verdict=str(view.verdict), verdict_code=view.verdict.code,
+        severity=view.verdict.severity,
+        slow_rank=view.slow.rank, slow_finding=view.slow.finding,
+        notes=list(view.notes), ranks=rows, order=list(view.order),
+        spread=None if view.spread is None else [_finite(v) for v in view.spread],
+        restarts=list(view.restarts), dropped=view.dropped,
+        lost=[n.words for n in view.lost])
+
+
+def ended_reason(row: RankStatus) -> str | None:
     """Why a status row's rank stopped (its state, and its error), None while it runs."""
-    if row.get("state") not in ENDED_STATES:
+    if row.state not in ENDED_STATES:
         return None
-    error = row.get("error")
-    if peer_gone(error):
-        return f"{row['state']}: a peer went away ({peer_gone_words(error)})"
-    return f"{row['state']}: {error}" if error else str(row["state"])
+    if peer_gone(row.error):
+        return f"{row.state}: a peer went away ({peer_gone_words(row.error)})"
+    return f"{row.state}: {row.error}" if row.error else str(row.state)
 
 
-def folder_status(manifest: Manifest, steps: Steps, summaries: Summaries) -> dict[str, Any]:
+def _restarts(saved: list[Any]) -> list[Restart]:
+    """A manifest's restarts as ``Restart`` records; those it cannot read are left out."""
+    out = []
+    for r in saved:
+        try:
+            out.append(msgspec.convert(r, Restart))
+        except msgspec.ValidationError:
+            continue
+    return out
+
+
+def folder_status(manifest: Manifest, steps: Steps, summaries: list[list[StepSummary]]
+                  ) -> LiveStatus:
     """``live_status`` of a finished run folder (its manifest, and each rank's
     step records and summaries): for ``torchlens.watch`` on a run without a
     live feed. The states are the manifest's; so are the verdict and slow
     rank of a folder whose writer judged the run (``torchlens run``), else
     (``%ddp_check --profile``) they are ``slow_rank``'s over its step records:
     the one verdict every view gives."""
-    table = rank_table(steps, summaries) if any(steps) else []
+    table = rank_table(steps, summary_dicts(summaries)) if any(steps) else []
     said = manifest.verdict
     saved = manifest.slow_rank or {}
-    severity = (saved.get("finding") or {}).get("severity")
+    slow_finding = as_finding(saved.get("finding"))
+    severity = slow_finding.severity if slow_finding is not None else None
     slow = saved.get("rank")
-    slow_finding = saved.get("finding")
     code = manifest.verdict_code
     if not said and sum(1 for s in steps if s) >= 2:
         judged = slow_rank(steps)
         said, severity, slow = str(judged.finding), judged.finding.severity, judged.rank
-        slow_finding, code = judged.finding.to_dict(), judged.finding.code
-    elif said and (code != SLOW_RANK if code is not None  # older manifests: by its words
-                   else said != str(as_finding(saved.get("finding")))):
-        severity = None  # the verdict is not the slow rank's (a lost node, a failure)
+        slow_finding, code = judged.finding, judged.finding.code
+    elif said and code != SLOW_RANK:
+        # the verdict is not the slow rank's (a lost node, a failure), or of a kind an
+        # older manifest does not say: the slow rank's severity is not its
+        severity = None
     rows = []
     for entry in manifest.ranks:
         r = entry.rank
         # the entry's own fields (rank, node, host, state, restart, error, steps); the
         # step and memory figures come from the table
-        row = {k: getattr(entry, k, None) for k in STATUS_KEYS}
-        if r < len(table):
-            row.update({k: _finite(v) for k, v in table[r].items()
-                        if k in STATUS_KEYS and k not in ("rank", "steps")})
-        row["slow"] = r == slow
-        row["ended"] = ended_reason(row)
-        rows.append(row)
-    return {"world_size": manifest.world_size, "attached": len(rows),
-            "verdict": said, "verdict_code": code, "severity": severity, "slow_rank": slow,
-            "slow_finding": slow_finding, "ranks": rows,
-            "notes": [n for n in manifest.notes if isinstance(n, str)],
-            "restarts": list(manifest.restarts),
-            "dropped": manifest.dropped_messages or 0,
-            "lost": [n.get("words") for n in manifest.lost_nodes if isinstance(n, dict)]}
+        row = RankStatus(**{k: getattr(entry, k, None) for k in STATUS_KEYS}, slow=r == slow)
+        for k, v in table[r].items() if r < len(table) else ():
+            if k in STATUS_KEYS and k not in ("rank", "steps"):
+                setattr(row, k, _finite(v))
+        rows.append(_ended(row))
+    return LiveStatus(
+        world_size=manifest.world_size, attached=len(rows), verdict=said, verdict_code=code,
+        severity=severity, slow_rank=slow if isinstance(slow, int) else None,
+        slow_finding=slow_finding, ranks=rows,
+        notes=[n for n in manifest.notes if isinstance(n, str)],
+        restarts=_restarts(list(manifest.restarts)), dropped=manifest.dropped_messages or 0,
+        lost=[n.get("words") for n in manifest.lost_nodes if isinstance(n, dict)])

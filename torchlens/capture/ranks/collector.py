@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
@@ -81,7 +83,10 @@ class Slot:
     seen: float  # collector clock: when its heartbeat last changed
     heartbeat: Heartbeat = field(default_factory=Heartbeat)
     steps: list[StepRecord] = field(default_factory=list)
-    summaries: list[StepSummary] = field(default_factory=list)
+    #: the summary heads as received (JSON builtins, passed on to the live feed
+    #: as they came) and the same decoded once, for the analysis
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    typed: list[StepSummary] = field(default_factory=list)
     bye: Bye | None = None
     read: list[int] = field(default_factory=lambda: [0, 0])  # values read: batches, summaries
     raw_hb: bytes = b""
@@ -284,7 +289,12 @@ class Collector:
         """Keep one value in ``s``; its spool line (``None`` when it is not what it says)."""
         if kind == 1:
             s.counts[1] += 1
-            s.summaries.append({k: v for k, v in head.items() if k != "seq"})
+            summary = {k: v for k, v in head.items() if k != "seq"}
+            # spooled as received either way; the analysis skips a head that is no summary
+            with contextlib.suppress(msgspec.ValidationError):
+                s.typed.append(StepSummary.of(summary))
+                del s.typed[:-KEEP_SUMMARIES]
+            s.summaries.append(summary)
             del s.summaries[:-KEEP_SUMMARIES]
             return protocol.merge_summary(head, payload)
         try:
@@ -337,7 +347,7 @@ class Collector:
                 heartbeat=s.heartbeat, steps_sent=s.counts[0], summaries_sent=s.counts[1],
                 overwritten=list(s.overwritten)))
         steps = [latest[r].steps if r in latest else [] for r in range(world)]
-        summaries = [latest[r].summaries if r in latest else [] for r in range(world)]
+        summaries = [latest[r].typed if r in latest else [] for r in range(world)]
         return RankSnapshot(
             run_id=self.key.run_id, world_size=world, ranks=ranks, steps=steps,
             summaries=summaries, dropped=self.dropped, dropped_why=dict(self.dropped_why),

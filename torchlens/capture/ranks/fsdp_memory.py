@@ -37,10 +37,13 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.ranks.fsdp import fsdp_module
+from torchlens.model.records import FsdpStep
 
 _FSDP2 = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
 _FSDP1 = "torch.distributed.fsdp._flat_param"
@@ -119,7 +122,7 @@ class FsdpMemory:
         self.cuda = reset_allocator_peak(device)
         _ACTIVE = self
 
-    def finish(self) -> dict[str, Any] | None:
+    def finish(self) -> FsdpStep | None:
         """The step's figures; None when it had no FSDP module and no optimizer."""
         global _ACTIVE
         _ACTIVE = None
@@ -127,10 +130,10 @@ class FsdpMemory:
             self.peak, self.peak_modules = self.run_peak, self.run_peak_modules
         out = self._figures()
         if self.cuda:
-            out["allocator_peak_bytes"] = allocator_peak(self.device)
-        return out or None
+            out = msgspec.structs.replace(out, allocator_peak_bytes=allocator_peak(self.device))
+        return None if out == FsdpStep() else out
 
-    def take(self) -> dict[str, Any] | None:
+    def take(self) -> FsdpStep | None:
         """The figures since the last ``take`` (one step of ``torchlens run``), with
         the shard bytes; None without FSDP. Counting goes on: the next step's
         gathered peak starts from what is gathered now."""
@@ -138,29 +141,33 @@ class FsdpMemory:
             return None  # no FSDP module has unsharded: the cost of a job without FSDP
         out = self._figures()
         if self.shards:
-            out["sharded_bytes"] = sum(s for s, _ in self.shards.values())
-            out["unsharded_bytes"] = sum(u for _, u in self.shards.values())
+            out = msgspec.structs.replace(
+                out, sharded_bytes=sum(s for s, _ in self.shards.values()),
+                unsharded_bytes=sum(u for _, u in self.shards.values()))
         self.peak, self.peak_modules = self.now, [n for n, _ in self.live.values()]
         return out
 
-    def _figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def _figures(self) -> FsdpStep:
+        gathered: FsdpStep = FsdpStep()
         if self.broken:
-            out["gathered_error"] = self.broken
+            gathered = FsdpStep(gathered_error=self.broken)
         elif self.peak:
-            out.update(gathered_peak_bytes=self.peak, gathered_peak_modules=self.peak_modules)
+            gathered = FsdpStep(gathered_peak_bytes=self.peak,
+                                gathered_peak_modules=list(self.peak_modules))
         if self.broken_state:
-            out["optimizer_state_error"] = self.broken_state
-        elif self.optimizers:
-            out.update(optimizer_state_bytes=sum(b for _, b in self.optimizers.values()),
-                       optimizers=[n for n, _ in self.optimizers.values()])
-        return out
+            return msgspec.structs.replace(gathered, optimizer_state_error=self.broken_state)
+        if self.optimizers:
+            return msgspec.structs.replace(
+                gathered, optimizer_state_bytes=sum(b for _, b in self.optimizers.values()),
+                optimizers=[n for n, _ in self.optimizers.values()])
+        return gathered
 
-    def finish_into(self, record: dict[str, Any]) -> None:
-        """``finish``, its figures put in the step's record as ``fsdp_memory``."""
+    def finish_into(self, record: MutableMapping[str, Any]) -> None:
+        """``finish``, its figures put in the step's record as ``fsdp_memory``
+        (the JSON keys of its fields that are set)."""
         figures = self.finish()
-        if figures:
-            record["fsdp_memory"] = figures
+        if figures is not None:
+            record["fsdp_memory"] = figures.to_dict()
 
     def gathered(self, key: int, name: str, nbytes: int) -> None:
         """The module ``key`` now holds ``nbytes`` gathered (0: resharded)."""

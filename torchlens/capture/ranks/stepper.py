@@ -38,6 +38,7 @@ from typing import Any
 
 import psutil
 import torch
+from msgspec import UNSET
 
 from torchlens.capture.ranks import cuda_device
 from torchlens.capture.ranks.autostep import (
@@ -56,7 +57,6 @@ from torchlens.capture.ranks.phases import (
 from torchlens.capture.trace import profiler as _profiler
 from torchlens.model.messages import RankProgress
 from torchlens.model.records import (
-    FsdpStep,
     GpuStepTimes,
     StepMemory,
     StepRecord,
@@ -99,10 +99,10 @@ def memory_now(device: torch.device) -> StepMemory:
     alone; with the C heap's bytes in use either way (about 1 µs)."""
     got = cuda_device.counters(device)
     heap = heap_in_use()
-    extra: dict[str, Any] = {"heap": heap} if heap is not None else {}
+    held = heap if heap is not None else UNSET
     if got is None:
-        return StepMemory(rss=rss_bytes(), source="rss", **extra)
-    return StepMemory(rss=rss_bytes(), source="cuda", **extra, **got)
+        return StepMemory(rss=rss_bytes(), source="rss", heap=held)
+    return StepMemory(rss=rss_bytes(), source="cuda", heap=held, **got)
 
 
 class RankProfiler:
@@ -160,7 +160,9 @@ class RankProfiler:
         self.budget_figures: dict[str, Any] = {}
         self._prof_t0 = 0.0
         self._walls: list[float] = []
-        self._work: queue.Queue[tuple[str, int, dict[str, Any] | None] | None] = queue.Queue()
+        #: traces to summarise: path, step, and the CUDA allocator's counters at its end
+        self._work: queue.Queue[tuple[str, int, dict[str, int | str | None] | None] | None] = (
+            queue.Queue())
         self._worker: threading.Thread | None = None
         self.t_mark = 0.0
         self._said_dropped = False
@@ -335,7 +337,7 @@ class RankProfiler:
                                        profiled=profiled, window=window, mem=mem,
                                        tl_s=round(time.time() - called, 6),
                                        **({"gpu": gpu} if gpu else {}),
-                                       **({"fsdp": FsdpStep(**fsdp)} if fsdp else {}),
+                                       **({"fsdp": fsdp} if fsdp is not None else {}),
                                        **({"label": label} if label else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:

@@ -27,7 +27,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
@@ -45,6 +45,9 @@ from torchlens.frontends.ranks import registry as run_registry
 from torchlens.model import InputError
 from torchlens.model.messages import Bye, Heartbeat, Hello
 from torchlens.model.records import StepRecord, decode_batch
+
+if TYPE_CHECKING:
+    from torchlens.analysis.ranks.verdict import RankRow
 
 POLL_S = 0.25
 #: after the command ends: polls for the last batches its ranks wrote
@@ -203,7 +206,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         if exporter is not None:  # how each rank ended, for the last scrape
             exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
-            feed.publish(live_status(view), ended=True)
+            feed.publish(live_status(view).to_json(), ended=True)
         feed.close()
         manifest = write_folder(run_dir, collector, view, command, code, interrupted,
                                 live=feed.manifest_entry())
@@ -267,7 +270,7 @@ def watch(collector: Any, summary: Any, running: Callable[[], bool],
         if feed is not None and feed.due():
             if view is None and feed.status_due(summary.cost):  # costly at many ranks: not every frame
                 view = timed_view()
-            feed.publish(live_status(view) if view is not None else None)
+            feed.publish(live_status(view).to_json() if view is not None else None)
         if metrics is not None:  # steps counted every poll; a scrape reads what it kept
             metrics.tick(collector, view)
         if own is not None:
@@ -362,20 +365,20 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
     from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
     from torchlens.analysis.ranks.slow import rank_list
 
-    steps = [r.get("steps") or 0 for r in view.ranks]
+    steps = [r.steps or 0 for r in view.ranks]
     # the same words as the verdict's when nothing was recorded (not "every rank said goodbye")
     none = ("no rank attached, no step recorded"
-            if all(r["state"] == "waiting" for r in view.ranks)
+            if all(r.state == "waiting" for r in view.ranks)
             else "no step recorded" if not any(steps) else "")
     if interrupted:
         return f"interrupted before any step: {none}" if none else (
             f"interrupted after {max(steps)} steps")
     if none and code == 0 and not view.lost and all(
-            r["state"] == "finished" for r in view.ranks):
+            r.state == "finished" for r in view.ranks):
         return f"the command ended: {none}"
     if view.lost:
         return "stopped: " + "; ".join(n.words for n in view.lost)
-    if code == 0 and all(r["state"] == "finished" for r in view.ranks):
+    if code == 0 and all(r.state == "finished" for r in view.ranks):
         if view.restarts:  # the step counts are of the last start
             n = len(view.restarts)
             return (f"finished after {n} restart{'s' if n > 1 else ''} by the elastic agent: "
@@ -384,22 +387,22 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
         return f"finished: every rank said goodbye ({min(steps, default=0)} steps or more each)"
     raised = raised or {}
 
-    def first(row: dict[str, Any]) -> tuple[float, int]:
-        return (raised.get(row["rank"], float("inf")), row["rank"])
+    def first(row: RankRow) -> tuple[float, int]:
+        return (raised.get(row.rank, float("inf")), row.rank)
 
-    rows = sorted((r for r in view.ranks if r["state"] != "finished"), key=first)
-    bad = [f"rank {r['rank']} {r['state']}" + (f" ({r['error']})" if r.get("error") else "")
-           for r in rows if not peer_gone(r.get("error"))]
-    cause = next((r["rank"] for r in rows if r["state"] == "failed"
-                  and not peer_gone(r.get("error"))), None)
-    peers: dict[str, list[dict[str, Any]]] = {}  # one phrase per thing the transport said
+    rows = sorted((r for r in view.ranks if r.state != "finished"), key=first)
+    bad = [f"rank {r.rank} {r.state}" + (f" ({r.error})" if r.error else "")
+           for r in rows if not peer_gone(r.error)]
+    cause = next((r.rank for r in rows if r.state == "failed"
+                  and not peer_gone(r.error)), None)
+    peers: dict[str, list[RankRow]] = {}  # one phrase per thing the transport said
     for r in rows:
-        if peer_gone(r.get("error")):
-            peers.setdefault(peer_gone_words(r["error"]), []).append(r)
+        if peer_gone(r.error):
+            peers.setdefault(peer_gone_words(r.error), []).append(r)
     for group in peers.values():
-        bad.append(stopped_when(rank_list([r["rank"] for r in group]),
+        bad.append(stopped_when(rank_list([r.rank for r in group]),
                                 None if cause is None else rank_list([cause]),
-                                group[0]["error"]))
+                                group[0].error))
     return f"ended with exit code {_exit_code(code)}" + (f": {'; '.join(bad)}" if bad else "")
 
 
@@ -434,7 +437,7 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     ranks: list[RankFiles] = []
     raised: dict[int, float] = {}
     for row in view.ranks:
-        r = row["rank"]
+        r = row.rank
         slots = by_rank.get(r, [])
         last = slots[-1] if slots else None
         hello: Hello | None = last.hello if last else None
@@ -443,11 +446,11 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         if bye.error_t is not None:
             raised[r] = bye.error_t
         ranks.append(RankFiles(RankEntry(
-            rank=r, node=row.get("node"), host=row.get("host"),
+            rank=r, node=row.node, host=row.host,
             pid=hello.pid if hello else None, local_rank=hello.local_rank if hello else None,
             # a rank attached at its start says its device in its heartbeats, once it stepped
             device=hb.device or (hello.device if hello else None),
-            restart=row.get("restart"), state=row["state"], error=row.get("error"),
+            restart=row.restart, state=row.state, error=row.error,
             stopped_at_step=hb.steps_done, last_heartbeat=hb.t,
             steps=sum(s.counts[0] for s in slots), summaries=sum(s.counts[1] for s in slots)),
             steps=_rank_steps(collector, slots), oom=bye.oom,

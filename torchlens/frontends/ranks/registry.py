@@ -41,6 +41,8 @@ import stat
 import time
 from typing import Any
 
+import msgspec
+
 from torchlens.formats.run_folder.files import (
     LIVE_FORMAT,
     read_live_status,
@@ -139,7 +141,74 @@ def _text(v: Any, limit: int = MAX_TEXT) -> str | None:
     return v[:limit] if isinstance(v, str) else None
 
 
-def _entry(raw: Any) -> dict[str, Any] | None:
+class RegistryEntry(msgspec.Struct, frozen=True):
+    """A registry entry's checked fields (the module docstring's file)."""
+
+    run_id: str
+    run_dir: str
+    collector: str | None
+    pid: int
+    pid_start: int | float | None
+    host: str | None
+    command: list[str]
+    started: int | float | None
+
+
+class SidebarRank(msgspec.Struct):
+    """One rank of a live status as the sidebar gets it: ``RANK_NUMBERS`` (finite
+    numbers or None), then ``RANK_TEXTS`` (cut text or None)."""
+
+    rank: int | float | None = None
+    node: int | float | None = None
+    restart: int | float | None = None
+    steps: int | float | None = None
+    step_ms: int | float | None = None
+    data_ms: int | float | None = None
+    allocated: int | float | None = None
+    reserved: int | float | None = None
+    frag: int | float | None = None
+    largest_free: int | float | None = None
+    peak_allocated: int | float | None = None
+    peak_reserved: int | float | None = None
+    rss: int | float | None = None
+    peak_rss: int | float | None = None
+    host: str | None = None
+    state: str | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+class SidebarStatus(msgspec.Struct):
+    """The checked content of a live.json (``live_status``)."""
+
+    t: int | float | None
+    age_s: float | None
+    run_id: str | None
+    world_size: int | float | None
+    verdict: str
+    #: the verdict's kind (``Finding.code``): what the sidebar decides by
+    verdict_code: str | None
+    ended: bool
+    restarts: int
+    dropped: int | float
+    ranks: list[SidebarRank]
+
+
+class LiveRun(msgspec.Struct):
+    """One run as the endpoint answers it: the entry's fields, its state and live status."""
+
+    run_id: str
+    run_dir: str
+    collector: str | None
+    pid: int
+    command: list[str]
+    started: int | float | None
+    state: str
+    live: SidebarStatus | None
+    stopped: str | None = None
+
+
+def _entry(raw: Any) -> RegistryEntry | None:
     """The checked fields of a registry entry, or None when it is not one."""
     if not isinstance(raw, dict) or raw.get("format") != ENTRY_FORMAT:
         return None
@@ -150,19 +219,15 @@ def _entry(raw: Any) -> dict[str, Any] | None:
     command = raw.get("command")
     words = [w[:MAX_TEXT] for w in command if isinstance(w, str)][:256] \
         if isinstance(command, list) else []
-    return {"run_id": run_id, "run_dir": run_dir, "collector": _text(raw.get("collector"), 300),
-            "pid": pid, "pid_start": _number(raw.get("pid_start")),
-            "host": _text(raw.get("host"), 300), "command": words,
-            "started": _number(raw.get("started"))}
+    return RegistryEntry(run_id=run_id, run_dir=run_dir,
+                         collector=_text(raw.get("collector"), 300), pid=pid,
+                         pid_start=_number(raw.get("pid_start")),
+                         host=_text(raw.get("host"), 300), command=words,
+                         started=_number(raw.get("started")))
 
 
-def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
-    """The checked content of a live.json document, or None when it is not one.
-
-    A partial or garbled file is None (the run shows as "starting"). Only the
-    documented fields pass, each of its type (numbers finite, text cut to
-    ``MAX_TEXT``): what the endpoint answers has one shape whatever the file held.
-    """
+def _status(raw: Any, now: float | None = None) -> SidebarStatus | None:
+    """``live_status``, typed."""
     if not isinstance(raw, dict) or raw.get("format") != LIVE_FORMAT \
             or not isinstance(raw.get("ranks"), list):
         return None
@@ -174,48 +239,53 @@ def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
         # the ranks in trouble and the slowest (run_verdict.show_order) are the
         # ones worth the room when a job has more ranks than the sidebar shows
         rows = [rows[i] for i in sorted(order[:MAX_RANKS])]
-    ranks = []
-    for row in rows[:MAX_RANKS]:
-        if not isinstance(row, dict) or _number(row.get("rank")) is None:
-            continue
-        out: dict[str, Any] = {k: _number(row.get(k)) for k in RANK_NUMBERS}
-        out.update({k: _text(row.get(k), 300 if k != "error" else MAX_TEXT)
-                    for k in RANK_TEXTS})
-        ranks.append(out)
+    ranks = [SidebarRank(**{k: _number(row.get(k)) for k in RANK_NUMBERS},
+                         **{k: _text(row.get(k), 300 if k != "error" else MAX_TEXT)
+                            for k in RANK_TEXTS})
+             for row in rows[:MAX_RANKS]
+             if isinstance(row, dict) and _number(row.get("rank")) is not None]
     t = _number(raw.get("t"))
     restarts = raw.get("restarts")
-    return {"t": t, "age_s": None if t is None else max(0.0, now - t),
-            "run_id": _text(raw.get("run_id"), 64),
-            "world_size": _number(raw.get("world_size")),
-            "verdict": _text(raw.get("verdict")) or "",
-            # the verdict's kind (``Finding.code``): what the sidebar decides by
-            "verdict_code": _text(raw.get("verdict_code"), 64),
-            "ended": raw.get("ended") is True,
-            "restarts": len(restarts) if isinstance(restarts, list) else 0,
-            "dropped": _number(raw.get("dropped")) or 0,
-            "ranks": ranks}
+    return SidebarStatus(
+        t=t, age_s=None if t is None else max(0.0, now - t),
+        run_id=_text(raw.get("run_id"), 64), world_size=_number(raw.get("world_size")),
+        verdict=_text(raw.get("verdict")) or "", verdict_code=_text(raw.get("verdict_code"), 64),
+        ended=raw.get("ended") is True,
+        restarts=len(restarts) if isinstance(restarts, list) else 0,
+        dropped=_number(raw.get("dropped")) or 0, ranks=ranks)
 
 
-def _run(entry: dict[str, Any], now: float) -> dict[str, Any]:
+def live_status(raw: Any, now: float | None = None) -> dict[str, Any] | None:
+    """The checked content of a live.json document, or None when it is not one.
+
+    A partial or garbled file is None (the run shows as "starting"). Only the
+    documented fields pass, each of its type (numbers finite, text cut to
+    ``MAX_TEXT``): what the endpoint answers has one shape whatever the file held.
+    """
+    return msgspec.to_builtins(_status(raw, now))
+
+
+def _run(entry: RegistryEntry, now: float) -> LiveRun:
     """One run as the endpoint answers it: the entry's fields and its live status."""
-    live = live_status(read_live_status(entry["run_dir"], MAX_LIVE_BYTES), now)
-    if live is not None and live["run_id"] not in (None, entry["run_id"]):
+    live = _status(read_live_status(entry.run_dir, MAX_LIVE_BYTES), now)
+    if live is not None and live.run_id not in (None, entry.run_id):
         live = None  # a live.json of another run (the folder reused): not this one's
-    state = "starting" if live is None else ("ended" if live["ended"] else "running")
-    run = {k: entry[k] for k in ("run_id", "run_dir", "collector", "pid", "command", "started")}
-    return {**run, "state": state, "live": live, "stopped": None}
+    state = "starting" if live is None else ("ended" if live.ended else "running")
+    return LiveRun(run_id=entry.run_id, run_dir=entry.run_dir, collector=entry.collector,
+                   pid=entry.pid, command=entry.command, started=entry.started,
+                   state=state, live=live)
 
 
-def _is_this_host(entry: dict[str, Any]) -> bool:
-    return entry["host"] in (None, socket.gethostname())
+def _is_this_host(entry: RegistryEntry) -> bool:
+    return entry.host in (None, socket.gethostname())
 
 
-def _alive(entry: dict[str, Any]) -> bool:
+def _alive(entry: RegistryEntry) -> bool:
     """The entry's pid is still the process that registered (same start time)."""
-    started = _process_start(entry["pid"])
+    started = _process_start(entry.pid)
     if started is None:
         return False
-    return entry["pid_start"] is None or abs(started - entry["pid_start"]) < 0.5
+    return entry.pid_start is None or abs(started - entry.pid_start) < 0.5
 
 
 def live_runs(folder: str | None = None, now: float | None = None) -> list[dict[str, Any]]:
@@ -226,6 +296,10 @@ def live_runs(folder: str | None = None, now: float | None = None) -> list[dict[
     and ``live`` (``live_status``, or None). Stale entries are deleted.
     Never raises for what it finds on disk.
     """
+    return msgspec.to_builtins(_live_runs(folder, now))
+
+
+def _live_runs(folder: str | None, now: float | None) -> list[LiveRun]:
     folder = folder or registry_dir()
     now = time.time() if now is None else now
     try:
@@ -252,7 +326,7 @@ def live_runs(folder: str | None = None, now: float | None = None) -> list[dict[
                 os.remove(path)
             continue
         runs.append(_run(entry, now))
-    runs.sort(key=lambda r: (r["started"] or 0.0, r["run_id"]))
+    runs.sort(key=lambda r: (r.started or 0.0, r.run_id))
     return runs
 
 
@@ -269,29 +343,32 @@ class RecentRuns:
     def __init__(self, folder: str | None = None, keep_s: float = KEEP_ENDED_S) -> None:
         self.folder = folder
         self.keep_s = keep_s
-        self.seen: dict[str, dict[str, Any]] = {}
-        self.ended: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.seen: dict[str, LiveRun] = {}
+        self.ended: dict[str, tuple[float, LiveRun]] = {}
 
     def runs(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The running and recently ended runs, as the endpoint answers them (JSON)."""
         now = time.time() if now is None else now
-        running = live_runs(self.folder, now)
-        ids = {r["run_id"] for r in running}
+        running = _live_runs(self.folder, now)
+        ids = {r.run_id for r in running}
         for run_id, last in list(self.seen.items()):
             if run_id not in ids:
                 del self.seen[run_id]
                 self.ended[run_id] = (now, self._ended(last, now))
-        self.seen.update((r["run_id"], r) for r in running)
+        self.seen.update((r.run_id, r) for r in running)
         for run_id, (since, _) in list(self.ended.items()):
             if run_id in ids or now - since > self.keep_s:
                 del self.ended[run_id]
-        return running + [run for _, run in self.ended.values()]
+        return msgspec.to_builtins(running + [run for _, run in self.ended.values()])
 
     @staticmethod
-    def _ended(last: dict[str, Any], now: float) -> dict[str, Any]:
-        final = _run(last, now)
-        live = final["live"] or last["live"]
+    def _ended(last: LiveRun, now: float) -> LiveRun:
+        final = _run(RegistryEntry(run_id=last.run_id, run_dir=last.run_dir,
+                                   collector=last.collector, pid=last.pid, pid_start=None,
+                                   host=None, command=last.command, started=last.started), now)
         try:
-            stopped = _text(read_manifest(last["run_dir"], private=True).stopped)
+            stopped = _text(read_manifest(last.run_dir, private=True).stopped)
         except ManifestError:  # not written yet, or not one to trust
             stopped = None
-        return {**final, "state": "ended", "live": live, "stopped": stopped}
+        return msgspec.structs.replace(final, state="ended", live=final.live or last.live,
+                                       stopped=stopped)

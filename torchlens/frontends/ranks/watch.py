@@ -32,13 +32,15 @@ import math
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchlens.frontends.ranks.watch_sources import open_source
 from torchlens.frontends.shared.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.model import InputError
-from torchlens.model.findings import as_finding
 from torchlens.model.messages import DdpHeartbeat
+
+if TYPE_CHECKING:
+    from torchlens.analysis.ranks.verdict import LiveStatus
 
 POLL_S = 0.5
 DEFAULT_TIMEOUT_S = 60.0
@@ -95,7 +97,7 @@ class Watch:
         self.source, self.label, self.timeout = source, label, timeout
         self.note = note
         self.view: Any = None
-        self.status: dict[str, Any] | None = None
+        self.status: LiveStatus | None = None
         self.frames = 0
         self.seq: int | None = None
         self.state = "waiting"
@@ -207,10 +209,15 @@ class Watch:
             self._end(state, why)
 
     def _apply(self, frame: dict[str, Any]) -> None:
+        """One frame (the feed's JSON, ``capture.ranks.feed``): its status and
+        summaries decoded here, once, into their types."""
+        from torchlens.analysis.ranks.verdict import LiveStatus
+        from torchlens.model.records import summaries_from
+
         world = int(frame.get("world_size") or 0)
         if world and (self.view is None or world > self.view.profile.world_size):
             self._new_view(world)
-        self.status = frame.get("status") or self.status
+        self.status = LiveStatus.of(frame.get("status")) or self.status
         self.seq = frame.get("seq")
         self.frames += 1
         self.ended = self.ended or bool(frame.get("ended"))
@@ -218,17 +225,18 @@ class Watch:
         if view is None:
             return
         world = view.profile.world_size
-        rows = {row.get("rank"): row for row in (self.status or {}).get("ranks") or []}
+        rows = {row.rank: row for row in self.status.ranks} if self.status else {}
         t0 = float(frame.get("t0") or 0.0)
         view.profile.t0 = view.profile.t0 or t0 or None  # the timeline's origin: the lanes'
         for r, beats in _ranks(frame.get("heartbeats"), world):
-            row = rows.get(r) or {}
+            row = rows.get(r)
+            state = row.state if row is not None else None
             for beat in beats if isinstance(beats, list) else [beats]:
                 if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
                     view.push(DdpHeartbeat(
                         rank=r, t=beat["t"], t_rel=beat["t"] - t0, rss=beat.get("rss"),
-                        node=row.get("node"), phase=beat.get("phase")
-                        or PHASES.get(row.get("state"), str(row.get("state")))))
+                        node=row.node if row is not None else None,
+                        phase=beat.get("phase") or PHASES.get(state, str(state))))
         # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
         batches = {r: records for r, records in _ranks(frame.get("steps"), world)
                    if isinstance(records, list)}
@@ -236,16 +244,14 @@ class Watch:
         for r, records in self.starts.place_steps(batches).items():
             feed.push_steps(r, records)
         for r, summaries in _ranks(frame.get("summaries"), world):
-            for s in summaries if isinstance(summaries, list) else []:
-                if isinstance(s, dict) and "step" in s and "t0" in s:
-                    feed.push_summary(r, self.starts.place_summary(r, s))
+            typed, _ = summaries_from(summaries if isinstance(summaries, list) else [])
+            for s in typed:
+                feed.push_summary(r, self.starts.place_summary(r, s))
         if self.metrics is not None:
             self.metrics.take_status(self.status)
         # the section's verdict is the header's (the collector judged it)
-        said = as_finding((self.status or {}).get("slow_finding"))
-        if said is not None:
-            slow = (self.status or {}).get("slow_rank")
-            view.profile.take_verdict(said, slow if isinstance(slow, int) else None)
+        if self.status is not None and self.status.slow_finding is not None:
+            view.profile.take_verdict(self.status.slow_finding, self.status.slow_rank)
         for number, step in self.starts.take_marks():
             view.mark_restart(step, self._restart_label(number))
         for r, ended in _ranks(frame.get("ended_ranks"), world):
@@ -258,9 +264,9 @@ class Watch:
     def _restart_label(self, number: int) -> str:
         """The status's few words for restart ``number`` ("restart 1: rank 1
         failed"), or just its number while the status does not have it yet."""
-        for r in (self.status or {}).get("restarts") or []:
-            if isinstance(r, dict) and r.get("number") == number and r.get("label"):
-                return str(r["label"])
+        for r in self.status.restarts if self.status is not None else []:
+            if r.number == number and r.label:
+                return r.label
         return f"restart {number}"
 
     def _new_view(self, world: int) -> None:
@@ -328,8 +334,8 @@ class Watch:
         if self.frames:
             parts.append(f"frame {self.seq}")
         if self.status:
-            parts.append(f"{self.status.get('attached', 0)} of "
-                         f"{self.status.get('world_size') or '?'} ranks")
+            parts.append(f"{self.status.attached} of "
+                         f"{self.status.world_size or '?'} ranks")
         if self.dropped:
             parts.append(f"{self.dropped} forged frame(s) dropped")
         return ", ".join(parts)

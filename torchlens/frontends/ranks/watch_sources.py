@@ -144,26 +144,29 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
     from torchlens.formats.run_folder.manifest import read_manifest
     from torchlens.formats.run_folder.records import read_steps, read_summaries
     from torchlens.frontends.ranks.folder_summaries import fill_from_traces
+    from torchlens.model.records import summaries_from
 
     manifest = read_manifest(run_dir)
     world = manifest.world_size
     steps = [read_steps(run_dir, r) for r in range(world)]
     summaries = [read_summaries(run_dir, r) for r in range(world)]
     unread = fill_from_traces(run_dir, manifest, summaries)  # a %ddp_check folder's
-    status = folder_status(manifest, steps, summaries)
+    status = folder_status(manifest, steps, [summaries_from(s)[0] for s in summaries])
     if unread:
-        status["notes"] = [*status.get("notes", []), f"traces not drawn: {'; '.join(unread)}"]
+        status.notes = [*status.notes, f"traces not drawn: {'; '.join(unread)}"]
     t = manifest.created or time.time()
+    status.run_id, status.t, status.ended = manifest.run_id, t, True
     ended = {}
-    for row in status["ranks"]:
-        entry = manifest.rank(row["rank"])
-        ended[str(row["rank"])] = [row["ended"] or row.get("state") or "ended",
-                                   (entry.last_heartbeat if entry else None) or t]
+    for row in status.ranks:
+        entry = manifest.rank(row.rank)
+        ended[str(row.rank)] = [row.ended or row.state or "ended",
+                                (entry.last_heartbeat if entry else None) or t]
+    # a frame as the live feed writes one: JSON, typed again where the watch reads it
     return {"format": FRAME_FORMAT, "version": VERSION, "seq": 0, "t": t,
             # the run's start, as its own view drew it (%ddp_check: its launch)
             "t0": manifest.started or min((s[0].t0 for s in steps if s), default=t),
             "run_id": manifest.run_id, "world_size": world, "ended": True,
-            "status": {**status, "run_id": manifest.run_id, "t": t, "ended": True},
+            "status": status.to_json(),
             "steps": {str(r): s for r, s in enumerate(steps) if s},
             "summaries": {str(r): s for r, s in enumerate(summaries) if s},
             "ended_ranks": ended,

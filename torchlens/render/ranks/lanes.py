@@ -9,9 +9,10 @@ rows drawn already are kept with where they go and placed again.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from dataclasses import dataclass, field
 
-from torchlens.analysis.ranks.arrivals import ARRIVED_BY
+from torchlens.analysis.ranks.arrivals import ARRIVED_BY, CollectiveArrival
+from torchlens.model.records import StepSummary
 from torchlens.model.units import plural
 from torchlens.render.columns import as_number
 
@@ -21,15 +22,18 @@ KIND_COLORS = {"op": "#6baed6", "kernel": "#31a354", "memcpy": "#fd8d3c",
                "memset": "#bcbd22", "collective": "#d62728", "other": "#999999"}
 
 
-def lane_names(summary: dict[str, Any]) -> list[str]:
-    return [str(n) for n in summary.get("lanes") or []] or ["lane 0"]
+#: one value of a timeline source's row (a Bokeh column's cell)
+Cell = float | int | str | list[float] | list[int] | None
 
 
-def lane_name(summary: dict[str, Any], index: Any) -> str:
+def lane_names(summary: StepSummary) -> list[str]:
+    return list(summary.lanes or []) or ["lane 0"]
+
+
+def lane_name(summary: StepSummary, index: int) -> str:
     """The name of lane ``index``; the first lane for an index the summary lacks."""
     lanes = lane_names(summary)
-    i = int(index or 0)
-    return lanes[i] if 0 <= i < len(lanes) else lanes[0]
+    return lanes[index] if 0 <= index < len(lanes) else lanes[0]
 
 
 class Lanes:
@@ -72,95 +76,168 @@ class Lanes:
         return self.slot[(rank, lanes[0])] - 0.5, self.slot[(rank, lanes[-1])] + 0.5
 
 
+@dataclass
+class Box:
+    """One op or collective of the timeline, a row of its source: its span
+    (s from the view's origin), colour, hover figures, and where it is drawn
+    (``top``/``bottom``: lane units, set by ``Timeline.place_box``). ``kind``:
+    an op's; ``seq`` and ``bytes``: a collective's (None on an op)."""
+
+    left: float
+    right: float
+    color: str
+    name: str
+    ms: float
+    rank: int
+    lane: str
+    step: int
+    kind: str | None = None
+    seq: int | None = None
+    bytes: str | None = None
+    top: float = 0.0
+    bottom: float = 0.0
+
+    def columns(self) -> dict[str, Cell]:
+        out: dict[str, Cell] = {"left": self.left, "right": self.right, "color": self.color,
+                                  "name": self.name, "ms": self.ms, "rank": self.rank,
+                                  "lane": self.lane, "step": self.step}
+        if self.kind is not None:
+            out["kind"] = self.kind
+        else:
+            out.update(seq=self.seq, bytes=self.bytes)
+        out.update(top=self.top, bottom=self.bottom)
+        return out
+
+
+@dataclass
+class Arrival:
+    """A collective across ranks: a line through its ranks' arrivals (``xs``,
+    ``ys``) or the mark on the last one (``x``, ``y``), with its hover words."""
+
+    name: str
+    seq: int
+    step: int
+    last: str
+    spread_ms: float
+    arrived_by: str
+    xs: list[float] = field(default_factory=list)
+    ys: list[int] = field(default_factory=list)
+    x: float = 0.0
+    y: int = 0
+
+    def columns(self) -> dict[str, Cell]:
+        where: dict[str, Cell] = ({"xs": self.xs, "ys": self.ys} if self.xs
+                                    else {"x": self.x, "y": self.y})
+        return {**where, "name": self.name, "seq": self.seq, "step": self.step,
+                "last": self.last, "spread_ms": self.spread_ms, "arrived_by": self.arrived_by}
+
+
+@dataclass
+class EndMark:
+    """A rank that stopped early: a red line at ``x`` over its lanes (``y0``..``y1``)."""
+
+    x: float
+    text: str
+    label: str
+    y0: float = -0.5
+    y1: float = 0.5
+
+    def columns(self) -> dict[str, Cell]:
+        return {"x": self.x, "y0": self.y0, "y1": self.y1, "text": self.text,
+                "label": self.label}
+
+
+Row = Box | Arrival | EndMark
+
+
 class Timeline:
     """The timeline's rows, kept (bounded like the sources) with where they go,
     so they can be placed again when a new lane moves the lanes below it."""
 
     def __init__(self, lanes: Lanes, ops: int, collectives: int, arrivals: int) -> None:
         self.lanes = lanes
-        self.ops: deque[tuple[dict[str, Any], Any]] = deque(maxlen=ops)
-        self.colls: deque[tuple[dict[str, Any], Any]] = deque(maxlen=collectives)
-        self.arrivals: deque[tuple[dict[str, Any], Any]] = deque(maxlen=arrivals)
-        self.last: deque[tuple[dict[str, Any], Any]] = deque(maxlen=arrivals)
-        self.ends: list[tuple[dict[str, Any], Any]] = []
+        self.ops: deque[tuple[Box, tuple[int, str, int | None]]] = deque(maxlen=ops)
+        self.colls: deque[tuple[Box, tuple[int, str, int | None]]] = deque(maxlen=collectives)
+        self.arrivals: deque[tuple[Arrival, list[tuple[int, str]]]] = deque(maxlen=arrivals)
+        self.last: deque[tuple[Arrival, tuple[int, str]]] = deque(maxlen=arrivals)
+        self.ends: list[tuple[EndMark, int]] = []
 
-    def place_box(self, row: dict[str, Any], where: tuple[int, str, int | None]) -> dict[str, Any]:
+    def place_box(self, row: Box, where: tuple[int, str, int | None]) -> Box:
         rank, lane, level = where
         y = self.lanes.slot[(rank, lane)]
         if level is None:  # kernels, copies, collectives: the whole lane
-            row["top"], row["bottom"] = y - BAND / 2, y + BAND / 2
+            row.top, row.bottom = y - BAND / 2, y + BAND / 2
         else:  # nested host ops: one row per depth, outermost at the top
             h = BAND / LEVELS
-            row["top"] = y - BAND / 2 + level * h
-            row["bottom"] = row["top"] + h
+            row.top = y - BAND / 2 + level * h
+            row.bottom = row.top + h
         return row
 
-    def place_segment(self, row: dict[str, Any], where: list[tuple[int, str]]) -> dict[str, Any]:
-        row["ys"] = [self.lanes.slot[k] for k in where]
+    def place_segment(self, row: Arrival, where: list[tuple[int, str]]) -> Arrival:
+        row.ys = [self.lanes.slot[k] for k in where]
         return row
 
-    def place_point(self, row: dict[str, Any], where: tuple[int, str]) -> dict[str, Any]:
-        row["y"] = self.lanes.slot[where]
+    def place_point(self, row: Arrival, where: tuple[int, str]) -> Arrival:
+        row.y = self.lanes.slot[where]
         return row
 
-    def place_end(self, row: dict[str, Any], rank: int) -> dict[str, Any]:
-        top, bottom = self.lanes.group(rank) or (-0.5, 0.5)
-        row["y0"], row["y1"] = top, bottom
+    def place_end(self, row: EndMark, rank: int) -> EndMark:
+        row.y0, row.y1 = self.lanes.group(rank) or (-0.5, 0.5)
         return row
 
-    def add_ops(self, rank: int, s: dict[str, Any], t0: float,
-                budget: int) -> list[dict[str, Any]]:
+    def add_ops(self, rank: int, s: StepSummary, t0: float, budget: int) -> list[Box]:
         """The summary's ``budget`` longest ops (the timeline's share of this rank), placed."""
-        ops = sorted(s.get("ops") or [], key=lambda o: -(o.get("dur") or 0.0))[:budget]
+        ops = sorted(s.ops or [], key=lambda o: -o.dur)[:budget]
         out = []
         for o in ops:
-            lane = lane_name(s, o.get("lane"))
-            kind = str(o.get("kind") or "op")
-            level = min(int(o.get("depth") or 0), LEVELS - 1) if kind == "op" else None
-            left = float(o["t0"]) - t0
-            row = {"left": left, "right": left + float(o.get("dur") or 0.0),
-                   "color": KIND_COLORS.get(kind, KIND_COLORS["other"]), "name": str(o.get("name", "")),
-                   "ms": as_number(o.get("dur"), 1e3), "rank": rank, "lane": lane,
-                   "step": int(s["step"]), "kind": kind}
+            lane = lane_name(s, o.lane)
+            kind = o.kind or "op"
+            level = min(o.depth, LEVELS - 1) if kind == "op" else None
+            left = o.t0 - t0
+            row = Box(left, left + o.dur, KIND_COLORS.get(kind, KIND_COLORS["other"]), o.name,
+                      as_number(o.dur, 1e3), rank, lane, s.step, kind=kind)
             where = (rank, lane, level)
             self.ops.append((row, where))
             out.append(self.place_box(row, where))
         return out
 
-    def add_collectives(self, rank: int, s: dict[str, Any], t0: float) -> list[dict[str, Any]]:
+    def add_collectives(self, rank: int, s: StepSummary, t0: float) -> list[Box]:
         """The summary's collectives, placed."""
         out = []
-        for c in s.get("collectives") or []:
-            lane = lane_name(s, c.get("lane"))
-            left = float(c["t0"]) - t0
-            size = c.get("bytes")
-            row = {"left": left, "right": left + float(c.get("dur") or 0.0),
-                   "color": KIND_COLORS["collective"], "name": str(c.get("name", "")),
-                   "ms": as_number(c.get("dur"), 1e3), "rank": rank, "lane": lane,
-                   "step": int(s["step"]), "seq": c.get("seq"),
-                   "bytes": "" if size is None else plural(int(size), "byte")}
-            where = (rank, lane, None)
+        for c in s.collectives or []:
+            lane = lane_name(s, c.lane)
+            left = c.t0 - t0
+            row = Box(left, left + c.dur, KIND_COLORS["collective"], c.name,
+                      as_number(c.dur, 1e3), rank, lane, s.step, seq=c.seq,
+                      bytes="" if c.bytes is None else plural(c.bytes, "byte"))
+            where: tuple[int, str, int | None] = (rank, lane, None)
             self.colls.append((row, where))
             out.append(self.place_box(row, where))
         return out
 
-    def add_arrivals(self, step: int, got: dict[int, dict[str, Any]],
-                     arrivals: list[dict[str, Any]], t0: float
-                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def add_arrivals(self, step: int, got: dict[int, StepSummary],
+                     arrivals: list[CollectiveArrival], t0: float
+                     ) -> tuple[list[Arrival], list[Arrival]]:
         """Each collective of ``step`` that two ranks or more issued, as a line
         across their lanes and a mark on the last rank's; ``got``: rank -> summary."""
         segs, marks = [], []
         for a in arrivals:
-            if len(a["ranks"]) < 2:
+            if len(a.ranks) < 2:
                 continue
             lanes = [(r, lane_name(got[r], lane))
-                     for r, lane in zip(a["ranks"], a["lanes"], strict=True)]
-            info = {"name": a["name"], "seq": a["seq"], "step": step,
-                    "last": f"rank {a['last_rank']}", "spread_ms": a["spread_ms"],
-                    "arrived_by": ARRIVED_BY[a["arrived_by"]]}
-            seg = self.place_segment({"xs": [t - t0 for t in a["arrivals"]], **info}, lanes)
-            i = a["ranks"].index(a["last_rank"])
-            mark = self.place_point({"x": a["last_arrival"] - t0, **info}, lanes[i])
+                     for r, lane in zip(a.ranks, a.lanes, strict=True)]
+
+            def info(a: CollectiveArrival = a) -> Arrival:
+                return Arrival(a.name, a.seq, step, f"rank {a.last_rank}", a.spread_ms,
+                               ARRIVED_BY[a.arrived_by])
+
+            seg = info()
+            seg.xs = [t - t0 for t in a.arrivals]
+            seg = self.place_segment(seg, lanes)
+            i = a.ranks.index(a.last_rank)
+            mark = info()
+            mark.x = a.last_arrival - t0
+            mark = self.place_point(mark, lanes[i])
             self.arrivals.append((seg, lanes))
             self.last.append((mark, lanes[i]))
             segs.append(seg)

@@ -12,6 +12,7 @@ BokehJS writes them as text in tooltips and on the canvas; the verdict
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bokeh.core.properties import value
@@ -37,7 +38,16 @@ from torchlens.render.columns import as_mib, as_number, rank_color, to_columns
 from torchlens.render.findings import finding_html
 from torchlens.render.legend import add_colour_legend
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
-from torchlens.render.ranks.lanes import KIND_COLORS, Lanes, Timeline
+from torchlens.render.ranks.lanes import (
+    KIND_COLORS,
+    Arrival,
+    Box,
+    Cell,
+    EndMark,
+    Lanes,
+    Row,
+    Timeline,
+)
 from torchlens.render.ranks.spans import span_marks
 from torchlens.render.step_axis import CappedAxis
 from torchlens.render.tables import shorten
@@ -61,9 +71,15 @@ NAN = float("nan")
 RESTART_COLOR = "#d62728"
 
 
-def stream(src: ColumnDataSource, rows: list[dict[str, Any]], rollover: int) -> None:
+def _cells(rows: Sequence[Mapping[str, Cell] | Row]) -> dict[str, list[Any]]:
+    """Rows as a source's columns: the timeline's typed rows by their ``columns``."""
+    return to_columns(r.columns() if isinstance(r, Box | Arrival | EndMark) else r for r in rows)
+
+
+def stream(src: ColumnDataSource, rows: Sequence[Mapping[str, Cell] | Row],
+           rollover: int) -> None:
     if rows:
-        src.stream(to_columns(rows), rollover=rollover)
+        src.stream(_cells(rows), rollover=rollover)
 
 
 def one_rank(items: list[Any]) -> list[list[Any]]:
@@ -73,7 +89,7 @@ def one_rank(items: list[Any]) -> list[list[Any]]:
     return [list(items)]
 
 
-def profiled_points(color: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def profiled_points(color: str, rows: list[Mapping[str, Cell]]) -> list[dict[str, Cell]]:
     return [{"step": row["step"], "step_ms": row["step_ms"], "color": color}
             for row in rows if row["profiled"]]
 
@@ -97,11 +113,12 @@ def profiled_words(steps: list[int], every: int | None) -> str:
     return f"Circles: profiled steps {named}" + (f" ({more})" if more else "")
 
 
-def columns_or_empty(src: ColumnDataSource, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    return to_columns(rows) if rows else {k: [] for k in src.data}
+def columns_or_empty(src: ColumnDataSource, rows: Sequence[Mapping[str, Cell] | Row]
+                     ) -> dict[str, list[Any]]:
+    return _cells(rows) if rows else {k: [] for k in src.data}
 
 
-def mem_row(m: dict[str, Any]) -> dict[str, Any]:
+def mem_row(m: Mapping[str, Cell]) -> dict[str, Cell]:
     return {"step": m["step"], "allocated": as_mib(m.get("allocated")),
             "reserved": as_mib(m.get("reserved")), "inactive": as_mib(m.get("inactive_split")),
             "rss": as_mib(m.get("rss")),
@@ -482,8 +499,8 @@ def verdict_html(finding: Finding | None, color: str = "#333") -> Any:
 LABEL_LINE_PX = 15
 
 
-def end_mark(drawn: dict[str, list[Any]], new: list[dict[str, Any]], step: int, ms: float,
-             text: str, rank: int) -> dict[str, Any]:
+def end_mark(drawn: dict[str, list[Any]], new: list[dict[str, Cell]], step: int, ms: float,
+             text: str, rank: int) -> dict[str, Cell]:
     """``rank``'s ✖ at its last step point (``step``, ``ms``) as a row of
     ``Panels.ended``, after the marks ``drawn`` and ``new`` (this flush's).
     Ranks that stopped at one step (a failure takes its peers with it) each

@@ -14,6 +14,7 @@ from typing import Any
 from bokeh.models import ColumnDataSource, HoverTool, LegendItem
 
 from torchlens.model.records import StepRecord
+from torchlens.render.ranks.lanes import Cell
 
 LEGEND = "evaluation or checkpoint (not a step)"
 SPAN_FILL = "#6a3d9a"
@@ -24,7 +25,7 @@ def training(records: list[StepRecord]) -> list[StepRecord]:
     return [rec for rec in records if not rec.labelled]
 
 
-def span_points(color: str, records: list[StepRecord]) -> list[dict[str, Any]]:
+def span_points(color: str, records: list[StepRecord]) -> list[dict[str, Cell]]:
     """The labelled spans of one rank's ``records`` as marker rows."""
     return [{"step": rec.step, "step_ms": (rec.t1 - rec.t0) * 1e3, "label": rec.label,
              "color": color} for rec in records if rec.labelled]

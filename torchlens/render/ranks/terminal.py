@@ -12,11 +12,11 @@ import shutil
 import sys
 import textwrap
 import time
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from torchlens.analysis.ranks.slow import WINDOW
-from torchlens.analysis.ranks.verdict import RunView
-from torchlens.model.units import format_bytes, format_ms
+from torchlens.analysis.ranks.verdict import RankRow, RankStatus, RunView
+from torchlens.model.units import MISSING, format_bytes, format_ms
 from torchlens.render.findings import finding_text
 
 REDRAW_S = 1.0
@@ -26,6 +26,7 @@ COST_FACTOR = 4
 LOG_RANKS = 16
 _UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
 _CLEAR = "\x1b[J"
+Row = TypeVar("Row")
 
 
 def restart_line(number: Any, words: str) -> str:
@@ -33,26 +34,25 @@ def restart_line(number: Any, words: str) -> str:
     return f"restart {number}: {words}"
 
 
-def shows_modelled(row: dict[str, Any]) -> bool:
+def shows_modelled(row: RankRow | RankStatus) -> bool:
     """Whether ``memory_cell`` shows the modelled figure: only with nothing measured."""
-    return (row.get("source") == "modelled" and row.get("allocated") is not None
-            and row.get("rss") is None)
+    return row.source == "modelled" and row.allocated is not None and row.rss is None
 
 
-def memory_cell(row: dict[str, Any]) -> str:
+def memory_cell(row: RankRow | RankStatus) -> str:
     """A rank row's memory as one cell, one kind of figure for the whole run: the
     CUDA allocator's allocated bytes, else the process's RSS (both measured). The
     modelled figure of a CPU run (the allocations made inside a profiled step, as
     the CUDA caching allocator would hold them: no weights, kilobytes for a model
     of megabytes) is no rank's memory; ``~`` only when nothing was measured."""
-    if row.get("allocated") is not None and row.get("source") != "modelled":
-        return format_bytes(row["allocated"])
-    if row.get("rss") is not None:
-        return f"{format_bytes(row['rss'])} rss"
-    return f"~{format_bytes(row['allocated'])}" if shows_modelled(row) else "-"
+    if row.allocated is not None and row.source != "modelled":
+        return format_bytes(row.allocated)
+    if row.rss is not None:
+        return f"{format_bytes(row.rss)} rss"
+    return f"~{format_bytes(row.allocated)}" if shows_modelled(row) else MISSING
 
 
-def rows_in_order(ranks: list[Any], order: Any, max_rows: int) -> list[Any]:
+def rows_in_order(ranks: list[Row], order: Any, max_rows: int) -> list[Row]:
     """At most ``max_rows`` rows: ``order``'s first (indices into ``ranks``:
     ranks in trouble, then the slowest), then the rest. An ``order`` read
     from a file may be anything: what is not an index is skipped."""
@@ -75,15 +75,31 @@ def more_ranks_line(hidden: int, spread: Any) -> str:
             f"the slowest){times}")
 
 
-def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[str]:
+#: what the lines after a wrapped verdict's first start with
+VERDICT_INDENT = "  "
+
+
+def verdict_lines(view: RunView, width: int | None = None) -> list[str]:
+    """The verdict line; with ``width``, wrapped on word boundaries to that
+    many columns, the lines after the first indented (a terminal would cut
+    a long one mid-word)."""
+    text = f"verdict: {finding_text(view.verdict)}"
+    if width is None:
+        return [text]
+    return textwrap.wrap(text, max(20, width), subsequent_indent=VERDICT_INDENT,
+                         break_long_words=False, break_on_hyphens=False) or [text]
+
+
+def lines(view: RunView, header: str = "", max_rows: int | None = None,
+          width: int | None = None) -> list[str]:
     """The summary as text lines: verdict first, then one row per rank.
 
     ``max_rows``: at most this many rank rows (a redraw taller than the
     terminal cannot move back up over itself), in ``view.order``, then one
-    line for the rest.
+    line for the rest. ``width``: the verdict wrapped to it (``verdict_lines``).
     """
     out = [header] if header else []
-    out.append(f"verdict: {finding_text(view.verdict)}")
+    out += verdict_lines(view, width)
     slow = view.slow.rank
     out.append(f"ranks: {view.attached} of {view.world_size or '?'} attached"
                f"; slow rank: {'none' if slow is None else slow}"
@@ -91,18 +107,18 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None) -> list[
                + (f"; restarts: {len(view.restarts)}" if view.restarts else ""))
     shown = view.ranks if max_rows is None else rows_in_order(view.ranks, view.order, max_rows)
     # as wide as the longest state shown ("ended by its agent" is 18): never cut a word
-    sw = max([5, *(len(str(row["state"])) for row in shown)])
+    sw = max([5, *(len(str(row.state)) for row in shown)])
     out.append(f"{'rank':>4} {'node':>4} {'host':<12} {'state':<{sw}} {'steps':>5} "
                f"{'step ms':>8} {'data ms':>8} {'memory':>14}")
     for row in shown:
-        node = "-" if row.get("node") is None else str(row["node"])
-        mark = " <- slow" if row["rank"] == slow else ""
-        out.append(f"{row['rank']:>4} {node:>4} {str(row.get('host') or '-')[:12]:<12} "
-                   f"{row['state']:<{sw}} {row.get('steps') or 0:>5} "
-                   f"{format_ms(row.get('step_ms'), unit=False, missing='-'):>8} "
-                   f"{format_ms(row.get('data_ms'), unit=False, missing='-'):>8} "
+        node = MISSING if row.node is None else str(row.node)
+        mark = " <- slow" if row.rank == slow else ""
+        out.append(f"{row.rank:>4} {node:>4} {str(row.host or MISSING)[:12]:<12} "
+                   f"{row.state:<{sw}} {row.steps or 0:>5} "
+                   f"{format_ms(row.step_ms, unit=False):>8} "
+                   f"{format_ms(row.data_ms, unit=False):>8} "
                    f"{memory_cell(row):>14}{mark}")
-    if any(row.get("step_ms") is not None for row in shown):
+    if any(row.step_ms is not None for row in shown):
         out.append(f"step ms, data ms: each rank's median over its last {WINDOW} steps, "
                    "the steps the verdict compares (evaluation and checkpoint spans left out)")
     if len(shown) < len(view.ranks):
@@ -125,7 +141,7 @@ def one_line(view: RunView) -> str:
     if not view.ranks:  # before the first rank attaches: say so, not an empty list
         steps = "none yet, no rank attached"
     elif len(view.ranks) <= LOG_RANKS or view.spread is None:
-        steps = ", ".join(f"r{row['rank']} {format_ms(row.get('step_ms'), unit=False, missing='-')}"
+        steps = ", ".join(f"r{row.rank} {format_ms(row.step_ms, unit=False)}"
                           for row in view.ranks)
     else:
         median, low, high = (format_ms(v, unit=False) for v in view.spread)
@@ -178,9 +194,13 @@ class TerminalSummary:
             self.drawn = 0
         print(text, file=self.stream, flush=True)
 
-    def final(self, view: RunView, header: str = "") -> None:
-        """The full block once more, in place on a TTY and in full in a log."""
+    def final(self, view: RunView, header: str = "", width: int | None = None) -> None:
+        """The full block once more, in place on a TTY and in full in a log; the
+        verdict wrapped to ``width`` (default: on a TTY the terminal's, less one
+        column, which would cut it mid-word; a log keeps it one line to grep)."""
         if self.tty and self.drawn:
             self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
         self.drawn = 0
-        print("\n".join(lines(view, header)), file=self.stream, flush=True)
+        if width is None and self.tty:
+            width = shutil.get_terminal_size().columns - 1
+        print("\n".join(lines(view, header, width=width)), file=self.stream, flush=True)

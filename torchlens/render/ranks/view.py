@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
+import msgspec
 from markupsafe import escape
 
 from torchlens.analysis.ranks.arrivals import collective_arrivals
@@ -30,12 +31,13 @@ from torchlens.analysis.ranks.steps import (
     rank_table,
     step_rows,
 )
+from torchlens.analysis.ranks.verdict import RankRow, summary_dicts, table_row
 from torchlens.model.findings import Finding
 from torchlens.model.payloads import RankProfiling
-from torchlens.model.records import StepRecord, StepSummary
-from torchlens.render.columns import FLUSH_S, as_number, to_columns
+from torchlens.model.records import StepRecord, StepSummary, summaries_from
+from torchlens.render.columns import FLUSH_S, as_number
 from torchlens.render.ranks.bands import SPREAD_MEM, mem_spread_units, merge
-from torchlens.render.ranks.lanes import lane_names
+from torchlens.render.ranks.lanes import EndMark, lane_names
 from torchlens.render.ranks.overlap import overlap_caption
 from torchlens.render.ranks.panels import (
     ARRIVAL_ROWS,
@@ -93,7 +95,7 @@ class RankProfileView:
         self._windows = self._stepped = False  # windows seen; real steps seen
         self._new_summaries: list[tuple[int, StepSummary]] = []
         self._new_ended: list[tuple[int, str, float]] = []
-        self._new_restarts: list[dict[str, Any]] = []
+        self._new_restarts: list[tuple[int, str]] = []  # step, text
         self._waiting: dict[int, dict[int, StepSummary]] = {}  # step -> rank -> summary
         self._last_point: dict[int, tuple[int, float]] = {}
         self._mem_sources: set[str] = set()
@@ -103,7 +105,7 @@ class RankProfileView:
         self._last_analysis = -math.inf
         self._analysis_every = VERDICT_S
         self._profiled_steps: set[int] = set()  # every step some rank profiled
-        self._table: list[dict[str, Any]] = []  # the last analysis' rank_table
+        self._table: list[RankRow] = []  # the last analysis' rank_table
         self._ranked = False  # the slots were picked from a rank_table
         self._slow: int | None = None
         #: the verdict shown instead of one judged here (``take_verdict``)
@@ -158,17 +160,23 @@ class RankProfileView:
         self._new_steps[rank].extend(records)
         self._dirty = True
 
-    def push_summary(self, rank: int, summary: StepSummary) -> None:
-        """One profiled-step summary of ``rank``."""
+    def push_summary(self, rank: int, summary: StepSummary | Any) -> None:
+        """One profiled-step summary of ``rank`` (or its decoded JSON, as
+        ``%ddp_check``'s kernel reads it: typed here, once; one that is not a
+        summary is left out)."""
+        try:
+            summary = StepSummary.of(summary)
+        except msgspec.ValidationError:
+            return
         if self.t0 is None:
-            self.t0 = float(summary["t0"])
+            self.t0 = summary.t0
         self.summaries[rank].append(summary)
         self._new_summaries.append((rank, summary))
         self._dirty = True
 
     def mark_restart(self, step: int, text: str) -> None:
         """The job restarted: its next start's steps are drawn from ``step``."""
-        self._new_restarts.append({"step": step, "text": text})
+        self._new_restarts.append((step, text))
 
     def rank_ended(self, rank: int, reason: str, t: float) -> None:
         """``rank`` stopped early (crash, kill) at unix time ``t``, for ``reason``.
@@ -193,7 +201,8 @@ class RankProfileView:
         self._last_flush = now
         self._flush_steps()
         restarts, self._new_restarts = self._new_restarts, []
-        stream(self.panels.restarts, restarts, STEP_ROLLOVER)
+        stream(self.panels.restarts, [{"step": step, "text": text} for step, text in restarts],
+               STEP_ROLLOVER)
         if any(r not in self.panels.slot_of for r, _, _ in self._new_ended):
             self._pick()  # a rank that stopped early is drawn before its end is marked
         self._flush_ended()
@@ -280,8 +289,7 @@ class RankProfileView:
             step, ms = self._point_at(rank, t)
             text = f"rank {rank}: {shorten(reason, REASON_CHARS)}"
             steps.append(end_mark(p.ended.data, steps, step, ms, text, rank))
-            row = p.tl.place_end({"x": t - (self.t0 or t), "text": text,
-                                  "label": f"rank {rank} stopped"}, rank)
+            row = p.tl.place_end(EndMark(t - (self.t0 or t), text, f"rank {rank} stopped"), rank)
             p.tl.ends.append((row, rank))
             ends.append(row)
         if self._new_ended and p.lanes.slot:
@@ -294,7 +302,7 @@ class RankProfileView:
         p = self.panels
         new, self._new_summaries = self._new_summaries, []
         moved = added = False
-        for rank, s in sorted(new, key=lambda x: (x[0], x[1]["step"])):
+        for rank, s in sorted(new, key=lambda x: (x[0], x[1].step)):
             if rank not in self.panels.slot_of:
                 continue
             a, m = p.lanes.add(rank, lane_names(s))
@@ -304,10 +312,11 @@ class RankProfileView:
             if moved:  # rows already drawn sit on the old lanes: send them all again
                 p.replace_timeline()
             elif p.tl.ends:  # an ended rank's mark spans its lanes
-                p.tl_ends.data = to_columns([p.tl.place_end(r, w) for r, w in p.tl.ends])
+                p.tl_ends.data = columns_or_empty(
+                    p.tl_ends, [p.tl.place_end(r, w) for r, w in p.tl.ends])
         ops, colls, seen = [], [], set(self._mem_sources)
         for rank, s in new:
-            mem = memory_rows([[]], one_rank([s]))
+            mem = memory_rows([[]], one_rank(msgspec.to_builtins([s])))
             seen.update(m.get("source") for m in mem)
             if p.spread:
                 self.prof_spread.add(rank, mem)
@@ -316,7 +325,7 @@ class RankProfileView:
                 continue
             ops += p.tl.add_ops(rank, s, self.t0, max(50, OPS_BUDGET // len(p.shown)))
             colls += p.tl.add_collectives(rank, s, self.t0)
-            self._waiting.setdefault(int(s["step"]), {})[rank] = s
+            self._waiting.setdefault(s.step, {})[rank] = s
             self._show_step(s)
             rows = [mem_row(m) for m in mem]
             stream(p.mem_prof[slot], rows, STEP_ROLLOVER)
@@ -357,28 +366,29 @@ class RankProfileView:
             sr = slow_rank(self.records)
             finding, slow = sr.finding, sr.rank
         self._slow = slow
-        self._table = rank_table(self.records, [list(s) for s in self.summaries], window=WINDOW)
+        self._table = [table_row(RankRow(rank=row["rank"]), row) for row in rank_table(
+            self.records, summary_dicts(self._summaries()), window=WINDOW)]
         self._pick()
         color = p.color(slow) if slow is not None else "#333"
         p.verdict.text = str(verdict_html(finding, color))
         for r, line in zip(p.shown, p.step_lines, strict=True):
             line.glyph.line_width = 3.0 if r == slow else 1.5
         table = [self._table[r] for r in p.shown]
-        data: dict[str, list[Any]] = {"rank": [f"rank {row['rank']}" for row in table],
-                                      "median_step_ms": [as_number(row.get("step_ms"))
+        data: dict[str, list[Any]] = {"rank": [f"rank {row.rank}" for row in table],
+                                      "median_step_ms": [as_number(row.step_ms)
                                                          for row in table]}
         for part in PARTS:
-            data[f"{part}_ms"] = [row.get(f"{part}_ms") or 0.0 for row in table]
+            data[f"{part}_ms"] = [row.figure(f"{part}_ms") or 0.0 for row in table]
         p.breakdown.data = data
         by_rank = {row["rank"]: row for row in profiled_breakdown(
-            [list(s) for s in self.summaries])}
+            summary_dicts(self._summaries()))}
         roles = [by_rank[r] for r in p.shown]
         p.roles.data = {"rank": [f"rank {row['rank']}" for row in roles],
                         "step_ms": [as_number(row["step_ms"]) for row in roles],
                         "profiled": [row["profiled"] for row in roles],
                         **{f"{role}_ms": [row[f"{role}_ms"] or 0.0 for row in roles]
                            for role in ROLES}}
-        said = str(escape(overlap_caption(profiled_overlap([list(s) for s in self.summaries]),
+        said = str(escape(overlap_caption(profiled_overlap(self._summaries()),
                                           p.shown)))
         if p.overlap_note.text != said:
             p.overlap_note.text = said
@@ -405,7 +415,7 @@ class RankProfileView:
             return
         stopped = [r for r, why in self.ended.items() if why != "finished"]  # in end order
         first = ([self._slow] if self._slow is not None else []) + stopped
-        table = self._table or [{"rank": r} for r in range(self.world_size)]
+        table = self._table or [RankRow(rank=r) for r in range(self.world_size)]
         # before the first analysis the slots hold ranks 0.. for want of better: not kept
         current = p.shown if self._ranked else []
         self._ranked = self._ranked or bool(self._table)
@@ -420,7 +430,8 @@ class RankProfileView:
         for i, r in enumerate(shown):
             rows = step_rows(one_rank(training(self.records[r])))
             spans += span_points(p.color(r), self.records[r])
-            prof = [mem_row(m) for m in memory_rows([[]], one_rank(self.summaries[r]))]
+            prof = [mem_row(m) for m in memory_rows(
+                [[]], one_rank(msgspec.to_builtins(list(self.summaries[r]))))]
             points += profiled_points(p.color(r), rows)
             marks += [{**m, "color": p.color(r)} for m in prof]
             if old[i] == r:
@@ -451,6 +462,9 @@ class RankProfileView:
 
     # ---- helpers ----------------------------------------------------------------------
 
+    def _summaries(self) -> list[list[StepSummary]]:
+        return [list(s) for s in self.summaries]
+
     def _set_memory_sources(self, seen: set[Any]) -> None:
         seen.discard(None)
         if seen != self._mem_sources:
@@ -463,7 +477,7 @@ class RankProfileView:
 
     def _show_step(self, s: StepSummary) -> None:
         """Keep the timeline on the newest profiled step (every rank's copy of it)."""
-        step, start, end = int(s["step"]), float(s["t0"]) - self.t0, float(s["t1"]) - self.t0
+        step, start, end = s.step, s.t0 - self.t0, s.t1 - self.t0
         if self._latest is not None and step < self._latest[0]:
             return
         if self._latest is not None and step == self._latest[0]:
@@ -483,13 +497,14 @@ def rank_profile_figures(profiling: RankProfiling, world_size: int, t0: float | 
     ``ended``: rank -> why it stopped early; drawn at ``ended_at[rank]`` (unix
     s), else at the end of the rank's last step.
     """
-    modelled = any((s.get("memory") or {}).get("source") == "modelled"
-                   for sums in profiling.summaries for s in sums)
+    summaries = [summaries_from(sums)[0] for sums in profiling.summaries]
+    modelled = any(s.memory is not None and s.memory.source == "modelled"
+                   for sums in summaries for s in sums)
     view = RankProfileView(world_size, profiling.every, modelled, t0=t0 or None)
     for r in range(world_size):
         if r < len(profiling.steps) and profiling.steps[r]:
             view.push_steps(r, profiling.steps[r])
-        for s in profiling.summaries[r] if r < len(profiling.summaries) else []:
+        for s in summaries[r] if r < len(summaries) else []:
             view.push_summary(r, s)
     for r, reason in sorted((ended or {}).items()):
         steps = profiling.steps[r] if r < len(profiling.steps) else []

@@ -9,13 +9,13 @@ and the verdict came from the ranks: the template escapes them.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from markupsafe import Markup
 
 from torchlens.analysis.ranks.crash import error_words
-from torchlens.model.findings import INFO, SEVERITIES, as_finding
-from torchlens.model.units import format_ms
+from torchlens.analysis.ranks.verdict import LiveStatus
+from torchlens.model.units import MISSING, format_ms
 from torchlens.render import html
 from torchlens.render.findings import finding_html
 from torchlens.render.ranks.terminal import (
@@ -31,48 +31,51 @@ STATUS_ROWS = 16
 STATE_COLORS = {"running": "#2ca02c", "ended": "#555", "stopped": "#b00", "waiting": "#777"}
 
 
-def _more(status: dict[str, Any], shown: int) -> str:
-    hidden = len(status.get("ranks") or []) - shown
-    return more_ranks_line(hidden, status.get("spread")) if hidden > 0 else ""
+@dataclass(frozen=True)
+class StatusRow:
+    """One row of the table: its text cells, and whether it is the slow rank."""
+
+    slow: bool
+    cells: list[str]
 
 
-def status_rows(status: dict[str, Any], max_rows: int = STATUS_ROWS) -> list[dict[str, Any]]:
+def _more(status: LiveStatus, shown: int) -> str:
+    hidden = len(status.ranks) - shown
+    return more_ranks_line(hidden, status.spread or None) if hidden > 0 else ""
+
+
+def status_rows(status: LiveStatus, max_rows: int = STATUS_ROWS) -> list[StatusRow]:
     """The table's rows (text cells) and which one is the slow rank."""
     out = []
-    ranks = [r for r in status.get("ranks") or [] if isinstance(r, dict)]
-    said = error_words(ranks)  # a peer's closed connection in the terminal's words
-    for row in rows_in_order(ranks, status.get("order"), max_rows):
-        state = str(row.get("state") or "-")
-        if row.get("error"):
-            state = f"{state} ({said[row.get('rank')][:80]})"
-        out.append({"slow": bool(row.get("slow")), "cells": [
-            str(row.get("rank")), "-" if row.get("node") is None else str(row["node"]),
-            str(row.get("host") or "-"), state, f"{row.get('steps') or 0:,}",
-            format_ms(row.get("step_ms"), unit=False, missing="-"),
-            format_ms(row.get("data_ms"), unit=False, missing="-"), memory_cell(row)]})
+    said = error_words(status.ranks)  # a peer's closed connection in the terminal's words
+    for row in rows_in_order(status.ranks, status.order or None, max_rows):
+        state = str(row.state or MISSING)
+        if row.error:
+            state = f"{state} ({said[row.rank][:80]})"
+        out.append(StatusRow(row.slow, [
+            str(row.rank), MISSING if row.node is None else str(row.node),
+            str(row.host or MISSING), state, f"{row.steps or 0:,}",
+            format_ms(row.step_ms, unit=False), format_ms(row.data_ms, unit=False),
+            memory_cell(row)]))
     return out
 
 
-def _verdict(status: dict[str, Any]) -> Markup:
+def _verdict(status: LiveStatus) -> Markup:
     """The verdict as a finding: its line (sentence and advice) and, in a live
     status, its severity (a run folder's manifest has the line alone)."""
-    said = status.get("verdict")
-    severity = status.get("severity")
-    return finding_html(as_finding(str(said), severity if severity in SEVERITIES else INFO)
-                        ) if said else Markup("")
+    finding = status.verdict_finding()
+    return finding_html(finding) if finding is not None else Markup("")
 
 
-def status_html(source: str, state: str, status: dict[str, Any] | None,
+def status_html(source: str, state: str, status: LiveStatus | None,
                 facts: str = "", notes: list[str] | tuple[str, ...] = ()) -> Markup:
     """The block: ``source`` (what is watched), ``state`` (``running``, ``ended``,
     ``stopped``, ``waiting``: coloured), the verdict (``render.findings``),
     ``notes`` and the rank table."""
-    status = status or {}
+    status = status or LiveStatus()
     rows = status_rows(status)
-    notes = [*notes, *(str(n) for n in status.get("notes") or []),
-             *(f"lost: {w}" for w in status.get("lost") or []),
-             *(restart_line(r.get("number"), str(r.get("words") or ""))
-               for r in status.get("restarts") or [] if isinstance(r, dict))]
+    notes = [*notes, *status.notes, *(f"lost: {w}" for w in status.lost),
+             *(restart_line(r.number, r.words) for r in status.restarts)]
     return html.render("watch_status.html.j2", source=source, state=state,
                        state_color=STATE_COLORS.get(state.split(" ")[0], "#333"), facts=facts,
                        verdict=_verdict(status), notes=notes, labels=LABELS,
@@ -84,9 +87,8 @@ def note_html(text: str) -> Markup:
     return Markup('<div style="color:#666;font-style:italic">{}</div>').format(text)
 
 
-def status_text(source: str, state: str, status: dict[str, Any] | None, facts: str = "") -> str:
+def status_text(source: str, state: str, status: LiveStatus | None, facts: str = "") -> str:
     """One line for ``text/plain`` (a terminal, or a front end without widgets)."""
-    status = status or {}
-    verdict = status.get("verdict")
+    verdict = status.verdict if status is not None else None
     return (f"torchlens.watch {source}: {state}" + (f" ({facts})" if facts else "")
             + (f"; verdict: {verdict}" if verdict else ""))
