@@ -29,9 +29,11 @@ def test_rss_alike_on_every_rank_hides_the_rank_the_heap_names() -> None:
                            "(C heap in use; RSS +18.0 MiB over the same steps)")
 
 
-def test_an_even_heap_is_no_creep_and_a_shared_one_neither() -> None:
+def test_an_even_heap_is_no_creep_and_a_shared_one_names_both() -> None:
     assert memory_creep(_run((0, 0)), []) == []
-    assert memory_creep(_run((MiB, MiB)), []) == []  # both alike: not one rank's leak
+    # both ranks keep 1 MiB a step: a leak on every rank is still each rank's leak
+    assert [(c.rank, c.source) for c in memory_creep(_run((MiB, MiB)), [])] == [
+        (0, "heap"), (1, "heap")]
 
 
 def test_a_small_heap_drift_is_no_creep() -> None:

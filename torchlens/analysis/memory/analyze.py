@@ -266,7 +266,9 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None,
     frag = fragmentation.summarize(frag_snap)
     if measured_on == "cuda":
         frag.torch_inactive_split = stats_after.get("inactive_split_bytes.all.current")
-    surv = leaks.survivors(tl, repeated_only=measured_on == "snapshot")
+    surv = leaks.survivors(tl, repeated_only=measured_on == "snapshot",
+                           before=leaks.from_before(snap, tl) if measured_on == "snapshot"
+                           else None)
     runs = [tuple(r) for r in p.runs]
     growth = leaks.growth_per_run(tl, runs) if len(runs) > 1 else []
     a = MemoryAnalysis(measured_on, snap, trace, tl, part.reserved_source, frag_snap, frag,

@@ -14,12 +14,20 @@ where the optimizer makes its state once, one parameter after another (many
 passes over the same lines), and keeps it. There (``repeated_only``) a pass
 counts only if memory from its site was freed since the site's previous pass
 began: the site frees and reallocates, as a loop's step does, and still leaves
-memory behind.
+memory behind. A site can do that and still only make memory once per parameter:
+a backward pass makes each parameter's gradient, and a foreach optimizer each
+parameter's state, one layer after another, freeing its temporaries in between.
+So a snapshot's survivors that pair one for one, by block size, with blocks alive
+before the window began (the parameters, which the window did not allocate) are
+memory made once per parameter: they are listed, and their passes do not count.
+Blocks of the smallest size (512 bytes: a scalar such as a loss kept every step)
+are never paired, since any small buffer would pair with them.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +45,17 @@ class LeakRow:
     passes: int  # separate passes over the site that left memory behind (that count)
     flagged: bool
     example: list[dict[str, Any]]
+    #: tensors paired with a parameter (a block alive before the window of the same size)
+    per_parameter: int = 0
 
 
 FLAG_RULE = {
     False: "memory left behind on two or more passes over the same line.",
     True: ("memory left behind on two or more passes over the same line, each after memory "
            "from that line was freed (the line repeats, as a loop's step does). Memory made "
-           "once and kept, such as optimizer state, is listed but not flagged."),
+           "once and kept, such as optimizer state, and memory made once per parameter (a "
+           "tensor of the size of one alive before the window, such as a gradient) is "
+           "listed but not flagged."),
 }
 
 
@@ -67,16 +79,34 @@ def _turned_over(tl: MemoryTimeline) -> dict[str, set[int]]:
     return out
 
 
-def survivors(tl: MemoryTimeline, *, repeated_only: bool = False) -> list[LeakRow]:
+#: the allocator's smallest block: a scalar (a kept loss) as much as a tiny parameter
+SMALLEST_BLOCK = 512
+
+
+def from_before(snapshot: dict[str, Any] | None, tl: MemoryTimeline) -> Counter[int]:
+    """Sizes of the blocks alive at the end of the window that it did not allocate
+    (alive before it began: parameters, buffers), larger than ``SMALLEST_BLOCK``."""
+    made = {a.addr for a in tl.allocations if a.t_free is None}
+    return Counter(b.get("size") for seg in (snapshot or {}).get("segments") or []
+                   for b in seg.get("blocks") or []
+                   if b.get("state") == "active_allocated" and b.get("address") not in made
+                   and isinstance(b.get("size"), int) and b["size"] > SMALLEST_BLOCK)
+
+
+def survivors(tl: MemoryTimeline, *, repeated_only: bool = False,
+              before: Counter[int] | None = None) -> list[LeakRow]:
     """Every site with allocations still alive at the end, largest first.
 
     ``repeated_only``: count only passes that follow a free of the site's memory
-    (a loaded snapshot, see the module docstring).
+    (a loaded snapshot, see the module docstring). ``before``: ``from_before`` of
+    the snapshot; a site's survivors that pair with these by size are memory made
+    once per parameter, and their passes do not count.
     """
     pass_no: dict[str, int] = {}
     prev = None
     rows: dict[str, LeakRow] = {}
     seen_pass: dict[str, set[int]] = {}
+    pairs: dict[str, Counter[int]] = {}
     counted = _turned_over(tl) if repeated_only else None
     for a in tl.allocations:
         if a.site != prev:
@@ -90,6 +120,12 @@ def survivors(tl: MemoryTimeline, *, repeated_only: bool = False) -> list[LeakRo
             seen_pass[a.site] = set()
         r.bytes += a.size
         r.count += 1
+        if before:  # each site pairs with each block once: gradient and state lines alike
+            left = pairs.setdefault(a.site, before.copy())
+            if left[a.size] > 0:
+                left[a.size] -= 1
+                r.per_parameter += 1
+                continue
         if counted is None or pass_no[a.site] in counted[a.site]:
             seen_pass[a.site].add(pass_no[a.site])
     for site, r in rows.items():

@@ -21,14 +21,25 @@ allocated bytes (CUDA); the C heap's bytes in use (``StepMemory.heap``, a CPU
 rank on glibc: a modelled figure replays one profiled step from an empty
 allocator, so it cannot show growth between steps); RSS. RSS rises on every
 rank alike as the C allocator keeps pages, so a rank keeping 1 MiB more per
-step hides in it; the heap figure falls when memory is freed. A rank creeps
-when the slope is positive, the growth over the fitted steps (slope x their
-span) is at least 1 MiB (4 MiB for the heap, where Python's own objects come
-and go; 8 MiB for RSS, which moves with the C allocator too), the line
-explains at least 70% of the
-variance (R^2 >= 0.7: a leak is steady, warm-up stairs are not) and the slope is
-at least twice the median slope of the other ranks (always, when their median
-is 0 or less or there are no others).
+step hides in it; the heap figure falls when memory is freed.
+
+Each rank is judged on its own growth, so a leak on every rank (each keeps its
+loss every step) names every rank. A rank creeps when, over its steps after
+warm-up:
+
+- the slope is positive and the growth over the fitted steps (slope x their
+  span) is at least 1 MiB (4 MiB for the heap, where Python's own objects come
+  and go; 8 MiB for RSS, which moves with the C allocator too);
+- the line explains at least 70% of the variance (R^2 >= 0.7: a leak is
+  steady, warm-up stairs are not);
+- both halves of those steps grow, each at least a quarter of the whole
+  slope: memory that steps up once (state made at one step and kept) and then
+  stays flat is no creep, even where one straight line fits the step well;
+- on RSS only (no allocator or heap figure), the slope is at least twice the
+  median RSS slope of the other ranks (always, when their median is 0 or less
+  or there are no others): RSS grows alike on every rank as the C allocator
+  keeps pages. The allocated and heap figures are never compared across
+  ranks, so a rank whose own growth is steady and large is always named.
 """
 
 from __future__ import annotations
@@ -53,7 +64,10 @@ MIN_HEAP_CREEP_BYTES = 4 << 20
 #: a creep is steady: the straight line explains most of the variation
 #: (warm-up stairs and allocator noise do not)
 MIN_CREEP_R2 = 0.7
+#: RSS only: a rank's slope against the median of the other ranks' RSS slopes
 CREEP_VS_OTHERS = 2.0
+#: each half of the fitted steps grows at least this share of the whole slope
+MIN_HALF_SHARE = 0.25
 MIN_FIT_POINTS = 3
 
 Steps = list[list[StepRecord]]
@@ -222,6 +236,14 @@ def _r2(points: list[tuple[float, float]], slope: float) -> float:
     return 1.0 - residual / total
 
 
+def _grows_in_both_halves(points: list[tuple[float, float]], slope: float) -> bool:
+    """Whether the first and the second half of ``points`` each grow by at least
+    ``MIN_HALF_SHARE`` of ``slope`` (a step up once, then flat, grows in one half)."""
+    half = len(points) // 2
+    halves = (points[:half + 1], points[half:])  # they share the middle step
+    return all(len(h) >= 2 and _slope(h) >= MIN_HALF_SHARE * slope for h in halves)
+
+
 def _heap_points(recs: list[StepRecord]) -> list[tuple[float, float]]:
     """(step, C heap bytes in use) of one rank after its warm-up."""
     rows = sorted(((rec.step, heap) for rec in recs
@@ -260,7 +282,12 @@ def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
             source, MIN_CREEP_BYTES)
         if slope <= 0 or total < floor or _r2(points, slope) < MIN_CREEP_R2:
             continue
-        if others and median(others) > 0 and slope < CREEP_VS_OTHERS * median(others):
+        if not _grows_in_both_halves(points, slope):
+            continue
+        # only RSS is compared: it grows alike on every rank as the C allocator
+        # keeps pages; allocated and heap growth is the rank's own
+        if (source == "rss" and others and median(others) > 0
+                and slope < CREEP_VS_OTHERS * median(others)):
             continue
         span = int(points[-1][0] - points[0][0]) + 1
         label = {"rss": "RSS", "cuda": "allocated",

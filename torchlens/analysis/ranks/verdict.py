@@ -264,19 +264,33 @@ def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[RankRow],
         return Finding(INFO, f"waiting for steps: {attached} of {snap.world_size or '?'} "
                        f"ranks attached ({how})", (Figure("attached", attached),), code=WAITING)
     if creep and (slow.rank is None or weak(slow.finding)):
-        return creep_finding(creep[0])
+        return creep_finding(creep[0], creep[1:])
     return slow.finding
 
 
-def creep_finding(c: MemoryCreep) -> Finding:
+def creep_finding(c: MemoryCreep, more: list[MemoryCreep] | None = None) -> Finding:
     """A rank's memory creep as the finding every view gives (the terminal's
-    verdict, a run folder's report)."""
-    return Finding(WARNING, f"rank {c.rank}'s memory creeps: "
-                   f"{format_bytes(c.bytes_per_step, signed=True)} per step over {c.steps} steps",
-                   (Figure("rank", c.rank), Figure("bytes_per_step", c.bytes_per_step, "B"),
-                    Figure("steps", c.steps)),
-                   f"look for tensors kept across steps on rank {c.rank} (losses kept "
-                   "with their graph, growing lists)", code=MEMORY_CREEP)
+    verdict, a run folder's report); ``more``: the other ranks whose memory
+    creeps too, named in the same sentence (a leak on every rank)."""
+    if not more:
+        return Finding(WARNING, f"rank {c.rank}'s memory creeps: "
+                       f"{format_bytes(c.bytes_per_step, signed=True)} per step over "
+                       f"{c.steps} steps",
+                       (Figure("rank", c.rank), Figure("bytes_per_step", c.bytes_per_step, "B"),
+                        Figure("steps", c.steps)),
+                       f"look for tensors kept across steps on rank {c.rank} (losses kept "
+                       "with their graph, growing lists)", code=MEMORY_CREEP)
+    every = [c, *more]
+    fastest = max(every, key=lambda x: x.bytes_per_step)
+    ranks = rank_list([x.rank for x in every])
+    return Finding(WARNING, f"{ranks}'s memory creeps: up to "
+                   f"{format_bytes(fastest.bytes_per_step, signed=True)} per step (rank "
+                   f"{fastest.rank}) over {fastest.steps} steps",
+                   (Figure("rank", c.rank), Figure("ranks", len(every)),
+                    Figure("bytes_per_step", fastest.bytes_per_step, "B"),
+                    Figure("steps", fastest.steps)),
+                   f"look for tensors kept across steps on {ranks} (losses kept with their "
+                   "graph, growing lists)", code=MEMORY_CREEP)
 
 
 def steps_found_by(ranks: list[RankInfo | None]) -> str:

@@ -94,7 +94,8 @@ def creep_of(manifest: Manifest) -> Finding | None:
     """The collector's first memory creep (``torchlens run``) as its finding."""
     for c in manifest.memory_creep[:1]:
         try:
-            return creep_finding(MemoryCreep(**c))
+            return creep_finding(MemoryCreep(**c),
+                                 [MemoryCreep(**m) for m in manifest.memory_creep[1:]])
         except TypeError:  # a manifest from an older torchlens: its words alone
             words = str(c.get("words") or "")
             return Finding(WARNING, words, code=MEMORY_CREEP) if words else None

@@ -1,0 +1,68 @@
+"""Memory creep is judged on each rank's own growth: a leak on every rank names
+every rank, a step up once or allocator noise names none."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from torchlens.analysis.ranks.steps import memory_creep
+from torchlens.analysis.ranks.verdict import creep_finding
+from torchlens.model.records import StepMemory, StepRecord
+
+MiB = 1 << 20
+STEPS = 150
+
+
+def _mem(source: str, value: int, rss: int) -> StepMemory:
+    if source == "cuda":
+        return StepMemory(allocated=value, reserved=value + 64 * MiB, rss=rss, source="cuda")
+    return StepMemory(rss=rss, heap=value, source="rss")
+
+
+def _run(per_step: list[int], source: str, *, step_up_at: int | None = None,
+         noise: int = 0, seed: int = 0) -> list[list[StepRecord]]:
+    """Records of len(per_step) ranks; rank r keeps per_step[r] bytes a step."""
+    rng = random.Random(seed)
+    out = []
+    for grow in per_step:
+        recs = []
+        for i in range(STEPS):
+            value = (117 << 20) + i * grow + rng.randint(-noise, noise)
+            if step_up_at is not None and i >= step_up_at:
+                value += 200 * MiB  # optimizer state, made once and kept
+            rss = (387 << 20) + i * max(grow, MiB) + rng.randint(0, 1 << 16)
+            recs.append(StepRecord(step=i, t0=i * 0.1, t1=i * 0.1 + 0.05,
+                                   mem=_mem(source, value, rss)))
+        out.append(recs)
+    return out
+
+
+@pytest.mark.parametrize("source", ["heap", "cuda"])
+def test_a_leak_on_every_rank_names_every_rank(source):
+    creep = memory_creep(_run([4 * MiB, 4 * MiB], source), [])
+    assert [c.rank for c in creep] == [0, 1]
+    assert all(c.source == source and c.bytes_per_step == pytest.approx(4 * MiB, rel=0.01)
+               for c in creep)
+    finding = creep_finding(creep[0], creep[1:])
+    assert finding.sentence.startswith("ranks 0-1's memory creeps: up to +4.0 MiB per step")
+
+
+@pytest.mark.parametrize("source", ["heap", "cuda"])
+def test_a_leak_on_one_rank_names_that_rank(source):
+    creep = memory_creep(_run([0, 4 * MiB], source), [])
+    assert [c.rank for c in creep] == [1]
+    assert creep_finding(creep[0]).sentence.startswith("rank 1's memory creeps")
+
+
+@pytest.mark.parametrize("source", ["heap", "cuda"])
+@pytest.mark.parametrize("at", [1, 40, 75, 110])
+def test_a_step_up_once_then_flat_is_no_creep(source, at):
+    assert memory_creep(_run([0, 0], source, step_up_at=at), []) == []
+
+
+@pytest.mark.parametrize("source", ["heap", "cuda"])
+@pytest.mark.parametrize("seed", range(5))
+def test_healthy_noise_is_no_creep(source, seed):
+    assert memory_creep(_run([0, 0], source, noise=3 * MiB, seed=seed), []) == []
