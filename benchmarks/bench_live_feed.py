@@ -31,6 +31,7 @@ from typing import Any
 
 from bench_collector_load import _record as rank_record
 
+from torchlens.model.messages import Heartbeat, Hello
 from torchlens.model.records import StepRecord
 
 
@@ -68,12 +69,12 @@ def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
     feed = FeedPublisher(c, out)
     t = time.time() - KEEP_STEPS * 0.1
     for r in range(n):
-        s = Slot(r, {"rank": r, "world_size": n, "node": r // 8, "host": f"sim-node{r // 8}",
-                     "pid": 1, "restart": 0, "t": t, "shared_run_dir": True}, time.monotonic())
+        s = Slot(r, Hello(rank=r, world_size=n, node=r // 8, host=f"sim-node{r // 8}", pid=1,
+                          restart=0, t=t, shared_run_dir=True), time.monotonic())
         s.steps = [_record(i, t + i * 0.1) for i in range(KEEP_STEPS)]
         s.summaries = [_summary(r, i * 10, t + i) for i in range(KEEP_SUMMARIES)]
         s.counts = [KEEP_STEPS, KEEP_SUMMARIES]
-        s.heartbeat = {"t": time.time(), "beat": 1, "rss": 412_000_000, "steps_done": KEEP_STEPS}
+        s.heartbeat = Heartbeat(t=time.time(), beat=1, rss=412_000_000, steps_done=KEEP_STEPS)
         c.slots[r] = s
     feed.publish(live_status(run_view(c.snapshot())))  # the backlog: not what a frame costs
     feed.thinned = 0
@@ -89,8 +90,8 @@ def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
                 s.summaries.append(_summary(s.rank, step, t + step * 0.1))
                 del s.summaries[:-KEEP_SUMMARIES]
                 s.counts[1] += 1
-            s.heartbeat = {"t": time.time(), "beat": k + 2, "rss": 412_000_000,
-                           "steps_done": s.counts[0]}
+            s.heartbeat = Heartbeat(t=time.time(), beat=k + 2, rss=412_000_000,
+                                    steps_done=s.counts[0])
             s.seen = time.monotonic()
         status = None
         if feed.status_due(last_view_s):  # as frontends.ranks.command.watch does (no terminal drawing)
