@@ -83,13 +83,19 @@ def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
     for k in range(frames):
         for s in c.slots.values():  # one second of a rank, as a poll leaves it
             step = s.counts[0]
-            s.steps += [_record(step + i, t + (step + i) * 0.1) for i in range(steps_per_s)]
+            new = [_record(step + i, t + (step + i) * 0.1) for i in range(steps_per_s)]
+            s.steps += new
             del s.steps[:-KEEP_STEPS]
             s.counts[0] += steps_per_s
+            kept = [(0, new)]
             if (s.slot + k) % 2 == 0:
                 s.summaries.append(_summary(s.rank, step, t + step * 0.1))
                 del s.summaries[:-KEEP_SUMMARIES]
                 s.counts[1] += 1
+                kept.append((1, s.summaries[-1:]))
+            for kind, values in kept:  # handed on as Collector._take does
+                for fn in c.listeners:
+                    fn(s, kind, values)
             s.heartbeat = Heartbeat(t=time.time(), beat=k + 2, rss=412_000_000,
                                     steps_done=s.counts[0])
             s.seen = time.monotonic()
