@@ -24,7 +24,8 @@ order it arrived, whatever it is (a training step, an evaluation or
 checkpoint span, a set-up window) and however many came (more than the
 ``KEEP_STEPS`` the collector keeps in memory). The collector's step count is
 no cursor for it: it leaves out labelled spans and takes set-up windows back
-once a rank steps. A frame costs O(ranks) bookkeeping plus the new records.
+once a rank steps. The publisher holds what came since the last frame only
+(a second's records), and a frame costs O(ranks) bookkeeping plus them.
 ``costs`` keeps what publishing took (benchmarks/bench_live_feed.py).
 
 The readers are here too (``FileFeed``, ``StoreFeed``): they hand frames to
