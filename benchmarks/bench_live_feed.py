@@ -31,6 +31,7 @@ from typing import Any
 
 from bench_collector_load import _record as rank_record
 
+from torchlens.model.messages import Heartbeat, Hello
 from torchlens.model.records import StepRecord
 
 
@@ -68,13 +69,16 @@ def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
     feed = FeedPublisher(c, out)
     t = time.time() - KEEP_STEPS * 0.1
     for r in range(n):
-        s = Slot(r, {"rank": r, "world_size": n, "node": r // 8, "host": f"sim-node{r // 8}",
-                     "pid": 1, "restart": 0, "t": t, "shared_run_dir": True}, time.monotonic())
+        s = Slot(r, Hello(rank=r, world_size=n, node=r // 8, host=f"sim-node{r // 8}", pid=1,
+                          restart=0, t=t, shared_run_dir=True), time.monotonic())
         s.steps = [_record(i, t + i * 0.1) for i in range(KEEP_STEPS)]
         s.summaries = [_summary(r, i * 10, t + i) for i in range(KEEP_SUMMARIES)]
         s.counts = [KEEP_STEPS, KEEP_SUMMARIES]
-        s.heartbeat = {"t": time.time(), "beat": 1, "rss": 412_000_000, "steps_done": KEEP_STEPS}
+        s.heartbeat = Heartbeat(t=time.time(), beat=1, rss=412_000_000, steps_done=KEEP_STEPS)
         c.slots[r] = s
+        for fn in c.listeners:  # the backlog, handed on as Collector._take does
+            fn(s, 0, s.steps)
+            fn(s, 1, s.summaries)
     feed.publish(live_status(run_view(c.snapshot())))  # the backlog: not what a frame costs
     feed.thinned = 0
     last_view_s = 0.0
@@ -82,15 +86,21 @@ def measure(n: int, frames: int, steps_per_s: int) -> dict[str, Any]:
     for k in range(frames):
         for s in c.slots.values():  # one second of a rank, as a poll leaves it
             step = s.counts[0]
-            s.steps += [_record(step + i, t + (step + i) * 0.1) for i in range(steps_per_s)]
+            new = [_record(step + i, t + (step + i) * 0.1) for i in range(steps_per_s)]
+            s.steps += new
             del s.steps[:-KEEP_STEPS]
             s.counts[0] += steps_per_s
+            kept = [(0, new)]
             if (s.slot + k) % 2 == 0:
                 s.summaries.append(_summary(s.rank, step, t + step * 0.1))
                 del s.summaries[:-KEEP_SUMMARIES]
                 s.counts[1] += 1
-            s.heartbeat = {"t": time.time(), "beat": k + 2, "rss": 412_000_000,
-                           "steps_done": s.counts[0]}
+                kept.append((1, s.summaries[-1:]))
+            for kind, values in kept:  # handed on as Collector._take does
+                for fn in c.listeners:
+                    fn(s, kind, values)
+            s.heartbeat = Heartbeat(t=time.time(), beat=k + 2, rss=412_000_000,
+                                    steps_done=s.counts[0])
             s.seen = time.monotonic()
         status = None
         if feed.status_due(last_view_s):  # as frontends.ranks.command.watch does (no terminal drawing)

@@ -85,6 +85,37 @@ def test_a_slow_evaluation_is_not_a_straggler_and_two_callbacks_count_once(
             assert min(s["phases"]["data"] for s in evals) >= 0.15  # 4 batches of 50 ms
 
 
+def test_the_live_feed_and_the_watch_carry_every_step(tmp_path: Path) -> None:
+    """``live.jsonl`` (what ``torchlens.watch`` reads while the job runs) holds every
+    record of each rank's ``steps.jsonl`` once, in order, with evaluations and
+    checkpoints (labelled spans, not counted as steps) in most of its frames."""
+    import torchlens
+
+    _, steps = _run(tmp_path, TL_STEPS="14", TL_EVAL_EVERY="3", TL_SLOW_S="0.05")
+    out = tmp_path / "run"
+    live: dict[int, list[dict]] = {0: [], 1: []}
+    for line in (out / "live.jsonl").read_text(encoding="utf-8").splitlines():
+        for r, records in json.loads(line)["steps"].items():
+            live[int(r)] += [x for x in records if not x.get("window")]
+
+    def key(x: dict) -> tuple:
+        return x["step"], x.get("label"), x["t0"]
+
+    for r in (0, 1):
+        # an evaluation and a save after steps 3, 6, 9, 12 (and at the end)
+        assert sum(1 for s in steps[r] if s.get("label")) >= 8
+        assert [key(x) for x in live[r]] == [key(x) for x in steps[r]]
+    # the watch, replaying the feed, draws each training step once
+    w = torchlens.watch(str(out), timeout=30)
+    try:
+        assert w.wait(30) and w.state == "ended", w.message
+        training = [[s["step"] for s in steps[r] if not s.get("label")] for r in (0, 1)]
+        assert len(training[0]) == 14
+        assert [list(src.data["step"]) for src in w.view.profile.panels.steps] == training
+    finally:
+        w.stop()
+
+
 def test_the_trainer_without_torchlens_run_is_untouched(tmp_path: Path) -> None:
     code = ("import sys, transformers.trainer as t; import torchlens; "
             "print([c.__name__ for c in t.DEFAULT_CALLBACKS])")

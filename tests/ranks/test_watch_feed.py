@@ -77,16 +77,20 @@ class Ranks:
 
     def steps(self, n: int) -> None:
         """``n`` steps on both ranks, one batch each, then a poll of the collector."""
+        self.send([[_record(self.step + i, r == 1) for i in range(n)] for r in range(2)])
+        self.step += n
+
+    def send(self, batches: list[list[dict]], poll: bool = True) -> None:
+        """One batch of records for each rank (in rank order), then a poll."""
         for r, slot in enumerate(self.slots):
-            batch = [_record(self.step + i, r == 1) for i in range(n)]
             key = protocol.ring_key(self.key.run_id, slot, "steps", self.sent[r])
-            body = protocol.pack(self.sent[r], json.dumps(batch).encode())
+            body = protocol.pack(self.sent[r], json.dumps(batches[r]).encode())
             self.store.set(key, self.key.seal(key, body))
             self.sent[r] += 1
-        self.step += n
         for r, name in enumerate(self.prefix):
             self.beat(name, r)
-        self.c.poll()
+        if poll:
+            self.c.poll()
 
     def bye(self) -> None:
         for r, name in enumerate(self.prefix):
@@ -392,5 +396,108 @@ def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
         section = html.unescape(re.sub(r"<[^>]+>", "", w.view.profile.panels.verdict.text))
         assert said.slow_finding.sentence in header
         assert said.slow_finding.sentence in section
+    finally:
+        w.stop()
+
+
+# -- every record once, whatever falls at a frame's edge ---------------------------
+def _span(step: int, label: str | None = None, window: bool = False) -> dict:
+    """A step record of either rank; ``label``: an evaluation or checkpoint span."""
+    rec = {**_record(step, False), "window": window}
+    return {**rec, "label": label} if label else rec
+
+
+def _carried(frames: list[dict]) -> dict[str, list[tuple]]:
+    """Per rank, every record the frames carried, in order: (step, label, window)."""
+    out: dict[str, list[tuple]] = {}
+    for f in frames:
+        for r, recs in f["steps"].items():
+            out.setdefault(r, []).extend(
+                (x.step, x.label if x.labelled else None, x.window) for x in recs)
+    return out
+
+
+def _as_sent(batches: list[list[dict]]) -> list[tuple]:
+    return [(x["step"], x.get("label"), x["window"]) for b in batches for x in b]
+
+
+def _file_frames(out: Path) -> list[dict]:
+    from torchlens.capture.ranks.feed import FileFeed
+
+    return FileFeed(str(out)).read()
+
+
+def test_labelled_spans_at_a_frame_edge_lose_no_step(run) -> None:
+    """An evaluation and a checkpoint (labelled spans, not counted as training
+    steps) arriving in a frame with training steps: the frame carries them all,
+    and the training steps before them too."""
+    c, feed, ranks, out = run
+    sent = [[_span(i) for i in range(5)],
+            [_span(5), _span(6), _span(7, "evaluation"), _span(8, "checkpoint")],
+            [_span(9), _span(10)],
+            [_span(11, "evaluation")],  # alone in its frame
+            [_span(12, "checkpoint"), _span(13), _span(14)]]
+    frames = []
+    for i, batch in enumerate(sent):
+        ranks.send([batch, batch])
+        if i != 2:  # two batches in one frame too
+            frames.append(_publish(c, feed))
+    want = _as_sent(sent)
+    assert _carried(frames) == {"0": want, "1": want}
+    # the file carries the same, each record once, in order
+    assert _carried(_file_frames(out)) == {"0": want, "1": want}
+
+
+def test_set_up_windows_published_before_the_first_step_lose_no_step(run) -> None:
+    """Windows a rank cut before its first ``torchlens.step()`` (its set-up) reach
+    a frame; its first real steps, in the next frames, must too (the collector
+    stops counting the windows as steps once a real step comes)."""
+    c, feed, ranks, out = run
+    sent = [[_span(i, window=True) for i in range(3)],
+            [_span(i) for i in range(4)],
+            [_span(i) for i in range(4, 7)]]
+    frames = []
+    for batch in sent:
+        ranks.send([batch, batch])
+        frames.append(_publish(c, feed))
+    want = _as_sent(sent)
+    assert _carried(frames) == {"0": want, "1": want}
+
+
+def test_more_records_than_the_collector_keeps_between_two_frames(run) -> None:
+    """A fast rank sends more step records in a second than the collector keeps
+    in memory (``KEEP_STEPS``): the next frame carries every one of them."""
+    from torchlens.capture.ranks.collector import KEEP_STEPS
+
+    c, feed, ranks, out = run
+    sent = [[_span(i + 40 * k) for i in range(40)] for k in range(4)]
+    assert sum(map(len, sent)) > KEEP_STEPS
+    for batch in sent:
+        ranks.send([batch, batch])
+    frame = _publish(c, feed)
+    want = _as_sent(sent)
+    assert _carried([frame]) == {"0": want, "1": want}
+    assert not _publish(c, feed)["steps"]  # and only once
+
+
+def test_the_watch_draws_every_training_step_around_labelled_spans(run) -> None:
+    """``torchlens.watch`` on the folder: every training step drawn once, in
+    order; the evaluation and checkpoint spans as their markers."""
+    c, feed, ranks, out = run
+    sent = [[_span(i) for i in range(4)],
+            [_span(4), _span(5), _span(6, "evaluation"), _span(7, "checkpoint")],
+            [_span(8), _span(9)]]
+    for batch in sent:
+        ranks.send([batch, batch])
+        _publish(c, feed)
+    ranks.bye()
+    _publish(c, feed, ended=True)
+    w = torchlens.watch(str(out), timeout=10)
+    try:
+        assert w.wait(10) and w.state == "ended"
+        training = [0, 1, 2, 3, 4, 5, 8, 9]
+        assert _steps_shown(w) == [training, training]
+        assert [[x.step for x in recs] for recs in w.view.profile.records] == [
+            list(range(10)), list(range(10))]
     finally:
         w.stop()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,12 @@ class Collector:
         self.chan: protocol.Channel | None = protocol.Channel(self.store, key)
         self._dropped_why: dict[str, int] = {}  # beside the signature failures
         self._forged = 0
+        #: called as ``fn(slot, kind, values)`` with every step batch's records
+        #: (kind 0: training steps, labelled spans and windows alike) and every
+        #: summary head (kind 1) as it is kept, in arrival order: the live feed
+        #: (``capture.ranks.feed``) takes what is new here, not from the newest
+        #: ``KEEP_STEPS``, which hold less than a fast rank sends between frames
+        self.listeners: list[Callable[[Slot, int, list[Any]], None]] = []
         self.t0 = time.time()
 
     def close(self) -> None:
@@ -296,6 +303,7 @@ class Collector:
                 del s.typed[:-KEEP_SUMMARIES]
             s.summaries.append(summary)
             del s.summaries[:-KEEP_SUMMARIES]
+            self._tell(s, 1, s.summaries[-1:])
             return protocol.merge_summary(head, payload)
         try:
             records, bad = decode_batch(payload)
@@ -320,7 +328,12 @@ class Collector:
             s.setup += len(records)
         s.steps += records
         del s.steps[:-KEEP_STEPS]
+        self._tell(s, 0, records)
         return payload
+
+    def _tell(self, s: Slot, kind: int, values: list[Any]) -> None:
+        for fn in self.listeners:
+            fn(s, kind, values)
 
     # -- state ---------------------------------------------------------------
     def snapshot(self) -> RankSnapshot:

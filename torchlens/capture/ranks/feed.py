@@ -17,9 +17,15 @@ ranks that ended. It is encoded once and
   ``KEEP_FRAMES``: a late watcher gets the last minute, and the store stays
   bounded however long the run.
 
-Only what is new travels: the publisher remembers, per slot, how many step
-records and summaries it has published (the slot's counts of all it
-received), so a frame costs O(ranks) bookkeeping plus the new records.
+Only what is new travels, and all of it: the collector hands the publisher
+each step batch and summary head as it keeps them (``Collector.listeners``),
+and a frame carries what came since the last one, each record once and in the
+order it arrived, whatever it is (a training step, an evaluation or
+checkpoint span, a set-up window) and however many came (more than the
+``KEEP_STEPS`` the collector keeps in memory). The collector's step count is
+no cursor for it: it leaves out labelled spans and takes set-up windows back
+once a rank steps. The publisher holds what came since the last frame only
+(a second's records), and a frame costs O(ranks) bookkeeping plus them.
 ``costs`` keeps what publishing took (benchmarks/bench_live_feed.py).
 
 The readers are here too (``FileFeed``, ``StoreFeed``): they hand frames to
@@ -86,7 +92,8 @@ class FeedPublisher:
         self.run_dir = run_dir
         self.seq = -1
         self.last = -math.inf
-        self._sent: dict[int, list[int]] = {}  # slot -> step records, summaries published
+        #: slot -> (step records, summaries) the collector kept since the last frame
+        self._new: dict[int, tuple[list[Any], list[Any]]] = {}
         self._beats: dict[int, tuple[Any, ...]] = {}  # rank -> the heartbeat published
         self._ended: dict[int, int] = {}  # rank -> the slot whose end was published
         self._file: Any = None
@@ -101,6 +108,16 @@ class FeedPublisher:
             self._file = open(os.path.join(run_dir, LIVE_FEED), "ab")  # noqa: SIM115
         name = protocol.live_announce_key()
         self.collector.store.set(name, self.key.seal(name, protocol.encode(self.key.run_id)))
+        # what the collector already holds (its newest) goes in the first frame
+        for s in self.collector.all_slots():
+            self._took(s, 0, s.steps)
+            self._took(s, 1, s.summaries)
+        self.collector.listeners.append(self._took)
+
+    def _took(self, s: Any, kind: int, values: list[Any]) -> None:
+        """The collector kept ``values`` of ``s`` (kind 0: step records, 1: summaries)."""
+        if values:
+            self._new.setdefault(s.slot, ([], []))[kind].extend(values)
 
     def due(self) -> bool:
         return time.monotonic() - self.last >= PUBLISH_S
@@ -124,18 +141,16 @@ class FeedPublisher:
         beats: dict[str, dict[str, Any]] = {}
         latest: dict[int, Any] = {}
         for start, s in self.collector.numbered_slots():
-            sent = self._sent.setdefault(s.slot, [0, 0])
+            new = self._new.pop(s.slot, None)
             # a restart's records say which start they are of (analysis.ranks.starts);
             # the first start's go as kept
-            for kind, kept, out in ((0, s.steps, steps), (1, s.summaries, summaries)):
-                new = s.counts[kind] - sent[kind]
-                if new > 0:  # more than kept (a long pause) sends what is kept
-                    records: list[Any] = kept[-new:]
+            for kind, out in ((0, steps), (1, summaries)):
+                records: list[Any] = new[kind] if new is not None else []
+                if records:
                     if start:
                         records = [x.replace(restart=start) if kind == 0
                                    else {**x, "restart": start} for x in records]
                     out.setdefault(str(s.rank), []).extend(records)
-                    sent[kind] = s.counts[kind]
             if s.rank not in latest or s.slot > latest[s.rank].slot:
                 latest[s.rank] = s
         for r, s in latest.items():
@@ -238,6 +253,9 @@ class FeedPublisher:
         return missing
 
     def close(self) -> None:
+        with contextlib.suppress(ValueError):  # nothing more is published
+            self.collector.listeners.remove(self._took)
+        self._new.clear()
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
