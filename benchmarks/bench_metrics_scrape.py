@@ -8,8 +8,8 @@ Measured:
 - series: samples in one scrape (lines not starting with ``#``) and its bytes;
 - scrape: ``metric_families`` + ``exposition``, what the endpoint's thread does
   per request (the ``RunView`` is the loop's, already computed);
-- tick: what the collector's loop pays each poll (``StepHistograms.take`` of
-  every slot, 3 new records each).
+- tick: what the histograms pay each poll (``StepHistograms.add`` of every
+  slot's new batch, 3 records each).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_metrics_scrape.py [--ranks 64,256,1024]
 """
@@ -49,7 +49,7 @@ def measure(n: int, steps: int, repeat: int) -> dict[str, Any]:
                      "summaries": [[] for _ in range(n)], "dropped": 0, "lost_after_s": 10.0})
     hist = StepHistograms()
     for r in range(n):
-        hist.take(r, r, steps, records[r])  # the kept ones
+        hist.add(r, records[r])  # the kept ones
         hist.ranks[r] = hist.ranks[r].add([0.1] * (steps - KEEP_STEPS))
     ages = {r: 0.3 for r in range(n)}
     scrape, body = [], ""
@@ -58,12 +58,10 @@ def measure(n: int, steps: int, repeat: int) -> dict[str, Any]:
         body = exposition(metric_families(view, "exp1", dict(hist.ranks), ages))
         scrape.append(time.perf_counter() - t)
     ticks = []
-    sent = steps
     for _ in range(repeat):
-        sent += 3
         t = time.perf_counter()
         for r in range(n):
-            hist.take(r, r, sent, records[r])
+            hist.add(r, records[r][-3:])
         ticks.append(time.perf_counter() - t)
     series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
     return {"ranks": n, "series": series, "per_rank": series / n, "bytes": len(body.encode()),

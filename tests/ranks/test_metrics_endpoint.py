@@ -38,11 +38,15 @@ class _Collector:
         self.slots = [SimpleNamespace(rank=r, slot=r, counts=[0, 0], steps=[], seen=0.0,
                                       hello={"rank": r, "node": 0, "host": "h0"})
                       for r in range(2)]
+        self.listeners: list = []
 
     def send(self, rank: int, n: int) -> None:
         s = self.slots[rank]
-        s.steps = (s.steps + [_rec(s.counts[0] + i, 0.03) for i in range(n)])[-64:]
+        batch = [_rec(s.counts[0] + i, 0.03) for i in range(n)]
+        s.steps = (s.steps + batch)[-64:]
         s.counts[0] += n
+        for fn in self.listeners:  # as the collector hands each batch it keeps on
+            fn(s, 0, batch)
 
     def all_slots(self) -> list:
         return self.slots

@@ -50,7 +50,7 @@ def test_straggler_run_exports_slow_rank_cause_and_valid_text() -> None:
     view = _view(ranks, steps)
     hist = StepHistograms()
     for r in range(3):
-        hist.take(r, r, 12, steps[r])
+        hist.add(r, steps[r])
     text = exposition(metric_families(view, "exp1", hist.ranks, {0: 0.5, 1: 2.0, 2: 30.0}))
     got = _parse(text)
     assert got["torchlens_slow_rank"] == [
@@ -95,23 +95,19 @@ def test_label_values_are_escaped() -> None:
     assert {s[1]["run"] for s in got["torchlens_world_size"]} == {'run"x'}
 
 
-def test_histogram_counts_every_step_across_polls_and_restarts() -> None:
+def test_histogram_counts_every_step_across_batches_and_restarts() -> None:
     hist = StepHistograms()
     first = [_rec(i, 0.0, 0.0, step_s=0.2) for i in range(5)]
     setup = _rec(0, 0.0, 0.0, step_s=4.0, window=True)  # set-up: not a step
-    hist.take(0, 0, 3, [setup, *first[:2]])
-    hist.take(0, 0, 3, [setup, *first[:2]])  # nothing new: counted once
-    hist.take(0, 0, 6, [setup, *first])
-    # the rank's restart is another slot; its steps add to the same rank
-    hist.take(0, 7, 2, [_rec(0, 0.0, 0.0, step_s=2.0), _rec(1, 0.0, 0.0, step_s=70.0)])
+    hist.add(0, [setup, *first[:2]])
+    hist.add(0, first[2:])
+    # the rank's restart sends its own batches; its steps add to the same rank
+    hist.add(0, [_rec(0, 0.0, 0.0, step_s=2.0), _rec(1, 0.0, 0.0, step_s=70.0)])
     h = hist.ranks[0]
     assert h.count == 7
     assert abs(h.total_s - (5 * 0.2 + 2.0 + 70.0)) < 1e-9
     assert h.buckets[BUCKETS.index(0.25)] == 5 and h.buckets[BUCKETS.index(2.5)] == 6
     assert h.buckets[BUCKETS.index(60.0)] == 6 and h.buckets[-1] == 7
-    # the collector kept only the newest 2 of 4 new records: 2 are counted as missed
-    hist.take(1, 9, 4, first[-2:])
-    assert hist.ranks[1].count == 2 and hist.missed == 2
 
 
 def test_no_slow_rank_exports_no_slow_series_and_waiting_ranks() -> None:

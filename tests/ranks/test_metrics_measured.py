@@ -29,7 +29,7 @@ def _rec(step: int, step_s: float, mem: dict | None = None) -> StepRecord:
 def _series(view, steps) -> dict:
     hist = StepHistograms()
     for r, recs in enumerate(steps):
-        hist.take(r, r, len(recs), recs)
+        hist.add(r, recs)
     text = exposition(metric_families(view, "exp1", hist.ranks, {}))
     return {f.name: [(s.labels, s.value) for s in f.samples]
             for f in text_string_to_metric_families(text)}
@@ -77,14 +77,14 @@ def test_each_rank_exports_the_terminals_median_step() -> None:
     assert abs(medians["1"] - statistics.median(times[1])) < 1e-12
 
 
-def test_a_poll_between_the_setup_window_and_the_first_step_loses_no_step() -> None:
-    """The collector counts a slot's set-up windows until its first step, then takes them
-    back (``Collector._take``); a poll in between had marked the window as counted, so the
-    histogram missed the first real step (the Prometheus test's sum was one step off)."""
+def test_set_up_windows_and_labelled_spans_are_not_steps() -> None:
+    """A start's set-up window and an evaluation or checkpoint span are not
+    training steps: the histogram counts the steps only."""
     window = StepRecord.from_dict({"step": 0, "t0": 0.0, "t1": 5.0, "window": True})
+    save = StepRecord.from_dict({"step": 2, "t0": 9.0, "t1": 12.0, "label": "checkpoint"})
     real = [_rec(i, 0.03 + i / 1000) for i in range(3)]
     hist = StepHistograms()
-    hist.take(0, 0, 1, [window])  # the collector: counts[0] == 1 (the window, for now)
-    hist.take(0, 0, 3, [window, *real])  # first steps: the window taken back, 3 real
+    hist.add(0, [window])
+    hist.add(0, [*real[:2], save, real[2]])
     assert hist.ranks[0].count == 3
     assert abs(hist.ranks[0].total_s - sum(r.t1 - r.t0 for r in real)) < 1e-12

@@ -501,3 +501,31 @@ def test_the_watch_draws_every_training_step_around_labelled_spans(run) -> None:
             list(range(10)), list(range(10))]
     finally:
         w.stop()
+
+
+def test_the_metrics_step_histogram_counts_every_training_step_once(run) -> None:
+    """``/metrics``'s step-time histogram, ticked between the batches as the
+    collector's loop does: every training step once, around set-up windows,
+    labelled spans, and more records than the collector keeps between two ticks."""
+    from torchlens.capture.ranks.collector import KEEP_STEPS
+    from torchlens.frontends.ranks.metrics_endpoint import MetricsEndpoint
+
+    c, feed, ranks, out = run
+    endpoint = MetricsEndpoint("127.0.0.1", 0, str(out))
+    try:
+        sent = [[_span(i, window=True) for i in range(3)],
+                [_span(0), _span(1), _span(2, "evaluation"), _span(3, "checkpoint")],
+                [_span(4)],
+                [_span(5 + i) for i in range(KEEP_STEPS + 10)]]
+        endpoint.tick(c, None)
+        for i, batch in enumerate(sent):
+            ranks.send([batch, batch])
+            if i != 1:  # two batches between two ticks too
+                endpoint.tick(c, endpoint.view)
+        training = [r for b in sent for r in b if not r["window"] and "label" not in r]
+        for rank in (0, 1):
+            h = endpoint.histograms.ranks[rank]
+            assert h.count == len(training) == KEEP_STEPS + 13
+            assert abs(h.total_s - sum(r["t1"] - r["t0"] for r in training)) < 1e-6
+    finally:
+        endpoint.close()

@@ -79,36 +79,22 @@ class Histogram:
 class StepHistograms:
     """Every rank's step-time histogram over all its starts.
 
-    ``take`` runs in the collector's loop; a scrape reads ``ranks`` from another
-    thread. Each ``take`` replaces a rank's frozen ``Histogram`` whole, so a
-    reader that copies ``ranks`` (``dict(...)``) never sees half an update.
-    Set-up windows (``window``: before a start's first ``torchlens.step()``)
-    are not steps and are not counted.
+    ``add`` takes each batch of step records as the collector keeps it
+    (``Collector.listeners``), so every step is counted once, however many
+    arrive between two scrapes: the collector's step count is no cursor (it
+    leaves out labelled spans and takes set-up windows back once a rank steps).
+    A scrape reads ``ranks`` from another thread: each ``add`` replaces a
+    rank's frozen ``Histogram`` whole, so a reader that copies ``ranks``
+    (``dict(...)``) never sees half an update. Set-up windows (``window``:
+    before a start's first ``torchlens.step()``) and labelled spans (an
+    evaluation, a checkpoint) are not training steps and are not counted.
     """
 
     ranks: dict[int, Histogram] = field(default_factory=dict)
-    #: slot -> step records of it already counted
-    seen: dict[int, int] = field(default_factory=dict)
-    #: step records sent but gone from the collector's memory before a take
-    missed: int = 0
-    #: slots that sent a real step (before it, the collector's count is set-up windows)
-    stepped: set[int] = field(default_factory=set)
 
-    def take(self, rank: int, slot: int, sent: int, kept: list[StepRecord]) -> None:
-        """A slot (one start of ``rank``) has sent ``sent`` step records; ``kept``
-        are the newest of them, as the collector holds them."""
-        new = sent - self.seen.get(slot, 0)
-        if new <= 0:
-            return
-        fresh = kept[-new:] if new <= len(kept) else kept
-        steps = [rec.t1 - rec.t0 for rec in fresh if not rec.window]
-        if not steps and slot not in self.stepped:
-            # set-up windows only: the collector counts them until the slot's first
-            # step, then takes them back; marked seen, they would hide that step
-            return
-        self.stepped.add(slot)
-        self.seen[slot] = sent
-        self.missed += max(0, new - len(kept))
+    def add(self, rank: int, records: Iterable[StepRecord]) -> None:
+        """Count the training steps among ``records``, a batch ``rank`` sent."""
+        steps = [rec.t1 - rec.t0 for rec in records if not rec.window and not rec.labelled]
         if steps:
             self.ranks[rank] = self.ranks.get(rank, Histogram()).add(steps)
 

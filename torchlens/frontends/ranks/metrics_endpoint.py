@@ -1,8 +1,8 @@
 """``torchlens run --metrics [HOST:]PORT``: the job's series at ``/metrics`` while it runs.
 
-The collector's loop (``command.watch``) calls ``MetricsEndpoint.tick`` each
-poll: it counts the steps each slot sent since the last poll into the step
-histograms and keeps the newest ``RunView`` (the one the terminal or the live
+The collector hands each batch of step records to the step histograms as it
+keeps them (``Collector.listeners``). The collector's loop (``command.watch``)
+calls ``MetricsEndpoint.tick`` each poll: it keeps the newest ``RunView`` (the one the terminal or the live
 feed computed; its own when theirs is old). A scrape, in the HTTP server's
 thread, formats what the loop last kept: it never polls the collector nor
 computes a verdict, and the loop never waits for a scrape.
@@ -118,6 +118,7 @@ class MetricsEndpoint:
         self._view_cost = 0.0
         self._seen: dict[int, float] = {}  # rank -> when its heartbeat last changed (monotonic)
         self._scrapes: list[float] = []  # Prometheus's last two scrapes (monotonic)
+        self._collector: Any = None  # the one whose batches the histograms count
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         server_class = type("Server", (_Server,), {"address_family": family})
         self.server = server_class((address, port), _handler(self))
@@ -127,16 +128,26 @@ class MetricsEndpoint:
                                         daemon=True)
         self._thread.start()
 
+    def _took(self, s: Any, kind: int, values: list[Any]) -> None:
+        """The collector kept ``values`` of slot ``s`` (kind 0: step records)."""
+        if kind == 0:
+            self.histograms.add(s.rank, values)
+
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
     def tick(self, collector: Any, view: RunView | None) -> None:
-        """In the collector's loop: count new steps, keep the newest view."""
+        """In the collector's loop: keep the newest view (and, the first time,
+        count what the collector kept so far and listen for every batch after)."""
+        if self._collector is None:
+            self._collector = collector
+            for s in collector.all_slots():
+                self._took(s, 0, s.steps)
+            collector.listeners.append(self._took)
         seen = {}
         for s in collector.all_slots():  # slot order: a rank's latest start comes last
-            self.histograms.take(s.rank, s.slot, s.counts[0], s.steps)
             seen[s.rank] = s.seen
         self._seen = seen
         now = time.monotonic()
@@ -189,6 +200,9 @@ class MetricsEndpoint:
                     time.sleep(0.05)
             except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
                 pass
+        if self._collector is not None:
+            with contextlib.suppress(ValueError):
+                self._collector.listeners.remove(self._took)
         self.server.shutdown()
         self.server.server_close()
         if self.own_token:
