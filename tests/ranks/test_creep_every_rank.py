@@ -66,3 +66,20 @@ def test_a_step_up_once_then_flat_is_no_creep(source, at):
 @pytest.mark.parametrize("seed", range(5))
 def test_healthy_noise_is_no_creep(source, seed):
     assert memory_creep(_run([0, 0], source, noise=3 * MiB, seed=seed), []) == []
+
+
+@pytest.mark.parametrize("source", ["heap", "cuda"])
+def test_a_leak_read_back_at_the_job_end_is_still_a_leak(source):
+    """The last step closes as the job ends, after the loop let go of what it
+    kept: its figure drops back. Over the collector's newest 64 steps that one
+    drop hid a leak of 1 MiB a step on every rank."""
+    from torchlens.capture.ranks.collector import KEEP_STEPS
+
+    runs = _run([MiB, MiB], source)
+    for recs in runs:
+        last = recs[-1]
+        back = _mem(source, 117 << 20, last.mem.rss)
+        recs[-1] = StepRecord(step=last.step, t0=last.t0, t1=last.t1, mem=back)
+    creep = memory_creep([recs[-KEEP_STEPS:] for recs in runs], [])
+    assert [c.rank for c in creep] == [0, 1]
+    assert all(c.bytes_per_step == pytest.approx(MiB, rel=0.05) for c in creep)

@@ -25,8 +25,8 @@ def test_rss_alike_on_every_rank_hides_the_rank_the_heap_names() -> None:
     assert memory_creep(_run((0, MiB), heap=False), []) == []  # RSS alone: alike
     (creep,) = memory_creep(_run((0, MiB)), [])
     assert (creep.rank, creep.source) == (1, "heap")
-    assert creep.words == ("rank 1: memory creep, +1.0 MiB per step over 10 steps "
-                           "(C heap in use; RSS +18.0 MiB over the same steps)")
+    assert creep.words == ("rank 1: memory creep, +1.0 MiB per step over 9 steps "
+                           "(C heap in use; RSS +16.0 MiB over the same steps)")
 
 
 def test_an_even_heap_is_no_creep_and_a_shared_one_names_both() -> None:

@@ -126,8 +126,8 @@ def test_each_step_takes_its_own_gathered_peak_and_carries_shards_and_state(trac
     p.grad = torch.ones(4)
     opt.step()
     first = tracker.take()
-    assert first["gathered_peak_bytes"] == 400 and first["sharded_bytes"] == 100
-    assert first["optimizer_state_bytes"] == 2 * 16 + 4
+    assert first.gathered_peak_bytes == 400 and first.sharded_bytes == 100
+    assert first.optimizer_state_bytes == 2 * 16 + 4
     # the next step: layers.0 is still gathered when it starts, nothing else is
     walks = []
     real = fsdp_memory.state_bytes
@@ -138,10 +138,10 @@ def test_each_step_takes_its_own_gathered_peak_and_carries_shards_and_state(trac
         fsdp_memory.state_bytes = real
     second = tracker.take()
     assert walks == []  # no parameter gained state: the state dict is not walked again
-    assert second["gathered_peak_bytes"] == 200 and second["gathered_peak_modules"] == [
+    assert second.gathered_peak_bytes == 200 and second.gathered_peak_modules == [
         "layers.0"]
-    assert second["optimizer_state_bytes"] == first["optimizer_state_bytes"]
-    assert second["unsharded_bytes"] == 200
+    assert second.optimizer_state_bytes == first.optimizer_state_bytes
+    assert second.unsharded_bytes == 200
 
 
 def test_an_nn_sequentials_numbered_modules_do_not_read_as_a_sum():

@@ -15,13 +15,18 @@ Memory: per rank and step, the step record's ``mem`` (``cuda`` or ``rss``);
 a CPU step takes allocated, reserved, inactive_split and largest_free from the
 profiled-step summary of the same step (``modelled``). ``frag`` =
 inactive_split / reserved. Creep: per rank with at least ``min_steps`` steps,
-after the first 20% of its steps (warm-up), the least-squares slope over the
+after the first 20% of its steps (warm-up) and before its newest step, the least-squares slope over the
 step index of the first of these with at least 3 such steps: measured
 allocated bytes (CUDA); the C heap's bytes in use (``StepMemory.heap``, a CPU
 rank on glibc: a modelled figure replays one profiled step from an empty
 allocator, so it cannot show growth between steps); RSS. RSS rises on every
 rank alike as the C allocator keeps pages, so a rank keeping 1 MiB more per
 step hides in it; the heap figure falls when memory is freed.
+
+The newest step is left out: a rank's last step closes as the job ends, so
+its memory is read after the training loop has let go of what it kept (a
+leak of 1 MiB a step read as a drop of 100 MiB at the last step, enough to
+hide the leak from the fit over the collector's newest 64 steps).
 
 Each rank is judged on its own growth, so a leak on every rank (each keeps its
 loss every step) names every rank. A rank creeps when, over its steps after
@@ -208,8 +213,8 @@ def _slope(points: list[tuple[float, float]]) -> float:
 
 
 def _fit(memory: list[_Memory]) -> tuple[float, list[tuple[float, float]], str] | None:
-    """(slope, points, source) of one rank after its warm-up."""
-    rows = sorted((m for m in memory if m[0] is not None), key=lambda m: m[0])
+    """(slope, points, source) of one rank after its warm-up, its newest step left out."""
+    rows = sorted((m for m in memory if m[0] is not None), key=lambda m: m[0])[:-1]
     rows = rows[int(len(rows) * WARMUP):]
     # modelled figures come from one profiled step replayed from an empty
     # allocator: they cannot show growth from one step to the next
@@ -245,10 +250,10 @@ def _grows_in_both_halves(points: list[tuple[float, float]], slope: float) -> bo
 
 
 def _heap_points(recs: list[StepRecord]) -> list[tuple[float, float]]:
-    """(step, C heap bytes in use) of one rank after its warm-up."""
+    """(step, C heap bytes in use) of one rank after its warm-up, its newest step left out."""
     rows = sorted(((rec.step, heap) for rec in recs
                    if rec.mem is not None and isinstance(heap := rec.mem.heap, int)),
-                  key=lambda row: row[0])
+                  key=lambda row: row[0])[:-1]
     return [(float(step), float(heap)) for step, heap in rows[int(len(rows) * WARMUP):]]
 
 
