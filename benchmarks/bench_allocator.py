@@ -73,8 +73,8 @@ def replay_speed(repeat: int, n_events: int) -> list[str]:
     files = sorted(SNAPSHOTS.glob("*.pickle"), key=lambda p: p.stat().st_size)
     largest = files[-1]
     snap = load_snapshot(largest)
-    trace = snap["device_traces"][0]
-    cfg = AllocatorConfig.from_settings(snap["allocator_settings"])
+    trace = snap.device_traces[0]
+    cfg = AllocatorConfig.from_settings(snap.allocator_settings)
     init = rebuild_initial_state(snap, trace, cfg)
     wall, cpu, _ = _timed(
         lambda: replay(trace, cfg, mode="follow", initial_segments=init.segments),

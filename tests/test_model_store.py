@@ -20,6 +20,7 @@ from torchlens.model import (
     Trace,
     load_profile,
 )
+from torchlens.model.snapshot import normalize_snapshot
 
 
 def _profile() -> Profile:
@@ -36,7 +37,7 @@ def _profile() -> Profile:
                                  timings={"stop_s": 0.5}),
         traces={"main": Trace(events, {"t0_us": 123.0, "dropped": {}})},
         tables={"mem": Table({"t": np.arange(3.0), "b": np.array([1, 2, 3])})},
-        snapshots={"dev0": {"segments": [{"address": 1, "blocks": []}]}},
+        snapshots={"dev0": normalize_snapshot({"segments": [{"address": 1, "blocks": []}]})},
         unmeasured=["GPU kernels: no CUDA device"],
         attachments={"trace.json.gz": b"\x1f\x8b raw"},
     )
@@ -51,7 +52,7 @@ def test_round_trip_keeps_everything(tmp_path):
     assert np.isnan(ev["dur"][1]) and ev["ts"][0] == 1.5
     assert loaded.trace.meta["t0_us"] == 123.0
     assert loaded.tables["mem"]["b"].tolist() == [1, 2, 3]
-    assert loaded.snapshots["dev0"]["segments"][0]["address"] == 1
+    assert loaded.snapshots["dev0"].segments[0].address == 1
     assert loaded.unmeasured == ["GPU kernels: no CUDA device"]
     assert loaded.attachments == {"trace.json.gz": b"\x1f\x8b raw"}
 

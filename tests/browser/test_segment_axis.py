@@ -24,7 +24,7 @@ X_RANGE = """() => {
 def test_segment_axis_starts_at_zero_and_ends_at_the_largest_segment(chromium: Any,
                                                                       tmp_path: Path) -> None:
     profile = load_profile(V1 / "gpumem.tlprof")  # one 2 MiB segment
-    biggest = max(s["total_size"] for s in kinds.analyze(profile).segments) / 2**20
+    biggest = max(s.total_size for s in kinds.analyze(profile).segments) / 2**20
     page_file = tmp_path / "r.html"
     page_file.write_text(kinds.report_html(profile))
     page = chromium.new_page()

@@ -28,8 +28,8 @@ with ProfilerCapture(ProfilerOptions(schedule=(0, 1, 1))) as s:
 keep = []
 with MemoryCapture(MemoryOptions(stacks=8)) as m:
     keep.append(torch.ones(1000) * 2)
-trace = m.profile.snapshots["device0"]["device_traces"][0]
-assert any(e["frames"] for e in trace), "allocation sites still symbolized"
+trace = m.profile.snapshots["device0"].device_traces[0]
+assert any(e.frames for e in trace), "allocation sites still symbolized"
 assert p.profile.trace is not None and s.profile.trace is not None
 print(sorted(name for name in {heavy!r} if name in sys.modules))
 """

@@ -24,21 +24,21 @@ def test_capture_makes_a_torch_format_trace():
     p = cap.profile
     assert p.kind == "gpumem" and p.payload.measured_on == "cpu"
     assert any("allocator model" in u for u in p.unmeasured)
-    trace = p.snapshots["device0"]["device_traces"][0]
-    allocs = [e for e in trace if e["action"] == "alloc"]
-    assert {e["size"] for e in allocs} >= {4000}
-    here = [f for e in allocs for f in e["frames"] if f["filename"] == __file__]
-    assert here and all(f["name"] == "test_capture_makes_a_torch_format_trace" for f in here)
+    trace = p.snapshots["device0"].device_traces[0]
+    allocs = [e for e in trace if e.action == "alloc"]
+    assert {e.size for e in allocs} >= {4000}
+    here = [f for e in allocs for f in e.frames if f.filename == __file__]
+    assert here and all(f.name == "test_capture_makes_a_torch_format_trace" for f in here)
     for e in trace:
-        assert set(e) >= {"action", "addr", "size", "stream", "time_us", "frames"}
-        assert len(e["frames"]) <= 16
+        assert e.time_us is not None  # every field of torch's entries, the time included
+        assert len(e.frames) <= 16
 
 
 def test_stacks_zero_records_no_frames():
     with MemoryCapture(MemoryOptions(stacks=0)) as cap:
         torch.ones(100)
-    trace = cap.profile.snapshots["device0"]["device_traces"][0]
-    assert trace and all(e["frames"] == [] for e in trace)
+    trace = cap.profile.snapshots["device0"].device_traces[0]
+    assert trace and all(e.frames == [] for e in trace)
 
 
 def test_leaky_cell_is_flagged_at_the_right_lines(shell, capsys):
@@ -99,7 +99,7 @@ def test_export_pickle_is_accepted_by_memory_viz(shell, tmp_path):
     out = tmp_path / "cell.pickle"
     assert shell.run_cell(LEAKY.format(opts=f"--quiet --export {out}")).success
     snap = load_snapshot(out)  # builtins only: the safe loader accepts it
-    assert snap["device_traces"][0] and snap["segments"]
+    assert snap.device_traces[0] and snap.segments
     with open(out, "rb") as fh:
         assert pickle.load(fh)["device_traces"]
     proc = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(out)],
@@ -136,17 +136,17 @@ def test_backward_and_optimizer_step_allocations_get_their_lines():
         loss.backward()  # allocates the grads
         lines["step"] = sys._getframe().f_lineno + 1
         opt.step()  # first step: allocates the momentum buffers
-    trace = cap.profile.snapshots["device0"]["device_traces"][0]
+    trace = cap.profile.snapshots["device0"].device_traces[0]
     weight = 128 * 128 * 4
 
     def at(line):
-        return [e for e in trace if e["action"] == "alloc" and any(
-            f["filename"] == __file__ and f["line"] == line for f in e["frames"])]
+        return [e for e in trace if e.action == "alloc" and any(
+            f.filename == __file__ and f.line == line for f in e.frames)]
 
-    assert any(e["size"] >= weight for e in at(lines["backward"])), lines
-    assert any(e["size"] >= weight for e in at(lines["step"])), lines
-    unattributed = [e for e in trace if e["action"] == "alloc" and not e["frames"]]
-    assert not [e for e in unattributed if e["size"] >= weight], unattributed
+    assert any(e.size >= weight for e in at(lines["backward"])), lines
+    assert any(e.size >= weight for e in at(lines["step"])), lines
+    unattributed = [e for e in trace if e.action == "alloc" and not e.frames]
+    assert not [e for e in unattributed if e.size >= weight], unattributed
 
 
 def test_calls_skipped_by_the_recorder_do_not_allocate():
@@ -181,8 +181,8 @@ def test_calls_skipped_by_the_recorder_do_not_allocate():
         leaf.data = leaf.data
         leaf.requires_grad = True
         leaf.grad = None
-    trace = cap.profile.snapshots["device0"]["device_traces"][0]
-    assert [e for e in trace if e["action"] == "alloc"] == []
+    trace = cap.profile.snapshots["device0"].device_traces[0]
+    assert [e for e in trace if e.action == "alloc"] == []
 
 
 def _sizes(text: str) -> list[float]:

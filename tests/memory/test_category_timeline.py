@@ -182,9 +182,9 @@ def test_torch_categories_stack_is_the_peak_table_in_torchs_words(shell):
     _check(a)  # at the peak point the stack is the peak table, row for row
     s = a.category_timeline
     assert "from torch's memory profiler" in timeline_figure(a).title.text
-    unnamed = {cat.categorize(e.get("frames") or []) for e in a.trace
-               if e["action"] == "alloc" and not any(
-                   n for _t, n in e.get("torch_category") or [])}
+    unnamed = {cat.categorize(e.frames or []) for e in a.trace
+               if e.action == "alloc" and not any(
+                   n for _t, n in e.torch_category or [])}
     lifetime = {cat.OPTIMIZER: {cat.OPTIMIZER_TEMP}, cat.BACKWARD: {cat.GRADIENT}}
     allowed = TORCH_WORDS | unnamed | set().union(*(lifetime.get(c, set()) for c in unnamed))
     assert set(s.names) <= allowed, set(s.names) - allowed

@@ -78,11 +78,11 @@ def _window_after_last_segment(tmp_path, name: str):
     from torchlens.model.snapshot import load_snapshot
 
     snap = load_snapshot(SNAPSHOTS / f"{name}.pickle")
-    trace = snap["device_traces"][0]
-    last = max(i for i, e in enumerate(trace) if e["action"] == "segment_alloc")
-    snap["device_traces"] = [trace[last + 1:]]
+    trace = snap.device_traces[0]
+    last = max(i for i, e in enumerate(trace) if e.action == "segment_alloc")
+    snap.device_traces = [trace[last + 1:]]
     path = tmp_path / f"{name}_window.pickle"
-    path.write_bytes(pickle.dumps(snap))
+    path.write_bytes(pickle.dumps(snap.to_torch()))
     return path
 
 

@@ -35,6 +35,7 @@ from torchlens.analysis.memory.timeline import build_timeline
 from torchlens.capture.memory import cuda as cuda_memory
 from torchlens.capture.memory.capture import MemoryCapture
 from torchlens.model import MemoryOptions
+from torchlens.model.snapshot import TraceEntry
 
 MIB = 1024 * 1024
 ASYNC_MSG = ("cudaMallocAsync does not yet support recordHistory. "
@@ -247,10 +248,10 @@ def test_timeline_allocated_falls_at_free_requested_like_the_allocator():
     m.free_completed(a)
     m.free(b)
     m.free(d)
-    trace = [{"action": act, "addr": addr, "size": size, "stream": s, "time_us": 10 * i,
-              "frames": []} for i, (act, addr, size, s) in enumerate(m.trace)
+    trace = [TraceEntry(act, addr, size, s, time_us=10 * i)
+             for i, (act, addr, size, s) in enumerate(m.trace)
              if act in ("alloc", "free_requested", "free_completed")]
-    assert [e["action"] for e in trace].count("free_requested") == 3
+    assert [e.action for e in trace].count("free_requested") == 3
     tl = build_timeline(trace, block_size=lambda n: round_size(n, cfg))
     assert tl.peak_allocated == m.stats.peak("allocated_bytes")
     assert tl.end_allocated == m.stats.current("allocated_bytes") == c.size

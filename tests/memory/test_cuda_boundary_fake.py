@@ -31,7 +31,7 @@ def _stats(alloc: int, reserved: int, retries: int = 0) -> dict[str, int]:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     snap = load_snapshot(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle")
-    t0 = min(e["time_us"] for e in snap["device_traces"][0])
+    t0 = min(e.time_us for e in snap.device_traces[0])
     calls = []
     stats = iter([_stats(8783856, 134217728), _stats(48760832, 134217728, retries=2)])
     monkeypatch.setattr(cuda_memory, "cuda_available", lambda: True)
@@ -53,10 +53,10 @@ def test_capture_uses_only_the_boundary(fake_cuda):
     assert fake_cuda == [("start", 32), ("stop",)]
     assert p.payload.measured_on == "cuda"
     assert not any("allocator model" in u for u in p.unmeasured)
-    trace = p.snapshots["device0"]["device_traces"][0]
+    trace = p.snapshots["device0"].device_traces[0]
     assert len(trace) == 5803
-    assert all(f["filename"].endswith(".py") or f["filename"].startswith("<")
-               for e in trace for f in e["frames"])
+    assert all(f.filename.endswith(".py") or f.filename.startswith("<")
+               for e in trace for f in e.frames)
 
 
 def test_cuda_result_uses_the_snapshot_and_stats(fake_cuda):

@@ -10,29 +10,30 @@ from torchlens.analysis.memory.leaks import (
     survivors,
 )
 from torchlens.analysis.memory.timeline import build_timeline
+from torchlens.model.snapshot import Frame, TraceEntry
 
 CELL = "<ipython-input-7-0123abcd>"
 
 
-def _frames(line: int) -> list[dict]:
-    return [{"filename": "/x/site-packages/torch/nn/functional.py", "line": 1, "name": "linear"},
-            {"filename": "RegisterCPU.cpp", "line": 0, "name": "at::addmm"},
-            {"filename": CELL, "line": line, "name": "<module>"}]
+def _frames(line: int) -> list[Frame]:
+    return [Frame("/x/site-packages/torch/nn/functional.py", "linear", 1),
+            Frame("RegisterCPU.cpp", "at::addmm", 0),
+            Frame(CELL, "<module>", line)]
 
 
 def _alloc(addr, size, t, line):
-    return {"action": "alloc", "addr": addr, "size": size, "time_us": t, "frames": _frames(line)}
+    return TraceEntry("alloc", addr, size, time_us=t, frames=_frames(line))
 
 
 def _free(addr, size, t):
-    return {"action": "free_completed", "addr": addr, "size": size, "time_us": t, "frames": []}
+    return TraceEntry("free_completed", addr, size, time_us=t)
 
 
 def test_user_frames_skip_torch_cpp_and_ipython():
     assert site_of(_frames(3)) == ("cell [7] line 3", "<module>")
-    assert not is_user_frame({"filename": "/usr/lib/python3.11/threading.py", "line": 1})
-    assert not is_user_frame({"filename": "<frozen runpy>", "line": 1})
-    assert is_user_frame({"filename": "/tmp/ipykernel_12/345.py", "line": 2})
+    assert not is_user_frame(Frame("/usr/lib/python3.11/threading.py", line=1))
+    assert not is_user_frame(Frame("<frozen runpy>", line=1))
+    assert is_user_frame(Frame("/tmp/ipykernel_12/345.py", line=2))
 
 
 def test_loop_that_keeps_each_step_is_flagged_and_one_that_does_not_is_not():

@@ -83,7 +83,7 @@ def test_state_made_once_per_parameter_is_not_flagged(tmp_path):
 def test_time_axis_is_ms_from_the_first_event():
     r = load_gpumem(str(FULLSTEP))
     a = r.analysis()
-    times = [e["time_us"] for e in a.trace]
+    times = [e.time_us for e in a.trace]
     fig = timeline_figure(a)
     xs = _x_values(fig)
     assert min(xs) == 0 and max(xs) == pytest.approx((max(times) - min(times)) / 1000)
@@ -94,7 +94,7 @@ def test_time_axis_is_ms_from_the_first_event():
 @needs_snapshots
 def test_a_trace_without_times_spreads_over_its_entries():
     a = load_gpumem(str(NO_TIMES)).analysis()
-    assert all(not e.get("time_us") for e in a.trace)
+    assert all(not e.time_us for e in a.trace)
     fig = timeline_figure(a)
     xs = _x_values(fig)
     assert min(xs) == 0 and max(xs) == len(a.trace) - 1

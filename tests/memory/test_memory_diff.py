@@ -35,11 +35,11 @@ def forward_with_head(x):
 def _raw_peak(snapshot: dict) -> int:
     """The peak of the raw CPU trace, replayed here: requested bytes allocated less freed."""
     level = peak = 0
-    for e in snapshot["device_traces"][0]:
-        if e["action"] == "alloc":
-            level += e["size"]
-        elif e["action"] in ("free_completed", "free"):
-            level -= e["size"]
+    for e in snapshot.device_traces[0]:
+        if e.action == "alloc":
+            level += e.size
+        elif e.action in ("free_completed", "free"):
+            level -= e.size
         peak = max(peak, level)
     return peak
 

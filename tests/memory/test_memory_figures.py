@@ -17,7 +17,7 @@ def _one_segment_snapshot(tmp_path):
     blocks = [alloc.malloc(4096) for _ in range(6)]
     alloc.free(blocks[2])
     path = tmp_path / "one.pickle"
-    path.write_bytes(pickle.dumps(alloc.snapshot()))
+    path.write_bytes(pickle.dumps(alloc.snapshot().to_torch()))
     return load_gpumem(str(path))
 
 
@@ -56,7 +56,7 @@ def test_several_segments_each_get_a_row(tmp_path, n):
         alloc.malloc(3 * 2**20)  # one 20 MiB segment holds six; force a segment each
         alloc.malloc(18 * 2**20)
     path = tmp_path / "many.pickle"
-    path.write_bytes(pickle.dumps(alloc.snapshot()))
+    path.write_bytes(pickle.dumps(alloc.snapshot().to_torch()))
     a = load_gpumem(str(path)).analysis()
     rows = len(a.segments)
     assert rows >= n

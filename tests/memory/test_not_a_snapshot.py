@@ -56,7 +56,7 @@ def test_a_trace_only_snapshot_is_read(tmp_path: Path) -> None:
     path = tmp_path / "trace_only.pickle"
     path.write_bytes(pickle.dumps({"device_traces": [trace]}))
     loaded = torchlens.load(str(path))
-    assert loaded.snapshot()["segments"] == [] and len(loaded.snapshot()["device_traces"][0]) == 2
+    assert loaded.snapshot().segments == [] and len(loaded.snapshot().device_traces[0]) == 2
 
 
 def test_torch_1_bare_segment_list_is_still_read(tmp_path: Path) -> None:
@@ -64,4 +64,4 @@ def test_torch_1_bare_segment_list_is_still_read(tmp_path: Path) -> None:
     path.write_bytes(pickle.dumps([{"address": 4096, "total_size": 2097152, "blocks": [
         {"size": 2097152, "allocated": True, "active": True}]}]))
     loaded = torchlens.load(str(path))
-    assert loaded.snapshot()["segments"][0]["allocated_size"] == 2097152
+    assert loaded.snapshot().segments[0].allocated_size == 2097152

@@ -13,7 +13,7 @@ from torchlens.analysis.memory.oom import (
     parse_oom_message,
 )
 from torchlens.analysis.memory.what_if import run_model
-from torchlens.model.snapshot import load_snapshot
+from torchlens.model.snapshot import Frame, TraceEntry, load_snapshot
 
 GIB = 1024**3
 MIB = 1024**2
@@ -34,7 +34,7 @@ def test_fragmented_shared_snapshot():
     s = fragmentation.summarize(snap)
     request = s.largest_free["large"] + 2 * MIB  # fits the free total, not any block
     assert s.free_cached > request
-    trace = [{"action": "oom", "addr": 0, "size": request, "device_free": 0, "frames": []}]
+    trace = [TraceEntry("oom", 0, request, device_free=0)]
     d = from_snapshot(snap, trace=trace)
     assert d.cause == "fragmentation"
     assert d.free_cached == s.free_cached and d.largest_usable <= s.largest_free["large"]
@@ -48,8 +48,8 @@ def test_fragmented_shared_snapshot():
 def test_synthetic_exhaustion_with_the_model():
     trace, t = [], 0
     for i in range(12):  # 12 x 100 MiB kept alive on a 1 GiB card
-        trace.append({"action": "alloc", "addr": 1000 + i, "size": 100 * MIB, "time_us": t,
-                      "frames": [{"filename": "<ipython-input-3-ab>", "line": 4, "name": "<module>"}]})
+        trace.append(TraceEntry("alloc", 1000 + i, 100 * MIB, time_us=t,
+                                frames=[Frame("<ipython-input-3-ab>", "<module>", 4)]))
         t += 1
     run = run_model(trace, AllocatorConfig(), capacity=GIB)
     assert run.ooms
@@ -166,13 +166,12 @@ def test_shared_snapshot_with_an_oom_entry_agrees_with_itself(tmp_path, request_
     from torchlens.frontends.memory.api import load_gpumem
 
     snap = load_snapshot(SNAPSHOTS / "ctx128_fullstep.pickle")
-    trace = snap["device_traces"][0]
+    trace = snap.device_traces[0]
     last = trace[-1]
-    trace.append({"action": "oom", "addr": 0, "size": request_mib * MIB, "stream": 0,
-                  "device_free": device_free_mib * MIB, "time_us": last["time_us"] + 10,
-                  "frames": last["frames"]})
+    trace.append(TraceEntry("oom", 0, request_mib * MIB, 0, last.frames,
+                            time_us=last.time_us + 10, device_free=device_free_mib * MIB))
     path = tmp_path / "oom.pickle"
-    path.write_bytes(pickle.dumps(snap))
+    path.write_bytes(pickle.dumps(snap.to_torch()))
     r = load_gpumem(str(path))
     a, d = assert_diagnosis_agrees(r)
-    assert d.source == "trace oom entry" and a.oom_x == last["time_us"] + 10 - trace[0]["time_us"]
+    assert d.source == "trace oom entry" and a.oom_x == last.time_us + 10 - trace[0].time_us

@@ -66,7 +66,7 @@ def test_shared_snapshot_peak_is_the_timelines_and_its_rows_add_up(path):
     assert sum(r.bytes for r in pk.by_site) == pk.peak
     # the allocation that made the peak is an alloc entry of the trace, at the peak
     e = a.trace[pk.entry]
-    assert e["action"] == "alloc" and pk.trigger is not None and pk.trigger.index == pk.entry
+    assert e.action == "alloc" and pk.trigger is not None and pk.trigger.index == pk.entry
     assert json.loads(json.dumps(r.to_json()))["peak"]["peak_allocated"] == pk.peak
 
 
@@ -136,10 +136,12 @@ def test_no_frames_and_blocks_from_before_the_window(tmp_path):
 def test_a_wrapped_history_says_its_peak_is_the_kept_parts():
     from torchlens.analysis.memory.peak import analyze_peak
     from torchlens.analysis.memory.timeline import build_timeline
+    from torchlens.model.snapshot import Snapshot, normalize_snapshot
 
-    trace = [_alloc(0x1000, 4096, 1, [{"filename": "a.py", "line": 1, "name": "f"}])]
+    raw = [_alloc(0x1000, 4096, 1, [{"filename": "a.py", "line": 1, "name": "f"}])]
+    trace = normalize_snapshot({"device_traces": [raw]}).device_traces[0]
     tl = build_timeline(trace, start_allocated=8192)
-    pk = analyze_peak(tl, trace, {"segments": []}, wrapped=True)
+    pk = analyze_peak(tl, trace, Snapshot(), wrapped=True)
     assert pk.peak == 12288 and pk.unattributed == 8192
     assert any("history wrapped" in m for m in pk.missing)
     assert any("unattributed" in m for m in pk.missing)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 
+import msgspec
 import pytest
 
 import torchlens
@@ -122,10 +123,11 @@ def test_sound_edge_values_load_as_the_per_entry_path_gives_them(tmp_path):
     del t[1]["frames"], t[2]["addr"], t[3]["time_us"]
     path = tmp_path / "edge.pickle"
     path.write_bytes(pickle.dumps(snap))
-    got = load_snapshot(path)["device_traces"][0]
+    got = load_snapshot(path).device_traces[0]
     want = [_normalize_trace_entry(e, "s", "x", _Checked()) for e in pickle.loads(
         path.read_bytes())["device_traces"][0]]
-    assert got == want and [list(e) for e in got] == [list(e) for e in want]
+    assert got == want
+    assert msgspec.to_builtins(got) == msgspec.to_builtins(want)
 
 
 def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path):

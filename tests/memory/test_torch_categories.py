@@ -99,7 +99,7 @@ def test_category_totals_equal_torchs_memory_profiler(fresh, kept_profiler):
         if b.source == "torch":
             ours[b.category] += b.size
     peak_entry = a.trace[pk.entry]
-    theirs = _torch_at(kept_profiler[0], peak_entry["addr"], peak_entry["time_us"])
+    theirs = _torch_at(kept_profiler[0], peak_entry.addr, peak_entry.time_us)
     assert dict(ours) == theirs
     assert {"parameter", "optimizer state", "gradient"} & set(theirs)
     # the rows still add up to the peak, and every view says who named the categories

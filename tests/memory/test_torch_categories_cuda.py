@@ -50,12 +50,11 @@ def test_cuda_capture_takes_torchs_categories_beside_the_history(fake_cuda,  # n
 
     from torchlens.model.snapshot import load_snapshot
 
-    trace = load_snapshot(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle")[
-        "device_traces"][0]
+    trace = load_snapshot(SNAPSHOTS / "eor_nn_with_snapshot_actions.pickle").device_traces[0]
     # the first allocations still alive at the end (so alive at the peak, wherever it is)
-    freed = {e["addr"] for e in trace if e["action"] == "free_completed"}
-    allocs = [(e["addr"], e["time_us"], e["size"]) for e in trace
-              if e["action"] == "alloc" and e["addr"] not in freed][:3]
+    freed = {e.addr for e in trace if e.action == "free_completed"}
+    allocs = [(e.addr, e.time_us, e.size) for e in trace
+              if e.action == "alloc" and e.addr not in freed][:3]
     prof = _fake_profiler(allocs)
     monkeypatch.setattr(tc, "start_profiler", lambda: prof)
     monkeypatch.setattr(tc, "stop_profiler", lambda p: setattr(p, "stopped", True))
@@ -63,14 +62,14 @@ def test_cuda_capture_takes_torchs_categories_beside_the_history(fake_cuda,  # n
         pass
     assert prof.stopped
     assert cap.profile.payload.categories_error == ""
-    kept = cap.profile.snapshots["device0"]["device_traces"][0]
-    named = {e["addr"]: e["torch_category"] for e in kept if "torch_category" in e}
+    kept = cap.profile.snapshots["device0"].device_traces[0]
+    named = {e.addr: e.torch_category for e in kept if e.torch_category is not None}
     t0, t1 = allocs[0][1], allocs[1][1]
     assert named == {allocs[0][0]: [[t0, "parameter"]],
                      allocs[1][0]: [[t1, "parameter"], [t1 + 5, "gradient"]],
                      allocs[2][0]: [[allocs[2][1], "parameter"]]}
     pk = analyze(cap.profile).peak
-    by_addr = {kept[b.index]["addr"]: b for b in pk.blocks if b.index is not None}
+    by_addr = {kept[b.index].addr: b for b in pk.blocks if b.index is not None}
     assert by_addr[allocs[1][0]].category == "gradient"  # the version current at the peak
     assert by_addr[allocs[0][0]].source == by_addr[allocs[1][0]].source == "torch"
     assert pk.category_from == "from torch's memory profiler, the rest inferred from stacks"

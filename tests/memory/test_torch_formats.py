@@ -6,6 +6,7 @@ import pickle
 
 from torchlens.analysis.memory import fragmentation, oom
 from torchlens.frontends.memory.api import load_gpumem
+from torchlens.model.snapshot import Snapshot, normalize_snapshot
 from torchlens.render.memory.report import fragmentation_rows
 
 MIB = 1024 * 1024
@@ -44,7 +45,7 @@ def test_oom_sizes_printed_as_bytes_are_read():
 
 
 def test_a_zero_free_device_is_diagnosed_with_its_zero():
-    d = oom.from_snapshot({"segments": []}, message=OOM_ZERO_FREE)
+    d = oom.from_snapshot(Snapshot(), message=OOM_ZERO_FREE)
     assert d is not None and d.device_free == 0
     # 1.12 GiB cached but free, none of it in a block for 20 MiB, nothing on the device
     assert d.total_free == int(1.12 * GIB) and d.cause == "fragmentation"
@@ -67,7 +68,7 @@ def test_inactive_split_is_torchs_and_expandable_free_is_shown_apart():
         _segment(0, 1 << 30, [(2 * MIB, "active_allocated"), (18 * MIB, "inactive")]),
         _segment(0, 2 << 30, [(4 * MIB, "active_allocated"), (16 * MIB, "inactive")],
                  expandable=True)]}
-    s = fragmentation.summarize(snap)
+    s = fragmentation.summarize(normalize_snapshot(snap))
     # torch's free_block leaves expandable segments out of inactive_split
     assert s.inactive_split == 18 * MIB and s.free_expandable == 16 * MIB
 
@@ -112,7 +113,7 @@ def test_an_oom_under_a_process_limit_is_diagnosed_against_the_limit() -> None:
                "Including non-PyTorch memory, this process has 2.75 GiB memory in use. 2.80 GiB "
                "allowed; Of the allocated memory 2.24 GiB is allocated by PyTorch, and 5.50 MiB "
                "is reserved by PyTorch but unallocated.")
-    d = from_snapshot({"segments": []}, message=message)
+    d = from_snapshot(Snapshot(), message=message)
     gib = 1024**3
     assert d.limit == d.capacity == int(2.80 * gib)
     assert d.device_free < 0.6 * gib  # what was left under the limit, not 136 GiB

@@ -29,6 +29,7 @@ from torchlens.model import (
     TorchprofPayload,
 )
 from torchlens.model.findings import Figure, Finding
+from torchlens.model.snapshot import normalize_snapshot
 
 PARTS = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>",
          "\"'><svg onload=alert(3)>")
@@ -111,7 +112,7 @@ def gpumem_profile(s: Mark) -> tuple[Profile, object]:
         environment={"host": s("env-value"), s("env-key"): s("env-value2")},
         payload=GpumemPayload(measured_on="cpu", simulate=True, capacity=40 << 20,
                               runs=[(0, 9), (10, 19), (20, 29)], repeat=3),
-        snapshots={"main": {"segments": [], "device_traces": [trace]}},
+        snapshots={"main": normalize_snapshot({"segments": [], "device_traces": [trace]})},
         unmeasured=[s("unmeasured")],
         error={"type": "OutOfMemoryError", "message": "CUDA out of memory. " + s("oom-message"),
                "traceback": s("traceback")},

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from torchlens.model import GpumemPayload
+from torchlens.model.snapshot import Snapshot
 
 RECORD_KEY = "torchlens_capture"
 VERSION = 1
@@ -124,17 +125,17 @@ class Restored:
     """A capture read back: its snapshot as the capture held it, its payload, and
     what the profile said was not measured and how the cell ended."""
 
-    snapshot: dict[str, Any]
+    snapshot: Snapshot
     payload: GpumemPayload
     unmeasured: list[str]
     error: dict[str, str] | None
 
 
-def restore(snap: dict[str, Any], display: GpumemPayload) -> tuple[Restored | None, str]:
+def restore(snap: Snapshot, display: GpumemPayload) -> tuple[Restored | None, str]:
     """The capture a loaded snapshot was exported from, with the loader's display
     options (``display``: simulate, capacity, top, alloc_conf when given); (None, '')
     for a snapshot without a record, (None, why) for one whose record is damaged."""
-    rec = snap.get(RECORD_KEY)
+    rec = snap.extra.get(RECORD_KEY)
     if rec is None:
         return None, ""
     why = _check(rec)
@@ -142,9 +143,10 @@ def restore(snap: dict[str, Any], display: GpumemPayload) -> tuple[Restored | No
         return None, (f"The file's {RECORD_KEY} record (what torchlens' export adds) is "
                       f"damaged ({why}): it is read as a plain snapshot.")
     r = msgspec.convert(rec, CaptureRecord)  # checked above: the types hold
-    own = {k: v for k, v in snap.items() if k != RECORD_KEY}
+    own = msgspec.structs.replace(
+        snap, extra={k: v for k, v in snap.extra.items() if k != RECORD_KEY})
     if r.measured_on == "cpu":  # the file's segments are the allocator model's:
-        own["segments"], own["allocator_settings"] = [], {}  # the CPU allocator keeps none
+        own.segments, own.allocator_settings = [], {}  # the CPU allocator keeps none
     recorded = dataclasses.replace(display.recorded, device=r.device,
                                    max_entries=r.max_entries)
     fields = {name: getattr(r, name) for name in _PLAIN}

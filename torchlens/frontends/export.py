@@ -102,13 +102,14 @@ def write_snapshot(profile: Profile, analysis: Any, path: Path) -> str:
 
     if not profile.snapshots:
         raise InputError(f"cannot export {path!s}: this result holds no allocator snapshot")
-    snap = dict(next(iter(profile.snapshots.values())))
+    snap = next(iter(profile.snapshots.values()))
     payload = profile.payload
     if payload.measured_on == "cpu":  # type: ignore[union-attr]
         model = (analysis or kinds.analyze(profile)).model
         if model is not None:
-            snap["segments"] = model.snapshot["segments"]
-            snap["allocator_settings"] = model.snapshot["allocator_settings"]
+            snap = msgspec.structs.replace(snap, segments=model.snapshot.segments,
+                                           allocator_settings=model.snapshot.allocator_settings)
+    snap = snap.to_torch()
     if payload.measured_on in ("cpu", "cuda"):  # type: ignore[union-attr]
         record = make_record(payload, list(profile.unmeasured),  # type: ignore[arg-type]
                              profile.error)

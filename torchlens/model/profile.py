@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.model.payloads import PAYLOADS, Payload
+from torchlens.model.snapshot import Snapshot
 from torchlens.model.table import Table
 
 #: What kind of capture made a profile; decides its payload and report.
@@ -58,7 +59,7 @@ class Profile:
     source: str = ""
     traces: dict[str, Trace] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
-    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
     unmeasured: list[str] = field(default_factory=list)
     error: dict[str, str] | None = None
     attachments: dict[str, bytes] = field(default_factory=dict)

@@ -9,10 +9,12 @@ nothing legitimate is lost.
 
 Snapshots written by older torch releases lack keys (``allocator_settings``,
 ``state``, ``requested_size``, ``segment_type``, ``stream`` ...). They are
-normalized here, once, so that analysis code can index every key without
-guessing. Defaults are chosen so that figures computed from a normalized
+normalized here, once, into typed structs (``Snapshot``, ``Segment``,
+``SnapBlock``, ``TraceEntry``, ``Frame``) so that analysis code reads every field
+without guessing. Defaults are chosen so that figures computed from a normalized
 snapshot equal those computed from the raw one (sizes are derived from the
-blocks that are there, never invented).
+blocks that are there, never invented). ``Snapshot.to_torch()`` gives torch's dict
+format back (an export, a saved result).
 
 Pure Python: this module imports nothing of torchlens beyond ``errors``.
 """
@@ -28,6 +30,8 @@ from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
 from typing import IO, Any
+
+import msgspec
 
 from torchlens.model.errors import InputError
 
@@ -50,6 +54,96 @@ TRACE_ACTIONS = (
     "oom",
     "user_defined",
 )
+
+
+class Frame(msgspec.Struct, frozen=True, gc=False):
+    """One frame of a recorded stack (a key torch left out reads as its default)."""
+
+    filename: str = ""
+    name: str = ""
+    line: int = 0
+
+
+class SnapBlock(msgspec.Struct, gc=False):
+    """One block of a segment: its address, size (allocator-rounded), the bytes asked
+    for, ``state`` (one of ``BLOCK_STATES``) and the stack that allocated it."""
+
+    address: int
+    size: int
+    requested_size: int
+    state: str
+    frames: list[Frame] = []
+
+
+class Segment(msgspec.Struct, gc=False):
+    """One segment (a cudaMalloc, or a mapped range of an expandable segment)."""
+
+    address: int
+    total_size: int
+    allocated_size: int
+    active_size: int
+    requested_size: int
+    device: int = 0
+    stream: int = 0
+    segment_type: str = "large"  # "small" or "large"
+    segment_pool_id: tuple[int, int] = (0, 0)
+    is_expandable: bool = False
+    frames: list[Frame] = []
+    blocks: list[SnapBlock] = []
+
+
+class TraceEntry(msgspec.Struct, gc=False):
+    """One entry of a device's allocator history. ``action`` is one of
+    ``TRACE_ACTIONS``; ``addr`` of an ``oom`` entry is 0 and its free bytes are
+    ``device_free``. ``torch_category``: the ``[[t_us, category], ...]`` versions torch's
+    memory profiler gave an ``alloc``'s tensor (a capture's, never torch's own key)."""
+
+    action: str
+    addr: int = 0
+    size: int = 0
+    stream: int = 0
+    frames: list[Frame] = []
+    time_us: int | float | None = None
+    device_free: int | None = None
+    compile_context: str | None = None
+    user_metadata: str | None = None
+    torch_category: list[Any] | None = None
+
+
+_OPTIONAL_ENTRY_KEYS = ("time_us", "device_free", "compile_context", "user_metadata",
+                        "torch_category")
+
+
+class Snapshot(msgspec.Struct):
+    """A normalized allocator snapshot: every device's segments and histories.
+
+    ``allocator_settings`` is torch's ``CUDAAllocatorConfig`` as it wrote it (its keys
+    change between torch releases; ``AllocatorConfig.from_settings`` reads the ones the
+    model needs) and ``extra`` every other top-level key of the file, passed through
+    untouched (a torchlens export's capture record)."""
+
+    segments: list[Segment] = []
+    device_traces: list[list[TraceEntry]] = []
+    allocator_settings: dict[str, Any] = {}
+    external_annotations: list[Any] = []
+    extra: dict[str, Any] = {}
+
+    def to_torch(self) -> dict[str, Any]:
+        """The snapshot in torch's dict format (``_dump_snapshot``'s pickle), plain data."""
+        out = msgspec.to_builtins(self, builtin_types=(tuple,))
+        for trace in out["device_traces"]:
+            for e in trace:  # keys the entry did not have stay out, as torch writes it
+                for key in _OPTIONAL_ENTRY_KEYS:
+                    if e[key] is None:
+                        del e[key]
+        out.update(out.pop("extra"))
+        return out
+
+    def device_part(self, device: int) -> Snapshot:
+        """This snapshot with only ``device``'s segments and history (others' lists empty)."""
+        return msgspec.structs.replace(
+            self, segments=[s for s in self.segments if s.device == device],
+            device_traces=[t if i == device else [] for i, t in enumerate(self.device_traces)])
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -90,13 +184,13 @@ def _read_bytes(
 
 def load_snapshot(
     path_or_bytes: str | PathLike[str] | bytes | bytearray | memoryview | IO[bytes],
-) -> dict[str, Any]:
+) -> Snapshot:
     """Load and normalize a CUDA allocator snapshot without running any code.
 
     Accepts a path, the file's bytes, or a binary file object. Raises
     ``InputError`` with a one-line reason for: a pickle that names any global
     (nothing is executed), a truncated or non-pickle file, and a pickle that is
-    not a snapshot. Returns the normalized dict (see ``normalize_snapshot``).
+    not a snapshot. Returns the normalized ``Snapshot`` (see ``normalize_snapshot``).
     """
     data, name = _read_bytes(path_or_bytes)
     if not data:
@@ -158,168 +252,172 @@ def _damaged(name: str, where: str, key: str, value: Any, want: str) -> InputErr
         "take the snapshot again (torch.cuda.memory._dump_snapshot)")
 
 
-def _check_int(d: dict[str, Any], key: str, where: str, name: str, hi: int = _MAX_U64,
+def _check_int(value: Any, key: str, where: str, name: str, hi: int = _MAX_U64,
                want: str = "a whole number of bytes") -> int:
-    value = d[key]
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
         raise _damaged(name, where, key, value, want)
     return value
 
 
-def _check_size(d: dict[str, Any], key: str, where: str, name: str) -> int:
-    return _check_int(d, key, where, name, MAX_BYTES, "a size of 0 to 2**50 bytes")
+def _check_size(value: Any, key: str, where: str, name: str) -> int:
+    return _check_int(value, key, where, name, MAX_BYTES, "a size of 0 to 2**50 bytes")
 
 
 class _Checked:
-    """What ``_check_frames`` has checked in one snapshot: the ids of frame dicts and
-    frame lists, and one list per distinct stack (keyed by its frames' ids). Pickle
-    shares one dict between every stack that repeats a frame (700k frames, under 1k
-    distinct in a training step's snapshot), so each is checked once; the ids stay
-    valid because the snapshot being normalized holds every frame."""
+    """What ``_frames`` has made of one snapshot's frames: each frame dict's ``Frame``
+    and each distinct stack's list (keyed by the ids of its frame dicts, and by the id
+    of every list that held them). Pickle shares one dict between every stack that
+    repeats a frame (700k frames, under 1k distinct in a training step's snapshot), so
+    each is checked once; the ids stay valid because the raw snapshot being normalized
+    holds every frame."""
 
-    __slots__ = ("ids", "stacks")
+    __slots__ = ("frames", "lists", "stacks")
 
     def __init__(self) -> None:
-        self.ids: set[int] = set()
-        self.stacks: dict[tuple[int, ...], list[Any]] = {}
+        self.frames: dict[int, Frame] = {}
+        self.lists: dict[int, list[Frame]] = {}
+        self.stacks: dict[tuple[int, ...], list[Frame]] = {}
 
 
-def _check_frames(d: dict[str, Any], where: str, name: str, seen: _Checked) -> None:
-    """``frames``: a list of dicts whose name and file are text and line a number.
-
-    A list holding the same frame dicts as one checked before is replaced by that one
-    (``d`` is the normalized copy): a training step's 12.7k lists hold a few hundred
-    distinct stacks, and the analysis judges a list it has seen by its id alone."""
-    frames = d["frames"]
+def _frames(frames: Any, where: str, name: str, seen: _Checked) -> list[Frame]:
+    """``frames``: a list of dicts whose name and file are text and line a number, as
+    ``Frame``s. Lists holding the same frame dicts give the same list (a training
+    step's 12.7k lists hold a few hundred distinct stacks, and the analysis judges a
+    list it has seen by its id alone)."""
+    if frames is None:
+        return []
+    done = seen.lists.get(id(frames))
+    if done is not None:
+        return done
     if not isinstance(frames, list):
         raise _damaged(name, where, "frames", frames, "a list of frames")
-    ids = seen.ids
-    if id(frames) in ids:
-        return
     key = tuple(map(id, frames))
     same = seen.stacks.get(key)
-    if same is not None:
-        d["frames"] = same
-        return
-    if not ids.issuperset(key):
+    if same is None:
+        made = seen.frames
+        out = []
         for k, f in enumerate(frames):
-            if id(f) in ids:
-                continue
-            if not isinstance(f, dict):
-                raise _damaged(name, f"{where}.frames[{k}]", "frame", f, "a dict")
-            for fkey in ("name", "filename"):
-                if fkey in f and not isinstance(f[fkey], str):
-                    raise _damaged(name, f"{where}.frames[{k}]", fkey, f[fkey], "text")
-            if "line" in f and (isinstance(f["line"], bool) or not isinstance(f["line"], int)):
-                raise _damaged(name, f"{where}.frames[{k}]", "line", f["line"],
-                               "a line number")
-            ids.add(id(f))
-    ids.add(id(frames))
-    seen.stacks[key] = frames
+            frame = made.get(id(f))
+            if frame is None:
+                frame = made[id(f)] = _frame(f, f"{where}.frames[{k}]", name)
+            out.append(frame)
+        same = seen.stacks[key] = out
+    seen.lists[id(frames)] = same
+    return same
+
+
+def _frame(f: Any, where: str, name: str) -> Frame:
+    if not isinstance(f, dict):
+        raise _damaged(name, where, "frame", f, "a dict")
+    for fkey in ("name", "filename"):
+        if fkey in f and not isinstance(f[fkey], str):
+            raise _damaged(name, where, fkey, f[fkey], "text")
+    line = f.get("line", 0)
+    if isinstance(line, bool) or not isinstance(line, int):
+        raise _damaged(name, where, "line", line, "a line number")
+    return Frame(f.get("filename", ""), f.get("name", ""), line)
 
 
 def _normalize_block(raw: Any, addr: int, name: str, where: str,
-                     seen: _Checked) -> dict[str, Any]:
+                     seen: _Checked) -> SnapBlock:
     if not isinstance(raw, dict) or "size" not in raw:
         raise InputError(f"{name}: not a memory snapshot: {where} has no size")
-    block = dict(raw)
-    _check_size(block, "size", where, name)
-    block.setdefault("address", addr)
-    _check_int(block, "address", where, name, want="an address")
-    if "state" not in block:
+    size = _check_size(raw["size"], "size", where, name)
+    address = _check_int(raw["address"], "address", where, name, want="an address") \
+        if "address" in raw else addr
+    state = raw.get("state")
+    if state is None:
         # torch < 2.0 wrote two booleans instead of a state string.
-        if block.get("allocated"):
-            block["state"] = "active_allocated"
-        elif block.get("active"):
-            block["state"] = "active_pending_free"
+        if raw.get("allocated"):
+            state = "active_allocated"
+        elif raw.get("active"):
+            state = "active_pending_free"
         else:
-            block["state"] = "inactive"
-    elif block["state"] == "active_awaiting_free":
-        block["state"] = "active_pending_free"  # the docstring's name for it
-    if block["state"] not in BLOCK_STATES:
-        raise _damaged(name, where, "state", block["state"], " or ".join(BLOCK_STATES))
-    block.setdefault("requested_size", block["size"])
-    _check_size(block, "requested_size", where, name)
-    block.setdefault("frames", [])
-    _check_frames(block, where, name, seen)
-    return block
+            state = "inactive"
+    elif state == "active_awaiting_free":
+        state = "active_pending_free"  # the docstring's name for it
+    if state not in BLOCK_STATES:
+        raise _damaged(name, where, "state", state, " or ".join(BLOCK_STATES))
+    requested = _check_size(raw["requested_size"], "requested_size", where, name) \
+        if "requested_size" in raw else size
+    return SnapBlock(address, size, requested, state, _frames(raw.get("frames"), where, name, seen))
 
 
-def _normalize_segment(raw: Any, name: str, where: str, seen: _Checked) -> dict[str, Any]:
+def _normalize_segment(raw: Any, name: str, where: str, seen: _Checked) -> Segment:
     if not isinstance(raw, dict) or "address" not in raw:
         raise InputError(f"{name}: not a memory snapshot: {where} has no address")
-    seg = dict(raw)
-    _check_int(seg, "address", where, name, want="an address")
-    raw_blocks = seg.get("blocks")
+    address = _check_int(raw["address"], "address", where, name, want="an address")
+    raw_blocks = raw.get("blocks")
     if raw_blocks is None:
         raw_blocks = []
     if not isinstance(raw_blocks, list):
         raise _damaged(name, where, "blocks", raw_blocks, "a list")
     blocks = []
-    addr = seg["address"]
+    addr = address
     for j, rb in enumerate(raw_blocks):
         b = _normalize_block(rb, addr, name, f"{where}.blocks[{j}]", seen)
         blocks.append(b)
-        addr = b["address"] + b["size"]
-    seg["blocks"] = blocks
-    total = sum(b["size"] for b in blocks)
-    if "total_size" not in seg:
-        seg["total_size"] = total
-    _check_size(seg, "total_size", where, name)
-    active = [b for b in blocks if b["state"] != "inactive"]
-    seg.setdefault(
-        "allocated_size",
-        sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
-    )
-    seg.setdefault("active_size", sum(b["size"] for b in active))
-    seg.setdefault("requested_size", sum(b["requested_size"] for b in active))
-    for key in ("allocated_size", "active_size", "requested_size"):
-        _check_int(seg, key, where, name, _MAX_U64)  # sums of checked sizes
-    seg.setdefault("device", 0)
-    _check_int(seg, "device", where, name, 2**31, "a device number")
-    seg.setdefault("stream", 0)
-    _check_int(seg, "stream", where, name, want="a stream handle")
-    if "segment_type" not in seg:
-        # Small-pool segments are exactly one 2 MiB buffer; large-pool ones are
-        # at least 10 MiB (rounded requests) or 20 MiB buffers.
-        seg["segment_type"] = (
-            "small" if seg["total_size"] <= _SMALL_SEGMENT else "large"
-        )
-    if seg["segment_type"] not in ("small", "large"):
-        raise _damaged(name, where, "segment_type", seg["segment_type"], "'small' or 'large'")
-    seg.setdefault("segment_pool_id", (0, 0))
-    seg.setdefault("is_expandable", False)
-    seg.setdefault("frames", [])
-    _check_frames(seg, where, name, seen)
-    return seg
+        addr = b.address + b.size
+    sums = {
+        "total_size": sum(b.size for b in blocks),
+        "allocated_size": sum(b.size for b in blocks if b.state == "active_allocated"),
+        "active_size": sum(b.size for b in blocks if b.state != "inactive"),
+        "requested_size": sum(b.requested_size for b in blocks if b.state != "inactive"),
+    }
+    total = _check_size(raw["total_size"], "total_size", where, name) if "total_size" in raw \
+        else sums["total_size"]
+    allocated, active, requested = (
+        _check_int(raw[key], key, where, name, _MAX_U64) if key in raw else sums[key]
+        for key in ("allocated_size", "active_size", "requested_size"))
+    device = _check_int(raw["device"], "device", where, name, 2**31, "a device number") \
+        if "device" in raw else 0
+    stream = _check_int(raw["stream"], "stream", where, name, want="a stream handle") \
+        if "stream" in raw else 0
+    # Small-pool segments are exactly one 2 MiB buffer; large-pool ones are at least
+    # 10 MiB (rounded requests) or 20 MiB buffers.
+    kind = raw.get("segment_type", "small" if total <= _SMALL_SEGMENT else "large")
+    if kind not in ("small", "large"):
+        raise _damaged(name, where, "segment_type", kind, "'small' or 'large'")
+    pool = raw.get("segment_pool_id")
+    if (not isinstance(pool, (list, tuple)) or len(pool) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in pool)):
+        pool = (0, 0)  # read by nothing here; kept for an export when it is a pair
+    return Segment(address, total, allocated, active, requested, device, stream, kind,
+                   (pool[0], pool[1]), bool(raw.get("is_expandable", False)),
+                   _frames(raw.get("frames"), where, name, seen), blocks)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _normalize_trace_entry(raw: Any, name: str, where: str,
-                           seen: _Checked) -> dict[str, Any]:
+                           seen: _Checked) -> TraceEntry:
     if not isinstance(raw, dict) or "action" not in raw:
         raise InputError(f"{name}: not a memory snapshot: {where} has no action")
-    entry = dict(raw)
-    addr, size, stream = (entry.setdefault("addr", 0), entry.setdefault("size", 0),
-                          entry.setdefault("stream", 0))
+    action = raw["action"]
+    addr, size, stream = raw.get("addr", 0), raw.get("size", 0), raw.get("stream", 0)
     # the usual entry passes in one test (19k entries: no call per field); any other
     # goes through the checks one by one, which name the first bad field
-    if not (type(entry["action"]) is str and type(addr) is int and type(size) is int
+    if not (type(action) is str and type(addr) is int and type(size) is int
             and type(stream) is int and 0 <= addr <= _MAX_U64 and 0 <= size <= MAX_BYTES
             and 0 <= stream <= _MAX_U64):
-        if not isinstance(entry["action"], str):
-            raise _damaged(name, where, "action", entry["action"], "an action name")
-        _check_int(entry, "addr", where, name, want="an address")
-        _check_size(entry, "size", where, name)
-        _check_int(entry, "stream", where, name, want="a stream handle")
-    entry.setdefault("frames", [])
-    _check_frames(entry, where, name, seen)
-    t = entry.get("time_us")
+        if not isinstance(action, str):
+            raise _damaged(name, where, "action", action, "an action name")
+        _check_int(addr, "addr", where, name, want="an address")
+        _check_size(size, "size", where, name)
+        _check_int(stream, "stream", where, name, want="a stream handle")
+    frames = _frames(raw.get("frames"), where, name, seen)
+    t = raw.get("time_us")
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                           or not 0 <= t < 2**63):
         raise _damaged(name, where, "time_us", t, "a time in microseconds")
-    if "device_free" in entry:
-        _check_int(entry, "device_free", where, name)
-    return entry
+    free = _check_int(raw["device_free"], "device_free", where, name) if "device_free" in raw else None
+    versions = raw.get("torch_category")
+    return TraceEntry(action, addr, size, stream, frames, t, free,
+                      _text_or_none(raw.get("compile_context")),
+                      _text_or_none(raw.get("user_metadata")),
+                      versions if isinstance(versions, list) else None)
 
 
 def _check_settings(settings: dict[str, Any], name: str) -> None:
@@ -364,8 +462,8 @@ def _held(obj: Any) -> str:
     return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
-def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
-    """Return ``obj`` as a snapshot dict with every key torch's newest format has.
+def normalize_snapshot(obj: Any, name: str = "snapshot") -> Snapshot:
+    """Return ``obj`` (torch's snapshot dict, as unpickled) as a typed ``Snapshot``.
 
     Missing keys get defaults: ``device_traces=[]``, ``allocator_settings={}``,
     ``external_annotations=[]``; segment fields (``stream`` 0, ``segment_type``
@@ -374,8 +472,9 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
     ``allocated``/``active`` booleans, ``requested_size`` = ``size``,
     ``frames`` []); trace fields (``stream`` 0, ``frames`` []). A bare list of
     segment dicts is the pre-dict format of ``memory_snapshot()``; a dict with
-    ``device_traces`` and no ``segments`` gets ``segments=[]``. Anything else
-    (a list of numbers, a trace's dict) raises ``InputError`` saying what it held.
+    ``device_traces`` and no ``segments`` gets ``segments=[]``. Other top-level
+    keys are kept in ``extra``. Anything else (a list of numbers, a trace's dict)
+    raises ``InputError`` saying what it held.
     """
     if isinstance(obj, list) and obj and all(
             isinstance(s, dict) and "address" in s for s in obj):
@@ -387,28 +486,32 @@ def normalize_snapshot(obj: Any, name: str = "snapshot") -> dict[str, Any]:
             "'segments' and 'device_traces' that torch.cuda.memory._dump_snapshot() "
             "writes; give that file instead"
         )
-    obj = {"segments": [], **obj}  # device_traces alone: a process that freed everything
-    if not isinstance(obj["segments"], list):
+    raw_segments = obj.get("segments", [])  # device_traces alone: all was freed
+    if not isinstance(raw_segments, list):
         raise InputError(f"{name}: not a memory snapshot: 'segments' is not a list")
-    snap = dict(obj)
     seen = _Checked()
-    snap["segments"] = [_normalize_segment(s, name, f"segments[{i}]", seen)
-                        for i, s in enumerate(obj["segments"])]
-    traces = snap.get("device_traces")
+    segments = [_normalize_segment(s, name, f"segments[{i}]", seen)
+                for i, s in enumerate(raw_segments)]
+    traces = obj.get("device_traces")
     if traces is None:
         traces = []
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise InputError(
             f"{name}: not a memory snapshot: 'device_traces' is not a list of lists"
         )
-    snap["device_traces"] = [
+    device_traces = [
         [_normalize_trace_entry(e, name, f"device_traces[{d}][{k}]", seen)
          for k, e in enumerate(t)]
         for d, t in enumerate(traces)
     ]
-    settings = snap.get("allocator_settings")
-    snap["allocator_settings"] = dict(settings) if isinstance(settings, dict) else {}
-    _check_settings(snap["allocator_settings"], name)
-    if not isinstance(snap.get("external_annotations"), list):
-        snap["external_annotations"] = []
-    return snap
+    settings = obj.get("allocator_settings")
+    settings = dict(settings) if isinstance(settings, dict) else {}
+    _check_settings(settings, name)
+    notes = obj.get("external_annotations")
+    extra = {k: v for k, v in obj.items() if k not in _KNOWN_KEYS}
+    return Snapshot(segments, device_traces, settings,
+                    notes if isinstance(notes, list) else [], extra)
+
+
+_KNOWN_KEYS = frozenset(("segments", "device_traces", "allocator_settings",
+                         "external_annotations"))

@@ -108,7 +108,7 @@ def save_profile(profile: Profile, path: str | Path) -> str:
         for i, table in enumerate(profile.tables.values()):
             zf.writestr(f"tables/{i}.npz", _table_bytes(table))
         for i, snap in enumerate(profile.snapshots.values()):
-            zf.writestr(f"snapshots/{i}.json", _dumps(snap))
+            zf.writestr(f"snapshots/{i}.json", _dumps(snap.to_torch()))
         for i, blob in enumerate(profile.attachments.values()):
             zf.writestr(f"attachments/{i}", blob)
     tmp.replace(path)  # a crash mid-write never leaves a half file under the name

@@ -15,7 +15,8 @@ Allocation ids stand in for addresses (a "simulate" replay invents real ones).
 from __future__ import annotations
 
 import random
-from typing import Any
+
+from torchlens.model.snapshot import TraceEntry
 
 MB = 1024 * 1024
 
@@ -31,25 +32,21 @@ def _size(rng: random.Random) -> int:
 
 def training_trace(
     n_events: int, seed: int = 0, n_weights: int = 200
-) -> list[dict[str, Any]]:
+) -> list[TraceEntry]:
     """About ``n_events`` trace entries (exactly that many, cut at the end)."""
     rng = random.Random(seed)
-    events: list[dict[str, Any]] = []
+    events: list[TraceEntry] = []
     next_id = 1 << 20
 
     def alloc(size: int) -> int:
         nonlocal next_id
         next_id += 512
-        events.append({"action": "alloc", "addr": next_id, "size": size, "stream": 0})
+        events.append(TraceEntry("alloc", next_id, size))
         return next_id
 
     def free(addr: int, size: int) -> None:
-        events.append(
-            {"action": "free_requested", "addr": addr, "size": size, "stream": 0}
-        )
-        events.append(
-            {"action": "free_completed", "addr": addr, "size": size, "stream": 0}
-        )
+        events.append(TraceEntry("free_requested", addr, size))
+        events.append(TraceEntry("free_completed", addr, size))
 
     for _ in range(n_weights):
         alloc(_size(rng))

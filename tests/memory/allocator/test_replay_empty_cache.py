@@ -14,11 +14,12 @@ import pytest
 from torchlens.analysis.memory.allocator import CachingAllocator
 from torchlens.analysis.memory.allocator.replay import empty_cache_points, replay
 from torchlens.analysis.memory.what_if import real_figures, run_model
+from torchlens.model.snapshot import Snapshot, TraceEntry
 
 MiB = 1 << 20
 
 
-def _program() -> dict:
+def _program() -> Snapshot:
     a = CachingAllocator()
     big = [a.malloc(100 * MiB) for _ in range(30)]
     for b in big:
@@ -33,8 +34,8 @@ def _program() -> dict:
 @pytest.mark.parametrize("start", [0, 30], ids=["whole-run", "window-after-the-allocs"])
 def test_simulated_reserved_follows_the_programs_empty_cache(start):
     snap = _program()
-    trace = snap["device_traces"][0][start:]
-    assert any(e["action"] == "segment_free" for e in trace)
+    trace = snap.device_traces[0][start:]
+    assert any(e.action == "segment_free" for e in trace)
     real = real_figures(snap, trace)["reserved"]
     sim = run_model(trace, start_snapshot=snap).figures()["reserved"]
     assert real == 70 * MiB
@@ -43,12 +44,12 @@ def test_simulated_reserved_follows_the_programs_empty_cache(start):
 
 def test_empty_cache_points_leave_the_failing_retry_to_the_model():
     trace = [
-        {"action": "segment_free", "addr": 0, "size": 2 * MiB},
-        {"action": "segment_free", "addr": 2 * MiB, "size": 2 * MiB},
-        {"action": "free_requested", "addr": 9, "size": 512},
-        {"action": "segment_free", "addr": 4 * MiB, "size": 2 * MiB},
-        {"action": "oom", "addr": 0, "size": 512, "device_free": 0},
-        {"action": "segment_unmap", "addr": 8 * MiB, "size": 2 * MiB},
+        TraceEntry("segment_free", 0, 2 * MiB),
+        TraceEntry("segment_free", 2 * MiB, 2 * MiB),
+        TraceEntry("free_requested", 9, 512),
+        TraceEntry("segment_free", 4 * MiB, 2 * MiB),
+        TraceEntry("oom", 0, 512, device_free=0),
+        TraceEntry("segment_unmap", 8 * MiB, 2 * MiB),
     ]
     assert empty_cache_points(trace) == {0, 5}
     assert replay(iter(trace), mode="simulate").empty_caches == 2

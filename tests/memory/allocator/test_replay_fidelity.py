@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import msgspec
 import pytest
 from allocator_fixtures import SNAPSHOT_PARAMS, SNAPSHOTS, load_cached
 from synthetic_traces import training_trace
@@ -55,8 +56,8 @@ def test_replay_matches_reality(path: Path) -> None:
         report.inactive_split_model,
     ) == (reserved, allocated, split)
     assert report.final_bytes_equal
-    assert sum(s["total_size"] for s in snap["segments"]) == reserved
-    assert sum(s["allocated_size"] for s in snap["segments"]) == allocated
+    assert sum(s.total_size for s in snap.segments) == reserved
+    assert sum(s.allocated_size for s in snap.segments) == allocated
     assert report.layout_equal  # every block's address, size and state
     # all shared traces start mid-run (weights were on the GPU before recording)
     assert not report.from_empty
@@ -69,9 +70,9 @@ def test_rebuild_from_a_suffix_of_the_trace(name: str, cut: float) -> None:
     """Dropping the first part of a trace (as the ring buffer does) forces the rebuild
     to infer blocks from free entries; the replay must still match everything."""
     snap = load_cached(SNAPSHOTS / f"{name}.pickle")
-    trace = snap["device_traces"][0]
+    trace = snap.device_traces[0]
     k = int(len(trace) * cut)
-    report = check_fidelity({**snap, "device_traces": [trace[k:]]}, name)
+    report = check_fidelity(msgspec.structs.replace(snap, device_traces=[trace[k:]]), name)
     assert report is not None
     assert report.allocs_matched == report.allocs_total
     assert (
@@ -83,7 +84,7 @@ def test_rebuild_from_a_suffix_of_the_trace(name: str, cut: float) -> None:
 
 def test_rebuild_counts_exact_and_inferred_blocks() -> None:
     snap = load_cached(SNAPSHOTS / "ctx128_fullstep.pickle")
-    trace = snap["device_traces"][0]
+    trace = snap.device_traces[0]
     full = rebuild_initial_state(snap, trace)
     assert (full.n_segments, full.n_exact_blocks, full.n_inferred_blocks) == (
         227,
@@ -95,11 +96,11 @@ def test_rebuild_counts_exact_and_inferred_blocks() -> None:
 
 
 def test_model_snapshot_is_a_loadable_torch_snapshot(tmp_path: Path) -> None:
-    """The model's output is a builtins-only pickle in torch's format: it loads with
+    """The model's output in torch's format is a builtins-only pickle: it loads with
     the refusing unpickler and replays onto itself exactly (a trace from empty)."""
     res = replay(training_trace(20_000, seed=3), mode="simulate")
     path = tmp_path / "model.pickle"
-    path.write_bytes(pickle.dumps(res.allocator.snapshot()))
+    path.write_bytes(pickle.dumps(res.allocator.snapshot().to_torch()))
     snap = load_snapshot(path)
     report = check_fidelity(snap, "model")
     assert report is not None and report.from_empty
@@ -111,10 +112,10 @@ def test_simulate_on_a_smaller_card_runs_out_of_memory() -> None:
     """What if: the same real trace on a device that holds less than it reserved."""
     snap = load_cached(SNAPSHOTS / "ctx128_forward.pickle")
     init = rebuild_initial_state(snap)
-    cfg = AllocatorConfig.from_settings(snap["allocator_settings"])
+    cfg = AllocatorConfig.from_settings(snap.allocator_settings)
     start = segment_bytes(init.segments)[0]
     res = replay(
-        snap["device_traces"][0],
+        snap.device_traces[0],
         cfg,
         mode="simulate",
         capacity=start + 512 * 2**20,
@@ -127,7 +128,7 @@ def test_simulate_on_a_smaller_card_runs_out_of_memory() -> None:
     assert oom is not None and oom.reserved + oom.device_free == start + 512 * 2**20
     assert res.allocator.memory_stats()["num_ooms"] == len(res.ooms)
     roomy = replay(
-        snap["device_traces"][0], cfg, mode="simulate", initial_segments=init.segments
+        snap.device_traces[0], cfg, mode="simulate", initial_segments=init.segments
     )
     assert not roomy.ooms
 
@@ -135,7 +136,7 @@ def test_simulate_on_a_smaller_card_runs_out_of_memory() -> None:
 def test_simulate_with_expandable_segments_reserves_less() -> None:
     """What if: expandable segments on a real trace need no more reserved memory."""
     snap = load_cached(SNAPSHOTS / "ftcourse_older_format.pickle")
-    trace = snap["device_traces"][0]
+    trace = snap.device_traces[0]
     base = replay(trace, mode="simulate")
     exp = replay(
         trace, AllocatorConfig.parse("expandable_segments:True"), mode="simulate"

@@ -28,8 +28,8 @@ def layout(alloc: CachingAllocator) -> list[tuple[int, list[tuple[int, str]]]]:
     """(segment size, [(block size, state)...]) per segment, by address."""
     snap = alloc.snapshot()
     return [
-        (s["total_size"], [(b["size"], b["state"]) for b in s["blocks"]])
-        for s in snap["segments"]
+        (s.total_size, [(b.size, b.state) for b in s.blocks])
+        for s in snap.segments
     ]
 
 
@@ -97,8 +97,8 @@ def test_pools_and_segment_sizes() -> None:
     ):
         alloc = CachingAllocator()  # one each: later requests would reuse a remainder
         alloc.malloc(request)
-        (seg,) = alloc.snapshot()["segments"]
-        assert (seg["segment_type"], seg["total_size"]) == (pool, segment)
+        (seg,) = alloc.snapshot().segments
+        assert (seg.segment_type, seg.total_size) == (pool, segment)
 
 
 def test_small_pool_split() -> None:
@@ -282,8 +282,8 @@ def test_oom_after_retry_with_fragmentation() -> None:
     )
     s = alloc.memory_stats()
     assert s["num_ooms"] == 1 and s["num_alloc_retries"] == 1
-    oom = alloc.snapshot()["device_traces"][0][-1]
-    assert oom["action"] == "oom" and oom["device_free"] == 0 and oom["size"] == 12 * MB
+    oom = alloc.snapshot().device_traces[0][-1]
+    assert oom.action == "oom" and oom.device_free == 0 and oom.size == 12 * MB
 
 
 def test_garbage_collection_threshold() -> None:
@@ -331,7 +331,7 @@ def test_expandable_segments_grow_by_mapping() -> None:
     assert actions(alloc).count("segment_map") == 2 and "segment_alloc" not in actions(
         alloc
     )
-    assert alloc.snapshot()["segments"][0]["is_expandable"] is True
+    assert alloc.snapshot().segments[0].is_expandable is True
     s = alloc.memory_stats()
     assert s["reserved_bytes.all.current"] == 40 * MB and s["segment.all.current"] == 0
     assert s["inactive_split_bytes.all.current"] == 0
@@ -431,8 +431,8 @@ def test_snapshot_round_trip_through_load_segments() -> None:
     alloc.free_requested(keep[2])
     snap = alloc.snapshot()
     other = CachingAllocator()
-    load_segments(other, snap["segments"])
-    assert other.snapshot()["segments"] == snap["segments"]
+    load_segments(other, snap.segments)
+    assert other.snapshot().segments == snap.segments
     for key in (
         "allocated_bytes.all.current",
         "reserved_bytes.all.current",

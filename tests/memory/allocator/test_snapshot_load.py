@@ -7,11 +7,18 @@ import os
 import pickle
 from pathlib import Path
 
+import msgspec
 import pytest
 from allocator_fixtures import SNAPSHOT_FILES, SNAPSHOT_PARAMS, SNAPSHOTS
 
 from torchlens.model.errors import InputError
-from torchlens.model.snapshot import load_snapshot, normalize_snapshot
+from torchlens.model.snapshot import (
+    Frame,
+    Segment,
+    TraceEntry,
+    load_snapshot,
+    normalize_snapshot,
+)
 
 
 def test_shared_snapshots_present() -> None:
@@ -21,38 +28,28 @@ def test_shared_snapshots_present() -> None:
 @pytest.mark.parametrize("path", SNAPSHOT_PARAMS)
 def test_every_shared_snapshot_loads_normalized(path: Path) -> None:
     snap = load_snapshot(path)
-    assert isinstance(snap["device_traces"], list)
-    assert isinstance(snap["allocator_settings"], dict)
-    assert snap["segments"], "every shared snapshot has segments"
-    for seg in snap["segments"]:
-        for key in (
-            "device",
-            "address",
-            "total_size",
-            "allocated_size",
-            "active_size",
-            "requested_size",
-            "stream",
-            "segment_type",
-            "is_expandable",
-            "blocks",
-        ):
-            assert key in seg
-        assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
-        for b in seg["blocks"]:
-            assert b["state"] in ("active_allocated", "active_pending_free", "inactive")
-            assert {"address", "size", "requested_size", "frames"} <= set(b)
-    for trace in snap["device_traces"]:
+    assert isinstance(snap.device_traces, list)
+    assert isinstance(snap.allocator_settings, dict)
+    assert snap.segments, "every shared snapshot has segments"
+    for seg in snap.segments:
+        # every field is there, of its type (msgspec checks a struct against its fields)
+        msgspec.convert(msgspec.to_builtins(seg), Segment)
+        assert seg.segment_type in ("small", "large")
+        assert sum(b.size for b in seg.blocks) == seg.total_size
+        for b in seg.blocks:
+            assert b.state in ("active_allocated", "active_pending_free", "inactive")
+            assert b.requested_size <= b.size or b.state == "inactive"
+    for trace in snap.device_traces:
         for e in trace:
-            assert {"action", "addr", "size", "stream", "frames"} <= set(e)
+            assert isinstance(e, TraceEntry) and all(isinstance(f, Frame) for f in e.frames)
 
 
 def test_older_format_gets_defaults() -> None:
     """ftcourse_older_format has neither allocator_settings nor time_us."""
     snap = load_snapshot(SNAPSHOTS / "ftcourse_older_format.pickle")
-    assert snap["allocator_settings"] == {}
-    assert snap["external_annotations"] == []
-    assert "time_us" not in snap["device_traces"][0][0]  # unknown, not invented
+    assert snap.allocator_settings == {}
+    assert snap.external_annotations == []
+    assert snap.device_traces[0][0].time_us is None  # unknown, not invented
 
 
 def test_bytes_path_and_stream_give_the_same_dict() -> None:
@@ -163,13 +160,13 @@ def test_very_old_formats_normalize() -> None:
         }
     ]
     snap = normalize_snapshot(old)
-    seg = snap["segments"][0]
-    assert [b["state"] for b in seg["blocks"]] == [
+    seg = snap.segments[0]
+    assert [b.state for b in seg.blocks] == [
         "active_allocated",
         "active_pending_free",
         "inactive",
     ]
-    assert [b["address"] for b in seg["blocks"]] == [4096, 4608, 5632]
-    assert seg["segment_type"] == "small"
-    assert seg["allocated_size"] == 512 and seg["active_size"] == 1536
-    assert snap["device_traces"] == [] and snap["allocator_settings"] == {}
+    assert [b.address for b in seg.blocks] == [4096, 4608, 5632]
+    assert seg.segment_type == "small"
+    assert seg.allocated_size == 512 and seg.active_size == 1536
+    assert snap.device_traces == [] and snap.allocator_settings == {}

@@ -41,6 +41,7 @@ from torchlens.analysis.memory.timeline_categories import (
 )
 from torchlens.analysis.memory.what_if import ModelRun, compare, real_figures, run_model
 from torchlens.model import GpumemPayload, Profile
+from torchlens.model.snapshot import Snapshot, TraceEntry
 from torchlens.model.units import format_bytes
 
 
@@ -49,11 +50,11 @@ class MemoryAnalysis:
     """The figures and tables of one gpumem profile."""
 
     measured_on: str  # "cuda", "cpu" or "snapshot"
-    snapshot: dict[str, Any]
-    trace: list[dict[str, Any]]
+    snapshot: Snapshot
+    trace: list[TraceEntry]
     timeline: MemoryTimeline
     reserved_source: str
-    frag_snapshot: dict[str, Any]  # what the fragmentation panel draws
+    frag_snapshot: Snapshot  # what the fragmentation panel draws
     frag: fragmentation.FragmentationSummary
     survivors: list[leaks.LeakRow]
     growth: list[leaks.RunGrowth]
@@ -64,7 +65,7 @@ class MemoryAnalysis:
     diagnosis: oom.OomDiagnosis | None = None
     notes: list[str] = field(default_factory=list)
     sites: list[SiteRow] = field(default_factory=list)  # top allocation sites
-    segments: list[dict[str, Any]] = field(default_factory=list)  # the block map
+    segments: list[fragmentation.SegmentMap] = field(default_factory=list)  # the block map
     #: share of reserved memory free but too small for the cell's largest request
     unusable_for_largest: tuple[int, float] | None = None
     steady_growth: int | None = None  # bytes per run after the first (--repeat)
@@ -94,10 +95,10 @@ class MemoryAnalysis:
         return [r for r in self.survivors if r.flagged]
 
 
-def _config(p: GpumemPayload, snap: dict[str, Any]) -> AllocatorConfig:
+def _config(p: GpumemPayload, snap: Snapshot) -> AllocatorConfig:
     if p.alloc_conf:
         return AllocatorConfig.parse(p.alloc_conf)
-    return AllocatorConfig.from_settings(snap.get("allocator_settings"))
+    return AllocatorConfig.from_settings(snap.allocator_settings)
 
 
 def _block_size(cfg: AllocatorConfig) -> Callable[[int], int]:
@@ -126,7 +127,7 @@ def _stats_timeline(p: GpumemPayload) -> MemoryTimeline:
     return tl
 
 
-def _measured_timeline(p: GpumemPayload, snap: dict[str, Any], trace: list[dict[str, Any]],
+def _measured_timeline(p: GpumemPayload, snap: Snapshot, trace: list[TraceEntry],
                        rounding: Callable[[int], int] | None, notes: list[str]) -> MemoryTimeline:
     """The timeline of a CUDA capture or a loaded snapshot, from the best base there is:
     stats_before; for a wrapped history, stats_after less the kept entries' change; for a
@@ -202,7 +203,7 @@ class PeakPart:
     peak: PeakAnalysis
     notes: list[str]
     rounding: Callable[[int], int] | None
-    frag_snap: dict[str, Any]
+    frag_snap: Snapshot
     reserved_source: str
     model: ModelRun | None
     simulated: ModelRun | None
@@ -220,7 +221,7 @@ def peak_part(profile: Profile, *, categories: Mapping[str, str] | None = None) 
     ``categories`` as ``analyze``'s."""
     custom = compile_custom(categories)
     p: GpumemPayload = profile.payload  # type: ignore[assignment]
-    raw = next(iter(profile.snapshots.values()), {"segments": [], "device_traces": []})
+    raw = next(iter(profile.snapshots.values()), None) or Snapshot()
     measured_on = p.measured_on
     # the CPU stand-in has one trace, index 0, whatever --device said
     view = history.device_view(raw, 0 if measured_on == "cpu" else p.recorded.device,
@@ -300,7 +301,7 @@ def analyze(profile: Profile, *, categories: Mapping[str, str] | None = None,
 
 def _is_training(tl: MemoryTimeline) -> bool:
     """Whether the trace shows a backward pass (so batch-size advice can apply)."""
-    return any("backward" in (f.get("name") or "") or "autograd::Engine" in (f.get("name") or "")
+    return any("backward" in f.name or "autograd::Engine" in f.name
                for a in tl.allocations for f in a.frames)
 
 
@@ -315,14 +316,14 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
         return [oom.AliveSite(*x) for x in alive_at(tl, idx)]
 
     real = None
-    if message or any(e["action"] == "oom" for e in trace):
-        idx = next((i for i in range(len(trace) - 1, -1, -1) if trace[i]["action"] == "oom"),
+    if message or any(e.action == "oom" for e in trace):
+        idx = next((i for i in range(len(trace) - 1, -1, -1) if trace[i].action == "oom"),
                    len(trace))
         entry = trace[idx] if idx < len(trace) else None
-        last = entry if entry and entry.get("frames") else next(
-            (e for e in reversed(trace) if e["action"] == "alloc"), None)
+        last = entry if entry and entry.frames else next(
+            (e for e in reversed(trace) if e.action == "alloc"), None)
         real = oom.from_snapshot(a.snapshot, trace=trace, message=message, leaks=a.survivors,
-                                 site=site_of(last["frames"], a.cells)[0] if last else None,
+                                 site=site_of(last.frames, a.cells)[0] if last else None,
                                  alive=alive(idx), training=_is_training(tl), scope=scope)
         if real is not None:
             a.oom_x = x_of(tl, trace, idx) if trace else None
@@ -330,7 +331,7 @@ def _diagnose(profile: Profile, a: MemoryAnalysis, what_if: ModelRun | None) -> 
         return real
     if what_if is not None and what_if.ooms:
         idx, first = what_if.ooms[0]
-        site = site_of(trace[idx].get("frames") or [], a.cells)[0] if idx < len(trace) else None
+        site = site_of(trace[idx].frames, a.cells)[0] if idx < len(trace) else None
         a.oom_x = x_of(tl, trace, idx)
         return oom.from_model_oom(first, what_if.snapshot, leaks=a.survivors, site=site,
                                   expandable=what_if.config.expandable_segments,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torchlens.model import InputError
+from torchlens.model.snapshot import Frame, TraceEntry
 
 OPTIMIZER = "optimizer state"
 OPTIMIZER_TEMP = "optimizer temporary"
@@ -48,18 +49,18 @@ ORDER = (PARAMETER, GRADIENT, OPTIMIZER, ACTIVATION, BACKWARD, OPTIMIZER_TEMP, T
 #: where a block's category came from
 FROM_TORCH, FROM_RULES, FROM_USER = "torch", "inferred", "yours"
 
-Frames = list[dict[str, Any]]
+Frames = list[Frame]
 
 
-def _file(f: dict[str, Any]) -> str:
-    return str(f.get("filename", "")).replace("\\", "/")
+def _file(f: Frame) -> str:
+    return f.filename.replace("\\", "/")
 
 
-def _name(f: dict[str, Any]) -> str:
-    return str(f.get("name", ""))
+def _name(f: Frame) -> str:
+    return f.name
 
 
-def _any(test: Callable[[dict[str, Any]], bool]) -> Callable[[Frames], bool]:
+def _any(test: Callable[[Frame], bool]) -> Callable[[Frames], bool]:
     return lambda frames: any(test(f) for f in frames)
 
 
@@ -113,10 +114,10 @@ def source_label(sources: set[str]) -> str:
         ", the rest inferred from stacks" if FROM_RULES in sources else "")
 
 
-def _torch_versions(entry: dict[str, Any]) -> list[tuple[float, Any]] | None:
+def _torch_versions(entry: TraceEntry) -> list[tuple[float, Any]] | None:
     """An ``alloc`` entry's ``torch_category`` versions; None when absent or not what the
     capture writes (ignored rather than guessed at)."""
-    versions = entry.get("torch_category")
+    versions = entry.torch_category
     if not isinstance(versions, list) or not versions:
         return None
     if not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in versions):
@@ -124,7 +125,7 @@ def _torch_versions(entry: dict[str, Any]) -> list[tuple[float, Any]] | None:
     return [(v[0], v[1]) for v in versions]
 
 
-def torch_category_at(entry: dict[str, Any], t_us: float) -> str | None:
+def torch_category_at(entry: TraceEntry, t_us: float) -> str | None:
     """The category torch's memory profiler gave the tensor of an ``alloc`` entry at
     ``t_us`` (the version current then); None when torch named none."""
     versions = _torch_versions(entry)
@@ -138,7 +139,7 @@ def torch_category_at(entry: dict[str, Any], t_us: float) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def torch_category_longest(entry: dict[str, Any], t_end: float) -> str | None:
+def torch_category_longest(entry: TraceEntry, t_end: float) -> str | None:
     """The category torch's memory profiler gave the tensor of an ``alloc`` entry for the
     longest time up to ``t_end`` (its free, or the window's end); None when torch named
     none. Ties go to the earlier version."""
@@ -182,7 +183,7 @@ def categorize(frames: Frames, custom: list[tuple[str, re.Pattern[str]]] | None 
     return categorize_key(tuple(map(frame_key, frames)), custom)
 
 
-def frame_key(f: dict[str, Any]) -> str:
+def frame_key(f: Frame) -> str:
     """What the rules read of a frame: its file (forward slashes) and function, as one
     string (a stack's key hashes its strings once each: a tuple of pairs re-hashed every
     pair at every lookup)."""
@@ -199,8 +200,8 @@ def categorize_key(key: tuple[str, ...],
 
 
 class Categorizer:
-    """``categorize`` for the many stacks of one trace: a stack whose frame dicts are
-    the same objects as an earlier one's (a snapshot's pickle shares them) is not read
+    """``categorize`` for the many stacks of one trace: a stack whose frames are the
+    same objects as an earlier one's (a loaded snapshot shares them) is not read
     again. Keyed by the frames' ids, each key keeping its frames alive (so no id is
     reused) for as long as the memo lives: one analysis."""
 
@@ -223,7 +224,7 @@ class Categorizer:
 @functools.lru_cache(maxsize=1 << 16)
 def _categorize_stack(key: tuple[str, ...], custom: tuple[tuple[str, str, int], ...]) -> str:
     stack = [k.split("\0", 1) for k in key]
-    frames = [{"filename": file, "name": name} for file, name in stack]
+    frames = [Frame(file, name) for file, name in stack]
     for name, pattern, flags in custom:
         rx = re.compile(pattern, flags)
         if any(rx.search(f"{file}:{fn}") for file, fn in stack):

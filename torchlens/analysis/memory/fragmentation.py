@@ -8,20 +8,20 @@ torch's own definition, which only an allocation that fits the gap or a merge
 can reuse), and which share of
 reserved memory is free but useless for a given request size.
 
-Input is a snapshot dict as ``torchlens.model.snapshot.load_snapshot`` returns
+Input is a ``Snapshot`` as ``torchlens.model.snapshot.load_snapshot`` returns
 (or the model's ``CachingAllocator.snapshot()``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.analysis.memory.allocator.config import (
     SMALL_SIZE,
     AllocatorConfig,
     round_size,
 )
+from torchlens.model.snapshot import Segment, Snapshot
 
 
 @dataclass
@@ -69,30 +69,30 @@ class FragmentationSummary:
         return self.free_cached / self.reserved if self.reserved else 0.0
 
 
-def _segments(snapshot: dict[str, Any], device: int | None) -> list[dict[str, Any]]:
-    segs = snapshot.get("segments", [])
+def _segments(snapshot: Snapshot, device: int | None) -> list[Segment]:
+    segs = snapshot.segments
     if device is None:
         return list(segs)
-    return [s for s in segs if s.get("device", 0) == device]
+    return [s for s in segs if s.device == device]
 
 
 def summarize(
-    snapshot: dict[str, Any], device: int | None = None
+    snapshot: Snapshot, device: int | None = None
 ) -> FragmentationSummary:
     """All figures of ``snapshot`` in one pass (``device=None``: every device)."""
     out = FragmentationSummary()
     for seg in _segments(snapshot, device):
-        pool = "small" if seg.get("segment_type") == "small" else "large"
-        blocks = seg.get("blocks", [])
-        expandable = bool(seg.get("is_expandable"))
-        out.reserved += seg["total_size"]
+        pool = "small" if seg.segment_type == "small" else "large"
+        blocks = seg.blocks
+        expandable = seg.is_expandable
+        out.reserved += seg.total_size
         out.n_segments += 1
         out.n_segments_by_pool[pool] += 1
         out.n_expandable_segments += expandable
         split = len(blocks) > 1 and not expandable
         for b in blocks:
-            size = b["size"]
-            state = b["state"]
+            size = b.size
+            state = b.state
             out.n_blocks += 1
             if state == "inactive":
                 out.n_inactive_blocks += 1
@@ -107,7 +107,7 @@ def summarize(
                     out.inactive_split_blocks += 1
                 continue
             out.active += size
-            out.requested += b.get("requested_size", size)
+            out.requested += b.requested_size
             if state == "active_allocated":
                 out.allocated += size
                 out.n_allocated_blocks += 1
@@ -138,7 +138,7 @@ def can_serve(
 
 
 def unusable_free_share(
-    snapshot: dict[str, Any],
+    snapshot: Snapshot,
     request: int,
     *,
     stream: int | None = None,
@@ -153,70 +153,75 @@ def unusable_free_share(
     1.0 - (usable free + used) / reserved. Growth of expandable segments is not
     counted as free (it is not reserved yet).
     """
-    cfg = config or AllocatorConfig.from_settings(snapshot.get("allocator_settings"))
+    cfg = config or AllocatorConfig.from_settings(snapshot.allocator_settings)
     want_small = round_size(request, cfg) <= SMALL_SIZE
     reserved = unusable = 0
     for seg in _segments(snapshot, device):
-        reserved += seg["total_size"]
-        seg_small = seg.get("segment_type") == "small"
+        reserved += seg.total_size
+        seg_small = seg.segment_type == "small"
         other = seg_small != want_small or (
-            stream is not None and seg.get("stream", 0) != stream
+            stream is not None and seg.stream != stream
         )
-        for b in seg.get("blocks", []):
-            if b["state"] != "inactive":
+        for b in seg.blocks:
+            if b.state != "inactive":
                 continue
-            if other or not can_serve(b["size"], request, cfg):
-                unusable += b["size"]
+            if other or not can_serve(b.size, request, cfg):
+                unusable += b.size
     return unusable / reserved if reserved else 0.0
 
 
-def segment_map(
-    snapshot: dict[str, Any], device: int | None = None
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class MapBlock:
+    """One block of the segment map: where it starts (and from the segment's start),
+    its size, the bytes asked for and its state."""
+
+    address: int
+    offset: int
+    size: int
+    requested_size: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMap:
+    """One row of the segment map: a segment, its allocated and free bytes, its blocks."""
+
+    device: int
+    address: int
+    total_size: int
+    segment_type: str
+    stream: int
+    is_expandable: bool
+    allocated: int
+    free: int
+    blocks: list[MapBlock]
+
+
+def segment_map(snapshot: Snapshot, device: int | None = None) -> list[SegmentMap]:
     """Segments sorted by address with their blocks, offsets and states, for drawing."""
     rows = []
-    for seg in sorted(
-        _segments(snapshot, device), key=lambda s: (s.get("device", 0), s["address"])
-    ):
-        base = seg["address"]
-        blocks = [
-            {
-                "address": b["address"],
-                "offset": b["address"] - base,
-                "size": b["size"],
-                "requested_size": b.get("requested_size", b["size"]),
-                "state": b["state"],
-            }
-            for b in seg.get("blocks", [])
-        ]
-        rows.append(
-            {
-                "device": seg.get("device", 0),
-                "address": base,
-                "total_size": seg["total_size"],
-                "segment_type": seg.get("segment_type", "large"),
-                "stream": seg.get("stream", 0),
-                "is_expandable": bool(seg.get("is_expandable")),
-                "allocated": sum(
-                    b["size"] for b in blocks if b["state"] == "active_allocated"
-                ),
-                "free": sum(b["size"] for b in blocks if b["state"] == "inactive"),
-                "blocks": blocks,
-            }
-        )
+    for seg in sorted(_segments(snapshot, device), key=lambda s: (s.device, s.address)):
+        base = seg.address
+        blocks = [MapBlock(b.address, b.address - base, b.size, b.requested_size, b.state)
+                  for b in seg.blocks]
+        rows.append(SegmentMap(
+            seg.device, base, seg.total_size, seg.segment_type, seg.stream,
+            seg.is_expandable,
+            sum(b.size for b in blocks if b.state == "active_allocated"),
+            sum(b.size for b in blocks if b.state == "inactive"), blocks))
     return rows
 
 
 def largest_request_that_fits(
-    snapshot: dict[str, Any], *, stream: int | None = None, device: int | None = None
+    snapshot: Snapshot, *, stream: int | None = None, device: int | None = None
 ) -> dict[str, int]:
     """Largest cached free block per pool (what can be allocated without a new segment)."""
     best = {"small": 0, "large": 0}
     for seg in _segments(snapshot, device):
-        if stream is not None and seg.get("stream", 0) != stream:
+        if stream is not None and seg.stream != stream:
             continue
-        pool = "small" if seg.get("segment_type") == "small" else "large"
-        for b in seg.get("blocks", []):
-            if b["state"] == "inactive" and b["size"] > best[pool]:
-                best[pool] = b["size"]
+        pool = "small" if seg.segment_type == "small" else "large"
+        for b in seg.blocks:
+            if b.state == "inactive" and b.size > best[pool]:
+                best[pool] = b.size
     return best

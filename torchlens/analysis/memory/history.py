@@ -17,30 +17,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.model import GpumemPayload
+from torchlens.model.snapshot import Snapshot, TraceEntry
 from torchlens.model.units import format_bytes
 
 
 @dataclass
 class DeviceView:
-    """One device's segments and history (``snapshot`` keeps torch's format)."""
+    """One device's segments and history (``snapshot``: the other devices' left out)."""
 
     device: int
-    snapshot: dict[str, Any]
-    trace: list[dict[str, Any]]
+    snapshot: Snapshot
+    trace: list[TraceEntry]
     notes: list[str] = field(default_factory=list)
 
 
-def _devices_with(snap: dict[str, Any]) -> tuple[list[int], list[int]]:
-    traces = snap.get("device_traces") or []
-    with_trace = [i for i, t in enumerate(traces) if t]
-    with_segs = sorted({int(s.get("device", 0)) for s in snap.get("segments") or []})
+def _devices_with(snap: Snapshot) -> tuple[list[int], list[int]]:
+    with_trace = [i for i, t in enumerate(snap.device_traces) if t]
+    with_segs = sorted({s.device for s in snap.segments})
     return with_trace, with_segs
 
 
-def device_view(snap: dict[str, Any], device: int, *, known: bool) -> DeviceView:
+def device_view(snap: Snapshot, device: int, *, known: bool) -> DeviceView:
     """Device ``device``'s part of ``snap``. ``known``: the capture recorded on that
     device, so an empty part stays empty (with a note); otherwise (a loaded file)
     the device that has data stands in, and a note names it."""
@@ -63,12 +62,9 @@ def device_view(snap: dict[str, Any], device: int, *, known: bool) -> DeviceView
         names = ", ".join(f"cuda:{d}" for d in others)
         notes.append(f"Figures are cuda:{chosen}'s only; the snapshot also holds {names} "
                      "(the allocator records every device).")
-    traces = snap.get("device_traces") or []
+    traces = snap.device_traces
     trace = traces[chosen] if chosen < len(traces) else []
-    view = dict(snap)
-    view["segments"] = [s for s in snap.get("segments") or [] if int(s.get("device", 0)) == chosen]
-    view["device_traces"] = [t if i == chosen else [] for i, t in enumerate(traces)]
-    return DeviceView(chosen, view, trace, notes)
+    return DeviceView(chosen, snap.device_part(chosen), trace, notes)
 
 
 def _stat(stats: Mapping[str, int | float], key: str) -> int | None:

@@ -29,9 +29,9 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from torchlens.analysis.memory.timeline import MemoryTimeline, live_bytes_at
+from torchlens.model.snapshot import Frame, Snapshot
 
 
 @dataclass
@@ -44,7 +44,7 @@ class LeakRow:
     count: int
     passes: int  # separate passes over the site that left memory behind (that count)
     flagged: bool
-    example: list[dict[str, Any]]
+    example: list[Frame]
     #: tensors paired with a parameter (a block alive before the window of the same size)
     per_parameter: int = 0
 
@@ -83,14 +83,14 @@ def _turned_over(tl: MemoryTimeline) -> dict[str, set[int]]:
 SMALLEST_BLOCK = 512
 
 
-def from_before(snapshot: dict[str, Any] | None, tl: MemoryTimeline) -> Counter[int]:
+def from_before(snapshot: Snapshot | None, tl: MemoryTimeline) -> Counter[int]:
     """Sizes of the blocks alive at the end of the window that it did not allocate
     (alive before it began: parameters, buffers), larger than ``SMALLEST_BLOCK``."""
     made = {a.addr for a in tl.allocations if a.t_free is None}
-    return Counter(b.get("size") for seg in (snapshot or {}).get("segments") or []
-                   for b in seg.get("blocks") or []
-                   if b.get("state") == "active_allocated" and b.get("address") not in made
-                   and isinstance(b.get("size"), int) and b["size"] > SMALLEST_BLOCK)
+    return Counter(b.size for seg in (snapshot.segments if snapshot else [])
+                   for b in seg.blocks
+                   if b.state == "active_allocated" and b.address not in made
+                   and b.size > SMALLEST_BLOCK)
 
 
 def survivors(tl: MemoryTimeline, *, repeated_only: bool = False,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.analysis.memory import fragmentation
 from torchlens.analysis.memory.allocator.config import (
@@ -28,8 +27,10 @@ from torchlens.analysis.memory.allocator.config import (
     allocation_size,
     round_size,
 )
+from torchlens.analysis.memory.allocator.core import OOM
 from torchlens.analysis.memory.leaks import LeakRow
 from torchlens.model.findings import FAILED, Figure, Finding
+from torchlens.model.snapshot import Snapshot, TraceEntry
 from torchlens.model.units import format_bytes
 
 # c10/cuda/CUDACachingAllocator.cpp format_size: "N bytes" up to 1024 bytes,
@@ -254,16 +255,16 @@ def _exhaustion_advice(d: OomDiagnosis, req: int, needs_segment: bool) -> None:
             f"this one has {format_bytes(d.capacity)} and the request is {format_bytes(short)} short."))
 
 
-def _set_pool_figures(d: OomDiagnosis, snapshot: dict[str, Any], req: int,
+def _set_pool_figures(d: OomDiagnosis, snapshot: Snapshot, req: int,
                       cfg: AllocatorConfig) -> None:
     """The snapshot's reserved, allocated and free figures for request ``req`` into ``d``:
     the largest free block its pool could serve it from and the free share too small."""
     s = fragmentation.summarize(snapshot)
     pool = "small" if round_size(req, cfg) <= SMALL_SIZE else "large"
-    usable = max((b["size"] for seg in snapshot.get("segments", [])
-                  if (seg.get("segment_type") == "small") == (pool == "small")
-                  for b in seg.get("blocks", [])
-                  if b["state"] == "inactive" and fragmentation.can_serve(b["size"], req, cfg)),
+    usable = max((b.size for seg in snapshot.segments
+                  if (seg.segment_type == "small") == (pool == "small")
+                  for b in seg.blocks
+                  if b.state == "inactive" and fragmentation.can_serve(b.size, req, cfg)),
                  default=0)
     d.reserved, d.allocated, d.free_cached = s.reserved, s.allocated, s.free_cached
     d.largest_usable, d.inactive_split = usable, s.inactive_split
@@ -271,9 +272,9 @@ def _set_pool_figures(d: OomDiagnosis, snapshot: dict[str, Any], req: int,
 
 
 def from_snapshot(
-    snapshot: dict[str, Any],
+    snapshot: Snapshot,
     *,
-    trace: list[dict[str, Any]] | None = None,
+    trace: list[TraceEntry] | None = None,
     message: str | None = None,
     leaks: list[LeakRow] | None = None,
     site: str | None = None,
@@ -282,21 +283,21 @@ def from_snapshot(
     scope: str = "this cell",
 ) -> OomDiagnosis | None:
     """Diagnose the last OOM recorded in ``trace`` and/or ``message``; None if neither has one."""
-    entry = next((e for e in reversed(trace or []) if e["action"] == "oom"), None)
+    entry = next((e for e in reversed(trace or []) if e.action == "oom"), None)
     parsed = parse_oom_message(message) if message else {}
-    req = parsed.get("requested") or (entry["size"] if entry else None)
+    req = parsed.get("requested") or (entry.size if entry else None)
     if req is None:
         return None
-    cfg = AllocatorConfig.from_settings(snapshot.get("allocator_settings"))
+    cfg = AllocatorConfig.from_settings(snapshot.allocator_settings)
     d = OomDiagnosis(source="trace oom entry" if entry else "error message", requested=req)
-    d.device_free = entry.get("device_free") if entry else parsed.get("device_free")
+    d.device_free = entry.device_free if entry else parsed.get("device_free")
     if d.device_free is None:
         d.device_free = parsed.get("device_free")
     d.capacity = parsed.get("capacity")
     d.alive, d.training, d.expandable = alive or [], training, cfg.expandable_segments
     if not cfg.expandable_segments:
         d.segment_size = allocation_size(round_size(req, cfg))
-    if snapshot.get("segments"):
+    if snapshot.segments:
         _set_pool_figures(d, snapshot, req, cfg)
     else:
         d.allocated = parsed.get("allocated")
@@ -320,7 +321,7 @@ def _apply_limit(d: OomDiagnosis, allowed: int | None) -> None:
         d.device_free = headroom if d.device_free is None else min(d.device_free, headroom)
 
 
-def from_model_oom(oom: Any, snapshot: dict[str, Any], *, leaks: list[LeakRow] | None = None,
+def from_model_oom(oom: OOM, snapshot: Snapshot, *, leaks: list[LeakRow] | None = None,
                    site: str | None = None, alive: list[AliveSite] | None = None,
                    training: bool = False, expandable: bool = False,
                    scope: str = "this cell") -> OomDiagnosis:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -32,7 +31,13 @@ from torchlens.analysis.memory import categories as cat
 from torchlens.analysis.memory import stages
 from torchlens.analysis.memory.timeline import MemoryTimeline
 from torchlens.formats.locations import CellNames
-from torchlens.model.snapshot import TRACE_ACTIONS
+from torchlens.model.snapshot import (
+    TRACE_ACTIONS,
+    Frame,
+    SnapBlock,
+    Snapshot,
+    TraceEntry,
+)
 from torchlens.model.units import format_bytes
 
 #: where a block alive at the peak comes from
@@ -52,7 +57,7 @@ class PeakBlock:
     category: str
     site: str
     function: str
-    frames: list[dict[str, Any]]
+    frames: list[Frame]
     origin: str
     index: int | None = None  # its alloc's trace entry (None: allocated before the window)
     stage: str = ""  # the innermost record_function range open at its allocation
@@ -77,7 +82,7 @@ class GroupRow:
     count: int
     share: float  # of the peak
     function: str = ""
-    frames: list[dict[str, Any]] = field(default_factory=list)  # the largest block's stack
+    frames: list[Frame] = field(default_factory=list)  # the largest block's stack
     categories: str = ""  # a site's categories, largest first
     source: str = ""  # where the group's blocks' categories came from (``source_label``)
 
@@ -206,18 +211,18 @@ def _peak_point(tl: MemoryTimeline) -> int | None:
     return None
 
 
-def _kept_blocks(snapshot: dict[str, Any], touched: set[int]) -> list[dict[str, Any]]:
+def _kept_blocks(snapshot: Snapshot, touched: set[int]) -> list[SnapBlock]:
     """Blocks allocated at the end that no trace entry allocates or frees."""
-    return [b for s in snapshot.get("segments") or [] for b in s.get("blocks") or []
-            if b.get("state") == "active_allocated" and b.get("address") not in touched]
+    return [b for s in snapshot.segments for b in s.blocks
+            if b.state == "active_allocated" and b.address not in touched]
 
 
-def _kept_within(kept: list[dict[str, Any]], room: int) -> tuple[list[dict[str, Any]], list[str]]:
+def _kept_within(kept: list[SnapBlock], room: int) -> tuple[list[SnapBlock], list[str]]:
     """The segments' blocks the history never touches, when they fit in what the window's
     start leaves at the peak (``room``); else none, and why. More means the segments and
     the history disagree (segments not recorded with this history, addresses that differ):
     such blocks cannot all have been alive before the window, so none is named."""
-    total = sum(int(b["size"]) for b in kept)
+    total = sum(b.size for b in kept)
     if total <= max(room, 0):
         return kept, []
     return [], [f"The segments hold {format_bytes(total)} in {len(kept):,} blocks the history "
@@ -226,7 +231,7 @@ def _kept_within(kept: list[dict[str, Any]], room: int) -> tuple[list[dict[str, 
                 "recorded together), so those blocks are not counted at the peak."]
 
 
-def _before(frames: list[dict[str, Any]], categorize: cat.Categorizer) -> str:
+def _before(frames: list[Frame], categorize: cat.Categorizer) -> str:
     """A block alive before the window: its category, or that it has no stack."""
     return categorize(frames) if frames else BEFORE_NO_STACK
 
@@ -259,7 +264,7 @@ def _name_sources(out: PeakAnalysis, custom: list[tuple[str, re.Pattern[str]]] |
                            f"torch), but {torch_error}: they are inferred from stacks.")
 
 
-def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
+def _missing(trace: list[TraceEntry], blocks: list[PeakBlock], peak: int,
              unattributed: int, wrapped: bool) -> list[str]:
     out = []
     if wrapped:
@@ -275,7 +280,7 @@ def _missing(trace: list[dict[str, Any]], blocks: list[PeakBlock], peak: int,
                    "(frames not recorded: record with stacks, e.g. "
                    "torch.cuda.memory._record_memory_history(stacks='all')): its category and "
                    "site are unknown.")
-    odd = sorted({e["action"] for e in trace} - set(TRACE_ACTIONS) - {"free"})
+    odd = sorted({e.action for e in trace} - set(TRACE_ACTIONS) - {"free"})
     if odd:
         out.append(f"Trace entries with actions torchlens does not know were skipped "
                    f"({', '.join(odd[:5])}): the peak counts only the known ones.")
@@ -312,7 +317,7 @@ def no_history(peak: int, why: str = SEGMENTS_ONLY) -> PeakAnalysis:
                             "the allocation that made it are missing. " + _RECORD])
 
 
-def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict[str, Any],
+def analyze_peak(tl: MemoryTimeline, trace: list[TraceEntry], snapshot: Snapshot,
                  *, block_size: Callable[[int], int] | None = None,
                  cells: CellNames | None = None,
                  custom: list[tuple[str, re.Pattern[str]]] | None = None,
@@ -334,7 +339,7 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     raw = [(a.index, a.i_free, categorize(a.frames)) for a in tl.allocations]
     kinds = cat.by_lifetime(raw)
     entry_categories: dict[int, str] = {}
-    t_last = trace[-1].get("time_us", 0)
+    t_last = trace[-1].time_us or 0
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
         # The stack draws a block in one category for its whole life (its alloc and free
         # are the only events that move it). Torch names each tensor version; a block torch
@@ -343,13 +348,13 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
         # renamed after one op in the wrong colour for all its life. A block alive at the
         # peak is drawn as the peak table names it (below), so the two agree exactly.
         theirs = None if _source(c, custom) == cat.FROM_USER else cat.torch_category_longest(
-            trace[a.index], trace[a.i_free].get("time_us", 0) if a.i_free is not None
+            trace[a.index], (trace[a.i_free].time_us or 0) if a.i_free is not None
             else t_last)
         entry_categories[a.index] = theirs or kinds.get(a.index, c)
         if a.i_free is not None:
             entry_categories[a.i_free] = entry_categories[a.index]
     blocks = []
-    t_peak = trace[entry].get("time_us", 0) if entry >= 0 else 0
+    t_peak = (trace[entry].time_us or 0) if entry >= 0 else 0
     for a, (_i, _f, c) in zip(tl.allocations, raw, strict=True):
         if a.index > entry:
             break
@@ -368,24 +373,24 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     before = tl.start_allocated
     for i in tl.unknown_free_index:
         e = trace[i]
-        frames = e.get("frames") or []
+        frames = e.frames
         entry_categories[i] = _before(frames, categorize)
         if i <= entry:
-            before -= counted(e["size"])
+            before -= counted(e.size)
             continue
         site, fn = site_of(frames)
         c = entry_categories[i]
-        blocks.append(PeakBlock(counted(e["size"]), c, site, fn, frames, FREED_LATER,
+        blocks.append(PeakBlock(counted(e.size), c, site, fn, frames, FREED_LATER,
                                 source=_source(c, custom)))
-    touched = {e["addr"] for e in trace if e["action"] in
+    touched = {e.addr for e in trace if e.action in
                ("alloc", "free_requested", "free_completed", "free")}
     kept, disagree = _kept_within(_kept_blocks(snapshot, touched),
                                   peak - sum(b.size for b in blocks))
     for b in kept:
-        frames = b.get("frames") or []
+        frames = b.frames
         site, fn = site_of(frames)
         c = _before(frames, categorize)
-        blocks.append(PeakBlock(int(b["size"]), c, site, fn, frames, KEPT,
+        blocks.append(PeakBlock(b.size, c, site, fn, frames, KEPT,
                                 source=_source(c, custom)))
     # never a negative row: blocks naming more than the peak are said in ``missing``
     over = sum(b.size for b in blocks) - peak
@@ -409,13 +414,14 @@ def analyze_peak(tl: MemoryTimeline, trace: list[dict[str, Any]], snapshot: dict
     assert out.unattributed >= 0 and all(r.bytes >= 0 for r in out.by_category), \
         "a row alive at the peak is never negative"
     _name_sources(out, custom, torch_error)
-    ranges, skipped = stages.stage_ranges(snapshot.get("external_annotations"), device)
+    ranges, skipped = stages.stage_ranges(snapshot.external_annotations, device)
     why_not = stages.missing_line(ranges, skipped, tl.clock == "us")
     if why_not:
         out.missing.append(why_not)
     if ranges and tl.clock == "us":
         fresh = [b for b in blocks if b.origin == IN_WINDOW]
-        at = stages.stages_at([trace[b.index]["time_us"] for b in fresh], ranges)  # type: ignore[index]
+        at = stages.stages_at([trace[b.index].time_us or 0  # type: ignore[index]
+                               for b in fresh], ranges)
         for b, name in zip(fresh, at, strict=True):
             b.stage = name
         for b in blocks:

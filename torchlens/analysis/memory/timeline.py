@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
 
 from torchlens.analysis.frames import SiteMemo
 from torchlens.formats.locations import CellNames
+from torchlens.model.snapshot import Frame, TraceEntry
 
 SEG_ADD = ("segment_alloc", "segment_map")
 SEG_SUB = ("segment_free", "segment_unmap")
@@ -44,7 +44,7 @@ class Allocation:
     size: int
     t_alloc: int
     t_free: int | None
-    frames: list[dict[str, Any]]
+    frames: list[Frame]
     site: str
     function: str
     i_free: int | None = None  # trace index of the free (orders frees when times tie)
@@ -98,7 +98,7 @@ class MemoryTimeline:
 
 
 def build_timeline(
-    trace: list[dict[str, Any]],
+    trace: list[TraceEntry],
     *,
     start_allocated: int = 0,
     start_reserved: int = 0,
@@ -129,7 +129,7 @@ def build_timeline(
     pending: set[int] = set()  # free_requested seen, free_completed not yet
     counted = block_size or (lambda n: n)
     steps = dict(reserved_steps or [])
-    times = [int(e.get("time_us") or 0) for e in trace]
+    times = [int(e.time_us or 0) for e in trace]
     t0 = next((t for t in times if t), 0)
     if len(trace) > 1 and (not t0 or max(times) == min(t for t in times if t)):
         tl.clock, times, t0 = "entry", list(range(len(trace))), 0
@@ -138,34 +138,34 @@ def build_timeline(
     # are the running sums, taken after the walk (Python ints: no overflow)
     index, d_alloc, d_res = tl.index, [], []
     for i, e in enumerate(trace):
-        action = e["action"]
+        action = e.action
         if action == "alloc":
-            frames = e.get("frames") or []
+            frames = e.frames
             site, fn = sites(frames)
-            a = Allocation(i, e["addr"], e["size"], times[i] or t0, None, frames, site, fn)
-            live[e["addr"]] = a
+            a = Allocation(i, e.addr, e.size, times[i] or t0, None, frames, site, fn)
+            live[e.addr] = a
             tl.allocations.append(a)
-            change, res = counted(e["size"]), 0
-        elif action in ("free_completed", "free") and e["addr"] in pending:
-            pending.discard(e["addr"])  # back in the pool: allocated fell at the request
+            change, res = counted(e.size), 0
+        elif action in ("free_completed", "free") and e.addr in pending:
+            pending.discard(e.addr)  # back in the pool: allocated fell at the request
             change = res = 0
         elif action in ("free_requested", "free_completed", "free"):
             if action == "free_requested":
-                pending.add(e["addr"])
-            a = live.pop(e["addr"], None)
+                pending.add(e.addr)
+            a = live.pop(e.addr, None)
             if a is None:
                 tl.unknown_frees += 1
                 tl.unknown_free_index.append(i)
-                change = counted(e["size"])
+                change = counted(e.size)
                 tl.unknown_freed_bytes += change
             else:
                 a.t_free, a.i_free = times[i] or t0, i
                 change = counted(a.size)
             change, res = -change, 0
         elif reserved_steps is None and action in SEG_ADD:
-            change, res = 0, e["size"]
+            change, res = 0, e.size
         elif reserved_steps is None and action in SEG_SUB:
-            change, res = 0, -e["size"]
+            change, res = 0, -e.size
         elif i in steps:
             change = res = 0
         else:
@@ -218,7 +218,7 @@ class SiteRow:
     count: int
     largest: int
     alive_bytes: int  # of them, still allocated at the end
-    example: list[dict[str, Any]]
+    example: list[Frame]
 
 
 def top_sites(tl: MemoryTimeline, n: int = 15) -> list[SiteRow]:
@@ -250,12 +250,12 @@ def alive_at(tl: MemoryTimeline, index: int, n: int = 3) -> list[tuple[str, int,
     return sorted(((s, b, c) for s, (b, c) in rows.items()), key=lambda x: (-x[1], x[0]))[:n]
 
 
-def x_of(tl: MemoryTimeline, trace: list[dict[str, Any]], index: int) -> int:
+def x_of(tl: MemoryTimeline, trace: list[TraceEntry], index: int) -> int:
     """Where trace entry ``index`` lies on the timeline's x axis (``t_us``'s units)."""
     if tl.clock == "entry" or not trace:
         return index
     e = trace[min(index, len(trace) - 1)]
-    return max(0, int(e.get("time_us") or tl.t0_us) - tl.t0_us)
+    return max(0, int(e.time_us or tl.t0_us) - tl.t0_us)
 
 
 def live_bytes_at(tl: MemoryTimeline, t_abs_us: int) -> int:

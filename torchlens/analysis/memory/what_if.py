@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.analysis.memory import fragmentation
 from torchlens.analysis.memory.allocator import (
@@ -30,6 +29,7 @@ from torchlens.analysis.memory.allocator import (
 )
 from torchlens.analysis.memory.allocator.replay import ReplayResult
 from torchlens.analysis.memory.timeline import SEG_ADD, SEG_SUB
+from torchlens.model.snapshot import Snapshot, TraceEntry
 from torchlens.model.units import format_bytes
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
@@ -58,7 +58,7 @@ class ModelRun:
 
     config: AllocatorConfig
     capacity: int | None
-    snapshot: dict[str, Any]
+    snapshot: Snapshot
     stats: dict[str, int]  # torch's memory_stats() counters, by name
     ooms: list[tuple[int, OOM]] = field(default_factory=list)  # (trace index, figures)
     reserved_steps: list[tuple[int, int]] = field(default_factory=list)  # (trace index, bytes)
@@ -83,11 +83,11 @@ def _stat_figures(st: Mapping[str, int]) -> dict[str, int]:
 
 
 def run_model(
-    trace: list[dict[str, Any]],
+    trace: list[TraceEntry],
     config: AllocatorConfig | None = None,
     *,
     capacity: int | None = None,
-    start_snapshot: dict[str, Any] | None = None,
+    start_snapshot: Snapshot | None = None,
 ) -> ModelRun:
     """Replay the program's requests of ``trace`` in simulate mode.
 
@@ -98,7 +98,7 @@ def run_model(
     cfg = config or AllocatorConfig()
     notes: list[str] = []
     initial = None
-    if start_snapshot is not None and start_snapshot.get("segments"):
+    if start_snapshot is not None and start_snapshot.segments:
         init = rebuild_initial_state(start_snapshot, trace)
         initial = init.segments or None
         notes += init.notes
@@ -107,8 +107,8 @@ def run_model(
     # Reserved only changes inside malloc (new segments, the release-and-retry
     # path), so walking the model's history beside the trace's allocs gives the
     # reserved bytes after each of them.
-    alloc_idx = [i for i, e in enumerate(trace) if e["action"] == "alloc"]
-    start_reserved = reserved = sum(s["total_size"] for s in (initial or []))
+    alloc_idx = [i for i, e in enumerate(trace) if e.action == "alloc"]
+    start_reserved = reserved = sum(s.total_size for s in (initial or []))
     steps: list[tuple[int, int]] = []
     k = 0
     for action, _addr, size, _stream in alloc.trace:
@@ -120,7 +120,7 @@ def run_model(
             steps.append((alloc_idx[k], reserved))
             k += 1
     snap = alloc.snapshot()
-    snap["device_traces"] = []  # the model's own history is not the program's
+    snap.device_traces = []  # the model's own history is not the program's
     notes += _what_if_notes(alloc, res, cfg, capacity, start_reserved, len(initial or []),
                             len(alloc_idx))
     if res.unknown_frees:
@@ -160,7 +160,7 @@ def _what_if_notes(alloc: CachingAllocator, res: ReplayResult, cfg: AllocatorCon
     return notes
 
 
-def real_figures(snapshot: dict[str, Any], trace: list[dict[str, Any]],
+def real_figures(snapshot: Snapshot, trace: list[TraceEntry],
                  stats: Mapping[str, int] | None = None, *, peak_allocated: int | None = None,
                  end_allocated: int | None = None, cpu: bool = False) -> dict[str, int | None]:
     """The same comparison row for what really happened (stats when captured live).
@@ -174,8 +174,8 @@ def real_figures(snapshot: dict[str, Any], trace: list[dict[str, Any]],
     s = fragmentation.summarize(snapshot)
     if cpu:
         live = end_allocated if end_allocated is not None else sum(
-            e["size"] for e in trace if e["action"] == "alloc") - sum(
-            e["size"] for e in trace if e["action"] in ("free_completed", "free"))
+            e.size for e in trace if e.action == "alloc") - sum(
+            e.size for e in trace if e.action in ("free_completed", "free"))
         return {"reserved": None, "allocated": live, "peak_reserved": None,
                 "peak_allocated": peak_allocated, "inactive_split": None, "ooms": 0,
                 "retries": None}
@@ -185,7 +185,7 @@ def real_figures(snapshot: dict[str, Any], trace: list[dict[str, Any]],
         "peak_reserved": None,
         "peak_allocated": peak_allocated if s.reserved else None,
         "inactive_split": s.inactive_split,
-        "ooms": sum(1 for e in trace if e["action"] == "oom"),
+        "ooms": sum(1 for e in trace if e.action == "oom"),
         "retries": None,
     }
 

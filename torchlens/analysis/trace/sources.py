@@ -23,26 +23,27 @@ from torchlens.analysis.trace.events import (
     sweep_order,
 )
 from torchlens.model import Trace
+from torchlens.model.snapshot import Frame
 
 _KINETO_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
-def frame_of(name: str) -> dict[str, object] | None:
-    """A Kineto python_function name as a frame dict, None for built-ins."""
+def frame_of(name: str) -> Frame | None:
+    """A Kineto python_function name as a frame, None for built-ins."""
     m = _KINETO_FRAME.match(name)
     if m is None:
         return None
     # Kineto shortens library paths to "torch/nn/..."; anchor them like absolute
     # paths so the library rules in frames.py apply.
     filename = m["file"] if m["file"].startswith(("/", "<")) else "/" + m["file"]
-    return {"filename": filename, "line": int(m["line"]), "name": m["func"]}
+    return Frame(filename, m["func"], int(m["line"]))
 
 
-def _label(frame: dict[str, object]) -> str:
+def _label(frame: Frame) -> str:
     where = frame_label(frame)
-    if frame["line"] == 0 or frame["name"] == "<module>":  # top-level code of a cell/file
+    if frame.line == 0 or frame.name == "<module>":  # top-level code of a cell/file
         return where.rsplit(" line ", 1)[0].rsplit(":", 1)[0]
-    return f"{frame['name']} · {where}"
+    return f"{frame.name} · {where}"
 
 
 def op_sources(trace: Trace, rows: np.ndarray) -> np.ndarray:

@@ -22,11 +22,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.environment import collect_environment
 from torchlens.capture.memory import cuda as cuda_memory
 from torchlens.capture.memory import torch_categories as tc
 from torchlens.capture.trace.native_output import quiet_native_noise
 from torchlens.model import GpumemPayload, MemoryOptions, Profile, error_record
+from torchlens.model.snapshot import Frame, Snapshot, TraceEntry
 
 CPU_NOTE = (
     "GPU allocator: no CUDA device here. Allocations and frees are the CPU "
@@ -42,8 +45,6 @@ ASYNC_NOTE = (
     "support recordHistory\"). The figures are torch.cuda.memory_stats before and after "
     "the cell: no timeline, no allocation sites, no fragmentation")
 
-EMPTY_SNAPSHOT: dict[str, Any] = {"segments": [], "device_traces": [], "allocator_settings": {},
-                                  "external_annotations": []}
 
 
 class MemoryCapture:
@@ -92,7 +93,7 @@ class MemoryCapture:
             user = cuda_memory.history_enabled()
             if user is None:
                 # this torch cannot say: a history in the snapshot means someone records
-                user = any(cuda_memory.take_snapshot().get("device_traces") or [])
+                user = any(cuda_memory.take_snapshot().device_traces)
             if not user:
                 cuda_memory.start_history(self.options.max_entries, self.options.stacks)
         except RuntimeError as exc:
@@ -114,7 +115,7 @@ class MemoryCapture:
             self._categories_error = (f"torch's profiler could not start "
                                       f"({type(exc).__name__}: {str(exc)[:160]})")
 
-    def _torch_categories(self, prof: Any, trace: list[dict[str, Any]], device: str,
+    def _torch_categories(self, prof: Any, trace: list[TraceEntry], device: str,
                           tolerance_us: int) -> None:
         recs, why = tc.records(prof)
         if not why and not tc.annotate(trace, recs, device, tolerance_us):
@@ -175,29 +176,29 @@ class MemoryCapture:
         )
         return False
 
-    def _stop_cuda(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _stop_cuda(self) -> tuple[Snapshot, dict[str, int]]:
         dev, h = self.options.device, self._history
         if self._torch_prof is not None:
             tc.stop_profiler(self._torch_prof)
         if not h.get("history", True):
-            return dict(EMPTY_SNAPSHOT), cuda_memory.memory_stats(dev)
+            return Snapshot(), cuda_memory.memory_stats(dev)
         try:
             snap = cuda_memory.take_snapshot()
             stats_after = cuda_memory.memory_stats(dev)
         finally:
             if not h.get("user_recording"):
                 cuda_memory.stop_history()
-        traces = snap.get("device_traces") or []
+        traces = snap.device_traces
         h["history_entries"] = n = len(traces[dev]) if dev < len(traces) else 0
         # the user's buffer size is theirs and unknown here
         h["history_full"] = None if h.get("user_recording") else n >= self.options.max_entries
         out = _trim_snapshot(snap, self._start_us, self.options.stacks)
-        if self._torch_prof is not None and dev < len(out["device_traces"]):
-            self._torch_categories(self._torch_prof, out["device_traces"][dev], f"cuda:{dev}",
+        if self._torch_prof is not None and dev < len(out.device_traces):
+            self._torch_categories(self._torch_prof, out.device_traces[dev], f"cuda:{dev}",
                                    tc.CUDA_TOLERANCE_US)
         return out, stats_after
 
-    def _stop_cpu(self) -> dict[str, Any]:
+    def _stop_cpu(self) -> Snapshot:
         from torchlens.capture.memory.cpu import device_trace_from_events
 
         if self._recorder is not None:
@@ -210,21 +211,25 @@ class MemoryCapture:
         trace = device_trace_from_events(events, base_ns, self._recorder, self.options.stacks)
         if self._prof.profiler is not None:
             self._torch_categories(self._prof.profiler, trace, "cpu", tc.CPU_TOLERANCE_US)
-        return {"segments": [], "device_traces": [trace], "allocator_settings": {},
-                "external_annotations": self._prof.annotations()}
+        return Snapshot([], [trace], {}, self._prof.annotations())
 
 
-def _trim_snapshot(snap: dict[str, Any], start_us: int, depth: int) -> dict[str, Any]:
+def _trim_snapshot(snap: Snapshot, start_us: int, depth: int) -> Snapshot:
     """Keep the history of this block only (history may have been on before) and
-    at most ``depth`` Python frames per entry, dropping C++ frames."""
-    def trim(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [f for f in frames if str(f.get("filename", "")).endswith(".py")
-                or str(f.get("filename", "")).startswith("<")][:depth]
+    at most ``depth`` Python frames per entry, dropping C++ frames (each distinct
+    stack trimmed once: entries share their stacks)."""
+    done: dict[int, list[Frame]] = {}
 
-    out = dict(snap)
-    out["device_traces"] = [
-        [dict(e, frames=trim(e.get("frames", []))) for e in t
-         if e.get("time_us", start_us) >= start_us]
-        for t in snap.get("device_traces", [])
-    ]
-    return out
+    def trim(frames: list[Frame]) -> list[Frame]:
+        out = done.get(id(frames))
+        if out is None:
+            out = done[id(frames)] = [
+                f for f in frames
+                if f.filename.endswith(".py") or f.filename.startswith("<")][:depth]
+        return out
+
+    return msgspec.structs.replace(snap, device_traces=[
+        [msgspec.structs.replace(e, frames=trim(e.frames)) for e in t
+         if (start_us if e.time_us is None else e.time_us) >= start_us]
+        for t in snap.device_traces
+    ])

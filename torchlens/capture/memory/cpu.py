@@ -61,6 +61,8 @@ import torch
 from torch._C._profiler import gather_traceback
 from torch.overrides import TorchFunctionMode
 
+from torchlens.model.snapshot import Frame, TraceEntry
+
 # Tensor attributes whose getter returns metadata or an existing object (never
 # new storage) and whose setter, if any, only rebinds or frees. The views
 # ``T``/``mT``/``H``/``mH``/``real``/``imag`` are left out: a sparse
@@ -242,7 +244,7 @@ def annotations_from_events(trace_events: list[dict[str, Any]],
     return sorted(out, key=lambda a: a["time_us"])
 
 
-def _symbolize(tbs: list[Any], depth: int) -> list[list[dict[str, Any]]]:
+def _symbolize(tbs: list[Any], depth: int) -> list[list[Frame]]:
     """Frames innermost first, as torch writes them in snapshots."""
     from torch._C._profiler import symbolize_tracebacks
 
@@ -252,7 +254,8 @@ def _symbolize(tbs: list[Any], depth: int) -> list[list[dict[str, Any]]]:
         symbolized = symbolize_tracebacks(tbs)
     out = []
     for frames in symbolized:
-        kept = [f for f in frames if not f["filename"].endswith("capture/memory/cpu.py")]
+        kept = [Frame(f["filename"], f["name"], f["line"]) for f in frames
+                if not f["filename"].endswith("capture/memory/cpu.py")]
         out.append(kept[:depth])
     return out
 
@@ -262,8 +265,8 @@ def device_trace_from_events(
     base_ns: int,
     recorder: SiteRecorder | None,
     depth: int,
-) -> list[dict[str, Any]]:
-    """Profiler ``[memory]`` events (CPU ones) -> torch-format trace entries.
+) -> list[TraceEntry]:
+    """Profiler ``[memory]`` events (CPU ones) -> trace entries as a snapshot's.
 
     ``memory_events`` are the raw Kineto events (``ts`` in us since
     ``base_ns``). Each allocation gets the frames of the op whose
@@ -276,29 +279,22 @@ def device_trace_from_events(
     starts = recorder.starts if recorder is not None else []
     ends = recorder.ends if recorder is not None else []
     wanted: dict[int, int] = {}
-    trace: list[dict[str, Any]] = []
+    trace: list[TraceEntry] = []
+    op_of: list[tuple[TraceEntry, int]] = []  # an allocation and its op's number
     for e in events:
         a = e["args"]
         nbytes = int(a.get("Bytes", 0))
         t_ns = base_ns + int(e["ts"] * 1000)
-        entry = {
-            "action": "alloc" if nbytes > 0 else "free_completed",
-            "addr": int(a.get("Addr", 0)),
-            "size": abs(nbytes),
-            "stream": 0,
-            "time_us": t_ns // 1000,
-            "frames": [],
-        }
+        entry = TraceEntry("alloc" if nbytes > 0 else "free_completed", int(a.get("Addr", 0)),
+                           abs(nbytes), 0, time_us=t_ns // 1000)
         if nbytes > 0 and depth > 0 and starts:
             i = bisect.bisect_right(starts, t_ns) - 1
             if i >= 0 and t_ns <= ends[i]:
-                entry["_op"] = wanted.setdefault(i, len(wanted))
+                op_of.append((entry, wanted.setdefault(i, len(wanted))))
         trace.append(entry)
     if wanted and recorder is not None:
         order = sorted(wanted, key=wanted.get)  # type: ignore[arg-type]
         frames = _symbolize([recorder.tbs[i] for i in order], depth)
-        for entry in trace:
-            k = entry.pop("_op", None)
-            if k is not None:
-                entry["frames"] = frames[k]
+        for entry, k in op_of:
+            entry.frames = frames[k]
     return trace

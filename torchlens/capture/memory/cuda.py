@@ -22,6 +22,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from torchlens.model.snapshot import Snapshot, normalize_snapshot
+
 
 def cuda_available() -> bool:
     """Whether a CUDA device can be used (False on a CPU-only build)."""
@@ -67,12 +69,13 @@ def start_history(max_entries: int, stack_depth: int) -> None:
     )
 
 
-def take_snapshot() -> dict[str, Any]:
-    """The allocator's segments and history trace (``_snapshot``), every device, torch's
-    format. ``_snapshot`` has no switch to leave the traces out."""
+def take_snapshot() -> Snapshot:
+    """The allocator's segments and history trace (``_snapshot``), every device, read
+    once into a ``Snapshot``. ``_snapshot`` has no switch to leave the traces out."""
     import torch
 
-    return torch.cuda.memory._snapshot()
+    return normalize_snapshot(torch.cuda.memory._snapshot(),
+                              name="torch.cuda.memory._snapshot()")
 
 
 def take_segments() -> list[dict[str, Any]]:

@@ -29,6 +29,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from torchlens.model.snapshot import TraceEntry
+
 #: torch's ``Category`` names -> the words every torchlens view uses
 NAMES = {"PARAMETER": "parameter", "OPTIMIZER_STATE": "optimizer state", "INPUT": "input",
          "TEMPORARY": "temporary", "ACTIVATION": "activation", "GRADIENT": "gradient",
@@ -95,7 +97,7 @@ def records(prof: Any) -> tuple[list[TensorRecord], str]:
         return [], f"torch's memory profiler failed ({type(exc).__name__}: {first})"
 
 
-def annotate(trace: list[dict[str, Any]], recs: list[TensorRecord], device: str,
+def annotate(trace: list[TraceEntry], recs: list[TensorRecord], device: str,
              tolerance_us: int) -> int:
     """Give each ``alloc`` entry of ``trace`` its record's ``torch_category`` (records of
     ``device`` only); returns how many matched. Per address, entries and records are
@@ -107,14 +109,14 @@ def annotate(trace: list[dict[str, Any]], recs: list[TensorRecord], device: str,
     nxt: dict[int, int] = defaultdict(int)
     matched = 0
     for e in trace:
-        if e.get("action") != "alloc" or e.get("addr") not in by_addr:
+        if e.action != "alloc" or e.addr not in by_addr:
             continue
-        rs, j, t = by_addr[e["addr"]], nxt[e["addr"]], e.get("time_us", 0)
+        rs, j, t = by_addr[e.addr], nxt[e.addr], e.time_us or 0
         while j < len(rs) and rs[j].time_us < t - tolerance_us:
             j += 1
         if j < len(rs) and rs[j].time_us <= t + tolerance_us:
-            e["torch_category"] = [[ts, name] for ts, name in rs[j].versions]
+            e.torch_category = [[ts, name] for ts, name in rs[j].versions]
             matched += 1
             j += 1
-        nxt[e["addr"]] = j
+        nxt[e.addr] = j
     return matched

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from torchlens.model.snapshot import Frame
+
 #: action codes (``e_action``; -1: an action not listed), as ``read.c``'s ACTIONS
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
            "segment_map", "segment_unmap", "snapshot", "oom", "user_defined", "free")
@@ -40,24 +42,22 @@ class SnapshotColumns:
     b_state: np.ndarray
     b_stack: np.ndarray
     n_devices: int  # len(device_traces)
-    #: each distinct frame dict once, and each stack as indices into it
-    frames: list[dict[str, Any]] = field(default_factory=list)
+    #: each distinct frame once, and each stack as indices into it
+    frames: list[Frame] = field(default_factory=list)
     stack_items: list[list[int]] = field(default_factory=list)
     allocator_settings: dict[str, Any] = field(default_factory=dict)
     external_annotations: list[Any] = field(default_factory=list)
 
-    _stacks: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False,
-                                                     compare=False)
+    _stacks: dict[int, list[Frame]] = field(default_factory=dict, repr=False, compare=False)
 
-    def stack(self, k: int) -> list[dict[str, Any]]:
-        """Stack ``k`` as the list of frame dicts the loader gives (made on first use:
+    def stack(self, k: int) -> list[Frame]:
+        """Stack ``k`` as the list of frames the loader gives (made on first use:
         the peak reads the frames of a few dozen of a few hundred stacks)."""
         s = self._stacks.get(k)
         if s is None:
             s = self._stacks[k] = [self.frames[i] for i in self.stack_items[k]]
         return s
 
-    def stack_contents(self) -> list[tuple[tuple[tuple[str, Any], ...], ...]]:
-        """Each stack as plain values (comparing two readers' stacks by content)."""
-        return [tuple(tuple(sorted(self.frames[i].items())) for i in s)
-                for s in self.stack_items]
+    def stack_contents(self) -> list[tuple[Frame, ...]]:
+        """Each stack by its frames' values (comparing two readers' stacks by content)."""
+        return [tuple(self.frames[i] for i in s) for s in self.stack_items]

@@ -20,6 +20,7 @@ import numpy as np
 
 from torchlens.formats.native_library import SNAPSHOT_READER
 from torchlens.formats.snapshot_columns.columns import SnapshotColumns
+from torchlens.model.snapshot import Frame
 
 #: ``sr_column``'s order: (name, dtype, count index of ``sr_count``)
 COLUMNS = (("e_device", np.int32, 0), ("e_action", np.int8, 0), ("e_addr", np.uint64, 0),
@@ -197,22 +198,17 @@ class _Owner:
             _LIB.sr_free(self.h)
 
 
-def _frames(data: bytes, cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Each distinct frame dict once (stacks share them, as the loaded pickle does)."""
+def _frames(data: bytes, cols: dict[str, np.ndarray]) -> list[Frame]:
+    """Each distinct frame once (stacks share them, as the Python loader's do)."""
     cache: dict[int, str] = {}
     out = []
     for fo, fl, no, nl, line, has in zip(cols["f_file"].tolist(), cols["f_file_len"].tolist(),
                                          cols["f_name"].tolist(), cols["f_name_len"].tolist(),
                                          cols["f_line"].tolist(), cols["f_has"].tolist(),
                                          strict=True):
-        f: dict[str, Any] = {}
-        if has & 1:
-            f["filename"] = _text(data, cache, fo, fl)
-        if has & 2:
-            f["name"] = _text(data, cache, no, nl)
-        if has & 4:
-            f["line"] = line
-        out.append(f)
+        out.append(Frame(_text(data, cache, fo, fl) if has & 1 else "",
+                         _text(data, cache, no, nl) if has & 2 else "",
+                         line if has & 4 else 0))
     return out
 
 

@@ -9,22 +9,23 @@ from typing import Any
 import numpy as np
 
 from torchlens.formats.snapshot_columns.columns import ACTIONS, STATES, SnapshotColumns
+from torchlens.model.snapshot import Frame, Snapshot
 
 _ACTION = {a: k for k, a in enumerate(ACTIONS)}
 _STATE = {s: k for k, s in enumerate(STATES)}
 
 
-def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
+def from_snapshot(snap: Snapshot) -> SnapshotColumns:
     """``snap`` (``load_snapshot``'s) as columns; stacks numbered as the compiled reader
     numbers them: by first appearance, segments (each one's own, then its blocks')
-    before the traces, one per distinct sequence of frame dicts."""
-    stacks: list[list[dict[str, Any]]] = []
+    before the traces, one per distinct sequence of frames."""
+    stacks: list[list[Frame]] = []
     ids: dict[tuple[int, ...], int] = {}
     frames_seen: dict[int, int] = {}
-    distinct: list[dict[str, Any]] = []
+    distinct: list[Frame] = []
     items: list[list[int]] = []
 
-    def stack(frames: list[dict[str, Any]]) -> int:
+    def stack(frames: list[Frame]) -> int:
         key = tuple(map(id, frames))
         k = ids.get(key)
         if k is None:
@@ -38,14 +39,14 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
         return k
 
     seg_rows, block_rows = [], []
-    for s in snap["segments"]:
-        seg_rows.append((s["address"], s["total_size"], s["device"], len(block_rows),
-                         len(s["blocks"]), stack(s["frames"])))
-        block_rows += [(b["address"], b["size"], _STATE[b["state"]], stack(b["frames"]))
-                       for b in s["blocks"]]
-    entries = [(d, _ACTION.get(e["action"], -1), e["addr"], e["size"],
-                int(e.get("time_us") or 0), stack(e["frames"]))
-               for d, t in enumerate(snap["device_traces"]) for e in t]
+    for s in snap.segments:
+        seg_rows.append((s.address, s.total_size, s.device, len(block_rows),
+                         len(s.blocks), stack(s.frames)))
+        block_rows += [(b.address, b.size, _STATE[b.state], stack(b.frames))
+                       for b in s.blocks]
+    entries = [(d, _ACTION.get(e.action, -1), e.addr, e.size,
+                int(e.time_us or 0), stack(e.frames))
+               for d, t in enumerate(snap.device_traces) for e in t]
 
     def col(rows: list[tuple], k: int, dtype: Any) -> np.ndarray:
         return np.array([r[k] for r in rows], dtype=dtype)
@@ -57,9 +58,9 @@ def from_snapshot(snap: dict[str, Any]) -> SnapshotColumns:
         col(seg_rows, 3, np.int32), col(seg_rows, 4, np.int32), col(seg_rows, 5, np.int32),
         col(block_rows, 0, np.uint64), col(block_rows, 1, np.int64),
         col(block_rows, 2, np.int8), col(block_rows, 3, np.int32),
-        n_devices=len(snap["device_traces"]), frames=distinct, stack_items=items,
-        allocator_settings=dict(snap.get("allocator_settings") or {}),
-        external_annotations=list(snap.get("external_annotations") or []))
+        n_devices=len(snap.device_traces), frames=distinct, stack_items=items,
+        allocator_settings=dict(snap.allocator_settings),
+        external_annotations=list(snap.external_annotations))
 
 
 def pair(action: np.ndarray, addr: np.ndarray,

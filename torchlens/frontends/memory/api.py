@@ -29,6 +29,7 @@ from torchlens.model import (
     Profile,
     load_profile,
 )
+from torchlens.model.snapshot import Snapshot
 
 if TYPE_CHECKING:  # read only when a file is loaded
     from torchlens.formats.snapshot_columns import SnapshotColumns
@@ -259,8 +260,9 @@ class MemoryResult(Result):
         """The out-of-memory diagnosis, or None when nothing ran out of memory."""
         return self.analysis().diagnosis
 
-    def snapshot(self) -> dict[str, Any]:
-        """The allocator snapshot in torch's format (CPU: the CPU allocator's trace)."""
+    def snapshot(self) -> Snapshot:
+        """The allocator snapshot (CPU: the CPU allocator's trace) as typed structs;
+        ``.to_torch()`` gives torch's dict format."""
         return next(iter(self.profile.snapshots.values()))
 
 
@@ -394,7 +396,7 @@ def columns_of(path: str) -> tuple[bytes, SnapshotColumns] | None:
     return data, cols
 
 
-def profile_of(snap: dict[str, Any], path: str, name: str,
+def profile_of(snap: Snapshot, path: str, name: str,
                display: GpumemPayload) -> Profile:
     """The Profile of a loaded snapshot (a %%gpumem export: the capture itself)."""
     from torchlens.formats.gpumem_record import RECORD_KEY, restore
@@ -404,7 +406,7 @@ def profile_of(snap: dict[str, Any], path: str, name: str,
         return Profile(kind="gpumem", title=name, source=str(path),
                        snapshots={"file": capture.snapshot}, payload=capture.payload,
                        unmeasured=capture.unmeasured, error=capture.error)
-    snap.pop(RECORD_KEY, None)
+    snap.extra.pop(RECORD_KEY, None)
     return Profile(kind="gpumem", title=name, source=str(path), snapshots={"file": snap},
                    unmeasured=[damaged] if damaged else [],
                    payload=dataclasses.replace(display, measured_on="snapshot"))

@@ -53,13 +53,14 @@ def _first_reports() -> None:
     from torchlens.formats.kineto import ingest_bytes
     from torchlens.frontends import kinds
     from torchlens.model import DdpRun, GpumemPayload, Profile
+    from torchlens.model.snapshot import Snapshot, TraceEntry
 
-    trace = [{"action": a, "addr": 4096, "size": 512, "stream": 0, "time_us": t, "frames": []}
-             for a, t in (("alloc", 1), ("free_completed", 2))]
+    trace = [TraceEntry(a, 4096, 512, 0, time_us=t) for a, t in (("alloc", 1),
+                                                                 ("free_completed", 2))]
     for profile in (
         Profile(kind="trace", traces={"main": ingest_bytes(_TINY_TRACE, source="warm-up")}),
         Profile(kind="gpumem", payload=GpumemPayload(measured_on="cpu"),
-                snapshots={"d": {"segments": [], "device_traces": [trace]}}),
+                snapshots={"d": Snapshot([], [trace])}),
         Profile(kind="ddp_check", payload=DdpRun(world_size=1, outcome="finished")),
     ):
         kinds.display_bundle(profile)

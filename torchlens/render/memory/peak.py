@@ -7,12 +7,12 @@ template ``peak.html.j2``; the stack is in a ``title`` attribute, shown on hover
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from markupsafe import Markup
 
 from torchlens.analysis.frames import frame_label
 from torchlens.analysis.memory.peak import GroupRow, PeakAnalysis
+from torchlens.model.snapshot import Frame
 from torchlens.model.units import (
     format_bytes,
     format_count,
@@ -23,13 +23,12 @@ from torchlens.render import html
 from torchlens.render.memory.colours import colour_of, custom_names
 
 
-def stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
+def stack_text(frames: list[Frame], cells: dict[str, int] | None = None,
                n: int = 12) -> str:
     """A stack, innermost first, one frame a line (a hover's text): its Python frames
     when it has any (a CUDA stack starts with a dozen allocator C++ frames)."""
-    python = [f for f in frames if str(f.get("filename", "")).endswith(".py")
-              or str(f.get("filename", "")).startswith("<")]
-    return "\n".join(f"{f.get('name', '')} ({frame_label(f, cells)})"
+    python = [f for f in frames if f.filename.endswith(".py") or f.filename.startswith("<")]
+    return "\n".join(f"{f.name} ({frame_label(f, cells)})"
                      for f in (python or frames)[:n])
 
 

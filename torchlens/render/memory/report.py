@@ -114,22 +114,22 @@ def segment_map_figure(a: MemoryAnalysis) -> Any:
     shown = segs[:MAX_SEGMENTS]
     cols: dict[str, list[Any]] = {k: [] for k in ("x", "y", "w", "color", "state", "size", "seg")}
     for row, seg in enumerate(shown):
-        for b in seg["blocks"]:
-            cols["x"].append((b["offset"] + b["size"] / 2) / MIB)
-            cols["w"].append(b["size"] / MIB)
+        for b in seg.blocks:
+            cols["x"].append((b.offset + b.size / 2) / MIB)
+            cols["w"].append(b.size / MIB)
             cols["y"].append(row)
-            cols["color"].append(STATE_COLORS.get(b["state"], "#999999"))
-            cols["state"].append(STATE_NAMES.get(b["state"], b["state"]))
-            cols["size"].append(format_bytes(b["size"]))
-            cols["seg"].append(f"{seg['segment_type']} segment of {format_bytes(seg['total_size'])}"
-                               f" at {seg['address']:#x}")
+            cols["color"].append(STATE_COLORS.get(b.state, "#999999"))
+            cols["state"].append(STATE_NAMES.get(b.state, b.state))
+            cols["size"].append(format_bytes(b.size))
+            cols["seg"].append(f"{seg.segment_type} segment of {format_bytes(seg.total_size)}"
+                               f" at {seg.address:#x}")
     title = "Segments and blocks (dark allocated, light grey cached free, red-orange in flight)"
     if len(segs) > len(shown):
         title += f": first {len(shown)} of {len(segs)} segments by address"
     # The title and the x axis take about 80 px whatever the rows: the height is
     # that plus a band per row, so one segment still gets a visible row. The x axis
     # is the segments' own span (Bokeh's padded auto range began below 0 MiB).
-    end = max(seg["total_size"] for seg in shown) / MIB
+    end = max(seg.total_size for seg in shown) / MIB
     p = figure(x_range=Range1d(0, end, bounds=(0, end)),height=min(700, SEGMENT_FRAME_PX + SEGMENT_ROW_PX * len(shown)),
                sizing_mode="stretch_width", x_axis_label="MiB from segment start", title=title,
                tools="xpan,xwheel_zoom,box_zoom,reset,save",

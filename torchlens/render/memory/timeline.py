@@ -22,6 +22,7 @@ from torchlens.analysis.frames import frame_label
 from torchlens.analysis.memory.analyze import MemoryAnalysis
 from torchlens.analysis.memory.oom import OomDiagnosis
 from torchlens.analysis.memory.timeline import biggest_allocations, decimate
+from torchlens.model.snapshot import Frame
 from torchlens.model.units import format_bytes, format_duration
 from torchlens.render.glyphs import drop_copies
 from torchlens.render.legend import legend_below
@@ -37,9 +38,9 @@ OOM = "#CC0000"
 LEGEND_PER_ROW = 4  # legend entries per row under the chart
 
 
-def _stack_text(frames: list[dict[str, Any]], cells: dict[str, int] | None = None,
+def _stack_text(frames: list[Frame], cells: dict[str, int] | None = None,
                 n: int = 8) -> str:
-    return " <- ".join(f"{f.get('name', '')} ({frame_label(f, cells)})" for f in frames[:n])
+    return " <- ".join(f"{f.name} ({frame_label(f, cells)})" for f in frames[:n])
 
 
 def _stack(p: Any, names: list[str], levels: dict[str, list[int]], total: list[int],

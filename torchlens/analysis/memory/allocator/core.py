@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
 
 from torchlens.analysis.memory.allocator.config import (
     LARGE_BUFFER,
@@ -57,6 +56,7 @@ from torchlens.analysis.memory.allocator.stats import (
     hot_tuples,
     inc,
 )
+from torchlens.model.snapshot import Snapshot
 
 #: Address space reserved per expandable segment when no capacity is given.
 DEFAULT_DEVICE_TOTAL = 80 * 1024**3
@@ -403,8 +403,8 @@ class CachingAllocator:
         mss = self.cfg.max_split_size
         return self.stats.as_dict(-1 if mss == NO_MAX_SPLIT else mss)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The state in torch's snapshot format (see ``state.export_snapshot``)."""
+    def snapshot(self) -> Snapshot:
+        """The state as a snapshot (see ``state.export_snapshot``)."""
         from torchlens.analysis.memory.allocator.state import export_snapshot
 
         return export_snapshot(self)

@@ -14,11 +14,13 @@ every block choice, split and merge is the model's), then compare
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+import msgspec
 
 from torchlens.analysis.memory.allocator.config import AllocatorConfig
 from torchlens.analysis.memory.allocator.rebuild import rebuild_initial_state
 from torchlens.analysis.memory.allocator.replay import replay
+from torchlens.model.snapshot import Segment, Snapshot
 
 
 @dataclass
@@ -55,7 +57,7 @@ class FidelityReport:
         )
 
 
-def segment_bytes(segments: list[dict[str, Any]]) -> tuple[int, int, int]:
+def segment_bytes(segments: list[Segment]) -> tuple[int, int, int]:
     """(reserved, allocated, inactive_split) bytes of snapshot segments.
 
     inactive_split counts inactive blocks of non-expandable segments that hold
@@ -64,48 +66,40 @@ def segment_bytes(segments: list[dict[str, Any]]) -> tuple[int, int, int]:
     """
     reserved = allocated = inactive_split = 0
     for seg in segments:
-        reserved += seg["total_size"]
-        blocks = seg["blocks"]
+        reserved += seg.total_size
+        blocks = seg.blocks
         for b in blocks:
-            if b["state"] == "active_allocated":
-                allocated += b["size"]
-            elif (
-                b["state"] == "inactive"
-                and len(blocks) > 1
-                and not seg.get("is_expandable")
-            ):
-                inactive_split += b["size"]
+            if b.state == "active_allocated":
+                allocated += b.size
+            elif b.state == "inactive" and len(blocks) > 1 and not seg.is_expandable:
+                inactive_split += b.size
     return reserved, allocated, inactive_split
 
 
-def _layout(segments: list[dict[str, Any]]) -> list[tuple]:
+def _layout(segments: list[Segment]) -> list[tuple]:
     return [
-        (
-            s["address"],
-            s["total_size"],
-            s["segment_type"],
-            tuple((b["address"], b["size"], b["state"]) for b in s["blocks"]),
-        )
-        for s in sorted(segments, key=lambda s: s["address"])
+        (s.address, s.total_size, s.segment_type,
+         tuple((b.address, b.size, b.state) for b in s.blocks))
+        for s in sorted(segments, key=lambda s: s.address)
     ]
 
 
 def check_fidelity(
-    snapshot: dict[str, Any], name: str = "snapshot"
+    snapshot: Snapshot, name: str = "snapshot"
 ) -> FidelityReport | None:
     """Replay ``snapshot``'s first device trace and compare; None if it has no trace."""
-    traced = [(i, t) for i, t in enumerate(snapshot.get("device_traces", [])) if t]
+    traced = [(i, t) for i, t in enumerate(snapshot.device_traces) if t]
     if not traced:
         return None
     device, trace = traced[0]  # device_traces holds one list per device, in order
-    real_segs = [s for s in snapshot["segments"] if s.get("device", 0) == device]
-    snapshot = {**snapshot, "segments": real_segs}
-    cfg = AllocatorConfig.from_settings(snapshot.get("allocator_settings"))
+    real_segs = [s for s in snapshot.segments if s.device == device]
+    snapshot = msgspec.structs.replace(snapshot, segments=real_segs)
+    cfg = AllocatorConfig.from_settings(snapshot.allocator_settings)
     init = rebuild_initial_state(snapshot, trace, cfg)
     res = replay(trace, cfg, mode="follow", initial_segments=init.segments or None)
     model = res.allocator.snapshot()
     r_res, r_alloc, r_split = segment_bytes(real_segs)
-    m_res, m_alloc, m_split = segment_bytes(model["segments"])
+    m_res, m_alloc, m_split = segment_bytes(model.segments)
     model_seq = [(e[1], e[2]) for e in res.allocator.trace if e[0] == "segment_alloc"]
     notes = list(init.notes)
     if res.unused_hints:
@@ -134,7 +128,7 @@ def check_fidelity(
         allocated_model=m_alloc,
         inactive_split_real=r_split,
         inactive_split_model=m_split,
-        layout_equal=_layout(real_segs) == _layout(model["segments"]),
+        layout_equal=_layout(real_segs) == _layout(model.segments),
         from_empty=init.from_empty,
         notes=notes,
     )

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+import msgspec
 
 from torchlens.analysis.memory.allocator.config import (
     SMALL_BUFFER,
@@ -46,13 +47,14 @@ from torchlens.analysis.memory.allocator.config import (
     AllocatorConfig,
     round_size,
 )
+from torchlens.model.snapshot import Segment, SnapBlock, Snapshot, TraceEntry
 
 
 @dataclass
 class InitialState:
-    """Segments (snapshot format) the trace started from, and how they were found."""
+    """Segments the trace started from, and how they were found."""
 
-    segments: list[dict[str, Any]]
+    segments: list[Segment]
     from_empty: bool
     n_segments: int = 0
     n_exact_blocks: int = 0  # live at start, taken from the final snapshot
@@ -60,22 +62,22 @@ class InitialState:
     notes: list[str] = field(default_factory=list)
 
 
-def _walk_trace(trace: Sequence[dict[str, Any]]) -> tuple[dict, dict, set, dict]:
+def _walk_trace(trace: Sequence[TraceEntry]) -> tuple[dict, dict, set, dict]:
     live: dict[int, int] = {}  # addr -> requested, allocated inside the trace
     pre_freed: dict[int, tuple[int, bool]] = {}  # addr -> (requested, pending at start)
     created: set[int] = set()
     pre_segments: dict[int, int] = {}
     requested_seen: set[int] = set()
     for e in trace:
-        a = e["action"]
-        addr = e.get("addr", 0)
+        a = e.action
+        addr = e.addr
         if a == "alloc":
-            live[addr] = e["size"]
+            live[addr] = e.size
         elif a == "free_requested":
             if addr in live:
                 requested_seen.add(addr)
             elif addr not in pre_freed:
-                pre_freed[addr] = (e["size"], False)
+                pre_freed[addr] = (e.size, False)
                 requested_seen.add(addr)
         elif a in ("free_completed", "free"):
             if addr in live:
@@ -84,79 +86,73 @@ def _walk_trace(trace: Sequence[dict[str, Any]]) -> tuple[dict, dict, set, dict]
             elif addr in requested_seen:
                 requested_seen.discard(addr)
             elif addr not in pre_freed:
-                pre_freed[addr] = (e["size"], a == "free_completed")
+                pre_freed[addr] = (e.size, a == "free_completed")
         elif a == "segment_alloc":
             created.add(addr)
         elif a == "segment_free":
             if addr in created:
                 created.discard(addr)
             else:
-                pre_segments.setdefault(addr, e["size"])
+                pre_segments.setdefault(addr, e.size)
     return live, pre_freed, created, pre_segments
 
 
+#: a starting block: address, size, requested size, state and, when its size was
+#: inferred from a free entry (it may have kept a remainder), a trailing True
+_Live = tuple
+
+
 def rebuild_initial_state(
-    snapshot: dict[str, Any],
-    trace: Sequence[dict[str, Any]] | None = None,
+    snapshot: Snapshot,
+    trace: Sequence[TraceEntry] | None = None,
     config: AllocatorConfig | None = None,
 ) -> InitialState:
     """Rebuild the state ``trace`` (default: the snapshot's first device trace) started from."""
-    cfg = config or AllocatorConfig.from_settings(snapshot.get("allocator_settings"))
+    cfg = config or AllocatorConfig.from_settings(snapshot.allocator_settings)
     if trace is None:
-        traces = snapshot.get("device_traces") or [[]]
+        traces = snapshot.device_traces
         trace = traces[0] if traces else []
     live_end, pre_freed, created, pre_segments = _walk_trace(trace)
     state = InitialState([], True)
-    shells: list[dict[str, Any]] = []
-    for seg in snapshot["segments"]:
-        if seg["address"] in created:
+    shells: list[tuple[Segment, list[_Live]]] = []
+    for seg in snapshot.segments:
+        if seg.address in created:
             continue
-        start_blocks = [
-            (b["address"], b["size"], b["requested_size"], b["state"])
-            for b in seg["blocks"]
-            if b["state"] != "inactive"
-            and b["address"] not in live_end
-            and b["address"] not in pre_freed
+        start_blocks: list[_Live] = [
+            (b.address, b.size, b.requested_size, b.state)
+            for b in seg.blocks
+            if b.state != "inactive"
+            and b.address not in live_end
+            and b.address not in pre_freed
         ]
         state.n_exact_blocks += len(start_blocks)
-        shells.append({**seg, "_live": start_blocks})
-        if seg.get("is_expandable"):
+        shells.append((seg, start_blocks))
+        if seg.is_expandable:
             state.notes.append(
-                f"expandable segment 0x{seg['address']:x} rebuilt with its final mapped size"
+                f"expandable segment 0x{seg.address:x} rebuilt with its final mapped size"
             )
     for addr, size in pre_segments.items():
-        shells.append(
-            {
-                "device": 0,
-                "address": addr,
-                "total_size": size,
-                "stream": 0,
-                "segment_type": "small" if size <= SMALL_BUFFER else "large",
-                "segment_pool_id": (0, 0),
-                "is_expandable": False,
-                "frames": [],
-                "_live": [],
-            }
-        )
-    shells.sort(key=lambda s: s["address"])
-    starts = [s["address"] for s in shells]
+        shells.append((Segment(addr, size, 0, 0, 0,
+                               segment_type="small" if size <= SMALL_BUFFER else "large"), []))
+    shells.sort(key=lambda s: s[0].address)
+    starts = [s.address for s, _ in shells]
     unplaced = 0
     from bisect import bisect_right
 
     for addr, (req, pending) in pre_freed.items():
         i = bisect_right(starts, addr) - 1
-        if i < 0 or addr >= starts[i] + shells[i]["total_size"]:
+        if i < 0 or addr >= starts[i] + shells[i][0].total_size:
             unplaced += 1
             continue
         state_name = "active_pending_free" if pending else "active_allocated"
-        shells[i]["_live"].append((addr, round_size(req, cfg), req, state_name, True))
+        shells[i][1].append((addr, round_size(req, cfg), req, state_name, True))
         state.n_inferred_blocks += 1
-    for shell in shells:
-        live = sorted(shell.pop("_live"))
-        end = shell["address"] + shell["total_size"]
-        small = shell["segment_type"] == "small"
+    for seg, shell_live in shells:
+        live = sorted(shell_live)
+        end = seg.address + seg.total_size
+        small = seg.segment_type == "small"
         blocks = []
-        cursor = shell["address"]
+        cursor = seg.address
         for k, item in enumerate(live):
             addr, size, req, st = item[:4]
             nxt = live[k + 1][0] if k + 1 < len(live) else end
@@ -171,13 +167,12 @@ def rebuild_initial_state(
                 state.notes.append(f"block 0x{addr:x} overlaps its neighbour; clipped")
                 size = nxt - addr
             if addr > cursor:
-                blocks.append(_block(cursor, addr - cursor, 0, "inactive"))
-            blocks.append(_block(addr, size, req, st))
+                blocks.append(SnapBlock(cursor, addr - cursor, 0, "inactive"))
+            blocks.append(SnapBlock(addr, size, req, st))
             cursor = addr + size
         if cursor < end:
-            blocks.append(_block(cursor, end - cursor, 0, "inactive"))
-        shell["blocks"] = blocks
-        state.segments.append(shell)
+            blocks.append(SnapBlock(cursor, end - cursor, 0, "inactive"))
+        state.segments.append(msgspec.structs.replace(seg, blocks=blocks))
     state.n_segments = len(state.segments)
     state.from_empty = not state.segments
     if unplaced:
@@ -189,13 +184,3 @@ def rebuild_initial_state(
             f"{state.n_inferred_blocks} inferred from free entries"
         )
     return state
-
-
-def _block(addr: int, size: int, req: int, state: str) -> dict[str, Any]:
-    return {
-        "address": addr,
-        "size": size,
-        "requested_size": req,
-        "state": state,
-        "frames": [],
-    }

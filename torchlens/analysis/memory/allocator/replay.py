@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchlens.analysis.memory.allocator.config import AllocatorConfig
 from torchlens.analysis.memory.allocator.core import OOM, CachingAllocator
 from torchlens.analysis.memory.allocator.pool import Block
 from torchlens.analysis.memory.allocator.state import load_segments
+from torchlens.model.snapshot import Segment, TraceEntry
 
 
 @dataclass
@@ -56,13 +56,13 @@ class ReplayResult:
 
 
 def replay(
-    events: Iterable[dict[str, Any]],
+    events: Iterable[TraceEntry],
     config: AllocatorConfig | None = None,
     *,
     mode: str = "follow",
     capacity: int | None = None,
     memory_fraction: float | None = None,
-    initial_segments: list[dict[str, Any]] | None = None,
+    initial_segments: list[Segment] | None = None,
     record_history: bool = True,
 ) -> ReplayResult:
     """Run ``events`` (trace entries) through a fresh allocator; see the module doc."""
@@ -92,11 +92,11 @@ def replay(
     total = 0
     for i, e in enumerate(events):
         n += 1
-        action = e["action"]
+        action = e.action
         if action == "alloc":
             total += 1
-            real = e["addr"]
-            b = malloc(e["size"], e.get("stream", 0))
+            real = e.addr
+            b = malloc(e.size, e.stream)
             if type(b) is OOM:
                 res.ooms.append((i, b))
             else:
@@ -109,13 +109,13 @@ def replay(
                 res.unused_hints += len(hints)
                 hints.clear()
         elif action == "free_requested":
-            b = live.get(e["addr"])
+            b = live.get(e.addr)
             if b is None or not b.allocated:
                 res.unknown_frees += 1
             else:
                 free_requested(b)
         elif action == "free_completed" or action == "free":
-            b = live.pop(e["addr"], None)
+            b = live.pop(e.addr, None)
             if b is None:
                 res.unknown_frees += 1
                 continue
@@ -125,10 +125,10 @@ def replay(
                 free_completed(b)
         elif action == "segment_alloc" or action == "segment_map":
             if follow:
-                res.real_segment_allocs.append((e["addr"], e["size"]))
-                hints.append((e["addr"], e["size"]))
+                res.real_segment_allocs.append((e.addr, e.size))
+                hints.append((e.addr, e.size))
         elif follow and action in ("segment_free", "segment_unmap"):
-            if _apply_segment_release(alloc, e["addr"], e["size"]):
+            if _apply_segment_release(alloc, e.addr, e.size):
                 res.forced_segment_frees += 1
         elif i in empty_cache_at:
             alloc.empty_cache()
@@ -141,7 +141,7 @@ def replay(
     return res
 
 
-def empty_cache_points(events: list[dict[str, Any]]) -> set[int]:
+def empty_cache_points(events: list[TraceEntry]) -> set[int]:
     """Indices of the trace entries where the program called ``empty_cache``.
 
     The first entry of each run of ``segment_free`` / ``segment_unmap`` not
@@ -155,7 +155,7 @@ def empty_cache_points(events: list[dict[str, Any]]) -> set[int]:
     out: set[int] = set()
     start: int | None = None
     for i, e in enumerate(events):
-        a = e["action"]
+        a = e.action
         if a == "segment_free" or a == "segment_unmap":
             if start is None:
                 start = i

@@ -13,20 +13,19 @@ can continue from a real snapshot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchlens.analysis.memory.allocator.config import LARGE_BUFFER, SMALL_BUFFER
 from torchlens.analysis.memory.allocator.device import ExpandableSegment
 from torchlens.analysis.memory.allocator.pool import Block
 from torchlens.analysis.memory.allocator.stats import inc
+from torchlens.model.snapshot import Segment, SnapBlock, Snapshot, TraceEntry
 
 if TYPE_CHECKING:
     from torchlens.analysis.memory.allocator.core import CachingAllocator
 
 
-def _segment_dict(
-    alloc: CachingAllocator, head: Block, blocks: list[Block]
-) -> dict[str, Any]:
+def _segment(alloc: CachingAllocator, head: Block, blocks: list[Block]) -> Segment:
     total = allocated = active = requested = 0
     out_blocks = []
     for b in blocks:
@@ -37,36 +36,14 @@ def _segment_dict(
         if state != "inactive":
             active += b.size
             requested += b.requested
-        out_blocks.append(
-            {
-                "address": b.addr,
-                "size": b.size,
-                "requested_size": b.requested,
-                "state": state,
-                "frames": [],
-            }
-        )
-    return {
-        "device": alloc.device,
-        "address": blocks[0].addr,
-        "total_size": total,
-        "allocated_size": allocated,
-        "active_size": active,
-        "requested_size": requested,
-        "stream": head.stream,
-        "segment_type": "small" if head.pool.is_small else "large",
-        "segment_pool_id": (0, 0),
-        "is_expandable": head.es is not None,
-        "frames": [],
-        "blocks": out_blocks,
-    }
+        out_blocks.append(SnapBlock(b.addr, b.size, b.requested, state))
+    return Segment(blocks[0].addr, total, allocated, active, requested, device=alloc.device,
+                   stream=head.stream, segment_type="small" if head.pool.is_small else "large",
+                   is_expandable=head.es is not None, blocks=out_blocks)
 
 
-_TRACE_KEYS = ("action", "addr", "size", "stream")
-
-
-def export_snapshot(alloc: CachingAllocator) -> dict[str, Any]:
-    """The allocator's state as a torch snapshot dict (segments sorted by address)."""
+def export_snapshot(alloc: CachingAllocator) -> Snapshot:
+    """The allocator's state as a snapshot (segments sorted by address)."""
     segments = []
     for head in alloc.segments.values():
         run: list[Block] = []
@@ -75,29 +52,24 @@ def export_snapshot(alloc: CachingAllocator) -> dict[str, Any]:
             if b.mapped:
                 run.append(b)
             elif run:
-                segments.append(_segment_dict(alloc, head, run))
+                segments.append(_segment(alloc, head, run))
                 run = []
             b = b.next
         if run:
-            segments.append(_segment_dict(alloc, head, run))
-    segments.sort(key=lambda s: s["address"])
+            segments.append(_segment(alloc, head, run))
+    segments.sort(key=lambda s: s.address)
     trace = []
     for entry in alloc.trace:
-        d = dict(zip(_TRACE_KEYS, entry, strict=False))
-        if d["action"] == "oom":
-            d["device_free"] = d.pop("addr")
-        d["frames"] = []
-        trace.append(d)
-    return {
-        "segments": segments,
-        "device_traces": [trace],
-        "allocator_settings": alloc.cfg.to_settings(),
-        "external_annotations": [],
-    }
+        action, addr, size, stream = entry
+        if action == "oom":  # the model records the free bytes where an address goes
+            trace.append(TraceEntry(action, 0, size, stream, device_free=addr))
+        else:
+            trace.append(TraceEntry(action, addr, size, stream))
+    return Snapshot(segments, [trace], alloc.cfg.to_settings(), [])
 
 
 def load_segments(
-    alloc: CachingAllocator, segments: list[dict[str, Any]]
+    alloc: CachingAllocator, segments: list[Segment]
 ) -> dict[int, Block]:
     """Rebuild ``segments`` (normalized snapshot segments) inside an empty allocator.
 
@@ -112,44 +84,44 @@ def load_segments(
         raise ValueError("load_segments needs an empty allocator")
     live: dict[int, Block] = {}
     st = alloc.stats
-    for seg in sorted(segments, key=lambda s: s["address"]):
-        small = seg.get("segment_type") == "small"
+    for seg in sorted(segments, key=lambda s: s.address):
+        small = seg.segment_type == "small"
         pool = alloc.small if small else alloc.large
-        stream = seg.get("stream", 0)
+        stream = seg.stream
         es = None
-        if seg.get("is_expandable"):
+        if seg.is_expandable:
             page = SMALL_BUFFER if small else LARGE_BUFFER
-            npages = -(-seg["total_size"] // page)
-            es = ExpandableSegment(seg["address"], page, max(npages * 2, 1))
+            npages = -(-seg.total_size // page)
+            es = ExpandableSegment(seg.address, page, max(npages * 2, 1))
             es.mapped = [True] * npages
         prev: Block | None = None
         head: Block | None = None
         chain = []
-        for rb in seg["blocks"]:
-            b = Block(rb["address"], rb["size"], stream, pool, es)
-            b.requested = rb.get("requested_size", rb["size"])
+        for rb in seg.blocks:
+            b = Block(rb.address, rb.size, stream, pool, es)
+            b.requested = rb.requested_size
             b.prev = prev
             if prev is not None:
                 prev.next = b
             prev = b
             head = head or b
-            chain.append((b, rb.get("state", "inactive")))
+            chain.append((b, rb.state))
         if head is None:
             continue
         if es is not None:
-            tail_addr = seg["address"] + seg["total_size"]
-            tail = Block(tail_addr, es.size - seg["total_size"], stream, pool, es)
+            tail_addr = seg.address + seg.total_size
+            tail = Block(tail_addr, es.size - seg.total_size, stream, pool, es)
             tail.mapped = False
             tail.prev = prev
             assert prev is not None
             prev.next = tail
             pool.insert_unmapped(tail)
         alloc.segments[head.addr] = head
-        alloc.memory.claim(seg["address"], es.size if es else seg["total_size"])
-        alloc.total_reserved += seg["total_size"]
+        alloc.memory.claim(seg.address, es.size if es else seg.total_size)
+        alloc.total_reserved += seg.total_size
         if es is None:
             st.add("segment", small, 1)
-        st.add("reserved_bytes", small, seg["total_size"])
+        st.add("reserved_bytes", small, seg.total_size)
         for b, state in chain:
             if state == "inactive":
                 pool.insert(b)
