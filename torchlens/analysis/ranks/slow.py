@@ -427,11 +427,10 @@ def compared_words(n: int, common: int) -> str:
     return f"of the last {n} steps" if common > n else f"of {n} steps"
 
 
-def _stalled(held: dict[int, dict[int, dict[str, float]]], tail: list[int], every: int,
+def _stalled(times: dict[int, list[dict[str, float]]], tail: list[int], every: int,
              timed_by: dict[str, list[int]]) -> SlowRank | None:
-    """The stalling rank (``analysis.ranks.stalls``) of the steps ``tail`` as a
-    slow-rank verdict, or None."""
-    times = {r: [t[s] for s in tail] for r, t in held.items()}
+    """The stalling rank (``analysis.ranks.stalls``) of the steps ``tail``
+    (``times``: each rank's, in their order) as a slow-rank verdict, or None."""
     per_rank = [median(x["step"] for x in t) for t in times.values()]
     mid = median(per_rank)
     st = stalling_rank(times, tail, mid)
@@ -466,11 +465,8 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
         return _nobody("no step has ended on every rank yet"
                        + (" (GPU times come a step or more after the step)"
                           if timed_by["gpu"] else ""))
-    tail = every_step[-STALL_WINDOW:] if window else every_step
-    longest = tail if len(tail) > len(common) else common
-    held = {r: {s: _times(d[s], on_gpu[r].get((d[s].start, s))) for s in longest}
-            for r, d in by_rank.items()}
-    times = {r: [held[r][s] for s in common] for r in by_rank}
+    times = {r: [_times(d[s], on_gpu[r].get((d[s].start, s))) for s in common]
+             for r, d in by_rank.items()}
     per_rank = [median(x["step"] for x in t) for t in times.values()]
     mid = median(per_rank)
     figures = {"median_step_ms": mid,
@@ -491,6 +487,11 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
             found, late, cause = True, late2, c2
     rank, share, gap = late.rank, late.share, late.gap
     if not found:
+        tail = every_step[-STALL_WINDOW:] if window else every_step
+        # the stall rule's longer window: the steps timed already are reused
+        known = {r: dict(zip(common, times[r], strict=True)) for r in by_rank}
+        held = {r: [known[r].get(s) or _times(d[s], on_gpu[r].get((d[s].start, s)))
+                    for s in tail] for r, d in by_rank.items()}
         stalled = _stalled(held, tail, every, timed_by)
         if stalled is not None:
             return stalled

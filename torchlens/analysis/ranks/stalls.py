@@ -147,11 +147,10 @@ def stall_events(times: dict[int, list[dict[str, float]]], numbers: list[int],
     sync = {r: [_sync(x) for x in times[r]] for r in ranks}
     base_own = {r: median(own[r]) for r in ranks}
     base_sync = {r: median(sync[r]) for r in ranks}
-    base_part = {r: {p: median(sum(x[k] for k in keys) for x in times[r])
-                     for p, keys in OWN_PARTS.items()} for r in ranks}
     floor = stall_floor_ms(step_ms)
     out: dict[int, list[Stall]] = {r: [] for r in ranks}
     for r in ranks:
+        base_part: dict[str, float] = {}
         for i in range(n):
             excess = own[r][i] - base_own[r]
             if excess < floor:
@@ -160,7 +159,10 @@ def stall_events(times: dict[int, list[dict[str, float]]], numbers: list[int],
                             for q in ranks if q != r)
             if waited < WAITED * excess:
                 continue
-            parts = {p: sum(times[r][i][k] for k in keys) - base_part[r][p]
+            if not base_part:  # only a rank that stalled: most ranks of a large job never do
+                base_part = {p: median(sum(x[k] for k in keys) for x in times[r])
+                             for p, keys in OWN_PARTS.items()}
+            parts = {p: sum(times[r][i][k] for k in keys) - base_part[p]
                      for p, keys in OWN_PARTS.items()}
             out[r].append(Stall(numbers[i], excess, waited, parts))
     return out
