@@ -75,7 +75,7 @@ PART_WORDS = {"data": "in data loading", "compute": "in forward and optimizer wo
               "other": "outside every training phase (after its optimizer step, before its "
                        "next step: time no phase timer saw)"}
 ADVICE = {
-    "stall": "find what rank {r} does alone {when} between steps (a checkpoint save, an "
+    "stall": "find what rank {r} does alone between two steps, {when} (a checkpoint save, an "
              "evaluation, logging or I/O on one rank): do it on every rank, asynchronously "
              "or less often",
     "data": "look at rank {r}'s input pipeline {when}: a shard with slow samples, a worker "
