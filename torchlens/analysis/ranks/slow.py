@@ -128,6 +128,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
+from torchlens.analysis.ranks.stalls import STALL_WINDOW, stall_finding, stalling_rank
 from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, gpu_steps, record_ms
 from torchlens.model.findings import NA, PASSED, SLOW_RANK, WARNING, Figure, Finding
 from torchlens.model.records import GpuStepTimes, StepRecord
@@ -426,6 +427,21 @@ def compared_words(n: int, common: int) -> str:
     return f"of the last {n} steps" if common > n else f"of {n} steps"
 
 
+def _stalled(times: dict[int, list[dict[str, float]]], tail: list[int], every: int,
+             timed_by: dict[str, list[int]]) -> SlowRank | None:
+    """The stalling rank (``analysis.ranks.stalls``) of the steps ``tail``
+    (``times``: each rank's, in their order) as a slow-rank verdict, or None."""
+    per_rank = [median(x["step"] for x in t) for t in times.values()]
+    mid = median(per_rank)
+    st = stalling_rank(times, tail, mid)
+    if st is None:
+        return None
+    finding = stall_finding(st, mid, compared_words(len(tail), every), timed_words(timed_by))
+    skew = (max(per_rank) - mid) / mid * 100 if mid > 0 else 0.0
+    return SlowRank(st.rank, st.cause, finding, st.wait_per_step_ms,
+                    len(st.stalls) / len(tail), skew, mid, len(tail), timed_by)
+
+
 def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
     """The rank the others wait for in the last ``window`` common steps (all
     of them when ``window`` is None), and why. Every view calls it with the
@@ -442,7 +458,7 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
     # a rank timed on its GPU compares the steps whose GPU times have come
     have = [{s for s, rec in d.items() if (rec.start, s) in on_gpu[r]} if on_gpu[r] else set(d)
             for r, d in by_rank.items()]
-    common = sorted(set.intersection(*have))
+    common = every_step = sorted(set.intersection(*have))
     every = len(common)
     common = common[-window:] if window else common
     if not common:
@@ -471,6 +487,14 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
             found, late, cause = True, late2, c2
     rank, share, gap = late.rank, late.share, late.gap
     if not found:
+        tail = every_step[-STALL_WINDOW:] if window else every_step
+        # the stall rule's longer window: the steps timed already are reused
+        known = {r: dict(zip(common, times[r], strict=True)) for r in by_rank}
+        held = {r: [known[r].get(s) or _times(d[s], on_gpu[r].get((d[s].start, s)))
+                    for s in tail] for r, d in by_rank.items()}
+        stalled = _stalled(held, tail, every, timed_by)
+        if stalled is not None:
+            return stalled
         words = (f"step times within {format_percent(max(1, figures['skew_pct']))} "
                  f"(median {format_ms(mid)}" + (f" over the last {n} steps)" if every > n else ")"))
         if gap >= noise_floor_ms(mid):

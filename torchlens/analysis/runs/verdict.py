@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.slow import WINDOW, SlowRank, slow_rank, weak
+from torchlens.analysis.ranks.stalls import STALL_WINDOW
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
 from torchlens.formats.run_folder.manifest import Manifest
@@ -52,10 +53,11 @@ class FolderVerdict:
 
 def last_common_steps(root: str, ranks: list[int]) -> list[list[StepRecord]]:
     """Each rank's records of the last steps every rank has (a few more than
-    ``slow_rank``'s window), read twice rather than held: a long run has
+    ``slow_rank``'s windows: its per-step rule's and the stall rule's), read twice rather than held: a long run has
     millions of records."""
     have = [{rec.step for rec in iter_steps(root, r)} for r in ranks]
-    common = set(sorted(set.intersection(*have))[-(WINDOW + SPARE_STEPS):]) if have else set()
+    kept = max(WINDOW, STALL_WINDOW) + SPARE_STEPS
+    common = set(sorted(set.intersection(*have))[-kept:]) if have else set()
     return [[rec for rec in iter_steps(root, r) if rec.step in common] for r in ranks]
 
 
