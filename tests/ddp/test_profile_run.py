@@ -66,7 +66,7 @@ def test_run_folder_holds_each_ranks_profiled_traces_and_steps(tmp_path):
     assert (tmp_path / "copy" / "rank1" / "step00007.pt.trace.json").exists()
     from torchlens import load
 
-    assert load(str(tmp_path / "copy" / "result.tlprof")).payload.profiling.every == 4
+    assert load(str(tmp_path / "copy" / "result.tlprof")).profile.payload.profiling.every == 4
     assert copy.rstrip("/") == str(tmp_path / "copy")
     assert_clean(res)
 

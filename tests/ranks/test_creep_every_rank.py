@@ -83,3 +83,13 @@ def test_a_leak_read_back_at_the_job_end_is_still_a_leak(source):
     creep = memory_creep([recs[-KEEP_STEPS:] for recs in runs], [])
     assert [c.rank for c in creep] == [0, 1]
     assert all(c.bytes_per_step == pytest.approx(MiB, rel=0.05) for c in creep)
+
+
+def test_a_creep_on_several_ranks_carries_every_rank_it_names():
+    """A script reading ``analyze --json`` gets the ranks the sentence names,
+    not a count that reads as a rank number."""
+    creep = memory_creep(_run([MiB, 2 * MiB, 0], "heap"), [])
+    finding = creep_finding(creep[0], creep[1:])
+    assert finding.details["ranks"] == [0, 1]
+    assert "rank" not in {f.name for f in finding.figures}
+    assert finding.to_dict()["details"]["ranks"] == [0, 1]

@@ -271,7 +271,8 @@ def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[RankRow],
 def creep_finding(c: MemoryCreep, more: list[MemoryCreep] | None = None) -> Finding:
     """A rank's memory creep as the finding every view gives (the terminal's
     verdict, a run folder's report); ``more``: the other ranks whose memory
-    creeps too, named in the same sentence (a leak on every rank)."""
+    creeps too, named in the same sentence (a leak on every rank), their
+    numbers in ``details["ranks"]`` (no one ``rank`` figure stands for them)."""
     if not more:
         return Finding(WARNING, f"rank {c.rank}'s memory creeps: "
                        f"{format_bytes(c.bytes_per_step, signed=True)} per step over "
@@ -286,11 +287,12 @@ def creep_finding(c: MemoryCreep, more: list[MemoryCreep] | None = None) -> Find
     return Finding(WARNING, f"{ranks}'s memory creeps: up to "
                    f"{format_bytes(fastest.bytes_per_step, signed=True)} per step (rank "
                    f"{fastest.rank}) over {fastest.steps} steps",
-                   (Figure("rank", c.rank), Figure("ranks", len(every)),
+                   (Figure("ranks_creeping", len(every)),
                     Figure("bytes_per_step", fastest.bytes_per_step, "B"),
                     Figure("steps", fastest.steps)),
                    f"look for tensors kept across steps on {ranks} (losses kept with their "
-                   "graph, growing lists)", code=MEMORY_CREEP)
+                   "graph, growing lists)", details={"ranks": sorted(x.rank for x in every)},
+                   code=MEMORY_CREEP)
 
 
 def steps_found_by(ranks: list[RankInfo | None]) -> str:
