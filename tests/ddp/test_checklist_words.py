@@ -7,6 +7,7 @@ for one buggy situation; the words are what a user reads.
 from __future__ import annotations
 
 from torchlens.analysis.ddp.checks import checklist
+from torchlens.model.collectives import Fingerprint
 from torchlens.model.payloads import DdpRun
 
 ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "5000", "WORLD_SIZE": "2"}
@@ -19,8 +20,8 @@ def rank(r, error=None, **kw):
 
 
 def fp(i, op, line, shape=(4,)):
-    return {"index": i, "op": op, "shapes": [list(shape)], "dtypes": ["float32"],
-            "line": line, "step": 0, "t": 100.0 + i}
+    return Fingerprint(index=i, op=op, shapes=[list(shape)], dtypes=["float32"],
+                       line=line, step=0, t=100.0 + i)
 
 
 def items(run):

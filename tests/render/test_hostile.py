@@ -28,6 +28,7 @@ from torchlens.model import (
     Table,
     TorchprofPayload,
 )
+from torchlens.model.collectives import Fingerprint
 from torchlens.model.findings import Figure, Finding
 
 PARTS = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>",
@@ -130,9 +131,9 @@ def ddp_profile(s: Mark) -> tuple[Profile, object]:
     run = DdpRun(
         world_size=2, backend="gloo", outcome="crashed", steps=1, t0=0.0,
         ranks=[rank0, None],
-        fingerprints=[[{"index": 0, "op": s("op"), "shapes": [[s("shape"), 2]],
-                        "dtypes": [s("dtype")], "line": s("line"), "t": 1.0,
-                        "call_s": 0.001}], []],
+        fingerprints=[[Fingerprint(index=0, op=s("op"), shapes=[[s("shape"), 2]],  # type: ignore[list-item]
+                                   dtypes=[s("dtype")], line=s("line"), t=1.0,
+                                   call_s=0.001)], []],
         exit_codes=[1, -6],
         hang={"stacks": [s("stack0"), s("stack1")], "after_s": 3.0,
               "status": [{"phase": s("phase"), "last": None}, None]},

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from torchlens.model.collectives import Fingerprint, fingerprints_from
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.memory_figures import (
@@ -238,7 +239,7 @@ class DdpRun:
     board: str | None = None
     pids: list[int] = field(default_factory=list)
     ranks: list[dict[str, Any] | None] = field(default_factory=list)
-    fingerprints: list[list[dict[str, Any]]] = field(default_factory=list)
+    fingerprints: list[list[Fingerprint]] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
     ended_at: list[float | None] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
@@ -431,6 +432,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             or (k in ("figures", "fsdp") and isinstance(v, dict))
+            or (k == "fingerprints" and isinstance(v, list))
             else v for k, v in items}
 
 
@@ -466,6 +468,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is DdpRun and f.name == "fingerprints":
+            value = [fingerprints_from(rank) for rank in value or []]
         elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):
             value = msgspec.convert(value or ([] if f.name == "problems" else {}), hints[f.name])
         elif cls is DiffPayload and f.name == "diff":

@@ -139,13 +139,15 @@ def collective_rows(run: DdpRun, limit: int | None = MAX_COLLECTIVE_ROWS) -> lis
     rows = []
     for r, fps in enumerate(run.fingerprints):
         for fp in (fps or [])[:limit]:
-            tensors = describe_collective({**fp, "line": "", "op": "", "module": None})
+            tensors = describe_collective(msgspec.structs.replace(fp, line="", op="",
+                                                                  module=None))
+            call_s = fp.call_time
             rows.append(CollectiveRow(
-                rank=r, index=fp.get("index"), op=fp.get("op"),
-                tensors=tensors.split(" ", 1)[-1].strip(), line=fp.get("line"),
-                module=fp.get("module"),  # FSDP: whose parameters it moves
-                step=fp.get("step"), t=fp.get("t"),
-                call_ms=None if fp.get("call_s") is None else fp["call_s"] * 1e3))
+                rank=r, index=fp.index, op=fp.op,
+                tensors=tensors.split(" ", 1)[-1].strip(), line=fp.line,
+                module=fp.module_name,  # FSDP: whose parameters it moves
+                step=fp.step, t=fp.t,
+                call_ms=None if call_s is None else call_s * 1e3))
     return rows
 
 

@@ -16,10 +16,11 @@ crashes, silent ranks) is ``analysis.ddp.failures``; a profiled run's lines
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any
+
+import msgspec
 
 from torchlens.analysis.ddp.failures import (
     check_crash,
@@ -208,9 +209,9 @@ def check_sequence(rec: DdpRun) -> Finding:
         lines.append(f"rank {r} skipped a collective: it never issued rank {q}'s "
                      f"{describe_collective(skip.fingerprint)}; its own #{j} is rank {q}'s "
                      f"#{j + 1} (same op and tensors"
-                     + (", same line)" if seqs[r][j].get("line") == seqs[q][j + 1].get("line")
+                     + (", same line)" if seqs[r][j].line == seqs[q][j + 1].line
                         else ")"))
-    what = div.difference["what"] if div.difference else "presence"
+    what = div.difference.what if div.difference else "presence"
     if div.difference is None and div.missing and rec.outcome == "finished":
         status_note = "ranks issued different numbers of collectives"
     elif div.difference:
@@ -229,9 +230,11 @@ def check_sequence(rec: DdpRun) -> Finding:
                    title="collective sequence",
                    details={"index": i, "what": what, "missing": div.missing,
                             "skipped": div.skipped,
-                            "skips": {r: dataclasses.asdict(s) for r, s in div.skips.items()},
+                            "skips": {r: {"peer": s.peer, "index": s.index,
+                                          "fingerprint": msgspec.to_builtins(s.fingerprint)}
+                                      for r, s in div.skips.items()},
                             "ranks": sorted(div.fingerprints),
-                            "ops": {r: fp.get("op") for r, fp in div.fingerprints.items()}})
+                            "ops": {r: fp.op for r, fp in div.fingerprints.items()}})
 
 
 def _crashed(rec: DdpRun) -> list[int]:
@@ -405,6 +408,7 @@ def check_memory(rec: DdpRun) -> Finding:
                      + ("" if key == "rss" else f", {key.replace('_', ' ')} {format_bytes(v)}")
                      for r, v in values)
     fsdp, figures = memory_text(rank_results(rec), rec.fingerprints or [])
+    fsdp_figures = {r: msgspec.to_builtins(f) for r, f in figures.items()}
     text += fsdp
     hi, lo = max(v for _, v in values), min(v for _, v in values)
     if hi > MEMORY_MIN_BYTES and lo < hi / (1 + MEMORY_IMBALANCE):
@@ -412,9 +416,9 @@ def check_memory(rec: DdpRun) -> Finding:
         return Finding(FAILED, f"peak {text}: rank {worst} holds {hi / max(lo, 1):.1f}x",
                        advice="rank-dependent data or model sizes: the largest rank sets the "
                               "memory limit for all", title="memory",
-                       details={"key": key, "peaks": peaks, "fsdp": figures})
+                       details={"key": key, "peaks": peaks, "fsdp": fsdp_figures})
     return Finding(PASSED, f"peak {text}", title="memory",
-                   details={"key": key, "peaks": peaks, "fsdp": figures})
+                   details={"key": key, "peaks": peaks, "fsdp": fsdp_figures})
 
 
 def check_signatures(rec: DdpRun) -> Finding | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.formats.locations import (
     CellNames,
@@ -20,6 +22,7 @@ from torchlens.formats.locations import (
 )
 from torchlens.model import DdpRun
 from torchlens.model.findings import FAILED, INFO, NA, PASSED, Finding
+from torchlens.model.messages import LastCollective
 from torchlens.model.units import format_seconds
 
 
@@ -99,7 +102,7 @@ def check_hang(rec: DdpRun) -> Finding:
                                rec.cells)
         at = f", now at {where}" if where else ""
         if last:
-            parts.append(f"rank {r} is stuck at or after {describe_collective(last)} "
+            parts.append(f"rank {r} is stuck at or after {describe_collective(_last(last))} "
                          f"(phase {phase}){at}")
         else:
             parts.append(f"rank {r} has issued no collective (phase {phase}){at}")
@@ -209,3 +212,11 @@ def check_oom(rec: DdpRun) -> Finding | None:
               "the OOM message in the crashed-worker line is what there is")
     return Finding(INFO, "; ".join(parts), advice=advice, title="out of memory",
                    details={"ranks": {r: oom for r, oom in outcomes}})
+
+
+def _last(value: Any) -> LastCollective | None:
+    """A hang status's last collective (its heartbeat's), None when it is not one."""
+    try:
+        return msgspec.convert(value, LastCollective)
+    except msgspec.ValidationError:
+        return None
