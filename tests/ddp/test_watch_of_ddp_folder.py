@@ -48,7 +48,7 @@ def test_the_watch_of_a_ddp_check_folder_draws_its_profiled_steps(run) -> None:
     for r in range(2):
         traces = read_manifest(run_dir).rank(r).traces
         assert traces, "the run kept no trace: the test proves nothing"
-        summaries = frame["summaries"][str(r)]
+        summaries = frame.summaries[str(r)]
         assert [s["trace"] for s in summaries] == traces
         assert all(s["memory"]["source"] == "modelled" for s in summaries)
     p = _watched(run_dir).view.profile.panels

@@ -29,8 +29,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-import msgspec
-
 from torchlens.formats.run_folder import files
 from torchlens.formats.run_folder.manifest import (
     SOURCE_RUN,
@@ -422,7 +420,7 @@ def _rank_steps(collector: Any, slots: list[Any]) -> Iterator[StepRecord]:
 
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
                  code: int | None, interrupted: bool,
-                 live: dict[str, Any] | None = None) -> Manifest:
+                 live: LiveEntry | None = None) -> Manifest:
     """``manifest.json``, each rank's ``steps.jsonl`` and ``summaries.jsonl``.
 
     ``live``: what the live feed wrote (``FeedPublisher.manifest_entry``); its
@@ -472,7 +470,7 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         dropped_why=dict(collector.dropped_why),
         slow_rank={**dataclasses.asdict(view.slow), "finding": view.slow.finding.to_dict()},
         memory_creep=[dataclasses.asdict(c) for c in view.creep], notes=list(view.notes),
-        live=msgspec.convert(live, LiveEntry) if live is not None else None)
+        live=live)
     write_run_folder(run_dir, manifest, ranks)
     shutil.rmtree(os.path.join(run_dir, files.SPOOL_DIR), ignore_errors=True)
     return manifest
