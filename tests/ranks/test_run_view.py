@@ -202,11 +202,11 @@ def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
     series = step_series(CollectedSteps(ranks, [{"number": 1, "t": 1100.0,
                                                  "resumed_t": 1105.0, "label": "restart 1",
                                                  "words": "w"}], started=1000.0))
-    assert series["steps"] == 60_000 and series["drawn"] <= MAX_POINTS
-    drawn = series["ranks"]["0"]
-    assert max(drawn["ms"]) == 2005.0 and drawn["step"][drawn["ms"].index(2005.0)] == 2345
-    assert set(drawn["restart"]) == {0, 1} and drawn["t"] == sorted(drawn["t"])
-    assert series["restarts"][0]["t"] == 100.0 and series["restarts"][0]["resumed"] == 105.0
+    assert series.steps == 60_000 and series.drawn <= MAX_POINTS
+    drawn = series.ranks["0"]
+    assert max(drawn.ms) == 2005.0 and drawn.step[drawn.ms.index(2005.0)] == 2345
+    assert set(drawn.restart) == {0, 1} and drawn.t == sorted(drawn.t)
+    assert series.restarts[0].t == 100.0 and series.restarts[0].resumed == 105.0
 
 
 def test_a_long_state_is_not_cut_in_the_terminal_table() -> None:

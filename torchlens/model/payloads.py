@@ -265,6 +265,56 @@ class DdpRun:
         return f"rank {rank}"
 
 
+class StepColumns(msgspec.Struct):
+    """Steps of one rank as chart columns: each step's end (s since the series'
+    zero), its time in ms, its number and the start of the rank it is of
+    (0: before the first restart)."""
+
+    t: list[float] = []
+    ms: list[float] = []
+    step: list[int] = []
+    restart: list[int] = []
+
+
+class SpanColumns(StepColumns):
+    """A rank's labelled spans (an evaluation, a checkpoint): ``StepColumns``
+    and each span's label."""
+
+    label: list[str] = []
+
+
+class RankSeries(StepColumns):
+    """A rank's training steps as drawn (``StepColumns``) and its labelled spans."""
+
+    labelled: SpanColumns = msgspec.field(default_factory=SpanColumns)
+
+
+class RestartMark(msgspec.Struct):
+    """A restart on the chart: its number, label and sentence, when the old
+    workers stopped and when the new ones stepped again (s since the zero)."""
+
+    number: int | None = None
+    label: str = ""
+    words: str = ""
+    t: float | None = None
+    resumed: float | None = None
+
+
+class StepSeries(msgspec.Struct):
+    """Every step of every rank over time (``analysis.ranks.series.step_series``):
+    the time zero (unix s) and what it is, per rank (a string, JSON keys) its
+    steps as drawn, the restarts, and how many step records there were, were
+    drawn, and were labelled spans."""
+
+    zero: float = 0.0
+    since: str = ""
+    ranks: dict[str, RankSeries] = {}
+    restarts: list[RestartMark] = []
+    steps: int = 0
+    drawn: int = 0
+    labelled: int = 0
+
+
 @dataclass
 class RunPayload:
     """``kind="run"``: a run's per-rank traces analysed together (``torchlens.load(RUN_DIR)``).
@@ -285,8 +335,8 @@ class RunPayload:
     #: records, the collector's notes, the files not read
     notes: list[Finding] = field(default_factory=list)
     #: ``torchlens run`` folders: every rank's steps over time and the restarts
-    #: (``analysis.ranks.series.step_series``); empty for other folders
-    collected_steps: dict[str, Any] = field(default_factory=dict)
+    #: (``analysis.ranks.series.step_series``); None for other folders
+    collected_steps: StepSeries | None = None
     #: ``torchlens run`` folders of an FSDP job: rank (a string) -> its FSDP
     #: memory figures (``analysis.runs.fsdp.FsdpSteps``); empty otherwise
     fsdp: dict[str, FsdpFigures] = field(default_factory=dict)
@@ -433,6 +483,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             or (k in ("figures", "fsdp") and isinstance(v, dict))
             or (k == "fingerprints" and isinstance(v, list))
+            else {} if k == "collected_steps" and v is None  # as the JSON always said it
             else v for k, v in items}
 
 
@@ -468,6 +519,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is RunPayload and f.name == "collected_steps":
+            value = msgspec.convert(value, StepSeries) if value else None
         elif cls is DdpRun and f.name == "fingerprints":
             value = [fingerprints_from(rank) for rank in value or []]
         elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):
