@@ -41,6 +41,7 @@ from torchlens.analysis.ddp.sequence import sequence_divergence
 from torchlens.analysis.ranks.slow import weak
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun
+from torchlens.model.checksums import ModuleChecksums, ParamChecksum, modules_from
 from torchlens.model.findings import FAILED, NA, PASSED, SLOW_RANK, WARNING, Finding
 from torchlens.model.units import format_bytes, format_gbps
 
@@ -267,22 +268,23 @@ def _cut_short(rec: DdpRun) -> str:
     return f"rank {first} {how}{then}"
 
 
-def _param_diff(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.get("sha1") == b.get("sha1"):
+def _param_diff(a: ParamChecksum, b: ParamChecksum) -> bool:
+    if a.sha1 == b.sha1:
         return False
-    if a.get("shape") != b.get("shape") or a.get("dtype") != b.get("dtype"):
+    if a.shape != b.shape or a.dtype != b.dtype:
         return True
-    scale = max(abs(a.get("abs_sum") or 0.0), abs(b.get("abs_sum") or 0.0), 1.0)
-    if abs((a.get("sum") or 0.0) - (b.get("sum") or 0.0)) > ATOL + RTOL * scale:
+    scale = max(abs(a.abs_sum), abs(b.abs_sum), 1.0)
+    if abs(a.sum - b.sum) > ATOL + RTOL * scale:
         return True
     return any(not math.isclose(x, y, rel_tol=RTOL, abs_tol=ATOL)
-               for x, y in zip(a.get("head") or [], b.get("head") or [], strict=False))
+               for x, y in zip(a.head, b.head, strict=False))
 
 
-def _modules(res: dict[str, Any], step: int) -> list[dict[str, Any]]:
+def _modules(res: dict[str, Any], step: int) -> list[ModuleChecksums]:
+    """The modules ``res``'s rank checksummed after ``step`` (typed here, once)."""
     for s in res.get("steps") or []:
         if s.get("step") == step:
-            return s.get("modules") or []
+            return modules_from(s.get("modules"))
     return []
 
 
@@ -316,35 +318,35 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                 other = _modules(r, step)
                 if m_i >= len(other):
                     continue
-                for pa, pb in zip(mod["params"], other[m_i]["params"], strict=False):
+                for pa, pb in zip(mod.params, other[m_i].params, strict=False):
                     how = shard_relation(pa, pb)
                     if how == "other shard":  # FSDP: one copy per shard, nothing to compare
-                        sharded.setdefault(pa["name"], pa["layout"])
+                        sharded.setdefault(pa.name, pa.shard_key[1] or "")
                         continue
                     checked += 1
                     if how == "layout" or _param_diff(pa, pb):
                         return Finding(
                             FAILED,
-                            f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
-                            f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
+                            f"after step {step}, {mod.name}: {pa.kind} '{pa.name}' "
+                            f"{pa.dtype}[{'x'.join(map(str, pa.shape))}] differs: "
                             + (layout_text(pa, pb, results[0]["rank"], r["rank"])
                                if how == "layout" else
-                               f"rank {results[0]['rank']} sum {pa['sum']:.6g} first "
-                               f"{pa['head']}, rank {r['rank']} sum {pb['sum']:.6g} first "
-                               f"{pb['head']}"),
+                               f"rank {results[0]['rank']} sum {pa.sum:.6g} first "
+                               f"{pa.head}, rank {r['rank']} sum {pb.sum:.6g} first "
+                               f"{pb.head}"),
                             advice="ranks must update parameters only through synchronized "
                                    "gradients: look for rank-dependent in-place updates, no_sync "
                                    "without a final synced step, or buffers (e.g. BatchNorm "
                                    "stats) not broadcast",
                             title="parameter sync",
-                            details={"step": step, "module": mod["name"], "parameter": pa["name"],
+                            details={"step": step, "module": mod.name, "parameter": pa.name,
                                      "ranks": [results[0]["rank"], r["rank"]]})
     if not checked and not sharded:  # one rank's modules, nobody else's to compare them with
         return Finding(NA, "not compared: only one rank checksummed its parameters"
                        + (f" ({cut} before the step returned)" if cut else ""),
                        advice="see the crashed-worker line" if cut else "",
                        title="parameter sync")
-    names = sorted({m["name"] for r in results for s in steps for m in _modules(r, s)})
+    names = sorted({m.name for r in results for s in steps for m in _modules(r, s)})
     compared = (f"{checked} parameter/buffer comparisons across ranks agree (rtol {RTOL:g})"
                 if checked else "no replicated parameter or buffer to compare")
     return Finding(PASSED,
@@ -371,20 +373,20 @@ def check_determinism(rec: DdpRun) -> Finding:
         op = (r.get("determinism") or {}).get("first_op")
         first, second = _modules(r, 0), _modules(r, 1)
         for ma, mb in zip(first, second, strict=False):
-            for pa, pb in zip(ma["params"], mb["params"], strict=False):
-                if pa.get("sha1") != pb.get("sha1"):
+            for pa, pb in zip(ma.params, mb.params, strict=False):
+                if pa.sha1 != pb.sha1:
                     where = (f"; first op whose result differed: {op['op']} at {op['line']}"
                              if op else "")
                     return Finding(
                         FAILED,
                         f"rank {r['rank']}: the same step run twice with the same seeds gave "
-                        f"different {ma['name']} {pa['kind']} '{pa['name']}' "
-                        f"(sum {pa['sum']:.6g} vs {pb['sum']:.6g}){where}",
+                        f"different {ma.name} {pa.kind} '{pa.name}' "
+                        f"(sum {pa.sum:.6g} vs {pb.sum:.6g}){where}",
                         advice="something outside the seeded RNGs feeds the step (time, "
                                "os.urandom, unseeded generators, data order) or an op is "
                                "nondeterministic; try torch.use_deterministic_algorithms(True)",
                         title="determinism",
-                        details={"rank": r["rank"], "parameter": pa["name"], "op": op})
+                        details={"rank": r["rank"], "parameter": pa.name, "op": op})
         if op and not first:
             return Finding(FAILED,
                            f"rank {r['rank']}: op {op['op']} at {op['line']} gave a different "

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from torchlens.model.checksums import ParamChecksum
 from torchlens.model.collectives import Fingerprint
 from torchlens.model.units import format_bytes
 
@@ -25,22 +26,24 @@ _ITEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64":
                "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
 
-def shard_relation(a: dict[str, Any], b: dict[str, Any]) -> str:
+def shard_relation(a: ParamChecksum, b: ParamChecksum) -> str:
     """``same``: compare the values (not sharded, or the same shard on both ranks);
     ``other shard``: different pieces of one parameter sharded alike (nothing to
     compare); ``layout``: the ranks shard it differently or disagree on its shape."""
-    if a.get("shard") is None and b.get("shard") is None:
+    (shard_a, *layout_a), (shard_b, *layout_b) = a.shard_key, b.shard_key
+    if shard_a is None and shard_b is None:
         return "same"
-    if (a.get("layout"), a.get("global_shape")) != (b.get("layout"), b.get("global_shape")):
+    if layout_a != layout_b:
         return "layout"
-    return "same" if a.get("shard") == b.get("shard") else "other shard"
+    return "same" if shard_a == shard_b else "other shard"
 
 
-def layout_text(a: dict[str, Any], b: dict[str, Any], ra: int, rb: int) -> str:
+def layout_text(a: ParamChecksum, b: ParamChecksum, ra: int, rb: int) -> str:
     """How two ranks shard one parameter differently (``shard_relation`` said ``layout``)."""
-    def one(p: dict[str, Any], r: int) -> str:
-        shape = "x".join(map(str, p.get("global_shape") or [])) or "?"
-        return f"rank {r} {p.get('layout') or 'not sharded'}, global shape [{shape}]"
+    def one(p: ParamChecksum, r: int) -> str:
+        _, layout, global_shape = p.shard_key
+        shape = "x".join(map(str, global_shape or [])) or "?"
+        return f"rank {r} {layout or 'not sharded'}, global shape [{shape}]"
 
     return f"{one(a, ra)}; {one(b, rb)} (sharded differently, or a different model)"
 

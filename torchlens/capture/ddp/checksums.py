@@ -9,40 +9,8 @@ import hashlib
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
-
-class ParamChecksum(msgspec.Struct):
-    """One parameter or buffer: its shape, dtype, sum, |sum|, sha1 and first
-    values; a sharded (FSDP) one also which shard this rank holds, how it is
-    sharded and its global shape."""
-
-    kind: str
-    name: str
-    shape: list[int]
-    dtype: str
-    sum: float
-    abs_sum: float
-    sha1: str
-    head: list[float]
-    shard: str | None | UnsetType = UNSET
-    layout: str | None | UnsetType = UNSET
-    global_shape: list[int] | None | UnsetType = UNSET
-
-
-class ShardBytes(msgspec.Struct):
-    """A module's FSDP shards against the same parameters gathered (bytes)."""
-
-    sharded_bytes: int
-    unsharded_bytes: int
-
-
-class ModuleChecksums(msgspec.Struct):
-    """Every parameter and buffer of one module, and its FSDP bytes when sharded."""
-
-    name: str
-    params: list[ParamChecksum]
-    fsdp: ShardBytes | UnsetType = UNSET
+from torchlens.model.checksums import ModuleChecksums, ParamChecksum, ShardBytes
 
 
 def module_checksums(name: str, module: Any) -> ModuleChecksums:
