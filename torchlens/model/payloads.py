@@ -32,6 +32,7 @@ from torchlens.model.memory_figures import (
     memory_diff_from,
     memory_ranks_from,
 )
+from torchlens.model.messages import MemoryReading
 from torchlens.model.records import StepRecord, StepSummary, records_from
 from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
@@ -210,6 +211,23 @@ class RankProfiling:
     dropped_summaries: list[int] = field(default_factory=list)
 
 
+class RankNode(msgspec.Struct):
+    """Where one rank of a ``%ddp_check --nnodes`` run ran (None: not known)."""
+
+    node: int | None = None
+    host: str | None = None
+
+
+class NodesInfo(msgspec.Struct):
+    """A ``%ddp_check --nnodes`` run's layout: its nodes, ranks per node,
+    rendezvous, and per rank its node and host."""
+
+    nnodes: int = 0
+    nproc_per_node: int = 0
+    rdzv_endpoint: str = ""
+    ranks: list[RankNode] = []
+
+
 @dataclass
 class DdpRun:
     """``kind="ddp_check"``: one run of a function on spawned ranks.
@@ -244,7 +262,7 @@ class DdpRun:
     ended_at: list[float | None] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
     hang: dict[str, Any] | None = None
-    memory_peak: list[dict[str, Any]] = field(default_factory=list)
+    memory_peak: list[MemoryReading | None] = field(default_factory=list)
     #: the kernel's cell file names -> In[N], to name cells in stacks and tracebacks
     cells: dict[str, int] = field(default_factory=dict)
     #: ``--profile`` runs only: per-rank steps, memory and profiled-step summaries
@@ -254,14 +272,14 @@ class DdpRun:
     dropped: dict[str, int] = field(default_factory=dict)
     #: ``--nnodes`` runs only: nnodes, nproc_per_node, rdzv_endpoint and per rank
     #: ``{node, host}`` (ranks started by torch's elastic agent on several nodes)
-    nodes: dict[str, Any] | None = None
+    nodes: NodesInfo | None = None
 
     def where(self, rank: int) -> str:
         """``rank 3 (node 1, host gpu7)`` on a multi-node run, else ``rank 3``."""
-        per_rank = (self.nodes or {}).get("ranks") or []
-        if rank < len(per_rank) and per_rank[rank].get("node") is not None:
-            host = per_rank[rank].get("host")
-            return f"rank {rank} (node {per_rank[rank]['node']}" + (f", host {host})" if host else ")")
+        per_rank = self.nodes.ranks if self.nodes is not None else []
+        if rank < len(per_rank) and per_rank[rank].node is not None:
+            host = per_rank[rank].host
+            return f"rank {rank} (node {per_rank[rank].node}" + (f", host {host})" if host else ")")
         return f"rank {rank}"
 
 
@@ -482,7 +500,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             or (k in ("figures", "fsdp") and isinstance(v, dict))
-            or (k == "fingerprints" and isinstance(v, list))
+            or (k in ("fingerprints", "memory_peak") and isinstance(v, list))
             else {} if k == "collected_steps" and v is None  # as the JSON always said it
             else v for k, v in items}
 
@@ -521,6 +539,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [records_from(rank)[0] for rank in value]
         elif cls is RunPayload and f.name == "collected_steps":
             value = msgspec.convert(value, StepSeries) if value else None
+        elif cls is DdpRun and f.name in ("memory_peak", "nodes"):
+            value = msgspec.convert(value, hints[f.name]) if value is not None else None
         elif cls is DdpRun and f.name == "fingerprints":
             value = [fingerprints_from(rank) for rank in value or []]
         elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):

@@ -43,6 +43,7 @@ from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun
 from torchlens.model.checksums import ModuleChecksums, ParamChecksum, modules_from
 from torchlens.model.findings import FAILED, NA, PASSED, SLOW_RANK, WARNING, Finding
+from torchlens.model.messages import MemoryReading
 from torchlens.model.units import format_bytes, format_gbps
 
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -399,14 +400,16 @@ def check_determinism(rec: DdpRun) -> Finding:
 
 
 def check_memory(rec: DdpRun) -> Finding:
-    peaks = rec.memory_peak or []
-    if not any(p for p in peaks):
+    read = [p or MemoryReading() for p in rec.memory_peak or []]
+    # the readings as the details' JSON has them: a figure not read is left out
+    peaks = [None if p is None else msgspec.to_builtins(p) for p in rec.memory_peak or []]
+    if not any(peaks):
         return Finding(NA, "no memory sample arrived", title="memory")
-    key = "cuda_allocated" if any((p or {}).get("cuda_allocated") for p in peaks) else "tensor_bytes"
-    if key == "tensor_bytes" and not any((p or {}).get(key) is not None for p in peaks):
+    key = "cuda_allocated" if any(p.cuda_allocated for p in read) else "tensor_bytes"
+    if key == "tensor_bytes" and not any(p.tensor_bytes is not None for p in read):
         key = "rss"  # --profile scans no live tensors (milliseconds per step)
-    values = [(r, (p or {}).get(key) or 0) for r, p in enumerate(peaks)]
-    text = "; ".join(f"rank {r}: RSS {format_bytes((peaks[r] or {}).get('rss'))}"
+    values = [(r, getattr(p, key) or 0) for r, p in enumerate(read)]
+    text = "; ".join(f"rank {r}: RSS {format_bytes(read[r].rss)}"
                      + ("" if key == "rss" else f", {key.replace('_', ' ')} {format_bytes(v)}")
                      for r, v in values)
     fsdp, figures = memory_text(rank_results(rec), rec.fingerprints or [])

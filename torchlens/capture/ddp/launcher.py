@@ -34,8 +34,6 @@ import time
 import weakref
 from typing import Any
 
-import msgspec
-
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
@@ -52,7 +50,7 @@ from torchlens.capture.ddp.processes import (
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
 from torchlens.model.messages import BeatRow, DdpHeartbeat, OomOutcome, decode_message
-from torchlens.model.payloads import DdpRun, RankProfiling
+from torchlens.model.payloads import DdpRun, NodesInfo, RankNode, RankProfiling
 from torchlens.model.records import StepRecord, without_setup
 
 
@@ -79,25 +77,6 @@ class HangReport:
         launcher's ``rank`` and ``t_rel``)."""
         return {"after_s": self.after_s, "stacks": self.stacks,
                 "status": [h.row(last=True) if h else None for h in self.status]}
-
-
-@dataclasses.dataclass
-class RankNode:
-    """Where one rank of a --nnodes run ran."""
-
-    node: int | None
-    host: str | None
-
-
-@dataclasses.dataclass
-class NodesInfo:
-    """A --nnodes run's layout: its nodes, ranks per node, rendezvous, and per rank
-    its node and host."""
-
-    nnodes: int
-    nproc_per_node: int
-    rdzv_endpoint: str
-    ranks: list[RankNode]
 
 
 POLL_S = 0.1
@@ -399,10 +378,9 @@ class DdpLauncher:
             ended_at=list(self.ended_at),
             killed=sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
             hang=self.hang.to_builtins() if self.hang else None,
-            memory_peak=[msgspec.to_builtins(peak)
-                         for peak in memory_peaks(ranks, self.heartbeats)],
+            memory_peak=list(memory_peaks(ranks, self.heartbeats)),
             cells=dict(self.job.cells), profiling=profiling, dropped=dropped,
-            nodes=dataclasses.asdict(nodes) if nodes else None)
+            nodes=nodes)
         return CheckRecords(run, self.heartbeats)
 
     def _profiling(self, tl: protocol.Channel,
