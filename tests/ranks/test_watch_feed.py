@@ -31,6 +31,7 @@ from torchlens.formats.run_folder.manifest import (
     SOURCE_RUN,
     VERSION,
     Manifest,
+    ProfileEntry,
     read_manifest,
 )
 from torchlens.formats.run_folder.records import read_steps
@@ -326,7 +327,7 @@ def test_torchlens_run_writes_the_typed_manifest(run) -> None:
         (0, "finished", 3, "gpu7"), (1, "finished", 3, "gpu7")]
     assert manifest.nodes[0].ranks == [0, 1] and manifest.live.frames == 1
     assert [r.step for r in read_steps(str(out), 1)] == [0, 1, 2]
-    assert manifest.backend is None and manifest.profile == {}  # %ddp_check's fields
+    assert manifest.backend is None and manifest.profile == ProfileEntry()  # %ddp_check's fields
 
 
 def test_bad_targets_say_what_to_do(run, tmp_path: Path, monkeypatch) -> None:

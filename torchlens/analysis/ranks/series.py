@@ -72,9 +72,9 @@ def step_series(collected: CollectedSteps) -> StepSeries:
                                  label=[labels[i] for i in other]))
     restarts = []
     for r in collected.restarts:
-        t, resumed = r.get("t"), r.get("resumed_t")
-        restarts.append(RestartMark(number=r.get("number"), label=r.get("label") or
-                                    f"restart {r.get('number')}", words=r.get("words") or "",
+        t, resumed = r.t, r.resumed_t
+        restarts.append(RestartMark(number=r.number, label=r.label or f"restart {r.number}",
+                                    words=r.words,
                                     t=None if t is None else t - zero,
                                     resumed=None if resumed is None else resumed - zero))
     # the time zero in words, for the chart's axis: a folder whose manifest is

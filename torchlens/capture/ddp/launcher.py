@@ -443,7 +443,7 @@ def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
     write.write_run_folder(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
         backend=job.backend, created=time.time(), started=started,
-        profile=options.profile.manifest() if options.profile else {}),
+        profile=options.profile.manifest() if options.profile else manifest.ProfileEntry()),
         (rank_files(rank) for rank in range(options.world_size)))
 
 
