@@ -31,7 +31,7 @@ def module_checksums(name: str, module: Any) -> ModuleChecksums:
                         ("buffer", module.named_buffers())):
         for pname, t in items:
             piece = shards.get(id(t)) if kind == "parameter" else None
-            t = (piece["local"] if piece else t).detach().cpu().contiguous()
+            t = (piece.local if piece else t).detach().cpu().contiguous()
             flat = t.reshape(-1)
             try:
                 digest = hashlib.sha1(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
@@ -43,13 +43,13 @@ def module_checksums(name: str, module: Any) -> ModuleChecksums:
                                   sum=float(as_f64.sum()), abs_sum=float(as_f64.abs().sum()),
                                   sha1=digest, head=as_f64[:3].tolist())
             if piece:
-                param.shard, param.layout = piece["shard"], piece["layout"]
-                param.global_shape = piece["global_shape"]
+                param.shard, param.layout = piece.shard, piece.layout
+                param.global_shape = piece.global_shape
             params.append(param)
     out = ModuleChecksums(name=name, params=params)
     if shards:
-        out.fsdp = ShardBytes(sharded_bytes=sum(p["sharded_bytes"] for p in shards.values()),
-                              unsharded_bytes=sum(p["unsharded_bytes"] for p in shards.values()))
+        out.fsdp = ShardBytes(sharded_bytes=sum(p.sharded_bytes for p in shards.values()),
+                              unsharded_bytes=sum(p.unsharded_bytes for p in shards.values()))
     return out
 
 
