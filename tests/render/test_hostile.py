@@ -31,6 +31,7 @@ from torchlens.model import (
 from torchlens.model.collectives import Fingerprint
 from torchlens.model.findings import Figure, Finding
 from torchlens.model.messages import MemoryReading
+from torchlens.model.payloads import HangInfo
 
 PARTS = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>",
          "\"'><svg onload=alert(3)>")
@@ -136,8 +137,8 @@ def ddp_profile(s: Mark) -> tuple[Profile, object]:
                                    dtypes=[s("dtype")], line=s("line"), t=1.0,
                                    call_s=0.001)], []],
         exit_codes=[1, -6],
-        hang={"stacks": [s("stack0"), s("stack1")], "after_s": 3.0,
-              "status": [{"phase": s("phase"), "last": None}, None]},
+        hang=HangInfo(stacks=[s("stack0"), s("stack1")], after_s=3.0,
+                      status=[{"phase": s("phase"), "last": None}, None]),
         memory_peak=[MemoryReading(rss=1 << 20, tensor_bytes=4096), None],
     )
     beats = [{"t_rel": 0.1 * i, "rank": i % 2, "phase": s("beat-phase") if i % 3 else "step",

@@ -32,7 +32,7 @@ from torchlens.model.memory_figures import (
     memory_diff_from,
     memory_ranks_from,
 )
-from torchlens.model.messages import MemoryReading
+from torchlens.model.messages import BeatRow, MemoryReading
 from torchlens.model.records import StepRecord, StepSummary, records_from
 from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
@@ -211,6 +211,16 @@ class RankProfiling:
     dropped_summaries: list[int] = field(default_factory=list)
 
 
+class HangInfo(msgspec.Struct):
+    """Why the hang detector stopped a ``%ddp_check`` run: how long no rank made
+    progress, each rank's Python stack, and its last heartbeat as the rank
+    sent it (``DdpHeartbeat.row``; None: it sent none)."""
+
+    after_s: float = 0.0
+    stacks: list[str] = []
+    status: list[BeatRow | None] = []
+
+
 class RankNode(msgspec.Struct):
     """Where one rank of a ``%ddp_check --nnodes`` run ran (None: not known)."""
 
@@ -261,7 +271,7 @@ class DdpRun:
     exit_codes: list[int | None] = field(default_factory=list)
     ended_at: list[float | None] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
-    hang: dict[str, Any] | None = None
+    hang: HangInfo | None = None
     memory_peak: list[MemoryReading | None] = field(default_factory=list)
     #: the kernel's cell file names -> In[N], to name cells in stacks and tracebacks
     cells: dict[str, int] = field(default_factory=dict)
@@ -539,7 +549,7 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [records_from(rank)[0] for rank in value]
         elif cls is RunPayload and f.name == "collected_steps":
             value = msgspec.convert(value, StepSeries) if value else None
-        elif cls is DdpRun and f.name in ("memory_peak", "nodes"):
+        elif cls is DdpRun and f.name in ("memory_peak", "nodes", "hang"):
             value = msgspec.convert(value, hints[f.name]) if value is not None else None
         elif cls is DdpRun and f.name == "fingerprints":
             value = [fingerprints_from(rank) for rank in value or []]

@@ -49,8 +49,14 @@ from torchlens.capture.ddp.processes import (
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.model.feed import RankFeed
-from torchlens.model.messages import BeatRow, DdpHeartbeat, OomOutcome, decode_message
-from torchlens.model.payloads import DdpRun, NodesInfo, RankNode, RankProfiling
+from torchlens.model.messages import DdpHeartbeat, OomOutcome, decode_message
+from torchlens.model.payloads import (
+    DdpRun,
+    HangInfo,
+    NodesInfo,
+    RankNode,
+    RankProfiling,
+)
 from torchlens.model.records import StepRecord, without_setup
 
 
@@ -72,11 +78,11 @@ class HangReport:
     stacks: list[str]
     status: list[DdpHeartbeat | None]
 
-    def to_builtins(self) -> dict[str, float | list[str] | list[BeatRow | None]]:
+    def info(self) -> HangInfo:
         """As ``DdpRun.hang`` keeps it (each heartbeat as the rank sent it, with the
         launcher's ``rank`` and ``t_rel``)."""
-        return {"after_s": self.after_s, "stacks": self.stacks,
-                "status": [h.row(last=True) if h else None for h in self.status]}
+        return HangInfo(after_s=self.after_s, stacks=self.stacks,
+                        status=[h.row(last=True) if h else None for h in self.status])
 
 
 POLL_S = 0.1
@@ -377,7 +383,7 @@ class DdpLauncher:
                          for p, c in zip(self.procs, codes, strict=False)]),
             ended_at=list(self.ended_at),
             killed=sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
-            hang=self.hang.to_builtins() if self.hang else None,
+            hang=self.hang.info() if self.hang else None,
             memory_peak=list(memory_peaks(ranks, self.heartbeats)),
             cells=dict(self.job.cells), profiling=profiling, dropped=dropped,
             nodes=nodes)
