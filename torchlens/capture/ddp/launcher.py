@@ -34,6 +34,8 @@ import time
 import weakref
 from typing import Any
 
+import msgspec
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
@@ -48,6 +50,7 @@ from torchlens.capture.ddp.processes import (
     start_agent,
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
+from torchlens.formats.run_folder.manifest import RankEntry
 from torchlens.model.feed import RankFeed
 from torchlens.model.messages import DdpHeartbeat, OomOutcome, decode_message
 from torchlens.model.payloads import (
@@ -414,18 +417,19 @@ class DdpLauncher:
         return out
 
 
-def _ending(res: dict[str, Any], steps: int) -> dict[str, Any]:
-    """How a %ddp_check rank ended, in the manifest's words (as ``torchlens run``
-    writes them): a rank that raised is ``failed`` with its exception, so the
-    folder's report says the crash, not only the steps before it."""
+def _ended(entry: RankEntry, res: dict[str, Any], steps: int) -> RankEntry:
+    """``entry`` with how its %ddp_check rank ended, in the manifest's words (as
+    ``torchlens run`` writes them): a rank that raised is ``failed`` with its
+    exception, so the folder's report says the crash, not only the steps before it."""
     if not res:
-        return {}
+        return entry
     err = res.get("error")
     if not isinstance(err, dict):
-        return {"state": "finished", "steps": steps}
+        return msgspec.structs.replace(entry, state="finished", steps=steps)
     first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
-    return {"state": "failed", "error": f"{err.get('type') or 'error'}: {first}"[:300],
-            "stopped_at_step": steps, "steps": steps}
+    return msgspec.structs.replace(
+        entry, state="failed", error=f"{err.get('type') or 'error'}: {first}"[:300],
+        stopped_at_step=steps, steps=steps)
 
 
 def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
@@ -437,12 +441,11 @@ def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
 
     def rank_files(rank: int) -> write.RankFiles:
         res = ranks[rank] or {}
-        entry = manifest.RankEntry(
+        entry = _ended(manifest.RankEntry(
             rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
             # one machine unless --nnodes: node 0, as torchlens run labels it (a watch of
             # the finished folder then labels its series node="0", not node="")
-            node=res.get("node", None if options.elastic else 0),
-            **_ending(res, len(steps[rank])))
+            node=res.get("node", None if options.elastic else 0)), res, len(steps[rank]))
         return write.RankFiles(entry, steps[rank],
                                oom=decode_message(res.get("oom_snapshot"), OomOutcome))
 
