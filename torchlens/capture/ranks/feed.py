@@ -226,7 +226,7 @@ class FeedPublisher:
         body = protocol.encode(frame)
         self.bytes += len(body)
         if self._file is not None:
-            self._guard("file", self._write_files, body, frame.status)
+            self._guard("file", self._write_files, body, frame)
         self._guard("store", self._set_store, self._fit(frame, body))
         self.costs.append(time.perf_counter() - started)
         return frame
@@ -257,10 +257,10 @@ class FeedPublisher:
         except Exception as exc:  # noqa: BLE001
             self.errors[transport] = f"{type(exc).__name__}: {exc}"
 
-    def _write_files(self, body: bytes, status: dict[str, Any]) -> None:
+    def _write_files(self, body: bytes, frame: LiveFrame) -> None:
         self._file.write(body + b"\n")
         self._file.flush()
-        write_live_status(self.run_dir, status)
+        write_live_status(self.run_dir, frame.status)
 
     def _set_store(self, body: bytes) -> None:
         store, run_id = self.collector.store, self.key.run_id
