@@ -63,7 +63,7 @@ def test_the_watch_of_a_ddp_check_folder_keeps_the_runs_time_origin(run) -> None
     """One origin: seconds since launch, as the %ddp_check view draws them."""
     res, run_dir = run
     assert read_manifest(run_dir).started == pytest.approx(res.records.t0)
-    assert folder_frame(run_dir)["t0"] == pytest.approx(res.records.t0)
+    assert folder_frame(run_dir).t0 == pytest.approx(res.records.t0)
     beats = _watched(run_dir).view.beats.quads.data["left"]
     first_step = min(rec.t0 for recs in res.records.profiling.steps for rec in recs)
     assert min(beats) >= first_step - res.records.t0 - 0.5
