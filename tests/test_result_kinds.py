@@ -32,6 +32,8 @@ from torchlens.model import (
     TracePayload,
     load_profile,
 )
+from torchlens.model.collectives import Fingerprint
+from torchlens.model.payloads import HangInfo
 
 V1 = Path(__file__).parent / "data" / "v1"
 SECTIONS = {
@@ -76,8 +78,8 @@ def test_version_1_options_become_the_typed_payload() -> None:
                   runs=[(1, 2), (2, 5)], simulate=True, capacity=1 << 30,
                   alloc_conf="expandable_segments:True"),
     DdpRun(world_size=2, backend="gloo", outcome="hang", pids=[11, 12],
-           ranks=[{"pid": 11, "error": None}, None], fingerprints=[[{"index": 0, "op": "x"}], []],
-           exit_codes=[0, None], killed=[1], hang={"after_s": 3.0, "stacks": ["a", "b"]}),
+           ranks=[{"pid": 11, "error": None}, None], fingerprints=[[Fingerprint(index=0, op="x")], []],
+           exit_codes=[0, None], killed=[1], hang=HangInfo(after_s=3.0, stacks=["a", "b"])),
 ], ids=lambda p: type(p).__name__)
 def test_payload_round_trips_through_a_file(payload, tmp_path) -> None:
     kind = next(k for k, cls in PAYLOADS.items() if isinstance(payload, cls))

@@ -17,7 +17,7 @@ from typing import Any
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
-from torchlens.model.payloads import RankProfiling
+from torchlens.model.payloads import RankProfiling, RankSeries, StepSeries
 from torchlens.render.ranks.view import rank_profile_figures
 from torchlens.render.runs.steps_chart import steps_figure
 
@@ -74,9 +74,8 @@ def test_the_run_reports_steps_over_time_keeps_its_lines_readable(chromium: Any,
                                                                  tmp_path: Path) -> None:
     ms = [55.0 + (i * 7) % 9 for i in range(200)]
     ms[SPIKE_STEP] = SPIKE_MS
-    series = {"ranks": {"0": {"t": [0.06 * i for i in range(200)], "ms": ms,
-                              "step": list(range(200)), "restart": [0] * 200}},
-              "restarts": []}
+    series = StepSeries(ranks={"0": RankSeries(t=[0.06 * i for i in range(200)], ms=ms,
+                                              step=list(range(200)), restart=[0] * 200)})
     y, above = _read(chromium, steps_figure(series), tmp_path, "Every step")
     assert y[1] < 0.5 * SPIKE_MS and y[1] > 63, y
     assert f"1 step above the axis: {SPIKE_MS:,.1f} ms at step {SPIKE_STEP} (rank 0)" in above

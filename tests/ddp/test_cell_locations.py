@@ -77,7 +77,7 @@ def test_a_crash_in_a_cell_function_shows_the_cell_in_its_traceback(kernel_like_
 
 def test_hang_stacks_name_cells_with_the_kernels_numbers():
     from torchlens.analysis.ddp.checks import checklist
-    from torchlens.model.payloads import DdpRun
+    from torchlens.model.payloads import DdpRun, HangInfo
 
     cell = "/tmp/ipykernel_4242/665467772.py"
     stack = (f'Thread 0x1 (most recent call first):\n  File "/usr/lib/python3.11/time.py", '
@@ -87,7 +87,7 @@ def test_hang_stacks_name_cells_with_the_kernels_numbers():
          "last": {"index": 0, "op": "all_reduce", "line": "cell [7] line 9"}},
         {"phase": "step 0", "collectives": 0, "last": None}]}
     run = DdpRun(world_size=2, backend="gloo", outcome="hang", ranks=[None, None],
-                 hang=hang, cells={cell: 7}, fingerprints=[[], []])
+                 hang=HangInfo(**hang), cells={cell: 7}, fingerprints=[[], []])
     item = next(i for i in checklist(run) if i.name == "hang")
     assert "rank 1 has issued no collective (phase step 0), now at cell [7] line 4 in load" \
         in item.evidence

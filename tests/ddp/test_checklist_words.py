@@ -7,7 +7,8 @@ for one buggy situation; the words are what a user reads.
 from __future__ import annotations
 
 from torchlens.analysis.ddp.checks import checklist
-from torchlens.model.payloads import DdpRun
+from torchlens.model.collectives import Fingerprint
+from torchlens.model.payloads import DdpRun, HangInfo
 
 ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "5000", "WORLD_SIZE": "2"}
 
@@ -19,8 +20,8 @@ def rank(r, error=None, **kw):
 
 
 def fp(i, op, line, shape=(4,)):
-    return {"index": i, "op": op, "shapes": [list(shape)], "dtypes": ["float32"],
-            "line": line, "step": 0, "t": 100.0 + i}
+    return Fingerprint(index=i, op=op, shapes=[list(shape)], dtypes=["float32"],
+                       line=line, step=0, t=100.0 + i)
 
 
 def items(run):
@@ -117,7 +118,7 @@ def test_a_hang_points_to_the_hang_not_to_a_crash_that_did_not_happen():
          "last": {"index": 0, "op": "all_reduce", "line": "/home/u/train.py:31"}},
         {"phase": "step 0", "collectives": 0, "in_collective": False, "last": None}]}
     run = DdpRun(world_size=2, backend="gloo", outcome="hang", ranks=[None, None],
-                 exit_codes=[None, None], killed=[0, 1], hang=hang,
+                 exit_codes=[None, None], killed=[0, 1], hang=HangInfo(**hang),
                  fingerprints=[[fp(0, "all_reduce", "/home/u/train.py:31")], []])
     got = items(run)
     for name in ("environment", "communication"):

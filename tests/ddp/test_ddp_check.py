@@ -142,7 +142,7 @@ def test_strict_peer_that_finished_without_a_collective():
     assert result.records.ranks[0]["strict"]["late"] >= 1
     assert result.records.ranks[1]["error"] is None
     # named as soon as rank 1's result appeared, not when --timeout (60 s) ran out
-    issued = result.records.fingerprints[0][1]["t"]
+    issued = result.records.fingerprints[0][1].t
     assert err["t"] - issued < 20
     item = result.item("collective sequence")
     assert item.status == "failed" and item.details["index"] == 1

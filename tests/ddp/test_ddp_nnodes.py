@@ -88,7 +88,7 @@ def test_two_nodes_correct_step_passes_every_check():
     assert sorted(r["node"] for r in ranks) == [0, 0, 1, 1]
     assert [r["local_rank"] for r in ranks] == [0, 1, 0, 1]
     nodes = result.records.nodes
-    assert [w["node"] for w in nodes["ranks"]] == [0, 0, 1, 1]
+    assert [w.node for w in nodes.ranks] == [0, 0, 1, 1]
     assert "(node 1" in result.records.where(3)
     heartbeats = result.memory()
     assert set(heartbeats["rank"]) == {0, 1, 2, 3}

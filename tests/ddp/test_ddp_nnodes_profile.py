@@ -71,7 +71,7 @@ def test_profiled_run_on_two_nodes_keeps_every_ranks_steps_traces_and_ends(tmp_p
         assert [json.loads(line)["step"] for line in lines] == list(range(STEPS))
     prof = result.records.profiling
     assert [len(s) for s in prof.summaries] == [len(profiled_steps)] * 4
-    assert [w["node"] for w in result.records.nodes["ranks"]] == [0, 0, 1, 1]
+    assert [w.node for w in result.records.nodes.ranks] == [0, 0, 1, 1]
     # the checklist's per-rank lines cover all four, named by node
     memory = result.item("rank memory")
     assert all(f"rank {r} (node {r // 2}" in memory.evidence for r in range(4)), memory.evidence

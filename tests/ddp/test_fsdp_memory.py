@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torchlens.analysis.ddp.fsdp import memory_text, rank_row
 from torchlens.capture.ranks import fsdp_memory
+from torchlens.model.collectives import Fingerprint
 
 
 def _rank(r, memory=None):
@@ -43,8 +44,8 @@ def test_cuda_allocator_peak_is_read_over_the_step_and_labelled(monkeypatch):
 
 
 def test_without_a_measurement_the_largest_all_gather_is_given_as_modelled():
-    fps = [{"op": "all_gather_into_tensor", "module": "layers.0", "shapes": [[72]],
-            "dtypes": ["float32"]}]
+    fps = [Fingerprint(op="all_gather_into_tensor", module="layers.0", shapes=[[72]],
+                       dtypes=["float32"])]
     text, figures = memory_text([_rank(0)], [fps])
     assert ("largest module gathered at once 288 B (modelled: the largest all_gather output"
             in text), text
@@ -69,8 +70,8 @@ def test_fsdp_internals_that_moved_stop_the_count_and_say_so_without_failing_the
     assert Group().unshard() == "ran"  # the job's call went through
     got = held.finish()
     assert "AttributeError" in got.gathered_error
-    fps = [{"op": "all_gather_into_tensor", "module": "layers.0", "shapes": [[72]],
-            "dtypes": ["float32"]}]
+    fps = [Fingerprint(op="all_gather_into_tensor", module="layers.0", shapes=[[72]],
+                       dtypes=["float32"])]
     text, _ = memory_text([_rank(0, got.to_dict())], [fps])
     assert "(modelled: the largest all_gather output; not measured: the count failed: " \
            "AttributeError" in text, text

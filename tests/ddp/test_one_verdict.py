@@ -69,7 +69,7 @@ def test_every_view_gives_the_checklists_verdict_with_its_figures(straggler):
     from torchlens.frontends.ranks.watch_sources import folder_frame
     from torchlens.render.ranks.watch_status import status_html
 
-    status = LiveStatus.of(folder_frame(str(run_dir))["status"])
+    status = LiveStatus.of(folder_frame(str(run_dir)).status)
     assert status.slow_rank == 2 and status.verdict == str(said)
     assert said.sentence in _text(status_html("run", "ended", status))
 
@@ -145,7 +145,7 @@ def test_the_slow_rank_verdict_is_one_colour_in_every_view(straggler):
     from torchlens.frontends.ranks.watch_sources import folder_frame
     from torchlens.render.ranks.watch_status import status_html
 
-    block = str(status_html("run", "ended", LiveStatus.of(folder_frame(str(run_dir))["status"])))
+    block = str(status_html("run", "ended", LiveStatus.of(folder_frame(str(run_dir)).status)))
     assert re.search(rf'<span style="color:{orange}">rank 2 is the slow rank', block)
 
 

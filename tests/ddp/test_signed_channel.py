@@ -116,7 +116,7 @@ def test_forged_messages_during_a_run_are_dropped_counted_and_said(tmp_path):
     assert not any(r.step == 999 for s in steps for r in s)  # the forged batch's
     assert "forged" not in set(res.memory()["phase"])
     assert all(r and not r.get("forged") for r in res.records.ranks)
-    assert res.records.memory_peak[1].get("rss", 0) < 1 << 40  # no forged figure used
+    assert (res.records.memory_peak[1].rss or 0) < 1 << 40  # no forged figure used
     dropped = res.records.dropped
     assert dropped.get("heartbeat", 0) >= 1 and dropped.get("step batch") == 1
     assert dropped.get("stop") == 1

@@ -48,7 +48,7 @@ def test_the_watch_of_a_ddp_check_folder_draws_its_profiled_steps(run) -> None:
     for r in range(2):
         traces = read_manifest(run_dir).rank(r).traces
         assert traces, "the run kept no trace: the test proves nothing"
-        summaries = frame["summaries"][str(r)]
+        summaries = frame.summaries[str(r)]
         assert [s["trace"] for s in summaries] == traces
         assert all(s["memory"]["source"] == "modelled" for s in summaries)
     p = _watched(run_dir).view.profile.panels
@@ -63,7 +63,7 @@ def test_the_watch_of_a_ddp_check_folder_keeps_the_runs_time_origin(run) -> None
     """One origin: seconds since launch, as the %ddp_check view draws them."""
     res, run_dir = run
     assert read_manifest(run_dir).started == pytest.approx(res.records.t0)
-    assert folder_frame(run_dir)["t0"] == pytest.approx(res.records.t0)
+    assert folder_frame(run_dir).t0 == pytest.approx(res.records.t0)
     beats = _watched(run_dir).view.beats.quads.data["left"]
     first_step = min(rec.t0 for recs in res.records.profiling.steps for rec in recs)
     assert min(beats) >= first_step - res.records.t0 - 0.5

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from torchlens.capture.ddp.launcher import DdpOptions, write_run_folder
@@ -155,7 +156,7 @@ def test_ddp_check_writes_the_typed_manifest(torch_run):
     assert (manifest.version, manifest.source, manifest.backend) == (
         VERSION, SOURCE_DDP_CHECK, "gloo")
     # every --profile figure but the folder, as a real run writes them
-    assert manifest.profile == {"every": 5, "budget": 0.03, "window_s": 1.0,
+    assert msgspec.to_builtins(manifest.profile) == {"every": 5, "budget": 0.03, "window_s": 1.0,
                                 "max_steps": None, "keep": 50} and manifest.run_id is None
     # one machine: every rank on node 0, as torchlens run writes it (was null)
     assert [e.node for e in manifest.ranks] == [0, 0]

@@ -20,6 +20,7 @@ from torchlens.formats.run_folder.manifest import (
     ManifestError,
     NodeEntry,
     RankEntry,
+    RestartEntry,
     read_manifest,
     write_manifest,
 )
@@ -84,7 +85,7 @@ def test_a_manifest_round_trips_with_every_field(tmp_path: Path) -> None:
         verdict="v", ranks=[RankEntry(rank=0, host="h", pid=3, node=0, state="failed",
                                       error="E: x", last_heartbeat=2.5, steps=3,
                                       traces=["rank0/step00001.pt.trace.json"])],
-        nodes=[NodeEntry(node=0, host="h", ranks=[0])], restarts=[{"number": 1}],
+        nodes=[NodeEntry(node=0, host="h", ranks=[0])], restarts=[RestartEntry(number=1)],
         slow_rank={"rank": None}, dropped_messages=2, dropped_why={"bad signature": 2},
         notes=["n"], live=LiveEntry(feed="live.jsonl", frames=3))
     write_manifest(str(tmp_path), manifest)
@@ -108,7 +109,7 @@ def test_a_version_1_manifest_of_ddp_check_reads(tmp_path: Path) -> None:
     _write_doc(tmp_path, V1_DDP_CHECK)
     m = read_manifest(str(tmp_path))
     assert (m.version, m.source, m.world_size, m.backend) == (1, SOURCE_DDP_CHECK, 2, "gloo")
-    assert m.profile["every"] == 5 and m.run_id is None and m.live is None
+    assert m.profile.every == 5 and m.run_id is None and m.live is None
     assert [(e.rank, e.pid, e.host, e.traces) for e in m.ranks] == [
         (0, 4000, "gpu7", ["rank0/step00003.pt.trace.json"]),
         (1, 4001, "gpu7", ["rank1/step00003.pt.trace.json"])]
@@ -123,7 +124,7 @@ def test_a_version_1_manifest_of_torchlens_run_reads(tmp_path: Path) -> None:
     assert m.rank(1).state == "finished" and m.rank(1).last_heartbeat == 1732400099.5
     assert m.nodes == [NodeEntry(node=0, host="gpu7", ranks=[0, 1])]
     assert m.live.frames == 14 and m.slow_rank["rank"] == 1
-    assert m.restarts[0]["label"] == "restart 1: rank 1 failed"
+    assert m.restarts[0].label == "restart 1: rank 1 failed"
     notes = collector_notes(m)
     assert [n.code for n in notes] == ["collector_note", "lost_node", "run_ended", "restart",
                                        "collector_note"]

@@ -10,7 +10,7 @@ from torchlens.analysis.ranks.slow import slow_rank_finding, weak
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding, run_view
 from torchlens.analysis.runs.verdict import leading_findings
-from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, CreepEntry, Manifest
 from torchlens.model.findings import Figure
 from torchlens.model.records import StepRecord
 
@@ -63,7 +63,7 @@ def test_the_run_report_names_the_creep_and_orders_it_the_same_way() -> None:
     creep = view.creep[0]
     manifest = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(view.verdict),
                         verdict_code=view.verdict.code,
-                        memory_creep=[dataclasses.asdict(creep)])
+                        memory_creep=[CreepEntry(**dataclasses.asdict(creep))])
     findings = leading_findings(view.slow, manifest, [], "")
     assert [f.code for f in findings] == ["memory_creep", "slow_rank"]
     assert [f.sentence.split(":")[0] for f in findings] == [
@@ -72,7 +72,7 @@ def test_the_run_report_names_the_creep_and_orders_it_the_same_way() -> None:
     # said once, not again as the collector's words (nor, in an older
     # manifest without the verdict's code, by its words)
     older = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(view.verdict),
-                     memory_creep=[dataclasses.asdict(creep)])
+                     memory_creep=[CreepEntry(**dataclasses.asdict(creep))])
     assert [f.code for f in leading_findings(view.slow, older, [], "")] == [
         "memory_creep", "slow_rank"]
     # without a slow rank the creep is still there

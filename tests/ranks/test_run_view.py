@@ -189,6 +189,7 @@ def test_the_verdict_names_the_rank_that_raised_first_not_the_lowest() -> None:
 
 def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
     from torchlens.analysis.ranks.series import MAX_POINTS, step_series
+    from torchlens.formats.run_folder.manifest import RestartEntry
     from torchlens.formats.run_folder.records import CollectedSteps
 
     ranks = {}
@@ -199,14 +200,14 @@ def test_a_long_run_is_drawn_bounded_and_its_slowest_steps_survive() -> None:
         t1 = [t + 0.005 for t in t0]
         t1[12_345] += 2.0  # one 2 s step after the restart
         ranks[r] = {"restart": starts, "step": steps, "t0": t0, "t1": t1}
-    series = step_series(CollectedSteps(ranks, [{"number": 1, "t": 1100.0,
-                                                 "resumed_t": 1105.0, "label": "restart 1",
-                                                 "words": "w"}], started=1000.0))
-    assert series["steps"] == 60_000 and series["drawn"] <= MAX_POINTS
-    drawn = series["ranks"]["0"]
-    assert max(drawn["ms"]) == 2005.0 and drawn["step"][drawn["ms"].index(2005.0)] == 2345
-    assert set(drawn["restart"]) == {0, 1} and drawn["t"] == sorted(drawn["t"])
-    assert series["restarts"][0]["t"] == 100.0 and series["restarts"][0]["resumed"] == 105.0
+    series = step_series(CollectedSteps(ranks, [RestartEntry(number=1, t=1100.0,
+                                                             resumed_t=1105.0, label="restart 1",
+                                                             words="w")], started=1000.0))
+    assert series.steps == 60_000 and series.drawn <= MAX_POINTS
+    drawn = series.ranks["0"]
+    assert max(drawn.ms) == 2005.0 and drawn.step[drawn.ms.index(2005.0)] == 2345
+    assert set(drawn.restart) == {0, 1} and drawn.t == sorted(drawn.t)
+    assert series.restarts[0].t == 100.0 and series.restarts[0].resumed == 105.0
 
 
 def test_a_long_state_is_not_cut_in_the_terminal_table() -> None:

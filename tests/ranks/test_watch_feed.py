@@ -21,11 +21,17 @@ from torchlens.analysis.ranks.verdict import live_status, run_view
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.ranks.collector import Collector
-from torchlens.capture.ranks.feed import KEEP_FRAMES, FeedPublisher, StoreFeed
+from torchlens.capture.ranks.feed import (
+    KEEP_FRAMES,
+    FeedPublisher,
+    LiveFrame,
+    StoreFeed,
+)
 from torchlens.formats.run_folder.manifest import (
     SOURCE_RUN,
     VERSION,
     Manifest,
+    ProfileEntry,
     read_manifest,
 )
 from torchlens.formats.run_folder.records import read_steps
@@ -110,7 +116,7 @@ def run(tmp_path: Path):
         c.close()
 
 
-def _publish(c: Collector, feed: FeedPublisher, ended: bool = False) -> dict:
+def _publish(c: Collector, feed: FeedPublisher, ended: bool = False) -> LiveFrame:
     return feed.publish(live_status(run_view(c.snapshot(), ended=ended)).to_json(), ended=ended)
 
 
@@ -122,15 +128,15 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     c, feed, ranks, out = run
     ranks.steps(25)
     first = _publish(c, feed)
-    assert {r: [s.step for s in v] for r, v in first["steps"].items()} == {
+    assert {r: [s.step for s in v] for r, v in first.steps.items()} == {
         "0": list(range(25)), "1": list(range(25))}
-    assert set(first["heartbeats"]) == {"0", "1"}
-    assert "rank 1 is the slow rank" in first["status"]["verdict"]
+    assert set(first.heartbeats) == {"0", "1"}
+    assert "rank 1 is the slow rank" in first.status["verdict"]
     quiet = _publish(c, feed)  # nothing new: no records, no heartbeats
-    assert quiet["steps"] == {} and quiet["heartbeats"] == {} and quiet["seq"] == 1
+    assert quiet.steps == {} and quiet.heartbeats == {} and quiet.seq == 1
     ranks.steps(5)
     third = _publish(c, feed)
-    assert [s.step for s in third["steps"]["1"]] == list(range(25, 30))
+    assert [s.step for s in third.steps["1"]] == list(range(25, 30))
     # the file transport: every frame a line; the status alone in live.json
     lines = (out / "live.jsonl").read_text().splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [0, 1, 2]
@@ -145,9 +151,9 @@ def test_frames_carry_what_is_new_and_both_files_are_written(run) -> None:
     # the end: both ranks' goodbyes reach the frame once
     ranks.bye()
     last = _publish(c, feed, ended=True)
-    assert last["ended"] and {r: e[0] for r, e in last["ended_ranks"].items()} == {
+    assert last.ended and {r: e[0] for r, e in last.ended_ranks.items()} == {
         "0": "finished", "1": "finished"}
-    assert _publish(c, feed, ended=True)["ended_ranks"] == {}
+    assert _publish(c, feed, ended=True).ended_ranks == {}
 
 
 def test_a_long_feed_file_is_read_in_chunks(run, monkeypatch) -> None:
@@ -161,7 +167,7 @@ def test_a_long_feed_file_is_read_in_chunks(run, monkeypatch) -> None:
     reader = feed_module.FileFeed(str(out))
     reads = []
     while got := reader.read():
-        reads.append([f["seq"] for f in got])
+        reads.append([f.seq for f in got])
     assert sum(reads, []) == [0, 1, 2, 3] and len(reads) > 1 and reader.bad == 0
 
 
@@ -177,11 +183,11 @@ def test_the_store_keeps_the_newest_frames_only(run) -> None:
     # a watcher joining late gets the last minute, not the whole run
     late = StoreFeed.connect("127.0.0.1", c.port, c.key.secret)
     frames = late.read()
-    assert [f["seq"] for f in frames] == list(range(newest + 2 - KEEP_FRAMES, newest + 1))
+    assert [f.seq for f in frames] == list(range(newest + 2 - KEEP_FRAMES, newest + 1))
     assert late.read() == []
     ranks.steps(1)
     _publish(c, feed)
-    assert [f["seq"] for f in late.read()] == [newest + 1]
+    assert [f.seq for f in late.read()] == [newest + 1]
     late.close()
 
 
@@ -195,11 +201,11 @@ def test_a_frame_too_big_for_the_store_is_thinned_and_the_budget_holds(run, monk
     monkeypatch.setattr(feed_module, "STORE_BUDGET", 30_000)
     ranks.steps(40)  # ~25 KB of step records
     frame = _publish(c, feed)
-    assert len(frame["steps"]["0"]) == 40 and feed.thinned == 1 and not feed.errors
+    assert len(frame.steps["0"]) == 40 and feed.thinned == 1 and not feed.errors
     stored = StoreFeed.connect("127.0.0.1", c.port, c.key.secret).read()[-1]
-    assert stored["thinned"] and 0 < len(stored["steps"]["0"]) < 40
+    assert stored.thinned and 0 < len(stored.steps["0"]) < 40
     assert json.loads((out / "live.jsonl").read_text().splitlines()[-1])["steps"]["0"] == \
-        [r.to_dict() for r in frame["steps"]["0"]]
+        [r.to_dict() for r in frame.steps["0"]]
     for _ in range(12):  # ~5 KB frames: the byte budget keeps about six
         ranks.steps(8)
         _publish(c, feed)
@@ -321,7 +327,7 @@ def test_torchlens_run_writes_the_typed_manifest(run) -> None:
         (0, "finished", 3, "gpu7"), (1, "finished", 3, "gpu7")]
     assert manifest.nodes[0].ranks == [0, 1] and manifest.live.frames == 1
     assert [r.step for r in read_steps(str(out), 1)] == [0, 1, 2]
-    assert manifest.backend is None and manifest.profile == {}  # %ddp_check's fields
+    assert manifest.backend is None and manifest.profile == ProfileEntry()  # %ddp_check's fields
 
 
 def test_bad_targets_say_what_to_do(run, tmp_path: Path, monkeypatch) -> None:
@@ -407,11 +413,11 @@ def _span(step: int, label: str | None = None, window: bool = False) -> dict:
     return {**rec, "label": label} if label else rec
 
 
-def _carried(frames: list[dict]) -> dict[str, list[tuple]]:
+def _carried(frames: list[LiveFrame]) -> dict[str, list[tuple]]:
     """Per rank, every record the frames carried, in order: (step, label, window)."""
     out: dict[str, list[tuple]] = {}
     for f in frames:
-        for r, recs in f["steps"].items():
+        for r, recs in f.steps.items():
             out.setdefault(r, []).extend(
                 (x.step, x.label if x.labelled else None, x.window) for x in recs)
     return out
@@ -421,7 +427,7 @@ def _as_sent(batches: list[list[dict]]) -> list[tuple]:
     return [(x["step"], x.get("label"), x["window"]) for b in batches for x in b]
 
 
-def _file_frames(out: Path) -> list[dict]:
+def _file_frames(out: Path) -> list[LiveFrame]:
     from torchlens.capture.ranks.feed import FileFeed
 
     return FileFeed(str(out)).read()
@@ -477,7 +483,7 @@ def test_more_records_than_the_collector_keeps_between_two_frames(run) -> None:
     frame = _publish(c, feed)
     want = _as_sent(sent)
     assert _carried([frame]) == {"0": want, "1": want}
-    assert not _publish(c, feed)["steps"]  # and only once
+    assert not _publish(c, feed).steps  # and only once
 
 
 def test_the_watch_draws_every_training_step_around_labelled_spans(run) -> None:

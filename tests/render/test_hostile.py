@@ -28,7 +28,10 @@ from torchlens.model import (
     Table,
     TorchprofPayload,
 )
+from torchlens.model.collectives import Fingerprint
 from torchlens.model.findings import Figure, Finding
+from torchlens.model.messages import MemoryReading
+from torchlens.model.payloads import HangInfo
 from torchlens.model.snapshot import normalize_snapshot
 
 PARTS = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>",
@@ -131,13 +134,13 @@ def ddp_profile(s: Mark) -> tuple[Profile, object]:
     run = DdpRun(
         world_size=2, backend="gloo", outcome="crashed", steps=1, t0=0.0,
         ranks=[rank0, None],
-        fingerprints=[[{"index": 0, "op": s("op"), "shapes": [[s("shape"), 2]],
-                        "dtypes": [s("dtype")], "line": s("line"), "t": 1.0,
-                        "call_s": 0.001}], []],
+        fingerprints=[[Fingerprint(index=0, op=s("op"), shapes=[[s("shape"), 2]],  # type: ignore[list-item]
+                                   dtypes=[s("dtype")], line=s("line"), t=1.0,
+                                   call_s=0.001)], []],
         exit_codes=[1, -6],
-        hang={"stacks": [s("stack0"), s("stack1")], "after_s": 3.0,
-              "status": [{"phase": s("phase"), "last": None}, None]},
-        memory_peak=[{"rss": 1 << 20, "tensor_bytes": 4096}, None],
+        hang=HangInfo(stacks=[s("stack0"), s("stack1")], after_s=3.0,
+                      status=[{"phase": s("phase"), "last": None}, None]),
+        memory_peak=[MemoryReading(rss=1 << 20, tensor_bytes=4096), None],
     )
     beats = [{"t_rel": 0.1 * i, "rank": i % 2, "phase": s("beat-phase") if i % 3 else "step",
               "collectives": i, "rss": 1 << 20, "tensor_bytes": 4096.0,

@@ -15,6 +15,7 @@ from bokeh.models import GlyphRenderer, MultiLine
 from torchlens.analysis.ranks.series import step_series
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, RankEntry
 from torchlens.formats.run_folder.records import collected_steps, write_steps
+from torchlens.model.payloads import StepSeries
 from torchlens.render.runs.steps_chart import sections, steps_figure
 
 
@@ -30,7 +31,7 @@ def _records() -> list[dict]:
     return out
 
 
-def _series(tmp_path: Path) -> dict:
+def _series(tmp_path: Path) -> StepSeries:
     m = Manifest(world_size=2, source=SOURCE_RUN, started=999.0,
                  ranks=[RankEntry(rank=0), RankEntry(rank=1)])
     for r in range(2):

@@ -1,37 +1,44 @@
-"""The collective fingerprint: what a DDP worker records per collective.
+"""The collective fingerprint as a user reads it, and how one index differs
+across ranks.
 
-A fingerprint is a plain dict (``index``, ``op``, ``shapes``, ``dtypes``, the
-issuing ``line``) that workers exchange while the job runs and save with the
-result. It lives here, beside the other formats torchlens reads, because both
-sides use it: ``capture.ddp`` compares one index across ranks before the
-collective runs (``--strict``), ``analysis.ddp.sequence`` compares whole
-sequences afterwards, and both word one the same way.
+The fingerprint itself (``model.collectives.Fingerprint``: ``index``, ``op``,
+``shapes``, ``dtypes``, the issuing ``line``) is what workers exchange while
+the job runs and save with the result. Its wording and comparison live here,
+beside the other formats torchlens reads, because both sides use them:
+``capture.ddp`` compares one index across ranks before the collective runs
+(``--strict``), ``analysis.ddp.sequence`` compares whole sequences
+afterwards, and both word one the same way.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from torchlens.model.collectives import Difference, Fingerprint
+from torchlens.model.messages import LastCollective
 
 
-def describe_collective(fp: dict[str, Any] | None) -> str:
-    """One collective as a user reads it: ``#3 all_reduce float32[4] at cell [2] line 7``."""
-    if not fp:
+def describe_collective(fp: Fingerprint | LastCollective | None) -> str:
+    """One collective as a user reads it: ``#3 all_reduce float32[4] at cell [2] line 7``.
+
+    A heartbeat's ``LastCollective`` has no tensors: it reads without them."""
+    if fp is None:
         return "nothing"
+    shapes, dtypes = (fp.shapes, fp.dtypes) if isinstance(fp, Fingerprint) else ([], [])
     tensors = ", ".join(
         f"{d}[{'x'.join(str(s) for s in shape)}]"
-        for shape, d in zip(fp.get("shapes", []), fp.get("dtypes", []), strict=False)
+        for shape, d in zip(shapes, dtypes, strict=False)
     )
-    text = f"#{fp.get('index')} {fp.get('op')}"
+    text = f"#{fp.index} {fp.op}"
     if tensors:
         text += f" {tensors}"
-    if fp.get("module"):
-        text += f" of FSDP module {fp['module']}"
-    if fp.get("line"):
-        text += f" at {fp['line']}"
+    module = fp.module_name if isinstance(fp, Fingerprint) else fp.module
+    if module:
+        text += f" of FSDP module {module}"
+    if fp.line:
+        text += f" at {fp.line}"
     return text
 
 
-def first_difference(fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+def first_difference(fps: dict[int, Fingerprint]) -> Difference | None:
     """How the fingerprints of one collective index differ across ranks, or None.
 
     Compares op, shapes and dtypes (what must match for the collective to be
@@ -44,8 +51,9 @@ def first_difference(fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         return None
     ref = fps[ranks[0]]
     for what in ("op", "shapes", "dtypes", "module"):
-        values = {r: fps[r].get(what) for r in ranks}
+        values = {r: (fps[r].module_name if what == "module" else getattr(fps[r], what))
+                  for r in ranks}
         if any(v != values[ranks[0]] for v in values.values()):
-            return {"what": what, "values": values, "reference_rank": ranks[0],
-                    "index": ref.get("index")}
+            return Difference(what=what, values=values, reference_rank=ranks[0],
+                              index=ref.index)
     return None

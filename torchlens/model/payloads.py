@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from torchlens.model.collectives import Fingerprint, fingerprints_from
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.memory_figures import (
@@ -31,6 +32,7 @@ from torchlens.model.memory_figures import (
     memory_diff_from,
     memory_ranks_from,
 )
+from torchlens.model.messages import BeatRow, MemoryReading
 from torchlens.model.records import StepRecord, StepSummary, records_from
 from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
@@ -209,6 +211,33 @@ class RankProfiling:
     dropped_summaries: list[int] = field(default_factory=list)
 
 
+class HangInfo(msgspec.Struct):
+    """Why the hang detector stopped a ``%ddp_check`` run: how long no rank made
+    progress, each rank's Python stack, and its last heartbeat as the rank
+    sent it (``DdpHeartbeat.row``; None: it sent none)."""
+
+    after_s: float = 0.0
+    stacks: list[str] = []
+    status: list[BeatRow | None] = []
+
+
+class RankNode(msgspec.Struct):
+    """Where one rank of a ``%ddp_check --nnodes`` run ran (None: not known)."""
+
+    node: int | None = None
+    host: str | None = None
+
+
+class NodesInfo(msgspec.Struct):
+    """A ``%ddp_check --nnodes`` run's layout: its nodes, ranks per node,
+    rendezvous, and per rank its node and host."""
+
+    nnodes: int = 0
+    nproc_per_node: int = 0
+    rdzv_endpoint: str = ""
+    ranks: list[RankNode] = []
+
+
 @dataclass
 class DdpRun:
     """``kind="ddp_check"``: one run of a function on spawned ranks.
@@ -238,12 +267,12 @@ class DdpRun:
     board: str | None = None
     pids: list[int] = field(default_factory=list)
     ranks: list[dict[str, Any] | None] = field(default_factory=list)
-    fingerprints: list[list[dict[str, Any]]] = field(default_factory=list)
+    fingerprints: list[list[Fingerprint]] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
     ended_at: list[float | None] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
-    hang: dict[str, Any] | None = None
-    memory_peak: list[dict[str, Any]] = field(default_factory=list)
+    hang: HangInfo | None = None
+    memory_peak: list[MemoryReading | None] = field(default_factory=list)
     #: the kernel's cell file names -> In[N], to name cells in stacks and tracebacks
     cells: dict[str, int] = field(default_factory=dict)
     #: ``--profile`` runs only: per-rank steps, memory and profiled-step summaries
@@ -253,15 +282,65 @@ class DdpRun:
     dropped: dict[str, int] = field(default_factory=dict)
     #: ``--nnodes`` runs only: nnodes, nproc_per_node, rdzv_endpoint and per rank
     #: ``{node, host}`` (ranks started by torch's elastic agent on several nodes)
-    nodes: dict[str, Any] | None = None
+    nodes: NodesInfo | None = None
 
     def where(self, rank: int) -> str:
         """``rank 3 (node 1, host gpu7)`` on a multi-node run, else ``rank 3``."""
-        per_rank = (self.nodes or {}).get("ranks") or []
-        if rank < len(per_rank) and per_rank[rank].get("node") is not None:
-            host = per_rank[rank].get("host")
-            return f"rank {rank} (node {per_rank[rank]['node']}" + (f", host {host})" if host else ")")
+        per_rank = self.nodes.ranks if self.nodes is not None else []
+        if rank < len(per_rank) and per_rank[rank].node is not None:
+            host = per_rank[rank].host
+            return f"rank {rank} (node {per_rank[rank].node}" + (f", host {host})" if host else ")")
         return f"rank {rank}"
+
+
+class StepColumns(msgspec.Struct):
+    """Steps of one rank as chart columns: each step's end (s since the series'
+    zero), its time in ms, its number and the start of the rank it is of
+    (0: before the first restart)."""
+
+    t: list[float] = []
+    ms: list[float] = []
+    step: list[int] = []
+    restart: list[int] = []
+
+
+class SpanColumns(StepColumns):
+    """A rank's labelled spans (an evaluation, a checkpoint): ``StepColumns``
+    and each span's label."""
+
+    label: list[str] = []
+
+
+class RankSeries(StepColumns):
+    """A rank's training steps as drawn (``StepColumns``) and its labelled spans."""
+
+    labelled: SpanColumns = msgspec.field(default_factory=SpanColumns)
+
+
+class RestartMark(msgspec.Struct):
+    """A restart on the chart: its number, label and sentence, when the old
+    workers stopped and when the new ones stepped again (s since the zero)."""
+
+    number: int | None = None
+    label: str = ""
+    words: str = ""
+    t: float | None = None
+    resumed: float | None = None
+
+
+class StepSeries(msgspec.Struct):
+    """Every step of every rank over time (``analysis.ranks.series.step_series``):
+    the time zero (unix s) and what it is, per rank (a string, JSON keys) its
+    steps as drawn, the restarts, and how many step records there were, were
+    drawn, and were labelled spans."""
+
+    zero: float = 0.0
+    since: str = ""
+    ranks: dict[str, RankSeries] = {}
+    restarts: list[RestartMark] = []
+    steps: int = 0
+    drawn: int = 0
+    labelled: int = 0
 
 
 @dataclass
@@ -284,8 +363,8 @@ class RunPayload:
     #: records, the collector's notes, the files not read
     notes: list[Finding] = field(default_factory=list)
     #: ``torchlens run`` folders: every rank's steps over time and the restarts
-    #: (``analysis.ranks.series.step_series``); empty for other folders
-    collected_steps: dict[str, Any] = field(default_factory=dict)
+    #: (``analysis.ranks.series.step_series``); None for other folders
+    collected_steps: StepSeries | None = None
     #: ``torchlens run`` folders of an FSDP job: rank (a string) -> its FSDP
     #: memory figures (``analysis.runs.fsdp.FsdpSteps``); empty otherwise
     fsdp: dict[str, FsdpFigures] = field(default_factory=dict)
@@ -431,6 +510,8 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             or (k in ("figures", "fsdp") and isinstance(v, dict))
+            or (k in ("fingerprints", "memory_peak") and isinstance(v, list))
+            else {} if k == "collected_steps" and v is None  # as the JSON always said it
             else v for k, v in items}
 
 
@@ -466,6 +547,12 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is RunPayload and f.name == "collected_steps":
+            value = msgspec.convert(value, StepSeries) if value else None
+        elif cls is DdpRun and f.name in ("memory_peak", "nodes", "hang"):
+            value = msgspec.convert(value, hints[f.name]) if value is not None else None
+        elif cls is DdpRun and f.name == "fingerprints":
+            value = [fingerprints_from(rank) for rank in value or []]
         elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):
             value = msgspec.convert(value or ([] if f.name == "problems" else {}), hints[f.name])
         elif cls is DiffPayload and f.name == "diff":

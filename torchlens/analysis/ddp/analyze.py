@@ -20,7 +20,7 @@ from torchlens.analysis.ddp.fsdp import rank_figures, rank_row
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun, Profile
 from torchlens.model.findings import Finding
-from torchlens.model.messages import DdpHeartbeat
+from torchlens.model.messages import DdpHeartbeat, MemoryReading
 
 MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
 
@@ -114,7 +114,7 @@ def rank_rows(run: DdpRun) -> list[RankRow]:
     fsdp = rank_figures(rank_results(run), run.fingerprints or [])
     for r in range(n):
         res = (run.ranks[r] if r < len(run.ranks) else None) or {}
-        peak = (run.memory_peak[r] if r < len(run.memory_peak) else None) or {}
+        peak = (run.memory_peak[r] if r < len(run.memory_peak) else None) or MemoryReading()
         if prof is not None:
             recs = prof.steps[r] if r < len(prof.steps) else []
             times = [rec.t1 - rec.t0 for rec in recs]
@@ -128,7 +128,7 @@ def rank_rows(run: DdpRun) -> list[RankRow]:
             collectives=(len(run.fingerprints[r]) if r < len(run.fingerprints) else 0)
             if counted else None,
             steps_s=median(times) if times else None,
-            rss=peak.get("rss"), tensor=peak.get("tensor_bytes"),
+            rss=peak.rss, tensor=peak.tensor_bytes,
             error=f"{err.get('type')}: {err.get('message')}" if err else "",
             fsdp=rank_row(fsdp.get(r))))
     return out
@@ -139,13 +139,15 @@ def collective_rows(run: DdpRun, limit: int | None = MAX_COLLECTIVE_ROWS) -> lis
     rows = []
     for r, fps in enumerate(run.fingerprints):
         for fp in (fps or [])[:limit]:
-            tensors = describe_collective({**fp, "line": "", "op": "", "module": None})
+            tensors = describe_collective(msgspec.structs.replace(fp, line="", op="",
+                                                                  module=None))
+            call_s = fp.call_time
             rows.append(CollectiveRow(
-                rank=r, index=fp.get("index"), op=fp.get("op"),
-                tensors=tensors.split(" ", 1)[-1].strip(), line=fp.get("line"),
-                module=fp.get("module"),  # FSDP: whose parameters it moves
-                step=fp.get("step"), t=fp.get("t"),
-                call_ms=None if fp.get("call_s") is None else fp["call_s"] * 1e3))
+                rank=r, index=fp.index, op=fp.op,
+                tensors=tensors.split(" ", 1)[-1].strip(), line=fp.line,
+                module=fp.module_name,  # FSDP: whose parameters it moves
+                step=fp.step, t=fp.t,
+                call_ms=None if call_s is None else call_s * 1e3))
     return rows
 
 

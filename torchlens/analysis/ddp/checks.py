@@ -16,10 +16,11 @@ crashes, silent ranks) is ``analysis.ddp.failures``; a profiled run's lines
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any
+
+import msgspec
 
 from torchlens.analysis.ddp.failures import (
     check_crash,
@@ -40,7 +41,9 @@ from torchlens.analysis.ddp.sequence import sequence_divergence
 from torchlens.analysis.ranks.slow import weak
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun
+from torchlens.model.checksums import ModuleChecksums, ParamChecksum, modules_from
 from torchlens.model.findings import FAILED, NA, PASSED, SLOW_RANK, WARNING, Finding
+from torchlens.model.messages import MemoryReading
 from torchlens.model.units import format_bytes, format_gbps
 
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -208,9 +211,9 @@ def check_sequence(rec: DdpRun) -> Finding:
         lines.append(f"rank {r} skipped a collective: it never issued rank {q}'s "
                      f"{describe_collective(skip.fingerprint)}; its own #{j} is rank {q}'s "
                      f"#{j + 1} (same op and tensors"
-                     + (", same line)" if seqs[r][j].get("line") == seqs[q][j + 1].get("line")
+                     + (", same line)" if seqs[r][j].line == seqs[q][j + 1].line
                         else ")"))
-    what = div.difference["what"] if div.difference else "presence"
+    what = div.difference.what if div.difference else "presence"
     if div.difference is None and div.missing and rec.outcome == "finished":
         status_note = "ranks issued different numbers of collectives"
     elif div.difference:
@@ -229,9 +232,11 @@ def check_sequence(rec: DdpRun) -> Finding:
                    title="collective sequence",
                    details={"index": i, "what": what, "missing": div.missing,
                             "skipped": div.skipped,
-                            "skips": {r: dataclasses.asdict(s) for r, s in div.skips.items()},
+                            "skips": {r: {"peer": s.peer, "index": s.index,
+                                          "fingerprint": msgspec.to_builtins(s.fingerprint)}
+                                      for r, s in div.skips.items()},
                             "ranks": sorted(div.fingerprints),
-                            "ops": {r: fp.get("op") for r, fp in div.fingerprints.items()}})
+                            "ops": {r: fp.op for r, fp in div.fingerprints.items()}})
 
 
 def _crashed(rec: DdpRun) -> list[int]:
@@ -264,22 +269,23 @@ def _cut_short(rec: DdpRun) -> str:
     return f"rank {first} {how}{then}"
 
 
-def _param_diff(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.get("sha1") == b.get("sha1"):
+def _param_diff(a: ParamChecksum, b: ParamChecksum) -> bool:
+    if a.sha1 == b.sha1:
         return False
-    if a.get("shape") != b.get("shape") or a.get("dtype") != b.get("dtype"):
+    if a.shape != b.shape or a.dtype != b.dtype:
         return True
-    scale = max(abs(a.get("abs_sum") or 0.0), abs(b.get("abs_sum") or 0.0), 1.0)
-    if abs((a.get("sum") or 0.0) - (b.get("sum") or 0.0)) > ATOL + RTOL * scale:
+    scale = max(abs(a.abs_sum), abs(b.abs_sum), 1.0)
+    if abs(a.sum - b.sum) > ATOL + RTOL * scale:
         return True
     return any(not math.isclose(x, y, rel_tol=RTOL, abs_tol=ATOL)
-               for x, y in zip(a.get("head") or [], b.get("head") or [], strict=False))
+               for x, y in zip(a.head, b.head, strict=False))
 
 
-def _modules(res: dict[str, Any], step: int) -> list[dict[str, Any]]:
+def _modules(res: dict[str, Any], step: int) -> list[ModuleChecksums]:
+    """The modules ``res``'s rank checksummed after ``step`` (typed here, once)."""
     for s in res.get("steps") or []:
         if s.get("step") == step:
-            return s.get("modules") or []
+            return modules_from(s.get("modules"))
     return []
 
 
@@ -313,35 +319,35 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                 other = _modules(r, step)
                 if m_i >= len(other):
                     continue
-                for pa, pb in zip(mod["params"], other[m_i]["params"], strict=False):
+                for pa, pb in zip(mod.params, other[m_i].params, strict=False):
                     how = shard_relation(pa, pb)
                     if how == "other shard":  # FSDP: one copy per shard, nothing to compare
-                        sharded.setdefault(pa["name"], pa["layout"])
+                        sharded.setdefault(pa.name, pa.shard_key[1] or "")
                         continue
                     checked += 1
                     if how == "layout" or _param_diff(pa, pb):
                         return Finding(
                             FAILED,
-                            f"after step {step}, {mod['name']}: {pa['kind']} '{pa['name']}' "
-                            f"{pa['dtype']}[{'x'.join(map(str, pa['shape']))}] differs: "
+                            f"after step {step}, {mod.name}: {pa.kind} '{pa.name}' "
+                            f"{pa.dtype}[{'x'.join(map(str, pa.shape))}] differs: "
                             + (layout_text(pa, pb, results[0]["rank"], r["rank"])
                                if how == "layout" else
-                               f"rank {results[0]['rank']} sum {pa['sum']:.6g} first "
-                               f"{pa['head']}, rank {r['rank']} sum {pb['sum']:.6g} first "
-                               f"{pb['head']}"),
+                               f"rank {results[0]['rank']} sum {pa.sum:.6g} first "
+                               f"{pa.head}, rank {r['rank']} sum {pb.sum:.6g} first "
+                               f"{pb.head}"),
                             advice="ranks must update parameters only through synchronized "
                                    "gradients: look for rank-dependent in-place updates, no_sync "
                                    "without a final synced step, or buffers (e.g. BatchNorm "
                                    "stats) not broadcast",
                             title="parameter sync",
-                            details={"step": step, "module": mod["name"], "parameter": pa["name"],
+                            details={"step": step, "module": mod.name, "parameter": pa.name,
                                      "ranks": [results[0]["rank"], r["rank"]]})
     if not checked and not sharded:  # one rank's modules, nobody else's to compare them with
         return Finding(NA, "not compared: only one rank checksummed its parameters"
                        + (f" ({cut} before the step returned)" if cut else ""),
                        advice="see the crashed-worker line" if cut else "",
                        title="parameter sync")
-    names = sorted({m["name"] for r in results for s in steps for m in _modules(r, s)})
+    names = sorted({m.name for r in results for s in steps for m in _modules(r, s)})
     compared = (f"{checked} parameter/buffer comparisons across ranks agree (rtol {RTOL:g})"
                 if checked else "no replicated parameter or buffer to compare")
     return Finding(PASSED,
@@ -368,20 +374,20 @@ def check_determinism(rec: DdpRun) -> Finding:
         op = (r.get("determinism") or {}).get("first_op")
         first, second = _modules(r, 0), _modules(r, 1)
         for ma, mb in zip(first, second, strict=False):
-            for pa, pb in zip(ma["params"], mb["params"], strict=False):
-                if pa.get("sha1") != pb.get("sha1"):
+            for pa, pb in zip(ma.params, mb.params, strict=False):
+                if pa.sha1 != pb.sha1:
                     where = (f"; first op whose result differed: {op['op']} at {op['line']}"
                              if op else "")
                     return Finding(
                         FAILED,
                         f"rank {r['rank']}: the same step run twice with the same seeds gave "
-                        f"different {ma['name']} {pa['kind']} '{pa['name']}' "
-                        f"(sum {pa['sum']:.6g} vs {pb['sum']:.6g}){where}",
+                        f"different {ma.name} {pa.kind} '{pa.name}' "
+                        f"(sum {pa.sum:.6g} vs {pb.sum:.6g}){where}",
                         advice="something outside the seeded RNGs feeds the step (time, "
                                "os.urandom, unseeded generators, data order) or an op is "
                                "nondeterministic; try torch.use_deterministic_algorithms(True)",
                         title="determinism",
-                        details={"rank": r["rank"], "parameter": pa["name"], "op": op})
+                        details={"rank": r["rank"], "parameter": pa.name, "op": op})
         if op and not first:
             return Finding(FAILED,
                            f"rank {r['rank']}: op {op['op']} at {op['line']} gave a different "
@@ -394,17 +400,20 @@ def check_determinism(rec: DdpRun) -> Finding:
 
 
 def check_memory(rec: DdpRun) -> Finding:
-    peaks = rec.memory_peak or []
-    if not any(p for p in peaks):
+    read = [p or MemoryReading() for p in rec.memory_peak or []]
+    # the readings as the details' JSON has them: a figure not read is left out
+    peaks = [None if p is None else msgspec.to_builtins(p) for p in rec.memory_peak or []]
+    if not any(peaks):
         return Finding(NA, "no memory sample arrived", title="memory")
-    key = "cuda_allocated" if any((p or {}).get("cuda_allocated") for p in peaks) else "tensor_bytes"
-    if key == "tensor_bytes" and not any((p or {}).get(key) is not None for p in peaks):
+    key = "cuda_allocated" if any(p.cuda_allocated for p in read) else "tensor_bytes"
+    if key == "tensor_bytes" and not any(p.tensor_bytes is not None for p in read):
         key = "rss"  # --profile scans no live tensors (milliseconds per step)
-    values = [(r, (p or {}).get(key) or 0) for r, p in enumerate(peaks)]
-    text = "; ".join(f"rank {r}: RSS {format_bytes((peaks[r] or {}).get('rss'))}"
+    values = [(r, getattr(p, key) or 0) for r, p in enumerate(read)]
+    text = "; ".join(f"rank {r}: RSS {format_bytes(read[r].rss)}"
                      + ("" if key == "rss" else f", {key.replace('_', ' ')} {format_bytes(v)}")
                      for r, v in values)
     fsdp, figures = memory_text(rank_results(rec), rec.fingerprints or [])
+    fsdp_figures = {r: msgspec.to_builtins(f) for r, f in figures.items()}
     text += fsdp
     hi, lo = max(v for _, v in values), min(v for _, v in values)
     if hi > MEMORY_MIN_BYTES and lo < hi / (1 + MEMORY_IMBALANCE):
@@ -412,9 +421,9 @@ def check_memory(rec: DdpRun) -> Finding:
         return Finding(FAILED, f"peak {text}: rank {worst} holds {hi / max(lo, 1):.1f}x",
                        advice="rank-dependent data or model sizes: the largest rank sets the "
                               "memory limit for all", title="memory",
-                       details={"key": key, "peaks": peaks, "fsdp": figures})
+                       details={"key": key, "peaks": peaks, "fsdp": fsdp_figures})
     return Finding(PASSED, f"peak {text}", title="memory",
-                   details={"key": key, "peaks": peaks, "fsdp": figures})
+                   details={"key": key, "peaks": peaks, "fsdp": fsdp_figures})
 
 
 def check_signatures(rec: DdpRun) -> Finding | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.formats.locations import (
     CellNames,
@@ -20,6 +22,7 @@ from torchlens.formats.locations import (
 )
 from torchlens.model import DdpRun
 from torchlens.model.findings import FAILED, INFO, NA, PASSED, Finding
+from torchlens.model.messages import LastCollective
 from torchlens.model.units import format_seconds
 
 
@@ -81,8 +84,8 @@ def check_hang(rec: DdpRun) -> Finding:
         if rec.outcome == "interrupted":
             return Finding(NA, "the run was interrupted before it could be judged", title="hang")
         return Finding(PASSED, "every rank kept making progress until it ended", title="hang")
-    statuses = [st or {} for st in hang.get("status") or []]
-    stacks = [label_cells_in(st, rec.cells) for st in hang.get("stacks") or []]
+    statuses = [st or {} for st in hang.status]
+    stacks = [label_cells_in(st, rec.cells) for st in hang.stacks]
     counts = [int(st.get("collectives") or 0) for st in statuses]
     # The rank(s) holding the others up have issued fewer collectives than
     # the rest, which wait in the one the laggards never reached. (Whether a
@@ -95,11 +98,11 @@ def check_hang(rec: DdpRun) -> Finding:
     for r, st in enumerate(statuses):
         last = st.get("last")
         phase = st.get("phase", "?")
-        where = _user_frame_in((hang.get("stacks") or [])[r] if r < len(stacks) else "",
+        where = _user_frame_in(hang.stacks[r] if r < len(stacks) else "",
                                rec.cells)
         at = f", now at {where}" if where else ""
         if last:
-            parts.append(f"rank {r} is stuck at or after {describe_collective(last)} "
+            parts.append(f"rank {r} is stuck at or after {describe_collective(_last(last))} "
                          f"(phase {phase}){at}")
         else:
             parts.append(f"rank {r} has issued no collective (phase {phase}){at}")
@@ -114,7 +117,7 @@ def check_hang(rec: DdpRun) -> Finding:
                   "peers do not join, or all block in their own code; compare the ranks' "
                   "lines and stacks below and the collective sequence line; rerun with --strict")
     return Finding(FAILED,
-                   f"no rank made progress for {format_seconds(hang.get('after_s', 0))}: " + "; ".join(parts),
+                   f"no rank made progress for {format_seconds(hang.after_s)}: " + "; ".join(parts),
                    advice=advice, title="hang",
                    details={"stacks": stacks, "behind": behind, "waiting": waiting})
 
@@ -209,3 +212,11 @@ def check_oom(rec: DdpRun) -> Finding | None:
               "the OOM message in the crashed-worker line is what there is")
     return Finding(INFO, "; ".join(parts), advice=advice, title="out of memory",
                    details={"ranks": {r: oom for r, oom in outcomes}})
+
+
+def _last(value: Any) -> LastCollective | None:
+    """A hang status's last collective (its heartbeat's), None when it is not one."""
+    try:
+        return msgspec.convert(value, LastCollective)
+    except msgspec.ValidationError:
+        return None

@@ -10,9 +10,9 @@ answers a ``Divergence``: no torch here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from torchlens.formats.fingerprints import first_difference
+from torchlens.model.collectives import Difference, Fingerprint
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Skip:
 
     peer: int
     index: int
-    fingerprint: dict[str, Any]
+    fingerprint: Fingerprint
 
 
 @dataclass
@@ -33,34 +33,33 @@ class Divergence:
     and the ranks that skipped a peer's collective (``skips``: which one)."""
 
     index: int
-    fingerprints: dict[int, dict[str, Any]]
+    fingerprints: dict[int, Fingerprint]
     missing: list[int]
-    difference: dict[str, Any] | None
+    difference: Difference | None
     skipped: list[int]
     skips: dict[int, Skip]
 
 
-def _signature(fp: dict[str, Any]) -> tuple[Any, ...]:
-    return (fp.get("op"), [list(s) for s in fp.get("shapes", [])], list(fp.get("dtypes", [])),
-            fp.get("module"))
+def _signature(fp: Fingerprint) -> tuple[str, list[list[int]], list[str], str | None]:
+    return (fp.op, [list(s) for s in fp.shapes], list(fp.dtypes), fp.module_name)
 
 
-def _where(fp: dict[str, Any]) -> tuple[Any, ...] | None:
+def _where(fp: Fingerprint) -> tuple[str, str | None] | None:
     """Where a collective came from: its line, and under FSDP its module (one
     forward line issues every layer's all_gather)."""
-    if not fp.get("line") and not fp.get("module"):
+    if not fp.line and not fp.module_name:
         return None
-    return (fp.get("line"), fp.get("module"))
+    return (fp.line, fp.module_name)
 
 
-def _skipped(a: list[dict[str, Any]], b: list[dict[str, Any]], i: int) -> bool:
+def _skipped(a: list[Fingerprint], b: list[Fingerprint], i: int) -> bool:
     """Does ``b`` look like ``a`` with collective ``i`` left out?"""
     rest_a, rest_b = a[i + 1: i + 4], b[i: i + 3]
     return bool(rest_b) and len(rest_a) >= len(rest_b) and all(
         _signature(x) == _signature(y) for x, y in zip(rest_a, rest_b, strict=False))
 
 
-def _left_out(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], upto: int) -> int | None:
+def _left_out(mine: list[Fingerprint], theirs: list[Fingerprint], upto: int) -> int | None:
     """The index ``j <= upto`` of ``theirs`` that ``mine`` left out, or None.
 
     The evidence of a skip is in the next collectives: at ``j`` the two ranks
@@ -79,7 +78,7 @@ def _left_out(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], upto: in
     return None
 
 
-def sequence_divergence(fingerprints: list[list[dict[str, Any]]]) -> Divergence | None:
+def sequence_divergence(fingerprints: list[list[Fingerprint]]) -> Divergence | None:
     """The first collective index where ranks' sequences (one list per rank, in
     issue order) differ, or None if they agree."""
     seqs = [list(s or []) for s in fingerprints]

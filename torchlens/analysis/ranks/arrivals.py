@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from torchlens.model.records import StepSummary, SummaryCollective
 
@@ -34,17 +33,28 @@ ARRIVED_BY = {"kernel": "its NCCL kernel's start on the GPU",
               "host": "when its host issued the call"}
 
 
-def last_arrival(arrivals: Mapping[int, float]) -> dict[str, Any]:
-    """``arrivals``: rank -> when it entered the collective (unix s). Returns
-    ``last_rank``, ``last_t0``, ``waits_us`` (rank -> µs it waited for the last
-    one, 0 for the last), ``max_wait_us`` (last arrival minus first) and
-    ``total_wait_us`` (the waits summed)."""
+@dataclass(frozen=True)
+class LastArrival:
+    """Who entered a collective last and what the others waited: the last
+    rank (ties: the lowest) and when it arrived (unix s), per rank the µs it
+    waited for it (0 for the last), the last arrival minus the first (µs)
+    and the waits summed (µs)."""
+
+    last_rank: int
+    last_t0: float
+    waits_us: dict[int, float]
+    max_wait_us: float
+    total_wait_us: float
+
+
+def last_arrival(arrivals: Mapping[int, float]) -> LastArrival:
+    """``arrivals``: rank -> when it entered the collective (unix s)."""
     last_t0 = max(arrivals.values())
     waits = {r: (last_t0 - t) * 1e6 for r, t in arrivals.items()}
-    return {"last_rank": min(r for r, t in arrivals.items() if t == last_t0),
-            "last_t0": last_t0, "waits_us": waits,
-            "max_wait_us": (last_t0 - min(arrivals.values())) * 1e6,
-            "total_wait_us": sum(waits.values())}
+    return LastArrival(last_rank=min(r for r, t in arrivals.items() if t == last_t0),
+                       last_t0=last_t0, waits_us=waits,
+                       max_wait_us=(last_t0 - min(arrivals.values())) * 1e6,
+                       total_wait_us=sum(waits.values()))
 
 
 def arrival_times(at: Mapping[int, SummaryCollective]) -> tuple[dict[int, float], str]:
@@ -92,10 +102,10 @@ def collective_arrivals(summaries: Mapping[int, StepSummary]) -> list[Collective
         times, how = arrival_times({r: arrived[r] for r in ranks})
         last = last_arrival(times)
         rows.append(CollectiveArrival(
-            seq=seq, name=arrived[last["last_rank"]].name, ranks=ranks,
+            seq=seq, name=arrived[last.last_rank].name, ranks=ranks,
             arrivals=[times[r] for r in ranks], arrived_by=how,
             issued=[float(arrived[r].t0) for r in ranks],
             lanes=[arrived[r].lane for r in ranks],
-            last_rank=last["last_rank"], last_arrival=last["last_t0"],
-            spread_ms=last["max_wait_us"] / 1e3))
+            last_rank=last.last_rank, last_arrival=last.last_t0,
+            spread_ms=last.max_wait_us / 1e3))
     return rows

@@ -50,7 +50,7 @@ def failure_finding(manifest: Manifest) -> Finding | None:
         return None
     if manifest.verdict_code is not None:
         # the first lost node is the verdict's (``verdict._verdict``)
-        whole = bool(manifest.lost_nodes) and manifest.lost_nodes[0].get("whole_node") is not False
+        whole = bool(manifest.lost_nodes) and manifest.lost_nodes[0].whole_node
         lost = manifest.verdict_code == LOST_NODE and whole
         rank_lost = manifest.verdict_code == LOST_NODE and not whole
         crashed = manifest.verdict_code == FAILED_RANK
@@ -82,14 +82,14 @@ def collector_notes(manifest: Manifest) -> list[Finding]:
                            details={"verdict_code": manifest.verdict_code},
                            code=COLLECTOR_NOTE))
     for node in manifest.lost_nodes:
-        if node.get("words"):
-            out.append(Finding(INFO, f"lost {node['words']}", code=LOST_NODE))
+        if node.words:
+            out.append(Finding(INFO, f"lost {node.words}", code=LOST_NODE))
     if manifest.stopped:
         code = "" if "exit code" in manifest.stopped else f" (exit code {manifest.exit_code})"
         out.append(Finding(INFO, f"how the run ended: {manifest.stopped}{code}", code="run_ended"))
     for r in manifest.restarts:
-        if r.get("words"):  # analysis.ranks.restarts wrote them
-            out.append(Finding(INFO, f"restart {r.get('number')}: {r['words']}", code="restart"))
+        if r.words:  # analysis.ranks.restarts wrote them
+            out.append(Finding(INFO, f"restart {r.number}: {r.words}", code="restart"))
     if manifest.dropped_messages:
         out.append(Finding(
             INFO, f"{manifest.dropped_messages} message(s) to the collector failed their "

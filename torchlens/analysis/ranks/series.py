@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from torchlens.formats.run_folder.records import CollectedSteps
+from torchlens.model.payloads import RankSeries, RestartMark, SpanColumns, StepSeries
 
 MAX_POINTS = 60_000
 MIN_PER_RANK = 300
@@ -46,12 +47,12 @@ def _kept(t: np.ndarray, ms: np.ndarray, start: np.ndarray, budget: int) -> np.n
     return kept[np.argsort(t[kept], kind="stable")]
 
 
-def step_series(collected: CollectedSteps) -> dict[str, Any]:
-    """The chart's data (JSON-able: it is kept in the saved report)."""
+def step_series(collected: CollectedSteps) -> StepSeries:
+    """The chart's data (kept in the saved report)."""
     firsts = [min(c["t0"]) for c in collected.ranks.values() if c["t0"]]
     zero = collected.started if collected.started is not None else min(firsts, default=0.0)
     budget = max(MIN_PER_RANK, MAX_POINTS // max(1, len(collected.ranks)))
-    ranks: dict[str, dict[str, list[Any]]] = {}
+    ranks: dict[str, RankSeries] = {}
     total = drawn = spans = 0
     for rank, cols in sorted(collected.ranks.items()):
         t0, t1 = np.asarray(cols["t0"], float), np.asarray(cols["t1"], float)
@@ -65,21 +66,22 @@ def step_series(collected: CollectedSteps) -> dict[str, Any]:
         total += len(t1)
         drawn += len(keep) + len(other)
         spans += len(other)
-        ranks[str(rank)] = {**_columns(keep, t1, ms, start, cols["step"], zero),
-                            "labelled": {**_columns(other, t1, ms, start, cols["step"], zero),
-                                         "label": [labels[i] for i in other]}}
+        ranks[str(rank)] = RankSeries(
+            **_columns(keep, t1, ms, start, cols["step"], zero),
+            labelled=SpanColumns(**_columns(other, t1, ms, start, cols["step"], zero),
+                                 label=[labels[i] for i in other]))
     restarts = []
     for r in collected.restarts:
-        t, resumed = r.get("t"), r.get("resumed_t")
-        restarts.append({"number": r.get("number"), "label": r.get("label") or
-                         f"restart {r.get('number')}", "words": r.get("words") or "",
-                         "t": None if t is None else t - zero,
-                         "resumed": None if resumed is None else resumed - zero})
+        t, resumed = r.t, r.resumed_t
+        restarts.append(RestartMark(number=r.number, label=r.label or f"restart {r.number}",
+                                    words=r.words,
+                                    t=None if t is None else t - zero,
+                                    resumed=None if resumed is None else resumed - zero))
     # the time zero in words, for the chart's axis: a folder whose manifest is
     # damaged has no collector start (records.steps_without_manifest)
     since = "torchlens run started" if collected.started is not None else "the first step began"
-    return {"zero": zero, "since": since, "ranks": ranks, "restarts": restarts,
-            "steps": total, "drawn": drawn, "labelled": spans}
+    return StepSeries(zero=zero, since=since, ranks=ranks, restarts=restarts, steps=total,
+                      drawn=drawn, labelled=spans)
 
 
 def _columns(idx: np.ndarray, t1: np.ndarray, ms: np.ndarray, start: np.ndarray,

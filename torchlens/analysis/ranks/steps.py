@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+import msgspec
+
 from torchlens.model.records import GpuStepTimes, StepMemory, StepRecord, StepSummary
 from torchlens.model.units import format_bytes
 
@@ -322,18 +324,41 @@ def _peak(values: list[Any]) -> Any:
 ROLES = ("kernel", "memcpy", "memset", "comm", "runtime", "dataloader", "cpu_exec", "other")
 
 
-def profiled_breakdown(summaries: Summaries) -> list[dict[str, Any]]:
+class RoleBreakdown(msgspec.Struct):
+    """One rank's median ``%%torchprof`` step breakdown over its profiled steps
+    (ms per role of ``ROLES``, and the step), and how many profiled steps it
+    rests on; None where the rank has no summary yet."""
+
+    rank: int
+    profiled: int = 0
+    step_ms: float | None = None
+    kernel_ms: float | None = None
+    memcpy_ms: float | None = None
+    memset_ms: float | None = None
+    comm_ms: float | None = None
+    runtime_ms: float | None = None
+    dataloader_ms: float | None = None
+    cpu_exec_ms: float | None = None
+    other_ms: float | None = None
+
+    def role_ms(self, role: str) -> float | None:
+        """The median ms of ``role`` (one of ``ROLES``)."""
+        value: float | None = getattr(self, f"{role}_ms")
+        return value
+
+
+def profiled_breakdown(summaries: Summaries) -> list[RoleBreakdown]:
     """One row per rank: the median over its profiled steps of the ``%%torchprof``
     step breakdown (``<role>_ms`` for each of ``ROLES``, and ``step_ms``), and how
     many profiled steps it rests on. Ranks without a summary yet have None."""
     out = []
     for r, sums in enumerate(summaries):
         sums = [s for s in sums or [] if isinstance(s.get("breakdown"), dict)]
-        row: dict[str, Any] = {"rank": r, "profiled": len(sums),
-                               "step_ms": _median([s.get("step_ms") for s in sums])}
+        row = RoleBreakdown(rank=r, profiled=len(sums),
+                            step_ms=_median([s.get("step_ms") for s in sums]))
         for role in ROLES:
             us = _median([s["breakdown"].get(f"{role}_us") for s in sums])
-            row[f"{role}_ms"] = None if us is None else us / 1000
+            setattr(row, f"{role}_ms", None if us is None else us / 1000)
         out.append(row)
     return out
 

@@ -49,7 +49,7 @@ from torchlens.analysis.ranks.steps import (
     per_rank_memory,
     rank_table,
 )
-from torchlens.formats.run_folder.manifest import Manifest
+from torchlens.formats.run_folder.manifest import Manifest, RestartEntry
 from torchlens.model.findings import (
     FAILED,
     FAILED_RANK,
@@ -516,12 +516,12 @@ def ended_reason(row: RankStatus) -> str | None:
     return f"{row.state}: {row.error}" if row.error else str(row.state)
 
 
-def _restarts(saved: list[Any]) -> list[Restart]:
+def _restarts(saved: list[RestartEntry]) -> list[Restart]:
     """A manifest's restarts as ``Restart`` records; those it cannot read are left out."""
     out = []
     for r in saved:
         try:
-            out.append(msgspec.convert(r, Restart))
+            out.append(msgspec.convert(msgspec.to_builtins(r), Restart))
         except msgspec.ValidationError:
             continue
     return out
@@ -566,4 +566,4 @@ def folder_status(manifest: Manifest, steps: Steps, summaries: list[list[StepSum
         slow_finding=slow_finding, ranks=rows,
         notes=[n for n in manifest.notes if isinstance(n, str)],
         restarts=_restarts(list(manifest.restarts)), dropped=manifest.dropped_messages or 0,
-        lost=[n.get("words") for n in manifest.lost_nodes if isinstance(n, dict)])
+        lost=[n.words for n in manifest.lost_nodes])

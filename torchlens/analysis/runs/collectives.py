@@ -327,5 +327,5 @@ def _row(trace: int, step: int | None, seq: int, at: dict[int, Collective],
 def set_last(row: CollectiveRow, arrivals: dict[int, float]) -> None:
     """``row``'s last rank and waits from ``arrivals`` (``ranks.arrivals.last_arrival``)."""
     last = last_arrival(arrivals)
-    row.last_rank, row.waits_us = last["last_rank"], last["waits_us"]
-    row.max_wait_us, row.total_wait_us = last["max_wait_us"], last["total_wait_us"]
+    row.last_rank, row.waits_us = last.last_rank, last.waits_us
+    row.max_wait_us, row.total_wait_us = last.max_wait_us, last.total_wait_us

@@ -18,6 +18,7 @@ import msgspec
 
 from torchlens.analysis.ddp.fsdp import (
     ALIVE,
+    FsdpRank,
     by_text,
     module_names,
     rank_row,
@@ -69,14 +70,14 @@ def fsdp_rows(figures: dict[str, FsdpFigures]) -> list[FsdpRow]:
     rows = []
     for r, got in sorted(figures.items(), key=lambda kv: int(kv[0])):
         # the %ddp_check memory line's words read the figures as its JSON does
-        f = msgspec.to_builtins(got)
-        if f.get("gathered_peak_bytes"):
-            f["gathered_how"] = ALIVE
-        f["allocator_unmeasured"] = ON_GPU if f.get("cuda") else ON_CPU
-        mods = module_names(f.get("gathered_peak_modules") or [])
-        rows.append(FsdpRow(rank=int(r), **rank_row(f), fsdp_unsharded=f.get("unsharded_bytes"),
+        f = msgspec.convert(msgspec.to_builtins(got), FsdpRank)
+        if f.gathered_peak_bytes:
+            f.gathered_how = ALIVE
+        f.allocator_unmeasured = ON_GPU if got.cuda else ON_CPU
+        mods = module_names(f.gathered_peak_modules)
+        rows.append(FsdpRow(rank=int(r), **rank_row(f), fsdp_unsharded=f.unsharded_bytes,
                             gathered_modules=" + ".join(mods) or None,
-                            gathered_step=f.get("gathered_peak_step"), text=rank_text(f)))
+                            gathered_step=got.gathered_peak_step, text=rank_text(f)))
     return rows
 
 

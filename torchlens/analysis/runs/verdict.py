@@ -17,12 +17,14 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+import msgspec
+
 from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.slow import WINDOW, SlowRank, slow_rank, weak
 from torchlens.analysis.ranks.stalls import STALL_WINDOW
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
-from torchlens.formats.run_folder.manifest import Manifest
+from torchlens.formats.run_folder.manifest import CreepEntry, Manifest
 from torchlens.formats.run_folder.records import iter_steps
 from torchlens.model.findings import (
     IGNORED_FILES,
@@ -96,12 +98,16 @@ def creep_of(manifest: Manifest) -> Finding | None:
     """The collector's first memory creep (``torchlens run``) as its finding."""
     for c in manifest.memory_creep[:1]:
         try:
-            return creep_finding(MemoryCreep(**c),
-                                 [MemoryCreep(**m) for m in manifest.memory_creep[1:]])
+            return creep_finding(_creep(c), [_creep(m) for m in manifest.memory_creep[1:]])
         except TypeError:  # a manifest from an older torchlens: its words alone
-            words = str(c.get("words") or "")
-            return Finding(WARNING, words, code=MEMORY_CREEP) if words else None
+            return Finding(WARNING, c.words, code=MEMORY_CREEP) if c.words else None
     return None
+
+
+def _creep(c: CreepEntry) -> MemoryCreep:
+    """A manifest's creep as the analysis' record; TypeError when a figure is missing."""
+    figures = {k: v for k, v in msgspec.structs.asdict(c).items() if v is not None}
+    return MemoryCreep(**figures)
 
 
 def _said_again(note: Finding, manifest: Manifest, said: list[Finding]) -> bool:

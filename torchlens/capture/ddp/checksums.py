@@ -9,40 +9,8 @@ import hashlib
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
-
-class ParamChecksum(msgspec.Struct):
-    """One parameter or buffer: its shape, dtype, sum, |sum|, sha1 and first
-    values; a sharded (FSDP) one also which shard this rank holds, how it is
-    sharded and its global shape."""
-
-    kind: str
-    name: str
-    shape: list[int]
-    dtype: str
-    sum: float
-    abs_sum: float
-    sha1: str
-    head: list[float]
-    shard: str | None | UnsetType = UNSET
-    layout: str | None | UnsetType = UNSET
-    global_shape: list[int] | None | UnsetType = UNSET
-
-
-class ShardBytes(msgspec.Struct):
-    """A module's FSDP shards against the same parameters gathered (bytes)."""
-
-    sharded_bytes: int
-    unsharded_bytes: int
-
-
-class ModuleChecksums(msgspec.Struct):
-    """Every parameter and buffer of one module, and its FSDP bytes when sharded."""
-
-    name: str
-    params: list[ParamChecksum]
-    fsdp: ShardBytes | UnsetType = UNSET
+from torchlens.model.checksums import ModuleChecksums, ParamChecksum, ShardBytes
 
 
 def module_checksums(name: str, module: Any) -> ModuleChecksums:
@@ -63,7 +31,7 @@ def module_checksums(name: str, module: Any) -> ModuleChecksums:
                         ("buffer", module.named_buffers())):
         for pname, t in items:
             piece = shards.get(id(t)) if kind == "parameter" else None
-            t = (piece["local"] if piece else t).detach().cpu().contiguous()
+            t = (piece.local if piece else t).detach().cpu().contiguous()
             flat = t.reshape(-1)
             try:
                 digest = hashlib.sha1(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
@@ -75,13 +43,13 @@ def module_checksums(name: str, module: Any) -> ModuleChecksums:
                                   sum=float(as_f64.sum()), abs_sum=float(as_f64.abs().sum()),
                                   sha1=digest, head=as_f64[:3].tolist())
             if piece:
-                param.shard, param.layout = piece["shard"], piece["layout"]
-                param.global_shape = piece["global_shape"]
+                param.shard, param.layout = piece.shard, piece.layout
+                param.global_shape = piece.global_shape
             params.append(param)
     out = ModuleChecksums(name=name, params=params)
     if shards:
-        out.fsdp = ShardBytes(sharded_bytes=sum(p["sharded_bytes"] for p in shards.values()),
-                              unsharded_bytes=sum(p["unsharded_bytes"] for p in shards.values()))
+        out.fsdp = ShardBytes(sharded_bytes=sum(p.sharded_bytes for p in shards.values()),
+                              unsharded_bytes=sum(p.unsharded_bytes for p in shards.values()))
     return out
 
 

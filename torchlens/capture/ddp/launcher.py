@@ -50,9 +50,16 @@ from torchlens.capture.ddp.processes import (
     start_agent,
 )
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
+from torchlens.formats.run_folder.manifest import RankEntry
 from torchlens.model.feed import RankFeed
-from torchlens.model.messages import BeatRow, DdpHeartbeat, OomOutcome, decode_message
-from torchlens.model.payloads import DdpRun, RankProfiling
+from torchlens.model.messages import DdpHeartbeat, OomOutcome, decode_message
+from torchlens.model.payloads import (
+    DdpRun,
+    HangInfo,
+    NodesInfo,
+    RankNode,
+    RankProfiling,
+)
 from torchlens.model.records import StepRecord, without_setup
 
 
@@ -74,30 +81,11 @@ class HangReport:
     stacks: list[str]
     status: list[DdpHeartbeat | None]
 
-    def to_builtins(self) -> dict[str, float | list[str] | list[BeatRow | None]]:
+    def info(self) -> HangInfo:
         """As ``DdpRun.hang`` keeps it (each heartbeat as the rank sent it, with the
         launcher's ``rank`` and ``t_rel``)."""
-        return {"after_s": self.after_s, "stacks": self.stacks,
-                "status": [h.row(last=True) if h else None for h in self.status]}
-
-
-@dataclasses.dataclass
-class RankNode:
-    """Where one rank of a --nnodes run ran."""
-
-    node: int | None
-    host: str | None
-
-
-@dataclasses.dataclass
-class NodesInfo:
-    """A --nnodes run's layout: its nodes, ranks per node, rendezvous, and per rank
-    its node and host."""
-
-    nnodes: int
-    nproc_per_node: int
-    rdzv_endpoint: str
-    ranks: list[RankNode]
+        return HangInfo(after_s=self.after_s, stacks=self.stacks,
+                        status=[h.row(last=True) if h else None for h in self.status])
 
 
 POLL_S = 0.1
@@ -398,11 +386,10 @@ class DdpLauncher:
                          for p, c in zip(self.procs, codes, strict=False)]),
             ended_at=list(self.ended_at),
             killed=sorted(i for i, p in enumerate(self.procs) if p.pid in self.killed),
-            hang=self.hang.to_builtins() if self.hang else None,
-            memory_peak=[msgspec.to_builtins(peak)
-                         for peak in memory_peaks(ranks, self.heartbeats)],
+            hang=self.hang.info() if self.hang else None,
+            memory_peak=list(memory_peaks(ranks, self.heartbeats)),
             cells=dict(self.job.cells), profiling=profiling, dropped=dropped,
-            nodes=dataclasses.asdict(nodes) if nodes else None)
+            nodes=nodes)
         return CheckRecords(run, self.heartbeats)
 
     def _profiling(self, tl: protocol.Channel,
@@ -430,18 +417,19 @@ class DdpLauncher:
         return out
 
 
-def _ending(res: dict[str, Any], steps: int) -> dict[str, Any]:
-    """How a %ddp_check rank ended, in the manifest's words (as ``torchlens run``
-    writes them): a rank that raised is ``failed`` with its exception, so the
-    folder's report says the crash, not only the steps before it."""
+def _ended(entry: RankEntry, res: dict[str, Any], steps: int) -> RankEntry:
+    """``entry`` with how its %ddp_check rank ended, in the manifest's words (as
+    ``torchlens run`` writes them): a rank that raised is ``failed`` with its
+    exception, so the folder's report says the crash, not only the steps before it."""
     if not res:
-        return {}
+        return entry
     err = res.get("error")
     if not isinstance(err, dict):
-        return {"state": "finished", "steps": steps}
+        return msgspec.structs.replace(entry, state="finished", steps=steps)
     first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
-    return {"state": "failed", "error": f"{err.get('type') or 'error'}: {first}"[:300],
-            "stopped_at_step": steps, "steps": steps}
+    return msgspec.structs.replace(
+        entry, state="failed", error=f"{err.get('type') or 'error'}: {first}"[:300],
+        stopped_at_step=steps, steps=steps)
 
 
 def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
@@ -453,19 +441,18 @@ def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
 
     def rank_files(rank: int) -> write.RankFiles:
         res = ranks[rank] or {}
-        entry = manifest.RankEntry(
+        entry = _ended(manifest.RankEntry(
             rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
             # one machine unless --nnodes: node 0, as torchlens run labels it (a watch of
             # the finished folder then labels its series node="0", not node="")
-            node=res.get("node", None if options.elastic else 0),
-            **_ending(res, len(steps[rank])))
+            node=res.get("node", None if options.elastic else 0)), res, len(steps[rank]))
         return write.RankFiles(entry, steps[rank],
                                oom=decode_message(res.get("oom_snapshot"), OomOutcome))
 
     write.write_run_folder(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
         backend=job.backend, created=time.time(), started=started,
-        profile=options.profile.manifest() if options.profile else {}),
+        profile=options.profile.manifest() if options.profile else manifest.ProfileEntry()),
         (rank_files(rank) for rank in range(options.world_size)))
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchlens.formats.run_folder.manifest import ProfileEntry
+
 
 @dataclass
 class ProfileSpec:
@@ -21,10 +23,10 @@ class ProfileSpec:
     run_dir: str = ""
     keep: int = 50
 
-    def manifest(self) -> dict[str, int | float | None]:
+    def manifest(self) -> ProfileEntry:
         """The manifest's ``profile``: every figure but the folder itself."""
-        return {"every": self.every, "budget": self.budget, "window_s": self.window_s,
-                "max_steps": self.max_steps, "keep": self.keep}
+        return ProfileEntry(every=self.every, budget=self.budget, window_s=self.window_s,
+                            max_steps=self.max_steps, keep=self.keep)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from torchlens.capture.channel import protocol
+from torchlens.model.collectives import Fingerprint, fingerprints_from
 from torchlens.model.feed import RankFeed
 from torchlens.model.messages import DdpHeartbeat, MemoryReading
 from torchlens.model.records import StepRecord, StepSummary, records_from
@@ -83,11 +84,11 @@ class StepReader:
 
 
 def read_ranks(tl: protocol.Channel, world_size: int
-               ) -> tuple[list[dict[str, Any] | None], list[list[dict[str, Any]]]]:
+               ) -> tuple[list[dict[str, Any] | None], list[list[Fingerprint]]]:
     """Each rank's result (None: none, or a forged one) and the fingerprints of
     its collectives, each with the call's duration from the result."""
     ranks: list[dict[str, Any] | None] = []
-    fingerprints: list[list[dict[str, Any]]] = []
+    fingerprints: list[list[Fingerprint]] = []
     for rank in range(world_size):
         res = tl.get(protocol.result_key(rank)) if tl.store.check(
             [protocol.result_key(rank)]) else None
@@ -95,10 +96,10 @@ def read_ranks(tl: protocol.Channel, world_size: int
         ranks.append(res)
         count = published_count(tl.store, rank, len((res or {}).get("collectives") or []))
         keys = tl.existing([protocol.fingerprint_key(rank, i) for i in range(count)])
-        fps = [fp for fp in tl.multi_get(keys) if isinstance(fp, dict)]
+        fps = fingerprints_from(tl.multi_get(keys))
         timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
         for fp in fps:
-            fp["call_s"] = timed.get(fp["index"], {}).get("call_s")
+            fp.call_s = timed.get(fp.index, {}).get("call_s")
         fingerprints.append(fps)
         if res is not None:
             res.pop("collectives", None)

@@ -34,6 +34,7 @@ from torchlens.capture.ddp.board import FingerprintBoard, digest
 from torchlens.capture.ranks.fsdp import fsdp_module
 from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
+from torchlens.model.collectives import Fingerprint
 from torchlens.model.messages import LastCollective, RecorderStatus
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
@@ -61,9 +62,18 @@ class DivergentOp(msgspec.Struct, frozen=True):
 class CollectiveMismatch(RuntimeError):
     """Ranks were about to run different collectives (raised on every rank)."""
 
-    def __init__(self, message: str, diagnosis: dict[str, Any]) -> None:
+    def __init__(self, message: str, diagnosis: MismatchDiagnosis) -> None:
         super().__init__(message)
         self.diagnosis = diagnosis
+
+
+class MismatchDiagnosis(msgspec.Struct, frozen=True):
+    """What a --strict stop found at collective ``index``: each rank's
+    fingerprint there (rank -> fingerprint) and the ranks that issued none."""
+
+    index: int
+    fingerprints: dict[int, Fingerprint]
+    missing: list[int]
 
 
 #: c10d's internal op names (``c10d::_allgather_base_`` ...) -> the public
@@ -121,6 +131,14 @@ def user_line(cells: CellNames | None = None, frame: Any = None) -> str:
     return ""
 
 
+def _fingerprint(value: Any) -> Fingerprint | None:
+    """A peer's fingerprint as read from the store, None when it is not one."""
+    try:
+        return msgspec.convert(value, Fingerprint) if isinstance(value, dict) else None
+    except msgspec.ValidationError:
+        return None
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         # A DTensor (FSDP2's sharded parameters) is summed as this rank's
@@ -158,10 +176,10 @@ class CollectiveRecorder(TorchDispatchMode):
         self.peers = [r for r in range(world_size) if r != rank]
         # how the --strict comparisons went; tests and the benchmark read it
         self.strict_stats = {"compared": 0, "late": 0, "via_store": 0}
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Fingerprint] = []
         self.ops = 0
         self.step = -1
-        self.in_flight: dict[str, Any] | None = None
+        self.in_flight: Fingerprint | None = None
         self.lock = threading.Lock()
         # determinism: checksums of step 0, compared live during step 1
         self.reference: list[tuple[str, float | None]] | None = None
@@ -198,23 +216,19 @@ class CollectiveRecorder(TorchDispatchMode):
 
     def _collective(self, func: Any, args: Any, kwargs: Any) -> Any:
         tensors = _tensors(list(args) + list(kwargs.values()))
-        fp = {
-            "index": len(self.records),
-            "op": _OP_NAMES.get(func) or _OP_NAMES.setdefault(
-                func, public_name(func._schema.name)),
-            "shapes": [list(t.shape) for t in tensors],
-            "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors],
-            "line": user_line(self.cells),
-            "step": self.step,
-            "t": time.time(),
-        }
+        fp = Fingerprint(
+            index=len(self.records),
+            op=_OP_NAMES.get(func) or _OP_NAMES.setdefault(func, public_name(func._schema.name)),
+            shapes=[list(t.shape) for t in tensors],
+            dtypes=[str(t.dtype).replace("torch.", "") for t in tensors],
+            line=user_line(self.cells), step=self.step, t=time.time())
         module = fsdp_module(sys._getframe(1))
         if module is not None:  # FSDP: equal layers issue equal buffers; the module differs
-            fp["module"] = module
+            fp.module = module
         # TCPStore.set does not wait for a reply (microseconds) and the bytes
         # are in the kernel's socket before the collective runs, so the
         # fingerprint survives a gloo SIGABRT on a shape mismatch.
-        self.store.set(protocol.fingerprint_key(self.rank, fp["index"]), fp)
+        self.store.set(protocol.fingerprint_key(self.rank, fp.index), fp)
         with self.lock:
             self.in_flight = fp
             self.records.append(fp)
@@ -222,12 +236,12 @@ class CollectiveRecorder(TorchDispatchMode):
             self._compare(fp)
         start = time.perf_counter()
         out = func(*args, **kwargs)
-        fp["call_s"] = time.perf_counter() - start
+        fp.call_s = time.perf_counter() - start
         with self.lock:
             self.in_flight = None
         return out
 
-    def _compare(self, fp: dict[str, Any]) -> None:
+    def _compare(self, fp: Fingerprint) -> None:
         """Wait (bounded) for every rank's fingerprint of this index and compare.
 
         The usual case never leaves this process: the digest goes on the
@@ -238,9 +252,9 @@ class CollectiveRecorder(TorchDispatchMode):
         finished without this collective, a peer stopped on a mismatch, or
         --timeout passed; otherwise it goes back to waiting.
         """
-        index, board = fp["index"], self.board
+        index, board = fp.index, self.board
         assert board is not None  # __init__ refuses --strict without one
-        value = digest(index, fp["op"], fp["shapes"], fp["dtypes"], fp.get("module"))
+        value = digest(index, fp.op, fp.shapes, fp.dtypes, fp.module_name)
         board.publish(index, value)
         self.strict_stats["compared"] += 1
         store = self.store
@@ -263,14 +277,15 @@ class CollectiveRecorder(TorchDispatchMode):
         # set before the peers' board entries, so these keys exist or are in flight
         forged = []
         for r, value in zip(self.peers, store.multi_get(keys), strict=True):
-            if isinstance(value, dict):
-                fps[r] = value
+            got = _fingerprint(value)
+            if got is not None:
+                fps[r] = got
             elif r in differ:  # overwritten by a forger: the board's digest still differs
                 forged.append(r)
         if first_difference(fps) is not None or forged:
             self._raise(index, fps, forged, [], forged=forged)
 
-    def _raise(self, index: int, fps: dict[int, dict[str, Any]], missing: list[int],
+    def _raise(self, index: int, fps: dict[int, Fingerprint], missing: list[int],
                finished: list[int], forged: tuple[int, ...] | list[int] = ()) -> None:
         self.store.set(protocol.stop_key(), self.rank)
         lines = [f"rank {r}: {describe_collective(fps[r])}" for r in sorted(fps)]
@@ -283,8 +298,8 @@ class CollectiveRecorder(TorchDispatchMode):
             lines.append(f"rank {r}: never issued collective #{index} ({why})")
         message = (f"--strict: ranks disagree at collective #{index}; it was stopped "
                    "before it ran.\n  " + "\n  ".join(lines))
-        raise CollectiveMismatch(message, {"index": index, "fingerprints": fps,
-                                           "missing": missing})
+        raise CollectiveMismatch(message, MismatchDiagnosis(index=index, fingerprints=fps,
+                                                            missing=missing))
 
     def status(self) -> RecorderStatus:
         """What the heartbeat reports: op and collective counts, current collective."""
@@ -293,6 +308,6 @@ class CollectiveRecorder(TorchDispatchMode):
             return RecorderStatus(
                 ops=self.ops, collectives=len(self.records), step=self.step,
                 in_collective=self.in_flight is not None,
-                last=LastCollective(index=last.get("index"), op=last.get("op"),
-                                    line=last.get("line"), module=last.get("module"))
+                last=LastCollective(index=last.index, op=last.op, line=last.line,
+                                    module=last.module_name)
                 if last else None)

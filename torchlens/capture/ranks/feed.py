@@ -46,6 +46,9 @@ from collections import deque
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import Forged, RunKey
 from torchlens.formats.run_folder.files import (
@@ -54,8 +57,9 @@ from torchlens.formats.run_folder.files import (
     LIVE_STATUS,
     write_live_status,
 )
+from torchlens.formats.run_folder.manifest import LiveEntry
 from torchlens.model.messages import Heartbeat
-from torchlens.model.records import records_from
+from torchlens.model.records import StepRecord, records_from
 
 FRAME_FORMAT = "torchlens-live-frame"
 VERSION = 1
@@ -77,6 +81,44 @@ READ_BATCH = 8
 READ_CHUNK = 16 << 20
 #: at the end, how long the collector waits for store watchers to read the last frame
 LINGER_S = 3.0
+
+
+class FrameBeat(msgspec.Struct):
+    """A rank's heartbeat in a frame: when (unix s), its RSS, and the step it
+    had done (a feed's) or its phase (a finished folder's, made from its step
+    records); an unset field is left out of the JSON."""
+
+    t: float | None = None
+    rss: int | None = None
+    steps_done: int | None | UnsetType = UNSET
+    phase: str | UnsetType = UNSET
+
+
+class LiveFrame(msgspec.Struct):
+    """One frame of the live feed (the line ``live.jsonl`` holds), fields in
+    the JSON's order: its number and time, the run's start (``t0``) and id,
+    the world size, whether the run ended, the status (``analysis.ranks.verdict.
+    LiveStatus``'s JSON with the frame's number, run id and time: what
+    ``live.json`` holds), and per rank (a string, JSON keys) what is new: step
+    records, profiled-step summary heads (the ranks' JSON, typed where the
+    watch reads them), ``[why, when]`` for a rank that ended, and heartbeats
+    (one per rank from a feed; a list from a finished folder). ``thinned``:
+    only in a store frame cut to fit (every k-th step record; 0: none)."""
+
+    format: str = ""
+    version: int = 0
+    seq: int = 0
+    t: float = 0.0
+    t0: float | None = None
+    run_id: str | None = None
+    world_size: int | None = None
+    ended: bool = False
+    status: dict[str, Any] = {}
+    steps: dict[str, list[StepRecord]] = {}
+    summaries: dict[str, list[dict[str, Any]]] = {}
+    ended_ranks: dict[str, tuple[str, float]] = {}
+    heartbeats: dict[str, FrameBeat | list[FrameBeat]] = {}
+    thinned: int | UnsetType = UNSET
 
 
 class FeedGone(RuntimeError):
@@ -128,7 +170,7 @@ class FeedPublisher:
         return time.monotonic() - self._status_at >= max(PUBLISH_S, STATUS_SHARE * view_s)
 
     # -- one frame -------------------------------------------------------------
-    def frame(self, status: dict[str, Any] | None, ended: bool = False) -> dict[str, Any]:
+    def frame(self, status: dict[str, Any] | None, ended: bool = False) -> LiveFrame:
         """The next frame: ``status`` (None: the last one again) and what each
         rank sent since the last frame."""
         if status is not None:
@@ -138,7 +180,7 @@ class FeedPublisher:
         now = time.time()
         steps: dict[str, list[Any]] = {}
         summaries: dict[str, list[Any]] = {}
-        beats: dict[str, dict[str, Any]] = {}
+        beats: dict[str, FrameBeat | list[FrameBeat]] = {}
         latest: dict[int, Any] = {}
         for start, s in self.collector.numbered_slots():
             new = self._new.pop(s.slot, None)
@@ -158,8 +200,8 @@ class FeedPublisher:
             mark = (s.slot, hb.beat, hb.t)
             if hb != _NO_BEAT and self._beats.get(r) != mark:
                 self._beats[r] = mark
-                beats[str(r)] = {"t": hb.t, "rss": hb.rss, "steps_done": hb.steps_done}
-        ended_ranks: dict[str, list[Any]] = {}
+                beats[str(r)] = FrameBeat(t=hb.t, rss=hb.rss, steps_done=hb.steps_done)
+        ended_ranks: dict[str, tuple[str, float]] = {}
         for row in status.get("ranks") or []:
             r, reason = row["rank"], row.get("ended")
             s = latest.get(r)
@@ -167,16 +209,16 @@ class FeedPublisher:
                 continue
             self._ended[r] = s.slot
             t = (s.bye.t if s.bye is not None else None) or s.heartbeat.t or now
-            ended_ranks[str(r)] = [reason, t]
+            ended_ranks[str(r)] = (reason, t)
         full = {"format": LIVE_FORMAT, "version": VERSION, "seq": self.seq,
                 "run_id": self.key.run_id, "t": now, **status, "ended": ended}
-        return {"format": FRAME_FORMAT, "version": VERSION, "seq": self.seq, "t": now,
-                "t0": self.collector.t0, "run_id": self.key.run_id,
-                "world_size": status.get("world_size"), "ended": ended, "status": full,
-                "steps": steps, "summaries": summaries, "ended_ranks": ended_ranks,
-                "heartbeats": beats}
+        return LiveFrame(format=FRAME_FORMAT, version=VERSION, seq=self.seq, t=now,
+                         t0=self.collector.t0, run_id=self.key.run_id,
+                         world_size=status.get("world_size"), ended=ended, status=full,
+                         steps=steps, summaries=summaries, ended_ranks=ended_ranks,
+                         heartbeats=beats)
 
-    def publish(self, status: dict[str, Any] | None, ended: bool = False) -> dict[str, Any]:
+    def publish(self, status: dict[str, Any] | None, ended: bool = False) -> LiveFrame:
         """Build the next frame and write it to the run folder and the store."""
         started = time.perf_counter()
         self.last = time.monotonic()
@@ -184,28 +226,29 @@ class FeedPublisher:
         body = protocol.encode(frame)
         self.bytes += len(body)
         if self._file is not None:
-            self._guard("file", self._write_files, body, frame["status"])
+            self._guard("file", self._write_files, body, frame)
         self._guard("store", self._set_store, self._fit(frame, body))
         self.costs.append(time.perf_counter() - started)
         return frame
 
-    def _fit(self, frame: dict[str, Any], body: bytes) -> bytes:
+    def _fit(self, frame: LiveFrame, body: bytes) -> bytes:
         """``body``, or a frame with every k-th step record (``thinned``: k) and,
         if that is still too big, none, small enough for the store."""
         if len(body) <= STORE_FRAME_MAX:
             return body
         self.thinned += 1
         # the status and heartbeats stay whole: only the records' share is thinned
-        rest = len(protocol.encode({**frame, "steps": {}, "thinned": 0}))
+        replace = msgspec.structs.replace
+        rest = len(protocol.encode(replace(frame, steps={}, thinned=0)))
         room = 0.8 * STORE_FRAME_MAX - rest
         k = math.ceil((len(body) - rest) / room) if room > 0 else 0
         if k <= 0:
-            return protocol.encode({**frame, "steps": {}, "summaries": {}, "thinned": 0})
-        steps = {r: recs[k - 1::k] for r, recs in frame["steps"].items()}
-        body = protocol.encode({**frame, "steps": steps, "thinned": k})
+            return protocol.encode(replace(frame, steps={}, summaries={}, thinned=0))
+        steps = {r: recs[k - 1::k] for r, recs in frame.steps.items()}
+        body = protocol.encode(replace(frame, steps=steps, thinned=k))
         if len(body) <= STORE_FRAME_MAX:
             return body
-        return protocol.encode({**frame, "steps": {}, "summaries": {}, "thinned": 0})
+        return protocol.encode(replace(frame, steps={}, summaries={}, thinned=0))
 
     def _guard(self, transport: str, fn: Any, *args: Any) -> None:
         """A transport that fails (disk full, store gone) must not stop the run."""
@@ -214,10 +257,10 @@ class FeedPublisher:
         except Exception as exc:  # noqa: BLE001
             self.errors[transport] = f"{type(exc).__name__}: {exc}"
 
-    def _write_files(self, body: bytes, status: dict[str, Any]) -> None:
+    def _write_files(self, body: bytes, frame: LiveFrame) -> None:
         self._file.write(body + b"\n")
         self._file.flush()
-        write_live_status(self.run_dir, status)
+        write_live_status(self.run_dir, frame.status)
 
     def _set_store(self, body: bytes) -> None:
         store, run_id = self.collector.store, self.key.run_id
@@ -261,27 +304,31 @@ class FeedPublisher:
                 self._file.close()
             self._file = None
 
-    def manifest_entry(self) -> dict[str, Any]:
+    def manifest_entry(self) -> LiveEntry:
         """What the run folder's manifest says about the feed."""
         costs = sorted(self.costs)
-        return {"feed": LIVE_FEED if self.run_dir else None,
-                "status": LIVE_STATUS if self.run_dir else None,
-                "frames": self.seq + 1, "bytes": self.bytes, "store_thinned": self.thinned,
-                "publish_ms_median": round(costs[len(costs) // 2] * 1e3, 3) if costs else None,
-                "publish_ms_max": round(costs[-1] * 1e3, 3) if costs else None,
-                "errors": dict(self.errors)}
+        return LiveEntry(
+            feed=LIVE_FEED if self.run_dir else None,
+            status=LIVE_STATUS if self.run_dir else None,
+            frames=self.seq + 1, bytes=self.bytes, store_thinned=self.thinned,
+            publish_ms_median=round(costs[len(costs) // 2] * 1e3, 3) if costs else None,
+            publish_ms_max=round(costs[-1] * 1e3, 3) if costs else None,
+            errors=dict(self.errors))
 
 
 # -- readers -------------------------------------------------------------------
-def _frame(value: Any) -> dict[str, Any] | None:
-    """A decoded frame, its step records typed (where they enter a watcher)."""
+def _frame(value: Any) -> LiveFrame | None:
+    """A decoded frame, typed (where it enters a watcher); None when it is not
+    one. A step record that is not one is left out, not the frame."""
     if not (isinstance(value, dict) and value.get("format") == FRAME_FORMAT):
         return None
     steps = value.get("steps")
-    if isinstance(steps, dict):
-        value["steps"] = {r: records_from(recs)[0] for r, recs in steps.items()
-                          if isinstance(recs, list)}
-    return value
+    value["steps"] = {r: records_from(recs)[0] for r, recs in steps.items()
+                      if isinstance(recs, list)} if isinstance(steps, dict) else {}
+    try:
+        return msgspec.convert(value, LiveFrame)
+    except msgspec.ValidationError:
+        return None
 
 
 class FileFeed:
@@ -296,7 +343,7 @@ class FileFeed:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[LiveFrame]:
         """The frames appended since the last read, at most about ``READ_CHUNK``
         bytes of them (a long run's file is caught up with over several reads)."""
         try:
@@ -385,7 +432,7 @@ class StoreFeed:
     def dropped(self) -> int:
         return sum(self.chan.dropped.values())
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[LiveFrame]:
         """The frames published since the last read (the newest ``KEEP_FRAMES`` at most)."""
         run_id = self.key.run_id
         count = protocol.live_count_key(run_id)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 _FSDP_DIR = os.sep + os.path.join("torch", "distributed", "fsdp") + os.sep
@@ -96,7 +97,22 @@ def _clean(name: str) -> str:
 _WRAPPER_PARTS = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
 
 
-def _dtensor_piece(p: Any) -> dict[str, Any] | None:
+@dataclass
+class ShardPiece:
+    """Which piece of a parameter this rank holds: the shard (``Shard(dim=0)@1``,
+    ``flat shard 1 of 4``), how the parameter is sharded, its global shape
+    (None: a view into an FSDP1 flat parameter), the local tensor, and the
+    bytes of the shard and of the whole parameter gathered."""
+
+    shard: str
+    layout: str
+    global_shape: list[int] | None
+    local: Any
+    sharded_bytes: int
+    unsharded_bytes: int
+
+
+def _dtensor_piece(p: Any) -> ShardPiece | None:
     placements, mesh = getattr(p, "placements", None), getattr(p, "device_mesh", None)
     if placements is None or mesh is None:
         return None
@@ -104,16 +120,16 @@ def _dtensor_piece(p: Any) -> dict[str, Any] | None:
     pieces = [f"{pl}@{coord[d]}" if pl.is_shard() and d < len(coord) else str(pl)
               for d, pl in enumerate(placements)]
     local = p._local_tensor
-    return {"shard": ", ".join(pieces), "layout": ", ".join(map(str, placements)),
-            "global_shape": list(p.shape), "local": local,
-            "sharded_bytes": local.numel() * local.element_size(),
-            "unsharded_bytes": p.numel() * local.element_size()}
+    return ShardPiece(shard=", ".join(pieces), layout=", ".join(map(str, placements)),
+                      global_shape=list(p.shape), local=local,
+                      sharded_bytes=local.numel() * local.element_size(),
+                      unsharded_bytes=p.numel() * local.element_size())
 
 
-def sharded_parameters(module: Any) -> dict[int, dict[str, Any]]:
+def sharded_parameters(module: Any) -> dict[int, ShardPiece]:
     """id(parameter) -> which piece of it this rank holds (FSDP2 DTensors, FSDP1 flat
     parameters and the views of them); parameters not sharded are left out."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, ShardPiece] = {}
     for p in module.parameters():
         piece = _dtensor_piece(p)
         if piece is not None:
@@ -125,12 +141,13 @@ def sharded_parameters(module: Any) -> dict[int, dict[str, Any]]:
             continue
         full = getattr(flat, "_unpadded_unsharded_size", flat.shape)
         size = flat.element_size()
-        common = {"shard": f"flat shard {handle.rank} of {handle.world_size}",
-                  "layout": f"FSDP1 flat, {handle.world_size} shards"}
-        out[id(flat)] = {**common, "global_shape": list(full), "local": flat.detach(),
-                         "sharded_bytes": flat.numel() * size,
-                         "unsharded_bytes": int(full.numel()) * size}
+        shard = f"flat shard {handle.rank} of {handle.world_size}"
+        layout = f"FSDP1 flat, {handle.world_size} shards"
+        out[id(flat)] = ShardPiece(shard=shard, layout=layout, global_shape=list(full),
+                                   local=flat.detach(), sharded_bytes=flat.numel() * size,
+                                   unsharded_bytes=int(full.numel()) * size)
         for view in getattr(flat, "_params", None) or []:  # use_orig_params=True
-            out.setdefault(id(view), {**common, "global_shape": None, "local": view.detach(),
-                                      "sharded_bytes": 0, "unsharded_bytes": 0})
+            out.setdefault(id(view), ShardPiece(shard=shard, layout=layout, global_shape=None,
+                                                local=view.detach(), sharded_bytes=0,
+                                                unsharded_bytes=0))
     return out

@@ -36,9 +36,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import psutil
 import torch
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from torchlens.capture.ranks import cuda_device
 from torchlens.capture.ranks.autostep import (
@@ -72,6 +73,18 @@ FIRST_WINDOW_S = 10.0
 AGREE_WAIT_S = 10.0
 _PROCESS = psutil.Process(os.getpid())
 
+
+
+class BudgetFigures(msgspec.Struct):
+    """How the profiling interval was chosen (``Stepper._agreed_every``): the
+    median unprofiled step, a profiled step's extra wall time with its
+    summary's CPU time, that CPU time, and the interval this rank proposed;
+    each left out of the JSON until measured."""
+
+    typical_step_s: float | UnsetType = UNSET
+    profiled_extra_s: float | UnsetType = UNSET
+    summary_cpu_s: float | UnsetType = UNSET
+    proposed_every: int | UnsetType = UNSET
 
 class StepLimit(BaseException):
     """``--steps N`` reached: ends the user's loop on every rank at the same step.
@@ -157,7 +170,7 @@ class RankProfiler:
         self._profiled = 0  # profiled steps so far
         self._summary_cpu: list[float] = []  # CPU seconds of each summary (ingest thread)
         self._summarised = threading.Event()
-        self.budget_figures: dict[str, Any] = {}
+        self.budget_figures = BudgetFigures()
         self._prof_t0 = 0.0
         self._walls: list[float] = []
         #: traces to summarise: path, step, and the CUDA allocator's counters at its end
@@ -440,8 +453,8 @@ class RankProfiler:
         extra = max(0.0, cost_s - typical) + summary_cpu
         mine = MIN_EVERY if typical <= 0 else math.ceil(extra / (self.budget * typical))
         mine = min(MAX_EVERY, max(MIN_EVERY, mine))
-        self.budget_figures = {"typical_step_s": typical, "profiled_extra_s": extra,
-                               "summary_cpu_s": summary_cpu, "proposed_every": mine}
+        self.budget_figures = BudgetFigures(typical_step_s=typical, profiled_extra_s=extra,
+                                            summary_cpu_s=summary_cpu, proposed_every=mine)
         if self.agree is None:
             return mine
         try:

@@ -12,9 +12,12 @@ file reads as a ``Manifest`` with the keys it lacks at their defaults and,
 without ``source``, ``%ddp_check --profile`` (the only writer that left it
 out). A newer version is refused: its keys may mean something else.
 
-The records of the analysis (``restarts``, ``lost_nodes``, ``slow_rank``,
-``memory_creep``) are kept as the analysis wrote them (``dataclasses.asdict``),
-as plain dicts: a format does not import the analysis that defines them.
+The records of the analysis (``restarts``, ``lost_nodes``, ``memory_creep``)
+are typed here field for field as the analysis writes them (a format does
+not import the analysis that defines them); every field has a default, so
+an older manifest that lacks one still reads. ``slow_rank`` stays the
+analysis' JSON: its finding is ``model.findings.Finding.to_dict``'s, read
+back with ``as_finding``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from torchlens.formats.run_folder.files import MANIFEST, RUN_FORMAT, read_capped
 from torchlens.formats.text import first_bad_utf8_byte
@@ -96,6 +100,66 @@ class LiveEntry(msgspec.Struct, kw_only=True):
     errors: dict[str, str] = {}
 
 
+class ProfileEntry(msgspec.Struct):
+    """``%ddp_check --profile``'s settings (``ProfileSpec.manifest``): each left
+    out of the JSON when not set (``{}``: not a --profile run)."""
+
+    every: int | None | UnsetType = UNSET
+    budget: float | None | UnsetType = UNSET
+    window_s: float | None | UnsetType = UNSET
+    max_steps: int | None | UnsetType = UNSET
+    keep: int | None | UnsetType = UNSET
+
+
+class LostNodeEntry(msgspec.Struct):
+    """A node (or ranks of one) that went silent (``analysis.ranks.verdict.LostNode``)."""
+
+    node: int | None = None
+    host: str | None = None
+    ranks: list[int] = []
+    step: int | None = None
+    why: str = ""
+    words: str = ""
+    whole_node: bool = True
+
+
+class RestartBeforeEntry(msgspec.Struct):
+    """One rank of a restart (``analysis.ranks.restarts.RankBefore``)."""
+
+    rank: int = 0
+    steps: int | None = None
+    restart_count: int | None = None
+
+
+class RestartEntry(msgspec.Struct):
+    """One restart of the job's workers (``analysis.ranks.restarts.Restart``)."""
+
+    number: int | None = None
+    ranks: list[int] = []
+    world_size: int | None = None
+    t: float | None = None
+    resumed_t: float | None = None
+    cause: str = "unknown"
+    cause_rank: int | None = None
+    cause_step: int | None = None
+    error: str | None = None
+    before: list[RestartBeforeEntry] = []
+    words: str = ""
+    label: str = ""
+
+
+class CreepEntry(msgspec.Struct):
+    """A rank whose memory creeps (``analysis.ranks.steps.MemoryCreep``); an
+    older manifest may hold its words alone (the figures None)."""
+
+    rank: int | None = None
+    bytes_per_step: float | None = None
+    total_bytes: int | None = None
+    steps: int | None = None
+    source: str | None = None
+    words: str = ""
+
+
 class Manifest(msgspec.Struct, kw_only=True):
     """``manifest.json`` (field by field: docs/RANK_PROFILE.md, "Run folder")."""
 
@@ -108,7 +172,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     # %ddp_check --profile
     backend: str | None = None
     #: the --profile settings (every, window_s, max_steps, keep), less run_dir
-    profile: dict[str, Any] = {}
+    profile: ProfileEntry = msgspec.field(default_factory=ProfileEntry)
     # torchlens run
     run_id: str | None = None
     command: list[str] = []
@@ -123,10 +187,10 @@ class Manifest(msgspec.Struct, kw_only=True):
     #: None in a manifest written before it was saved
     verdict_code: str | None = None
     nodes: list[NodeEntry] = []
-    lost_nodes: list[dict[str, Any]] = []
-    restarts: list[dict[str, Any]] = []
+    lost_nodes: list[LostNodeEntry] = []
+    restarts: list[RestartEntry] = []
     slow_rank: dict[str, Any] | None = None
-    memory_creep: list[dict[str, Any]] = []
+    memory_creep: list[CreepEntry] = []
     #: messages to the collector dropped (failed signature or shape), and why
     dropped_messages: int = 0
     dropped_why: dict[str, int] = {}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchlens.formats.run_folder.files import STEPS, SUMMARIES, rank_dir
-from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, RestartEntry
 from torchlens.model.records import StepRecord, without_setup
 
 Record = dict[str, Any]
@@ -113,7 +113,7 @@ class CollectedSteps:
     framework labelled, an evaluation or a checkpoint)."""
 
     ranks: dict[int, dict[str, list[Any]]]
-    restarts: list[dict[str, Any]]  # the manifest's (``analysis.ranks.restarts.Restart``)
+    restarts: list[RestartEntry]  # the manifest's (``analysis.ranks.restarts.Restart``)
     started: float | None  # when the collector started (unix s)
 
 

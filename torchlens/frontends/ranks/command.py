@@ -34,10 +34,13 @@ import msgspec
 from torchlens.formats.run_folder import files
 from torchlens.formats.run_folder.manifest import (
     SOURCE_RUN,
+    CreepEntry,
     LiveEntry,
+    LostNodeEntry,
     Manifest,
     NodeEntry,
     RankEntry,
+    RestartEntry,
 )
 from torchlens.formats.run_folder.write import RankFiles, write_run_folder
 from torchlens.frontends.ranks import autoattach
@@ -422,7 +425,7 @@ def _rank_steps(collector: Any, slots: list[Any]) -> Iterator[StepRecord]:
 
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
                  code: int | None, interrupted: bool,
-                 live: dict[str, Any] | None = None) -> Manifest:
+                 live: LiveEntry | None = None) -> Manifest:
     """``manifest.json``, each rank's ``steps.jsonl`` and ``summaries.jsonl``.
 
     ``live``: what the live feed wrote (``FeedPublisher.manifest_entry``); its
@@ -466,13 +469,14 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         interrupted=interrupted, stopped=_where_stopped(view, interrupted, code, raised),
         verdict=str(view.verdict), verdict_code=view.verdict.code,
         nodes=list(nodes.values()),
-        lost_nodes=[dataclasses.asdict(n) for n in view.lost],
-        restarts=[dataclasses.asdict(r) for r in view.restarts],
+        lost_nodes=[msgspec.convert(dataclasses.asdict(n), LostNodeEntry) for n in view.lost],
+        restarts=[msgspec.convert(dataclasses.asdict(r), RestartEntry) for r in view.restarts],
         started=collector.t0, dropped_messages=collector.dropped,
         dropped_why=dict(collector.dropped_why),
         slow_rank={**dataclasses.asdict(view.slow), "finding": view.slow.finding.to_dict()},
-        memory_creep=[dataclasses.asdict(c) for c in view.creep], notes=list(view.notes),
-        live=msgspec.convert(live, LiveEntry) if live is not None else None)
+        memory_creep=[msgspec.convert(dataclasses.asdict(c), CreepEntry) for c in view.creep],
+        notes=list(view.notes),
+        live=live)
     write_run_folder(run_dir, manifest, ranks)
     shutil.rmtree(os.path.join(run_dir, files.SPOOL_DIR), ignore_errors=True)
     return manifest

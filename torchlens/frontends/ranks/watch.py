@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchlens.frontends.ranks.watch_sources import open_source
 from torchlens.frontends.shared.metrics_publish import Tee, needs_server, watch_feed
@@ -41,7 +41,9 @@ from torchlens.model.messages import DdpHeartbeat
 
 if TYPE_CHECKING:
     from torchlens.analysis.ranks.verdict import LiveStatus
+    from torchlens.capture.ranks.feed import LiveFrame
 
+T = TypeVar("T")
 POLL_S = 0.5
 DEFAULT_TIMEOUT_S = 60.0
 PHASES = {"running": "step", "finished": "done", "failed": "failed"}
@@ -208,43 +210,42 @@ class Watch:
             self.source.close()
             self._end(state, why)
 
-    def _apply(self, frame: dict[str, Any]) -> None:
-        """One frame (the feed's JSON, ``capture.ranks.feed``): its status and
+    def _apply(self, frame: LiveFrame) -> None:
+        """One frame (``capture.ranks.feed``, typed by its reader): its status and
         summaries decoded here, once, into their types."""
         from torchlens.analysis.ranks.verdict import LiveStatus
         from torchlens.model.records import summaries_from
 
-        world = int(frame.get("world_size") or 0)
+        world = frame.world_size or 0
         if world and (self.view is None or world > self.view.profile.world_size):
             self._new_view(world)
-        self.status = LiveStatus.of(frame.get("status")) or self.status
-        self.seq = frame.get("seq")
+        self.status = LiveStatus.of(frame.status) or self.status
+        self.seq = frame.seq
         self.frames += 1
-        self.ended = self.ended or bool(frame.get("ended"))
+        self.ended = self.ended or frame.ended
         view = self.view
         if view is None:
             return
         world = view.profile.world_size
         rows = {row.rank: row for row in self.status.ranks} if self.status else {}
-        t0 = float(frame.get("t0") or 0.0)
+        t0 = float(frame.t0 or 0.0)
         view.profile.t0 = view.profile.t0 or t0 or None  # the timeline's origin: the lanes'
-        for r, beats in _ranks(frame.get("heartbeats"), world):
+        for r, beats in _ranks(frame.heartbeats, world):
             row = rows.get(r)
             state = row.state if row is not None else None
             for beat in beats if isinstance(beats, list) else [beats]:
-                if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
+                if beat.t is not None:
                     view.push(DdpHeartbeat(
-                        rank=r, t=beat["t"], t_rel=beat["t"] - t0, rss=beat.get("rss"),
+                        rank=r, t=beat.t, t_rel=beat.t - t0, rss=beat.rss,
                         node=row.node if row is not None else None,
-                        phase=beat.get("phase") or PHASES.get(state, str(state))))
-        # the feed's readers typed the records (capture.ranks.feed), as folder_frame does
-        batches = {r: records for r, records in _ranks(frame.get("steps"), world)
-                   if isinstance(records, list)}
+                        phase=(beat.phase if isinstance(beat.phase, str) else "")
+                        or PHASES.get(state, str(state))))
+        batches = dict(_ranks(frame.steps, world))
         feed = Tee(view, self.metrics)  # the metrics too, when asked
         for r, records in self.starts.place_steps(batches).items():
             feed.push_steps(r, records)
-        for r, summaries in _ranks(frame.get("summaries"), world):
-            typed, _ = summaries_from(summaries if isinstance(summaries, list) else [])
+        for r, summaries in _ranks(frame.summaries, world):
+            typed, _ = summaries_from(summaries)
             for s in typed:
                 feed.push_summary(r, self.starts.place_summary(r, s))
         if self.metrics is not None:
@@ -254,12 +255,11 @@ class Watch:
             view.profile.take_verdict(self.status.slow_finding, self.status.slow_rank)
         for number, step in self.starts.take_marks():
             view.mark_restart(step, self._restart_label(number))
-        for r, ended in _ranks(frame.get("ended_ranks"), world):
+        for r, (why, when) in _ranks(frame.ended_ranks, world):
             # the view's red x is for a rank that stopped early, as in %ddp_check;
             # a finished rank is said in the status table
-            if (isinstance(ended, list) and len(ended) == 2
-                    and not str(ended[0]).startswith("finished")):
-                view.rank_ended(r, str(ended[0]), float(ended[1] or frame.get("t") or 0.0))
+            if not why.startswith("finished"):
+                view.rank_ended(r, why, float(when or frame.t or 0.0))
 
     def _restart_label(self, number: int) -> str:
         """The status's few words for restart ``number`` ("restart 1: rank 1
@@ -356,10 +356,10 @@ class Watch:
         return "; ".join([text, *self._notes()])
 
 
-def _ranks(by_rank: Any, world: int) -> list[tuple[int, Any]]:
+def _ranks(by_rank: dict[str, T], world: int) -> list[tuple[int, T]]:
     """A frame's ``{rank: value}`` as (int rank, value) for ranks the view has."""
     out = []
-    for key, value in (by_rank or {}).items() if isinstance(by_rank, dict) else []:
+    for key, value in by_rank.items():
         try:
             r = int(key)
         except (TypeError, ValueError):

@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchlens.model import InputError
 from torchlens.model.records import StepRecord
+
+if TYPE_CHECKING:
+    from torchlens.capture.ranks.feed import FrameBeat, LiveFrame
 
 #: host:port (a name, an IPv4 address or a bracketed IPv6 address)
 ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
@@ -124,7 +127,7 @@ class FolderFinal:
         self.run_dir = run_dir
         self._done = False
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[LiveFrame]:
         if self._done:
             return []
         self._done = True
@@ -137,10 +140,10 @@ class FolderFinal:
         pass
 
 
-def folder_frame(run_dir: str) -> dict[str, Any]:
+def folder_frame(run_dir: str) -> LiveFrame:
     """A finished run folder as one (ended) frame: every step and summary it holds."""
     from torchlens.analysis.ranks.verdict import folder_status
-    from torchlens.capture.ranks.feed import FRAME_FORMAT, VERSION
+    from torchlens.capture.ranks.feed import FRAME_FORMAT, VERSION, LiveFrame
     from torchlens.formats.run_folder.manifest import read_manifest
     from torchlens.formats.run_folder.records import read_steps, read_summaries
     from torchlens.frontends.ranks.folder_summaries import fill_from_traces
@@ -156,28 +159,30 @@ def folder_frame(run_dir: str) -> dict[str, Any]:
         status.notes = [*status.notes, f"traces not drawn: {'; '.join(unread)}"]
     t = manifest.created or time.time()
     status.run_id, status.t, status.ended = manifest.run_id, t, True
-    ended = {}
+    ended: dict[str, tuple[str, float]] = {}
     for row in status.ranks:
         entry = manifest.rank(row.rank)
-        ended[str(row.rank)] = [row.ended or row.state or "ended",
-                                (entry.last_heartbeat if entry else None) or t]
-    # a frame as the live feed writes one: JSON, typed again where the watch reads it
-    return {"format": FRAME_FORMAT, "version": VERSION, "seq": 0, "t": t,
-            # the run's start, as its own view drew it (%ddp_check: its launch)
-            "t0": manifest.started or min((s[0].t0 for s in steps if s), default=t),
-            "run_id": manifest.run_id, "world_size": world, "ended": True,
-            "status": status.to_json(),
-            "steps": {str(r): s for r, s in enumerate(steps) if s},
-            "summaries": {str(r): s for r, s in enumerate(summaries) if s},
-            "ended_ranks": ended,
-            "heartbeats": {str(r): _beats(s) for r, s in enumerate(steps) if s}}
+        ended[str(row.rank)] = (row.ended or row.state or "ended",
+                                (entry.last_heartbeat if entry else None) or t)
+    # a frame as the live feed writes one
+    return LiveFrame(
+        format=FRAME_FORMAT, version=VERSION, seq=0, t=t,
+        # the run's start, as its own view drew it (%ddp_check: its launch)
+        t0=manifest.started or min((s[0].t0 for s in steps if s), default=t),
+        run_id=manifest.run_id, world_size=world, ended=True, status=status.to_json(),
+        steps={str(r): s for r, s in enumerate(steps) if s},
+        summaries={str(r): s for r, s in enumerate(summaries) if s},
+        ended_ranks=ended,
+        heartbeats={str(r): _beats(s) for r, s in enumerate(steps) if s})
 
 
-def _beats(records: list[StepRecord]) -> list[dict[str, Any]]:
+def _beats(records: list[StepRecord]) -> list[FrameBeat]:
     """A finished rank's RSS over time, from its step records (a feed sends
     heartbeats; a folder keeps none)."""
+    from torchlens.capture.ranks.feed import FrameBeat
+
     every = max(1, len(records) // FOLDER_BEATS)
-    return [{"t": rec.t1, "rss": rec.mem.rss if rec.mem else None, "phase": "step"}
+    return [FrameBeat(t=rec.t1, rss=rec.mem.rss if rec.mem else None, phase="step")
             for rec in records[::every]]
 
 

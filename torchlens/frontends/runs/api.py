@@ -218,7 +218,7 @@ class RunResult(Result):
                              problems=list(problems),
                              figures={str(r): f for r, f in sorted(figures.items())},
                              notes=verdict.findings,
-                             collected_steps=step_series(collected) if collected else {},
+                             collected_steps=step_series(collected) if collected else None,
                              fsdp=fsdp.figures())
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))

@@ -18,13 +18,16 @@ front end says it once at the end.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchlens.analysis.ranks.notebook_metrics import NotebookRun
 from torchlens.frontends.shared.rank_channel import RankPublisher
 from torchlens.model import InputError
 from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
+
+if TYPE_CHECKING:
+    from torchlens.analysis.ranks.verdict import LiveStatus
 
 PATH = "torchlens/monitor/metrics"
 #: seconds between posts: Prometheus scrapes every 15 s or so
@@ -68,7 +71,7 @@ class MetricsFeed:
     def rank_ended(self, rank: int, reason: str, t: float | None) -> None:
         self.job.ended(rank, reason, t)
 
-    def take_status(self, status: dict[str, Any] | None) -> None:
+    def take_status(self, status: LiveStatus | None) -> None:
         self.job.take_status(status)
 
     def flush(self, force: bool = False) -> None:

@@ -66,13 +66,22 @@ def find_server() -> ServerInfo | None:
         )
     parent = os.getppid()
     for info in _server_files():
-        if info.get("pid") == parent:
-            token = info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
-            return ServerInfo(info["url"].rstrip("/") + "/", token)
+        if info.pid == parent:
+            token = info.token or os.environ.get("JUPYTERHUB_API_TOKEN", "")
+            return ServerInfo(info.url.rstrip("/") + "/", token)
     return None
 
 
-def _server_files() -> list[dict[str, Any]]:
+class _RuntimeFile(msgspec.Struct):
+    """What torchlens reads of a ``jpserver-<pid>.json``: the server's URL,
+    token and pid (the rest of the file is left unread)."""
+
+    url: str
+    token: str | None = None
+    pid: int | None = None
+
+
+def _server_files() -> list[_RuntimeFile]:
     """The ``jpserver-<pid>.json`` files of the Jupyter runtime dir.
 
     Read directly rather than through ``jupyter_server.serverapp``'s
@@ -86,11 +95,9 @@ def _server_files() -> list[dict[str, Any]]:
     found = []
     for path in Path(jupyter_runtime_dir()).glob("jpserver-*.json"):
         try:
-            info = json.loads(path.read_text())
-        except (OSError, ValueError):
+            found.append(msgspec.json.decode(path.read_bytes(), type=_RuntimeFile))
+        except (OSError, ValueError):  # msgspec's errors are ValueErrors
             continue
-        if isinstance(info, dict) and "url" in info:
-            found.append(info)
     return found
 
 

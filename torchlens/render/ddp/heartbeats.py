@@ -26,6 +26,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from torchlens.analysis.ranks.spread import SHOWN_RANKS
+from torchlens.model.collectives import Fingerprint
 from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
 from torchlens.render.columns import FLUSH_S, MIB, rank_color
@@ -209,7 +210,7 @@ class _Rows:
 
 
 def rank_figures(heartbeats: list[DdpHeartbeat], world_size: int,
-                 collectives: list[list[dict[str, Any]]] | None = None,
+                 collectives: list[list[Fingerprint]] | None = None,
                  t0: float = 0.0) -> Any:
     """The static layout from a finished run's heartbeats (and exact collective times)."""
     cuda = any(h.cuda_allocated is not None for h in heartbeats)
@@ -235,9 +236,8 @@ def rank_figures(heartbeats: list[DdpHeartbeat], world_size: int,
     if quad_rows:
         quads.data = _columns(quad_rows)
     label_nodes(layout, heartbeats)
-    tick_rows = [_Tick(t=fp["t"] - t0, y=r,
-                       label=f"#{fp['index']} {fp['op']} {fp.get('line', '')}")
-                 for r, fps in enumerate(collectives or []) for fp in fps if fp.get("t")]
+    tick_rows = [_Tick(t=fp.t - t0, y=r, label=f"#{fp.index} {fp.op} {fp.line}")
+                 for r, fps in enumerate(collectives or []) for fp in fps if fp.t]
     if tick_rows:
         ticks.data = _columns(tick_rows)
     if not tick_rows and not any(hb.collectives for hb in heartbeats):

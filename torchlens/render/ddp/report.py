@@ -147,9 +147,8 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
     """(title, body, anchor) of each report section."""
     run = a.run
     out = [("Checklist", findings_html(a.checklist), "checklist")]
-    hang = run.hang or {}
     extra = _pre_blocks("Python stack of each rank when the hang was detected:",
-                        hang.get("stacks") or [])
+                        run.hang.stacks if run.hang is not None else [])
     crash = a.item("crashed worker")
     if crash and crash.severity == "failed" and crash.details.get("traceback"):
         extra += html.render("pre.html.j2", title="Traceback of the first failing rank:",

@@ -380,13 +380,13 @@ class RankProfileView:
         for part in PARTS:
             data[f"{part}_ms"] = [row.figure(f"{part}_ms") or 0.0 for row in table]
         p.breakdown.data = data
-        by_rank = {row["rank"]: row for row in profiled_breakdown(
+        by_rank = {row.rank: row for row in profiled_breakdown(
             summary_dicts(self._summaries()))}
         roles = [by_rank[r] for r in p.shown]
-        p.roles.data = {"rank": [f"rank {row['rank']}" for row in roles],
-                        "step_ms": [as_number(row["step_ms"]) for row in roles],
-                        "profiled": [row["profiled"] for row in roles],
-                        **{f"{role}_ms": [row[f"{role}_ms"] or 0.0 for row in roles]
+        p.roles.data = {"rank": [f"rank {row.rank}" for row in roles],
+                        "step_ms": [as_number(row.step_ms) for row in roles],
+                        "profiled": [row.profiled for row in roles],
+                        **{f"{role}_ms": [row.role_ms(role) or 0.0 for row in roles]
                            for role in ROLES}}
         said = str(escape(overlap_caption(profiled_overlap(self._summaries()),
                                           p.shown)))

@@ -214,7 +214,7 @@ def report_parts(profile: Profile, a: RunAnalysis,
     out = []
     if a.findings:
         out.append(section("Findings", findings_html(a.findings), "findings"))
-    out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", {}), figures)
+    out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", None), figures)
     out += run_timeline.sections(profile, a, figures)
     if any(r.idle_pct is not None for r in a.temporal):
         figures.append(_temporal_chart(a))

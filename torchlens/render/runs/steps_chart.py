@@ -22,6 +22,7 @@ from bokeh.models import BoxAnnotation, ColumnDataSource, HoverTool, Label, Span
 from bokeh.plotting import figure
 from markupsafe import Markup
 
+from torchlens.model.payloads import RankSeries, StepSeries
 from torchlens.render import html
 from torchlens.render.columns import rank_color
 from torchlens.render.page import section
@@ -37,26 +38,26 @@ SPAN_MARKS = {"evaluation": ("diamond", "#6a3d9a"), "checkpoint": ("square", "#2
               None: ("triangle", "#555555")}
 
 
-def span_labels(series: dict[str, Any]) -> list[str]:
+def span_labels(series: StepSeries) -> list[str]:
     """The labels of the labelled spans, evaluation and checkpoint first."""
-    seen = {lab for cols in series.get("ranks", {}).values()
-            for lab in (cols.get("labelled") or {}).get("label", [])}
+    seen = {lab for cols in series.ranks.values() for lab in cols.labelled.label}
     known = [k for k in SPAN_MARKS if k in seen]
     return known + sorted(seen - set(known))
 
 
-def _spans(fig: Any, ranks: dict[int, dict[str, Any]], labels: list[str]) -> list[Any]:
+def _spans(fig: Any, ranks: dict[int, RankSeries], labels: list[str]) -> list[Any]:
     """One marker per labelled span, a legend entry per label; their renderers."""
     out = []
     for label in labels:
         pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "label",
                                                      "color")}
         for r, cols in sorted(ranks.items()):
-            spans = cols.get("labelled") or {}
-            for i, lab in enumerate(spans.get("label", [])):
+            spans = cols.labelled
+            for i, lab in enumerate(spans.label):
                 if lab == label:
-                    for k in ("t", "ms", "step"):
-                        pts[k].append(spans[k][i])
+                    pts["t"].append(spans.t[i])
+                    pts["ms"].append(spans.ms[i])
+                    pts["step"].append(spans.step[i])
                     pts["rank"].append(r)
                     pts["label"].append(lab)
                     pts["color"].append(rank_color(r))
@@ -71,10 +72,9 @@ def _start(restart: int) -> str:
     return "first start" if restart == 0 else f"after restart {restart}"
 
 
-def steps_figure(series: dict[str, Any]) -> Any:
+def steps_figure(series: StepSeries) -> Any:
     """The figure, or None when no rank has a step."""
-    ranks = {int(r): cols for r, cols in series.get("ranks", {}).items()
-             if cols["t"] or (cols.get("labelled") or {}).get("t")}
+    ranks = {int(r): cols for r, cols in series.ranks.items() if cols.t or cols.labelled.t}
     if not ranks:
         return None
     lines: dict[bool, dict[str, list[Any]]] = {
@@ -82,28 +82,28 @@ def steps_figure(series: dict[str, Any]) -> Any:
     points: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "start",
                                                     "color", "fill")}
     for r, cols in sorted(ranks.items()):
-        final = max(cols["restart"])
-        for start in sorted(set(cols["restart"])):
-            idx = [i for i, s in enumerate(cols["restart"]) if s == start]
+        final = max(cols.restart, default=0)
+        for start in sorted(set(cols.restart)):
+            idx = [i for i, s in enumerate(cols.restart) if s == start]
             line = lines[start == final]
-            line["xs"].append([cols["t"][i] for i in idx])
-            line["ys"].append([cols["ms"][i] for i in idx])
+            line["xs"].append([cols.t[i] for i in idx])
+            line["ys"].append([cols.ms[i] for i in idx])
             line["color"].append(rank_color(r))
             line["rank"].append(f"rank {r}")
-        points["t"] += cols["t"]
-        points["ms"] += cols["ms"]
-        points["rank"] += [r] * len(cols["t"])
-        points["step"] += cols["step"]
-        points["start"] += [_start(s) for s in cols["restart"]]
-        points["color"] += [rank_color(r)] * len(cols["t"])
+        points["t"] += cols.t
+        points["ms"] += cols.ms
+        points["rank"] += [r] * len(cols.t)
+        points["step"] += cols.step
+        points["start"] += [_start(s) for s in cols.restart]
+        points["color"] += [rank_color(r)] * len(cols.t)
         # hollow before the restart: a short first start is a few points, too
         # close together for its dashed line to show
-        points["fill"] += [rank_color(r) if s == final else "white" for s in cols["restart"]]
+        points["fill"] += [rank_color(r) if s == final else "white" for s in cols.restart]
     fig = figure(height=300, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,box_zoom,reset,save",
-                 active_scroll="xwheel_zoom", x_axis_label=f"s since {series.get('since', 'torchlens run started')}",
+                 active_scroll="xwheel_zoom", x_axis_label=f"s since {series.since or 'torchlens run started'}",
                  y_axis_label="ms per step", output_backend="webgl",
                  title="Every step of every rank over time"
-                       + ("; red: restarts by the elastic agent" if series.get("restarts")
+                       + ("; red: restarts by the elastic agent" if series.restarts
                           else ""))
     named = len(ranks) <= LEGEND_RANKS
     fig.multi_line("xs", "ys", source=ColumnDataSource(lines[True]), color="color",
@@ -125,15 +125,15 @@ def steps_figure(series: dict[str, Any]) -> Any:
     span_ms = [m for s in spans for m in s.data_source.data["ms"]]
     # the labels at the axis' top, which a spike's point may be above
     top = robust_top(points["ms"], points["rank"]) or max([*points["ms"], *span_ms])
-    for r in series.get("restarts") or []:
-        if r.get("t") is None:
+    for r in series.restarts:
+        if r.t is None:
             continue
-        if r.get("resumed") is not None and r["resumed"] > r["t"]:
-            fig.add_layout(BoxAnnotation(left=r["t"], right=r["resumed"], fill_color=RESTART_COLOR,
+        if r.resumed is not None and r.resumed > r.t:
+            fig.add_layout(BoxAnnotation(left=r.t, right=r.resumed, fill_color=RESTART_COLOR,
                                          fill_alpha=0.08, line_alpha=0))
-        fig.add_layout(Span(location=r["t"], dimension="height", line_color=RESTART_COLOR,
+        fig.add_layout(Span(location=r.t, dimension="height", line_color=RESTART_COLOR,
                             line_width=2, line_dash="dashed"))
-        fig.add_layout(Label(x=r["t"], y=top, text=r["label"], text_color=RESTART_COLOR,
+        fig.add_layout(Label(x=r.t, y=top, text=r.label, text_color=RESTART_COLOR,
                              text_font_size="9pt", x_offset=4, text_baseline="top",
                              background_fill_color="white", background_fill_alpha=0.7))
     fig.y_range.start = 0
@@ -149,26 +149,25 @@ def steps_figure(series: dict[str, Any]) -> Any:
     return fig
 
 
-def sections(series: dict[str, Any], figures: list[Any]) -> list[Markup]:
+def sections(series: StepSeries | None, figures: list[Any]) -> list[Markup]:
     """The chart's section (nothing for a folder ``torchlens run`` did not write)."""
-    fig = steps_figure(series) if series else None
-    if fig is None:
+    fig = steps_figure(series) if series is not None else None
+    if fig is None or series is None:
         return []
     figures.append(fig)
-    ranks = len(series["ranks"])
-    what = (f"{series['steps']:,} step records of {ranks} rank{'s' if ranks != 1 else ''}, "
+    ranks = len(series.ranks)
+    what = (f"{series.steps:,} step records of {ranks} rank{'s' if ranks != 1 else ''}, "
             "as the collector received them (the traces below hold only the profiled steps)")
-    if series["drawn"] < series["steps"]:
-        what += (f"; drawn as {series['drawn']:,} points, each rank's slowest step per time "
+    if series.drawn < series.steps:
+        what += (f"; drawn as {series.drawn:,} points, each rank's slowest step per time "
                  "bin")
     labels = span_labels(series)
     if labels:
-        n = series.get("labelled") or sum(len((c.get("labelled") or {}).get("t", []))
-                                          for c in series["ranks"].values())
+        n = series.labelled or sum(len(c.labelled.t) for c in series.ranks.values())
         what += (f"; {n:,} {' and '.join(labels)} span{'s' if n != 1 else ''} (a "
                  "framework's labels, e.g. the Hugging Face Trainer's): markers of their own, "
                  "left out of the step lines")
-    if series.get("restarts"):  # the sentences themselves lead the findings
+    if series.restarts:  # the sentences themselves lead the findings
         what += ("; dashed lines and hollow points: a rank's steps before a restart, red: "
                  "the restarts (the band: until the new workers stepped again)")
     parts = [html.note(what + "."), html.figure_slot(len(figures) - 1)]
