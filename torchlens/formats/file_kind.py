@@ -9,6 +9,10 @@ from pathlib import Path
 
 from torchlens.model import InputError
 
+#: the ``format`` a run folder's ``manifest.json`` names (``run_folder.manifest``);
+#: here so a trace reader can tell a manifest given as a trace without importing it
+RUN_FORMAT = "torchlens-run"
+
 _ZIP = b"PK\x03\x04"
 _PICKLE = b"\x80"  # protocol 2 and later start with PROTO
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from torchlens.formats.run_folder.files import RUN_FORMAT
+from torchlens.formats.file_kind import RUN_FORMAT
 
 #: first size of the head and tail windows
 PEEK_BYTES = 64 * 1024

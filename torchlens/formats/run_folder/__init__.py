@@ -16,6 +16,7 @@
 ``sources``: ``discover``, a run's per-rank traces (a run folder, any folder
 or a list of files) each placed at its rank, and everything wrong named.
 
-Nothing is imported here: ``formats.kineto.peek`` reads ``files`` while
-``sources`` reads the peek.
+Nothing is imported here. ``sources`` reads ``formats.kineto.peek``; the
+peek never reads this package (the manifest's ``format`` it recognises is
+``formats.file_kind.RUN_FORMAT``).
 """

@@ -20,8 +20,7 @@ from typing import Any
 
 from torchlens.model.units import format_bytes
 
-#: ``manifest.json``'s ``format``: what marks a folder as a torchlens run
-RUN_FORMAT = "torchlens-run"
+#: the run's manifest: its ``format`` (``file_kind.RUN_FORMAT``) marks a folder as a torchlens run
 MANIFEST = "manifest.json"
 #: per rank, under ``rank<r>/``: every step record, and every profiled-step summary
 STEPS = "steps.jsonl"

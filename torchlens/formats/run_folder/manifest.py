@@ -28,7 +28,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from torchlens.formats.run_folder.files import MANIFEST, RUN_FORMAT, read_capped
+from torchlens.formats.file_kind import RUN_FORMAT
+from torchlens.formats.run_folder.files import MANIFEST, read_capped
 from torchlens.formats.text import first_bad_utf8_byte
 from torchlens.model import InputError
 
