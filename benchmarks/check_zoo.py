@@ -111,11 +111,13 @@ def view_manifest(folder: Path) -> list[dict[str, Any]] | None:
                     "cause": None, "rank_from": "figures"})
     code = m.get("verdict_code")
     if code and not any(f["code"] == code for f in out):
-        # the verdict carries no rank of its own: its words name it (a rank
-        # that failed because a peer went away is no answer, so not read
-        # from the ranks' states)
-        out.insert(0, plain({"code": code, "severity": "failed",
-                             "sentence": m.get("verdict") or ""}))
+        # the ranks the verdict names (``verdict_ranks``); a manifest written
+        # before it was saved names them in its words only (a rank that failed
+        # because a peer went away is no answer, so not read from the states)
+        found = {"code": code, "severity": "failed", "sentence": m.get("verdict") or ""}
+        if m.get("verdict_ranks"):
+            found["details"] = {"ranks": m["verdict_ranks"]}
+        out.insert(0, plain(found))
     return out
 
 

@@ -63,7 +63,9 @@ def test_the_verdict_leads_with_the_rank_that_raised_even_when_the_peer_raised_e
     steps = [[_rec(i, 0.001, 0.01) for i in range(5)] for _ in range(2)]
     ranks = [_info(0, 0, bye={"reason": "exception", "error_t": 11.0, "error": GLOO}),
              _info(1, 0, bye={"reason": "exception", "error_t": 11.5, "error": BOOM})]
-    assert str(run_view(_snap(ranks, steps)).verdict).startswith(f"rank 1 failed: {BOOM}")
+    verdict = run_view(_snap(ranks, steps)).verdict
+    assert str(verdict).startswith(f"rank 1 failed: {BOOM}")
+    assert verdict.ranks == (1,)  # what a script and the page read, not the words
 
 
 def test_a_verdict_with_only_the_peer_says_so_in_a_few_words() -> None:
@@ -101,6 +103,7 @@ def test_a_real_two_rank_crash_names_the_rank_that_raised(tmp_path: Path) -> Non
     verdict = [ln for ln in c.lines if ln.startswith("verdict: ")][-1]
     assert verdict.startswith("verdict: rank 1 failed: RuntimeError: rank 1 fails on purpose")
     manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["verdict_code"], manifest["verdict_ranks"]) == ("failed_rank", [1])
     _clean(manifest["stopped"])
     import torchlens
 

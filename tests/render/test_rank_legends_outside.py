@@ -13,6 +13,7 @@ from typing import Any
 from bokeh.models import Legend, Plot
 
 from torchlens.frontends.shared.live_view import ProfiledLiveView
+from torchlens.model.messages import DdpHeartbeat
 from torchlens.render.ddp.heartbeats import LivePlot, rank_figures
 
 
@@ -22,8 +23,8 @@ def _inside(layout: Any) -> list[str]:
 
 
 def test_no_rank_chart_has_its_legend_over_its_lines() -> None:
-    beats = [{"t_rel": 0.5 * i, "rank": r, "phase": "step", "rss": (300 + i) * 2**20,
-              "collectives": i} for i in range(10) for r in (0, 1, 2)]
+    beats = [DdpHeartbeat(t_rel=0.5 * i, rank=r, phase="step", rss=(300 + i) * 2**20,
+                          collectives=i) for i in range(10) for r in (0, 1, 2)]
     for layout in (rank_figures(beats, 3), LivePlot(3).layout,
                    ProfiledLiveView(3, 5, modelled=True).layout):
         assert _inside(layout) == []

@@ -133,3 +133,19 @@ def test_the_manifests_verdict_code_says_what_stopped_the_run(tmp_path, traces_d
     assert (first.severity == FAILED) is failed
     assert first.code == (code if failed else "collector_note")
     assert first.details.get("verdict_code", code) == code
+
+
+def test_the_page_tags_each_finding_with_its_code_and_ranks(tmp_path, traces_dir) -> None:
+    """A script picks the page's findings by ``data-code`` and ``data-ranks``,
+    never by their words: the failure names rank 1 from the manifest's
+    ``verdict_ranks``."""
+    import re
+
+    run = _folder(tmp_path, traces_dir, verdict_code="failed_rank", verdict_ranks=[1])
+    out = tmp_path / "run.html"
+    assert main(["report", str(run), "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    tags = re.findall(r'<div class="tl-finding [^"]*" data-code="([\w-]+)" '
+                      r'data-severity="(\w+)"(?: data-ranks="([\d,]+)")?', page)
+    assert tags[0] == ("failed_rank", FAILED, "1"), tags
+    assert all(code for code, _, _ in tags) and len(tags) > 1

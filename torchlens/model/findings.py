@@ -86,6 +86,16 @@ class Finding:
         """The figure called ``name``'s value."""
         return next((f.value for f in self.figures if f.name == name), default)
 
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks the finding names: ``details["ranks"]`` (a finding about
+        several), else its ``rank`` figure; () when it names none."""
+        many = self.details.get("ranks")
+        if isinstance(many, (list, tuple)) and all(isinstance(r, int) for r in many):
+            return tuple(many)
+        one = self.value("rank")
+        return (one,) if isinstance(one, int) and not isinstance(one, bool) else ()
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: what a manifest or a saved diff holds reads back equal."""
         d = asdict(self)

@@ -62,8 +62,9 @@ def failure_finding(manifest: Manifest) -> Finding | None:
         return None
     m = _ADVICE.search(said)
     title = LOST_TITLE if lost else LOST_RANK_TITLE if rank_lost else CRASHED_TITLE
+    ranks = {"ranks": list(manifest.verdict_ranks)} if manifest.verdict_ranks else {}
     return Finding(FAILED, said[:m.start()] if m else said, advice=m.group(1) if m else "",
-                   title=title, code=FAILED_RANK if crashed else LOST_NODE)
+                   title=title, details=ranks, code=FAILED_RANK if crashed else LOST_NODE)
 
 
 def collector_notes(manifest: Manifest) -> list[Finding]:

@@ -251,9 +251,11 @@ def _verdict(snap: RankSnapshot, lost: list[LostNode], failed: list[RankRow],
         row = failed[0]
         if peer_gone(row.error):  # no rank said why: its peer's words, not gloo's page
             return Finding(FAILED, stopped_when(f"rank {row.rank}", None, row.error),
+                           (Figure("rank", row.rank),),
                            advice="look at the other ranks' logs for the one that ended first",
                            code=FAILED_RANK)
         return Finding(FAILED, f"rank {row.rank} failed: {row.error or 'an exception'}",
+                       (Figure("rank", row.rank),),
                        advice=f"look at rank {row.rank}'s log", code=FAILED_RANK)
     if not any(snap.steps):
         how = ("a torchrun rank attaches when it starts, any other at its first "

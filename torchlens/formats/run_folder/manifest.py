@@ -187,6 +187,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     #: the verdict's kind (``Finding.code``: slow_rank, lost_node, failed_rank, ...);
     #: None in a manifest written before it was saved
     verdict_code: str | None = None
+    #: the ranks the verdict names (``Finding.ranks``: the failed rank, the ranks
+    #: whose memory creeps); empty when it names none or in an older manifest
+    verdict_ranks: list[int] = []
     nodes: list[NodeEntry] = []
     lost_nodes: list[LostNodeEntry] = []
     restarts: list[RestartEntry] = []
