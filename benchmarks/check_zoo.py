@@ -296,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answers", default=str(ANSWERS))
     p.add_argument("--views-from", default=None,
                    help="score the views recorded in this views.json instead of running")
+    p.add_argument("--reread", default=None, metavar="DIR",
+                   help="read the views again from the run folders of an earlier --out DIR "
+                        "(jobs not run again: what a changed analyze or report rule says "
+                        "of the same runs; the manifest is the one the run wrote); "
+                        "writes DIR/views-reread.json")
     a = p.parse_args(argv)
     answers = load_answers(Path(a.answers))
     views = tuple(v for v in a.views.split(",") if v)
@@ -306,6 +311,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.views_from:
         runs = [r for r in json.loads(Path(a.views_from).read_text(encoding="utf-8"))["runs"]
                 if r["job"] in jobs]
+    elif a.reread:
+        python = paths.torchlens_python(a.python)
+        base = Path(a.reread)
+        runs = [r for r in json.loads((base / "views.json").read_text(encoding="utf-8"))["runs"]
+                if r["job"] in jobs]
+        for r in runs:
+            r["views"] = views_of(Path(r["folder"]), python, views)
+        (base / "views-reread.json").write_text(json.dumps({"runs": runs}, indent=1),
+                                                encoding="utf-8")
     else:
         python = paths.torchlens_python(a.python)
         out = Path(a.out) if a.out else paths.scratch("zoo")

@@ -102,3 +102,33 @@ def test_the_harness_prints_the_table_and_the_last_line(tmp_path: Path) -> None:
     assert "wrong" not in quiet and "no view (no codes)" in quiet
     assert "wrong (slow_rank r1/data)" in alarm
     assert lines[-1] == "zoo: 1 of 3 named; false alarms 1 of 2 healthy runs"
+
+
+def test_every_view_of_a_crashed_run_names_the_failed_rank_by_its_figures(
+        tmp_path: Path, traces_dir: Path) -> None:
+    """A run folder whose rank 1 raised, read as ``--reread`` reads it: the
+    manifest's ``verdict_ranks``, ``analyze --json`` and the report page's
+    ``data-ranks`` each name rank 1 without reading the words."""
+    from torchlens.formats.run_folder.manifest import (
+        SOURCE_RUN,
+        Manifest,
+        RankEntry,
+        write_manifest,
+    )
+
+    run = tmp_path / "crash_one-00"
+    boom = "RuntimeError: zoo: rank 1 fails at step 40"
+    ranks = []
+    for r in (0, 1):
+        (run / f"rank{r}").mkdir(parents=True)
+        (run / f"rank{r}" / "step00004.pt.trace.json.gz").symlink_to(
+            traces_dir / f"sampled_rank-{r}.json.gz")
+        ranks.append(RankEntry(rank=r, traces=[f"rank{r}/step00004.pt.trace.json.gz"],
+                               state="failed", error=boom if r else "RuntimeError: gloo"))
+    write_manifest(str(run), Manifest(
+        source=SOURCE_RUN, world_size=2, ranks=ranks, exit_code=1,
+        verdict=f"rank 1 failed: {boom}; look at rank 1's log", verdict_code="failed_rank",
+        verdict_ranks=[1]))
+    views = check_zoo.views_of(run, sys.executable, check_zoo.VIEWS)
+    for view in check_zoo.VIEWS:
+        assert check_zoo.score(ANSWERS["crash_one"], views[view])[0] == "ok", (view, views[view])
