@@ -38,11 +38,7 @@ Definitions (every time in µs):
 - Verdict: the step time change; when B's step time is below A's, the
   largest speedup (the faster or removed row whose time fell most); and the
   largest slowdown (slower or added), on a faster run too, so what got
-  slower is not hidden. ``small`` and ``same`` rows are never named. An op
-  or kernel is named before any annotation (``user_annotation``: a
-  ``record_function`` range, a module's forward): an annotation spans the ops
-  inside it, so its change is theirs, and it is named only when no op or
-  kernel changed.
+  slower is not hidden. ``small`` and ``same`` rows are never named.
 """
 
 from __future__ import annotations
@@ -161,8 +157,8 @@ def verdict(diff: RunDiff, ranks: tuple[int, int] = (1, 1)) -> Finding:
         per += (f" and rank, mean of {ranks[0]} ranks" if ranks[0] == ranks[1]
                 else f" and rank, mean of {plural(ranks[0], 'rank')} of A and {ranks[1]} of B")
     rows = [r for r in diff.ops + diff.kernels if r.name != REST]
-    better = _named_first([r for r in rows if r.status in ("faster", "removed")])
-    worse = _named_first([r for r in rows if r.status in ("slower", "added")])
+    better = [r for r in rows if r.status in ("faster", "removed")]
+    worse = [r for r in rows if r.status in ("slower", "added")]
     parts = []
     if _faster(diff):
         if better:
@@ -181,13 +177,6 @@ def verdict(diff: RunDiff, ranks: tuple[int, int] = (1, 1)) -> Finding:
         parts.append("no op or kernel got slower")
     tail = "; ".join(parts)
     return Finding(severity, f"{head}; {tail}", tuple(figures), code=RUN_DIFF)
-
-
-def _named_first(rows: list[DiffRow]) -> list[DiffRow]:
-    """The rows a verdict may name: the ops and kernels, else the annotations
-    (a range's time is the time of the ops inside it)."""
-    ops = [r for r in rows if r.kind != "user_annotation"]
-    return ops or rows
 
 
 def _faster(diff: RunDiff) -> bool:
