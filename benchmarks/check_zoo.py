@@ -139,7 +139,8 @@ def view_analyze(folder: Path, python: str) -> list[dict[str, Any]] | None:
 
 def view_report(folder: Path, python: str) -> list[dict[str, Any]] | str | None:
     """The codes ``torchlens report RUN``'s page carries (``data-code``
-    attributes with ``data-severity`` and ``data-ranks``), or ``"no codes"``."""
+    attributes with ``data-severity``, ``data-ranks`` and ``data-cause``), or
+    ``"no codes"``."""
     page = folder / "zoo-report.html"
     p = _run([python, "-m", "torchlens", "report", str(folder), "-o", str(page)], 300)
     if not p or not page.exists():
@@ -152,9 +153,11 @@ def view_report(folder: Path, python: str) -> list[dict[str, Any]] | str | None:
     for tag in re.finditer(r"<[^>]*\bdata-code=\"([\w-]+)\"[^>]*>", html):
         sev = re.search(r"data-severity=\"([\w ]+)\"", tag.group(0))
         ranks = re.search(r"data-ranks?=\"([\d, ]+)\"", tag.group(0))
+        cause = re.search(r"data-cause=\"([\w ]+)\"", tag.group(0))
         out.append({"code": tag.group(1), "severity": sev.group(1) if sev else "info",
                     "ranks": [int(x) for x in re.findall(r"\d+", ranks.group(1))] if ranks else None,
-                    "cause": None, "rank_from": "figures" if ranks else None})
+                    "cause": cause.group(1) if cause else None,
+                    "rank_from": "figures" if ranks else None})
     return out
 
 

@@ -213,7 +213,8 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
         # every rank measured its RSS: the header names it once, each cell the figure
         header, cells = _memory_texts(page.locator(f'{RUNS} .tl-run[data-run-id="{cpu_id}"]'))
         assert header == "rss"
-        assert [f"{c} {header}" for c in cells] == [memory_cell(r) for r in cpu["ranks"]]
+        assert [f"{c} {header}" for c in cells] == [memory_cell(RankStatus(**r))
+                                                    for r in cpu["ranks"]]
         assert not any("~" in c for c in cells) and "KiB" not in " ".join(cells)
         # the terminal's one-decimal figure still fits the sidebar's default width (its
         # unit may go under it)
@@ -223,7 +224,7 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
 
         header, cells = _memory_texts(page.locator(f'{RUNS} .tl-run[data-run-id="{mixed_id}"]'))
         assert header == "memory"
-        assert cells == [memory_cell(r) for r in mixed["ranks"]]
+        assert cells == [memory_cell(RankStatus(**r)) for r in mixed["ranks"]]
         # CUDA: allocated; modelled with RSS: the RSS; modelled alone: "~"; RSS alone
         assert cells == ["3.0 GiB", "330.0 MiB rss", "~4.0 KiB", "101.0 MiB rss"], cells
     finally:

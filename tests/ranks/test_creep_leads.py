@@ -79,3 +79,19 @@ def test_the_run_report_names_the_creep_and_orders_it_the_same_way() -> None:
     alone = leading_findings(None, manifest, [], "")
     assert alone[0].sentence == creep_finding(creep).sentence
     assert isinstance(MemoryCreep(**dataclasses.asdict(creep)), MemoryCreep)
+
+
+def test_no_slow_rank_never_leads_a_creep_in_the_report() -> None:
+    """A leak on every rank and even step times: the report's first finding is
+    the creep, not a green "no slow rank" above it (the terminal's order)."""
+    from torchlens.model.findings import PASSED
+
+    view = run_view(_snap())
+    creep = view.creep[0]
+    none = dataclasses.replace(view.slow, rank=None, finding=dataclasses.replace(
+        view.slow.finding, severity=PASSED, sentence="no slow rank: step times within 1%"))
+    manifest = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(view.verdict),
+                        verdict_code="memory_creep",
+                        memory_creep=[CreepEntry(**dataclasses.asdict(creep))])
+    assert [f.code for f in leading_findings(none, manifest, [], "")] == [
+        "memory_creep", "slow_rank"]

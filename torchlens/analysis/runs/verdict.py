@@ -27,6 +27,7 @@ from torchlens.analysis.ranks.verdict import creep_finding
 from torchlens.formats.run_folder.manifest import CreepEntry, Manifest
 from torchlens.formats.run_folder.records import iter_steps
 from torchlens.model.findings import (
+    FAILED,
     IGNORED_FILES,
     INFO,
     MEMORY_CREEP,
@@ -90,8 +91,10 @@ def verdict_findings(judged: SlowRank | None, manifest: Manifest | None) -> list
         return said
     if not said:
         return [creep]
-    # a creep leads a weak slow rank, as in the terminal and the checklist
-    return [creep, *said] if weak(said[0]) else [*said, creep]
+    # a creep leads a weak slow rank and "no slow rank", as in the terminal and
+    # the checklist
+    first = weak(said[0]) or said[0].severity not in (WARNING, FAILED)
+    return [creep, *said] if first else [*said, creep]
 
 
 def creep_of(manifest: Manifest) -> Finding | None:
