@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from torchlens.capture.ranks.feed import LiveFrame
 from torchlens.frontends.ranks import watch as watch_module
 
 STATUS = {"verdict": "rank 1 is the slow rank: its data loading took 30.5 ms per step",
@@ -32,9 +33,9 @@ class _EndedRun:
     """A feed whose one frame says the run ended."""
 
     def __init__(self) -> None:
-        self.frames = [{"seq": 1, "world_size": 2, "status": STATUS, "ended": True, "t": 1.0}]
+        self.frames = [LiveFrame(seq=1, world_size=2, status=STATUS, ended=True, t=1.0)]
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[LiveFrame]:
         out, self.frames = self.frames, []
         return out
 
