@@ -187,8 +187,8 @@ def test_gpumonitor_magic_is_registered_and_rejects_bad_options(shell, capsys):
     time.sleep(1.0)
     mon = shell.user_ns["mon"]
     assert len(mon.source.data["t"]) >= 2  # it kept sampling after the cell returned
-    assert mon.last["host"]["cpu_percent"] is not None
-    assert "no NVIDIA GPU found" in mon.last["gpu"]["status"] or mon.last["gpu"]["gpus"]
+    assert mon.last.host.cpu_percent is not None
+    assert "no NVIDIA GPU found" in (mon.last.gpu.status or "") or mon.last.gpu.gpus
 
 
 def test_stack_names_the_function_of_the_cell_that_issued_each_op(shell):
