@@ -237,7 +237,7 @@ def main() -> None:
     runs = []
     for i in range(args.repeat):
         _, r = check(functools.partial(many_collectives, n=n), steps=1, strict=True)
-        returned = r.records.ranks[0]["steps"][0]["returned"]
+        returned = r.records.ranks[0].steps[0].returned
         per = dict(zip(KINDS, (float(v) for v in returned.strip("()").split(",")),
                        strict=True))
         runs.append(per)
@@ -246,7 +246,7 @@ def main() -> None:
             f"{kind} {per[kind] * 1e3:.3f} ({(per[kind] - base) * 1e3:+.3f}, "
             f"{per[kind] / base:.2f}x)" for kind in KINDS[1:]]
         print(f"  run {i + 1}: " + " | ".join(cells) + f"  comparisons (rank 0): "
-              f"{r.records.ranks[0].get('strict')}  load {os.getloadavg()[0]:.2f}",
+              f"{r.records.ranks[0].strict}  load {os.getloadavg()[0]:.2f}",
               flush=True)
     for kind in KINDS[1:]:
         added = [(p[kind] - p["no checks"]) * 1e3 for p in runs]

@@ -38,6 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 # TORCHLENS_TESTDATA: another place for it (tests/test_shared_data.py points it nowhere)
 TESTDATA = Path(os.environ.get("TORCHLENS_TESTDATA") or REPO.parent / "shared" / "testdata")
 TRACES = TESTDATA / "traces"
+# the tests build run folders of links to the shared traces rather than copies: a
+# site's shared store of traces, which a run folder's links may lead into
+# (docs/SECURITY.md); every other link out of a run folder is still refused
+os.environ.setdefault("TORCHLENS_LINK_TARGETS", os.pathsep.join(
+    str(p.resolve()) for p in (TESTDATA, REPO / "tests" / "data") if p.exists()))
 SNAPSHOTS = TESTDATA / "snapshots"
 
 

@@ -7,6 +7,7 @@ problems right.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -132,3 +133,151 @@ def test_every_view_of_a_crashed_run_names_the_failed_rank_by_its_figures(
     views = check_zoo.views_of(run, sys.executable, check_zoo.VIEWS)
     for view in check_zoo.VIEWS:
         assert check_zoo.score(ANSWERS["crash_one"], views[view])[0] == "ok", (view, views[view])
+
+
+def test_the_watch_says_its_verdict_with_its_ranks_and_the_slow_rank_after_it() -> None:
+    """``Watch.findings`` (``LiveStatus.findings``): a creep verdict names the
+    ranks the status gives it, and the slow rank's finding follows it; a slow
+    rank that is the verdict is said once."""
+    from torchlens.analysis.ranks.verdict import LiveStatus
+
+    slow = Finding(WARNING, "rank 1 is slow", (Figure("rank", 1), Figure("cause", "stall")),
+                   code="slow_rank")
+    creep = LiveStatus(verdict="ranks 0 and 1 grow 1 MiB a step", verdict_code="memory_creep",
+                       verdict_ranks=[0, 1], severity=WARNING, slow_rank=1, slow_finding=slow)
+    said = [check_zoo.plain(f.to_dict()) for f in creep.findings()]
+    assert [(f["code"], f["ranks"]) for f in said] == [("memory_creep", [0, 1]), ("slow_rank", [1])]
+    assert check_zoo.score(ANSWERS["leak_cache_all"], said)[0] == "ok"
+    only = LiveStatus(verdict=str(slow), verdict_code="slow_rank", verdict_ranks=[1],
+                      severity=WARNING, slow_rank=1, slow_finding=slow)
+    assert only.findings() == [slow]
+    assert LiveStatus().findings() == []
+
+
+@pytest.mark.timeout(300)
+def test_the_watch_view_of_a_real_run_is_scored_on_reread(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short ``data_straggler`` run under ``torchlens run -- torchrun``, then
+    ``--reread`` of its folder: ``torchlens.watch(FOLDER)``'s final state,
+    read in its own interpreter, names rank 1 slow for its data, as the
+    manifest the run wrote does."""
+    monkeypatch.setenv("ZOO_STEPS", "40")
+    job = "data_straggler"
+    folder = tmp_path / f"{job}-00"
+    info = check_zoo.run_job(ANSWERS[job], folder, sys.executable, 200)
+    assert info["rc"] == 0 and (folder / "live.jsonl").exists(), (folder / "zoo-stdout.txt").read_text()
+    (tmp_path / "views.json").write_text(json.dumps({"runs": [
+        {"job": job, "repeat": 0, "folder": str(folder), **info, "views": {}}]}))
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "check_zoo.py"), "--only", job, "--reread", str(tmp_path),
+         "--views", "manifest,watch", "--python", sys.executable],
+        capture_output=True, text=True, check=True, env=check_zoo._env()).stdout
+    lines = out.strip().splitlines()
+    assert lines[0].split()[-1] == "watch"
+    assert lines[1].split()[1:] == ["ok", "ok"], out
+    assert lines[-1] == "zoo: 2 of 2 named; false alarms 0 of 0 healthy runs"
+    watch = json.loads((tmp_path / "views-reread.json").read_text())["runs"][0]["views"]["watch"]
+    assert watch[0] == {"code": "slow_rank", "severity": WARNING, "ranks": [1], "cause": "data",
+                        "rank_from": "figures"}
+
+
+def _knobs(call: ast.Call) -> dict:
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+
+
+def test_each_notebook_function_is_its_job_with_the_same_knobs() -> None:
+    """``zoo/_notebook.py``: one function a job, named after it, calling the
+    zoo's loop with the knobs the job file gives ``main``; at least five,
+    among them a leak on every rank, a data straggler, a collective mismatch,
+    a crash on one rank and a healthy twin."""
+    tree = ast.parse((BENCH / "zoo" / "_notebook.py").read_text())
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert set(functions) == set(check_zoo.notebook_jobs())
+    assert {"leak_cache_all", "data_straggler", "collective_mismatch", "crash_one",
+            "healthy_2"} <= set(functions) <= set(ANSWERS)
+    for name, fn in functions.items():
+        job = ast.parse((BENCH / "zoo" / f"{name}.py").read_text())
+        main = next(n.value for n in job.body if isinstance(n, ast.Expr)
+                    and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "main")
+        train = next(n for n in ast.walk(fn) if isinstance(n, ast.Call)
+                     and getattr(n.func, "id", "") == "train")
+        assert _knobs(train) == _knobs(main), name
+
+
+def _line(code: str, severity: str, **details) -> dict:
+    return Finding(severity, code, title=code.replace("_", " "), details=details).to_dict()
+
+
+def test_the_checklist_is_read_by_the_culprits_its_lines_name() -> None:
+    """A crashed worker names the rank that failed first (its ``ranks`` list
+    every rank that failed), a hang the ranks the others wait for, and the
+    rank-memory line's creeps are memory creeps of their ranks."""
+    crash = [_line("crashed_worker", FAILED, first=1, ranks=[1, 0]),
+             _line("slow_rank", PASSED)]
+    said = [p for f in crash for p in check_zoo.checklist_plain(f)]
+    assert said[0]["ranks"] == [1]
+    assert check_zoo.score(ANSWERS["crash_one"], said)[0] == "ok"
+    hang = [_line("hang", FAILED, behind=[1], waiting=[0])]
+    assert check_zoo.score(ANSWERS["uneven_inputs"],
+                           check_zoo.checklist_plain(hang[0]))[0] == "ok"
+    table = [{"rank": 0, "steps": 60}, {"rank": 1, "steps": 60}]
+    creep = _line("rank_memory", WARNING, ranks=table, creep=[{"rank": 0}, {"rank": 1}])
+    said = check_zoo.checklist_plain(creep)
+    assert [(f["code"], f["ranks"]) for f in said] == [("memory_creep", [0]), ("memory_creep", [1])]
+    assert check_zoo.score(ANSWERS["leak_cache_all"], said)[0] == "ok"
+    # no creep: the line is information, and its per-rank table names no rank
+    quiet = check_zoo.checklist_plain(_line("rank_memory", PASSED, ranks=table, creep=[]))
+    assert quiet[0]["ranks"] is None
+    assert check_zoo.score(ANSWERS["healthy_2"], quiet)[0] == "ok"
+
+
+def _summary(primary: dict, step_time: list, status: str = "completed") -> dict:
+    """The parts of TraceML's final_summary.json the view reads."""
+    return {"run_context": {"run": {"status": status}}, "primary_diagnosis": primary,
+            "step_time": {"issues": step_time}, "step_memory": {"issues": [
+                {"kind": "NO_GPU", "severity": "info", "ranks": []}]},
+            "system": {"issues": [{"kind": "HIGH_CPU", "severity": "warn", "ranks": []}]}}
+
+
+def test_traceml_is_read_from_its_final_summary_by_the_stated_table(tmp_path: Path) -> None:
+    """Its primary diagnosis (the culprit from its section's issue of the same
+    kind), its step-time issues mapped by ``TRACEML_CODES``, its severity
+    deciding what is a problem; host sections not read; a failed run is a
+    failed rank naming none. The harness prints ``traceml zoo: ...``."""
+    straggler = {"kind": "INPUT_STRAGGLER", "severity": "crit", "section": "step_time",
+                 "evidence": {}}
+    runs = {
+        "data_straggler-00": _summary(straggler, [
+            {**straggler, "ranks": [1], "evidence": {"culprit_rank": 1}},
+            {"kind": "INPUT_BOUND", "severity": "crit", "ranks": [1]}]),
+        "crash_one-00": _summary({"kind": "NO_CLEAR_PERFORMANCE_BOTTLENECK", "severity": "info",
+                                  "section": "step_time"},
+                                 [{"kind": "BALANCED", "severity": "info", "ranks": [0]}],
+                                 status="failed"),
+        "healthy_2-00": _summary({"kind": "STRAGGLER", "severity": "warn", "section": "step_time"},
+                                 [{"kind": "STRAGGLER", "severity": "warn", "ranks": [0],
+                                   "evidence": {"culprit_rank": 0}}]),
+        "healthy_2-01": _summary({"kind": "COMPUTE_BOUND", "severity": "info",
+                                  "section": "step_time"}, []),
+    }
+    for name, summary in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "final_summary.json").write_text(json.dumps(summary))
+    said = check_zoo.view_traceml(tmp_path / "data_straggler-00")
+    assert [(f["code"], f["ranks"], f["cause"]) for f in said] == [
+        ("slow_rank", [1], "data"), ("input_bound", [1], None), ("traceml:no_gpu", None, None)]
+    assert check_zoo.view_traceml(tmp_path / "nothing") == "no final_summary.json"
+    (tmp_path / "views.json").write_text(json.dumps({"runs": [
+        {"job": name.rsplit("-", 1)[0], "repeat": int(name[-1]), "folder": str(tmp_path / name),
+         "views": {}} for name in runs]}))
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "check_zoo.py"), "--tool", "traceml", "--reread",
+         str(tmp_path), "--only", "data_straggler", "crash_one", "healthy_2"],
+        capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    cells = {line.split()[0] + (line.split()[1] if line.split()[1].startswith("(") else ""):
+             line for line in lines[1:-1]}
+    assert cells["data_straggler"].split()[1] == "ok"
+    assert "wrong (failed_rank r-)" in cells["crash_one"]
+    assert "wrong (slow_rank r0)" in cells["healthy_2(0)"] and "wrong" not in cells["healthy_2(1)"]
+    assert lines[-1] == "traceml zoo: 1 of 2 named; false alarms 1 of 2 healthy runs"

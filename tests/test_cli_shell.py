@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -153,6 +154,27 @@ def test_the_command_line_and_torchlens_load_share_one_loader(
 def test_load_of_a_missing_path_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(torchlens.InputError, match="nope: no such file or folder"):
         torchlens.load(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("path", ["nope", "nope/run1"])
+def test_load_of_a_missing_path_in_a_notebook_is_a_short_file_not_found(path: str) -> None:
+    """``torchlens.load('nope')`` in a notebook: a FileNotFoundError whose one
+    line says the path does not exist and what torchlens reads, raised one
+    frame below the user's line (IPython shows every frame it passed)."""
+    import traceback
+
+    with pytest.raises(FileNotFoundError) as info:
+        torchlens.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: no such file or folder")
+    for accepted in ("run folder", ".json.gz", ".tlprof", ".pickle"):
+        assert accepted in message
+    frames = traceback.extract_tb(info.value.__traceback__)
+    package = os.path.dirname(torchlens.__file__) + os.sep  # not the clone's tests/
+    ours = [f for f in frames if f.filename.startswith(package)]
+    assert len(ours) == 1, [f"{f.filename}:{f.lineno}" for f in ours]
+    assert info.value.__cause__ is None and info.value.__context__ is None
 
 
 def test_a_file_in_a_trace_folder_that_is_not_a_trace_is_named_as_ignored(

@@ -48,6 +48,33 @@ def test_a_mistyped_option_gets_the_subcommands_usage_and_a_suggestion(
     assert f"did you mean {meant}?" in last, last
 
 
+@pytest.mark.parametrize("word,meant", [("dif", "diff"), ("reprot", "report"),
+                                        ("analyse", "analyze"), ("rn", "run")])
+def test_a_mistyped_subcommand_gets_a_suggestion(word, meant, capsys) -> None:
+    # "torchlens dif A B" gave argparse's "invalid choice" with no suggestion,
+    # while a mistyped option already got one
+    err = _usage_error([word, "a", "b"], capsys)
+    assert err.startswith(TOP_USAGE), err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"torchlens: error: argument COMMAND: invalid choice: '{word}'"), last
+    assert last.endswith(f"did you mean {meant}?"), last
+
+
+def test_a_word_like_no_subcommand_gets_no_suggestion(capsys) -> None:
+    err = _usage_error(["frobnicate", "a"], capsys)
+    assert "invalid choice: 'frobnicate'" in err and "did you mean" not in err
+
+
+@pytest.mark.parametrize("argv", [["report", "A", "--diff", "B"], ["analyze", "A", "--diff", "B"],
+                                  ["report", "A", "--diff=B"]])
+def test_diff_asked_of_report_points_to_the_diff_command(argv, capsys) -> None:
+    err = _usage_error(argv, capsys)
+    assert err.startswith(f"usage: torchlens {argv[0]}"), err
+    last = err.strip().splitlines()[-1]
+    assert "unrecognized arguments: --diff" in last, last
+    assert last.endswith("to compare two runs: torchlens diff A B"), last
+
+
 def test_an_option_like_no_other_gets_no_suggestion(capsys) -> None:
     err = _usage_error(["analyze", "RUN", "--frobnicate"], capsys)
     assert err.startswith("usage: torchlens analyze")

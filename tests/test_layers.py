@@ -14,6 +14,9 @@ offending (file, line, imported module). The rules:
   front-end modules and itself (``SHARED_FRONTENDS``), and no front-end
   modules import each other round a circle (here annotations under
   ``TYPE_CHECKING`` do not count: they run nothing);
+- below the front ends, no modules import each other round a circle by any
+  import at all, annotations and imports inside functions included
+  (``STRICT_CYCLE_LAYERS``);
 - domains import one way (``DOMAIN_USES``) in capture/, analysis/ and render/.
 """
 
@@ -426,6 +429,49 @@ def test_no_import_cycle_among_frontends():
     circles = cycles(graph)
     assert not circles, "front-end modules import each other in a circle:\n  " + "\n  ".join(
         " <-> ".join(c) for c in circles)
+
+
+#: the layers below the front ends, where no two modules may import each other round
+#: a circle by any import at all: one inside a function or under ``TYPE_CHECKING`` (an
+#: annotation of the other's class) still means neither can be read without the other
+STRICT_CYCLE_LAYERS = ("torchlens.model", "torchlens.formats", "torchlens.capture",
+                       "torchlens.analysis", "torchlens.render")
+
+
+def _strict_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    known = set(modules)
+    return {n: {m for _, m in imports(p.read_text(encoding="utf-8"), n,
+                                      p.name == "__init__.py", known)
+                if m in known and m != n}
+            for n, p in modules.items()}
+
+
+def test_strict_cycle_check_counts_annotations_and_late_imports(tmp_path):
+    pkg = tmp_path / "torchlens" / "model"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from torchlens.model.b import B\n")
+    (pkg / "b.py").write_text("def f():\n    from torchlens.model.a import A\n")
+    (pkg / "c.py").write_text("import torchlens.model.a\n")
+    modules = {module_name(p, tmp_path / "torchlens"): p for p in sorted(pkg.glob("*.py"))}
+    assert cycles(_strict_graph(modules)) == [["torchlens.model.a", "torchlens.model.b"]]
+
+
+def test_no_import_cycle_below_the_front_ends():
+    """The allocator model (core, expandable, release, state: each takes the
+    ``heap.AllocatorHeap`` below them) and the saved profile (profile, tlprof,
+    store: ``tlprof`` writes a profile's fields, never a ``Profile``) once imported
+    each other; every layer below the front ends stays free of such circles."""
+    modules = {n: p for n, p in _all_modules().items()
+               if any(_under(n, layer) for layer in STRICT_CYCLE_LAYERS)}
+    graph = _strict_graph(modules)
+    assert {"torchlens.analysis.memory.allocator.core",
+            "torchlens.model.store"} <= set(graph)
+    assert sum(map(len, graph.values())) > 300  # it reads the imports
+    circles = cycles(graph)
+    assert not circles, ("modules import each other in a circle (move what both need "
+                         "into a module below them):\n  " + "\n  ".join(
+                             " <-> ".join(c) for c in circles))
 
 
 # ------------------------------------------------------------- domains import one way

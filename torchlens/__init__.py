@@ -37,10 +37,19 @@ def load(path: Any) -> Any:
     or a list of per-rank traces, or one Kineto trace (``.json``, ``.json.gz``):
     the run as one result (``frontends.runs.api.RunResult``; ``run.diff(other)``
     compares, ``run.ignored`` lists the folder's files that are not traces).
-    Raises ``InputError`` for a missing path or a folder with no usable trace."""
+    Raises ``FileNotFoundError`` (a ``torchlens.InputError`` too) for a path
+    that does not exist, ``InputError`` for a folder with no usable trace."""
     from torchlens.frontends.loading import load as _load
+    from torchlens.frontends.loading import missing_path
+    from torchlens.model import TorchlensError
+    from torchlens.model.errors import shown_alone
 
-    return _load(path)
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
+        raise shown_alone(missing_path(path))
+    try:
+        return _load(path)
+    except TorchlensError as exc:  # its message says it all: no reader's frame under it
+        raise shown_alone(exc) from None
 
 
 def load_snapshots(folder: Any) -> Any:

@@ -10,14 +10,21 @@ outside, as it watches a user's script.
 Knobs (all off by default, ``ranks`` says which ranks a knob hits: ``"all"``
 or a tuple of ranks):
 
-- ``leak``: ``"losses"`` keeps every step's loss tensor (and so its graph and
-  saved activations), ``"cache"`` adds 1 MiB to a dict every step,
-  ``"graph"`` sums the losses without ``.item()`` (every graph kept alive).
+- ``leak``: ``"losses"`` keeps every step's loss and logits tensors (for an
+  epoch metric, without ``.detach()``: the logits and their graph stay
+  alive), ``"cache"`` adds 1 MiB to a dict every step, ``"graph"`` sums a
+  metric of the logits (their mean top-class probability) without ``.item()``
+  (every step's graph kept alive, with the softmax it saved). Backward frees
+  a trained loss's saved tensors, so a kept loss alone holds about 23 KB a
+  step; the leaks users report hold their logits: with ``vocab`` 8192 those
+  are 32 x 8192 floats, 1 MiB a step.
+- ``vocab``: the head's outputs (classes): a language model's vocabulary.
 - ``step_up``: ``"optimizer"`` unfreezes a large layer at ``STEPS // 3`` (its
   Adam state appears then, once); ``"cache"`` fills a warm-up cache once.
 - ``data_sleep_ms``: the dataset sleeps that long per batch.
 - ``batch_factor``: that many times the batch (more compute a step).
-- ``cpu_hog``: a busy process pinned to the rank's core.
+- ``cpu_hog``: every rank pinned to its own core, and a busy process
+  pinned to the core of each rank hit.
 - ``every`` / ``rank0_work``: ``"checkpoint"`` or ``"evaluate"`` on rank 0
   every ``every`` steps while the others wait in the next all-reduce.
 - ``gc_churn``: many live objects, and objects that live a few steps, so
@@ -90,11 +97,11 @@ def _spin() -> None:
 
 
 class Net(nn.Module):
-    def __init__(self, extra: int = 0) -> None:
+    def __init__(self, extra: int = 0, vocab: int = OUT_DIM) -> None:
         super().__init__()
         self.body = nn.Sequential(nn.Linear(IN_DIM, HIDDEN), nn.ReLU(),
                                   nn.Linear(HIDDEN, HIDDEN), nn.ReLU())
-        self.head = nn.Linear(HIDDEN, OUT_DIM)
+        self.head = nn.Linear(HIDDEN, vocab)
         # a large layer that starts frozen (the optimizer-state step-up job)
         self.extra = nn.Linear(HIDDEN, extra) if extra else None
         if self.extra is not None:
@@ -114,14 +121,15 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
           per_sample_ms: float = 0, workers: int = 0, bucket_mb: float = 25,
           accum: int = 1, no_sync: bool = True, short_data: bool = False,
           mismatch: bool = False, drift: bool = False, crash_at: int = -1,
-          stall_every: int = 0, stall_ms: float = 0, steps: int = STEPS) -> None:
+          stall_every: int = 0, stall_ms: float = 0, steps: int = STEPS,
+          vocab: int = OUT_DIM) -> None:
     """Run the job's training loop on this rank (torchrun's environment)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
     rank = dist.get_rank()
     me = hits(ranks, rank)
     torch.manual_seed(0)
-    model = DDP(Net(extra=4096 if step_up == "optimizer" and me else 0),
+    model = DDP(Net(extra=4096 if step_up == "optimizer" and me else 0, vocab=vocab),
                 bucket_cap_mb=bucket_mb, find_unused_parameters=False)
     opt = torch.optim.Adam([p for p in model.parameters()], lr=1e-3)
     batch = BATCH * (batch_factor if me else 1)
@@ -133,17 +141,21 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
         data = Batches(batches, batch, data_sleep_ms if me else 0, 0)
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
     hog = None
-    if cpu_hog and me:
-        core = sorted(os.sched_getaffinity(0))[rank % len(os.sched_getaffinity(0))]
+    if cpu_hog:  # each rank pinned to its own core, as a launcher binding ranks does;
+        cores = sorted(os.sched_getaffinity(0))  # the busy process shares rank 1's
+        core = cores[rank % len(cores)]
         os.sched_setaffinity(0, {core})
-        hog = multiprocessing.get_context("fork").Process(target=_spin, daemon=True)
-        hog.start()
-        os.sched_setaffinity(hog.pid, {core})
+        if me:
+            hog = multiprocessing.get_context("fork").Process(target=_spin, daemon=True)
+            hog.start()
+            os.sched_setaffinity(hog.pid, {core})
     kept: list[Any] = []
     cache: dict[int, torch.Tensor] = {}
     total: Any = 0.0
-    live = [{"i": i} for i in range(1_500_000)] if gc_churn and me else []
-    churn: list[list[dict[str, int]]] = []
+    # lists, not dicts of ints: CPython stops tracking a dict that holds only
+    # atomic values, and a collection never walks it again
+    live = [[i] for i in range(1_500_000)] if gc_churn and me else []
+    churn: list[list[list[int]]] = []
     it = iter(loader)
     try:
         for step in range(steps):
@@ -156,14 +168,15 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
             if step_up == "cache" and me and step == steps // 3:
                 cache[-1] = torch.ones(48, 1 << 20 >> 2)  # 48 MiB, once
             if gc_churn and me:  # objects that live a few steps reach the oldest
-                churn.append([{"s": step} for _ in range(50_000)])  # generation, so
+                churn.append([[step] for _ in range(50_000)])  # generation, so
                 del churn[:-4]  # full collections come every few steps and walk `live`
             for micro in range(accum):
                 x, y = next(it)  # StopIteration: this rank ran out of batches
                 last = micro == accum - 1
                 ctx = model.no_sync() if accum > 1 and no_sync and not last else contextlib.nullcontext()
                 with ctx:
-                    loss = nn.functional.cross_entropy(model(x), y) / accum
+                    out = model(x)
+                    loss = nn.functional.cross_entropy(out, y) / accum
                     loss.backward()
             if mismatch and step == steps // 2:
                 dist.all_reduce(torch.ones(3 if me else 5))
@@ -173,11 +186,11 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
                 with torch.no_grad():
                     model.module.head.weight.add_(1e-3 * (rank + 1))
             if me and leak == "losses":
-                kept.append(loss)
+                kept.append((loss, out))
             elif me and leak == "cache":
                 cache[step] = torch.ones(1 << 20 >> 2)  # 1 MiB a step
             elif me and leak == "graph":
-                total = total + loss
+                total = total + out.softmax(-1).amax(-1).mean()
             else:
                 total += loss.item()
             if every and rank == 0 and step % every == every - 1:

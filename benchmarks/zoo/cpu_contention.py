@@ -1,4 +1,5 @@
-"""CPU contention on rank 1: a busy process pinned to its core."""
+"""CPU contention on rank 1: the ranks pinned to a core each, and a busy
+process pinned to rank 1's."""
 from _zoo import main
 
 main(ranks=(1,), cpu_hog=True)

@@ -38,6 +38,11 @@ def main() -> None:
         Trainer(model=BertForSequenceClassification(config), args=args,
                 train_dataset=Rows()).train()
 
+    # gloo's threads can abort a process that exits with its group alive
+    # (pytorch/pytorch#190489): end it as torch's docs ask
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
 
 if __name__ == "__main__":
     main()

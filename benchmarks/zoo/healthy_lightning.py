@@ -33,6 +33,11 @@ def main() -> None:
             num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=out)
         trainer.fit(Model(), loader)
 
+    # gloo's threads can abort a process that exits with its group alive
+    # (pytorch/pytorch#190489): end it as torch's docs ask
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
 
 if __name__ == "__main__":
     main()

@@ -191,6 +191,8 @@ export interface IRunLive {
   verdict: string;
   /** the verdict's kind (a Finding's code: waiting, no_steps, slow_rank, lost_node, ...) */
   verdict_code: string | null;
+  /** the ranks the verdict names (a Finding's ranks: the slow rank, the failed one, ...) */
+  verdict_ranks: number[];
   ended: boolean;
   restarts: number;
   dropped: number;
@@ -205,10 +207,12 @@ export interface IRun {
   pid: number;
   command: string[];
   started: number | null;
-  /** starting: no (readable) live.json yet; ended: the run ended within the last minute */
+  /** starting: no (readable) live.json yet; ended: a recently finished run */
   state: 'starting' | 'running' | 'ended';
   /** how the run ended (its manifest), once it has */
   stopped: string | null;
+  /** when the run ended (epoch s, the server's clock), null while it runs */
+  ended: number | null;
   live: IRunLive | null;
 }
 

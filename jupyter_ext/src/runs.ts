@@ -15,15 +15,42 @@ const POLL_MS = 2000;
 /** live.json older than this while the run is not over: said next to the run */
 const STALE_S = 10;
 
-/** Rank states (analysis/run_verdict.py) -> the class that colours them. */
+/**
+ * Verdicts that are about particular ranks (their codes, model/findings.py) ->
+ * the word marking those ranks' rows. Which rows: the verdict's own ranks
+ * (`verdict_ranks`), never a rank number read from its words.
+ */
+const RANK_MARK: Record<string, string> = {
+  slow_rank: 'slow',
+  memory_creep: 'creep'
+};
+
+/** Rank states (analysis/ranks/verdict.py) -> the class that colours them. */
 const STATE_CLASS: Record<string, string> = {
   running: 'tl-state-ok',
   finished: 'tl-state-done',
   waiting: 'tl-state-wait',
   'ended by its agent': 'tl-state-warn',
+  'ended: peer failed': 'tl-state-warn',
+  interrupted: 'tl-state-warn',
   failed: 'tl-state-bad',
   lost: 'tl-state-bad'
 };
+
+/** States with a figure in them (torchrun's exit code for the rank) by their start. */
+const STATE_PREFIX_CLASS: [string, string][] = [
+  ['killed by ', 'tl-state-bad'],
+  ['exit code ', 'tl-state-bad'],
+  ['stopped when ', 'tl-state-warn']
+];
+
+function stateClass(state: string): string {
+  return (
+    STATE_CLASS[state] ??
+    STATE_PREFIX_CLASS.find(([start]) => state.startsWith(start))?.[1] ??
+    ''
+  );
+}
 
 const MEMORY_NOTE: Record<string, string> = {
   cuda: 'allocated: the CUDA caching allocator\u2019s counters',
@@ -91,17 +118,38 @@ function memoryCell(r: IRunRank, kind: MemoryKind): HTMLTableCellElement {
   return td;
 }
 
-function rankRow(r: IRunRank, kind: MemoryKind): HTMLTableRowElement {
+/** The verdict's marker for a rank's row ("slow" with the verdict as its title), or null. */
+function rankMark(r: IRunRank, live: IRunLive): HTMLElement | null {
+  const word = RANK_MARK[live.verdict_code ?? ''];
+  if (word === undefined || !(live.verdict_ranks ?? []).includes(r.rank)) {
+    return null;
+  }
+  const mark = el('span', 'tl-run-mark', word);
+  mark.dataset.code = live.verdict_code ?? '';
+  mark.title = live.verdict;
+  return mark;
+}
+
+function rankRow(r: IRunRank, kind: MemoryKind, live: IRunLive): HTMLTableRowElement {
   const tr = el('tr', 'tl-run-rank');
   tr.dataset.rank = String(r.rank);
+  const mark = rankMark(r, live);
   const state = r.state ?? '?';
-  const stateCell = el('td', `tl-run-state ${STATE_CLASS[state] ?? ''}`, state);
+  const stateCell = el('td', `tl-run-state ${stateClass(state)}`, state);
   stateCell.title = r.error ? `${state}: ${r.error}` : state;
   if (r.restart) {
     stateCell.append(el('span', 'tl-dim', ` (restart ${r.restart})`));
   }
+  const rankCell = el('td', 'tl-num', String(r.rank));
+  if (mark !== null) {
+    // the rank number keeps its column; the marker goes under it, the row is tinted
+    tr.classList.add('tl-run-marked');
+    tr.dataset.mark = live.verdict_code ?? '';
+    rankCell.title = `rank ${r.rank}: ${live.verdict}`;
+    rankCell.append(mark);
+  }
   tr.append(
-    el('td', 'tl-num', String(r.rank)),
+    rankCell,
     stateCell,
     // steps as the terminal's table writes them: no separator in a narrow column
     el('td', 'tl-num', r.steps === null ? MISSING : String(r.steps)),
@@ -135,7 +183,8 @@ function columns(kind: MemoryKind): [string, string][] {
  * narrow columns, so the table fits the sidebar's default width; the memory
  * column's header names the figure when every rank has the same kind.
  */
-function rankTable(ranks: IRunRank[]): HTMLElement {
+function rankTable(live: IRunLive): HTMLElement {
+  const ranks = live.ranks;
   const table = el('table', 'tl-run-ranks');
   const head = el('tr', '');
   const kind = memoryKind(ranks);
@@ -158,7 +207,7 @@ function rankTable(ranks: IRunRank[]): HTMLElement {
     label.colSpan = cols.length;
     label.title = label.textContent ?? '';
     body.appendChild(el('tr', 'tl-run-node-head')).appendChild(label);
-    body.append(...rows.map(r => rankRow(r, kind)));
+    body.append(...rows.map(r => rankRow(r, kind, live)));
     table.appendChild(body);
   }
   // wider than the sidebar (a long state, huge numbers): it scrolls, never clips
@@ -167,7 +216,7 @@ function rankTable(ranks: IRunRank[]): HTMLElement {
   return box;
 }
 
-function runCard(run: IRun): HTMLElement {
+function runCard(run: IRun, now: number): HTMLElement {
   const card = el('div', `tl-run tl-run-${run.state}`);
   card.dataset.runId = run.run_id;
   card.dataset.state = run.state;
@@ -185,11 +234,17 @@ function runCard(run: IRun): HTMLElement {
   if (live !== null) {
     card.append(el('div', 'tl-run-verdict', live.verdict), liveFacts(run, live));
     if (live.ranks.length) {
-      card.appendChild(rankTable(live.ranks));
+      card.appendChild(rankTable(live));
     }
   }
   if (run.state === 'ended') {
-    card.appendChild(el('div', 'tl-run-stopped', run.stopped ?? 'ended'));
+    // how it stopped (the manifest's line, once written) and when: "ended 2 min ago"
+    const stopped = el('div', 'tl-run-stopped', run.stopped ?? 'ended');
+    if (run.ended !== null) {
+      const ago = formatAgo(Math.max(0, now - run.ended));
+      stopped.appendChild(el('span', 'tl-dim', run.stopped ? ` \u00b7 ended ${ago}` : ` ${ago}`));
+    }
+    card.appendChild(stopped);
     card.appendChild(el('div', 'tl-run-hint tl-dim', `torchlens report ${shellJoin([run.run_dir])}`));
   }
   return card;
@@ -289,7 +344,7 @@ export class RunsSection {
       const hint = el('div', 'tl-dim', 'torchlens run -- torchrun ... train.py lists its ranks here');
       this.body.replaceChildren(none, hint);
     } else {
-      this.body.replaceChildren(...reply.runs.map(runCard));
+      this.body.replaceChildren(...reply.runs.map(run => runCard(run, reply.t)));
     }
     this.node.dataset.runs = String(reply.runs.length);
     this.polls++;

@@ -17,13 +17,16 @@ import pytest
 from lab_harness import Lab, start_lab, stop_lab
 
 # tests/ is on sys.path (pytest puts tests/conftest.py's folder there)
-from ranks.live_doc import four_rank_view, live_document, write_live
+from ranks.live_doc import four_rank_view, live_document, slow_rank_view, write_live
 
 from torchlens.analysis.ranks.verdict import RankStatus
+from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, write_manifest
 from torchlens.frontends.ranks import registry as reg
 from torchlens.render.ranks.terminal import memory_cell
 
 pytestmark = pytest.mark.slow
+
+SHOTS = Path(os.environ.get("TORCHLENS_SCREENSHOTS", "/tmp"))
 
 PANEL = "#torchlens-gpu-monitor"
 TAB = '.lm-TabBar-tab[data-id="torchlens-gpu-monitor"]'
@@ -230,4 +233,96 @@ def test_memory_column_follows_the_terminals_rule(lab: Lab, registry: Path, chro
     finally:
         for entry in entries:
             reg.unregister(entry)
+        page.close()
+
+
+def test_the_slow_rank_row_is_marked_by_the_verdicts_code_and_ranks(
+        lab: Lab, registry: Path, chromium: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "slow"
+    run_dir.mkdir()
+    run_id = "7c7c7c7c7c7c7c7c"
+    doc = live_document(slow_rank_view(), run_id)
+    assert doc["verdict_code"] == "slow_rank" and doc["verdict_ranks"] == [1]
+    write_live(run_dir, doc)
+    entry = reg.register(run_id, str(run_dir), "127.0.0.1:41236",
+                         ["torchrun", "--nproc-per-node", "4", "train.py"])
+    page = chromium.new_page()
+    try:
+        page.goto(f"{lab.url}lab?token={lab.token}", timeout=60_000)
+        open_panel(page)
+        card = page.locator(f'{RUNS} .tl-run[data-run-id="{run_id}"]')
+        card.locator("tr.tl-run-rank").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(500)
+        card.screenshot(path=str(SHOTS / "runs-slow-rank.png"))
+        rows = card.locator("tr.tl-run-rank")
+        assert [rows.nth(i).get_attribute("data-mark") for i in range(4)] == [
+            None, "slow_rank", None, None]
+        mark = rows.nth(1).locator(".tl-run-mark")
+        assert mark.inner_text() == "slow"
+        # the verdict's own line on hover: the marker and the rank number say it
+        assert mark.get_attribute("title") == doc["verdict"]
+        assert rows.nth(1).locator("td").first.get_attribute("title") == (
+            f"rank 1: {doc['verdict']}")
+        assert card.locator(".tl-run-mark").count() == 1
+        # still the sidebar's default width: the marker goes under the rank number
+        assert card.locator(".tl-run-table").evaluate("b => b.scrollWidth <= b.clientWidth")
+
+        # the marker follows the code and ranks, never the words: the same line
+        # with another code marks nothing, and ranks [2] mark rank 2
+        doc2 = {**doc, "verdict_code": "note", "t": doc["t"] + 1}
+        write_live(run_dir, doc2)
+        page.wait_for_function(
+            f"() => !document.querySelector('{RUNS} .tl-run[data-run-id=\"{run_id}\"] "
+            ".tl-run-mark')", timeout=30_000)
+        write_live(run_dir, {**doc, "verdict_ranks": [2], "t": doc["t"] + 2})
+        card.locator('tr.tl-run-rank[data-rank="2"] .tl-run-mark').wait_for(timeout=30_000)
+        assert card.locator(".tl-run-mark").count() == 1
+    finally:
+        reg.unregister(entry)
+        page.close()
+
+
+def test_a_job_shorter_than_the_poll_shows_once_it_ended(
+        lab: Lab, registry: Path, chromium: Any, tmp_path: Path) -> None:
+    """A 5 s job between two polls: registered, run and ended while the panel
+    is hidden (no poll sees it running); the next poll lists it as ended, with
+    its verdict, the slow rank marked, how it stopped and when."""
+    page = chromium.new_page()
+    entry = None
+    run_id = "9d9d9d9d9d9d9d9d"
+    try:
+        page.goto(f"{lab.url}lab?token={lab.token}", timeout=60_000)
+        open_panel(page)
+        page.locator(TAB).click()  # hidden: the section does not poll
+        page.locator(PANEL).wait_for(state="hidden", timeout=10_000)
+        page.wait_for_timeout(2500)
+        hidden_at = polls(page)
+
+        run_dir = tmp_path / "short"
+        run_dir.mkdir()
+        entry = reg.register(run_id, str(run_dir), "127.0.0.1:41237",
+                             ["torchrun", "--nproc-per-node", "4", "short.py"])
+        write_live(run_dir, live_document(slow_rank_view(), run_id))
+        write_live(run_dir, live_document(slow_rank_view(ended=True), run_id, ended=True))
+        write_manifest(str(run_dir), Manifest(source=SOURCE_RUN, world_size=4, run_id=run_id,
+                                              stopped="all 4 ranks finished"))
+        reg.finish(entry)
+        assert polls(page) == hidden_at  # nothing saw it running
+
+        page.locator(TAB).click()
+        card = page.locator(f'{RUNS} .tl-run[data-run-id="{run_id}"]')
+        card.wait_for(timeout=30_000)
+        assert card.get_attribute("data-state") == "ended"
+        assert card.locator(".tl-run-verdict").inner_text().startswith(
+            "rank 1 is the slow rank")
+        assert card.locator('tr.tl-run-rank[data-rank="1"] .tl-run-mark').inner_text() == "slow"
+        assert card.locator("td.tl-run-state").all_inner_texts() == ["finished"] * 4
+        stopped = card.locator(".tl-run-stopped").inner_text()
+        assert stopped.startswith("all 4 ranks finished \u00b7 ended ") and stopped.endswith(
+            " s ago"), stopped
+        assert card.locator(".tl-run-hint").inner_text() == f"torchlens report {run_dir}"
+        page.wait_for_timeout(300)
+        card.screenshot(path=str(SHOTS / "runs-short-job-ended.png"))
+    finally:
+        reg.unregister(entry)
         page.close()

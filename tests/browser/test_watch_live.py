@@ -43,11 +43,12 @@ def _free_port() -> int:
 
 
 def _start_job(out: Path, log: Path) -> subprocess.Popen[bytes]:
-    """``torchlens run`` of a two-rank torchrun job, about half a minute of steps."""
+    """``torchlens run`` of a two-rank torchrun job, about a minute of steps (long
+    enough for the watch to draw it growing on a loaded machine)."""
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
            "PATH": f"{bindir}:{os.environ.get('PATH', '')}", "TORCH_CPP_LOG_LEVEL": "ERROR",
-           "TL_STEPS": "250", "TL_SLOW_S": "0.04", "TL_STEP_SLEEP": "0.08"}
+           "TL_STEPS": "500", "TL_SLOW_S": "0.04", "TL_STEP_SLEEP": "0.08"}
     port = _free_port()
     cmd = [sys.executable, "-m", "torchlens", "run", "--out", str(out), "--",
            str(bindir / "torchrun"), "--nnodes", "1", "--nproc-per-node", "2",

@@ -44,7 +44,7 @@ def test_ddp_check_of_a_cell_function_names_the_cell(kernel_like_shell):
     coll = r.collectives()
     assert set(coll["line"]) == {f"cell [{n}] line 7", f"cell [{n}] line 9"}
     for rank in (0, 1):  # the ranks' own --strict messages say it the same way
-        assert f"cell [{n}] line" in r.records.ranks[rank]["error"]["message"]
+        assert f"cell [{n}] line" in r.records.ranks[rank].error.message
     everything = (" ".join(i.evidence for i in r.checklist) + " ".join(coll["line"])
                   + r._repr_mimebundle_()["text/plain"])
     assert "ipykernel_" not in everything

@@ -50,7 +50,7 @@ def test_correct_ddp_step_passes_every_check(tmp_path):
     assert {"all_reduce", "broadcast"} <= set(coll["op"])  # DDP's own bucket all_reduce too
     assert (coll["line"].str.contains("buggy.py")).all()
     for r in (0, 1):  # every comparison stayed in shared memory: no digest differed
-        stats = result.records.ranks[r]["strict"]
+        stats = result.records.ranks[r].strict
         assert stats["compared"] == len(result.records.fingerprints[r]) > 0
         assert stats["via_store"] == 0, stats
     html = (tmp_path / "r.html").read_text()
@@ -73,20 +73,20 @@ def test_strict_names_the_mismatch_on_every_rank(fn, what):
     assert item.details["index"] == 0 and item.details["what"] == what
     assert "collective #0" in item.evidence
     for r in (0, 1):
-        err = result.records.ranks[r]["error"]
-        assert err["type"] == "CollectiveMismatch"
-        assert "collective #0" in err["message"] and f"rank {1 - r}:" in err["message"]
+        err = result.records.ranks[r].error
+        assert err.type == "CollectiveMismatch"
+        assert "collective #0" in err.message and f"rank {1 - r}:" in err.message
     for r in (0, 1):  # each rank names both ranks' lines, its own and its peer's
-        err = result.records.ranks[r]["error"]
-        assert err["diagnosis"]["index"] == 0 and err["diagnosis"]["missing"] == []
-        assert result.records.ranks[r]["strict"]["via_store"] == 1
+        err = result.records.ranks[r].error
+        assert err.diagnosis["index"] == 0 and err.diagnosis["missing"] == []
+        assert result.records.ranks[r].strict["via_store"] == 1
         if what == "op":
             assert (f"rank 0: #0 all_reduce float32[4] at "
-                    f"{line_of(fn, 'dist.all_reduce(t)')}") in err["message"]
+                    f"{line_of(fn, 'dist.all_reduce(t)')}") in err.message
             assert (f"rank 1: #0 broadcast float32[4] at "
-                    f"{line_of(fn, 'dist.broadcast(t')}") in err["message"]
+                    f"{line_of(fn, 'dist.broadcast(t')}") in err.message
         else:
-            assert f"at {line_of(fn, 'dist.all_reduce(')}" in err["message"]
+            assert f"at {line_of(fn, 'dist.all_reduce(')}" in err.message
     if what == "op":
         assert item.details["ops"] == {0: "all_reduce", 1: "broadcast"}
         assert "rank 0: #0 all_reduce float32[4]" in item.evidence
@@ -133,17 +133,17 @@ def test_a_skip_that_only_looks_like_an_op_mismatch_is_not_called_one():
 def test_strict_peer_that_finished_without_a_collective():
     """Rank 1 never writes #1 on the board: rank 0 asks the store why, and says so."""
     result = run(buggy.stops_early, strict=True, timeout=60)
-    err = result.records.ranks[0]["error"]
-    assert err["type"] == "CollectiveMismatch"
-    assert "collective #1" in err["message"]
-    assert "rank 1: never issued collective #1 (finished without it)" in err["message"]
+    err = result.records.ranks[0].error
+    assert err.type == "CollectiveMismatch"
+    assert "collective #1" in err.message
+    assert "rank 1: never issued collective #1 (finished without it)" in err.message
     line = line_of(buggy.stops_early, "rank 1 returns without")
-    assert f"rank 0: #1 all_reduce float32[4] at {line}" in err["message"]
-    assert result.records.ranks[0]["strict"]["late"] >= 1
-    assert result.records.ranks[1]["error"] is None
+    assert f"rank 0: #1 all_reduce float32[4] at {line}" in err.message
+    assert result.records.ranks[0].strict["late"] >= 1
+    assert result.records.ranks[1].error is None
     # named as soon as rank 1's result appeared, not when --timeout (60 s) ran out
     issued = result.records.fingerprints[0][1].t
-    assert err["t"] - issued < 20
+    assert err.t - issued < 20
     item = result.item("collective sequence")
     assert item.status == "failed" and item.details["index"] == 1
     assert item.details["missing"] == [1]
@@ -156,9 +156,9 @@ def test_strict_hang_removes_the_board():
     """A peer that never arrives: the run ends at --timeout and leaves no file."""
     result = run(buggy.hangs, strict=True, timeout=3)
     assert result.records.outcome in ("hang", "mismatch", "crashed")
-    err = result.records.ranks[0]["error"] if result.records.ranks[0] else None
+    err = result.records.ranks[0].error if result.records.ranks[0] else None
     if err is not None:  # --strict's own deadline fired before the hang detector
-        assert "rank 1: never issued collective #0 (did not reach it)" in err["message"]
+        assert "rank 1: never issued collective #0 (did not reach it)" in err.message
     else:
         assert "rank 0 is stuck at or after #0 all_reduce" in result.item("hang").evidence
 
@@ -232,7 +232,7 @@ def test_three_ranks_correct_step_passes_every_check():
     assert status == {name: "passed" for name in status}, result.checklist
     assert len(result.records.ranks) == 3 and all(result.records.ranks)
     for r in (0, 1, 2):
-        assert result.records.ranks[r]["strict"]["via_store"] == 0
+        assert result.records.ranks[r].strict["via_store"] == 0
 
 
 @pytest.mark.slow
@@ -243,9 +243,9 @@ def test_three_ranks_only_the_last_diverges_and_is_named_on_every_rank():
     assert item.details["ops"] == {0: "all_reduce", 1: "all_reduce", 2: "broadcast"}
     line = line_of(buggy.last_rank_diverges, "the last rank alone broadcasts")
     for r in (0, 1, 2):
-        err = result.records.ranks[r]["error"]
-        assert err["type"] == "CollectiveMismatch" and "collective #1" in err["message"]
-        assert f"rank 2: #1 broadcast float32[4] at {line}" in err["message"]
+        err = result.records.ranks[r].error
+        assert err.type == "CollectiveMismatch" and "collective #1" in err.message
+        assert f"rank 2: #1 broadcast float32[4] at {line}" in err.message
 
 
 def test_lazy_torch_dynamo_import_is_not_a_hang():
@@ -341,8 +341,8 @@ def test_gather_against_scatter_names_both_public_calls_and_lines():
     assert (f"rank 1: #0 reduce_scatter_tensor float32[4], float32[8] at "
             f"{line_of(fn, '# rank 1')}") in item.evidence
     for r in (0, 1):
-        assert "_base" not in result.records.ranks[r]["error"]["message"]
-        assert "typing_extensions" not in result.records.ranks[r]["error"]["message"]
+        assert "_base" not in result.records.ranks[r].error.message
+        assert "typing_extensions" not in result.records.ranks[r].error.message
 
 
 def test_every_c10d_collective_has_its_public_name():

@@ -69,9 +69,9 @@ def run_two_nodes(fn, **kw):
         node1.end()
     assert_clean(result)
     for res in result.records.ranks:  # the ranks are the agents' children, not ours
-        if res and res.get("pid"):
-            assert not psutil.pid_exists(res["pid"]) or psutil.Process(
-                res["pid"]).status() == psutil.STATUS_ZOMBIE, f"rank pid {res['pid']} alive"
+        if res is not None and res.pid:
+            assert not psutil.pid_exists(res.pid) or psutil.Process(
+                res.pid).status() == psutil.STATUS_ZOMBIE, f"rank pid {res.pid} alive"
     return result, node1
 
 
@@ -84,9 +84,9 @@ def test_two_nodes_correct_step_passes_every_check():
     assert status["parameter sync"] == "passed"
     assert result.records.world_size == 4
     ranks = result.records.ranks
-    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
-    assert sorted(r["node"] for r in ranks) == [0, 0, 1, 1]
-    assert [r["local_rank"] for r in ranks] == [0, 1, 0, 1]
+    assert [r.rank for r in ranks] == [0, 1, 2, 3]
+    assert sorted(r.node for r in ranks) == [0, 0, 1, 1]
+    assert [r.local_rank for r in ranks] == [0, 1, 0, 1]
     nodes = result.records.nodes
     assert [w.node for w in nodes.ranks] == [0, 0, 1, 1]
     assert "(node 1" in result.records.where(3)

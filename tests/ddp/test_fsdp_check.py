@@ -93,9 +93,9 @@ def test_strict_stops_the_skipping_rank_before_the_wrong_all_gather_runs():
     """Without --strict gloo pairs layer 2's all_gather with layer 1's (equal
     shapes): the job computes garbage silently. --strict compares the module too."""
     result = run(fsdp_jobs.fsdp2_skips_layer, steps=1, timeout=8, strict=True)
-    err = result.records.ranks[0]["error"]
-    assert err["type"] == "CollectiveMismatch", err
-    assert "collective #1" in err["message"] and "FSDP module layers.2" in err["message"]
+    err = result.records.ranks[0].error
+    assert err.type == "CollectiveMismatch", err
+    assert "collective #1" in err.message and "FSDP module layers.2" in err.message
     assert result.item("collective sequence").status == "failed"
     # the walk: the parameter-sync line said "rank 0 raised" for a rank --strict stopped
     sync = str(result.item("parameter sync"))

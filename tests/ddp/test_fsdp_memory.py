@@ -10,6 +10,7 @@ from __future__ import annotations
 from torchlens.analysis.ddp.fsdp import memory_text, rank_row
 from torchlens.capture.ranks import fsdp_memory
 from torchlens.model.collectives import Fingerprint
+from torchlens.model.rank_report import report_from
 
 
 def _rank(r, memory=None):
@@ -17,7 +18,7 @@ def _rank(r, memory=None):
                                     "fsdp": {"sharded_bytes": 432, "unsharded_bytes": 864}}]}
     if memory:
         step["fsdp_memory"] = memory
-    return {"rank": r, "steps": [step]}
+    return report_from({"rank": r, "steps": [step]})  # as the launcher decodes a result
 
 
 def test_cuda_allocator_peak_is_read_over_the_step_and_labelled(monkeypatch):

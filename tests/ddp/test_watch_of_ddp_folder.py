@@ -52,7 +52,8 @@ def test_the_watch_of_a_ddp_check_folder_draws_its_profiled_steps(run) -> None:
         assert [s["trace"] for s in summaries] == traces
         assert all(s["memory"]["source"] == "modelled" for s in summaries)
     p = _watched(run_dir).view.profile.panels
-    assert p.mem_fig.title.text.endswith("modelled")
+    # modelled at the profiled steps only: kept, said in one line, not drawn as a timeline
+    assert not p.mem_fig.visible and "modelled at the profiled steps only" in p.mem_note.text
     frag = [v for src in p.mem_prof for v in src.data["frag"] if not math.isnan(v)]
     assert frag, "fragmentation not drawn"
     assert p.ops.data["left"], "the profiled-step timeline is empty"

@@ -79,6 +79,11 @@ def main() -> None:
         val_check_interval=VAL_EVERY or None, default_root_dir=sys.argv[1])
     trainer.fit(Model(), loader, val if VAL_EVERY else None)
 
+    # gloo's threads can abort a process that exits with its group alive
+    # (pytorch/pytorch#190489): end it as torch's docs ask
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
 
 if __name__ == "__main__":
     main()

@@ -157,3 +157,45 @@ def test_two_ranks_compare_with_each_other_not_their_mean(tmp_path, capsys):
     page = report_html(r.profile, r.analysis())
     assert "vs the other rank" in page and "vs median" not in page
     assert r.figures.imbalance.above == high - low
+
+
+def test_a_rank_snapshot_linked_out_of_the_run_folder_is_refused_in_one_line(tmp_path, capsys,
+                                                                            monkeypatch):
+    """A run folder's ``rank<N>/oom.pickle`` (or the ``rank<N>`` folder itself) that is
+    a link to a file outside it is refused, named, before anything of it is read,
+    as the run folder's traces are; a flat folder gathered by links still loads."""
+    from torchlens.formats.input_files import RefusedFile
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "oom.pickle").write_bytes(_snapshot(SIZES[1]))
+    root = tmp_path / "run"
+    for rank in (0, 2):
+        (root / f"rank{rank}").mkdir(parents=True)
+        (root / f"rank{rank}" / "oom.pickle").write_bytes(_snapshot(SIZES[rank]))
+    (root / "rank1").mkdir()
+    (root / "rank1" / "oom.pickle").symlink_to(elsewhere / "oom.pickle")
+    with pytest.raises(RefusedFile) as refused:
+        torchlens.load_snapshots(str(root))
+    line = str(refused.value)
+    assert "\n" not in line and "rank1/oom.pickle: refused: a link to " in line, line
+    assert "outside the run folder" in line and "TORCHLENS_LINK_TARGETS=" in line, line
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "rank1/oom.pickle: refused: a link to " in err[0], err
+    # a rank folder that is itself a link out of the run folder: the same
+    (root / "rank1" / "oom.pickle").unlink()
+    (root / "rank1").rmdir()
+    (root / "rank1").symlink_to(elsewhere)
+    with pytest.raises(RefusedFile, match="outside the run folder"):
+        torchlens.load_snapshots(str(root))
+    # allowed where the user says links may lead
+    monkeypatch.setenv("TORCHLENS_LINK_TARGETS", str(elsewhere))
+    assert list(torchlens.load_snapshots(str(root)).ranks().index) == [0, 1, 2]
+    monkeypatch.delenv("TORCHLENS_LINK_TARGETS")
+    # a flat folder of snapshots gathered by links is read as before
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "rank0.pickle").write_bytes(_snapshot(SIZES[0]))
+    (flat / "rank1.pickle").symlink_to(elsewhere / "oom.pickle")
+    assert list(torchlens.load(str(flat)).ranks().index) == [0, 1]

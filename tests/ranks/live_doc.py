@@ -68,3 +68,21 @@ def write_live(run_dir: Path, doc: dict[str, Any] | str) -> Path:
     tmp.write_text(doc if isinstance(doc, str) else json.dumps(doc, default=str))
     os.replace(tmp, path)
     return path
+
+
+
+def slow_rank_view(ended: bool = False) -> RunView:
+    """Four ranks on one node, all running, rank 1 the straggler
+    (tests/ranks/rank_fixtures.py: 30 ms more data loading a step, which the
+    others wait for in backward), so the verdict is the slow rank's finding
+    naming rank 1. ``ended``: every rank said goodbye."""
+    from .rank_fixtures import make_run
+
+    steps, _ = make_run(world=4, steps=30, straggler=1)
+    bye = {"reason": "exit"} if ended else None
+    ranks = [_info(r, 0, "gpu-a", bye=bye, heartbeat={"steps_done": 30}, steps_sent=30)
+             for r in range(4)]
+    snap = {"world_size": 4, "ranks": ranks, "steps": steps,
+            "summaries": [[] for _ in ranks], "dropped": 0, "restarts": [],
+            "lost_after_s": 10.0}
+    return run_view(snap, ended=ended)

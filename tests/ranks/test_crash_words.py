@@ -78,6 +78,29 @@ def test_a_verdict_with_only_the_peer_says_so_in_a_few_words() -> None:
     _clean(said)
 
 
+def test_only_the_rank_that_raised_reads_failed_in_the_rank_table() -> None:
+    """Rank 1 raised; rank 0 raised only because rank 1 was gone: the table
+    (terminal, manifest rows, watch) says rank 0 was ended by its peer's failure."""
+    from torchlens.analysis.ranks.verdict import live_status
+    from torchlens.render.ranks.terminal import lines
+
+    steps = [[_rec(i, 0.001, 0.01) for i in range(5)] for _ in range(2)]
+    ranks = [_info(0, 0, bye={"reason": "exception", "error_t": 11.6, "error": GLOO}),
+             _info(1, 0, bye={"reason": "exception", "error_t": 11.5, "error": BOOM})]
+    view = run_view(_snap(ranks, steps))
+    assert [r.state for r in view.ranks] == ["stopped when rank 1 went away", "failed"]
+    rows = [ln.split() for ln in lines(view) if ln.lstrip()[:1].isdigit()]
+    assert [" ".join(r[3:9]) for r in rows][0] == "stopped when rank 1 went away"
+    assert rows[1][3] == "failed"
+    assert not any("failed" in " ".join(r) for r in rows[:1])
+    status = live_status(view)
+    assert [r.ended for r in status.ranks] == [
+        "stopped when rank 1 went away (gloo: connection closed by peer)", f"failed: {BOOM}"]
+    # with no rank that failed of its own, the one that saw its peer go still failed
+    alone = [_info(0, 0, bye={"reason": "exception", "error": GLOO}), _info(1, 0)]
+    assert run_view(_snap(alone, steps)).ranks[0].state == "failed"
+
+
 def test_a_watch_row_says_why_its_rank_stopped_in_a_few_words() -> None:
     assert ended_reason(RankStatus(rank=0, state="failed", error=GLOO)) == (
         "failed: a peer went away (gloo: connection closed by peer)")
@@ -111,3 +134,18 @@ def test_a_real_two_rank_crash_names_the_rank_that_raised(tmp_path: Path) -> Non
     assert ended == f"how the run ended: {last.removeprefix('torchlens run: ')}", ended
     if "rank 0" in last:  # rank 0 failed on the closed connection (not ended first by its agent)
         assert "rank 0 stopped when rank 1 went away" in last, last
+    # the rank table: only the rank that raised reads failed, in the manifest's rows too
+    states = {r["rank"]: r["state"] for r in manifest["ranks"]}
+    assert states[1] == "failed", states
+    assert states[0] in ("stopped when rank 1 went away", "ended by its agent"), states
+
+
+def test_a_run_folder_of_an_older_torchlens_reads_the_consequence_too() -> None:
+    """A manifest that says ``ended: peer failed`` (or ``failed`` for the rank
+    that only saw its peer go) reads as the rank it stopped for."""
+    from torchlens.analysis.ranks.verdict import peer_failed
+
+    assert peer_failed(["ended: peer failed", "failed"], [GLOO, BOOM], [0, 1]) == [
+        "stopped when rank 1 went away", "failed"]
+    assert peer_failed(["failed", "failed", "failed"], [BOOM, GLOO, GLOO], [4, 5, 6]) == [
+        "failed", "stopped when rank 4 went away", "stopped when rank 4 went away"]

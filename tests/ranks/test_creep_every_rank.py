@@ -3,6 +3,7 @@ every rank, a step up once or allocator noise names none."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -46,7 +47,13 @@ def test_a_leak_on_every_rank_names_every_rank(source):
     assert all(c.source == source and c.bytes_per_step == pytest.approx(4 * MiB, rel=0.01)
                for c in creep)
     finding = creep_finding(creep[0], creep[1:])
-    assert finding.sentence.startswith("ranks 0-1's memory creeps: up to +4.0 MiB per step")
+    # alike on both ranks: one figure for each, and the steps are the last ones measured
+    assert finding.sentence.startswith("ranks 0-1's memory creeps: +4.0 MiB per step on each "
+                                       "rank over steps 29-148, the last 120 measured")
+    # at different rates, the fastest is named
+    faster = dataclasses.replace(creep[1], bytes_per_step=8 * MiB)
+    assert creep_finding(creep[0], [faster]).sentence.startswith(
+        "ranks 0-1's memory creeps: up to +8.0 MiB per step (rank 1) over steps ")
 
 
 @pytest.mark.parametrize("source", ["heap", "cuda"])
@@ -93,3 +100,25 @@ def test_a_creep_on_several_ranks_carries_every_rank_it_names():
     assert finding.details["ranks"] == [0, 1]
     assert "rank" not in {f.name for f in finding.figures}
     assert finding.to_dict()["details"]["ranks"] == [0, 1]
+
+
+def test_the_creep_names_the_window_it_compared_in_every_view():
+    """"over 51 steps" read as a leak that lasted 51 steps: the terminal's
+    memory line, its verdict and a run folder's manifest say which steps the
+    rule compared (the last ones measured), not a length."""
+    import msgspec
+
+    from torchlens.analysis.runs.verdict import creep_of
+    from torchlens.formats.run_folder.manifest import CreepEntry, Manifest
+
+    creep = memory_creep(_run([MiB, MiB], "heap"), [])
+    assert creep[0].words.startswith(
+        "rank 0: memory creep, +1.0 MiB per step over steps 29-148, the last 120 measured")
+    said = "+1.0 MiB per step on each rank over steps 29-148, the last 120 measured"
+    assert said in creep_finding(creep[0], creep[1:]).sentence
+    # the manifest keeps the window: a report read without the step records says it too
+    manifest = Manifest(world_size=2, memory_creep=[
+        msgspec.convert(dataclasses.asdict(c), CreepEntry) for c in creep])
+    manifest = msgspec.json.decode(msgspec.json.encode(manifest), type=Manifest)
+    finding = creep_of(manifest)
+    assert finding is not None and said in finding.sentence

@@ -95,3 +95,71 @@ def test_no_slow_rank_never_leads_a_creep_in_the_report() -> None:
                         memory_creep=[CreepEntry(**dataclasses.asdict(creep))])
     assert [f.code for f in leading_findings(none, manifest, [], "")] == [
         "memory_creep", "slow_rank"]
+
+
+def test_a_creep_leads_the_slow_rank_when_that_rank_is_the_one_that_leaks() -> None:
+    """A leaking rank is slower (fresh pages for its allocations every step): the
+    others wait for it, but its creep is what ends the run, so it leads."""
+    from torchlens.analysis.ranks.slow import PartTime
+    from torchlens.analysis.runs.verdict import verdict_findings
+
+    slow = slow_rank_finding(1, PartTime("compute", 23.5, 13.9, 9.6),
+                             "the others waited 10.6 ms per step for it", (
+                                 Figure("wait_per_step_ms", 10.6, "ms"),
+                                 Figure("median_step_ms", 18.0, "ms")))
+    assert not weak(slow)
+    creep = creep_finding(MemoryCreep(1, 1 << 20, 51 << 20, 51, "heap", ""))
+    judged = dataclasses.replace(run_view(_snap()).slow, rank=1, finding=slow)
+    manifest = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(creep), memory_creep=[CreepEntry(
+        rank=1, bytes_per_step=1 << 20, total_bytes=51 << 20, steps=51, source="heap",
+        words="")])
+    assert [f.code for f in verdict_findings(judged, manifest)] == ["memory_creep", "slow_rank"]
+
+
+def test_a_rank_slow_at_loading_data_keeps_the_lead_over_its_own_creep() -> None:
+    """A leak does not make data loading slow: the slow rank and its cause lead
+    in every view, the creep follows."""
+    from torchlens.analysis.ranks.slow import PartTime, creep_leads
+    from torchlens.analysis.runs.verdict import verdict_findings
+
+    slow = slow_rank_finding(1, PartTime("data", 60.6, 0.2, 60.4),
+                             "the others waited 58 ms per step for it", (
+                                 Figure("wait_per_step_ms", 58.0, "ms"),
+                                 Figure("median_step_ms", 88.0, "ms")))
+    assert not creep_leads(slow, [1]) and not creep_leads(slow, [0])
+    judged = dataclasses.replace(run_view(_snap()).slow, rank=1, finding=slow)
+    manifest = Manifest(world_size=2, source=SOURCE_RUN, verdict=str(slow), memory_creep=[CreepEntry(
+        rank=1, bytes_per_step=1 << 20, total_bytes=51 << 20, steps=51, source="heap",
+        words="")])
+    assert [f.code for f in verdict_findings(judged, manifest)] == ["slow_rank", "memory_creep"]
+
+
+def test_a_leak_kept_between_phases_leads_the_stall_it_makes() -> None:
+    """Keeping 1 MiB a step in user code between the phases (a cache filled after
+    the optimizer step) reads as time outside every phase on that rank: the
+    creep is the cause and leads."""
+    from torchlens.analysis.ranks.slow import PartTime, creep_leads
+
+    stall = slow_rank_finding(1, PartTime("stall", 4.0, 0.5, 3.5),
+                              "the others waited 3.3 ms per step for it", (
+                                  Figure("wait_per_step_ms", 3.3, "ms"),
+                                  Figure("median_step_ms", 14.0, "ms")))
+    assert creep_leads(stall, [1]) and not creep_leads(stall, [0])
+
+
+def test_a_leak_leads_a_rank_that_waits_a_little_more_on_a_machine_busy_for_all() -> None:
+    """Every rank waits ~40 ms a step for a CPU (an oversubscribed machine) and
+    rank 1 1.3x that: a leak on every rank leads; a rank alone on a busy core
+    (15x the others' wait) keeps the lead."""
+    from torchlens.analysis.ranks.slow import PartTime, creep_leads
+
+    shared = slow_rank_finding(1, PartTime("cpu_contention", 54.5, 42.5, 12.0),
+                               "the others waited 23.6 ms per step for it", (
+                                   Figure("wait_per_step_ms", 23.6, "ms"),
+                                   Figure("median_step_ms", 100.9, "ms")))
+    assert creep_leads(shared, [0, 1])
+    alone = slow_rank_finding(1, PartTime("cpu_contention", 30.0, 2.0, 28.0),
+                              "the others waited 26 ms per step for it", (
+                                  Figure("wait_per_step_ms", 26.0, "ms"),
+                                  Figure("median_step_ms", 60.0, "ms")))
+    assert not creep_leads(alone, [0, 1])

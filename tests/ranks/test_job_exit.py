@@ -34,14 +34,14 @@ def test_mistyped_script_path_is_a_failed_job(tmp_path: Path) -> None:
     verdict = next(line for line in c.lines if line.startswith("verdict:"))
     assert "the job failed" in verdict and "exit code 1" in verdict, c.output
     # torchrun's report: each rank's exit code (a rank the agent ended first: signal 15)
-    assert re.search(r"; ranks? [0-9, -]+ exited with code 2", verdict), c.output
+    assert re.search(r"exit code 1; ranks? [0-9, -]+ exited with code 2", verdict), c.output
     assert "can't open file" in verdict and "ddp_plian.py" in verdict, c.output
     assert "no slow rank" not in c.output, c.output
     # rank, node, host, state, steps: no rank is "finished", none ran a step (its step
     # time is missing: model.units.MISSING, as the sidebar writes it)
     rows = [m.groups() for line in c.lines
             if (m := re.match(r"^ +([01]) +0 +\S+ +(.+?) +(\d+) +n/a ", line))]
-    assert len(rows) == 2 and all(state in ("exit code 2", "killed by signal 15")
+    assert len(rows) == 2 and all(state in ("exit code 2", "killed by signal 15 (SIGTERM)")
                                   and steps == "0"
                                   for _, state, steps in rows), c.output
     manifest = json.loads((out / "manifest.json").read_text())

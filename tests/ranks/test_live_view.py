@@ -23,6 +23,7 @@ from torchlens.frontends import kinds
 from torchlens.model import DdpRun, Profile
 from torchlens.model.findings import Figure, Finding
 from torchlens.model.payloads import RankProfiling
+from torchlens.model.rank_report import RankError
 from torchlens.render.ranks import view as rank_view
 from torchlens.render.ranks.view import RankProfileView, rank_profile_figures
 
@@ -248,19 +249,27 @@ def test_a_new_lane_moves_the_rows_below_it() -> None:
 
 
 def test_memory_titles_say_where_the_numbers_come_from() -> None:
+    # a CPU run: its allocator figures are modelled at the profiled steps only,
+    # which drawn by step read as a CUDA allocator's timeline: the measured
+    # resident set is drawn, and one line says what the allocator figures are
     steps, sums = make_run(world=2, steps=10, straggler=1)
     view = RankProfileView(2, every=5, modelled=True)
-    assert "modelled" in view.panels.mem_fig.title.text
+    p = view.panels
     feed(view, steps, sums)
     view.flush(force=True)
-    assert "modelled" in view.panels.mem_fig.title.text
-    assert "modelled" in view.panels.frag_fig.title.text
-    assert all(line.visible for line in view.panels.prof_lines)
+    assert not any(f.visible for f in (p.mem_fig, p.frag_fig, p.free_fig, p.alloc_row))
+    assert p.rss_fig.visible and p.rss_fig.title.text.startswith("Resident memory (RSS)")
+    assert p.mem_note.text.startswith("CUDA allocator: not measured (no rank uses CUDA")
+    assert "modelled at the profiled steps only" in p.mem_note.text
+    assert "\n" not in p.mem_note.text and p.mem_note.text.count(". ") == 0  # one line
+
+    assert all(v != v for v in p.mem[0].data["heap"])  # no C heap figure: NaN, none drawn
 
     rss_only = RankProfileView(2, every=5, modelled=False)
     feed(rss_only, steps, [[], []])
     rss_only.flush(force=True)
-    assert rss_only.panels.mem_fig.title.text == "Allocator: not measured"
+    assert not rss_only.panels.mem_fig.visible
+    assert rss_only.panels.mem_note.text.startswith("CUDA allocator: not measured")
     assert rss_only.panels.rss_fig.title.text.startswith("Resident memory (RSS)")
 
     steps, sums = make_run(world=2, steps=10, straggler=1, cuda=True)
@@ -268,6 +277,7 @@ def test_memory_titles_say_where_the_numbers_come_from() -> None:
     feed(cuda, steps, sums)
     cuda.flush(force=True)
     assert cuda.panels.mem_fig.title.text.startswith("CUDA")
+    assert cuda.panels.mem_fig.visible and cuda.panels.frag_fig.visible
     assert not any(line.visible for line in cuda.panels.prof_lines)
     frag = cuda.panels.mem[0].data["frag"]
     assert frag[0] == pytest.approx(100 * 8 / 160)  # inactive split / reserved, in %
@@ -343,8 +353,8 @@ def test_ddp_report_with_hostile_names_is_clean() -> None:
         s["collectives"][0]["name"] = HOSTILE
     profile = ddp_profile(RankProfiling(every=5, run_dir=HOSTILE, steps=steps, summaries=sums),
                           name=HOSTILE)
-    profile.payload.ranks[1]["error"] = {"type": "RuntimeError", "message": HOSTILE,
-                                         "t": steps[1][-1].t1}
+    profile.payload.ranks[1].error = RankError(type="RuntimeError", message=HOSTILE,
+                                               t=steps[1][-1].t1)
     profile.payload.exit_codes[1] = 1
     html = kinds.report_html(profile)
     for part in ("<img src=x", "<svg onload", "alert(2)</script>"):
@@ -388,3 +398,32 @@ def test_a_rank_that_finished_gets_no_red_mark() -> None:
         view.rank_ended(r, "finished", steps[r][-1].t1)
     view.flush(force=True)
     assert view.panels.ended.data["step"] == [] and view.panels.tl_ends.data["x"] == []
+
+
+def test_a_cpu_run_draws_the_c_heap_its_step_records_measured() -> None:
+    """A CPU run's step records carry the C heap in use (glibc's figure, which
+    falls when memory is freed, as RSS seldom does): drawn per rank, in MiB."""
+    steps, sums = make_run(world=2, steps=10, straggler=1)
+    steps = [[rec.replace(mem=rec.mem.replace(heap=(100 + r) * 2**20 + rec.step * 4096))
+              for rec in recs] for r, recs in enumerate(steps)]
+    view = RankProfileView(2, every=5, modelled=True)
+    feed(view, steps, sums)
+    view.flush(force=True)
+    p = view.panels
+    assert p.heap_fig.title.text.startswith("C heap in use per rank")
+    assert p.mem[1].data["heap"][0] == pytest.approx(101.0)
+    assert p.mem[1].data["heap"][-1] == pytest.approx(101.0 + 9 * 4096 / 2**20)
+    assert "C heap in use" in p.mem_note.text
+
+
+def test_the_step_breakdown_names_time_outside_the_phases_between_phases() -> None:
+    """The watch's per-rank breakdown: the step's time no phase timer saw (a
+    sleep) is "between phases" in its legend and tooltip, not a phase "other"."""
+    from torchlens.render.ranks.panels import Panels
+
+    panels = Panels(2, 1, False)
+    labels = [item.label.value for item in panels.bd_fig.legend[0].items]
+    assert "between phases" in labels and "other" not in labels
+    tips = [t for tool in panels.bd_fig.tools if isinstance(tool, HoverTool)
+            for t, _ in tool.tooltips]
+    assert "between phases" in tips and "other" not in tips

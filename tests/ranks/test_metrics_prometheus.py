@@ -169,8 +169,9 @@ def test_a_killed_rank_reaches_prometheus_as_lost(tmp_path: Path) -> None:
         first = min(float(t) for t, v in lost["values"] if v == "1")
         assert first <= written + 2.5, (first, written)  # two scrapes of 1 s
         ended = prom.query('last_over_time(torchlens_rank_state{rank="0"}[5m]) == 1')
-        # rank 0 saw its peer go (gloo: failed) or was ended by its agent; not up
-        assert [r["metric"]["state"] for r in ended] in (["failed"], ["ended"]), ended
+        # rank 0 saw its peer go (gloo: failed) or was ended by its agent (SIGTERM:
+        # ended; on a loaded machine the agent's SIGKILL after it: lost); not up
+        assert [r["metric"]["state"] for r in ended] in (["failed"], ["ended"], ["lost"]), ended
     finally:
         if prom is not None:
             prom.stop()

@@ -40,6 +40,7 @@ def _torchlens_run(out: Path, command: list[str], **kwargs) -> subprocess.Popen:
                              *command], cwd=REPO, env=env(), start_new_session=True, **kwargs)
 
 
+@pytest.mark.faults
 def test_a_closed_stdout_does_not_end_the_job(tmp_path: Path) -> None:
     """``torchlens run ... | head -1``: the job runs to its end (past the
     summary's second log line, 10 s in), the exit status and run folder are
@@ -60,6 +61,7 @@ def test_a_closed_stdout_does_not_end_the_job(tmp_path: Path) -> None:
     assert manifest["exit_code"] == 0 and manifest["interrupted"] is False
 
 
+@pytest.mark.faults
 def test_output_goes_to_devnull_once_the_reader_closed_it(tmp_path: Path) -> None:
     read, write = os.pipe()
     os.close(read)
@@ -109,6 +111,8 @@ def _ctrl_c(tmp_path: Path, job: str) -> tuple[int, str]:
 def test_ctrl_c_says_the_exit_status_the_shell_gets_and_no_log_tail(tmp_path: Path) -> None:
     code, output = _ctrl_c(tmp_path, STUBBORN)
     assert code == 130
+    # on a terminal a sentence wraps on words, its lines after the first indented
+    output = output.replace("\n  ", " ")
     last = [line for line in output.splitlines() if "exit code" in line]
     # a plain python job: no rank attached, and the last line says so
     assert last and last[-1].startswith("torchlens run: interrupted before any step: no rank "

@@ -1,4 +1,5 @@
-"""A real ``torchlens run`` registers itself for the sidebar while it runs, and only then.
+"""A real ``torchlens run`` registers itself for the sidebar while it runs, and marks
+its entry ended when it ends (the sidebar lists it as finished a while).
 
 CPU torchrun jobs (gloo) as in test_torchlens_run.py, with a temporary
 registry (``TORCHLENS_RUNS_DIR``).
@@ -58,7 +59,12 @@ def test_entry_exists_while_the_run_lasts(tmp_path: Path, monkeypatch: pytest.Mo
         assert c.wait() == 0, c.output
     finally:
         c.kill()
-    assert not path.exists() and reg.live_runs() == []
+    # ended: no longer a live run, but listed as finished (with its verdict) a while
+    assert reg.live_runs() == [] and json.loads(path.read_text())["ended"] > 0
+    (done,) = reg.finished_runs()
+    assert done["run_id"] == entry["run_id"] and done["state"] == "ended"
+    assert done["live"]["ended"] is True and done["live"]["verdict_code"]
+    assert done["stopped"]
     assert (out / "manifest.json").exists()
 
 

@@ -22,7 +22,7 @@ import pytest
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, write_manifest
 from torchlens.frontends.ranks import registry as reg
 
-from .live_doc import four_rank_view, live_document, write_live
+from .live_doc import four_rank_view, live_document, slow_rank_view, write_live
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_stale_entries_are_ignored_and_deleted(registry: Path) -> None:
     gone = _entry(registry, "gone", pid=int(done.stdout))  # that process has ended
     # this pid, but another start time: the pid was reused by another program
     reused = _entry(registry, "reused", pid_start=time.time() - 3600)
-    alive = _entry(registry, "alive", pid_start=reg._process_start(os.getpid()))
+    alive = _entry(registry, "alive", pid_start=reg.process_start(os.getpid()))
     assert [r["run_id"] for r in reg.live_runs()] == ["alive"]
     assert not gone.exists() and not reused.exists() and alive.exists()
 
@@ -290,3 +290,73 @@ def test_a_big_job_shows_its_ranks_in_trouble_first_within_the_cap() -> None:
     shown = [r["rank"] for r in live["ranks"]]
     assert len(shown) == reg.MAX_RANKS and shown == sorted(shown)
     assert 150 in shown and 77 in shown
+
+
+def test_a_finished_run_is_listed_with_its_verdict_then_deleted(registry: Path,
+                                                                tmp_path: Path) -> None:
+    # a job that starts and ends between two polls of the sidebar: the entry,
+    # marked ended, is what lists it, whether or not a reader saw it running
+    run_dir = tmp_path / "short"
+    run_dir.mkdir()
+    path = reg.register("short1", str(run_dir), "127.0.0.1:1", ["torchrun", "train.py"])
+    write_live(run_dir, live_document(slow_rank_view(ended=True), "short1", ended=True))
+    write_manifest(str(run_dir), Manifest(source=SOURCE_RUN, world_size=4, run_id="short1",
+                                          stopped="all 4 ranks finished",
+                                          verdict_code="slow_rank", verdict_ranks=[1]))
+    reg.finish(path, now=1000.0)
+    assert _mode(Path(path)) == 0o600 and sorted(os.listdir(registry)) == ["short1.json"]
+    assert reg.live_runs(now=1001.0) == []
+    (run,) = reg.finished_runs(now=1001.0)
+    assert run["state"] == "ended" and run["ended"] == 1000.0
+    assert run["stopped"] == "all 4 ranks finished"
+    live = run["live"]
+    assert live["verdict_code"] == "slow_rank" and live["verdict_ranks"] == [1]
+    assert live["verdict"].startswith("rank 1 is the slow rank")
+    # listed KEEP_FINISHED_S, then the entry goes
+    assert reg.finished_runs(now=1000.0 + reg.KEEP_FINISHED_S - 1)
+    assert reg.finished_runs(now=1000.0 + reg.KEEP_FINISHED_S + 1) == []
+    assert not Path(path).exists()
+    reg.finish(path)  # gone, or nothing registered: no error
+    reg.finish(None)
+
+
+def test_finished_runs_newest_first_at_most_max(registry: Path) -> None:
+    for i in range(reg.MAX_FINISHED + 2):
+        _entry(registry, f"r{i}", pid=2**22 + 7, ended=1000.0 + i)
+    far = _entry(registry, "far", host="another-host", pid=2**22 + 7, ended=1100.0)
+    ids = [r["run_id"] for r in reg.finished_runs(now=1100.0)]
+    assert ids == [f"r{i}" for i in range(reg.MAX_FINISHED + 1, 1, -1)]
+    assert reg.live_runs(now=1100.0) == []  # an ended entry is not stale: its pid is gone
+    assert len(list(registry.glob("r*.json"))) == reg.MAX_FINISHED + 2 and far.exists()
+
+
+def test_verdict_ranks_are_type_checked(registry: Path) -> None:
+    entry = _entry(registry, "r1")
+    run_dir = Path(json.loads(entry.read_text())["run_dir"])
+    run_dir.mkdir()
+    doc = live_document(slow_rank_view(), "r1")
+    assert doc["verdict_ranks"] == [1]
+    doc["verdict_ranks"] = [1, "2", True, 3.5, None, 4]
+    write_live(run_dir, doc)
+    assert reg.live_runs()[0]["live"]["verdict_ranks"] == [1, 4]
+    doc["verdict_ranks"] = "1"
+    write_live(run_dir, doc)
+    assert reg.live_runs()[0]["live"]["verdict_ranks"] == []
+
+
+def test_recent_runs_lists_a_finished_run_once(registry: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "exp"
+    run_dir.mkdir()
+    path = reg.register("r9", str(run_dir), "127.0.0.1:1", ["torchrun", "train.py"])
+    write_live(run_dir, live_document(slow_rank_view(), "r9"))
+    seen, fresh = reg.RecentRuns(), reg.RecentRuns()
+    now = time.time()
+    assert [r["state"] for r in seen.runs(now)] == ["running"]
+    write_live(run_dir, live_document(slow_rank_view(ended=True), "r9", ended=True))
+    reg.finish(path, now=now + 1)
+    # the server that saw it running and one that never did both list it, once
+    for recent in (seen, fresh):
+        (run,) = recent.runs(now + 2)
+        assert run["run_id"] == "r9" and run["state"] == "ended" and run["ended"] == now + 1
+        assert run["live"]["verdict_ranks"] == [1]
+    assert seen.runs(now + 1 + reg.KEEP_FINISHED_S + 1) == []

@@ -74,7 +74,8 @@ def test_one_killed_rank_beside_a_live_one_is_a_lost_rank_not_a_lost_node() -> N
     assert said.startswith("rank 1 was lost: it stopped sending at step 9"), said
     assert "node 0 (host h0)'s other ranks went on: killed (kill -9" in said, said
     assert [n.ranks for n in view.lost] == [[1]] and not view.lost[0].whole_node
-    assert [r.state for r in view.ranks] == ["failed", "lost"]
+    # rank 0 raised only because the killed rank went away: not the cause
+    assert [r.state for r in view.ranks] == ["stopped when rank 1 went away", "lost"]
 
 
 def test_terminal_redraws_in_place_on_a_tty_and_logs_lines_otherwise() -> None:
@@ -263,3 +264,45 @@ def test_a_missing_figure_in_the_terminal_table_is_written_as_the_sidebar_does()
     row = next(t for t in text if t.split()[:1] == ["1"])
     assert row.split()[-3:] == [MISSING, MISSING, MISSING], row
     assert " - " not in row
+
+
+def test_the_rank_tables_footnote_wraps_on_words_at_the_terminal_width() -> None:
+    """At 80 columns the footnote under the rank table ran past the edge and the
+    terminal cut it mid-word ("the verdi" / "ct compares"): it wraps on spaces,
+    as the verdict does, and the table's rows stay whole."""
+    steps = [[_rec(i, 0.0002, 0.02) for i in range(30)],
+             [_rec(i, 0.02, 0.0002) for i in range(30)]]  # rank 1 loads slowly
+    out = io.StringIO()
+    view = run_view(_snap([_info(0, 0), _info(1, 0)], steps))
+    assert view.slow.rank == 1
+    TerminalSummary(out, tty=False).final(view, width=79)  # COLUMNS=80, less one
+    text = out.getvalue().splitlines()
+    assert all(len(line) <= 79 for line in text), [t for t in text if len(t) > 79]
+    start = next(i for i, t in enumerate(text) if t.startswith("step ms, data ms:"))
+    foot = [text[start]] + [t for t in text[start + 1:] if t.startswith("  ")]
+    assert len(foot) > 1 and all(t.startswith("  ") for t in foot[1:])
+    said = " ".join(t.strip() for t in foot)
+    assert "the steps the verdict compares" in said  # no word cut in two
+    assert "the others' steps hold their wait for it" in said
+    row = next(t for t in text if t.rstrip().endswith("<- slow"))
+    assert row.split()[0] == "1"
+
+
+def test_a_sentence_said_on_a_terminal_wraps_on_words(monkeypatch) -> None:
+    """The run's last line ("torchlens run: ended with exit code 1: rank 1
+    failed (...)") ran past 80 columns and was cut mid-word by the terminal."""
+    import os
+    import shutil
+
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *a: os.terminal_size((80, 24)))
+    said = ("torchlens run: ended with exit code 1: rank 1 failed (RuntimeError: zoo: rank 1 "
+            "fails at step 40); rank 0 stopped when rank 1 went away (gloo: connection "
+            "closed by peer)")
+    tty = io.StringIO()
+    TerminalSummary(tty, tty=True).say_words(said)
+    out = tty.getvalue().splitlines()
+    assert len(out) > 1 and all(len(line) <= 79 for line in out), out
+    assert " ".join(line.strip() for line in out) == said
+    log = io.StringIO()
+    TerminalSummary(log, tty=False).say_words(said)
+    assert log.getvalue() == said + "\n"  # a log keeps it one line, to grep

@@ -221,7 +221,8 @@ def test_memory_creep_on_one_rank_is_named():
     steps, summaries = simulate(alloc={1: 4 * MiB, 0: 1024})
     creep = memory_creep(steps, summaries)
     assert [c.rank for c in creep] == [1]
-    assert creep[0].words == "rank 1: memory creep, +4.0 MiB per step over 32 steps (allocated)"
+    assert creep[0].words == ("rank 1: memory creep, +4.0 MiB per step over steps 7-38, the last 32 "
+                              "measured (allocated)")
     assert creep[0].total_bytes == 31 * 4 * MiB
     table = rank_table(steps, summaries)
     assert table[1]["peak_allocated"] == 100 * MiB + 39 * 4 * MiB
@@ -231,7 +232,7 @@ def test_rss_creep_on_a_cpu_run_without_summaries():
     steps, _ = simulate(cuda=False, rss={0: 2 * MiB})
     creep = memory_creep(steps, [])
     assert [(c.rank, c.source) for c in creep] == [(0, "rss")]
-    assert creep[0].words.endswith("+2.0 MiB per step over 32 steps (RSS)")
+    assert creep[0].words.endswith("+2.0 MiB per step over steps 7-38, the last 32 measured (RSS)")
 
 
 def test_cpu_creep_is_judged_on_rss_not_on_the_per_step_modelled_figures():

@@ -74,6 +74,7 @@ class Ranks:
             _say(self.store, self.key, name + "hello", {
                 "rank": r, "world_size": 2, "node": 0, "host": "gpu7", "pid": 1, "restart": 0,
                 "t": T, "shared_run_dir": True})
+            protocol.enroll(protocol.Channel(self.store, self.key), self.key.run_id, r, slot)
         c.poll()
 
     def beat(self, name: str, r: int, bye: dict | None = None) -> None:

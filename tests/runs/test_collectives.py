@@ -380,7 +380,8 @@ def test_analyze_json_carries_collectives_stragglers_and_findings(tmp_path, caps
     assert "arrived_by (kernel:" in run_api.JSON_SCHEMA["collectives"]
     assert "issued {rank: unix s}" in run_api.JSON_SCHEMA["collectives"]
     assert main(["analyze", str(folder)]) == 0
-    assert "- rank 2 is the slow rank" in capsys.readouterr().out
+    # the verdict leads, as the terminal of torchlens run says it
+    assert "\nverdict: rank 2 is the slow rank" in capsys.readouterr().out
 
 
 def test_an_even_run_has_no_findings(tmp_path):

@@ -95,3 +95,20 @@ def test_the_step_records_still_draw_every_step_and_judge_the_slow_rank(
     assert f"{2 * STEPS} step records of 2 ranks" in page
     # no manifest, no collector start: the chart's zero is the first step, and says so
     assert "s since the first step began" in page
+
+
+def test_analyze_and_report_say_the_damaged_manifest_once(run: Path, tmp_path: Path,
+                                                          capsys) -> None:
+    """The sentence was printed twice by analyze (as an input problem, then as
+    the finding with the same words) and shown twice in the report."""
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("manifest.json could not be read") == 1, out
+    assert "not shown: how the run ended" in out
+    # the other problems are still listed, each on its own line with its file
+    assert "missing rank" in out
+    page_path = tmp_path / "damaged.html"
+    assert main(["report", str(run), "-o", str(page_path)]) == 0
+    capsys.readouterr()
+    page = page_path.read_text(encoding="utf-8")
+    assert page.count("manifest.json could not be read") == 1

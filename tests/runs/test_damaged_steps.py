@@ -78,3 +78,25 @@ def test_a_deleted_manifest_is_named_and_the_steps_still_drawn(tmp_path: Path,
     page = (tmp_path / "r.html").read_text()
     assert "manifest.json could not be read: it is missing" in page
     assert "Every step over time" in page
+
+
+def test_a_linked_step_file_is_named_refused_not_cut_short(tmp_path: Path, traces_dir: Path,
+                                                           capsys) -> None:
+    # a steps.jsonl replaced by a link out of the run folder was called "truncated
+    # ... (cut short?)" while the guarded open had refused it for being a link
+    run = _run_folder(tmp_path, traces_dir, 6)
+    steps = run / "rank1" / "steps.jsonl"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "steps.jsonl").write_bytes(steps.read_bytes())
+    steps.unlink()
+    steps.symlink_to(elsewhere / "steps.jsonl")
+    for command in (["analyze", str(run)], ["report", str(run), "-o", str(tmp_path / "r.html")]):
+        assert main(command) == 0
+        said = capsys.readouterr()
+        text = said.out + said.err
+        line = next(x for x in text.splitlines() if "rank1/steps.jsonl" in x)
+        assert "refused: a link to " in line and "outside the run folder" in line, line
+        assert f"TORCHLENS_LINK_TARGETS={elsewhere}" in line, line
+        assert "rank 1's step records were not read" in line, line
+        assert "truncated" not in text and "cut short" not in text, text

@@ -110,6 +110,19 @@ def test_analyze_json_and_the_report_say_the_same(four, tmp_path, capsys):
     assert main(["report", str(four), "-o", str(out)]) == 0
     page = out.read_text()
     assert "rank 2 is the slow rank" in page and "data loading" in page
+    # a gloo job on the CPU: nothing it says is of NCCL (the collectives' note included)
+    assert "NCCL" not in page
+    assert "they ran on the host, e.g. gloo" in page.replace("&#x27;", "'")
+
+
+def test_the_collectives_note_says_what_this_runs_arrivals_are() -> None:
+    from torchlens.analysis.runs.collectives import arrived_by_note
+
+    assert "NCCL" not in arrived_by_note(["host", "host"])
+    assert "NCCL kernel's start" in arrived_by_note(["kernel"])
+    assert "host = " not in arrived_by_note(["kernel"])
+    both = arrived_by_note(["kernel", "host"])
+    assert "kernel = " in both and "host = " in both
 
 
 # 8 ranks need 8 steps: last at 3 of 4 allreduces is what one rank or another

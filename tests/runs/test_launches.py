@@ -11,6 +11,7 @@ relative to the trace's start, the file absolute ones).
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import math
 import re
@@ -295,7 +296,13 @@ def test_cpu_only_run_says_nothing_to_measure(tmp_path, traces_dir):
     json.dumps(run.to_json(), allow_nan=False)
     out = tmp_path / "cpu.html"
     assert main(["report", str(run_dir), "-o", str(out)]) == 0
-    assert "no GPU work: nothing to measure" in out.read_text(encoding="utf-8")
+    page = html.unescape(out.read_text(encoding="utf-8"))
+    # one line says what was not measured, in place of the GPU sections and their n/a
+    assert "Not measured on this run" in page
+    assert "No rank's trace holds GPU work (CPU-only traces" in page
+    for gone in ('id="temporal"', 'id="overlap"', 'id="kernels"', 'id="idle"',
+                 'id="launches"', "Kernel launches, queues and memory bandwidth"):
+        assert gone not in page, gone
 
 
 def test_report_sections_escape_kernel_names(tmp_path):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 # tests/ is on sys.path (pytest puts tests/conftest.py's folder there): tests/ranks/live_doc.py
-from ranks.live_doc import four_rank_view, live_document, write_live
+from ranks.live_doc import four_rank_view, live_document, slow_rank_view, write_live
 from tornado.httpclient import HTTPClientError
 
 from torchlens.frontends.ranks import registry as reg
@@ -51,12 +51,12 @@ async def test_runs_empty_then_a_running_job(jp_fetch: Any, monitor: Any, regist
     write_live(run_dir, live_document(four_rank_view(), "8c1f0e27a4b9d3e1"))
     (run,) = json.loads((await jp_fetch("torchlens", "runs")).body)["runs"]
     assert set(run) == {"run_id", "run_dir", "collector", "pid", "command", "started", "state",
-                        "live", "stopped"}
+                        "live", "stopped", "ended"}
     assert run["run_id"] == "8c1f0e27a4b9d3e1" and run["run_dir"] == str(run_dir)
     assert run["pid"] == os.getpid() and run["state"] == "running"
     live = run["live"]
     assert set(live) == {"t", "age_s", "run_id", "world_size", "verdict", "verdict_code",
-                         "ended", "restarts", "dropped", "ranks"}
+                         "verdict_ranks", "ended", "restarts", "dropped", "ranks"}
     # rank 3 on the same node said goodbye (it raised): the node was reachable, rank 2 lost
     assert live["verdict_code"] == "lost_node"
     assert live["verdict"].startswith("rank 2 was lost: it stopped sending at step 9 (no "
@@ -80,3 +80,23 @@ async def test_runs_garbled_registry_is_not_an_error(jp_fetch: Any, monitor: Any
     (registry / "y.json").mkdir()
     reply = json.loads((await jp_fetch("torchlens", "runs")).body)
     assert reply["runs"] == []
+
+
+async def test_a_job_shorter_than_a_poll_is_listed_once_ended(
+        jp_fetch: Any, monitor: Any, registry: Path, tmp_path: Path) -> None:
+    # it starts and ends between two requests: the first answer after it is its
+    # finished entry, with its verdict's code and the ranks it names
+    assert json.loads((await jp_fetch("torchlens", "runs")).body)["runs"] == []
+    run_dir = tmp_path / "short"
+    run_dir.mkdir()
+    entry = reg.register("5e5e5e5e5e5e5e5e", str(run_dir), "127.0.0.1:41233",
+                         ["torchrun", "--nproc-per-node", "4", "train.py"])
+    write_live(run_dir, live_document(slow_rank_view(ended=True), "5e5e5e5e5e5e5e5e",
+                                      ended=True))
+    reg.finish(entry)
+    (run,) = json.loads((await jp_fetch("torchlens", "runs")).body)["runs"]
+    assert run["run_id"] == "5e5e5e5e5e5e5e5e" and run["state"] == "ended"
+    assert isinstance(run["ended"], float)
+    live = run["live"]
+    assert live["verdict_code"] == "slow_rank" and live["verdict_ranks"] == [1]
+    assert live["verdict"].startswith("rank 1 is the slow rank")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torchlens.formats.input_files import open_guarded
 from torchlens.model import InputError
 
 #: the ``format`` a run folder's ``manifest.json`` names (``run_folder.manifest``);
@@ -27,7 +28,7 @@ def file_kind(path: Path) -> str:
     if name.endswith((".json", ".json.gz")):
         return "trace"
     try:
-        with open(path, "rb") as fh:
+        with open_guarded(path) as fh:  # a FIFO or a device is refused, not read
             head = fh.read(4)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc}).") from None

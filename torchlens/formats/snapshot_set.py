@@ -17,6 +17,16 @@ A folder holding Kineto traces (``*.json``, ``*.json.gz``) or a run's
 returns None for it, so every folder read before keeps being read the same
 way. ``snapshot_set(folder, in_run=True)`` reads a run folder's OOM
 snapshots all the same (``torchlens.load_snapshots(RUN_DIR)``).
+
+In a run folder (the ``rank<N>/`` layout, or a folder that holds a
+``manifest.json``) every snapshot found is opened once through the guarded
+open with the folder as its bound (``formats.input_files``: the file actually
+opened, after every link, a ``rank<N>`` folder that is a link included, must
+lie in the run folder or a ``TORCHLENS_LINK_TARGETS`` folder): a link out of
+it is refused in one line (``RefusedFile``) before anything of it is read, as
+the run folder's traces and step records are. A flat folder of
+``rank3.pickle`` files without a manifest may gather them by links, as a
+folder of traces may (docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 
+from torchlens.formats.input_files import open_guarded
 from torchlens.model import InputError
 
 SUFFIXES = (".pickle", ".pkl")
@@ -57,9 +68,19 @@ def holds_traces(folder: str) -> bool:
 def snapshot_set(folder: str, *, in_run: bool = False) -> dict[int, str] | None:
     """rank -> snapshot path of a folder of per-rank snapshots (the module's rule);
     None when the folder is not one (a run of traces, unless ``in_run``; no rank
-    snapshot). Raises InputError for two snapshots claiming one rank."""
+    snapshot). Raises InputError for two snapshots claiming one rank, and
+    ``RefusedFile`` for a run folder's snapshot that leads out of it."""
     if not in_run and holds_traces(folder):
         return None
+    found, in_rank_folders = _found(folder)
+    if found and (in_rank_folders or os.path.isfile(os.path.join(folder, "manifest.json"))):
+        for path in found.values():  # a run folder: no link out of it (module doc)
+            open_guarded(path, within=folder).close()
+    return found
+
+
+def _found(folder: str) -> tuple[dict[int, str] | None, bool]:
+    """The module's rule: rank -> path, and whether they are in ``rank<N>/`` folders."""
     found: dict[int, str] = {}
     for d in sorted(os.listdir(folder)):
         m = RANK_DIR.match(d)
@@ -75,7 +96,7 @@ def snapshot_set(folder: str, *, in_run: bool = False) -> dict[int, str] | None:
         if snaps:
             found[int(m.group(1))] = os.path.join(sub, snaps[0])
     if found:
-        return found
+        return found, True
     for name in _snapshots(folder):
         stem = name.rsplit(".", 1)[0]
         m = RANK_IN_NAME.search(stem)
@@ -86,4 +107,4 @@ def snapshot_set(folder: str, *, in_run: bool = False) -> dict[int, str] | None:
             raise InputError(f"{folder}: two snapshots for rank {rank} "
                              f"({os.path.basename(found[rank])}, {name}): keep one per rank")
         found[rank] = os.path.join(folder, name)
-    return found or None
+    return found or None, False

@@ -33,8 +33,20 @@ from pathlib import Path
 from typing import Any
 
 from torchlens.formats.file_kind import file_kind
+from torchlens.formats.input_files import check_file, check_zip
 from torchlens.frontends.result import Result
 from torchlens.model import InputError, Profile, load_profile
+from torchlens.model.errors import PathNotFoundError
+
+#: what a path may be, for the message of one that does not exist
+ACCEPTS = ("a run folder (torchlens run's, or one of per-rank traces), a Kineto trace "
+           "(.json, .json.gz), a saved result (.tlprof) or an allocator snapshot (.pickle)")
+
+
+def missing_path(path: Any) -> PathNotFoundError:
+    """The one-line error of an input path that does not exist, and what is read."""
+    return PathNotFoundError(f"{path}: no such file or folder. Check the path; torchlens "
+                             f"reads {ACCEPTS}.")
 
 
 def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
@@ -52,7 +64,7 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
         return _load_run(list(path), fork)
     p = Path(os.fspath(path))
     if not p.exists():
-        raise InputError(f"{path}: no such file or folder. Check the path.")
+        raise missing_path(path)
     if p.is_dir():
         from torchlens.formats.snapshot_set import snapshot_set
 
@@ -62,8 +74,10 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
 
             return load_ranks(str(p), ranks)
         return _load_run(str(p), fork)
+    check_file(p)  # a FIFO or a device named as a file: refused here, in one line
     kind = file_kind(p)
     if kind == "tlprof":
+        check_zip(p)  # its members' inflated sizes, before any is read
         return saved_result(load_profile(p))
     if kind == "snapshot":
         from torchlens.frontends.memory.api import load_gpumem
@@ -83,7 +97,10 @@ def _load_run(inputs: str | list[Any], fork: bool) -> Any:
 
     run = load_run(inputs, fork=fork)
     if not run.ranks:
-        why = "; ".join(f"{q.kind}: {Path(q.path).name}" for q in run.problems[:5])
+        # a refused file says why, the bound and how to raise it
+        why = "; ".join(f"{q.kind}: {Path(q.path).name}" + (
+            f" ({q.message.rstrip('.')})" if q.message.startswith("refused") else "")
+            for q in run.problems[:5])
         where = (f"{inputs}: no usable per-rank trace in this folder" if isinstance(inputs, str)
                  and os.path.isdir(inputs) else
                  f"{', '.join(map(str, [inputs] if isinstance(inputs, str) else inputs[:3]))}"

@@ -53,15 +53,3 @@ class ModuleChecksums(msgspec.Struct):
 
 def _set(value: T | UnsetType) -> T | None:
     return None if isinstance(value, UnsetType) else value
-
-
-def modules_from(value: object) -> list[ModuleChecksums]:
-    """The modules' checksums in a step record's decoded JSON; one that is not
-    one is left out."""
-    out = []
-    for item in value if isinstance(value, list) else []:
-        try:
-            out.append(msgspec.convert(item, ModuleChecksums))
-        except msgspec.ValidationError:
-            continue
-    return out

@@ -27,10 +27,28 @@ SEVERITIES = (FAILED, WARNING, INFO, PASSED, NA)
 SLOW_RANK = "slow_rank"
 #: a rank whose memory grows step after step
 MEMORY_CREEP = "memory_creep"
+#: every rank waits for its input most of its step (``analysis.ranks.input_bound``)
+INPUT_BOUND = "input_bound"
+#: every optimizer step all-reduces its gradients more than once (accumulation
+#: without ``no_sync()``: ``analysis.ranks.ddp_config``)
+ACCUMULATION_SYNC = "accumulation_sync"
+#: DDP's gradient buckets far smaller than its default (``analysis.ranks.ddp_config``)
+SMALL_BUCKETS = "small_buckets"
+#: DDP ranks whose parameters differ (``analysis.ranks.ddp_config``)
+PARAMETER_SYNC = "parameter_sync"
+#: the job-wide findings that lead "no slow rank" (every rank alike)
+JOB_WIDE = (INPUT_BOUND, ACCUMULATION_SYNC, SMALL_BUCKETS)
 #: a node (or a rank's process) that stopped reporting
 LOST_NODE = "lost_node"
 #: a rank that raised or died
 FAILED_RANK = "failed_rank"
+#: a rank finished its loop while its peers were still training: they failed
+#: in their next collective (ranks ran different numbers of batches)
+UNEVEN_INPUTS = "uneven_inputs"
+#: ranks issued collectives that do not match (sizes, order): a rank died in one
+COLLECTIVE_MISMATCH = "collective_mismatch"
+#: every rank ran to its end, then a rank's process aborted as it exited
+EXIT_ABORT = "exit_abort"
 #: the run ended, or goes on, without a step recorded
 NO_STEPS = "no_steps"
 #: ranks still attaching: the run has not recorded a step yet

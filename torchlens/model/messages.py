@@ -97,6 +97,14 @@ class Heartbeat(msgspec.Struct, frozen=True):
     steps_by: str | None = None
     device: str | None = None
     bye: Bye | None = None
+    #: step records the rank holds because its ring was full of unread values,
+    #: and those it shed past its hold (``capture.ranks.attach.StepRing``)
+    held: int | None = None
+    shed: int | None = None
+    #: profiled-step summaries not sent: their ring was full of unread ones
+    skipped: int | None = None
+    #: on the goodbye: step batches left in the slot's ``last`` keys at exit
+    last: int | None = None
 
 
 class MemoryReading(msgspec.Struct, omit_defaults=True):
@@ -268,6 +276,26 @@ class Incarnation(msgspec.Struct, kw_only=True):
     bye: Bye | None = None
 
 
+class SilentSpell(msgspec.Struct, kw_only=True):
+    """A time a rank's heartbeats stopped and came back (``kill -STOP`` then
+    ``-CONT``, a swapped-out host): measured by the collector, judged by
+    ``analysis.ranks.silence``. ``t``: the collector's wall clock at its last
+    heartbeat before the spell; ``step``: the step it was in then (its
+    heartbeat's ``steps_done``), ``step_after``: in its first one after.
+    ``longest``: per other rank, its longest step record that overlaps the
+    spell (s); ``within``: per other rank, its steps that began and ended
+    inside the spell (a rank that went on makes some, a waiting one none)."""
+
+    rank: int
+    slot: int
+    t: float
+    silent_s: float
+    step: int | None = None
+    step_after: int | None = None
+    longest: dict[int, float] = {}
+    within: dict[int, int] = {}
+
+
 class RankSnapshot(msgspec.Struct, kw_only=True):
     """What the collector holds now: the latest start of every rank (None: not
     attached yet), their kept step records and summary heads, and the
@@ -285,6 +313,8 @@ class RankSnapshot(msgspec.Struct, kw_only=True):
     t0: float | None = None
     wall_s: float | None = None
     lost_after_s: float = 10.0
+    #: every rank's silent spells, oldest first (``SilentSpell``)
+    spells: list[SilentSpell] = []
 
     @classmethod
     def of(cls, snap: RankSnapshot | dict[str, Any]) -> RankSnapshot:

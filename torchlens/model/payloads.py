@@ -33,6 +33,7 @@ from torchlens.model.memory_figures import (
     memory_ranks_from,
 )
 from torchlens.model.messages import BeatRow, MemoryReading
+from torchlens.model.rank_report import RankReport, report_from
 from torchlens.model.records import StepRecord, StepSummary, records_from
 from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
@@ -244,8 +245,7 @@ class DdpRun:
 
     ``outcome`` is finished, mismatch, hang, crashed, interrupted or
     startup_timeout. Per rank, in rank order: ``ranks`` (the report the rank
-    sent: pid, device, env_start/env_end, steps, error, params, peak, comm,
-    determinism, strict, timings, versions, log; None if it sent none),
+    sent, ``model.rank_report.RankReport``; None if it sent none),
     ``fingerprints`` (its collectives in issue order: index, op, shapes,
     dtypes, line, step, t, call_s), ``exit_codes``, ``ended_at`` (when the
     launcher saw the process end, epoch seconds) and ``memory_peak``.
@@ -266,7 +266,7 @@ class DdpRun:
     port: int | None = None
     board: str | None = None
     pids: list[int] = field(default_factory=list)
-    ranks: list[dict[str, Any] | None] = field(default_factory=list)
+    ranks: list[RankReport | None] = field(default_factory=list)
     fingerprints: list[list[Fingerprint]] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
     ended_at: list[float | None] = field(default_factory=list)
@@ -283,6 +283,10 @@ class DdpRun:
     #: ``--nnodes`` runs only: nnodes, nproc_per_node, rdzv_endpoint and per rank
     #: ``{node, host}`` (ranks started by torch's elastic agent on several nodes)
     nodes: NodesInfo | None = None
+
+    def __post_init__(self) -> None:
+        # reports given as their JSON (a test, an older caller) are typed here
+        self.ranks = [report_from(r) for r in self.ranks]
 
     def where(self, rank: int) -> str:
         """``rank 3 (node 1, host gpu7)`` on a multi-node run, else ``rank 3``."""
@@ -343,6 +347,35 @@ class StepSeries(msgspec.Struct):
     labelled: int = 0
 
 
+class RankMemory(msgspec.Struct):
+    """One rank's memory over its steps (``analysis.runs.memory_steps``):
+    its first step and the window's last, and their bytes, the
+    growth per step (least squares) over ``window`` (the steps the creep rule
+    fitted), whether the rank's memory creeps, and the points drawn."""
+
+    rank: int
+    first_step: int
+    last_step: int
+    start_bytes: float
+    end_bytes: float
+    growth_per_step: float | None = None
+    creeps: bool = False
+    step: list[int] = []
+    bytes: list[float] = []
+
+
+class RunMemory(msgspec.Struct):
+    """Every rank's memory over its steps, from the step records' ``mem``:
+    ``source`` (``allocated``, ``heap`` or ``rss``) and its words (``label``),
+    the steps the growth is fitted over (``window``: first and last step; None
+    when no rank has enough steps) and the ranks."""
+
+    source: str = ""
+    label: str = ""
+    window: list[int] | None = None
+    ranks: list[RankMemory] = []
+
+
 @dataclass
 class RunPayload:
     """``kind="run"``: a run's per-rank traces analysed together (``torchlens.load(RUN_DIR)``).
@@ -368,6 +401,10 @@ class RunPayload:
     #: ``torchlens run`` folders of an FSDP job: rank (a string) -> its FSDP
     #: memory figures (``analysis.runs.fsdp.FsdpSteps``); empty otherwise
     fsdp: dict[str, FsdpFigures] = field(default_factory=dict)
+    #: ``torchlens run`` and ``%ddp_check --profile`` folders: each rank's
+    #: memory over its steps (``analysis.runs.memory_steps``); None without
+    #: memory in the step records
+    memory: RunMemory | None = None
 
 
 class DiffRow(msgspec.Struct):
@@ -397,10 +434,19 @@ class StepTime(msgspec.Struct):
     b_steps: int = 0
     delta_us: float | None = None
     regression_pct: float | None = None
+    #: the run-to-run noise bound on ``delta_us`` (``analysis.runs.diff``:
+    #: each run's step-to-step spread, added); None with too few steps a rank
+    a_spread_us: float | None = None
+    b_spread_us: float | None = None
+    noise_us: float | None = None
+    #: whether ``|delta_us|`` is within ``noise_us`` (None without a bound)
+    within_noise: bool | None = None
 
 
 class RankSteps(msgspec.Struct):
-    """One rank of A against its rank in B: median step times and the change."""
+    """One rank of A against its rank in B: median step times, the change and
+    its run-to-run noise bound (that rank's step-to-step spread in A and in B,
+    added; None with too few steps)."""
 
     rank_a: int
     rank_b: int
@@ -408,6 +454,8 @@ class RankSteps(msgspec.Struct):
     b_median_us: float | None
     delta_us: float | None
     delta_pct: float | None
+    noise_us: float | None = None
+    within_noise: bool | None = None
 
 
 class DiffUnits(msgspec.Struct):
@@ -422,6 +470,24 @@ class DiffThresholds(msgspec.Struct):
 
     same_pct: float = 5.0
     same_us: float = 10.0
+
+
+class DiffHeadline(msgspec.Struct):
+    """What changed from A to B, said by rank and phase (``analysis.runs.diff.
+    phase_headline``): the rank whose phase grew (or shrank) most, or every rank
+    when each changed alike (``rank`` None, ``ranks`` all of them), the phase,
+    its median ms a step in A and B (µs here), and where the other ranks show it
+    (``waiting_phase``: the phase they wait in for that rank; None when none grew)."""
+
+    rank: int | None
+    ranks: list[int]
+    phase: str
+    before_us: float
+    after_us: float
+    delta_us: float
+    waiting_phase: str | None = None
+    waiting_delta_us: float | None = None
+    sentence: str = ""
 
 
 class RunDiff(msgspec.Struct):
@@ -439,6 +505,9 @@ class RunDiff(msgspec.Struct):
     kernels: list[DiffRow] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
     verdict: Finding = msgspec.field(default_factory=lambda: Finding(INFO, "", code=RUN_DIFF))
+    #: the rank and phase that changed, from both runs' step records (None
+    #: without step records on both sides, or when no phase changed enough)
+    headline: DiffHeadline | None = None
 
 
 def run_diff_from(saved: object) -> RunDiff:
@@ -510,7 +579,7 @@ def _builtins(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: [[r.to_dict() for r in rank] for rank in v] if k == "steps" and _records(v)
             else msgspec.to_builtins(v) if isinstance(v, msgspec.Struct)
             or (k in ("figures", "fsdp") and isinstance(v, dict))
-            or (k in ("fingerprints", "memory_peak") and isinstance(v, list))
+            or (k in ("fingerprints", "memory_peak", "ranks") and isinstance(v, list))
             else {} if k == "collected_steps" and v is None  # as the JSON always said it
             else v for k, v in items}
 
@@ -549,8 +618,12 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = [records_from(rank)[0] for rank in value]
         elif cls is RunPayload and f.name == "collected_steps":
             value = msgspec.convert(value, StepSeries) if value else None
+        elif cls is RunPayload and f.name == "memory":
+            value = msgspec.convert(value, RunMemory) if value else None
         elif cls is DdpRun and f.name in ("memory_peak", "nodes", "hang"):
             value = msgspec.convert(value, hints[f.name]) if value is not None else None
+        elif cls is DdpRun and f.name == "ranks":
+            value = [report_from(r) for r in value or []]
         elif cls is DdpRun and f.name == "fingerprints":
             value = [fingerprints_from(rank) for rank in value or []]
         elif cls is RunPayload and f.name in ("figures", "problems", "fsdp"):

@@ -7,14 +7,17 @@ without torch's GPU build.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torchlens.model.payloads import PAYLOADS, Payload
 from torchlens.model.snapshot import Snapshot
 from torchlens.model.table import Table
+from torchlens.model.tlprof import read_tlprof, write_tlprof
 
 #: What kind of capture made a profile; decides its payload and report.
 KINDS = tuple(PAYLOADS)
@@ -79,18 +82,20 @@ class Profile:
         """The single trace of a one-process capture (the first one otherwise)."""
         return next(iter(self.traces.values()), None)
 
-    def save(self, path: str) -> str:
+    def save(self, path: str | Path) -> str:
         """Write to ``path`` (a ``.tlprof`` file); returns the path."""
-        from torchlens.model.store import save_profile
-
-        return save_profile(self, path)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["traces"] = {key: (t.events, t.meta) for key, t in self.traces.items()}
+        return write_tlprof(fields, path)
 
     @staticmethod
-    def load(path: str) -> Profile:
-        """Read a ``.tlprof`` file written by this or an earlier torchlens."""
-        from torchlens.model.store import load_profile
-
-        return load_profile(path)
+    def load(path: str | Path) -> Profile:
+        """Read a ``.tlprof`` file written by this or an earlier torchlens; raises
+        ``InputError`` with advice on bad input."""
+        fields = read_tlprof(path)
+        fields["traces"] = {key: Trace(events, meta)
+                            for key, (events, meta) in fields["traces"].items()}
+        return Profile(**fields)
 
 
 def error_record(exc: BaseException | None) -> dict[str, str] | None:

@@ -62,6 +62,40 @@ class GpuStepTimes(msgspec.Struct, frozen=True, gc=False):
     phases: dict[str, float | None] = {}
 
 
+class DdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """How a DDP rank's step synchronised its gradients (``capture.ranks.phases``):
+    ``syncs``, the forwards of one DDP module in the step that will all-reduce
+    their gradients (not under ``no_sync()``; the most of any module, so two
+    models stepped together count once each); and, once DDP has built its
+    buckets, its bucket cap, how many buckets and their bytes together (in
+    every record, so a window of the newest steps has them); every few steps
+    the parameters' sum, and in the step after it whether they moved before
+    its first forward. Unset fields are left out of the JSON."""
+
+    syncs: int = 0
+    bucket_cap_bytes: int | None = None
+    buckets: int | None = None
+    bucket_bytes: int | None = None
+    #: every ``PARAM_EVERY`` steps: the sum of the DDP module's parameters at
+    #: the step's end (float64), to compare across ranks at the same step
+    param_sum: float | None = None
+    #: in the step after one with ``param_sum``: whether the parameters had
+    #: changed by its first forward (changed outside the optimizer step)
+    params_moved: bool | None = None
+
+
+class HostStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """Where a step's host time went besides its phases (``capture.ranks.host_time``,
+    seconds): ``gc_s`` in Python's garbage collections (every thread's);
+    ``runq_s`` the training thread waited, runnable, for a CPU (Linux's
+    ``/proc/thread-self/schedstat``: another process or thread on its core);
+    ``cpu_s`` it ran on a CPU (the same file). None: not measured."""
+
+    gc_s: float | None = None
+    runq_s: float | None = None
+    cpu_s: float | None = None
+
+
 class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """What a ``torchlens run`` step of an FSDP rank held beyond its activations
     (``capture.ranks.fsdp_memory``, bytes): the rank's parameter shards and the
@@ -98,7 +132,10 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     (of the same start) whose CUDA events had completed when this step ended
     (they are read without waiting for the GPU, so a step's come with a later
     record); unset elsewhere. ``fsdp``: an FSDP rank's parameter and optimizer
-    memory in the step (``FsdpStep``); unset on a rank without FSDP.
+    memory in the step (``FsdpStep``); unset on a rank without FSDP. ``ddp``:
+    how a DDP rank's step synchronised its gradients (``DdpStep``); unset on a
+    rank that ran no DDP forward in the step. ``host``: garbage collection and
+    run-queue time of the step (``HostStep``); unset where not measured.
     """
 
     step: int
@@ -113,6 +150,8 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     gpu: list[GpuStepTimes] | UnsetType = UNSET
     label: str | UnsetType = UNSET
     fsdp: FsdpStep | UnsetType = UNSET
+    ddp: DdpStep | UnsetType = UNSET
+    host: HostStep | UnsetType = UNSET
 
     @property
     def labelled(self) -> bool:

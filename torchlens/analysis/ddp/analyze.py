@@ -21,6 +21,7 @@ from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun, Profile
 from torchlens.model.findings import Finding
 from torchlens.model.messages import DdpHeartbeat, MemoryReading
+from torchlens.model.rank_report import RankReport
 
 MAX_COLLECTIVE_ROWS = 400  # per rank, in the report's collective table
 
@@ -111,25 +112,26 @@ def rank_rows(run: DdpRun) -> list[RankRow]:
     n = run.world_size
     prof = run.profiling
     counted = prof is None or run.strict
-    fsdp = rank_figures(rank_results(run), run.fingerprints or [])
+    results = rank_results(run)
+    fsdp = rank_figures(results, run.fingerprints or [])
     for r in range(n):
-        res = (run.ranks[r] if r < len(run.ranks) else None) or {}
+        res = (results[r] if r < len(results) else None) or RankReport(rank=r)
         peak = (run.memory_peak[r] if r < len(run.memory_peak) else None) or MemoryReading()
         if prof is not None:
             recs = prof.steps[r] if r < len(prof.steps) else []
             times = [rec.t1 - rec.t0 for rec in recs]
         else:
-            times = [s["end"] - s["start"] for s in res.get("steps") or [] if s.get("end")]
-        err = res.get("error") or {}
+            times = [s.seconds for s in res.steps if s.end and s.seconds is not None]
+        err = res.error
         code = run.exit_codes[r] if r < len(run.exit_codes) else None
         out.append(RankRow(
-            rank=r, pid=res.get("pid"), device=res.get("device", ""),
+            rank=r, pid=res.pid, device=res.device or "",
             exit="killed" if r in run.killed else ("" if code is None else str(code)),
             collectives=(len(run.fingerprints[r]) if r < len(run.fingerprints) else 0)
             if counted else None,
             steps_s=median(times) if times else None,
             rss=peak.rss, tensor=peak.tensor_bytes,
-            error=f"{err.get('type')}: {err.get('message')}" if err else "",
+            error=f"{err.type}: {err.message}" if err is not None else "",
             fsdp=rank_row(fsdp.get(r))))
     return out
 

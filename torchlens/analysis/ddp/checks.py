@@ -38,12 +38,13 @@ from torchlens.analysis.ddp.fsdp import (
 )
 from torchlens.analysis.ddp.profiled import check_rank_memory, check_slow_rank
 from torchlens.analysis.ddp.sequence import sequence_divergence
-from torchlens.analysis.ranks.slow import weak
+from torchlens.analysis.ranks.slow import creep_leads
 from torchlens.formats.fingerprints import describe_collective
 from torchlens.model import DdpRun
-from torchlens.model.checksums import ModuleChecksums, ParamChecksum, modules_from
+from torchlens.model.checksums import ModuleChecksums, ParamChecksum
 from torchlens.model.findings import FAILED, NA, PASSED, SLOW_RANK, WARNING, Finding
 from torchlens.model.messages import MemoryReading
+from torchlens.model.rank_report import RankReport
 from torchlens.model.units import format_bytes, format_gbps
 
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -54,7 +55,7 @@ MEMORY_IMBALANCE = 0.25  # 25% more tensor bytes on one rank than on another
 MEMORY_MIN_BYTES = 16 << 20  # below this, imbalance is noise
 
 
-def shared_gpus(seen: list[tuple[int, dict[str, Any]]], node: dict[int, Any],
+def shared_gpus(seen: list[tuple[int, RankReport]], node: dict[int, Any],
                 ) -> tuple[list[tuple[list[int], str]], list[int]]:
     """(ranks that share one GPU, and how it was told), ranks compared without a UUID.
 
@@ -66,14 +67,14 @@ def shared_gpus(seen: list[tuple[int, dict[str, Any]]], node: dict[int, Any],
     groups: dict[tuple[Any, ...], list[int]] = {}
     unnamed = []
     for i, r in seen:
-        device = r.get("device")
-        if not device or not str(device).startswith("cuda"):
+        device = r.device
+        if not device or not device.startswith("cuda"):
             continue
-        if r.get("device_uuid"):
-            key: tuple[Any, ...] = ("uuid", r["device_uuid"])
+        if r.device_uuid:
+            key: tuple[Any, ...] = ("uuid", r.device_uuid)
         else:
             unnamed.append(i)
-            key = ("name", str(device), r.get("hostname"), node.get(i))
+            key = ("name", device, r.hostname, node.get(i))
         groups.setdefault(key, []).append(i)
     shared = [(ranks, f"UUID {key[1]}" if key[0] == "uuid" else
                key[1] + (f" on {key[2]}" if key[2] else "") + ", no UUID reported")
@@ -84,14 +85,14 @@ def shared_gpus(seen: list[tuple[int, dict[str, Any]]], node: dict[int, Any],
 def check_environment(rec: DdpRun) -> Finding:
     results = rank_results(rec)
     n = rec.world_size or len(results)
-    seen = [(i, r) for i, r in enumerate(results) if r]
-    silent = [i for i in range(n) if i >= len(results) or not results[i]]
+    seen = [(i, r) for i, r in enumerate(results) if r is not None]
+    silent = [i for i in range(n) if i >= len(results) or results[i] is None]
     if not seen:
         why, look = why_silent(rec, silent)
         return Finding(NA, f"no rank reported its environment ({why})", advice=look,
                        title="environment")
     problems: list[str] = []
-    envs = {i: (r.get("env_end") or r.get("env_start") or {}) for i, r in seen}
+    envs = {i: r.env() for i, r in seen}
     for key in ("MASTER_ADDR", "MASTER_PORT"):
         values = {i: e.get(key) for i, e in envs.items()}
         if len(set(values.values())) > 1:
@@ -102,18 +103,18 @@ def check_environment(rec: DdpRun) -> Finding:
         if e.get("RANK") != str(i):
             problems.append(f"rank {i}: RANK={e.get('RANK')}")
     # LOCAL_RANK and GPUs are per node (on one machine every rank is node None)
-    node = {i: r.get("node") for i, r in seen}
+    node = {i: r.node for i, r in seen}
     local = [(node[i], e.get("LOCAL_RANK")) for i, e in envs.items()]
     if len(set(local)) != len(local):
         problems.append("LOCAL_RANK repeats across ranks"
                         + (" of one node" if rec.nodes else "")
                         + f": {[lr for _, lr in local]}")
-    devices = {i: r.get("device") for i, r in seen}
+    devices = {i: r.device for i, r in seen}
     shared, unnamed = shared_gpus(seen, node)
     for ranks, what in shared:
         problems.append(f"ranks {', '.join(map(str, ranks))} use the same GPU ({what}): "
                         + ", ".join(f"rank {i}={devices[i]}" for i in ranks))
-    versions = {i: r.get("versions", {}) for i, r in seen}
+    versions = {i: r.versions for i, r in seen}
     for key in ("torch", "cuda", "nccl"):
         values = {i: v.get(key) for i, v in versions.items()}
         if len({str(v) for v in values.values()}) > 1:
@@ -143,10 +144,10 @@ def check_environment(rec: DdpRun) -> Finding:
 
 def check_communication(rec: DdpRun) -> Finding:
     all_results = rank_results(rec)
-    results = [r for r in all_results if r and r.get("comm")]
+    results = [(r, r.comm) for r in all_results if r is not None and r.comm is not None]
     if not results:
         silent = [i for i in range(rec.world_size or len(all_results))
-                  if i >= len(all_results) or not all_results[i]]
+                  if i >= len(all_results) or all_results[i] is None]
         if silent:
             why, look = why_silent(rec, silent)
             return Finding(NA, f"no rank reported its known-answer all_reduce ({why})",
@@ -154,13 +155,12 @@ def check_communication(rec: DdpRun) -> Finding:
         return Finding(NA, "no rank got as far as the all_reduce test",
                        advice="see the crashed-worker line", title="communication")
     wrong = []
-    for r in results:
-        comm = r["comm"]
-        if comm.get("error") or comm.get("got") != comm.get("expected"):
-            wrong.append(f"rank {r['rank']}: " + (comm.get("error") or
-                         f"got {comm.get('got')}, expected {comm.get('expected')}"))
-    bw = results[0]["comm"].get("bandwidth") or []
-    bw_text = ", ".join(f"{format_bytes(b['bytes'])}: {format_gbps(b['busbw_gbps'])}" for b in bw)
+    for r, comm in results:
+        if comm.error or comm.got != comm.expected:
+            wrong.append(f"rank {r.rank}: " + (comm.error or
+                         f"got {comm.got}, expected {comm.expected}"))
+    bw = results[0][1].bandwidth
+    bw_text = ", ".join(f"{format_bytes(b.bytes)}: {format_gbps(b.busbw_gbps)}" for b in bw)
     if wrong:
         return Finding(FAILED,
                        "known-answer all_reduce (each rank sends rank+1) was wrong: "
@@ -168,11 +168,11 @@ def check_communication(rec: DdpRun) -> Finding:
                        advice="check the network interface (GLOO_SOCKET_IFNAME / "
                               "NCCL_SOCKET_IFNAME) and that every rank joined the same rendezvous",
                        title="communication")
-    expected = results[0]["comm"].get("expected")
+    expected = results[0][1].expected
     return Finding(PASSED,
                    f"all_reduce of rank+1 gave {expected} on every rank; bus bandwidth "
                    f"(rank 0) {bw_text or 'not measured'}", title="communication",
-                   details={"bandwidth": bw})
+                   details={"bandwidth": msgspec.to_builtins(bw)})
 
 
 def check_sequence(rec: DdpRun) -> Finding:
@@ -244,9 +244,9 @@ def _crashed(rec: DdpRun) -> list[int]:
     results = rank_results(rec)
     codes = rec.exit_codes or []
     return [r for r in range(max(len(results), len(codes)))
-            if (r < len(results) and results[r] and results[r].get("error"))
+            if (r < len(results) and (res := results[r]) is not None and res.error is not None)
             or (r < len(codes) and codes[r] is not None and codes[r] < 0
-                and not (r < len(results) and results[r]))]
+                and not (r < len(results) and results[r] is not None))]
 
 
 def _cut_short(rec: DdpRun) -> str:
@@ -257,12 +257,13 @@ def _cut_short(rec: DdpRun) -> str:
         return ""
     results = rank_results(rec)
 
-    errors = {r: ((results[r] if r < len(results) else None) or {}).get("error") or {}
+    errors = {r: res.error if r < len(results) and (res := results[r]) is not None else None
               for r in crashed}
-    at = {r: float(t) if isinstance(t := e.get("t"), (int, float)) else float("inf")
+    at = {r: float(e.t) if e is not None and e.t is not None else float("inf")
           for r, e in errors.items()}
     first, *rest = sorted(crashed, key=lambda r: (at[r], r))
-    how = ("was stopped by --strict" if errors[first].get("type") == "CollectiveMismatch" else
+    said = errors[first]
+    how = ("was stopped by --strict" if said is not None and said.type == "CollectiveMismatch" else
            "raised" if at[first] != float("inf") else "stopped")
     then = (f", then {'rank' if len(rest) == 1 else 'ranks'} {', '.join(map(str, rest))}"
             if rest else "")
@@ -281,17 +282,14 @@ def _param_diff(a: ParamChecksum, b: ParamChecksum) -> bool:
                for x, y in zip(a.head, b.head, strict=False))
 
 
-def _modules(res: dict[str, Any], step: int) -> list[ModuleChecksums]:
-    """The modules ``res``'s rank checksummed after ``step`` (typed here, once)."""
-    for s in res.get("steps") or []:
-        if s.get("step") == step:
-            return modules_from(s.get("modules"))
-    return []
+def _modules(res: RankReport, step: int) -> list[ModuleChecksums]:
+    """The modules ``res``'s rank checksummed after ``step``."""
+    return next((s.modules for s in res.steps if s.step == step), [])
 
 
 def check_parameter_sync(rec: DdpRun) -> Finding:
-    results = [r for r in rank_results(rec) if r]
-    steps = sorted({s["step"] for r in results for s in r.get("steps") or [] if s.get("modules")})
+    results = [r for r in rank_results(rec) if r is not None]
+    steps = sorted({s.step for r in results for s in r.steps if s.modules})
     cut = _cut_short(rec)
     if cut and (len(results) < 2 or not steps):
         # modules are checksummed when a step returns: a rank that raised or
@@ -299,8 +297,7 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
         return Finding(NA, f"not compared: {cut} before the step returned, and parameters are "
                        "checksummed only when it returns", advice="see the crashed-worker line",
                        title="parameter sync")
-    limit = max((s.get("step_limit") or 0 for r in results for s in r.get("steps") or []),
-                default=0)
+    limit = max((s.step_limit or 0 for r in results for s in r.steps), default=0)
     if limit and not steps:  # the function never returned: nothing to blame it for
         return Finding(NA, f"not compared: --steps {limit} stopped the loop at its step {limit}, "
                        "before the function returned its model (checksummed when it returns)",
@@ -330,10 +327,10 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                             FAILED,
                             f"after step {step}, {mod.name}: {pa.kind} '{pa.name}' "
                             f"{pa.dtype}[{'x'.join(map(str, pa.shape))}] differs: "
-                            + (layout_text(pa, pb, results[0]["rank"], r["rank"])
+                            + (layout_text(pa, pb, results[0].rank, r.rank)
                                if how == "layout" else
-                               f"rank {results[0]['rank']} sum {pa.sum:.6g} first "
-                               f"{pa.head}, rank {r['rank']} sum {pb.sum:.6g} first "
+                               f"rank {results[0].rank} sum {pa.sum:.6g} first "
+                               f"{pa.head}, rank {r.rank} sum {pb.sum:.6g} first "
                                f"{pb.head}"),
                             advice="ranks must update parameters only through synchronized "
                                    "gradients: look for rank-dependent in-place updates, no_sync "
@@ -341,7 +338,7 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
                                    "stats) not broadcast",
                             title="parameter sync",
                             details={"step": step, "module": mod.name, "parameter": pa.name,
-                                     "ranks": [results[0]["rank"], r["rank"]]})
+                                     "ranks": [results[0].rank, r.rank]})
     if not checked and not sharded:  # one rank's modules, nobody else's to compare them with
         return Finding(NA, "not compared: only one rank checksummed its parameters"
                        + (f" ({cut} before the step returned)" if cut else ""),
@@ -357,7 +354,7 @@ def check_parameter_sync(rec: DdpRun) -> Finding:
 
 
 def check_determinism(rec: DdpRun) -> Finding:
-    results = [r for r in rank_results(rec) if r]
+    results = [r for r in rank_results(rec) if r is not None]
     if rec.profiling is not None:
         return Finding(NA,
                        "not run with --profile: the function is the "
@@ -367,11 +364,12 @@ def check_determinism(rec: DdpRun) -> Finding:
                        title="determinism")
     if (rec.steps or 1) < 2:
         return Finding(NA, "needs --steps 2 or more (the same step twice)", title="determinism")
-    done = [r for r in results if len([s for s in r.get("steps") or [] if s.get("end")]) >= 2]
+    done = [r for r in results if len([s for s in r.steps if s.end]) >= 2]
     if not done:
         return Finding(NA, "no rank completed two steps", title="determinism")
     for r in done:
-        op = (r.get("determinism") or {}).get("first_op")
+        first_op = r.determinism.first_op if r.determinism is not None else None
+        op = msgspec.to_builtins(first_op) if first_op is not None else None
         first, second = _modules(r, 0), _modules(r, 1)
         for ma, mb in zip(first, second, strict=False):
             for pa, pb in zip(ma.params, mb.params, strict=False):
@@ -380,20 +378,20 @@ def check_determinism(rec: DdpRun) -> Finding:
                              if op else "")
                     return Finding(
                         FAILED,
-                        f"rank {r['rank']}: the same step run twice with the same seeds gave "
+                        f"rank {r.rank}: the same step run twice with the same seeds gave "
                         f"different {ma.name} {pa.kind} '{pa.name}' "
                         f"(sum {pa.sum:.6g} vs {pb.sum:.6g}){where}",
                         advice="something outside the seeded RNGs feeds the step (time, "
                                "os.urandom, unseeded generators, data order) or an op is "
                                "nondeterministic; try torch.use_deterministic_algorithms(True)",
                         title="determinism",
-                        details={"rank": r["rank"], "parameter": pa.name, "op": op})
+                        details={"rank": r.rank, "parameter": pa.name, "op": op})
         if op and not first:
             return Finding(FAILED,
-                           f"rank {r['rank']}: op {op['op']} at {op['line']} gave a different "
+                           f"rank {r.rank}: op {op['op']} at {op['line']} gave a different "
                            "result in the second run with the same seeds",
                            advice="see what feeds that line besides the seeded RNGs",
-                           title="determinism", details={"rank": r["rank"], "op": op})
+                           title="determinism", details={"rank": r.rank, "op": op})
     return Finding(PASSED,
                    f"two runs with the same seeds gave bit-identical results on {len(done)} rank(s)",
                    title="determinism")
@@ -461,21 +459,21 @@ def checklist(rec: DdpRun) -> list[Finding]:
         # a crash leads: the other lines are judged on a run it cut short
         first = [crash, *(i for i in items if i.code == "out_of_memory")]
         items = first + [i for i in items if i not in first]
-    items = _creep_before_weak_slow_rank(items)
+    items = _creep_before_slow_rank(items)
     if rec.nodes:
         for item in items:
             item.sentence, item.advice = _with_nodes(item.sentence, rec), _with_nodes(item.advice, rec)
     return items
 
 
-def _creep_before_weak_slow_rank(items: list[Finding]) -> list[Finding]:
-    """A rank whose memory creeps is read before a weak slow rank
-    (``analysis.ranks.slow.weak``: unexplained, or a small wait), as in every
-    other view (a weak slow rank never leads while a leaking rank's creep
-    sits below it). A strong slow rank keeps its place."""
+def _creep_before_slow_rank(items: list[Finding]) -> list[Finding]:
+    """A rank whose memory creeps is read before a slow rank it outweighs
+    (``analysis.ranks.slow.creep_leads``), as in every other view. Any other
+    slow rank keeps its place."""
     slow = next((i for i in items if i.code == SLOW_RANK), None)
     creep = next((i for i in items if i.code == "rank_memory"), None)
-    if (slow is None or creep is None or creep.severity != WARNING or not weak(slow)
+    if (slow is None or creep is None or creep.severity != WARNING
+            or not creep_leads(slow, [c["rank"] for c in creep.details.get("creep", [])])
             or items.index(creep) < items.index(slow)):
         return items
     rest = [i for i in items if i is not creep]

@@ -23,13 +23,13 @@ from torchlens.formats.locations import (
 from torchlens.model import DdpRun
 from torchlens.model.findings import FAILED, INFO, NA, PASSED, Finding
 from torchlens.model.messages import LastCollective
+from torchlens.model.rank_report import RankReport, report_from
 from torchlens.model.units import format_seconds
 
 
-def rank_results(rec: DdpRun) -> list[dict[str, Any] | None]:
+def rank_results(rec: DdpRun) -> list[RankReport | None]:
     """Each rank's own report, None for a rank that sent none."""
-    ranks = rec.ranks or []
-    return [r if isinstance(r, dict) else None for r in ranks]
+    return [report_from(r) for r in rec.ranks or []]
 
 
 def why_silent(rec: DdpRun, silent: list[int]) -> tuple[str, str]:
@@ -55,9 +55,9 @@ def why_silent(rec: DdpRun, silent: list[int]) -> tuple[str, str]:
 def ended_how(rec: DdpRun) -> dict[int, str]:
     out: dict[int, str] = {}
     for r, res in enumerate(rank_results(rec)):
-        if res and res.get("error"):
-            out[r] = f"it raised {res['error'].get('type')} first"
-        elif res:
+        if res is not None and res.error is not None:
+            out[r] = f"it raised {res.error.type} first"
+        elif res is not None:
             out[r] = "it finished without it"
     return out
 
@@ -130,8 +130,9 @@ def check_crash(rec: DdpRun) -> Finding:
     results = rank_results(rec)
     codes = rec.exit_codes or []
     ended = rec.ended_at or []
-    errors = [(r, res["error"]) for r, res in enumerate(results) if res and res.get("error")]
-    strict = [e for _, e in errors if e.get("type") == "CollectiveMismatch"]
+    errors = [(r, res.error) for r, res in enumerate(results)
+              if res is not None and res.error is not None]
+    strict = [e for _, e in errors if e.type == "CollectiveMismatch"]
     if errors and len(strict) == len(errors):
         return Finding(NA,
                        "every rank was stopped by --strict (see the collective sequence line)",
@@ -148,8 +149,8 @@ def check_crash(rec: DdpRun) -> Finding:
     # died of a signal sent nothing, its time is when the launcher saw it end.
     failures: list[tuple[float | None, int, str]] = []
     for r, err in errors:
-        failures.append((err.get("t"), r, f"rank {r} raised {err.get('type')}: "
-                         f"{err.get('message')} (during {err.get('phase', 'its step')})"))
+        failures.append((err.t, r, f"rank {r} raised {err.type}: "
+                         f"{err.message} (during {err.phase or 'its step'})"))
     # A launcher (torchrun's agent, ours) ends the surviving ranks with SIGTERM
     # once one fails. A rank found gone is timed by its last heartbeat, 0.2 s
     # apart, so such a rank can look earlier than the one that failed: while
@@ -171,15 +172,17 @@ def check_crash(rec: DdpRun) -> Finding:
         failures.sort(key=lambda f: f[1] in stopped)
         parts = [text for _, _, text in failures]
     first = failures[0][1]
-    err = dict(errors).get(first) or {}
-    tb = err.get("traceback", "") or next((e.get("traceback", "") for _, e in errors), "")
+    err = dict(errors).get(first)
+    tb = (err.traceback if err is not None else "") or next(
+        (e.traceback for _, e in errors if e.traceback), "")
     if len(failures) == 1:
-        advice = "fix this rank first (traceback below)" if err else (
+        advice = "fix this rank first (traceback below)" if err is not None else (
             "the rank was killed by a signal: see its log in the rank table")
     elif timed:
         advice = (f"rank {first} failed first; the others failed after it, usually because "
                   f"their peer went away. Fix rank {first} first"
-                  + (" (traceback below)" if err else " (see its log in the rank table)"))
+                  + (" (traceback below)" if err is not None
+                     else " (see its log in the rank table)"))
     else:
         advice = ("which rank failed first is not known (a rank's time is missing): fix the "
                   "error that is not about a closed connection or a timeout first")
@@ -195,23 +198,23 @@ def check_oom(rec: DdpRun) -> Finding | None:
     own error: ``capture.ranks.oom``); None when no rank ran out.
 
     Not a failure of its own (the crashed-worker line is that): what to open."""
-    outcomes = [(r, res["oom_snapshot"]) for r, res in enumerate(rank_results(rec))
-                if res and isinstance(res.get("oom_snapshot"), dict)]
+    outcomes = [(r, res.oom_snapshot) for r, res in enumerate(rank_results(rec))
+                if res is not None and res.oom_snapshot is not None]
     if not outcomes:
         return None
     parts, saved = [], []
     for r, oom in outcomes:
-        if oom.get("path"):
-            saved.append(str(oom["path"]))
+        if oom.path:
+            saved.append(oom.path)
             parts.append(f"rank {r} ran out of CUDA memory; its allocator snapshot is in "
-                         f"{oom['path']}")
+                         f"{oom.path}")
         else:
             parts.append(f"rank {r} ran out of CUDA memory; no allocator snapshot was saved: "
-                         f"{oom.get('why') or 'no reason given'}")
+                         f"{oom.why or 'no reason given'}")
     advice = (f"%gpumem --load {saved[0]} shows what held the memory at the OOM" if saved else
               "the OOM message in the crashed-worker line is what there is")
     return Finding(INFO, "; ".join(parts), advice=advice, title="out of memory",
-                   details={"ranks": {r: oom for r, oom in outcomes}})
+                   details={"ranks": {r: msgspec.to_builtins(oom) for r, oom in outcomes}})
 
 
 def _last(value: Any) -> LastCollective | None:

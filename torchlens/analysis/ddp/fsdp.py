@@ -16,8 +16,9 @@ from typing import Any
 
 import msgspec
 
-from torchlens.model.checksums import ParamChecksum
+from torchlens.model.checksums import ParamChecksum, ShardBytes
 from torchlens.model.collectives import Fingerprint
+from torchlens.model.rank_report import RankReport
 from torchlens.model.units import format_bytes
 
 #: how many bytes one element of a fingerprint's dtype takes (for the size of
@@ -58,18 +59,19 @@ def sharded_text(sharded: int, layout: str) -> str:
             "own shard, which has no copy on another rank to compare it with")
 
 
-def rank_bytes(results: list[dict[str, Any] | None]) -> dict[int, dict[str, int]]:
+def rank_bytes(results: list[RankReport | None]) -> dict[int, dict[str, int]]:
     """Per rank: bytes of its parameter shards and of the same parameters gathered
     (the last step's modules that FSDP sharded)."""
     out: dict[int, dict[str, int]] = {}
     for res in results:
-        if not res:
+        if res is None:
             continue
-        steps = [s for s in res.get("steps") or [] if s.get("modules")]
-        mods = [m["fsdp"] for m in (steps[-1]["modules"] if steps else []) if m.get("fsdp")]
+        steps = [s for s in res.steps if s.modules]
+        mods = [m.fsdp for m in (steps[-1].modules if steps else [])
+                if isinstance(m.fsdp, ShardBytes)]
         if mods:
-            out[res["rank"]] = {k: sum(m[k] for m in mods)
-                                for k in ("sharded_bytes", "unsharded_bytes")}
+            out[res.rank] = {"sharded_bytes": sum(m.sharded_bytes for m in mods),
+                             "unsharded_bytes": sum(m.unsharded_bytes for m in mods)}
     return out
 
 
@@ -116,22 +118,23 @@ class FsdpRank(msgspec.Struct, omit_defaults=True):
     largest_gather_bytes: int | None = None
 
 
-def _measured(res: dict[str, Any]) -> dict[str, Any]:
-    """The worker's ``fsdp_memory`` figures of the rank's last step that has them."""
-    steps = [s for s in res.get("steps") or [] if s.get("fsdp_memory")]
-    return dict(steps[-1]["fsdp_memory"]) if steps else {}
+def _measured(res: RankReport) -> dict[str, Any]:
+    """The worker's ``fsdp_memory`` figures of the rank's last step that has them
+    (the figures it set)."""
+    steps = [s.fsdp_memory for s in res.steps if s.fsdp_memory is not None]
+    return msgspec.to_builtins(steps[-1]) if steps else {}
 
 
-def rank_figures(results: list[dict[str, Any] | None],
+def rank_figures(results: list[RankReport | None],
                  fingerprints: list[list[Fingerprint]]) -> dict[int, FsdpRank]:
     """Per FSDP rank: shard and gathered bytes, the gathered peak and how it was
     obtained (``gathered_how``), the allocator peak (CUDA) and the optimizer state."""
     shards = rank_bytes(results)
     figures = {r: FsdpRank(**b) for r, b in shards.items()}
     for res in results:
-        if not res:
+        if res is None:
             continue
-        r, got = res["rank"], _measured(res)
+        r, got = res.rank, _measured(res)
         if r not in figures and not got.get("gathered_peak_bytes"):
             continue  # no FSDP on this rank: its optimizer alone is not this line's
         f = figures[r] = msgspec.convert({**shards.get(r, {}), **got}, FsdpRank)
@@ -188,7 +191,7 @@ def rank_text(f: FsdpRank) -> str:
     return ", ".join(parts)
 
 
-def memory_text(results: list[dict[str, Any] | None],
+def memory_text(results: list[RankReport | None],
                 fingerprints: list[list[Fingerprint]]) -> tuple[str, dict[int, FsdpRank]]:
     """The memory line's FSDP sentence and its figures per rank ('' when no FSDP).
     Ranks with the same figures share one clause."""

@@ -12,6 +12,7 @@ from torchlens.analysis.ranks.steps import memory_creep, rank_table
 from torchlens.model import DdpRun
 from torchlens.model.findings import NA, PASSED, WARNING, Finding
 from torchlens.model.payloads import RankProfiling
+from torchlens.model.rank_report import report_from
 from torchlens.model.units import format_bytes, format_percent
 
 
@@ -31,8 +32,8 @@ def check_slow_rank(rec: DdpRun) -> Finding | None:
     verdict = profiled_slow_rank(prof)
     said = verdict.finding
     sentence = said.sentence
-    raised = [(res["error"].get("t") or float("inf"), r) for r, res in enumerate(rec.ranks or [])
-              if isinstance(res, dict) and isinstance(res.get("error"), dict)]
+    raised = [(res.error.t or float("inf"), r) for r, res in enumerate(map(report_from, rec.ranks))
+              if res is not None and res.error is not None]
     if raised and verdict.steps:
         first = min(raised)[1]  # the others usually raise because it went away
         sentence += (f" (judged on the steps before rank {first} raised: see the crashed-worker "

@@ -63,9 +63,44 @@ def error_words(rows: Sequence[ErrorRow]) -> dict[int, str]:
     rows with an error): a rank that failed only because a peer went away,
     as the run's last line says it (``stopped when rank 1 went away (gloo:
     connection closed by peer)``, the peer being the rank that failed of its
-    own error); any other error as the rank gave it."""
+    own error, else the ranks that finished early: ``left_early``); any other
+    error as the rank gave it."""
     cause = next((r.rank for r in rows if r.state == "failed"
                   and r.error and not peer_gone(r.error)), None)
-    gone = None if cause is None else f"rank {cause}"
+    left = left_early(rows, {}) if cause is None else []
+    gone = (f"rank {cause}" if cause is not None
+            else ("rank " if len(left) == 1 else "ranks ") + ", ".join(map(str, left))
+            if left else None)
     return {r.rank: (went_away(gone, r.error) if peer_gone(r.error) else str(r.error))
             for r in rows if r.error}
+
+
+def left_early(rows: Sequence[ErrorRow], steps: dict[int, int | None]) -> list[int]:
+    """The ranks that finished (said goodbye without an error) while every rank
+    that failed failed only because a peer went away: the ranks that left the
+    job early, when their loop ran out of batches before their peers' did.
+    ``steps``: each rank's training steps (None: unknown). Empty when a rank
+    failed of its own error (that rank is the cause), or none finished."""
+    failed = [r for r in rows if r.state == "failed"]
+    if not failed or not all(peer_gone(r.error) for r in failed):
+        return []
+    finished = [r.rank for r in rows if r.state == "finished" and not r.error]
+    if not finished:
+        return []
+    # a rank that ran more steps than a failed one did not leave before it
+    most = max((steps.get(r.rank) or 0 for r in failed), default=0)
+    return [r for r in finished if (steps.get(r) or 0) <= most or not most]
+
+
+def uneven_words(left: list[int], failed: list[int], steps: dict[int, int | None],
+                 error: Any) -> str:
+    """``rank 1 finished after 50 steps while rank 0 was still training: rank 0
+    failed in its next collective (gloo: connection closed by peer)``."""
+    def who(ranks: list[int]) -> str:
+        return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    counts = sorted({steps.get(r) for r in left} - {None})
+    after = (f" after {counts[0]} steps" if len(counts) == 1 else "")
+    verb = "was" if len(failed) == 1 else "were"
+    return (f"uneven inputs: {who(left)} finished{after} while {who(failed)} {verb} still "
+            f"training: {who(failed)} failed in the next collective when "
+            f"{'it' if len(left) == 1 else 'they'} left ({peer_gone_words(error)})")

@@ -37,16 +37,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlens.analysis.ranks.steps import PHASES
-from torchlens.analysis.ranks.verdict import RankRow, RunView
+from torchlens.analysis.ranks.verdict import RankRow, RunView, is_peer_stopped
 from torchlens.model.records import StepRecord
 
 #: step-time bucket bounds (seconds): a 5 ms step to a minute-long one
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-#: a rank's state as Prometheus sees it (``analysis.ranks.verdict.rank_state``'s words)
-STATES = {"running": "up", "finished": "ended", "ended by its agent": "ended",
-          "failed": "failed", "lost": "lost", "waiting": "waiting"}
+#: a rank's state as Prometheus sees it (``analysis.ranks.verdict.rank_state``'s words;
+#: a silent rank is up until it is lost: the gauges of its heartbeat age say the rest)
+STATES = {"running": "up", "silent": "up", "finished": "ended", "ended by its agent": "ended",
+          "ended: peer failed": "ended", "interrupted": "ended", "failed": "failed", "lost": "lost",
+          "waiting": "waiting"}
 STATE_VALUES = ("up", "ended", "failed", "lost", "waiting")
+
+
+def prometheus_state(state: str) -> str:
+    """A rank's state as Prometheus sees it: a rank torchrun reports killed by a
+    signal (SIGTERM: its agent ended it) sent no goodbye, lost; one that exited
+    non-zero failed."""
+    if state in STATES:
+        return STATES[state]
+    if is_peer_stopped(state):  # a peer's failure ended it
+        return "ended"
+    if state.startswith("killed by "):
+        return "ended" if state.startswith("killed by signal 15 ") else "lost"
+    return "failed" if state.startswith("exit code ") else "ended"
 #: the slow rank's cause when no measured part explains the wait
 UNEXPLAINED = "unexplained"
 
@@ -188,7 +203,7 @@ def metric_families(view: RunView, run: str, histograms: Mapping[int, Histogram]
         rss.add(labels, row.rss)
         creep.add(labels, creeping.get(r))
         age.add(labels, heartbeat_age.get(r))
-        now = STATES.get(row.state, "ended")
+        now = prometheus_state(row.state)
         for s in STATE_VALUES:
             state.add({**labels, "state": s}, 1 if s == now else 0)
         restarts.add(labels, row.restart or 0)

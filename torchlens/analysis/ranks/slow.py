@@ -17,8 +17,17 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   backward, a synchronous collective). The sentence says which ranks were
   measured how.
 
-- ``compute`` = forward + optimizer + other: the rank's own work outside data
-  loading and synchronisation.
+- ``compute`` = forward + optimizer + save + eval + other: the rank's own work
+  outside data loading and synchronisation. When ``compute`` is the cause, it
+  is named by the share of it whose excess is largest (``COMPUTE_SHARES``):
+  forward + optimizer (``compute``), ``save`` (``checkpoint``), ``eval``
+  (``evaluation``) or ``other`` (``stall``: time no phase timer saw, a sleep,
+  logging or I/O between steps; only on a rank whose forward was timed: on
+  one without DDP or FSDP, other holds the forward). A rank that sleeps in every step is not
+  slow at its forward and optimizer, and the advice for those (unequal
+  batches, a slower device) would send its user the wrong way.
+- On a rank timed on its GPU, ``save`` and ``eval`` are the host record's
+  (the GPU timer does not bracket them), taken out of the GPU's ``other``.
 - ``sync`` = backward + collective: where a rank waits for the others. DDP
   waits for its gradient all_reduces inside ``backward`` (in C++), explicit
   collectives wait inside ``collective``. Both are sync because the rank that
@@ -72,6 +81,10 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
      run the others' waits move by 10-30 ms from step to step and the rank
      late most often is waited for 1.5 ms; a straggler's wait stands above
      that spread.
+     Arriving last so often that the chance is under ``ORDER_P`` (0.1%) / R
+     is enough without it (18 of 20 steps with 2 ranks): on a loaded
+     machine a rank with 32x the others' batch was last in 19 of 20 steps,
+     waited for 6.7 ms a step, while the others' own waits swung by 23 ms.
 
   4. when no measured part explains it (cause None), it arrived last in at
      least ``UNEXPLAINED_SHARE`` (90%) of the steps: the scheduler of a
@@ -123,15 +136,15 @@ NCCL only where the host synchronises the device at the end of a phase.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from statistics import median
+from statistics import mean, median
 
 from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
 from torchlens.analysis.ranks.stalls import STALL_WINDOW, stall_finding, stalling_rank
 from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, gpu_steps, record_ms
 from torchlens.model.findings import NA, PASSED, SLOW_RANK, WARNING, Figure, Finding
-from torchlens.model.records import GpuStepTimes, StepRecord
+from torchlens.model.records import GpuStepTimes, HostStep, StepRecord
 from torchlens.model.units import format_duration, format_ms, format_percent
 
 #: steps compared: the last this many that every rank finished (module docstring)
@@ -142,6 +155,10 @@ MIN_LATE_SHARE = 0.5
 STANDOUT_P = 0.05
 #: the median wait against the waits' robust spread over the steps
 DISPERSION = 1.0
+#: arriving last this unlikely by chance (over all ranks) is evidence enough
+#: without test 3: 18 of 20 steps with 2 ranks (on a loaded machine the
+#: others' own waits swing by more than a straggler's 7 ms, step to step)
+ORDER_P = 0.001
 #: few steps: late in all of at least this many, by a wait this many spreads large
 FEW_STEPS = 4
 FEW_SHARE = 0.8
@@ -157,15 +174,41 @@ MIN_RATIO = 1.2  # the rank's time in the part against the others' median
 
 _PARTS: dict[str, Callable[[dict[str, float]], float]] = {
     "data": lambda x: x["data"],
-    "compute": lambda x: x["forward"] + x["optimizer"] + x["other"],
+    "compute": lambda x: x["forward"] + x["optimizer"] + x["save"] + x["eval"] + x["other"],
     "collective": lambda x: x["collective"],
+    # the shares of compute (module docstring), each named for its cause
+    "forward": lambda x: x["forward"] + x["optimizer"],
+    "checkpoint": lambda x: x["save"],
+    "evaluation": lambda x: x["eval"],
+    "stall": lambda x: x["other"],
+    # host time inside compute's phases (``StepRecord.host``)
+    "gc": lambda x: x["gc"],
+    "cpu_contention": lambda x: x["runq"],
+    # the training thread's time on a CPU: its work, whatever the machine's load
+    "cpu": lambda x: x["cpu"],
 }
+COMPUTE_SHARES = ("forward", "checkpoint", "evaluation", "stall")
+#: what compute's excess is named by when it explains ``EXPLAINS`` of it
+HOST_CAUSES = ("gc", "cpu_contention")
+#: the causes a rank's own memory creep can make (its allocations slow its
+#: forward and optimizer work, or the user code between phases that keeps the
+#: memory: a stall; its growing heap lengthens each collection): on a creeping
+#: slow rank the creep leads these, never data loading, saving or contention
+LEAK_MADE_CAUSES = (None, "compute", "forward", "stall", "gc")
 #: a part's words: the step records' parts, then the ``%%torchprof`` step
 #: breakdown's roles that a multi-rank run's profiled steps carry (in the
 #: order ties are broken; ``comm`` and ``other`` are never a cause: waiting for
 #: the slow rank is what fills them on the others)
 PART_WORDS = {"data": "data loading", "compute": "forward, optimizer and other work",
               "collective": "own collectives",
+              "checkpoint": "checkpoint saving (torch.save)",
+              "evaluation": "evaluation (module forwards under no_grad)",
+              "stall": "time outside every timed phase (a sleep, logging or I/O no phase "
+                       "timer saw)",
+              "gc": "Python garbage collection (on average: full collections come every "
+                    "few steps)",
+              "cpu_contention": "wait for a CPU (on average; runnable, with another process "
+                                "or thread on its cores)",
               "dataloader": "data loading", "cpu_exec": "CPU work in ops",
               "kernel": "GPU kernel time", "memcpy": "memcpy time", "memset": "memset time",
               "runtime": "CUDA runtime calls"}
@@ -178,12 +221,33 @@ ADVICE = {
                "steps show which ops",
     "collective": "look at the collectives only rank {r} makes (a gather to it, a subgroup or "
                   "point-to-point call): move that work out of the step or share it",
+    "checkpoint": "rank {r} saves checkpoints in its steps while the others wait: save "
+                  "asynchronously or less often, or share the save over every rank",
+    "evaluation": "rank {r} evaluates in its steps while the others wait: evaluate on every "
+                  "rank (a shard each) or less often",
+    "stall": "find what rank {r} does between its phases that no timer saw (a sleep, "
+             "logging, I/O, a synchronous copy): move it out of the step or onto every rank",
+    "gc": "rank {r}'s garbage collections walk many live Python objects: gc.freeze() after "
+          "set-up, fewer long-lived objects, or gc.collect() at a chosen point",
+    "cpu_contention": "find the process sharing rank {r}'s cores (top -H, its CPU affinity): "
+                      "pin ranks apart or move the other work off their cores",
     None: "open rank {r}'s profiled steps on the timeline to see where its time goes",
 }
-_KIND = {"data": "data", "dataloader": "data", "collective": "collective"}
+_KIND = {"data": "data", "dataloader": "data", "collective": "collective",
+         "checkpoint": "checkpoint", "evaluation": "evaluation", "stall": "stall", "gc": "gc",
+         "cpu_contention": "cpu_contention"}
 #: How a rank's phase times were measured (``SlowRank.timed_by``), in the sentence.
 TIMED = {"gpu": "GPU time between CUDA events", "host": "host timers"}
 HOST_CAVEAT = "with NCCL the wait shows in the phase that next blocks on the GPU"
+
+
+def on_cpu(recs: Iterable[StepRecord]) -> bool:
+    """Whether a rank's records say it ran on the CPU alone: its memory was read
+    as the process's RSS (``StepMemory.source`` ``rss``: no CUDA allocator on its
+    device), so no NCCL (a GPU-only backend) and no GPU stream to wait on; False
+    when no record says (the host caveat is then kept)."""
+    sources = {rec.mem.source for rec in recs if rec.mem is not None}
+    return sources == {"rss"}
 
 
 @dataclass(frozen=True)
@@ -272,12 +336,17 @@ class SlowRank:
 
 #: a slow rank whose others wait under this share of the median step is weak evidence
 WEAK_SHARE = 0.10
+#: a rank slow for CPU contention that waits for a CPU under this many times
+#: what the others wait: the whole machine is oversubscribed (every rank waits),
+#: and this rank's larger share of it is weaker than a leak
+SHARED_CONTENTION = 2.0
 
 
 def weak(finding: Finding) -> bool:
     """Whether a slow-rank verdict (``slow_rank_finding``'s) is weaker than a
-    rank's memory creep: no measured part explains it, or the others wait
-    for it under ``WEAK_SHARE`` of the median step. A creep names its cause
+    rank's memory creep: no measured part explains it, the others wait for it
+    under ``WEAK_SHARE`` of the median step, or it waits for a CPU under
+    ``SHARED_CONTENTION`` times what the others wait (a machine busy for all). A creep names its cause
     and ends in an out-of-memory error; such a slow rank costs little and may
     be the creeping rank's own side effect (with a planted 4 MiB-a-step leak,
     the others waited 1.2 ms of a 15.3 ms step for the leaking rank). Every
@@ -286,8 +355,21 @@ def weak(finding: Finding) -> bool:
         return False
     if finding.value("cause") is None:
         return True
+    ratio = finding.value("ratio")
+    if (finding.value("cause") == "cpu_contention" and isinstance(ratio, (int, float))
+            and ratio < SHARED_CONTENTION):
+        return True
     wait, step = finding.value("wait_per_step_ms"), finding.value("median_step_ms")
     return isinstance(wait, (int, float)) and bool(step) and wait < WEAK_SHARE * step
+
+
+def creep_leads(slow: Finding, creeping: Collection[int]) -> bool:
+    """Whether a memory creep on ``creeping`` ranks is said before the slow-rank
+    finding ``slow``: when that is weak (``weak``), or names a creeping rank
+    slow for a cause its leak can make (``LEAK_MADE_CAUSES``). Every view orders
+    the two by this."""
+    return weak(slow) or (slow.value("rank") in creeping
+                          and slow.value("cause") in LEAK_MADE_CAUSES)
 
 
 def rank_list(ranks: list[int]) -> str:
@@ -303,13 +385,16 @@ def rank_list(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
-def timed_words(timed_by: dict[str, list[int]]) -> str:
+def timed_words(timed_by: dict[str, list[int]], cpu_ranks: Collection[int] = ()) -> str:
     """``phase times: GPU time between CUDA events`` / ``...: host timers (with
-    NCCL ...)`` / both, each with its ranks."""
+    NCCL ...)`` / both, each with its ranks. The NCCL caveat only where a
+    host-timed rank may have run NCCL: not when every one of them ran on the
+    CPU (``cpu_ranks``, ``on_cpu``: a gloo CPU job's host timers see its waits)."""
     ways = [w for w in TIMED if timed_by.get(w)]
     if not ways:
         return ""
-    caveat = f" ({HOST_CAVEAT})" if "host" in ways else ""
+    gpu_host = [r for r in timed_by.get("host", []) if r not in cpu_ranks]
+    caveat = f" ({HOST_CAVEAT})" if "host" in ways and gpu_host else ""
     if len(ways) == 1:
         return f"phase times: {TIMED[ways[0]]}{caveat}"
     return "phase times: " + ", ".join(
@@ -320,7 +405,17 @@ def _times(rec: StepRecord, gpu: GpuStepTimes | None = None) -> dict[str, float]
     """Step, phases (unmeasured as 0) and other, in ms: the GPU's when given."""
     step, values, other = record_ms(rec) if gpu is None else gpu_ms(gpu)
     out = {p: v or 0.0 for p, v in zip(PHASES, values, strict=True)}
+    if gpu is not None:  # host work the GPU timer does not bracket: the host's figure
+        for p in ("save", "eval"):
+            host = 1e3 * (rec.phases.get(p) or 0.0)
+            out[p] = taken = min(host, other)
+            other -= taken
     out["step"], out["other"] = step, other
+    # host time inside the phases: garbage collection, waiting for a CPU (0: not measured)
+    host = rec.host if isinstance(rec.host, HostStep) else None
+    out["gc"] = 1e3 * (host.gc_s or 0.0) if host is not None else 0.0
+    out["runq"] = 1e3 * (host.runq_s or 0.0) if host is not None else 0.0
+    out["cpu"] = 1e3 * (host.cpu_s or 0.0) if host is not None else 0.0
     return out
 
 
@@ -355,8 +450,12 @@ class Late:
         a wait large against its own spread), over the steps someone was late
         in: a step the ranks end together tells nothing."""
         gaps = [self.gaps[i] for i in self.decided]
-        spread = robust_spread([self.others[i] for i in self.decided]) if gaps else 0.0
-        if not gaps or median(gaps) < DISPERSION * spread:
+        if not gaps:
+            return False
+        if self.chance() < ORDER_P / self.ranks:  # the order alone is beyond doubt
+            return True
+        spread = robust_spread([self.others[i] for i in self.decided])
+        if median(gaps) < DISPERSION * spread:
             return False
         if self.chance() < STANDOUT_P / self.ranks:
             return True
@@ -393,28 +492,53 @@ def not_significant(late: Late) -> str:
             f"{format_ms(robust_spread(late.others))}: not significant")
 
 
-def _part(times: dict[int, list[dict[str, float]]], rank: int, part: str) -> PartTime:
+def _part(times: dict[int, list[dict[str, float]]], rank: int, part: str,
+          over: Callable[[Iterable[float]], float] = median) -> PartTime:
+    """``part`` of ``rank`` against the others, per step: the median over the
+    window (``over``: the mean, for a part that comes in bursts)."""
     get = _PARTS[part]
     others = [q for q in times if q != rank]
     steps = range(len(times[rank]))
     theirs = [median(get(times[q][i]) for q in others) for i in steps]
-    return PartTime(part, median(get(x) for x in times[rank]), median(theirs),
-                    median(get(times[rank][i]) - theirs[i] for i in steps))
+    return PartTime(part, over(get(x) for x in times[rank]), over(theirs),
+                    over(get(times[rank][i]) - theirs[i] for i in steps))
 
 
 def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float, step_ms: float,
            parts: tuple[str, ...]) -> tuple[PartTime | None, list[PartTime]]:
     measured = [_part(times, rank, p) for p in parts]
-    return cause_of(measured, step_ms, gap), measured
+    cause = cause_of(measured, step_ms, gap)
+    if cause is not None and cause.part == "compute":
+        shares = [_part(times, rank, p) for p in COMPUTE_SHARES]
+        top = max(shares, key=lambda p: p.excess_ms)
+        # forward + optimizer keep compute's own figures and words; so does other on a
+        # rank whose forward no timer saw (no DDP or FSDP): there other is its compute
+        if top.part != "forward" and (top.part != "stall" or shares[0].own_ms > 0):
+            cause = top
+        # measured inside the phases, and bursty (a full collection every few
+        # steps): on average over the window, against compute's average excess
+        compute = _part(times, rank, "compute", mean)
+        # a rank with more work waits longer for a CPU on a busy machine (a long
+        # run queues behind the others' short bursts): when its own time on a CPU
+        # explains the excess, the cause is its compute, not contention
+        more_work = _part(times, rank, "cpu", mean).excess_ms >= EXPLAINS * compute.excess_ms
+        for part in HOST_CAUSES:
+            if part == "cpu_contention" and more_work:
+                continue
+            host = _part(times, rank, part, mean)
+            if host.excess_ms >= EXPLAINS * compute.excess_ms and host.excess_ms >= MIN_GAP_MS:
+                cause = host
+                break
+    return cause, measured
 
 
 def _nobody(words: str, steps: int = 0, timed_by: dict[str, list[int]] | None = None,
-            **figures: float) -> SlowRank:
+            cpu_ranks: Collection[int] = (), **figures: float) -> SlowRank:
     severity = PASSED if steps else NA
     mid, skew = figures.get("median_step_ms", 0.0), figures.get("skew_pct", 0.0)
     shown = (Figure("median_step_ms", mid, "ms"), Figure("skew_pct", skew, "%"),
              Figure("steps_compared", steps)) if steps else ()
-    how = timed_words(timed_by or {}) if steps else ""
+    how = timed_words(timed_by or {}, cpu_ranks) if steps else ""
     return SlowRank(None, None, Finding(severity, f"no slow rank: {words}"
                                         + (f"; {how}" if how else ""), shown, code=SLOW_RANK),
                     figures.get("gap_ms", 0.0), figures.get("late_share", 0.0), skew, mid, steps,
@@ -428,7 +552,7 @@ def compared_words(n: int, common: int) -> str:
 
 
 def _stalled(times: dict[int, list[dict[str, float]]], tail: list[int], every: int,
-             timed_by: dict[str, list[int]]) -> SlowRank | None:
+             timed_by: dict[str, list[int]], cpu_ranks: Collection[int] = ()) -> SlowRank | None:
     """The stalling rank (``analysis.ranks.stalls``) of the steps ``tail``
     (``times``: each rank's, in their order) as a slow-rank verdict, or None."""
     per_rank = [median(x["step"] for x in t) for t in times.values()]
@@ -436,7 +560,8 @@ def _stalled(times: dict[int, list[dict[str, float]]], tail: list[int], every: i
     st = stalling_rank(times, tail, mid)
     if st is None:
         return None
-    finding = stall_finding(st, mid, compared_words(len(tail), every), timed_words(timed_by))
+    finding = stall_finding(st, mid, compared_words(len(tail), every),
+                            timed_words(timed_by, cpu_ranks))
     skew = (max(per_rank) - mid) / mid * 100 if mid > 0 else 0.0
     return SlowRank(st.rank, st.cause, finding, st.wait_per_step_ms,
                     len(st.stalls) / len(tail), skew, mid, len(tail), timed_by)
@@ -455,6 +580,7 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
                        else "no rank has reported a step")
     on_gpu = {r: gpu_steps(steps[r]) for r in by_rank}
     timed_by = {w: [r for r in by_rank if bool(on_gpu[r]) == (w == "gpu")] for w in TIMED}
+    cpu_ranks = {r for r in by_rank if on_cpu(steps[r])}
     # a rank timed on its GPU compares the steps whose GPU times have come
     have = [{s for s, rec in d.items() if (rec.start, s) in on_gpu[r]} if on_gpu[r] else set(d)
             for r, d in by_rank.items()]
@@ -492,7 +618,7 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
         known = {r: dict(zip(common, times[r], strict=True)) for r in by_rank}
         held = {r: [known[r].get(s) or _times(d[s], on_gpu[r].get((d[s].start, s)))
                     for s in tail] for r, d in by_rank.items()}
-        stalled = _stalled(held, tail, every, timed_by)
+        stalled = _stalled(held, tail, every, timed_by, cpu_ranks)
         if stalled is not None:
             return stalled
         words = (f"step times within {format_percent(max(1, figures['skew_pct']))} "
@@ -500,12 +626,12 @@ def slow_rank(steps: Steps, window: int | None = WINDOW) -> SlowRank:
         if gap >= noise_floor_ms(mid):
             words += ("; the rank the others wait for changes from step to step"
                       if share < MIN_LATE_SHARE else f"; {not_significant(late)}")
-        return _nobody(words, n, timed_by, gap_ms=gap, late_share=share, **figures)
+        return _nobody(words, n, timed_by, cpu_ranks, gap_ms=gap, late_share=share, **figures)
     last = late.last
     excess = ", ".join(f"{p.part} {format_ms(p.excess_ms, signed=True)}" for p in measured)
     finding = slow_rank_finding(
         rank, cause, f"the others waited {format_ms(gap)} per step for it (last in {last} "
-        f"{compared_words(n, every)}); {timed_words(timed_by)}",
+        f"{compared_words(n, every)}); {timed_words(timed_by, cpu_ranks)}",
         (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
          Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
          Figure("skew_pct", figures["skew_pct"], "%"),

@@ -14,7 +14,7 @@ Definitions (times in ms):
 
 - A rank's *own* time in a step: the step less its ``sync`` (backward +
   collective, where it waits for the others: ``analysis.ranks.slow``), that is
-  data + forward + optimizer + other. A rank that waits for a stalled peer
+  data + forward + optimizer + save + eval + other. A rank that waits for a stalled peer
   waits inside its sync, so its own time does not grow: a waiting rank is
   never the stalling one.
 - A *stall* of rank ``r`` in step ``i``: its own time exceeds its median own
@@ -38,12 +38,24 @@ Definitions (times in ms):
   keeps, so the live views and the run folder judge the same steps.
 - ``period``: the steps between consecutive stalls, when every gap is the same
   (``every 10 steps``); None otherwise.
-- Where the stall's time went (``part``): of the stalling rank's own time
-  parts (data, compute = forward + optimizer, other = outside every phase),
-  the one whose median excess over the stalls is largest. ``other`` (time
-  no phase timer saw: a checkpoint save, an evaluation, a sleep between the
-  optimizer step and the next step) is the cause ``stall``; the step records
-  cannot say what the rank did then, so the sentence says what was measured.
+- Where the stall's time went (``part``): the stalling rank's own time parts
+  are data, compute (forward + optimizer), save (``torch.save``), eval (module
+  forwards under ``no_grad``/``inference_mode``: ``capture.ranks.phases``) and
+  other (outside every phase). Save or eval is the part when its median
+  excess over the stalls is at least ``NAMED_SHARE`` (a tenth) of the
+  stall (the larger of the two when both are): cause ``checkpoint`` or
+  ``evaluation``. A tenth, not a half: those timers see only the call
+  itself, and a checkpoint's ``state_dict`` copies, its temporary file and
+  its copy to slower storage fall outside ``torch.save`` (the zoo's
+  checkpoint job: 20-39 ms of ``torch.save`` in stalls of about 125 ms),
+  while a rank that saves on no other step has no save time to exceed, and
+  a plain sleep none at all; a rank that saves a little every step and
+  sleeps now and then has no save excess at its stalls. Otherwise the
+  part of data, compute and other whose median excess is largest. ``other``
+  (time no phase timer saw: a sleep, logging or I/O between the optimizer
+  step and the next step, a save the job makes some other way) is the cause
+  ``stall``; the step records cannot say what the rank did then, so the
+  sentence says what was measured.
 - ``wait_per_step_ms``: the others' waits summed over the stalls, divided by
   the compared steps: what the stalls cost every step on average (the figure
   ``analysis.ranks.slow.weak`` reads).
@@ -69,19 +81,44 @@ MIN_STALLS = 3
 STALL_SHARE = 0.75
 STALL_SPAN = 1 / 3
 #: the parts of a rank's own time, and the cause each names
-OWN_PARTS = {"data": ("data",), "compute": ("forward", "optimizer"), "other": ("other",)}
-CAUSE = {"data": "data", "compute": "compute", "other": "stall"}
+OWN_PARTS = {"data": ("data",), "compute": ("forward", "optimizer"), "save": ("save",),
+             "eval": ("eval",), "other": ("other",), "gc": ("gc",), "runq": ("runq",)}
+CAUSE = {"data": "data", "compute": "compute", "save": "checkpoint", "eval": "evaluation",
+         "other": "stall", "gc": "gc", "runq": "cpu_contention"}
+#: a save or an evaluation names the stall from this share of its excess on
+NAMED_SHARE = 0.1
+#: garbage collection and the wait for a CPU run inside the phases: they name
+#: the stall when they explain half of it
+HOST_SHARE = 0.5
+NAMED_PARTS = ("save", "eval", "gc", "runq")
+#: parts timed after a step's optimizer step, before the next step's first phase
+#: (a save or an evaluation as time outside every phase): they delay step i + 1
+BETWEEN_STEPS = ("other", "save", "eval")
 PART_WORDS = {"data": "in data loading", "compute": "in forward and optimizer work",
+              "save": "saving a checkpoint (torch.save)",
+              "eval": "evaluating (module forwards under no_grad or inference_mode)",
               "other": "outside every training phase (after its optimizer step, before its "
-                       "next step: time no phase timer saw)"}
+                       "next step: time no phase timer saw)",
+              "gc": "in Python garbage collections",
+              "runq": "waiting for a CPU (another process or thread on its cores)"}
 ADVICE = {
     "stall": "find what rank {r} does alone between two steps, {when} (a checkpoint save, an "
              "evaluation, logging or I/O on one rank): do it on every rank, asynchronously "
              "or less often",
+    "checkpoint": "rank {r} saves a checkpoint alone {when} while the others wait: save "
+                  "asynchronously (torch.distributed.checkpoint.async_save) or less often, "
+                  "or shard the save over every rank",
+    "evaluation": "rank {r} evaluates alone {when} while the others wait: evaluate on every "
+                  "rank (each a shard of the validation set) or less often",
     "data": "look at rank {r}'s input pipeline {when}: a shard with slow samples, a worker "
             "that restarts, storage that stalls",
     "compute": "look at what rank {r} computes {when} beyond the others (an extra forward, a "
                "larger batch now and then)",
+    "gc": "rank {r}'s full garbage collections {when} walk many live Python objects: "
+          "gc.freeze() after set-up, fewer long-lived objects, or gc.collect() at a chosen "
+          "point",
+    "cpu_contention": "find the process sharing rank {r}'s cores {when} (top -H, CPU "
+                      "affinity): pin ranks apart",
 }
 
 
@@ -160,9 +197,9 @@ def stall_events(times: dict[int, list[dict[str, float]]], numbers: list[int],
             if waited < WAITED * excess:
                 continue
             if not base_part:  # only a rank that stalled: most ranks of a large job never do
-                base_part = {p: median(sum(x[k] for k in keys) for x in times[r])
+                base_part = {p: median(sum(x.get(k, 0.0) for k in keys) for x in times[r])
                              for p, keys in OWN_PARTS.items()}
-            parts = {p: sum(times[r][i][k] for k in keys) - base_part[p]
+            parts = {p: sum(times[r][i].get(k, 0.0) for k in keys) - base_part[p]
                      for p, keys in OWN_PARTS.items()}
             out[r].append(Stall(numbers[i], excess, waited, parts))
     return out
@@ -187,7 +224,11 @@ def stalling_rank(times: dict[int, list[dict[str, float]]], numbers: list[int],
         return None
     gaps = {b.step - a.step for a, b in zip(stalls, stalls[1:], strict=False)}
     period = gaps.pop() if len(gaps) == 1 else None
-    part = max(OWN_PARTS, key=lambda p: median(s.parts[p] for s in stalls))
+    excess = {p: median(s.parts[p] for s in stalls) for p in OWN_PARTS}
+    stall_ms = median(s.excess_ms for s in stalls)
+    named = [p for p in NAMED_PARTS if excess[p] >= (
+        HOST_SHARE if p in ("gc", "runq") else NAMED_SHARE) * stall_ms]
+    part = max(named or [p for p in OWN_PARTS if p not in NAMED_PARTS], key=excess.__getitem__)
     # where the others waited: the sync part that rose most, over them and the stalls
     others = [q for q in times if q != rank]
     index = {s: i for i, s in enumerate(numbers)}
@@ -205,6 +246,16 @@ def stalling_rank(times: dict[int, list[dict[str, float]]], numbers: list[int],
     return Stalls(rank, stalls, n, total, period, part, wait_in)
 
 
+def stall_steps(st: Stalls) -> list[int]:
+    """The steps the stalls are named by: the step records', numbered from 0 as
+    ``enumerate`` counts a loop's iterations. A record runs from a step's first
+    phase to the next step's first phase, so time outside every phase in
+    record ``i`` is either inside iteration ``i`` (after its batch arrived) or
+    at the top of iteration ``i + 1`` (before its batch): the records cannot
+    tell which, and the finding says so rather than guess."""
+    return [s.step for s in st.stalls]
+
+
 def stall_finding(st: Stalls, step_ms: float, compared: str, timed: str = "") -> Finding:
     """The slow-rank finding of a stalling rank: what was measured, how often,
     how long the others waited and where. ``compared``: ``of the last 60
@@ -214,14 +265,17 @@ def stall_finding(st: Stalls, step_ms: float, compared: str, timed: str = "") ->
                  else f"in {len(st.stalls)} {compared}")
     where = ("in their backward (DDP's gradient all-reduce)" if st.wait_in == "backward"
              else "in their collectives")
-    steps = ", ".join(str(s.step) for s in st.stalls[:8]) + (
-        ", ..." if len(st.stalls) > 8 else "")
+    named = stall_steps(st)
+    steps = ", ".join(str(s) for s in named[:8]) + (", ..." if len(named) > 8 else "")
+    top = (" (counted from 0; a pause at the top of the loop, before its batch, counts in "
+           "the step before)" if st.part in BETWEEN_STEPS else " (counted from 0)")
     sentence = (f"rank {st.rank} is the slow rank: {how_often} it spends "
                 f"{format_ms(st.stall_ms)} more than its usual step {PART_WORDS[st.part]}, "
                 f"and the others wait {format_ms(st.waited_ms)} for it {where} "
-                f"({len(st.stalls)} stalls {compared}: steps {steps}; "
-                f"{format_ms(st.wait_per_step_ms)} per step on average, median step "
-                f"{format_ms(step_ms)})" + (f"; {timed}" if timed else ""))
+                f"({len(st.stalls)} stalls {compared}: in steps {steps}{top}; the others "
+                f"waiting {format_ms(st.wait_per_step_ms)} per step on average over those "
+                f"{st.steps} steps, whose median is {format_ms(step_ms)})"
+                + (f"; {timed}" if timed else ""))
     figures = (Figure("rank", st.rank), Figure("cause", st.cause),
                Figure("stalls", len(st.stalls)), Figure("stall_ms", st.stall_ms, "ms"),
                Figure("waited_ms", st.waited_ms, "ms"),

@@ -10,6 +10,9 @@ Definitions (times in ms; a phase that is null or missing counts as 0, since
 its timer never ran):
 
 - ``other`` = step time - the sum of the phases, at least 0 (clock rounding).
+- ``save`` and ``eval``: a checkpoint save and an evaluation inside the step
+  (``capture.ranks.phases``); records written before these phases existed
+  lack them, which reads as 0 (their time is then in ``other``).
 
 Memory: per rank and step, the step record's ``mem`` (``cuda`` or ``rss``);
 a CPU step takes allocated, reserved, inactive_split and largest_free from the
@@ -40,6 +43,13 @@ warm-up:
 - both halves of those steps grow, each at least a quarter of the whole
   slope: memory that steps up once (state made at one step and kept) and then
   stays flat is no creep, even where one straight line fits the step well;
+- the growth is the job's: the same tests hold with each change into a
+  profiled step or into the step after it (torch.profiler's own buffers,
+  the trace's export and summary) that stands out from the other steps'
+  median change by more than 256 KiB taken as that median, so a profiler
+  keeping a few MiB each time it runs (about 2.9 MiB a profiled step on an
+  FSDP1 job's C heap) is no creep; a leak, which grows every step, passes
+  both, and its figures are the measured ones;
 - on RSS only (no allocator or heap figure), the slope is at least twice the
   median RSS slope of the other ranks (always, when their median is 0 or less
   or there are no others): RSS grows alike on every rank as the C allocator
@@ -58,7 +68,7 @@ import msgspec
 from torchlens.model.records import GpuStepTimes, StepMemory, StepRecord, StepSummary
 from torchlens.model.units import format_bytes
 
-PHASES = ("data", "forward", "backward", "optimizer", "collective")
+PHASES = ("data", "forward", "backward", "optimizer", "collective", "save", "eval")
 MEMORY_KEYS = ("allocated", "reserved", "inactive_split", "largest_free")
 
 WARMUP = 0.2
@@ -92,6 +102,10 @@ class MemoryCreep:
     steps: int
     source: str
     words: str
+    #: the first and last step fitted (the window compared: the last ones measured,
+    #: not the leak's whole length); None in a record from an older torchlens
+    first_step: int | None = None
+    last_step: int | None = None
 
 
 def record_ms(rec: StepRecord) -> tuple[float, list[float | None], float]:
@@ -265,13 +279,59 @@ def _rss_change(memory: list[_Memory], first: float, last: float) -> float | Non
     return at[last] - at[first] if first in at and last in at else None
 
 
+def _steady(points: list[tuple[float, float]], slope: float, floor: float) -> bool:
+    """Growth of at least ``floor`` over ``points``, on a straight line, in both
+    halves (the module docstring's first three tests)."""
+    total = slope * (points[-1][0] - points[0][0])
+    return (slope > 0 and total >= floor and _r2(points, slope) >= MIN_CREEP_R2
+            and _grows_in_both_halves(points, slope))
+
+
+def _profiled_steps(recs: list[StepRecord], summaries: list[StepSummary]) -> set[float]:
+    """The steps one rank profiled (its records' flag, and the live summaries'
+    steps whose record has not come)."""
+    steps = {float(rec.step) for rec in recs if rec.profiled}
+    return steps | {float(s["step"]) for s in summaries if isinstance(s.get("step"), int)}
+
+
+#: a change into a profiled step (or the step after) above the others' median
+#: change per step by more than this is the profiler's own memory
+PROFILER_STAIR = 256 << 10
+
+
+def _without_profiler(points: list[tuple[float, float]], profiled: set[float]
+                      ) -> list[tuple[float, float]]:
+    """``points`` with each change into a profiled step, or into the step after it,
+    that stands out (above the median change per step of the other steps by more
+    than ``PROFILER_STAIR``) replaced by that median: the job's own growth. A
+    leak grows through a profiled step as through any other, so its changes
+    there do not stand out and are kept as they are; nothing is made up where
+    the others are few."""
+    if not profiled or len(points) < 2:
+        return points
+    pairs = list(zip(points, points[1:], strict=False))
+    touched = [x in profiled or x - 1 in profiled for _, (x, _) in pairs]
+    kept = [(y - before) / (x - xb) for ((xb, before), (x, y)), t in zip(pairs, touched, strict=True)
+            if not t and x > xb]
+    if not kept:
+        return points
+    usual = median(kept)
+    out, shift = [points[0]], 0.0
+    for ((xb, before), (x, y)), t in zip(pairs, touched, strict=True):
+        expected = usual * (x - xb)
+        if t and (y - before) - expected > PROFILER_STAIR:
+            shift += (y - before) - expected
+        out.append((x, y - shift))
+    return out
+
+
 def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
                  memory: list[list[_Memory]] | None = None) -> list[MemoryCreep]:
     """The ranks whose memory creeps (definition: the module docstring).
     ``memory``: ``per_rank_memory(steps, summaries)`` when the caller has it."""
     if memory is None:
         memory = per_rank_memory(steps, summaries)
-    fits = {}
+    fits, jobs = {}, {}
     for r, mem in enumerate(memory):
         if len(mem) < min_steps or (fit := _fit(mem)) is None:
             continue
@@ -279,7 +339,10 @@ def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
             heap = _heap_points((steps[r] if r < len(steps) else None) or [])
             if len(heap) >= MIN_FIT_POINTS:
                 fit = (_slope(heap), heap, "heap")
+        profiled = _profiled_steps((steps[r] if r < len(steps) else None) or [],
+                                   (summaries[r] if r < len(summaries) else None) or [])
         fits[r] = fit
+        jobs[r] = _without_profiler(fit[1], profiled) if profiled else fit[1]
     out = []
     for r, (slope, points, source) in sorted(fits.items()):
         # ranks compare on one signal: a heap slope against RSS slopes says nothing
@@ -287,9 +350,10 @@ def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
         total = slope * (points[-1][0] - points[0][0])
         floor = {"rss": MIN_RSS_CREEP_BYTES, "heap": MIN_HEAP_CREEP_BYTES}.get(
             source, MIN_CREEP_BYTES)
-        if slope <= 0 or total < floor or _r2(points, slope) < MIN_CREEP_R2:
-            continue
-        if not _grows_in_both_halves(points, slope):
+        # steady growth, and still so without the profiler's stairs (the figures
+        # said are the measured ones: a profiler that lets go later nets out)
+        if not (_steady(points, slope, floor)
+                and (jobs[r] is points or _steady(jobs[r], _slope(jobs[r]), floor))):
             continue
         # only RSS is compared: it grows alike on every rank as the C allocator
         # keeps pages; allocated and heap growth is the rank's own
@@ -303,10 +367,21 @@ def memory_creep(steps: Steps, summaries: Summaries, min_steps: int = 8,
             rss = _rss_change(memory[r], points[0][0], points[-1][0])
             if rss is not None:
                 label += f"; RSS {format_bytes(rss, signed=True)} over the same steps"
+        first, last = int(points[0][0]), int(points[-1][0])
         out.append(MemoryCreep(r, slope, round(total), span, source,
-                               f"rank {r}: memory creep, {format_bytes(slope, signed=True)} per step over "
-                               f"{span} steps ({label})"))
+                               f"rank {r}: memory creep, {format_bytes(slope, signed=True)} per "
+                               f"step {creep_window(span, first, last)} ({label})",
+                               first_step=first, last_step=last))
     return out
+
+
+def creep_window(steps: int, first: int | None = None, last: int | None = None) -> str:
+    """The steps a creep was fitted over, said as the window compared (the last
+    ones measured), not as the leak's length: ``over steps 11-58, the last 48
+    measured``; ``over the last 48 steps measured`` where the steps are unknown."""
+    if first is None or last is None:
+        return f"over the last {steps} steps measured"
+    return f"over steps {first}-{last}, the last {steps} measured"
 
 
 def _median(values: list[Any]) -> float | None:

@@ -36,7 +36,14 @@ from torchlens.analysis.runs.rows import (
 )
 from torchlens.formats.run_folder.files import MANIFEST
 from torchlens.model import Profile
-from torchlens.model.findings import INFO, SLOW_RANK, WARNING, Figure, Finding
+from torchlens.model.findings import (
+    IGNORED_FILES,
+    INFO,
+    SLOW_RANK,
+    WARNING,
+    Figure,
+    Finding,
+)
 from torchlens.model.run_figures import Problem
 from torchlens.model.units import format_percent, format_us_as_ms
 
@@ -45,6 +52,25 @@ from torchlens.model.units import format_percent, format_us_as_ms
 NS_NOTE = ("times as the trace recorded them, to the nanosecond; HTA rounds an "
            "ns-resolution trace down to whole µs unless HTA_DISABLE_NS_ROUNDING=1, "
            "so its figures can differ in the last digits")
+
+
+#: what a view says in place of the per-rank GPU time table when no rank's
+#: traces hold a GPU event (every figure of it would be "n/a")
+NO_GPU_TIMELINE = ("GPU time per rank: not measured: no rank's traces hold GPU events "
+                   "(a CPU job, e.g. gloo on the CPU: the traces have no device trace), so "
+                   "there is no GPU timeline to break down")
+
+
+def temporal_unmeasured(temporal: list[TemporalRow]) -> str | None:
+    """``NO_GPU_TIMELINE`` when no rank's row holds a measured figure (no rank's
+    traces hold GPU events), else None: the table has something to show."""
+    if any(r.gpu or r.span_us is not None for r in temporal):
+        return None
+    return NO_GPU_TIMELINE
+
+
+#: findings that never lead as a verdict: what was not read, not what was found
+NOT_A_VERDICT = (IGNORED_FILES,)
 
 
 @dataclass
@@ -64,6 +90,13 @@ class RunAnalysis:
     collectives: list[CollectiveRow] = field(default_factory=list)
     stragglers: list[StragglerRow] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Finding | None:
+        """The finding that leads as the run's verdict: the first, unless it only
+        says which files were not read (nothing was judged then)."""
+        first = self.findings[0] if self.findings else None
+        return None if first is None or first.code in NOT_A_VERDICT else first
     clocks: list[ClockRow] = field(default_factory=list)
     launches: list[LaunchRow] = field(default_factory=list)
     launch_outliers: list[LaunchOutlierRow] = field(default_factory=list)
@@ -89,6 +122,8 @@ def evidence(a: RunAnalysis, judged: Finding | None) -> dict[str, str]:
               else "the collectives in the traces")
     named = judged.value("rank") if judged is not None else None
     steps = judged.value("steps_compared") if judged is not None else None
+    stalls = judged.value("stalls") if judged is not None else None
+    per = "per stall and per step" if stalls else "per step"
     over = f" over {steps} steps" if steps else ""
     if judged is None:
         said = ("the slow-rank test (a rank that arrived last far more often than chance, "
@@ -96,7 +131,7 @@ def evidence(a: RunAnalysis, judged: Finding | None) -> dict[str, str]:
     elif isinstance(named, int):
         said = (f"evidence for the verdict above (rank {named}, judged from the step "
                 f"records{over}); arrivals over {window}; rank {named}'s wait is the "
-                "verdict's, per step over its steps")
+                f"verdict's, {per} over its steps")
     else:
         said = (f"the verdict above names no slow rank (judged from the step "
                 f"records{over}); arrivals over {window}")
@@ -182,17 +217,28 @@ def problem_findings(problems: list[Problem]) -> list[Finding]:
     """The inputs that could not be used: a damaged manifest in its own words
     (it is no rank: what it held is what is lost, ``frontends.runs.
     damaged_files``), then how many other problems there were."""
-    lost = [p for p in problems if p.kind in ("unreadable", "missing")
-            and os.path.basename(p.path) == MANIFEST]
+    lost = [p for p in problems if _manifest_lost(p)]
     out = [Finding(WARNING, p.message.rstrip("."), code="manifest_lost") for p in lost]
     rest = [p for p in problems if p not in lost]
     if rest:
         kinds = sorted({p.kind for p in rest})
         out.append(Finding(
-            WARNING, f"{len(rest)} input problem(s) ({', '.join(kinds)}): see the list "
-            "below; what could be read was analysed", (Figure("problems", len(rest)),),
+            WARNING, f"{len(rest)} input problem(s) ({', '.join(kinds)}), each named on its "
+            "own line with its file; what could be read was analysed",
+            (Figure("problems", len(rest)),),
             code="input_problems"))
     return out
+
+
+def _manifest_lost(p: Problem) -> bool:
+    return p.kind in ("unreadable", "missing") and os.path.basename(p.path) == MANIFEST
+
+
+def unsaid_problems(problems: list[Problem]) -> list[Problem]:
+    """The problems no finding says in full, for a view's list of problems: a
+    damaged manifest's sentence is its own finding (``problem_findings``), so
+    a view that lists the findings says it once, there."""
+    return [p for p in problems if not _manifest_lost(p)]
 
 
 #: exposed all_gather time, as a share of a rank's GPU timeline, worth a finding

@@ -27,6 +27,7 @@ from msgspec import UnsetType
 from torchlens.analysis.ranks.slow import PartTime, cause_of, part_phrase
 from torchlens.analysis.runs.rows import StepRow, StragglerRow
 from torchlens.model.findings import WARNING, Finding
+from torchlens.model.units import format_ms
 
 #: the roles that can be a cause, in the order ties are broken
 ROLES = ("dataloader", "cpu_exec", "kernel", "memcpy", "memset", "runtime")
@@ -100,7 +101,11 @@ def with_verdict(stragglers: list[StragglerRow], verdict: Finding) -> list[Strag
     rank it names is the verdict's (its figures: measured over more steps than
     the few profiled ones, and the one every view gives), and no other rank
     gets one, so the table never names a second cause or ratio beside the
-    verdict's; a verdict of no slow rank leaves every rank without one. A
+    verdict's; a verdict of no slow rank leaves every rank without one. The
+    named rank's wait is the verdict's too, per step over its steps; a
+    stalling rank's also per stall (``caused_mean_us``: each stall is a
+    collective it arrived last at, and the verdict says how long the others
+    waited at one), so its row shows the wait the verdict names. A
     slow-rank verdict without a ``rank`` figure (saved by an older torchlens)
     leaves the rows as they are."""
     rank = verdict.value("rank")
@@ -112,18 +117,26 @@ def with_verdict(stragglers: list[StragglerRow], verdict: Finding) -> list[Strag
     said = (PartTime(part, own, theirs, own - theirs)
             if part and own is not None and theirs is not None else None)
     waited = verdict.value("wait_per_step_ms")
+    # a stalling rank's verdict has no per-step part figures: its stalls are its cause
+    stalls = verdict.value("stalls")
+    per_stall = verdict.value("waited_ms") if stalls else None
+    stall_words = (f"{stalls} stalls of {format_ms(verdict.value('stall_ms'))} over its "
+                   f"usual step in the last {verdict.value('steps_compared')} steps"
+                   if part and said is None and stalls else None)
     out = []
     for s in stragglers:
         mine = said if s.rank == rank else None
+        named = s.rank == rank and (mine is not None or stall_words is not None)
         row = msgspec.structs.replace(
-            s, cause=mine.part if mine else None,
+            s, cause=part if named else None,
             cause_us=mine.own_ms * 1e3 if mine else None,
             cause_others_us=mine.others_ms * 1e3 if mine else None,
-            cause_words=part_phrase(mine) if mine else None)
+            cause_words=(part_phrase(mine) if mine else stall_words) if named else None)
         if s.rank == rank and waited is not None:
             # one wait figure per rank and window: the verdict's, over its steps;
             # the profiled collectives' per-collective wait would be a second one
-            row = msgspec.structs.replace(row, wait_per_step_us=waited * 1e3,
-                                          caused_each_us=None, caused_mean_us=None)
+            row = msgspec.structs.replace(
+                row, wait_per_step_us=waited * 1e3, caused_each_us=None,
+                caused_mean_us=per_stall * 1e3 if named and per_stall is not None else None)
         out.append(row)
     return out

@@ -113,6 +113,33 @@ COLUMNS = ("name", "t0", "dur_us", "bytes", "kernel_us", "kernel_start_us", "gro
 
 
 # ---------------------------------------------------------------- one rank
+#: what each ``arrived_by`` means, under the collectives table
+_ARRIVED_BY_WORDS = {
+    "kernel": "kernel = each rank's arrival is its first NCCL kernel's start on the GPU "
+              "(NCCL is asynchronous: the host enqueues the call and moves on)",
+    "host": "host = when its host issued the call",
+}
+
+
+def arrived_by_note(kinds: Iterable[str | None]) -> str:
+    """The note under a collectives table: what its ``arrived_by`` values mean,
+    only those it holds (a gloo job on the CPU has no NCCL kernel: its note
+    says nothing of NCCL), and that ``run.collectives()`` keeps the host issue
+    times."""
+    present = set(kinds)
+    held = [k for k in _ARRIVED_BY_WORDS if k in present]
+    if held == ["host"]:
+        words = ("host = when each rank's host issued the call (no rank's trace holds a "
+                 "GPU kernel for these collectives: they ran on the host, e.g. gloo)")
+    elif "host" in held:
+        words = "; ".join(_ARRIVED_BY_WORDS[k] for k in held) + \
+            " (no NCCL kernel on every rank)"
+    else:
+        words = "; ".join(_ARRIVED_BY_WORDS[k] for k in held)
+    return (f"arrived by: {words}. " if held else "") + \
+        "run.collectives() keeps the host issue times as issued."
+
+
 def collective_table(trace: Trace) -> CollectiveTable:
     """The trace's collectives as columns (module docstring): ``names`` (the
     vocabulary), ``name`` (codes into it) and one list per other key of

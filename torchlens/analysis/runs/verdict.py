@@ -5,8 +5,8 @@ manifest and each rank's step records, ``formats.run_folder``) and gives the
 slow rank (``analysis.ranks.slow.slow_rank`` over the last steps every rank
 finished: the one every view of the folder gives) and the findings that lead
 the report, in order: what stopped the run (a lost node, a failed rank), the
-slow-rank verdict and a memory creep (a creep leads a weak slow rank, as in the
-terminal and the checklist), the collector's other notes, and the files that
+slow-rank verdict and a memory creep (ordered by ``analysis.ranks.slow.creep_leads``,
+as in the terminal and the checklist), the collector's other notes, and the files that
 were not read. The front end (``torchlens.load(RUN_DIR)``) hands them to the
 report as they are; ``analyze.analyze`` puts them first.
 """
@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from torchlens.analysis.ranks.collector_notes import collector_notes
-from torchlens.analysis.ranks.slow import WINDOW, SlowRank, slow_rank, weak
+from torchlens.analysis.ranks.ddp_config import ddp_config, parameter_sync
+from torchlens.analysis.ranks.input_bound import input_bound
+from torchlens.analysis.ranks.slow import WINDOW, SlowRank, creep_leads, slow_rank
 from torchlens.analysis.ranks.stalls import STALL_WINDOW
 from torchlens.analysis.ranks.steps import MemoryCreep
 from torchlens.analysis.ranks.verdict import creep_finding
@@ -30,7 +32,9 @@ from torchlens.model.findings import (
     FAILED,
     IGNORED_FILES,
     INFO,
+    JOB_WIDE,
     MEMORY_CREEP,
+    PARAMETER_SYNC,
     SLOW_RANK,
     WARNING,
     Figure,
@@ -82,26 +86,47 @@ def folder_slow_rank(root: str, ranks: list[int]) -> SlowRank | None:
     return judged if judged.steps else None
 
 
-def verdict_findings(judged: SlowRank | None, manifest: Manifest | None) -> list[Finding]:
+def verdict_findings(judged: SlowRank | None, manifest: Manifest | None,
+                     last_steps: dict[int, int] | None = None,
+                     starved: Finding | None = None,
+                     drift: Finding | None = None) -> list[Finding]:
     """The slow-rank verdict (titled ``slow rank``, as in the ``%ddp_check``
-    checklist) and the collector's memory creep, in the order they lead."""
+    checklist), an input-bound job (``starved``: it leads "no slow rank")
+    and the collector's memory creep, in the order they lead; ranks whose
+    parameters differ (``drift``) before them all.
+    ``last_steps``: each rank's last recorded step, to name the creep's steps."""
+    if drift is not None:
+        return [drift, *verdict_findings(judged, manifest, last_steps, starved)]
     said = [dataclasses.replace(judged.finding, title=SLOW_TITLE)] if judged else []
-    creep = creep_of(manifest) if manifest is not None else None
+    if starved is not None:
+        said = [*said, starved] if said and said[0].severity in (WARNING, FAILED) else [
+            starved, *said]
+    creep = creep_of(manifest, last_steps) if manifest is not None else None
     if creep is None:
         return said
     if not said:
         return [creep]
-    # a creep leads a weak slow rank and "no slow rank", as in the terminal and
-    # the checklist
-    first = weak(said[0]) or said[0].severity not in (WARNING, FAILED)
+    if said[0].code in JOB_WIDE:  # a creep ends the run: it leads
+        return [creep, *said]
+    # a creep leads "no slow rank", a weak slow rank and a creeping slow rank
+    # whose cause its leak can make, as in the terminal and the checklist
+    first = (said[0].severity not in (WARNING, FAILED)
+             or creep_leads(said[0], creep.ranks))
     return [creep, *said] if first else [*said, creep]
 
 
-def creep_of(manifest: Manifest) -> Finding | None:
-    """The collector's first memory creep (``torchlens run``) as its finding."""
+def creep_of(manifest: Manifest, last_steps: dict[int, int] | None = None) -> Finding | None:
+    """The collector's first memory creep (``torchlens run``) as its finding.
+    ``last_steps``: each rank's last recorded step; the creep rule leaves the
+    newest out and fits the ``steps`` before it, which the finding names."""
     for c in manifest.memory_creep[:1]:
+        last = (last_steps or {}).get(c.rank) if c.rank is not None else None
+        window = ((c.first_step, c.last_step) if c.first_step is not None
+                  and c.last_step is not None
+                  else (last - c.steps, last - 1) if last is not None and c.steps else None)
         try:
-            return creep_finding(_creep(c), [_creep(m) for m in manifest.memory_creep[1:]])
+            return creep_finding(_creep(c), [_creep(m) for m in manifest.memory_creep[1:]],
+                                 window=window)
         except TypeError:  # a manifest from an older torchlens: its words alone
             return Finding(WARNING, c.words, code=MEMORY_CREEP) if c.words else None
     return None
@@ -117,7 +142,8 @@ def _said_again(note: Finding, manifest: Manifest, said: list[Finding]) -> bool:
     """Whether ``note`` is the collector's copy of a verdict ``said`` gives
     already (its slow rank or its memory creep, worked out here again)."""
     if manifest.verdict_code is not None:
-        return manifest.verdict_code in (SLOW_RANK, MEMORY_CREEP) and any(
+        return manifest.verdict_code in (SLOW_RANK, MEMORY_CREEP, PARAMETER_SYNC,
+                                         *JOB_WIDE) and any(
             f.code == manifest.verdict_code for f in said)
     # a manifest written before the verdict's code was saved: its words
     saved = (manifest.slow_rank or {}).get("finding") or {}
@@ -129,13 +155,16 @@ def _said_again(note: Finding, manifest: Manifest, said: list[Finding]) -> bool:
 
 
 def leading_findings(judged: SlowRank | None, manifest: Manifest | None,
-                     ignored: list[str], root: str) -> list[Finding]:
+                     ignored: list[str], root: str,
+                     last_steps: dict[int, int] | None = None,
+                     starved: Finding | None = None,
+                     drift: Finding | None = None) -> list[Finding]:
     """The report's first findings: what stopped the run (the collector's
     verdict when it is not the slow rank's: a lost node, a failed rank)
     leads, then the slow-rank verdict and the memory creep, then the
     collector's other notes (less its copy of a verdict said already), then
     the files not read."""
-    said = verdict_findings(judged, manifest)
+    said = verdict_findings(judged, manifest, last_steps, starved, drift)
     notes = collector_notes(manifest) if manifest is not None else []
     first: list[Finding] = []
     if manifest is not None and manifest.verdict and notes:  # the first note is its verdict
@@ -145,11 +174,32 @@ def leading_findings(judged: SlowRank | None, manifest: Manifest | None,
 
 
 def folder_verdict(root: str, manifest: Manifest | None, ranks: list[int],
-                   ignored: list[str] | None = None) -> FolderVerdict:
+                   ignored: list[str] | None = None,
+                   last_steps: dict[int, int] | None = None) -> FolderVerdict:
     """The folder's slow rank and the findings that lead its report
-    (``leading_findings``); ``ranks``: those with step records to judge."""
+    (``leading_findings``); ``ranks``: those with step records to judge;
+    ``last_steps``: each rank's last recorded step (names a creep's steps)."""
     judged = folder_slow_rank(root, ranks)
-    return FolderVerdict(judged, leading_findings(judged, manifest, ignored or [], root))
+    # the job-wide rules over the last steps every rank finished: input-bound,
+    # else gradients synchronised too often or in too small buckets; and
+    # parameters that differ across ranks
+    steps = common_by_rank(root, ranks) if judged is not None else []
+    starved = (input_bound(steps) or ddp_config(steps)) if steps else None
+    drift = parameter_sync(steps) if steps else None
+    return FolderVerdict(judged, leading_findings(judged, manifest, ignored or [], root,
+                                                  last_steps, starved, drift))
+
+
+def common_by_rank(root: str, ranks: list[int]) -> list[list[StepRecord]]:
+    """``last_common_steps`` indexed by rank (an empty list for a rank not given),
+    read once for the job-wide rules."""
+    if not ranks or not root:
+        return []
+    ranks = sorted(ranks)
+    by_rank: list[list[StepRecord]] = [[] for _ in range(max(ranks) + 1)]
+    for r, recs in zip(ranks, last_common_steps(root, ranks), strict=True):
+        by_rank[r] = recs
+    return by_rank
 
 
 def ignored_findings(ignored: list[str], root: str, shown: int = 3) -> list[Finding]:

@@ -109,8 +109,62 @@ def run_prefix(run_id: str) -> str:
 
 
 def slots_key(run_id: str) -> str:
-    """Counter: slots taken so far (each attaching process adds 1)."""
+    """Counter: slots taken so far (each attaching process adds 1).
+
+    Unsigned (a ``store.add`` cannot be sealed), so it only hands out distinct
+    numbers: the collector never reads it. Anyone who can reach the port can
+    move it on; the ranks then take higher numbers, nothing else changes. Which
+    slots exist the collector learns from the signed rosters (``roster_key``).
+    """
     return f"{run_prefix(run_id)}/slots"
+
+
+#: a rank's roster keeps its newest slots, this many (a rank restarted more
+#: often than that loses its oldest starts from the roster, not the collector's
+#: memory of those it already read)
+ROSTER_SLOTS = 64
+#: the largest world the collector looks for rosters of (a hello saying more is
+#: read as this many)
+MAX_WORLD = 1 << 16
+
+
+def roster_key(run_id: str, rank: int) -> str:
+    """Rank ``rank``'s roster: a sealed ``{"slots": [...]}``, the slots its
+    processes took, newest last. The collector looks here (ranks 0 to the
+    world size its ranks' hellos say) to find slots; every value is signed,
+    so nobody without the secret can make it look anywhere else."""
+    return f"{run_prefix(run_id)}/rank/{rank}"
+
+
+def roster_slots(chan: Channel, name: str, data: bytes) -> list[int] | None:
+    """The slots of a roster value; None (counted by ``chan``) when it is forged
+    or not a roster."""
+    value = chan.open(name, data) if data else None
+    if not isinstance(value, dict):
+        return None
+    slots = value.get("slots")
+    if not isinstance(slots, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in slots):
+        return None
+    return slots[-ROSTER_SLOTS:]
+
+
+def enroll(chan: Channel, run_id: str, rank: int, slot: int, tries: int = 50) -> bool:
+    """Add ``slot`` to ``rank``'s roster (a ``compare_set``, so two processes of
+    one rank never lose each other's slot). A roster someone forged is
+    replaced. False when it could not in ``tries`` attempts (someone rewrites
+    the key as fast as it is set)."""
+    name = roster_key(run_id, rank)
+    store = chan.store
+    for _ in range(tries):
+        current = bytes(store.get(name)) if store.check([name]) else b""
+        slots = (roster_slots(chan, name, current) or []) if current else []
+        if slot in slots:
+            return True
+        desired = chan.seal(name, {"slots": [*slots, slot][-ROSTER_SLOTS:]})
+        if bytes(store.compare_set(name, current, desired)) == desired:
+            return True
+    return False
 
 
 def slot_key(run_id: str, slot: int, what: str) -> str:
@@ -131,6 +185,23 @@ RING = {"steps": 32, "prof": 4}
 #: it only verifies and writes to the run folder
 SUMMARY_KEYS = ("rank", "step", "trace", "t0", "t1", "step_ms", "breakdown", "memory",
                 "events", "bytes", "overlap")
+
+
+def read_key(run_id: str, slot: int) -> str:
+    """Where the collector seals how many step batches of ``slot`` it has read
+    (``{"steps": n}``): the rank writes a batch over ring value ``j`` only once
+    ``n > j`` (``capture.ranks.attach.StepRing``)."""
+    return slot_key(run_id, slot, "read")
+
+
+#: step batches a rank may leave at exit beyond its ring (its hold, in batches)
+LAST_KEYS = 4
+
+
+def last_key(run_id: str, slot: int, n: int) -> str:
+    """Step batch ``n`` of those a rank left at exit that its ring had no room
+    for (its goodbye heartbeat counts them: ``Heartbeat.last``)."""
+    return slot_key(run_id, slot, f"last/{n}")
 
 
 def ring_key(run_id: str, slot: int, kind: str, seq: int) -> str:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import msgspec
-
 from torchlens.model.checksums import ModuleChecksums, ParamChecksum, ShardBytes
+from torchlens.model.rank_report import WorkerStep
 
 
 def module_checksums(name: str, module: Any) -> ModuleChecksums:
@@ -68,15 +67,15 @@ def track_ddp() -> list[Any]:
     return created
 
 
-def record_modules(record: dict[str, Any], ddp_modules: list[Any], out: Any) -> None:
+def record_modules(record: WorkerStep, ddp_modules: list[Any], out: Any) -> None:
     """Checksums of every DDP module built and every module returned (parameter sync)."""
     modules = [module_checksums(f"DistributedDataParallel #{i} "
                                 f"({type(m.module).__name__})", m.module)
                for i, m in enumerate(ddp_modules)]
     for i, m in enumerate(_returned_modules(out)):
         modules.append(module_checksums(f"returned #{i} ({type(m).__name__})", m))
-    record["modules"] = msgspec.to_builtins(modules)
-    record["returned"] = None if out is None else repr(out)[:200]
+    record.modules = modules
+    record.returned = None if out is None else repr(out)[:200]
 
 
 def _returned_modules(out: Any) -> list[Any]:

@@ -39,6 +39,7 @@ from typing import Any
 
 from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
 from torchlens.model.messages import DdpHeartbeat, Hello
+from torchlens.model.rank_report import RankReport
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,9 @@ def hint(spec: ElasticSpec, bound: str, argv: list[str], env: dict[str, str]) ->
             "on a shared file system it is already there), then run there:\n  " + line)
 
 
-def rank_codes(results: dict[int, dict[str, Any]], n: int) -> list[int | None]:
+def rank_codes(results: dict[int, RankReport], n: int) -> list[int | None]:
     """Per rank: None while it runs, 0 when it reported success, 1 with an error."""
-    return [None if r not in results else (1 if results[r].get("error") else 0)
+    return [None if r not in results else (1 if results[r].error is not None else 0)
             for r in range(n)]
 
 

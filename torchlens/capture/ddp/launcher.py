@@ -52,7 +52,7 @@ from torchlens.capture.ddp.processes import (
 from torchlens.capture.ddp.rank_records import StepReader, memory_peaks, read_ranks
 from torchlens.formats.run_folder.manifest import RankEntry
 from torchlens.model.feed import RankFeed
-from torchlens.model.messages import DdpHeartbeat, OomOutcome, decode_message
+from torchlens.model.messages import DdpHeartbeat, decode_message
 from torchlens.model.payloads import (
     DdpRun,
     HangInfo,
@@ -60,6 +60,7 @@ from torchlens.model.payloads import (
     RankNode,
     RankProfiling,
 )
+from torchlens.model.rank_report import RankReport, report_from
 from torchlens.model.records import StepRecord, without_setup
 
 
@@ -119,7 +120,7 @@ class DdpLauncher:
         self.dropped_summaries = self.reader.dropped_summaries
         self.key = RunKey.new()  # a fresh secret per run: an earlier run's ranks fail its MAC
         self.sock: Any = None
-        self.results: dict[int, dict[str, Any]] = {}  # --nnodes: the results read so far
+        self.results: dict[int, RankReport] = {}  # --nnodes: the results read so far
         #: --nnodes: ranks of this host gone without a result -> exit code (None: unknown)
         self.gone: dict[int, int | None] = {}
         self._done_seen = 0
@@ -212,8 +213,8 @@ class DdpLauncher:
         """--nnodes: read ``rank``'s result if it is in the store (a forged one is not)."""
         key = protocol.result_key(rank)
         if tl.store.check([key]):
-            res = tl.get(key)
-            if isinstance(res, dict):
+            res = report_from(tl.get(key))
+            if res is not None:
                 self.results[rank] = res
                 return True
         return False
@@ -299,10 +300,9 @@ class DdpLauncher:
         if rank in self.gone and rank not in self.results and self.gone[rank] is None:
             reason = "its process ended without a result (killed by a signal?)"
         if code != 0 and tl.store.check([protocol.result_key(rank)]):
-            error = (tl.get(protocol.result_key(rank)) or {}).get("error") or {}
-            if error:
-                first = str(error.get("message") or "").strip().splitlines()[:1]
-                reason = f"{error.get('type', 'error')}: {first[0] if first else ''}"[:200]
+            res = report_from(tl.get(protocol.result_key(rank)))
+            if res is not None and res.error is not None:
+                reason = f"{res.error.type}: {res.error.first_line()}"[:200]
         self.sink.rank_ended(rank, reason, self.ended_at[rank])
 
     def _tell_unreported(self) -> None:
@@ -354,12 +354,12 @@ class DdpLauncher:
         ranks, fingerprints = read_ranks(tl, n)
         for rank, res in enumerate(ranks):
             if res is not None:
-                res["log"] = log_tail(self.tmpdir, rank)
+                res.log = log_tail(self.tmpdir, rank)
         profiling = self._profiling(tl, ranks) if self.options.profile else None
         dropped = dict(tl.dropped)  # the kernel's reads and each rank's reads of its peers
         for res in ranks:
-            for kind, count in ((res or {}).get("dropped") or {}).items():
-                dropped[kind] = dropped.get(kind, 0) + int(count)
+            for kind, count in (res.dropped if res is not None else {}).items():
+                dropped[kind] = dropped.get(kind, 0) + count
         codes: list[int | None] = [p.returncode for p in self.procs] + [None] * (n - len(self.procs))
         if self.options.elastic is not None:  # per rank, from its result
             codes = elastic.rank_codes({r: res for r, res in enumerate(ranks) if res}, n)
@@ -370,8 +370,8 @@ class DdpLauncher:
                 if codes[r] is None:
                     codes[r] = code if code is not None else logged.get(
                         (self.last_hb[r] or DdpHeartbeat()).pid)
-        errors = [r["error"] for r in ranks if r and r.get("error")]
-        if outcome == "crashed" and errors and all(e["type"] == "CollectiveMismatch" for e in errors):
+        errors = [r.error for r in ranks if r is not None and r.error is not None]
+        if outcome == "crashed" and errors and all(e.type == "CollectiveMismatch" for e in errors):
             outcome = "mismatch"
         nodes = _nodes(ranks, self.last_hb, self.options.elastic)
         run = DdpRun(
@@ -393,22 +393,22 @@ class DdpLauncher:
         return CheckRecords(run, self.heartbeats)
 
     def _profiling(self, tl: protocol.Channel,
-                   ranks: list[dict[str, Any] | None]) -> RankProfiling:
+                   ranks: list[RankReport | None]) -> RankProfiling:
         """What --profile measured, and the run folder's manifest and step files."""
         with contextlib.suppress(Exception):  # the store may be gone after a crash
             self._read_profiling(tl)
         opts = self.options.profile or ProfileSpec()
-        told = [(r or {}).get("profile") or {} for r in ranks]
-        everies = [t["every"] for t in told if t.get("every")]
+        told = [r.profile for r in ranks if r is not None and r.profile is not None]
+        everies = [t.every for t in told if t.every]
         run_dir = opts.run_dir
         # windows cut before a late first step() are set-up, not steps
         self.step_records = [list(without_setup(records)) for records in self.step_records]
         out = RankProfiling(
             every=max(everies) if everies else (opts.every or 5),
             window_s=opts.window_s, run_dir=run_dir, max_steps=opts.max_steps, keep=opts.keep,
-            windows=any(t.get("windows") and not t.get("real_steps") for t in told),
+            windows=any(t.windows and not t.real_steps for t in told),
             # how the steps were found: rank 0's words (every rank runs the same function)
-            steps_by=next((t["steps_by"] for t in told if t.get("steps_by")), ""),
+            steps_by=next((t.steps_by for t in told if t.steps_by), ""),
             steps=self.step_records, summaries=self.summaries,
             dropped_summaries=self.dropped_summaries)
         with contextlib.suppress(OSError):
@@ -417,37 +417,37 @@ class DdpLauncher:
         return out
 
 
-def _ended(entry: RankEntry, res: dict[str, Any], steps: int) -> RankEntry:
+def _ended(entry: RankEntry, res: RankReport | None, steps: int) -> RankEntry:
     """``entry`` with how its %ddp_check rank ended, in the manifest's words (as
     ``torchlens run`` writes them): a rank that raised is ``failed`` with its
     exception, so the folder's report says the crash, not only the steps before it."""
-    if not res:
+    if res is None:
         return entry
-    err = res.get("error")
-    if not isinstance(err, dict):
+    err = res.error
+    if err is None:
         return msgspec.structs.replace(entry, state="finished", steps=steps)
-    first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
     return msgspec.structs.replace(
-        entry, state="failed", error=f"{err.get('type') or 'error'}: {first}"[:300],
+        entry, state="failed", error=f"{err.type or 'error'}: {err.first_line()}"[:300],
         stopped_at_step=steps, steps=steps)
 
 
 def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
-                     ranks: list[dict[str, Any] | None],
+                     ranks: list[RankReport | None],
                      steps: list[list[StepRecord]], started: float | None = None) -> None:
     """``manifest.json`` and each rank's ``steps.jsonl`` (its traces are there already);
     ``started``: the launch (unix s), the origin of the run's times in its view."""
     from torchlens.formats.run_folder import manifest, write
 
     def rank_files(rank: int) -> write.RankFiles:
-        res = ranks[rank] or {}
+        res = ranks[rank]
+        # one machine unless --nnodes: node 0, as torchlens run labels it (a watch of
+        # the finished folder then labels its series node="0", not node="")
+        node = res.node if res is not None and res.node is not None else (
+            None if options.elastic else 0)
         entry = _ended(manifest.RankEntry(
-            rank=rank, pid=res.get("pid"), host=res.get("hostname"), device=res.get("device"),
-            # one machine unless --nnodes: node 0, as torchlens run labels it (a watch of
-            # the finished folder then labels its series node="0", not node="")
-            node=res.get("node", None if options.elastic else 0)), res, len(steps[rank]))
-        return write.RankFiles(entry, steps[rank],
-                               oom=decode_message(res.get("oom_snapshot"), OomOutcome))
+            rank=rank, pid=res.pid if res else None, host=res.hostname if res else None,
+            device=res.device if res else None, node=node), res, len(steps[rank]))
+        return write.RankFiles(entry, steps[rank], oom=res.oom_snapshot if res else None)
 
     write.write_run_folder(run_dir, manifest.Manifest(
         source=manifest.SOURCE_DDP_CHECK, world_size=options.world_size,
@@ -456,15 +456,15 @@ def write_run_folder(run_dir: str, job: DdpJob, options: DdpOptions,
         (rank_files(rank) for rank in range(options.world_size)))
 
 
-def _nodes(ranks: list[dict[str, Any] | None], last_hb: list[DdpHeartbeat | None],
+def _nodes(ranks: list[RankReport | None], last_hb: list[DdpHeartbeat | None],
            spec: Any) -> NodesInfo | None:
     """--nnodes: the run's nodes and, per rank, its node and host (None: one machine)."""
     if spec is None:
         return None
     where = []
     for res, hb in zip(ranks, last_hb, strict=True):
-        if res and res.get("node") is not None:
-            where.append(RankNode(node=res["node"], host=res.get("hostname") or res.get("host")))
+        if res is not None and res.node is not None:
+            where.append(RankNode(node=res.node, host=res.hostname))
         else:
             where.append(RankNode(node=hb.node if hb else None, host=hb.host if hb else None))
     return NodesInfo(nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,

@@ -14,6 +14,7 @@ from torchlens.capture.channel import protocol
 from torchlens.model.collectives import Fingerprint, fingerprints_from
 from torchlens.model.feed import RankFeed
 from torchlens.model.messages import DdpHeartbeat, MemoryReading
+from torchlens.model.rank_report import RankReport, report_from
 from torchlens.model.records import StepRecord, StepSummary, records_from
 
 
@@ -84,32 +85,34 @@ class StepReader:
 
 
 def read_ranks(tl: protocol.Channel, world_size: int
-               ) -> tuple[list[dict[str, Any] | None], list[list[Fingerprint]]]:
-    """Each rank's result (None: none, or a forged one) and the fingerprints of
-    its collectives, each with the call's duration from the result."""
-    ranks: list[dict[str, Any] | None] = []
+               ) -> tuple[list[RankReport | None], list[list[Fingerprint]]]:
+    """Each rank's result, decoded here once (None: none, or a forged one), and
+    the fingerprints of its collectives, each with the call's duration from
+    the result."""
+    ranks: list[RankReport | None] = []
     fingerprints: list[list[Fingerprint]] = []
     for rank in range(world_size):
         res = tl.get(protocol.result_key(rank)) if tl.store.check(
             [protocol.result_key(rank)]) else None
         res = res if isinstance(res, dict) else None  # a forged result: no report
-        ranks.append(res)
-        count = published_count(tl.store, rank, len((res or {}).get("collectives") or []))
+        timed_calls = (res or {}).pop("collectives", None)
+        timed_calls = timed_calls if isinstance(timed_calls, list) else []
+        ranks.append(report_from(res))
+        count = published_count(tl.store, rank, len(timed_calls))
         keys = tl.existing([protocol.fingerprint_key(rank, i) for i in range(count)])
         fps = fingerprints_from(tl.multi_get(keys))
-        timed = {c["index"]: c for c in (res or {}).get("collectives") or []}
+        timed = {c.get("index"): c for c in timed_calls if isinstance(c, dict)}
         for fp in fps:
             fp.call_s = timed.get(fp.index, {}).get("call_s")
         fingerprints.append(fps)
-        if res is not None:
-            res.pop("collectives", None)
     return ranks, fingerprints
 
 
-def memory_peaks(ranks: list[dict[str, Any] | None],
+def memory_peaks(ranks: list[RankReport | None],
                  heartbeats: list[DdpHeartbeat]) -> list[MemoryReading]:
     """Each rank's peak memory: its result's, raised by any heartbeat that saw more."""
-    peaks = [msgspec.convert((res or {}).get("peak") or {}, MemoryReading) for res in ranks]
+    peaks = [msgspec.structs.replace(res.peak) if res is not None else MemoryReading()
+             for res in ranks]
     for h in heartbeats:
         if 0 <= h.rank < len(peaks):
             peaks[h.rank].raise_to(h.memory())

@@ -36,6 +36,7 @@ from torchlens.formats.fingerprints import describe_collective, first_difference
 from torchlens.formats.locations import CellNames, is_user_file, location_label
 from torchlens.model.collectives import Fingerprint
 from torchlens.model.messages import LastCollective, RecorderStatus
+from torchlens.model.rank_report import DivergentOp
 
 _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _MAX_CHECKSUM_OPS = 50_000  # bounds memory of the determinism check
@@ -44,19 +45,6 @@ _OP_NAMES: dict[Any, str] = {}  # OpOverload -> "all_reduce": named once, not pe
 # the store why (finished? stopped? --timeout?): short, so a peer that ended
 # is noticed quickly; long enough that a merely slow peer costs no round trip.
 LATE_S = 0.25
-
-
-class DivergentOp(msgspec.Struct, frozen=True):
-    """The first op whose output differed between two seeded runs of a step:
-    its name and index in the step, the user's line, the step, and its
-    output's checksum in each run."""
-
-    op: str
-    op_index: int
-    line: str
-    step: int
-    first: float | None
-    second: float | None
 
 
 class CollectiveMismatch(RuntimeError):

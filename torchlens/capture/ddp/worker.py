@@ -29,7 +29,6 @@ calls are made no-ops for the default group.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import faulthandler
 import inspect
 import os
@@ -51,6 +50,15 @@ from torchlens.capture.ddp.options import DdpJob
 from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
 from torchlens.model.messages import DdpHeartbeat, MemoryReading, RankPlace
+from torchlens.model.rank_report import (
+    Bandwidth,
+    CommCheck,
+    Determinism,
+    ProfileTold,
+    RankError,
+    RankResult,
+    WorkerStep,
+)
 
 _T_START = time.time()  # interpreter up, before torch: the start of the rank's timeline
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -84,25 +92,6 @@ def _seed_all(seed: int) -> None:
         pass
 
 
-class Bandwidth(msgspec.Struct):
-    """One all_reduce size of the bandwidth check: its bytes, the fastest call's
-    seconds, and the bus bandwidth that makes (GB/s, as nccl-tests count it)."""
-
-    bytes: int
-    seconds: float
-    busbw_gbps: float
-
-
-class CommCheck(msgspec.Struct):
-    """The rank's first all_reduce (what it sent, got and should have got) and
-    its bandwidth at a few sizes."""
-
-    sent: int
-    got: float
-    expected: float
-    bandwidth: list[Bandwidth] = []
-
-
 class Worker:
     """Runs the job on this rank and reports through the store."""
 
@@ -130,14 +119,14 @@ class Worker:
         self._send_lock = threading.Lock()
         self._sent = [0, 0]  # step batches, summaries
         self.peak = MemoryReading()
-        self.result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "env_start": _env(),
-                                       "steps": [], "error": None}
+        self.result = RankResult(rank=rank, pid=os.getpid(), env_start=_env())
         #: --nnodes: node, local_rank, restart, hostname (from the agent's environment)
         self.elastic = elastic
         self.where = RankPlace()
         if elastic is not None:
             self.where = RankPlace(node=elastic.node, host=elastic.hostname, pid=os.getpid())
-            self.result.update(dataclasses.asdict(elastic))
+            self.result.node, self.result.local_rank = elastic.node, elastic.local_rank
+            self.result.restart, self.result.hostname = elastic.restart, elastic.hostname
 
     # -- heartbeat ---------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -197,9 +186,9 @@ class Worker:
             self.timings["steps"] = time.time()
             code = 0
         except BaseException as exc:  # noqa: BLE001 - reported, then the rank exits
-            self.result["error"] = {
-                **error_record(exc), "phase": self.phase,  # type: ignore[dict-item]
-                "t": time.time(), "diagnosis": getattr(exc, "diagnosis", None)}
+            self.result.error = RankError(
+                **(error_record(exc) or {}), phase=self.phase, t=time.time(),
+                diagnosis=getattr(exc, "diagnosis", None))
             code = 1
         self.phase = "done" if code == 0 else "failed"
         self._publish()
@@ -233,17 +222,20 @@ class Worker:
         if self.stepper is not None:
             with contextlib.suppress(Exception):
                 self._send_profiling(self.store)
-        self.result["env_end"] = _env()
-        self.result["peak"] = msgspec.to_builtins(self.peak)
-        self.result["timings"] = self.timings
+        result = self.result
+        result.env_end = _env()
+        result.peak = msgspec.structs.replace(self.peak)
+        result.timings = dict(self.timings)
         if self.recorder is not None:
-            self.result["collectives"] = self.recorder.records
-            self.result["determinism"] = {
-                "first_op": msgspec.to_builtins(self.recorder.first_divergent_op)}
+            result.collectives = list(self.recorder.records)
+            result.determinism = Determinism(first_op=self.recorder.first_divergent_op)
             if self.recorder.board is not None:
-                self.result["strict"] = dict(self.recorder.strict_stats)
-        self.result["dropped"] = dict(self.store.dropped)  # peers' values that failed
-        self.store.set(protocol.result_key(self.rank), self.result)
+                result.strict = dict(self.recorder.strict_stats)
+        result.dropped = dict(self.store.dropped)  # peers' values that failed
+        # a value msgspec does not know (a diagnosis object, a str subclass such as
+        # torch's version) goes as its text, as the channel's encoder writes one
+        self.store.set(protocol.result_key(self.rank),
+                       msgspec.to_builtins(result, enc_hook=str))
         self.store.add(protocol.done_key(), 1)  # after the result: the kernel reads it next
 
     def _init_group(self, job: DdpJob) -> None:
@@ -289,10 +281,11 @@ class Worker:
         from torchlens.capture.ranks.cuda_device import device_uuid
 
         # the GPU's identity: under per-rank CUDA_VISIBLE_DEVICES every rank is cuda:0
-        self.result.update(device=str(self.device), device_uuid=device_uuid(self.device),
-                           hostname=os.uname().nodename,
-                           versions={"torch": torch.__version__, "cuda": cuda, "nccl": nccl,
-                                     "python": sys.version.split()[0]})
+        self.result.device = str(self.device)
+        self.result.device_uuid = device_uuid(self.device)
+        self.result.hostname = os.uname().nodename
+        self.result.versions = {"torch": str(torch.__version__), "cuda": cuda, "nccl": nccl,
+                                "python": sys.version.split()[0]}
 
     def _comm_check(self) -> None:
         """Known-answer all_reduce, then bus bandwidth for a few sizes."""
@@ -317,7 +310,7 @@ class Worker:
             nbytes = size * 4
             busbw = nbytes / seconds * 2 * (n - 1) / n / 1e9
             comm.bandwidth.append(Bandwidth(bytes=nbytes, seconds=seconds, busbw_gbps=busbw))
-        self.result["comm"] = msgspec.to_builtins(comm)
+        self.result.comm = comm
 
     def _steps(self, job: DdpJob) -> None:
         import torch
@@ -349,13 +342,13 @@ class Worker:
                 rec.current = None
             rec.step = step
             ddp_modules.clear()
-            record: dict[str, Any] = {"step": step, "start": time.time(), "end": None}
-            self.result["steps"].append(record)
+            record = WorkerStep(step=step, start=time.time())
+            self.result.steps.append(record)
             held.start(self.mem_device)
             with rec:
                 out = call()
-            record["end"] = time.time()
-            held.finish_into(record)
+            record.end = time.time()
+            record.fsdp_memory = held.finish()
             from torchlens.capture.ddp.memory import (
                 sample,  # live tensors at the step's end, before they go
             )
@@ -405,8 +398,8 @@ class Worker:
             window_s=opts.window_s, max_steps=limit,
             summarize=self.summarize, agree=self._agree, fsdp=held)
         self.stepper = stepper
-        record: dict[str, Any] = {"step": 0, "start": time.time(), "end": None}
-        self.result["steps"].append(record)
+        record = WorkerStep(step=0, start=time.time())
+        self.result.steps.append(record)
         self.phase = "training"
         stepper.start()  # starts ``held`` too: each step's FSDP figures in its record
         try:
@@ -415,23 +408,23 @@ class Worker:
                     out = call()
                 except StepLimit:  # --steps ended the loop: the function never returned
                     out = None
-                    record["step_limit"] = opts.max_steps
+                    record.step_limit = opts.max_steps
         except BaseException as exc:
             oom = save_oom_snapshot(exc, opts.run_dir, self.rank)
             if oom is not None:  # where the snapshot went, or why there is none
-                self.result["oom_snapshot"] = msgspec.to_builtins(oom)
+                self.result.oom_snapshot = oom
                 stepper.errors.append(oom_line(self.rank, oom))
                 print(stepper.errors[-1], file=sys.stderr, flush=True)
             raise
         finally:
             stepper.finish()
-            self.result["profile"] = {"every": stepper.every, "steps": stepper.index,
-                                      "windows": stepper.windows, "real_steps": stepper.real_steps,
-                                      "steps_by": stepper.steps_by,
-                                      "errors": stepper.errors[:20], "own_s": stepper.own_s,
-                                      "budget": stepper.budget_figures}
-        record["end"] = time.time()
-        held.finish_into(record)
+            self.result.profile = ProfileTold(
+                every=stepper.every, steps=stepper.index, windows=stepper.windows,
+                real_steps=stepper.real_steps, steps_by=stepper.steps_by,
+                errors=stepper.errors[:20], own_s=stepper.own_s,
+                budget=stepper.budget_figures)
+        record.end = time.time()
+        record.fsdp_memory = held.finish()
         self.phase = "checksums 0"
         record_modules(record, ddp_modules, out)
 

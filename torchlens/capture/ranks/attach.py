@@ -4,11 +4,18 @@
 (``host:port``) is set, its first call attaches this process: it connects a
 TCPStore client to the collector, takes a *slot* (a number of its own, so a
 restarted rank never overwrites what its earlier incarnation sent), says
-hello (rank, world size, node, host, pid, restart count), and starts the
+hello, adds the slot to its rank's signed roster (where the collector finds it) (rank, world size, node, host, pid, restart count), and starts the
 ``--profile`` capture of ``%ddp_check`` (``stepper.RankProfiler``: step
 records with phase times and memory, profiled steps summarised by the rank
 itself). A daemon thread sends a heartbeat, the new step records and the new
 summaries twice a second; at exit the last of them and a ``bye``.
+
+Step records are never written over a value the collector has not read
+(``StepRing``): a rank whose collector falls behind holds its records and
+sends them in fewer, larger batches once the collector has caught up, so a
+slow or starved collector costs latency, not records. At exit what it still
+holds goes to the slot's ``last`` keys, read after its goodbye: the rank
+never waits for the collector.
 
 Everything sent is JSON sealed with the run's key (``signing.RunKey``) under
 its own key name, so the collector drops what anyone else wrote; the rank
@@ -49,11 +56,29 @@ ENV_COLLECTOR = "TORCHLENS_COLLECTOR"
 #: where ranks export their profiled steps' traces (the run folder, when this
 #: node can write it: the collector's own node, or a shared file system)
 ENV_RUN_DIR = "TORCHLENS_RUN_DIR"
+#: "0": the rank records its steps but never runs torch.profiler (``--no-profile``)
+ENV_PROFILE = "TORCHLENS_PROFILE_STEPS"
 HEARTBEAT_S = 0.5
-CONNECT_TIMEOUT_S = 30.0
+#: how long a rank tries to reach its collector before it trains on without it
+#: (the collector listens before the job starts: a longer wait is a dead one)
+CONNECT_TIMEOUT_S = 10.0
+#: a store call's timeout once connected
+STORE_TIMEOUT_S = 30.0
 FINISH_WAIT_S = 10.0
+#: how long a rank's exit waits for its sender thread to leave a store call
+SENDER_JOIN_S = 5.0
+#: how often a rank checks that its roster (``protocol.roster_key``) still names its slot
+ROSTER_CHECK_S = 5.0
+#: step records a rank holds while its ring is full of values the collector
+#: has not read (400 s of steps at 20 a second, ~1 KB each); past it the
+#: oldest are shed and counted (``Heartbeat.shed``)
+HOLD_RECORDS = 8192
+#: step records in one batch at most (a ring value is refused over 4 MiB)
+BATCH_RECORDS = 2048
 
 _attached: Attachment | None = None
+#: why this process could not attach, once it tried: it never tries again
+_failed: str | None = None
 
 
 def _int_env(name: str, default: int | None = None) -> int | None:
@@ -98,6 +123,100 @@ def _run_dir(requested: str | None, rank: int) -> tuple[str, bool]:
     return tempfile.mkdtemp(prefix=f"torchlens-rank{rank}-"), False
 
 
+class StepRing:
+    """A rank's step batches in its ring of store keys (``protocol.ring_key``),
+    never written over a value the collector has not read.
+
+    The collector seals how many batches of this slot it has read under the
+    slot's ``read`` key (``protocol.read_key``). While the ring holds fewer than
+    ``protocol.RING`` unread values a batch goes out at once; when the next one
+    would land on an unread value, the ring asks the store how far the
+    collector has read (one ``get``, only then) and, if it is still behind,
+    holds the records and sends them with the next batch that fits. A held
+    list past ``hold`` records sheds its oldest, counted in ``shed``.
+
+    Profiled-step summaries (``summary_room``) follow the same word: one made
+    while the summaries' ring is full of unread ones is not sent, counted in
+    ``skipped`` (its trace file is written all the same).
+    """
+
+    def __init__(self, chan: protocol.Channel, run_id: str, slot: int,
+                 hold: int = HOLD_RECORDS, batch: int = BATCH_RECORDS) -> None:
+        self.chan, self.run_id, self.slot = chan, run_id, slot
+        self.hold, self.batch = hold, batch
+        self.sent = 0  # batches set
+        self.read = 0  # batches the collector said it read (its newest word)
+        self.held: list[Any] = []
+        self.shed = 0
+        self.summaries_read = 0  # summaries the collector said it read
+        self.skipped = 0  # summaries not sent: their ring was full of unread ones
+
+    def _ask(self, sent_summaries: int) -> None:
+        """How far the collector has read, from the slot's ``read`` key."""
+        name = protocol.read_key(self.run_id, self.slot)
+        if not self.chan.store.check([name]):
+            return
+        value = self.chan.open(name, bytes(self.chan.store.get(name)))
+        if not isinstance(value, dict):
+            return
+        # an older genuine word set again moves nothing back
+        n, m = value.get("steps"), value.get("prof")
+        if isinstance(n, int) and not isinstance(n, bool):
+            self.read = max(self.read, min(n, self.sent))
+        if isinstance(m, int) and not isinstance(m, bool):
+            self.summaries_read = max(self.summaries_read, min(m, sent_summaries))
+
+    def room(self) -> bool:
+        """Whether the next batch lands on a ring key whose value was read."""
+        ring = protocol.RING["steps"]
+        if self.sent - self.read < ring:
+            return True
+        self._ask(self.summaries_read)
+        return self.sent - self.read < ring
+
+    def summary_room(self, sent: int) -> bool:
+        """Whether summary number ``sent`` lands on a ring key whose value was
+        read; False counts it as ``skipped``."""
+        ring = protocol.RING["prof"]
+        if sent - self.summaries_read >= ring:
+            self._ask(sent)
+        if sent - self.summaries_read < ring:
+            return True
+        self.skipped += 1
+        return False
+
+    def put(self, records: list[Any]) -> None:
+        self.held += records
+        over = len(self.held) - self.hold
+        if over > 0:
+            del self.held[:over]
+            self.shed += over
+
+    def send(self) -> None:
+        """The held records, in batches, while the ring has room."""
+        while self.held and self.room():
+            batch = self.held[:self.batch]
+            name = protocol.ring_key(self.run_id, self.slot, "steps", self.sent)
+            self.chan.set_bytes(name, protocol.pack(self.sent, protocol.encode(batch)))
+            del self.held[:len(batch)]
+            self.sent += 1
+
+    def send_last(self) -> int:
+        """At exit: what the ring has no room for, into the slot's ``last`` keys
+        (``protocol.last_key``, read once its goodbye is); how many were set."""
+        self.send()
+        n = 0
+        while self.held and n < protocol.LAST_KEYS:
+            batch = self.held[:self.batch]
+            name = protocol.last_key(self.run_id, self.slot, n)
+            self.chan.set_bytes(name, protocol.pack(n, protocol.encode(batch)))
+            del self.held[:len(batch)]
+            n += 1
+        self.shed += len(self.held)  # past LAST_KEYS batches: more than the hold allows
+        self.held.clear()
+        return n
+
+
 class Attachment:
     """One attached process: its store client, slot, profiler and sender thread."""
 
@@ -113,8 +232,17 @@ class Attachment:
         self.world_size = _int_env("WORLD_SIZE", 1) or 1
         self.local_rank = _int_env("LOCAL_RANK", 0) or 0
         self.restart = _int_env("TORCHELASTIC_RESTART_COUNT", 0) or 0
+        # a plain connect first: a collector that is gone is then one line here,
+        # not torch's timeouts with their C++ stacks logged on stderr
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise ConnectionError(f"cannot reach {host}:{port} "
+                                  f"({exc.strerror or type(exc).__name__}): torchlens run "
+                                  "has ended or is unreachable; training goes on") from None
         self.store = dist.TCPStore(host, port, is_master=False,
                                    timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+        self.store.set_timeout(timedelta(seconds=STORE_TIMEOUT_S))
         self.chan = protocol.Channel(self.store, key)
         self.slot = int(self.store.add(protocol.slots_key(key.run_id), 1)) - 1
         self.run_dir, self.shared = _run_dir(os.environ.get(ENV_RUN_DIR), self.rank)
@@ -123,12 +251,18 @@ class Attachment:
         self.profiler = RankProfiler(rank=self.rank, run_dir=self.run_dir, device=None,
                                      every=None, summarize=summarize, agree=self._agree,
                                      fsdp=FsdpMemory(fsdp_only=True))
+        self.profiler.profiling = os.environ.get(ENV_PROFILE) != "0"
         self.parent = os.getppid()
         self.under_agent = "TORCHELASTIC_RUN_ID" in os.environ
         self._lock = threading.RLock()  # the SIGTERM handler may run inside a flush
-        self._sent = [0, 0]  # step batches, summaries
+        self._ring = StepRing(self.chan, key.run_id, self.slot)
+        self._sent = [0, 0]  # step batches (the ring's count), summaries
+        self._last = 0  # step batches set in the ``last`` keys at exit
         self._beat = 0
+        self._enrolled = time.monotonic()
         self._closed = False
+        self._wake = threading.Event()  # ends the sender's wait at close
+        self._thread: threading.Thread | None = None
         self._error: str | None = None
         self._error_t: float | None = None  # when it was raised: which rank failed first
         self._oom: OomOutcome | None = None
@@ -152,9 +286,13 @@ class Attachment:
             restart=self.restart, elastic_run_id=os.environ.get("TORCHELASTIC_RUN_ID"),
             slot=self.slot, t=time.time(), device=str(self.profiler.settle_device()),
             run_dir=self.run_dir, shared_run_dir=self.shared)))
+        # the roster last: the collector finds this slot there, then reads its hello
+        protocol.enroll(self.chan, self.key.run_id, self.rank, self.slot)
+        self._enrolled = time.monotonic()
         self.profiler.start()
         self._hook_exit()
-        threading.Thread(target=self._loop, daemon=True, name="tl-collector").start()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="tl-collector")
+        self._thread.start()
 
     def _heartbeat(self, bye: Bye | None = None) -> Heartbeat:
         from torchlens.capture.ranks.stepper import rss_bytes
@@ -162,25 +300,34 @@ class Attachment:
         self._beat += 1
         progress = self.profiler.status()
         # "sent" tells the collector which ring keys hold new values
-        return Heartbeat(t=time.time(), beat=self._beat, rss=rss_bytes(), sent=list(self._sent),
+        return Heartbeat(t=time.time(), beat=self._beat, rss=rss_bytes(),
+                         sent=[self._ring.sent, self._sent[1]],
                          steps_done=progress.steps_done, phase_calls=progress.phase_calls,
-                         steps_by=progress.steps_by, device=progress.device, bye=bye)
+                         steps_by=progress.steps_by, device=progress.device, bye=bye,
+                         held=len(self._ring.held), shed=self._ring.shed,
+                         skipped=self._ring.skipped or None,
+                         last=self._last or None)
 
-    def _set_numbered(self, kind: int, body: bytes) -> None:
-        what = ("steps", "prof")[kind]
-        name = protocol.ring_key(self.key.run_id, self.slot, what, self._sent[kind])
+    def _set_summary(self, body: bytes) -> None:
+        name = protocol.ring_key(self.key.run_id, self.slot, "prof", self._sent[1])
         self.chan.set_bytes(name, body)
-        self._sent[kind] += 1
+        self._sent[1] += 1
 
-    def _flush(self) -> None:
-        """New step records (one batch) and summaries, then the heartbeat that counts them."""
+    def _flush(self, last: bool = False) -> int:
+        """New step records (as the ring has room) and summaries, then the
+        heartbeat that counts them. ``last``: the rank is ending; what the ring
+        still holds goes to its ``last`` keys; how many (the bye counts them)."""
         with self._lock:
             records, summaries = self.profiler.drain()
-            if records:
-                self._set_numbered(0, protocol.pack(self._sent[0], protocol.encode(records)))
+            self._ring.put(records)
+            self._last = self._ring.send_last() if last else 0
+            if not last:
+                self._ring.send()
             for summary in summaries:
-                self._set_numbered(1, protocol.pack_summary(self._sent[1], summary))
+                if self._ring.summary_room(self._sent[1]):
+                    self._set_summary(protocol.pack_summary(self._sent[1], summary))
             self._put(self._key("hb"), self._heartbeat())
+            return self._last
 
     def _loop(self) -> None:
         while not self._closed:
@@ -189,7 +336,12 @@ class Attachment:
                 os.kill(os.getpid(), signal.SIGKILL)
             with contextlib.suppress(Exception):  # collector gone: training goes on
                 self._flush()
-            time.sleep(HEARTBEAT_S)
+                if time.monotonic() - self._enrolled > ROSTER_CHECK_S:
+                    # a roster someone overwrote (or replayed without this slot)
+                    # would hide this process from the collector: set it again
+                    self._enrolled = time.monotonic()
+                    protocol.enroll(self.chan, self.key.run_id, self.rank, self.slot)
+            self._wake.wait(HEARTBEAT_S)
 
     def _agree(self, mine: int) -> int:
         """Every rank's proposed profiling interval; the largest wins (as in ``%ddp_check``)."""
@@ -260,7 +412,7 @@ class Attachment:
             with contextlib.suppress(Exception):
                 self.profiler.finish(wait_s=FINISH_WAIT_S, setup_is_step=False)
         with contextlib.suppress(Exception):
-            self._flush()
+            self._flush(last=True)
             if self._error and reason == "exit":
                 reason = "exception"
             # the bye rides on the last heartbeat, which counts the last values
@@ -268,6 +420,17 @@ class Attachment:
                       steps=self.profiler.index, errors=self.profiler.errors[:20],
                       oom=self._oom)
             self._put(self._key("hb"), self._heartbeat(bye))
+        self._stop_sender()
+
+    def _stop_sender(self) -> None:
+        """Wait for the sender thread to end. A daemon thread inside a store call
+        when the interpreter finalizes is ended by ``pthread_exit`` through
+        torch's C++ frames, and the process aborts ("terminate called without
+        an active exception") after the job's last step."""
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(SENDER_JOIN_S)
 
 
 def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment | None:
@@ -277,8 +440,8 @@ def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment
     incomplete or the collector cannot be reached: the training goes on
     without torchlens rather than failing.
     """
-    global _attached
-    if _attached is not None:
+    global _attached, _failed
+    if _attached is not None or _failed is not None:
         return _attached
     try:
         host, port = parse_address(os.environ.get(ENV_COLLECTOR, ""))
@@ -290,7 +453,9 @@ def attach(summarize: Callable[..., dict[str, Any]] | None = None) -> Attachment
         attachment = Attachment(key, host, port, summarize)
         attachment.start()
     except Exception as exc:  # noqa: BLE001 - the training must not fail because of us
-        print(f"torchlens: not reporting to the collector: {exc}", file=sys.stderr)
+        # one line: torch's store errors carry a C++ stack after their first
+        _failed = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"torchlens: not reporting to the collector: {_failed}", file=sys.stderr)
         return None
     _attached = attachment
     return attachment

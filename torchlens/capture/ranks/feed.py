@@ -51,6 +51,7 @@ from msgspec import UNSET, UnsetType
 
 from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import Forged, RunKey
+from torchlens.formats.input_files import RefusedFile, open_guarded
 from torchlens.formats.run_folder.files import (
     LIVE_FEED,
     LIVE_FORMAT,
@@ -79,6 +80,9 @@ STORE_FRAME_MAX = 4 << 20
 #: frames a watcher reads in one store call; bytes of live.jsonl in one read
 READ_BATCH = 8
 READ_CHUNK = 16 << 20
+#: a line of ``live.jsonl`` longer than this is no frame (a 4,096-rank frame is a few
+#: MB): skipped unread, counted as bad
+MAX_FRAME_BYTES = 256 << 20
 #: at the end, how long the collector waits for store watchers to read the last frame
 LINGER_S = 3.0
 
@@ -123,6 +127,12 @@ class LiveFrame(msgspec.Struct):
 
 class FeedGone(RuntimeError):
     """The feed cannot be read any more (the collector closed its store)."""
+
+
+class FeedReplaced(FeedGone):
+    """The run folder's live feed is another file than the one being read (the
+    folder was deleted and made again by another run): its frames are not this
+    run's, and its offsets not the ones read so far."""
 
 
 class FeedPublisher:
@@ -331,12 +341,28 @@ def _frame(value: Any) -> LiveFrame | None:
         return None
 
 
+def _skip_line(fh: Any) -> int | None:
+    """Bytes up to and including the next newline of ``fh`` (read, not kept); None
+    when the file ends first."""
+    n = 0
+    while True:
+        more = fh.read(READ_CHUNK)
+        if not more:
+            return None
+        at = more.find(b"\n")
+        if at >= 0:
+            return n + at + 1
+        n += len(more)
+
+
 class FileFeed:
     """Tails ``RUN_DIR/live.jsonl``: each ``read()`` returns the frames appended since."""
 
     def __init__(self, run_dir: str) -> None:
         self.path = os.path.join(run_dir, LIVE_FEED)
         self._pos = 0
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file read
+        self._run_id: str | None = None  # the run its frames are of
         self.bad = 0  # lines that are not frames
         self.dropped = 0  # nothing is signed here: the folder's permissions guard it
 
@@ -347,15 +373,28 @@ class FileFeed:
         """The frames appended since the last read, at most about ``READ_CHUNK``
         bytes of them (a long run's file is caught up with over several reads)."""
         try:
-            with open(self.path, "rb") as fh:
+            # the one guarded open: a regular file in the run folder, never a FIFO
+            with open_guarded(self.path, within=os.path.dirname(self.path)) as fh:
+                st = os.fstat(fh.fileno())
+                if self._identity is None:
+                    self._identity = (st.st_dev, st.st_ino)
+                elif self._identity != (st.st_dev, st.st_ino) or st.st_size < self._pos:
+                    raise FeedReplaced(self._replaced())
                 fh.seek(self._pos)
                 data = fh.read(READ_CHUNK)
                 while b"\n" not in data:  # one frame longer than a chunk
+                    if len(data) > MAX_FRAME_BYTES:  # no frame is that long: skip it
+                        skipped = _skip_line(fh)
+                        if skipped is None:
+                            return []  # its end is not written yet
+                        self._pos += len(data) + skipped
+                        self.bad += 1
+                        return []
                     more = fh.read(READ_CHUNK)
                     if not more:
                         break
                     data += more
-        except FileNotFoundError:
+        except (FileNotFoundError, RefusedFile):
             return []
         end = data.rfind(b"\n") + 1  # a line being written is read next time
         self._pos += end
@@ -363,13 +402,21 @@ class FileFeed:
         for line in data[:end].splitlines():
             try:
                 frame = _frame(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep
                 frame = None
             if frame is None:
                 self.bad += 1
-            else:
-                out.append(frame)
+                continue
+            if frame.run_id:  # a new file under a reused inode: its frames say whose
+                if self._run_id is not None and frame.run_id != self._run_id:
+                    raise FeedReplaced(self._replaced())
+                self._run_id = frame.run_id
+            out.append(frame)
         return out
+
+    def _replaced(self) -> str:
+        return (f"{self.path} is another run's: the run folder was deleted and made again "
+                "while it was watched")
 
     def finished(self) -> None:
         """Nothing to tell the collector: it does not know about file watchers."""

@@ -6,7 +6,35 @@ costs about 11 us per op (+37% on a 6.5 ms step). Here five Python wrappers
 run a few times per step (DataLoader batches, ``DistributedDataParallel.forward``,
 ``backward``, ``Optimizer.step`` through torch's global optimizer hooks, and
 the ``torch.distributed`` collectives the user calls), so a step costs a few
-microseconds. DDP's wait for a late rank happens inside ``backward`` (C++),
+microseconds.
+
+Two phases are no training work, timed so that a rank that stalls the others
+can be told apart from one that sleeps (``analysis.ranks.stalls``):
+
+- ``save``: ``torch.save`` (and ``torch.distributed.checkpoint``'s ``save`` and
+  ``async_save`` once the job imports it), called outside another phase.
+- ``eval``: a ``torch.no_grad()`` or ``torch.inference_mode()`` block, entered
+  outside another phase, in which some module's forward ran (a global module
+  forward pre-hook, registered only while such a block is open, says so). The
+  block's time counts, less what phases timed inside it waited for (its
+  batches in ``data``, its collectives, a save), which stay where the
+  slow-rank and input-bound rules look for them; DDP's forward inside it
+  moves into ``eval``. A block that ran no module (gradient clipping, an EMA
+  update, a parameter edit) or ran a backward or an optimizer step leaves
+  its time where it was. A forward outside such a block (``model.eval()``
+  alone, grad on) is not seen: telling it from training would need a hook on
+  every module call; a frozen model run under ``no_grad`` inside the training
+  step (a frozen encoder) counts as ``eval`` too.
+
+Neither cuts a step found from the optimizer (``autostep``) itself: like
+logging after ``optimizer.step()``, a save stays in the step it follows; a
+phase timed inside an evaluation (DDP's forward) cuts it as any phase does,
+and the evaluation's time from there on is the next step's.
+Both hooks fail open: an error of torchlens' own in them is counted
+(``PhaseClock.hook_errors``) and the user's call goes on untouched; only the
+user's own exception leaves them. On a GPU rank their time is host time (the
+GPU timer does not bracket them; ``analysis.ranks.slow`` reads it from the host
+record). DDP's wait for a late rank happens inside ``backward`` (C++),
 which is why the late rank is found by comparing phases across ranks
 (``analysis.ranks.steps``), not by watching collectives. FSDP waits for a late
 rank in the all_gathers of its forward (Python ``all_gather_single`` calls):
@@ -27,7 +55,9 @@ About 2 event records per phase entry (a few µs each) and one query and one
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -36,9 +66,14 @@ import torch
 
 from torchlens.capture.ranks import cuda_device
 from torchlens.capture.ranks.fsdp_memory import when_imported
+from torchlens.model.records import DdpStep
 
-PHASES = ("data", "forward", "backward", "optimizer", "collective")
+PHASES = ("data", "forward", "backward", "optimizer", "collective", "save", "eval")
 _FORWARD, _OPTIMIZER, _COLLECTIVE = (PHASES.index(p) for p in ("forward", "optimizer", "collective"))
+_SAVE, _EVAL = PHASES.index("save"), PHASES.index("eval")
+_DCP = "torch.distributed.checkpoint"
+_TRAINING = (PHASES.index("backward"), _OPTIMIZER)
+_KEPT = (PHASES.index("data"), _COLLECTIVE, _SAVE)
 #: ``*_single``: what FSDP2 calls for its own all_gathers and reduce_scatters
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
                "all_gather_single", "reduce_scatter", "reduce_scatter_tensor",
@@ -47,6 +82,40 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "send", "recv", "isend", "irecv", "monitored_barrier")
 _FSDP2 = "torch.distributed.fsdp._fully_shard._fully_shard"
 _FSDP1 = "torch.distributed.fsdp.fully_sharded_data_parallel"
+
+
+#: synced DDP forwards before the bucket layout is read: DDP rebuilds its
+#: buckets in gradient order after its first backward, and its logging figures
+#: say so a few iterations later; past ``BUCKETS_GIVE_UP`` the first layout is taken
+BUCKETS_AFTER = 3
+BUCKETS_GIVE_UP = 50
+
+
+def bucket_layout(module: Any, final: bool = False) -> tuple[int | None, list[int]] | None:
+    """A DDP module's bucket cap and bucket sizes (bytes), from the figures DDP
+    keeps for its own logging: the rebuilt buckets; None while DDP has not
+    rebuilt them yet, unless ``final`` (then the buckets it started with)."""
+    data = module._get_ddp_logging_data()
+    cap = data.get("bucket_cap_bytes")
+    sizes = data.get("rebuilt_bucket_sizes") if data.get("has_rebuilt_buckets") else None
+    if not sizes and not final:
+        return None
+    sizes = sizes or data.get("bucket_sizes") or ""
+    return (int(cap) if cap is not None else None,
+            [int(s) for s in str(sizes).replace(" ", "").split(",") if s.isdigit()])
+
+
+#: steps between two sums of a DDP module's parameters (a pass over them: one
+#: optimizer step's reading, and a device sync on a GPU, once in this many steps)
+PARAM_EVERY = 25
+
+
+def param_sum(module: Any) -> float:
+    """The sum of a module's parameters in float64: equal on ranks that hold
+    equal parameters (the same values summed in the same order)."""
+    with torch.no_grad():
+        sums = [p.detach().sum(dtype=torch.float64) for p in module.parameters()]
+        return float(torch.stack(sums).sum().item()) if sums else 0.0
 
 
 class PhaseClock:
@@ -65,11 +134,227 @@ class PhaseClock:
         self._undo: list[Callable[[], None]] = []
         self._fsdp_undone = False
         self._opt_t0 = 0.0
+        #: errors of torchlens' own in the fail-open hooks (save, eval): counted, never raised
+        self.hook_errors = 0
+        self.hook_error: str | None = None
+        self._thread = threading.get_ident()
+        self._no_grad_depth = 0
+        #: the open evaluation block: [start (perf_counter), spent at its start, a forward seen, hook]
+        self._block: list[Any] | None = None
+        #: per DDP module (its id): its forwards in this step that will all-reduce
+        #: their gradients; the bucket layout once read (``take_ddp``)
+        self._syncs: dict[int, int] = {}
+        self._synced = 0
+        self._buckets: tuple[int | None, list[int]] | None = None
+        self._no_layout = False
+        #: the DDP module whose parameters are summed, the sum at a step's end
+        #: and whether they had changed by the next forward
+        self._module: weakref.ref[Any] | None = None
+        self._check: float | None = None
+        self._summed: float | None = None
+        self._moved: bool | None = None
+        self._opt_steps = 0
 
     def take(self) -> dict[str, float]:
         out = {p: round(s, 7) for p, s in zip(PHASES, self.spent, strict=True)}
         self.spent = [0.0] * len(PHASES)
+        block = self._block
+        if block is not None:  # a step ended inside an evaluation block: its rest is the next step's
+            block[0], block[1] = time.perf_counter(), list(self.spent)
         return out
+
+    def take_ddp(self) -> DdpStep | None:
+        """How the step since the last call synchronised DDP's gradients, with
+        the bucket layout once read (None: no DDP forward ran in it); the
+        parameters' sum after its optimizer step every ``PARAM_EVERY`` optimizer
+        steps, and in the step after, whether they had moved by its first forward."""
+        syncs, self._syncs = self._syncs, {}
+        moved, self._moved = self._moved, None
+        total, self._summed = self._summed, None
+        if not syncs:
+            return None
+        figures: dict[str, Any] = {"syncs": max(syncs.values())}
+        if self._buckets is not None:
+            cap, sizes = self._buckets
+            figures.update(bucket_cap_bytes=cap, buckets=len(sizes), bucket_bytes=sum(sizes))
+        if moved is not None:
+            figures["params_moved"] = moved
+        if total is not None:
+            figures["param_sum"] = total
+        return DdpStep(**figures)
+
+    def _param_check(self) -> None:
+        """After an optimizer step: every ``PARAM_EVERY``-th, the last DDP
+        module's parameter sum, for the step's record and to compare with its
+        sum at the next forward (fails open)."""
+        self._opt_steps += 1
+        module = self._module() if self._module is not None else None
+        if module is None or self._opt_steps % PARAM_EVERY:
+            return
+        try:
+            self._check = self._summed = param_sum(module)
+        except Exception as exc:  # noqa: BLE001 - torchlens' own error: the step goes on
+            self._failed(exc)
+            self._check = self._summed = None
+
+    def _count_ddp(self, cls: Any) -> None:
+        """Count each DDP forward that will all-reduce its gradients (grad on,
+        not under ``no_sync()``), and read the module's bucket layout once DDP
+        has rebuilt its buckets (after its first backward). Fails open."""
+        original = cls.__dict__.get("forward")
+        if original is None:
+            return
+        clock = self
+
+        def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                if clock._check is not None:  # the parameters' sum at the last step's end
+                    before, clock._check = clock._check, None
+                    clock._moved = param_sum(module) != before
+                if module.require_backward_grad_sync and torch.is_grad_enabled():
+                    clock._module = weakref.ref(module)
+                    key = id(module)
+                    clock._syncs[key] = clock._syncs.get(key, 0) + 1
+                    clock._synced += 1
+                    if (clock._buckets is None and clock._synced > BUCKETS_AFTER
+                            and not clock._no_layout):
+                        clock._buckets = bucket_layout(module, clock._synced > BUCKETS_GIVE_UP)
+            except Exception as exc:  # noqa: BLE001 - torchlens' own error: the forward runs
+                clock._no_layout = True  # not asked again: DDP's figures are not as expected
+                clock._failed(exc)
+            return original(module, *args, **kwargs)
+
+        cls.forward = forward
+        self._undo.append(lambda: setattr(cls, "forward", original))
+
+    # -- fail-open hooks (save, eval) ----------------------------------------
+    def _failed(self, exc: BaseException) -> None:
+        self.hook_errors += 1
+        if self.hook_error is None:
+            self.hook_error = f"{type(exc).__name__}: {exc}"
+
+    def _save_begin(self) -> float | None:
+        """The start of a save phase, or None when another phase holds the clock."""
+        if self.active >= 0 or threading.get_ident() != self._thread:
+            return None
+        self.active, self.entries = _SAVE, self.entries + 1
+        if self.first is None:
+            self.first = time.time()
+        return time.perf_counter()
+
+    def _save_end(self, t: float) -> None:
+        self.spent[_SAVE] += time.perf_counter() - t
+        self.active = -1
+        if self.tick is not None:
+            self.tick()
+
+    def _fail_open(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` timed as a save; torchlens' own errors never reach the caller."""
+        clock = self
+
+        def saving(*args: Any, **kwargs: Any) -> Any:
+            try:
+                t = clock._save_begin()
+            except Exception as exc:  # noqa: BLE001 - fail open: the user's call goes on
+                clock._failed(exc)
+                t = None
+            if t is None:
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                try:
+                    clock._save_end(t)
+                except Exception as exc:  # noqa: BLE001 - fail open
+                    clock._failed(exc)
+                    clock.active = -1
+
+        saving.__wrapped__ = fn  # type: ignore[attr-defined]
+        saving._torchlens_save = True  # type: ignore[attr-defined]
+        saving.__name__ = getattr(fn, "__name__", "save")
+        saving.__doc__ = getattr(fn, "__doc__", None)
+        return saving
+
+    def _patch_save(self, owner: Any, name: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "_torchlens_save", False):
+            return
+        setattr(owner, name, self._fail_open(original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def _time_dcp(self, module: Any) -> None:
+        if not self._fsdp_undone:
+            for name in ("save", "async_save"):
+                self._patch_save(module, name)
+
+    def _block_enter(self) -> None:
+        """A no_grad / inference_mode block begins (module docstring)."""
+        if threading.get_ident() != self._thread:
+            return
+        self._no_grad_depth += 1
+        if self._no_grad_depth > 1 or self.active >= 0 or self._block is not None:
+            return
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        block: list[Any] = [time.perf_counter(), list(self.spent), False, None]
+
+        def seen(*_: Any) -> None:
+            block[2] = True
+
+        block[3] = register_module_forward_pre_hook(seen)
+        self._block = block
+
+    def _block_exit(self) -> None:
+        if threading.get_ident() != self._thread:
+            return
+        self._no_grad_depth = max(0, self._no_grad_depth - 1)
+        block = self._block
+        if self._no_grad_depth or block is None:
+            return
+        self._block = None
+        block[3].remove()
+        if not block[2] or any(self.spent[i] > block[1][i] for i in _TRAINING):
+            return  # no module ran, or a training step did (backward, optimizer): no evaluation
+        # the block's time is the evaluation's, less the waits timed inside it (its
+        # batches, its collectives, a save): those stay where every rule looks for them
+        waits = sum(max(0.0, self.spent[i] - block[1][i]) for i in _KEPT)
+        self.spent[_FORWARD] = min(self.spent[_FORWARD], block[1][_FORWARD])
+        self.spent[_EVAL] += max(0.0, time.perf_counter() - block[0] - waits)
+        self.entries += 1
+
+    def _patch_block(self, cls: Any) -> None:
+        """``cls``'s ``__enter__``/``__exit__`` (a grad-mode context) open and close
+        an evaluation block; the originals run first on entry and last on exit."""
+        enter, leave = cls.__dict__.get("__enter__"), cls.__dict__.get("__exit__")
+        if enter is None or leave is None:
+            return
+        clock = self
+
+        def entered(ctx: Any) -> Any:
+            out = enter(ctx)
+            try:
+                clock._block_enter()
+            except Exception as exc:  # noqa: BLE001 - fail open
+                clock._failed(exc)
+            return out
+
+        def exited(ctx: Any, *exc_info: Any) -> Any:
+            try:
+                clock._block_exit()
+            except Exception as exc:  # noqa: BLE001 - fail open
+                clock._failed(exc)
+            return leave(ctx, *exc_info)
+
+        entered.__wrapped__, exited.__wrapped__ = enter, leave  # type: ignore[attr-defined]
+        cls.__enter__, cls.__exit__ = entered, exited
+
+        def undo() -> None:
+            cls.__enter__, cls.__exit__ = enter, leave
+            block, self._block, self._no_grad_depth = self._block, None, 0
+            if block is not None:
+                block[3].remove()
+
+        self._undo.append(undo)
 
     def _wrap(self, index: int, fn: Callable[..., Any]) -> Callable[..., Any]:
         clock = self
@@ -185,6 +470,7 @@ class PhaseClock:
 
         self._patch(dataloader._BaseDataLoaderIter, "__next__", "data")
         self._patch(DistributedDataParallel, "forward", "forward")
+        self._count_ddp(DistributedDataParallel)
         # FSDP's forward, timed once the job imports it (importing it here costs
         # most of a second for a job without FSDP)
         self._fsdp_undone = False
@@ -214,8 +500,19 @@ class PhaseClock:
                 if self.gpu is not None:
                     self.gpu.leave()
                 self.active = -1
+                self._param_check()
                 if self.tick is not None:
                     self.tick()
+
+        # a save and an evaluation (module docstring), each failing open
+        self._thread = threading.get_ident()
+        self._patch_save(torch, "save")
+        self._patch_save(torch.serialization, "save")
+        when_imported(_DCP, self._time_dcp)
+        from torch.autograd import grad_mode
+
+        self._patch_block(grad_mode.no_grad)
+        self._patch_block(grad_mode.inference_mode)
 
         for handle in (register_optimizer_step_pre_hook(pre),
                        register_optimizer_step_post_hook(post)):

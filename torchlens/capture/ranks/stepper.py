@@ -36,10 +36,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import psutil
 import torch
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
 from torchlens.capture.ranks import cuda_device
 from torchlens.capture.ranks.autostep import (
@@ -49,6 +48,7 @@ from torchlens.capture.ranks.autostep import (
     window_words,
 )
 from torchlens.capture.ranks.heap import heap_in_use
+from torchlens.capture.ranks.host_time import HostTime
 from torchlens.capture.ranks.phases import (
     MAX_PENDING,
     PHASES,
@@ -57,6 +57,7 @@ from torchlens.capture.ranks.phases import (
 )
 from torchlens.capture.trace import profiler as _profiler
 from torchlens.model.messages import RankProgress
+from torchlens.model.rank_report import BudgetFigures
 from torchlens.model.records import (
     GpuStepTimes,
     StepMemory,
@@ -74,17 +75,6 @@ AGREE_WAIT_S = 10.0
 _PROCESS = psutil.Process(os.getpid())
 
 
-
-class BudgetFigures(msgspec.Struct):
-    """How the profiling interval was chosen (``Stepper._agreed_every``): the
-    median unprofiled step, a profiled step's extra wall time with its
-    summary's CPU time, that CPU time, and the interval this rank proposed;
-    each left out of the JSON until measured."""
-
-    typical_step_s: float | UnsetType = UNSET
-    profiled_extra_s: float | UnsetType = UNSET
-    summary_cpu_s: float | UnsetType = UNSET
-    proposed_every: int | UnsetType = UNSET
 
 class StepLimit(BaseException):
     """``--steps N`` reached: ends the user's loop on every rank at the same step.
@@ -150,9 +140,13 @@ class RankProfiler:
         self.run_dir = run_dir
         self.fixed_every = every
         self.every = every or MIN_EVERY
+        #: False: step records only, torch.profiler never started
+        #: (``torchlens run --no-profile``)
+        self.profiling = True
         self.budget, self.window_s, self.max_steps = budget, window_s, max_steps
         self.summarize, self.agree = summarize, agree
         self.clock = PhaseClock()
+        self.host = HostTime()
         self.records: list[StepRecord] = []  # not yet sent (drained by the heartbeat)
         self.summaries: queue.Queue[StepSummary] = queue.Queue()
         self.errors: list[str] = []
@@ -196,6 +190,7 @@ class RankProfiler:
         self.settle_device()
         os.makedirs(os.path.join(self.run_dir, f"rank{self.rank}"), exist_ok=True)
         self.clock.install()
+        self.host.install()
         self.clock.tick = self._window_tick
         self.found.install()  # after the clock's hooks: its optimizer time is taken first
         self.clock.enter = self._enter
@@ -234,6 +229,7 @@ class RankProfiler:
         elif self.prof is not None:  # a profiled step the function never finished
             self._stop_profiler(self.index, partial=True)
         self.clock.remove()
+        self.host.remove()
         if self.fsdp is not None:
             self.fsdp.finish()
         self._work.put(None)
@@ -342,6 +338,8 @@ class RankProfiler:
             self._time_gpu()
         mem = memory_now(self.device)
         fsdp = self.fsdp.take() if self.fsdp is not None else None
+        ddp = self.clock.take_ddp()
+        host = self.host.take()
         if profiled:
             self._stop_profiler(i, mem=mem)
         elif label is None:  # an evaluation's length is no measure of the budget
@@ -351,6 +349,8 @@ class RankProfiler:
                                        tl_s=round(time.time() - called, 6),
                                        **({"gpu": gpu} if gpu else {}),
                                        **({"fsdp": fsdp} if fsdp is not None else {}),
+                                       **({"ddp": ddp} if ddp is not None else {}),
+                                       **({"host": host} if host is not None else {}),
                                        **({"label": label} if label else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:
@@ -380,6 +380,8 @@ class RankProfiler:
 
     # -- the profiler --------------------------------------------------------
     def _start_profiler(self) -> None:
+        if not self.profiling:
+            return
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]

@@ -36,6 +36,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from torchlens.formats.file_kind import RUN_FORMAT
+from torchlens.formats.input_files import (
+    RefusedFile,
+    inflate_cap,
+    inflate_pieces,
+    json_too_large,
+    open_guarded,
+)
 
 #: first size of the head and tail windows
 PEEK_BYTES = 64 * 1024
@@ -43,9 +50,6 @@ PEEK_BYTES = 64 * 1024
 HEAD_CAP = 16 * 1024 * 1024
 #: members after ``traceEvents`` longer than this are taken for a cut file
 TAIL_CAP = 4 * 1024 * 1024
-_READ = 1024 * 1024
-#: inflate output per call, so a highly compressed file cannot fill memory
-_INFLATE_OUT = 8 * 1024 * 1024
 _WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
 
@@ -59,17 +63,27 @@ class Peek:
     message: str = ""
 
 
-def peek(path: str | Path) -> Peek:
-    """Read just enough of a trace file (plain or gzip) to know its top-level members."""
+def peek(path: str | Path, within: str | None = None) -> Peek:
+    """Read just enough of a trace file (plain or gzip) to know its top-level members.
+
+    Opened through ``input_files.open_guarded`` (``within``: the run folder it
+    must lie in); a refused file is an "unreadable" verdict saying why, and
+    nothing of it is read."""
     try:
-        with open(path, "rb") as fh:
+        with open_guarded(path, within=within) as fh:
             if fh.read(2) == b"\x1f\x8b":
                 fh.seek(0)
-                return _peek_gzip(fh)
+                return _peek_gzip(fh, inflate_cap())
             fh.seek(0)
             return _peek_plain(fh, os.fstat(fh.fileno()).st_size)
+    except RefusedFile as exc:
+        return _refused(exc)
     except OSError as exc:
         return Peek(kind="unreadable", message=f"cannot read it ({exc.strerror or exc}).")
+
+
+def _refused(exc: RefusedFile) -> Peek:
+    return Peek(kind="unreadable", message=f"refused: {exc.why}.")
 
 
 def peek_bytes(data: bytes) -> Peek:
@@ -111,46 +125,38 @@ def _peek_plain(fh: BinaryIO, size: int) -> Peek:
         window *= 4
 
 
-def _peek_gzip(fh: BinaryIO) -> Peek:
-    """Inflate once, keeping only the head (until it is parsed) and the last bytes."""
-    inflater = zlib.decompressobj(wbits=31)
-    pending = b""
+def _peek_gzip(fh: BinaryIO, cap: int) -> Peek:
+    """Inflate once (``input_files.inflate_pieces``: its cap and ratio bound),
+    keeping only the head (until it is parsed) and the last bytes."""
     head_buf = bytearray()
     head: _Head | Peek | None = None
     next_try = PEEK_BYTES
     tail = bytearray()
-    total = read = 0
-    while True:
-        if not pending:
-            pending = fh.read(_READ)
-            read += len(pending)
-            if not pending:
-                break
-        if inflater.eof:  # gzip allows members one after another
-            inflater = zlib.decompressobj(wbits=31)
-        try:
-            out = inflater.decompress(pending, _INFLATE_OUT)
-        except zlib.error as exc:
-            return Peek(kind="unreadable",
-                        message=f"damaged gzip data ({exc}); copy or export it again.")
-        pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
-        total += len(out)
-        if head is None:
-            head_buf += out
-            if len(head_buf) >= next_try:
-                head = _parse_head(bytes(head_buf), eof=False)
-                if isinstance(head, Peek):
-                    return head
-                if head is None and len(head_buf) >= HEAD_CAP:
-                    return _head_too_long()
-                next_try = 2 * len(head_buf)
-        tail += out
-        if len(tail) > 2 * TAIL_CAP:
-            del tail[:-TAIL_CAP]
-    if not inflater.eof:
+    total = 0
+    try:
+        for out in inflate_pieces(fh, str(getattr(fh, "name", "")), cap):
+            total += len(out)
+            if head is None:
+                head_buf += out
+                if len(head_buf) >= next_try:
+                    head = _parse_head(bytes(head_buf), eof=False)
+                    if isinstance(head, Peek):
+                        return head
+                    if head is None and len(head_buf) >= HEAD_CAP:
+                        return _head_too_long()
+                    next_try = 2 * len(head_buf)
+            tail += out
+            if len(tail) > 2 * TAIL_CAP:
+                del tail[:-TAIL_CAP]
+    except RefusedFile as exc:
+        return _refused(exc)
+    except zlib.error as exc:
+        return Peek(kind="unreadable",
+                    message=f"damaged gzip data ({exc}); copy or export it again.")
+    except EOFError:
         return Peek(kind="truncated", message=(
-            f"the gzip stream stops early (after {read} compressed bytes, {total} "
-            "bytes of JSON): the file was cut short; copy or export it again."))
+            f"the gzip stream stops early (after {total} bytes of JSON): the file was "
+            "cut short; copy or export it again."))
     if head is None:
         head = _parse_head(bytes(head_buf), eof=True)
     if isinstance(head, Peek):
@@ -308,32 +314,47 @@ def _members_to_end(s: str, i: int) -> dict[str, Any] | None:
 
 
 
-def safe_peek(path: str) -> Peek:
+def safe_peek(path: str, within: str | None = None) -> Peek:
     """``peek``, with any unexpected error as an "unreadable" verdict."""
     try:
-        return peek(path)
+        return peek(path, within)
     except Exception as exc:  # noqa: BLE001 - one odd file must not stop the whole run
         return Peek(kind="unreadable", message=f"could not be read ({exc!r}).")
 
 
-def read_json(path: str | Path) -> tuple[bytes | None, Peek]:
-    """The file's JSON bytes (``None`` off the fast path) and its peek verdict."""
+def read_json(path: str | Path, within: str | None = None) -> tuple[bytes | None, Peek]:
+    """The file's JSON bytes (``None`` off the fast path) and its peek verdict;
+    read through ``input_files.open_guarded``, its JSON no larger than
+    ``inflate_cap()``."""
+    name = str(path)
+    cap = inflate_cap()
     try:
-        data = Path(path).read_bytes()
+        with open_guarded(name, within=within) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            gz = fh.read(2) == b"\x1f\x8b"
+            if not gz and size > cap:
+                return None, _refused(json_too_large(name, cap))
+            fh.seek(0)
+            data = fh.read(cap + 1)
+    except RefusedFile as exc:
+        return None, _refused(exc)
     except OSError:
-        return None, safe_peek(str(path))
-    if data[:2] == b"\x1f\x8b":
-        inflater = zlib.decompressobj(wbits=31)
+        return None, safe_peek(name, within)
+    if gz:
+        # in pieces, the ratio checked against what was consumed so far: a bomb
+        # is refused past RATIO_FLOOR, not after inflating ratio x the whole file
         try:
-            data = inflater.decompress(data)
-        except zlib.error:
-            return None, safe_peek(str(path))
-        if not inflater.eof or inflater.unused_data:
-            return None, safe_peek(str(path))  # cut short, or several members
+            data = b"".join(inflate_pieces(io.BytesIO(data), name, cap))
+        except RefusedFile as exc:
+            return None, _refused(exc)
+        except (zlib.error, EOFError):
+            return None, safe_peek(name, within)  # damaged, or cut short
+    elif len(data) > cap:
+        return None, _refused(json_too_large(name, cap))
     try:
         seen = peek_bytes(data)
     except Exception:  # noqa: BLE001 - peek's own path says what is wrong
         seen = Peek(kind="unreadable")
     if seen.kind is not None:
-        return None, safe_peek(str(path))
+        return None, safe_peek(name, within)
     return data, seen

@@ -17,13 +17,13 @@ do; no parser traceback reaches the user.
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from torchlens.formats.input_files import RefusedFile, inflate_bytes, read_json_bytes
 from torchlens.formats.kineto.columns import finish
 from torchlens.formats.kineto.decode import decode
 from torchlens.formats.kineto.native import native_columns
@@ -35,7 +35,9 @@ _STAT_ITEM = re.compile(r"\s*([^=,]+?)\s*=\s*(\d+)")
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read a Kineto trace file (``.json`` or gzip, by content) into a ``Trace``."""
+    """Read a Kineto trace file (``.json`` or gzip, by content) into a ``Trace``;
+    the file is opened and inflated through ``formats.input_files`` (a regular
+    file only, its JSON no larger than ``inflate_cap()``)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file. Check the path.")
@@ -44,9 +46,16 @@ def load_trace(path: str | Path) -> Trace:
             f"{path}: is a folder; give one trace file (.json or .json.gz)."
         )
     try:
-        data = path.read_bytes()
+        data = read_json_bytes(path)
+    except RefusedFile:
+        raise
+    except (EOFError, zlib.error) as exc:
+        raise InputError(
+            f"{path}: truncated or damaged gzip file ({exc}); "
+            "copy or export the trace again."
+        ) from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror}).") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc}).") from None
     return ingest_bytes(data, str(path))
 
 
@@ -54,7 +63,9 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
     """Parse trace bytes (plain JSON or gzip); ``source`` names them in messages."""
     if data[:2] == b"\x1f\x8b":
         try:
-            data = gzip.decompress(data)
+            data = inflate_bytes(data, source)
+        except RefusedFile:
+            raise
         except (EOFError, OSError, zlib.error) as exc:
             raise InputError(
                 f"{source}: truncated or damaged gzip file ({exc}); "

@@ -4,21 +4,21 @@ Every name of the folder's layout (``docs/RANK_PROFILE.md``, "Run folder")
 is here and nowhere else: the writers (``%ddp_check --profile``, ``torchlens
 run``, the ranks, the live feed) and the readers build their paths with it.
 
-``read_capped`` is why a reader in the Jupyter server can open a folder it
-was only told about: the file must be regular (a FIFO put in its place
-cannot stall the server), not more than a limit, and with ``private`` not
-reached through a link and owned by this user.
+Every file of the folder is read through ``formats.input_files`` (the one
+guarded open): ``read_private_json`` is why a reader in the Jupyter server
+can open a folder it was only told about (a regular file, not more than a
+limit, not reached through a link and owned by this user).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import stat
 from typing import Any
 
-from torchlens.model.units import format_bytes
+from torchlens.formats.input_files import MAX_JSON_BYTES, read_capped
 
 #: the run's manifest: its ``format`` (``file_kind.RUN_FORMAT``) marks a folder as a torchlens run
 MANIFEST = "manifest.json"
@@ -41,8 +41,6 @@ SPOOL_DIR = ".spool"
 LOG_FILE = "command.log"
 #: an exported folder (``--export DIR/``): the result itself
 RESULT_FILE = "result.tlprof"
-#: the largest manifest or live status read (a 4,096-rank manifest is a few MB)
-MAX_JSON_BYTES = 64 << 20
 
 
 def rank_dir(run_dir: str, rank: int) -> str:
@@ -73,36 +71,8 @@ def oom_snapshot(run_dir: str, rank: int) -> str | None:
     return None
 
 
-def read_capped(path: str, limit: int = MAX_JSON_BYTES, private: bool = False) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them.
-
-    ``private``: also refuse a link and a file of another user. Raises
-    OSError (a missing file: FileNotFoundError) or ValueError saying why.
-    O_NONBLOCK: a FIFO is refused without blocking on its open.
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if private else 0)
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if private and st.st_uid != os.getuid():
-            raise ValueError("owned by another user")
-        if st.st_size > limit:
-            raise ValueError(f"larger than {format_bytes(limit)}")
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            data = fh.read(limit + 1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > limit:
-        raise ValueError(f"larger than {format_bytes(limit)}")
-    return data
-
-
 def read_private_json(path: str, limit: int) -> Any:
-    """``path`` read as ``read_capped(private=True)`` does, as JSON; None when it is
+    """``path`` read as ``input_files.read_capped(private=True)`` does, as JSON; None when it is
     missing, refused or not JSON (the sidebar shows what it can, never raises)."""
     try:
         return json.loads(read_capped(path, limit, private=True))
@@ -121,9 +91,14 @@ def write_live_status(run_dir: str, status: dict[str, Any]) -> None:
     """Replace ``live.json`` whole: a reader sees the old status or the new one."""
     path = os.path.join(run_dir, LIVE_STATUS)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(status, fh, allow_nan=False, default=str)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(status, fh, allow_nan=False, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk leaves no partial file behind
+            os.unlink(tmp)
+        raise
 
 
 def copy_run(source: str, dest: str) -> None:

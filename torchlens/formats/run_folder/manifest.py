@@ -22,6 +22,7 @@ back with ``as_finding``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -29,7 +30,8 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from torchlens.formats.file_kind import RUN_FORMAT
-from torchlens.formats.run_folder.files import MANIFEST, read_capped
+from torchlens.formats.input_files import RefusedFile, read_capped, world_size_refusal
+from torchlens.formats.run_folder.files import MANIFEST
 from torchlens.formats.text import first_bad_utf8_byte
 from torchlens.model import InputError
 
@@ -101,6 +103,40 @@ class LiveEntry(msgspec.Struct, kw_only=True):
     errors: dict[str, str] = {}
 
 
+class CollectorEntry(msgspec.Struct, kw_only=True):
+    """``torchlens run``: what the ranks sent the collector and what it kept
+    (``capture.ranks.collector.Collector.tally``), counted over every start.
+
+    Step records are never overwritten by a rank whose collector is behind
+    (it holds them until the collector has read its ring): a batch is lost
+    only when a rank exiting wrote over an unread one
+    (``step_batches_overwritten``), and records only past a rank's hold
+    (``step_records_shed``). A rank whose summaries' ring is full of unread
+    ones does not send the next (``summaries_skipped``).
+    Profiled-step summaries, when the collector falls behind a rank by
+    ``summaries_behind_at`` of them (its ring holds ``summaries_ring``), are
+    sampled: from then on it keeps every ``stride``-th summary of each rank
+    (by the rank's own count), up to every ``stride_max``-th, and counts the
+    others as ``summaries_sampled``. ``words`` says it as one sentence
+    (``analysis.ranks.collector_notes.sampling_words``); "" when all was kept.
+    Added within version 2 (an older reader ignores it).
+    """
+
+    step_batches_sent: int = 0
+    step_batches_overwritten: int = 0
+    step_records_kept: int = 0
+    step_records_shed: int = 0
+    summaries_sent: int = 0
+    summaries_kept: int = 0
+    summaries_sampled: int = 0
+    summaries_overwritten: int = 0
+    summaries_skipped: int = 0
+    stride_max: int = 1
+    summaries_behind_at: int = 0
+    summaries_ring: int = 0
+    words: str = ""
+
+
 class ProfileEntry(msgspec.Struct):
     """``%ddp_check --profile``'s settings (``ProfileSpec.manifest``): each left
     out of the JSON when not set (``{}``: not a --profile run)."""
@@ -159,6 +195,9 @@ class CreepEntry(msgspec.Struct):
     steps: int | None = None
     source: str | None = None
     words: str = ""
+    #: the first and last step fitted (None in an older manifest)
+    first_step: int | None = None
+    last_step: int | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):
@@ -200,6 +239,8 @@ class Manifest(msgspec.Struct, kw_only=True):
     dropped_why: dict[str, int] = {}
     notes: list[str] = []
     live: LiveEntry | None = None
+    #: what the ranks sent the collector and what it kept (sampled summaries)
+    collector: CollectorEntry | None = None
 
     def rank(self, rank: int) -> RankEntry | None:
         """The entry of ``rank``, None when the manifest has none."""
@@ -232,9 +273,14 @@ def write_manifest(run_dir: str, manifest: Manifest) -> str:
     msgspec.json.decode(data, type=Manifest)
     path = os.path.join(run_dir, MANIFEST)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk leaves no partial file behind
+            os.unlink(tmp)
+        raise
     return path
 
 
@@ -244,15 +290,19 @@ def read_manifest(run_dir: str, private: bool = False) -> Manifest:
     not a torchlens run's, of a newer version or of the wrong shape.
 
     ``private``: only a regular file of this user, not through a link (the
-    Jupyter server reads folders named in its registry).
+    Jupyter server reads folders named in its registry). Either way a manifest
+    that leads out of the folder (a link) is refused (``input_files.open_guarded``).
     """
-    return load_manifest(os.path.join(run_dir, MANIFEST), private)
+    return load_manifest(os.path.join(run_dir, MANIFEST), private, within=run_dir)
 
 
-def load_manifest(path: str, private: bool = False) -> Manifest:
-    """``read_manifest`` of a manifest file's own path."""
+def load_manifest(path: str, private: bool = False, within: str | None = None) -> Manifest:
+    """``read_manifest`` of a manifest file's own path; ``within``: refused unless
+    the file opened lies in that folder (``input_files.open_guarded``)."""
     try:
-        data = read_capped(path, private=private)
+        data = read_capped(path, private=private, within=within)
+    except RefusedFile as exc:
+        raise ManifestError(path, f"refused: {exc.why}") from None
     except FileNotFoundError:
         raise ManifestError(path, "no such file: the folder holds no torchlens run "
                             "(or the run ended before its folder was written)") from None
@@ -282,6 +332,11 @@ def load_manifest(path: str, private: bool = False) -> Manifest:
     if version == 1:
         doc.setdefault("source", SOURCE_DDP_CHECK)
     try:
-        return msgspec.convert(doc, Manifest)
+        manifest = msgspec.convert(doc, Manifest)
     except msgspec.ValidationError as exc:
         raise ManifestError(path, f"not a valid torchlens run manifest ({exc})") from None
+    # a declared count is checked before any reader makes a list of that many ranks
+    too_many = world_size_refusal(manifest.world_size)
+    if too_many is not None:
+        raise ManifestError(path, f"refused: {too_many}")
+    return manifest

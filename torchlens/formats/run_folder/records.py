@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from torchlens.formats.input_files import RefusedFile, read_lines
 from torchlens.formats.run_folder.files import STEPS, SUMMARIES, rank_dir
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, RestartEntry
 from torchlens.model.records import StepRecord, without_setup
@@ -37,21 +38,26 @@ def _write(path: str, records: Iterable[StepRecord | Record | bytes]) -> None:
             fh.write(b"\n")
 
 
+#: what decoding one damaged line can raise (a value of the wrong type, a number
+#: out of range, a nest deeper than the parser follows): the line is skipped
+_BAD_LINE = (ValueError, TypeError, OverflowError, RecursionError, KeyError, AttributeError)
+
+
 def _lines(path: str) -> Iterator[bytes]:
-    """The file's lines; none when it is not there."""
+    """The file's lines, read through ``input_files.read_lines`` (a regular file in
+    its rank folder; an overlong line comes back empty, a damaged line); none
+    when it is not there or refused (a link out of the run folder, a FIFO)."""
     try:
-        fh = open(path, "rb")  # noqa: SIM115
-    except OSError:
+        yield from read_lines(path, within=os.path.dirname(os.path.dirname(path)) or ".")
+    except (OSError, RefusedFile):
         return
-    with fh:
-        yield from fh
 
 
 def _read(path: str) -> Iterator[Record]:
     for line in _lines(path):
         try:
             rec = json.loads(line.decode("utf-8", errors="replace"))
-        except ValueError:
+        except _BAD_LINE:
             continue
         if isinstance(rec, dict):
             yield rec
@@ -84,9 +90,11 @@ def _records(path: str) -> Iterator[StepRecord]:
     bad = 0
     for line in _lines(path):
         try:
-            yield StepRecord.from_json(line)
-        except ValueError:
+            rec = StepRecord.from_json(line)
+        except _BAD_LINE:
             bad += 1
+            continue
+        yield rec
     _DAMAGED[path] = bad
 
 

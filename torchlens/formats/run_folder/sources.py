@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchlens.formats.input_files import outside_link, world_size_refusal
 from torchlens.formats.kineto.peek import Peek, safe_peek
 from torchlens.formats.run_folder import files as run_files
 from torchlens.formats.run_folder.files import LIVE_FEED, LIVE_STATUS, MANIFEST
@@ -190,7 +191,7 @@ def _scan_folder(folder: Path, problems: list[Problem], ignored: list[str]
                 continue  # a torchlens run's live status (torchlens.watch), not a trace
             if name == MANIFEST:
                 try:
-                    manifests[Path(here)] = load_manifest(str(path))
+                    manifests[Path(here)] = load_manifest(str(path), within=here)
                     continue
                 except ManifestError as exc:
                     if not exc.foreign:  # another program's manifest.json: looked at below
@@ -199,6 +200,7 @@ def _scan_folder(folder: Path, problems: list[Problem], ignored: list[str]
                             "by their distributedInfo and names instead.")))
                         continue
             files.append(path)
+    files, refused = _inside_runs(files, set(manifests), problems)
     files.sort(key=lambda p: p.parts)
     runs: list[_Candidate] = []
     claimed: set[Path] = set()
@@ -221,6 +223,13 @@ def _scan_folder(folder: Path, problems: list[Problem], ignored: list[str]
                     listed[path] = int(m.group(1))
         for path, rank in sorted(listed.items(), key=lambda kv: (kv[1], str(kv[0]))):
             claimed.add(path)
+            if path in refused:
+                continue  # named once, by _inside_runs
+            away = outside_link(str(path), str(run_dir))
+            if away is not None:  # "../x" or an absolute path in the manifest, or a link
+                problems.append(Problem("unreadable", str(path), (
+                    f"{run_dir / MANIFEST} lists it for rank {rank}; refused: {away}.")))
+                continue
             if not path.exists():
                 problems.append(Problem("unreadable", str(path), (
                     f"{run_dir / MANIFEST} lists it for rank {rank}, but it is not there.")))
@@ -228,6 +237,27 @@ def _scan_folder(folder: Path, problems: list[Problem], ignored: list[str]
             runs.append(_Candidate(str(path), 0, rank, world, str(run_dir)))
     loose = [_Candidate(str(p), 0) for p in files if p not in claimed]
     return runs, loose, found
+
+
+def _inside_runs(files: list[Path], run_dirs: set[Path], problems: list[Problem]
+                 ) -> tuple[list[Path], set[Path]]:
+    """``files`` less those in a torchlens run folder that lead outside it (a
+    link to another place), and the set of those: each is named, never
+    opened, so nothing of its target is read or shown. A folder of traces
+    without a manifest may link to traces kept elsewhere (``_place`` then
+    quotes nothing of a linked file)."""
+    kept: list[Path] = []
+    refused: set[Path] = set()
+    for path in files:
+        run_dir = next((d for d in path.parents if d in run_dirs), None)
+        away = None if run_dir is None else outside_link(str(path), str(run_dir))
+        if away is not None:
+            problems.append(Problem("unreadable", str(path), f"refused: {away}; left out "
+                                    "of the run."))
+            refused.add(path)
+            continue
+        kept.append(path)
+    return kept, refused
 
 
 def _as_int(value: Any) -> int | None:
@@ -256,13 +286,22 @@ def _peek_each(paths: list[str]) -> list[Peek]:
 def _place(c: _Candidate, result: Peek, problems: list[Problem],
            default_rank: int | None = None) -> _Placed | None:
     if result.kind is not None:
+        message = result.message.rstrip(".")
+        if _linked(c.path) and not message.startswith("refused"):
+            # a verdict may quote the file's first bytes: never those of a link's target
+            message = (f"not a usable trace ({result.kind}); it is a link to "
+                       f"{os.path.realpath(c.path)}, so nothing of it is shown")
         # what was done, for the command line's one line per problem
-        problems.append(Problem(result.kind, c.path, f"{result.message.rstrip('.')}; "
-                                "left out of the run."))
+        problems.append(Problem(result.kind, c.path, f"{message}; left out of the run."))
         return None
     info = result.members.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     trace_world = _as_int(info.get("world_size"))
+    if trace_world is not None and (why := world_size_refusal(trace_world)) is not None:
+        # checked before any list of that many ranks is made; the file is still read
+        problems.append(Problem("world size", c.path, f"its distributedInfo's {why}; "
+                                "its world size is not used."))
+        trace_world = None
     step_m = _STEP_FILE.search(Path(c.path).name)
     step = int(step_m.group(1)) if step_m else None
     if c.manifest_rank is not None:
@@ -271,6 +310,11 @@ def _place(c: _Candidate, result: Peek, problems: list[Problem],
                        ("run", c.run_dir or ""), step)
     group = ("steps", str(Path(c.path).parent)) if step is not None else ("file", c.path)
     rank = _as_int(info.get("rank"))
+    if rank is not None and (why := world_size_refusal(rank + 1)) is not None:
+        problems.append(Problem("no rank", c.path, (
+            f"its distributedInfo.rank {rank} is not a rank of a believed world size "
+            f"({why.split('; ', 1)[-1]}); left out of the run.")))
+        return None
     if rank is not None:
         return _Placed(rank, c.path, c.order, "distributedInfo", trace_world, trace_world,
                            group, step)
@@ -286,6 +330,11 @@ def _place(c: _Candidate, result: Peek, problems: list[Problem],
         "rank-3, rank_3 or a _3 before the extension), so it is left out; rename it, e.g. to "
         "rank3.json, or pass the run's files in a torchlens run folder.")))
     return None
+
+
+def _linked(path: str) -> bool:
+    """Whether ``path`` is reached through a link (of its own or of a folder above it)."""
+    return os.path.realpath(path) != os.path.abspath(path)
 
 
 def _group(placed: list[_Placed], problems: list[Problem]
@@ -362,6 +411,22 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(parts)
 
 
+def _gaps(have: set[int], end: int) -> tuple[str, int]:
+    """The ranks below ``end`` not in ``have``, as ``_ranges`` writes them, and how
+    many: from the gaps between the ranks found, never a list of every rank
+    (a declared world size is as large as its file says)."""
+    parts: list[str] = []
+    count = 0
+    prev = -1
+    for r in sorted(x for x in have if x < end) + [end]:
+        if r > prev + 1:
+            lo, hi = prev + 1, r - 1
+            parts.append(f"{lo}" if lo == hi else f"{lo}-{hi}")
+            count += hi - lo + 1
+        prev = r
+    return ", ".join(parts), count
+
+
 def _check_ranks(ranks: list[RankFile], world: int | None, root: str,
                  problems: list[Problem]) -> None:
     have = {r.rank for r in ranks}
@@ -371,18 +436,18 @@ def _check_ranks(ranks: list[RankFile], world: int | None, root: str,
                 problems.append(Problem("world size", r.paths[0], (
                     f"it is rank {r.rank}, outside world size {world} (ranks 0-{world - 1}); "
                     "it is analysed with the others.")))
-        missing = [r for r in range(world) if r not in have]
-        if missing:
-            word = "rank" if len(missing) == 1 else "ranks"
+        missing, count = _gaps(have, world)
+        if count:
+            word = "rank" if count == 1 else "ranks"
             problems.append(Problem("missing rank", root, (
-                f"{word} {_ranges(missing)} of world size {world} "
-                f"{'has' if len(missing) == 1 else 'have'} no usable trace "
+                f"{word} {missing} of world size {world} "
+                f"{'has' if count == 1 else 'have'} no usable trace "
                 f"(found {len(have)}: {_ranges(sorted(have)) or 'none'}).")))
     elif have:
-        missing = [r for r in range(max(have)) if r not in have]
-        if missing:
-            word = "rank" if len(missing) == 1 else "ranks"
+        missing, count = _gaps(have, max(have))
+        if count:
+            word = "rank" if count == 1 else "ranks"
             problems.append(Problem("missing rank", root, (
-                f"{word} {_ranges(missing)} below rank {max(have)} "
-                f"{'has' if len(missing) == 1 else 'have'} no usable trace; no trace "
+                f"{word} {missing} below rank {max(have)} "
+                f"{'has' if count == 1 else 'have'} no usable trace; no trace "
                 "says the world size.")))

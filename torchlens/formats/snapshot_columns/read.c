@@ -200,6 +200,7 @@ static int intern(Reader *r, int32_t c, const int32_t *src, int64_t count) {
 
 static int extend(Reader *r, int32_t c, const int32_t *src, int64_t count) {
     Node *x = &r->nodes[c];
+    if (count == 0) return 0;  /* an empty APPENDS / SETITEMS (x->items may be NULL) */
     if (x->type == T_LIST && x->len == 0 && count >= 4) return intern(r, c, src, count);
     if (x->len + count > INT32_MAX) return fail(r, SHAPE, "a container past 2**31 items");
     if (x->len + count > x->cap) {
@@ -324,7 +325,8 @@ static int32_t long_node(Reader *r, const uint8_t *p, int k) {
     return id;
 }
 
-#define NEED(k) do { if (pos + (k) > r->n) return fail(r, TRUNCATED, "the pickle ends early"); } while (0)
+/* (to done: the stack, marks and memo are freed there) */
+#define NEED(k) do { if (pos + (k) > r->n) { fail(r, TRUNCATED, "the pickle ends early"); goto done; } } while (0)
 /* the stack and the memo hold at most one item per opcode byte: sized so, they never
    grow (untouched pages of a large allocation cost nothing) */
 #define SPUSH(x) (st.v[st.n++] = (x), 0)
@@ -631,7 +633,8 @@ static int32_t stack_id(Reader *r, int32_t l) {
         int32_t s = r->st_hash[slot];
         if (s < 0) break;
         int64_t len = r->st_start[s + 1] - r->st_start[s];
-        if (len == n && memcmp(r->st_items + r->st_start[s], mine, (size_t)n * 4) == 0) {
+        /* (an empty stack compares without memcmp: st_items may be NULL then) */
+        if (len == n && (n == 0 || memcmp(r->st_items + r->st_start[s], mine, (size_t)n * 4) == 0)) {
             if (l >= 0) r->stack_of[l] = s + 1;
             if (tag) r->it_stack[tag - 1] = s;
             return s;

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -230,7 +231,11 @@ class AnalyzeCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from torchlens.analysis.runs.analyze import NS_NOTE
+        from torchlens.analysis.runs.analyze import (
+            NS_NOTE,
+            temporal_unmeasured,
+            unsaid_problems,
+        )
         from torchlens.frontends.runs.api import JSON_SCHEMA, SCHEMA_VERSION, load_run
 
         if args.schema:
@@ -256,13 +261,22 @@ class AnalyzeCommand(Command):
                 print(line, file=sys.stderr)
             return EXIT_USAGE
         if not args.json:
+            # the verdict leads (as the terminal of torchlens run says it), then
+            # the other findings; the GPU time table only when it holds a figure
             print(repr(run))
-            for p in run.problems:
+            # a problem a finding says in full (a damaged manifest) is said there
+            for p in unsaid_problems(run.problems):
                 print(f"  {p.kind}: {p.path}: {p.message}")
-            print(run.temporal().to_string(index=False, na_rep=MISSING))
-            print(f"({NS_NOTE})")
-            for line in run.findings():
-                print(f"- {line}")
+            said = run.analysis().verdict
+            for found in run.analysis().findings:
+                if found is not said:  # the verdict is the repr's line
+                    print(f"- {found}")
+            unmeasured = temporal_unmeasured(run.analysis().temporal)
+            if unmeasured:
+                print(unmeasured)
+            else:
+                print(run.temporal().to_string(index=False, na_rep=MISSING))
+                print(f"({NS_NOTE})")
         return 0
 
 
@@ -307,7 +321,8 @@ class DiffCommand(Command):
                             help="also write the diff as an HTML report")
         parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
                             help="exit 1 when B's median step time is more than PCT %% "
-                                 "above A's")
+                                 "above A's and beyond run-to-run noise (each run's "
+                                 "step-to-step spread, added)")
         parser.add_argument("--fail-if-larger", type=float, metavar="PCT",
                             help="two snapshots: exit 1 when B's peak allocated memory is "
                                  "more than PCT %% above A's")
@@ -358,11 +373,16 @@ class DiffCommand(Command):
         if verdict is None:
             raise InputError("--fail-if-slower: no step time to compare (a run has no "
                              "ProfilerStep#N spans)")
+        change = (f"{format_percent(st.regression_pct, signed=True)} "
+                  f"({format_us_as_ms(st.a_median_us)} -> {format_us_as_ms(st.b_median_us)})")
         if verdict:
-            print(f"torchlens: step time regressed {format_percent(st.regression_pct, signed=True)} "
-                  f"({format_us_as_ms(st.a_median_us)} -> {format_us_as_ms(st.b_median_us)}), "
-                  f"more than --fail-if-slower {args.fail_if_slower:g}%", file=sys.stderr)
+            print(f"torchlens: step time regressed {change}, more than --fail-if-slower "
+                  f"{args.fail_if_slower:g}%", file=sys.stderr)
             return 1
+        if st.within_noise and (st.regression_pct or 0.0) > args.fail_if_slower:
+            print(f"torchlens: step time {change}: more than --fail-if-slower "
+                  f"{args.fail_if_slower:g}% but within run-to-run noise "
+                  f"(±{format_us_as_ms(st.noise_us)}): not a regression", file=sys.stderr)
         return 0
 
 
@@ -390,7 +410,7 @@ class RunCommand(Command):
             "torchlens)")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] "
+        parser.usage = ("torchlens run [--out RUN_DIR] [--host IFACE] [--port P] [--no-profile] "
                         "[--metrics [HOST:]PORT [--metrics-token-file PATH]] -- "
                         "torchrun --nnodes ... train.py ARGS")
         parser.epilog = ("Each torchrun rank attaches when it starts (no code change); a step "
@@ -414,6 +434,10 @@ class RunCommand(Command):
                             help="the bearer token for --metrics from this file of yours "
                                  "(mode 0600, read, never deleted): one Prometheus config "
                                  "for every run")
+        parser.add_argument("--no-profile", action="store_true",
+                            help="step records only: no rank runs torch.profiler (the "
+                                 "report's timelines and op tables come from its profiled "
+                                 "steps); for a job that torch.profiler upsets")
         parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                             help="the command to run, usually torchrun ... train.py ARGS")
 
@@ -421,7 +445,8 @@ class RunCommand(Command):
         from torchlens.frontends.ranks.command import run
 
         return run(args.command, out=args.out, host=args.host, port=args.port,
-                   metrics=args.metrics, metrics_token_file=args.metrics_token_file)
+                   metrics=args.metrics, metrics_token_file=args.metrics_token_file,
+                   profile=not args.no_profile)
 
 
 class MetricsCommand(Command):
@@ -480,13 +505,43 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     the subcommand's mistake: its usage, not the top level's (argparse's own
     ``parse_args`` reports them on the top parser). Exits 2 on a usage error."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and not argv[0].startswith("-") and (wrong := unknown_command(argv[0])):
+        parser.error(wrong)
     args, extras = parser.parse_known_args(argv)
     if extras:
         sub = args._parser
         name = args._command.name
         before = name in argv and any(w in argv[:argv.index(name)] for w in extras)
-        (parser if before else sub).error(unrecognized(extras, parser if before else sub))
+        said = unrecognized(extras, parser if before else sub)
+        if not before and (hint := _diff_hint(name, args, extras)):
+            said = f"{said}; {hint}"
+        (parser if before else sub).error(said)
     return args
+
+
+def unknown_command(word: str) -> str | None:
+    """argparse's words for a subcommand name that is none of ``COMMANDS``, with
+    the one it was likely meant to be (``dif``: ``diff``); None for a known one."""
+    names = [c.name for c in COMMANDS]
+    if word in names:
+        return None
+    said = (f"argument COMMAND: invalid choice: {word!r} "
+            f"(choose from {', '.join(repr(n) for n in names)})")
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    return f"{said}; did you mean {close[0]}?" if close else said
+
+
+def _diff_hint(name: str, args: argparse.Namespace, extras: list[str]) -> str | None:
+    """Where a comparison asked of ``report`` or ``analyze`` (``--diff B``) is
+    made: ``torchlens diff A B``."""
+    flag = next((w for w in extras if w.split("=", 1)[0] == "--diff"), None)
+    if flag is None or name not in ("report", "analyze"):
+        return None
+    after = extras[extras.index(flag) + 1:]
+    other = flag.split("=", 1)[1] if "=" in flag else next(
+        (w for w in after if not w.startswith("-")), "B")
+    first = getattr(args, "path", None) or next(iter(getattr(args, "paths", None) or []), "A")
+    return f"to compare two runs: torchlens diff {shlex.quote(first)} {shlex.quote(other)}"
 
 
 def main(argv: list[str] | None = None) -> int:

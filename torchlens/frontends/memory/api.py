@@ -277,6 +277,9 @@ def as_memory(value: Any) -> MemoryResult | None:
         if kind == "snapshot":
             return load_gpumem(str(Path(os.fspath(value))))
         if kind == "tlprof":
+            from torchlens.formats.input_files import check_zip
+
+            check_zip(value)  # its members' inflated sizes, before any is read
             return as_memory(load_profile(Path(os.fspath(value))))
     return None
 
@@ -356,9 +359,12 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
                          "inferred from its frames")
     result = MemoryResult().set_categories(custom_categories)
     name = os.path.basename(str(path))
-    fast = columns_of(path)
+    data = snapshot_bytes(path)
+    fast = columns_of(data, path)
     if fast is None:
-        result._profile = profile_of(load_snapshot(path), path, name, display)
+        source = io.BytesIO(data)
+        source.name = str(path)  # the loader's messages name the file, as from a path
+        result._profile = profile_of(load_snapshot(source), path, name, display)
         return result
     data, cols = fast
     # peak() and categories() read the columns; anything else makes the Profile from
@@ -373,7 +379,22 @@ def load_gpumem(path: str, custom_categories: dict[str, str] | None = None,
     return result
 
 
-def columns_of(path: str) -> tuple[bytes, SnapshotColumns] | None:
+def snapshot_bytes(path: str) -> bytes:
+    """A snapshot file's bytes, read through the one guarded open
+    (``formats.input_files``: a regular file, no larger than its cap); a
+    missing file or a folder gets the snapshot loader's own message."""
+    from torchlens.formats.input_files import read_file_bytes
+    from torchlens.model.snapshot import load_snapshot
+
+    if not os.path.exists(path) or os.path.isdir(path):
+        load_snapshot(path)  # raises its one-line message
+    try:
+        return read_file_bytes(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def columns_of(data: bytes, path: str) -> tuple[bytes, SnapshotColumns] | None:
     """(the file's bytes, their columns) when the compiled reader takes the file; None
     otherwise (not built, TORCHLENS_NO_NATIVE, a torchlens export, any file it declines:
     the Python loader then reads it and says what is wrong). The settings are checked
@@ -383,10 +404,6 @@ def columns_of(path: str) -> tuple[bytes, SnapshotColumns] | None:
     from torchlens.model.snapshot import normalize_snapshot
 
     if not native.available():
-        return None
-    try:
-        data = Path(path).read_bytes()
-    except (OSError, TypeError):
         return None
     cols = native.read(data, RECORD_KEY)
     if cols is None:

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
-from torchlens.formats.run_folder import files
+from torchlens.analysis.ranks.collector_notes import dropped_words, sampling_words
+from torchlens.formats.run_folder import files, spool
 from torchlens.formats.run_folder.manifest import (
     SOURCE_RUN,
     CreepEntry,
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from torchlens.analysis.ranks.verdict import RankRow
 
 POLL_S = 0.25
+#: after torchlens' own loop failed: how long until it watches again
+RETRY_S = 5.0
 #: after the command ends: polls for the last batches its ranks wrote
 FINAL_POLLS = 3
 TAIL_LINES = 20
@@ -92,7 +95,12 @@ def _out_dir(out: str | None) -> str:
     out = out or time.strftime("torchlens-run-%Y%m%d-%H%M%S")
     if os.path.exists(os.path.join(out, files.MANIFEST)):
         raise InputError(f"{out} already holds a run ({files.MANIFEST}): choose another --out")
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot make the run folder {out} (--out): {exc.strerror or exc}; "
+                         "give a folder that does not exist yet or an empty one, where you "
+                         "can write") from None
     return os.path.abspath(out)
 
 
@@ -122,10 +130,11 @@ def _exit_code(code: int | None) -> int:
 
 def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", port: int = 0,
         stream: TextIO | None = None, tty: bool | None = None, metrics: str | None = None,
-        metrics_token_file: str | None = None) -> int:
+        metrics_token_file: str | None = None, profile: bool = True) -> int:
     """Run ``command`` under the collector; returns its exit code. ``metrics``:
     ``[HOST:]PORT`` to serve Prometheus series at (``metrics_endpoint``);
-    ``metrics_token_file``: the user's bearer token for it (else one per run)."""
+    ``metrics_token_file``: the user's bearer token for it (else one per run);
+    ``profile=False``: the ranks record their steps but run no torch.profiler."""
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store-wait warnings
     command = _check_command(list(command))
     from torchlens.frontends.ranks import launchers, metrics_endpoint
@@ -135,17 +144,22 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
             raise InputError("--metrics-token-file is for --metrics: add --metrics [HOST:]PORT")
         metrics_endpoint.read_token(metrics_token_file)
     run_dir = _out_dir(out)
-    from torchlens.analysis.ranks.job_exit import job_ended
+    from torchlens.analysis.ranks.job_exit import job_ended, output_where
     from torchlens.analysis.ranks.verdict import live_status, run_view
     from torchlens.capture.channel.signing import ENV_RUN_ID, ENV_SECRET_FILE, RunKey
     from torchlens.capture.ranks import torchrun as child
-    from torchlens.capture.ranks.attach import ENV_COLLECTOR, ENV_RUN_DIR
+    from torchlens.capture.ranks.attach import ENV_COLLECTOR, ENV_PROFILE, ENV_RUN_DIR
     from torchlens.capture.ranks.collector import Collector
+    from torchlens.capture.ranks.descriptors import DescriptorWatch, Reserve
     from torchlens.capture.ranks.feed import FeedPublisher
     from torchlens.render.ranks.terminal import TerminalSummary
 
     stream = _Output(stream or sys.stdout)
     key = RunKey.new()
+    # held before the store listens: connections to it cannot take these, so the
+    # command starts and the folder is written however many are open (a flood)
+    reserve = Reserve()
+    fds = DescriptorWatch()
     try:
         collector = Collector(key, host, port, spool=os.path.join(run_dir, files.SPOOL_DIR))
     except OSError as exc:
@@ -154,15 +168,18 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     feed = FeedPublisher(collector, run_dir)  # what torchlens.watch reads (docs/MULTINODE.md)
     secret_path = key.write_secret(os.path.join(run_dir, files.SECRET_FILE))
     env = {ENV_COLLECTOR: address, **key.env(), ENV_RUN_DIR: run_dir,
-           FRESH_STORE: os.environ.get(FRESH_STORE, "1"), **autoattach.pythonpath(os.environ)}
+           FRESH_STORE: os.environ.get(FRESH_STORE, "1"), **autoattach.pythonpath(os.environ),
+           **({} if profile else {ENV_PROFILE: "0"})}
     summary = TerminalSummary(stream, tty)
     loopback = collector.host in LOOPBACK
-    summary.say(f"torchlens run: run {key.run_id}, collector {address}, run folder {run_dir}")
+    summary.say_words(f"torchlens run: run {key.run_id}, collector {address}, "
+                      f"run folder {run_dir}")
     if (unattached := launchers.accelerate_cpu(command)) is not None:
-        summary.say(f"torchlens run: {unattached}")
+        summary.say_words(f"torchlens run: {unattached}")
     other = (f"{ENV_COLLECTOR}={address} {ENV_RUN_ID}={key.run_id} "
              f"{ENV_SECRET_FILE}={secret_path} {ENV_RUN_DIR}={run_dir} "
              f"{FRESH_STORE}={shlex.quote(env[FRESH_STORE])} {OTHER_PYTHONPATH} "
+             + ("" if profile else f"{ENV_PROFILE}=0 ") +
              f"{shlex.join(command)}")
     if nodes(command) > 1 or not loopback:  # one node: no second command to run
         where = ("the collector listens on loopback only: other machines cannot reach it "
@@ -176,24 +193,40 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     log = os.path.join(run_dir, files.LOG_FILE) if summary.tty else None
     if log:
         summary.say(f"the command's output: {log}")
-    summary.say(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
-                f"or torchlens.watch({address!r}, secret_file={secret_path!r})")
+    summary.say_words(f"watch it from a notebook: torchlens.watch({run_dir!r}) "
+                      f"or torchlens.watch({address!r}, secret_file={secret_path!r})")
     exporter = (metrics_endpoint.serve(metrics_at, run_dir, summary.say, metrics_token_file)
                 if metrics_at else None)
-    entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
-    proc = child.start(command, env, log)
+    try:
+        entry = run_registry.register(key.run_id, run_dir, address, command)  # for the sidebar
+    except OSError:  # out of descriptors: the sidebar does not list this run
+        entry = None
+    with contextlib.suppress(OSError):  # who owns the spool: a rebuild checks it is gone
+        spool.write_command(spool.spool_dir(run_dir), spool.SpoolCommand(
+            pid=os.getpid(), pid_start=run_registry.process_start(os.getpid()),
+            host=socket.gethostname(), run_id=key.run_id, started=collector.t0,
+            command=list(command)))
+    reserve.release()
+    proc = _start(child.start, command, env, log)
+    reserve.take()
     own = _OwnLines(proc.own, summary) if log else None  # relayed as they are otherwise
     interrupted = False
     stopped_by = "Ctrl-C"
+    lost: list[str] = []  # what torchlens failed to do, said at the end
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # the terminal closed (a dropped ssh session): nobody reads the summary any
+    # more, but the job runs on and its run folder is still written at its end
+    hangup = signal.signal(signal.SIGHUP, lambda *_: _hung_up(stream))
     try:
-        watch(collector, summary, lambda: proc.poll() is None, feed, exporter, own)
+        _watch_failing_open(collector, summary, proc, feed, exporter, own, lost, fds)
     except KeyboardInterrupt as exc:
         interrupted = True
         stopped_by = "SIGTERM" if isinstance(exc, _Terminated) else stopped_by
         summary.say(f"torchlens run: stopped by {stopped_by}, ending the command's processes")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGHUP, hangup)
+        reserve.release()  # for the last polls, the feed's last frame and the folder
         code = child.end(proc)
         leftovers = child.end_leftovers([s.hello for s in collector.all_slots()])
         child.wait_relay(proc)  # the command's last lines before the summary's
@@ -203,23 +236,39 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
             with contextlib.suppress(Exception):
                 collector.poll()
             time.sleep(POLL_S / 2)
-        view = run_view(collector.snapshot(), ended=True)
+        view = run_view(collector.snapshot(), ended=True, interrupted=interrupted)
         if not interrupted:  # a job can fail where no rank says so (a mistyped script)
             view = job_ended(view, code, list(getattr(proc, "tail", ())), unattached)
+        view = output_where(view, log)  # the path of the output a failure's advice names
         if exporter is not None:  # how each rank ended, for the last scrape
             exporter.tick(collector, view)
         with contextlib.suppress(Exception):  # the folder is written whatever happens
             feed.publish(live_status(view).to_json(), ended=True)
         feed.close()
-        manifest = write_folder(run_dir, collector, view, command, code, interrupted,
-                                live=feed.manifest_entry())
+        try:
+            manifest = write_folder(run_dir, collector, view, command, code, interrupted,
+                                    live=feed.manifest_entry())
+        except Exception as exc:  # noqa: BLE001 - a full disk: the verdict is still said
+            lost.append(f"the run folder could not be written ({type(exc).__name__}: {exc}); "
+                        f"what the collector spooled of what the ranks sent is in "
+                        f"{os.path.join(run_dir, files.SPOOL_DIR)}")
+            manifest = Manifest(world_size=view.world_size,
+                                stopped=_where_stopped(view, interrupted, code))
+        fds.check()
+        fds.close()
+        lost += _lost_files(fds.full, feed.errors, collector.port)
+        if any(collector.unspooled):
+            batches, summaries = collector.unspooled
+            lost.insert(0, f"{batches} step batches and {summaries} profiled-step summaries the "
+                        f"collector read could not be written to its spool "
+                        f"({collector.spool_error}): they are missing from the run folder")
         feed.linger()  # store watchers read the last frame before the store goes
         if exporter is not None:
             exporter.close(linger=True)
         with contextlib.suppress(OSError):
             os.remove(secret_path)
         collector.close()
-        run_registry.unregister(entry)
+        run_registry.finish(entry)  # the sidebar lists the finished run a while
     summary.final(view, "")
     for e in manifest.ranks:  # not in the live view: the goodbye that says it is the last word
         if e.oom:
@@ -233,14 +282,92 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     status = EXIT_INTERRUPTED if interrupted else _exit_code(code)
     # one exit status, the one the shell gets
     if interrupted:
-        summary.say(f"torchlens run: {manifest.stopped}; stopped by {stopped_by}: "
-                    f"exit code {status}" + (f" (the command's output: {log})" if log else ""))
+        summary.say_words(f"torchlens run: {manifest.stopped}; stopped by {stopped_by}: "
+                          f"exit code {status}"
+                          + (f" (the command's output: {log})" if log else ""))
     elif manifest.stopped.startswith("ended with exit code"):
-        summary.say(f"torchlens run: {manifest.stopped}")
+        summary.say_words(f"torchlens run: {manifest.stopped}")
     else:
-        summary.say(f"torchlens run: {manifest.stopped}; exit code {status}")
+        summary.say_words(f"torchlens run: {manifest.stopped}; exit code {status}")
+    if manifest.dropped_messages:  # what someone other than the ranks wrote, by reason
+        summary.say_words(f"torchlens run: dropped {manifest.dropped_messages}: "
+                          f"{dropped_words(manifest.dropped_why)} (not from this run's ranks: "
+                          "never read further)")
+    if manifest.collector is not None and manifest.collector.words:
+        summary.say_words(f"torchlens run: the collector kept {manifest.collector.words}")
+    for words in lost:
+        summary.say_words(f"torchlens run: lost: {words}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
     return status
+
+
+def _start(start: Callable[..., Any], command: list[str], env: dict[str, str],
+           log: str | None, tries: int = 20) -> Any:
+    """``start(command, env, log)``, tried again for a while when the process is
+    out of descriptors (``EMFILE``: connections to the store took them between
+    the reserve's release and the start): the job must start all the same."""
+    import errno
+
+    for i in range(tries):
+        try:
+            return start(command, env, log)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or i == tries - 1:
+                raise
+            time.sleep(POLL_S)
+    raise AssertionError("unreachable")
+
+
+def _lost_files(full: Any, feed_errors: dict[str, str], port: int) -> list[str]:
+    """What the run lost to its own descriptors running out (``full``: a
+    ``descriptors.Exhaustion``) and to its live feed's failed writes, in words."""
+    out = []
+    if full is not None:
+        sockets = (f", {full.sockets:,} of them sockets: connections to its store port {port}"
+                   if full.sockets > 0 else "")
+        out.append(f"the collector ran out of file descriptors from {full.since} ({full.peak:,} "
+                   f"open, its limit RLIMIT_NOFILE {full.limit:,}{sockets}): ranks that "
+                   "connected then were turned away (their records and steps are missing) and "
+                   "its own files could not be opened; raise the limit (ulimit -n) or end "
+                   "whatever holds connections to that port")
+    for transport, error in sorted(feed_errors.items()):
+        out.append(f"live feed frames for torchlens.watch ({transport}: {error})")
+    return out
+
+
+def _watch_failing_open(collector: Any, summary: Any, proc: Any, feed: Any, exporter: Any,
+                        own: Any, lost: list[str], fds: Any = None) -> None:
+    """``watch`` until the job ends, whatever torchlens' own loop raises: a full
+    disk or too many open files must never end the job. After a failure the
+    loop waits ``RETRY_S`` and watches again (what the ranks sent meanwhile
+    waits in the store); each failure is added to ``lost`` and said once."""
+    failures: dict[str, list[Any]] = {}  # what it raised -> [first time, count]
+    def running() -> bool:
+        if fds is not None:
+            fds.check()
+        return proc.poll() is None
+
+    try:
+        while proc.poll() is None:
+            try:
+                watch(collector, summary, running, feed, exporter, own)
+                return
+            except Exception as exc:  # noqa: BLE001 - torchlens' own failure never ends the job
+                why = f"{type(exc).__name__}: {exc}"
+                if why not in failures:
+                    failures[why] = [time.strftime("%H:%M:%S"), 0]
+                    summary.say(f"torchlens run: the collector failed ({why}); the job goes "
+                                f"on, watched again in {RETRY_S:g} s (Ctrl-C ends it)")
+                failures[why][1] += 1
+                deadline = time.monotonic() + RETRY_S
+                while proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(POLL_S)
+    finally:
+        for why, (first, count) in failures.items():
+            times = f"{count} times from {first}" if count > 1 else f"at {first}"
+            lost.append(f"the collector failed {times} ({why}); it paused {RETRY_S:g} s "
+                        "after each failure while the ranks' records waited in its store "
+                        "(a note above says if any were overwritten before it read them)")
 
 
 def watch(collector: Any, summary: Any, running: Callable[[], bool],
@@ -313,7 +440,7 @@ class _Output:
         if not self.gone:
             try:
                 return self.stream.write(text)
-            except BrokenPipeError:
+            except OSError:  # EPIPE: the reader left; EIO: the terminal hung up
                 self._went_away()
         return len(text)
 
@@ -321,7 +448,7 @@ class _Output:
         if not self.gone:
             try:
                 self.stream.flush()
-            except BrokenPipeError:
+            except OSError:
                 self._went_away()
 
     def isatty(self) -> bool:
@@ -336,6 +463,16 @@ class _Output:
             self.stream.flush()  # what was buffered for the gone reader
         except (OSError, ValueError, AttributeError):  # no descriptor: writes are dropped above
             pass
+
+
+def _hung_up(stream: _Output) -> None:
+    """SIGHUP: the summary and our stderr (where the command's stderr is relayed)
+    go to /dev/null; the run goes on."""
+    stream._went_away()
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
 
 
 def _tail(path: str) -> str:
@@ -365,7 +502,12 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
     from its goodbye); the ranks that failed only because a peer went away come
     last, as one phrase in the transport's few words (``analysis.ranks.crash``):
     on a crash their closed connection is the side effect, not the news."""
-    from torchlens.analysis.ranks.crash import peer_gone, peer_gone_words, stopped_when
+    from torchlens.analysis.ranks.crash import (
+        left_early,
+        peer_gone,
+        peer_gone_words,
+        stopped_when,
+    )
     from torchlens.analysis.ranks.slow import rank_list
 
     steps = [r.steps or 0 for r in view.ranks]
@@ -373,21 +515,25 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
     none = ("no rank attached, no step recorded"
             if all(r.state == "waiting" for r in view.ranks)
             else "no step recorded" if not any(steps) else "")
-    if interrupted:
-        return f"interrupted before any step: {none}" if none else (
-            f"interrupted after {max(steps)} steps")
+    if interrupted:  # in the rank table's words: a rank that said goodbye finished
+        from torchlens.analysis.ranks.job_exit import interrupted_words
+        return interrupted_words(view)
     if none and code == 0 and not view.lost and all(
             r.state == "finished" for r in view.ranks):
         return f"the command ended: {none}"
     if view.lost:
         return "stopped: " + "; ".join(n.words for n in view.lost)
+    # a rank that stopped for a while and came back (analysis.ranks.silence) finished
+    # too: its spell is part of how the run went
+    spells = "".join(f"; {words}" for words in getattr(view, "spells", []))
     if code == 0 and all(r.state == "finished" for r in view.ranks):
         if view.restarts:  # the step counts are of the last start
             n = len(view.restarts)
             return (f"finished after {n} restart{'s' if n > 1 else ''} by the elastic agent: "
                     f"every rank said goodbye ({min(steps, default=0)} steps or more each "
-                    "since the last restart)")
-        return f"finished: every rank said goodbye ({min(steps, default=0)} steps or more each)"
+                    f"since the last restart){spells}")
+        return (f"finished: every rank said goodbye ({min(steps, default=0)} steps or more "
+                f"each){spells}")
     raised = raised or {}
 
     def first(row: RankRow) -> tuple[float, int]:
@@ -403,9 +549,9 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
         if peer_gone(r.error):
             peers.setdefault(peer_gone_words(r.error), []).append(r)
     for group in peers.values():
-        bad.append(stopped_when(rank_list([r.rank for r in group]),
-                                None if cause is None else rank_list([cause]),
-                                group[0].error))
+        left = left_early(view.ranks, {}) if cause is None else []
+        gone = rank_list([cause]) if cause is not None else rank_list(left) if left else None
+        bad.append(stopped_when(rank_list([r.rank for r in group]), gone, group[0].error))
     return f"ended with exit code {_exit_code(code)}" + (f": {'; '.join(bad)}" if bad else "")
 
 
@@ -461,6 +607,8 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     nodes: dict[Any, NodeEntry] = {}
     for e in (f.entry for f in ranks):
         nodes.setdefault((e.node, e.host), NodeEntry(node=e.node, host=e.host)).ranks.append(e.rank)
+    tally = collector.tally()
+    tally.words = sampling_words(tally)
     manifest = Manifest(
         source=SOURCE_RUN, world_size=view.world_size, created=time.time(),
         run_id=collector.key.run_id, command=list(command),
@@ -477,7 +625,7 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
         slow_rank={**dataclasses.asdict(view.slow), "finding": view.slow.finding.to_dict()},
         memory_creep=[msgspec.convert(dataclasses.asdict(c), CreepEntry) for c in view.creep],
         notes=list(view.notes),
-        live=live)
+        live=live, collector=tally)
     write_run_folder(run_dir, manifest, ranks)
     shutil.rmtree(os.path.join(run_dir, files.SPOOL_DIR), ignore_errors=True)
     return manifest

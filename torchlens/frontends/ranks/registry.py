@@ -1,9 +1,13 @@
 """Which ``torchlens run`` jobs are running on this machine, for the JupyterLab sidebar.
 
-``torchlens run`` registers itself when it starts (``register``) and removes
-its entry when it ends (``unregister``); the Jupyter server extension lists
-the running ones with ``live_runs`` and their newest ``RUN_DIR/live.json``
-(``torchlens run`` replaces that file about once a second; docs/MULTINODE.md).
+``torchlens run`` registers itself when it starts (``register``) and, when it
+ends, marks its entry ended (``finish``: the entry gains ``"ended": <epoch s>``);
+the Jupyter server extension lists the running ones with ``live_runs``, the
+recently finished ones with ``finished_runs``, and their newest
+``RUN_DIR/live.json`` (``torchlens run`` replaces that file about once a
+second; docs/MULTINODE.md). The ended mark is what lets the sidebar show a job
+that started and ended between two of its polls: a finished entry is listed
+for ``KEEP_FINISHED_S`` (the ``MAX_FINISHED`` newest), then deleted by a reader.
 
 The registry is one directory per user (``registry_dir``), mode 0700, one
 0600 JSON file per run::
@@ -20,12 +24,12 @@ must find the same place. A home directory shared by several machines holds
 entries of other hosts: they are skipped, never cleaned, as their pids mean
 nothing here.
 
-An entry is stale when its pid is gone or is now another process (its start
+An entry not marked ended is stale when its pid is gone or is now another process (its start
 time differs from ``pid_start``): a ``torchlens run`` killed with SIGKILL
 leaves one. Readers skip and delete stale entries. Nothing read here is
 executed: entries, live.json and manifest.json are JSON, opened without
 following links, only regular files owned by this user, size-capped
-(``formats.run_folder.files.read_capped``); every value is checked for type
+(``formats.input_files.read_capped``); every value is checked for type
 and length before it is passed on (``live_status``, the typed manifest).
 The secret of a run is never in an entry.
 """
@@ -60,8 +64,13 @@ MAX_TEXT = 2000
 #: a garbled entry (not one being written: those are renamed into place whole) is
 #: deleted once this old
 GARBLED_AFTER_S = 60.0
-#: how long the sidebar keeps showing a run after it ended (``RecentRuns``)
+#: how long the sidebar keeps showing a run this server saw running after its
+#: ``torchlens run`` went away without marking its entry ended (``RecentRuns``)
 KEEP_ENDED_S = 60.0
+#: how long a finished run (its entry marked ended) stays listed, then is deleted
+KEEP_FINISHED_S = 15 * 60.0
+#: the finished runs listed at most, newest first
+MAX_FINISHED = 5
 
 #: the rank fields passed on: number fields (int or float, or null), then text fields
 RANK_NUMBERS = ("rank", "node", "restart", "steps", "step_ms", "data_ms", "allocated",
@@ -87,7 +96,7 @@ def _own_dir(path: str) -> str:
     return path
 
 
-def _process_start(pid: int) -> float | None:
+def process_start(pid: int) -> float | None:
     """The start time of process ``pid`` (epoch s), None when it is gone or a zombie."""
     import psutil
 
@@ -109,7 +118,7 @@ def register(run_id: str, run_dir: str, collector: str, command: list[str]) -> s
     pid = os.getpid()
     entry = {"format": ENTRY_FORMAT, "version": 1, "run_id": run_id,
              "run_dir": os.path.abspath(run_dir), "collector": collector, "pid": pid,
-             "pid_start": _process_start(pid), "host": socket.gethostname(),
+             "pid_start": process_start(pid), "host": socket.gethostname(),
              "command": list(command), "started": time.time()}
     try:
         folder = _own_dir(registry_dir())
@@ -129,6 +138,30 @@ def unregister(path: str | None) -> None:
     if path:
         with contextlib.suppress(OSError):
             os.remove(path)
+
+
+def finish(path: str | None, now: float | None = None) -> None:
+    """Mark an entry ``register`` made as ended (``"ended"``: the time), so the
+    sidebar lists the finished run for ``KEEP_FINISHED_S``; nothing when it
+    made none, and no exception when the entry cannot be rewritten (it is
+    removed then, as ``unregister`` does)."""
+    if not path:
+        return
+    raw = read_private_json(path, MAX_ENTRY_BYTES)
+    if _entry(raw) is None:
+        unregister(path)
+        return
+    raw["ended"] = time.time() if now is None else now
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.end")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(raw, fh)
+        os.replace(tmp, path)  # readers see the running entry or the ended one
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        unregister(path)
 
 
 def _number(v: Any) -> int | float | None:
@@ -152,6 +185,8 @@ class RegistryEntry(msgspec.Struct, frozen=True):
     host: str | None
     command: list[str]
     started: int | float | None
+    #: when ``torchlens run`` ended (``finish``), None while it runs
+    ended: int | float | None = None
 
 
 class SidebarRank(msgspec.Struct):
@@ -188,6 +223,8 @@ class SidebarStatus(msgspec.Struct):
     verdict: str
     #: the verdict's kind (``Finding.code``): what the sidebar decides by
     verdict_code: str | None
+    #: the ranks the verdict names (``Finding.ranks``): which rank rows it marks
+    verdict_ranks: list[int]
     ended: bool
     restarts: int
     dropped: int | float
@@ -206,6 +243,8 @@ class LiveRun(msgspec.Struct):
     state: str
     live: SidebarStatus | None
     stopped: str | None = None
+    #: when the run ended (the entry's ``ended``, else when this server saw it go)
+    ended: int | float | None = None
 
 
 def _entry(raw: Any) -> RegistryEntry | None:
@@ -223,7 +262,7 @@ def _entry(raw: Any) -> RegistryEntry | None:
                          collector=_text(raw.get("collector"), 300), pid=pid,
                          pid_start=_number(raw.get("pid_start")),
                          host=_text(raw.get("host"), 300), command=words,
-                         started=_number(raw.get("started")))
+                         started=_number(raw.get("started")), ended=_number(raw.get("ended")))
 
 
 def _status(raw: Any, now: float | None = None) -> SidebarStatus | None:
@@ -246,11 +285,14 @@ def _status(raw: Any, now: float | None = None) -> SidebarStatus | None:
              if isinstance(row, dict) and _number(row.get("rank")) is not None]
     t = _number(raw.get("t"))
     restarts = raw.get("restarts")
+    named = raw.get("verdict_ranks")
+    named = [r for r in named if isinstance(r, int) and not isinstance(r, bool)][:MAX_RANKS] \
+        if isinstance(named, list) else []
     return SidebarStatus(
         t=t, age_s=None if t is None else max(0.0, now - t),
         run_id=_text(raw.get("run_id"), 64), world_size=_number(raw.get("world_size")),
         verdict=_text(raw.get("verdict")) or "", verdict_code=_text(raw.get("verdict_code"), 64),
-        ended=raw.get("ended") is True,
+        verdict_ranks=named, ended=raw.get("ended") is True,
         restarts=len(restarts) if isinstance(restarts, list) else 0,
         dropped=_number(raw.get("dropped")) or 0, ranks=ranks)
 
@@ -282,7 +324,7 @@ def _is_this_host(entry: RegistryEntry) -> bool:
 
 def _alive(entry: RegistryEntry) -> bool:
     """The entry's pid is still the process that registered (same start time)."""
-    started = _process_start(entry.pid)
+    started = process_start(entry.pid)
     if started is None:
         return False
     return entry.pid_start is None or abs(started - entry.pid_start) < 0.5
@@ -296,21 +338,32 @@ def live_runs(folder: str | None = None, now: float | None = None) -> list[dict[
     and ``live`` (``live_status``, or None). Stale entries are deleted.
     Never raises for what it finds on disk.
     """
-    return msgspec.to_builtins(_live_runs(folder, now))
+    return msgspec.to_builtins(_scan(folder, now)[0])
 
 
-def _live_runs(folder: str | None, now: float | None) -> list[LiveRun]:
+def finished_runs(folder: str | None = None, now: float | None = None) -> list[dict[str, Any]]:
+    """The runs of this host that ended within ``KEEP_FINISHED_S`` (their entry
+    marked ended by ``finish``), newest first, at most ``MAX_FINISHED``: state
+    "ended", their last live status, the manifest's "stopped" line and
+    ``ended`` (when). Older finished entries are deleted."""
+    return msgspec.to_builtins(_scan(folder, now)[1])
+
+
+def _scan(folder: str | None, now: float | None) -> tuple[list[LiveRun], list[LiveRun]]:
+    """The registry's running runs (oldest first) and recently finished ones
+    (newest first, ``MAX_FINISHED`` at most); deletes stale, garbled and old
+    finished entries of this host."""
     folder = folder or registry_dir()
     now = time.time() if now is None else now
     try:
         st = os.lstat(folder)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            return []
+            return [], []
         names = sorted(n for n in os.listdir(folder)
                        if n.endswith(".json") and not n.startswith("."))
     except OSError:
-        return []
-    runs = []
+        return [], []
+    runs, finished = [], []
     for name in names:
         path = os.path.join(folder, name)
         entry = _entry(read_private_json(path, MAX_ENTRY_BYTES))
@@ -321,54 +374,85 @@ def _live_runs(folder: str | None, now: float | None) -> list[LiveRun]:
             continue
         if not _is_this_host(entry):
             continue
+        if entry.ended is not None:
+            if now - entry.ended > KEEP_FINISHED_S:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            else:
+                finished.append(entry)
+            continue
         if not _alive(entry):
             with contextlib.suppress(OSError):
                 os.remove(path)
             continue
         runs.append(_run(entry, now))
     runs.sort(key=lambda r: (r.started or 0.0, r.run_id))
-    return runs
+    finished.sort(key=lambda e: (-(e.ended or 0.0), e.run_id))
+    return runs, [_ended(e, now, e.ended) for e in finished[:MAX_FINISHED]]
+
+
+def _ended(entry: RegistryEntry, now: float, ended: float | None,
+           last: SidebarStatus | None = None) -> LiveRun:
+    """A run that ended: state "ended", its final live status (``last`` when the
+    folder has none), the manifest's "stopped" line once the folder was
+    written, and, when the live status does not say, the ranks the manifest's
+    verdict names."""
+    final = _run(entry, now)
+    live = final.live or last
+    try:
+        manifest = read_manifest(entry.run_dir, private=True)
+    except ManifestError:  # not written yet, or not one to trust
+        manifest = None
+    stopped = _text(manifest.stopped) if manifest is not None else None
+    if live is not None and manifest is not None and not live.verdict_ranks \
+            and live.verdict_code is not None and live.verdict_code == manifest.verdict_code:
+        live = msgspec.structs.replace(live, verdict_ranks=[
+            r for r in manifest.verdict_ranks if isinstance(r, int)][:MAX_RANKS])
+    return msgspec.structs.replace(final, state="ended", live=live, stopped=stopped,
+                                   ended=ended)
 
 
 class RecentRuns:
-    """``live_runs`` plus, for ``keep_s``, the runs that ended since (one per server).
+    """``live_runs`` and ``finished_runs``, plus, for ``keep_s``, the runs this
+    server saw running whose entry went away unmarked (their ``torchlens run``
+    was killed) or was removed (one per server).
 
-    A run whose entry went away (it ended, or its ``torchlens run`` died) is
-    listed with state "ended" and its last live status, re-read from its
-    folder when the final live.json is there, with the manifest's "stopped"
-    line when the run folder was written. Only runs this server saw running
-    are remembered, so a page opened later does not show them.
+    Such a run is listed with state "ended" and its last live status, re-read
+    from its folder when the final live.json is there, with the manifest's
+    "stopped" line when the run folder was written. A finished run whose entry
+    is marked ended is listed whether or not this server saw it running, so a
+    job shorter than the sidebar's poll shows once it ended.
     """
 
     def __init__(self, folder: str | None = None, keep_s: float = KEEP_ENDED_S) -> None:
         self.folder = folder
         self.keep_s = keep_s
         self.seen: dict[str, LiveRun] = {}
-        self.ended: dict[str, tuple[float, LiveRun]] = {}
+        self.ended: dict[str, LiveRun] = {}
 
     def runs(self, now: float | None = None) -> list[dict[str, Any]]:
-        """The running and recently ended runs, as the endpoint answers them (JSON)."""
+        """The running runs (oldest first), then those that ended (newest first), as
+        the endpoint answers them (JSON)."""
         now = time.time() if now is None else now
-        running = _live_runs(self.folder, now)
+        running, finished = _scan(self.folder, now)
         ids = {r.run_id for r in running}
+        done = {r.run_id for r in finished}
         for run_id, last in list(self.seen.items()):
             if run_id not in ids:
                 del self.seen[run_id]
-                self.ended[run_id] = (now, self._ended(last, now))
+                if run_id not in done:
+                    self.ended[run_id] = self._gone(last, now)
         self.seen.update((r.run_id, r) for r in running)
-        for run_id, (since, _) in list(self.ended.items()):
-            if run_id in ids or now - since > self.keep_s:
+        for run_id, run in list(self.ended.items()):
+            if run_id in ids or run_id in done or now - (run.ended or 0.0) > self.keep_s:
                 del self.ended[run_id]
-        return msgspec.to_builtins(running + [run for _, run in self.ended.values()])
+        ended = sorted([*finished, *self.ended.values()],
+                       key=lambda r: (-(r.ended or 0.0), r.run_id))
+        return msgspec.to_builtins(running + ended[:MAX_FINISHED])
 
     @staticmethod
-    def _ended(last: LiveRun, now: float) -> LiveRun:
-        final = _run(RegistryEntry(run_id=last.run_id, run_dir=last.run_dir,
-                                   collector=last.collector, pid=last.pid, pid_start=None,
-                                   host=None, command=last.command, started=last.started), now)
-        try:
-            stopped = _text(read_manifest(last.run_dir, private=True).stopped)
-        except ManifestError:  # not written yet, or not one to trust
-            stopped = None
-        return msgspec.structs.replace(final, state="ended", live=final.live or last.live,
-                                       stopped=stopped)
+    def _gone(last: LiveRun, now: float) -> LiveRun:
+        entry = RegistryEntry(run_id=last.run_id, run_dir=last.run_dir,
+                              collector=last.collector, pid=last.pid, pid_start=None,
+                              host=None, command=last.command, started=last.started)
+        return _ended(entry, now, now, last.live)

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from torchlens.frontends.ranks.watch_sources import open_source
 from torchlens.frontends.shared.metrics_publish import Tee, needs_server, watch_feed
 from torchlens.model import InputError
+from torchlens.model.errors import shown_alone
+from torchlens.model.findings import FindingLine
 from torchlens.model.messages import DdpHeartbeat
 
 if TYPE_CHECKING:
@@ -65,24 +67,16 @@ def watch(target: Any, secret_file: str | None = None, timeout: float = DEFAULT_
     """
     if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
             or not math.isfinite(timeout) or timeout <= 0):
-        raise _one_line(InputError(f"timeout must be a number of seconds > 0, got {timeout!r}"))
+        raise shown_alone(InputError(f"timeout must be a number of seconds > 0, got {timeout!r}"))
     try:
         publisher = needs_server("torchlens.watch(metrics=True)") if metrics else None
         source, label, note = open_source(target, secret_file, run_id, float(timeout))
     except InputError as exc:
-        raise _one_line(exc) from None
+        raise shown_alone(exc) from None
     handle = Watch(source, label, float(timeout), note)
     handle.metrics = watch_feed(os.fspath(target), source, publisher)
     handle.start()
     return handle
-
-
-def _one_line(exc: InputError) -> InputError:
-    """``exc`` as a notebook shows it (IPython draws ``_render_traceback_``):
-    its one line, not the frames that found the target wrong."""
-    exc.__traceback__ = None
-    exc._render_traceback_ = lambda: [f"{type(exc).__name__}: {exc}"]  # type: ignore[attr-defined]
-    return exc
 
 
 # -- what is watched ------------------------------------------------------------------
@@ -90,7 +84,8 @@ class Watch:
     """What ``torchlens.watch`` returns: displays the live view, polls in a thread.
 
     ``view``: the ``ProfiledLiveView`` (None until the first frame says the
-    world size); ``status``: the newest frame's status; ``state``:
+    world size); ``status``: the newest frame's status (``findings``: the
+    same as typed findings); ``state``:
     ``waiting``, ``running``, ``ended`` (the run ended; the view holds its
     final state) or ``stopped`` (``message`` says why).
     """
@@ -142,6 +137,17 @@ class Watch:
         return self.ended
 
     @property
+    def findings(self) -> list[FindingLine]:
+        """What the status block says, as findings (``LiveStatus.findings``: the
+        verdict, then the slow rank's when it is another), each the line it
+        reads as, with its ``code``, ``severity`` and ``.finding`` (ranks,
+        cause figure); [] before the first status. After ``wait()`` on an
+        ended run: its final verdict."""
+        with self._lock:
+            said = self.status.findings() if self.status is not None else []
+        return [FindingLine(f) for f in said]
+
+    @property
     def dropped(self) -> int:
         """Frames dropped because their seal did not open (store transport)."""
         return int(getattr(self.source, "dropped", 0))
@@ -154,25 +160,31 @@ class Watch:
             if self._box is None:
                 import ipywidgets
 
-                self._header = ipywidgets.HTML(self._header_html())
-                self._button = ipywidgets.Button(description="Stop", icon="stop",
-                                                 disabled=self._done.is_set())
+                from torchlens.frontends.shared.live_view import held_widget
+
+                # the browser's messages to them are taken under the lock the
+                # thread draws under: the two never change one widget at once
+                self._header = held_widget(ipywidgets.HTML, self._lock, self._header_html())
+                self._button = held_widget(ipywidgets.Button, self._lock, description="Stop",
+                                           icon="stop", disabled=self._done.is_set())
                 self._button.on_click(lambda _b: self._stop.set())
-                self._box = ipywidgets.VBox()
+                self._box = held_widget(ipywidgets.VBox, self._lock)
                 self._fill_box()
             return self._box
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
-        bundle["text/plain"] = self._text()
+        with self._lock:
+            bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+            bundle["text/plain"] = self._text()
         return bundle
 
     def __repr__(self) -> str:
-        return self._text()
+        with self._lock:
+            return self._text()
 
     # -- the thread ----------------------------------------------------------------
     def _run(self) -> None:
-        from torchlens.capture.ranks.feed import FeedGone
+        from torchlens.capture.ranks.feed import FeedGone, FeedReplaced
 
         last = time.monotonic()
         state, why = "stopped", "stopped by .stop()"
@@ -180,19 +192,27 @@ class Watch:
             while not self._stop.is_set():
                 try:
                     frames = self.source.read()
+                except FeedReplaced as exc:
+                    state, why = "stopped", (
+                        f"{exc}: this watch keeps what it showed of its run and stops; "
+                        "torchlens.watch(RUN_DIR) again watches the new one")
+                    break
                 except FeedGone as exc:
                     state, why = "stopped", (
                         f"the collector closed its store before the last frame ({exc}): the "
                         "run ended or was interrupted; torchlens.load(RUN_DIR) reads its folder")
                     break
+                # everything the kernel's thread also reads or changes (the view's
+                # document, the widgets, the status) is changed under the lock;
+                # the feed is read outside it, so the kernel never waits on a read
                 with self._lock:
                     for frame in frames:
                         self._apply(frame)
                     Tee(self.view, self.metrics).flush(force=self.ended)
-                if frames:
-                    last = time.monotonic()
-                    self.state = "ended" if self.ended else "running"
-                    self._refresh()
+                    if frames:
+                        last = time.monotonic()
+                        self.state = "ended" if self.ended else "running"
+                        self._refresh()
                 if self.ended:
                     self.source.finished()
                     state, why = "ended", ""
@@ -274,6 +294,7 @@ class Watch:
         from torchlens.frontends.shared.live_view import ProfiledLiveView
 
         old, self.view = self.view, ProfiledLiveView(world, None, False)
+        self.view.lock = self._lock  # its widget takes the browser's messages under it
         self.view.for_run_feed(timeline=getattr(self.source, "full_summaries", False))
         if old is not None:
             for r, records in enumerate(old.profile.records):

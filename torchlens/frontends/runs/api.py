@@ -19,16 +19,21 @@ ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from torchlens.analysis.ranks.job_exit import advice_where
 from torchlens.analysis.ranks.series import step_series
+from torchlens.analysis.ranks.verdict import interrupted_states, peer_failed
 from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
+from torchlens.analysis.runs.memory_steps import MemorySteps
 from torchlens.analysis.runs.rows import missing_as_nan, rows_json
 from torchlens.analysis.runs.verdict import folder_verdict
+from torchlens.formats.run_folder.files import LOG_FILE
 from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
 from torchlens.formats.run_folder.records import (
     collected_steps,
@@ -47,6 +52,7 @@ from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
 from torchlens.model.findings import FindingLine
 from torchlens.model.payloads import RunPayload
+from torchlens.model.records import StepRecord
 from torchlens.model.run_figures import RankFigures, TraceFigures
 
 #: 2: each finding is an object with its code (it was the sentence alone)
@@ -102,8 +108,9 @@ JSON_SCHEMA = {
     "stragglers": "per rank, most wait caused first: collectives, last (times it arrived "
                   "last), last_pct, caused_us (every other rank's wait, summed), "
                   "caused_each_us and caused_mean_us (one other rank's wait: in all, per "
-                  "collective it was last at; null for the rank the run folder's verdict "
-                  "names: its one wait figure is the verdict's), waited_us, wait_per_step_us "
+                  "collective it was last at; for the rank the run folder's verdict "
+                  "names, the verdict's: caused_each_us null, caused_mean_us the others' "
+                  "wait per stall when it stalls, else null), waited_us, wait_per_step_us "
                   "(one other rank's wait per step: the slow-rank verdict's own figure, over "
                   "its steps, where the run folder's step records judged it); "
                   "for a rank that arrived last: cause (the step-breakdown role that stands "
@@ -197,19 +204,28 @@ class RunResult(Result):
             manifest = read_manifest(sources.root) if sources.root else None
         except ManifestError:  # a folder of traces alone; discover named a broken manifest
             manifest = None
-        fsdp = FsdpSteps()
-        collected = collected_steps(sources.root, manifest, fsdp.add) if manifest else None
+        fsdp, memory = FsdpSteps(), MemorySteps()
+
+        def seen(rank: int, rec: StepRecord) -> None:
+            fsdp.add(rank, rec)
+            memory.add(rank, rec)
+
+        collected = collected_steps(sources.root, manifest, seen) if manifest else None
         if manifest is not None and collected is None:  # %ddp_check --profile's records
             for entry in manifest.ranks:
                 for rec in iter_steps(sources.root, entry.rank):
-                    fsdp.add(entry.rank, rec)
+                    seen(entry.rank, rec)
         # a damaged manifest: the step records are each rank's own file, whole without it
         broken = damaged_manifest(sources.root) if manifest is None else None
         if broken is not None:
-            collected = steps_without_manifest(sources.root, fsdp.add)
+            collected = steps_without_manifest(sources.root, seen)
         step_ranks = ([e.rank for e in manifest.ranks] if manifest is not None
                       else ranks_with_steps(sources.root) if broken is not None else [])
-        verdict = folder_verdict(sources.root, manifest, step_ranks, sources.ignored)
+        verdict = folder_verdict(sources.root, manifest, step_ranks, sources.ignored,
+                                 last_steps=memory.last_steps())
+        log = os.path.join(sources.root, LOG_FILE) if sources.root else ""
+        if log and os.path.isfile(log):  # a failure's advice names the folder's log by path
+            verdict.findings = [advice_where(f, log) for f in verdict.findings]
         problems = problems + damaged_steps(sources.root, step_ranks, manifest)
         if broken is not None:
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
@@ -219,7 +235,8 @@ class RunResult(Result):
                              figures={str(r): f for r, f in sorted(figures.items())},
                              notes=verdict.findings,
                              collected_steps=step_series(collected) if collected else None,
-                             fsdp=fsdp.figures())
+                             fsdp=fsdp.figures(),
+                             memory=memory.figures(manifest.memory_creep if manifest else ()))
         super().__init__(Profile(kind="run", title=f"torchlens run: {sources.root}",
                                  source=sources.root, payload=payload))
         self.sources = sources
@@ -227,8 +244,27 @@ class RunResult(Result):
         self.problems = problems
         self.ignored = sources.ignored
         self._slow = verdict.slow
+        #: each rank's state from the manifest of ``torchlens run`` (a rank that
+        #: raised only because its peer failed read as such, ``peer_failed``)
+        self._states: dict[int, str] = {}
+        if manifest is not None and manifest.ranks and all(
+                isinstance(e.state, str) for e in manifest.ranks):
+            said = interrupted_states(peer_failed([str(e.state) for e in manifest.ranks],
+                                                  [e.error for e in manifest.ranks],
+                                                  [e.rank for e in manifest.ranks]),
+                                      bool(manifest.interrupted))
+            self._states = {e.rank: st for e, st in zip(manifest.ranks, said, strict=True)}
         #: loaded by ``load_run(tables_only=True)``: no timeline, no op totals
         self.tables_only = False
+
+    def __repr__(self) -> str:
+        """What was analysed, then the verdict and the ranks, as the terminal of
+        ``torchlens run`` leads with them (``render.runs.lead``)."""
+        from torchlens.render.runs.lead import lead_lines
+
+        slow = self._slow
+        return "\n".join(lead_lines(self.analysis(), getattr(slow, "rank", None),
+                                     judged=slow is not None, states=self._states))
 
     def slow_rank(self) -> Any:
         """A run folder with step records (``torchlens run``, ``%ddp_check
@@ -366,6 +402,33 @@ class RunResult(Result):
                              for r, figs in self.figures.items()})
 
 
+def rebuilt_if_its_command_died(folder: str) -> None:
+    """A ``torchlens run`` folder its command never wrote (no manifest, a spool):
+    rebuilt from the spool when that command is gone (``formats.run_folder.spool``);
+    one clear error while it still runs, or when another host ran it."""
+    from torchlens.formats.run_folder import spool
+
+    if not spool.needs_rebuild(folder):
+        return
+    command = spool.read_command(spool.spool_dir(folder))
+    alive = spool.command_alive(command)
+    if alive:
+        raise InputError(f"{folder}: its torchlens run is still running (pid {command.pid}); "
+                         f"watch it with torchlens.watch({folder!r}): the folder is written "
+                         "when it ends")
+    if alive is None and command is not None:
+        raise InputError(f"{folder}: written by torchlens run on host {command.host}, which "
+                         "cannot be checked from here; run torchlens report there (its "
+                         "folder is rebuilt from its spool when that command has died)")
+    try:
+        spool.rebuild(folder)
+    except OSError as exc:  # a full disk: the spool is left as it was, read again later
+        raise InputError(f"{folder}: its torchlens run ended before it wrote this folder, "
+                         f"and rebuilding it from its spool failed ({exc.strerror or exc}); "
+                         "free space on its disk, or copy the folder where there is some, "
+                         "and run this again") from None
+
+
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
              top: int = 10, fork: bool = False, tables_only: bool = False) -> RunResult:
     """Discover a run's per-rank traces and summarise each file in a worker process
@@ -374,6 +437,9 @@ def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = Non
     ``tables_only``: only what the tables, findings and ``to_json()`` hold (what
     ``torchlens analyze`` prints), not the report's joint timeline nor
     ``diff()``'s op totals: ~15% less work per trace."""
+    for folder in [inputs] if isinstance(inputs, (str, Path)) else inputs:
+        if os.path.isdir(folder):
+            rebuilt_if_its_command_died(str(folder))
     if fork:
         _import_before_fork(tables_only)
     figures_of = _table_figures if tables_only else _trace_figures

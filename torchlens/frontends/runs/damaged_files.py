@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from torchlens.formats.input_files import RefusedFile, open_guarded, read_lines
 from torchlens.formats.run_folder.files import MANIFEST, STEPS, rank_dir
 from torchlens.formats.run_folder.manifest import Manifest, ManifestError, read_manifest
 from torchlens.formats.run_folder.records import damaged, ranks_with_steps
@@ -65,11 +66,18 @@ def damaged_steps(root: str, ranks: list[int], manifest: Manifest | None) -> lis
     """A rank's step records that could not be read (a line cut short by a crash,
     or damaged), and those missing from a file cut short: the manifest says how
     many the collector got (a file cut to 22 of 60 lines is 38 records
-    missing, not one bad line). Named here rather than left out silently."""
+    missing, not one bad line). Named here rather than left out silently. A
+    file the guarded open refuses (a link out of the run folder, a FIFO) is
+    named with why it was refused, not as cut short: its lines were never read."""
     got = {e.rank: e.steps for e in manifest.ranks} if manifest is not None else {}
     out = []
     for rank in ranks:
         path = os.path.join(rank_dir(root, rank), STEPS)
+        why = _refused(path)
+        if why is not None:
+            out.append(Problem("unreadable", path, f"refused: {why}; rank {rank}'s step "
+                               "records were not read, so its steps are not shown."))
+            continue
         bad = damaged(root, rank)
         read = _lines(path) - bad
         expected = got.get(rank)
@@ -86,10 +94,24 @@ def damaged_steps(root: str, ranks: list[int], manifest: Manifest | None) -> lis
     return out
 
 
-def _lines(path: str) -> int:
-    """The file's non-empty lines (a record each, or a damaged one)."""
+def _refused(path: str) -> str | None:
+    """Why the guarded open refuses the rank's step records; None when it opens
+    them or they are not there (only the open is done: nothing is read)."""
     try:
-        with open(path, "rb") as fh:
-            return sum(1 for line in fh if line.strip())
+        open_guarded(path, within=os.path.dirname(os.path.dirname(path)) or ".").close()
+    except RefusedFile as exc:
+        return exc.why
     except OSError:
+        return None
+    return None
+
+
+def _lines(path: str) -> int:
+    """The file's non-empty lines (a record each, or a damaged one), read as the
+    step records are (``formats.input_files.read_lines``: an overlong line
+    comes back as ``b""`` and counts as one)."""
+    try:
+        return sum(1 for line in read_lines(path, within=os.path.dirname(
+            os.path.dirname(path)) or ".") if line.strip() or not line)
+    except (OSError, ValueError):
         return 0

@@ -50,18 +50,32 @@ DIFF_JSON_SCHEMA = {
                  "source: 'step records' (both runs are run folders with step records: "
                  "every recorded step, steps.jsonl) or 'profiled steps' (the traces' "
                  "ProfilerStep#N spans); a_steps, b_steps: the steps counted; "
-                 "regression_pct = 100 * (b - a) / a, null when a run has no steps",
+                 "regression_pct = 100 * (b - a) / a, null when a run has no steps; "
+                 "a_spread_us, b_spread_us: each run's step-to-step spread (1.4826 x the "
+                 "median absolute deviation of a rank's step times, median over the "
+                 "ranks); noise_us = a_spread_us + b_spread_us, the run-to-run noise "
+                 "bound; within_noise: |delta_us| <= noise_us (the verdict then names no "
+                 "change); all null with fewer than 8 steps a rank",
     "rank_steps": "per rank pair (rank_a, rank_b), from step_time's source: a_median_us, "
-                  "b_median_us, delta_us, delta_pct",
+                  "b_median_us, delta_us, delta_pct, noise_us and within_noise (that "
+                  "rank's own spreads, as step_time's)",
     "summary": "how many ops and kernels have each status (added, removed, slower, "
                "faster, small, same)",
     "ops": f"host ops and annotations (kind cpu_op, user_annotation): {_ROW}",
     "kernels": f"GPU work (kind kernel, gpu_memcpy, gpu_memset): {_ROW}",
     "notes": "plain sentences: ranks that differ, traces without steps or totals",
+    "headline": "the rank and phase that changed (both runs with step records, else "
+                "null): {rank (null: every rank), ranks, phase (data, forward, backward, "
+                "optimizer, collective, other), before_us, after_us, delta_us (the "
+                "phase's median a step in A and B; every rank: the median over the "
+                "ranks), waiting_phase, waiting_delta_us (where the other ranks wait "
+                "for it, null when none grew), sentence}",
     "verdict_code": "the verdict's kind (a finding's code): run_diff",
     "verdict": "one sentence: step time A -> B (median of how many recorded or profiled "
-               "steps) and, when B is faster, the largest speedup, else the largest "
-               "slowdown",
+               "steps), the headline's sentence, and, when B is faster, the largest "
+               "speedup, else the largest slowdown; a step time change within "
+               "noise_us says \"within run-to-run noise (±X ms ...)\" and \"no change "
+               "beyond noise\", naming only ops and kernels added or removed",
 }
 
 
@@ -69,20 +83,31 @@ def recorded_steps(run: Any) -> diffs.RecordedSteps | None:
     """A run folder's step records (``torchlens run``, ``%ddp_check --profile``):
     per rank it analysed, the µs of each ``torchlens.step()`` (windows of code
     that never calls it are not steps); None for traces alone."""
+    return recorded(run)[0]
+
+
+def recorded(run: Any) -> tuple[diffs.RecordedSteps | None, diffs.RecordedPhases | None]:
+    """``recorded_steps`` and, from the same records, each step's phases per
+    rank (``analysis.runs.diff.add_phases``); (None, None) for traces alone."""
     root = run.sources.root
     if not root or not os.path.isdir(root):
-        return None
+        return None, None
     try:
         manifest = read_manifest(root)
     except ManifestError:  # a folder of traces alone
-        return None
-    out = {}
+        return None, None
+    out: diffs.RecordedSteps = {}
+    phases: diffs.RecordedPhases = {}
     for entry in manifest.ranks:
         if entry.rank in run.figures:
-            us = [(r.t1 - r.t0) * 1e6 for r in iter_steps(root, entry.rank) if not r.window]
+            us = []
+            for r in iter_steps(root, entry.rank):
+                if not r.window:
+                    us.append((r.t1 - r.t0) * 1e6)
+                    diffs.add_phases(phases, entry.rank, r)
             if us:
                 out[entry.rank] = us
-    return out or None
+    return out or None, phases or None
 
 
 def _label(run: Any) -> str:
@@ -122,8 +147,12 @@ class DiffResult(Result):
                 why = "; ".join(f"{p.kind}: {p.path}: {p.message}" for p in run.problems[:3])
                 raise InputError(f"{label} ({run.sources.root or 'no input'}): no usable "
                                  f"trace ({why or 'nothing found'})")
-        d = diffs.diff_runs(a.figures, b.figures,
-                            recorded=(recorded_steps(a), recorded_steps(b)), **thresholds)
+        (steps_a, phases_a), (steps_b, phases_b) = recorded(a), recorded(b)
+        unread = tuple([p.message for p in run.problems if p.kind == "unreadable"]
+                       for run in (a, b))
+        d = diffs.diff_runs(a.figures, b.figures, recorded=(steps_a, steps_b),
+                            phases=(phases_a, phases_b), unread=unread,  # type: ignore[arg-type]
+                            **thresholds)
         la, lb = _label(a), _label(b)
         payload = DiffPayload(a=la, b=lb, diff=d)
         profile = Profile(kind="diff", title=f"torchlens diff: {Path(la).name} -> "
@@ -142,9 +171,9 @@ class DiffResult(Result):
         return str(self.diff.verdict)
 
     def regressed(self, pct: float) -> bool | None:
-        """Whether B's median step time is more than ``pct`` % above A's
-        (``None`` when a run has no step time: no step records shared by both
-        runs and no ProfilerStep#N spans)."""
+        """Whether B's median step time is more than ``pct`` % above A's and
+        beyond the run-to-run noise (``None`` when a run has no step time: no
+        step records shared by both runs and no ProfilerStep#N spans)."""
         return diffs.regressed(self.diff, pct)
 
     def _frame(self, rows: list[Any]) -> Any:

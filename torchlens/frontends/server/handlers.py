@@ -167,8 +167,9 @@ class RunsHandler(APIHandler):
     """The ``torchlens run`` jobs registered on this machine (``frontends/run_registry``).
 
     ``{"t": now, "registry": dir, "runs": [{run_id, run_dir, collector, pid,
-    command: [words], started, state: starting|running|ended, stopped,
-    live: null | {t, age_s, world_size, verdict, ended, restarts, dropped,
+    command: [words], started, state: starting|running|ended, stopped, ended,
+    live: null | {t, age_s, world_size, verdict, verdict_code, verdict_ranks,
+    ended, restarts, dropped,
     ranks: [{rank, node, host, state, restart, steps, step_ms, data_ms,
     allocated, reserved, rss, ..., source, error}]}}]}``. It reads the
     registry and the live.json (and, once a run ended, manifest.json) of the
@@ -179,7 +180,7 @@ class RunsHandler(APIHandler):
     @tornado.web.authenticated
     def get(self) -> None:
         recent = self.settings.get("torchlens_runs")
-        if recent is None:  # one per server: it remembers runs that just ended
+        if recent is None:  # one per server: it remembers runs it saw that went away
             recent = self.settings["torchlens_runs"] = RecentRuns()
         self.finish({"t": time.time(), "registry": recent.folder or registry_dir(),
                      "runs": recent.runs()})

@@ -8,10 +8,40 @@ one Bokeh document, so the notebook shows a single widget.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
+
+
+class _Held:
+    """A widget that handles the browser's messages holding ``held_by`` (a
+    lock; None: no lock). The browser's messages run on the kernel's thread and
+    change what they are about (a Bokeh range the user panned: the document
+    the drawing thread streams into; an ipywidget's state, whose pending keys
+    are a set the drawing thread adds to): under the lock the drawing thread
+    holds, the two never touch them at once."""
+
+    held_by: Any = None
+
+    def _handle_msg(self, msg: Any) -> Any:
+        with self.held_by if self.held_by is not None else contextlib.nullcontext():
+            return super()._handle_msg(msg)  # type: ignore[misc]
+
+
+@functools.cache
+def _held_class(base: type) -> type:
+    return type(f"Held{base.__name__}", (_Held, base), {})
+
+
+def held_widget(base: type, lock: Any, *args: Any, **kwargs: Any) -> Any:
+    """A ``base`` widget (an ipywidgets class) made with ``args``, whose browser
+    messages are handled under ``lock``."""
+    widget = _held_class(base)(*args, **kwargs)
+    widget.held_by = lock
+    return widget
 
 
 class ProfiledLiveView:
@@ -28,6 +58,9 @@ class ProfiledLiveView:
         self.beats = LivePlot(world_size)
         self.layout = column(self.profile.layout, self.beats.layout, sizing_mode="stretch_width")
         self._widget: Any = None
+        #: the lock the thread that draws this view holds (``torchlens.watch``'s): the
+        #: widget takes the browser's messages under it
+        self.lock: Any = None
 
     def for_run_feed(self, timeline: bool = False) -> None:
         """As ``torchlens.watch`` shows a ``torchlens run`` job: its heartbeats
@@ -48,7 +81,7 @@ class ProfiledLiveView:
             from torchlens.render.empty_ranges import hold_empty_ranges
 
             hold_empty_ranges(self.layout)  # its panels open with no rows
-            self._widget = BokehModel(self.layout)
+            self._widget = held_widget(BokehModel, self.lock, self.layout)
         return self._widget
 
     @property

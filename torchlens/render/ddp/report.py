@@ -109,8 +109,9 @@ def _ended(run: DdpRun, a: DdpAnalysis) -> tuple[dict[int, str], dict[int, float
         if not row.error and exit_ in ("", "0"):
             continue
         reasons[r] = row.error or ("killed" if exit_ == "killed" else f"exit code {exit_}")
-        err = ((run.ranks[r] if r < len(run.ranks) else None) or {}).get("error") or {}
-        t = err.get("t") or (run.ended_at[r] if r < len(run.ended_at) else None)
+        res = run.ranks[r] if r < len(run.ranks) else None
+        raised = res.error.t if res is not None and res.error is not None else None
+        t = raised or (run.ended_at[r] if r < len(run.ended_at) else None)
         if t is not None:
             times[r] = float(t)
     return reasons, times
@@ -172,7 +173,7 @@ def sections(profile: Profile, a: DdpAnalysis, figures: list[Any]) -> list[tuple
         out.append(("Collectives", tables.html_table(
             [dataclasses.asdict(row) for row in a.collective_rows], COLLECTIVE_COLUMNS),
             "collectives"))
-    logs = [(res or {}).get("log", "") for res in run.ranks]
+    logs = [res.log if res is not None else "" for res in run.ranks]
     if any(logs):
         out.append(("Worker output", _pre_blocks("Last lines each rank printed:", logs), "logs"))
     out.append(("Environment (kernel)", tables.environment_html(profile.environment),

@@ -20,6 +20,7 @@ from bokeh.layouts import column, row
 from bokeh.models import (
     BoxAnnotation,
     ColumnDataSource,
+    DataRange1d,
     Div,
     FactorRange,
     HoverTool,
@@ -64,10 +65,22 @@ ROLE_COLORS = {"kernel": "#31a354", "memcpy": "#fd8d3c", "memset": "#bcbd22",
                "comm": "#d62728", "runtime": "#9467bd", "dataloader": "#8c564b",
                "cpu_exec": "#1f77b4", "other": "#c7c7c7"}
 PART_COLORS = {"data": "#8c564b", "forward": "#1f77b4", "backward": "#ff7f0e",
-               "optimizer": "#2ca02c", "collective": "#9467bd", "other": "#c7c7c7"}
+               "optimizer": "#2ca02c", "collective": "#9467bd", "save": "#e377c2",
+               "eval": "#17becf", "other": "#c7c7c7"}
+#: a part's name on the charts: ``other`` is the step's time outside every timed
+#: phase (a sleep, logging or I/O no timer saw), not a phase of its own
+PART_NAMES = {"other": "between phases"}
 STEP_KEYS = ("step", "step_ms", *(f"{p}_ms" for p in PARTS))
-MEM_KEYS = ("step", "allocated", "reserved", "inactive", "rss", "frag", "free")
+MEM_KEYS = ("step", "allocated", "reserved", "inactive", "rss", "frag", "free", "heap")
 NAN = float("nan")
+#: the memory panels' one line on a run with no CUDA allocator measured
+NO_ALLOCATOR = ("CUDA allocator: not measured (no rank uses CUDA); the memory measured is "
+                "drawn above: the resident set (RSS), and the C heap in use where the C "
+                "library says it.")
+NO_ALLOCATOR_MODELLED = ("CUDA allocator: not measured (no rank uses CUDA; its figures are "
+                         "modelled at the profiled steps only, so they are not drawn); the "
+                         "memory measured is drawn above: the resident set (RSS), and the C "
+                         "heap in use where the C library says it.")
 RESTART_COLOR = "#d62728"
 
 
@@ -118,26 +131,38 @@ def columns_or_empty(src: ColumnDataSource, rows: Sequence[Mapping[str, Cell] | 
     return _cells(rows) if rows else {k: [] for k in src.data}
 
 
-def mem_row(m: Mapping[str, Cell]) -> dict[str, Cell]:
+def mem_row(m: Mapping[str, Cell], heap: int | None = None) -> dict[str, Cell]:
+    """A memory row in MiB and %; ``heap``: the step record's C heap in use (bytes)."""
     return {"step": m["step"], "allocated": as_mib(m.get("allocated")),
             "reserved": as_mib(m.get("reserved")), "inactive": as_mib(m.get("inactive_split")),
             "rss": as_mib(m.get("rss")),
-            "frag": as_number(m.get("frag"), 100.0), "free": as_mib(m.get("largest_free"))}
+            "frag": as_number(m.get("frag"), 100.0), "free": as_mib(m.get("largest_free")),
+            "heap": as_mib(heap)}
+
+
+def heap_of(rec: Any) -> int | None:
+    """A step record's C heap in use (bytes), None where the C library did not say."""
+    heap = rec.mem.heap if rec.mem is not None else None
+    return heap if isinstance(heap, int) else None
 
 
 def _stacked_bars(source: ColumnDataSource, parts: tuple[str, ...], colors: dict[str, str],
                   labels: list[str], x_label: str, title: str, number: str,
-                  extra_tips: list[tuple[str, str]]) -> Any:
-    """One horizontal stacked bar per rank drawn, a ``<part>_ms`` column per part."""
+                  extra_tips: list[tuple[str, str]], names: dict[str, str] | None = None
+                  ) -> Any:
+    """One horizontal stacked bar per rank drawn, a ``<part>_ms`` column per part
+    (``names``: a part's name in the legend and tooltip, where not its key)."""
+    names = names or {}
     ranks = len(labels)
     fig = figure(height=max(190, 70 + 30 * ranks), sizing_mode="stretch_width", tools="save",
                  toolbar_location=None, y_range=FactorRange(*reversed(labels)),
                  x_axis_label=x_label, title=title)
     bars = fig.hbar_stack([f"{p}_ms" for p in parts], y="rank", height=0.7, source=source,
-                          color=[colors[p] for p in parts], legend_label=list(parts))
+                          color=[colors[p] for p in parts],
+                          legend_label=[names.get(p, p) for p in parts])
     for bar, p in zip(bars, parts, strict=True):
         fig.add_tools(HoverTool(renderers=[bar], tooltips=[
-            ("", "@rank"), (p, f"@{p}_ms{{{number}}} ms"), *extra_tips]))
+            ("", "@rank"), (names.get(p, p), f"@{p}_ms{{{number}}} ms"), *extra_tips]))
     fig.x_range.start = 0
     fig.ygrid.grid_line_color = None
     fig.legend.label_text_font_size = "8pt"
@@ -171,10 +196,12 @@ class Panels:
         self._roles_panel()
         # titles are short (a canvas title does not wrap: a 720 px frame cut the
         # long ones); what a chart needs said at length is in the caption under it
+        self.alloc_row = row(self.frag_fig, self.free_fig, sizing_mode="stretch_width")
+        self.set_memory_titles({"modelled"} if modelled else {"cuda"})
         self.layout = column(self.verdict, self.step_fig, self.step_note, self.mem_fig,
-                             self.rss_fig,
-                             row(self.frag_fig, self.free_fig, sizing_mode="stretch_width"),
-                             self.mem_note, self.tl_fig, self.tl_note, self.bd_fig,
+                             self.rss_fig, self.heap_fig, self.alloc_row, self.mem_note,
+                             self.tl_fig,
+                             self.tl_note, self.bd_fig,
                              self.roles_fig, self.roles_note, self.overlap_note,
                              sizing_mode="stretch_width")
 
@@ -201,7 +228,7 @@ class Panels:
                      fill_color="white")
         step.add_tools(HoverTool(renderers=self.step_lines, tooltips=[
             ("step", "@step"), ("step time", "@step_ms{0,0.0} ms"),
-            *((p, f"@{p}_ms{{0,0.0}} ms") for p in PARTS)]))
+            *((PART_NAMES.get(p, p), f"@{p}_ms{{0,0.0}} ms") for p in PARTS)]))
         self.ended = ColumnDataSource({"step": [], "step_ms": [], "text": [], "label": [],
                                        "label_ms": [], "dy": []})
         ends = step.scatter("step", "step_ms", source=self.ended, marker="x", size=16,
@@ -245,7 +272,8 @@ class Panels:
         """Where a restart's steps begin, on every panel drawn by step
         (``torchlens.watch`` of a job the elastic agent restarted)."""
         self.restarts = ColumnDataSource({"step": [], "text": []})
-        for fig in (self.step_fig, self.mem_fig, self.rss_fig, self.frag_fig, self.free_fig):
+        for fig in (self.step_fig, self.mem_fig, self.rss_fig, self.heap_fig, self.frag_fig,
+                    self.free_fig):
             fig.vspan(x="step", source=self.restarts, line_color=RESTART_COLOR, line_width=2,
                       line_dash="dashed")
         self.step_fig.add_layout(LabelSet(x="step", y=6, y_units="screen", text="text",
@@ -261,16 +289,27 @@ class Panels:
         rss = figure(height=180, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                      x_axis_label="step", y_axis_label="MiB (RSS)",
                      title="Resident memory (RSS) per rank (MiB), measured")
+        # the C heap (glibc's bytes in use) falls when memory is freed, as RSS
+        # seldom does (a C library that does not say it leaves the panel empty)
+        heap = figure(height=180, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
+                      x_axis_label="step", y_axis_label="MiB (C heap)",
+                      title="C heap in use per rank (MiB), measured",
+                      # a fixed range until a rank's records carry the figure
+                      # (``show_heap``): BokehJS cannot fit one over no finite value
+                      y_range=Range1d(0, 1))
+        self.heap_fig = heap
         frag = figure(height=200, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                       x_axis_label="step", y_axis_label="%")
         free = figure(height=200, sizing_mode="stretch_width", tools=TOOLS, x_range=x,
                       x_axis_label="step", y_axis_label="MiB")
         self.mem_fig, self.rss_fig, self.frag_fig, self.free_fig = mem, rss, frag, free
+        for fig in (mem, frag, free):  # until a rank measured its CUDA allocator
+            fig.visible = False
         self.mem = [ColumnDataSource({k: [] for k in MEM_KEYS}) for _ in range(n)]
         self.mem_prof = [ColumnDataSource({k: [] for k in MEM_KEYS}) for _ in range(n)]
         self.mem_marks = ColumnDataSource({k: [] for k in (*MEM_KEYS, "color")})
         self.prof_lines: list[Any] = []  # joined only when the profiled points are all there is
-        rends: dict[Any, list[Any]] = {mem: [], rss: [], frag: [], free: []}
+        rends: dict[Any, list[Any]] = {mem: [], rss: [], heap: [], frag: [], free: []}
         self.mem_spread = ColumnDataSource(spread_columns(SPREAD_MEM))
         self.prof_spread = ColumnDataSource(spread_columns(SPREAD_MEM))
         if self.spread:
@@ -286,6 +325,8 @@ class Panels:
             rends[mem] += lines
             lines.append(rss.line("step", "rss", source=ms, color=c))
             rends[rss].append(lines[-1])
+            lines.append(heap.line("step", "heap", source=ms, color=c))
+            rends[heap].append(lines[-1])
             lines.append(frag.line("step", "frag", source=ms, color=c))
             rends[frag].append(lines[-1])
             prof = [fig.line("step", key, source=mp, color=c, line_dash=dash, visible=modelled)
@@ -300,14 +341,21 @@ class Panels:
                 (mem, [("allocated", "@allocated{0,0.000} MiB"),
                        ("reserved", "@reserved{0,0.000} MiB")]),
                 (rss, [("RSS", "@rss{0,0.0} MiB")]),
+                (heap, [("C heap in use", "@heap{0,0.0} MiB")]),
                 (frag, [("inactive split / reserved", "@frag{0.0} %"),
                         ("inactive split", "@inactive{0,0.000} MiB of @reserved{0,0.000} MiB")]),
                 (free, [("largest free block", "@free{0,0.000} MiB")])):
             fig.add_tools(HoverTool(renderers=rends[fig], tooltips=[("step", "@step"), *tips]))
-            if fig is not rss:  # RSS starts far from zero: its own range shows its changes
+            if fig is not rss and fig is not heap:  # far from zero: own range, own changes
                 fig.y_range.start = 0
+        self._heap_lines = rends[heap]
         self.mem_note = caption("")
-        self.set_memory_titles({"modelled"} if modelled else {"cuda"})
+
+    def show_heap(self) -> None:
+        """Fit the C heap panel's range to the data, once a rank's records
+        carry the figure."""
+        if not isinstance(self.heap_fig.y_range, DataRange1d):
+            self.heap_fig.y_range = DataRange1d(renderers=self._heap_lines)
 
     def _timeline_panel(self) -> None:
         self.lanes = Lanes(self.world_size)
@@ -399,10 +447,18 @@ class Panels:
             self.breakdown, PARTS, PART_COLORS, labels, "ms (median per step)",
             f"Where each rank's step goes: median ms per phase (last {WINDOW} steps, as the "
             "verdict)", "0,0.0",
-            [("median step", "@median_step_ms{0,0.0} ms")])
+            [("median step", "@median_step_ms{0,0.0} ms")], PART_NAMES)
 
     def set_memory_titles(self, sources: set[str]) -> None:
-        """Titles that say where the numbers come from (the sources seen so far)."""
+        """Titles that say where the numbers come from (the sources seen so far).
+        The allocator's panels are drawn only where a rank measured its CUDA
+        allocator: a CPU run's allocator figures are modelled at the profiled
+        steps alone, a few points that drawn by step read as a timeline of a
+        CUDA allocator it never had; its measured memory (the resident set)
+        is drawn, and one line says what the modelled figures are."""
+        measured = "cuda" in sources
+        for part in (self.mem_fig, self.frag_fig, self.free_fig, self.alloc_row):
+            part.visible = measured
         if "cuda" in sources:
             self.mem_fig.title.text = "CUDA allocator per rank (MiB), measured"
             self.frag_fig.title.text = "Fragmentation (%)"
@@ -411,22 +467,12 @@ class Panels:
                 "Allocated solid, reserved dashed. Fragmentation: inactive split blocks / "
                 "reserved (hover for the bytes). Largest free block: the profiled steps' "
                 "allocator snapshots.")
-        elif "modelled" in sources:
-            self.mem_fig.title.text = "CUDA allocator per rank (MiB), modelled"
-            self.frag_fig.title.text = "Fragmentation, modelled (%)"
-            self.free_fig.title.text = "Largest free block, modelled (MiB)"
-            self.mem_note.text = (
-                "CPU run: allocated (solid), reserved (dashed), fragmentation and the largest "
-                "free block are the allocator model's, what a CUDA caching allocator would hold "
-                "for each profiled step's requests, not measured. Fragmentation is inactive "
-                "split blocks / reserved: a small model's pool is a few MiB (one 2 MiB "
-                "segment), where a high share is a few KiB; hover for the bytes.")
         else:
             self.mem_fig.title.text = "Allocator: not measured"
             self.frag_fig.title.text = "Fragmentation: not measured"
             self.free_fig.title.text = "Largest free block: not measured"
-            self.mem_note.text = ("No allocator figures (no CUDA, no profiled step yet): "
-                                  "the resident set is the memory measured.")
+            self.mem_note.text = NO_ALLOCATOR_MODELLED if "modelled" in sources \
+                else NO_ALLOCATOR
 
     def relayout(self, ended: dict[int, str]) -> None:
         """Lane ticks, rank groups and height for the lanes known now."""

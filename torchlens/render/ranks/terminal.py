@@ -84,10 +84,7 @@ def verdict_lines(view: RunView, width: int | None = None) -> list[str]:
     many columns, the lines after the first indented (a terminal would cut
     a long one mid-word)."""
     text = f"verdict: {finding_text(view.verdict)}"
-    if width is None:
-        return [text]
-    return textwrap.wrap(text, max(20, width), subsequent_indent=VERDICT_INDENT,
-                         break_long_words=False, break_on_hyphens=False) or [text]
+    return [text] if width is None else wrap_words(text, width)
 
 
 def lines(view: RunView, header: str = "", max_rows: int | None = None,
@@ -96,7 +93,9 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None,
 
     ``max_rows``: at most this many rank rows (a redraw taller than the
     terminal cannot move back up over itself), in ``view.order``, then one
-    line for the rest. ``width``: the verdict wrapped to it (``verdict_lines``).
+    line for the rest. ``width``: the verdict wrapped to it (``verdict_lines``),
+    and every line of words under the table too (its footnote, the notes), on
+    word boundaries; the table's rows are kept whole.
     """
     out = [header] if header else []
     out += verdict_lines(view, width)
@@ -118,9 +117,12 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None,
                    f"{format_ms(row.step_ms, unit=False):>8} "
                    f"{format_ms(row.data_ms, unit=False):>8} "
                    f"{memory_cell(row):>14}{mark}")
+    table = len(out)
     if any(row.step_ms is not None for row in shown):
         out.append(f"step ms, data ms: each rank's median over its last {WINDOW} steps, "
-                   "the steps the verdict compares (evaluation and checkpoint spans left out)")
+                   "the steps the verdict compares (evaluation and checkpoint spans left out)"
+                   + ("; the slow rank's own step can be the shorter: the others' steps "
+                      "hold their wait for it" if slow is not None else ""))
     if len(shown) < len(view.ranks):
         out.append(more_ranks_line(len(view.ranks) - len(shown), view.spread))
     if any(shows_modelled(row) for row in shown):
@@ -133,7 +135,17 @@ def lines(view: RunView, header: str = "", max_rows: int | None = None,
         out.append(f"memory: {c.words}")
     out += [restart_line(r.number, r.words) for r in view.restarts]
     out += [f"note: {n}" for n in view.notes]
-    return out
+    if width is None:
+        return out
+    return out[:table] + [part for line in out[table:] for part in wrap_words(line, width)]
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words
+    (a terminal breaks a long line wherever the column ends, mid-word), the
+    lines after the first indented; a word longer than a line stays whole."""
+    return textwrap.wrap(text, max(20, width), subsequent_indent=VERDICT_INDENT,
+                         break_long_words=False, break_on_hyphens=False) or [text]
 
 
 def one_line(view: RunView) -> str:
@@ -193,6 +205,13 @@ class TerminalSummary:
             self.stream.write(_UP.format(n=self.drawn) + _CLEAR)
             self.drawn = 0
         print(text, file=self.stream, flush=True)
+
+    def say_words(self, text: str) -> None:
+        """``say`` a sentence: on a TTY wrapped on words at the terminal's width
+        (the terminal would cut it mid-word), in a log one line to grep."""
+        if self.tty:
+            text = "\n".join(wrap_words(text, shutil.get_terminal_size().columns - 1))
+        self.say(text)
 
     def final(self, view: RunView, header: str = "", width: int | None = None) -> None:
         """The full block once more, in place on a TTY and in full in a log; the

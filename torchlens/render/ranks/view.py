@@ -49,6 +49,7 @@ from torchlens.render.ranks.panels import (
     Panels,
     columns_or_empty,
     end_mark,
+    heap_of,
     mem_row,
     one_rank,
     profiled_points,
@@ -226,6 +227,9 @@ class RankProfileView:
             spans = span_points(p.color(r), new)
             p.spans_legend.visible = p.spans_legend.visible or bool(spans)
             mem = memory_rows(one_rank(new), [[]])
+            heaps = [heap_of(rec) for rec in new]  # one memory row per record, in order
+            if any(h is not None for h in heaps):
+                p.show_heap()  # drawn once a rank's C library says it
             seen.update(m.get("source") for m in mem)
             new.clear()
             if rows:
@@ -244,7 +248,8 @@ class RankProfileView:
                     STEP_ROLLOVER)
             stream(p.profiled, profiled_points(p.color(r), rows), STEP_ROLLOVER * len(p.shown))
             stream(p.spans, spans, STEP_ROLLOVER)
-            stream(p.mem[slot], [mem_row(m) for m in mem], STEP_ROLLOVER)
+            stream(p.mem[slot], [mem_row(m, h) for m, h in zip(mem, heaps, strict=False)],
+                   STEP_ROLLOVER)
         if p.spread:
             merge(p.step_spread, self.step_spread.changed(), STEP_ROLLOVER)
             merge(p.mem_spread, mem_spread_units(self.mem_spread.changed()), STEP_ROLLOVER)
@@ -439,7 +444,11 @@ class RankProfileView:
             p.steps[i].data = columns_or_empty(p.steps[i], [{k: row[k] for k in STEP_KEYS}
                                                              for row in rows[-STEP_ROLLOVER:]])
             mem = memory_rows(one_rank(self.records[r]), [[]])[-STEP_ROLLOVER:]
-            p.mem[i].data = columns_or_empty(p.mem[i], [mem_row(m) for m in mem])
+            heaps = [heap_of(rec) for rec in list(self.records[r])[-STEP_ROLLOVER:]]
+            if any(h is not None for h in heaps):
+                p.show_heap()
+            p.mem[i].data = columns_or_empty(p.mem[i], [mem_row(m, h) for m, h in
+                                                        zip(mem, heaps, strict=False)])
             p.mem_prof[i].data = columns_or_empty(p.mem_prof[i], prof)
         p.profiled.data = columns_or_empty(p.profiled, points[-STEP_ROLLOVER * len(shown):])
         p.spans.data = columns_or_empty(p.spans, spans[-STEP_ROLLOVER:])

@@ -36,6 +36,10 @@ def _calls(v: Any) -> str:
     return f"{float(v):,.2f}"
 
 
+def _noise_word(within: Any) -> str:
+    return "within noise" if within else "beyond noise"
+
+
 #: changes are written with their sign, "+0.0 µs" included
 CHANGE = [Column("delta_us", "change", lambda v: format_duration(v, signed=True)),
           Column("delta_pct", "change %", lambda v: format_percent(v, signed=True))]
@@ -46,6 +50,9 @@ ROWS = [Column("status", "status", str, False), Column("kind", "kind", str, Fals
 RANKS = [Column("rank_a", "rank in A", str), Column("rank_b", "rank in B", str),
          Column("a_median_us", "median step A", format_duration),
          Column("b_median_us", "median step B", format_duration), *CHANGE]
+#: the rank table's run-to-run noise columns (a diff saved by an older torchlens has none)
+NOISE = [Column("noise_us", "run-to-run noise", lambda v: "±" + format_duration(v)),
+         Column("within_noise", "the change is", _noise_word, False)]
 
 
 def summary_line(profile: Profile, d: RunDiff) -> str:
@@ -58,6 +65,8 @@ def text_report(profile: Profile, d: RunDiff) -> str:
     lines.append(_counts(d, CHANGED + ("small",)))
     if d.step_time.regression_pct is not None:
         lines.append(_step_source(d))
+    if d.step_time.within_noise:
+        lines.append(_noisy_ops(d))
     per = d.per
     for r in [r for r in _changed(d.ops + d.kernels) if r.status in CHANGED][:10]:
         lines.append(f"  {r.status:<8} {r.kind:<15} {tables.shorten(r.name, 60)}: "
@@ -82,6 +91,24 @@ def _step_source(d: RunDiff) -> str:
             f"{st.b_steps} of B (the traces' ProfilerStep#N spans)")
 
 
+def _noise_source(d: RunDiff) -> str:
+    """How the run-to-run noise bound is made, in words (None without one)."""
+    st = d.step_time
+    return (f"run-to-run noise: ±{format_duration(st.noise_us)}, A's step-to-step spread "
+            f"({format_duration(st.a_spread_us)}) plus B's ({format_duration(st.b_spread_us)}); "
+            "a spread is 1.4826 x the median absolute deviation of a rank's step times, "
+            "the median over the ranks; a change within it is what two runs of one "
+            "unchanged job differ by")
+
+
+def _noisy_ops(d: RunDiff) -> str:
+    """Under a step time within noise: what the op and kernel rows still say."""
+    return ("the step time changed within run-to-run noise, so the op and kernel rows "
+            f"below are not changes: their figures per {d.per} come from the profiled "
+            "steps, which carry the same noise (an op or kernel added or removed would "
+            "still be named)")
+
+
 def _changed(rows: list[DiffRow]) -> list[DiffRow]:
     """Changed rows (largest change first), then the small changes, then the same."""
     rows = sorted(rows, key=lambda r: -abs(r.delta_us))
@@ -101,7 +128,9 @@ def _chart(d: RunDiff) -> Any:
     fig = figure(height=80 + 22 * len(rows), sizing_mode="stretch_width",
                  y_range=FactorRange(*labels), tools="save", toolbar_location=None,
                  x_axis_label=f"µs per {d.per}, B - A",
-                 title="The largest changes (slower and added to the right)")
+                 title="The largest changes (slower and added to the right)"
+                 + (": the step time changed within run-to-run noise, so the slower "
+                    "and faster bars are that noise" if d.step_time.within_noise else ""))
     bars = fig.hbar(y="label", right="delta", left=0, height=0.8, color="color", source=src)
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
         ("", "@name"), ("kind", "@kind"), ("status", "@status"), ("change", "@delta{0,0.0} µs")]))
@@ -129,6 +158,10 @@ def report_parts(profile: Profile, d: RunDiff,
              "too little time to count; slower and faster exceed both)"]
     if st.regression_pct is not None:
         words.append(_step_source(d))
+    if st.noise_us is not None:
+        words.append(_noise_source(d))
+    if st.within_noise:
+        words.append(_noisy_ops(d))
     out = [section("Verdict", html.join([finding_html(d.verdict),
                                          *(html.note(w) for w in words + d.notes)]),
                    "verdict")]
@@ -136,7 +169,8 @@ def report_parts(profile: Profile, d: RunDiff,
         figures.append(_chart(d))
         out.append(section("Largest changes", html.figure_slot(len(figures) - 1), "changes"))
     if d.rank_steps:
-        out.append(section("Step time per rank", tables.html_table(d.rank_steps, RANKS),
+        cols = RANKS + (NOISE if any(r.noise_us is not None for r in d.rank_steps) else [])
+        out.append(section("Step time per rank", tables.html_table(d.rank_steps, cols),
                            "rank-steps"))
     if d.kernels:
         out.append(section(f"Kernels, memcpy and memset (per {d.per})",

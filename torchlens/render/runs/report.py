@@ -13,11 +13,12 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool
 from bokeh.plotting import figure
 from markupsafe import Markup
 
-from torchlens.analysis.runs.analyze import NS_NOTE, RunAnalysis
+from torchlens.analysis.runs.analyze import NS_NOTE, RunAnalysis, unsaid_problems
+from torchlens.analysis.runs.collectives import arrived_by_note
 from torchlens.analysis.runs.fsdp import fsdp_lines
 from torchlens.analysis.runs.rows import CollectiveRow
 from torchlens.model import Profile
-from torchlens.model.findings import FAILED
+from torchlens.model.findings import FAILED, WARNING
 from torchlens.model.units import (
     format_bytes,
     format_count,
@@ -30,6 +31,7 @@ from torchlens.render import html, tables
 from torchlens.render.findings import finding_text, findings_html
 from torchlens.render.fsdp import FSDP_COLUMNS
 from torchlens.render.page import section
+from torchlens.render.runs import memory_chart
 from torchlens.render.runs import steps_chart as run_steps_chart
 from torchlens.render.runs import timeline as run_timeline
 from torchlens.render.runs.launches import launch_sections
@@ -59,6 +61,12 @@ OVERLAP_NOTE = ("Measured from GPU kernels: the time each collective's kernels r
 NO_GPU_OVERLAP = ("Overlap is measured from GPU kernels only: no rank's trace holds GPU "
                   "kernels (a CPU run, e.g. gloo), so communication overlap is not available "
                   "for this run.")
+#: the one line a run without GPU work gets in place of every GPU section
+NOT_MEASURED = ("No rank's trace holds GPU work (CPU-only traces, e.g. a gloo job), so "
+                "nothing was measured for GPU time per rank (compute, non-compute, idle), "
+                "communication overlapped by compute, kernels by kind, idle time per stream, "
+                "kernel launches, launch queues or memory bandwidth: those sections are left "
+                "out.")
 KERNELS = [Column("rank", "rank", str), Column("kind", "kind", str, False),
            Column("count", "kernels", format_count), Column("us", "time", format_us_as_ms),
            Column("pct", "share", format_percent)]
@@ -84,11 +92,6 @@ COLLECTIVES = [Column("step", "step", str), Column("trace", "trace", str),
                Column("arrived_by", "arrived by", str, False),
                Column("dur_us", "duration", format_us_as_ms), Column("busbw_GBps", "bus bandwidth",
                                                          format_gbps)]
-#: what ``arrived_by`` says (``analysis.runs.collectives``), under the collectives table
-ARRIVED_BY_NOTE = ("arrived by: kernel = each rank's arrival is its first NCCL kernel's start "
-                   "on the GPU (NCCL is asynchronous: the host enqueues the call and moves on); "
-                   "host = when its host issued the call (no NCCL kernel on every rank). "
-                   "run.collectives() keeps the host issue times as issued.")
 #: a report of a long run lists the first collectives; --json and the DataFrame hold all
 MAX_COLLECTIVE_ROWS = 200
 #: the FSDP section's table: the %ddp_check ranks table's FSDP columns, with the
@@ -133,13 +136,14 @@ HEADLINE_CHARS = 160
 
 def summary_line(profile: Profile, a: RunAnalysis) -> str:
     """``run: 2 ranks of 2 analysed``; a run that failed (its leading finding
-    failed: a rank raised, a node was lost) says so first, in the finding's words."""
+    failed: a rank raised, a node was lost) or has a problem (a warning: the
+    slow rank, a memory creep) says so first, in the finding's words."""
     n = len(a.ranks)
     of = f" of {a.world_size}" if a.world_size else ""
     bad = f", {plural(len(a.problems), 'input problem')}" if a.problems else ""
     counted = f"{plural(n, 'rank')}{of} analysed{bad}"
-    lead = a.findings[0] if a.findings else None
-    if lead is None or lead.severity != FAILED:
+    lead = a.verdict
+    if lead is None or lead.severity not in (FAILED, WARNING):
         return f"run: {counted}"
     said = lead.sentence
     if len(said) > HEADLINE_CHARS:
@@ -158,7 +162,7 @@ def text_report(profile: Profile, a: RunAnalysis) -> str:
     if not _any_gpu(a):
         lines.append(f"overlap: {NO_GPU_OVERLAP}")
     lines += fsdp_lines(a.fsdp)
-    lines += [f"problem: {p.kind}: {p.path}: {p.message}" for p in a.problems]
+    lines += [f"problem: {p.kind}: {p.path}: {p.message}" for p in unsaid_problems(a.problems)]
     return "\n".join(lines)
 
 
@@ -214,9 +218,20 @@ def report_parts(profile: Profile, a: RunAnalysis,
     out = []
     if a.findings:
         out.append(section("Findings", findings_html(a.findings), "findings"))
+    memory = getattr(profile.payload, "memory", None)
+    creeps = memory is not None and any(r.creeps for r in memory.ranks)
+    if creeps:  # beside the creep's finding: its figures per rank
+        out += memory_chart.sections(memory, figures)
     out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", None), figures)
+    if not creeps:
+        out += memory_chart.sections(memory, figures)
     out += run_timeline.sections(profile, a, figures)
-    if any(r.idle_pct is not None for r in a.temporal):
+    gpu = _any_gpu(a)
+    if not gpu:
+        # a CPU run: one line says what was not measured, in place of sections of n/a
+        out.append(section("Not measured on this run", html.note(NOT_MEASURED),
+                           "not-measured"))
+    elif any(r.idle_pct is not None for r in a.temporal):
         figures.append(_temporal_chart(a))
         out.append(section("GPU time per rank", html.join(
             [html.figure_slot(len(figures) - 1), tables.html_table(a.temporal, TEMPORAL),
@@ -228,13 +243,17 @@ def report_parts(profile: Profile, a: RunAnalysis,
                        "timeline to break down."), tables.html_table(a.temporal, TEMPORAL)]),
             "temporal"))
     if a.stragglers:
+        # a column no rank has a figure in (no cause found for any) is left out
+        shown = [c for c in STRAGGLERS if c.key == "rank" or any(
+            _filled(tables.cell_value(r, c.key)) for r in a.stragglers)]
         out.append(section("Who the others waited for (slow ranks)", html.join(
-            [tables.html_table(a.stragglers, STRAGGLERS),
+            [tables.html_table(a.stragglers, shown),
              *(html.note(n) for n in [a.evidence.get("stragglers")] if n)]), "stragglers"))
     if a.collectives:
         shown = a.collectives[:MAX_COLLECTIVE_ROWS]
         more = len(a.collectives) - len(shown)
-        parts = [tables.html_table(shown, collective_columns(shown)), html.note(ARRIVED_BY_NOTE)]
+        parts = [tables.html_table(shown, collective_columns(shown)),
+                 html.note(arrived_by_note(tables.cell_value(r, "arrived_by") for r in shown))]
         if more:
             parts.append(html.note(f"{more:,} more collectives: run.collectives() or "
                                    "torchlens analyze --json list them all"))
@@ -243,15 +262,18 @@ def report_parts(profile: Profile, a: RunAnalysis,
         out.append(section("Step time across ranks", html.join(
             [tables.html_table(a.step_skew, SKEW),
              *(html.note(n) for n in [a.evidence.get("step_skew")] if n)]), "steps"))
-    out.append(_overlap_section(a))
+    if gpu:
+        out.append(_overlap_section(a))
     if a.fsdp:
         out.append(_fsdp_section(a))
-    if a.kernels:
+    if gpu and a.kernels:
         out.append(section("Kernels by kind", tables.html_table(a.kernels, KERNELS), "kernels"))
-    if a.idle:
+    if gpu and a.idle:
         out.append(section("Idle time per stream", tables.html_table(a.idle, IDLE), "idle"))
-    out += launch_sections(a)
-    if a.problems:
+    if gpu:
+        out += launch_sections(a)
+    listed = unsaid_problems(a.problems)  # a damaged manifest is its finding above
+    if listed:
         out.append(section("Inputs that could not be used",
-                           tables.html_table(a.problems, PROBLEMS), "problems"))
+                           tables.html_table(listed, PROBLEMS), "problems"))
     return summary_line(profile, a), out

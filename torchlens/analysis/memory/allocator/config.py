@@ -25,6 +25,8 @@ MIN_LARGE_ALLOC = 10 * MB  # kMinLargeAlloc: from here segments fit the request
 ROUND_LARGE = 2 * MB  # kRoundLarge: large segments round up to this
 #: ``max_split_size`` when unset (SIZE_MAX in C++); memory_stats reports -1.
 NO_MAX_SPLIT = (1 << 64) - 1
+#: Address space reserved per expandable segment when no capacity is given.
+DEFAULT_DEVICE_TOTAL = 80 * 1024**3
 #: roundup_power2_divisions has one entry per power-of-two interval 1 MiB..64 GiB.
 ROUNDUP_INTERVALS = 16
 

@@ -25,6 +25,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from torchlens.analysis.memory.allocator.config import (
+    DEFAULT_DEVICE_TOTAL,
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
     NO_MAX_SPLIT,
@@ -34,32 +35,27 @@ from torchlens.analysis.memory.allocator.config import (
     allocation_size,
     round_size,
 )
-from torchlens.analysis.memory.allocator.device import DeviceMemory
+from torchlens.analysis.memory.allocator.expandable import try_allocate_expandable
+from torchlens.analysis.memory.allocator.heap import AllocatorHeap
 from torchlens.analysis.memory.allocator.pool import (
     ADDR_MASK,
     KEY_SHIFT,
     Block,
     BlockPool,
-    absorb,
 )
 from torchlens.analysis.memory.allocator.release import (
     garbage_collect,
     release_available_cached_blocks,
     release_cached_blocks,
 )
+from torchlens.analysis.memory.allocator.state import export_snapshot
 from torchlens.analysis.memory.allocator.stats import (
-    Stats,
     count_alloc,
-    count_free_completed,
     count_free_requested,
     dec,
-    hot_tuples,
     inc,
 )
 from torchlens.model.snapshot import Snapshot
-
-#: Address space reserved per expandable segment when no capacity is given.
-DEFAULT_DEVICE_TOTAL = 80 * 1024**3
 
 
 @dataclass
@@ -80,8 +76,11 @@ class OOM:
     capacity: int | None
 
 
-class CachingAllocator:
-    """One device's caching allocator; see the module docstring for the scope."""
+class CachingAllocator(AllocatorHeap):
+    """One device's caching allocator; see the module docstring for the scope.
+
+    Its state and primitive moves are ``heap.AllocatorHeap``'s; this class adds
+    the malloc and free paths, the OOM report and the reporting calls."""
 
     def __init__(
         self,
@@ -92,45 +91,10 @@ class CachingAllocator:
         device: int = 0,
         record_history: bool = True,
     ) -> None:
-        self.cfg = config or AllocatorConfig()
-        self.capacity = capacity
-        self.device = device
-        self.small = BlockPool(True)
-        self.large = BlockPool(False)
-        self.active: dict[
-            int, Block
-        ] = {}  # allocated or pending-free blocks by address
-        self.pending: dict[
-            int, Block
-        ] = {}  # freed, awaiting free_completed (C++ events)
-        self.segments: dict[int, Block] = {}  # base address -> first block
-        self.total_reserved = 0  # C++ total_allocated_memory
-        self.stats = Stats()
-        self._hot = {True: hot_tuples(self.stats, 1), False: hot_tuples(self.stats, 2)}
+        super().__init__(config, capacity=capacity, memory_fraction=memory_fraction,
+                         device=device, record_history=record_history)
         # settings are read once, here (torch reads PYTORCH_CUDA_ALLOC_CONF at start)
         self._plain_rounding = not any(self.cfg.roundup_power2_divisions)
-        self.memory = DeviceMemory()
-        self.record_history = record_history
-        self.trace: list[tuple[str, int, int, int]] = []
-        self.allowed: int | None = None
-        if memory_fraction is not None:
-            self.set_memory_fraction(memory_fraction)
-
-    # ---------------------------------------------------------------- settings
-    def set_memory_fraction(self, fraction: float) -> None:
-        """C++ setMemoryFraction: also what arms garbage collection."""
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError("memory fraction must be within [0, 1]")
-        total = self.capacity if self.capacity is not None else DEFAULT_DEVICE_TOTAL
-        self.allowed = int(fraction * total)
-
-    @property
-    def gc_enabled(self) -> bool:
-        return self.allowed is not None and self.cfg.garbage_collection_threshold > 0.0
-
-    def _record(self, action: str, addr: int, size: int, stream: int) -> None:
-        if self.record_history:
-            self.trace.append((action, addr, size, stream))
 
     # ------------------------------------------------------------------ malloc
     def malloc(self, orig_size: int, stream: int = 0) -> Block | OOM:
@@ -245,22 +209,6 @@ class CachingAllocator:
             inc(self.stats.oversize_allocations, 1)
         return b
 
-    def _split_change(self, pi: int, nblocks: int, nbytes: int) -> None:
-        """Apply a net change to inactive_split / inactive_split_bytes (all + pool)."""
-        st = self.stats.arrays
-        for name, amount in (
-            ("inactive_split", nblocks),
-            ("inactive_split_bytes", nbytes),
-        ):
-            if amount > 0:
-                arr = st[name]
-                inc(arr[0], amount)
-                inc(arr[pi], amount)
-            elif amount < 0:
-                arr = st[name]
-                dec(arr[0], -amount)
-                dec(arr[pi], -amount)
-
     # -------------------------------------------------------------------- free
     def free(self, b: Block, stream_uses: bool = False) -> None:
         """C++ ``free``: a block used on other streams completes later, else now."""
@@ -287,39 +235,7 @@ class CachingAllocator:
             raise ValueError(f"{b!r} has no pending free")
         b.pending = False
         del self.pending[b.addr]
-        self._free_block(b)
-
-    def _free_block(self, b: Block) -> None:
-        if self.record_history:
-            self.trace.append(("free_completed", b.addr, b.requested, b.stream))
-        pool = b.pool
-        orig_size = b.size
-        requested = b.requested
-        del self.active[b.addr]
-        net_blocks = 0
-        net_bytes = 0
-        prev = b.prev
-        if prev is not None and not prev.allocated and not prev.pending and prev.mapped:
-            pool.remove(prev)
-            net_blocks -= 1
-            net_bytes -= prev.size
-            absorb(prev, b)
-            prev.requested = requested
-            b = prev  # the lower block survives, so segment heads never change
-        nxt = b.next
-        if nxt is not None and not nxt.allocated and not nxt.pending and nxt.mapped:
-            pool.remove(nxt)
-            net_blocks -= 1
-            net_bytes -= nxt.size
-            absorb(b, nxt)
-        pool.insert(b)
-        if b.prev is not None or b.next is not None:
-            net_blocks += 1
-            net_bytes += b.size
-        if b.es is None and (net_blocks or net_bytes):
-            # C++ leaves expandable segments out of inactive_split
-            self._split_change(1 if pool.is_small else 2, net_blocks, net_bytes)
-        count_free_completed(self._hot[pool.is_small], orig_size, requested)
+        self.free_block(b)
 
     # ----------------------------------------------------- segments and retry
     def _alloc_block(
@@ -331,10 +247,6 @@ class CachingAllocator:
         if self.allowed is not None and self.total_reserved + alloc_size > self.allowed:
             return None
         if self.cfg.expandable_segments:
-            from torchlens.analysis.memory.allocator.expandable import (
-                try_allocate_expandable,
-            )
-
             return try_allocate_expandable(self, pool, stream, size)
         if (
             self.capacity is not None
@@ -350,21 +262,8 @@ class CachingAllocator:
         if alloc_size >= self.cfg.max_split_size:
             inc(self.stats.oversize_segments, 1)
         self.stats.num_device_alloc += 1
-        self._record("segment_alloc", addr, alloc_size, stream)
+        self.record("segment_alloc", addr, alloc_size, stream)
         return b
-
-    def _release_block(self, b: Block) -> None:
-        """C++ ``release_block``: cudaFree a whole cached segment."""
-        self.stats.num_device_free += 1
-        self._record("segment_free", b.addr, b.size, b.stream)
-        self.memory.free(b.addr, b.size)
-        self.total_reserved -= b.size
-        self.stats.sub("segment", b.pool.is_small, 1)
-        self.stats.sub("reserved_bytes", b.pool.is_small, b.size)
-        if b.size >= self.cfg.max_split_size:
-            dec(self.stats.oversize_segments, 1)
-        b.pool.remove(b)
-        del self.segments[b.addr]
 
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache()``."""
@@ -405,8 +304,6 @@ class CachingAllocator:
 
     def snapshot(self) -> Snapshot:
         """The state as a snapshot (see ``state.export_snapshot``)."""
-        from torchlens.analysis.memory.allocator.state import export_snapshot
-
         return export_snapshot(self)
 
 

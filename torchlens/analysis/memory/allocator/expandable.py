@@ -12,14 +12,14 @@ layout is the same and segment heads stay stable.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from torchlens.analysis.memory.allocator.config import LARGE_BUFFER, SMALL_BUFFER
+from torchlens.analysis.memory.allocator.config import (
+    DEFAULT_DEVICE_TOTAL,
+    LARGE_BUFFER,
+    SMALL_BUFFER,
+)
 from torchlens.analysis.memory.allocator.device import ExpandableSegment
+from torchlens.analysis.memory.allocator.heap import AllocatorHeap
 from torchlens.analysis.memory.allocator.pool import Block, BlockPool, absorb
-
-if TYPE_CHECKING:
-    from torchlens.analysis.memory.allocator.core import CachingAllocator
 
 
 def _allocatable(b: Block | None) -> bool:
@@ -36,7 +36,7 @@ def _has_space(b: Block | None, size: int) -> bool:
 
 
 def find_expandable_block(
-    alloc: CachingAllocator, pool: BlockPool, stream: int, size: int
+    alloc: AllocatorHeap, pool: BlockPool, stream: int, size: int
 ) -> Block:
     """Lowest address with room for ``size`` (free + unmapped), else a new segment."""
     for addr in list(pool.unmapped_addrs.get(stream, ())):
@@ -46,8 +46,6 @@ def find_expandable_block(
         if _has_space(c, size):
             return c
     page = SMALL_BUFFER if pool.is_small else LARGE_BUFFER
-    from torchlens.analysis.memory.allocator.core import DEFAULT_DEVICE_TOTAL
-
     total = alloc.capacity if alloc.capacity is not None else DEFAULT_DEVICE_TOTAL
     va = total + total // 8
     max_pages = -(-va // page)
@@ -60,7 +58,7 @@ def find_expandable_block(
     return cand
 
 
-def map_block(alloc: CachingAllocator, b: Block, size: int) -> Block | None:
+def map_block(alloc: AllocatorHeap, b: Block, size: int) -> Block | None:
     """Map pages at the start of unmapped ``b``; return the (merged) free block."""
     es: ExpandableSegment = b.es
     budget = None if alloc.capacity is None else alloc.capacity - alloc.total_reserved
@@ -94,12 +92,12 @@ def map_block(alloc: CachingAllocator, b: Block, size: int) -> Block | None:
     alloc.total_reserved += mapped
     alloc.stats.add("reserved_bytes", pool.is_small, mapped)
     alloc.stats.num_device_alloc += 1
-    alloc._record("segment_map", start, mapped, b.stream)
+    alloc.record("segment_map", start, mapped, b.stream)
     return b
 
 
 def try_allocate_expandable(
-    alloc: CachingAllocator, pool: BlockPool, stream: int, size: int
+    alloc: AllocatorHeap, pool: BlockPool, stream: int, size: int
 ) -> Block | None:
     """C++ ``try_allocate_expandable_block``: map pages until a free run fits ``size``."""
     c: Block | None = find_expandable_block(alloc, pool, stream, size)
@@ -118,7 +116,7 @@ def try_allocate_expandable(
     return c
 
 
-def unmap_block(alloc: CachingAllocator, b: Block) -> Block:
+def unmap_block(alloc: AllocatorHeap, b: Block) -> Block:
     """C++ ``unmap_block``: give back the whole pages inside free block ``b``."""
     es: ExpandableSegment = b.es
     start, nbytes = es.unmap(b.addr, b.size)
@@ -162,11 +160,11 @@ def unmap_block(alloc: CachingAllocator, b: Block) -> Block:
     alloc.total_reserved -= nbytes
     alloc.stats.sub("reserved_bytes", pool.is_small, nbytes)
     alloc.stats.num_device_free += 1
-    alloc._record("segment_unmap", start, nbytes, b.stream)
+    alloc.record("segment_unmap", start, nbytes, b.stream)
     return mid
 
 
-def release_expandable(alloc: CachingAllocator, blocks: list[Block]) -> None:
+def release_expandable(alloc: AllocatorHeap, blocks: list[Block]) -> None:
     """Expandable branch of C++ ``release_blocks``: unmap free pages, drop empty segments."""
     for b in blocks:
         if b.pool.free.get(b.addr) is not b:

@@ -5,24 +5,21 @@ Mirrors C++ ``release_available_cached_blocks`` (oversize blocks, with
 max_split_size set), ``release_cached_blocks`` (every unsplit cached segment,
 also ``empty_cache``) and ``garbage_collect_cached_blocks`` (old large blocks,
 with garbage_collection_threshold). ``CachingAllocator.malloc`` calls them in
-C++'s order; each takes the allocator whose pools it frees.
+C++'s order; each takes the allocator heap whose pools it frees.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
 
 from torchlens.analysis.memory.allocator.config import NO_MAX_SPLIT
 from torchlens.analysis.memory.allocator.expandable import release_expandable
+from torchlens.analysis.memory.allocator.heap import AllocatorHeap
 from torchlens.analysis.memory.allocator.pool import ADDR_MASK, KEY_SHIFT, BlockPool
-
-if TYPE_CHECKING:
-    from torchlens.analysis.memory.allocator.core import CachingAllocator
 
 
 def release_available_cached_blocks(
-    alloc: CachingAllocator, pool: BlockPool, stream: int, size: int
+    alloc: AllocatorHeap, pool: BlockPool, stream: int, size: int
 ) -> bool:
     """C++ ``release_available_cached_blocks``: free oversize cached blocks.
 
@@ -40,7 +37,7 @@ def release_available_cached_blocks(
         b = pool.free[keys[i] & ADDR_MASK]
         if b.is_split():
             return False  # C++ would cudaFree part of a segment; never happens with sane settings
-        alloc._release_block(b)
+        alloc.release_block(b)
         return True
     if i == 0:
         return False
@@ -52,30 +49,30 @@ def release_available_cached_blocks(
         if b.is_split() or b.es is not None:
             continue
         released += b.size
-        alloc._release_block(b)
+        alloc.release_block(b)
     return released >= target
 
 
-def release_cached_blocks(alloc: CachingAllocator) -> None:
+def release_cached_blocks(alloc: AllocatorHeap) -> None:
     """C++ ``release_cached_blocks`` (also ``empty_cache``): wait for pending
     frees, then release every unsplit cached segment of both pools."""
     alloc.stats.num_sync_all_streams += 1
     for b in list(alloc.pending.values()):
         b.pending = False
         del alloc.pending[b.addr]
-        alloc._free_block(b)
+        alloc.free_block(b)
     for pool in (alloc.large, alloc.small):
         to_unmap = []
         for b in pool.blocks_in_order():
             if b.es is not None:
                 to_unmap.append(b)
             elif b.prev is None and b.next is None:
-                alloc._release_block(b)
+                alloc.release_block(b)
         if to_unmap:
             release_expandable(alloc, to_unmap)
 
 
-def garbage_collect(alloc: CachingAllocator) -> None:
+def garbage_collect(alloc: AllocatorHeap) -> None:
     """C++ ``garbage_collect_cached_blocks``: free old unsplit large blocks.
 
     Runs before a new segment is made, when reserved memory exceeds
@@ -111,4 +108,4 @@ def garbage_collect(alloc: CachingAllocator) -> None:
                 reclaimed += b.size
                 total_age -= age
                 count -= 1
-                alloc._release_block(b)
+                alloc.release_block(b)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from torchlens.analysis.memory.allocator.config import AllocatorConfig
 from torchlens.analysis.memory.allocator.core import OOM, CachingAllocator
+from torchlens.analysis.memory.allocator.expandable import unmap_block
 from torchlens.analysis.memory.allocator.pool import Block
 from torchlens.analysis.memory.allocator.state import load_segments
 from torchlens.model.snapshot import Segment, TraceEntry
@@ -173,11 +174,9 @@ def _apply_segment_release(alloc: CachingAllocator, addr: int, size: int) -> boo
     head = alloc.segments.get(addr)
     if head is not None and head.es is None:
         if head.next is None and head.pool.free.get(addr) is head:
-            alloc._release_block(head)
+            alloc.release_block(head)
             return True
         return False
-    from torchlens.analysis.memory.allocator.expandable import unmap_block
-
     for base, h in alloc.segments.items():
         if h.es is None or not base <= addr < base + h.es.size:
             continue

@@ -13,19 +13,15 @@ can continue from a real snapshot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torchlens.analysis.memory.allocator.config import LARGE_BUFFER, SMALL_BUFFER
 from torchlens.analysis.memory.allocator.device import ExpandableSegment
+from torchlens.analysis.memory.allocator.heap import AllocatorHeap
 from torchlens.analysis.memory.allocator.pool import Block
 from torchlens.analysis.memory.allocator.stats import inc
 from torchlens.model.snapshot import Segment, SnapBlock, Snapshot, TraceEntry
 
-if TYPE_CHECKING:
-    from torchlens.analysis.memory.allocator.core import CachingAllocator
 
-
-def _segment(alloc: CachingAllocator, head: Block, blocks: list[Block]) -> Segment:
+def _segment(alloc: AllocatorHeap, head: Block, blocks: list[Block]) -> Segment:
     total = allocated = active = requested = 0
     out_blocks = []
     for b in blocks:
@@ -42,7 +38,7 @@ def _segment(alloc: CachingAllocator, head: Block, blocks: list[Block]) -> Segme
                    is_expandable=head.es is not None, blocks=out_blocks)
 
 
-def export_snapshot(alloc: CachingAllocator) -> Snapshot:
+def export_snapshot(alloc: AllocatorHeap) -> Snapshot:
     """The allocator's state as a snapshot (segments sorted by address)."""
     segments = []
     for head in alloc.segments.values():
@@ -69,7 +65,7 @@ def export_snapshot(alloc: CachingAllocator) -> Snapshot:
 
 
 def load_segments(
-    alloc: CachingAllocator, segments: list[Segment]
+    alloc: AllocatorHeap, segments: list[Segment]
 ) -> dict[int, Block]:
     """Rebuild ``segments`` (normalized snapshot segments) inside an empty allocator.
 

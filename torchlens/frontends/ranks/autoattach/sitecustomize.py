@@ -17,6 +17,11 @@ What it does, in order:
   pid), this process attaches, and the callbacks of the frameworks it will
   import are added when it imports them (``torchlens.integrations.autoload``).
 
+In every process of the command, ``sys.stdout`` and ``sys.stderr`` are
+guarded (``capture.ranks.output_guard``): if ``torchlens run`` dies, the job's
+next ``print`` finds no reader, and the job runs on with its output dropped
+instead of dying of BrokenPipeError.
+
 Never breaks the job: a failure prints one line on stderr and the job runs
 on untouched.
 """
@@ -46,6 +51,15 @@ def _chain() -> None:
         raise
 
 
+def _guard() -> None:
+    # every process of the command: its prints must not fail when torchlens
+    # run, which reads them, is gone
+    if os.environ.get("TORCHLENS_COLLECTOR"):
+        from torchlens.capture.ranks.output_guard import guard_output
+
+        guard_output()
+
+
 def _attach() -> None:
     env = os.environ
     if not env.get("TORCHLENS_COLLECTOR"):
@@ -71,7 +85,7 @@ def _attach() -> None:
         autoload.install()
 
 
-for _part in (_chain, _attach):
+for _part in (_chain, _guard, _attach):
     try:
         _part()
     except Exception as _exc:  # noqa: BLE001 - the user's job must run whatever happens here
