@@ -81,18 +81,21 @@ def _wait_prompt(page: Any, index: int) -> None:
 
 def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: Any) -> None:
     server, run_dir = lab
-    job = _start_job(run_dir, run_dir.parent / "job.log")
     page = chromium.new_page()
     page.set_viewport_size({"width": 1400, "height": 3200})  # the whole view in one shot
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    job: subprocess.Popen[bytes] | None = None
     try:
         page.goto(f"{server.url}lab/tree/watch.ipynb?token={server.token}", timeout=60_000)
         page.locator(".jp-Notebook .jp-Cell").nth(2).wait_for(timeout=60_000)
         wait_kernel_idle(page)
         run_cell(page, 0)
         _wait_prompt(page, 0)
+        # the job starts once the kernel has torchlens imported: on a loaded
+        # machine the page, the kernel and the import took longer than the job
+        job = _start_job(run_dir, run_dir.parent / "job.log")
         while not (run_dir / ".spool").exists():  # the job's folder is there
             assert job.poll() is None, (run_dir.parent / "job.log").read_text()
             time.sleep(0.2)
@@ -141,6 +144,6 @@ def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: 
         reopened.screenshot(path=str(SHOTS / "watch-live-reopened.png"))
     finally:
         page.close()
-        if job.poll() is None:
+        if job is not None and job.poll() is None:
             os.killpg(job.pid, 9)
             job.wait(timeout=10)

@@ -74,6 +74,21 @@ def _legend(fig: Any, items: list[LegendItem]) -> Legend:
     return legend
 
 
+def legend_above(fig: Any) -> None:
+    """Move a figure's own legend (the one ``legend_label`` built) above it in
+    rows of PER_ROW, as add_colour_legend's: a legend at the right of a chart
+    in a narrow column leaves the plot a sliver and runs past the page."""
+    legends = list(fig.legend)
+    if not legends:
+        return
+    legend = legends[0]
+    fig.center = [c for c in fig.center if c is not legend]
+    legend.update(orientation="horizontal", nrows=max(1, math.ceil(len(legend.items) / PER_ROW)),
+                  label_text_font_size="8pt", glyph_width=14, glyph_height=10,
+                  spacing=8, padding=2, margin=2)
+    fig.add_layout(legend, "above")
+
+
 def legend_below(fig: Any) -> None:
     """Move a figure's legend out of the plot, under it: a legend inside a
     small chart covers the lines it names (the gpumem timeline's did)."""

@@ -193,8 +193,10 @@ class MetricsEndpoint:
     def close(self, linger: bool = False) -> None:
         """Stop serving; ``linger``: after a scrape of the view ``tick`` kept last."""
         if linger:
+            # from now, not from the final tick: writing the folder and the feed's
+            # own hold come between, and on a loaded machine they outlasted it
             since = self._view_at
-            deadline = since + self.linger_s()
+            deadline = time.monotonic() + self.linger_s()
             try:
                 while time.monotonic() < deadline and self._scrapes[-1] < since:
                     time.sleep(0.05)

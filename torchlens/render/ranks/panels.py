@@ -37,7 +37,7 @@ from torchlens.analysis.ranks.steps import PHASES, ROLES
 from torchlens.model.findings import INFO, Finding
 from torchlens.render.columns import as_mib, as_number, rank_color, to_columns
 from torchlens.render.findings import finding_html
-from torchlens.render.legend import add_colour_legend
+from torchlens.render.legend import add_colour_legend, legend_above
 from torchlens.render.ranks.bands import SPREAD_MEM, band, spread_columns
 from torchlens.render.ranks.lanes import (
     KIND_COLORS,
@@ -165,10 +165,7 @@ def _stacked_bars(source: ColumnDataSource, parts: tuple[str, ...], colors: dict
             ("", "@rank"), (names.get(p, p), f"@{p}_ms{{{number}}} ms"), *extra_tips]))
     fig.x_range.start = 0
     fig.ygrid.grid_line_color = None
-    fig.legend.label_text_font_size = "8pt"
-    fig.legend.spacing = 0
-    fig.legend.padding = 4
-    fig.add_layout(fig.legend[0], "right")
+    legend_above(fig)
     return fig
 
 

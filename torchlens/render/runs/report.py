@@ -30,6 +30,7 @@ from torchlens.model.units import (
 from torchlens.render import html, tables
 from torchlens.render.findings import finding_text, findings_html
 from torchlens.render.fsdp import FSDP_COLUMNS
+from torchlens.render.legend import legend_above
 from torchlens.render.page import section
 from torchlens.render.runs import memory_chart
 from torchlens.render.runs import steps_chart as run_steps_chart
@@ -191,7 +192,7 @@ def _temporal_chart(a: RunAnalysis) -> Any:
         fig.add_tools(HoverTool(renderers=[bar], tooltips=[("", "@rank"),
                                                            (p, f"@{p}_pct{{0.0}} %")]))
     fig.ygrid.grid_line_color = None
-    fig.add_layout(fig.legend[0], "right")
+    legend_above(fig)
     return fig
 
 
