@@ -52,9 +52,11 @@ def report(out: Path, tmp_path: Path, timeout: float = 180) -> tuple[str, str]:
 class Collector:
     """``python -m torchlens run`` in its own session; its output gathered line by line."""
 
-    def __init__(self, out: Path, command: list[str], **extra: str) -> None:
+    def __init__(self, out: Path, command: list[str], run_options: tuple[str, ...] = (),
+                 **extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torchlens", "run", "--out", str(out), "--", *command],
+            [sys.executable, "-m", "torchlens", "run", "--out", str(out), *run_options, "--",
+             *command],
             cwd=REPO, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True)
         self.lines: list[str] = []

@@ -96,7 +96,7 @@ def _load_run(inputs: str | list[Any], fork: bool) -> Any:
     from torchlens.frontends.runs.api import load_run
 
     run = load_run(inputs, fork=fork)
-    if not run.ranks:
+    if run.nothing_read:
         # a refused file says why, the bound and how to raise it
         why = "; ".join(f"{q.kind}: {Path(q.path).name}" + (
             f" ({q.message.rstrip('.')})" if q.message.startswith("refused") else "")

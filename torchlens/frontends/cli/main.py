@@ -254,7 +254,7 @@ class AnalyzeCommand(Command):
         run = load_run(inputs, workers=args.workers, fork=True, tables_only=True)
         if args.json:  # the document, whatever it holds: a script reads its problems
             print(json_text(run.to_json()))
-        if not run.ranks:
+        if run.nothing_read:
             # unusable input: said once, on stderr, as every command says it
             # (the text view would only repeat it: "0 ranks analysed")
             for line in _nothing_read(run, inputs):

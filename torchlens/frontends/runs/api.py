@@ -227,6 +227,12 @@ class RunResult(Result):
         if log and os.path.isfile(log):  # a failure's advice names the folder's log by path
             verdict.findings = [advice_where(f, log) for f in verdict.findings]
         problems = problems + damaged_steps(sources.root, step_ranks, manifest)
+        if not figures and collected:  # step records without a trace: said once
+            problems = [*(q for q in problems if q.kind not in ("no traces", "missing rank")),
+                        Problem("no traces", sources.root, (
+                            "no rank's trace in this folder (torchlens run --no-profile, or no "
+                            "rank reached a profiled step): the figures come from the step "
+                            "records alone"))]
         if broken is not None:
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
                                  verdict=verdict.slow is not None)
@@ -277,6 +283,11 @@ class RunResult(Result):
     @property
     def ranks(self) -> list[int]:
         return sorted(self.figures)
+
+    @property
+    def nothing_read(self) -> bool:
+        """Neither a rank's trace nor a step record: nothing to analyse."""
+        return not self.figures and self.profile.payload.collected_steps is None
 
     def _table(self, name: str) -> Any:
         """One table of the run's analysis (computed once, for the report too), as

@@ -1,0 +1,30 @@
+"""``torchlens run --no-profile``: the step records and the verdict without
+torch.profiler on any rank (for a job where the profiler itself is the risk)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.ranks.helpers import Collector, free_port, report, torchrun_args
+
+
+def test_no_profile_keeps_the_steps_and_the_verdict_without_traces(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    c = Collector(out, torchrun_args(1, 2, free_port()), run_options=("--no-profile",),
+                  TL_STEPS="40", TL_SLOW_S="0.06")
+    try:
+        assert c.wait() == 0, c.output
+    finally:
+        c.kill()
+    assert list(out.rglob("*.pt.trace.json*")) == []  # no rank ran the profiler
+    for r in (0, 1):  # every step of both ranks
+        steps = (out / f"rank{r}" / "steps.jsonl").read_text().splitlines()
+        assert len(steps) >= 40, (r, len(steps))
+    verdict = next(line for line in c.lines if line.startswith("verdict:"))
+    assert "rank 1" in verdict and "slow" in verdict, c.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["verdict_ranks"] == [1], manifest.get("verdict")
+    _, page = report(out, tmp_path)  # a folder without traces still reports
+    assert "rank 1 is the slow rank" in page
+    assert "--no-profile" in page  # what it lacks, said
