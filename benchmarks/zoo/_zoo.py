@@ -23,6 +23,9 @@ or a tuple of ranks):
   Adam state appears then, once); ``"cache"`` fills a warm-up cache once.
 - ``data_sleep_ms``: the dataset sleeps that long per batch.
 - ``batch_factor``: that many times the batch (more compute a step).
+- ``work_factor``: that many times the batch on every rank (hit or not): a
+  step that keeps its core busy, as real training does (a rank that mostly
+  waits gets its core back from a busy neighbour as soon as it wakes).
 - ``cpu_hog``: every rank pinned to its own core, and a busy process
   pinned to the core of each rank hit.
 - ``every`` / ``rank0_work``: ``"checkpoint"`` or ``"evaluate"`` on rank 0
@@ -116,7 +119,8 @@ class Net(nn.Module):
 
 
 def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = "",
-          data_sleep_ms: float = 0, batch_factor: int = 1, cpu_hog: bool = False,
+          data_sleep_ms: float = 0, batch_factor: int = 1, work_factor: int = 1,
+          cpu_hog: bool = False,
           every: int = 0, rank0_work: str = "", gc_churn: bool = False,
           per_sample_ms: float = 0, workers: int = 0, bucket_mb: float = 25,
           accum: int = 1, no_sync: bool = True, short_data: bool = False,
@@ -132,7 +136,7 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
     model = DDP(Net(extra=4096 if step_up == "optimizer" and me else 0, vocab=vocab),
                 bucket_cap_mb=bucket_mb, find_unused_parameters=False)
     opt = torch.optim.Adam([p for p in model.parameters()], lr=1e-3)
-    batch = BATCH * (batch_factor if me else 1)
+    batch = BATCH * work_factor * (batch_factor if me else 1)
     batches = steps * accum // (2 if short_data and me else 1)
     if per_sample_ms:  # per-sample loading: the DataLoader batches them
         data = Batches(batches * batch, 0, 0, per_sample_ms)

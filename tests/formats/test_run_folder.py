@@ -340,6 +340,8 @@ def test_truncated_gzip_stream(tmp_path):
     problem = run.problems[0]
     assert (problem.kind, problem.path) == ("truncated", str(bad))
     assert "gzip stream stops early" in problem.message
+    # where it stops: the compressed bytes there were (the whole cut file)
+    assert f"after {bad.stat().st_size} compressed bytes" in problem.message
 
 
 def test_damaged_gzip_is_unreadable(tmp_path):

@@ -155,7 +155,8 @@ def _peek_gzip(fh: BinaryIO, cap: int) -> Peek:
                     message=f"damaged gzip data ({exc}); copy or export it again.")
     except EOFError:
         return Peek(kind="truncated", message=(
-            f"the gzip stream stops early (after {total} bytes of JSON): the file was "
+            f"the gzip stream stops early (after {fh.tell()} compressed bytes, {total} "
+            "bytes of JSON): the file was "
             "cut short; copy or export it again."))
     if head is None:
         head = _parse_head(bytes(head_buf), eof=True)
