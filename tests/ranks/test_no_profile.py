@@ -28,3 +28,4 @@ def test_no_profile_keeps_the_steps_and_the_verdict_without_traces(tmp_path: Pat
     _, page = report(out, tmp_path)  # a folder without traces still reports
     assert "rank 1 is the slow rank" in page
     assert "--no-profile" in page  # what it lacks, said
+    assert "the traces below" not in page

@@ -223,7 +223,8 @@ def report_parts(profile: Profile, a: RunAnalysis,
     creeps = memory is not None and any(r.creeps for r in memory.ranks)
     if creeps:  # beside the creep's finding: its figures per rank
         out += memory_chart.sections(memory, figures)
-    out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", None), figures)
+    out += run_steps_chart.sections(getattr(profile.payload, "collected_steps", None), figures,
+                                    traces=bool(getattr(profile.payload, "figures", None)))
     if not creeps:
         out += memory_chart.sections(memory, figures)
     out += run_timeline.sections(profile, a, figures)

@@ -149,15 +149,18 @@ def steps_figure(series: StepSeries) -> Any:
     return fig
 
 
-def sections(series: StepSeries | None, figures: list[Any]) -> list[Markup]:
-    """The chart's section (nothing for a folder ``torchlens run`` did not write)."""
+def sections(series: StepSeries | None, figures: list[Any], traces: bool = True
+             ) -> list[Markup]:
+    """The chart's section (nothing for a folder ``torchlens run`` did not write);
+    ``traces``: the folder has traces of profiled steps (drawn below it)."""
     fig = steps_figure(series) if series is not None else None
     if fig is None or series is None:
         return []
     figures.append(fig)
     ranks = len(series.ranks)
     what = (f"{series.steps:,} step records of {ranks} rank{'s' if ranks != 1 else ''}, "
-            "as the collector received them (the traces below hold only the profiled steps)")
+            "as the collector received them" + (" (the traces below hold only the profiled "
+                                                 "steps)" if traces else ""))
     if series.drawn < series.steps:
         what += (f"; drawn as {series.drawn:,} points, each rank's slowest step per time "
                  "bin")
