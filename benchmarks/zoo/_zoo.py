@@ -22,6 +22,8 @@ or a tuple of ranks):
 - ``step_up``: ``"optimizer"`` unfreezes a large layer at ``STEPS // 3`` (its
   Adam state appears then, once); ``"cache"`` fills a warm-up cache once.
 - ``data_sleep_ms``: the dataset sleeps that long per batch.
+- ``slow_from``: the data sleep starts at that step (a node that starts
+  throttling mid-run); 0, from the first.
 - ``batch_factor``: that many times the batch (more compute a step).
 - ``work_factor``: that many times the batch on every rank (hit or not): a
   step that keeps its core busy, as real training does (a rank that mostly
@@ -40,6 +42,8 @@ or a tuple of ranks):
 - ``mismatch``: the ranks hit all-reduce a tensor of another size once.
 - ``drift``: the ranks hit change their parameters outside DDP every step.
 - ``crash_at``: the ranks hit raise at that step.
+- ``kill_at``: the ranks hit die of SIGKILL at that step, as the OOM killer
+  ends a process: no exception, no goodbye.
 - ``stall_every`` / ``stall_ms``: the ranks hit sleep that long every so many steps.
 """
 
@@ -50,6 +54,7 @@ import datetime
 import gc
 import multiprocessing
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Iterable
@@ -77,14 +82,16 @@ def hits(ranks: str | Iterable[int], rank: int) -> bool:
 class Batches(torch.utils.data.Dataset):
     """Item ``i`` is a sample, or a whole batch when ``batch`` > 0."""
 
-    def __init__(self, n: int, batch: int, sleep_ms: float, per_sample_ms: float) -> None:
+    def __init__(self, n: int, batch: int, sleep_ms: float, per_sample_ms: float,
+                 sleep_from: int = 0) -> None:
         self.n, self.batch, self.sleep_ms, self.per_sample_ms = n, batch, sleep_ms, per_sample_ms
+        self.sleep_from = sleep_from
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.sleep_ms:
+        if self.sleep_ms and i >= self.sleep_from:
             time.sleep(self.sleep_ms / 1000)
         if self.per_sample_ms:
             time.sleep(self.per_sample_ms / 1000)
@@ -119,12 +126,13 @@ class Net(nn.Module):
 
 
 def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = "",
-          data_sleep_ms: float = 0, batch_factor: int = 1, work_factor: int = 1,
+          data_sleep_ms: float = 0, slow_from: int = 0, batch_factor: int = 1, work_factor: int = 1,
           cpu_hog: bool = False,
           every: int = 0, rank0_work: str = "", gc_churn: bool = False,
           per_sample_ms: float = 0, workers: int = 0, bucket_mb: float = 25,
           accum: int = 1, no_sync: bool = True, short_data: bool = False,
           mismatch: bool = False, drift: bool = False, crash_at: int = -1,
+          kill_at: int = -1,
           stall_every: int = 0, stall_ms: float = 0, steps: int = STEPS,
           vocab: int = OUT_DIM) -> None:
     """Run the job's training loop on this rank (torchrun's environment)."""
@@ -142,7 +150,7 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
         data = Batches(batches * batch, 0, 0, per_sample_ms)
         loader = torch.utils.data.DataLoader(data, batch_size=batch, num_workers=workers)
     else:
-        data = Batches(batches, batch, data_sleep_ms if me else 0, 0)
+        data = Batches(batches, batch, data_sleep_ms if me else 0, 0, slow_from * accum)
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
     hog = None
     if cpu_hog:  # each rank pinned to its own core, as a launcher binding ranks does;
@@ -165,6 +173,8 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
         for step in range(steps):
             if step == crash_at and me:
                 raise RuntimeError(f"zoo: rank {rank} fails at step {step}")
+            if step == kill_at and me:
+                os.kill(os.getpid(), signal.SIGKILL)
             if stall_every and me and step % stall_every == stall_every - 1:
                 time.sleep(stall_ms / 1000)
             if step_up == "optimizer" and me and step == steps // 3:
