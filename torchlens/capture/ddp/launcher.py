@@ -40,7 +40,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import RunKey
 from torchlens.capture.channel.store import host_store
 from torchlens.capture.ddp import board, elastic
-from torchlens.capture.ddp.options import DdpJob, DdpOptions, ProfileSpec
+from torchlens.capture.ddp.options import EXPORT_PHASE, DdpJob, DdpOptions, ProfileSpec
 from torchlens.capture.ddp.processes import (
     end_ranks,
     log_tail,
@@ -235,6 +235,7 @@ class DdpLauncher:
         last_progress = time.monotonic()
         started = time.monotonic()
         failed_at: float | None = None
+        export_since: float | None = None
         while True:
             for rank, value in enumerate(tl.store.multi_get(hb_keys)):
                 value = bytes(value)
@@ -282,8 +283,13 @@ class DdpLauncher:
                          for h in self.last_hb)
             if not all_up and now - started > opts.startup_timeout_s:
                 return "startup_timeout"
-            if not all_up:
-                last_progress = now
+            exporting = any(h is not None and h.phase == EXPORT_PHASE for h in self.last_hb)
+            if not exporting:
+                export_since = None
+            elif export_since is None:
+                export_since = now
+            if not all_up or (exporting and now - export_since <= opts.startup_timeout_s):
+                last_progress = now  # starting, or busy in torchlens' own export
             elif now - last_progress > opts.timeout_s and failed_at is None:
                 self._dump_stacks(now - last_progress)
                 return "hang"

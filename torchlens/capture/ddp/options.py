@@ -60,6 +60,12 @@ class DdpJob:
     board: BoardSpec | None = None
 
 
+#: a rank's heartbeat phase while its training thread is in torch.profiler's
+#: stop and trace export: the hang clock stands still (at most
+#: ``startup_timeout_s``), as it does while a rank starts
+EXPORT_PHASE = "profiler export"
+
+
 @dataclass
 class DdpOptions:
     """What the user chose (validated by the front end before anything starts)."""

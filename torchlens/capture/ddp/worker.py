@@ -46,7 +46,7 @@ from torchlens.capture.channel import protocol
 from torchlens.capture.channel.signing import ENV_SECRET, Forged, RunKey
 from torchlens.capture.ddp.checksums import record_modules, track_ddp
 from torchlens.capture.ddp.elastic import AgentPlace, rank_args
-from torchlens.capture.ddp.options import DdpJob
+from torchlens.capture.ddp.options import EXPORT_PHASE, DdpJob
 from torchlens.capture.ranks.fsdp_memory import FsdpMemory
 from torchlens.model import error_record
 from torchlens.model.messages import DdpHeartbeat, MemoryReading, RankPlace
@@ -148,7 +148,11 @@ class Worker:
             self.peak.raise_to(mem)
             # A rank deep in a lazy import (torch._dynamo: seconds) runs no op
             # but is not hung: the growing module count says so.
-            hb = DdpHeartbeat(t=time.time(), beat=beat, phase=self.phase,
+            # torch.profiler's stop and export run in the training thread: a
+            # step of many events keeps it there for seconds, busy, not hung
+            exporting = self.stepper is not None and self.stepper.exporting
+            hb = DdpHeartbeat(t=time.time(), beat=beat,
+                              phase=EXPORT_PHASE if exporting else self.phase,
                               modules=len(sys.modules), **msgspec.structs.asdict(mem),
                               **msgspec.structs.asdict(self.where))
             if self.recorder:

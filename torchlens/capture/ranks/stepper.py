@@ -143,6 +143,9 @@ class RankProfiler:
         #: False: step records only, torch.profiler never started
         #: (``torchlens run --no-profile``)
         self.profiling = True
+        #: in torch.profiler's stop and trace export (the training thread's,
+        #: seconds for a step of many events): busy in torchlens, not hung
+        self.exporting = False
         self.budget, self.window_s, self.max_steps = budget, window_s, max_steps
         self.summarize, self.agree = summarize, agree
         self.clock = PhaseClock()
@@ -404,17 +407,27 @@ class RankProfiler:
         """Stop the running profiler (if any); True when it stopped cleanly."""
         if self.prof is None or self._prof_stopped:
             return self._prof_stopped
+        busy, self.exporting = self.exporting, True
         try:
             self.prof.stop()
         except Exception as exc:  # noqa: BLE001 - reported; the run goes on unprofiled
             self.errors.append(f"step {self.index}: torch.profiler did not stop: {exc}")
             self.prof, self.next_profiled = None, -1
             return False
+        finally:
+            self.exporting = busy
         self._prof_stopped = True
         return True
 
     def _stop_profiler(self, i: int, partial: bool = False,
                        mem: StepMemory | None = None) -> None:
+        self.exporting = True
+        try:
+            self._stop_and_export(i, partial, mem)
+        finally:
+            self.exporting = False
+
+    def _stop_and_export(self, i: int, partial: bool, mem: StepMemory | None) -> None:
         self._stop_recording()
         prof, self.prof = self.prof, None
         self._prof_stopped = False
