@@ -115,7 +115,9 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   as much sync as the others and is not found. So when no rank is found and
   the ranks do run backward, the rule is applied again with sync = backward
   alone, and its answer is kept only when ``cause_of`` names
-  ``collective`` among data, compute and collective. Without backward the late rank has
+  ``collective`` among data, compute and collective, and only when its arrival
+  order is beyond doubt (``ORDER_P``: a second hypothesis, tried after the
+  first found nothing). Without backward the late rank has
   the least collective time by definition: collective is never its cause.
 - ``median_step_ms``: the median over ranks of each rank's median step time in
   the window; ``skew_pct`` = (the largest of those - that median) / that
@@ -626,7 +628,10 @@ def slow_rank(steps: Steps, window: int | None = WINDOW, *, second_look: bool = 
     if not found and any(x["backward"] > 0 for t in times.values() for x in t):
         late2 = _late(times, ("backward",))
         c2, _ = _cause(times, late2.rank, late2.gap, mid, ("data", "compute", "collective"))
-        if stands_out(late2) and c2 is not None and c2.part == "collective":
+        # a second hypothesis after the first found nothing: its order must be
+        # beyond doubt (a Lightning job at load 4 was last in 16 of 20 by chance)
+        if (stands_out(late2) and late2.beyond_doubt() and c2 is not None
+                and c2.part == "collective"):
             found, late, cause = True, late2, c2
     rank, share, gap = late.rank, late.share, late.gap
     if not found and second_look:
