@@ -155,6 +155,12 @@ def test_simulated_oom_on_a_small_card_agrees_with_itself(shell):
     reserved, allocated = (g.data_source.data for g in solid)
     assert max(allocated["y"]) <= max(reserved["y"]) == 20
     assert max(allocated["x"]) == a.oom_x / 1000  # solid up to the OOM bar, faded after
+    # the first line: the model's reserved below the cell's allocated says why
+    from torchlens.render.memory.report import summary_line
+
+    line = summary_line(r.profile, a)
+    assert ("reserved 20.0 MiB (allocator model: 3 simulated OOMs at 24.0 MiB, where it "
+            "held at most 20.0 MiB allocated)") in line, line
 
 
 @pytest.mark.skipif(not (SNAPSHOTS / "ctx128_fullstep.pickle").exists(), reason="no snapshots")

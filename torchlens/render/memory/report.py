@@ -75,6 +75,15 @@ def summary_line(profile: Profile, a: MemoryAnalysis) -> str:
              f"end {format_bytes(tl.end_allocated)} ({format_bytes(tl.end_allocated - tl.start_allocated)} "
              f"across {a.scope})",
              f"reserved {format_bytes(tl.end_reserved)} ({a.reserved_source})"]
+    run = a.model  # a CPU capture: the model stands in for reserved memory
+    ooms = run.figures()["ooms"] if run is not None else 0
+    if run is not None and ooms:
+        # the model ran out of its capacity where the capture did not: its
+        # reserved memory is below what the cell allocated, and says why
+        parts[2] = (f"reserved {format_bytes(tl.end_reserved)} ({a.reserved_source}: "
+                    f"{ooms} simulated OOM{'s' if ooms != 1 else ''} at "
+                    f"{format_bytes(run.capacity or 0)}, where it held at most "
+                    f"{format_bytes(run.figures()['peak_allocated'])} allocated)")
     if a.history_missing == SEGMENTS_ONLY:  # one moment: no peak, end or change to give
         parts[:2] = [f"{format_bytes(tl.end_allocated)} allocated when the snapshot was taken "
                      "(segments only, no allocation history: the peak was at least that)"]
