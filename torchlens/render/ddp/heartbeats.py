@@ -141,6 +141,12 @@ def _figures(world_size: int, cuda: bool) -> tuple[Any, list[Any], list[Any], An
             mem.line("t", "tensor_mib", source=ms, color=rank_color(r), line_dash="dashed")
             coll.step("t", "n", source=cs, color=rank_color(r), legend_label=f"rank {r}",
                       mode="after")
+            # a point per heartbeat too: a rank with one heartbeat in a short run
+            # (a 0.2 s step under --strict) has no line to draw, and was missing
+            mem.scatter("t", "mib", source=ms, color=rank_color(r), size=4,
+                        legend_label=f"rank {r}")
+            coll.scatter("t", "n", source=cs, color=rank_color(r), size=4,
+                         legend_label=f"rank {r}")
             mem_src.append(ms)
             coll_src.append(cs)
         for fig in (mem, coll):  # above the plot: inside, it covered the lines it names
