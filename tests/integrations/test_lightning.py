@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPT = Path(__file__).with_name("lightning_train.py")
 STEPS_BY = "note: steps: Lightning's optimizer steps (TorchlensCallback)"
 # 6 optimizer steps of 2 batches; a validation every 6 batches (after steps 3 and 6)
-JOB = {"TL_STEPS": "6", "TL_ACCUM": "2", "TL_VAL_EVERY": "6", "TL_SLOW_S": "0.05"}
+JOB = {"TL_STEPS": "6", "TL_ACCUM": "2", "TL_VAL_EVERY": "6", "TL_SLOW_S": "0.15"}
 LABELS = [None, None, None, "validation", None, None, None, "validation"]
 
 

@@ -98,8 +98,9 @@ def _job_yaml(job: Job) -> str:
     return text
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
-    """``check()``'s first truthy answer, asked every half second."""
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 180) -> Any:
+    """``check()``'s first truthy answer, asked every half second (180 s: on a loaded
+    machine torchrun, its ranks' imports and Prometheus' start took over 90 s)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = check()

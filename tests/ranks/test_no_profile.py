@@ -25,7 +25,9 @@ def test_no_profile_keeps_the_steps_and_the_verdict_without_traces(tmp_path: Pat
     assert "rank 1" in verdict and "slow" in verdict, c.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["verdict_ranks"] == [1], manifest.get("verdict")
-    _, page = report(out, tmp_path)  # a folder without traces still reports
+    printed, page = report(out, tmp_path)  # a folder without traces still reports
+    assert "input problem" not in printed + page  # traces left out on purpose: a note
     assert "rank 1 is the slow rank" in page
     assert "--no-profile" in page  # what it lacks, said
     assert "the traces below" not in page
+    assert "step records of 2 ranks, no traces" in page

@@ -57,6 +57,8 @@ WAITING = "waiting"
 COLLECTOR_NOTE = "collector_note"
 #: files in a run folder that are not traces
 IGNORED_FILES = "ignored_files"
+#: a run folder with every rank's step records and no trace (``--no-profile``)
+NO_TRACES = "no_traces"
 #: a run diff's verdict: the step time and its largest change
 RUN_DIFF = "run_diff"
 #: a sentence from an older saved file, whose kind is not known

@@ -50,7 +50,7 @@ from torchlens.frontends.runs.damaged_files import (
 )
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
-from torchlens.model.findings import FindingLine
+from torchlens.model.findings import INFO, NO_TRACES, Finding, FindingLine
 from torchlens.model.payloads import RunPayload
 from torchlens.model.records import StepRecord
 from torchlens.model.run_figures import RankFigures, TraceFigures
@@ -227,12 +227,12 @@ class RunResult(Result):
         if log and os.path.isfile(log):  # a failure's advice names the folder's log by path
             verdict.findings = [advice_where(f, log) for f in verdict.findings]
         problems = problems + damaged_steps(sources.root, step_ranks, manifest)
-        if not figures and collected:  # step records without a trace: said once
-            problems = [*(q for q in problems if q.kind not in ("no traces", "missing rank")),
-                        Problem("no traces", sources.root, (
-                            "no rank's trace in this folder (torchlens run --no-profile, or no "
-                            "rank reached a profiled step): the figures come from the step "
-                            "records alone"))]
+        if not figures and collected:  # step records without a trace: a note, said once
+            problems = [q for q in problems if q.kind not in ("no traces", "missing rank")]
+            verdict.findings = [*verdict.findings, Finding(
+                INFO, "no rank's trace in this folder (torchlens run --no-profile, or no "
+                "rank reached a profiled step): the figures come from the step records alone",
+                code=NO_TRACES)]
         if broken is not None:
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
                                  verdict=verdict.slow is not None)

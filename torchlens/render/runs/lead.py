@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from torchlens.analysis.runs.analyze import RunAnalysis
+from torchlens.model.findings import NO_TRACES
 from torchlens.model.units import plural
 from torchlens.render.findings import finding_text
 
@@ -16,6 +17,8 @@ def counted_line(a: RunAnalysis) -> str:
     """``run: 2 ranks of 2 analysed`` (and the input problems, when there are)."""
     of = f" of {a.world_size}" if a.world_size else ""
     bad = f", {plural(len(a.problems), 'input problem')}" if a.problems else ""
+    if not a.ranks and any(f.code == NO_TRACES for f in a.findings):
+        return f"run: step records of {plural(a.world_size or 0, 'rank')}, no traces{bad}"
     return f"run: {plural(len(a.ranks), 'rank')}{of} analysed{bad}"
 
 
@@ -31,7 +34,10 @@ def lead_lines(a: RunAnalysis, slow_rank: int | None = None, judged: bool = Fals
         # as the terminal says it: the sentence and the advice, no title
         out.append(f"verdict: {finding_text(replace(a.verdict, title=''))}")
     of = f" of {a.world_size}" if a.world_size else ""
-    ranks = f"ranks: {len(a.ranks)}{of} analysed"
+    traced = f"{len(a.ranks)}{of} analysed"
+    if not a.ranks and any(f.code == NO_TRACES for f in a.findings):
+        traced = f"{a.world_size or 0} with step records, none traced"
+    ranks = f"ranks: {traced}"
     if judged:
         ranks += f"; slow rank: {'none' if slow_rank is None else slow_rank}"
     if states:

@@ -25,7 +25,6 @@ from torchlens.model.units import (
     format_gbps,
     format_percent,
     format_us_as_ms,
-    plural,
 )
 from torchlens.render import html, tables
 from torchlens.render.findings import finding_text, findings_html
@@ -36,6 +35,7 @@ from torchlens.render.runs import memory_chart
 from torchlens.render.runs import steps_chart as run_steps_chart
 from torchlens.render.runs import timeline as run_timeline
 from torchlens.render.runs.launches import launch_sections
+from torchlens.render.runs.lead import counted_line
 from torchlens.render.tables import Column
 
 PARTS = (("compute", "#1f77b4"), ("non_compute", "#ff7f0e"), ("idle", "#c7c7c7"))
@@ -139,10 +139,7 @@ def summary_line(profile: Profile, a: RunAnalysis) -> str:
     """``run: 2 ranks of 2 analysed``; a run that failed (its leading finding
     failed: a rank raised, a node was lost) or has a problem (a warning: the
     slow rank, a memory creep) says so first, in the finding's words."""
-    n = len(a.ranks)
-    of = f" of {a.world_size}" if a.world_size else ""
-    bad = f", {plural(len(a.problems), 'input problem')}" if a.problems else ""
-    counted = f"{plural(n, 'rank')}{of} analysed{bad}"
+    counted = counted_line(a).removeprefix("run: ")
     lead = a.verdict
     if lead is None or lead.severity not in (FAILED, WARNING):
         return f"run: {counted}"
