@@ -43,6 +43,8 @@ def test_the_stalling_ranks_row_carries_the_verdicts_cause_and_wait(tmp_path: Pa
     assert row["cause"] == "stall" and "6 stalls of" in row["cause_words"]
     # per stall, the others' wait the verdict names; per step, its wait per step
     assert row["caused_mean_us"] == said.value("waited_ms") * 1e3
+    # all together, over the same steps: never less than one stall's wait
+    assert row["caused_us"] == said.value("waited_ms") * said.value("stalls") * 1e3
     assert row["wait_per_step_us"] == said.value("wait_per_step_ms") * 1e3
 
 
