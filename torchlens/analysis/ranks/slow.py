@@ -663,7 +663,8 @@ def slow_rank(steps: Steps, window: int | None = WINDOW, *, second_look: bool = 
         (Figure("wait_per_step_ms", gap, "ms"), Figure("steps_arrived_last", last),
          Figure("steps_compared", n), Figure("median_step_ms", mid, "ms"),
          Figure("skew_pct", figures["skew_pct"], "%"),
-         Figure("ranks_timed_on_gpu", len(timed_by["gpu"]))),
+         # only where a rank is: "ranks timed on gpu 0" on a CPU job read as a fault
+         *((Figure("ranks_timed_on_gpu", len(timed_by["gpu"])),) if timed_by["gpu"] else ())),
         f" ({excess} per step against the others' median)")
     return SlowRank(rank, cause.part if cause else None, finding, gap, share,
                     figures["skew_pct"], mid, n, timed_by)
