@@ -149,3 +149,13 @@ def test_the_failing_rank_leads_the_last_line_not_the_peer_it_took_down(raised) 
     assert words.startswith("ended with exit code 1: rank 1 failed (RuntimeError: rank 1 boom "
                             "at step 15); rank 0 stopped when rank 1 went away (gloo: "
                           "connection closed by peer)"), words
+
+
+def test_a_rank_that_ended_by_itself_leads_the_one_its_agent_then_ended() -> None:
+    """A mistyped script: rank 1 exits with code 2, torchrun's agent then ends
+    rank 0 with SIGTERM. Rank 1 leads the last line whatever the rank order."""
+    view = SimpleNamespace(lost=[], restarts=[], ranks=[
+        RankRow(rank=0, state="killed by signal 15 (SIGTERM)", steps=0),
+        RankRow(rank=1, state="exit code 2", steps=0)])
+    words = _where_stopped(view, False, 1)
+    assert words.startswith("ended with exit code 1: rank 1 exit code 2; rank 0 killed"), words

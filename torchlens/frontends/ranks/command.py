@@ -536,8 +536,11 @@ def _where_stopped(view: Any, interrupted: bool, code: int | None,
                 f"each){spells}")
     raised = raised or {}
 
-    def first(row: RankRow) -> tuple[float, int]:
-        return (raised.get(row.rank, float("inf")), row.rank)
+    def first(row: RankRow) -> tuple[float, bool, int]:
+        # the rank that raised first, then one that ended by itself (exit code 2:
+        # a mistyped script) before those its agent then ended with SIGTERM
+        ended_by_agent = "SIGTERM" in f"{row.state} {row.error or ''}"
+        return (raised.get(row.rank, float("inf")), ended_by_agent, row.rank)
 
     rows = sorted((r for r in view.ranks if r.state != "finished"), key=first)
     bad = [f"rank {r.rank} {r.state}" + (f" ({r.error})" if r.error else "")
