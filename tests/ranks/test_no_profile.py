@@ -31,3 +31,16 @@ def test_no_profile_keeps_the_steps_and_the_verdict_without_traces(tmp_path: Pat
     assert "--no-profile" in page  # what it lacks, said
     assert "the traces below" not in page
     assert "step records of 2 ranks, no traces" in page
+
+
+def test_a_run_folders_manifest_named_alone_reads_the_run(tmp_path: Path) -> None:
+    """``torchlens report RUN/manifest.json``: the user means the run, not a trace."""
+    out = tmp_path / "run"
+    c = Collector(out, torchrun_args(1, 2, free_port()), run_options=("--no-profile",),
+                  TL_STEPS="25", TL_SLOW_S="0.06")
+    try:
+        assert c.wait() == 0, c.output
+    finally:
+        c.kill()
+    _, page = report(out / "manifest.json", tmp_path)
+    assert "rank 1 is the slow rank" in page

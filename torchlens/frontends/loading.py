@@ -65,6 +65,11 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
     p = Path(os.fspath(path))
     if not p.exists():
         raise missing_path(path)
+    from torchlens.formats.run_folder.manifest import folder_of_manifest
+
+    run_dir = folder_of_manifest(p)  # a run's manifest named alone: the run
+    if run_dir is not None:
+        p = Path(run_dir)
     if p.is_dir():
         from torchlens.formats.snapshot_set import snapshot_set
 

@@ -34,6 +34,7 @@ from torchlens.model.findings import (
     INFO,
     JOB_WIDE,
     MEMORY_CREEP,
+    NO_TRACES,
     PARAMETER_SYNC,
     SLOW_RANK,
     WARNING,
@@ -215,3 +216,14 @@ def ignored_findings(ignored: list[str], root: str, shown: int = 3) -> list[Find
                     f"{'is' if len(names) == 1 else 'are'} not a trace (only *.json and "
                     f"*.json.gz are read): {listed}", (Figure("ignored", len(names)),),
                     code=IGNORED_FILES)]
+
+
+def no_traces_note(traced: bool, stepped: bool) -> list[Finding]:
+    """A run folder with step records and no rank's trace (``torchlens run
+    --no-profile``, or a run that ended before any profiled step): a note,
+    not an input problem; nothing for any other folder."""
+    if traced or not stepped:
+        return []
+    return [Finding(INFO, "no rank's trace in this folder (torchlens run --no-profile, or no "
+                          "rank reached a profiled step): the figures come from the step "
+                          "records alone", code=NO_TRACES)]

@@ -340,3 +340,17 @@ def load_manifest(path: str, private: bool = False, within: str | None = None) -
     if too_many is not None:
         raise ManifestError(path, f"refused: {too_many}")
     return manifest
+
+
+def folder_of_manifest(path: str | os.PathLike[str]) -> str | None:
+    """The run folder whose ``manifest.json`` ``path`` is, None for any other path
+    (a user who names the manifest means the run; as a trace it is none)."""
+    path = os.fspath(path)
+    if os.path.basename(path) != MANIFEST or not os.path.isfile(path):
+        return None
+    root = os.path.dirname(os.path.abspath(path))
+    try:
+        read_manifest(root)
+    except ManifestError:
+        return None
+    return root

@@ -32,9 +32,13 @@ from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
 from torchlens.analysis.runs.memory_steps import MemorySteps
 from torchlens.analysis.runs.rows import missing_as_nan, rows_json
-from torchlens.analysis.runs.verdict import folder_verdict
+from torchlens.analysis.runs.verdict import folder_verdict, no_traces_note
 from torchlens.formats.run_folder.files import LOG_FILE
-from torchlens.formats.run_folder.manifest import ManifestError, read_manifest
+from torchlens.formats.run_folder.manifest import (
+    ManifestError,
+    folder_of_manifest,
+    read_manifest,
+)
 from torchlens.formats.run_folder.records import (
     collected_steps,
     iter_steps,
@@ -50,7 +54,7 @@ from torchlens.frontends.runs.damaged_files import (
 )
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
-from torchlens.model.findings import INFO, NO_TRACES, Finding, FindingLine
+from torchlens.model.findings import FindingLine
 from torchlens.model.payloads import RunPayload
 from torchlens.model.records import StepRecord
 from torchlens.model.run_figures import RankFigures, TraceFigures
@@ -227,12 +231,10 @@ class RunResult(Result):
         if log and os.path.isfile(log):  # a failure's advice names the folder's log by path
             verdict.findings = [advice_where(f, log) for f in verdict.findings]
         problems = problems + damaged_steps(sources.root, step_ranks, manifest)
-        if not figures and collected:  # step records without a trace: a note, said once
+        note = no_traces_note(bool(figures), bool(collected))
+        if note:  # step records without a trace: a note, said once, not a problem
             problems = [q for q in problems if q.kind not in ("no traces", "missing rank")]
-            verdict.findings = [*verdict.findings, Finding(
-                INFO, "no rank's trace in this folder (torchlens run --no-profile, or no "
-                "rank reached a profiled step): the figures come from the step records alone",
-                code=NO_TRACES)]
+            verdict.findings = [*verdict.findings, *note]
         if broken is not None:
             problems = said_lost(problems, sources.root, broken, chart=collected is not None,
                                  verdict=verdict.slow is not None)
@@ -448,6 +450,8 @@ def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = Non
     ``tables_only``: only what the tables, findings and ``to_json()`` hold (what
     ``torchlens analyze`` prints), not the report's joint timeline nor
     ``diff()``'s op totals: ~15% less work per trace."""
+    if isinstance(inputs, (str, Path)):
+        inputs = folder_of_manifest(inputs) or inputs
     for folder in [inputs] if isinstance(inputs, (str, Path)) else inputs:
         if os.path.isdir(folder):
             rebuilt_if_its_command_died(str(folder))
