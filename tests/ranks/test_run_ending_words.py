@@ -46,8 +46,9 @@ def test_a_closed_stdout_does_not_end_the_job(tmp_path: Path) -> None:
     summary's second log line, 10 s in), the exit status and run folder are
     those of a run without the pipe."""
     done = tmp_path / "done"
+    err = (tmp_path / "stderr").open("w")
     proc = _torchlens_run(tmp_path / "run", [sys.executable, "-c", JOB, str(done), "115"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                          stdout=subprocess.PIPE, stderr=err)
     try:
         assert proc.stdout.readline()  # head -1
         proc.stdout.close()
@@ -59,6 +60,9 @@ def test_a_closed_stdout_does_not_end_the_job(tmp_path: Path) -> None:
     assert done.read_text() == "done"  # the job was not ended, nor broken by its own prints
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["exit_code"] == 0 and manifest["interrupted"] is False
+    err.close()  # the verdict and the folder, where the user still reads
+    said = (tmp_path / "stderr").read_text()
+    assert "verdict: " in said and f"run folder {tmp_path / 'run'}" in said, said
 
 
 @pytest.mark.faults

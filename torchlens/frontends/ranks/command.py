@@ -152,7 +152,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     from torchlens.capture.ranks.collector import Collector
     from torchlens.capture.ranks.descriptors import DescriptorWatch, Reserve
     from torchlens.capture.ranks.feed import FeedPublisher
-    from torchlens.render.ranks.terminal import TerminalSummary
+    from torchlens.render.ranks.terminal import TerminalSummary, verdict_lines
 
     stream = _Output(stream or sys.stdout)
     key = RunKey.new()
@@ -298,6 +298,10 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     for words in lost:
         summary.say_words(f"torchlens run: lost: {words}")
     summary.say(f"torchlens run: run folder {run_dir}\n  torchlens report {shlex.quote(run_dir)}")
+    if stream.gone:  # the reader left (| head): the verdict and the folder, on stderr
+        with contextlib.suppress(OSError, ValueError):
+            print("\n".join([*verdict_lines(view), f"torchlens run: run folder {run_dir}"]),
+                  file=sys.stderr, flush=True)
     return status
 
 
