@@ -115,7 +115,10 @@ def test_watch_draws_a_running_job_and_its_end(lab: tuple[Lab, Path], chromium: 
                 counts.append(n)
             if shot is None and n >= 200 and "slow rank" in cell.inner_text():
                 shot = SHOTS / "watch-live-running.png"
-                cell.screenshot(path=str(shot))
+                # the page at the cell's box: an element screenshot waits for the
+                # element to stand still, and a view redrawn twice a second on a
+                # loaded machine never did within its timeout
+                page.screenshot(path=str(shot), clip=cell.bounding_box())
             page.wait_for_timeout(500)
         assert job.wait(timeout=120) == 0, (run_dir.parent / "job.log").read_text()
         assert len(counts) >= 3 and counts[-1] > counts[0], counts  # it grew while running

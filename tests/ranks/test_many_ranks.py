@@ -138,7 +138,8 @@ def test_heartbeats_of_many_ranks_are_points_of_one_source() -> None:
 def test_a_few_ranks_still_get_a_line_each() -> None:
     view = ProfiledLiveView(4, 5, True)
     assert len(view.profile.panels.step_lines) == 4 and not view.profile.panels.spread
-    assert len(renderers(view.beats.layout.children[0])) == 8  # memory and tensors per rank
+    # per rank: a memory line, a tensors line and a point per heartbeat
+    assert len(renderers(view.beats.layout.children[0])) == 12
 
 
 @pytest.mark.parametrize("world", [4, WORLD])
