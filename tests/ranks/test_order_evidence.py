@@ -46,17 +46,17 @@ def test_last_in_15_of_20_with_a_wait_inside_the_swing_is_not_named() -> None:
     assert "not significant" in v.finding.sentence
 
 
-def test_a_straggler_not_significant_in_20_steps_is_named_over_the_last_100() -> None:
+def test_a_straggler_not_significant_in_20_steps_is_named_over_the_last_60() -> None:
     """Last in 15 of every 20 steps: chance could give that in one window of 20
-    (the test above), not in 75 of 100: the second look names it and says the
+    (the test above), not in 45 of 60: the second look names it and says the
     window it judged."""
     v = slow_rank(_run(late_steps=15, steps=120))
     assert v.rank == 1, v.finding
-    assert "last in 75 of the last 100 steps" in v.finding.sentence
+    assert "last in 45 of the last 60 steps" in v.finding.sentence
     assert v.cause == "compute"
 
 
 def test_the_second_look_needs_the_order_beyond_doubt() -> None:
-    """Last in 11 of every 20 steps over 100: no rank."""
+    """Last in 11 of every 20 steps, 33 of the last 60: no rank."""
     v = slow_rank(_run(late_steps=11, steps=100))
     assert v.rank is None, v.finding

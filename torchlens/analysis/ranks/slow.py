@@ -98,13 +98,13 @@ its timer never ran; ``other`` as ``analysis.ranks.steps`` defines it):
   the sentence says it arrived last in k of n steps and that this is not
   significant.
 - Second look: when the last ``WINDOW`` steps name no rank and the run has
-  more, the last ``LONG_WINDOW`` (100) are judged again with test 1's order
+  more, the last ``LONG_WINDOW`` (60) are judged again with test 1's order
   alone at ``ORDER_P`` (tests 2 and 4 and the cause as above; test 3 left
   out: over many steps the order is the evidence). On a loaded 2-core machine a
   rank with 32x the others' batch was last in 14 of the last 20 steps, waited
   for 2.7 ms a step against the others' own ± 5.0 ms: not significant there,
-  and last in most of 100. A verdict from it says so: ``last in 71 of the
-  last 100 steps``.
+  and last in 50 of the last 60. A verdict from it says so: ``last in 45 of the last
+  60 steps``.
 - Cause: per step, the candidate's part minus the median of the others' part,
   median over the steps (its *excess*); which part (``data`` or ``compute``)
   is the cause is ``cause_of``'s rule below, with ``gap_ms`` as the wait.
@@ -176,8 +176,10 @@ FEW_DISPERSION = 3.0
 #: an unexplained rank must arrive last in this share of the steps (test 4)
 UNEXPLAINED_SHARE = 0.9
 #: the second look (module docstring): when the last WINDOW steps name no rank,
-#: the last this many, where arriving last must be beyond doubt by itself
-LONG_WINDOW = 100
+#: the last this many, where arriving last must be beyond doubt by itself; the
+#: stall rule's window, under the 64 records per rank the collector keeps, so
+#: the live view and the run folder judge the same steps
+LONG_WINDOW = 60
 #: a wait, or a part's excess, under both of these is noise
 MIN_GAP_SHARE = 0.05  # of the median step
 MIN_GAP_MS = 0.5
