@@ -113,7 +113,8 @@ class DdpLauncher:
         self.ended_at: list[float | None] = [None] * options.world_size
         self.t0 = 0.0
         self.reader = StepReader(options.world_size,
-                                 options.profile.keep if options.profile else 50, sink)
+                                 options.profile.keep if options.profile else 50, sink,
+                                 run_dir=options.profile.run_dir if options.profile else None)
         # the reader's lists themselves: what it reads lands in the records
         self.step_records = self.reader.step_records
         self.summaries = self.reader.summaries

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from torchlens.capture.channel import protocol
+from torchlens.formats.run_folder.records import append_steps
 from torchlens.model.collectives import Fingerprint, fingerprints_from
 from torchlens.model.feed import RankFeed
 from torchlens.model.messages import DdpHeartbeat, MemoryReading
@@ -20,11 +21,18 @@ from torchlens.model.records import StepRecord, StepSummary, records_from
 
 class StepReader:
     """Each rank's step batches and summaries (--profile), read as they come
-    and handed to the live view (``sink``); ``keep`` summaries kept per rank."""
+    and handed to the live view (``sink``); ``keep`` summaries kept per rank.
+    ``run_dir``: each batch is also added to the rank's ``steps.jsonl`` there
+    as it comes, so a kernel that dies mid-run leaves the steps its ranks made
+    (the launcher writes the whole file again, and the manifest, at the end);
+    a write that fails stops these writes (``spool_error`` says why), never the run."""
 
-    def __init__(self, world_size: int, keep: int, sink: RankFeed | None) -> None:
+    def __init__(self, world_size: int, keep: int, sink: RankFeed | None,
+                 run_dir: str | None = None) -> None:
         n = self.world_size = world_size
         self.keep, self.sink = keep, sink
+        self.run_dir = run_dir
+        self.spool_error = ""
         self.step_records: list[list[StepRecord]] = [[] for _ in range(n)]
         self.summaries: list[list[StepSummary]] = [[] for _ in range(n)]
         self.dropped_summaries = [0] * n
@@ -72,6 +80,11 @@ class StepReader:
         if kind == 0 and isinstance(data, list):
             records, _ = records_from(data)  # typed here, once; what is not a record is left
             self.step_records[rank].extend(records)
+            if self.run_dir and not self.spool_error and records:
+                try:
+                    append_steps(self.run_dir, rank, records)
+                except OSError as exc:  # a full disk: the records stay in memory
+                    self.spool_error = f"{exc.strerror or exc}"
             if self.sink is not None:
                 self.sink.push_steps(rank, records)
         elif kind == 1 and isinstance(data, dict):

@@ -69,6 +69,17 @@ def write_steps(run_dir: str, rank: int,
     _write(os.path.join(rank_dir(run_dir, rank), STEPS), records)
 
 
+def append_steps(run_dir: str, rank: int, records: Iterable[StepRecord]) -> None:
+    """Add records to the end of ``rank<r>/steps.jsonl``: a run whose launcher
+    writes the folder at its end keeps, so, what its ranks did when that
+    launcher dies first (a notebook kernel that died: the folder then has
+    steps but no manifest, and its report says the run was cut off)."""
+    path = os.path.join(rank_dir(run_dir, rank), STEPS)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "ab") as fh:
+        fh.write(b"".join(rec.to_json().encode() + b"\n" for rec in records))
+
+
 def write_summaries(run_dir: str, rank: int, summaries: Iterable[Record | bytes]) -> None:
     """``rank<r>/summaries.jsonl``: the rank's profiled-step summaries, in order."""
     _write(os.path.join(rank_dir(run_dir, rank), SUMMARIES), summaries)

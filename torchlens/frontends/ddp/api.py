@@ -359,19 +359,21 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         preload.warm_up()  # the report's imports overlap the ranks' start-up
     handle = None
     loaded = None
+    where = None  # the line that names the run folder while the ranks run
 
     def live_plot() -> RankFeed:
         # built once the ranks are spawned (RankSink.start): its Bokeh imports
         # overlap the workers' own torch import in a cold kernel
-        nonlocal handle, loaded
+        nonlocal handle, loaded, where
         if not in_kernel():  # a terminal IPython: no widgets, one progress line
             from torchlens.render.ddp.progress import TextProgress
 
             return TextProgress(world_size)
-        from IPython.display import display
+        from IPython.display import HTML, display
 
         from torchlens.frontends.shared.bokeh_page import load_bokehjs
         from torchlens.render.ddp.heartbeats import LivePlot
+        from torchlens.render.ddp.progress import running_note
 
         if profile:  # one view: step times, slow rank, memory, timeline, then heartbeats
             from torchlens.frontends.shared.live_view import ProfiledLiveView
@@ -383,6 +385,9 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
         else:
             plot = LivePlot(world_size)
         loaded = load_bokehjs([plot.layout])  # the widget draws with the page's BokehJS
+        if profiling is not None:  # kept by a saved notebook whose kernel died mid-run
+            where = display(HTML(str(running_note(world_size, profiling.run_dir))),
+                            display_id=True)
         handle = display(plot.widget, display_id=True)
         return plot
 
@@ -410,6 +415,8 @@ def run_ddp_check(fn: Callable[..., Any] | None = None, *, world_size: int = 2,
     result = DdpResult(profile)
     if export:
         result.export(export)
+    if where is not None:  # the result names the folder: the running line goes
+        where.update(_Empty())
     if handle is not None:
         # the static copy the saved notebook keeps (or nothing, if not shown)
         handle.update(result if show else _Empty())

@@ -23,6 +23,9 @@ from torchlens.formats.run_folder.sources import Problem
 ONLY_IN_MANIFEST = ("how the run ended (its exit code, a failed rank or lost node, "
                     "restarts, memory creep and the collector's other notes)")
 
+#: ``damaged_manifest``'s why for a folder of step records without a manifest
+MISSING = "it is missing"
+
 
 def damaged_manifest(root: str) -> str | None:
     """Why the folder's ``manifest.json`` cannot be used; None when it reads, is
@@ -32,7 +35,7 @@ def damaged_manifest(root: str) -> str | None:
     if not root:
         return None
     if not os.path.isfile(os.path.join(root, MANIFEST)):
-        return "it is missing" if ranks_with_steps(root) else None
+        return MISSING if ranks_with_steps(root) else None
     try:
         read_manifest(root)
     except ManifestError as exc:
@@ -46,7 +49,10 @@ def lost_words(why: str, chart: bool, verdict: bool) -> str:
     drawn += ["the slow rank"] if verdict else []
     kept = (f"; {' and '.join(drawn)} come from the ranks' steps.jsonl" if drawn
             else "; no rank's steps.jsonl, so every step over time is not shown either")
-    return (f"{MANIFEST} could not be read: {why}; not shown: {ONLY_IN_MANIFEST}; the "
+    lost = (f"{MANIFEST} is missing: the run was cut off (the process that writes it at "
+            "the end, torchlens run or a %ddp_check kernel, died first) or it was deleted"
+            if why == MISSING else f"{MANIFEST} could not be read: {why}")
+    return (f"{lost}; not shown: {ONLY_IN_MANIFEST}; the "
             f"traces are placed by their distributedInfo and names instead{kept}.")
 
 

@@ -14,9 +14,12 @@ for step records, summaries or a rank's end (its phase says it).
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from typing import TextIO
+
+from markupsafe import Markup
 
 from torchlens.model.messages import DdpHeartbeat
 from torchlens.model.records import StepRecord, StepSummary
@@ -88,3 +91,14 @@ class TextProgress:
             self.stream.write("\n")
             self.stream.flush()
             self._open = False
+
+
+def running_note(world_size: int, run_dir: str) -> Markup:
+    """The line above a --profile run's live view that a saved notebook keeps:
+    the live view is a widget, which a notebook reopened after its kernel
+    died shows as an error; this says where the ranks' records are."""
+    return Markup(
+        '<div style="color:#666">%ddp_check --profile: {} ranks started at {}; run folder '
+        '<code>{}</code>. If this kernel dies before the run ends, the folder keeps what '
+        "the ranks recorded: <code>torchlens report {}</code></div>").format(
+        world_size, time.strftime("%H:%M:%S"), run_dir, shlex.quote(run_dir))
