@@ -97,3 +97,51 @@ def test_the_rank_side_times_collections_and_reads_its_run_queue() -> None:
     finally:
         host.remove()
     assert host._on_gc not in gc.callbacks  # the callback comes off
+
+
+def _backward_bound(runq_ms: tuple[float, float], late_every: int = 3,
+                    steps: int = 60) -> list[list[StepRecord]]:
+    """Two ranks whose steps are mostly backward (an all-reduce-bound job), with
+    a common swing of ±3 ms a step in it: rank 1 arrives last in 2 of every
+    ``late_every`` steps by 1.5 ms, rank 0 in the rest by 1 ms; each rank waits
+    ``runq_ms[r]`` a step for a CPU and runs 6 ms on one (the same work)."""
+    out = []
+    for r in range(2):
+        t, recs = T0, []
+        for s in range(steps):
+            swing = ((s * 37) % 13 - 6) * 0.5
+            late1 = s % late_every != late_every - 1
+            backward = 14.0 + swing + ((1.5 if r == 0 else 0.0) if late1
+                                       else (1.0 if r == 1 else 0.0))
+            forward = 1.6 + ((s * 7 + r * 3) % 5) * 0.02
+            ms = 0.4 + forward + backward + 0.7
+            recs.append(StepRecord(step=s, t0=t, t1=t + ms / 1e3,
+                                   host=HostStep(gc_s=0.0, runq_s=runq_ms[r] / 1e3,
+                                                 cpu_s=6.0e-3),
+                                   phases={"data": 0.4e-3, "forward": forward / 1e3,
+                                           "backward": backward / 1e3, "optimizer": 0.7e-3,
+                                           "collective": 0.0, "save": 0.0, "eval": 0.0}))
+            t += ms / 1e3
+        out.append(recs)
+    return out
+
+
+def test_a_shared_core_is_named_by_its_run_queue_when_the_order_is_weak() -> None:
+    """A busy process on rank 1's core (the zoo's cpu_contention on a quiet
+    machine): rank 1 waited 5.7 ms a step for a CPU against 0.8 ms, but its lost
+    time lands in backward, where rank 0's wait lands too, so it is last in only
+    2 of 3 steps by 1.5 ms, inside the others' swing: the order alone names nobody."""
+    plain = [[r.replace(host=HostStep()) for r in recs]
+             for recs in _backward_bound((0.8, 5.7))]
+    assert slow_rank(plain).rank is None  # the order is not enough by itself
+    v = slow_rank(_backward_bound((0.8, 5.7)))
+    assert (v.rank, v.cause) == (1, "cpu_contention"), v.finding
+    assert "wait for a CPU" in v.finding.sentence and "7.1x" in v.finding.sentence
+    assert "pin ranks apart" in v.finding.advice
+
+
+def test_an_even_run_queue_or_a_rank_nobody_waits_for_is_not_contention() -> None:
+    # every rank waits for a CPU alike (a busy machine): nobody stands out
+    assert slow_rank(_backward_bound((3.0, 3.5))).rank is None
+    # rank 0 waits for a CPU, but the others do not wait for it: rank 1 is last
+    assert slow_rank(_backward_bound((5.7, 0.8))).cause != "cpu_contention"
