@@ -57,11 +57,13 @@ import ast
 import json
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -449,9 +451,29 @@ def run_job_traceml(answer: dict[str, Any], folder: Path, python: str,
     return _launch(cmd, folder, timeout, env)
 
 
+def _busy_s() -> float | None:
+    """Seconds every CPU of this machine has been busy since boot (Linux's
+    /proc/stat), None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def _launch(cmd: list[str], folder: Path, timeout: float, env: dict[str, str]) -> dict[str, Any]:
     """Run ``cmd`` (killed, its whole session, after ``timeout`` s); its output
-    into ``folder/zoo-stdout.txt``; how it went."""
+    into ``folder/zoo-stdout.txt``; how it went, with ``others_cores``: the
+    CPUs other processes kept busy meanwhile (the machine's busy time less the
+    job's own, over its wall time), the load a verdict was made under."""
+    busy0, own0 = _busy_s(), _children_cpu_s()
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
@@ -467,8 +489,13 @@ def _launch(cmd: list[str], folder: Path, timeout: float, env: dict[str, str]) -
             os.killpg(proc.pid, 9)
             out, _ = proc.communicate()
     folder.mkdir(parents=True, exist_ok=True)
+    wall = time.monotonic() - t0
+    busy1, own1 = _busy_s(), _children_cpu_s()
+    others = (None if busy0 is None or busy1 is None
+              else round(max(0.0, (busy1 - busy0) - (own1 - own0)) / max(wall, 1e-3), 2))
     (folder / "zoo-stdout.txt").write_text(out or "", encoding="utf-8")
-    return {"rc": proc.returncode, "killed": killed, "seconds": round(time.monotonic() - t0, 1)}
+    return {"rc": proc.returncode, "killed": killed, "seconds": round(wall, 1),
+            "others_cores": others}
 
 
 def views_of(folder: Path, python: str, wanted: tuple[str, ...]) -> dict[str, Any]:
@@ -513,6 +540,10 @@ def table(answers: dict[str, dict[str, Any]], runs: list[dict[str, Any]],
         if r.get("killed"):
             label += " [killed]"
         lines.append(f"{label:32s} " + " ".join(f"{c:28s}" for c in cells))
+    loads = sorted(r["others_cores"] for r in runs if r.get("others_cores") is not None)
+    if loads:  # what else ran: a verdict on a loaded machine is made under contention
+        lines.append(f"other processes during the jobs: {median(loads)} CPUs busy (median), "
+                     f"{loads[-1]} at most, of {os.cpu_count()}")
     lines.append(f"{'' if tool == 'torchlens' else tool + ' '}zoo: {named} of {scored} named; "
                  f"false alarms {alarms} of {healthy_runs} healthy runs")
     return lines
@@ -605,8 +636,11 @@ def main(argv: list[str] | None = None) -> int:
                     said = views_of(folder, python, views)
                 r = {"job": job, "repeat": i, "folder": str(folder), **info, "views": said}
                 runs.append(r)
+                load = info.get("others_cores")
                 print(f"  {folder.name}: exit {info['rc']}{' killed' if info['killed'] else ''}"
-                      f" in {info['seconds']} s", flush=True)
+                      f" in {info['seconds']} s"
+                      + (f", other processes busy on {load} of {os.cpu_count()} CPUs"
+                         if load is not None else ""), flush=True)
                 (out / "views.json").write_text(json.dumps({"runs": runs}, indent=1),
                                                 encoding="utf-8")
         print(f"(run folders and views.json in {out})")
