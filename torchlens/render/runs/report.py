@@ -143,10 +143,21 @@ def summary_line(profile: Profile, a: RunAnalysis) -> str:
     lead = a.verdict
     if lead is None or lead.severity not in (FAILED, WARNING):
         return f"run: {counted}"
-    said = lead.sentence
-    if len(said) > HEADLINE_CHARS:
-        said = said[:HEADLINE_CHARS - 1].rstrip() + "…"
-    return f"run: {said} ({counted})"
+    return f"run: {headline(lead.sentence)} ({counted})"
+
+
+def headline(sentence: str) -> str:
+    """A finding's sentence as the headline holds it: whole when short; else
+    its first clause (up to the first ``; ``: who and why, where the figures
+    follow), else cut at a word, with an ellipsis. The whole sentence is in
+    the findings below it."""
+    if len(sentence) <= HEADLINE_CHARS:
+        return sentence
+    first = sentence.split("; ", 1)[0]
+    if len(first) <= HEADLINE_CHARS:
+        return first + " …"
+    cut = sentence[:HEADLINE_CHARS - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 
 def text_report(profile: Profile, a: RunAnalysis) -> str:
