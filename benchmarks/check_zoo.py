@@ -551,7 +551,8 @@ def table(answers: dict[str, dict[str, Any]], runs: list[dict[str, Any]],
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="+", metavar="NAME", help="these jobs only")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="these jobs only (a job named twice runs twice)")
     p.add_argument("--repeat-healthy", type=int, default=10, help="runs of each healthy job")
     p.add_argument("--python", default=None,
                    help="the interpreter torchlens and the jobs run in (benchmarks/paths.py)")
@@ -623,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         for job in jobs:
             answer = answers[job]
-            for i in range(a.repeat_healthy if healthy(answer) else 1):
+            before = sum(r["job"] == job for r in runs)  # a job named twice in --only
+            for i in range(before, before + (a.repeat_healthy if healthy(answer) else 1)):
                 folder = out / f"{job}-{i:02d}"
                 if traceml:
                     info = run_job_traceml(answer, folder, python, a.job_timeout)

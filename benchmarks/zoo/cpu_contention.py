@@ -5,4 +5,4 @@ gets its core back from the busy process whenever it wakes, and is not
 slowed)."""
 from _zoo import main
 
-main(ranks=(1,), cpu_hog=True, work_factor=16)
+main(ranks=(1,), cpu_hog=True, work_factor=64)

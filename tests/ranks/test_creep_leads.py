@@ -163,3 +163,21 @@ def test_a_leak_leads_a_rank_that_waits_a_little_more_on_a_machine_busy_for_all(
                                   Figure("wait_per_step_ms", 26.0, "ms"),
                                   Figure("median_step_ms", 60.0, "ms")))
     assert not creep_leads(alone, [0, 1])
+
+
+def test_a_leak_leads_a_compute_slow_rank_on_another_rank() -> None:
+    """The ranks that free what a leaking rank keeps allocate anew every step:
+    the zoo's leak_losses_one named its non-leaking rank 0 slow for its forward
+    and optimizer (22 ms a step on a CPU against 18 ms) ahead of rank 1's leak."""
+    from torchlens.analysis.ranks.slow import PartTime, creep_leads
+
+    compute = slow_rank_finding(0, PartTime("compute", 15.8, 10.4, 5.4),
+                                "the others waited 5.3 ms per step for it", (
+                                    Figure("wait_per_step_ms", 5.3, "ms"),
+                                    Figure("median_step_ms", 32.0, "ms")))
+    assert creep_leads(compute, [1]) and creep_leads(compute, [0])
+    data = slow_rank_finding(0, PartTime("data", 40.0, 10.0, 30.0),
+                             "the others waited 30 ms per step for it", (
+                                 Figure("wait_per_step_ms", 30.0, "ms"),
+                                 Figure("median_step_ms", 60.0, "ms")))
+    assert not creep_leads(data, [1])  # a slow input pipeline is no leak's doing
