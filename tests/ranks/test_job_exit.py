@@ -3,7 +3,7 @@
 A mistyped script path: torchrun's workers exit with code 2 before the script
 runs. The summary must lead with the failure (torchrun's exit code, the ranks'
 exit codes, the job's own last lines), the command must exit with the job's
-code, and the ranks, which ran no step, must show none.
+code, and no rank may be shown as having run.
 """
 
 from __future__ import annotations
@@ -37,15 +37,13 @@ def test_mistyped_script_path_is_a_failed_job(tmp_path: Path) -> None:
     assert re.search(r"exit code 1; ranks? [0-9, -]+ exited with code 2", verdict), c.output
     assert "can't open file" in verdict and "ddp_plian.py" in verdict, c.output
     assert "no slow rank" not in c.output, c.output
-    # rank, node, host, state, steps: no rank is "finished", none ran a step (its step
-    # time is missing: model.units.MISSING, as the sidebar writes it)
-    rows = [m.groups() for line in c.lines
-            if (m := re.match(r"^ +([01]) +0 +\S+ +(.+?) +(\d+) +n/a ", line))]
-    assert len(rows) == 2 and all(state in ("exit code 2", "killed by signal 15 (SIGTERM)")
-                                  and steps == "0"
-                                  for _, state, steps in rows), c.output
+    # a worker whose script is missing does not attach (its interpreter fails at
+    # once, as under bare torchrun, instead of importing torch first): no rank
+    # row claims it ran, and the verdict above names each one's exit code
+    assert "ranks: 0 of ? attached" in c.output, c.output
+    assert not [line for line in c.lines if re.match(r"^ +[01] +0 +\S+ +finished", line)]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["exit_code"] == 1
-    assert "the job failed" in manifest["verdict"]
-    assert [r["steps"] for r in manifest["ranks"]] == [0, 0]
+    assert "the job failed" in manifest["verdict"] and "exited with code 2" in manifest["verdict"]
+    assert all(r["steps"] == 0 for r in manifest["ranks"])
     assert manifest["stopped"].startswith("ended with exit code 1"), manifest["stopped"]

@@ -60,6 +60,15 @@ def _guard() -> None:
         guard_output()
 
 
+def _no_script() -> bool:
+    """Whether this process is about to fail to open its script (a mistyped
+    name): Python says so the moment this module returns, and attaching first
+    would import torch for nothing (2 s a rank, the whole run's failure slower
+    than bare torchrun's)."""
+    script = sys.argv[0] if getattr(sys, "argv", None) else ""
+    return bool(script) and script not in ("-c", "-m", "-") and not os.path.exists(script)
+
+
 def _attach() -> None:
     env = os.environ
     if not env.get("TORCHLENS_COLLECTOR"):
@@ -76,6 +85,8 @@ def _attach() -> None:
         return
     if env.get(_MARK) and env[_MARK] != str(os.getpid()):
         return  # a process the attached rank started
+    if _no_script():
+        return
     env[_MARK] = str(os.getpid())
     from torchlens.frontends.ranks.rank_side import attach
 
