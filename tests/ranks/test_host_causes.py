@@ -137,7 +137,7 @@ def test_a_shared_core_is_named_by_its_run_queue_when_the_order_is_weak() -> Non
     v = slow_rank(_backward_bound((0.8, 5.7)))
     assert (v.rank, v.cause) == (1, "cpu_contention"), v.finding
     assert "wait for a CPU" in v.finding.sentence and "7.1x" in v.finding.sentence
-    assert "pin ranks apart" in v.finding.advice
+    assert "pin ranks apart" in v.finding.advice and "waited 0.8 ms a step for a CPU themselves" in v.finding.advice, v.finding.advice
 
 
 def test_an_even_run_queue_or_a_rank_nobody_waits_for_is_not_contention() -> None:

@@ -70,3 +70,12 @@ def test_nested_events_get_their_own_rows() -> None:
     data = _source(fig).data
     row = {n: b for n, b in zip(data["name"], data["bottom"], strict=True)}
     assert row["step"] < row["op"] < row["inner"] and row["after"] == row["op"]
+
+
+def test_a_long_trace_keeps_plain_millisecond_ticks() -> None:
+    """A two-minute trace: its axis reads 120,000 ms, not 1.200e+5."""
+    events = [{"name": "step", "ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1,
+               "ts": t * 1e6, "dur": 5e5} for t in range(0, 120, 10)]
+    fig, _ = timeline.build_timeline(make_trace(events))
+    assert fig.x_range.end >= 1e5
+    assert fig.xaxis[0].formatter.use_scientific is False

@@ -124,7 +124,7 @@ def job_failed(code: int, lines: list[str]) -> Finding:
     exits = "; ".join(f"{rank_list(by_code[c])} exited with {_code_words(c)}" for c in causes)
     said = job_output(lines)
     sentence = (f"the job failed: exit code {code}" + (f"; {exits}" if exits else "")
-                + (f"; its last line: {said[-1].strip()}" if said else ""))
+                + (f"; the job's last line: {said[-1].strip()}" if said else ""))
     return Finding(FAILED, sentence, (Figure("exit_code", code),),
                    advice="the job's output above (or the run's command.log) says why",
                    details={"output": said, "rank_exit_codes": by_code}, code="job_failed")
@@ -136,7 +136,7 @@ def _exit_abort(aborted: list[int], code: int, said: str) -> Finding:
     who = rank_list(aborted)
     sentence = (f"the job failed as it exited, after its last step: {who} aborted "
                 f"(signal 6, SIGABRT) after {'its' if len(aborted) == 1 else 'their'} "
-                f"goodbye; exit code {code}; its last line: {said}")
+                f"goodbye; exit code {code}; the job's last line: {said}")
     return Finding(FAILED, sentence, tuple(Figure("rank", r) for r in aborted[:1]),
                    advice="the training ran to its end and every step was recorded; a gloo "
                           "job that exits without torch.distributed.destroy_process_group() "

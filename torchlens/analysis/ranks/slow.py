@@ -156,6 +156,7 @@ NCCL only where the host synchronises the device at the end of a phase.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -364,6 +365,12 @@ class SlowRank:
 
 #: rule 5: a rank that waits this many times the others' wait for a CPU stands out
 CONTENDED_RATIO = 3.0
+#: the advice for a rank slow for CPU contention, with the others' own wait
+CONTENDED_ADVICE = ("find the process sharing rank {r}'s cores (top -H, its CPU affinity): pin "
+                    "ranks apart or move the other work off their cores; the others waited "
+                    "{others} a step for a CPU themselves: where that is large too, the "
+                    "machine is busy for every rank (more work than cores), and rank {r} "
+                    "only the one it hit most")
 #: a slow rank whose others wait under this share of the median step is weak evidence
 WEAK_SHARE = 0.10
 #: a rank slow for CPU contention that waits for a CPU under this many times
@@ -693,7 +700,10 @@ def slow_rank(steps: Steps, window: int | None = WINDOW, *, second_look: bool = 
         stalled = _stalled(held, tail, every, timed_by, cpu_ranks)
         if stalled is not None:
             return stalled
-        words = (f"step times within {format_percent(max(1, figures['skew_pct']))} "
+        # the ranks' medians against each other, as the rank table beside it shows them
+        low = min(per_rank)
+        spread = (max(per_rank) - low) / low * 100 if low > 0 else 0.0
+        words = (f"step times within {format_percent(max(1, spread))} of each other "
                  f"(median {format_ms(mid)}" + (f" over the last {n} steps)" if every > n else ")"))
         if gap >= noise_floor_ms(mid):
             words += ("; the rank the others wait for changes from step to step"
@@ -710,5 +720,9 @@ def slow_rank(steps: Steps, window: int | None = WINDOW, *, second_look: bool = 
          # only where a rank is: "ranks timed on gpu 0" on a CPU job read as a fault
          *((Figure("ranks_timed_on_gpu", len(timed_by["gpu"])),) if timed_by["gpu"] else ())),
         f" ({excess} per step against the others' median)")
+    if cause is not None and cause.part == "cpu_contention":
+        # how long the others queued too: a machine busy for every rank, or one core shared
+        finding = dataclasses.replace(finding, advice=CONTENDED_ADVICE.format(
+            r=rank, others=format_ms(cause.others_ms)))
     return SlowRank(rank, cause.part if cause else None, finding, gap, share,
                     figures["skew_pct"], mid, n, timed_by)

@@ -99,6 +99,8 @@ def running_note(world_size: int, run_dir: str) -> Markup:
     died shows as an error; this says where the ranks' records are."""
     return Markup(
         '<div style="color:#666">%ddp_check --profile: {} ranks started at {}; run folder '
-        '<code>{}</code>. If this kernel dies before the run ends, the folder keeps what '
-        "the ranks recorded: <code>torchlens report {}</code></div>").format(
+        '<code>{}</code>. If this kernel dies before the run ends, the live view below '
+        "(a widget: a reopened notebook then shows it as an error) is lost, and the run "
+        "was cut off there; the folder keeps what the ranks recorded: "
+        "<code>torchlens report {}</code></div>").format(
         world_size, time.strftime("%H:%M:%S"), run_dir, shlex.quote(run_dir))

@@ -159,7 +159,7 @@ def sections(series: StepSeries | None, figures: list[Any], traces: bool = True
     figures.append(fig)
     ranks = len(series.ranks)
     what = (f"{series.steps:,} step records of {ranks} rank{'s' if ranks != 1 else ''}, "
-            "as the collector received them" + (" (the traces below hold only the profiled "
+            "as the ranks sent them" + (" (the traces below hold only the profiled "
                                                  "steps)" if traces else ""))
     if series.drawn < series.steps:
         what += (f"; drawn as {series.drawn:,} points, each rank's slowest step per time "

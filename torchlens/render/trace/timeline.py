@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from bokeh.core.serialization import Serializer
 from bokeh.models import (
+    BasicTickFormatter,
     ColumnDataSource,
     FixedTicker,
     HoverTool,
@@ -327,6 +328,8 @@ def _figure(
         sizing_mode="stretch_width",
         output_backend="canvas",
     )
+    # plain milliseconds at any span (Bokeh writes 1.200e+5 from 100,000 on)
+    fig.xaxis.formatter = BasicTickFormatter(use_scientific=False)
     # no selecting tool, no muting legend: a renderer without the glyph copies
     bars = add_bare(fig, Quad(left="left", right="right", bottom="bottom", top="top",
                               fill_color="color", line_color=None), source)
