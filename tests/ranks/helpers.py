@@ -72,11 +72,14 @@ class Collector:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_line(self, prefix: str, timeout: float = 60) -> str:
+    def wait_line(self, prefix: str, timeout: float = 60, anywhere: bool = False) -> str:
+        """The first line that starts with ``prefix`` (``anywhere``: holds it: two
+        ranks' prints to one pipe can share a line, "rank 0 step 25rank 1 step 25",
+        as under bare torchrun)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in list(self.lines):
-                if line.strip().startswith(prefix):
+                if (prefix in line) if anywhere else line.strip().startswith(prefix):
                     return line.strip()
             time.sleep(0.1)
         raise AssertionError(f"no line starting {prefix!r} in:\n{self.output}")

@@ -92,7 +92,7 @@ def test_a_killed_torchlens_run_leaves_the_job_training(tmp_path: Path) -> None:
     port = free_port()
     c = Collector(tmp_path / "run", [*torchrun_args(1, 2, port, script), str(tmp_path)])
     try:
-        c.wait_line("rank 1 step 25", timeout=120)  # records spooled by then
+        c.wait_line("rank 1 step 25", timeout=120, anywhere=True)  # records spooled by then
         family = psutil.Process(c.proc.pid).children(recursive=True)
         os.kill(c.proc.pid, signal.SIGKILL)  # torchlens run only: its job is in a session of its own
         c.proc.wait(timeout=10)

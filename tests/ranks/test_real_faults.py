@@ -126,7 +126,7 @@ def test_a_full_disk_under_the_run_folder_leaves_the_job_training(tmp_path: Path
         script.write_text(RANKS)
         c = Collector(disk / "run", [*torchrun_args(1, 2, free_port(), script), str(tmp_path)])
         try:
-            c.wait_line("rank 1 step 5", timeout=150)
+            c.wait_line("rank 1 step 5", timeout=150, anywhere=True)
             with open(disk / "filler", "wb") as fh:
                 with contextlib.suppress(OSError):
                     while True:
