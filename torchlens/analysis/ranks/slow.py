@@ -156,7 +156,6 @@ NCCL only where the host synchronises the device at the end of a phase.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -337,6 +336,9 @@ def slow_rank_finding(rank: int, cause: PartTime | None, waited: str,
     waited for it (``waited``) and what to look at."""
     why = part_phrase(cause) if cause else "no measured part explains it" + unexplained
     advice = ADVICE[_KIND.get(cause.part, "compute") if cause else None].format(r=rank)
+    if cause is not None and cause.part == "cpu_contention":
+        # how long the others queued too: a machine busy for every rank, or one core shared
+        advice = CONTENDED_ADVICE.format(r=rank, others=format_ms(cause.others_ms))
     # rank and cause as figures: a view that tables the slow rank (the run
     # report's "who the others waited for") reads them rather than judge again
     named = (Figure("rank", rank), *((Figure("cause", cause.part),) if cause else ()))
@@ -720,9 +722,5 @@ def slow_rank(steps: Steps, window: int | None = WINDOW, *, second_look: bool = 
          # only where a rank is: "ranks timed on gpu 0" on a CPU job read as a fault
          *((Figure("ranks_timed_on_gpu", len(timed_by["gpu"])),) if timed_by["gpu"] else ())),
         f" ({excess} per step against the others' median)")
-    if cause is not None and cause.part == "cpu_contention":
-        # how long the others queued too: a machine busy for every rank, or one core shared
-        finding = dataclasses.replace(finding, advice=CONTENDED_ADVICE.format(
-            r=rank, others=format_ms(cause.others_ms)))
     return SlowRank(rank, cause.part if cause else None, finding, gap, share,
                     figures["skew_pct"], mid, n, timed_by)

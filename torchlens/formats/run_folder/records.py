@@ -28,9 +28,9 @@ from torchlens.model.records import StepRecord, without_setup
 Record = dict[str, Any]
 
 
-def _write(path: str, records: Iterable[StepRecord | Record | bytes]) -> None:
+def _write(path: str, records: Iterable[StepRecord | Record | bytes], mode: str = "wb") -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as fh:
+    with open(path, mode) as fh:
         for rec in records:
             if isinstance(rec, StepRecord):
                 rec = rec.to_json().encode()
@@ -74,10 +74,7 @@ def append_steps(run_dir: str, rank: int, records: Iterable[StepRecord]) -> None
     writes the folder at its end keeps, so, what its ranks did when that
     launcher dies first (a notebook kernel that died: the folder then has
     steps but no manifest, and its report says the run was cut off)."""
-    path = os.path.join(rank_dir(run_dir, rank), STEPS)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "ab") as fh:
-        fh.write(b"".join(rec.to_json().encode() + b"\n" for rec in records))
+    _write(os.path.join(rank_dir(run_dir, rank), STEPS), records, mode="ab")
 
 
 def write_summaries(run_dir: str, rank: int, summaries: Iterable[Record | bytes]) -> None:
