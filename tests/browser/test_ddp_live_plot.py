@@ -108,11 +108,13 @@ def wait_kernel_idle(page: Any) -> None:
 
 def run_cell(page: Any, index: int) -> None:
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".jp-InputArea-editor").click()
+    # no wait for navigations after the click (a cell starts none): that wait is
+    # a round trip to a page whose main thread a live view keeps busy
+    cell.locator(".jp-InputArea-editor").click(no_wait_after=True)
     page.keyboard.press("Shift+Enter")
     # the prompt turns into [*] or [n]: the keypress reached a connected kernel
     cell.locator(".jp-InputPrompt").filter(has_text="[").filter(
-        has_not_text="[ ]").wait_for(timeout=30_000)
+        has_not_text="[ ]").wait_for(timeout=90_000)
 
 
 def prompt(page: Any, index: int) -> str:

@@ -274,8 +274,7 @@ def test_watchers_on_the_folder_and_the_address_draw_the_steps(run) -> None:
             # what the feed cannot fill is not drawn: no ops, no collective counts
             assert not w.view.profile.panels.tl_fig.visible
             assert not w.view.beats.layout.children[1].visible
-            verdict = w.view.profile.panels.verdict.text
-            assert "rank 1 is the slow rank" in verdict
+            assert "rank 1 is the slow rank" in w.status.verdict
             # said once: in the status block, not again above the step chart
             assert not w.view.profile.panels.verdict.visible
             table = str(w._html())

@@ -91,7 +91,8 @@ def test_watch_a_running_job_on_its_folder_and_its_address(tmp_path: Path) -> No
         assert "rank 1 is the slow rank" in w.status.verdict, (w, c.output)
         assert [(r.rank, r.state, r.slow) for r in w.status.ranks] == [
             (0, "finished", False), (1, "finished", True)], w.status
-        assert "rank 1" in w.view.profile.panels.verdict.text
+        # said once, in the status block: not again above the step chart
+        assert not w.view.profile.panels.verdict.visible
         assert w.dropped == 0
     assert late.state == "ended" and late.dropped == 1, (late, late.message)
     # the feed stays in the folder, the manifest says so, and the report still works

@@ -12,6 +12,7 @@ BokehJS writes them as text in tooltips and on the canvas; the verdict
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,8 @@ from torchlens.render.ranks.spans import span_marks
 from torchlens.render.step_axis import CappedAxis
 from torchlens.render.tables import shorten
 
+#: the least time between two changes of the step chart's caption while the run goes on
+CAPTION_EVERY_S = 5.0
 COLLECTIVE_ALPHA = 0.45  # collectives are drawn translucent over the ops they overlap
 OPS_BUDGET = 2000  # timeline ops drawn per profiled step, all ranks together
 TIMELINE_ROWS = 3 * OPS_BUDGET  # about the last three profiled steps
@@ -211,6 +214,8 @@ class Panels:
         self.every = every
         self._step_note_rest = "; ✖: where a rank stopped (hover for why)." + many
         self.step_note = caption(profiled_words([], every) + self._step_note_rest)
+        self._profiled_words: str | None = None  # the caption's words not yet shown
+        self._caption_at: float | None = None  # when they were last shown (monotonic)
         self.step_fig = step
         self.step_spread = ColumnDataSource(spread_columns(("step_ms",)))
         if self.spread:
@@ -426,9 +431,22 @@ class Panels:
             "%%torchprof roles of the profiled steps (median ms)", "0,0.00",
             [("step", "@step_ms{0,0.0} ms"), ("profiled steps", "@profiled")])
 
-    def set_profiled_steps(self, steps: list[int]) -> None:
-        """The step chart's caption names the steps profiled so far (sorted)."""
-        self.step_note.text = profiled_words(steps, self.every) + self._step_note_rest
+    def set_profiled_steps(self, steps: list[int], now: bool = False) -> None:
+        """The step chart's caption names the steps profiled so far (sorted):
+        at once the first time and when ``now`` (the run's end), else at most
+        every ``CAPTION_EVERY_S``. A caption is page text: each change makes
+        the browser lay the whole view out again (a Div's size is measured
+        from the page), and one a flush kept a loaded browser busy for
+        seconds at a time."""
+        self._profiled_words = profiled_words(steps, self.every) + self._step_note_rest
+        self.settle_captions(now or self._caption_at is None)
+
+    def settle_captions(self, now: bool = True) -> None:
+        """The caption's newest words, if any wait (``now``: whatever the time)."""
+        words, at = self._profiled_words, time.monotonic()
+        if words is None or not (now or at - (self._caption_at or 0.0) >= CAPTION_EVERY_S):
+            return
+        self.step_note.text, self._profiled_words, self._caption_at = words, None, at
 
     def _breakdown_panel(self) -> None:
         labels = [f"rank {r}" for r in self.shown]

@@ -198,6 +198,7 @@ class RankProfileView:
         pending = (any(self._new_steps) or self._redraw or self._new_summaries or self._new_ended
                    or self._new_restarts or analysis_due or (force and self._waiting))
         if not pending or (not force and now - self._last_flush < FLUSH_S):
+            self.panels.settle_captions(force)
             return
         self._last_flush = now
         self._flush_steps()
@@ -210,6 +211,7 @@ class RankProfileView:
         self._flush_summaries(force)
         if analysis_due:
             self._analyse()
+        self.panels.settle_captions(force)
         self.flushes += 1
 
     # ---- one flush -----------------------------------------------------------------
@@ -375,7 +377,8 @@ class RankProfileView:
             self.records, summary_dicts(self._summaries()), window=WINDOW)]
         self._pick()
         color = p.color(slow) if slow is not None else "#333"
-        p.verdict.text = str(verdict_html(finding, color))
+        if p.verdict.visible:  # hidden, its changes would still cross to the browser
+            p.verdict.text = str(verdict_html(finding, color))
         for r, line in zip(p.shown, p.step_lines, strict=True):
             line.glyph.line_width = 3.0 if r == slow else 1.5
         table = [self._table[r] for r in p.shown]
@@ -486,6 +489,8 @@ class RankProfileView:
 
     def _show_step(self, s: StepSummary) -> None:
         """Keep the timeline on the newest profiled step (every rank's copy of it)."""
+        if not self.panels.tl_fig.visible:  # hidden: nothing to move, nothing to send
+            return
         step, start, end = s.step, s.t0 - self.t0, s.t1 - self.t0
         if self._latest is not None and step < self._latest[0]:
             return
