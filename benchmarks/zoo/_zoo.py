@@ -45,6 +45,21 @@ or a tuple of ranks):
 - ``kill_at``: the ranks hit die of SIGKILL at that step, as the OOM killer
   ends a process: no exception, no goodbye.
 - ``stall_every`` / ``stall_ms``: the ranks hit sleep that long every so many steps.
+- ``compiled``: the DDP model under ``torch.compile`` (backend ``ZOO_COMPILE_BACKEND``,
+  default ``aot_eager``: dynamo's graphs, breaks, guards and recompiles are the
+  same as under inductor, whose code generation takes tens of seconds a graph
+  on a small CPU), with shapes kept static (``automatic_dynamic_shapes`` off,
+  as a job that needs static shapes sets it).
+- ``recompile_at``: at those steps the ranks hit take a batch of another size:
+  a guard on its size fails and the model recompiles.
+- ``graph_break``: the forward reads a tensor's value (``float(t)``) on the ranks
+  hit: a graph break inside every step.
+- ``amp``: ``"bf16"`` runs forward and loss under CPU autocast in bfloat16;
+  ``"fp16"`` in float16 with a ``torch.amp.GradScaler("cpu")``.
+- ``overflow_every``: with ``amp="fp16"``, every so many steps the ranks hit scale
+  their batch by 1e4: the float16 forward overflows, the gradients are inf, and
+  the scaler skips the optimizer step (DDP averages gradients, so every rank's
+  are inf then, and every rank skips).
 """
 
 from __future__ import annotations
@@ -116,9 +131,12 @@ class Net(nn.Module):
         self.extra = nn.Linear(HIDDEN, extra) if extra else None
         if self.extra is not None:
             self.extra.requires_grad_(False)
+        self.reads_value = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.body(x)
+        if self.reads_value and float(h.mean()) < 0:  # a value read: a graph break
+            h = -h
         out = self.head(h)
         if self.extra is not None:
             out = out + 0 * self.extra(h).mean()
@@ -134,7 +152,8 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
           mismatch: bool = False, drift: bool = False, crash_at: int = -1,
           kill_at: int = -1,
           stall_every: int = 0, stall_ms: float = 0, steps: int = STEPS,
-          vocab: int = OUT_DIM) -> None:
+          vocab: int = OUT_DIM, compiled: bool = False, recompile_at: tuple[int, ...] = (),
+          graph_break: bool = False, amp: str = "", overflow_every: int = 0) -> None:
     """Run the job's training loop on this rank (torchrun's environment)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
@@ -144,6 +163,14 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
     model = DDP(Net(extra=4096 if step_up == "optimizer" and me else 0, vocab=vocab),
                 bucket_cap_mb=bucket_mb, find_unused_parameters=False)
     opt = torch.optim.Adam([p for p in model.parameters()], lr=1e-3)
+    model.module.reads_value = graph_break and me
+    run = model
+    if compiled:
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        run = torch.compile(model, backend=os.environ.get("ZOO_COMPILE_BACKEND", "aot_eager"))
+    scaler = torch.amp.GradScaler("cpu") if amp == "fp16" else None
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+                if amp else contextlib.nullcontext())
     batch = BATCH * work_factor * (batch_factor if me else 1)
     batches = steps * accum // (2 if short_data and me else 1)
     if per_sample_ms:  # per-sample loading: the DataLoader batches them
@@ -186,15 +213,25 @@ def train(ranks: str | Iterable[int] = "all", *, leak: str = "", step_up: str = 
                 del churn[:-4]  # full collections come every few steps and walk `live`
             for micro in range(accum):
                 x, y = next(it)  # StopIteration: this rank ran out of batches
+                if me and step in recompile_at:  # another batch size: a guard fails
+                    x, y = x[: len(x) - 8 * (1 + recompile_at.index(step))], \
+                        y[: len(y) - 8 * (1 + recompile_at.index(step))]
+                if me and overflow_every and step % overflow_every == overflow_every - 1:
+                    x = x * 1e4  # float16 overflows: inf gradients, a skipped step
                 last = micro == accum - 1
                 ctx = model.no_sync() if accum > 1 and no_sync and not last else contextlib.nullcontext()
                 with ctx:
-                    out = model(x)
-                    loss = nn.functional.cross_entropy(out, y) / accum
-                    loss.backward()
+                    with autocast:
+                        out = run(x)
+                        loss = nn.functional.cross_entropy(out.float(), y) / accum
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
             if mismatch and step == steps // 2:
                 dist.all_reduce(torch.ones(3 if me else 5))
-            opt.step()
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             opt.zero_grad(set_to_none=True)
             if drift and me:
                 with torch.no_grad():

@@ -6,7 +6,9 @@ Rank ``TL_SLOW_RANK`` (default 1) sleeps ``TL_SLOW_S`` in its data collator.
 (default 1); ``TL_EVAL_EVERY`` > 0: an evaluation (and a checkpoint) every
 that many steps, ``TL_SAVE=0``: without the checkpoints; ``TL_EVAL_SLOW=1``:
 the slow rank sleeps for its evaluation batches only. ``TL_CALLBACK=1``: the script adds ``TorchlensCallback``
-itself as well (imported then), which must not count twice.
+itself as well (imported then), which must not count twice. ``TL_COMPILE=1``:
+``torch_compile=True`` (backend ``aot_eager``: dynamo as under inductor, without
+its code generation); ``TL_BF16=1``: ``bf16=True``.
 """
 
 import os
@@ -70,7 +72,9 @@ def main() -> None:
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
         eval_strategy="steps" if evaluate else "no", eval_steps=EVAL_EVERY or None,
         save_strategy="steps" if evaluate and SAVE else "no", save_steps=EVAL_EVERY or None,
-        save_only_model=True, remove_unused_columns=False)
+        save_only_model=True, remove_unused_columns=False,
+        torch_compile=os.environ.get("TL_COMPILE") == "1", torch_compile_backend="aot_eager",
+        bf16=os.environ.get("TL_BF16") == "1")
     callbacks = []
     if os.environ.get("TL_CALLBACK") == "1":
         from torchlens.integrations.huggingface import TorchlensCallback

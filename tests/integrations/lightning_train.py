@@ -10,7 +10,9 @@ that many batches. ``TL_CALLBACK=1`` (default): the script adds
 run`` it is added by itself). ``TL_CKPT=1``: Lightning's default
 ``ModelCheckpoint`` saves after each validation. ``TL_PACKAGE=pytorch_lightning``:
 the job is written against the older ``pytorch_lightning`` distribution (its
-own classes, its own callbacks-factory group).
+own classes, its own callbacks-factory group). ``TL_COMPILE=1``: the module's
+network under ``torch.compile`` (backend ``aot_eager``); ``TL_BF16=1``:
+``precision="bf16-mixed"``.
 """
 
 import os
@@ -49,6 +51,8 @@ class Model(pl.LightningModule):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                        torch.nn.Linear(32, 1))
+        if os.environ.get("TL_COMPILE") == "1":
+            self.net = torch.compile(self.net, backend="aot_eager")
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -76,6 +80,7 @@ def main() -> None:
         accumulate_grad_batches=ACCUM, callbacks=callbacks, logger=False,
         enable_checkpointing=os.environ.get("TL_CKPT") == "1", enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, limit_val_batches=4 if VAL_EVERY else 0,
+        precision="bf16-mixed" if os.environ.get("TL_BF16") == "1" else "32-true",
         val_check_interval=VAL_EVERY or None, default_root_dir=sys.argv[1])
     trainer.fit(Model(), loader, val if VAL_EVERY else None)
 

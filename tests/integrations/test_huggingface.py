@@ -122,3 +122,17 @@ def test_the_trainer_without_torchlens_run_is_untouched(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=env(), cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "['DefaultFlowCallback']", done.stderr
+
+
+def test_a_compiled_bf16_trainer_is_followed_with_no_change(tmp_path: Path) -> None:
+    # torch_compile=True and bf16=True: one step per optimizer step, the slow
+    # rank named for its data loading, each rank's compiles recorded (the
+    # model's forward, by torch's records) and no frame of torchlens' among them
+    c, steps = _run(tmp_path, TL_STEPS="8", TL_SLOW_S="0.05", TL_COMPILE="1", TL_BF16="1")
+    verdict = _verdict(c)
+    assert "rank 1 is the slow rank" in verdict and "data loading" in verdict, c.output
+    for r in (0, 1):
+        assert [s["step"] for s in steps[r]] == list(range(8))
+        frames = [f for s in steps[r] for f in (s.get("compiled") or {}).get("frames", [])]
+        assert any(f["frame"] == "forward" and "bert" in f["file"] for f in frames), frames
+        assert not [f for f in frames if "/torchlens/" in f["file"]], frames

@@ -139,3 +139,15 @@ def test_an_old_lightning_gets_one_line() -> None:
     said = too_old("1.9.5")
     assert said is not None and "\n" not in said
     assert "lightning 1.9.5" in said and "pip install 'lightning>=2.0'" in said
+
+
+def test_a_compiled_bf16_module_is_followed_with_no_change(tmp_path: Path) -> None:
+    # precision="bf16-mixed" and a module under torch.compile: the same steps,
+    # labels and slow rank as in eager float32, each rank's compiles recorded
+    # (torch's records: the network's forward) and none of torchlens' own frames
+    c, steps = _run(tmp_path, _torchrun(), TL_COMPILE="1", TL_BF16="1")
+    _check(c, steps)
+    for r in (0, 1):
+        frames = [f for s in steps[r] for f in (s.get("compiled") or {}).get("frames", [])]
+        assert any(f["frame"] == "forward" for f in frames), frames
+        assert not [f for f in frames if "/torchlens/" in f["file"]], frames

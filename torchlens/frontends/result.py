@@ -49,6 +49,12 @@ class Result:
         """Known problems the trace shows, each with its supporting figure."""
         return self._trace_view().hints
 
+    def compiled(self) -> Any:
+        """What ``torch.compile`` did in the cell (``analysis.trace.compiled.CompiledCode``:
+        ``.regions``, ``.breaks``, ``.recompiles``, ``.findings``, compile time),
+        or None when the cell neither compiled nor ran compiled code."""
+        return getattr(self.analysis(), "compiled", None)
+
     def save(self, path: str) -> str:
         return self.profile.save(path)
 

@@ -36,8 +36,13 @@ ACCUMULATION_SYNC = "accumulation_sync"
 SMALL_BUCKETS = "small_buckets"
 #: DDP ranks whose parameters differ (``analysis.ranks.ddp_config``)
 PARAMETER_SYNC = "parameter_sync"
+#: torch.compile splits the compiled code and runs a line eagerly between the
+#: pieces (``analysis.trace.compiled``; job-wide: ``analysis.ranks.job_wide``)
+GRAPH_BREAK = "graph_break"
+#: mixed precision's loss scaler skipped optimizer steps for inf/nan gradients
+SKIPPED_STEPS = "skipped_steps"
 #: the job-wide findings that lead "no slow rank" (every rank alike)
-JOB_WIDE = (INPUT_BOUND, ACCUMULATION_SYNC, SMALL_BUCKETS)
+JOB_WIDE = (INPUT_BOUND, ACCUMULATION_SYNC, SMALL_BUCKETS, SKIPPED_STEPS, GRAPH_BREAK)
 #: a node (or a rank's process) that stopped reporting
 LOST_NODE = "lost_node"
 #: a rank that raised or died

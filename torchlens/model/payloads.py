@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from torchlens.model.collectives import Fingerprint, fingerprints_from
+from torchlens.model.compiled import CompileLog
 from torchlens.model.errors import InputError
 from torchlens.model.findings import INFO, NOTE, RUN_DIFF, Finding, as_finding
 from torchlens.model.memory_figures import (
@@ -98,6 +99,8 @@ class TorchprofPayload:
     timings: dict[str, float] = field(default_factory=dict)
     profiler_overhead_s: float | None = None
     steps_marked: int = 0
+    #: what ``torch.compile`` compiled while the cell ran (None: nothing)
+    compiled: CompileLog | None = None
 
 
 #: where a live capture's categories come from: torchlens' stack rules or torch's
@@ -616,6 +619,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
+        elif cls is TorchprofPayload and f.name == "compiled":
+            value = msgspec.convert(value, CompileLog) if value else None
         elif cls is RunPayload and f.name == "collected_steps":
             value = msgspec.convert(value, StepSeries) if value else None
         elif cls is RunPayload and f.name == "memory":

@@ -27,6 +27,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from torchlens.model.compiled import CompileLog
+
 
 class StepMemory(msgspec.Struct, frozen=True, gc=False):
     """A step's memory at its end: the CUDA allocator's counters (``source``
@@ -96,6 +98,21 @@ class HostStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     cpu_s: float | None = None
 
 
+class ScalerStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """Mixed precision's loss scaler in a step (``capture.ranks.scaler``):
+    ``steps`` optimizer steps ``GradScaler.step`` was asked for, ``skipped`` of
+    them not taken for inf/nan gradients, ``scale`` the loss scale the last of
+    them used; ``total_*`` the same since the rank began, ``first_scale`` the
+    scale of its first step."""
+
+    steps: int = 0
+    skipped: int = 0
+    scale: float | None = None
+    total_steps: int = 0
+    total_skipped: int = 0
+    first_scale: float | None = None
+
+
 class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """What a ``torchlens run`` step of an FSDP rank held beyond its activations
     (``capture.ranks.fsdp_memory``, bytes): the rank's parameter shards and the
@@ -136,6 +153,13 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     how a DDP rank's step synchronised its gradients (``DdpStep``); unset on a
     rank that ran no DDP forward in the step. ``host``: garbage collection and
     run-queue time of the step (``HostStep``); unset where not measured.
+    ``compiled``: what ``torch.compile`` compiled in the step, with the guard
+    of each recompile and the reason of each graph break (``CompileLog``);
+    unset on a step that compiled nothing. ``compiled_so_far``: everything
+    the rank compiled since it began, sent once in 50 steps (so each window a
+    rule judges holds the graph breaks met at the first steps); unset on the
+    others. ``scaler``: ``torch.amp.GradScaler``'s steps and skips in the step
+    (``ScalerStep``); unset where no scaler stepped.
     """
 
     step: int
@@ -152,6 +176,9 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False):
     fsdp: FsdpStep | UnsetType = UNSET
     ddp: DdpStep | UnsetType = UNSET
     host: HostStep | UnsetType = UNSET
+    compiled: CompileLog | UnsetType = UNSET
+    compiled_so_far: CompileLog | UnsetType = UNSET
+    scaler: ScalerStep | UnsetType = UNSET
 
     @property
     def labelled(self) -> bool:

@@ -114,6 +114,9 @@ def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:
     if display.shapes:
         cols.append(Column("input_shapes", "input shapes", str, numeric=False,
                            max_chars=NAME_CHARS))
+        # an op autocast ran in bfloat16 or float16 says so here
+        cols.append(Column("input_types", "input dtypes", str, numeric=False,
+                           max_chars=NAME_CHARS))
     if display.flops:
         # the time FLOP/s divide by (analysis.trace.ops.flops_basis), named in the header
         basis = "device time" if has_gpu else "total CPU"

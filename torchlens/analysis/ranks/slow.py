@@ -162,6 +162,12 @@ from dataclasses import dataclass, field
 from statistics import mean, median
 
 from torchlens.analysis.ranks.chance import binomial_tail, robust_spread
+from torchlens.analysis.ranks.recompiles import ADVICE as RECOMPILE_ADVICE
+from torchlens.analysis.ranks.recompiles import (
+    recompile_finding,
+    recompile_ms,
+    recompiling_rank,
+)
 from torchlens.analysis.ranks.stalls import STALL_WINDOW, stall_finding, stalling_rank
 from torchlens.analysis.ranks.steps import PHASES, Steps, gpu_ms, gpu_steps, record_ms
 from torchlens.model.findings import NA, PASSED, SLOW_RANK, WARNING, Figure, Finding
@@ -212,6 +218,8 @@ _PARTS: dict[str, Callable[[dict[str, float]], float]] = {
     "cpu_contention": lambda x: x["runq"],
     # the training thread's time on a CPU: its work, whatever the machine's load
     "cpu": lambda x: x["cpu"],
+    # torch.compile's recompiles in the step (``StepRecord.compiled``)
+    "recompile": lambda x: x["recompile"],
 }
 COMPUTE_SHARES = ("forward", "checkpoint", "evaluation", "stall")
 #: what compute's excess is named by when it explains ``EXPLAINS`` of it
@@ -237,6 +245,7 @@ PART_WORDS = {"data": "data loading", "compute": "forward, optimizer and other w
                     "few steps)",
               "cpu_contention": "wait for a CPU (on average; runnable, with another process "
                                 "or thread on its cores)",
+              "recompile": "recompiling (torch.compile's guards failing; on average)",
               "dataloader": "data loading", "cpu_exec": "CPU work in ops",
               "kernel": "GPU kernel time", "memcpy": "memcpy time", "memset": "memset time",
               "runtime": "CUDA runtime calls"}
@@ -259,11 +268,12 @@ ADVICE = {
           "set-up, fewer long-lived objects, or gc.collect() at a chosen point",
     "cpu_contention": "find the process sharing rank {r}'s cores (top -H, its CPU affinity): "
                       "pin ranks apart or move the other work off their cores",
+    "recompile": RECOMPILE_ADVICE,
     None: "open rank {r}'s profiled steps on the timeline to see where its time goes",
 }
 _KIND = {"data": "data", "dataloader": "data", "collective": "collective",
          "checkpoint": "checkpoint", "evaluation": "evaluation", "stall": "stall", "gc": "gc",
-         "cpu_contention": "cpu_contention"}
+         "cpu_contention": "cpu_contention", "recompile": "recompile"}
 #: How a rank's phase times were measured (``SlowRank.timed_by``), in the sentence.
 TIMED = {"gpu": "GPU time between CUDA events", "host": "host timers"}
 HOST_CAVEAT = "with NCCL the wait shows in the phase that next blocks on the GPU"
@@ -461,6 +471,7 @@ def _times(rec: StepRecord, gpu: GpuStepTimes | None = None) -> dict[str, float]
     out["gc"] = 1e3 * (host.gc_s or 0.0) if host is not None else 0.0
     out["runq"] = 1e3 * (host.runq_s or 0.0) if host is not None else 0.0
     out["cpu"] = 1e3 * (host.cpu_s or 0.0) if host is not None else 0.0
+    out["recompile"] = recompile_ms(rec)
     return out
 
 
@@ -571,7 +582,7 @@ def _cause(times: dict[int, list[dict[str, float]]], rank: int, gap: float, step
         # run queues behind the others' short bursts): when its own time on a CPU
         # explains the excess, the cause is its compute, not contention
         more_work = _part(times, rank, "cpu", mean).excess_ms >= EXPLAINS * compute.excess_ms
-        for part in HOST_CAUSES:
+        for part in (*HOST_CAUSES, "recompile"):
             if part == "cpu_contention" and more_work:
                 continue
             host = _part(times, rank, part, mean)
@@ -699,6 +710,13 @@ def slow_rank(steps: Steps, window: int | None = WINDOW, *, second_look: bool = 
         known = {r: dict(zip(common, times[r], strict=True)) for r in by_rank}
         held = {r: [known[r].get(s) or _times(d[s], on_gpu[r].get((d[s].start, s)))
                     for s in tail] for r, d in by_rank.items()}
+        recompiled = recompiling_rank(held, tail, by_rank, mid)
+        if recompiled is not None:  # a stall whose cause torch recorded
+            return SlowRank(recompiled.rank, "recompile", recompile_finding(
+                recompiled, mid, compared_words(len(tail), every),
+                timed_words(timed_by, cpu_ranks)), recompiled.wait_per_step_ms,
+                len(recompiled.steps) / len(tail), figures["skew_pct"], mid, len(tail),
+                timed_by)
         stalled = _stalled(held, tail, every, timed_by, cpu_ranks)
         if stalled is not None:
             return stalled

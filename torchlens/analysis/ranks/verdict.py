@@ -43,9 +43,10 @@ The verdict (a ``Finding``), first match wins: a lost node; a failed rank
 (``analysis.ranks.silence``); the slow rank (``analysis.ranks.slow.slow_rank``
 over the last steps every rank has, its one window, in its words); a rank whose memory
 creeps; with no slow rank, a job whose every rank waits on its input
-(``analysis.ranks.input_bound``), or gradients synchronised too often or in
-too many small buckets (``analysis.ranks.ddp_config``); else no slow rank,
-with the step-time skew.
+(``analysis.ranks.input_bound``), gradients synchronised too often or in
+too many small buckets (``analysis.ranks.ddp_config``), or a graph break in
+every compiled step (``analysis.ranks.job_wide``); else no slow rank, with
+the step-time skew.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ from torchlens.analysis.ranks.crash import (
     stopped_when,
     uneven_words,
 )
-from torchlens.analysis.ranks.ddp_config import ddp_config, parameter_sync
-from torchlens.analysis.ranks.input_bound import input_bound
+from torchlens.analysis.ranks.ddp_config import parameter_sync
+from torchlens.analysis.ranks.job_wide import job_wide
 from torchlens.analysis.ranks.restarts import Restart, world_restarts
 from torchlens.analysis.ranks.silence import (
     SILENT_AFTER_S,
@@ -524,7 +525,7 @@ def run_view(snap: RankSnapshot | Any, ended: bool = False,
     failed = sorted((row for row in rows if row.state == "failed"),
                     key=lambda row: (peer_gone(row.error), raised_at(row), row.rank))
     verdict = _verdict(snap, lost, failed, attached, slow, creep, ended, rows,
-                       input_bound(steps) or ddp_config(steps), parameter_sync(steps))
+                       job_wide(steps), parameter_sync(steps))
     spells = silent_spells(snap)
     verdict = silence_leads(verdict, spells)
     verdict = now_leads(verdict, silent_now(ranks, states, steps), snap.lost_after_s)

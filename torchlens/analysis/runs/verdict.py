@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from torchlens.analysis.ranks.collector_notes import collector_notes
-from torchlens.analysis.ranks.ddp_config import ddp_config, parameter_sync
-from torchlens.analysis.ranks.input_bound import input_bound
+from torchlens.analysis.ranks.ddp_config import parameter_sync
+from torchlens.analysis.ranks.job_wide import job_wide
 from torchlens.analysis.ranks.slow import WINDOW, SlowRank, creep_leads, slow_rank
 from torchlens.analysis.ranks.stalls import STALL_WINDOW
 from torchlens.analysis.ranks.steps import MemoryCreep
@@ -185,7 +185,7 @@ def folder_verdict(root: str, manifest: Manifest | None, ranks: list[int],
     # else gradients synchronised too often or in too small buckets; and
     # parameters that differ across ranks
     steps = common_by_rank(root, ranks) if judged is not None else []
-    starved = (input_bound(steps) or ddp_config(steps)) if steps else None
+    starved = job_wide(steps) if steps else None
     drift = parameter_sync(steps) if steps else None
     return FolderVerdict(judged, leading_findings(judged, manifest, ignored or [], root,
                                                   last_steps, starved, drift))

@@ -19,6 +19,7 @@ from torchlens.analysis.trace import headline as summary_mod
 from torchlens.analysis.trace import hints as hints_mod
 from torchlens.analysis.trace import ops as ops_mod
 from torchlens.analysis.trace import steps as steps_mod
+from torchlens.analysis.trace.compiled import CompiledCode, compiled_code
 from torchlens.model import OpDisplay, Profile, Trace
 
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -91,10 +92,14 @@ class TraceAnalysis:
     summary: summary_mod.Summary
     views: list[TraceView]
     display: OpDisplay
+    #: compiled regions, graph breaks and recompiles (None: no compiled code)
+    compiled: CompiledCode | None = None
 
 
 def analyze(profile: Profile) -> TraceAnalysis:
     """The analysis of a ``torchprof`` or ``trace`` profile (tables built lazily)."""
     display = profile.payload.display  # type: ignore[union-attr]
     views = [TraceView(k, t, display) for k, t in profile.traces.items()]
-    return TraceAnalysis(summary_mod.summarize(profile), views, display)
+    log = getattr(profile.payload, "compiled", None)
+    compiled = compiled_code(log, views[0].trace if views else None, profile.wall_time_s)
+    return TraceAnalysis(summary_mod.summarize(profile), views, display, compiled)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported where a frame is built: op_calls serves pandas-fre
     import pandas as pd
 
 OP_COLUMNS = ["name", "calls", "self_cpu_us", "total_cpu_us", "device_us",
-              "kernels", "input_shapes", "flops", "flops_per_s", "stack"]
+              "kernels", "input_shapes", "input_types", "flops", "flops_per_s", "stack"]
 KERNEL_COLUMNS = ["name", "calls", "total_us", "mean_us", "max_us", "streams",
                   "is_comm"]
 
@@ -193,6 +193,8 @@ class OpSums(msgspec.Struct, frozen=True):
     kernels: list[int]
     flops: list[float]
     input_shapes: list[str] = []
+    #: the inputs' dtypes (an autocast op's bfloat16 or float16), with the shapes
+    input_types: list[str] = []
     stack: list[str] = []
     #: the column FLOP/s divide by (``flops_basis``)
     flops_basis: str = "total_cpu_us"
@@ -221,8 +223,9 @@ def op_sums(trace: Trace, group_by_shapes: bool = False,
     ev = trace.events
     rows = calls.rows
     keys = [_text_codes(trace, "name", rows)]
-    if group_by_shapes:
+    if group_by_shapes:  # the inputs' dtypes with their shapes: an autocast op's own row
         keys.append(_text_codes(trace, "input_dims", rows))
+        keys.append(_text_codes(trace, "input_types", rows))
     if group_by_source:
         from torchlens.analysis.trace.sources import (
             op_sources,  # sources builds on this module
@@ -244,6 +247,8 @@ def op_sums(trace: Trace, group_by_shapes: bool = False,
         flops=_group_nansum(ev["flops"][rows], group, n).tolist(),
         input_shapes=(_decode(trace, "input_dims", keys[1][first]) if group_by_shapes
                       else [""] * n),
+        input_types=(_decode(trace, "input_types", keys[2][first]) if group_by_shapes
+                     else [""] * n),
         stack=(source_labels[source_codes[first]].tolist() if group_by_source
                else [""] * n),
         flops_basis=flops_basis(trace),
@@ -282,6 +287,7 @@ def op_frame(sums: OpSums) -> pd.DataFrame:
         "device_us": np.asarray(sums.device_us, dtype=float),
         "kernels": np.asarray(sums.kernels, dtype=np.int64),
         "input_shapes": np.asarray(sums.input_shapes, dtype=object),
+        "input_types": np.asarray(sums.input_types or [""] * len(sums.name), dtype=object),
         "flops": np.asarray(sums.flops, dtype=float),
         "stack": np.asarray(sums.stack, dtype=object),
     })
@@ -303,9 +309,10 @@ def bounded(sums: OpSums, top: int = TOP_OPS) -> OpSums:
     group = np.full(len(sums.name), top, np.int64)
     group[keep] = np.arange(top)
     picked = msgspec.structs.replace(
-        sums, **{field: [getattr(sums, field)[g] for g in keep] + [other]
+        sums, **{field: [(getattr(sums, field) or [""] * len(sums.name))[g] for g in keep]
+                 + [other]
                  for field, other in (("name", OTHER_OPS), ("input_shapes", ""),
-                                      ("stack", ""))})
+                                      ("input_types", ""), ("stack", ""))})
     return _regrouped(picked, [sums], group, top + 1)
 
 
@@ -315,14 +322,16 @@ def merged(parts: list[OpSums]) -> OpSums:
     over device time when any part ran GPU work; steps added up."""
     if len(parts) == 1:
         return parts[0]
-    keys = [(n, s, k) for p in parts
-            for n, s, k in zip(p.name, p.input_shapes, p.stack, strict=True)]
-    index: dict[tuple[str, str, str], int] = {}
+    keys = [(n, s, t, k) for p in parts
+            for n, s, t, k in zip(p.name, p.input_shapes, p.input_types or [""] * len(p.name),
+                                  p.stack, strict=True)]
+    index: dict[tuple[str, str, str, str], int] = {}
     group = np.asarray([index.setdefault(key, len(index)) for key in keys], np.int64)
     basis = ("device_us" if any(p.flops_basis == "device_us" for p in parts)
              else "total_cpu_us")
     named = OpSums(name=[k[0] for k in index], input_shapes=[k[1] for k in index],
-                   stack=[k[2] for k in index], calls=[], self_cpu_us=[],
+                   input_types=[k[2] for k in index],
+                   stack=[k[3] for k in index], calls=[], self_cpu_us=[],
                    total_cpu_us=[], device_us=[], kernels=[], flops=[],
                    flops_basis=basis, steps=sum(p.steps for p in parts))
     return _regrouped(named, parts, group, len(index))

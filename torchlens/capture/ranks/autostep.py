@@ -56,14 +56,16 @@ class OptimizerBoundary:
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._undo = register_optimizer_step_post_hook(self._stepped).remove
+        self._undo = register_optimizer_step_post_hook(self.stepped).remove
 
     def remove(self) -> None:
         if self._undo is not None:
             self._undo()
             self._undo = None
 
-    def _stepped(self, opt: Any, *_: Any) -> None:
+    def stepped(self, opt: Any, *_: Any) -> None:
+        """``opt`` stepped (torch's optimizer hook), or would have but for a
+        loss scaler that skipped it (``capture.ranks.scaler``): a step ends."""
         if self.off:
             return
         current = self._opt() if self._opt is not None else None

@@ -41,6 +41,14 @@ rank in the all_gathers of its forward (Python ``all_gather_single`` calls):
 those count as collective, not forward, so the rank the others wait for has
 the least sync there too. FSDP's classes are timed once the job imports them.
 
+Under ``torch.compile`` dynamo traces the Python it compiles, a wrapper around
+DDP's forward included: each wrapper and hook here, asked while dynamo traces
+(``compiling()``), only calls what it wraps, so the compiled graph holds the
+model's work and nothing of torchlens (a timer's counters in the graph would
+be guards that fail every step, and torch's recompile limit would leave the
+model running eagerly). The forward of a module compiled whole is timed at
+its ``OptimizedModule``'s call instead, which runs outside the compiled code.
+
 On a rank whose job runs on a GPU the host timers alone mislead: NCCL work is
 enqueued and the CPU moves on, so a wait for a late rank shows in whichever
 phase next blocks on the GPU (a ``loss.item()`` in "other", the next step's
@@ -66,6 +74,7 @@ import torch
 
 from torchlens.capture.ranks import cuda_device
 from torchlens.capture.ranks.fsdp_memory import when_imported
+from torchlens.capture.trace.compiled import never_compiled
 from torchlens.model.records import DdpStep
 
 PHASES = ("data", "forward", "backward", "optimizer", "collective", "save", "eval")
@@ -82,6 +91,13 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "send", "recv", "isend", "irecv", "monitored_barrier")
 _FSDP2 = "torch.distributed.fsdp._fully_shard._fully_shard"
 _FSDP1 = "torch.distributed.fsdp.fully_sharded_data_parallel"
+_DYNAMO = "torch._dynamo.eval_frame"
+
+
+def compiling() -> bool:
+    """Whether dynamo is tracing the caller (``torch.compiler.is_compiling``)."""
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(check()) if check is not None else False
 
 
 #: synced DDP forwards before the bucket layout is read: DDP rebuilds its
@@ -154,6 +170,8 @@ class PhaseClock:
         self._summed: float | None = None
         self._moved: bool | None = None
         self._opt_steps = 0
+        #: torchlens' wrappers: frames dynamo must not compile (``_time_compiled``)
+        self._dynamo_alone: set[Callable[..., Any]] = set()
 
     def take(self) -> dict[str, float]:
         out = {p: round(s, 7) for p, s in zip(PHASES, self.spent, strict=True)}
@@ -207,6 +225,8 @@ class PhaseClock:
         clock = self
 
         def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if compiling():  # traced by dynamo: only DDP's forward (module docstring)
+                return original(module, *args, **kwargs)
             try:
                 if clock._check is not None:  # the parameters' sum at the last step's end
                     before, clock._check = clock._check, None
@@ -225,6 +245,7 @@ class PhaseClock:
             return original(module, *args, **kwargs)
 
         cls.forward = forward
+        self._dynamo_alone.add(forward)
         self._undo.append(lambda: setattr(cls, "forward", original))
 
     # -- fail-open hooks (save, eval) ----------------------------------------
@@ -299,7 +320,8 @@ class PhaseClock:
         block: list[Any] = [time.perf_counter(), list(self.spent), False, None]
 
         def seen(*_: Any) -> None:
-            block[2] = True
+            if not compiling():
+                block[2] = True
 
         block[3] = register_module_forward_pre_hook(seen)
         self._block = block
@@ -332,6 +354,8 @@ class PhaseClock:
 
         def entered(ctx: Any) -> Any:
             out = enter(ctx)
+            if compiling():  # traced by dynamo: the block is timed where it runs eagerly
+                return out
             try:
                 clock._block_enter()
             except Exception as exc:  # noqa: BLE001 - fail open
@@ -339,6 +363,8 @@ class PhaseClock:
             return out
 
         def exited(ctx: Any, *exc_info: Any) -> Any:
+            if compiling():
+                return leave(ctx, *exc_info)
             try:
                 clock._block_exit()
             except Exception as exc:  # noqa: BLE001 - fail open
@@ -346,6 +372,7 @@ class PhaseClock:
             return leave(ctx, *exc_info)
 
         entered.__wrapped__, exited.__wrapped__ = enter, leave  # type: ignore[attr-defined]
+        self._dynamo_alone.update((entered, exited))
         cls.__enter__, cls.__exit__ = entered, exited
 
         def undo() -> None:
@@ -360,35 +387,57 @@ class PhaseClock:
         clock = self
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if compiling():  # module docstring: dynamo traces only the call
+                return fn(*args, **kwargs)
             if clock.active == _OPTIMIZER and index != _OPTIMIZER:
                 return clock._inside_optimizer(index, fn, args, kwargs)
             if clock.active == _FORWARD and index == _COLLECTIVE:
                 return clock._inside_forward(fn, args, kwargs)
             if clock.active >= 0:
                 return fn(*args, **kwargs)
-            if clock.enter is not None:
-                clock.enter()
-            clock.active, clock.entries = index, clock.entries + 1
-            if clock.first is None:
-                clock.first = time.time()
-            gpu = clock.gpu
-            if gpu is not None:
-                gpu.enter(index)
+            clock._phase_begin(index)
             t = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                clock.spent[index] += time.perf_counter() - t
-                if gpu is not None:
-                    gpu.leave()
-                clock.active = -1
-                if clock.tick is not None:
-                    clock.tick()
+                clock._phase_end(index, t)
 
+        clock._dynamo_alone.add(timed)
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         timed.__name__ = getattr(fn, "__name__", "timed")
         timed.__doc__ = getattr(fn, "__doc__", None)
         return timed
+
+    def _phase_begin(self, index: int) -> None:
+        """An outermost phase begins (``clock.enter`` may end the step first)."""
+        if self.enter is not None:
+            self.enter()
+        self.active, self.entries = index, self.entries + 1
+        if self.first is None:
+            self.first = time.time()
+        if self.gpu is not None:
+            self.gpu.enter(index)
+
+    def _phase_end(self, index: int, t: float) -> None:
+        """The outermost phase ``index``, begun at ``t`` (perf_counter), ends."""
+        self.spent[index] += time.perf_counter() - t
+        if self.gpu is not None:
+            self.gpu.leave()
+        self.active = -1
+        if self.tick is not None:
+            self.tick()
+
+    def _optimizer_end(self) -> None:
+        """The optimizer step (the outermost phase) ends: the parameters' check
+        (``_param_check``) comes before the tick that may end the step."""
+        optimizer = _OPTIMIZER
+        self.spent[optimizer] += time.perf_counter() - self._opt_t0
+        if self.gpu is not None:
+            self.gpu.leave()
+        self.active = -1
+        self._param_check()
+        if self.tick is not None:
+            self.tick()
 
     def _inside_optimizer(self, index: int, fn: Callable[..., Any], args: Any,
                           kwargs: Any) -> Any:
@@ -447,6 +496,20 @@ class PhaseClock:
         fsdp_module.__call__ = self._wrap(_FORWARD, call)
         self._undo.append(lambda: delattr(fsdp_module, "__call__"))
 
+    def _time_compiled(self, module: Any) -> None:
+        """Dynamo came in: a compiled module's call is timed as the forward, and
+        torchlens' frames inside compiled calls stay out of what it compiles."""
+        if self._fsdp_undone:
+            return
+        if isinstance(getattr(module, "OptimizedModule", None), type):
+            self._patch(module.OptimizedModule, "__call__", "forward")
+        never_compiled(self._dynamo_alone | {PhaseClock._inside_optimizer,
+                                             PhaseClock._inside_forward},
+                       (compiling, param_sum, bucket_layout, PhaseClock._block_enter,
+                        PhaseClock._block_exit, PhaseClock._failed, PhaseClock._save_begin,
+                        PhaseClock._save_end, PhaseClock._phase_begin, PhaseClock._phase_end,
+                        PhaseClock._optimizer_end))
+
     def _time_fsdp1(self, module: Any) -> None:
         if not self._fsdp_undone:
             self._patch(module.FullyShardedDataParallel, "forward", "forward")
@@ -485,24 +548,13 @@ class PhaseClock:
         optimizer = PHASES.index("optimizer")
 
         def pre(*_: Any) -> None:
-            if self.active < 0:
-                if self.enter is not None:
-                    self.enter()
-                if self.first is None:
-                    self.first = time.time()
-                if self.gpu is not None:
-                    self.gpu.enter(optimizer)
-                self.active, self.entries, self._opt_t0 = optimizer, self.entries + 1, time.perf_counter()
+            if self.active < 0 and not compiling():
+                self._phase_begin(optimizer)
+                self._opt_t0 = time.perf_counter()
 
         def post(*_: Any) -> None:
-            if self.active == optimizer:
-                self.spent[optimizer] += time.perf_counter() - self._opt_t0
-                if self.gpu is not None:
-                    self.gpu.leave()
-                self.active = -1
-                self._param_check()
-                if self.tick is not None:
-                    self.tick()
+            if self.active == optimizer and not compiling():
+                self._optimizer_end()
 
         # a save and an evaluation (module docstring), each failing open
         self._thread = threading.get_ident()
@@ -514,9 +566,13 @@ class PhaseClock:
         self._patch_block(grad_mode.no_grad)
         self._patch_block(grad_mode.inference_mode)
 
+        self._dynamo_alone.update((pre, post))
         for handle in (register_optimizer_step_pre_hook(pre),
                        register_optimizer_step_post_hook(post)):
             self._undo.append(handle.remove)
+        # a compiled module's call, where it runs (dynamo does not trace it): the
+        # forward of a model compiled whole, DDP's wrapper and all
+        when_imported(_DYNAMO, self._time_compiled)
 
     def remove(self) -> None:
         self._fsdp_undone = True  # an FSDP import after this is not timed

@@ -55,7 +55,9 @@ from torchlens.capture.ranks.phases import (
     GpuPhaseTimer,
     PhaseClock,
 )
+from torchlens.capture.ranks.scaler import ScalerSteps
 from torchlens.capture.trace import profiler as _profiler
+from torchlens.capture.trace.compiled import CompileSteps
 from torchlens.model.messages import RankProgress
 from torchlens.model.rank_report import BudgetFigures
 from torchlens.model.records import (
@@ -150,6 +152,8 @@ class RankProfiler:
         self.summarize, self.agree = summarize, agree
         self.clock = PhaseClock()
         self.host = HostTime()
+        self.compiles = CompileSteps()  # what torch.compile compiled in each step
+        self.scaler = ScalerSteps()  # GradScaler's skipped steps and scale
         self.records: list[StepRecord] = []  # not yet sent (drained by the heartbeat)
         self.summaries: queue.Queue[StepSummary] = queue.Queue()
         self.errors: list[str] = []
@@ -158,6 +162,7 @@ class RankProfiler:
         self.real_steps = False
         self.windows = False
         self.found = OptimizerBoundary()
+        self.scaler.on_skip = self.found.stepped  # a skipped step ends a step too
         self.steps_by: str | None = None
         #: (label, by) of a span a callback began, ended at the next phase
         self.label_next: tuple[str, str] | None = None
@@ -194,6 +199,7 @@ class RankProfiler:
         os.makedirs(os.path.join(self.run_dir, f"rank{self.rank}"), exist_ok=True)
         self.clock.install()
         self.host.install()
+        self.scaler.install()
         self.clock.tick = self._window_tick
         self.found.install()  # after the clock's hooks: its optimizer time is taken first
         self.clock.enter = self._enter
@@ -233,6 +239,7 @@ class RankProfiler:
             self._stop_profiler(self.index, partial=True)
         self.clock.remove()
         self.host.remove()
+        self.scaler.remove()
         if self.fsdp is not None:
             self.fsdp.finish()
         self._work.put(None)
@@ -343,6 +350,8 @@ class RankProfiler:
         fsdp = self.fsdp.take() if self.fsdp is not None else None
         ddp = self.clock.take_ddp()
         host = self.host.take()
+        compiled, so_far = self.compiles.take(), self.compiles.so_far()
+        scaler = self.scaler.take()
         if profiled:
             self._stop_profiler(i, mem=mem)
         elif label is None:  # an evaluation's length is no measure of the budget
@@ -354,6 +363,11 @@ class RankProfiler:
                                        **({"fsdp": fsdp} if fsdp is not None else {}),
                                        **({"ddp": ddp} if ddp is not None else {}),
                                        **({"host": host} if host is not None else {}),
+                                       **({"compiled": compiled} if compiled is not None
+                                          else {}),
+                                       **({"compiled_so_far": so_far} if so_far is not None
+                                          else {}),
+                                       **({"scaler": scaler} if scaler is not None else {}),
                                        **({"label": label} if label else {})))
         self.index = i + 1
         if self.max_steps is not None and self.index >= self.max_steps:

@@ -30,6 +30,7 @@ from functools import cache
 from typing import Any
 
 from torchlens.capture.environment import collect_environment
+from torchlens.capture.trace.compiled import CompileWatch
 from torchlens.capture.trace.native_output import quiet_native_noise
 from torchlens.formats.kineto import ingest_bytes
 from torchlens.model import (
@@ -87,6 +88,7 @@ class ProfilerCapture:
         self._timings: dict[str, float] = {}
         self._flops: dict[int, float] = {}  # External id -> FLOPs, last trace
         self._own_s = 0.0  # time our on_trace_ready took, since it was last read
+        self._compiles = CompileWatch()  # what torch.compile did meanwhile
 
     def _activities(self) -> tuple[list[Any], list[str]]:
         import torch
@@ -140,6 +142,7 @@ class ProfilerCapture:
             on_trace_ready=self._on_trace_ready,
         )
         self._environment = collect_environment()
+        self._compiles.start()
         self._quiet = quiet_native_noise()  # torch's own start/stop lines, not the user's
         self._quiet.__enter__()
         t0 = time.perf_counter()
@@ -175,6 +178,7 @@ class ProfilerCapture:
         finally:
             self._quiet.__exit__(None, None, None)
         self._timings["stop_s"] = time.perf_counter() - t0 - self._own_s
+        self._compiled = self._compiles.finish()
         self.profile = self._build(wall, exc)
         return False
 
@@ -218,7 +222,7 @@ class ProfilerCapture:
             recorded=o, timings=dict(self._timings),
             profiler_overhead_s=sum(self._timings.get(k, 0.0)
                                     for k in ("start_s", "stop_s", "steps_s")),
-            steps_marked=self._steps)
+            steps_marked=self._steps, compiled=self._compiled)
         return Profile(
             kind="torchprof",
             title=self.title,

@@ -14,6 +14,7 @@ from torchlens.model import Profile
 from torchlens.render import html, tables
 from torchlens.render.findings import findings_html
 from torchlens.render.page import section
+from torchlens.render.trace.compiled import compiled_section
 from torchlens.render.trace.steps_chart import build_step_chart
 from torchlens.render.trace.text import summary_line
 from torchlens.render.trace.timeline import build_timeline
@@ -55,6 +56,9 @@ def report_parts(profile: Profile, analysis: TraceAnalysis,
                  figures: list[Any]) -> tuple[str, list[Markup]]:
     """Summary line and sections of a torchprof or trace report."""
     parts: list[Markup] = []
+    if analysis.compiled is not None:
+        parts.append(section("Compiled code (torch.compile)",
+                             compiled_section(analysis.compiled), "compiled"))
     for view in analysis.views:
         prefix = f"{view.key}: " if len(analysis.views) > 1 else ""
         parts += trace_sections(view, figures, prefix)

@@ -11,6 +11,7 @@ from torchlens.analysis.trace.analyze import TraceAnalysis, TraceView
 from torchlens.model import Profile
 from torchlens.model.units import format_duration, format_percent, plural
 from torchlens.render import tables
+from torchlens.render.trace.compiled import compiled_text
 
 
 def summary_line(profile: Profile, analysis: TraceAnalysis) -> str:
@@ -61,6 +62,8 @@ def op_table_text(view: TraceView) -> list[str]:
 def text_report(profile: Profile, analysis: TraceAnalysis) -> str:
     """The text/plain fallback: summary, then each trace's top ops."""
     lines = [summary_line(profile, analysis)]
+    if analysis.compiled is not None:
+        lines += compiled_text(analysis.compiled)
     views = analysis.views
     for view in views:
         lines.append("")

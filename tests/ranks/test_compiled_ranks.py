@@ -1,0 +1,169 @@
+"""Compiled and mixed-precision training on every rank.
+
+The rules on records (fast): a rank that recompiles while the others wait is
+the slow rank, with the guard that failed; a graph break every rank's step
+meets is said once for the job; a loss scaler that keeps skipping optimizer
+steps is said with its counts and scale. Then real 2-rank ``torchlens run --
+torchrun`` jobs of the zoo (``aot_eager`` backend, a few seconds to compile):
+the terminal, ``torchlens analyze`` and the report agree, and torchlens' own
+timers never reach what torch compiles (they once made DDP's forward
+recompile every step until torch gave up compiling it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ranks.helpers import REPO, env, report
+from torchlens.analysis.ranks.job_wide import job_wide
+from torchlens.analysis.ranks.slow import slow_rank
+from torchlens.model.compiled import CompiledFrame, CompileLog
+from torchlens.model.records import ScalerStep, StepRecord
+
+T0 = 1795804276.0
+GUARD = "3/0: tensor 'x' size mismatch at index 0. expected 32, actual 24"
+BREAK = ("Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ...\n"
+         "  Hint: Set `torch._dynamo.config.capture_scalar_outputs = True`")
+
+
+def _first_compile(file: str = "/home/u/train.py") -> CompileLog:
+    """Step 0's compiles: forward breaks at line 41, dynamo resumes after it."""
+    return CompileLog(frames=[
+        CompiledFrame(compile_id="0/0", frame="forward", file=file, line=38, compile_s=0.9,
+                      restart_reasons=[BREAK]),
+        CompiledFrame(compile_id="1/0", frame="torch_dynamo_resume_in_forward_at_41",
+                      file=file, line=41, compile_s=0.2)],
+        graph_breaks={BREAK: 1}, unique_graphs=2)
+
+
+def _records(recompile_at: tuple[int, ...] = (), compile_s: float = 0.25, steps: int = 100,
+             breaks: bool = False, skip_every: int = 0) -> list[list[StepRecord]]:
+    out = []
+    for r in range(2):
+        t, recs = T0, []
+        for s in range(steps):
+            hit = r == 1 and s in recompile_at
+            extra = 1e3 * compile_s if s in recompile_at else 0.0
+            forward = 2.0 + ((s * 7 + r * 3) % 11) * 0.05 + (extra if r == 1 else 0.0)
+            backward = 3.0 + (extra if r == 0 else 0.0)
+            ms = 0.2 + forward + backward + 0.5 + 0.2
+            extra_fields: dict = {}
+            if s == 0 and breaks:
+                extra_fields["compiled"] = _first_compile()
+            if s and s % 50 == 0 and breaks:
+                extra_fields["compiled_so_far"] = _first_compile()
+            if hit:
+                extra_fields["compiled"] = CompileLog(frames=[CompiledFrame(
+                    compile_id=f"3/{recompile_at.index(s) + 1}", frame="forward",
+                    file="/home/u/train.py", line=38, compile_s=compile_s,
+                    recompile_reason=GUARD)])
+            if skip_every:
+                n = s + 1
+                extra_fields["scaler"] = ScalerStep(
+                    steps=1, skipped=int(n % skip_every == 0), scale=65536.0 / 2 ** (n // skip_every),
+                    total_steps=n, total_skipped=n // skip_every, first_scale=65536.0)
+            recs.append(StepRecord(step=s, t0=t, t1=t + ms / 1e3, **extra_fields,
+                                   phases={"data": 0.2e-3, "forward": forward / 1e3,
+                                           "backward": backward / 1e3, "optimizer": 0.5e-3,
+                                           "collective": 0.0, "save": 0.0, "eval": 0.0}))
+            t += ms / 1e3
+        out.append(recs)
+    return out
+
+
+def test_a_rank_that_recompiles_while_the_others_wait_is_the_slow_rank() -> None:
+    v = slow_rank(_records(recompile_at=(62, 87)))
+    assert (v.rank, v.cause) == (1, "recompile"), v.finding
+    s = v.finding.sentence
+    assert "recompiled at steps 62 and 87" in s, s
+    assert "forward (train.py:38): tensor 'x' size mismatch at index 0. expected 32, actual 24" in s
+    assert "3/0:" not in s  # torch's compile id of the guard is not the user's words
+    assert v.finding.value("recompiles") == 2 and v.finding.value("recompile_ms") == 250.0
+    assert "mark_dynamic" in v.finding.advice
+
+
+def test_every_rank_recompiling_alike_is_no_slow_rank() -> None:
+    recs = _records(recompile_at=(62,))
+    rank0 = recs[0][62]
+    recs[0][62] = rank0.replace(compiled=recs[1][62].compiled, phases={
+        **rank0.phases, "forward": recs[1][62].phases["forward"], "backward": 3e-3})
+    v = slow_rank(recs)
+    assert v.rank is None, v.finding
+
+
+def test_a_short_recompile_is_no_stall() -> None:
+    v = slow_rank(_records(recompile_at=(62, 87), compile_s=0.004))  # 4 ms: under the floor
+    assert v.cause != "recompile", v.finding
+
+
+def test_a_graph_break_in_every_ranks_step_is_said_once_for_the_job() -> None:
+    recs = _records(breaks=True)
+    window = [r[-60:] for r in recs]  # step 0's compiles are outside: compiled_so_far says them
+    f = job_wide(window)
+    assert f is not None and f.code == "graph_break", f
+    assert f.sentence.startswith("every rank's compiled step breaks its graph in forward at "
+                                 "train.py:41: Unsupported Tensor.item() call"), f.sentence
+    assert f.ranks == (0, 1) and "capture_scalar_outputs" in f.advice
+
+
+def test_a_graph_break_inside_torch_is_not_the_users() -> None:
+    recs = _records()
+    lib = "/x/.venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py"
+    for r in range(2):
+        recs[r][0] = recs[r][0].replace(compiled=_first_compile(lib))
+    assert job_wide(recs) is None
+
+
+def test_a_scaler_that_keeps_skipping_steps_is_said_with_its_counts_and_scale() -> None:
+    f = job_wide([r[-60:] for r in _records(skip_every=10)])
+    assert f is not None and f.code == "skipped_steps", f
+    assert ("skipped 6 of the last 60 optimizer steps on every rank for inf/nan gradients; "
+            "10 of 100 since the start, scale 65,536 -> 64") in f.sentence, f.sentence
+    assert f.ranks == (0, 1)
+    # a scaler that found its scale once and then trained is no finding
+    assert job_wide([r[-60:] for r in _records(skip_every=1000)]) is None
+
+
+def _zoo(job: str, out: Path, timeout: float = 300) -> str:
+    cmd = [sys.executable, "-m", "torchlens", "run", "--out", str(out), "--", sys.executable,
+           "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(REPO / "benchmarks" / "zoo" / f"{job}.py")]
+    done = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _verdict(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("verdict: "))
+
+
+@pytest.mark.slow
+def test_a_recompiling_rank_is_named_alike_in_the_terminal_analyze_and_report(
+        tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    printed = _verdict(_zoo("recompile_one", out))
+    assert printed.startswith("verdict: rank 1 is the slow rank: it recompiled at steps 62 "
+                              "and 87 (guard failed: forward (_zoo.py:"), printed
+    assert "size mismatch at index 0. expected 32, actual 24" in printed
+    analyzed = subprocess.run([sys.executable, "-m", "torchlens", "analyze", str(out)], cwd=REPO,
+                              env=env(), capture_output=True, text=True, timeout=120).stdout
+    assert _verdict(analyzed) == printed
+    _, html = report(out, tmp_path)
+    assert "it recompiled at steps 62 and 87" in html
+    # torchlens' timers are not in what torch compiled: no frame of ours, and
+    # DDP's wrapper is compiled once, not once a step
+    for r in range(2):
+        for line in (out / f"rank{r}" / "steps.jsonl").read_text().splitlines():
+            log = json.loads(line).get("compiled") or {}
+            files = [f["file"] for f in log.get("frames", [])]
+            assert not [f for f in files if "/torchlens/" in f], files
+        compiles = [json.loads(line) for line in
+                    (out / f"rank{r}" / "steps.jsonl").read_text().splitlines()]
+        steps_compiling = [d["step"] for d in compiles if d.get("compiled")]
+        assert steps_compiling == ([0, 62, 87] if r == 1 else [0]), steps_compiling

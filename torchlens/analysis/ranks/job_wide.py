@@ -1,0 +1,135 @@
+"""The findings about the whole job that lead "no slow rank": every rank alike.
+
+``job_wide`` is the one way in for every view (the collector's verdict, the
+run folder's, the report's): the input-bound rule first, then DDP's gradient
+synchronisation (``analysis.ranks.ddp_config``), then a graph break that
+every rank's compiled step meets.
+
+A graph break in the step: ``torch.compile`` splits the compiled code there
+and runs the line between eagerly on every step. The rank records what it
+compiled (``StepRecord.compiled``) and, once in 50 steps, everything it
+compiled so far (``compiled_so_far``), so the breaks dynamo met at the first
+steps are in every window judged. Breaks inside torch's or Python's own code
+(DDP's forward wrapper calls functions dynamo skips) are left out: the user
+cannot move them, and every compiled DDP job has them.
+
+Skipped optimizer steps: ``torch.amp.GradScaler`` skips an optimizer step
+whose gradients hold an inf or a nan and lowers its scale
+(``StepRecord.scaler``). Its first steps find the scale that fits (a few
+skips at the start), and each growth of the scale (every 2,000 good steps
+by default) may cost one: a window of steps with ``MIN_SKIPS`` (2) or more
+skips on a rank is an overflow that keeps coming back, and those steps
+train nothing. Under DDP the ranks average their gradients before the
+scaler looks, so an inf on one rank skips the step on every rank: the
+records cannot tell which rank's batch overflowed.
+"""
+
+from __future__ import annotations
+
+from torchlens.analysis.ranks.ddp_config import ddp_config, rank_words
+from torchlens.analysis.ranks.input_bound import input_bound
+from torchlens.analysis.trace.compiled import (
+    GraphBreak,
+    graph_breaks,
+    user_code,
+)
+from torchlens.model.compiled import CompileLog, merged
+from torchlens.model.findings import (
+    GRAPH_BREAK,
+    SKIPPED_STEPS,
+    WARNING,
+    Figure,
+    Finding,
+)
+from torchlens.model.records import ScalerStep, StepRecord
+from torchlens.model.units import plural
+
+#: skipped optimizer steps in the window that make a finding (module docstring)
+MIN_SKIPS = 2
+
+
+def job_wide(steps: list[list[StepRecord]]) -> Finding | None:
+    """The first job-wide finding that applies (module docstring), or None."""
+    return (input_bound(steps) or ddp_config(steps) or skipped_steps(steps)
+            or step_graph_breaks(steps))
+
+
+def compiled_of(records: list[StepRecord]) -> CompileLog | None:
+    """What a rank compiled, as its records tell: the newest ``compiled_so_far``
+    with the steps' own compiles after it, else its steps' compiles merged."""
+    total: CompileLog | None = None
+    newest = -1
+    for i, rec in enumerate(records):
+        if isinstance(rec.compiled_so_far, CompileLog):
+            total, newest = rec.compiled_so_far, i
+    for rec in records[newest + 1:]:
+        if isinstance(rec.compiled, CompileLog):
+            total = merged(total, rec.compiled)
+    return total
+
+
+def step_graph_breaks(steps: list[list[StepRecord]]) -> Finding | None:
+    """A graph break in user code that every compiling rank met (the first by
+    count), said once for the job; None when no rank compiled or none broke."""
+    by_rank: dict[int, list[GraphBreak]] = {}
+    compiling = []
+    for r, records in enumerate(steps):
+        log = compiled_of(records)
+        if log is None or not log.frames:
+            continue
+        compiling.append(r)
+        mine = [b for b in graph_breaks(log) if b.where and user_code(b.file)]
+        if mine:
+            by_rank[r] = mine
+    if not by_rank:
+        return None
+    first = by_rank[min(by_rank)][0]
+    ranks = sorted(by_rank)
+    who = ("every rank's" if ranks == compiling and len(ranks) > 1
+           else f"{rank_words(ranks)}'s")
+    more = sum(len(b) for b in by_rank.values()) // len(by_rank) - 1
+    also = f" ({plural(more, 'other break')} too)" if more > 0 else ""
+    return Finding(
+        WARNING, f"{who} compiled step breaks its graph in {first.function} at {first.where}"
+        f"{also}: {first.reason}; the code between the compiled pieces runs eagerly every "
+        "step", (Figure("where", first.where), Figure("function", first.function),
+                 Figure("ranks", len(ranks)), Figure("breaks", more + 1)),
+        first.hint or "move the line out of the compiled function, or make it traceable; "
+        "torch._dynamo.explain(fn)(*args) lists every break",
+        "graph break in the step", details={"ranks": ranks}, code=GRAPH_BREAK)
+
+
+def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
+    """Ranks whose loss scaler skipped ``MIN_SKIPS`` or more optimizer steps in
+    the records given (the window judged), or None."""
+    rows = []
+    for r, records in enumerate(steps):
+        scaled = [rec.scaler for rec in records if isinstance(rec.scaler, ScalerStep)]
+        skipped, taken = sum(s.skipped for s in scaled), sum(s.steps for s in scaled)
+        if skipped >= MIN_SKIPS:
+            rows.append((r, skipped, taken, scaled[-1]))
+    if not rows:
+        return None
+    scaling = [r for r, records in enumerate(steps)
+               if any(isinstance(rec.scaler, ScalerStep) for rec in records)]
+    r0, skipped, taken, last = rows[0]
+    ranks = [r for r, *_ in rows]
+    who = "on every rank" if ranks == scaling and len(ranks) > 1 else f"on {rank_words(ranks)}"
+    since = (f"; {last.total_skipped} of {last.total_steps:,} since the start"
+             if last.total_steps > taken else "")
+    scale = (f", scale {last.first_scale:,.0f} -> {last.scale:,.0f}"
+             if last.first_scale is not None and last.scale is not None else "")
+    shared = (" (DDP averages the gradients first: an inf on one rank skips the step on "
+              "all, so which rank's batch overflowed is not known)"
+              if len(ranks) > 1 else "")
+    return Finding(
+        WARNING, f"the loss scaler (GradScaler) skipped {skipped} of the last {taken} optimizer "
+        f"steps {who} for inf/nan gradients{since}{scale}: those steps train nothing"
+        f"{shared}",
+        (Figure("skipped", skipped, "steps"), Figure("optimizer_steps", taken, "steps"),
+         Figure("total_skipped", last.total_skipped, "steps"),
+         Figure("total_steps", last.total_steps, "steps"), Figure("scale", last.scale),
+         Figure("first_scale", last.first_scale), Figure("ranks", len(ranks))),
+        "find what overflows float16: inputs or activations out of range (unnormalised "
+        "inputs, a learning rate too high); bfloat16 has float32's range and needs no scaler",
+        "skipped optimizer steps", details={"ranks": ranks}, code=SKIPPED_STEPS)
