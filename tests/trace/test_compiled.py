@@ -71,7 +71,7 @@ def test_breaks_recompiles_and_regions_of_a_compiled_cell(shell, tmp_path: Path)
     regions = {rg.compile_id: rg for rg in c.regions}
     assert {"0/0", "0/1", "1/0", "1/1"} <= set(regions)
     assert regions["0/0"].calls == 1 and regions["0/0"].function == "forward"
-    assert regions["1/0"].function == "forward (after a graph break)"
+    assert regions["1/0"].function == "forward, after a graph break"
     assert c.region_us > 0 and c.eager_us > 0 and c.graphs >= 4
     # the first calls compile: the cell is mostly compile time, and says so
     assert 0 < c.compile_s <= c.wall_s

@@ -118,10 +118,10 @@ def _where(file: str, line: int) -> str:
 
 
 def _function(name: str) -> str:
-    """A resume function as what it continues: ``forward (after a graph break)``."""
+    """A resume function as what it continues: ``forward, after a graph break``."""
     if name.startswith(RESUME_PREFIX):
         inner = name[len(RESUME_PREFIX):].rsplit("_at_", 1)[0]
-        return f"{inner} (after a graph break)"
+        return f"{inner}, after a graph break"
     return name
 
 

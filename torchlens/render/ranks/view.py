@@ -152,6 +152,9 @@ class RankProfileView:
             self._stepped = True
             if any(rec.window for rec in self.records[rank]):
                 self.records[rank] = [rec for rec in self.records[rank] if not rec.window]
+                # windows not drawn yet go too (they came in the same flush)
+                self._new_steps[rank][:] = [rec for rec in self._new_steps[rank]
+                                            if not rec.window]
                 self._redraw.add(rank)
             records = [rec for rec in records if not rec.window]
         # a rank's first steps are judged at the next flush: a verdict that
