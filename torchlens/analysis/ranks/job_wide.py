@@ -93,7 +93,7 @@ def step_graph_breaks(steps: list[list[StepRecord]]) -> Finding | None:
         WARNING, f"{who} compiled step breaks its graph in {first.function} at {first.where}"
         f"{also}: {first.reason}; the code between the compiled pieces runs eagerly every "
         "step", (Figure("where", first.where), Figure("function", first.function),
-                 Figure("ranks", len(ranks)), Figure("breaks", more + 1)),
+                 Figure("rank_count", len(ranks)), Figure("breaks", more + 1)),
         first.hint or "move the line out of the compiled function, or make it traceable; "
         "torch._dynamo.explain(fn)(*args) lists every break",
         "graph break in the step", details={"ranks": ranks}, code=GRAPH_BREAK)
@@ -129,7 +129,7 @@ def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
         (Figure("skipped", skipped, "steps"), Figure("optimizer_steps", taken, "steps"),
          Figure("total_skipped", last.total_skipped, "steps"),
          Figure("total_steps", last.total_steps, "steps"), Figure("scale", last.scale),
-         Figure("first_scale", last.first_scale), Figure("ranks", len(ranks))),
+         Figure("first_scale", last.first_scale), Figure("rank_count", len(ranks))),
         "find what overflows float16: inputs or activations out of range (unnormalised "
         "inputs, a learning rate too high); bfloat16 has float32's range and needs no scaler",
         "skipped optimizer steps", details={"ranks": ranks}, code=SKIPPED_STEPS)
