@@ -58,6 +58,9 @@ class CompileLog(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """
 
     frames: list[CompiledFrame] = msgspec.field(default_factory=list)
+    #: compiles made before the capture that torch still keeps, as far as they
+    #: name the regions the capture ran (compile id, function, line)
+    known: list[CompiledFrame] = msgspec.field(default_factory=list)
     graph_breaks: dict[str, int] = msgspec.field(default_factory=dict)
     unique_graphs: int = 0
     lost: int = 0

@@ -170,10 +170,10 @@ def compiled_code(log: CompileLog | None, trace: Trace | None,
                   wall_s: float | None = None) -> CompiledCode | None:
     """The profile's compiled code; None when it neither compiled nor ran any."""
     times, inside, between = _region_times(trace)
-    if log is None and not times:
-        return None
+    if not times and (log is None or not (log.frames or log.graph_breaks)):
+        return None  # compiled nothing and ran nothing compiled (``known`` only names)
     log = log or CompileLog()
-    by_id = {f.compile_id: f for f in log.frames}
+    by_id = {f.compile_id: f for f in (*log.known, *log.frames)}
     regions = [Region(cid, _function(by_id[cid].frame) if cid in by_id else "",
                       _where(by_id[cid].file, by_id[cid].line) if cid in by_id else "",
                       calls, total)

@@ -38,9 +38,12 @@ def _dynamo_utils() -> Any:
 class CompileWatch:
     """``start()`` when a capture begins, ``finish()`` when it ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, named: bool = True) -> None:
         self._seen: set[int] = set()
         self._counts: dict[str, Counter[str]] = {}
+        #: whether the log also names the compiles made before ``start()``
+        #: (``CompileLog.known``: a cell that runs code compiled in another)
+        self._named = named
 
     def start(self) -> None:
         utils = _dynamo_utils()
@@ -59,7 +62,9 @@ class CompileWatch:
         if utils is None:
             return None
         try:
-            metrics = [m for m in utils.get_compilation_metrics() if id(m) not in self._seen]
+            kept = utils.get_compilation_metrics()
+            metrics = [m for m in kept if id(m) not in self._seen]
+            earlier = [m for m in kept if id(m) in self._seen]
             now = _counts(utils)
         except Exception:  # noqa: BLE001 - the capture keeps what else it has
             return None
@@ -68,13 +73,16 @@ class CompileWatch:
         frames = [frame_of(m) for m in metrics]
         frames = [f for f in frames if f is not None]
         breaks = dict(delta.get("graph_break", Counter()))
-        if not frames and not breaks:
+        known = [CompiledFrame(compile_id=f.compile_id, frame=f.frame, file=f.file, line=f.line)
+                 for f in map(frame_of, earlier) if f is not None] if self._named else []
+        if not frames and not breaks and not known:
             return None
         # torch keeps its last ``maxlen`` records: when every one is new, older
         # ones of this capture may have gone (how many, nothing says)
         kept = getattr(getattr(utils, "_compilation_metrics", None), "maxlen", None)
         return CompileLog(
-            frames=sorted(frames, key=lambda f: f.started or 0.0), graph_breaks=breaks,
+            frames=sorted(frames, key=lambda f: f.started or 0.0), known=known,
+            graph_breaks=breaks,
             unique_graphs=int(delta.get("stats", Counter()).get("unique_graphs", 0)),
             lost=int(kept is not None and len(metrics) >= kept), source=SOURCE)
 
@@ -135,7 +143,7 @@ class CompileSteps:
     """
 
     def __init__(self) -> None:
-        self._watch = CompileWatch()
+        self._watch = CompileWatch(named=False)
         self._mark: tuple[int, int] | None = None
         self.errors = 0
         self.total: CompileLog | None = None
@@ -159,7 +167,7 @@ class CompileSteps:
             if now is None or now == self._mark:
                 return None
             if self._mark is None:  # dynamo came in this step: all it did is new
-                self._watch = CompileWatch()
+                self._watch = CompileWatch(named=False)
             log = self._watch.finish()
             self._watch.start()
             self._mark = now

@@ -62,6 +62,7 @@ def compiled_text(c: CompiledCode) -> list[str]:
     lines += [f"  {finding_text(f)}" for f in c.findings]
     lines += [f"  {w}" for w in figures_words(c)]
     for r in c.regions:
-        lines.append(f"  region {r.compile_id} {r.function or '(not recorded)'} {r.where}: "
+        where = f" ({r.where})" if r.where else ""
+        lines.append(f"  region {r.compile_id} {r.function or '(not recorded)'}{where}: "
                      f"{plural(r.calls, 'call')}, {format_duration(r.total_us)}")
     return lines
