@@ -167,3 +167,59 @@ def test_a_recompiling_rank_is_named_alike_in_the_terminal_analyze_and_report(
                     (out / f"rank{r}" / "steps.jsonl").read_text().splitlines()]
         steps_compiling = [d["step"] for d in compiles if d.get("compiled")]
         assert steps_compiling == ([0, 62, 87] if r == 1 else [0]), steps_compiling
+
+
+def test_a_scale_under_one_and_a_scaler_that_skips_every_step() -> None:
+    recs = _records(skip_every=1)  # every step overflows: the scale halves each time
+    f = job_wide([r[-60:] for r in recs])
+    assert f is not None and f.severity == "failed", f
+    assert "skipped 60 of the last 60" in f.sentence and "training has stopped" in f.sentence
+    assert "scale 65,536 -> 5.17e-26" in f.sentence, f.sentence  # not "-> 0"
+
+
+def test_a_recompile_on_a_value_is_not_given_shape_advice() -> None:
+    from torchlens.analysis.trace.compiled import compiled_code
+
+    guard = ("0/0: ___stack2 == 0.22899550199508667  # print('h mean', float(h.mean()))"
+             "\nUser stack trace:\n  File \"train.py\", line 12, in forward")
+    log = CompileLog(frames=[CompiledFrame(compile_id="0/1", frame="forward", file="/u/t.py",
+                                           line=10, compile_s=0.1, recompile_reason=guard)])
+    (f,) = [f for f in compiled_code(log, None, 1.0).findings if f.code == "recompile"]
+    assert "___stack2 == 0.22899550199508667" in f.sentence and "User stack" not in f.sentence
+    assert "mark_dynamic" not in f.advice and "read a value that changed" in f.advice
+
+
+DDP_COMPILES = """
+import os, sys, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
+if sys.argv[1] == "clock":
+    from torchlens.capture.ranks.phases import PhaseClock
+    PhaseClock().install()
+dist.init_process_group("gloo")
+net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+model = torch.compile(torch.nn.parallel.DistributedDataParallel(net), backend="eager")
+for batch in (8, 8, 6):
+    model(torch.randn(batch, 8)).sum().backward()
+from torch._dynamo.utils import get_compilation_metrics
+print([(m.compile_id, m.co_name, os.path.basename(m.co_filename), bool(m.recompile_reason))
+       for m in get_compilation_metrics()])
+dist.destroy_process_group()
+"""
+
+
+def test_torchlens_timers_leave_what_torch_compiles_as_it_was(tmp_path: Path) -> None:
+    # torch.compile(DDP(model)) picks how to compile by whether DDP's forward is
+    # torch's own: a torchlens wrapper there once made it compile another frame
+    # (a model of torch's modules then no longer recompiled where it did)
+    from ranks.helpers import free_port
+
+    script = tmp_path / "ddp_compiles.py"
+    script.write_text(DDP_COMPILES)
+    seen = {}
+    for side in ("bare", "clock"):
+        done = subprocess.run([sys.executable, str(script), side, str(free_port())], cwd=REPO,
+                              env=env(), capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen[side] = done.stdout.strip().splitlines()[-1]
+    assert seen["clock"] == seen["bare"], seen
+    assert "'inner'" in seen["bare"] and "True)" in seen["bare"]  # it recompiled in both

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from torchlens.analysis.ranks.ddp_config import ddp_config, rank_words
 from torchlens.analysis.ranks.input_bound import input_bound
+from torchlens.analysis.ranks.stalls import STALL_WINDOW
 from torchlens.analysis.trace.compiled import (
     GraphBreak,
     graph_breaks,
@@ -35,6 +36,7 @@ from torchlens.analysis.trace.compiled import (
 )
 from torchlens.model.compiled import CompileLog, merged
 from torchlens.model.findings import (
+    FAILED,
     GRAPH_BREAK,
     SKIPPED_STEPS,
     WARNING,
@@ -104,7 +106,10 @@ def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
     the records given (the window judged), or None."""
     rows = []
     for r, records in enumerate(steps):
-        scaled = [rec.scaler for rec in records if isinstance(rec.scaler, ScalerStep)]
+        # the last STALL_WINDOW records: the same steps whichever view judges
+        # (the collector keeps 64 a rank, a run folder all of them)
+        scaled = [rec.scaler for rec in records[-STALL_WINDOW:]
+                  if isinstance(rec.scaler, ScalerStep)]
         skipped, taken = sum(s.skipped for s in scaled), sum(s.steps for s in scaled)
         if skipped >= MIN_SKIPS:
             rows.append((r, skipped, taken, scaled[-1]))
@@ -117,15 +122,18 @@ def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
     who = "on every rank" if ranks == scaling and len(ranks) > 1 else f"on {rank_words(ranks)}"
     since = (f"; {last.total_skipped} of {last.total_steps:,} since the start"
              if last.total_steps > taken else "")
-    scale = (f", scale {last.first_scale:,.0f} -> {last.scale:,.0f}"
+    scale = (f", scale {_scale(last.first_scale)} -> {_scale(last.scale)}"
              if last.first_scale is not None and last.scale is not None else "")
+    every = skipped == taken
     shared = (" (DDP averages the gradients first: an inf on one rank skips the step on "
               "all, so which rank's batch overflowed is not known)"
               if len(ranks) > 1 else "")
+    stopped = ("training has stopped (the scale fell with each skip and the gradients are "
+               "still inf or nan)") if every else "those steps train nothing"
     return Finding(
-        WARNING, f"the loss scaler (GradScaler) skipped {skipped} of the last {taken} optimizer "
-        f"steps {who} for inf/nan gradients{since}{scale}: those steps train nothing"
-        f"{shared}",
+        FAILED if every else WARNING,
+        f"the loss scaler (GradScaler) skipped {skipped} of the last {taken} optimizer "
+        f"steps {who} for inf/nan gradients{since}{scale}: {stopped}{shared}",
         (Figure("skipped", skipped, "steps"), Figure("optimizer_steps", taken, "steps"),
          Figure("total_skipped", last.total_skipped, "steps"),
          Figure("total_steps", last.total_steps, "steps"), Figure("scale", last.scale),
@@ -133,3 +141,8 @@ def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
         "find what overflows float16: inputs or activations out of range (unnormalised "
         "inputs, a learning rate too high); bfloat16 has float32's range and needs no scaler",
         "skipped optimizer steps", details={"ranks": ranks}, code=SKIPPED_STEPS)
+
+
+def _scale(value: float) -> str:
+    """A loss scale as read: 65,536; 0.0156 (a scale under 1 is no whole number)."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:.3g}"

@@ -38,7 +38,12 @@ from dataclasses import dataclass
 from statistics import median
 
 from torchlens.analysis.ranks.stalls import stall_floor_ms
-from torchlens.analysis.trace.compiled import recompiles
+from torchlens.analysis.trace.compiled import (
+    guard_line,
+    recompile_advice,
+    recompiles,
+    user_code,
+)
 from torchlens.model.compiled import CompileLog
 from torchlens.model.findings import SLOW_RANK, WARNING, Figure, Finding
 from torchlens.model.records import StepRecord
@@ -114,14 +119,17 @@ def recompiling_rank(times: dict[int, list[dict[str, float]]], numbers: list[int
     rank = max(ranks, key=lambda r: (total[r], -r))
     if not found[rank] or total[rank] < SHARE * everyone:
         return None
-    guards: list[str] = []
+    named: list[tuple[bool, str]] = []
     for step, _, _ in found[rank]:
         log = records[rank][step].compiled
         if isinstance(log, CompileLog):
             for rc in recompiles(log):
-                words = f"{rc.function} ({rc.where}): {rc.guard}"
-                if words not in guards:
-                    guards.append(words)
+                words = f"{rc.function} ({rc.where}): {guard_line(rc.guard)}"
+                if all(words != w for _, w in named):
+                    named.append((user_code(rc.file), words))
+    # the user's own functions first: torch's wrappers (DDP's, the compiled
+    # module's) recompile on the same guard and say less
+    guards = [w for _, w in sorted(named, key=lambda uw: not uw[0])]
     return Recompiled(rank, [s for s, _, _ in found[rank]], [o for _, o, _ in found[rank]],
                       [w for _, _, w in found[rank]], guards, len(numbers))
 
@@ -148,5 +156,8 @@ def recompile_finding(rc: Recompiled, step_ms: float, compared: str, timed: str 
                Figure("waited_ms", waited, "ms"),
                Figure("wait_per_step_ms", rc.wait_per_step_ms, "ms"),
                Figure("steps_compared", rc.compared), Figure("median_step_ms", step_ms, "ms"))
-    return Finding(WARNING, sentence, figures, ADVICE.format(r=rc.rank), code=SLOW_RANK,
+    advice = ADVICE.format(r=rc.rank)
+    if rc.guards and "size mismatch" not in rc.guards[0]:  # a value, not a shape
+        advice = f"rank {rc.rank}: " + recompile_advice(rc.guards[0])
+    return Finding(WARNING, sentence, figures, advice, code=SLOW_RANK,
                    details={"steps": list(steps), "guards": list(rc.guards)})

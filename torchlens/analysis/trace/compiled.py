@@ -33,6 +33,10 @@ from torchlens.model.units import format_duration, plural
 
 REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)$")
 GUARD_OF = re.compile(r"^\d+/\d+: ")
+#: a guard on a tensor's size (torch's words: "size mismatch", "x.size()[0]")
+SIZE_GUARD = re.compile(r"size mismatch|\.size\(\)|stride mismatch|numel")
+#: a failed guard's words in a sentence (torch's full text stays in the details)
+GUARD_CHARS = 200
 RESUME_PREFIX = "torch_dynamo_resume_in_"
 #: compile time above this share of the cell's wall time is a finding
 COMPILE_SHARE = 0.5
@@ -71,6 +75,7 @@ class Recompile:
     where: str
     guard: str  # torch's recompile reason: the guard that failed
     compile_s: float | None
+    file: str = ""  # the path of ``where``
 
 
 @dataclass
@@ -220,7 +225,7 @@ def recompiles(log: CompileLog) -> list[Recompile]:
     """Each compile a failed guard made, with the guard (torch's words less the
     ``F/C: `` of the compile whose guard it was)."""
     return [Recompile(f.compile_id, _function(f.frame), _where(f.file, f.line),
-                      GUARD_OF.sub("", f.recompile_reason), f.compile_s)
+                      GUARD_OF.sub("", f.recompile_reason), f.compile_s, f.file)
             for f in log.frames if f.recompile_reason]
 
 
@@ -241,19 +246,37 @@ def _break_finding(b: GraphBreak) -> Finding:
     inside = f" in {b.function}" if b.function else ""
     return Finding(
         WARNING, f"the graph breaks{inside}{at} ({plural(b.count, 'time')}): {b.reason}",
-        (Figure("count", b.count), Figure("where", b.where), Figure("function", b.function)),
+        (Figure("count", b.count), *((Figure("where", b.where),) if b.where else ()),
+         *((Figure("function", b.function),) if b.function else ())),
         b.hint or "Each break splits the compiled code in two and runs the line between "
         "them eagerly; torch._dynamo.explain(fn)(*args) lists every break.",
         "graph break", code=GRAPH_BREAK)
+
+
+def guard_line(guard: str, limit: int = GUARD_CHARS) -> str:
+    """A failed guard's first line (torch adds the user's stack below it), cut to
+    ``limit`` characters."""
+    first = guard.strip().splitlines()[0] if guard.strip() else guard
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def recompile_advice(guard: str) -> str:
+    """What to do about a recompile, by what its guard checked: a size, or a
+    value the compiled code read (a Python number, a flag)."""
+    if SIZE_GUARD.search(guard):
+        return ("A shape that changes from call to call recompiles until dynamo marks it "
+                "dynamic; torch._dynamo.mark_dynamic(x, 0) or a fixed (padded) shape avoids it.")
+    return ("The compiled code read a value that changed (a Python number, a flag, an "
+            "object's attribute) and dynamo specialised on it: pass it as a tensor, keep it "
+            "constant, or read it outside the compiled function; TORCH_LOGS=recompiles "
+            "shows each guard as it fails.")
 
 
 def _recompile_finding(r: Recompile) -> Finding:
     took = f", {format_duration(r.compile_s * 1e6)}" if r.compile_s is not None else ""
     return Finding(
         WARNING, f"{r.function} ({r.where}) recompiled ({r.compile_id}{took}): "
-        f"guard failed: {r.guard}",
+        f"guard failed: {guard_line(r.guard)}",
         (Figure("compile_id", r.compile_id), Figure("where", r.where),
          Figure("compile_s", r.compile_s, "s")),
-        "A shape that changes from call to call recompiles until dynamo marks it "
-        "dynamic; torch._dynamo.mark_dynamic(x, 0) or a fixed (padded) shape avoids it.",
-        "recompile", code=RECOMPILE)
+        recompile_advice(r.guard), "recompile", details={"guard": r.guard}, code=RECOMPILE)

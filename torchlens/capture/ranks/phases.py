@@ -94,6 +94,17 @@ _FSDP1 = "torch.distributed.fsdp.fully_sharded_data_parallel"
 _DYNAMO = "torch._dynamo.eval_frame"
 
 
+def ddp_forward(cls: Any) -> str:
+    """The DDP method the forward phase wraps: ``_run_ddp_forward``, the call of
+    the wrapped module, where torch has it; else ``forward``. Not ``forward``
+    itself where it can be helped: ``torch.compile(ddp_model)`` asks whether
+    DDP's ``forward`` is torch's own code (dynamo's trace rules) to choose how
+    to compile it, and a ``forward`` of torchlens' made it compile another
+    frame than it does without torchlens (a model of torch's modules no longer
+    recompiled where it did)."""
+    return "_run_ddp_forward" if "_run_ddp_forward" in cls.__dict__ else "forward"
+
+
 def compiling() -> bool:
     """Whether dynamo is tracing the caller (``torch.compiler.is_compiling``)."""
     check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
@@ -215,11 +226,12 @@ class PhaseClock:
             self._failed(exc)
             self._check = self._summed = None
 
-    def _count_ddp(self, cls: Any) -> None:
+    def _count_ddp(self, cls: Any, name: str) -> None:
         """Count each DDP forward that will all-reduce its gradients (grad on,
         not under ``no_sync()``), and read the module's bucket layout once DDP
-        has rebuilt its buckets (after its first backward). Fails open."""
-        original = cls.__dict__.get("forward")
+        has rebuilt its buckets (after its first backward). ``name``: the method
+        that runs the forward (``ddp_forward``). Fails open."""
+        original = cls.__dict__.get(name)
         if original is None:
             return
         clock = self
@@ -244,9 +256,9 @@ class PhaseClock:
                 clock._failed(exc)
             return original(module, *args, **kwargs)
 
-        cls.forward = forward
+        setattr(cls, name, forward)
         self._dynamo_alone.add(forward)
-        self._undo.append(lambda: setattr(cls, "forward", original))
+        self._undo.append(lambda: setattr(cls, name, original))
 
     # -- fail-open hooks (save, eval) ----------------------------------------
     def _failed(self, exc: BaseException) -> None:
@@ -532,8 +544,9 @@ class PhaseClock:
         from torch.utils.data import dataloader
 
         self._patch(dataloader._BaseDataLoaderIter, "__next__", "data")
-        self._patch(DistributedDataParallel, "forward", "forward")
-        self._count_ddp(DistributedDataParallel)
+        run = ddp_forward(DistributedDataParallel)
+        self._patch(DistributedDataParallel, run, "forward")
+        self._count_ddp(DistributedDataParallel, run)
         # FSDP's forward, timed once the job imports it (importing it here costs
         # most of a second for a job without FSDP)
         self._fsdp_undone = False
