@@ -138,3 +138,23 @@ def test_report_of_a_script_says_it_is_not_a_file_torchlens_reads(tmp_path, caps
     err = capsys.readouterr().err
     assert "train.py: not a file torchlens reads" in err and "cut short" not in err
     assert ".tlprof" in err and ".pickle" in err and "run folder" in err
+
+
+def test_a_runs_step_records_named_alone_point_to_their_run_folder(tmp_path: Path,
+                                                                   capsys) -> None:
+    steps = tmp_path / "run" / "rank0" / "steps.jsonl"
+    steps.parent.mkdir(parents=True)
+    steps.write_text('{"step": 0, "t0": 1.0, "t1": 1.1}\n')
+    assert main(["report", str(steps)]) == 2
+    _, err = capsys.readouterr()
+    assert "not a trace" in err and f"torchlens report {tmp_path / 'run'}" in err, err
+    assert "cut short" not in err
+
+
+def test_report_to_standard_output_with_dash(traces_dir: Path, capsys, tmp_path: Path,
+                                             monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(traces_dir / "a100_simple_add.json.gz"), "-o", "-"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.lstrip().lower().startswith("<!doctype html") and "wrote" not in out[-200:]
+    assert not (tmp_path / "-").exists()

@@ -80,6 +80,12 @@ def load(path: Any, *, one_trace: str = "run", fork: bool = False) -> Any:
             return load_ranks(str(p), ranks)
         return _load_run(str(p), fork)
     check_file(p)  # a FIFO or a device named as a file: refused here, in one line
+    if p.suffix == ".jsonl":  # a run folder's records, one JSON document a line
+        folder = p.parent.parent if p.parent.name.startswith("rank") else p.parent
+        raise InputError(
+            f"{path}: a .jsonl file holds records, one JSON document a line (a run folder's "
+            "rank<r>/steps.jsonl or live.jsonl), not a trace or a result; read the run "
+            f"folder it belongs to: torchlens report {folder}")
     kind = file_kind(p)
     if kind == "tlprof":
         check_zip(p)  # its members' inflated sizes, before any is read

@@ -88,7 +88,7 @@ class ReportCommand(Command):
                                          "allocator snapshot .pickle")
         parser.add_argument("-o", "--output", metavar="OUT.html",
                             help="where to write the report (default: PATH's file name "
-                                 "with .html, in the current folder)")
+                                 "with .html, in the current folder; - for standard output)")
         parser.add_argument("--json", action="store_true",
                             help="memory reports (a snapshot .pickle, a saved %%gpumem "
                                  ".tlprof): print the figures as one JSON document instead "
@@ -122,6 +122,9 @@ class ReportCommand(Command):
             analysis = result.analysis()
         else:
             analysis = kinds.analyze(profile)
+        if args.output == "-":  # the page on standard output, nothing else there
+            sys.stdout.write(kinds.report_html(profile, analysis))
+            return 0
         out = Path(args.output) if args.output else _default_output(args.path)
         if out.parent and not out.parent.resolve().is_dir():
             raise InputError(f"cannot write {out}: folder {out.parent} does not exist")
