@@ -442,8 +442,7 @@ class PhaseClock:
     def _optimizer_end(self) -> None:
         """The optimizer step (the outermost phase) ends: the parameters' check
         (``_param_check``) comes before the tick that may end the step."""
-        optimizer = _OPTIMIZER
-        self.spent[optimizer] += time.perf_counter() - self._opt_t0
+        self.spent[_OPTIMIZER] += time.perf_counter() - self._opt_t0
         if self.gpu is not None:
             self.gpu.leave()
         self.active = -1
