@@ -23,9 +23,9 @@ import timeit
 
 import torch
 
-from torchlens.capture.ranks.scaler import ScalerSteps
 from torchlens.capture.ranks.stepper import RankProfiler, rss_bytes
 from torchlens.capture.trace.compiled import CompileSteps
+from torchlens.capture.trace.scaler import ScalerSteps
 
 
 def _median_us(fn, number: int, repeat: int = 7) -> float:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
+from ipython_shell import torchlens_shell
 
 import torchlens
 from torchlens.model import InputError
@@ -21,11 +21,8 @@ MAGICS = ["%%torchprof", "%%gpumem"]
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = InteractiveShell.instance()
-    assert ip.run_cell("%load_ext torchlens").success
-    assert ip.run_cell("import asyncio\nimport torch").success
-    yield ip
-    InteractiveShell.clear_instance()
+    with torchlens_shell("import asyncio\nimport torch") as ip:
+        yield ip
 
 
 def _captured_work(magic: str, r) -> bool:

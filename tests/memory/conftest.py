@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 from gpumem_fixtures import SETUP
-from IPython.core.interactiveshell import InteractiveShell
+from ipython_shell import torchlens_shell
 
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = InteractiveShell.instance()
-    assert ip.run_cell("%load_ext torchlens").success
-    assert ip.run_cell(SETUP).success
-    yield ip
-    InteractiveShell.clear_instance()
+    with torchlens_shell(SETUP) as ip:
+        yield ip

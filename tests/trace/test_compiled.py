@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
+from ipython_shell import torchlens_shell
 
 MODEL = '''\
 import torch
@@ -41,13 +41,10 @@ def shell(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("compiled")
     (folder / "compiled_net.py").write_text(MODEL)
     sys.path.insert(0, str(folder))
-    ip = InteractiveShell.instance()
-    assert ip.run_cell("%load_ext torchlens").success
-    assert ip.run_cell(
-        "import torch, torchlens\nimport torch._dynamo\nfrom compiled_net import Net\n"
-        "torch._dynamo.reset()\nnet = torch.compile(Net(), backend='aot_eager')").success
-    yield ip
-    InteractiveShell.clear_instance()
+    with torchlens_shell(
+            "import torch, torchlens\nimport torch._dynamo\nfrom compiled_net import Net\n"
+            "torch._dynamo.reset()\nnet = torch.compile(Net(), backend='aot_eager')") as ip:
+        yield ip
     sys.path.remove(str(folder))
     sys.modules.pop("compiled_net", None)
 

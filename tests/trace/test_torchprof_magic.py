@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
+from ipython_shell import torchlens_shell
 
 SETUP = """
 import torch
@@ -27,11 +27,8 @@ def train_step():
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = InteractiveShell.instance()
-    assert ip.run_cell("%load_ext torchlens").success
-    assert ip.run_cell(SETUP).success
-    yield ip
-    InteractiveShell.clear_instance()
+    with torchlens_shell(SETUP) as ip:
+        yield ip
 
 
 def test_cell_is_profiled_and_result_stored(shell, capsys):

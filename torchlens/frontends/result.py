@@ -55,6 +55,12 @@ class Result:
         or None when the cell neither compiled nor ran compiled code."""
         return getattr(self.analysis(), "compiled", None)
 
+    def scaler(self) -> Any:
+        """``torch.amp.GradScaler``'s optimizer steps in the cell
+        (``model.records.ScalerStep``: ``.total_steps``, ``.total_skipped``,
+        ``.first_scale``, ``.scale``), or None when no scaler stepped."""
+        return getattr(self.analysis(), "scaler", None)
+
     def save(self, path: str) -> str:
         return self.profile.save(path)
 

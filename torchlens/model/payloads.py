@@ -35,7 +35,7 @@ from torchlens.model.memory_figures import (
 )
 from torchlens.model.messages import BeatRow, MemoryReading
 from torchlens.model.rank_report import RankReport, report_from
-from torchlens.model.records import StepRecord, StepSummary, records_from
+from torchlens.model.records import ScalerStep, StepRecord, StepSummary, records_from
 from torchlens.model.run_figures import FsdpFigures, Problem, TraceFigures
 
 
@@ -101,6 +101,8 @@ class TorchprofPayload:
     steps_marked: int = 0
     #: what ``torch.compile`` compiled while the cell ran (None: nothing)
     compiled: CompileLog | None = None
+    #: ``torch.amp.GradScaler``'s optimizer steps and skips in the cell (None: none)
+    scaler: ScalerStep | None = None
 
 
 #: where a live capture's categories come from: torchlens' stack rules or torch's
@@ -619,8 +621,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             value = memory_ranks_from(value) if value else None
         elif cls is RankProfiling and f.name == "steps":
             value = [records_from(rank)[0] for rank in value]
-        elif cls is TorchprofPayload and f.name == "compiled":
-            value = msgspec.convert(value, CompileLog) if value else None
+        elif cls is TorchprofPayload and f.name in ("compiled", "scaler"):
+            value = msgspec.convert(value, hints[f.name]) if value else None
         elif cls is RunPayload and f.name == "collected_steps":
             value = msgspec.convert(value, StepSeries) if value else None
         elif cls is RunPayload and f.name == "memory":

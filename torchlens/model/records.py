@@ -99,7 +99,7 @@ class HostStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
 
 class ScalerStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
-    """Mixed precision's loss scaler in a step (``capture.ranks.scaler``):
+    """Mixed precision's loss scaler in a step (``capture.trace.scaler``):
     ``steps`` optimizer steps ``GradScaler.step`` was asked for, ``skipped`` of
     them not taken for inf/nan gradients, ``scale`` the loss scale the last of
     them used; ``total_*`` the same since the rank began, ``first_scale`` the

@@ -13,13 +13,9 @@ steps are in every window judged. Breaks inside torch's or Python's own code
 (DDP's forward wrapper calls functions dynamo skips) are left out: the user
 cannot move them, and every compiled DDP job has them.
 
-Skipped optimizer steps: ``torch.amp.GradScaler`` skips an optimizer step
-whose gradients hold an inf or a nan and lowers its scale
-(``StepRecord.scaler``). Its first steps find the scale that fits (a few
-skips at the start), and each growth of the scale (every 2,000 good steps
-by default) may cost one: a window of steps with ``MIN_SKIPS`` (2) or more
-skips on a rank is an overflow that keeps coming back, and those steps
-train nothing. Under DDP the ranks average their gradients before the
+Skipped optimizer steps (``StepRecord.scaler``; the rule and its words:
+``analysis.scaler``): a window of steps with ``MIN_SKIPS`` (2) or more skips
+on a rank is an overflow that keeps coming back. Under DDP the ranks average their gradients before the
 scaler looks, so an inf on one rank skips the step on every rank: the
 records cannot tell which rank's batch overflowed.
 """
@@ -29,6 +25,7 @@ from __future__ import annotations
 from torchlens.analysis.ranks.ddp_config import ddp_config, rank_words
 from torchlens.analysis.ranks.input_bound import input_bound
 from torchlens.analysis.ranks.stalls import STALL_WINDOW
+from torchlens.analysis.scaler import MIN_SKIPS, skipped_finding
 from torchlens.analysis.trace.compiled import (
     GraphBreak,
     graph_breaks,
@@ -36,18 +33,13 @@ from torchlens.analysis.trace.compiled import (
 )
 from torchlens.model.compiled import CompileLog, merged
 from torchlens.model.findings import (
-    FAILED,
     GRAPH_BREAK,
-    SKIPPED_STEPS,
     WARNING,
     Figure,
     Finding,
 )
 from torchlens.model.records import ScalerStep, StepRecord
 from torchlens.model.units import plural
-
-#: skipped optimizer steps in the window that make a finding (module docstring)
-MIN_SKIPS = 2
 
 
 def job_wide(steps: list[list[StepRecord]]) -> Finding | None:
@@ -117,32 +109,11 @@ def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
         return None
     scaling = [r for r, records in enumerate(steps)
                if any(isinstance(rec.scaler, ScalerStep) for rec in records)]
-    r0, skipped, taken, last = rows[0]
+    _, skipped, taken, last = rows[0]
     ranks = [r for r, *_ in rows]
     who = "on every rank" if ranks == scaling and len(ranks) > 1 else f"on {rank_words(ranks)}"
-    since = (f"; {last.total_skipped} of {last.total_steps:,} since the start"
-             if last.total_steps > taken else "")
-    scale = (f", scale {_scale(last.first_scale)} -> {_scale(last.scale)}"
-             if last.first_scale is not None and last.scale is not None else "")
-    every = skipped == taken
     shared = (" (DDP averages the gradients first: an inf on one rank skips the step on "
               "all, so which rank's batch overflowed is not known)"
               if len(ranks) > 1 else "")
-    stopped = ("training has stopped (the scale fell with each skip and the gradients are "
-               "still inf or nan)") if every else "those steps train nothing"
-    return Finding(
-        FAILED if every else WARNING,
-        f"the loss scaler (GradScaler) skipped {skipped} of the last {taken} optimizer "
-        f"steps {who} for inf/nan gradients{since}{scale}: {stopped}{shared}",
-        (Figure("skipped", skipped, "steps"), Figure("optimizer_steps", taken, "steps"),
-         Figure("total_skipped", last.total_skipped, "steps"),
-         Figure("total_steps", last.total_steps, "steps"), Figure("scale", last.scale),
-         Figure("first_scale", last.first_scale), Figure("rank_count", len(ranks))),
-        "find what overflows float16: inputs or activations out of range (unnormalised "
-        "inputs, a learning rate too high); bfloat16 has float32's range and needs no scaler",
-        "skipped optimizer steps", details={"ranks": ranks}, code=SKIPPED_STEPS)
-
-
-def _scale(value: float) -> str:
-    """A loss scale as read: 65,536; 0.0156 (a scale under 1 is no whole number)."""
-    return f"{value:,.0f}" if value >= 1 else f"{value:.3g}"
+    return skipped_finding(skipped, taken, last, steps_words=f"the last {taken}", who=who,
+                           shared=shared, ranks=ranks)

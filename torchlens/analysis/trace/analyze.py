@@ -15,12 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from torchlens.analysis.scaler import scaler_words, skipped_finding
 from torchlens.analysis.trace import headline as summary_mod
 from torchlens.analysis.trace import hints as hints_mod
 from torchlens.analysis.trace import ops as ops_mod
 from torchlens.analysis.trace import steps as steps_mod
 from torchlens.analysis.trace.compiled import CompiledCode, compiled_code
 from torchlens.model import OpDisplay, Profile, Trace
+from torchlens.model.findings import Finding
+from torchlens.model.records import ScalerStep
 
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -94,6 +97,21 @@ class TraceAnalysis:
     display: OpDisplay
     #: compiled regions, graph breaks and recompiles (None: no compiled code)
     compiled: CompiledCode | None = None
+    #: ``torch.amp.GradScaler``'s optimizer steps in the cell (None: no scaler stepped)
+    scaler: ScalerStep | None = None
+
+    @property
+    def scaler_findings(self) -> list[Finding]:
+        """The cell's skipped optimizer steps (``analysis.scaler``), if any."""
+        s = self.scaler
+        found = s and skipped_finding(s.total_skipped, s.total_steps, s,
+                                      steps_words=f"the cell's {s.total_steps:,}")
+        return [found] if found else []
+
+    @property
+    def scaler_words(self) -> str:
+        """What the scaler did in the cell, in one line ("" when none stepped)."""
+        return scaler_words(self.scaler) if self.scaler is not None else ""
 
 
 def analyze(profile: Profile) -> TraceAnalysis:
@@ -102,4 +120,5 @@ def analyze(profile: Profile) -> TraceAnalysis:
     views = [TraceView(k, t, display) for k, t in profile.traces.items()]
     log = getattr(profile.payload, "compiled", None)
     compiled = compiled_code(log, views[0].trace if views else None, profile.wall_time_s)
-    return TraceAnalysis(summary_mod.summarize(profile), views, display, compiled)
+    return TraceAnalysis(summary_mod.summarize(profile), views, display, compiled,
+                         getattr(profile.payload, "scaler", None))

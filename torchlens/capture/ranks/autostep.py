@@ -65,7 +65,7 @@ class OptimizerBoundary:
 
     def stepped(self, opt: Any, *_: Any) -> None:
         """``opt`` stepped (torch's optimizer hook), or would have but for a
-        loss scaler that skipped it (``capture.ranks.scaler``): a step ends."""
+        loss scaler that skipped it (``capture.trace.scaler``): a step ends."""
         if self.off:
             return
         current = self._opt() if self._opt is not None else None

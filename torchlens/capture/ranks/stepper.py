@@ -55,9 +55,9 @@ from torchlens.capture.ranks.phases import (
     GpuPhaseTimer,
     PhaseClock,
 )
-from torchlens.capture.ranks.scaler import ScalerSteps
 from torchlens.capture.trace import profiler as _profiler
 from torchlens.capture.trace.compiled import CompileSteps
+from torchlens.capture.trace.scaler import ScalerSteps
 from torchlens.model.messages import RankProgress
 from torchlens.model.rank_report import BudgetFigures
 from torchlens.model.records import (

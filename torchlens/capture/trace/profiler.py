@@ -32,6 +32,7 @@ from typing import Any
 from torchlens.capture.environment import collect_environment
 from torchlens.capture.trace.compiled import CompileWatch
 from torchlens.capture.trace.native_output import quiet_native_noise
+from torchlens.capture.trace.scaler import ScalerSteps
 from torchlens.formats.kineto import ingest_bytes
 from torchlens.model import (
     InputError,
@@ -89,6 +90,7 @@ class ProfilerCapture:
         self._flops: dict[int, float] = {}  # External id -> FLOPs, last trace
         self._own_s = 0.0  # time our on_trace_ready took, since it was last read
         self._compiles = CompileWatch()  # what torch.compile did meanwhile
+        self._scaler = ScalerSteps()  # GradScaler's optimizer steps and skips meanwhile
 
     def _activities(self) -> tuple[list[Any], list[str]]:
         import torch
@@ -143,6 +145,7 @@ class ProfilerCapture:
         )
         self._environment = collect_environment()
         self._compiles.start()
+        self._scaler.install()
         self._quiet = quiet_native_noise()  # torch's own start/stop lines, not the user's
         self._quiet.__enter__()
         t0 = time.perf_counter()
@@ -150,6 +153,7 @@ class ProfilerCapture:
             self._prof.__enter__()
         except BaseException:
             self._quiet.__exit__(None, None, None)
+            self._scaler.remove()
             raise
         self._timings["start_s"] = time.perf_counter() - t0
         self._wall0 = time.perf_counter()
@@ -179,6 +183,8 @@ class ProfilerCapture:
             self._quiet.__exit__(None, None, None)
         self._timings["stop_s"] = time.perf_counter() - t0 - self._own_s
         self._compiled = self._compiles.finish()
+        self._scaler.remove()
+        self._scaled = self._scaler.take()
         self.profile = self._build(wall, exc)
         return False
 
@@ -222,7 +228,7 @@ class ProfilerCapture:
             recorded=o, timings=dict(self._timings),
             profiler_overhead_s=sum(self._timings.get(k, 0.0)
                                     for k in ("start_s", "stop_s", "steps_s")),
-            steps_marked=self._steps, compiled=self._compiled)
+            steps_marked=self._steps, compiled=self._compiled, scaler=self._scaled)
         return Profile(
             kind="torchprof",
             title=self.title,

@@ -59,6 +59,10 @@ def report_parts(profile: Profile, analysis: TraceAnalysis,
     if analysis.compiled is not None:
         parts.append(section("Compiled code (torch.compile)",
                              compiled_section(analysis.compiled), "compiled"))
+    if analysis.scaler is not None:
+        parts.append(section("Mixed precision (GradScaler)", html.join(
+            [findings_html(analysis.scaler_findings, "No optimizer step skipped."),
+             html.note(analysis.scaler_words)]), "scaler"))
     for view in analysis.views:
         prefix = f"{view.key}: " if len(analysis.views) > 1 else ""
         parts += trace_sections(view, figures, prefix)

@@ -11,6 +11,7 @@ from torchlens.analysis.trace.analyze import TraceAnalysis, TraceView
 from torchlens.model import Profile
 from torchlens.model.units import format_duration, format_percent, plural
 from torchlens.render import tables
+from torchlens.render.findings import finding_text
 from torchlens.render.trace.compiled import compiled_text
 
 
@@ -64,6 +65,9 @@ def text_report(profile: Profile, analysis: TraceAnalysis) -> str:
     lines = [summary_line(profile, analysis)]
     if analysis.compiled is not None:
         lines += compiled_text(analysis.compiled)
+    if analysis.scaler is not None:
+        lines.append(analysis.scaler_words)
+        lines += [f"  {finding_text(f)}" for f in analysis.scaler_findings]
     views = analysis.views
     for view in views:
         lines.append("")
