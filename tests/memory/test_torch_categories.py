@@ -227,3 +227,43 @@ def test_made_by_says_torch_named_its_category(fresh):
     assert made_by.endswith(said)
     assert said.replace("'", "&#39;") in report_html(r.profile, a)
     assert a.peak.document().made_by.source == "torch"
+
+
+DTYPES_CELL = """%%gpumem --quiet --categories {mode} -o dt_r
+dt_half = torch.randn(512, 512, dtype=torch.float16)
+dt_y = (dt_half @ dt_half).sum()
+dt_model = nn.Linear(256, 256, bias=False).to(torch.bfloat16)
+dt_adam = torch.optim.Adam(dt_model.parameters())
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    dt_loss = dt_model(torch.randn(64, 256)).float().square().mean()
+dt_loss.backward()
+dt_adam.step()
+"""
+
+
+def test_bfloat16_and_float16_memory_are_told_apart(shell):
+    res = shell.run_cell(DTYPES_CELL.format(mode="torch"))
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["dt_r"]
+    weight = shell.user_ns["dt_model"].weight
+    by = r.dtypes().set_index("dtype")
+    # the bfloat16 model's weight, its gradient and Adam's two moments, all alive at
+    # the peak (Adam's step), and the float16 matrix; none counted in the other dtype
+    assert by.loc["bfloat16", "bytes"] >= 4 * weight.numel() * weight.element_size()
+    assert {"parameter", "gradient", "optimizer state"} <= set(
+        by.loc["bfloat16", "categories"].split(", "))
+    half = shell.user_ns["dt_half"]
+    assert half.numel() * half.element_size() <= by.loc["float16", "bytes"] < (
+        by.loc["bfloat16", "bytes"])
+    assert by["bytes"].sum() == r.analysis().peak.peak  # every byte of the peak in a row
+    out = text(r.profile, r.analysis())
+    assert "alive at the peak by dtype (as torch's memory profiler saw each tensor)" in out
+    assert "by dtype (as torch" in report_html(r.profile, r.analysis())
+
+
+def test_without_torchs_profiler_no_dtype_is_claimed(shell):
+    res = shell.run_cell(DTYPES_CELL.format(mode="inferred"))
+    assert res.success, res.error_in_exec
+    r = shell.user_ns["dt_r"]
+    assert r.dtypes().empty
+    assert "by dtype" not in text(r.profile, r.analysis())

@@ -108,10 +108,12 @@ class TraceEntry(msgspec.Struct, gc=False):
     compile_context: str | None = None
     user_metadata: str | None = None
     torch_category: list[Any] | None = None
+    #: the tensor's dtype as torch's memory profiler saw it ("bfloat16"; None: not seen)
+    torch_dtype: str | None = None
 
 
 _OPTIONAL_ENTRY_KEYS = ("time_us", "device_free", "compile_context", "user_metadata",
-                        "torch_category")
+                        "torch_category", "torch_dtype")
 
 
 class Snapshot(msgspec.Struct):
@@ -417,7 +419,8 @@ def _normalize_trace_entry(raw: Any, name: str, where: str,
     return TraceEntry(action, addr, size, stream, frames, t, free,
                       _text_or_none(raw.get("compile_context")),
                       _text_or_none(raw.get("user_metadata")),
-                      versions if isinstance(versions, list) else None)
+                      versions if isinstance(versions, list) else None,
+                      _text_or_none(raw.get("torch_dtype")))
 
 
 def _check_settings(settings: dict[str, Any], name: str) -> None:

@@ -47,6 +47,8 @@ IN_WINDOW, FREED_LATER, KEPT = "allocated in the window", "alive before, freed l
 BEFORE_NO_STACK = "alive before the window (no stack)"
 #: memory alive before the window that no block names
 UNATTRIBUTED = "alive before the window (unattributed)"
+#: the dtype row of blocks torch's memory profiler saw no tensor for (no op read it)
+DTYPE_NOT_SEEN = "dtype not seen (no recorded op read the tensor)"
 
 
 @dataclass
@@ -62,6 +64,7 @@ class PeakBlock:
     index: int | None = None  # its alloc's trace entry (None: allocated before the window)
     stage: str = ""  # the innermost record_function range open at its allocation
     source: str = cat.FROM_RULES  # who named its category: torch, your regexes, the rules
+    dtype: str = ""  # its tensor's dtype as torch's memory profiler saw it ("": not seen)
 
     @property
     def category_text(self) -> str:
@@ -111,6 +114,9 @@ class PeakAnalysis:
     #: trace entry of every alloc, free and free of a block from before the window ->
     #: the block's category (the stacked timeline, ``timeline_categories``)
     entry_categories: dict[int, str] = field(default_factory=dict)
+    #: by dtype, where torch's memory profiler saw the tensors' (``categories="torch"``:
+    #: the allocator history records bytes, not dtypes); [] when it saw none
+    by_dtype: list[GroupRow] = field(default_factory=list)
 
     @property
     def known(self) -> bool:
@@ -369,7 +375,8 @@ def analyze_peak(tl: MemoryTimeline, trace: list[TraceEntry], snapshot: Snapshot
                 if a.i_free is not None:
                     entry_categories[a.i_free] = kind
             blocks.append(PeakBlock(counted(a.size), kind, a.site, a.function,
-                                    a.frames, IN_WINDOW, a.index, source=source))
+                                    a.frames, IN_WINDOW, a.index, source=source,
+                                    dtype=trace[a.index].torch_dtype or ""))
     before = tl.start_allocated
     for i in tl.unknown_free_index:
         e = trace[i]
@@ -410,7 +417,10 @@ def analyze_peak(tl: MemoryTimeline, trace: list[TraceEntry], snapshot: Snapshot
                               UNATTRIBUTED),
                        missing=disagree + _missing(trace, blocks, peak, unattributed,
                                                    wrapped),
-                       rules=rules, entry_categories=entry_categories)
+                       rules=rules, entry_categories=entry_categories,
+                       by_dtype=_group(blocks, peak, lambda b: b.dtype or DTYPE_NOT_SEEN,
+                                       unattributed, UNATTRIBUTED)
+                       if any(b.dtype for b in blocks) else [])
     assert out.unattributed >= 0 and all(r.bytes >= 0 for r in out.by_category), \
         "a row alive at the peak is never negative"
     _name_sources(out, custom, torch_error)

@@ -9,6 +9,12 @@ is torch's answer for the same allocations, so each trace entry it names gets
 ``torch_category``: ``[[time_us, name or None], ...]``, one item per version of
 the tensor (a version bump can change it: a gradient's buffer reused in place).
 
+The same profile holds each op's input tensors with their dtype (and a
+module's parameters and an optimizer's state with theirs), so an allocation
+torch saw as a tensor also gets ``torch_dtype`` ("bfloat16", "float16", ...):
+the allocator history itself records bytes only. A tensor no recorded op read
+(an output dropped unread) has none.
+
 It costs: every aten op is observed with shapes and the Python tracer, and the
 replay itself is pure Python (``benchmarks/bench_gpumem_categories.py``: seconds
 for a few dozen training steps), so it is an option and the rules stay the
@@ -48,6 +54,7 @@ class TensorRecord:
     addr: int
     time_us: int
     versions: list[tuple[int, str | None]]
+    dtype: str | None = None
 
 
 def start_profiler() -> Any:
@@ -82,19 +89,59 @@ def records(prof: Any) -> tuple[list[TensorRecord], str]:
     try:
         mp = build()
         cats = mp._categories
+        dtypes = _dtypes(mp, TensorKey)
         out: dict[Any, TensorRecord] = {}
         for t_ns, action, (key, version), _n in mp.timeline:
             if not isinstance(key, TensorKey) or t_ns < 0:
                 continue  # an allocation torch could not tie to a tensor; or pre-existing
             if action == Action.CREATE:
                 out[key] = TensorRecord(str(key.device), int(key.storage.ptr), t_ns // 1000,
-                                        [(t_ns // 1000, _name(cats.get(key, version)))])
+                                        [(t_ns // 1000, _name(cats.get(key, version)))],
+                                        dtypes.get(key))
             elif action == Action.INCREMENT_VERSION and key in out:
                 out[key].versions.append((t_ns // 1000, _name(cats.get(key, version + 1))))
         return list(out.values()), ""
     except Exception as exc:  # noqa: BLE001 - a private API: any failure is one line
         first = (str(exc).splitlines() or [""])[0][:160]
         return [], f"torch's memory profiler failed ({type(exc).__name__}: {first})"
+
+
+def _dtypes(mp: Any, tensor_key: Any) -> dict[Any, str]:
+    """The dtype of each tensor the profile names: an op's inputs, a module's
+    parameters and gradients, an optimizer's state (``_TensorMetadata.dtype``).
+    Empty when the private op tree is not there as read: the categories stand
+    without dtypes."""
+    out: dict[Any, str] = {}
+
+    def seen(t: Any) -> None:
+        key = tensor_key.from_tensor(t) if t is not None else None
+        dtype = getattr(t, "dtype", None)
+        if key is not None and dtype is not None:
+            out.setdefault(key, str(dtype).removeprefix("torch."))
+
+    try:
+        for node in mp._op_tree.sorted_nodes:
+            kind, fields = node.typed
+            name = getattr(kind, "name", "")
+            if name == "TorchOp":
+                for i in fields.inputs:
+                    for t in i if isinstance(i, list) else (i,):
+                        if hasattr(t, "dtype") and hasattr(t, "storage_data_ptr"):
+                            seen(t)
+            elif name == "PyCall":
+                if fields.module is not None:
+                    for _, p, grad in fields.module.parameters:
+                        seen(p)
+                        seen(grad)
+                if fields.optimizer is not None:
+                    for p, grad, state in fields.optimizer.parameters:
+                        seen(p)
+                        seen(grad)
+                        for _, t in state:
+                            seen(t)
+    except Exception:  # noqa: BLE001 - a private API: the dtypes read so far, the rest stands
+        pass
+    return out
 
 
 def annotate(trace: list[TraceEntry], recs: list[TensorRecord], device: str,
@@ -116,6 +163,7 @@ def annotate(trace: list[TraceEntry], recs: list[TensorRecord], device: str,
             j += 1
         if j < len(rs) and rs[j].time_us <= t + tolerance_us:
             e.torch_category = [[ts, name] for ts, name in rs[j].versions]
+            e.torch_dtype = rs[j].dtype
             matched += 1
             j += 1
         nxt[e.addr] = j

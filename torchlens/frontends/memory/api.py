@@ -213,6 +213,18 @@ class MemoryResult(Result):
                               "blocks": r.count, "source": r.source} for r in rows],
                             columns=["category", "bytes", "share", "blocks", "source"])
 
+    def dtypes(self) -> Any:
+        """What was alive at the peak, by dtype (DataFrame: dtype, bytes, share, blocks,
+        its categories), as torch's memory profiler saw each tensor: only with
+        ``categories="torch"`` (the allocator history records bytes, not dtypes);
+        empty otherwise."""
+        import pandas as pd
+
+        rows = self._peak_analysis().by_dtype
+        return pd.DataFrame([{"dtype": r.name, "bytes": r.bytes, "share": r.share,
+                              "blocks": r.count, "categories": r.categories} for r in rows],
+                            columns=["dtype", "bytes", "share", "blocks", "categories"])
+
     def stages(self) -> Any:
         """What was alive at the peak, by the innermost ``record_function`` range open
         when each block was allocated (DataFrame: stage, bytes, share, blocks, its

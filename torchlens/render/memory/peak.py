@@ -81,6 +81,7 @@ def peak_html(pk: PeakAnalysis, clock: str, cells: dict[str, int], top: int) -> 
         category_from=pk.category_from,
         categories=categories, bar=[c for c in categories if c.share > 0],
         stages=[_row(r, cells, why) for r in pk.by_stage],
+        dtypes=[_row(r, cells, why) for r in pk.by_dtype],
         sites=[_row(r, cells, why) for r in pk.by_site[:top]])
 
 
@@ -97,6 +98,10 @@ def peak_lines(pk: PeakAnalysis, clock: str, top: int) -> list[str]:
         lines.append("  alive at the peak by site:")
         lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
                   f"  ({r.categories})" for r in pk.by_site[:top]]
+    if pk.by_dtype:
+        lines.append("  alive at the peak by dtype (as torch's memory profiler saw each tensor):")
+        lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
+                  f"  ({r.categories})" for r in pk.by_dtype]
     if pk.by_stage:
         lines.append("  alive at the peak by stage (record_function range at allocation):")
         lines += [f"  {format_bytes(r.bytes):>12}  {format_percent(100 * r.share):>6}  {r.name}"
