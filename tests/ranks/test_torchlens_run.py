@@ -188,7 +188,10 @@ def test_lost_node(tmp_path: Path) -> None:
     assert not processes_of_run(run_id), [p.cmdline() for p in processes_of_run(run_id)]
 
 
-def test_ctrl_c_ends_the_job_and_writes_the_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sent, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_ends_the_job_and_writes_the_folder(tmp_path: Path, sent: int,
+                                                              status: int) -> None:
     out = tmp_path / "run"
     c = Collector(out, torchrun_args(1, 2, free_port()), TL_STEPS="1000", TL_SLOW_S="0.0",
                   TL_STEP_SLEEP="0.05")
@@ -198,12 +201,15 @@ def test_ctrl_c_ends_the_job_and_writes_the_folder(tmp_path: Path) -> None:
         while not all(any((out / f"rank{r}").glob("step*.pt.trace.json")) for r in (0, 1)):
             assert time.monotonic() < deadline, c.output
             time.sleep(0.5)
-        os.kill(c.proc.pid, signal.SIGINT)  # what Ctrl-C sends
-        assert c.wait(timeout=90) == 130, c.output
+        os.kill(c.proc.pid, sent)  # SIGINT: what Ctrl-C sends; SIGTERM: kill, a scheduler
+        # the status a shell gives a process that signal ended
+        assert c.wait(timeout=90) == status, c.output
+        name = "SIGTERM" if sent == signal.SIGTERM else "Ctrl-C"
+        assert f"stopped by {name}: exit code {status}" in c.output
     finally:
         c.kill()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["interrupted"] is True and manifest["exit_code"] == 130  # what the shell got
+    assert manifest["interrupted"] is True and manifest["exit_code"] == status  # the shell's
     assert manifest["stopped"].startswith("interrupted after")
     for r in (0, 1):
         assert len(_steps(out, r)) >= 5

@@ -61,6 +61,8 @@ FINAL_POLLS = 3
 TAIL_LINES = 20
 #: what a shell reports for Ctrl-C (128 + SIGINT); also after SIGTERM (docs/MULTINODE.md)
 EXIT_INTERRUPTED = 130
+#: after a SIGTERM: 128 + 15, as a shell says a process that signal ended
+EXIT_TERMINATED = 128 + signal.SIGTERM
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: torch 2.13's c10d rendezvous lends its store to the workers; after an
 #: elastic restart the new gloo workers read their predecessors' stale
@@ -247,7 +249,8 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
         feed.close()
         try:
             manifest = write_folder(run_dir, collector, view, command, code, interrupted,
-                                    live=feed.manifest_entry())
+                                    live=feed.manifest_entry(),
+                                    stopped_status=_stopped_status(stopped_by))
         except Exception as exc:  # noqa: BLE001 - a full disk: the verdict is still said
             lost.append(f"the run folder could not be written ({type(exc).__name__}: {exc}); "
                         f"what the collector spooled of what the ranks sent is in "
@@ -279,7 +282,7 @@ def run(command: list[str], out: str | None = None, host: str = "127.0.0.1", por
     if leftovers:
         summary.say(f"torchlens run: killed {len(leftovers)} rank process(es) their agent "
                     f"left behind: {', '.join(map(str, leftovers))}")
-    status = EXIT_INTERRUPTED if interrupted else _exit_code(code)
+    status = _stopped_status(stopped_by) if interrupted else _exit_code(code)
     # one exit status, the one the shell gets
     if interrupted:
         summary.say_words(f"torchlens run: {manifest.stopped}; stopped by {stopped_by}: "
@@ -491,6 +494,11 @@ def _tail(path: str) -> str:
     return "\n".join([f"the last lines of {path}:", *lines])
 
 
+def _stopped_status(stopped_by: str) -> int:
+    """The exit status of a run stopped by ``stopped_by`` ("Ctrl-C" or "SIGTERM")."""
+    return EXIT_TERMINATED if stopped_by == "SIGTERM" else EXIT_INTERRUPTED
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, told apart from Ctrl-C in what the run says."""
 
@@ -578,7 +586,8 @@ def _rank_steps(collector: Any, slots: list[Any]) -> Iterator[StepRecord]:
 
 def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
                  code: int | None, interrupted: bool,
-                 live: LiveEntry | None = None) -> Manifest:
+                 live: LiveEntry | None = None,
+                 stopped_status: int = EXIT_INTERRUPTED) -> Manifest:
     """``manifest.json``, each rank's ``steps.jsonl`` and ``summaries.jsonl``.
 
     ``live``: what the live feed wrote (``FeedPublisher.manifest_entry``); its
@@ -619,8 +628,9 @@ def write_folder(run_dir: str, collector: Any, view: Any, command: list[str],
     manifest = Manifest(
         source=SOURCE_RUN, world_size=view.world_size, created=time.time(),
         run_id=collector.key.run_id, command=list(command),
-        # the status the shell gets, as the last line says it (130 after a Ctrl-C)
-        exit_code=EXIT_INTERRUPTED if interrupted else _exit_code(code),
+        # the status the shell gets, as the last line says it (130 after a Ctrl-C,
+        # 143 after a SIGTERM)
+        exit_code=stopped_status if interrupted else _exit_code(code),
         interrupted=interrupted, stopped=_where_stopped(view, interrupted, code, raised),
         verdict=str(view.verdict), verdict_code=view.verdict.code,
         verdict_ranks=list(view.verdict.ranks),
