@@ -320,10 +320,20 @@ class SpanColumns(StepColumns):
     label: list[str] = []
 
 
+class MarkColumns(StepColumns):
+    """A rank's steps marked for what happened in them (``StepColumns``) and
+    each one's mark (``analysis.ranks.series.MARKS``: an optimizer step the loss
+    scaler skipped, a recompile)."""
+
+    mark: list[str] = []
+
+
 class RankSeries(StepColumns):
-    """A rank's training steps as drawn (``StepColumns``) and its labelled spans."""
+    """A rank's training steps as drawn (``StepColumns``), its labelled spans
+    and its marked steps (each also a training step, drawn or not)."""
 
     labelled: SpanColumns = msgspec.field(default_factory=SpanColumns)
+    marked: MarkColumns = msgspec.field(default_factory=MarkColumns)
 
 
 class RestartMark(msgspec.Struct):
@@ -350,6 +360,9 @@ class StepSeries(msgspec.Struct):
     steps: int = 0
     drawn: int = 0
     labelled: int = 0
+    #: marked steps, and how many were left off the chart (beyond ``MAX_MARKS`` a rank)
+    marked: int = 0
+    marks_left_off: int = 0
 
 
 class RankMemory(msgspec.Struct):

@@ -8,6 +8,12 @@ collector started) and its time in ms, which start of the rank it belongs to
 restarts themselves (when the old workers stopped, when the new ones stepped
 again, and a label).
 
+A step in which the loss scaler skipped the optimizer step, or ``torch.compile``
+recompiled, is also a marked step (the rank's ``marked`` columns, ``MARKS``
+its words), kept whether or not the binning kept the step: up to
+``MAX_MARKS`` a rank (the first ones; the rest counted in
+``marks_left_off``).
+
 Why it is bounded: a long run of many ranks has millions of steps. Each rank
 gets an equal share of ``MAX_POINTS`` (at least ``MIN_PER_RANK``); a rank
 with more steps is cut into time bins per start and each bin keeps its
@@ -26,9 +32,20 @@ from typing import Any
 import numpy as np
 
 from torchlens.formats.run_folder.records import CollectedSteps
-from torchlens.model.payloads import RankSeries, RestartMark, SpanColumns, StepSeries
+from torchlens.model.payloads import (
+    MarkColumns,
+    RankSeries,
+    RestartMark,
+    SpanColumns,
+    StepSeries,
+)
 
 MAX_POINTS = 60_000
+#: marked steps kept per rank (module docstring)
+MAX_MARKS = 2_000
+#: what a marked step is, as the chart's legend says it
+SKIPPED, RECOMPILED = "optimizer step skipped (GradScaler)", "recompiled (torch.compile)"
+MARKS = (SKIPPED, RECOMPILED)
 MIN_PER_RANK = 300
 
 
@@ -53,7 +70,7 @@ def step_series(collected: CollectedSteps) -> StepSeries:
     zero = collected.started if collected.started is not None else min(firsts, default=0.0)
     budget = max(MIN_PER_RANK, MAX_POINTS // max(1, len(collected.ranks)))
     ranks: dict[str, RankSeries] = {}
-    total = drawn = spans = 0
+    total = drawn = spans = n_marked = left_off = 0
     for rank, cols in sorted(collected.ranks.items()):
         t0, t1 = np.asarray(cols["t0"], float), np.asarray(cols["t1"], float)
         start = np.asarray(cols["restart"], np.int64)
@@ -66,10 +83,20 @@ def step_series(collected: CollectedSteps) -> StepSeries:
         total += len(t1)
         drawn += len(keep) + len(other)
         spans += len(other)
+        skipped = cols.get("skipped") or [0] * len(t1)
+        recompiled = cols.get("recompiled") or [False] * len(t1)
+        hits = [(i, SKIPPED if skipped[i] else RECOMPILED) for i in train
+                if skipped[i] or recompiled[i]]
+        n_marked += min(len(hits), MAX_MARKS)
+        left_off += max(0, len(hits) - MAX_MARKS)
+        hits = hits[:MAX_MARKS]
+        at = np.asarray([i for i, _ in hits], np.int64)
         ranks[str(rank)] = RankSeries(
             **_columns(keep, t1, ms, start, cols["step"], zero),
             labelled=SpanColumns(**_columns(other, t1, ms, start, cols["step"], zero),
-                                 label=[labels[i] for i in other]))
+                                 label=[labels[i] for i in other]),
+            marked=MarkColumns(**_columns(at, t1, ms, start, cols["step"], zero),
+                               mark=[m for _, m in hits]))
     restarts = []
     for r in collected.restarts:
         t, resumed = r.t, r.resumed_t
@@ -81,7 +108,7 @@ def step_series(collected: CollectedSteps) -> StepSeries:
     # damaged has no collector start (records.steps_without_manifest)
     since = "torchlens run started" if collected.started is not None else "the first step began"
     return StepSeries(zero=zero, since=since, ranks=ranks, restarts=restarts, steps=total,
-                      drawn=drawn, labelled=spans)
+                      drawn=drawn, labelled=spans, marked=n_marked, marks_left_off=left_off)
 
 
 def _columns(idx: np.ndarray, t1: np.ndarray, ms: np.ndarray, start: np.ndarray,

@@ -23,7 +23,8 @@ from typing import Any
 from torchlens.formats.input_files import RefusedFile, read_lines
 from torchlens.formats.run_folder.files import STEPS, SUMMARIES, rank_dir
 from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, RestartEntry
-from torchlens.model.records import StepRecord, without_setup
+from torchlens.model.compiled import CompileLog
+from torchlens.model.records import ScalerStep, StepRecord, without_setup
 
 Record = dict[str, Any]
 
@@ -126,7 +127,9 @@ class CollectedSteps:
     """Every step record of every rank of a ``torchlens run`` folder, cut to what a
     chart over time needs: per rank, columns ``restart``, ``step``, ``t0``, ``t1``,
     ``label`` (None for a training step; ``StepRecord.label`` for a span a
-    framework labelled, an evaluation or a checkpoint)."""
+    framework labelled, an evaluation or a checkpoint), ``skipped`` (the
+    optimizer steps the loss scaler skipped in it) and ``recompiled`` (it
+    recompiled: a compile a failed guard made)."""
 
     ranks: dict[int, dict[str, list[Any]]]
     restarts: list[RestartEntry]  # the manifest's (``analysis.ranks.restarts.Restart``)
@@ -174,7 +177,7 @@ def _columns(run_dir: str, ranks: list[int], seen: Callable[[int, StepRecord], N
     out: dict[int, dict[str, list[Any]]] = {}
     for rank in ranks:
         cols: dict[str, list[Any]] = {"restart": [], "step": [], "t0": [], "t1": [],
-                                      "label": []}
+                                      "label": [], "skipped": [], "recompiled": []}
         for rec in iter_steps(run_dir, rank):
             if seen is not None:
                 seen(rank, rec)
@@ -183,5 +186,9 @@ def _columns(run_dir: str, ranks: list[int], seen: Callable[[int, StepRecord], N
             cols["t0"].append(rec.t0)
             cols["t1"].append(rec.t1)
             cols["label"].append(rec.label if rec.labelled else None)
+            cols["skipped"].append(rec.scaler.skipped if isinstance(rec.scaler, ScalerStep)
+                                   else 0)
+            cols["recompiled"].append(isinstance(rec.compiled, CompileLog) and any(
+                f.recompile_reason for f in rec.compiled.frames))
         out[rank] = cols
     return out

@@ -8,6 +8,10 @@ mistaken for one run; each restart is a red line where the old workers stopped, 
 until the new ones stepped again, and its label (the findings above the
 chart say each restart in full).
 
+A step the loss scaler skipped the optimizer step of, or that recompiled, is
+marked on its rank's line (an x, a star; in the legend): the step was taken
+and is on the line too, the mark says what happened in it.
+
 A span a framework labelled (the Hugging Face Trainer's ``evaluation`` and
 ``checkpoint``) is no step: a marker of its own per label, in the legend,
 and not on the rank's step line (an evaluation of seconds there read as a
@@ -22,6 +26,7 @@ from bokeh.models import BoxAnnotation, ColumnDataSource, HoverTool, Label, Span
 from bokeh.plotting import figure
 from markupsafe import Markup
 
+from torchlens.analysis.ranks.series import RECOMPILED, SKIPPED
 from torchlens.model.payloads import RankSeries, StepSeries
 from torchlens.render import html
 from torchlens.render.columns import rank_color
@@ -65,6 +70,31 @@ def _spans(fig: Any, ranks: dict[int, RankSeries], labels: list[str]) -> list[An
         out.append(fig.scatter("t", "ms", source=ColumnDataSource(pts), marker=marker, size=10,
                                fill_color=fill, line_color="color", line_width=1.5,
                                legend_label=f"{label} (not a step)"))
+    return out
+
+
+#: marker and colour of each marked step (``analysis.ranks.series.MARKS``)
+STEP_MARKS = {SKIPPED: ("x", "#d62728"), RECOMPILED: ("star", "#ff7f0e")}
+
+
+def _marks(fig: Any, ranks: dict[int, RankSeries]) -> list[Any]:
+    """One marker per marked step, a legend entry per kind of mark; their renderers."""
+    out = []
+    for mark, (marker, colour) in STEP_MARKS.items():
+        pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "mark")}
+        for r, cols in sorted(ranks.items()):
+            m = cols.marked
+            for i, kind in enumerate(m.mark):
+                if kind == mark:
+                    pts["t"].append(m.t[i])
+                    pts["ms"].append(m.ms[i])
+                    pts["step"].append(m.step[i])
+                    pts["rank"].append(r)
+                    pts["mark"].append(kind)
+        if pts["t"]:
+            out.append(fig.scatter("t", "ms", source=ColumnDataSource(pts), marker=marker,
+                                   size=11, line_color=colour, fill_color=colour,
+                                   line_width=2, legend_label=mark))
     return out
 
 
@@ -122,6 +152,11 @@ def steps_figure(series: StepSeries) -> Any:
         fig.add_tools(HoverTool(renderers=spans, tooltips=[
             ("", "@label (not a training step)"), ("rank", "@rank"), ("after step", "@step"),
             ("took", "@ms{0,0.0} ms"), ("ended at", "@t{0,0.0} s")]))
+    marks = _marks(fig, ranks)
+    if marks:
+        fig.add_tools(HoverTool(renderers=marks, tooltips=[
+            ("", "@mark"), ("rank", "@rank"), ("step", "@step"), ("step time", "@ms{0,0.0} ms"),
+            ("ended at", "@t{0,0.0} s")]))
     span_ms = [m for s in spans for m in s.data_source.data["ms"]]
     # the labels at the axis' top, which a spike's point may be above
     top = robust_top(points["ms"], points["rank"]) or max([*points["ms"], *span_ms])
@@ -170,6 +205,12 @@ def sections(series: StepSeries | None, figures: list[Any], traces: bool = True
         what += (f"; {n:,} {' and '.join(labels)} span{'s' if n != 1 else ''} (a "
                  "framework's labels, e.g. the Hugging Face Trainer's): markers of their own, "
                  "left out of the step lines")
+    if series.marked:
+        kinds = sorted({k for c in series.ranks.values() for k in c.marked.mark})
+        what += (f"; {series.marked:,} step{'s' if series.marked != 1 else ''} marked "
+                 f"({', '.join(kinds)})")
+        if series.marks_left_off:
+            what += f", {series.marks_left_off:,} more not marked (the first kept per rank)"
     if series.restarts:  # the sentences themselves lead the findings
         what += ("; dashed lines and hollow points: a rank's steps before a restart, red: "
                  "the restarts (the band: until the new workers stepped again)")
