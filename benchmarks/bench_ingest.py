@@ -12,9 +12,17 @@ HTA imports with its module and torchlens's ``op_table`` imports on first use
 count; issue 26). Memory is shown as peak RSS and as growth over the RSS
 after imports.
 
+The sides alternate within each repeat (torchlens, its Python reader, HTA;
+then again), so a machine that slows down or speeds up part-way hits every
+side alike; each side's best run is shown. A side that runs past
+``--timeout`` is said as such ("timed out after N s"), with the peak memory
+it had reached when it was stopped.
+
 Run with the peers' venv (``scripts/bench-env``), which has HTA:
 ``PYTHONPATH=. .bench-venv/bin/python benchmarks/bench_ingest.py [--repeat N]``;
-the traces are ``benchmarks/paths.py``'s (``$TORCHLENS_TESTDATA``).
+the traces are ``benchmarks/paths.py``'s (``$TORCHLENS_TESTDATA``), or the
+files given with ``--trace`` (a big one from ``benchmarks/make_big_trace.py``:
+``--sides torchlens hta --repeat 1 --timeout 600``).
 """
 
 from __future__ import annotations
@@ -64,47 +72,87 @@ print(json.dumps({"s": dt, "peak_mb": peak / 1024, "base_mb": base / 1024, "rows
 """
 
 
-def measure(side: str, trace: Path) -> dict:
-    """Time and memory of one fresh process."""
+def measure(side: str, trace: Path, timeout: float = 900) -> dict:
+    """Time and memory of one fresh process; a run past ``timeout`` is stopped
+    and said as such, with the peak RSS it had reached (``/proc``'s VmHWM)."""
     env = dict(os.environ)
     env.pop("TORCHLENS_NO_NATIVE", None)
     if side == "torchlens-py":
         env["TORCHLENS_NO_NATIVE"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-c", _CHILD, side, str(trace), tmp],
-            capture_output=True, text=True, cwd=REPO, timeout=900, env=env,
-        )
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            peak = _vm_hwm_mb(proc.pid)
+            proc.kill()
+            proc.communicate()
+            return {"error": f"timed out after {timeout:.0f} s",
+                    "peak_mb": peak, "timed_out": True}
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        last = (err.strip().splitlines() or ["?"])[-1]
         return {"error": last[:80]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    """A live process's peak RSS so far, in MB (Linux ``/proc``), else None."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+SIDES = ("torchlens", "torchlens-py", "hta")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--trace", nargs="*", help="trace files to read (default: every "
+                        "shared trace)")
+    parser.add_argument("--sides", nargs="*", default=list(SIDES), choices=SIDES,
+                        help="which readers to time")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds one side may take on one trace before it is stopped")
     args = parser.parse_args()
     from torchlens.formats.kineto import native_available as available
 
     print(f"C scanner built: {available()}")
-    files = sorted(p for p in TRACES.glob("*.json.gz"))
-    sides = ("torchlens", "torchlens-py", "hta")
+    files = ([Path(p) for p in args.trace] if args.trace
+             else sorted(p for p in TRACES.glob("*.json.gz")))
+    sides = tuple(args.sides)
+    if args.trace and "hta" in sides:
+        print("(HTA reads a copy of each trace in a temporary folder: the disk needs room "
+              "for one more copy)")
     print(f"{'trace':40} {'MB':>5} | {'TL s':>7} {'TL-py s':>8} {'HTA s':>7} "
           f"{'x vs HTA':>8} {'py/C':>5} | {'TL peak/+MB':>12} {'HTA peak/+MB':>13}")
     total = dict.fromkeys(sides, 0.0)
     for trace in files:
+        runs: dict[str, list[dict]] = {s: [] for s in sides}
+        for _ in range(args.repeat):  # alternating: each repeat runs every side once
+            for side in sides:
+                runs[side].append(measure(side, trace, args.timeout))
         best: dict[str, dict] = {}
         for side in sides:
-            runs = [measure(side, trace) for _ in range(args.repeat)]
-            ok = [r for r in runs if "error" not in r]
-            best[side] = min(ok, key=lambda r: r["s"]) if ok else runs[0]
+            ok = [r for r in runs[side] if "error" not in r]
+            best[side] = min(ok, key=lambda r: r["s"]) if ok else runs[side][0]
         size = trace.stat().st_size / 1e6
-        tl, py, hta = (best[s] for s in sides)
-        if any("error" in r for r in (tl, py, hta)):
+        if set(sides) != set(SIDES) or any("error" in r for r in best.values()):
             print(f"{trace.name:40} {size:5.2f} | " + " | ".join(
-                f"{s}: {best[s].get('error', 'ok')}" for s in sides))
+                f"{s}: " + (f"{best[s]['s']:.2f} s, peak {best[s]['peak_mb']:,.0f} MB"
+                            if "error" not in best[s] else best[s]["error"]
+                            + (f", peak at least {best[s]['peak_mb']:,.0f} MB"
+                               if best[s].get("peak_mb") else ""))
+                for s in sides))
             continue
+        tl, py, hta = (best[s] for s in SIDES)
         for side in sides:
             total[side] += best[side]["s"]
         print(f"{trace.name:40} {size:5.2f} | {tl['s']:7.3f} {py['s']:8.3f} {hta['s']:7.3f} "
@@ -112,6 +160,8 @@ def main() -> None:
               f"{tl['peak_mb']:5.0f}/{tl['peak_mb'] - tl['base_mb']:<6.0f} "
               f"{hta['peak_mb']:6.0f}/{hta['peak_mb'] - hta['base_mb']:<6.0f}")
     t = total
+    if not all(t.values()):
+        return
     print(f"{'total (traces all sides read)':40} {'':5} | {t['torchlens']:7.3f} "
           f"{t['torchlens-py']:8.3f} {t['hta']:7.3f} "
           f"{t['hta'] / max(t['torchlens'], 1e-9):8.1f} "
