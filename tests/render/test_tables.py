@@ -167,3 +167,14 @@ def test_long_kernel_names_are_cut_with_the_whole_name_on_hover() -> None:
     assert full == name and len(shown) == tables.NAME_CHARS and shown.endswith("…")
     assert name.startswith(shown[:-1])
     assert HOSTILE not in html and "<td>short_k</td>" in html
+
+
+def test_a_long_table_scrolls_in_its_own_box_and_says_so() -> None:
+    from torchlens.render.tables import FOLD_ROWS, Column, html_table
+
+    cols = [Column("step", "step", numeric=False)]
+    short = str(html_table([{"step": f"ProfilerStep#{i}"} for i in range(FOLD_ROWS)], cols))
+    long = str(html_table([{"step": f"ProfilerStep#{i}"} for i in range(115)], cols))
+    assert "tl-fold" not in short and "rows: the table scrolls" not in short
+    assert 'class="tl-table tl-fold"' in long and "115 rows: the table scrolls" in long
+    assert long.count("<tr>") == 116  # every row is still there, header and 115

@@ -79,3 +79,23 @@ def test_a_long_trace_keeps_plain_millisecond_ticks() -> None:
     fig, _ = timeline.build_timeline(make_trace(events))
     assert fig.x_range.end >= 1e5
     assert fig.xaxis[0].formatter.use_scientific is False
+
+
+def test_every_event_is_drawn_merged_or_said_not_drawn(traces_dir) -> None:
+    """The report accounts for each event of the trace: a box, a busy bar, or a
+    line under the timeline that says what the rest are."""
+    from html import unescape
+
+    from torchlens.frontends.kinds import report_html
+    from torchlens.model import Profile
+
+    trace = load_trace(traces_dir / LARGEST)
+    _, stats = timeline.build_timeline(trace)
+    assert stats.drawn + stats.merged_events == stats.events
+    assert stats.events + sum(stats.not_drawn.values()) == len(trace.events)
+    flows = next(n for what, n in stats.not_drawn.items() if what.startswith("flow events"))
+    ph = trace.events.text("ph")
+    assert flows == int(np.isin(ph, ["s", "f", "t"]).sum()) > 0
+    page = unescape(report_html(Profile(kind="trace", title=LARGEST, created_at=0.0,
+                                        traces={"main": trace})))
+    assert f"Not drawn: {flows:,} flow events (arrows from a CPU launch" in page

@@ -78,9 +78,14 @@ def cell_value(row: object, key: str) -> Any:
     return None if isinstance(value, UnsetType) else value
 
 
+#: rows beyond which a table scrolls in a box of its own (the page goes on below it)
+FOLD_ROWS = 25
+
+
 def html_table(rows: Iterable[object], columns: list[Column], css_class: str = "") -> Markup:
     """A sortable table of dict rows or typed rows; numeric cells carry their
-    raw value in ``data-v``."""
+    raw value in ``data-v``. A table of more than ``FOLD_ROWS`` rows scrolls in
+    a box about that tall, its header kept in view, and says so above it."""
     cells = []
     for row in rows:
         out = []
@@ -97,8 +102,10 @@ def html_table(rows: Iterable[object], columns: list[Column], css_class: str = "
                 short = shorten(text, c.max_chars)
                 out.append((False, None, short, text if short != text else ""))
         cells.append(out)
+    folded = (f"{len(cells):,} rows: the table scrolls in its box (click a heading to sort)"
+              if len(cells) > FOLD_ROWS else "")
     return html.render("table.html.j2", classes=f"tl-sort {css_class}".strip(),
-                       labels=[c.label for c in columns], rows=cells)
+                       labels=[c.label for c in columns], rows=cells, folded=folded)
 
 
 def op_columns(display: OpDisplay, has_gpu: bool) -> list[Column]:

@@ -39,12 +39,14 @@ def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[Mar
         out.append(section(f"{prefix}Step breakdown",
                            tables.step_table_html(view.steps, view.has_gpu, slot),
                            f"steps-{view.key}"))
-    fig, _ = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
+    fig, drawn = build_timeline(view.trace, title=f"{prefix}Timeline".strip())
     if fig is None:
         body = html.note("This trace has no timed events to draw.")
     else:
         body = html.figure_slot(len(figures))
         figures.append(fig)
+        if drawn.not_drawn:
+            body = html.join([body, html.note(drawn.not_drawn_words)])
     out.append(section(f"{prefix}Timeline", body, f"timeline-{view.key}"))
     if view.not_understood:
         out.append(section(f"{prefix}Not understood", html.join(

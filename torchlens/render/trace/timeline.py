@@ -23,7 +23,7 @@ bounded by ``MAX_KEPT + rows * WIDTH_PX / 2`` whatever the trace size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,17 @@ class TimelineStats:
     merged_events: int = 0  # events folded into busy bars
     merged_bars: int = 0
     lanes: int = 0
+    #: the trace's other events, which are no box on a lane: what they are -> how many
+    not_drawn: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def not_drawn_words(self) -> str:
+        """Every event of the trace the timeline does not draw, said ("" when none)."""
+        if not self.not_drawn:
+            return ""
+        parts = [f"{n:,} {what}" for what, n in
+                 sorted(self.not_drawn.items(), key=lambda kv: -kv[1])]
+        return "Not drawn: " + "; ".join(parts) + "."
 
     @property
     def glyphs(self) -> int:
@@ -166,6 +177,7 @@ def _timed_events(trace: Trace) -> dict[str, np.ndarray]:
     keep = np.isin(ev["ph"], _codes(trace, "ph", ["X"]))
     keep &= ~np.isin(ev["cat"], _codes(trace, "cat", _SKIP_CATS))
     rows = np.flatnonzero(keep)
+    not_drawn = _not_drawn(trace, keep)
     out = {
         "rows": rows,
         "ts": ev["ts"][rows].astype(float),
@@ -177,6 +189,33 @@ def _timed_events(trace: Trace) -> dict[str, np.ndarray]:
     }
     out["gpu"] = (out["device"] >= 0) | np.isin(ev["cat"][rows],
                                                  _codes(trace, "cat", _GPU_CATS))
+    out["not_drawn"] = not_drawn  # type: ignore[assignment]
+    return out
+
+
+#: what an event the timeline draws no box for is, by its phase (``ph``)
+PHASE_WORDS = {"s": "flow events (arrows from a CPU launch to its GPU kernel, and "
+                    "autograd's links)", "f": "flow events (arrows from a CPU launch to its "
+                    "GPU kernel, and autograd's links)", "t": "flow events (arrows from a CPU "
+                    "launch to its GPU kernel, and autograd's links)",
+               "i": "instant events (no duration)", "I": "instant events (no duration)",
+               "C": "counter samples", "M": "metadata events (process and thread names)",
+               "X": "spans of the whole trace or of a flow (categories trace, ac2g, fwdbwd)"}
+
+
+def _not_drawn(trace: Trace, drawn: np.ndarray) -> dict[str, int]:
+    """How many of the trace's events the timeline draws no box for, by what they are."""
+    ev = trace.events
+    phases = ev.categories["ph"]
+    codes = ev["ph"][~drawn]
+    counts = np.bincount(codes[codes >= 0], minlength=len(phases))
+    out: dict[str, int] = {}
+    if (codes < 0).any():
+        out["events without a phase"] = int((codes < 0).sum())
+    for code, n in enumerate(counts.tolist()):
+        if n:
+            words = PHASE_WORDS.get(phases[code], f"events of phase {phases[code]!r}")
+            out[words] = out.get(words, 0) + n
     return out
 
 
@@ -225,7 +264,7 @@ def build_timeline(trace: Trace, title: str = "Timeline") -> tuple[Any, Timeline
     """The timeline figure for ``trace`` (None if it has no timed events) and
     what it drew; see the module docstring for the decimation."""
     e = _timed_events(trace)
-    stats = TimelineStats(events=len(e.get("ts", ())))
+    stats = TimelineStats(events=len(e.get("ts", ())), not_drawn=e.get("not_drawn") or {})
     if not stats.events:
         return None, stats
     t_min = float(e["ts"].min())
