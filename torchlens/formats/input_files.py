@@ -189,6 +189,22 @@ def inflate_bytes(data: bytes, source: str, cap: int | None = None) -> bytes:
     return b"".join(inflate_pieces(io.BytesIO(data), source, cap))
 
 
+def streamed_cap() -> int:
+    """The most JSON bytes a trace read in pieces (``formats.kineto.pieces``) may
+    hold: ``TORCHLENS_MAX_INFLATED`` when set, else two thirds of the memory
+    available now (the table it makes is about as large as its JSON)."""
+    text = os.environ.get(INFLATE_ENV)
+    if text:
+        return inflate_cap()
+    try:
+        import psutil
+
+        free = int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no reading of free memory: the whole-file cap
+        return inflate_cap()
+    return max(inflate_cap(), free * 2 // 3)
+
+
 def read_json_bytes(path: str | os.PathLike[str], within: str | None = None) -> bytes:
     """A trace file's JSON bytes: the file read through ``open_guarded``, inflated
     when it is gzip; refused past ``inflate_cap()`` either way."""

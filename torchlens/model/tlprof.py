@@ -67,7 +67,7 @@ def _dumps(obj: Any) -> bytes:
 
 def _table_bytes(table: Table) -> bytes:
     buf = io.BytesIO()
-    arrays = dict(table.columns)
+    arrays = dict(table.columns.items())  # a sparse column saved whole
     cats = json.dumps(table.categories).encode()
     arrays[_CATEGORIES_KEY] = np.frombuffer(cats, dtype=np.uint8)
     np.savez(buf, **arrays)

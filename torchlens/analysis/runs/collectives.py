@@ -160,7 +160,7 @@ def collective_table(trace: Trace) -> CollectiveTable:
         out["bytes"].append(_message_bytes(trace, c["name"], members))
         out["kernel_us"].append(float(np.nan_to_num(dur[kernels]).sum()) if kernels else None)
         out["kernel_start_us"].append(float(c["k0"] - c["ts"]) if "k0" in c else None)
-        out["group"].append(_first(ev["group_size"][m] for m in members))
+        out["group"].append(_first(ev.at("group_size", m) for m in members))
         pg = [event_text(trace, "pg_name", m) for m in members]
         out["pg"].append(next((p for p in pg if p), None))
     return CollectiveTable(names=list(vocabulary), **out)
@@ -197,7 +197,7 @@ def _message_bytes(trace: Trace, name: str, members: list[int]) -> int | None:
         size = DTYPE_BYTES.get(event_text(trace, "dtype", m).lower())
         if size is None:
             continue
-        n_in, n_out = int(ev["in_nelems"][m]), int(ev["out_nelems"][m])
+        n_in, n_out = int(ev.at("in_nelems", m)), int(ev.at("out_nelems", m))
         n = (n_out if n_out >= 0 else n_in) if name in GATHERING else (
             n_in if n_in >= 0 else n_out)
         if n >= 0:

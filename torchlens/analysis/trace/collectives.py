@@ -261,7 +261,7 @@ def collective_bytes(trace: Trace, members: list[int]) -> int | None:
     input shape and type of a member (gloo spans with ``record_shapes``)."""
     ev = trace.events
     for m in members:
-        n, dtype = int(ev["in_nelems"][m]), event_text(trace, "dtype", m).lower()
+        n, dtype = int(ev.at("in_nelems", m)), event_text(trace, "dtype", m).lower()
         if n >= 0 and dtype in DTYPE_BYTES:
             return n * DTYPE_BYTES[dtype]
     for m in members:

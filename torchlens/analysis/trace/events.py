@@ -201,7 +201,7 @@ def lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndar
 
 def event_text(trace: Trace, column: str, row: int) -> str:
     """One row's text in a text column ("" where it has none)."""
-    code = int(trace.events[column][row])
+    code = int(trace.events.at(column, row))
     return trace.events.categories[column][code] if code >= 0 else ""
 
 

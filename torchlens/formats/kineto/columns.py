@@ -18,6 +18,7 @@ import numpy as np
 
 from torchlens.formats.kineto.schema import Event
 from torchlens.model import Table
+from torchlens.model.table import Sparse
 
 #: Kineto categories, old names and case variants -> the normalized name.
 CATEGORIES = {
@@ -98,7 +99,7 @@ def finish(raw: RawColumns) -> tuple[Table, dict[str, Any]]:
     keep, dropped = _sane_times(cols, cats)
     names = raw.names
     if keep is not None:
-        cols = {k: v[keep] for k, v in cols.items()}
+        cols = {k: (v.dense() if isinstance(v, Sparse) else v)[keep] for k, v in cols.items()}
         names = [raw.names[i] for i in np.flatnonzero(keep).tolist()]
     ts_abs = cols["ts"]
     t0 = float(np.nanmin(ts_abs)) if len(ts_abs) else 0.0
@@ -121,8 +122,25 @@ def finish(raw: RawColumns) -> tuple[Table, dict[str, Any]]:
         lab: int(c) for lab, c in zip(cat_labels, counts.tolist(), strict=True)
         if lab.lower() not in CATEGORIES
     }
-    table = Table({k: cols[k] for k in ORDER}, {k: cats[k] for k in ORDER if k in cats})
+    table = Table({k: held(cols[k], k) for k in ORDER},
+                  {k: cats[k] for k in ORDER if k in cats})
     return table, meta
+
+
+#: the columns most events leave unset, and the value an unset row holds: held
+#: ``Sparse`` when few rows set them (collectives, memory events, FLOPs)
+SPARSE_FILLS: dict[str, Any] = {
+    "flops": np.nan, "bytes": -1, "collective": -1, "dtype": -1, "pg_name": -1,
+    "in_nelems": -1, "out_nelems": -1, "group_size": -1, "addr": -1, "mem_bytes": 0,
+    "total_allocated": -1, "total_reserved": -1, "device_type": -1, "device_id": -1}
+
+
+def held(column: Any, name: str) -> Any:
+    """``column`` as the table holds it: ``Sparse`` when it is one of
+    ``SPARSE_FILLS`` and few rows set it (already ``Sparse``: as it is)."""
+    if isinstance(column, Sparse) or name not in SPARSE_FILLS:
+        return column
+    return Sparse.of(column, SPARSE_FILLS[name]) or column
 
 
 def _normalize_categories(

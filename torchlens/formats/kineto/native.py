@@ -121,8 +121,10 @@ class _Declined(Exception):
     """A key the scanner accepted but the Python path would read differently."""
 
 
-def native_columns(data: bytes) -> tuple[RawColumns, KinetoTrace] | None:
-    """Columns and the trace's other top-level fields, or None (use the Python path)."""
+def scan(data: bytes) -> tuple[Scan, list[list[int]]] | None:
+    """The scanner's columns of a whole document, and the spans of its top-level
+    members (key offset, key length, value offset, value length); None when
+    the scanner is not there or declines it."""
     if not available() or type(data) is not bytes:  # the scanner reads a NUL-ended bytes
         return None
     handle = _LIB.tl_scan(data, len(data))
@@ -131,16 +133,36 @@ def native_columns(data: bytes) -> tuple[RawColumns, KinetoTrace] | None:
     try:
         if _LIB.tl_status(handle) != 0 or _LIB.tl_rows(handle) == 0:
             return None
-        scan = _copy_out(handle, _LIB.tl_rows(handle))
+        scanned = _copy_out(handle, _LIB.tl_rows(handle))
         n_top = _LIB.tl_top_count(handle)
         top = _copy(_LIB.tl_top(handle), 4 * n_top, np.int64).reshape(-1, 4).tolist()
     finally:
         _LIB.tl_free(handle)
+    return scanned, top
+
+
+def columns_of(data: bytes, scanned: tuple[Scan, list[list[int]]],
+               pid_labels: dict[str, str], tid_labels: dict[str, str]) -> RawColumns | None:
+    """One piece's columns (``formats.kineto.pieces``), its named pids and tids
+    coded on from ``pid_labels`` / ``tid_labels`` (shared by every piece); a
+    piece of metadata events alone has no rows. None: declined."""
+    try:
+        return _columns(data, scanned[0], pid_labels, tid_labels, meta_only=True)
+    except (msgspec.MsgspecError, UnicodeDecodeError, _Declined):
+        return None
+
+
+def native_columns(data: bytes) -> tuple[RawColumns, KinetoTrace] | None:
+    """Columns and the trace's other top-level fields, or None (use the Python path)."""
+    scanned = scan(data)
+    if scanned is None:
+        return None
+    scan_, top = scanned
     try:
         members = {msgspec.json.decode(b'"' + data[k:k + kn] + b'"'):
                    msgspec.json.decode(data[v:v + vn]) for k, kn, v, vn in top}
         rest = msgspec.convert(members, KinetoTrace)
-        columns = _columns(data, scan)
+        columns = _columns(data, scan_)
     except (msgspec.MsgspecError, UnicodeDecodeError, _Declined):
         return None
     return (columns, rest) if columns is not None else None
@@ -263,7 +285,8 @@ def _ids(v: np.ndarray, has: np.ndarray, codes: np.ndarray, keys: _Keys,
     missing = codes[rows].astype(np.int64)
     shifted = missing + 1  # None (-1) becomes key 0
     uniq, first = np.unique(shifted, return_index=True)
-    seen: dict[str, int] = {}
+    # the codes given so far (an earlier piece's), so a piece's new ones go on from them
+    seen: dict[str, int] = {key: int(code) for code, key in labels.items()}
     lut = np.zeros(int(uniq.max()) + 1, np.int64)
     for s in uniq[np.argsort(first, kind="stable")].tolist():
         lut[s] = id_code(keys[s - 1], seen, labels)
@@ -272,14 +295,16 @@ def _ids(v: np.ndarray, has: np.ndarray, codes: np.ndarray, keys: _Keys,
     return out
 
 
-def _columns(data: bytes, scan: Scan) -> RawColumns | None:
+def _columns(data: bytes, scan: Scan, pid_labels: dict[str, str] | None = None,
+             tid_labels: dict[str, str] | None = None, meta_only: bool = False
+             ) -> RawColumns | None:
     text = {name: (codes, _Keys(data, off, length, tag))
             for name, (codes, off, length, tag) in scan.text.items()}
     ph_codes, ph_keys = text["ph"]
     m_code = next((c for c in range(len(ph_keys.off)) if ph_keys[c] == "M"), -1)
     is_meta = ph_codes == m_code
     n_meta = int(is_meta.sum())
-    if n_meta == scan.n:
+    if n_meta == scan.n and not meta_only:
         return None  # no row events: the Python path words the error
     keep = ~is_meta if n_meta else slice(None)
     in_order = n_meta == 0
@@ -302,11 +327,12 @@ def _columns(data: bytes, scan: Scan) -> RawColumns | None:
 
     cols: dict[str, np.ndarray] = {}
     cats: dict[str, list[str]] = {}
-    raw = RawColumns(cols, cats, None, [])
+    raw = RawColumns(cols, cats, None, [], {} if pid_labels is None else pid_labels,
+                     {} if tid_labels is None else tid_labels)
     for name in ("name", "cat", "call_stack", "collective", "dtype"):
         cols[name], cats[name] = _text(codes_of(name), text[name][1], in_order)
     cols["ph"], cats["ph"] = _text(codes_of("ph"), ph_keys, in_order, {"I": "i"})
-    raw.names = _LabelAt(cols["name"], cats["name"])
+    raw.names = LabelAt(cols["name"], cats["name"])
     for name in ("input_dims", "input_types"):
         cols[name], cats[name] = _text(codes_of(name), text[name][1], in_order)
     pg_name, pg_id = codes_of("pg_name"), codes_of("pg_id")
@@ -337,7 +363,7 @@ def _columns(data: bytes, scan: Scan) -> RawColumns | None:
     return raw
 
 
-class _LabelAt:
+class LabelAt:
     """``names[i]``: the label of row i (read only for rows without a category)."""
 
     def __init__(self, codes: np.ndarray, labels: list[str]) -> None:

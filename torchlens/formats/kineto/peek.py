@@ -22,6 +22,8 @@ fast path is taken only when everything is ordinary: one whole gzip member
 multi-member gzip file, a head or tail that does not parse, an unreadable
 file) returns no bytes and ``peek``'s own verdict, read from the file as
 ``discover`` would read it; the caller then reads the trace from the path.
+So does a file large enough to be read in pieces (``pieces.streams``): its
+bytes are never held whole.
 """
 
 from __future__ import annotations
@@ -329,6 +331,10 @@ def read_json(path: str | Path, within: str | None = None) -> tuple[bytes | None
     ``inflate_cap()``."""
     name = str(path)
     cap = inflate_cap()
+    from torchlens.formats.kineto.pieces import streams
+
+    if streams(name):  # read in pieces by ``load_trace``: never whole in memory here
+        return None, safe_peek(name, within)
     try:
         with open_guarded(name, within=within) as fh:
             size = os.fstat(fh.fileno()).st_size

@@ -11,6 +11,11 @@ record counts (out-of-range, blocklisted, ...) are kept in
 ``meta["trace_stats"]``, so a report can say what is missing instead of
 silently showing less.
 
+A file larger than ``pieces.STREAM_ABOVE`` is read in pieces
+(``formats.kineto.pieces``): the same table, in memory bounded by the table
+rather than three times the file; the file is read whole when that path
+cannot take it.
+
 Bad input raises ``InputError`` with one line saying what was wrong and what to
 do; no parser traceback reaches the user.
 """
@@ -27,6 +32,7 @@ from torchlens.formats.input_files import RefusedFile, inflate_bytes, read_json_
 from torchlens.formats.kineto.columns import finish
 from torchlens.formats.kineto.decode import decode
 from torchlens.formats.kineto.native import native_columns
+from torchlens.formats.kineto.pieces import load_in_pieces, streams
 from torchlens.formats.kineto.python_reader import python_columns, usable_events
 from torchlens.model import InputError, Trace
 
@@ -46,6 +52,10 @@ def load_trace(path: str | Path) -> Trace:
             f"{path}: is a folder; give one trace file (.json or .json.gz)."
         )
     try:
+        if streams(path):
+            got = load_in_pieces(str(path))
+            if got is not None:
+                return _trace(*got, Counter(), str(path))
         data = read_json_bytes(path)
     except RefusedFile:
         raise
@@ -85,6 +95,12 @@ def ingest_bytes(data: bytes, source: str) -> Trace:
                 + "). Profile code that runs inside the profiler's active steps."
             )
         columns = python_columns(events, pulled or {})
+    del data
+    return _trace(columns, raw, dropped, source)
+
+
+def _trace(columns: Any, raw: Any, dropped: Counter, source: str) -> Trace:
+    """The ``Trace`` of one path's columns and the file's other top-level members."""
     events_table, meta = finish(columns)
     dropped.update(meta.pop("dropped", {}))
     if not len(events_table):
