@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import torchlens as torchlens_pkg
@@ -228,3 +229,35 @@ def test_torchlens_timers_leave_what_torch_compiles_as_it_was(tmp_path: Path) ->
         seen[side] = done.stdout.strip().splitlines()[-1]
     assert seen["clock"] == seen["bare"], seen
     assert "'inner'" in seen["bare"] and "True)" in seen["bare"]  # it recompiled in both
+
+
+def test_a_scale_that_fell_below_one_is_said_after_the_skips_left_the_window() -> None:
+    # 4 skips in the first 40 steps (the scale already below 1), none in the last 60
+    def quiet(rec: StepRecord) -> StepRecord:
+        s = rec.scaler
+        return rec.replace(scaler=ScalerStep(
+            steps=1, skipped=s.skipped if rec.step < 40 else 0, scale=0.0625,
+            total_steps=s.total_steps, total_skipped=min(s.total_skipped, 4),
+            first_scale=65536.0, next_scale=0.0625))
+
+    recs = [[quiet(rec) for rec in r] for r in _records(skip_every=10)]
+    f = job_wide([r[-60:] for r in recs])
+    assert f is not None and f.code == "skipped_steps", f
+    assert "skipped 4 of the run's 100 optimizer steps on every rank" in f.sentence, f.sentence
+    assert "scale 65,536 -> 0.0625" in f.sentence and "fell below 1" in f.sentence
+    # the same run with the scale settled at 1,024: a scaler that found its scale
+    settled = [[rec.replace(scaler=ScalerStep(**{**msgspec.structs.asdict(rec.scaler),
+                                                  "scale": 1024.0, "next_scale": 1024.0}))
+                for rec in r] for r in recs]
+    assert job_wide([r[-60:] for r in settled]) is None
+
+
+def test_a_rank_a_step_behind_is_still_skipping_with_the_others() -> None:
+    recs = _records(skip_every=10)
+    lagging = [recs[0][-60:], recs[1][-61:-1]]  # rank 1 one step behind: one skip fewer
+    lagging[1] = [rec.replace(scaler=ScalerStep(
+        steps=1, skipped=0, scale=rec.scaler.scale, total_steps=rec.scaler.total_steps,
+        total_skipped=rec.scaler.total_skipped, first_scale=65536.0))
+        if rec.step == 89 else rec for rec in lagging[1]]
+    f = job_wide(lagging)
+    assert f is not None and "on every rank" in f.sentence and f.ranks == (0, 1), f

@@ -82,6 +82,10 @@ def test_breaks_recompiles_and_regions_of_a_compiled_cell(shell, tmp_path: Path)
     assert f"compiled_net.py:{BREAK_LINE}" in html and "size mismatch" in html
     # the text a terminal or a log sees says the same
     assert f"the graph breaks in forward at compiled_net.py:{BREAK_LINE}" in bundle["text/plain"]
+    # the first line says what was found, and the empty hints point to it
+    first = bundle["text/plain"].splitlines()[0]
+    assert f"; 1 graph break, {len(c.recompiles)} recompile" in first, first
+    assert "No known problem found in this trace. Above: 1 graph break" in html
 
     # a saved result keeps what torch compiled
     saved = r.save(str(tmp_path / "c.tlprof"))

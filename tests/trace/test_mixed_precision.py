@@ -99,3 +99,13 @@ def test_a_cell_without_a_scaler_has_no_scaler_section(shell) -> None:
     assert res.success, res.error_in_exec
     assert shell.user_ns["plain"].scaler() is None
     assert "GradScaler" not in shell.user_ns["plain"]._repr_mimebundle_()["text/html"]
+
+
+def test_the_scale_said_is_the_one_the_scaler_holds_after_a_last_skip(shell) -> None:
+    res = shell.run_cell(SCALED_CELL.format(name="amp_last", blow_up="(2, 5, 9)"))
+    assert res.success, res.error_in_exec
+    s = shell.user_ns["amp_last"].scaler()
+    held = shell.user_ns["scaler"].get_scale()
+    # step 9 used 16,384 and skipped: update() halved it
+    assert (s.scale, s.next_scale, held) == (16384.0, 8192.0, 8192.0)
+    assert "65,536 -> 8,192" in _page(shell.user_ns["amp_last"])

@@ -6,7 +6,12 @@ lowers its scale. Its first steps find the scale that fits (a few skips at the
 start), and each growth of the scale (every 2,000 good steps by default) may
 cost one: ``MIN_SKIPS`` (2) or more skips in the steps judged is an overflow
 that keeps coming back, and those steps train nothing. A single skip is said,
-as normal. Every skipped step: training has stopped.
+as normal. Every skipped step: training has stopped. A scale that fell below
+1 over a whole run says the same however the skips fall in the last window:
+an overflow at scale 1 is in the gradients themselves.
+
+The scale said "now" is the one the scaler holds after the last step's
+``update()`` (``ScalerStep.next_scale``), what ``scaler.get_scale()`` returns.
 """
 
 from __future__ import annotations
@@ -34,6 +39,18 @@ def scale_words(value: float) -> str:
     return f"{value:,.0f}" if value >= 1 else f"{value:.3g}"
 
 
+def scale_now(s: ScalerStep) -> float | None:
+    """The scale the scaler holds after the last step (``next_scale``; an older
+    record's ``scale``, the one that step used)."""
+    return s.next_scale if s.next_scale is not None else s.scale
+
+
+def collapsed(s: ScalerStep) -> bool:
+    """Whether the scale fell below 1 with ``MIN_SKIPS`` or more skips (module docstring)."""
+    now = scale_now(s)
+    return s.total_skipped >= MIN_SKIPS and now is not None and now < 1
+
+
 def skipped_finding(skipped: int, taken: int, last: ScalerStep, *, steps_words: str,
                     who: str = "", shared: str = "", ranks: list[int] | None = None,
                     ) -> Finding | None:
@@ -47,12 +64,16 @@ def skipped_finding(skipped: int, taken: int, last: ScalerStep, *, steps_words: 
         return None
     since = (f"; {last.total_skipped} of {last.total_steps:,} since the start"
              if last.total_steps > taken else "")
-    scale = (f", scale {scale_words(last.first_scale)} -> {scale_words(last.scale)}"
-             if last.first_scale is not None and last.scale is not None else "")
+    now = scale_now(last)
+    scale = (f", scale {scale_words(last.first_scale)} -> {scale_words(now)}"
+             if last.first_scale is not None and now is not None else "")
     every = skipped == taken
     if every:
         severity, then = FAILED, ("training has stopped (the scale fell with each skip and "
                                   "the gradients are still inf or nan)")
+    elif collapsed(last):
+        severity, then = WARNING, ("the scale fell below 1: the overflow keeps coming back, "
+                                   "and the skipped steps train nothing")
     elif skipped >= MIN_SKIPS:
         severity, then = WARNING, "those steps train nothing"
     else:
@@ -65,7 +86,7 @@ def skipped_finding(skipped: int, taken: int, last: ScalerStep, *, steps_words: 
         f"steps{where} for inf/nan gradients{since}{scale}: {then}{shared}",
         (Figure("skipped", skipped, "steps"), Figure("optimizer_steps", taken, "steps"),
          Figure("total_skipped", last.total_skipped, "steps"),
-         Figure("total_steps", last.total_steps, "steps"), Figure("scale", last.scale),
+         Figure("total_steps", last.total_steps, "steps"), Figure("scale", now),
          Figure("first_scale", last.first_scale),
          *((Figure("rank_count", len(ranks)),) if ranks is not None else ())),
         ADVICE if severity != INFO else "", "skipped optimizer steps",
@@ -75,10 +96,11 @@ def skipped_finding(skipped: int, taken: int, last: ScalerStep, *, steps_words: 
 def scaler_words(s: ScalerStep) -> str:
     """What the scaler did, in one line: for a view that shows it with no skip too."""
     scale = ""
-    if s.scale is not None:
-        scale = (f", scale {scale_words(s.first_scale)} -> {scale_words(s.scale)}"
-                 if s.first_scale is not None and s.first_scale != s.scale
-                 else f", scale {scale_words(s.scale)}")
+    now = scale_now(s)
+    if now is not None:
+        scale = (f", scale {scale_words(s.first_scale)} -> {scale_words(now)}"
+                 if s.first_scale is not None and s.first_scale != now
+                 else f", scale {scale_words(now)}")
     skipped = f"{s.total_skipped} skipped" if s.total_skipped else "none skipped"
     return (f"GradScaler: {s.total_steps:,} optimizer step{'s' if s.total_steps != 1 else ''}, "
             f"{skipped}{scale} (read from the scaler after each step)")

@@ -111,6 +111,9 @@ class ScalerStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     total_steps: int = 0
     total_skipped: int = 0
     first_scale: float | None = None
+    #: the scale after the last step's ``update()``: the one the scaler holds now
+    #: (halved after a skip, grown after ``growth_interval`` good steps)
+    next_scale: float | None = None
 
 
 class FsdpStep(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):

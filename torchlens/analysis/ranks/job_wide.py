@@ -25,7 +25,7 @@ from __future__ import annotations
 from torchlens.analysis.ranks.ddp_config import ddp_config, rank_words
 from torchlens.analysis.ranks.input_bound import input_bound
 from torchlens.analysis.ranks.stalls import STALL_WINDOW
-from torchlens.analysis.scaler import MIN_SKIPS, skipped_finding
+from torchlens.analysis.scaler import MIN_SKIPS, collapsed, skipped_finding
 from torchlens.analysis.trace.compiled import (
     GraphBreak,
     graph_breaks,
@@ -105,15 +105,28 @@ def skipped_steps(steps: list[list[StepRecord]]) -> Finding | None:
         skipped, taken = sum(s.skipped for s in scaled), sum(s.steps for s in scaled)
         if skipped >= MIN_SKIPS:
             rows.append((r, skipped, taken, scaled[-1]))
-    if not rows:
-        return None
     scaling = [r for r, records in enumerate(steps)
                if any(isinstance(rec.scaler, ScalerStep) for rec in records)]
+    lasts = {r: next(rec.scaler for rec in reversed(steps[r])
+                     if isinstance(rec.scaler, ScalerStep)) for r in scaling}
+    whole_run = False
+    if not rows:
+        # no overflow in the window, but a scale that fell below 1 over the run
+        fallen = [r for r in scaling if collapsed(lasts[r])]
+        if not fallen:
+            return None
+        rows = [(r, lasts[r].total_skipped, lasts[r].total_steps, lasts[r]) for r in fallen]
+        whole_run = True
     _, skipped, taken, last = rows[0]
     ranks = [r for r, *_ in rows]
+    # under DDP a skip is every rank's (one averaged gradient): a rank a few steps
+    # behind may hold one skip fewer in its window, and is skipping all the same
+    if len(scaling) > 1 and all(lasts[r].total_skipped > 0 for r in scaling):
+        ranks = scaling
     who = "on every rank" if ranks == scaling and len(ranks) > 1 else f"on {rank_words(ranks)}"
     shared = (" (DDP averages the gradients first: an inf on one rank skips the step on "
               "all, so which rank's batch overflowed is not known)"
               if len(ranks) > 1 else "")
-    return skipped_finding(skipped, taken, last, steps_words=f"the last {taken}", who=who,
+    words = f"the run's {taken:,}" if whole_run else f"the last {taken}"
+    return skipped_finding(skipped, taken, last, steps_words=words, who=who,
                            shared=shared, ranks=ranks)

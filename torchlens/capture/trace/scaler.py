@@ -12,8 +12,12 @@ scale that keeps falling says the overflow does not go away.
 CUDA and CPU ones derive from it): after the original returns, it reads the
 ``found_inf`` values the original just waited for, and the scale this step
 used (``_scale``, computed by the previous ``update()``: complete by now, so
-reading it waits for nothing more). ``take`` at each step's end gives the
-step's ``ScalerStep``. Fails open: torchlens' own error is counted, the
+reading it waits for nothing more). The scale the scaler holds after this
+step's ``update()`` follows from GradScaler's own rule (times
+``backoff_factor`` after a skip, times ``growth_factor`` after
+``growth_interval`` good steps in a row; its growth tracker is read once, at
+the first step), so no read waits for ``update()``. ``take`` at each step's
+end gives the step's ``ScalerStep``. Fails open: torchlens' own error is counted, the
 user's step goes on.
 """
 
@@ -34,6 +38,8 @@ class ScalerSteps:
         self._total_steps = self._total_skipped = 0
         self._scale: float | None = None
         self._first_scale: float | None = None
+        self._next_scale: float | None = None
+        self._good: int | None = None  # good steps in a row, as the scaler's tracker
         self._undo: Any = None
         #: called with the optimizer of a skipped step (the step still ended)
         self.on_skip: Callable[[Any], None] | None = None
@@ -77,6 +83,7 @@ class ScalerSteps:
             self._scale = float(scale.item()) if scale is not None else None
             if self._first_scale is None:
                 self._first_scale = self._scale
+            self._next_scale = self._after_update(scaler, skipped)
             self._steps += 1
             self._total_steps += 1
             if skipped:
@@ -87,12 +94,28 @@ class ScalerSteps:
         except Exception:  # noqa: BLE001 - torchlens' own error: the user's step went on
             self.errors += 1
 
+    def _after_update(self, scaler: Any, skipped: bool) -> float | None:
+        """The scale ``update()`` leaves after this step (module docstring)."""
+        if self._scale is None:
+            return None
+        if self._good is None:
+            tracker = getattr(scaler, "_growth_tracker", None)
+            self._good = int(tracker.item()) if tracker is not None else 0
+        if skipped:
+            self._good = 0
+            return self._scale * float(getattr(scaler, "_backoff_factor", 0.5))
+        self._good += 1
+        if self._good >= int(getattr(scaler, "_growth_interval", 2000)):
+            self._good = 0
+            return self._scale * float(getattr(scaler, "_growth_factor", 2.0))
+        return self._scale
+
     def take(self) -> ScalerStep | None:
         """The scaler's steps since the last call (None: it made none)."""
         if not self._steps:
             return None
         out = ScalerStep(steps=self._steps, skipped=self._skipped, scale=self._scale,
                          total_steps=self._total_steps, total_skipped=self._total_skipped,
-                         first_scale=self._first_scale)
+                         first_scale=self._first_scale, next_scale=self._next_scale)
         self._steps = self._skipped = 0
         return out

@@ -16,15 +16,18 @@ from torchlens.render.findings import findings_html
 from torchlens.render.page import section
 from torchlens.render.trace.compiled import compiled_section
 from torchlens.render.trace.steps_chart import build_step_chart
-from torchlens.render.trace.text import summary_line
+from torchlens.render.trace.text import problems_words, summary_line
 from torchlens.render.trace.timeline import build_timeline
 
 
-def trace_sections(view: TraceView, figures: list[Any], prefix: str) -> list[Markup]:
-    """Hints, ops, kernels, steps and the timeline of one trace."""
+def trace_sections(view: TraceView, figures: list[Any], prefix: str,
+                   elsewhere: str = "") -> list[Markup]:
+    """Hints, ops, kernels, steps and the timeline of one trace; ``elsewhere``:
+    what the sections above found (the hints' empty line points to it)."""
+    empty = "No known problem found in this trace." + (
+        f" Above: {elsewhere}." if elsewhere else "")
     out = [
-        section(f"{prefix}Hints", findings_html(view.hints, "No known problem found in this trace."),
-                f"hints-{view.key}"),
+        section(f"{prefix}Hints", findings_html(view.hints, empty), f"hints-{view.key}"),
         section(f"{prefix}Ops", tables.op_table_html(view.ops, view.top_ops, view.display,
                                                        view.has_gpu), f"ops-{view.key}"),
     ]
@@ -67,7 +70,7 @@ def report_parts(profile: Profile, analysis: TraceAnalysis,
              html.note(analysis.scaler_words)]), "scaler"))
     for view in analysis.views:
         prefix = f"{view.key}: " if len(analysis.views) > 1 else ""
-        parts += trace_sections(view, figures, prefix)
+        parts += trace_sections(view, figures, prefix, problems_words(analysis))
     if not analysis.views:
         parts.append(html.note("This profile holds no trace."))
     return summary_line(profile, analysis), parts

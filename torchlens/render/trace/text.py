@@ -26,7 +26,27 @@ def summary_line(profile: Profile, analysis: TraceAnalysis) -> str:
         parts.append("CPU only")
     if profile.error:
         parts.append(f"cell raised {profile.error.get('type', 'an exception')}")
-    return "torchlens: " + ", ".join(parts)
+    found = problems_words(analysis)
+    return "torchlens: " + ", ".join(parts) + (f"; {found}" if found else "")
+
+
+def problems_words(analysis: TraceAnalysis) -> str:
+    """What the compiled code and the loss scaler found, in a few words for the
+    first line ("" when nothing): the sections below say each in full."""
+    out = []
+    c = analysis.compiled
+    if c is not None:
+        if c.breaks:
+            out.append(plural(len(c.breaks), "graph break"))
+        if c.recompiles:
+            out.append(plural(len(c.recompiles), "recompile"))
+        if c.failed:
+            out.append(plural(len(c.failed), "failed compile"))
+    s = analysis.scaler
+    if s is not None and s.total_skipped:
+        out.append(f"{s.total_skipped} of {plural(s.total_steps, 'optimizer step')} "
+                   "skipped by GradScaler")
+    return ", ".join(out)
 
 
 def _fixed_width(rows: list[list[str]], numeric: list[bool]) -> list[str]:
