@@ -261,3 +261,24 @@ def test_a_rank_a_step_behind_is_still_skipping_with_the_others() -> None:
         if rec.step == 89 else rec for rec in lagging[1]]
     f = job_wide(lagging)
     assert f is not None and "on every rank" in f.sentence and f.ranks == (0, 1), f
+
+
+def test_a_recompile_before_the_last_steps_is_still_in_the_report(tmp_path: Path) -> None:
+    from torchlens.formats.run_folder.manifest import SOURCE_RUN, Manifest, RankEntry
+    from torchlens.formats.run_folder.records import write_steps
+
+    recs = _records(recompile_at=(12,))  # rank 1 recompiles early; 100 steps in all
+    for r in range(2):
+        write_steps(str(tmp_path), r, [msgspec.to_builtins(rec) for rec in recs[r]])
+    manifest = Manifest(world_size=2, source=SOURCE_RUN, started=recs[0][0].t0,
+                        ranks=[RankEntry(rank=0, steps=100), RankEntry(rank=1, steps=100)])
+    (tmp_path / "manifest.json").write_bytes(msgspec.json.encode(manifest))
+    import torchlens
+
+    run = torchlens.load(str(tmp_path))
+    codes = [f.code for f in run.findings()]
+    assert codes[0] == "slow_rank" and "recompile" in codes, codes
+    f = next(f for f in run.findings() if f.code == "recompile")
+    assert f.severity == "warning" and f.finding.ranks == (1,)
+    assert "rank 1 at step 12 (guard failed: forward (train.py:38): tensor 'x' size mismatch" \
+        in f, f

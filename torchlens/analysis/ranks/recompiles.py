@@ -39,13 +39,14 @@ from statistics import median
 
 from torchlens.analysis.ranks.stalls import stall_floor_ms
 from torchlens.analysis.trace.compiled import (
+    RECOMPILE,
     guard_line,
     recompile_advice,
     recompiles,
     user_code,
 )
 from torchlens.model.compiled import CompileLog
-from torchlens.model.findings import SLOW_RANK, WARNING, Figure, Finding
+from torchlens.model.findings import INFO, SLOW_RANK, WARNING, Figure, Finding
 from torchlens.model.records import StepRecord
 from torchlens.model.units import format_ms
 
@@ -161,3 +162,61 @@ def recompile_finding(rc: Recompiled, step_ms: float, compared: str, timed: str 
         advice = f"rank {rc.rank}: " + recompile_advice(rc.guards[0])
     return Finding(WARNING, sentence, figures, advice, code=SLOW_RANK,
                    details={"steps": list(steps), "guards": list(rc.guards)})
+
+
+#: the steps a run's recompiles finding names at most, per rank
+NAMED_STEPS = 5
+
+
+class RunRecompiles:
+    """Every recompile of a run's ranks, from all their step records (a run
+    folder read once, ``add`` per record): for the report's finding when
+    the slow-rank verdict, which judges the last steps only, no longer sees
+    one (``run_recompiles_finding``)."""
+
+    def __init__(self) -> None:
+        #: rank -> [(step, compile ms, guard words)]
+        self.by_rank: dict[int, list[tuple[int, float, str]]] = {}
+        self.ranks: set[int] = set()
+
+    def add(self, rank: int, rec: StepRecord) -> None:
+        self.ranks.add(rank)
+        log = rec.compiled
+        if not isinstance(log, CompileLog):
+            return
+        found = recompiles(log)
+        if not found:
+            return
+        user = [rc for rc in found if user_code(rc.file)] or found
+        guard = f"{user[0].function} ({user[0].where}): {guard_line(user[0].guard)}"
+        self.by_rank.setdefault(rank, []).append((rec.step, recompile_ms(rec), guard))
+
+
+def run_recompiles_finding(seen: RunRecompiles, verdict: Finding | None) -> Finding | None:
+    """The run's recompiles, when some rank recompiled and the verdict does not
+    already name a recompile; None otherwise. One rank (or some) recompiling
+    while others did not is a warning (the others waited at those steps);
+    every rank alike, information."""
+    if not seen.by_rank or (verdict is not None and verdict.value("cause") == CAUSE):
+        return None
+    parts = []
+    for rank, hits in sorted(seen.by_rank.items()):
+        steps = [s for s, _, _ in hits]
+        named = ", ".join(map(str, steps[:NAMED_STEPS])) + (
+            f" and {len(steps) - NAMED_STEPS} more" if len(steps) > NAMED_STEPS else "")
+        took = median(ms for _, ms, _ in hits)
+        parts.append(f"rank {rank} at step{'s' if len(steps) > 1 else ''} {named} "
+                     f"(guard failed: {hits[0][2]}), {format_ms(took)}"
+                     f"{' each' if len(steps) > 1 else ''}")
+    alike = len(seen.by_rank) == len(seen.ranks) > 1 and len(
+        {tuple(s for s, _, _ in hits) for hits in seen.by_rank.values()}) == 1
+    severity = INFO if alike else WARNING
+    some = sorted(seen.by_rank)
+    return Finding(
+        severity, "torch.compile recompiled during the run: " + "; ".join(parts)
+        + ("" if alike else "; the other ranks waited for it at those steps")
+        + " (every step record of the run; the slow-rank verdict judges the last steps)",
+        (Figure("rank_count", len(some)),
+         Figure("recompiles", sum(len(h) for h in seen.by_rank.values()))),
+        recompile_advice(next(iter(seen.by_rank.values()))[0][2]),
+        "recompiles during the run", details={"ranks": some}, code=RECOMPILE)
