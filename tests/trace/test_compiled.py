@@ -10,6 +10,7 @@ breaks, guards, regions) is the same as under inductor.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -114,3 +115,15 @@ def test_a_cell_without_compiled_code_has_no_section(shell) -> None:
     r3 = shell.user_ns["r3"]
     assert r3.compiled() is None
     assert "Compiled code (torch.compile)" not in r3._repr_mimebundle_()["text/html"]
+
+
+def test_a_break_in_a_cells_own_code_is_named_by_its_cell(shell) -> None:
+    res = shell.run_cell("def cell_fn(x):\n    y = x * 2\n    print(float(y.sum()) > 0)\n"
+                         "    return y + 1\n"
+                         "cell_fc = torch.compile(cell_fn, backend='aot_eager')")
+    assert res.success, res.error_in_exec
+    res = shell.run_cell("%%torchprof --quiet -o rc\ncell_fc(torch.randn(4))")
+    assert res.success, res.error_in_exec
+    breaks = shell.user_ns["rc"].compiled().breaks
+    # the temp file IPython compiled the cell under, named as the notebook names it
+    assert breaks and all(re.fullmatch(r"cell \[\d+\] line 3", b.where) for b in breaks), breaks

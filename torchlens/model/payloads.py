@@ -103,6 +103,8 @@ class TorchprofPayload:
     compiled: CompileLog | None = None
     #: ``torch.amp.GradScaler``'s optimizer steps and skips in the cell (None: none)
     scaler: ScalerStep | None = None
+    #: the notebook's cell file names -> In[N], to name a compiled line ``cell [N] line L``
+    cells: dict[str, int] = field(default_factory=dict)
 
 
 #: where a live capture's categories come from: torchlens' stack rules or torch's

@@ -119,6 +119,7 @@ def analyze(profile: Profile) -> TraceAnalysis:
     display = profile.payload.display  # type: ignore[union-attr]
     views = [TraceView(k, t, display) for k, t in profile.traces.items()]
     log = getattr(profile.payload, "compiled", None)
-    compiled = compiled_code(log, views[0].trace if views else None, profile.wall_time_s)
+    compiled = compiled_code(log, views[0].trace if views else None, profile.wall_time_s,
+                             getattr(profile.payload, "cells", None))
     return TraceAnalysis(summary_mod.summarize(profile), views, display, compiled,
                          getattr(profile.payload, "scaler", None))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from torchlens.formats.locations import CellNames, is_cell, location_label
 from torchlens.model import Trace
 from torchlens.model.compiled import CompiledFrame, CompileLog
 from torchlens.model.findings import GRAPH_BREAK, INFO, WARNING, Figure, Finding
@@ -118,7 +119,11 @@ def _short(path: str) -> str:
     return os.path.basename(path) if path else ""
 
 
-def _where(file: str, line: int) -> str:
+def _where(file: str, line: int, cells: CellNames | None = None) -> str:
+    """``net.py:41``; a notebook cell's code as ``cell [N] line L`` (``cells``: the
+    shell's cell file names, ``TorchprofPayload.cells``)."""
+    if file and is_cell(file):
+        return location_label(file, line, cells)
     return f"{_short(file)}:{line}" if file and line else _short(file)
 
 
@@ -172,7 +177,8 @@ def _region_times(trace: Trace | None) -> tuple[dict[str, tuple[int, float]], fl
 
 
 def compiled_code(log: CompileLog | None, trace: Trace | None,
-                  wall_s: float | None = None) -> CompiledCode | None:
+                  wall_s: float | None = None, cells: CellNames | None = None
+                  ) -> CompiledCode | None:
     """The profile's compiled code; None when it neither compiled nor ran any."""
     times, inside, between = _region_times(trace)
     if not times and (log is None or not (log.frames or log.graph_breaks)):
@@ -180,20 +186,21 @@ def compiled_code(log: CompileLog | None, trace: Trace | None,
     log = log or CompileLog()
     by_id = {f.compile_id: f for f in (*log.known, *log.frames)}
     regions = [Region(cid, _function(by_id[cid].frame) if cid in by_id else "",
-                      _where(by_id[cid].file, by_id[cid].line) if cid in by_id else "",
+                      _where(by_id[cid].file, by_id[cid].line, cells) if cid in by_id else "",
                       calls, total)
                for cid, (calls, total) in times.items()]
     regions.sort(key=lambda r: (-r.total_us, r.compile_id))
     return CompiledCode(
         regions=regions, region_us=inside, eager_us=between, compiles=len(log.frames),
         compile_s=sum(f.compile_s or 0.0 for f in log.frames), wall_s=wall_s,
-        graphs=log.unique_graphs, breaks=graph_breaks(log), recompiles=recompiles(log),
+        graphs=log.unique_graphs, breaks=graph_breaks(log, cells),
+        recompiles=recompiles(log, cells),
         failed=[f for f in log.frames if f.failed], lost=log.lost,
         measured="the profiler's Torch-Compiled Region ranges" if times else "",
         recorded=log.source)
 
 
-def graph_breaks(log: CompileLog) -> list[GraphBreak]:
+def graph_breaks(log: CompileLog, cells: CellNames | None = None) -> list[GraphBreak]:
     """Each break reason dynamo counted, with the line it was on where a
     compile in the log says it (module docstring)."""
     reasons = set(log.graph_breaks)
@@ -209,8 +216,8 @@ def graph_breaks(log: CompileLog) -> list[GraphBreak]:
                            and frames[j].file == f.file), None)
             if resume is not None:
                 used.add(resume)
-                placed[reason] = (_function(f.frame), _where(f.file, frames[resume].line),
-                                  f.file)
+                placed[reason] = (_function(f.frame),
+                                  _where(f.file, frames[resume].line, cells), f.file)
             else:
                 placed[reason] = (_function(f.frame), "", f.file)
     out = []
@@ -221,10 +228,10 @@ def graph_breaks(log: CompileLog) -> list[GraphBreak]:
     return out
 
 
-def recompiles(log: CompileLog) -> list[Recompile]:
+def recompiles(log: CompileLog, cells: CellNames | None = None) -> list[Recompile]:
     """Each compile a failed guard made, with the guard (torch's words less the
     ``F/C: `` of the compile whose guard it was)."""
-    return [Recompile(f.compile_id, _function(f.frame), _where(f.file, f.line),
+    return [Recompile(f.compile_id, _function(f.frame), _where(f.file, f.line, cells),
                       GUARD_OF.sub("", f.recompile_reason), f.compile_s, f.file)
             for f in log.frames if f.recompile_reason]
 

@@ -14,6 +14,7 @@ from torchlens.analysis.trace.ops import sort_column
 from torchlens.capture.trace.profiler import ProfilerCapture, ProfilerOptions
 from torchlens.frontends.result import Result, finish
 from torchlens.frontends.shared import preload
+from torchlens.frontends.shared.cells import cell_names
 from torchlens.model import InputError, OpDisplay
 
 
@@ -61,6 +62,7 @@ class torchprof:  # noqa: N801 - reads as a function in `with torchlens.torchpro
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._capture.__exit__(exc_type, exc, tb)
         profile = self._capture.profile
-        profile.payload = dataclasses.replace(profile.payload, display=self._display)
+        profile.payload = dataclasses.replace(profile.payload, display=self._display,
+                                              cells=cell_names())
         finish(self.result, profile, self._export)
         return False
