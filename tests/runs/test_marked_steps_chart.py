@@ -60,6 +60,8 @@ def test_skipped_and_recompiled_steps_are_marked_where_they_happened(tmp_path: P
              if isinstance(r, GlyphRenderer) and "mark" in r.data_source.data}
     assert list(marks[SKIPPED].data_source.data["step"]) == list(SKIPS[1])
     assert list(marks[RECOMPILED].data_source.data["ms"]) == [430.0]  # the step's own time
+    # 14 times the others' steps: above the axis, so its star sits at the axis' top
+    assert 30.0 < marks[RECOMPILED].data_source.data["y"][0] < 430.0
     lines = [r for r in fig.renderers if isinstance(r, GlyphRenderer)
              and isinstance(r.glyph, MultiLine)]
     assert sum(len(ys) for r in lines for ys in r.data_source.data["ys"]) == 40  # still steps

@@ -252,7 +252,8 @@ def _break_finding(b: GraphBreak) -> Finding:
     at = f" at {b.where}" if b.where else ""
     inside = f" in {b.function}" if b.function else ""
     return Finding(
-        WARNING, f"the graph breaks{inside}{at} ({plural(b.count, 'time')}): {b.reason}",
+        WARNING, f"the graph breaks{inside}{at} (dynamo met it {plural(b.count, 'time')} "
+                 f"while compiling): {b.reason}",
         (Figure("count", b.count), *((Figure("where", b.where),) if b.where else ()),
          *((Figure("function", b.function),) if b.function else ())),
         b.hint or "Each break splits the compiled code in two and runs the line between "

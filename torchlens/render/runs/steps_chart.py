@@ -81,18 +81,19 @@ def _marks(fig: Any, ranks: dict[int, RankSeries]) -> list[Any]:
     """One marker per marked step, a legend entry per kind of mark; their renderers."""
     out = []
     for mark, (marker, colour) in STEP_MARKS.items():
-        pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "mark")}
+        pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "y", "rank", "step", "mark")}
         for r, cols in sorted(ranks.items()):
             m = cols.marked
             for i, kind in enumerate(m.mark):
                 if kind == mark:
                     pts["t"].append(m.t[i])
                     pts["ms"].append(m.ms[i])
+                    pts["y"].append(m.ms[i])  # at the axis' top when above it
                     pts["step"].append(m.step[i])
                     pts["rank"].append(r)
                     pts["mark"].append(kind)
         if pts["t"]:
-            out.append(fig.scatter("t", "ms", source=ColumnDataSource(pts), marker=marker,
+            out.append(fig.scatter("t", "y", source=ColumnDataSource(pts), marker=marker,
                                    size=11, line_color=colour, fill_color=colour,
                                    line_width=2, legend_label=mark))
     return out
@@ -172,10 +173,14 @@ def steps_figure(series: StepSeries) -> Any:
                              text_font_size="9pt", x_offset=4, text_baseline="top",
                              background_fill_color="white", background_fill_alpha=0.7))
     fig.y_range.start = 0
-    CappedAxis(fig).update(points["t"], points["ms"],  # one spike does not flatten the rest
-                           [f"step {s} (rank {r})" for s, r in zip(points["step"],
-                                                                   points["rank"], strict=True)],
-                           points["rank"])
+    axis = CappedAxis(fig)
+    axis.update(points["t"], points["ms"],  # one spike does not flatten the rest
+                [f"step {s} (rank {r})" for s, r in zip(points["step"], points["rank"],
+                                                        strict=True)],
+                points["rank"])
+    if axis.top is not None:  # a marked step above the axis is marked at its top
+        for r in marks:
+            r.data_source.data["y"] = [min(y, axis.top) for y in r.data_source.data["ms"]]
     if fig.legend:
         fig.legend.orientation = "horizontal"
         fig.legend.label_text_font_size = "8pt"
