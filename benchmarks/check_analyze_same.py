@@ -18,7 +18,10 @@ Inputs: the folders given, plus every shared trace
 or ``../shared/testdata`` beside the checkout, ``$TORCHLENS_TRACES`` overrides)
 on its own, each again as ``rank0.json.gz`` in a folder of its own (so the
 ones without ``distributedInfo`` are analysed too), a folder of bad input
-(``bad_folder``) and the two ``sampled_rank-*`` traces as one run. Each input runs
+(``bad_folder``) and the two ``sampled_rank-*`` traces as one run. ``--dask
+SCHEDULER`` (``local``: two worker processes on this machine) reads every
+input on a Dask cluster: compared with a ``--record`` made on one machine,
+the cluster must give the same documents. Each input runs
 ``python -m torchlens analyze INPUT --json`` with this checkout first on
 ``PYTHONPATH`` (``--pythonpath`` another, ``--python`` the interpreter); its stdout, exit status
 and the first line of stderr are recorded. Floats are compared exactly: the
@@ -85,10 +88,12 @@ def bad_folder(folder: Path, first: Path, second: Path) -> Path:
     return folder
 
 
-def run(python: str, paths: list[str], pythonpath: str) -> dict[str, Any]:
+def run(python: str, paths: list[str], pythonpath: str, dask: str | None = None
+        ) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=pythonpath)
+    more = ["--dask", dask] if dask else []
     # cwd: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
-    r = subprocess.run([python, "-m", "torchlens", "analyze", *paths, "--json"],
+    r = subprocess.run([python, "-m", "torchlens", "analyze", *paths, "--json", *more],
                        capture_output=True, env=env, text=True, timeout=1800,
                        cwd=pythonpath)
     doc: Any = None
@@ -128,10 +133,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pythonpath", default=str(REPO),
                     help="the torchlens checkout to run (default: this one); e.g. a "
                          "`git archive` of the commit before the change, for --record")
+    ap.add_argument("--dask", metavar="SCHEDULER",
+                    help="analyse on this Dask cluster (analyze --dask): --compare it with "
+                         "a --record made on one machine; 'local' starts a cluster of two "
+                         "worker processes on this machine for the check")
     args = ap.parse_args(argv)
+    if args.dask == "local":
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                          dashboard_address=None) as local:
+            return main(_with(sys.argv[1:] if argv is None else argv,
+                              local.scheduler_address))
     bad = 0
     for name, paths in inputs(args.folders).items():
-        now = run(args.python, paths, args.pythonpath)
+        now = run(args.python, paths, args.pythonpath, args.dask)
         if args.record:
             Path(args.record).mkdir(parents=True, exist_ok=True)
             (Path(args.record) / f"{name}.json").write_text(json.dumps(now))
@@ -144,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in diff[:10]:
             print(f"    {line}")
     return 1 if bad else 0
+
+
+def _with(argv: list[str], address: str) -> list[str]:
+    """``argv`` with ``--dask local`` made ``--dask ADDRESS``."""
+    out = list(argv)
+    i = out.index("--dask")
+    out[i + 1] = address
+    return out
 
 
 if __name__ == "__main__":

@@ -230,6 +230,13 @@ class AnalyzeCommand(Command):
                                  "torchlens.frontends.runs.api.JSON_SCHEMA)")
         parser.add_argument("--workers", type=int, default=None, metavar="N",
                             help="processes reading ranks in parallel (default: CPU count)")
+        parser.add_argument("--dask", metavar="SCHEDULER", default=None,
+                            help="read the rank files on a Dask cluster instead "
+                                 "(its scheduler's address, tcp://host:8786): for traces "
+                                 "that outgrow one machine; its workers must see the "
+                                 "files at the same paths and have torchlens installed; "
+                                 "only each file's figures come back "
+                                 "(pip install 'torchlens[dask]')")
 
     def run(self, args: argparse.Namespace) -> int:
         import json
@@ -254,7 +261,16 @@ class AnalyzeCommand(Command):
                              "document)")
         inputs = args.paths if len(args.paths) > 1 else args.paths[0]
         # tables only: the timeline and diff figures are never printed here
-        run = load_run(inputs, workers=args.workers, fork=True, tables_only=True)
+        if args.dask:
+            from torchlens.frontends.runs.workers import dask_executor
+
+            executor, client = dask_executor(args.dask)
+            try:
+                run = load_run(inputs, tables_only=True, executor=executor)
+            finally:
+                client.close()
+        else:
+            run = load_run(inputs, workers=args.workers, fork=True, tables_only=True)
         if args.json:  # the document, whatever it holds: a script reads its problems
             print(json_text(run.to_json()))
         if run.nothing_read:

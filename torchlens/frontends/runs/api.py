@@ -20,6 +20,7 @@ ranks are analysed. ``to_json()`` is what ``torchlens analyze RUN_DIR
 from __future__ import annotations
 
 import os
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -450,13 +451,16 @@ def rebuilt_if_its_command_died(folder: str) -> None:
 
 
 def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = None,
-             top: int = 10, fork: bool = False, tables_only: bool = False) -> RunResult:
+             top: int = 10, fork: bool = False, tables_only: bool = False,
+             executor: Executor | None = None) -> RunResult:
     """Discover a run's per-rank traces and summarise each file in a worker process
     (``run_workers``: each file read once, its peek and figures together).
     ``fork``: the caller runs no threads (the command line), workers may fork.
     ``tables_only``: only what the tables, findings and ``to_json()`` hold (what
     ``torchlens analyze`` prints), not the report's joint timeline nor
-    ``diff()``'s op totals: ~15% less work per trace."""
+    ``diff()``'s op totals: ~15% less work per trace. ``executor``: read the
+    files there instead (a Dask cluster's, ``workers.dask_executor``: beyond
+    one machine; the same figures come back)."""
     if isinstance(inputs, (str, Path)):
         inputs = folder_of_manifest(inputs) or inputs
     for folder in [inputs] if isinstance(inputs, (str, Path)) else inputs:
@@ -465,7 +469,7 @@ def load_run(inputs: str | Path | list[str | Path], *, workers: int | None = Non
     if fork:
         _import_before_fork(tables_only)
     figures_of = _table_figures if tables_only else _trace_figures
-    with RunReader(figures_of, top, workers, fork=fork) as reader:
+    with RunReader(figures_of, top, workers, fork=fork, executor=executor) as reader:
         sources = discover(inputs, reader.peek_all)
     problems = list(sources.problems)
     figures: RankFigures = {}

@@ -11,6 +11,17 @@ the run takes each placed file's figures (``RunReader.rank``). A file that
 turns out to be a duplicate or has no rank was summarised for nothing; that
 is rare, and the figures are dropped.
 
+Beyond one machine: any ``concurrent.futures.Executor`` may read the files
+instead (``executor``), such as a Dask cluster's (``dask_executor``): each
+file is read and summarised where the executor runs the job, and only its
+peek and figures travel back. Dask, because it is the engine of this kind a
+Python data team most often has already (a scheduler any process can join,
+``pip install distributed``, no service to run), its ``Client`` is a
+``concurrent.futures`` executor, so the reading code is the same one, and its
+workers are plain Python processes that import torchlens; Ray would need its
+own runtime for the same map. The workers must see the files at the same
+paths (a shared file system), and have torchlens installed.
+
 Start method: ``forkserver`` (``spawn`` where missing), not fork: a notebook
 kernel has threads, and forking it is unsafe; the command line, which has
 none, asks for fork (``RunReader``'s ``fork``). Files go to the workers in
@@ -25,7 +36,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from itertools import repeat
 from typing import Any
 
@@ -84,6 +95,27 @@ def _context(fork: bool = False) -> Any:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def dask_executor(address: str) -> tuple[Executor, Any]:
+    """An executor on the Dask cluster whose scheduler is at ``address``
+    (``tcp://host:8786``; its TLS, if any, from Dask's own configuration), and
+    the client to close when done. ``InputError`` without ``distributed``
+    installed, or when the scheduler cannot be reached."""
+    from torchlens.model import InputError
+
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError("--dask needs Dask's distributed package: pip install "
+                         "'torchlens[dask]' (or distributed) where torchlens runs, and "
+                         "torchlens on every worker") from None
+    try:
+        client = Client(address, timeout=30)
+    except (OSError, TimeoutError) as exc:
+        raise InputError(f"--dask {address}: no Dask scheduler answered there ({exc}); "
+                         "give the address its scheduler prints (tcp://host:8786)") from None
+    return client.get_executor(), client
+
+
 class RunReader:
     """Reads files with ``file_job`` (in ``workers`` processes, default the CPU
     count; in this process when that is 1 or there is one file) and keeps
@@ -93,11 +125,13 @@ class RunReader:
     need not import numpy and torchlens again, about 0.3 s of CPU each)."""
 
     def __init__(self, figures_of: FiguresOf, top: int, workers: int | None = None,
-                 fork: bool = False) -> None:
+                 fork: bool = False, executor: Executor | None = None) -> None:
         self.figures_of, self.top, self.fork = figures_of, top, fork
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.results: dict[str, FileResult] = {}
         self._pool: ProcessPoolExecutor | None = None
+        #: the caller's executor (a Dask cluster's): used, never shut down here
+        self.executor = executor
 
     def __enter__(self) -> RunReader:
         return self
@@ -110,6 +144,12 @@ class RunReader:
     def peek_all(self, paths: list[str]) -> list[Peek]:
         """``discover``'s ``peek_all``: every file read once, its peek returned."""
         todo = [p for p in dict.fromkeys(paths) if p not in self.results]
+        if self.executor is not None and todo:
+            n = len(todo)
+            done = list(self.executor.map(file_job, todo, [self.figures_of] * n,
+                                          [self.top] * n))
+            self.results.update(zip(todo, done, strict=True))
+            return [self.results[p].peek for p in paths]
         workers = min(self.workers, len(todo))
         context = _context(self.fork) if workers > 1 and self._pool is None else None
         if workers > 1 and self._pool is None and context is None:
