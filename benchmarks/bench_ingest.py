@@ -56,7 +56,8 @@ else:
     from hta.trace_analysis import TraceAnalysis
     folder = os.path.join(tmp, "rank_traces")
     os.makedirs(folder, exist_ok=True)
-    shutil.copy(path, os.path.join(folder, "rank-0.json.gz"))
+    gz = open(path, "rb").read(2) == b"\x1f\x8b"  # HTA reads by the name's suffix
+    shutil.copy(path, os.path.join(folder, "rank-0.json.gz" if gz else "rank-0.json"))
     def run():
         ta = TraceAnalysis(trace_dir=folder)
         df = ta.t.get_trace(next(iter(ta.t.traces)))
