@@ -61,6 +61,7 @@ def test_cell_sees_and_changes_user_namespace(shell):
         ("--schedule 1,2", "--schedule"),
         ("--export out.txt", "unknown file type"),
         ("--no-such-option", "unrecognized"),
+        ("--tpo 5", "unrecognized arguments: --tpo 5; did you mean --top?"),
     ],
 )
 def test_bad_option_is_a_usage_error_and_nothing_runs(shell, capsys, line, needle):

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchlens.frontends.shared.options import unrecognized
 from torchlens.model import InputError, Profile, TorchlensError
 from torchlens.model.units import MISSING, format_bytes, format_percent, format_us_as_ms
 
@@ -499,24 +500,6 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_arguments(p)
         p.set_defaults(_command=cmd, _parser=p)
     return parser
-
-
-def unrecognized(extras: list[str], parser: argparse.ArgumentParser) -> str:
-    """argparse's words for arguments no parser took, with the option each
-    mistyped one was likely meant to be (``--josn``: ``--json``)."""
-    known = [s for action in parser._actions for s in action.option_strings
-             if s.startswith("--")]
-    meant = []
-    for word in extras:
-        if word.startswith("--"):
-            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
-            meant += [(word, close[0])] if close else []
-    said = f"unrecognized arguments: {' '.join(extras)}"
-    if len(meant) == 1:
-        return f"{said}; did you mean {meant[0][1]}?"
-    if meant:
-        return f"{said}; did you mean {', '.join(f'{m} for {w}' for w, m in meant)}?"
-    return said
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

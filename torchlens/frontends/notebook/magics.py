@@ -34,6 +34,7 @@ from IPython.display import display
 from torchlens.analysis.trace.ops import SORT_NAMES
 from torchlens.frontends import kinds
 from torchlens.frontends.shared.cells import Cell, execution_count, run_under
+from torchlens.frontends.shared.options import unrecognized
 from torchlens.frontends.trace.api import torchprof
 from torchlens.model import InputError
 
@@ -62,7 +63,11 @@ def _parse(magic: Callable[..., Any], line: str, name: str) -> Any:
     try:
         args = parse_argstring(magic, line)
     except UsageError as err:
-        raise UsageError(f"{name}: {err}") from None
+        said = str(err)
+        parser = getattr(magic, "parser", None)
+        if said.startswith("unrecognized arguments:") and parser is not None:
+            said = unrecognized(said.split(":", 1)[1].split(), parser)  # "did you mean"
+        raise UsageError(f"{name}: {said}") from None
     paths = getattr(args, "export", None)
     if isinstance(paths, list):  # ``append``: a second --export is not silently dropped
         if len(paths) > 1:
