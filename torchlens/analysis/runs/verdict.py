@@ -22,6 +22,7 @@ import msgspec
 from torchlens.analysis.ranks.collector_notes import collector_notes
 from torchlens.analysis.ranks.ddp_config import parameter_sync
 from torchlens.analysis.ranks.job_wide import job_wide
+from torchlens.analysis.ranks.recompiles import RunRecompiles, run_recompiles_finding
 from torchlens.analysis.ranks.slow import WINDOW, SlowRank, creep_leads, slow_rank
 from torchlens.analysis.ranks.stalls import STALL_WINDOW
 from torchlens.analysis.ranks.steps import MemoryCreep
@@ -189,6 +190,18 @@ def folder_verdict(root: str, manifest: Manifest | None, ranks: list[int],
     drift = parameter_sync(steps) if steps else None
     return FolderVerdict(judged, leading_findings(judged, manifest, ignored or [], root,
                                                   last_steps, starved, drift))
+
+
+def with_run_recompiles(verdict: FolderVerdict, seen: RunRecompiles) -> None:
+    """``verdict``'s findings with the run's recompiles (``run_recompiles_finding``:
+    every step record's, when the slow-rank verdict does not name one), right
+    after the verdict they are about, before the notes."""
+    said = run_recompiles_finding(seen, verdict.slow.finding if verdict.slow else None)
+    if said is None:
+        return
+    at = next((i + 1 for i, f in enumerate(verdict.findings) if f.code == SLOW_RANK),
+              len(verdict.findings))
+    verdict.findings.insert(at, said)
 
 
 def common_by_rank(root: str, ranks: list[int]) -> list[list[StepRecord]]:

@@ -27,14 +27,18 @@ from typing import Any
 import msgspec
 
 from torchlens.analysis.ranks.job_exit import advice_where
-from torchlens.analysis.ranks.recompiles import RunRecompiles, run_recompiles_finding
+from torchlens.analysis.ranks.recompiles import RunRecompiles
 from torchlens.analysis.ranks.series import step_series
 from torchlens.analysis.ranks.verdict import interrupted_states, peer_failed
 from torchlens.analysis.runs.analyze import NS_NOTE
 from torchlens.analysis.runs.fsdp import FsdpSteps
 from torchlens.analysis.runs.memory_steps import MemorySteps
 from torchlens.analysis.runs.rows import missing_as_nan, rows_json
-from torchlens.analysis.runs.verdict import folder_verdict, no_traces_note
+from torchlens.analysis.runs.verdict import (
+    folder_verdict,
+    no_traces_note,
+    with_run_recompiles,
+)
 from torchlens.formats.run_folder.files import LOG_FILE
 from torchlens.formats.run_folder.manifest import (
     ManifestError,
@@ -56,7 +60,7 @@ from torchlens.frontends.runs.damaged_files import (
 )
 from torchlens.frontends.runs.workers import RunReader
 from torchlens.model import InputError, Profile
-from torchlens.model.findings import SLOW_RANK, FindingLine
+from torchlens.model.findings import FindingLine
 from torchlens.model.payloads import RunPayload
 from torchlens.model.records import StepRecord
 from torchlens.model.run_figures import RankFigures, TraceFigures
@@ -230,11 +234,7 @@ class RunResult(Result):
                       else ranks_with_steps(sources.root) if broken is not None else [])
         verdict = folder_verdict(sources.root, manifest, step_ranks, sources.ignored,
                                  last_steps=memory.last_steps())
-        said = run_recompiles_finding(recompiled, verdict.slow.finding if verdict.slow else None)
-        if said is not None:  # after the verdict it is about, before the notes
-            at = next((i + 1 for i, f in enumerate(verdict.findings) if f.code == SLOW_RANK),
-                      len(verdict.findings))
-            verdict.findings.insert(at, said)
+        with_run_recompiles(verdict, recompiled)
         log = os.path.join(sources.root, LOG_FILE) if sources.root else ""
         if log and os.path.isfile(log):  # a failure's advice names the folder's log by path
             verdict.findings = [advice_where(f, log) for f in verdict.findings]
