@@ -26,16 +26,6 @@ def cluster():
             yield local, client
 
 
-@pytest.fixture
-def two_ranks(tmp_path, traces_dir):
-    run = tmp_path / "run"
-    run.mkdir()
-    for r in (0, 1):
-        name = f"sampled_rank-{r}.json.gz"
-        (run / name).symlink_to(traces_dir / name)
-    return run
-
-
 def test_a_run_read_on_the_cluster_is_the_run_read_here(cluster, two_ranks) -> None:
     local, client = cluster
     here = load_run(str(two_ranks), workers=1, tables_only=True)

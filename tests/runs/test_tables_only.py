@@ -13,16 +13,6 @@ from torchlens.frontends.runs.api import load_run
 from torchlens.model import InputError
 
 
-@pytest.fixture
-def two_ranks(tmp_path, traces_dir):
-    run = tmp_path / "run"
-    run.mkdir()
-    for r in (0, 1):
-        name = f"sampled_rank-{r}.json.gz"
-        (run / name).symlink_to(traces_dir / name)
-    return run
-
-
 def test_tables_only_gives_the_same_document_without_timeline_or_op_totals(two_ranks):
     full = load_run(str(two_ranks), workers=1)
     lean = load_run(str(two_ranks), workers=1, tables_only=True)

@@ -50,22 +50,30 @@ def span_labels(series: StepSeries) -> list[str]:
     return known + sorted(seen - set(known))
 
 
+def _points(ranks: dict[int, RankSeries], columns: str, field: str, value: str
+            ) -> dict[str, list[Any]]:
+    """The points of every rank's ``columns`` (``labelled`` or ``marked``) whose
+    ``field`` (``label`` or ``mark``) is ``value``: time, ms, step, rank, the
+    value itself and the rank's colour."""
+    pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", field, "color")}
+    for r, cols in sorted(ranks.items()):
+        c = getattr(cols, columns)
+        for i, v in enumerate(getattr(c, field)):
+            if v == value:
+                pts["t"].append(c.t[i])
+                pts["ms"].append(c.ms[i])
+                pts["step"].append(c.step[i])
+                pts["rank"].append(r)
+                pts[field].append(v)
+                pts["color"].append(rank_color(r))
+    return pts
+
+
 def _spans(fig: Any, ranks: dict[int, RankSeries], labels: list[str]) -> list[Any]:
     """One marker per labelled span, a legend entry per label; their renderers."""
     out = []
     for label in labels:
-        pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "rank", "step", "label",
-                                                     "color")}
-        for r, cols in sorted(ranks.items()):
-            spans = cols.labelled
-            for i, lab in enumerate(spans.label):
-                if lab == label:
-                    pts["t"].append(spans.t[i])
-                    pts["ms"].append(spans.ms[i])
-                    pts["step"].append(spans.step[i])
-                    pts["rank"].append(r)
-                    pts["label"].append(lab)
-                    pts["color"].append(rank_color(r))
+        pts = _points(ranks, "labelled", "label", label)
         marker, fill = SPAN_MARKS.get(label, SPAN_MARKS[None])
         out.append(fig.scatter("t", "ms", source=ColumnDataSource(pts), marker=marker, size=10,
                                fill_color=fill, line_color="color", line_width=1.5,
@@ -81,17 +89,8 @@ def _marks(fig: Any, ranks: dict[int, RankSeries]) -> list[Any]:
     """One marker per marked step, a legend entry per kind of mark; their renderers."""
     out = []
     for mark, (marker, colour) in STEP_MARKS.items():
-        pts: dict[str, list[Any]] = {k: [] for k in ("t", "ms", "y", "rank", "step", "mark")}
-        for r, cols in sorted(ranks.items()):
-            m = cols.marked
-            for i, kind in enumerate(m.mark):
-                if kind == mark:
-                    pts["t"].append(m.t[i])
-                    pts["ms"].append(m.ms[i])
-                    pts["y"].append(m.ms[i])  # at the axis' top when above it
-                    pts["step"].append(m.step[i])
-                    pts["rank"].append(r)
-                    pts["mark"].append(kind)
+        pts = _points(ranks, "marked", "mark", mark)
+        pts["y"] = list(pts["ms"])  # at the axis' top when above it (steps_figure)
         if pts["t"]:
             out.append(fig.scatter("t", "y", source=ColumnDataSource(pts), marker=marker,
                                    size=11, line_color=colour, fill_color=colour,
